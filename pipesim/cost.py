@@ -1,0 +1,368 @@
+"""Cost models: how long each action takes, how much it stashes, what a transfer costs.
+
+The cost model is separate from the simulation engine. Its sources are plain
+numbers (`CostModel.uniform`), per-stage lists (`CostModel.per_stage`), a model
+description (`ModelDescription.to_cost_model`) and the cost file that the
+executor's profile run writes (`CostModel.from_dict` / `load_cost`).
+
+Units: times in milliseconds, sizes in bytes, bandwidth in GB/s (10^9 bytes/s).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from pipesim.ir import ActionKind, Schedule
+
+COST_FORMAT = "pipesim.cost"
+COST_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Per-microbatch costs of one stage.
+
+    `backward_ms` is the full backward B. `weight_ms` is the part of it that
+    computes weight gradients (W); the input-gradient part is I = B - W.
+    `activation_bytes` is what F stashes until the backward frees it;
+    `weight_grad_bytes` is the part of it that only W still needs (freed by W
+    when the backward is split). `input_bytes` is the stage input, the only
+    thing stashed under recomputation. `output_bytes` crosses the boundary to
+    the next stage (and the same size of gradient comes back).
+    """
+
+    forward_ms: float
+    backward_ms: float
+    weight_ms: float | None = None
+    activation_bytes: float = 0.0
+    weight_grad_bytes: float | None = None
+    input_bytes: float = 0.0
+    output_bytes: float = 0.0
+    param_bytes: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("forward_ms", "backward_ms", "activation_bytes", "input_bytes", "output_bytes", "param_bytes"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.weight_ms is not None and not 0 <= self.weight_ms <= self.backward_ms:
+            raise ValueError(
+                f"weight_ms ({self.weight_ms}) must lie between 0 and backward_ms ({self.backward_ms}): "
+                "W is the weight-gradient part of the full backward"
+            )
+        if self.weight_grad_bytes is not None and not 0 <= self.weight_grad_bytes <= self.activation_bytes:
+            raise ValueError("weight_grad_bytes must lie between 0 and activation_bytes")
+
+    @property
+    def w_ms(self) -> float:
+        """W time; without a measured split, half the backward (the usual estimate)."""
+        return self.backward_ms / 2 if self.weight_ms is None else self.weight_ms
+
+    @property
+    def i_ms(self) -> float:
+        return self.backward_ms - self.w_ms
+
+    @property
+    def w_bytes(self) -> float:
+        """Bytes held from the end of I until W; half the activations unless measured."""
+        return self.activation_bytes / 2 if self.weight_grad_bytes is None else self.weight_grad_bytes
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """A boundary between consecutive stages: fixed latency plus bytes over bandwidth."""
+
+    latency_ms: float = 0.0
+    bandwidth_gbps: float = math.inf
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.latency_ms) and self.latency_ms >= 0):
+            raise ValueError(f"latency_ms must be a finite number >= 0, got {self.latency_ms!r}")
+        if not self.bandwidth_gbps > 0:
+            raise ValueError(f"bandwidth_gbps must be > 0, got {self.bandwidth_gbps!r}")
+
+    def transfer_ms(self, num_bytes: float) -> float:
+        if math.isinf(self.bandwidth_gbps):
+            return self.latency_ms
+        return self.latency_ms + num_bytes / (self.bandwidth_gbps * 1e9) * 1e3
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Costs for every stage and boundary.
+
+    A single entry in `stages` (or `links`) applies to every stage (boundary),
+    so one uniform model fits schedules of any size. Otherwise there must be
+    one entry per stage (and one link per boundary, num_stages - 1).
+    `recompute` makes every backward pay its forward again while only stage
+    inputs stay stashed.
+    """
+
+    stages: tuple[StageCost, ...]
+    links: tuple[LinkCost, ...] = (LinkCost(),)
+    recompute: bool = False
+    source: str = "uniform"
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ValueError("a cost model needs at least one stage cost")
+        if not self.links:
+            raise ValueError("a cost model needs at least one link cost")
+
+    # --- constructors ---------------------------------------------------
+    @classmethod
+    def uniform(
+        cls,
+        forward_ms: float = 1.0,
+        backward_ms: float = 2.0,
+        weight_ms: float | None = None,
+        comm_ms: float = 0.0,
+        activation_bytes: float = 1.0,
+        recompute: bool = False,
+    ) -> "CostModel":
+        """The same F/B/W times for every stage; `comm_ms` per cross-rank transfer.
+
+        `activation_bytes` defaults to 1 so memory charts count stashed microbatches.
+        """
+        stage = StageCost(
+            forward_ms=forward_ms,
+            backward_ms=backward_ms,
+            weight_ms=weight_ms,
+            activation_bytes=activation_bytes,
+            input_bytes=activation_bytes,
+        )
+        return cls(stages=(stage,), links=(LinkCost(latency_ms=comm_ms),), recompute=recompute, source="uniform")
+
+    @classmethod
+    def per_stage(
+        cls,
+        forward_ms: Sequence[float],
+        backward_ms: Sequence[float],
+        weight_ms: Sequence[float] | None = None,
+        comm_ms: float | Sequence[float] = 0.0,
+        activation_bytes: Sequence[float] | None = None,
+        recompute: bool = False,
+    ) -> "CostModel":
+        """Heterogeneous stages: one value per stage in each list."""
+        count = len(forward_ms)
+        lists = {"backward_ms": backward_ms, "weight_ms": weight_ms, "activation_bytes": activation_bytes}
+        for name, values in lists.items():
+            if values is not None and len(values) != count:
+                raise ValueError(f"{name} has {len(values)} values but forward_ms has {count}: give one per stage")
+        stages = tuple(
+            StageCost(
+                forward_ms=forward_ms[s],
+                backward_ms=backward_ms[s],
+                weight_ms=None if weight_ms is None else weight_ms[s],
+                activation_bytes=1.0 if activation_bytes is None else activation_bytes[s],
+                input_bytes=1.0 if activation_bytes is None else activation_bytes[s],
+            )
+            for s in range(count)
+        )
+        if isinstance(comm_ms, (int, float)):
+            links: tuple[LinkCost, ...] = (LinkCost(latency_ms=float(comm_ms)),)
+        else:
+            links = tuple(LinkCost(latency_ms=c) for c in comm_ms)
+        return cls(stages=stages, links=links, recompute=recompute, source="per-stage")
+
+    def with_recompute(self, recompute: bool) -> "CostModel":
+        return replace(self, recompute=recompute)
+
+    # --- queries used by the simulator ------------------------------------
+    def check_fits(self, schedule: Schedule) -> None:
+        """Raise ValueError when this model has the wrong number of stages or links."""
+        if len(self.stages) not in (1, schedule.num_stages):
+            raise ValueError(
+                f"the cost model has {len(self.stages)} stages but schedule {schedule.name!r} has "
+                f"{schedule.num_stages}: give one stage cost, or one per stage"
+            )
+        boundaries = max(schedule.num_stages - 1, 1)
+        if len(self.links) not in (1, boundaries):
+            raise ValueError(
+                f"the cost model has {len(self.links)} links but the schedule has {boundaries} "
+                "stage boundaries: give one link, or one per boundary"
+            )
+
+    def stage(self, stage: int) -> StageCost:
+        return self.stages[0] if len(self.stages) == 1 else self.stages[stage]
+
+    def link(self, boundary: int) -> LinkCost:
+        """The link between stage `boundary` and stage `boundary + 1`."""
+        return self.links[0] if len(self.links) == 1 else self.links[boundary]
+
+    def duration_ms(self, stage: int, kind: ActionKind) -> float:
+        cost = self.stage(stage)
+        extra = cost.forward_ms if self.recompute else 0.0
+        if kind is ActionKind.FORWARD:
+            return cost.forward_ms
+        if kind is ActionKind.BACKWARD:
+            return cost.backward_ms + extra
+        if kind is ActionKind.BACKWARD_INPUT:
+            return cost.i_ms + extra
+        return cost.w_ms
+
+    def transfer_ms(self, src_stage: int, dst_stage: int) -> float:
+        """Time to move an activation (or its gradient) between two adjacent stages."""
+        boundary = min(src_stage, dst_stage)
+        return self.link(boundary).transfer_ms(self.stage(boundary).output_bytes)
+
+    def stash_bytes(self, stage: int) -> float:
+        """Bytes F of `stage` keeps until its backward; only the input under recompute."""
+        cost = self.stage(stage)
+        return cost.input_bytes if self.recompute else cost.activation_bytes
+
+    # --- file format -------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": COST_FORMAT,
+            "version": COST_FORMAT_VERSION,
+            "units": {"time": "ms", "size": "bytes", "bandwidth": "GB/s"},
+            "source": self.source,
+            "recompute": self.recompute,
+            "stages": [asdict(s) for s in self.stages],
+            "links": [
+                {"latency_ms": link.latency_ms, "bandwidth_gbps": None if math.isinf(link.bandwidth_gbps) else link.bandwidth_gbps}
+                for link in self.links
+            ],
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CostModel":
+        """Read the versioned cost file format; errors say which field is wrong."""
+        if not isinstance(data, dict) or data.get("format") != COST_FORMAT:
+            raise ValueError(f"not a pipesim cost file: expected \"format\": \"{COST_FORMAT}\"")
+        version = data.get("version")
+        if version != COST_FORMAT_VERSION:
+            raise ValueError(f"unsupported cost file version {version!r}; this pipesim reads version {COST_FORMAT_VERSION}")
+        known = set(StageCost.__dataclass_fields__)
+        try:
+            stages = []
+            for index, raw in enumerate(data["stages"]):
+                unknown = set(raw) - known
+                if unknown:
+                    raise ValueError(f"stage {index}: unknown fields {sorted(unknown)}; valid: {sorted(known)}")
+                stages.append(StageCost(**raw))
+            links = tuple(
+                LinkCost(
+                    latency_ms=float(raw.get("latency_ms", 0.0)),
+                    bandwidth_gbps=math.inf if raw.get("bandwidth_gbps") is None else float(raw["bandwidth_gbps"]),
+                )
+                for raw in data.get("links") or [{}]
+            )
+        except KeyError as missing:
+            raise ValueError(f"cost file is missing field {missing}") from None
+        except TypeError as error:
+            raise ValueError(f"cost file has a malformed entry: {error}") from None
+        return cls(
+            stages=tuple(stages),
+            links=links,
+            recompute=bool(data.get("recompute", False)),
+            source=str(data.get("source", "file")),
+            meta=dict(data.get("meta") or {}),
+        )
+
+
+def save_cost(cost: CostModel, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(cost.to_dict(), indent=2))
+
+
+def load_cost(path: str | Path) -> CostModel:
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    return CostModel.from_dict(data)
+
+
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class ModelDescription:
+    """A decoder-only Transformer, turned into per-stage costs by counting FLOPs.
+
+    Matmul FLOPs: 2 per multiply-add. Per layer and token, forward is
+    2*(4h^2 + 2h*ffn) for the projections plus 4*s*h for attention scores and
+    values; backward is twice forward, half of it for weights (W) and half for
+    inputs (I). Activation bytes per layer follow Korthikanti et al. (2022):
+    s*b*h*(34 + 5*a*s/h) at 16 bits, scaled by the dtype's size.
+    `device_tflops` is the achieved (not peak) rate.
+    """
+
+    num_layers: int = 24
+    hidden_size: int = 2048
+    ffn_size: int = 8192
+    num_heads: int = 16
+    seq_len: int = 2048
+    microbatch_size: int = 1
+    vocab_size: int = 50257
+    dtype: str = "bf16"
+    device_tflops: float = 400.0
+    link_bandwidth_gbps: float = 50.0
+    link_latency_ms: float = 0.01
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
+        if not self.device_tflops > 0 or not self.link_bandwidth_gbps > 0 or self.link_latency_ms < 0:
+            raise ValueError("device_tflops and link_bandwidth_gbps must be > 0, link_latency_ms >= 0")
+
+    def layers_per_stage(self, num_stages: int) -> list[int]:
+        if num_stages > self.num_layers:
+            raise ValueError(f"{num_stages} stages need at least {num_stages} layers; the model has {self.num_layers}")
+        base, extra = divmod(self.num_layers, num_stages)
+        return [base + (1 if s < extra else 0) for s in range(num_stages)]
+
+    def to_cost_model(self, num_stages: int, recompute: bool = False) -> CostModel:
+        h, s, b = self.hidden_size, self.seq_len, self.microbatch_size
+        tokens = s * b
+        dtype_bytes = DTYPE_BYTES[self.dtype]
+        flops_per_ms = self.device_tflops * 1e12 / 1e3
+        layer_params = 4 * h * h + 2 * h * self.ffn_size
+        layer_fwd_flops = 2 * tokens * layer_params + 4 * tokens * s * h
+        layer_act_bytes = tokens * h * (34 + 5 * self.num_heads * s / h) * dtype_bytes / 2
+        boundary_bytes = tokens * h * dtype_bytes
+        stages = []
+        for index, layers in enumerate(self.layers_per_stage(num_stages)):
+            fwd_flops = layers * layer_fwd_flops
+            params = layers * layer_params
+            act_bytes = layers * layer_act_bytes
+            if index == num_stages - 1:  # output projection and loss
+                fwd_flops += 2 * tokens * h * self.vocab_size
+                params += h * self.vocab_size
+                act_bytes += tokens * self.vocab_size * 4  # fp32 logits for the loss
+            if index == 0:
+                params += h * self.vocab_size
+            forward_ms = fwd_flops / flops_per_ms
+            stages.append(
+                StageCost(
+                    forward_ms=forward_ms,
+                    backward_ms=2 * forward_ms,
+                    weight_ms=forward_ms,
+                    activation_bytes=act_bytes,
+                    weight_grad_bytes=act_bytes / 2,
+                    input_bytes=boundary_bytes,
+                    output_bytes=boundary_bytes,
+                    param_bytes=params * dtype_bytes,
+                )
+            )
+        link = LinkCost(latency_ms=self.link_latency_ms, bandwidth_gbps=self.link_bandwidth_gbps)
+        return CostModel(
+            stages=tuple(stages),
+            links=(link,),
+            recompute=recompute,
+            source="model",
+            meta={"model": asdict(self)},
+        )

@@ -1,0 +1,155 @@
+"""The schedule as plain data: actions, per-rank action lists, stage placement.
+
+Every other part of pipesim and the executor reads a `Schedule`; nothing
+re-encodes a schedule as control flow. The text form of an action
+(`<stage><kind><microbatch>`, e.g. ``2F0``) is the same as
+torch.distributed.pipelining's `_Action`, so schedules move between the two.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterable, NamedTuple
+
+
+class ActionKind(str, Enum):
+    """What an action computes. `B` is the full backward; `I` and `W` split it."""
+
+    FORWARD = "F"
+    BACKWARD = "B"
+    BACKWARD_INPUT = "I"
+    BACKWARD_WEIGHT = "W"
+
+    def __str__(self) -> str:  # "F", not "ActionKind.FORWARD"
+        return self.value
+
+
+F = ActionKind.FORWARD
+B = ActionKind.BACKWARD
+I = ActionKind.BACKWARD_INPUT  # noqa: E741 - the field's own name for it
+W = ActionKind.BACKWARD_WEIGHT
+
+_KIND_BY_LETTER = {kind.value: kind for kind in ActionKind}
+_ACTION_RE = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")
+
+
+class Action(NamedTuple):
+    """One unit of work: `kind` for `microbatch` on `stage`.
+
+    A NamedTuple rather than a dataclass: schedules of 10^5 actions are built,
+    hashed and compared in hot loops, and tuples are the cheapest to do that with.
+    """
+
+    stage: int
+    kind: ActionKind
+    microbatch: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind.value}{self.microbatch}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Action":
+        """Parse the text form (``"2F0"``); raises ValueError naming the bad text."""
+        match = _ACTION_RE.match(text)
+        if match is None:
+            raise ValueError(
+                f"cannot parse action {text!r}: expected <stage><kind><microbatch> "
+                f"such as '2F0', with kind one of F, B, I, W"
+            )
+        stage, letter, microbatch = match.groups()
+        return cls(int(stage), _KIND_BY_LETTER[letter], int(microbatch))
+
+
+def loop_placement(num_ranks: int, num_stages: int) -> tuple[int, ...]:
+    """Stage s on rank s mod p: the placement of GPipe, 1F1B and interleaved 1F1B."""
+    return tuple(stage % num_ranks for stage in range(num_stages))
+
+
+def v_placement(num_ranks: int) -> tuple[int, ...]:
+    """Two stages per rank in a V: stage s and 2p-1-s share a rank (ZBV, DualPipeV)."""
+    return tuple(s if s < num_ranks else 2 * num_ranks - 1 - s for s in range(2 * num_ranks))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One training step of a pipeline: an ordered action list per rank.
+
+    `stage_to_rank[s]` is the rank that holds stage s. `actions[r]` is the
+    order in which rank r runs its actions. `params` records the builder's
+    arguments so a schedule can say how it was made.
+    """
+
+    name: str
+    num_ranks: int
+    num_stages: int
+    num_microbatches: int
+    stage_to_rank: tuple[int, ...]
+    actions: tuple[tuple[Action, ...], ...]
+    params: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.num_ranks < 1:
+            raise ValueError(f"num_ranks must be at least 1, got {self.num_ranks}")
+        if self.num_microbatches < 1:
+            raise ValueError(f"num_microbatches must be at least 1, got {self.num_microbatches}")
+        if len(self.stage_to_rank) != self.num_stages:
+            raise ValueError(
+                f"stage_to_rank has {len(self.stage_to_rank)} entries for {self.num_stages} stages"
+            )
+        if len(self.actions) != self.num_ranks:
+            raise ValueError(f"actions has {len(self.actions)} rank lists for {self.num_ranks} ranks")
+        for stage, rank in enumerate(self.stage_to_rank):
+            if not 0 <= rank < self.num_ranks:
+                raise ValueError(f"stage {stage} is placed on rank {rank}, outside 0..{self.num_ranks - 1}")
+
+    @property
+    def num_actions(self) -> int:
+        return sum(len(rank_actions) for rank_actions in self.actions)
+
+    @property
+    def stages_per_rank(self) -> int:
+        """Chunks per rank (1 for plain pipelines, v for interleaved, 2 for V shapes)."""
+        return max(1, self.num_stages // self.num_ranks)
+
+    @property
+    def uses_split_backward(self) -> bool:
+        return any(a.kind is I or a.kind is W for rank_actions in self.actions for a in rank_actions)
+
+    def stages_of_rank(self, rank: int) -> tuple[int, ...]:
+        return tuple(s for s, r in enumerate(self.stage_to_rank) if r == rank)
+
+    def rank_of(self, action: Action) -> int:
+        return self.stage_to_rank[action.stage]
+
+    def text_rows(self) -> list[list[str]]:
+        """Per rank, the text form of each action (the CSV `compute_only` rows)."""
+        return [[str(a) for a in rank_actions] for rank_actions in self.actions]
+
+    def describe(self) -> str:
+        return (
+            f"{self.name}: {self.num_ranks} ranks, {self.num_stages} stages, "
+            f"{self.num_microbatches} microbatches, {self.num_actions} actions"
+        )
+
+
+def make_schedule(
+    name: str,
+    num_ranks: int,
+    num_microbatches: int,
+    stage_to_rank: Iterable[int],
+    actions: Iterable[Iterable[Action]],
+    **params: object,
+) -> Schedule:
+    """Convenience constructor that freezes lists into tuples."""
+    placement = tuple(stage_to_rank)
+    return Schedule(
+        name=name,
+        num_ranks=num_ranks,
+        num_stages=len(placement),
+        num_microbatches=num_microbatches,
+        stage_to_rank=placement,
+        actions=tuple(tuple(rank_actions) for rank_actions in actions),
+        params=dict(params),
+    )

@@ -1,0 +1,67 @@
+"""Schedule builders behind a case-insensitive registry.
+
+Each family lives in its own module and registers pure builders
+`(num_ranks, num_microbatches, **options) -> Schedule`. `build_schedule`
+answers an unknown name with the list of valid ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from pipesim.ir import Schedule
+
+Builder = Callable[..., Schedule]
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """A registered family: its builder and what a user needs to know to pick it."""
+
+    name: str
+    builder: Builder
+    summary: str
+    # Options the builder takes beyond (num_ranks, num_microbatches), e.g. ("num_virtual_stages",).
+    options: tuple[str, ...] = ()
+    split_backward: bool = False
+
+
+def _registry() -> dict[str, ScheduleInfo]:
+    # Imported here, not at module top, so each family module can import this
+    # package's ScheduleInfo without a cycle.
+    from pipesim.schedules import basic, interleaved
+
+    families = [*basic.SCHEDULES, *interleaved.SCHEDULES]
+    try:
+        from pipesim.schedules import zero_bubble
+    except ImportError:  # the zero-bubble family is optional while it is being written
+        pass
+    else:
+        families.extend(zero_bubble.SCHEDULES)
+    return {info.name.lower(): info for info in families}
+
+
+def schedule_names() -> list[str]:
+    """Registered schedule names, in registration order."""
+    return [info.name for info in _registry().values()]
+
+
+def schedule_info(name: str) -> ScheduleInfo:
+    """Look up a family by name (case-insensitive); unknown names list the valid ones."""
+    registry = _registry()
+    key = name.strip().lower()
+    if key not in registry:
+        raise ValueError(f"unknown schedule {name!r}; valid schedules: {', '.join(schedule_names())}")
+    return registry[key]
+
+
+def build_schedule(name: str, num_ranks: int, num_microbatches: int, **options: object) -> Schedule:
+    """Build schedule `name`; options a family does not take are refused by name."""
+    info = schedule_info(name)
+    unknown = {key for key, value in options.items() if value is not None} - set(info.options)
+    if unknown:
+        valid = ", ".join(info.options) or "none"
+        raise ValueError(f"schedule {info.name!r} does not take {', '.join(sorted(unknown))}; its options: {valid}")
+    given = {key: value for key, value in options.items() if value is not None}
+    return info.builder(num_ranks, num_microbatches, **given)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run the whole test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export OMP_NUM_THREADS=1
+set +e
+.venv/bin/python -m pytest "$@"
+status=$?
+set -e
+# pytest exits 5 when it collected no test: that is a failure here, not a pass.
+if [ "$status" -eq 5 ]; then
+  echo "no tests ran" >&2
+  exit 1
+fi
+exit "$status"
