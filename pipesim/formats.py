@@ -6,6 +6,8 @@ file it does not understand with a clear message instead of a KeyError.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -119,3 +121,192 @@ def read_json(path: str | Path) -> dict[str, Any]:
         return json.loads(Path(path).read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
+
+
+# --- path-based helpers ----------------------------------------------------------
+
+
+def save_schedule(schedule: Schedule, path: str | Path) -> None:
+    """Write a schedule: CSV (torch compute_only) when the name ends in .csv, else the JSON document."""
+    target = Path(path)
+    if target.suffix.lower() == ".csv":
+        _write_text_atomic(schedule_to_csv(schedule), target)
+    else:
+        write_json(schedule_to_dict(schedule), target)
+
+
+def load_schedule(path: str | Path) -> Schedule:
+    """Read a schedule written by `save_schedule` (or a CSV dumped by torch)."""
+    source = Path(path)
+    if source.suffix.lower() == ".csv":
+        return schedule_from_csv(source.read_text(), name=source.stem)
+    return schedule_from_dict(read_json(source))
+
+
+def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
+    write_json(timeline_to_dict(timeline, summary), path)
+
+
+def load_timeline(path: str | Path) -> Timeline:
+    return timeline_from_dict(read_json(path))
+
+
+def _write_text_atomic(text: str, target: Path) -> None:
+    temporary = target.with_name(target.name + ".tmp")
+    with open(temporary, "w", newline="") as handle:  # keep the CSV's own line endings
+        handle.write(text)
+    temporary.replace(target)
+
+
+# --- CSV: torch.distributed.pipelining's compute_only format -----------------------
+#
+# One row per rank, one cell per action in that rank's order, the cell text being the
+# action's text form (`2F0`, `1B3`, `0I2`, `0W2`); an empty cell is an idle slot. This is
+# what `_PipelineScheduleRuntime._dump_csv(..., format="compute_only")` writes (csv.writer
+# over `pipeline_order`, None -> empty cell) and what `_load_csv` reads back.
+
+_CSV_VALID_FORMS = "<stage><kind><microbatch> such as 2F0, 1B3, 0I2 or 0W2 (kind F, B, I or W); an empty cell is idle"
+_COMM_WORDS = ("UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OVERLAP_F_B")
+
+
+class CsvError(ValueError):
+    """A CSV schedule that cannot be read: `row` is the rank (0-based), `column` the cell index.
+
+    Either may be None when the problem is not tied to one cell (no actions at all, a
+    stage number that never appears).
+    """
+
+    def __init__(self, message: str, row: int | None = None, column: int | None = None) -> None:
+        where = ""
+        if row is not None:
+            where = f"row {row + 1} (rank {row})" + ("" if column is None else f", cell {column + 1}") + ": "
+        super().__init__(where + message)
+        self.row = row
+        self.column = column
+
+
+def schedule_to_csv(schedule: Schedule) -> str:
+    """The schedule in torch's compute_only CSV format (rows end in CRLF like csv.writer's)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    for row in schedule.text_rows():
+        writer.writerow(row)
+    return buffer.getvalue()
+
+
+def _parse_cell(text: str, row: int, column: int) -> Action:
+    try:
+        return Action.parse(text)
+    except ValueError:
+        pass
+    word = text.strip().lstrip("0123456789").rstrip("0123456789")
+    if word in _COMM_WORDS:
+        raise CsvError(
+            f"{text.strip()!r} is a communication action; the compute_only format holds only "
+            f"compute actions: {_CSV_VALID_FORMS}",
+            row,
+            column,
+        )
+    raise CsvError(f"cannot parse {text.strip()!r}: expected {_CSV_VALID_FORMS}", row, column)
+
+
+def schedule_from_csv(text: str, name: str = "custom") -> Schedule:
+    """Read a compute_only CSV; placement is inferred from where each stage's actions appear.
+
+    The number of ranks is the number of rows, the number of stages the highest stage
+    number plus one and the number of microbatches the highest microbatch plus one.
+    Structural checks (every F has its backward, ...) are left to `pipesim.validate`.
+    """
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        raise CsvError("the CSV is empty: expected one row of actions per rank")
+    actions: list[list[Action]] = []
+    placement: dict[int, tuple[int, int]] = {}  # stage -> (rank, cell) where first seen
+    for rank, cells in enumerate(rows):
+        rank_actions = []
+        for column, cell in enumerate(cells):
+            if not cell.strip():
+                continue  # idle slot
+            action = _parse_cell(cell, rank, column)
+            first = placement.setdefault(action.stage, (rank, column))
+            if first[0] != rank:
+                raise CsvError(
+                    f"stage {action.stage} ({cell.strip()}) appears on rank {rank}, but also on rank {first[0]} "
+                    f"(cell {first[1] + 1}): a stage lives on exactly one rank",
+                    rank,
+                    column,
+                )
+            rank_actions.append(action)
+        actions.append(rank_actions)
+    if not placement:
+        raise CsvError("the CSV holds no actions: expected cells such as 0F0")
+    num_stages = max(placement) + 1
+    missing = [stage for stage in range(num_stages) if stage not in placement]
+    if missing:
+        raise CsvError(
+            f"stage(s) {', '.join(map(str, missing))} never appear, yet stage {num_stages - 1} does: "
+            f"stages must be numbered 0..{num_stages - 1} without gaps"
+        )
+    num_microbatches = 1 + max(a.microbatch for rank_actions in actions for a in rank_actions)
+    stage_to_rank = [placement[stage][0] for stage in range(num_stages)]
+    return make_schedule(name, len(rows), num_microbatches, stage_to_rank, actions, source="csv")
+
+
+# --- Chrome trace (Trace Event Format; opens in Perfetto and chrome://tracing) --------
+
+_COMPUTE_TID = 0
+_COMM_TID = 1
+
+
+def _metadata_events(num_ranks: int, with_comm: bool) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for rank in range(num_ranks):
+        events.append({"name": "process_name", "ph": "M", "pid": rank, "tid": _COMPUTE_TID, "args": {"name": f"rank {rank}"}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": rank, "tid": _COMPUTE_TID, "args": {"sort_index": rank}})
+        events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": _COMPUTE_TID, "args": {"name": "compute"}})
+        if with_comm:
+            events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": _COMM_TID, "args": {"name": "comm"}})
+    return events
+
+
+def _span_event(span: Span) -> dict[str, Any]:
+    action = span.action
+    return {
+        "name": str(action),
+        "cat": action.kind.value,
+        "ph": "X",
+        "ts": span.start * 1000.0,  # the format's unit is the microsecond
+        "dur": span.duration * 1000.0,
+        "pid": span.rank,
+        "tid": _COMPUTE_TID,
+        "args": {"stage": action.stage, "microbatch": action.microbatch, "kind": action.kind.value, "step": span.step},
+    }
+
+
+def _comm_event(comm: CommSpan) -> dict[str, Any]:
+    return {
+        "name": f"{comm.kind} {comm.action} {'to' if comm.kind == 'send' else 'from'} rank {comm.peer}",
+        "cat": comm.kind,
+        "ph": "X",
+        "ts": comm.start * 1000.0,
+        "dur": (comm.end - comm.start) * 1000.0,
+        "pid": comm.rank,
+        "tid": _COMM_TID,
+        "args": {"peer": comm.peer, "action": str(comm.action), "step": comm.step},
+    }
+
+
+def timeline_to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
+    """Trace Event Format: one process per rank, compute on thread 0 and transfers on thread 1."""
+    events = _metadata_events(timeline.num_ranks, bool(timeline.comm))
+    events.extend(_span_event(span) for span in timeline.spans)
+    events.extend(_comm_event(comm) for comm in timeline.comm)
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"schedule": timeline.schedule_name, "source": timeline.source},
+    }
+
+
+def save_chrome_trace(timeline: Timeline, path: str | Path) -> None:
+    write_json(timeline_to_chrome_trace(timeline), path)

@@ -6,10 +6,16 @@ the simulator or from the executor is its `source`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pipesim.ir import Action
+from pipesim.ir import Action, ActionKind
+from pipesim._perf import paused_gc
+
+if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
+    from pipesim.cost import CostModel
 
 Source = Literal["simulated", "measured"]
 
@@ -56,3 +62,246 @@ class Timeline:
     schedule_name: str = ""
     comm: tuple[CommSpan, ...] = ()
     meta: dict = field(default_factory=dict, compare=False)
+
+
+# --- metrics ---------------------------------------------------------------
+# All metrics read one step: call `select_step` first on measured timelines
+# that hold several. Times are relative to the earliest span (0 when simulated).
+
+
+def select_step(tl: Timeline, step: int) -> Timeline:
+    """The spans of one step, shifted so that the step starts at 0."""
+    spans = [s for s in tl.spans if s.step == step]
+    if not spans:
+        steps = sorted({s.step for s in tl.spans})
+        raise ValueError(f"the timeline has no step {step}; steps present: {steps}")
+    origin = min(s.start for s in spans)
+    comm = tuple(c._replace(start=c.start - origin, end=c.end - origin) for c in tl.comm if c.step == step)
+    return Timeline(
+        num_ranks=tl.num_ranks,
+        spans=tuple(s._replace(start=s.start - origin, end=s.end - origin) for s in spans),
+        source=tl.source,
+        schedule_name=tl.schedule_name,
+        comm=comm,
+        meta={**tl.meta, "step": step},
+    )
+
+
+def _origin(tl: Timeline) -> float:
+    return min((s.start for s in tl.spans), default=0.0)
+
+
+def makespan(tl: Timeline) -> float:
+    """Step time: from the first start to the last end on any rank."""
+    if not tl.spans:
+        return 0.0
+    return max(s.end for s in tl.spans) - _origin(tl)
+
+
+def _by_rank(tl: Timeline) -> list[list[Span]]:
+    """Spans per rank, sorted by start (simulated timelines come sorted: the sort is then linear)."""
+    rows: list[list[Span]] = [[] for _ in range(tl.num_ranks)]
+    for span in tl.spans:
+        rows[span[0]].append(span)
+    key = itemgetter(2, 3)
+    for row in rows:
+        row.sort(key=key)
+    return rows
+
+
+def _gaps(row: list[Span], origin: float, finish: float) -> list[tuple[float, float]]:
+    gaps = []
+    cursor = origin
+    for _, _, start, end, _ in row:
+        if start > cursor:
+            gaps.append((cursor, start))
+        if end > cursor:
+            cursor = end
+    if finish > cursor:
+        gaps.append((cursor, finish))
+    return gaps
+
+
+@paused_gc()
+def idle_intervals(tl: Timeline) -> list[list[tuple[float, float]]]:
+    """Per rank, the gaps within [origin, origin + makespan] where it runs nothing."""
+    origin = _origin(tl)
+    finish = origin + makespan(tl)
+    return [_gaps(row, origin, finish) for row in _by_rank(tl)]
+
+
+def _idle_per_rank(tl: Timeline) -> list[float]:
+    return [sum(end - start for start, end in gaps) for gaps in idle_intervals(tl)]
+
+
+def bubble_fraction(tl: Timeline, rank: int | None = None) -> float:
+    """Idle / (ranks x makespan); with `rank`, that rank's idle / makespan."""
+    total = makespan(tl)
+    if total <= 0:
+        return 0.0
+    idle = _idle_per_rank(tl)
+    if rank is not None:
+        if not 0 <= rank < tl.num_ranks:
+            raise ValueError(f"rank {rank} is outside 0..{tl.num_ranks - 1}")
+        return idle[rank] / total
+    return sum(idle) / (tl.num_ranks * total)
+
+
+def bubble_ratio(tl: Timeline) -> float:
+    """Idle / busy, summed over ranks (inf when nothing is busy but time passes)."""
+    idle = sum(_idle_per_rank(tl))
+    busy = tl.num_ranks * makespan(tl) - idle
+    if busy <= 0:
+        return math.inf if idle > 0 else 0.0
+    return idle / busy
+
+
+def _memory_events(tl: Timeline, cost: "CostModel | None") -> list[list[tuple[float, int, float]]]:
+    """Per rank, (time, stashed-count delta, bytes delta) events, sorted so frees come first at equal times.
+
+    Count: +1 at each F start, -1 at the end of its first backward (B or I).
+    Bytes: F adds stash_bytes(stage); B frees it; I frees all but the part
+    only W needs (w_bytes), which W frees.
+    """
+    table: dict[int, tuple[float, float]] = {}
+    events: list[list[tuple[float, int, float]]] = [[] for _ in range(tl.num_ranks)]
+    forward, backward, backward_input = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT
+    for rank, (stage, kind, _), start, end, _ in tl.spans:
+        sizes = table.get(stage)
+        if sizes is None:
+            if cost is None:
+                sizes = (0.0, 0.0)
+            else:
+                stash = cost.stash_bytes(stage)
+                sizes = (stash, min(cost.stage(stage).w_bytes, stash))
+            table[stage] = sizes
+        if kind is forward:
+            event = (start, 1, sizes[0])
+        elif kind is backward:
+            event = (end, -1, -sizes[0])
+        elif kind is backward_input:
+            event = (end, -1, sizes[1] - sizes[0])
+        else:
+            event = (end, 0, -sizes[1])
+        events[rank].append(event)
+    for row in events:
+        row.sort()
+    return events
+
+
+def _levels(row: list[tuple[float, int, float]], field: int, origin: float) -> list[tuple[float, float]]:
+    """Events -> (time, level) step function; one point per distinct time at which the level moves."""
+    points = [(origin, 0)]
+    level = 0
+    for event in row:
+        delta = event[field]
+        if not delta:
+            continue
+        level += delta
+        time = event[0]
+        if points[-1][0] == time:
+            points[-1] = (time, level)
+        else:
+            points.append((time, level))
+    return points
+
+
+@paused_gc()
+def stash_counts(tl: Timeline) -> list[list[tuple[float, int]]]:
+    """Per rank, microbatches stashed over time: +1 at each F start, -1 at the end of its B or I."""
+    origin = _origin(tl)
+    return [_levels(row, 1, origin) for row in _memory_events(tl, None)]
+
+
+@paused_gc()
+def memory_over_time(tl: Timeline, cost: "CostModel") -> list[list[tuple[float, float]]]:
+    """Per rank, stashed activation bytes over time.
+
+    F adds stash_bytes(stage) at its start; B frees it at its end; with a
+    split backward, I frees all but the weight-gradient part (w_bytes) and W
+    frees that part.
+    """
+    origin = _origin(tl)
+    return [_levels(row, 2, origin) for row in _memory_events(tl, cost)]
+
+
+def _peaks(row: list[tuple[float, int, float]]) -> tuple[int, float]:
+    """Peak count and bytes, each measured after all events at one time (frees sorted first)."""
+    count = peak_count = 0
+    size = peak_size = 0.0
+    for _, d_count, d_size in row:
+        count += d_count
+        size += d_size
+        if count > peak_count:
+            peak_count = count
+        if size > peak_size:
+            peak_size = size
+    return peak_count, peak_size
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    """One rank's share of a step. `peak_activation_bytes` is 0.0 when no cost model was given."""
+
+    rank: int
+    busy_ms: float
+    idle_ms: float
+    bubble_fraction: float
+    peak_activations: int
+    peak_activation_bytes: float
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The headline numbers of one step (bubble_fraction: idle / (ranks x makespan))."""
+
+    makespan: float
+    bubble_fraction: float
+    bubble_ratio: float
+    ranks: tuple[RankMetrics, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "makespan": self.makespan,
+            "bubble_fraction": self.bubble_fraction,
+            "bubble_ratio": self.bubble_ratio,
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "busy_ms": r.busy_ms,
+                    "idle_ms": r.idle_ms,
+                    "bubble_fraction": r.bubble_fraction,
+                    "peak_activations": r.peak_activations,
+                    "peak_activation_bytes": r.peak_activation_bytes,
+                }
+                for r in self.ranks
+            ],
+        }
+
+
+@paused_gc()
+def compute_metrics(tl: Timeline, cost: "CostModel | None" = None) -> Metrics:
+    """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
+    total = makespan(tl)
+    origin = _origin(tl)
+    idle = [sum(b - a for a, b in _gaps(row, origin, origin + total)) for row in _by_rank(tl)]
+    peaks = [_peaks(row) for row in _memory_events(tl, cost)]
+    ranks = tuple(
+        RankMetrics(
+            rank=r,
+            busy_ms=total - idle[r],
+            idle_ms=idle[r],
+            bubble_fraction=idle[r] / total if total > 0 else 0.0,
+            peak_activations=peaks[r][0],
+            peak_activation_bytes=float(peaks[r][1]),
+        )
+        for r in range(tl.num_ranks)
+    )
+    idle_sum = sum(idle)
+    busy_sum = tl.num_ranks * total - idle_sum
+    return Metrics(
+        makespan=total,
+        bubble_fraction=idle_sum / (tl.num_ranks * total) if total > 0 else 0.0,
+        bubble_ratio=idle_sum / busy_sum if busy_sum > 0 else (math.inf if idle_sum > 0 else 0.0),
+        ranks=ranks,
+    )

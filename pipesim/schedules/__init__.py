@@ -30,15 +30,9 @@ class ScheduleInfo:
 def _registry() -> dict[str, ScheduleInfo]:
     # Imported here, not at module top, so each family module can import this
     # package's ScheduleInfo without a cycle.
-    from pipesim.schedules import basic, interleaved
+    from pipesim.schedules import basic, interleaved, zero_bubble
 
-    families = [*basic.SCHEDULES, *interleaved.SCHEDULES]
-    try:
-        from pipesim.schedules import zero_bubble
-    except ImportError:  # the zero-bubble family is optional while it is being written
-        pass
-    else:
-        families.extend(zero_bubble.SCHEDULES)
+    families = [*basic.SCHEDULES, *interleaved.SCHEDULES, *zero_bubble.SCHEDULES]
     return {info.name.lower(): info for info in families}
 
 

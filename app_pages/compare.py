@@ -1,0 +1,86 @@
+"""Compare several schedules on the same costs: table, bars, and time against memory."""
+
+import pandas as pd
+import streamlit as st
+
+from app_pages import common as ui
+from pipesim import charts
+from pipesim.schedules import schedule_names
+
+ui.init_state()
+st.title("Compare schedules")
+
+PREFERRED = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
+
+with st.sidebar:
+    source = ui.cost_source_picker("cmp")
+    with st.form("cmp-form"):
+        names = schedule_names()
+        chosen = st.multiselect("Schedules", names, default=[n for n in PREFERRED if n in names], key="cmp-schedules")
+        left, right = st.columns(2)
+        ranks = left.number_input("Ranks", 1, None, ui.DEFAULT_RANKS, key="cmp-ranks")
+        microbatches = right.number_input("Microbatches", 1, None, ui.DEFAULT_MICROBATCHES, key="cmp-microbatches")
+        chunks = st.number_input("Chunks per rank", 2, 16, ui.DEFAULT_CHUNKS, key="cmp-chunks",
+                                 help="For interleaved-1f1b and looped-bfs")
+        st.divider()
+        st.caption("Per-stage costs, model descriptions and cost files describe one stage per rank here; "
+                   "schedules with more stages per rank need uniform costs and are otherwise listed as not built.")
+        spec = ui.cost_fields("cmp", source, int(ranks))
+        st.form_submit_button("Compare", type="primary", width="stretch")
+
+if not chosen:
+    st.info("Pick at least one schedule in the sidebar.")
+    st.stop()
+
+try:
+    cost = ui.cost_model(spec)
+    rows = ui.comparison(tuple(chosen), int(ranks), int(microbatches), cost, int(chunks))
+except ValueError as error:
+    ui.show_error(error, "Cannot compare")
+    st.stop()
+
+failed = [row for row in rows if row.error is not None]
+for row in failed:
+    st.warning(f"**{row.schedule}** not built: {row.error}", icon=":material/warning:")
+good = [row for row in rows if row.error is None]
+if not good:
+    st.error("None of the chosen schedules can be built with these settings; see the reasons above.")
+    st.stop()
+
+table = pd.DataFrame([row.to_dict() for row in rows]).set_index("schedule")
+table["error"] = table["error"].fillna("")
+st.dataframe(
+    table,
+    width="stretch",
+    column_config={
+        "makespan": st.column_config.NumberColumn("makespan (ms)", format="%.3f"),
+        "bubble_fraction": st.column_config.ProgressColumn("bubble fraction", min_value=0.0, max_value=1.0, format="percent"),
+        "bubble_ratio": st.column_config.NumberColumn("idle / busy", format="%.3f"),
+        "peak_activations": st.column_config.NumberColumn("peak stashed microbatches"),
+        "peak_activation_bytes": st.column_config.NumberColumn("peak activation bytes", format="compact"),
+        "error": st.column_config.TextColumn("not built because"),
+    },
+)
+
+sig = ui.signature(tuple(chosen), int(ranks), int(microbatches), int(chunks), hash(cost))
+left, right = st.columns(2)
+with left:
+    bars = charts.comparison_figure(rows)
+    st.plotly_chart(bars, key="cmp-bars", config={"displaylogo": False})
+    ui.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
+with right:
+    tradeoff = charts.tradeoff_figure(rows)
+    st.plotly_chart(tradeoff, key="cmp-tradeoff", config={"displaylogo": False})
+    ui.figure_downloads(tradeoff, "tradeoff", "cmp-tradeoff-export", sig)
+
+st.subheader("Gantt chart of one of them")
+pick = st.selectbox("Schedule", [row.schedule for row in good], key="cmp-gantt-pick")
+try:
+    schedule = ui.registered_schedule(pick, int(ranks), int(microbatches), int(chunks))
+    ui.simulation(schedule, cost)  # a clear error before drawing
+except ValueError as error:
+    ui.show_error(error, f"Cannot simulate {pick}")
+    st.stop()
+gantt = ui.gantt_chart(schedule, cost)
+st.plotly_chart(gantt, key="cmp-gantt", config={"displaylogo": False})
+ui.figure_downloads(gantt, f"{pick}-gantt", "cmp-gantt-export", ui.signature(sig, pick))

@@ -1,0 +1,111 @@
+"""Write, upload or edit a schedule in torch.distributed.pipelining's CSV format; problems shown in place."""
+
+import streamlit as st
+
+from app_pages import common as ui
+from pipesim import formats
+from pipesim.formats import CsvError
+from pipesim.schedules import schedule_names
+
+ui.init_state()
+
+
+def _replace_schedule(text: str) -> None:
+    """A template, an upload or pasted text replaces the table (edits start afresh from it)."""
+    st.session_state["custom_csv"] = text
+    st.session_state["custom_base"] = text
+    st.session_state["custom_version"] += 1
+
+
+if st.session_state["custom_csv"] is None:
+    _replace_schedule(formats.schedule_to_csv(ui.registered_schedule("1f1b", 2, 4)))
+st.session_state.setdefault("custom_base", st.session_state["custom_csv"])
+st.session_state.setdefault("custom_upload_id", None)
+
+st.title("Custom schedule")
+st.caption("One row per rank, one cell per action in that rank's order (`2F0`: stage 2, forward, microbatch 0; "
+           "kinds F, B, I, W; an empty cell is an idle slot) - the `compute_only` CSV of "
+           "torch.distributed.pipelining (`_dump_csv` / `_load_csv`).")
+
+TEMPLATES = {"deadlock example": ui.DEADLOCK_EXAMPLE_CSV, "broken example": ui.BROKEN_EXAMPLE_CSV}
+load, upload_col, paste_col = st.columns(3)
+with load.popover("Start from a template", icon=":material/library_add:", width="stretch"):
+    with st.form("custom-template"):
+        template = st.selectbox("Template", [*schedule_names(), *TEMPLATES], key="custom-template-name")
+        left, right = st.columns(2)
+        t_ranks = left.number_input("Ranks", 1, 8, 2, key="custom-template-ranks")
+        t_microbatches = right.number_input("Microbatches", 1, 16, 4, key="custom-template-microbatches")
+        if st.form_submit_button("Load", type="primary"):
+            try:
+                text = TEMPLATES.get(template) or formats.schedule_to_csv(
+                    ui.registered_schedule(template, int(t_ranks), int(t_microbatches), 2))
+            except ValueError as error:
+                ui.show_error(error, f"Cannot build {template}")
+            else:
+                _replace_schedule(text)
+with upload_col.popover("Upload a CSV", icon=":material/upload:", width="stretch"):
+    upload = st.file_uploader("Schedule CSV", type=["csv", "txt"], key="custom-upload")
+    if upload is not None and upload.file_id != st.session_state["custom_upload_id"]:
+        st.session_state["custom_upload_id"] = upload.file_id
+        _replace_schedule(upload.getvalue().decode("utf-8", errors="replace"))
+with paste_col.popover("Paste CSV text", icon=":material/content_paste:", width="stretch"):
+    with st.form("custom-paste"):
+        pasted = st.text_area("CSV", st.session_state["custom_csv"], height=200, key="custom-paste-text")
+        if st.form_submit_button("Use this text", type="primary"):
+            _replace_schedule(pasted)
+
+grid = ui.csv_grid(st.session_state["custom_base"], spare=2)
+edited = st.data_editor(grid, key=f"custom-grid-{st.session_state['custom_version']}", num_rows="dynamic",
+                        width="stretch")
+text = ui.grid_csv(edited)
+st.session_state["custom_csv"] = text  # the edited table is the schedule every page sees
+
+try:
+    schedule = ui.csv_schedule(text)
+    problems = ui.schedule_problems(schedule, text)
+except CsvError as error:
+    schedule, problems = None, [ui.Problem(str(error), error.row, error.column)]
+except ValueError as error:  # too large for the app
+    ui.show_error(error, "Cannot use this schedule")
+    st.stop()
+
+if problems:
+    deadlock = all(p.kind == "deadlock" for p in problems)
+    if deadlock:
+        st.error("**Deadlock**: the highlighted actions wait on each other in a cycle. "
+                 + problems[0].message.split("(", 1)[-1].rstrip(")"), icon=":material/block:")
+        st.page_link("app_pages/dag.py", label="See the cycle in the dependency graph (DAG page, custom schedule)",
+                     icon=":material/account_tree:")
+    else:
+        st.error(f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule; "
+                 "the offending cells are highlighted, the messages are beside each row.", icon=":material/error:")
+    st.dataframe(ui.highlighted_grid(ui.csv_grid(text), problems), width="stretch", key="custom-problems")
+    if not deadlock:
+        for problem in problems[:20]:
+            st.markdown(f"- {problem.message}")
+    st.stop()
+
+st.success(f"Valid: {schedule.describe()}", icon=":material/check_circle:")
+
+with st.sidebar:
+    source = ui.cost_source_picker("custom")
+    with st.form("custom-cost-form"):
+        spec = ui.cost_fields("custom", source, schedule.num_stages)
+        st.form_submit_button("Simulate", type="primary", width="stretch")
+
+try:
+    cost = ui.cost_model(spec)
+    timeline, metrics = ui.simulation(schedule, cost)
+except ValueError as error:
+    ui.show_error(error, "Cannot simulate")
+    st.stop()
+
+if st.button("Run this schedule for real", icon=":material/play_circle:", key="custom-send"):
+    st.session_state["run_schedule"] = schedule
+    st.switch_page("app_pages/run.py")
+
+ui.metric_cards(metrics)
+gantt = ui.gantt_chart(schedule, cost)
+st.plotly_chart(gantt, key="custom-gantt", config={"displaylogo": False})
+ui.figure_downloads(gantt, "custom-gantt", "custom-gantt-export", ui.signature(ui.schedule_key(schedule), hash(cost)))
+ui.data_downloads(timeline, schedule, metrics, "custom", "custom-data")

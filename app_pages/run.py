@@ -1,0 +1,230 @@
+"""Launch a real run (torchrun), follow it live, then lay the measured timeline over the simulated one.
+
+torch is never imported here: executor.launch starts the ranks as separate processes.
+"""
+
+import pandas as pd
+import streamlit as st
+
+from app_pages import common as ui
+from executor import launch
+from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, RunConfig
+from pipesim import charts, overlay
+from pipesim.schedules import schedule_names
+
+ui.init_state()
+st.title("Run a schedule for real")
+st.caption("Runs the very same schedule under torchrun (CPU with gloo, or CUDA GPUs) and lays the measured "
+           "timeline over the simulated one. A profile run measures each stage first, so the simulation "
+           "predicts the step time of this model on this machine.")
+
+# Widths of the reference models; the number of layers (blocks) is a separate input
+# because it must be at least the number of stages.
+MODEL_SIZES = {
+    "tiny": {"d_model": 64, "num_heads": 4, "ffn_size": 256, "seq_len": 32, "vocab_size": 512,
+             "cnn_channels": 16, "cnn_fc_size": 128},
+    "small": {"d_model": 128, "num_heads": 4, "ffn_size": 512, "seq_len": 64, "vocab_size": 1000,
+              "cnn_channels": 32, "cnn_fc_size": 256},
+    "medium": {"d_model": 256, "num_heads": 8, "ffn_size": 1024, "seq_len": 128, "vocab_size": 4000,
+               "cnn_channels": 64, "cnn_fc_size": 512},
+}
+CUSTOM = "custom (from the Custom page)"
+
+handle = st.session_state["run_handle"]
+custom = st.session_state["run_schedule"]
+running = handle is not None and not handle.done()
+
+with st.sidebar:
+    with st.form("run-form"):
+        names = [*schedule_names(), *([CUSTOM] if custom is not None else [])]
+        name = st.selectbox("Schedule", names, index=len(names) - 1 if custom is not None else names.index("1f1b"),
+                            key="run-schedule")
+        left, right = st.columns(2)
+        ranks = left.number_input("Ranks", 1, 64, 2, key="run-ranks")
+        microbatches = right.number_input("Microbatches", 1, 256, 4, key="run-microbatches")
+        chunks = left.number_input("Chunks per rank", 1, 8, 2, key="run-chunks",
+                                   help="For interleaved-1f1b and looped-bfs")
+        if custom is not None:
+            st.caption(f"The custom schedule sets its own ranks and microbatches: {custom.describe()}")
+        kind = right.selectbox("Model", MODEL_KINDS, key="run-model")
+        size = left.selectbox("Size", list(MODEL_SIZES), key="run-size")
+        layers = right.number_input("Layers / blocks", 1, 256, 4, key="run-layers",
+                                    help="At least one per stage")
+        batch = left.number_input("Batch size", 1, 4096, 8, key="run-batch",
+                                  help="Per step; split into the microbatches")
+        steps = right.number_input("Steps", 1, 1000, 2, key="run-steps", help="Measured steps")
+        warmup = left.number_input("Warm-up steps", 0, 100, 1, key="run-warmup")
+        timeout = right.number_input("Timeout (s)", 10, 7200, 600, key="run-timeout")
+        device = left.selectbox("Device", DEVICES, key="run-device",
+                                help="auto: CUDA when torch sees GPUs, otherwise CPU")
+        backend = right.selectbox("Backend", BACKENDS, key="run-backend",
+                                  help="auto: gloo on CPU; nccl with one GPU per rank, else staged")
+        profile = st.toggle("Profile first, then predict", value=True, key="run-profile",
+                            help="Measure per-stage costs, write cost.json and simulate the step with them")
+        reference = st.toggle("Also run torch.distributed.pipelining", key="run-reference",
+                              help="The same model on torch's own schedule, for comparison")
+        recompute = st.toggle("Activation recomputation", key="run-recompute")
+        submitted = st.form_submit_button("Launch run", type="primary", disabled=running, width="stretch")
+
+if submitted and not running:
+    use_custom = name == CUSTOM
+    try:
+        model = ModelConfig(kind=kind, num_layers=int(layers), cnn_blocks=int(layers), **MODEL_SIZES[size])
+        config = RunConfig(
+            schedule=custom.name if use_custom else name,
+            num_ranks=custom.num_ranks if use_custom else int(ranks),
+            num_microbatches=custom.num_microbatches if use_custom else int(microbatches),
+            num_virtual_stages=int(chunks) if name in ("interleaved-1f1b", "looped-bfs") else None,
+            model=model, batch_size=int(batch), steps=int(steps), warmup_steps=int(warmup),
+            recompute=recompute, device=device, backend=backend, profile=profile, reference=reference,
+            timeout_s=float(timeout),
+        )
+        with st.spinner("Checking the run and starting torchrun…"):
+            handle = launch.start_run(config, ui.runs_root(), schedule=custom if use_custom else None)
+    except ValueError as error:  # refused before anything started: nothing is lost
+        ui.show_error(error, "Cannot start the run")
+    else:
+        st.session_state["run_handle"] = handle
+        st.session_state["selected_run"] = None
+        running = True
+
+
+@st.fragment(run_every=1.0 if running else None)
+def live_run() -> None:
+    """Polls the RunHandle kept in session state; on completion the whole page reruns to show the result."""
+    current = st.session_state["run_handle"]
+    if current is None:
+        return
+    if current.done():
+        st.session_state["run_handle"] = None
+        st.session_state["selected_run"] = str(current.run_dir)
+        st.rerun()
+    events = current.events()
+    steps_seen = [e for e in events if e.get("event") == "step"]
+    last = steps_seen[-1] if steps_seen else (events[-1] if events else {})
+    text = f"{current.run_dir.name}: {last.get('event', 'starting')}"
+    if last.get("event") == "step":
+        text += f" {last.get('step', 0) + 1}/{last.get('steps', '?')} ({last.get('phase', 'run')})"
+    st.progress(float(current.progress), text=text)
+    st.code(current.log_tail(30) or "(waiting for the first output)", language=None, height=300)
+    if st.button("Cancel run", icon=":material/stop_circle:", key="run-cancel", type="secondary"):
+        with st.spinner("Ending every process of the run…"):
+            current.cancel()
+        st.rerun()
+
+
+if st.session_state["run_handle"] is not None:
+    st.subheader("Running")
+    live_run()
+
+
+def show_result(result) -> None:
+    """A finished (or failed) run: status, overlay, numbers, per-action differences, reference."""
+    st.subheader(f"Run {result.run_dir.name}")
+    if result.schedule is not None:
+        st.caption(result.schedule.describe())
+    if result.status != "ok":
+        st.error(f"Run {result.status}: {result.message or 'no message'}", icon=":material/error:")
+        _log_files(result)
+        if result.measured is None:
+            return
+    elif result.message:
+        st.info(result.message)
+    measured = result.measured
+    if measured is None:
+        st.warning("The run left no measured timeline (measured.json).")
+        _log_files(result)
+        return
+    cards = st.columns(4)
+    cards[0].metric("Predicted step", "n/a" if result.predicted_step_ms is None else f"{result.predicted_step_ms:,.2f} ms")
+    cards[1].metric("Measured step", "n/a" if result.measured_step_ms is None else f"{result.measured_step_ms:,.2f} ms",
+                    help="Median over the measured steps")
+    cards[2].metric("Prediction error", "n/a" if result.prediction_error is None else f"{result.prediction_error:+.1%}",
+                    help="(predicted - measured) / measured")
+    if result.peak_memory_bytes:
+        cards[3].metric("Peak memory (max rank)", ui.format_bytes(max(result.peak_memory_bytes)))
+
+    steps = overlay.steps_of(measured)
+    step = st.selectbox("Measured step", steps, index=len(steps) - 1, key=f"run-step-{result.run_dir.name}",
+                        help="The first step usually pays warm-up costs") if len(steps) > 1 else None
+    sig = ui.signature(str(result.run_dir), step)
+    if result.simulated is not None:
+        figure = charts.overlay_figure(result.simulated, measured, step=step)
+    else:
+        st.info("No simulation to compare with: launch with 'Profile first, then predict' to get one.")
+        figure = charts.gantt_figure(overlay.pick_step(measured, step), title=f"{result.run_dir.name} (measured)")
+    st.plotly_chart(figure, key="run-overlay", config={"displaylogo": False})
+    ui.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
+    ui.data_downloads(overlay.pick_step(measured, step), result.schedule, None, f"{result.run_dir.name}-measured",
+                      "run-data")
+
+    left, right = st.columns(2)
+    with left:
+        if result.simulated is not None:
+            st.markdown("**Per-action differences** (measured - simulated)")
+            diffs = overlay.align(result.simulated, measured, step)
+            st.dataframe(pd.DataFrame([{
+                "rank": d.rank, "action": str(d.action), "simulated ms": d.simulated_ms,
+                "measured ms": d.measured_ms, "delta ms": d.delta_ms} for d in diffs]),
+                hide_index=True, width="stretch", height=320)
+    with right:
+        _reference(result)
+    _log_files(result)
+
+
+def _reference(result) -> None:
+    ref = result.reference
+    losses = {"pipesim executor": result.losses}
+    if ref is None:
+        if result.config is not None and result.config.reference:
+            st.info("No torch.distributed.pipelining reference was written.")
+    elif ref.get("error"):
+        st.warning(f"torch.distributed.pipelining reference unavailable: {ref['error']}")
+    else:
+        st.markdown(f"**torch.distributed.pipelining reference** ({ref.get('torch_schedule') or 'its schedule'})")
+        times = ref.get("step_times_ms") or []
+        ours = result.step_times_ms
+        table = pd.DataFrame({
+            "": ["median step (ms)", "steps"],
+            "pipesim executor": [float(pd.Series(ours).median()) if ours else None, len(ours)],
+            "torch reference": [float(pd.Series(times).median()) if times else None, len(times)],
+        })
+        st.dataframe(table, hide_index=True, width="stretch")
+        losses["torch reference"] = ref.get("losses") or []
+    if any(losses.values()):
+        width = max(len(v) for v in losses.values())
+        frame = pd.DataFrame({k: list(v) + [None] * (width - len(v)) for k, v in losses.items() if v})
+        st.markdown("**Loss per step**")
+        st.line_chart(frame, height=220)
+
+
+def _log_files(result) -> None:
+    logs = sorted((result.run_dir / "logs").glob("*.log")) if (result.run_dir / "logs").is_dir() else []
+    if not logs:
+        return
+    with st.expander("Logs"):
+        for path in logs:
+            lines = path.read_text(errors="replace").splitlines()[-40:]
+            st.markdown(f"`{path.name}`")
+            st.code("\n".join(lines) or "(empty)", language=None)
+
+
+if st.session_state["selected_run"]:
+    try:
+        show_result(launch.load_run(st.session_state["selected_run"]))
+    except ValueError as error:
+        ui.show_error(error, "Cannot open the run")
+
+st.divider()
+st.subheader("Earlier runs")
+runs = ui.run_list(str(ui.runs_root()))
+if not runs:
+    st.caption(f"No runs yet under {ui.runs_root()}/.")
+else:
+    st.dataframe(pd.DataFrame(runs), hide_index=True, width="stretch",
+                 column_config={"started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss")})
+    with st.form("run-open"):
+        chosen = st.selectbox("Open a run", [r["folder"] for r in runs], key="run-open-pick")
+        if st.form_submit_button("Open"):
+            st.session_state["selected_run"] = str(ui.runs_root() / chosen)
+            st.rerun()

@@ -1,0 +1,227 @@
+"""Command line of the executor: run a schedule for real, list earlier runs, show one.
+
+Usage:
+    python -m executor run --schedule 1f1b --ranks 2 --microbatches 8 --model transformer \\
+        [--layers 4 --d-model 128 --heads 4 --ffn 512 --seq-len 64 --vocab 1000 | --cnn-channels 32 ...] \\
+        [--batch-size 16] [--steps 5] [--warmup-steps 1] [--virtual-stages V] [--recompute] \\
+        [--device auto|cpu|cuda] [--backend auto|gloo|nccl|staged] [--profile] [--reference] [--timeout S] \\
+        [--nnodes N --node-rank K --rdzv-endpoint HOST:PORT] [--schedule-file custom.csv] [--out runs/NAME]
+    python -m executor list [--runs-root runs]
+    python -m executor show runs/NAME [--json]
+
+`run` prints one JSON object per line while the run goes (progress events),
+then a human summary. Exit status: 0 ok, 1 the run failed or timed out,
+2 bad input (one line on stderr; nothing was started), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from executor.config import BACKENDS, DEVICES, MODEL_KINDS, OPTIMIZERS, ModelConfig, RunConfig
+
+# CLI flag -> ModelConfig field
+MODEL_FLAGS = {
+    "layers": "num_layers", "d_model": "d_model", "heads": "num_heads", "ffn": "ffn_size", "seq_len": "seq_len",
+    "vocab": "vocab_size", "cnn_channels": "cnn_channels", "cnn_blocks": "cnn_blocks", "cnn_fc": "cnn_fc_size",
+}  # fmt: skip
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad input is one line on stderr and exit status 2, never a usage dump or a traceback."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{self.prog}: {message}")
+
+
+def fail(message: str) -> NoReturn:
+    print(f"error: {message}".splitlines()[0], file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _add_run_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument("--schedule", default="1f1b", help="registered schedule name (python -m pipesim list)")
+    run.add_argument("--schedule-file", type=Path, help="a custom schedule: pipesim JSON or torch compute_only CSV")
+    run.add_argument("--ranks", type=int, default=2)
+    run.add_argument("--microbatches", type=int, default=4)
+    run.add_argument("--virtual-stages", type=int, help="stages per rank for interleaved / looped schedules")
+    run.add_argument("--model", choices=MODEL_KINDS, default="transformer")
+    for flag in MODEL_FLAGS:
+        run.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=int)
+    run.add_argument("--split-points", type=_int_list, help="stage boundaries as layer indices, e.g. 2,4,6")
+    run.add_argument("--batch-size", type=int, default=16)
+    run.add_argument("--steps", type=int, default=5)
+    run.add_argument("--warmup-steps", type=int, default=1)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
+    run.add_argument("--lr", type=float, default=0.01)
+    run.add_argument("--recompute", action="store_true")
+    run.add_argument("--device", choices=DEVICES, default="auto")
+    run.add_argument("--backend", choices=BACKENDS, default="auto")
+    run.add_argument("--profile", action="store_true", help="measure per-stage costs first, then predict")
+    run.add_argument("--reference", action="store_true", help="also run torch.distributed.pipelining's schedule")
+    run.add_argument("--timeout", type=float, default=600.0, help="seconds before every process is ended")
+    run.add_argument("--nnodes", type=int, default=1)
+    run.add_argument("--node-rank", type=int, default=0)
+    run.add_argument("--rdzv-endpoint")
+    run.add_argument("--out", type=Path, help="run folder runs/NAME (default: timestamp, schedule, ranks)")
+    run.add_argument("--runs-root", type=Path, default=Path("runs"), help="parent of run folders without --out")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m executor", description="Run pipeline schedules for real under torchrun.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,list,show}")
+    _add_run_arguments(commands.add_parser("run", help="run a schedule under torchrun"))
+    listing = commands.add_parser("list", help="earlier runs, newest first")
+    listing.add_argument("--runs-root", type=Path, default=Path("runs"))
+    show = commands.add_parser("show", help="one run's results")
+    show.add_argument("run_dir", type=Path)
+    show.add_argument("--json", action="store_true", help="print result.json-like JSON instead of text")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """RunConfig from parsed flags; ValueError (from the configs' checks) on bad values."""
+    model = {field: getattr(args, flag) for flag, field in MODEL_FLAGS.items() if getattr(args, flag) is not None}
+    return RunConfig(
+        schedule=args.schedule, num_ranks=args.ranks, num_microbatches=args.microbatches,
+        num_virtual_stages=args.virtual_stages,
+        model=ModelConfig(kind=args.model, split_points=args.split_points, **model),
+        batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed,
+        optimizer=args.optimizer, lr=args.lr, recompute=args.recompute, device=args.device, backend=args.backend,
+        profile=args.profile, reference=args.reference, timeout_s=args.timeout,
+        nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
+    )  # fmt: skip
+
+
+def _schedule_file(path: Path | None):
+    if path is None:
+        return None
+    from pipesim import formats
+
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ValueError(f"cannot read schedule file {path}: {error.strerror}") from None
+    if path.suffix.lower() == ".json":
+        return formats.schedule_from_dict(json.loads(text))
+    return formats.schedule_from_csv(text, name=path.stem)
+
+
+def _fmt(value: float | None, unit: str = " ms") -> str:
+    return "-" if value is None else f"{value:.2f}{unit}"
+
+
+def summary_lines(result) -> list[str]:
+    """A human summary of a RunResult."""
+    config = result.config
+    lines = [f"run      {result.run_dir}", f"status   {result.status}"]
+    if config is not None:
+        lines.append(
+            f"schedule {config.schedule}, {config.num_ranks} ranks, {config.num_microbatches} microbatches, "
+            f"{config.model.kind} model, {config.device}/{config.backend}, {config.steps} steps"
+        )
+    if result.message:
+        lines.append("message  " + result.message.replace("\n", "\n         "))
+    if result.step_times_ms:
+        lines.append(f"step     median {_fmt(result.measured_step_ms)} over {len(result.step_times_ms)} steps")
+    if result.losses:
+        lines.append(f"loss     first {result.losses[0]:.4f}, last {result.losses[-1]:.4f}")
+    if result.predicted_step_ms is not None:
+        error = "-" if result.prediction_error is None else f"{100 * result.prediction_error:+.1f}%"
+        lines.append(f"predict  {_fmt(result.predicted_step_ms)} (error {error} against the measured median)")
+    reference = result.reference
+    if reference:
+        if reference.get("error"):
+            lines.append(f"torch    {reference['error']}".splitlines()[0])
+        elif reference.get("step_times_ms"):
+            import statistics
+
+            ref_ms = statistics.median(reference["step_times_ms"])
+            ratio = "" if not result.measured_step_ms else f", ours/torch {result.measured_step_ms / ref_ms:.3f}"
+            lines.append(f"torch    {reference.get('torch_schedule')}: median {_fmt(ref_ms)}{ratio}")
+    return lines
+
+
+def result_dict(result) -> dict:
+    return {
+        "run_dir": str(result.run_dir), "status": result.status, "message": result.message,
+        "config": None if result.config is None else result.config.to_dict(),
+        "step_times_ms": result.step_times_ms, "losses": result.losses,
+        "peak_memory_bytes": result.peak_memory_bytes, "measured_step_ms": result.measured_step_ms,
+        "predicted_step_ms": result.predicted_step_ms, "prediction_error": result.prediction_error,
+        "reference": result.reference,
+    }  # fmt: skip
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from executor import launch
+
+    try:
+        config = config_from_args(args)
+        schedule = _schedule_file(args.schedule_file)
+        runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
+        handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=_print_event)
+    except ValueError as error:
+        fail(str(error))
+    try:
+        result = handle.wait()
+    except KeyboardInterrupt:
+        handle.cancel()
+        print("interrupted: every process of the run was ended", file=sys.stderr)
+        return 130
+    print("\n".join(summary_lines(result)), flush=True)
+    return 0 if result.status == "ok" else 1
+
+
+def _print_event(event: dict) -> None:
+    print(json.dumps(event, default=str), flush=True)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from executor.predict import list_runs
+
+    results = list_runs(args.runs_root)
+    if not results:
+        print(f"no runs under {args.runs_root}")
+        return 0
+    print(f"{'run':40} {'status':10} {'schedule':18} {'ranks':>5} {'mb':>4} {'step ms':>9} {'pred ms':>9} {'err':>7}")
+    for r in results:
+        c = r.config
+        error = "-" if r.prediction_error is None else f"{100 * r.prediction_error:+.1f}%"
+        print(
+            f"{r.run_dir.name[:40]:40} {r.status:10} {(c.schedule if c else '?')[:18]:18} "
+            f"{(c.num_ranks if c else 0):>5} {(c.num_microbatches if c else 0):>4} "
+            f"{_fmt(r.measured_step_ms, ''):>9} {_fmt(r.predicted_step_ms, ''):>9} {error:>7}"
+        )
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from executor.predict import load_run
+
+    try:
+        result = load_run(args.run_dir)
+    except (ValueError, OSError) as error:
+        fail(str(error))
+    if args.json:
+        print(json.dumps(result_dict(result), indent=1))
+    else:
+        print("\n".join(summary_lines(result)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return {"run": cmd_run, "list": cmd_list, "show": cmd_show}[args.command](args)

@@ -1,0 +1,86 @@
+"""Side-by-side numbers for several schedules under one cost model.
+
+The comparison table and the trade-off chart read the same rows. A schedule whose
+constraints are not met (say, interleaving with microbatches not a multiple of the
+ranks) gets a row with `error` set instead of stopping the whole comparison: the
+user asked about several schedules and should see the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pipesim.cost import CostModel
+from pipesim.schedules import build_schedule, schedule_info
+from pipesim.simulate import simulate
+from pipesim.timeline import compute_metrics
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One schedule's headline numbers; the metric fields are None when `error` is set."""
+
+    schedule: str
+    makespan: float | None = None
+    bubble_fraction: float | None = None
+    bubble_ratio: float | None = None
+    peak_activations: int | None = None  # stashed microbatches, max over ranks
+    peak_activation_bytes: float | None = None  # max over ranks
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _options_for(name: str, num_virtual_stages: int | None) -> dict[str, Any]:
+    """Pass `num_virtual_stages` only to the families that take it."""
+    if num_virtual_stages is not None and "num_virtual_stages" in schedule_info(name).options:
+        return {"num_virtual_stages": num_virtual_stages}
+    return {}
+
+
+def compare_one(name: str, num_ranks: int, num_microbatches: int, cost: CostModel,
+                num_virtual_stages: int | None = None) -> ComparisonRow:
+    """Build, simulate and measure one schedule; a ValueError becomes the row's `error`."""
+    try:
+        schedule = build_schedule(name, num_ranks, num_microbatches, **_options_for(name, num_virtual_stages))
+        cost.check_fits(schedule)
+        timeline = simulate(schedule, cost)
+    except ValueError as error:  # includes ScheduleError and DeadlockError
+        return ComparisonRow(schedule=name, error=str(error))
+    metrics = compute_metrics(timeline, cost)
+    return ComparisonRow(
+        schedule=schedule.name,
+        makespan=metrics.makespan,
+        bubble_fraction=metrics.bubble_fraction,
+        bubble_ratio=metrics.bubble_ratio,
+        peak_activations=max(rank.peak_activations for rank in metrics.ranks),
+        peak_activation_bytes=max(rank.peak_activation_bytes for rank in metrics.ranks),
+    )
+
+
+def compare_schedules(
+    names: list[str],
+    num_ranks: int,
+    num_microbatches: int,
+    cost: CostModel,
+    num_virtual_stages: int | None = None,
+) -> list[ComparisonRow]:
+    """One row per name, in the order given."""
+    return [compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages) for name in names]
+
+
+def format_table(rows: list[ComparisonRow]) -> str:
+    """A plain-text table for terminals and logs."""
+    header = f"{'schedule':<18} {'makespan ms':>12} {'bubble':>8} {'idle/busy':>9} {'peak mb':>8} {'peak bytes':>12}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        if row.error is not None:
+            lines.append(f"{row.schedule:<18} error: {row.error}")
+            continue
+        lines.append(
+            f"{row.schedule:<18} {row.makespan:>12.3f} {row.bubble_fraction:>8.1%} {row.bubble_ratio:>9.3f} "
+            f"{row.peak_activations:>8d} {row.peak_activation_bytes:>12.4g}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""Measured against simulated: action by action, for one training step.
+
+A measured timeline may hold several steps (the first usually pays warm-up costs);
+`align` compares one of them with the simulation, matching spans by (rank, action),
+the identity both timelines share because both come from the same `Schedule`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipesim.ir import Action
+from pipesim.timeline import Timeline, select_step
+
+
+@dataclass(frozen=True, slots=True)
+class ActionDiff:
+    """One action's duration in both timelines; `delta_ms` = measured - simulated (positive: slower than predicted)."""
+
+    rank: int
+    action: Action
+    simulated_ms: float
+    measured_ms: float
+    delta_ms: float
+    simulated_start: float = 0.0
+    measured_start: float = 0.0
+
+    @property
+    def error(self) -> float:
+        """Relative prediction error (simulated - measured) / measured."""
+        return prediction_error(self.simulated_ms, self.measured_ms)
+
+
+def steps_of(timeline: Timeline) -> list[int]:
+    """The step numbers present, ascending."""
+    return sorted({span.step for span in timeline.spans})
+
+
+def pick_step(timeline: Timeline, step: int | None) -> Timeline:
+    """One step of a measured timeline, shifted to start at 0.
+
+    `None` takes the last step: later steps are past the warm-up that inflates the first.
+    """
+    steps = steps_of(timeline)
+    if not steps:
+        return timeline
+    if step is None:
+        step = steps[-1]
+    elif step not in steps:
+        raise ValueError(f"step {step} is not in the measured timeline; its steps: {', '.join(map(str, steps))}")
+    return select_step(timeline, step)
+
+
+def align(simulated: Timeline, measured: Timeline, step: int | None = None) -> list[ActionDiff]:
+    """Pair spans by (rank, action); actions missing from either side are left out.
+
+    Rows come in the simulated timeline's order of rank, then start time.
+    """
+    return align_step(simulated, pick_step(measured, step))
+
+
+def align_step(simulated: Timeline, measured_step: Timeline) -> list[ActionDiff]:
+    """`align` for a measured timeline already cut to one step (see `pick_step`)."""
+    by_key = {(span.rank, span.action): span for span in measured_step.spans}
+    diffs = []
+    for sim in sorted(simulated.spans, key=lambda s: (s.rank, s.start, s.end)):
+        real = by_key.get((sim.rank, sim.action))
+        if real is None:
+            continue
+        diffs.append(
+            ActionDiff(
+                rank=sim.rank,
+                action=sim.action,
+                simulated_ms=sim.duration,
+                measured_ms=real.duration,
+                delta_ms=real.duration - sim.duration,
+                simulated_start=sim.start,
+                measured_start=real.start,
+            )
+        )
+    return diffs
+
+
+def prediction_error(predicted_ms: float, measured_ms: float) -> float:
+    """(predicted - measured) / measured: -0.1 means the prediction was 10% short."""
+    if measured_ms <= 0:
+        raise ValueError(f"measured time must be > 0 to compute a relative error, got {measured_ms}")
+    return (predicted_ms - measured_ms) / measured_ms

@@ -1,0 +1,91 @@
+"""The classic one-stage-per-rank schedules: naive model parallelism, GPipe, 1F1B.
+
+Each builder is pure and written in the phases its paper describes, so the
+per-rank action lists can be read against the published pictures. Stage s
+lives on rank s (`loop_placement` with one stage per rank).
+"""
+
+from __future__ import annotations
+
+from pipesim.ir import Action, B, F, Schedule, loop_placement, make_schedule
+from pipesim.schedules import ScheduleInfo
+
+
+def check_counts(num_ranks: int, num_microbatches: int) -> None:
+    """Refuse counts no schedule can use, naming the valid values."""
+    if not isinstance(num_ranks, int) or num_ranks < 1:
+        raise ValueError(f"num_ranks must be an integer >= 1, got {num_ranks!r}")
+    if not isinstance(num_microbatches, int) or num_microbatches < 1:
+        raise ValueError(f"num_microbatches must be an integer >= 1, got {num_microbatches!r}")
+
+
+def naive(num_ranks: int, num_microbatches: int) -> Schedule:
+    """Plain model parallelism: each microbatch goes forward through every stage
+    and back before the next one starts, so only one rank ever works at a time.
+
+    On rank r the list is simply F, B per microbatch; the data dependencies do
+    the serialising (F(r, m+1) waits behind B(r, m), which waits for the whole
+    pipeline's backward of m).
+    """
+    check_counts(num_ranks, num_microbatches)
+    rows = [
+        [Action(rank, kind, mb) for mb in range(num_microbatches) for kind in (F, B)]
+        for rank in range(num_ranks)
+    ]
+    return make_schedule("naive", num_ranks, num_microbatches, loop_placement(num_ranks, num_ranks), rows)
+
+
+def gpipe(num_ranks: int, num_microbatches: int) -> Schedule:
+    """GPipe (Huang et al., 2019): every forward, then every backward.
+
+    Keeps all microbatches' activations stashed at once (peak m per rank).
+    """
+    check_counts(num_ranks, num_microbatches)
+    rows = []
+    for rank in range(num_ranks):
+        forwards = [Action(rank, F, mb) for mb in range(num_microbatches)]
+        backwards = [Action(rank, B, mb) for mb in range(num_microbatches)]
+        rows.append(forwards + backwards)
+    return make_schedule("gpipe", num_ranks, num_microbatches, loop_placement(num_ranks, num_ranks), rows)
+
+
+def one_f_one_b(num_ranks: int, num_microbatches: int) -> Schedule:
+    """1F1B / PipeDream-flush (Narayanan et al., 2021).
+
+    Rank r runs p-r-1 warm-up forwards, then alternates one forward and one
+    backward, then drains the remaining backwards: at most p-r microbatches
+    are stashed at any time, against m for GPipe, for the same bubble.
+    """
+    check_counts(num_ranks, num_microbatches)
+    p, m = num_ranks, num_microbatches
+    rows = []
+    for rank in range(p):
+        warmup = min(p - rank - 1, m)
+        steady = m - warmup
+        row = [Action(rank, F, mb) for mb in range(warmup)]  # warm-up
+        for i in range(steady):  # steady 1F1B
+            row.append(Action(rank, F, warmup + i))
+            row.append(Action(rank, B, i))
+        row.extend(Action(rank, B, mb) for mb in range(steady, m))  # cool-down
+        rows.append(row)
+    return make_schedule("1f1b", p, m, loop_placement(p, p), rows)
+
+
+SCHEDULES: list[ScheduleInfo] = [
+    ScheduleInfo(
+        "naive",
+        naive,
+        "Plain model parallelism: one microbatch at a time through every stage and back; bubble (p-1)/p.",
+    ),
+    ScheduleInfo(
+        "gpipe",
+        gpipe,
+        "GPipe: all forwards, then all backwards; bubble (p-1)/(m+p-1), stashes all m microbatches.",
+    ),
+    ScheduleInfo(
+        "1f1b",
+        one_f_one_b,
+        "1F1B (PipeDream-flush): warm-up forwards, steady one-forward-one-backward, cool-down; "
+        "GPipe's bubble with at most p-r microbatches stashed on rank r.",
+    ),
+]

@@ -1,0 +1,146 @@
+"""Cost models: uniform, per-stage, from a model description, from a file; recomputation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from pipesim.cost import CostModel, LinkCost, ModelDescription, StageCost, load_cost, save_cost
+from pipesim.ir import ActionKind
+from pipesim.schedules.basic import one_f_one_b
+from pipesim.simulate import simulate
+from pipesim.timeline import compute_metrics, makespan
+
+F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
+
+
+def test_uniform_durations_and_default_split():
+    cost = CostModel.uniform(forward_ms=2.0, backward_ms=6.0, comm_ms=0.5)
+    assert [cost.duration_ms(7, kind) for kind in (F, B, I, W)] == [2.0, 6.0, 3.0, 3.0]
+    assert cost.transfer_ms(3, 4) == 0.5 and cost.transfer_ms(4, 3) == 0.5
+    measured = CostModel.uniform(forward_ms=2.0, backward_ms=6.0, weight_ms=1.0)
+    assert (measured.duration_ms(0, I), measured.duration_ms(0, W)) == (5.0, 1.0)
+
+
+def test_per_stage_lookup_and_fit():
+    cost = CostModel.per_stage([1.0, 2.0, 3.0], [2.0, 4.0, 6.0], comm_ms=[0.1, 0.2])
+    assert [cost.duration_ms(s, B) for s in range(3)] == [2.0, 4.0, 6.0]
+    assert cost.transfer_ms(2, 1) == 0.2  # boundary 1 joins stages 1 and 2, either direction
+    with pytest.raises(ValueError, match="give one per stage"):
+        CostModel.per_stage([1.0, 2.0], [2.0])
+    with pytest.raises(ValueError, match="3 stages but schedule"):
+        cost.check_fits(one_f_one_b(4, 4))
+    with pytest.raises(ValueError, match="links"):
+        CostModel.per_stage([1.0] * 4, [2.0] * 4, comm_ms=[0.1, 0.2]).check_fits(one_f_one_b(4, 4))
+
+
+def test_link_cost_latency_plus_bytes_over_bandwidth():
+    link = LinkCost(latency_ms=0.01, bandwidth_gbps=50.0)
+    assert link.transfer_ms(50e9 / 1000) == pytest.approx(1.01)  # 50 MB over 50 GB/s = 1 ms
+    assert LinkCost(latency_ms=0.2).transfer_ms(1e12) == 0.2  # infinite bandwidth
+    with pytest.raises(ValueError):
+        LinkCost(bandwidth_gbps=0)
+
+
+def test_stage_cost_refuses_bad_numbers():
+    with pytest.raises(ValueError, match="forward_ms"):
+        StageCost(forward_ms=-1.0, backward_ms=1.0)
+    with pytest.raises(ValueError, match="weight_ms"):
+        StageCost(forward_ms=1.0, backward_ms=1.0, weight_ms=2.0)
+
+
+def _layer_forward_flops(d: ModelDescription) -> float:
+    tokens = d.seq_len * d.microbatch_size
+    h = d.hidden_size
+    return 2 * tokens * (4 * h * h + 2 * h * d.ffn_size) + 4 * tokens * d.seq_len * h
+
+
+def test_model_description_forward_time_is_flops_over_rate():
+    desc = ModelDescription(num_layers=8, hidden_size=1024, ffn_size=4096, num_heads=8, seq_len=512, device_tflops=100.0)
+    cost = desc.to_cost_model(4)
+    middle = cost.stage(1)
+    assert middle.forward_ms == pytest.approx(2 * _layer_forward_flops(desc) / (100.0 * 1e9))
+    assert middle.backward_ms == pytest.approx(2 * middle.forward_ms)
+    assert middle.w_ms == pytest.approx(middle.forward_ms)
+    assert cost.stage(3).forward_ms > middle.forward_ms  # the output projection sits on the last stage
+    assert middle.output_bytes == 512 * 1024 * 2  # one bf16 activation tensor crosses each boundary
+
+
+def test_model_description_scales_as_expected():
+    base = ModelDescription(num_layers=8, hidden_size=1024, ffn_size=4096, num_heads=8, seq_len=512)
+    costs = base.to_cost_model(4)
+    faster = ModelDescription(**{**base.__dict__, "device_tflops": base.device_tflops * 2}).to_cost_model(4)
+    deeper = ModelDescription(**{**base.__dict__, "num_layers": 16}).to_cost_model(4)
+    bigger = ModelDescription(**{**base.__dict__, "microbatch_size": 2}).to_cost_model(4)
+    fp32 = ModelDescription(**{**base.__dict__, "dtype": "fp32"}).to_cost_model(4)
+    for s in range(4):
+        assert faster.stage(s).forward_ms == pytest.approx(costs.stage(s).forward_ms / 2)
+        assert bigger.stage(s).forward_ms == pytest.approx(costs.stage(s).forward_ms * 2)
+    for s in range(3):  # stages without the vocabulary projection
+        assert deeper.stage(s).forward_ms == pytest.approx(costs.stage(s).forward_ms * 2)
+        assert bigger.stage(s).activation_bytes == pytest.approx(costs.stage(s).activation_bytes * 2)
+        assert fp32.stage(s).activation_bytes == pytest.approx(costs.stage(s).activation_bytes * 2)
+    assert base.layers_per_stage(3) == [3, 3, 2]
+
+
+def test_model_description_refuses_bad_values():
+    with pytest.raises(ValueError, match="valid: fp32"):
+        ModelDescription(dtype="int3")
+    with pytest.raises(ValueError, match="divisible by num_heads"):
+        ModelDescription(hidden_size=100, num_heads=3)
+    with pytest.raises(ValueError, match="at least 9 layers"):
+        ModelDescription(num_layers=8).to_cost_model(9)
+
+
+def test_cost_file_round_trip(tmp_path):
+    cost = ModelDescription(num_layers=4, hidden_size=256, ffn_size=1024, num_heads=4, seq_len=128).to_cost_model(2)
+    path = tmp_path / "cost.json"
+    save_cost(cost, path)
+    loaded = load_cost(path)
+    assert loaded == cost
+    assert loaded.meta == cost.meta
+    uniform = CostModel.uniform(comm_ms=0.3, recompute=True)
+    again = CostModel.from_dict(json.loads(json.dumps(uniform.to_dict())))
+    assert again == uniform and math.isinf(again.links[0].bandwidth_gbps)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"format": "something"}, "not a pipesim cost file"),
+        ({"version": 99}, "unsupported cost file version 99"),
+        ({"stages": [{"forward_ms": 1.0, "backward_ms": 2.0, "speed": 3}]}, "unknown fields \\['speed'\\]"),
+        ({"stages": [{"forward_ms": 1.0}]}, "malformed entry"),
+        ({"stages": [{"forward_ms": -1.0, "backward_ms": 2.0}]}, "forward_ms must be"),
+    ],
+)
+def test_bad_cost_files_say_what_is_wrong(change, message):
+    data = {**CostModel.uniform().to_dict(), **change}
+    with pytest.raises(ValueError, match=message):
+        CostModel.from_dict(data)
+
+
+def test_cost_file_missing_field_and_bad_json(tmp_path):
+    data = CostModel.uniform().to_dict()
+    del data["stages"]
+    with pytest.raises(ValueError, match="missing field 'stages'"):
+        CostModel.from_dict(data)
+    path = tmp_path / "broken.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_cost(path)
+
+
+def test_recompute_adds_forward_to_backward_and_stashes_inputs_only():
+    stage = StageCost(forward_ms=1.0, backward_ms=2.0, activation_bytes=100.0, input_bytes=10.0)
+    plain = CostModel(stages=(stage,))
+    again = plain.with_recompute(True)
+    assert [again.duration_ms(0, k) for k in (F, B, I, W)] == [1.0, 3.0, 2.0, 1.0]
+    assert (plain.stash_bytes(0), again.stash_bytes(0)) == (100.0, 10.0)
+    p, m = 4, 6
+    timeline = simulate(one_f_one_b(p, m), again)
+    assert makespan(timeline) == (m + p - 1) * (1.0 + 3.0)
+    metrics = compute_metrics(timeline, again)
+    assert [r.peak_activation_bytes for r in metrics.ranks] == [10.0 * min(p - r, m) for r in range(p)]

@@ -1,0 +1,145 @@
+"""Builders: golden small schedules, the registry, constraint errors, properties over many sizes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipesim.dag import find_deadlock
+from pipesim.ir import B, F
+from pipesim.schedules import build_schedule, schedule_info, schedule_names
+from pipesim.schedules.basic import gpipe, naive, one_f_one_b
+from pipesim.schedules.interleaved import interleaved_1f1b
+from pipesim.validate import validate
+
+
+def rows(schedule):
+    return [" ".join(row) for row in schedule.text_rows()]
+
+
+def test_1f1b_golden_two_ranks_four_microbatches():
+    assert rows(one_f_one_b(2, 4)) == [
+        "0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3",
+        "1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3",
+    ]
+
+
+def test_1f1b_golden_fewer_microbatches_than_ranks():
+    # Warm-up is capped at m: rank 0 of 4 can only run 2 forwards before its backwards.
+    assert rows(one_f_one_b(4, 2)) == [
+        "0F0 0F1 0B0 0B1",
+        "1F0 1F1 1B0 1B1",
+        "2F0 2F1 2B0 2B1",
+        "3F0 3B0 3F1 3B1",
+    ]
+
+
+def test_gpipe_golden():
+    assert rows(gpipe(2, 3)) == ["0F0 0F1 0F2 0B0 0B1 0B2", "1F0 1F1 1F2 1B0 1B1 1B2"]
+
+
+def test_naive_golden():
+    assert rows(naive(3, 2)) == ["0F0 0B0 0F1 0B1", "1F0 1B0 1F1 1B1", "2F0 2B0 2F1 2B1"]
+
+
+def test_interleaved_golden_megatron_order():
+    # Worked by hand from Megatron's formulas: p=2, v=2, m=4; rank 0 holds stages 0 and 2.
+    schedule = interleaved_1f1b(2, 4, num_virtual_stages=2)
+    assert rows(schedule) == [
+        "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3",
+        "1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1B2 1B3",
+    ]
+    assert schedule.stage_to_rank == (0, 1, 0, 1)
+    assert schedule.params == {"num_virtual_stages": 2}
+
+
+def test_registry_is_case_insensitive_and_lists_valid_names():
+    assert schedule_info("GPipe").name == "gpipe"
+    assert build_schedule(" 1F1B ", 2, 2).name == "1f1b"
+    with pytest.raises(ValueError) as error:
+        build_schedule("pipedream", 2, 2)
+    for name in ("naive", "gpipe", "1f1b", "interleaved-1f1b"):
+        assert name in str(error.value)
+    assert {"naive", "gpipe", "1f1b", "interleaved-1f1b"} <= set(schedule_names())
+
+
+def test_registry_refuses_options_a_family_does_not_take():
+    with pytest.raises(ValueError, match="num_virtual_stages"):
+        build_schedule("1f1b", 2, 2, num_virtual_stages=2)
+    assert schedule_info("interleaved-1f1b").options == ("num_virtual_stages",)
+
+
+@pytest.mark.parametrize("ranks, microbatches", [(0, 4), (2, 0), (-1, 1)])
+def test_bad_counts_are_refused_by_name(ranks, microbatches):
+    for builder in (naive, gpipe, one_f_one_b):
+        with pytest.raises(ValueError, match="num_ranks|num_microbatches"):
+            builder(ranks, microbatches)
+
+
+@pytest.mark.parametrize("microbatches", [3, 6, 2])
+def test_interleaved_needs_multiple_of_ranks(microbatches):
+    with pytest.raises(ValueError) as error:
+        interleaved_1f1b(4, microbatches, num_virtual_stages=2)
+    message = str(error.value)
+    assert "multiple of num_ranks" in message and ">= num_ranks" in message
+    assert "4, 8, 12" in message  # the valid values
+
+
+@pytest.mark.parametrize("chunks", [1, 0])
+def test_interleaved_needs_two_chunks(chunks):
+    with pytest.raises(ValueError, match="num_virtual_stages >= 2"):
+        interleaved_1f1b(2, 4, num_virtual_stages=chunks)
+
+
+def test_builders_are_pure():
+    assert one_f_one_b(3, 5) == one_f_one_b(3, 5)
+    assert interleaved_1f1b(2, 4, 3) == interleaved_1f1b(2, 4, 3)
+
+
+def _each_action_once(schedule):
+    counts = {}
+    for row in schedule.actions:
+        for action in row:
+            counts[action] = counts.get(action, 0) + 1
+    return counts
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranks=st.integers(1, 6), microbatches=st.integers(1, 12))
+def test_basic_builders_cover_every_stage_and_microbatch(ranks, microbatches):
+    for builder in (naive, gpipe, one_f_one_b):
+        schedule = builder(ranks, microbatches)
+        counts = _each_action_once(schedule)
+        assert set(counts.values()) == {1}
+        expected = {(s, k, m) for s in range(ranks) for k in (F, B) for m in range(microbatches)}
+        assert set(counts) == expected
+        assert schedule.stage_to_rank == tuple(range(ranks))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranks=st.integers(1, 6), groups=st.integers(1, 4), chunks=st.integers(2, 4))
+def test_interleaved_places_chunk_c_of_rank_r_at_stage_c_p_plus_r(ranks, groups, chunks):
+    schedule = interleaved_1f1b(ranks, ranks * groups, num_virtual_stages=chunks)
+    assert schedule.num_stages == ranks * chunks
+    for rank, row in enumerate(schedule.actions):
+        assert {a.stage for a in row} == {c * ranks + rank for c in range(chunks)}
+        assert len(row) == 2 * chunks * ranks * groups
+
+
+def _registered_cases(ranks, microbatches, chunks):
+    """Every registered family (zero-bubble ones too, once registered) that accepts these sizes."""
+    for name in schedule_names():
+        options = {"num_virtual_stages": chunks} if "num_virtual_stages" in schedule_info(name).options else {}
+        try:
+            yield build_schedule(name, ranks, microbatches, **options)
+        except ValueError:
+            continue  # the family's constraints rule these sizes out
+
+
+@settings(max_examples=40, deadline=None)
+@given(ranks=st.integers(1, 5), microbatches=st.integers(1, 10), chunks=st.integers(2, 3))
+def test_every_registered_schedule_is_valid_and_deadlock_free(ranks, microbatches, chunks):
+    for schedule in _registered_cases(ranks, microbatches, chunks):
+        validate(schedule)
+        assert find_deadlock(schedule) is None, schedule.describe()

@@ -1,0 +1,128 @@
+"""Simulation: closed forms, determinism, and the semantics checked span by span."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipesim.cost import CostModel
+from pipesim.dag import dependencies
+from pipesim.ir import Action, make_schedule
+from pipesim.schedules import build_schedule, schedule_info, schedule_names
+from pipesim.schedules.basic import gpipe, naive, one_f_one_b
+from pipesim.schedules.interleaved import interleaved_1f1b
+from pipesim.simulate import simulate
+from pipesim.timeline import makespan
+
+sizes = dict(ranks=st.integers(1, 6), microbatches=st.integers(1, 12), forward=st.integers(1, 5), backward=st.integers(1, 5))
+
+
+@settings(max_examples=60, deadline=None)
+@given(**sizes)
+def test_gpipe_and_1f1b_makespan_closed_form(ranks, microbatches, forward, backward):
+    cost = CostModel.uniform(forward, backward)
+    expected = (microbatches + ranks - 1) * (forward + backward)
+    assert makespan(simulate(gpipe(ranks, microbatches), cost)) == expected
+    assert makespan(simulate(one_f_one_b(ranks, microbatches), cost)) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(**sizes)
+def test_naive_makespan_closed_form(ranks, microbatches, forward, backward):
+    cost = CostModel.uniform(forward, backward)
+    assert makespan(simulate(naive(ranks, microbatches), cost)) == microbatches * ranks * (forward + backward)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ranks=st.integers(1, 6), groups=st.integers(1, 4), chunks=st.integers(2, 4),
+    forward=st.integers(1, 4), backward=st.integers(1, 4),
+)
+def test_interleaved_makespan_closed_form(ranks, groups, chunks, forward, backward):
+    # Per-chunk times F/v and B/v (here integers, so sums are exact): (v*m + p - 1) chunk slots.
+    microbatches = ranks * groups
+    cost = CostModel.uniform(forward, backward)
+    timeline = simulate(interleaved_1f1b(ranks, microbatches, chunks), cost)
+    assert makespan(timeline) == (chunks * microbatches + ranks - 1) * (forward + backward)
+
+
+def test_comm_delays_cross_rank_hops_only():
+    cost = CostModel.uniform(1.0, 2.0, comm_ms=0.5)
+    spans = {str(s.action): s for s in simulate(one_f_one_b(2, 1), cost).spans}
+    assert (spans["0F0"].start, spans["1F0"].start) == (0.0, 1.5)
+    assert spans["1B0"].start == 2.5  # right after 1F0 on the same rank: no transfer
+    assert spans["0B0"].start == 5.0  # 1B0 ends at 4.5, gradient arrives 0.5 later
+    assert makespan(simulate(one_f_one_b(2, 1), cost)) == 7.0
+
+
+def test_simulation_is_deterministic():
+    cost = CostModel.per_stage([1.0, 3.0, 2.0, 1.5], [2.0, 5.0, 4.0, 3.0], comm_ms=[0.2, 0.7, 0.1])
+    schedule = one_f_one_b(4, 9)
+    assert simulate(schedule, cost) == simulate(schedule, cost)
+
+
+def test_cost_model_must_fit_the_schedule():
+    with pytest.raises(ValueError, match="3 stages but schedule"):
+        simulate(one_f_one_b(4, 4), CostModel.per_stage([1, 1, 1], [2, 2, 2]))
+
+
+def test_timeline_records_schedule_and_spans_per_rank():
+    schedule = one_f_one_b(3, 4)
+    timeline = simulate(schedule, CostModel.uniform())
+    assert timeline.source == "simulated" and timeline.schedule_name == "1f1b"
+    assert timeline.num_ranks == 3 and len(timeline.spans) == schedule.num_actions
+    for rank in range(3):
+        assert [s.action for s in timeline.spans if s.rank == rank] == list(schedule.actions[rank])
+
+
+def test_split_backward_weight_runs_after_input_gradient():
+    rows = [["0F0", "0I0", "0W0"], ["1F0", "1I0", "1W0"]]
+    schedule = make_schedule("split", 2, 1, [0, 1], [[Action.parse(t) for t in row] for row in rows])
+    cost = CostModel.uniform(1.0, 4.0, weight_ms=1.0)
+    spans = {str(s.action): s for s in simulate(schedule, cost).spans}
+    assert spans["1I0"].end - spans["1I0"].start == 3.0  # I = B - W
+    assert spans["0I0"].start == spans["1I0"].end  # the gradient is I's output, W is not waited for
+    assert spans["0W0"].end == 1 + 1 + 3 + 3 + 1
+
+
+def _registered(ranks, microbatches, chunks):
+    for name in schedule_names():
+        options = {"num_virtual_stages": chunks} if "num_virtual_stages" in schedule_info(name).options else {}
+        try:
+            yield build_schedule(name, ranks, microbatches, **options)
+        except ValueError:
+            continue
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ranks=st.integers(1, 5), microbatches=st.integers(1, 10), chunks=st.integers(2, 3),
+    costs=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(0, 3)), min_size=16, max_size=16),
+)
+def test_spans_respect_every_dependency_and_never_overlap(ranks, microbatches, chunks, costs):
+    for schedule in _registered(ranks, microbatches, chunks):
+        stages = schedule.num_stages  # at most 5 ranks x 3 chunks = 15 <= 16
+        cost = CostModel.per_stage(
+            [float(f) for f, _, _ in costs[:stages]],
+            [float(b) for _, b, _ in costs[:stages]],
+            comm_ms=[float(c) for _, _, c in costs[: max(stages - 1, 1)]],
+        )
+        timeline = simulate(schedule, cost)
+        deps = dependencies(schedule)
+        span = {s.action: s for s in timeline.spans}
+        for i, action in enumerate(deps.actions):
+            s = span[action]
+            assert s.end - s.start == cost.duration_ms(action.stage, action.kind)
+            ready = 0.0
+            if i not in deps.offsets:  # previous action on the rank
+                ready = max(ready, span[deps.actions[i - 1]].end)
+            for d in deps.deps[i]:
+                producer = deps.actions[d]
+                hop = cost.transfer_ms(producer.stage, action.stage) if deps.ranks[d] != deps.ranks[i] else 0.0
+                assert s.start >= span[producer].end + hop
+                ready = max(ready, span[producer].end + hop)
+            assert s.start == ready  # as soon as possible, never later
+        for rank in range(schedule.num_ranks):
+            own = sorted((s.start, s.end) for s in timeline.spans if s.rank == rank)
+            assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(own, own[1:]))

@@ -1,0 +1,97 @@
+"""Validation: each rule names the rank, the action and the rule broken."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipesim.ir import Action, make_schedule
+from pipesim.schedules.basic import one_f_one_b
+from pipesim.validate import ScheduleError, find_problems, validate
+
+
+def schedule_of(rows, placement=None, microbatches=None):
+    """A schedule from text rows, e.g. ["0F0 0B0", "1F0 1B0"]."""
+    actions = [[Action.parse(text) for text in row.split()] for row in rows]
+    placement = list(range(len(rows))) if placement is None else placement
+    count = microbatches or 1 + max(a.microbatch for row in actions for a in row)
+    return make_schedule("hand-made", len(rows), count, placement, actions)
+
+
+def only_problem(schedule) -> ScheduleError:
+    problems = find_problems(schedule)
+    assert len(problems) == 1, [str(p) for p in problems]
+    with pytest.raises(ScheduleError) as raised:
+        validate(schedule)
+    assert str(raised.value) == str(problems[0])
+    return problems[0]
+
+
+def test_builders_pass():
+    validate(one_f_one_b(4, 8))
+    assert find_problems(one_f_one_b(4, 8)) == []
+
+
+def test_split_backward_passes():
+    validate(schedule_of(["0F0 0F1 0I0 0I1 0W0 0W1", "1F0 1I0 1W0 1F1 1I1 1W1"]))
+
+
+def test_missing_backward():
+    problem = only_problem(schedule_of(["0F0 0F1 0B0", "1F0 1B0 1F1 1B1"]))
+    assert problem.rule == "missing backward"
+    assert (problem.rank, problem.action) == (0, Action.parse("0B1"))
+    assert "rank 0" in str(problem) and "0B1" in str(problem) and "missing backward" in str(problem)
+
+
+def test_missing_forward():
+    problem = only_problem(schedule_of(["0F0 0B0 0B1", "1F0 1B0 1F1 1B1"]))
+    # 0B1 has no forward at all: reported as missing, not as misordered.
+    assert problem.rule == "missing forward" and problem.action == Action.parse("0F1")
+
+
+def test_duplicate_forward():
+    problem = only_problem(schedule_of(["0F0 0F0 0B0", "1F0 1B0"]))
+    assert problem.rule == "duplicate F"
+    assert (problem.rank, problem.index, problem.action) == (0, 1, Action.parse("0F0"))
+    assert "position 1" in str(problem)
+
+
+def test_w_before_i():
+    problem = only_problem(schedule_of(["0F0 0W0 0I0", "1F0 1I0 1W0"]))
+    assert problem.rule == "W before I"
+    assert (problem.rank, problem.index, problem.action) == (0, 1, Action.parse("0W0"))
+
+
+def test_backward_before_forward_on_a_rank():
+    problem = only_problem(schedule_of(["0F0 0F1 0B0 0B1", "1F0 1B1 1F1 1B0 "]))
+    assert problem.rule == "B before F"
+    assert (problem.rank, problem.index, problem.action) == (1, 1, Action.parse("1B1"))
+    assert str(problem).startswith("rank 1, action 1B1 (position 1): B before F")
+
+
+def test_stage_on_two_ranks():
+    problem = only_problem(schedule_of(["0F0 1F0 0B0", "1B0"]))
+    assert problem.rule == "stage on two ranks"
+    assert (problem.rank, problem.action) == (0, Action.parse("1F0"))
+    assert "stage 1 lives on rank 1" in str(problem)
+
+
+def test_w_without_i_and_i_without_w():
+    rules = {p.rule for p in find_problems(schedule_of(["0F0 0F1 0I0 0B1 0W1"]))}
+    assert rules == {"I without W", "W without I"}
+
+
+def test_b_and_i_for_the_same_microbatch():
+    rules = {p.rule for p in find_problems(schedule_of(["0F0 0B0 0I0 0W0"]))}
+    assert "both B and I" in rules
+
+
+def test_out_of_range():
+    problem = only_problem(schedule_of(["0F0 0B0 0F5"], microbatches=1))
+    assert problem.rule == "out of range" and problem.index == 2
+
+
+def test_find_problems_lists_them_all_in_rank_order():
+    problems = find_problems(schedule_of(["0F0 0F0 0B0 0B1", "1F0 1B0 1W1"]))
+    assert [p.rule for p in problems][:2] == ["duplicate F", "W without I"]
+    assert len(problems) >= 3  # and the missing forwards of microbatch 1
+    assert all(isinstance(p, ValueError) for p in problems)
