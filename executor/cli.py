@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 from executor.config import BACKENDS, DEVICES, MODEL_KINDS, OPTIMIZERS, ModelConfig, RunConfig
 

@@ -26,155 +26,29 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from executor.config import PROGRESS_PREFIX, RunConfig
 from executor import predict
-from pipesim.ir import Schedule
-from pipesim.formats import schedule_to_dict, write_json
+from executor.checks import check_run, ranks_per_node
+from executor.config import PROGRESS_PREFIX, RunConfig
 
 # Re-exported so callers need one import: the run-folder readers live in predict.py.
 from executor.predict import RunResult, list_runs, load_run  # noqa: F401
+from pipesim.formats import schedule_to_dict, write_json
+from pipesim.ir import Schedule
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER_MODULE = "executor.worker"
 REFERENCE_MODULE = "executor.reference"
 GRACE_S = 5.0  # SIGTERM -> SIGKILL
-MAX_CPU_RANKS = 16
 _RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
-_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank")
-_ERROR_LINE = re.compile(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception|Interrupt)\b")
+_FAILURE_ENTRY = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
+_ERROR_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([\w.]*(Error|Exception|Interrupt)\b|Traceback)")
 # A rank whose error is one of these died because another rank did.
 _PEER_FAILURE = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer", "Broken pipe")
 EventCallback = Callable[[dict], None]
-
-
-# --- checks: everything refused before anything starts ----------------------------------------------------------
-
-
-def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunConfig, Schedule]:
-    """Return the config with device and backend resolved, and the schedule; ValueError on any user mistake."""
-    schedule = _checked_schedule(config, schedule)
-    _check_model_fits(config, schedule)
-    _check_nodes(config)
-    config = _resolve_device(config)
-    _check_cpu_ranks(config)
-    return config, schedule
-
-
-def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
-    from pipesim.cost import CostModel
-    from pipesim.schedules import build_schedule
-    from pipesim.simulate import simulate
-    from pipesim.validate import validate
-
-    if schedule is None:
-        schedule = build_schedule(
-            config.schedule, config.num_ranks, config.num_microbatches, num_virtual_stages=config.num_virtual_stages
-        )
-    elif (schedule.num_ranks, schedule.num_microbatches) != (config.num_ranks, config.num_microbatches):
-        raise ValueError(
-            f"schedule {schedule.name!r} is for {schedule.num_ranks} ranks and {schedule.num_microbatches} "
-            f"microbatches but the run asks for {config.num_ranks} ranks and {config.num_microbatches}"
-        )
-    validate(schedule)  # ScheduleError (a ValueError) names rank, action and rule
-    simulate(schedule, CostModel.uniform())  # DeadlockError says which rank waits on which action
-    return schedule
-
-
-def model_units(config: RunConfig) -> int:
-    """Layers of the model that stages share out (mirrors executor.model.build_model without importing torch).
-
-    Transformer: embedding, num_layers blocks, output projection. CNN: cnn_blocks conv blocks, 3 FC layers.
-    """
-    model = config.model
-    return model.num_layers + 2 if model.kind == "transformer" else model.cnn_blocks + 3
-
-
-def _check_model_fits(config: RunConfig, schedule: Schedule) -> None:
-    units = model_units(config)
-    if config.model.kind == "transformer":
-        what, knob = f"embedding + {config.model.num_layers} blocks + output", "--layers"
-    else:
-        what, knob = f"{config.model.cnn_blocks} conv blocks + 3 FC layers", "--cnn-blocks"
-    if schedule.num_stages > units:
-        raise ValueError(
-            f"schedule {schedule.name!r} has {schedule.num_stages} stages but the model has only {units} layers "
-            f"({what}) and every stage needs one; use fewer ranks or virtual stages, or raise {knob}"
-        )
-    points = config.model.split_points
-    if points is not None:
-        if len(points) != schedule.num_stages - 1:
-            raise ValueError(
-                f"split_points {list(points)} give {len(points) + 1} stages but the schedule has "
-                f"{schedule.num_stages}: give {schedule.num_stages - 1} layer indices"
-            )
-        if points and (list(points) != sorted(set(points)) or points[0] < 1 or points[-1] >= units):
-            raise ValueError(f"split_points must increase strictly within 1..{units - 1}, got {list(points)}")
-
-
-def _check_nodes(config: RunConfig) -> None:
-    if config.nnodes < 1 or not 0 <= config.node_rank < config.nnodes:
-        raise ValueError(f"node_rank must lie in 0..{config.nnodes - 1} (nnodes {config.nnodes})")
-    if config.num_ranks % config.nnodes:
-        raise ValueError(f"{config.num_ranks} ranks do not split evenly over {config.nnodes} nodes")
-    if config.nnodes > 1 and not config.rdzv_endpoint:
-        raise ValueError("a multi-node run needs rdzv_endpoint HOST:PORT (the same on every node)")
-    if config.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", config.rdzv_endpoint):
-        raise ValueError(f"rdzv_endpoint must look like HOST:PORT, got {config.rdzv_endpoint!r}")
-
-
-def ranks_per_node(config: RunConfig) -> int:
-    return config.num_ranks // config.nnodes
-
-
-def cuda_device_count() -> int:
-    """Visible CUDA devices; imports torch (slow) only here."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def _resolve_device(config: RunConfig) -> RunConfig:
-    device, backend, per_node = config.device, config.backend, ranks_per_node(config)
-    if device == "cpu" and backend in ("nccl", "staged"):
-        raise ValueError(f"backend {backend} moves CUDA tensors; on device cpu use backend gloo (or auto)")
-    if device == "cpu" or (device == "auto" and backend == "gloo"):
-        return replace(config, device="cpu", backend="gloo")
-    gpus = cuda_device_count()
-    if device == "cuda" and gpus == 0:
-        raise ValueError("device cuda was asked for but torch sees no CUDA GPU; use device cpu (backend gloo)")
-    if device == "auto":
-        if gpus == 0 and backend in ("nccl", "staged"):
-            raise ValueError(f"backend {backend} needs CUDA GPUs and torch sees none; use backend gloo or auto")
-        device = "cuda" if gpus else "cpu"
-        if device == "cpu":
-            return replace(config, device="cpu", backend="gloo")
-    if backend == "nccl" and gpus < per_node:
-        raise ValueError(
-            f"backend nccl needs one GPU per rank: {per_node} ranks on this node but {gpus} GPU(s); "
-            f"use backend staged (ranks share GPUs, transfers go through host memory) or fewer ranks"
-        )
-    if backend == "auto":
-        backend = "nccl" if gpus >= per_node else "staged"
-    return replace(config, device=device, backend=backend)
-
-
-def max_cpu_ranks() -> int:
-    """More CPU ranks than this only measure the OS scheduler: 2 per core, at most 16."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(MAX_CPU_RANKS, 2 * cores)
-
-
-def _check_cpu_ranks(config: RunConfig) -> None:
-    per_node, limit = ranks_per_node(config), max_cpu_ranks()
-    if config.device == "cpu" and per_node > limit:
-        raise ValueError(
-            f"{per_node} CPU ranks on one node is too many for this machine: the limit is {limit} "
-            f"(2 per core, at most {MAX_CPU_RANKS}); use fewer ranks or more nodes"
-        )
 
 
 # --- the command ------------------------------------------------------------------------------------------
@@ -304,6 +178,10 @@ def end_process_tree(proc: subprocess.Popen, run_dir: Path, grace_s: float = GRA
         time.sleep(0.1)
 
 
+def _rank_deque() -> collections.deque[str]:
+    return collections.deque(maxlen=200)
+
+
 @dataclass
 class _Outcome:
     status: str  # ok | failed | timeout | cancelled
@@ -314,11 +192,11 @@ class _Outcome:
 class _Phase:
     """One torchrun launch: spawn, relay lines, wait with timeout and cancellation, end every process."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], handle: "RunHandle", log_prefix: str) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], handle: RunHandle, log_prefix: str) -> None:
         self.argv, self.env, self.handle, self.log_prefix = argv, env, handle, log_prefix
         self.launcher_lines: collections.deque[str] = collections.deque(maxlen=400)
-        self.rank_lines: dict[int, collections.deque[str]] = collections.defaultdict(lambda: collections.deque(maxlen=200))
-        self.error_ranks: list[int] = []
+        self.rank_lines: dict[int, collections.deque[str]] = collections.defaultdict(_rank_deque)
+        self.error_events: list[tuple[int, str]] = []  # (rank, message); rank -1: torchrun saw a failure
 
     def run(self, deadline: float, cancelled: threading.Event) -> _Outcome:
         logs = self.handle.run_dir / "logs"
@@ -347,7 +225,7 @@ class _Phase:
                 return _Outcome("cancelled", None, "cancelled by the caller")
             if time.monotonic() > deadline:
                 return _Outcome("timeout", None, f"timed out after {self.handle.config.timeout_s:g} s")
-            if self.error_ranks and failure_seen is None:
+            if self.error_events and failure_seen is None:
                 failure_seen = time.monotonic()
             if failure_seen is not None and time.monotonic() - failure_seen > GRACE_S:
                 return _Outcome("failed", None)  # a rank died and torchrun did not end the rest in time
@@ -361,8 +239,9 @@ class _Phase:
                 if match is None:
                     self._write(files, logs / f"{self.log_prefix}launcher.log", line)
                     self.launcher_lines.append(line)
+                    self.handle._add_line(f"[torchrun] {line}")
                     if "exitcode" in line and "local_rank" in line:
-                        self.error_ranks.append(-1)
+                        self.error_events.append((-1, line))
                     continue
                 rank, text = int(match.group(1)), match.group(2)
                 self._write(files, logs / f"{self.log_prefix}rank{rank}.log", text)
@@ -388,20 +267,29 @@ class _Phase:
             return
         event.setdefault("rank", rank)
         if event.get("event") == "error":
-            self.error_ranks.append(rank)
-        self.handle._add_event(event, phase=self.log_prefix.rstrip("-") or "run")
+            self.error_events.append((rank, str(event.get("message", ""))))
+        self.handle._add_event(event, part=self.log_prefix.rstrip("-") or "run")
 
     def failed_rank(self) -> int | None:
-        """The rank that failed first: its own error event, else torchrun's root cause, else a traceback."""
-        if any(r >= 0 for r in self.error_ranks):
-            return next(r for r in self.error_ranks if r >= 0)
-        text = "\n".join(self.launcher_lines)
-        root = _FAILED_RANK.search(text, text.find("Root Cause") if "Root Cause" in text else 0)
-        if root is not None:
-            return int(root.group(1))
-        crashed = [r for r, lines in sorted(self.rank_lines.items()) if any("Traceback" in x for x in lines)]
-        own = [r for r in crashed if not any(m in "\n".join(self.rank_lines[r]) for m in _PEER_FAILURE)]
-        return (own or crashed or [None])[0]
+        """The rank that failed first, not one that merely lost its peer when the first one died.
+
+        Evidence, strongest first: a rank's own error event, then an error in its log, that is not
+        a lost connection; then torchrun's failure summary (root cause first) without the ranks it
+        killed itself or that lost a peer; then whatever rank reported anything.
+        """
+        victims = {r for r, lines in self.rank_lines.items() if any(m in x for x in lines for m in _PEER_FAILURE)}
+        events = [r for r, message in self.error_events if r >= 0 and not any(m in message for m in _PEER_FAILURE)]
+        logs = [
+            r for r, lines in sorted(self.rank_lines.items())
+            if r not in victims and any(_ERROR_LINE.search(x) for x in lines)
+        ]  # fmt: skip
+        summary = torchrun_failures("\n".join(self.launcher_lines))
+        listed = [r for r, code in summary if r not in victims and code not in (-signal.SIGTERM, -signal.SIGKILL)]
+        fallback = [r for r, _ in summary] + [r for r, _ in self.error_events if r >= 0] + sorted(victims)
+        for candidates in (events, logs, listed, fallback):
+            if candidates:
+                return candidates[0]
+        return None
 
     def failure_message(self, outcome: _Outcome) -> tuple[str, int | None]:
         """Which rank failed, how (its last error line), and the tail of its log."""
@@ -412,14 +300,50 @@ class _Phase:
         elif rank is None:
             head = f"torchrun exited with code {outcome.returncode}"
         else:
-            text = "\n".join(self.launcher_lines)
-            code = re.search(rf"rank\s*:\s*{rank}\s*\(local_rank[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", text)
-            head = f"rank {rank} failed" + (f" (exit code {code.group(1)})" if code else "")
-            errors = [x for x in lines if _ERROR_LINE.search(x)]
-            head += f": {errors[-1].strip()}" if errors else ""
+            codes = dict(torchrun_failures("\n".join(self.launcher_lines)))
+            head = f"rank {rank} failed" + (f" (exit code {codes[rank]})" if rank in codes else "")
+            said = [x for x in lines if _ERROR_LINE.search(x) and "Traceback (most recent" not in x]
+            said = said or [x for x in lines if x.strip() and not x.startswith(PROGRESS_PREFIX)]
+            head += f": {said[-1].strip()}" if said else ""
         tail = "\n".join(lines[-20:])
         where = f"rank {rank}" if rank is not None else "torchrun"
         return (f"{head}\n--- last lines of {where} ---\n{tail}" if tail else head), rank
+
+
+def torchrun_failures(text: str) -> list[tuple[int, int]]:
+    """(rank, exit code) from torchrun's failure summary, its root cause first."""
+    cut = text.find("Root Cause")
+    parts = [text[cut:], text[:cut]] if cut >= 0 else [text]
+    found: list[tuple[int, int]] = []
+    for part in parts:
+        for rank, code in _FAILURE_ENTRY.findall(part):
+            if int(rank) not in dict(found):
+                found.append((int(rank), int(code)))
+    return found
+
+
+PROFILE_SHARE = 0.2  # of the progress bar, when the run profiles first
+
+
+def step_fraction(event: dict, config: RunConfig) -> float | None:
+    """How far one rank is, from its latest `step` event: profile, then warm-up, then measured steps.
+
+    Workers count steps from 0 within each phase ("profile", "warmup", "measure"); other phases
+    (the reference run's) count over the whole launch.
+    """
+    step, steps, phase = event.get("step"), event.get("steps"), event.get("phase")
+    if not (isinstance(step, int) and isinstance(steps, int) and steps > 0 and isinstance(event.get("rank"), int)):
+        return None
+    within = min(1.0, (step + 1) / steps)
+    profile = PROFILE_SHARE if config.profile else 0.0
+    total = config.warmup_steps + config.steps
+    segments = {
+        "profile": (0.0, profile),
+        "warmup": (profile, (1 - profile) * config.warmup_steps / total),
+        "measure": (profile + (1 - profile) * config.warmup_steps / total, (1 - profile) * config.steps / total),
+    }
+    start, width = segments.get(phase, (0.0, 1.0))
+    return start + width * within
 
 
 # --- the handle ------------------------------------------------------------------------------------------------
@@ -483,17 +407,17 @@ class RunHandle:
         with self._lock:
             self._lines.append(line)
 
-    def _add_event(self, event: dict, phase: str) -> None:
+    def _add_event(self, event: dict, part: str) -> None:
         with self._lock:
-            steps = event.get("steps")
-            if isinstance(steps, int) and steps > 0 and isinstance(event.get("step"), int):
-                self._fractions[phase][event["rank"]] = min(1.0, (event["step"] + 1) / steps)
+            fraction = step_fraction(event, self.config)
+            if fraction is not None:
+                self._fractions[part][event["rank"]] = fraction
             kind = event.get("event")
             if kind in ("done", "exit", "error"):
                 self._alive.discard(event["rank"])
             elif isinstance(event.get("rank"), int):
                 self._alive.add(event["rank"])
-            event = {**event, "phase": phase, "ranks_alive": sorted(self._alive)}
+            event = {**event, "part": part, "ranks_alive": sorted(self._alive)}
             self._events.append(event)
         self._emit(event)
 
@@ -505,7 +429,7 @@ class RunHandle:
                 self._add_line(f"on_event callback failed: {error!r}")
 
     def _launch_event(self, kind: str, **fields: object) -> None:
-        event = {"event": kind, "run_dir": str(self.run_dir), **fields}
+        event = {"event": kind, "run_dir": str(self.run_dir), "part": "launcher", **fields}
         with self._lock:
             self._events.append(event)
         self._emit(event)
@@ -547,13 +471,14 @@ class RunHandle:
                        self.run_dir / "reference.json")  # fmt: skip
             return {"reference_status": "unavailable", "message": f"no reference run: {reason}"}
         phase = _Phase(torchrun_command(self.config, self.run_dir, module=REFERENCE_MODULE), env, self, "reference-")
-        self._launch_event("launch", command=phase.argv, phase="reference")
+        self._launch_event("launch", command=phase.argv, part="reference")
         outcome = phase.run(deadline, self._cancelled)
         if outcome.status == "ok":
             return {"reference_status": "ok"}
         message, _ = phase.failure_message(outcome)
         if outcome.status in ("cancelled", "timeout"):
-            return {"status": outcome.status, "message": f"reference run: {message}", "reference_status": outcome.status}
+            status = outcome.status
+            return {"status": status, "message": f"reference run: {message}", "reference_status": status}
         write_json({"torch_schedule": None, "error": message, "step_times_ms": [], "losses": []},
                    self.run_dir / "reference.json")  # fmt: skip
         return {"reference_status": "failed", "message": f"reference run failed: {message}"}

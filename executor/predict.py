@@ -49,7 +49,7 @@ def step_overhead_ms(cost: CostModel, num_ranks: int) -> tuple[float, ...]:
         if isinstance(value, (int, float)):
             total = [t + float(value) for t in total]
         elif isinstance(value, list) and len(value) == num_ranks:
-            total = [t + float(v) for t, v in zip(total, value)]
+            total = [t + float(v) for t, v in zip(total, value, strict=True)]
     return tuple(total)
 
 
@@ -63,7 +63,7 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     ends = [start] * schedule.num_ranks
     for span in simulated.spans:
         ends[span.rank] = max(ends[span.rank], span.end)
-    predicted = max(end + extra for end, extra in zip(ends, overhead)) - start
+    predicted = max(end + extra for end, extra in zip(ends, overhead, strict=True)) - start
     return Prediction(predicted, simulated, overhead)
 
 

@@ -6,7 +6,8 @@ Why: our executor interprets a pipesim Schedule; torch ships hand-written
 schedules for the classic ones. Running both on the same stage modules
 (executor.model, same seed -> same weights), the same batches and the same
 optimizer says whether ours is as fast and computes the same losses.
-Writes runs/NAME/reference.json: {"torch_schedule", "step_times_ms", "losses", ...}.
+Writes runs/NAME/reference.json: {"torch_schedule", "step_times_ms", "losses", ...}; with
+PIPESIM_REFERENCE_SIDE_BY_SIDE=1 also "ours_step_times_ms" and "ours_losses" (see SIDE_BY_SIDE_ENV).
 
 Only public torch.distributed.pipelining API that exists since torch 2.6
 (PipelineStage, Schedule*.step(*args, target=, losses=)); the newest keyword
@@ -36,6 +37,9 @@ TORCH_SCHEDULES = {
     "dualpipev": "ScheduleDualPipeV",
 }
 V_SHAPED = ("zbv", "dualpipev")
+# Set to 1 (the bench does) to run our executor in the same processes, alternating step by step
+# with torch's: both then see the same machine at the same time, which a busy host needs for a fair ratio.
+SIDE_BY_SIDE_ENV = "PIPESIM_REFERENCE_SIDE_BY_SIDE"
 
 
 def torch_schedule_name(name: str) -> str | None:
@@ -50,9 +54,13 @@ def unavailable_reason(config: RunConfig, schedule: Schedule) -> str | None:
             f"torch.distributed.pipelining has no schedule equivalent to {schedule.name!r}; "
             f"reference runs exist for: {', '.join(TORCH_SCHEDULES)}"
         )
-    expected = v_placement(schedule.num_ranks) if name in V_SHAPED else loop_placement(schedule.num_ranks, schedule.num_stages)
+    if name in V_SHAPED:
+        expected = v_placement(schedule.num_ranks)
+    else:
+        expected = loop_placement(schedule.num_ranks, schedule.num_stages)
     if tuple(schedule.stage_to_rank) != expected:
-        return f"schedule {schedule.name!r} places stages as {list(schedule.stage_to_rank)}, unlike torch's {list(expected)}"
+        placed = list(schedule.stage_to_rank)
+        return f"schedule {schedule.name!r} places stages as {placed}, unlike torch's {list(expected)}"
     if config.backend == "staged":
         return "torch.distributed.pipelining sends device tensors directly; it cannot run on backend staged"
     return None
@@ -97,35 +105,69 @@ def _build_pipeline(config: RunConfig, schedule: Schedule, rank: int, device):
     return pipe, _optimizer(config, params), local, class_name
 
 
-def run_reference(config: RunConfig, schedule: Schedule, rank: int, device) -> dict:
-    """Train warmup + measured steps; every rank returns its own step times and (last stage) losses."""
-    import torch
-    import torch.distributed as dist
+class TorchSide:
+    """torch's schedule over this rank's stages: one timed training step at a time."""
 
-    from executor.model import make_batch
+    def __init__(self, config: RunConfig, schedule: Schedule, rank: int, device) -> None:
+        self.config, self.device = config, device
+        self.pipe, self.optimizer, local, self.class_name = _build_pipeline(config, schedule, rank, device)
+        self.first, self.last = 0 in local, schedule.num_stages - 1 in local
 
-    pipe, optimizer, local, class_name = _build_pipeline(config, schedule, rank, device)
-    first, last = 0 in local, schedule.num_stages - 1 in local
-    total = config.warmup_steps + config.steps
-    times, losses = [], []
-    for step in range(total):
-        inputs, targets = (t.to(device) for t in make_batch(config.model, config.batch_size, config.seed, step))
+    def step(self, step: int) -> tuple[float, float, float]:
+        """(start ms, end ms) on the host clock and the step's loss (0 off the last stage's rank)."""
+        import torch
+        import torch.distributed as dist
+
+        from executor.model import make_batch
+
+        batch = make_batch(self.config.model, self.config.batch_size, self.config.seed, step)
+        inputs, targets = (t.to(self.device) for t in batch)
         mb_losses: list = []
-        args = (inputs,) if first else ()
-        kwargs = {"target": targets, "losses": mb_losses} if last else {}
-        _synchronize(device)
+        args = (inputs,) if self.first else ()
+        kwargs = {"target": targets, "losses": mb_losses} if self.last else {}
+        _synchronize(self.device)
         dist.barrier()
         start = time.perf_counter()
-        pipe.step(*args, **kwargs)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        _synchronize(device)
-        elapsed = (time.perf_counter() - start) * 1e3
-        if step >= config.warmup_steps:
-            times.append(elapsed)
-            losses.append(float(torch.stack([x.detach().float() for x in mb_losses]).mean()) if last else 0.0)
+        self.pipe.step(*args, **kwargs)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        _synchronize(self.device)
+        end = time.perf_counter()
+        loss = float(torch.stack([x.detach().float() for x in mb_losses]).mean()) if self.last else 0.0
+        return start * 1e3, end * 1e3, loss
+
+
+class OursSide:
+    """Our executor (executor.worker's rank setup and timed step) in the same processes."""
+
+    def __init__(self, rank_state) -> None:
+        self.r = rank_state
+
+    def step(self, step: int) -> tuple[float, float, float]:
+        from executor.worker import train_step
+
+        record = train_step(self.r, step)
+        return record["start"], record["end"], record["loss"] or 0.0
+
+
+def run_sides(config: RunConfig, rank: int, sides: dict) -> dict[str, dict]:
+    """Warm-up + measured steps of every side; with two sides they alternate step by step, the
+    first side switching every step, so that both see the same machine at the same time.
+
+    Per side: (start, end) of each measured step on this rank, and every step's loss.
+    """
+    total = config.warmup_steps + config.steps
+    out = {name: {"spans": [], "losses": []} for name in sides}
+    names = list(sides)
+    for step in range(total):
+        order = names if step % 2 == 0 else names[::-1]
+        for name in order:
+            start, end, loss = sides[name].step(step)
+            if step >= config.warmup_steps:
+                out[name]["spans"].append((start, end))
+            out[name]["losses"].append(loss)
         emit({"event": "step", "rank": rank, "step": step, "steps": total, "phase": "reference"})
-    return {"torch_schedule": class_name, "times": times, "losses": losses}
+    return out
 
 
 def _synchronize(device) -> None:
@@ -135,23 +177,47 @@ def _synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _gather(local: dict, device) -> dict:
-    """Step time = slowest rank per step; losses from the rank of the last stage (sum of one non-zero)."""
+def gather_side(local: dict, device, shared_clock: bool) -> dict:
+    """A step runs from the earliest rank's start to the latest rank's end, as in our measured.json.
+
+    Across machines the host clocks differ, so there each rank's own duration is used (the longest).
+    Losses come from the rank of the last stage (a sum with a single non-zero term).
+    """
     import torch
     import torch.distributed as dist
 
-    times = torch.tensor(local["times"], dtype=torch.float64, device=device)
+    spans = torch.tensor(local["spans"], dtype=torch.float64, device=device).reshape(-1, 2)
+    if shared_clock:
+        starts, ends = spans[:, 0].contiguous(), spans[:, 1].contiguous()
+        dist.all_reduce(starts, op=dist.ReduceOp.MIN)
+        dist.all_reduce(ends, op=dist.ReduceOp.MAX)
+        times = ends - starts
+    else:
+        times = (spans[:, 1] - spans[:, 0]).contiguous()
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)
     losses = torch.tensor(local["losses"], dtype=torch.float64, device=device)
-    dist.all_reduce(times, op=dist.ReduceOp.MAX)
     dist.all_reduce(losses, op=dist.ReduceOp.SUM)
     step_times = [float(t) for t in times.cpu()]
-    return {
-        "torch_schedule": local["torch_schedule"],
-        "torch_version": torch.__version__,
-        "step_times_ms": step_times,
-        "median_step_ms": statistics.median(step_times),
-        "losses": [float(x) for x in losses.cpu()],
-    }
+    return {"step_times_ms": step_times, "losses": [float(x) for x in losses.cpu()]}
+
+
+def _setup(config: RunConfig, schedule: Schedule, side_by_side: bool):
+    """Join the process group (through our worker's setup when ours runs too); returns (rank, device, ours)."""
+    import torch
+    import torch.distributed as dist
+
+    torch.manual_seed(config.seed)
+    if side_by_side:
+        from executor.worker import setup
+
+        ours = setup(config, schedule)
+        return ours.rank, ours.choice.device, ours
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if config.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return rank, device, None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,14 +231,25 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = parser.parse_args(argv).run_dir
     config = RunConfig.from_dict(read_json(run_dir / "config.json"))
     schedule = schedule_from_dict(read_json(run_dir / "schedule.json"))
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if config.device == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    torch.manual_seed(config.seed)
-    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    side_by_side = os.environ.get(SIDE_BY_SIDE_ENV) == "1"
+    rank, device, ours = _setup(config, schedule, side_by_side)
     try:
-        result = _gather(run_reference(config, schedule, rank, device), device)
+        torch_side = TorchSide(config, schedule, rank, device)
+        sides = {"torch": torch_side} if ours is None else {"ours": OursSide(ours), "torch": torch_side}
+        measured = run_sides(config, rank, sides)
+        shared_clock = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) == int(os.environ.get("WORLD_SIZE", "1"))
+        gathered = {name: gather_side(local, device, shared_clock) for name, local in measured.items()}
+        result = {
+            "torch_schedule": torch_side.class_name,
+            "torch_version": torch.__version__,
+            **gathered["torch"],
+            "median_step_ms": statistics.median(gathered["torch"]["step_times_ms"]),
+            "warmup_steps": config.warmup_steps,
+            "side_by_side": ours is not None,
+        }
+        if ours is not None:
+            result["ours_step_times_ms"] = gathered["ours"]["step_times_ms"]
+            result["ours_losses"] = gathered["ours"]["losses"]
         if config.recompute:
             result["note"] = "torch's schedules ran without recomputation"
         if rank == 0:

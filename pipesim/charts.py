@@ -35,6 +35,7 @@ KIND_NAMES = MappingProxyType(
     {"F": "forward (F)", "B": "backward (B)", "I": "backward input (I)", "W": "backward weight (W)"}
 )
 IDLE_COLOR = "#E6E6E6"
+COMM_COLOR = "#6B6B6B"
 CRITICAL_COLOR = "#111111"
 CYCLE_COLOR = "#FF0000"
 RANK_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D")
@@ -43,6 +44,8 @@ MAX_DAG_ACTIONS = 1500  # beyond this a node-link drawing is unreadable; the Gan
 MAX_BAR_LABELS = 400  # write action names inside bars only while they can be read
 
 _KINDS = tuple(kind.value for kind in ActionKind)
+
+
 def _span_hover(kind: str) -> str:
     """The action's text form rebuilt from customdata: one trace holds one kind, so the letter is fixed."""
     return (
@@ -152,7 +155,8 @@ def _lane_layout(fig: go.Figure, labels: Sequence[str], title: str) -> go.Figure
 def gantt_figure(tl: Timeline, *, title: str = "", critical_path: list[Action] | None = None) -> go.Figure:
     """Ranks over time: one bar trace per action kind, idle time as a light band.
 
-    With `critical_path`, the actions on it get a thick dark outline (one extra trace).
+    Measured transfers (`tl.comm`) show as a thin strip under each row. With
+    `critical_path`, the actions on it get a thick dark outline (one extra trace).
     """
     intervals = idle_intervals(tl) if tl.spans else [[] for _ in range(tl.num_ranks)]
     total = makespan(tl)
@@ -162,6 +166,8 @@ def gantt_figure(tl: Timeline, *, title: str = "", critical_path: list[Action] |
     for kind, spans in _by_kind(tl.spans).items():
         if spans:
             traces.append(_span_bars(spans, _rows(spans), kind, KIND_NAMES[kind], show_text=show_text))
+    if tl.comm:
+        traces.append(_comm_bars(tl))
     if critical_path:
         traces.append(_critical_bars(tl, critical_path))
     headline = ""
@@ -170,6 +176,22 @@ def gantt_figure(tl: Timeline, *, title: str = "", critical_path: list[Action] |
         headline = f"makespan {total:.3f} ms · bubble {idle / (tl.num_ranks * total):.1%}"
     heading = f"{title or tl.schedule_name or 'schedule'} ({tl.source})"
     return _lane_layout(go.Figure(data=traces), labels, f"{heading}<br><sup>{headline}</sup>")
+
+
+def _comm_bars(tl: Timeline) -> go.Bar:
+    """Measured time blocked on sends/receives: a thin strip along the bottom of each rank's row."""
+    comm = tl.comm
+    return go.Bar(
+        name="blocked on transfer", orientation="h",
+        y=_column((c.rank + 0.32 for c in comm), len(comm)),
+        x=_column((c.end - c.start for c in comm), len(comm)),
+        base=_column((c.start for c in comm), len(comm)),
+        width=0.16,
+        marker={"color": COMM_COLOR, "line": {"width": 0}},
+        customdata=[[c.kind, str(c.action), "to" if c.kind == "send" else "from", c.peer] for c in comm],
+        hovertemplate="%{customdata[0]} %{customdata[1]} %{customdata[2]} rank %{customdata[3]}<br>"
+                      "from %{base:.3f} ms for %{x:.3f} ms<extra>transfer</extra>",
+    )
 
 
 def _critical_bars(tl: Timeline, path: list[Action]) -> go.Bar:
@@ -374,14 +396,14 @@ def _node_trace(kind: str, nodes: list[Action], graph: nx.DiGraph, pos, show_tex
         text=[str(a) for a in nodes], textposition="top center", textfont={"size": 9},
         marker={"size": 14, "color": KIND_COLORS[kind], "line": {"width": 1, "color": "white"}},
         customdata=[[str(a), graph.nodes[a]["rank"], a.stage, a.microbatch,
-                     "n/a" if d is None else f"{d:.3f} ms"] for a, d in zip(nodes, durations)],
+                     "n/a" if d is None else f"{d:.3f} ms"] for a, d in zip(nodes, durations, strict=True)],
         hovertemplate="<b>%{customdata[0]}</b><br>rank %{customdata[1]}, stage %{customdata[2]}, "
                       "microbatch %{customdata[3]}<br>duration %{customdata[4]}<extra></extra>",
     )
 
 
 def _path_pairs(path: Sequence[Action], closed: bool) -> list[tuple[Action, Action]]:
-    pairs = list(zip(path, path[1:]))
+    pairs = list(zip(path, path[1:], strict=False))
     if closed and len(path) > 1:
         pairs.append((path[-1], path[0]))
     return pairs

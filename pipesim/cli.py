@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Sequence
 
 from pipesim.compare import compare_schedules, format_table
 from pipesim.cost import CostModel, load_cost
@@ -114,11 +114,11 @@ def _add_figure_args(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pipesim", description="Plan and explain pipeline-parallel schedules.")
+    parser = _Parser(prog="pipesim", description="Plan and explain pipeline-parallel schedules.", allow_abbrev=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="{list,simulate,compare}")
-    commands.add_parser("list", help="registered schedules, what they are and their options")
+    commands.add_parser("list", allow_abbrev=False, help="registered schedules, what they are and their options")
 
-    sim = commands.add_parser("simulate", help="simulate one schedule and write its timeline")
+    sim = commands.add_parser("simulate", allow_abbrev=False, help="simulate one schedule and write its timeline")
     source = sim.add_mutually_exclusive_group(required=True)
     source.add_argument("--schedule", metavar="NAME", help="registered schedule (see `list`)")
     source.add_argument("--csv-in", type=Path, metavar="FILE", help="custom schedule in compute_only CSV format")
@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto)")
     _add_figure_args(outputs, "Gantt chart")
 
-    cmp = commands.add_parser("compare", help="simulate several schedules under one cost model")
+    cmp = commands.add_parser("compare", allow_abbrev=False, help="simulate several schedules under one cost model")
     cmp.add_argument("--schedules", type=_name_list, required=True, metavar="A,B,C")
     cmp.add_argument("--ranks", type=_positive_int, required=True, metavar="P")
     cmp.add_argument("--microbatches", type=_positive_int, required=True, metavar="M")
@@ -176,7 +176,10 @@ def _cost_from_times(f: list[float], b: list[float] | None, w: list[float] | Non
 def schedule_from_args(args: argparse.Namespace) -> Schedule:
     if args.csv_in is not None:
         if args.ranks or args.microbatches or args.virtual_stages:
-            raise UsageError("--csv-in takes ranks, microbatches and stages from the CSV; drop --ranks/--microbatches/--virtual-stages")
+            raise UsageError(
+                "--csv-in takes ranks, microbatches and stages from the CSV: "
+                "drop --ranks, --microbatches and --virtual-stages"
+            )
         return schedule_from_csv(args.csv_in.read_text(), name=args.csv_in.stem)
     if args.ranks is None or args.microbatches is None:
         raise UsageError("--schedule needs --ranks and --microbatches")
@@ -187,16 +190,19 @@ def schedule_from_args(args: argparse.Namespace) -> Schedule:
 # --- commands -------------------------------------------------------------------------
 
 
-def _summary_lines(schedule: Schedule, metrics: Metrics) -> list[str]:
+def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> list[str]:
+    """Headline numbers; bytes only when the costs carry real sizes (a cost file), not the 1-per-microbatch default."""
     lines = [
         schedule.describe(),
         f"makespan {metrics.makespan:.3f} ms, bubble_fraction {metrics.bubble_fraction:.1%} "
         f"(idle/busy {metrics.bubble_ratio:.3f})",
     ]
     for rank in metrics.ranks:
+        plural = "" if rank.peak_activations == 1 else "es"
+        size = f" ({rank.peak_activation_bytes:,.0f} bytes)" if show_bytes else ""
         lines.append(
-            f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, peak memory {rank.peak_activations} "
-            f"stashed microbatches ({rank.peak_activation_bytes:.4g} bytes)"
+            f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, "
+            f"peak memory {rank.peak_activations} stashed microbatch{plural}{size}"
         )
     return lines
 
@@ -237,13 +243,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     timeline = simulate(schedule, cost)
     metrics = compute_metrics(timeline, cost)
     written = _write_simulation_files(args, schedule, cost, timeline, metrics)
-    print("\n".join(_summary_lines(schedule, metrics)))
+    print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
     for path in written:
         print(f"wrote {path}")
     return 0
 
 
-def _write_simulation_files(args, schedule: Schedule, cost: CostModel, timeline: Timeline, metrics: Metrics) -> list[str]:
+def _write_simulation_files(
+    args: argparse.Namespace, schedule: Schedule, cost: CostModel, timeline: Timeline, metrics: Metrics
+) -> list[str]:
     from pipesim.charts import gantt_figure  # plotly only when a figure is asked for
 
     written = []

@@ -16,13 +16,14 @@ Order edges join consecutive actions of a rank. A cycle is a deadlock.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 
 import networkx as nx
 
 from pipesim._perf import paused_gc
 from pipesim.cost import CostModel
-from pipesim.ir import Action, B, F, I, W, Schedule
+from pipesim.ir import Action, B, F, I, Schedule, W
 from pipesim.timeline import Timeline
 from pipesim.validate import ScheduleError
 
@@ -76,49 +77,43 @@ def dependencies(schedule: Schedule) -> Dependencies:
         ranks.extend([rank] * len(row))
         offsets.append(len(actions))
     _check_ranges(schedule, actions, ranks, offsets)
-    index = {action: i for i, action in enumerate(actions)}
+    index = dict(zip(actions, range(len(actions)), strict=True))
     if len(index) != len(actions):
         _raise_duplicate(actions, index, ranks, offsets)
-    last_stage = schedule.num_stages - 1
-    get = index.get
-    deps: list[tuple[int, ...]] = []
-    append = deps.append
-    missing = None
-    for action in actions:  # hot loop: plain tuples hash and compare equal to Actions
-        stage, kind, mb = action
-        if kind is F:
-            if stage:
-                producer = get((stage - 1, F, mb), -1)
-                append((producer,))
-                if producer < 0:
-                    missing = action
-                    break
-            else:
-                append(())
-        elif kind is W:
-            producer = get((stage, I, mb), -1)
-            append((producer,))
-            if producer < 0:
-                missing = action
-                break
-        else:
-            forward = get((stage, F, mb), -1)
-            if stage < last_stage:
-                later = get((stage + 1, B, mb), -1)
-                if later < 0:
-                    later = get((stage + 1, I, mb), -1)
-                append((forward, later))
-                if forward < 0 or later < 0:
-                    missing = action
-                    break
-            else:
-                append((forward,))
-                if forward < 0:
-                    missing = action
-                    break
-    if missing is not None:
+    deps = _producers(actions, schedule.num_stages, schedule.num_microbatches)
+    if any(map((-1).__eq__, chain.from_iterable(deps))):
+        missing = next(a for a, ds in zip(actions, deps, strict=True) if -1 in ds)
         _raise_missing(missing, index, ranks, offsets)
     return Dependencies(actions, ranks, offsets, index, deps)
+
+
+def _producers(actions: list[Action], num_stages: int, num_mb: int) -> list[tuple[int, ...]]:
+    """Producer ids of each action (-1 where a producer is missing).
+
+    Hot loop: ids live in [kind][stage][microbatch] lists (list indexing is
+    several times cheaper than hashing a key tuple per lookup).
+    """
+    table = {kind: [[-1] * num_mb for _ in range(num_stages + 1)] for kind in (F, B, I, W)}
+    for i, (stage, kind, mb) in enumerate(actions):
+        table[kind][stage][mb] = i
+    forward, backward_input = table[F], table[I]
+    # The backward that sends the gradient on: B, or I when the backward is split.
+    first_backward = [
+        [b if b >= 0 else x for b, x in zip(bs, xs, strict=True)] for bs, xs in zip(table[B], table[I], strict=True)
+    ]
+    last_stage = num_stages - 1
+    deps: list[tuple[int, ...]] = []
+    append = deps.append
+    for stage, kind, mb in actions:
+        if kind is F:
+            append((forward[stage - 1][mb],) if stage else ())
+        elif kind is W:
+            append((backward_input[stage][mb],))
+        elif stage < last_stage:
+            append((forward[stage][mb], first_backward[stage + 1][mb]))
+        else:
+            append((forward[stage][mb],))
+    return deps
 
 
 def _check_ranges(schedule: Schedule, actions: list[Action], ranks: list[int], offsets: list[int]) -> None:
@@ -127,7 +122,8 @@ def _check_ranges(schedule: Schedule, actions: list[Action], ranks: list[int], o
         return
     stages = list(map(itemgetter(0), actions))
     mbs = list(map(itemgetter(2), actions))
-    if min(stages) >= 0 and max(stages) < schedule.num_stages and min(mbs) >= 0 and max(mbs) < schedule.num_microbatches:
+    num_stages, num_mb = schedule.num_stages, schedule.num_microbatches
+    if 0 <= min(stages) and max(stages) < num_stages and 0 <= min(mbs) and max(mbs) < num_mb:
         return
     for i, (stage, _, mb) in enumerate(actions):
         if not (0 <= stage < schedule.num_stages and 0 <= mb < schedule.num_microbatches):
@@ -163,22 +159,26 @@ def _raise_missing(action: Action, index: dict[Action, int], ranks: list[int], o
     what = f"{missing} (or {stage + 1}I{mb})" if missing.kind is B else str(missing)
     i = index[action]
     rank = ranks[i]
-    raise ScheduleError("missing dependency", f"{action} needs {what}, which no rank runs", rank, i - offsets[rank], action)
+    detail = f"{action} needs {what}, which no rank runs"
+    raise ScheduleError("missing dependency", detail, rank, i - offsets[rank], action)
 
 
-def sweep(deps: Dependencies, durations: list[float], transfer: list[float]):
+def sweep(
+    deps: Dependencies, durations: list[float], hops: list[float]
+) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
     """Run every rank's list in order, each action as soon as its inputs have arrived.
 
     Kahn's algorithm over per-rank pointers: a rank advances while its next
     action's producers have ended; a blocked rank parks on the one producer it
     waits for and is woken when that ends. Times do not depend on the order
-    ranks are visited, so the result is deterministic. `transfer[b]` is the
-    time to cross the boundary between stage b and b+1 (added when producer
-    and consumer sit on different ranks). Returns (starts, ends, stuck) where
-    stuck lists (rank, head id, awaited id) when ranks deadlock.
+    ranks are visited, so the result is deterministic. `hops[i]` is the
+    transfer time action i pays for a producer on another rank (every data
+    edge crosses one stage boundary, fixed by the consumer: see `hop_times`).
+    Returns (starts, ends, stuck) where stuck lists (rank, head id, awaited
+    id) when ranks deadlock.
     """
     n = len(deps.actions)
-    offsets, dep_lists, actions, ranks = deps.offsets, deps.deps, deps.actions, deps.ranks
+    offsets, dep_lists, ranks = deps.offsets, deps.deps, deps.ranks
     starts = [0.0] * n
     ends = [-1.0] * n
     pointer = offsets[:-1]
@@ -197,8 +197,7 @@ def sweep(deps: Dependencies, durations: list[float], transfer: list[float]):
                     blocked = d
                     break
                 if ranks[d] != rank:
-                    a, b = actions[d][0], actions[i][0]
-                    arrival += transfer[a if a < b else b]
+                    arrival += hops[i]
                 if arrival > start:
                     start = arrival
             if blocked >= 0:
@@ -218,6 +217,17 @@ def sweep(deps: Dependencies, durations: list[float], transfer: list[float]):
             awaited = next(d for d in dep_lists[i] if ends[d] < 0)
             stuck.append((rank, i, awaited))
     return starts, ends, stuck
+
+
+def hop_times(deps: Dependencies, transfer: list[float]) -> list[float]:
+    """Per action, the transfer it pays for a producer on another rank.
+
+    `transfer[b]` crosses the boundary between stages b and b+1 (one entry per
+    stage; the last, and transfer[-1] for stage 0's F, are never used). F(s) hears
+    from F(s-1) across boundary s-1; a backward of s hears from s+1 across
+    boundary s (its other producers share its stage, hence its rank).
+    """
+    return [transfer[stage - 1 if kind is F else stage] for stage, kind, _ in deps.actions]
 
 
 def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> DeadlockError:
@@ -245,7 +255,7 @@ def find_deadlock(schedule: Schedule) -> list[Action] | None:
     """A cycle of the dependency graph (in edge order, last -> first closes it), or None."""
     deps = dependencies(schedule)
     n = len(deps.actions)
-    _, _, stuck = sweep(deps, [0.0] * n, [0.0] * schedule.num_stages)
+    _, _, stuck = sweep(deps, [0.0] * n, [0.0] * n)
     return deadlock_error(deps, stuck).cycle if stuck else None
 
 
@@ -261,23 +271,29 @@ def build_dag(schedule: Schedule, cost: CostModel | None = None) -> nx.DiGraph:
     if cost is not None:
         cost.check_fits(schedule)
     graph = nx.DiGraph(name=schedule.name)
-    ranks = deps.ranks
+    actions, ranks = deps.actions, deps.ranks
     graph.add_nodes_from(
-        (a, {"rank": ranks[i], "stage": a.stage, "kind": a.kind, "microbatch": a.microbatch,
-             **({"duration": cost.duration_ms(a.stage, a.kind)} if cost is not None else {})})
-        for i, a in enumerate(deps.actions)
+        (a, {"rank": ranks[i], "stage": a.stage, "kind": a.kind, "microbatch": a.microbatch})
+        for i, a in enumerate(actions)
     )
-    actions = deps.actions
+    if cost is not None:
+        durations = {(s, k): cost.duration_ms(s, k) for s, k, _ in set(actions)}
+        nx.set_node_attributes(graph, {a: durations[a.stage, a.kind] for a in actions}, "duration")
     for rank in range(schedule.num_ranks):
         lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
-        graph.add_edges_from((actions[i - 1], actions[i], {"kind": "order"}) for i in range(lo + 1, hi))
-    for i, producers in enumerate(deps.deps):
-        for d in producers:
-            attrs = {"kind": "data"}
-            if cost is not None and ranks[d] != ranks[i]:
-                attrs["comm_ms"] = cost.transfer_ms(actions[d].stage, actions[i].stage)
-            graph.add_edge(actions[d], actions[i], **attrs)
+        graph.add_edges_from(zip(actions[lo:hi - 1], actions[lo + 1:hi], strict=True), kind="order")
+    graph.add_edges_from(
+        (actions[d], actions[i], _data_edge(actions[d], actions[i], ranks[d] != ranks[i], cost))
+        for i, producers in enumerate(deps.deps)
+        for d in producers
+    )
     return graph
+
+
+def _data_edge(producer: Action, consumer: Action, crosses: bool, cost: CostModel | None) -> dict:
+    if cost is None or not crosses:
+        return {"kind": "data"}
+    return {"kind": "data", "comm_ms": cost.transfer_ms(producer.stage, consumer.stage)}
 
 
 @paused_gc()

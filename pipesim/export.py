@@ -2,8 +2,10 @@
 
 kaleido 1.x renders in the system's Chrome/Chromium. Starting the browser costs
 seconds, so `export_figures` renders a whole batch in one browser session rather
-than one browser per image. The session lives only for the call: no server is left
-running behind the caller's back, and nothing is kept at module level.
+than one browser per image, and that session ends with the call. A caller that
+exports again and again (an app) opens `export_session()` (or
+`start_export_server()`) once: kaleido's shared server then keeps one browser
+for every export until it is stopped. pipesim itself keeps nothing at module level.
 
 When no browser is installed, image formats raise `ExportUnavailable` with a plain
 message; HTML never needs a browser (plotly.js is embedded, so the file works offline).
@@ -13,15 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import plotly.graph_objects as go
+if TYPE_CHECKING:  # plotly loads only with the figures, so `python -m pipesim list` stays quick
+    import plotly.graph_objects as go
 
 FORMATS = ("html", "png", "svg", "pdf")
 IMAGE_FORMATS = ("png", "svg", "pdf")
-MIME_TYPES = MappingProxyType({"html": "text/html", "png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"})
+MIME_TYPES = MappingProxyType(
+    {"html": "text/html", "png": "image/png", "svg": "image/svg+xml", "pdf": "application/pdf"}
+)
 NO_BROWSER_MESSAGE = (
     "PNG/SVG/PDF export needs Chromium, and none was found: apt-get install chromium "
     "(or set BROWSER_PATH to a Chrome/Chromium binary); HTML export still works"
@@ -66,11 +72,58 @@ def _image_opts(fig: go.Figure, fmt: str) -> dict[str, Any]:
     return {"format": fmt, "width": width, "height": height, "scale": 2 if fmt == "png" else 1}
 
 
+def _kaleido_options() -> dict[str, Any]:
+    # mathjax=False: the default pulls MathJax from a CDN, which hangs without a network.
+    return {"n": 1, "timeout": RENDER_TIMEOUT_S, "mathjax": False}
+
+
+def export_server_running() -> bool:
+    """Whether kaleido's shared server (see `start_export_server`) is up."""
+    try:
+        import kaleido
+    except ImportError:
+        return False
+    server = getattr(kaleido, "_global_server", None)  # kaleido's own singleton; no public query exists
+    return bool(server is not None and server.is_running())
+
+
+def start_export_server() -> None:
+    """Start one browser that every later image export reuses, until `stop_export_server`."""
+    if not images_available():
+        raise ExportUnavailable(NO_BROWSER_MESSAGE)
+    import kaleido
+
+    kaleido.start_sync_server(silence_warnings=True, **_kaleido_options())
+
+
+def stop_export_server() -> None:
+    try:
+        import kaleido
+    except ImportError:
+        return
+    kaleido.stop_sync_server(silence_warnings=True)
+
+
+@contextmanager
+def export_session() -> Iterator[None]:
+    """`with export_session(): ...` keeps one browser for all exports in the block.
+
+    Stops the server on exit only if this block started it.
+    """
+    started = not export_server_running()
+    if started:
+        start_export_server()
+    try:
+        yield
+    finally:
+        if started:
+            stop_export_server()
+
+
 async def _render_all(jobs: Sequence[tuple[go.Figure, str]]) -> list[bytes]:
     import kaleido
 
-    # mathjax=False: the default pulls MathJax from a CDN, which hangs without a network.
-    async with kaleido.Kaleido(n=1, timeout=RENDER_TIMEOUT_S, mathjax=False) as session:
+    async with kaleido.Kaleido(**_kaleido_options()) as session:
         return [await session.calc_fig(fig, opts=_image_opts(fig, fmt)) for fig, fmt in jobs]
 
 
@@ -98,9 +151,15 @@ def _render_images(jobs: Sequence[tuple[go.Figure, str]]) -> list[bytes]:
     if not images_available():
         raise ExportUnavailable(NO_BROWSER_MESSAGE)
     try:
+        if export_server_running():
+            import kaleido
+
+            return [kaleido.calc_fig_sync(fig, opts=_image_opts(fig, fmt)) for fig, fmt in jobs]
         return _run_in_thread(jobs)
     except ImportError as error:
-        raise ExportUnavailable(f"PNG/SVG/PDF export needs the kaleido package ({error}); HTML export still works") from None
+        raise ExportUnavailable(
+            f"PNG/SVG/PDF export needs the kaleido package ({error}); HTML export still works"
+        ) from None
     except Exception as error:
         if type(error).__name__ == "ChromeNotFoundError":
             raise ExportUnavailable(NO_BROWSER_MESSAGE) from None
@@ -110,7 +169,8 @@ def _render_images(jobs: Sequence[tuple[go.Figure, str]]) -> list[bytes]:
 def export_figures(figs: Sequence[go.Figure], fmts: Iterable[str]) -> list[dict[str, bytes]]:
     """Every figure in every format: one dict {format: bytes} per figure, in order.
 
-    All images are rendered in one browser session.
+    All images are rendered in one browser: the shared server's when one runs, else one
+    started for this call.
     """
     formats = [check_format(fmt) for fmt in fmts]
     jobs = [(fig, fmt) for fig in figs for fmt in formats if fmt in IMAGE_FORMATS]

@@ -14,7 +14,7 @@ from itertools import repeat
 
 from pipesim._perf import paused_gc
 from pipesim.cost import CostModel
-from pipesim.dag import Dependencies, deadlock_error, dependencies, sweep
+from pipesim.dag import Dependencies, deadlock_error, dependencies, hop_times, sweep
 from pipesim.ir import ActionKind, Schedule
 from pipesim.timeline import Span, Timeline
 
@@ -31,7 +31,7 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     if deps is None:
         deps = dependencies(schedule)
     durations = _durations(deps, cost, schedule.num_stages)
-    starts, ends, stuck = sweep(deps, durations, _transfers(schedule, cost))
+    starts, ends, stuck = sweep(deps, durations, hop_times(deps, _transfers(schedule, cost)))
     if stuck:
         raise deadlock_error(deps, stuck)
     new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up
@@ -58,5 +58,5 @@ def _durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[flo
 
 
 def _transfers(schedule: Schedule, cost: CostModel) -> list[float]:
-    """Transfer time across each stage boundary b (between stage b and b+1)."""
-    return [cost.transfer_ms(b, b + 1) for b in range(max(schedule.num_stages - 1, 1))] + [0.0]
+    """Transfer time across each stage boundary b (between stage b and b+1); 0 after the last stage."""
+    return [cost.transfer_ms(b, b + 1) for b in range(schedule.num_stages - 1)] + [0.0]

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pipesim.ir import Action, ActionKind
 from pipesim._perf import paused_gc
+from pipesim.ir import Action, ActionKind
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
     from pipesim.cost import CostModel
@@ -103,7 +103,7 @@ def _by_rank(tl: Timeline) -> list[list[Span]]:
     rows: list[list[Span]] = [[] for _ in range(tl.num_ranks)]
     for span in tl.spans:
         rows[span[0]].append(span)
-    key = itemgetter(2, 3)
+    key = itemgetter(2)  # stable: equal starts keep their recorded order
     for row in rows:
         row.sort(key=key)
     return rows
@@ -156,25 +156,18 @@ def bubble_ratio(tl: Timeline) -> float:
     return idle / busy
 
 
-def _memory_events(tl: Timeline, cost: "CostModel | None") -> list[list[tuple[float, int, float]]]:
+def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[float, int, float]]]:
     """Per rank, (time, stashed-count delta, bytes delta) events, sorted so frees come first at equal times.
 
     Count: +1 at each F start, -1 at the end of its first backward (B or I).
     Bytes: F adds stash_bytes(stage); B frees it; I frees all but the part
     only W needs (w_bytes), which W frees.
     """
-    table: dict[int, tuple[float, float]] = {}
+    table = _stash_sizes(tl, cost)
     events: list[list[tuple[float, int, float]]] = [[] for _ in range(tl.num_ranks)]
     forward, backward, backward_input = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT
     for rank, (stage, kind, _), start, end, _ in tl.spans:
-        sizes = table.get(stage)
-        if sizes is None:
-            if cost is None:
-                sizes = (0.0, 0.0)
-            else:
-                stash = cost.stash_bytes(stage)
-                sizes = (stash, min(cost.stage(stage).w_bytes, stash))
-            table[stage] = sizes
+        sizes = table[stage]
         if kind is forward:
             event = (start, 1, sizes[0])
         elif kind is backward:
@@ -214,7 +207,7 @@ def stash_counts(tl: Timeline) -> list[list[tuple[float, int]]]:
 
 
 @paused_gc()
-def memory_over_time(tl: Timeline, cost: "CostModel") -> list[list[tuple[float, float]]]:
+def memory_over_time(tl: Timeline, cost: CostModel) -> list[list[tuple[float, float]]]:
     """Per rank, stashed activation bytes over time.
 
     F adds stash_bytes(stage) at its start; B frees it at its end; with a
@@ -279,25 +272,81 @@ class Metrics:
         }
 
 
+def _stash_sizes(tl: Timeline, cost: CostModel | None) -> dict[int, tuple[float, float]]:
+    """Per stage: (bytes F stashes, bytes only W still needs after I)."""
+    sizes: dict[int, tuple[float, float]] = {}
+    for stage in {span[1][0] for span in tl.spans}:
+        if cost is None:
+            sizes[stage] = (0.0, 0.0)
+        else:
+            stash = cost.stash_bytes(stage)
+            sizes[stage] = (stash, min(cost.stage(stage).w_bytes, stash))
+    return sizes
+
+
+def _rank_summary(
+    row: list[Span], sizes: dict[int, tuple[float, float]], origin: float, finish: float
+) -> tuple[float, int, float] | None:
+    """(idle ms, peak stashed count, peak bytes) in one walk over a rank's spans sorted by start.
+
+    When no two spans overlap, span order is event order (every free happens at
+    a span's end, before the next span starts), so no event sort is needed.
+    Returns None when spans overlap; the caller then sorts events.
+    """
+    forward, backward, backward_input = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT
+    idle = 0.0
+    cursor = origin
+    count = peak_count = 0
+    size = peak_size = 0.0
+    for _, (stage, kind, _), start, end, _ in row:
+        if start < cursor:
+            return None
+        idle += start - cursor
+        cursor = end
+        if kind is forward:
+            count += 1
+            size += sizes[stage][0]
+            if count > peak_count:
+                peak_count = count
+            if size > peak_size:
+                peak_size = size
+        elif kind is backward:
+            count -= 1
+            size -= sizes[stage][0]
+        elif kind is backward_input:
+            count -= 1
+            size -= sizes[stage][0] - sizes[stage][1]
+        else:
+            size -= sizes[stage][1]
+    return idle + max(finish - cursor, 0.0), peak_count, peak_size
+
+
 @paused_gc()
-def compute_metrics(tl: Timeline, cost: "CostModel | None" = None) -> Metrics:
+def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
     total = makespan(tl)
     origin = _origin(tl)
-    idle = [sum(b - a for a, b in _gaps(row, origin, origin + total)) for row in _by_rank(tl)]
-    peaks = [_peaks(row) for row in _memory_events(tl, cost)]
+    rows = _by_rank(tl)
+    sizes = _stash_sizes(tl, cost)
+    summaries = [_rank_summary(row, sizes, origin, origin + total) for row in rows]
+    if None in summaries:  # overlapping spans (measured runs): the general, sorting path
+        events = _memory_events(tl, cost)
+        for r, summary in enumerate(summaries):
+            if summary is None:
+                idle = sum(b - a for a, b in _gaps(rows[r], origin, origin + total))
+                summaries[r] = (idle, *_peaks(events[r]))
     ranks = tuple(
         RankMetrics(
             rank=r,
-            busy_ms=total - idle[r],
-            idle_ms=idle[r],
-            bubble_fraction=idle[r] / total if total > 0 else 0.0,
-            peak_activations=peaks[r][0],
-            peak_activation_bytes=float(peaks[r][1]),
+            busy_ms=total - idle,
+            idle_ms=idle,
+            bubble_fraction=idle / total if total > 0 else 0.0,
+            peak_activations=peak_count,
+            peak_activation_bytes=float(peak_size),
         )
-        for r in range(tl.num_ranks)
+        for r, (idle, peak_count, peak_size) in enumerate(summaries)
     )
-    idle_sum = sum(idle)
+    idle_sum = sum(r.idle_ms for r in ranks)
     busy_sum = tl.num_ranks * total - idle_sum
     return Metrics(
         makespan=total,

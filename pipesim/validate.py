@@ -17,8 +17,11 @@ the dependency graph (`pipesim.dag.find_deadlock`).
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import is_, itemgetter, lt
+
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, B, F, I, W, Schedule
+from pipesim.ir import Action, B, F, I, Schedule, W
 
 
 class ScheduleError(ValueError):
@@ -66,17 +69,20 @@ def find_problems(schedule: Schedule, limit: int | None = None) -> list[Schedule
     return problems if limit is None else problems[:limit]
 
 
-def _scan_actions(
-    schedule: Schedule, problems: list[ScheduleError], misplaced: set[Action]
-) -> dict[Action, tuple[int, int]]:
-    """One pass over every action: range, placement, duplicates. Returns action -> (rank, index).
+def _scan_actions(schedule: Schedule, problems: list[ScheduleError], misplaced: set[Action]) -> dict[Action, int]:
+    """One pass over every action: range, placement, duplicates. Returns action -> index in its rank's list.
+
+    Every action kept sits on its stage's rank, so its rank is `stage_to_rank[stage]`.
 
     Actions on the wrong rank go to `misplaced` instead: reported once, not again as missing.
     """
     placement = schedule.stage_to_rank
     num_stages, num_mb = schedule.num_stages, schedule.num_microbatches
-    position: dict[Action, tuple[int, int]] = {}
+    position: dict[Action, int] = {}
     for rank, row in enumerate(schedule.actions):
+        if _row_is_clean(row, set(schedule.stages_of_rank(rank)), num_mb):
+            position.update(zip(row, range(len(row)), strict=True))
+            continue
         for index, action in enumerate(row):
             stage, _, mb = action
             if not (0 <= stage < num_stages and 0 <= mb < num_mb):
@@ -98,56 +104,94 @@ def _scan_actions(
             if action in position:
                 problems.append(ScheduleError(
                     f"duplicate {action.kind}",
-                    f"{action} already runs at position {position[action][1]}; each (stage, microbatch) "
+                    f"{action} already runs at position {position[action]}; each (stage, microbatch) "
                     f"has exactly one {action.kind}",
                     rank, index, action,
                 ))
                 continue
-            position[action] = (rank, index)
+            position[action] = index
     return position
 
 
-def _check_pairs(schedule: Schedule, position: dict[Action, tuple[int, int]], problems: list[ScheduleError]) -> None:
+def _row_is_clean(row: tuple[Action, ...], own_stages: set[int], num_mb: int) -> bool:
+    """C-speed screen of a rank's list: own stages only, microbatches in range, no repeats."""
+    if not row:
+        return True
+    microbatches = list(map(itemgetter(2), row))
+    return (
+        set(map(itemgetter(0), row)) <= own_stages
+        and 0 <= min(microbatches)
+        and max(microbatches) < num_mb
+        and len(set(row)) == len(row)
+    )
+
+
+def _check_pairs(schedule: Schedule, position: dict[Action, int], problems: list[ScheduleError]) -> None:
     """Order on the rank: F before its backward, I before W; B and I never both."""
-    for action, (rank, index) in position.items():
-        stage, kind, mb = action
-        if kind is F:
+    for rank, row in enumerate(schedule.actions):
+        if _forwards_first(row):
             continue
-        if kind is W:
-            before = position.get((stage, I, mb))
-            if before is None:
-                problems.append(ScheduleError(
-                    "W without I", f"{action} needs {stage}I{mb} (the input-gradient half) on the same rank",
-                    rank, index, action,
-                ))
-            elif before[1] > index:
-                problems.append(ScheduleError(
-                    "W before I", f"{action} runs before {stage}I{mb} (position {before[1]}); W needs I's result",
-                    rank, index, action,
-                ))
-            continue
-        if kind is I and (stage, B, mb) in position:
+        for index, action in enumerate(row):
+            if action[1] is not F and position.get(action) == index:
+                _check_action(action, index, rank, position, problems)
+
+
+def _forwards_first(row: tuple[Action, ...]) -> bool:
+    """C-speed screen of one rank: only F and B, each B after the F of its (stage, microbatch).
+
+    Ranks that pass need no per-action check; the others get the detailed one.
+    """
+    kinds = list(map(itemgetter(1), row))
+    is_forward = list(map(is_, kinds, repeat(F)))
+    is_backward = list(map(is_, kinds, repeat(B)))
+    if is_forward.count(True) + is_backward.count(True) != len(row):  # a split backward: check in detail
+        return False
+    key, places = itemgetter(0, 2), range(len(row))
+    forward_at = dict(zip(map(key, compress(row, is_forward)), compress(places, is_forward), strict=True))
+    needed = map(forward_at.get, map(key, compress(row, is_backward)), repeat(len(row)))
+    return all(map(lt, needed, compress(places, is_backward)))
+
+
+def _check_action(
+    action: Action, index: int, rank: int, position: dict[Action, int], problems: list[ScheduleError]
+) -> None:
+    """The detailed order checks for one backward-side action (B, I or W)."""
+    stage, kind, mb = action
+    if kind is W:
+        before = position.get((stage, I, mb))
+        if before is None:
             problems.append(ScheduleError(
-                "both B and I", f"{stage}B{mb} and {action} both run; a backward is either B, or I then W",
+                "W without I", f"{action} needs {stage}I{mb} (the input-gradient half) on the same rank",
                 rank, index, action,
             ))
-        if kind is I and (stage, W, mb) not in position:
+        elif before > index:
             problems.append(ScheduleError(
-                "I without W", f"{action} splits the backward but {stage}W{mb} never runs",
+                "W before I", f"{action} runs before {stage}I{mb} (position {before}); W needs I's result",
                 rank, index, action,
             ))
-        forward = position.get((stage, F, mb))
-        if forward is not None and forward[1] > index:
-            problems.append(ScheduleError(
-                f"{kind} before F", f"{action} runs before {stage}F{mb} (position {forward[1]}); "
-                "a backward needs its forward's activations",
-                rank, index, action,
-            ))
+        return
+    if kind is I and (stage, B, mb) in position:
+        problems.append(ScheduleError(
+            "both B and I", f"{stage}B{mb} and {action} both run; a backward is either B, or I then W",
+            rank, index, action,
+        ))
+    if kind is I and (stage, W, mb) not in position:
+        problems.append(ScheduleError(
+            "I without W", f"{action} splits the backward but {stage}W{mb} never runs",
+            rank, index, action,
+        ))
+    forward = position.get((stage, F, mb))
+    if forward is not None and forward > index:
+        problems.append(ScheduleError(
+            f"{kind} before F", f"{action} runs before {stage}F{mb} (position {forward}); "
+            "a backward needs its forward's activations",
+            rank, index, action,
+        ))
 
 
 def _check_missing(
     schedule: Schedule,
-    position: dict[Action, tuple[int, int]],
+    position: dict[Action, int],
     misplaced: set[Action],
     problems: list[ScheduleError],
 ) -> None:

@@ -58,7 +58,9 @@ def _layer_forward_flops(d: ModelDescription) -> float:
 
 
 def test_model_description_forward_time_is_flops_over_rate():
-    desc = ModelDescription(num_layers=8, hidden_size=1024, ffn_size=4096, num_heads=8, seq_len=512, device_tflops=100.0)
+    desc = ModelDescription(
+        num_layers=8, hidden_size=1024, ffn_size=4096, num_heads=8, seq_len=512, device_tflops=100.0
+    )
     cost = desc.to_cost_model(4)
     middle = cost.stage(1)
     assert middle.forward_ms == pytest.approx(2 * _layer_forward_flops(desc) / (100.0 * 1e9))

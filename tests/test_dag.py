@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import networkx as nx
 import pytest
 from hypothesis import given, settings
@@ -66,7 +68,7 @@ def test_deadlock_cycle_is_a_cycle_of_the_graph():
     assert cycle is not None
     graph = build_dag(CROSS_DEADLOCK)
     assert not nx.is_directed_acyclic_graph(graph)
-    for producer, consumer in zip(cycle, cycle[1:] + cycle[:1]):
+    for producer, consumer in zip(cycle, cycle[1:] + cycle[:1], strict=True):
         assert graph.has_edge(producer, consumer), (producer, consumer)
 
 
@@ -104,7 +106,7 @@ def test_duplicate_action_is_a_schedule_error():
 def _path_time(path, cost, ranks_of):
     """Durations along the path plus the transfers on its cross-rank hops."""
     total = sum(cost.duration_ms(a.stage, a.kind) for a in path)
-    for a, b in zip(path, path[1:]):
+    for a, b in pairwise(path):
         if ranks_of[a] != ranks_of[b]:
             total += cost.transfer_ms(a.stage, b.stage)
     return total
@@ -126,7 +128,7 @@ def test_critical_path_lasts_the_makespan_without_comm(ranks, microbatches, forw
     makespan = max(s.end for s in timeline.spans)
     assert sum(cost.duration_ms(a.stage, a.kind) for a in path) == makespan
     graph = build_dag(schedule)
-    assert all(graph.has_edge(a, b) for a, b in zip(path, path[1:]))
+    assert all(graph.has_edge(a, b) for a, b in pairwise(path))
 
 
 @settings(max_examples=25, deadline=None)

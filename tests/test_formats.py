@@ -89,6 +89,8 @@ def test_communication_actions_are_refused_with_a_reason():
         schedule_from_csv("0F0,0SEND_F0,0B0\n1RECV_F0,1F0,1B0\n")
     assert (info.value.row, info.value.column) == (0, 1)
     assert "communication" in str(info.value) and "compute_only" in str(info.value)
+    with pytest.raises(CsvError, match="OVERLAP_F_B.*separate cells"):
+        schedule_from_csv("0F0,(0F1;0B0)OVERLAP_F_B,0B1\n")
 
 
 def test_a_stage_on_two_ranks_names_both():
@@ -181,7 +183,7 @@ def test_chrome_trace_has_one_complete_event_per_span_in_microseconds():
     events = trace["traceEvents"]
     compute = [e for e in events if e["ph"] == "X" and e["tid"] == 0]
     assert len(compute) == len(timeline.spans)
-    for event, span in zip(compute, timeline.spans):
+    for event, span in zip(compute, timeline.spans, strict=True):
         assert event["name"] == str(span.action)
         assert event["pid"] == span.rank
         assert event["ts"] == pytest.approx(span.start * 1000)

@@ -143,3 +143,25 @@ def test_every_registered_schedule_is_valid_and_deadlock_free(ranks, microbatche
     for schedule in _registered_cases(ranks, microbatches, chunks):
         validate(schedule)
         assert find_deadlock(schedule) is None, schedule.describe()
+
+
+@pytest.mark.parametrize("ranks, microbatches", [(2, 4), (4, 8), (4, 12), (3, 3)])
+def test_interleaved_order_matches_torch_pipelining(ranks, microbatches):
+    """Cross-check with torch's ScheduleInterleaved1F1B (skipped where torch is not installed)."""
+    torch_schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    from types import SimpleNamespace
+
+    def compute_text(order):
+        return [str(a) for a in order if a is not None and str(a)[-1].isdigit() and a.computation_type.value in "FB"]
+
+    # (Not Schedule1F1B._get_pipeline_order: in torch 2.13 its last rank starts at microbatch 1.)
+    for chunks in (2, 3):
+        shape = SimpleNamespace(
+            n_local_stages=chunks, microbatches_per_round=ranks, pp_group_size=ranks,
+            _n_microbatches=microbatches, number_of_rounds=microbatches // ranks,
+        )
+        theirs = [
+            compute_text(torch_schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations(shape, r))
+            for r in range(ranks)
+        ]
+        assert theirs == interleaved_1f1b(ranks, microbatches, chunks).text_rows()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +17,9 @@ from pipesim.schedules.interleaved import interleaved_1f1b
 from pipesim.simulate import simulate
 from pipesim.timeline import makespan
 
-sizes = dict(ranks=st.integers(1, 6), microbatches=st.integers(1, 12), forward=st.integers(1, 5), backward=st.integers(1, 5))
+sizes = dict(
+    ranks=st.integers(1, 6), microbatches=st.integers(1, 12), forward=st.integers(1, 5), backward=st.integers(1, 5)
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -125,4 +129,4 @@ def test_spans_respect_every_dependency_and_never_overlap(ranks, microbatches, c
             assert s.start == ready  # as soon as possible, never later
         for rank in range(schedule.num_ranks):
             own = sorted((s.start, s.end) for s in timeline.spans if s.rank == rank)
-            assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(own, own[1:]))
+            assert all(a_end <= b_start for (_, a_end), (b_start, _) in pairwise(own))

@@ -1,0 +1,249 @@
+"""Calibration: measure the real model on the real hardware and write pipesim's cost file.
+
+Run inside the workers before the measured steps (RunConfig.profile). What a
+simulation needs to predict a measured step, and where it comes from here:
+
+* per-stage F, B, I and W: the very StageRunner calls the runtime makes (the
+  loss on the last stage, recomputation when on), each timed alone on the
+  stage's own rank, median of several repetitions, every rank profiling at the
+  same time (so the cores are as busy as during the run);
+* per-stage bytes: activations saved for backward, what W still needs after I,
+  the stage input and output, the parameters;
+* per boundary between two ranks: a ping-pong through the run's own transport
+  with a tiny and with the real tensor (latency plus bandwidth);
+* per rank, the optimizer step and gradient zeroing that end every step
+  (cost.meta "step_overhead_ms", which executor.predict adds after each rank's
+  last action).
+
+The cost model's recompute flag adds F to every B and I in the simulation, so
+with recomputation on the measured recomputing backward is stored minus F.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from executor.stage import tensor_bytes
+from pipesim.cost import CostModel, LinkCost, StageCost
+from pipesim.formats import write_json
+
+PROFILE_REPEATS = 7  # measured repetitions per quantity (one more runs first, untimed)
+SMALL_ELEMENTS = 1
+
+
+class Stopwatch:
+    """Times a call on the host clock, or with CUDA events (synchronising around the call only)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def time(self, fn: Callable[[], Any]) -> tuple[float, Any]:
+        if not self.cuda:
+            start = time.perf_counter()
+            result = fn()
+            return (time.perf_counter() - start) * 1e3, result
+        torch.cuda.synchronize(self.device)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        result = fn()
+        end.record()
+        torch.cuda.synchronize(self.device)
+        return begin.elapsed_time(end), result
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def profile_stage(r: Any, stage: int, repeats: int, watch: Stopwatch) -> dict[str, float]:
+    """Median F, B, I, W (and F with split capture) of one stage, plus its byte counts."""
+    runner, device = r.model.runners[stage], r.choice.device
+    inputs, targets = r.batch(0)
+    in_shape, out_shape = r.model.shapes[stage]
+    x = inputs[0] if stage == 0 else torch.randn(in_shape, device=device)
+    target = targets[0] if runner.is_last else None
+    grad = None if runner.is_last else torch.randn(out_shape, device=device) * 1e-3
+    times: dict[str, list[float]] = {key: [] for key in ("f", "b", "f_split", "i", "w")}
+    for rep in range(repeats + 1):
+        f_ms, (_, stash) = watch.time(lambda: runner.forward(x, target, split=False))
+        b_ms, _ = watch.time(lambda: runner.backward(stash, grad))
+        fs_ms, (_, stash) = watch.time(lambda: runner.forward(x, target, split=True))
+        i_ms, (_, work) = watch.time(lambda: runner.backward_input(stash, grad))
+        w_ms, _ = watch.time(lambda: runner.backward_weight(work))
+        if rep:  # the first round warms caches and allocators
+            for key, value in zip(times, (f_ms, b_ms, fs_ms, i_ms, w_ms)):
+                times[key].append(value)
+    activation, weight, input_bytes = r.model.stash_bytes[stage]
+    out_bytes = 0 if runner.is_last else torch.Size(out_shape).numel() * 4
+    result = {key: _median(values) for key, values in times.items()}
+    result.update(
+        activation_bytes=float(activation),
+        weight_grad_bytes=float(weight),
+        input_bytes=float(input_bytes),
+        output_bytes=float(out_bytes),
+        param_bytes=float(sum(tensor_bytes(p) for p in runner.parameters())),
+    )
+    return result
+
+
+def _ping_pong_ms(r: Any, src: int, dst: int, shape: torch.Size, repeats: int) -> float | None:
+    """One-way time of `shape` from src to dst (half the median round trip); None on other ranks."""
+    transport, device = r.runtime.transport, r.choice.device
+    if r.rank not in (src, dst):
+        return None
+    payload = torch.zeros(shape, device=device)
+    round_trips = []
+    for rep in range(repeats + 1):
+        if r.rank == src:
+            start = time.perf_counter()
+            transport.isend(payload, dst, tag=0).wait()
+            transport.irecv(shape, torch.float32, dst, tag=0).wait()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if rep:
+                round_trips.append((time.perf_counter() - start) * 1e3)
+        else:
+            received = transport.irecv(shape, torch.float32, src, tag=0).wait()
+            transport.isend(received, src, tag=0).wait()
+    return _median(round_trips) / 2 if round_trips else None
+
+
+def profile_links(r: Any, repeats: int) -> dict[int, dict[str, float]]:
+    """Per cross-rank boundary measured by its sending rank: one-way times for a tiny and the real tensor.
+
+    Every rank walks the boundaries in the same order, so the blocking ping-pongs never cross.
+    """
+    schedule, results = r.schedule, {}
+    for boundary in range(schedule.num_stages - 1):
+        src, dst = schedule.stage_to_rank[boundary], schedule.stage_to_rank[boundary + 1]
+        if src == dst:
+            continue
+        shape = r.model.shapes[boundary][1]
+        small = _ping_pong_ms(r, src, dst, torch.Size((SMALL_ELEMENTS,)), repeats)
+        large = _ping_pong_ms(r, src, dst, shape, repeats)
+        if r.rank == src:
+            results[boundary] = {"small_ms": small, "small_bytes": 4.0 * SMALL_ELEMENTS,
+                                 "large_ms": large, "large_bytes": 4.0 * shape.numel()}
+    return results
+
+
+def link_cost(measure: dict[str, float] | None) -> LinkCost:
+    """Latency plus bandwidth through the two sizes; the real size's time is reproduced exactly."""
+    if measure is None:  # both stages on one rank: a local hand-over
+        return LinkCost()
+    small, large = measure["small_ms"], measure["large_ms"]
+    extra_bytes = measure["large_bytes"] - measure["small_bytes"]
+    if large <= small or extra_bytes <= 0:
+        return LinkCost(latency_ms=max(large, 0.0))
+    bandwidth = extra_bytes / ((large - small) * 1e-3) / 1e9
+    latency = small - measure["small_bytes"] / (bandwidth * 1e9) * 1e3
+    return LinkCost(latency_ms=max(latency, 0.0), bandwidth_gbps=bandwidth)
+
+
+def profile_optimizer(r: Any, repeats: int, watch: Stopwatch) -> float:
+    """Median optimizer step plus zero_grad on real-sized gradients; weights and state are restored after."""
+    params = r.model.parameters()
+    saved_params = [p.detach().clone() for p in params]
+    saved_state = copy.deepcopy(r.optimizer.state_dict())
+    grads = [torch.randn_like(p) * 1e-3 for p in params]
+    times = []
+    for rep in range(repeats + 1):
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+
+        def step() -> None:
+            r.optimizer.step()
+            r.optimizer.zero_grad(set_to_none=True)
+
+        elapsed, _ = watch.time(step)
+        if rep:
+            times.append(elapsed)
+    with torch.no_grad():
+        for p, saved in zip(params, saved_params):
+            p.copy_(saved)
+    r.optimizer.load_state_dict(saved_state)
+    r.optimizer.zero_grad(set_to_none=True)
+    return _median(times)
+
+
+def stage_cost(measure: dict[str, float], split: bool, recompute: bool) -> StageCost:
+    """Turn one stage's measurements into the cost model's terms (see the module docstring)."""
+    forward = measure["f_split"] if split else measure["f"]
+    extra = forward if recompute else 0.0
+    if split:
+        weight = measure["w"]
+        backward = max(measure["i"] - extra, 0.0) + weight
+    else:
+        backward = max(measure["b"] - extra, 0.0)
+        weight = backward * measure["w"] / max(measure["i"] + measure["w"], 1e-9)
+    weight_bytes = min(measure["weight_grad_bytes"], measure["activation_bytes"])
+    return StageCost(
+        forward_ms=forward,
+        backward_ms=backward,
+        weight_ms=min(weight, backward),
+        activation_bytes=measure["activation_bytes"],
+        weight_grad_bytes=weight_bytes,
+        input_bytes=measure["input_bytes"],
+        output_bytes=measure["output_bytes"],
+        param_bytes=measure["param_bytes"],
+    )
+
+
+def build_cost(r: Any, gathered: list[dict[str, Any]]) -> CostModel:
+    schedule, config = r.schedule, r.config
+    stages = {int(s): m for g in gathered for s, m in g["stages"].items()}
+    links = {int(b): m for g in gathered for b, m in g["links"].items()}
+    split = schedule.uses_split_backward
+    costs = tuple(stage_cost(stages[s], split, config.recompute) for s in range(schedule.num_stages))
+    link_costs = tuple(link_cost(links.get(b)) for b in range(max(schedule.num_stages - 1, 1)))
+    optimizer = [g["optimizer_ms"] for g in gathered]
+    meta = {
+        "step_overhead_ms": optimizer,
+        "optimizer_ms": optimizer,
+        "measured": {str(s): stages[s] for s in sorted(stages)},
+        "links_measured": {str(b): links[b] for b in sorted(links)},
+        "i_plus_w_over_b": {str(s): (m["i"] + m["w"]) / m["b"] if m["b"] > 0 else None for s, m in sorted(stages.items())},
+        "schedule": schedule.name,
+        "num_ranks": schedule.num_ranks,
+        "num_microbatches": schedule.num_microbatches,
+        "microbatch_size": config.microbatch_size,
+        "model": config.model.kind,
+        "backend": r.choice.transport,
+        "device": r.choice.device.type,
+        "repeats": PROFILE_REPEATS,
+        "torch_version": torch.__version__,
+    }
+    return CostModel(stages=costs, links=link_costs, recompute=config.recompute, source="profile", meta=meta)
+
+
+def profile_run(r: Any, run_dir: Any, emit: Callable[..., None], repeats: int = PROFILE_REPEATS) -> CostModel | None:
+    """Profile this rank's stages, its links and its optimizer; rank 0 writes cost.json and returns the model."""
+    watch = Stopwatch(r.choice.device)
+    mine: dict[str, Any] = {"stages": {}, "links": {}}
+    own = sorted(r.model.runners)
+    parts = len(own) + 2
+    for index, stage in enumerate(own):
+        mine["stages"][stage] = profile_stage(r, stage, repeats, watch)
+        emit("step", rank=r.rank, step=index, steps=parts, phase="profile")
+    for p in r.model.parameters():
+        p.grad = None
+    dist.barrier(group=r.control)
+    mine["links"] = profile_links(r, repeats)
+    emit("step", rank=r.rank, step=len(own), steps=parts, phase="profile")
+    mine["optimizer_ms"] = profile_optimizer(r, repeats, watch)
+    emit("step", rank=r.rank, step=len(own) + 1, steps=parts, phase="profile")
+    gathered: list[Any] | None = [None] * r.world_size if r.rank == 0 else None
+    dist.gather_object(mine, gathered, dst=0, group=r.control)
+    cost = None
+    if r.rank == 0:
+        cost = build_cost(r, gathered)
+        write_json(cost.to_dict(), run_dir / "cost.json")
+    dist.barrier(group=r.control)
+    return cost

@@ -1,0 +1,388 @@
+"""Interprets one rank's action list of a pipesim Schedule, timing every action.
+
+The schedule is data; this module does not re-encode any schedule as control
+flow. Each rank walks `schedule.actions[rank]` in order:
+
+* F(s, m): take the input (the microbatch on stage 0, else from stage s-1),
+  forward, hand the output to stage s+1 (the last stage computes the loss).
+* B(s, m): take the output gradient (unless last), backward, hand the input
+  gradient to stage s-1 (unless first).
+* I(s, m) / W(s, m): the split backward (see executor.stage).
+
+"Hand to" is a local hand-over when both stages live on this rank, an isend
+otherwise. Receives are posted ahead: from the schedule every rank knows the
+exact order in which each peer sends to it, so it posts irecvs in that order,
+at most `lookahead` per peer beyond what it has consumed, and transfers
+overlap compute. Nothing synchronises per transfer: sends are waited for at
+the end of the step (or reaped once complete).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from executor.stage import StageRunner, WeightWork
+from executor.transport import PendingRecv, SendHandle
+from pipesim.ir import Action, ActionKind, Schedule
+
+ACT, GRAD = "act", "grad"
+# (what, stage, microbatch): ACT = the input activation of `stage`; GRAD = the gradient of `stage`'s output.
+MessageKey = tuple[str, int, int]
+F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
+
+
+# --- what the schedule says about messages (pure) ----------------------------------------------------------
+
+
+def produced_message(schedule: Schedule, action: Action) -> MessageKey | None:
+    """The tensor `action` hands on: F's output to the next stage, a first backward's input gradient back."""
+    if action.kind is F and action.stage < schedule.num_stages - 1:
+        return (ACT, action.stage + 1, action.microbatch)
+    if action.kind in (B, I) and action.stage > 0:
+        return (GRAD, action.stage - 1, action.microbatch)
+    return None
+
+
+def needed_message(schedule: Schedule, action: Action) -> MessageKey | None:
+    """The tensor `action` needs from another stage before it can start."""
+    if action.kind is F and action.stage > 0:
+        return (ACT, action.stage, action.microbatch)
+    if action.kind in (B, I) and action.stage < schedule.num_stages - 1:
+        return (GRAD, action.stage, action.microbatch)
+    return None
+
+
+def producer_stage(key: MessageKey) -> int:
+    return key[1] - 1 if key[0] == ACT else key[1] + 1
+
+
+def message_plan(schedule: Schedule) -> dict[tuple[int, int], list[MessageKey]]:
+    """For each cross-rank link (src, dst), the messages src sends, in the order src sends them."""
+    plan: dict[tuple[int, int], list[MessageKey]] = defaultdict(list)
+    for src, actions in enumerate(schedule.actions):
+        for action in actions:
+            key = produced_message(schedule, action)
+            if key is not None and schedule.stage_to_rank[key[1]] != src:
+                plan[(src, schedule.stage_to_rank[key[1]])].append(key)
+    return dict(plan)
+
+
+def schedule_links(schedule: Schedule) -> list[tuple[int, int]]:
+    return sorted(message_plan(schedule))
+
+
+def check_rank_actions(schedule: Schedule, rank: int) -> None:
+    """The local facts the interpreter relies on; a ValueError names the offending action.
+
+    Global properties (every dependency satisfiable, no deadlock) are pipesim.validate's job.
+    """
+    own = set(schedule.stages_of_rank(rank))
+    seen: set[tuple[int, ActionKind, int]] = set()
+    for action in schedule.actions[rank]:
+        if action.stage not in own:
+            raise ValueError(f"rank {rank}: action {action} is for stage {action.stage}, which lives on another rank")
+        if not 0 <= action.microbatch < schedule.num_microbatches:
+            raise ValueError(f"rank {rank}: action {action} names a microbatch outside 0..{schedule.num_microbatches - 1}")
+        if action in seen:
+            raise ValueError(f"rank {rank}: action {action} appears twice")
+        needs = {B: (F,), I: (F,), W: (I,)}.get(action.kind, ())
+        for kind in needs:
+            if (action.stage, kind, action.microbatch) not in seen:
+                raise ValueError(f"rank {rank}: action {action} comes before {action.stage}{kind}{action.microbatch}")
+        if action.kind in (B, I) and (action.stage, B if action.kind is I else I, action.microbatch) in seen:
+            raise ValueError(f"rank {rank}: action {action}: a microbatch gets either B or I+W, not both")
+        seen.add(action)
+    for stage in own:
+        for mb in range(schedule.num_microbatches):
+            done = {kind for kind in ActionKind if (stage, kind, mb) in seen}
+            if done not in ({F, B}, {F, I, W}):
+                raise ValueError(
+                    f"rank {rank}: stage {stage} microbatch {mb} has actions {sorted(k.value for k in done)}; "
+                    "each needs F and then B, or F, I and W"
+                )
+
+
+# --- records ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepRecord:
+    """One step on one rank; times are clock markers until `resolve`d."""
+
+    spans: list[tuple[Action, Any, Any]] = field(default_factory=list)
+    comm: list[tuple[str, int, Action, Any, Any]] = field(default_factory=list)
+    loss: Tensor | None = None
+    peak_stash_bytes: int = 0
+
+    def resolved(self, clock: Any) -> dict[str, Any]:
+        return {
+            "spans": [[str(a), clock.resolve(s), clock.resolve(e)] for a, s, e in self.spans],
+            "comm": [[k, p, str(a), clock.resolve(s), clock.resolve(e)] for k, p, a, s, e in self.comm],
+        }
+
+
+class _Inbox:
+    """Receives from one peer, posted in the peer's send order, at most `lookahead` ahead."""
+
+    def __init__(self, runtime: "PipelineRuntime", src: int, keys: list[MessageKey]) -> None:
+        self.runtime, self.src, self.keys = runtime, src, keys
+        self.next = 0
+        self.consumed = 0
+        self.posted: dict[MessageKey, PendingRecv] = {}
+
+    def _post(self) -> None:
+        if self.next >= len(self.keys):
+            raise RuntimeError(f"rank {self.runtime.rank}: waiting for more messages than rank {self.src} sends")
+        key = self.keys[self.next]
+        shape = self.runtime.message_shape(key)
+        self.posted[key] = self.runtime.transport.irecv(shape, self.runtime.dtype, self.src, tag=self.next)
+        self.next += 1
+
+    def top_up(self) -> None:
+        while self.next < len(self.keys) and self.next - self.consumed < self.runtime.lookahead:
+            self._post()
+
+    def take(self, key: MessageKey) -> PendingRecv:
+        while key not in self.posted:
+            self._post()
+        self.consumed += 1
+        return self.posted.pop(key)
+
+    def check_done(self) -> None:
+        if self.next != len(self.keys) or self.posted:
+            raise RuntimeError(f"rank {self.runtime.rank}: messages from rank {self.src} left unconsumed")
+
+
+class PipelineRuntime:
+    """Runs rank `rank`'s actions of `schedule` over `runners` (its stages), one step per `run_step`.
+
+    `shapes[s]` is (input shape, output shape) of stage s for one microbatch.
+    `stash_bytes[s]` is (activation bytes, weight-gradient bytes, input bytes) per
+    microbatch, for the tracked peak of stashed activations (what the CPU reports).
+    """
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        rank: int,
+        runners: dict[int, StageRunner],
+        shapes: Sequence[tuple[torch.Size, torch.Size]],
+        transport: Any,
+        clock: Any,
+        dtype: torch.dtype = torch.float32,
+        lookahead: int = 4,
+        stash_bytes: dict[int, tuple[int, int, int]] | None = None,
+    ) -> None:
+        check_rank_actions(schedule, rank)
+        if set(runners) != set(schedule.stages_of_rank(rank)):
+            raise ValueError(f"rank {rank} holds stages {schedule.stages_of_rank(rank)} but got runners for {sorted(runners)}")
+        if lookahead < 1:
+            raise ValueError(f"lookahead must be at least 1, got {lookahead}")
+        self.schedule, self.rank, self.runners = schedule, rank, runners
+        self.shapes, self.transport, self.clock = list(shapes), transport, clock
+        self.dtype, self.lookahead = dtype, lookahead
+        self.stash_bytes = stash_bytes or {}
+        plan = message_plan(schedule)
+        self._incoming = {src: keys for (src, dst), keys in plan.items() if dst == rank}
+        self._send_tag = {key: index for (src, _), keys in plan.items() if src == rank for index, key in enumerate(keys)}
+        self._split = {(a.stage, a.microbatch) for a in schedule.actions[rank] if a.kind is I}
+        self._producer = self._producer_actions(schedule)
+
+    @staticmethod
+    def _producer_actions(schedule: Schedule) -> dict[MessageKey, Action]:
+        producers = {}
+        for actions in schedule.actions:
+            for action in actions:
+                key = produced_message(schedule, action)
+                if key is not None:
+                    producers[key] = action
+        return producers
+
+    def message_shape(self, key: MessageKey) -> torch.Size:
+        return self.shapes[key[1]][0 if key[0] == ACT else 1]
+
+    # --- one step -------------------------------------------------------------------------------------------
+    def run_step(self, inputs: Sequence[Tensor] | None, targets: Sequence[Tensor] | None) -> StepRecord:
+        """Run this rank's actions once. Gradients accumulate into .grad; the caller steps the optimizer.
+
+        `inputs[m]` (rank of stage 0) and `targets[m]` (rank of the last stage) are microbatch m on the device.
+        """
+        step = _Step(self, inputs, targets)
+        for action in self.schedule.actions[self.rank]:
+            step.run(action)
+        step.finish()
+        return step.record
+
+
+class _Step:
+    """The mutable state of one step: stashes, hand-overs, receives and sends in flight."""
+
+    def __init__(self, runtime: PipelineRuntime, inputs: Sequence[Tensor] | None, targets: Sequence[Tensor] | None):
+        self.rt, self.inputs, self.targets = runtime, inputs, targets
+        self.record = StepRecord()
+        self.inboxes = {src: _Inbox(runtime, src, keys) for src, keys in runtime._incoming.items()}
+        self.local: dict[MessageKey, Tensor] = {}
+        self.stashes: dict[tuple[int, int], Any] = {}
+        self.weight_work: dict[tuple[int, int], WeightWork] = {}
+        self.sends: list[tuple[SendHandle, int, Action]] = []
+        self.losses: list[Tensor] = []
+        self.stash_now = 0
+        self._compute = {F: self._forward, B: self._backward, I: self._backward_input, W: self._backward_weight}
+        for inbox in self.inboxes.values():
+            inbox.top_up()
+
+    # --- data movement ----------------------------------------------------------------------------------------
+    def receive(self, key: MessageKey) -> Tensor:
+        rt = self.rt
+        src = rt.schedule.stage_to_rank[producer_stage(key)]
+        if src == rt.rank:
+            return self.local.pop(key)
+        pending = self.inboxes[src].take(key)
+        before = rt.clock.mark()
+        tensor = pending.wait()
+        self.record.comm.append(("recv", src, rt._producer[key], before, rt.clock.mark()))
+        return tensor
+
+    def deliver(self, key: MessageKey, tensor: Tensor | None, action: Action) -> None:
+        rt = self.rt
+        if tensor is None:
+            raise RuntimeError(f"rank {rt.rank}: {action} produced no tensor for {key}")
+        dst = rt.schedule.stage_to_rank[key[1]]
+        if dst == rt.rank:
+            self.local[key] = tensor
+            return
+        self.sends.append((rt.transport.isend(tensor, dst, tag=rt._send_tag[key]), dst, action))
+
+    def reap_sends(self) -> None:
+        """Drop sends that have completed, so their tensors can be freed; never blocks."""
+        self.sends = [entry for entry in self.sends if not entry[0].is_completed()]
+
+    def track(self, delta: int) -> None:
+        self.stash_now += delta
+        self.record.peak_stash_bytes = max(self.record.peak_stash_bytes, self.stash_now)
+
+    # --- actions ----------------------------------------------------------------------------------------------
+    def run(self, action: Action) -> None:
+        """Wait for the input, compute, hand the result on. The span is the compute alone: it starts once the
+        input is here and ends before the send is posted, so a consumer always starts after its producer ended."""
+        rt = self.rt
+        for inbox in self.inboxes.values():
+            inbox.top_up()
+        if self.sends:
+            self.reap_sends()
+        key = needed_message(rt.schedule, action)
+        received = self.receive(key) if key is not None else None
+        start = rt.clock.mark()
+        produced = self._compute[action.kind](action, received)
+        self.record.spans.append((action, start, rt.clock.mark()))
+        out_key = produced_message(rt.schedule, action)
+        if out_key is not None:
+            self.deliver(out_key, produced, action)
+
+    def _stash_sizes(self, stage: int) -> tuple[int, int]:
+        activation, weight, inputs = self.rt.stash_bytes.get(stage, (0, 0, 0))
+        return (inputs if self.rt.runners[stage].recompute else activation), weight
+
+    def _forward(self, action: Action, received: Tensor | None) -> Tensor | None:
+        stage, mb = action.stage, action.microbatch
+        runner = self.rt.runners[stage]
+        x = received if received is not None else self.inputs[mb]
+        target = self.targets[mb] if runner.is_last else None
+        out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
+        self.stashes[(stage, mb)] = stash
+        self.track(self._stash_sizes(stage)[0])
+        if runner.is_last:
+            self.losses.append(out)
+            return None
+        return out
+
+    def _backward(self, action: Action, received: Tensor | None) -> Tensor | None:
+        stage, mb = action.stage, action.microbatch
+        grad = self.rt.runners[stage].backward(self.stashes.pop((stage, mb)), received)
+        self.track(-self._stash_sizes(stage)[0])
+        return grad
+
+    def _backward_input(self, action: Action, received: Tensor | None) -> Tensor | None:
+        stage, mb = action.stage, action.microbatch
+        grad, work = self.rt.runners[stage].backward_input(self.stashes.pop((stage, mb)), received)
+        self.weight_work[(stage, mb)] = work
+        stash, weight = self._stash_sizes(stage)
+        self.track(weight - stash)
+        return grad
+
+    def _backward_weight(self, action: Action, received: Tensor | None) -> None:
+        self.rt.runners[action.stage].backward_weight(self.weight_work.pop((action.stage, action.microbatch)))
+        self.track(-self._stash_sizes(action.stage)[1])
+        return None
+
+    # --- end of step ------------------------------------------------------------------------------------------
+    def finish(self) -> None:
+        rt = self.rt
+        for handle, dst, action in self.sends:
+            before = rt.clock.mark()
+            handle.wait()
+            self.record.comm.append(("send", dst, action, before, rt.clock.mark()))
+        self.sends.clear()
+        for inbox in self.inboxes.values():
+            inbox.check_done()
+        if self.local or self.stashes or self.weight_work:
+            raise RuntimeError(
+                f"rank {rt.rank}: step ended with unconsumed work: hand-overs {sorted(self.local)}, "
+                f"stashes {sorted(self.stashes)}, pending W {sorted(self.weight_work)}"
+            )
+        if self.losses:
+            self.record.loss = torch.stack(self.losses).sum()
+
+
+# --- building a rank's share of the model ------------------------------------------------------------------
+
+
+@dataclass
+class RankModel:
+    """This rank's stages, the boundary shapes of all stages, and per-stage stash sizes."""
+
+    runners: dict[int, StageRunner]
+    shapes: list[tuple[torch.Size, torch.Size]]
+    stash_bytes: dict[int, tuple[int, int, int]]
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [p for stage in sorted(self.runners) for p in self.runners[stage].parameters()]
+
+
+def build_rank_model(
+    schedule: Schedule,
+    model_config: Any,
+    seed: int,
+    microbatch_size: int,
+    rank: int,
+    device: torch.device,
+    recompute: bool = False,
+) -> RankModel:
+    """Build the full layer list (same weights on every rank), keep this rank's stages, move them to `device`."""
+    from executor.model import build_model, loss_fn, make_batch, split_stages, stage_io_shapes
+    from executor.stage import measure_stash_bytes, tensor_bytes
+
+    stages = split_stages(build_model(model_config, seed), schedule.num_stages, model_config.split_points)
+    shapes = stage_io_shapes(stages, model_config, microbatch_size)
+    sample, target = make_batch(model_config, microbatch_size, seed, step=0)
+    last = schedule.num_stages - 1
+    runners, stash_bytes = {}, {}
+    for stage in schedule.stages_of_rank(rank):
+        module = stages[stage].to(device)
+        runner = StageRunner(stage, module, stage == 0, stage == last, loss_fn(model_config),
+                             1.0 / schedule.num_microbatches, recompute)
+        x = sample.to(device) if stage == 0 else torch.zeros(shapes[stage][0], device=device)
+        activation, weight = measure_stash_bytes(runner, x, target.to(device) if stage == last else None)
+        stash_bytes[stage] = (activation, weight, tensor_bytes(x))
+        runners[stage] = runner
+    del stages
+    return RankModel(runners, shapes, stash_bytes)
+
+
+def microbatches(batch: Tensor, num_microbatches: int, device: torch.device) -> list[Tensor]:
+    return [chunk.to(device) for chunk in batch.chunk(num_microbatches)]

@@ -1,0 +1,271 @@
+"""One pipeline stage's computation: forward, full backward (B), and the split backward (I then W).
+
+The split backward is what zero-bubble schedules need: I computes the gradient of
+the stage input as early as possible (the previous stage waits for it) and W
+computes the weight gradients later, in a bubble. W must not redo I's work. So,
+during a forward whose backward will be split, a forward hook records each
+parameterised leaf module's call (its input and output). I then asks autograd
+for the gradients of the stage input *and* of every recorded leaf output: that
+pass runs every input-gradient kernel and no weight-gradient kernel (autograd
+only evaluates the edges leading to the requested tensors). W then computes
+each leaf's weight gradient from (leaf input, leaf output gradient) with the
+dW kernels alone: one matmul for a Linear, `conv2d_weight` for a Conv2d, and so
+on. A leaf type without such a formula falls back to a per-leaf autograd call
+on a retained graph (correct, a little slower, and it keeps the graph alive
+until W).
+
+Assumption, true of the reference models: a parameter feeds only its own
+leaf module's output (no weight tying across modules).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+LossFn = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass
+class LeafCall:
+    """One call of a parameterised leaf module during a captured forward."""
+
+    module: nn.Module
+    input: Tensor
+    output: Tensor
+
+
+@dataclass
+class Stash:
+    """What F keeps for the backward of one microbatch."""
+
+    input: Tensor  # the stage input (a leaf; requires grad unless this is the first stage)
+    target: Tensor | None  # the last stage needs it again when it recomputes
+    root: Tensor | None = None  # stage output, or the loss on the last stage; None under recompute
+    calls: list[LeafCall] | None = None  # recorded when the backward will be split
+
+
+@dataclass
+class WeightWork:
+    """What I leaves for W: per leaf, (module, its input, its output gradient)."""
+
+    explicit: list[tuple[nn.Module, Tensor, Tensor]] = field(default_factory=list)
+    fallback: list[tuple[nn.Module, Tensor, Tensor]] = field(default_factory=list)  # (module, output, grad)
+
+
+def own_parameters(module: nn.Module) -> list[nn.Parameter]:
+    return [p for p in module.parameters(recurse=False) if p.requires_grad]
+
+
+def parameterised_leaves(module: nn.Module) -> list[nn.Module]:
+    return [m for m in module.modules() if own_parameters(m)]
+
+
+def _accumulate(param: Tensor | None, grad: Tensor) -> None:
+    if param is None:
+        return
+    if param.grad is None:
+        param.grad = grad
+    else:
+        param.grad.add_(grad)
+
+
+def _flat_leading(t: Tensor, trailing: int) -> Tensor:
+    return t.reshape(-1, *t.shape[t.dim() - trailing :])
+
+
+def explicit_weight_grads(module: nn.Module, x: Tensor, g: Tensor) -> bool:
+    """Accumulate the weight gradients of `module` from its input and output gradient.
+
+    Returns False (touching nothing) for a module without a dW-only formula here.
+    """
+    if type(module) is nn.Linear:
+        g2, x2 = _flat_leading(g, 1), _flat_leading(x, 1)
+        _accumulate(module.weight, g2.t().mm(x2))
+        _accumulate(module.bias, g2.sum(0))
+        return True
+    if type(module) is nn.Conv2d and module.padding_mode == "zeros" and not isinstance(module.padding, str):
+        weight = torch.nn.grad.conv2d_weight(
+            x, module.weight.shape, g, module.stride, module.padding, module.dilation, module.groups
+        )
+        _accumulate(module.weight, weight)
+        _accumulate(module.bias, g.sum((0, 2, 3)))
+        return True
+    if type(module) is nn.LayerNorm and module.elementwise_affine:
+        # The same kernel autograd runs, told to skip the input gradient: identical numbers.
+        shape, weight, bias = list(module.normalized_shape), module.weight, module.bias
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, shape, weight, bias, module.eps)
+        _, dweight, dbias = torch.ops.aten.native_layer_norm_backward(
+            g, x, shape, mean, rstd, weight, bias, [False, True, bias is not None]
+        )
+        _accumulate(weight, dweight)
+        _accumulate(bias, dbias)
+        return True
+    if type(module) is nn.Embedding and not (module.sparse or module.scale_grad_by_freq or module.max_norm):
+        weight = torch.zeros_like(module.weight).index_add_(0, x.reshape(-1), g.reshape(-1, g.shape[-1]))
+        if module.padding_idx is not None:
+            weight[module.padding_idx] = 0
+        _accumulate(module.weight, weight)
+        return True
+    return False
+
+
+def supports_explicit(module: nn.Module) -> bool:
+    kind = type(module)
+    return kind in (nn.Linear, nn.Conv2d, nn.LayerNorm, nn.Embedding)
+
+
+class StageRunner:
+    """Runs F, B, I and W of one stage for one microbatch at a time.
+
+    `scale` multiplies the loss (1 / num_microbatches) so that gradients summed
+    over microbatches equal those of the mean loss over the whole batch.
+    """
+
+    def __init__(
+        self,
+        stage: int,
+        module: nn.Module,
+        is_first: bool,
+        is_last: bool,
+        loss_fn: LossFn | None,
+        scale: float,
+        recompute: bool = False,
+    ) -> None:
+        if is_last and loss_fn is None:
+            raise ValueError("the last stage needs a loss function")
+        self.stage, self.module = stage, module
+        self.is_first, self.is_last = is_first, is_last
+        self.loss_fn, self.scale, self.recompute = loss_fn, scale, recompute
+        self.leaves = parameterised_leaves(module)
+        self._needs_graph = not all(supports_explicit(m) for m in self.leaves)
+        self._calls: list[LeafCall] | None = None
+        for leaf in self.leaves:
+            leaf.register_forward_hook(self._record_call)
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    # --- forward ----------------------------------------------------------------------------------------------
+    def _record_call(self, module: nn.Module, args: tuple, output: object) -> None:
+        if self._calls is not None:
+            if not isinstance(output, Tensor) or not args or not isinstance(args[0], Tensor):
+                raise TypeError(f"split backward supports leaf modules with one tensor in and out; {module} is not")
+            self._calls.append(LeafCall(module, args[0], output))
+
+    def _run(self, x: Tensor, target: Tensor | None, capture: bool) -> tuple[Tensor, list[LeafCall] | None]:
+        """The stage's forward (plus the scaled loss on the last stage); records leaf calls if asked."""
+        self._calls = [] if capture else None
+        try:
+            out = self.module(x)
+            if self.is_last:
+                out = self.loss_fn(out, target) * self.scale
+            return out, self._calls
+        finally:
+            self._calls = None
+
+    def _as_input(self, x: Tensor) -> Tensor:
+        x = x.detach()
+        if not self.is_first and x.is_floating_point():
+            x.requires_grad_(True)
+        return x
+
+    def forward(self, x: Tensor, target: Tensor | None = None, split: bool = False) -> tuple[Tensor, Stash]:
+        """F: returns (tensor to hand on: the output, or the scaled loss on the last stage; stash)."""
+        x = self._as_input(x)
+        if self.recompute:
+            with torch.no_grad():
+                out, _ = self._run(x, target, capture=False)
+            return out, Stash(x, target)
+        out, calls = self._run(x, target, capture=split)
+        return out.detach(), Stash(x, target, out, calls)
+
+    def _root(self, stash: Stash, split: bool) -> tuple[Tensor, list[LeafCall] | None]:
+        if stash.root is not None:
+            return stash.root, stash.calls
+        with torch.enable_grad():  # recompute: run the forward again, this time keeping the graph
+            return self._run(stash.input, stash.target, capture=split)
+
+    # --- backward ---------------------------------------------------------------------------------------------
+    def backward(self, stash: Stash, grad_output: Tensor | None) -> Tensor | None:
+        """B: weight gradients accumulate into .grad; returns the input gradient (None on the first stage)."""
+        root, _ = self._root(stash, split=False)
+        torch.autograd.backward(root, None if self.is_last else grad_output)
+        return stash.input.grad if stash.input.requires_grad else None
+
+    def backward_input(self, stash: Stash, grad_output: Tensor | None) -> tuple[Tensor | None, WeightWork]:
+        """I: the input gradient only; what W needs is returned, everything else is freed."""
+        root, calls = self._root(stash, split=True)
+        if calls is None:
+            raise RuntimeError(f"stage {self.stage}: I needs a forward run with split=True")
+        wants_input = stash.input.requires_grad
+        targets = ([stash.input] if wants_input else []) + [call.output for call in calls]
+        grads = torch.autograd.grad(
+            root,
+            targets,
+            None if self.is_last else grad_output,
+            retain_graph=self._needs_graph,
+            allow_unused=True,
+        )
+        input_grad = grads[0] if wants_input else None
+        work = WeightWork()
+        for call, grad in zip(calls, grads[1:] if wants_input else grads):
+            if grad is None:
+                continue
+            if supports_explicit(call.module):
+                work.explicit.append((call.module, call.input.detach(), grad))
+            else:
+                work.fallback.append((call.module, call.output, grad))
+        stash.root, stash.calls = None, None
+        return input_grad, work
+
+    def backward_weight(self, work: WeightWork) -> None:
+        """W: the weight gradients from each leaf's input and output gradient; no input-gradient work."""
+        with torch.no_grad():
+            for module, x, grad in work.explicit:
+                if not explicit_weight_grads(module, x, grad):
+                    raise AssertionError(f"no explicit weight gradient for {module}")
+        for module, output, grad in work.fallback:
+            torch.autograd.backward(output, grad, inputs=own_parameters(module))
+        work.explicit.clear()
+        work.fallback.clear()
+
+
+def _storage_key(t: Tensor) -> tuple:
+    storage = t.untyped_storage()
+    return (t.device.type, storage.data_ptr(), storage.nbytes())
+
+
+def tensor_bytes(t: Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def measure_stash_bytes(runner: StageRunner, x: Tensor, target: Tensor | None) -> tuple[int, int]:
+    """(activation bytes, weight-gradient bytes) that one microbatch's F keeps.
+
+    Activation bytes: every distinct storage autograd saves for the backward, parameters
+    excluded, plus the stage input. Weight-gradient bytes: what the split backward holds
+    from the end of I to W (each leaf's input and output gradient).
+    """
+    params = {_storage_key(p) for p in runner.parameters()}
+    seen: dict[tuple, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        key = _storage_key(t)
+        if key not in params:
+            seen[key] = key[2]
+        return t
+
+    x = runner._as_input(x)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        root, calls = runner._run(x, target, capture=True)
+    seen.setdefault(_storage_key(x), tensor_bytes(x))
+    held: dict[tuple, int] = {}
+    for call in calls or []:
+        held.setdefault(_storage_key(call.input), tensor_bytes(call.input))
+        held[("grad", id(call))] = tensor_bytes(call.output)
+    del root
+    return sum(seen.values()), min(sum(held.values()), sum(seen.values()))

@@ -1,0 +1,169 @@
+"""Point-to-point transfers between ranks, one implementation per backend.
+
+* gloo: CPU tensors over gloo.
+* nccl: one GPU per rank; tensors go GPU to GPU.
+* staged: several ranks share a GPU (NCCL refuses two ranks on one device):
+  compute on the GPU, transfers through host memory over gloo.
+
+Every directed link (src -> dst) gets its own two-member process group. Within
+one group only src sends and only dst receives, and the receiver posts its
+receives in the sender's order; so NCCL's in-order matching per communicator is
+always right and a receive posted early can never block a send going the other
+way (with one group per pair, NCCL serialises both directions on one stream and
+an early receive could deadlock against the peer's pending receive).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterable
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+TRANSPORTS = ("gloo", "nccl", "staged")
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """What `device` and `backend` of a RunConfig resolve to on this machine."""
+
+    transport: str  # one of TRANSPORTS
+    device: torch.device
+
+    @property
+    def process_group_backend(self) -> str:
+        return "nccl" if self.transport == "nccl" else "gloo"
+
+    @property
+    def link_backend(self) -> str:
+        return "nccl" if self.transport == "nccl" else "gloo"
+
+
+def resolve_backend(
+    device: str,
+    backend: str,
+    local_world_size: int,
+    local_rank: int,
+    gpu_count: int | None = None,
+) -> BackendChoice:
+    """Pick transport and device; `auto` means: no CUDA -> gloo on CPU; a GPU per rank -> nccl; fewer -> staged.
+
+    gloo on a CUDA device means staged (gloo moves host memory). Impossible
+    combinations are a ValueError that says what to pick instead.
+    """
+    gpus = (torch.cuda.device_count() if torch.cuda.is_available() else 0) if gpu_count is None else gpu_count
+    if device == "auto":
+        device = "cuda" if gpus else "cpu"
+    if device == "cpu":
+        if backend not in ("auto", "gloo"):
+            raise ValueError(f"backend {backend!r} needs CUDA; on the CPU use backend 'gloo' (or 'auto')")
+        return BackendChoice("gloo", torch.device("cpu"))
+    if device != "cuda":
+        raise ValueError(f"unknown device {device!r}; valid: auto, cpu, cuda")
+    if not gpus:
+        raise ValueError("device 'cuda' was asked for but no CUDA GPU is visible; use device 'cpu' or 'auto'")
+    gpu = torch.device("cuda", local_rank % gpus)
+    if backend == "auto":
+        backend = "nccl" if gpus >= local_world_size else "staged"
+    if backend == "nccl" and gpus < local_world_size:
+        raise ValueError(
+            f"backend 'nccl' needs one GPU per rank: {local_world_size} ranks on this node but {gpus} GPU(s); "
+            "use backend 'staged' (ranks share GPUs, transfers through host memory) or 'auto'"
+        )
+    if backend in ("gloo", "staged"):
+        return BackendChoice("staged", gpu)
+    if backend != "nccl":
+        raise ValueError(f"unknown backend {backend!r}; valid: auto, gloo, nccl, staged")
+    return BackendChoice("nccl", gpu)
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+def init_distributed(choice: BackendChoice, timeout_s: float) -> dist.ProcessGroup:
+    """Join torchrun's process group; returns a gloo group over all ranks for control messages."""
+    if choice.device.type == "cuda":
+        torch.cuda.set_device(choice.device)
+    dist.init_process_group(backend=choice.process_group_backend, timeout=timedelta(seconds=timeout_s))
+    if choice.process_group_backend == "gloo":
+        return dist.group.WORLD
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+
+
+class SendHandle:
+    """An isend in flight; keeps its tensor alive until the transfer is done."""
+
+    def __init__(self, work: dist.Work, tensor: Tensor) -> None:
+        self._work, self._tensor = work, tensor
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def wait(self) -> None:
+        self._work.wait()
+        self._tensor = None
+
+
+class PendingRecv:
+    """An irecv in flight; `wait` returns the tensor on the compute device."""
+
+    def __init__(self, work: dist.Work, buffer: Tensor, device: torch.device) -> None:
+        self._work, self._buffer, self._device = work, buffer, device
+
+    def wait(self) -> Tensor:
+        self._work.wait()
+        if self._buffer.device != self._device:  # staged: host -> GPU
+            return self._buffer.to(self._device)
+        return self._buffer
+
+
+class Transport:
+    """isend/irecv between ranks over one process group per directed link.
+
+    Every rank must construct it with the same `links` (process groups are
+    created collectively, in the same order everywhere).
+    """
+
+    def __init__(self, choice: BackendChoice, rank: int, links: Iterable[tuple[int, int]], timeout_s: float = 600.0):
+        self.choice, self.rank, self.device = choice, rank, choice.device
+        self._staged = choice.transport == "staged"
+        self.links = sorted({(a, b) for a, b in links if a != b})
+        self._groups: dict[tuple[int, int], dist.ProcessGroup | None] = {}
+        for src, dst in self.links:
+            group = dist.new_group([src, dst], backend=choice.link_backend, timeout=timedelta(seconds=timeout_s))
+            self._groups[(src, dst)] = group if rank in (src, dst) else None
+
+    def _group(self, src: int, dst: int) -> dist.ProcessGroup:
+        group = self._groups.get((src, dst))
+        if group is None:
+            raise RuntimeError(f"rank {self.rank}: no link {src}->{dst}; links: {self.links}")
+        return group
+
+    def isend(self, tensor: Tensor, dst: int, tag: int) -> SendHandle:
+        tensor = tensor.detach()
+        if self._staged:
+            tensor = tensor.to("cpu")
+        tensor = tensor.contiguous()
+        return SendHandle(dist.isend(tensor, dst=dst, group=self._group(self.rank, dst), tag=tag), tensor)
+
+    def irecv(self, shape: torch.Size, dtype: torch.dtype, src: int, tag: int) -> PendingRecv:
+        buffer = torch.empty(shape, dtype=dtype, device="cpu" if self._staged else self.device)
+        work = dist.irecv(buffer, src=src, group=self._group(src, self.rank), tag=tag)
+        return PendingRecv(work, buffer, self.device)
+
+    def warm_up(self) -> None:
+        """One tiny transfer per link, in one global order, so connections (NCCL communicators are
+        created lazily) exist before the first timed step and can never be set up in a crossed order."""
+        for src, dst in self.links:
+            if self.rank == src:
+                self.isend(torch.ones(1, device=self.device), dst, tag=0).wait()
+            elif self.rank == dst:
+                self.irecv(torch.Size((1,)), torch.float32, src, tag=0).wait()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)

@@ -1,0 +1,230 @@
+"""AppTest of the Simulate page: the first screen, each input path, and the error paths.
+
+Expected numbers come from pipesim itself, called the way the page should call it,
+so the tests check the page's plumbing (widgets -> config -> pipesim -> figures).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from pipesim.cost import CostModel, ModelDescription, StageCost
+from pipesim.schedules import build_schedule
+from pipesim.simulate import simulate
+from pipesim.timeline import compute_metrics
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+MIB = 2**20
+SUBMIT = "FormSubmitter:sim-form-Simulate"
+
+
+@pytest.fixture
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(tmp_path / "runs"))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception
+    return at
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def length(array) -> int:
+    """Entries of a plotly array, plain or base64-packed (plotly 6 packs numeric arrays)."""
+    if isinstance(array, list):
+        return len(array)
+    return len(base64.b64decode(array["bdata"])) // np.dtype(array["dtype"]).itemsize
+
+
+def title(figure: dict) -> str:
+    return figure["layout"]["title"]["text"]
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def expected_makespan(name: str, ranks: int, microbatches: int, cost: CostModel, **options) -> str:
+    timeline = simulate(build_schedule(name, ranks, microbatches, **options), cost)
+    return f"{compute_metrics(timeline, cost).makespan:,.3f} ms"
+
+
+def submit(at: AppTest, **values) -> AppTest:
+    for key, value in values.items():
+        at.get_by_key(f"sim-{key}").set_value(value)
+    at.button(key=SUBMIT).click()
+    return at.run()
+
+
+def test_first_screen_shows_1f1b_on_4_ranks_with_8_microbatches(app: AppTest) -> None:
+    assert not app.error
+    gantt, memory = charts(app)
+    assert title(gantt).startswith("1f1b: 4 ranks, 4 stages, 8 microbatches")
+    bars = [t for t in gantt["data"] if t["name"] in ("forward (F)", "backward (B)")]
+    assert sum(length(t["x"]) for t in bars) == 4 * 8 * 2
+    assert any(t["name"] == "idle" for t in gantt["data"])  # the bubbles are drawn
+    assert len(memory["data"]) == 4  # one memory line per rank
+    assert metric(app, "Makespan") == expected_makespan("1f1b", 4, 8, CostModel.uniform(activation_bytes=MIB))
+    assert [m.label for m in app.metric][-4:] == [f"Rank {r} peak" for r in range(4)]
+    assert "hovertemplate" in gantt["data"][1]  # hover details per action
+
+
+def test_changing_the_schedule_redraws(app: AppTest) -> None:
+    submit(app, schedule="gpipe")
+    gantt, _ = charts(app)
+    assert title(gantt).startswith("gpipe")
+    cost = CostModel.uniform(activation_bytes=MIB)
+    assert metric(app, "Makespan") == expected_makespan("gpipe", 4, 8, cost)
+    assert metric(app, "Peak activations") == "8.00 MiB"  # GPipe stashes every microbatch on rank 0
+
+
+def test_interleaved_uses_the_chunks(app: AppTest) -> None:
+    submit(app, schedule="interleaved-1f1b", chunks=3)
+    assert not app.error
+    assert "12 stages" in title(charts(app)[0])
+    cost = CostModel.uniform(activation_bytes=MIB)
+    assert metric(app, "Makespan") == expected_makespan("interleaved-1f1b", 4, 8, cost, num_virtual_stages=3)
+
+
+def test_impossible_interleaving_is_a_plain_error(app: AppTest) -> None:
+    submit(app, schedule="interleaved-1f1b", microbatches=6)
+    assert not app.exception
+    assert len(app.error) == 1
+    assert "multiple of num_ranks" in app.error[0].value
+    assert not app.get("plotly_chart")
+
+
+def test_sizes_beyond_the_app_limits_are_refused(app: AppTest) -> None:
+    submit(app, ranks=100)
+    assert "at most 32" in app.error[0].value
+    submit(app, ranks=4, microbatches=1000)
+    assert "at most 128" in app.error[0].value
+    assert not app.exception
+
+
+def test_recomputation_lengthens_the_step(app: AppTest) -> None:
+    before = metric(app, "Makespan")
+    submit(app, recompute=True)
+    after = metric(app, "Makespan")
+    assert after == expected_makespan("1f1b", 4, 8, CostModel.uniform(activation_bytes=MIB, recompute=True))
+    assert after != before
+
+
+def test_critical_path_toggle_adds_the_outline(app: AppTest) -> None:
+    assert not any(t["name"] == "critical path" for t in charts(app)[0]["data"])
+    app.toggle(key="sim-critical").set_value(True).run()
+    path = [t for t in charts(app)[0]["data"] if t["name"] == "critical path"]
+    assert len(path) == 1 and length(path[0]["x"]) >= 2
+
+
+def test_per_stage_table_feeds_heterogeneous_costs(app: AppTest) -> None:
+    app.radio(key="sim-cost-source").set_value("Per stage").run()
+    assert app.data_editor, "the per-stage table is shown"
+    app.session_state["sim-stages-4"] = {"edited_rows": {1: {"forward_ms": 3.0}}, "added_rows": [], "deleted_rows": []}
+    submit(app)
+    assert not app.error
+    forward = [1.0, 3.0, 1.0, 1.5]
+    cost = CostModel.per_stage(forward, [2.0, 2.0, 2.0, 3.0], weight_ms=[1.0, 1.0, 1.0, 1.5],
+                               activation_bytes=[MIB] * 4)
+    assert metric(app, "Makespan") == expected_makespan("1f1b", 4, 8, cost)
+
+
+def test_per_stage_table_with_an_empty_cell_names_it(app: AppTest) -> None:
+    app.radio(key="sim-cost-source").set_value("Per stage").run()
+    app.session_state["sim-stages-4"] = {"edited_rows": {2: {"backward_ms": None}}, "added_rows": [], "deleted_rows": []}
+    submit(app)
+    assert "stage 2: backward_ms is empty" in app.error[0].value
+    assert not app.exception
+
+
+def test_model_description_costs(app: AppTest) -> None:
+    app.radio(key="sim-cost-source").set_value("Model").run()
+    submit(app)
+    assert not app.error
+    assert metric(app, "Makespan") == expected_makespan("1f1b", 4, 8, ModelDescription().to_cost_model(4))
+
+
+def _cost_file(num_stages: int) -> bytes:
+    stages = tuple(StageCost(forward_ms=1.0 + s, backward_ms=2.0 + s, activation_bytes=MIB) for s in range(num_stages))
+    return json.dumps(CostModel(stages=stages, source="profile").to_dict()).encode()
+
+
+def test_uploaded_cost_file(app: AppTest) -> None:
+    app.radio(key="sim-cost-source").set_value("Cost file").run()
+    assert "no cost file chosen" in app.error[0].value  # says how to get one
+    app.file_uploader(key="sim-cost-upload").set_value(("cost.json", _cost_file(4), "application/json"))
+    submit(app)
+    assert not app.error
+    cost = CostModel.from_dict(json.loads(_cost_file(4)))
+    assert metric(app, "Makespan") == expected_makespan("1f1b", 4, 8, cost)
+
+
+def test_cost_file_for_another_pipeline_is_refused(app: AppTest) -> None:
+    app.radio(key="sim-cost-source").set_value("Cost file").run()
+    app.file_uploader(key="sim-cost-upload").set_value(("cost.json", _cost_file(3), "application/json"))
+    submit(app)
+    assert "3 stages" in app.error[0].value and "4" in app.error[0].value
+    app.file_uploader(key="sim-cost-upload").set_value(("cost.json", b"{not json", "application/json"))
+    submit(app)
+    assert "not valid JSON" in app.error[0].value
+    assert not app.exception
+
+
+def test_cost_file_picked_from_a_profile_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "runs" / "profiled"
+    run.mkdir(parents=True)
+    (run / "cost.json").write_bytes(_cost_file(4))
+    monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(tmp_path / "runs"))
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.radio(key="sim-cost-source").set_value("Cost file").run()
+    picker = at.selectbox(key="sim-cost-pick")
+    assert str(run / "cost.json") in picker.options
+    picker.set_value(str(run / "cost.json"))
+    submit(at)
+    assert not at.error
+    assert metric(at, "Makespan") == expected_makespan("1f1b", 4, 8, CostModel.from_dict(json.loads(_cost_file(4))))
+
+
+def test_image_export_without_a_browser_says_so(app: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipesim import export
+
+    def unavailable(figs, fmts):
+        raise export.ExportUnavailable(export.NO_BROWSER_MESSAGE)
+
+    monkeypatch.setattr(export, "export_figures", unavailable)
+    app.button(key="sim-gantt-export-prepare").click().run()
+    assert any("HTML export still works" in w.value for w in app.warning)
+    assert app.get_by_key("sim-gantt-export-html") is not None  # HTML stays available
+    assert not app.exception
+
+
+def test_prepared_images_become_downloads(app: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipesim import export
+
+    calls = []
+
+    def fake(figs, fmts):
+        calls.append(list(fmts))
+        return [{fmt: f"{fmt} bytes".encode() for fmt in fmts} for _ in figs]
+
+    monkeypatch.setattr(export, "export_figures", fake)
+    labels = [b.label for b in app.get("download_button")]
+    assert "PNG" not in labels  # nothing rendered before it is asked for
+    app.button(key="sim-gantt-export-prepare").click().run()
+    assert calls == [["png", "svg", "pdf"]]
+    labels = [b.label for b in app.get("download_button")]
+    assert {"PNG", "SVG", "PDF"} <= set(labels)
+    submit(app, schedule="gpipe")  # a new chart: the prepared images no longer match it
+    assert "PNG" not in [b.label for b in app.get("download_button")]
+
+
+def test_data_downloads_are_offered(app: AppTest) -> None:
+    labels = [b.label for b in app.get("download_button")]
+    assert {"Timeline JSON", "Schedule CSV (torch)", "Chrome trace (Perfetto)", "Interactive HTML"} <= set(labels)

@@ -1,0 +1,221 @@
+"""The app in a real browser: `streamlit run app.py` driven by Playwright in headless Chromium.
+
+Checks what AppTest cannot: that plotly draws the Gantt bars, that a form change
+redraws the chart, that a real 2-rank CPU run launched from the Run page ends in
+the overlay chart, and that a download arrives as a file. Screenshots go to
+test-artifacts/ (and, with PIPESIM_UPDATE_SCREENSHOTS=1, to docs/img/ for the README).
+
+Skipped cleanly when /usr/bin/chromium or Playwright is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = ROOT / "test-artifacts"
+DOCS_IMG = ROOT / "docs" / "img"
+GANTT_BARS = ".js-plotly-plot g.trace.bars path"
+VIEWPORT = {"width": 1440, "height": 1000}
+
+pytestmark = pytest.mark.browser
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def streamlit_server(runs_root: Path, timeout_s: float = 90) -> Iterator[str]:
+    """`streamlit run app.py` on a free localhost port; yields its URL and always ends the process."""
+    port = _free_port()
+    env = dict(os.environ, PIPESIM_RUNS_ROOT=str(runs_root), OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+            "--server.headless", "true", "--server.address", "localhost", "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none"]
+    log = (runs_root / "streamlit.log").open("wb")
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start: see {runs_root / 'streamlit.log'}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    pytest.importorskip("playwright.sync_api")
+    with streamlit_server(tmp_path_factory.mktemp("runs")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(app_url: str):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    yield page
+    context.close()
+
+
+def _screenshot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    target = ARTIFACTS / f"{name}.png"
+    page.wait_for_timeout(800)  # let plotly finish its transitions
+    page.screenshot(path=str(target), full_page=True)
+    if os.environ.get("PIPESIM_UPDATE_SCREENSHOTS") == "1":
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        shutil.copy(target, DOCS_IMG / target.name)
+
+
+def _open(page, url: str, path: str = "") -> None:
+    page.goto(f"{url}/{path}")
+    page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+
+
+def _wait_count(page, selector: str, at_least: int) -> None:
+    page.wait_for_function(f"() => document.querySelectorAll({selector!r}).length >= {at_least}")
+
+
+def _titles(page) -> list[str]:
+    return [text or "" for text in page.locator(".js-plotly-plot .gtitle").all_text_contents()]
+
+
+def _pick(page, label: str, option: str, scope=None) -> None:
+    """Choose `option` in the select box labelled `label` (react-aria combobox)."""
+    where = scope or page
+    where.get_by_role("combobox", name=label).click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def test_gantt_renders_and_follows_the_schedule(page, app_url: str) -> None:
+    _open(page, app_url)
+    page.wait_for_selector(GANTT_BARS)
+    assert page.locator(GANTT_BARS).count() > 8  # 4 ranks x 8 microbatches of F and B, plus idle
+    assert any(t.startswith("1f1b") for t in _titles(page)), _titles(page)
+    _screenshot(page, "simulate")
+
+    sidebar = page.get_by_test_id("stSidebar")
+    _pick(page, "Schedule", "gpipe", scope=sidebar)
+    sidebar.get_by_role("button", name="Simulate").click()
+    page.wait_for_function(  # both charts redrawn for the new schedule
+        "() => { const t = [...document.querySelectorAll('.js-plotly-plot .gtitle')].map(e => e.textContent);"
+        " return t.length >= 2 && t.every(x => x.startsWith('gpipe')); }"
+    )
+    assert page.locator(GANTT_BARS).count() > 8
+
+
+def test_export_downloads_are_real_files(page, app_url: str, tmp_path: Path) -> None:
+    _open(page, app_url)
+    page.wait_for_selector(GANTT_BARS)
+    page.get_by_role("button", name="Export chart").first.click()
+    with page.expect_download() as html_download:
+        page.get_by_role("button", name="Interactive HTML").click()
+    html = tmp_path / "gantt.html"
+    html_download.value.save_as(html)
+    text = html.read_text()
+    assert "<html" in text and "plotly" in text.lower() and "1f1b" in text
+    page.keyboard.press("Escape")
+
+    with page.expect_download() as json_download:
+        page.get_by_role("button", name="Timeline JSON").click()
+    saved = tmp_path / "timeline.json"
+    json_download.value.save_as(saved)
+    data = json.loads(saved.read_text())
+    assert data["format"] == "pipesim.timeline" and len(data["spans"]) == 4 * 8 * 2
+
+
+def test_other_pages_render(page, app_url: str) -> None:
+    _open(page, app_url, "compare")
+    page.wait_for_selector(".js-plotly-plot g.trace.bars path")
+    assert page.locator(".js-plotly-plot").count() >= 3  # bars, trade-off, one Gantt
+    _screenshot(page, "compare")
+
+    _open(page, app_url, "dag")
+    _wait_count(page, ".js-plotly-plot .scatterlayer .point", 20)  # the graph's nodes
+    _screenshot(page, "dag")
+    page.get_by_text("Deadlock example").click()
+    page.get_by_text("Deadlock.").wait_for()
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')].some(t => t.textContent.includes('deadlock'))"
+    )
+    _screenshot(page, "dag-deadlock")
+
+    _open(page, app_url, "custom")
+    page.wait_for_selector(GANTT_BARS)
+    _screenshot(page, "custom")
+    page.get_by_role("button", name="Start from a template").click()
+    _pick(page, "Template", "broken example")
+    page.get_by_test_id("stPopoverBody").get_by_role("button", name="Load", exact=True).click()
+    page.get_by_text("in this schedule").first.wait_for()
+    page.keyboard.press("Escape")  # close the popover before the screenshot
+    _screenshot(page, "custom-errors")
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(600)
+def test_real_run_ends_in_the_overlay(page, app_url: str) -> None:
+    page.goto(f"{app_url}/run")
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_role("button", name="Launch run").wait_for()
+    _pick(page, "Device", "cpu", scope=sidebar)  # a CPU run wherever the test runs
+    sidebar.get_by_role("button", name="Launch run").click()
+    page.get_by_text("Running").first.wait_for(timeout=60_000)
+    page.wait_for_function(  # the overlay, or a plain error saying why there is none
+        "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
+        ".some(t => t.textContent.includes('simulated vs measured'))"
+        " || [...document.querySelectorAll('[data-testid=stAlertContentError]')]"
+        ".some(e => e.textContent.startsWith('Run '))",
+        timeout=420_000,
+    )
+    errors = page.get_by_test_id("stAlertContentError").all_text_contents()
+    assert not errors, errors
+    assert page.locator(".js-plotly-plot g.trace.bars path").count() > 8
+    assert page.get_by_text("Prediction error").count() >= 1
+    _screenshot(page, "run")

@@ -1,0 +1,102 @@
+"""`python -m executor`: bad input is one line and exit 2 with nothing started; run, list and show."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from executor import cli, launch
+from executor.config import PROGRESS_PREFIX
+
+TINY_FLAGS = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32"]
+
+
+def fake_torchrun(monkeypatch, script: str) -> None:
+    monkeypatch.setattr(launch, "torchrun_command", lambda config, run_dir, **_: [sys.executable, "-c", script])
+
+
+BAD_INPUTS = {
+    "unknown flag": ["run", "--bogus"],
+    "unknown schedule": ["run", "--schedule", "nope"],
+    "not a number": ["run", "--ranks", "two"],
+    "batch does not split": ["run", "--batch-size", "10", "--microbatches", "4"],
+    "too many stages": ["run", "--ranks", "4", "--layers", "1", "--device", "cpu"],
+    "cuda without gpu": ["run", "--device", "cpu", "--backend", "nccl"],
+    "bad split points": ["run", "--split-points", "1,x"],
+    "missing schedule file": ["run", "--schedule-file", "/nonexistent/s.csv", "--device", "cpu"],
+    "no command": [],
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(case, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    started = []
+    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: started.append(a))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(BAD_INPUTS[case])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert started == [] and list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_from_a_real_process_has_no_traceback(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "executor", "run", "--schedule", "nope", "--device", "cpu"],
+                          cwd=launch.REPO_ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "valid schedules" in done.stderr
+
+
+def test_run_prints_json_progress_then_a_summary(tmp_path, monkeypatch, capsys):
+    line = "[rank0]:" + PROGRESS_PREFIX + '{"event": "step", "rank": 0, "step": 0, "steps": 1}'
+    fake_torchrun(monkeypatch, f"print({line!r})")
+    out_dir = tmp_path / "runs" / "mine"
+    code = cli.main(["run", "--schedule", "gpipe", "--device", "cpu", *TINY_FLAGS, "--out", str(out_dir)])
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    events = [json.loads(x) for x in lines if x.startswith("{")]
+    assert [e["event"] for e in events] == ["launch", "step", "finished"]
+    assert any(x.startswith("status   ok") for x in lines)
+    assert (out_dir / "result.json").exists()
+    config = json.loads((out_dir / "config.json").read_text())
+    assert (config["schedule"], config["model"]["num_layers"], config["model"]["d_model"]) == ("gpipe", 2, 16)
+
+
+def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
+    fake_torchrun(monkeypatch, "import sys; print('[rank1]:RuntimeError: boom'); sys.exit(1)")
+    assert cli.main(["run", "--device", "cpu", *TINY_FLAGS, "--out", str(tmp_path / "r")]) == 1
+    assert "rank 1 failed" in capsys.readouterr().out
+
+
+def test_custom_schedule_file_runs(tmp_path, monkeypatch, capsys):
+    from pipesim.formats import schedule_to_csv
+    from pipesim.schedules import build_schedule
+
+    (tmp_path / "mine.csv").write_text(schedule_to_csv(build_schedule("1f1b", 2, 4)))
+    fake_torchrun(monkeypatch, "pass")
+    args = ["run", "--schedule-file", str(tmp_path / "mine.csv"), "--device", "cpu", *TINY_FLAGS]
+    assert cli.main([*args, "--out", str(tmp_path / "runs" / "c")]) == 0
+    saved = json.loads((tmp_path / "runs" / "c" / "schedule.json").read_text())
+    assert saved["name"] == "mine" and saved["num_stages"] == 2
+
+
+def test_list_and_show(tmp_path, monkeypatch, capsys):
+    fake_torchrun(monkeypatch, "pass")
+    root = tmp_path / "runs"
+    for name in ("first", "second"):
+        assert cli.main(["run", "--device", "cpu", *TINY_FLAGS, "--out", str(root / name)]) == 0
+    capsys.readouterr()
+    assert cli.main(["list", "--runs-root", str(root)]) == 0
+    listing = capsys.readouterr().out
+    assert "first" in listing and "second" in listing and "ok" in listing
+    assert cli.main(["show", str(root / "first"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["status"] == "ok" and shown["config"]["schedule"] == "1f1b"
+    assert cli.main(["show", str(root / "first")]) == 0
+    assert "status   ok" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["show", str(tmp_path / "nothing")])
+    assert exit_info.value.code == 2

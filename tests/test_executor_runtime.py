@@ -1,0 +1,205 @@
+"""The executor under torchrun on CPU (gloo): gradients, training, and the measured timeline.
+
+Few launches on purpose (each costs seconds of start-up): one per world size
+checks every registered schedule on both models with and without
+recomputation (tests/helpers/pipeline_check.py), and one real worker run
+checks measured.json, cost.json and the progress lines. GPU runs are skipped
+where no CUDA device is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig
+from executor.runtime import needed_message, producer_stage
+from pipesim.cost import CostModel
+from pipesim.formats import read_json, schedule_to_dict, timeline_from_dict, write_json
+from pipesim.schedules import build_schedule, schedule_names
+
+pytestmark = pytest.mark.torchrun
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECK_SCRIPT = ROOT / "tests" / "helpers" / "pipeline_check.py"
+TOLERANCE = 1e-5  # max abs gradient difference (fp32)
+# All ranks read one CLOCK_MONOTONIC, and a span ends before its send is posted and starts after its
+# receive completed, so a consumer can never start before its producer ended; allow clock-read jitter only.
+CLOCK_TOLERANCE_MS = 0.01
+REQUIRED = ["naive", "gpipe", "1f1b", "interleaved-1f1b"]
+ZERO_BUBBLE = ["zb-h1", "zb-h2", "zbv", "dualpipev", "looped-bfs"]
+
+
+def torchrun(nproc: int, args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run torchrun in its own session; on timeout the whole process group is killed (nothing left behind)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *args]
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        pytest.fail(f"torchrun timed out after {timeout}s\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+def check(request, tmp_path_factory):
+    world = request.param
+    out = tmp_path_factory.mktemp(f"check{world}")
+    result = torchrun(world, [str(CHECK_SCRIPT), str(out)], timeout=420)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return world, json.loads((out / f"check_{world}.json").read_text())
+
+
+def test_every_gradient_matches_a_single_process_run(check):
+    world, data = check
+    cases = data["cases"]
+    ran = {(c["model"], c["schedule"], c["recompute"]) for c in cases if "skipped" not in c}
+    registered = set(schedule_names())
+    for name in REQUIRED + [n for n in ZERO_BUBBLE if n in registered]:
+        for model in ("transformer", "cnn"):
+            for recompute in (False, True):
+                assert (model, name, recompute) in ran, f"{name} ({model}, recompute={recompute}) did not run"
+    failures = [c for c in cases if c.get("error") or ("max_abs_diff" in c and not c["max_abs_diff"] <= TOLERANCE)]
+    assert not failures, json.dumps(failures, indent=1)[:4000]
+    assert all(c["grad_norm"] > 1e-4 for c in cases if "grad_norm" in c)  # the comparison is not vacuous
+
+
+def test_loss_falls_with_an_optimizer(check):
+    _, data = check
+    curves = data["loss_curves"]
+    assert set(curves) >= {"transformer/1f1b", "transformer/zb-h1", "cnn/1f1b", "cnn/zb-h1"}
+    for name, losses in curves.items():
+        assert all(math.isfinite(x) for x in losses), name
+        assert losses[-1] < 0.97 * losses[0], (name, losses)
+    # the split backward changes nothing numerically that matters: same losses as 1F1B
+    for model in ("transformer", "cnn"):
+        a, b = curves[f"{model}/1f1b"], curves[f"{model}/zb-h1"]
+        assert all(abs(x - y) <= 1e-4 for x, y in zip(a, b))
+
+
+# --- one real worker run --------------------------------------------------------------------------------------
+
+
+def start_worker_run(run_dir: Path, config: RunConfig, schedule) -> subprocess.CompletedProcess:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(config.to_dict(), run_dir / "config.json")
+    write_json(schedule_to_dict(schedule), run_dir / "schedule.json")
+    return torchrun(config.num_ranks, ["-m", "executor.worker", "--run-dir", str(run_dir)], timeout=300)
+
+
+@pytest.fixture(scope="module")
+def worker_run(tmp_path_factory):
+    """zbv on 2 ranks: split backward, a local hand-over (stages 1-2) and cross-rank transfers; with profile."""
+    model = ModelConfig(kind="transformer", vocab_size=64, d_model=32, num_heads=2, ffn_size=64, num_layers=4,
+                        seq_len=16)
+    config = RunConfig(schedule="zbv", num_ranks=2, num_microbatches=4, model=model, batch_size=8, steps=3,
+                       warmup_steps=1, profile=True, device="cpu", optimizer="adam", lr=1e-3)
+    schedule = build_schedule("zbv", 2, 4)
+    run_dir = tmp_path_factory.mktemp("runs") / "zbv"
+    result = start_worker_run(run_dir, config, schedule)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return config, schedule, run_dir, result
+
+
+def test_measured_timeline_holds_every_action_once_per_step(worker_run):
+    config, schedule, run_dir, _ = worker_run
+    data = read_json(run_dir / "measured.json")
+    timeline = timeline_from_dict(data)
+    assert timeline.source == "measured" and timeline.num_ranks == 2
+    assert sorted({s.step for s in timeline.spans}) == list(range(config.steps))
+    for step in range(config.steps):
+        for rank in range(2):
+            spans = [s for s in timeline.spans if s.step == step and s.rank == rank]
+            assert sorted(str(s.action) for s in spans) == sorted(str(a) for a in schedule.actions[rank])
+            assert all(s.end > s.start >= 0 for s in spans)
+            ordered = sorted(spans, key=lambda s: s.start)
+            assert [str(s.action) for s in ordered] == [str(a) for a in schedule.actions[rank]]  # schedule order
+            assert all(a.end <= b.start for a, b in zip(ordered, ordered[1:]))  # no overlap on a rank
+
+
+def test_consumers_start_after_their_producers_end(worker_run):
+    config, schedule, run_dir, _ = worker_run
+    timeline = timeline_from_dict(read_json(run_dir / "measured.json"))
+    spans = {(s.step, str(s.action)): s for s in timeline.spans}
+    checked = 0
+    for step in range(config.steps):
+        for rank, actions in enumerate(schedule.actions):
+            for action in actions:
+                key = needed_message(schedule, action)
+                if key is None:
+                    continue
+                stage = producer_stage(key)
+                kinds = "F" if key[0] == "act" else "BI"  # an activation comes from F, a gradient from B or I
+                producer = next(a for a in schedule.actions[schedule.stage_to_rank[stage]]
+                                if a.stage == stage and a.microbatch == action.microbatch and a.kind.value in kinds)
+                consumer = spans[(step, str(action))]
+                assert consumer.start >= spans[(step, str(producer))].end - CLOCK_TOLERANCE_MS, (step, action, producer)
+                checked += 1
+    assert checked > 0
+
+
+def test_measured_summary_and_comm_waits(worker_run):
+    config, _, run_dir, _ = worker_run
+    data = read_json(run_dir / "measured.json")
+    assert len(data["step_times_ms"]) == config.steps and all(t > 0 for t in data["step_times_ms"])
+    assert len(data["losses"]) == config.warmup_steps + config.steps
+    assert data["loss_phases"] == ["warmup"] * config.warmup_steps + ["measure"] * config.steps
+    assert all(math.isfinite(x) for x in data["losses"])
+    assert len(data["peak_memory_bytes"]) == 2 and all(b > 0 for b in data["peak_memory_bytes"])
+    assert data["backend"] == "gloo" and data["device"] == "cpu"
+    assert abs(data["meta"]["clock_offsets_ms"][1]) < 5.0  # one machine: the estimated offset is ~0
+    comm = timeline_from_dict(data).comm
+    assert any(c.kind == "recv" for c in comm)
+    assert all(c.peer != c.rank and c.end >= c.start and c.kind in ("send", "recv") for c in comm)
+
+
+def test_profile_writes_a_cost_file_the_simulator_reads(worker_run):
+    config, schedule, run_dir, _ = worker_run
+    cost = CostModel.from_dict(read_json(run_dir / "cost.json"))
+    cost.check_fits(schedule)
+    assert len(cost.stages) == schedule.num_stages and len(cost.links) == schedule.num_stages - 1
+    assert all(s.forward_ms > 0 and s.backward_ms > 0 and s.weight_ms is not None for s in cost.stages)
+    assert all(s.activation_bytes > 0 and s.param_bytes > 0 for s in cost.stages)
+    assert cost.stages[0].output_bytes == config.microbatch_size * 16 * 32 * 4  # (mb, seq, d_model) fp32
+    assert len(cost.meta["step_overhead_ms"]) == 2
+    from pipesim.simulate import simulate
+
+    assert simulate(schedule, cost).spans
+
+
+def test_progress_lines(worker_run):
+    config, _, _, result = worker_run
+    events = [json.loads(line.split(PROGRESS_PREFIX, 1)[1]) for line in result.stdout.splitlines()
+              if PROGRESS_PREFIX in line]
+    for rank in range(2):
+        mine = [e for e in events if e.get("rank") == rank]
+        assert mine[0]["event"] == "started" and mine[-1]["event"] == "done"
+        measure = [e for e in mine if e["event"] == "step" and e["phase"] == "measure"]
+        assert [e["step"] for e in measure] == list(range(config.steps))
+        assert all(e["steps"] == config.steps for e in measure)
+        assert any(e["event"] == "step" and e["phase"] == "profile" for e in mine)
+
+
+@pytest.mark.gpu
+def test_gpu_run(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    config = RunConfig(schedule="1f1b", num_ranks=2, num_microbatches=4, batch_size=8, steps=2, warmup_steps=1,
+                       device="cuda", profile=True)
+    result = start_worker_run(tmp_path / "gpu", config, build_schedule("1f1b", 2, 4))
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = read_json(tmp_path / "gpu" / "measured.json")
+    assert data["device"] == "cuda" and data["backend"] in ("nccl", "staged")
+    assert len(data["step_times_ms"]) == 2 and all(b > 0 for b in data["peak_memory_bytes"])

@@ -1,0 +1,311 @@
+"""The launcher: command, refusals before anything starts, process supervision, results; then real torchrun runs.
+
+Most tests replace the torchrun command with a tiny Python command (no torch import, ~50 ms)
+so the supervision logic is exercised fast; the `torchrun` tests launch the real worker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from executor import checks, launch
+from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig
+from executor.predict import list_runs, load_run
+from pipesim.ir import Action, B, F, make_schedule
+from pipesim.schedules import build_schedule
+
+TINY = ModelConfig(num_layers=2, d_model=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
+
+
+def cpu_config(**changes) -> RunConfig:
+    base = dict(schedule="1f1b", num_ranks=2, num_microbatches=4, batch_size=8, model=TINY, device="cpu",
+                steps=2, warmup_steps=1, timeout_s=120)  # fmt: skip
+    return RunConfig(**{**base, **changes})
+
+
+class PopenSpy:
+    """Records every Popen call of the launcher, then really starts the process."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[tuple[list, dict]] = []
+        self.procs: list[subprocess.Popen] = []
+        real = subprocess.Popen
+
+        def spy(args, **kwargs):
+            self.calls.append((args, kwargs))
+            self.procs.append(real(args, **kwargs))
+            return self.procs[-1]
+
+        monkeypatch.setattr(launch.subprocess, "Popen", spy)
+
+
+def fake_command(monkeypatch, script: str) -> None:
+    """Replace torchrun by `python -c script --run-dir DIR` (the run dir is argv[2] of the script)."""
+    def command(config, run_dir, **_):
+        return [sys.executable, "-c", script, "--run-dir", str(run_dir)]
+
+    monkeypatch.setattr(launch, "torchrun_command", command)
+
+
+def assert_no_process_left(run_dir: Path, pgid: int | None = None) -> None:
+    assert launch.run_processes(run_dir) == []
+    if pgid is not None:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(pgid, 0)
+
+
+# --- the command ---------------------------------------------------------------------------------------------
+
+
+def test_torchrun_command_is_an_argument_list(tmp_path):
+    argv = launch.torchrun_command(cpu_config(), tmp_path / "run", port=29512)
+    assert all(isinstance(arg, str) for arg in argv)
+    assert argv[0] == sys.executable and argv[argv.index("-m") + 1] == "torch.distributed.run"
+    pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+    assert pairs["--nproc-per-node"] == "2" and pairs["--nnodes"] == "1"
+    assert pairs["--rdzv-backend"] == "c10d" and pairs["--rdzv-endpoint"] == "127.0.0.1:29512"
+    assert argv[-4:] == ["-m", "executor.worker", "--run-dir", str(tmp_path / "run")]
+
+
+def test_multi_node_command_passes_rendezvous_through(tmp_path):
+    config = cpu_config(num_ranks=4, nnodes=2, node_rank=1, rdzv_endpoint="node0.example:29400")
+    argv = launch.torchrun_command(config, tmp_path / "run")
+    pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+    assert (pairs["--nnodes"], pairs["--node-rank"], pairs["--nproc-per-node"]) == ("2", "1", "2")
+    assert pairs["--rdzv-endpoint"] == "node0.example:29400"
+
+
+def test_free_port_is_bindable():
+    import socket
+
+    port = launch.free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_cpu_ranks_get_omp_threads(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = launch.run_environment(cpu_config())
+    assert int(env["OMP_NUM_THREADS"]) >= 1
+    assert str(launch.REPO_ROOT) in env["PYTHONPATH"].split(os.pathsep)
+
+
+# --- refusals: nothing starts, no folder appears ----------------------------------------------------------------
+
+
+def deadlocking_schedule():
+    # rank 0 runs 0B0 before 2F0, but 0B0 needs 1B0 <- 2B0 <- ... <- 2F0: a cycle across ranks.
+    actions = [
+        [Action(0, F, 0), Action(0, B, 0), Action(2, F, 0), Action(2, B, 0)],
+        [Action(1, F, 0), Action(3, F, 0), Action(3, B, 0), Action(1, B, 0)],
+    ]
+    return make_schedule("custom", 2, 1, (0, 1, 0, 1), actions)
+
+
+def missing_action_schedule():
+    good = build_schedule("1f1b", 2, 4)
+    return make_schedule("custom", 2, 4, good.stage_to_rank, [good.actions[0][:-1], good.actions[1]])
+
+
+REFUSALS = {
+    "unknown schedule": (lambda: cpu_config(schedule="nope"), None, "valid schedules"),
+    "too many stages": (lambda: cpu_config(num_ranks=4, model=ModelConfig(num_layers=1)), None, "every stage needs"),
+    "too many cpu ranks": (lambda: cpu_config(num_ranks=32, num_microbatches=32, batch_size=32,
+                                              model=ModelConfig(num_layers=40)), None, "the limit is"),  # fmt: skip
+    "cuda without gpu": (lambda: cpu_config(device="cuda"), None, "no CUDA GPU"),
+    "nccl on cpu": (lambda: cpu_config(backend="nccl"), None, "gloo"),
+    "multi-node without endpoint": (lambda: cpu_config(nnodes=2), None, "rdzv_endpoint"),
+    "ranks over nodes": (lambda: cpu_config(num_ranks=3, nnodes=2, rdzv_endpoint="h:1",
+                                            model=ModelConfig(num_layers=2)), None, "split evenly"),  # fmt: skip
+    "split points": (lambda: cpu_config(model=ModelConfig(split_points=(1, 2))), None, "give 1 layer"),
+    "deadlock": (lambda: cpu_config(num_microbatches=1, batch_size=4), deadlocking_schedule, "deadlock"),
+    "invalid schedule": (lambda: cpu_config(), missing_action_schedule, "rank"),
+    "schedule size mismatch": (lambda: cpu_config(num_microbatches=2), lambda: build_schedule("1f1b", 2, 4), "asks"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_bad_input_is_refused_before_anything_starts(case, tmp_path, monkeypatch):
+    spy = PopenSpy(monkeypatch)
+    monkeypatch.setattr(checks, "cuda_device_count", lambda: 0)
+    make_config, make_schedule_, words = REFUSALS[case]
+    with pytest.raises(ValueError, match=words):
+        launch.start_run(make_config(), runs_root=tmp_path / "runs", schedule=make_schedule_ and make_schedule_())
+    assert spy.calls == []
+    assert not (tmp_path / "runs").exists()
+
+
+def test_batch_that_does_not_split_is_refused_by_the_config():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        cpu_config(batch_size=10)
+
+
+def test_nccl_with_too_few_gpus_suggests_staged(tmp_path, monkeypatch):
+    monkeypatch.setattr(checks, "cuda_device_count", lambda: 1)
+    with pytest.raises(ValueError, match="staged"):
+        launch.start_run(cpu_config(device="cuda", backend="nccl"), runs_root=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    resolved, _ = launch.check_run(cpu_config(device="auto", backend="auto"))
+    assert (resolved.device, resolved.backend) == ("cuda", "staged")
+
+
+def test_taken_names(tmp_path, monkeypatch):
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(ValueError, match="already exists"):
+        launch.start_run(cpu_config(), runs_root=tmp_path, name="mine")
+    with pytest.raises(ValueError, match="may hold only"):
+        launch.start_run(cpu_config(), runs_root=tmp_path, name="../escape")
+    monkeypatch.setattr(launch, "default_name", lambda config: "same")
+    first = launch.make_run_dir(tmp_path, None, cpu_config())
+    second = launch.make_run_dir(tmp_path, None, cpu_config())
+    assert (first.name, second.name) == ("same", "same-2")
+
+
+# --- supervision with a fake command (fast) ----------------------------------------------------------------------
+
+STEP_LINE = "[rank{r}]:" + PROGRESS_PREFIX + '{{"event": "step", "rank": {r}, "step": 0, "steps": 1}}'
+
+
+def test_successful_command_streams_events_and_writes_the_folder(tmp_path, monkeypatch):
+    spy = PopenSpy(monkeypatch)
+    lines = [STEP_LINE.format(r=0), STEP_LINE.format(r=1), "[rank1]:plain output", "launcher says hi"]
+    fake_command(monkeypatch, f"print({chr(10).join(lines)!r})")
+    seen = []
+    result = launch.run(cpu_config(), runs_root=tmp_path, name="ok", on_event=seen.append)
+    args, kwargs = spy.calls[0]
+    assert isinstance(args, list) and not kwargs.get("shell") and kwargs["start_new_session"] is True
+    assert result.status == "ok"
+    steps = [e for e in seen if e.get("event") == "step"]
+    assert [e["rank"] for e in steps] == [0, 1] and steps[-1]["ranks_alive"] == [0, 1]
+    assert seen[-1]["event"] == "finished"
+    run_dir = tmp_path / "ok"
+    assert {"config.json", "schedule.json", "result.json", "logs"} <= {p.name for p in run_dir.iterdir()}
+    assert "plain output" in (run_dir / "logs" / "rank1.log").read_text()
+    assert "launcher says hi" in (run_dir / "logs" / "launcher.log").read_text()
+    assert RunConfig.from_dict(json.loads((run_dir / "config.json").read_text())).backend == "gloo"
+
+
+SPAWN_AND_HANG = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', '--run-dir', sys.argv[2]],"
+    " start_new_session=True)\n"
+    f"print({STEP_LINE.format(r=0)!r}, flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_timeout_ends_every_process_even_in_other_sessions(tmp_path, monkeypatch):
+    spy = PopenSpy(monkeypatch)
+    fake_command(monkeypatch, SPAWN_AND_HANG)
+    handle = launch.start_run(cpu_config(timeout_s=2), runs_root=tmp_path)
+    result = handle.wait(timeout=60)
+    assert result.status == "timeout" and "timed out" in result.message
+    assert_no_process_left(handle.run_dir, pgid=spy.procs[0].pid)
+    assert json.loads((handle.run_dir / "result.json").read_text())["status"] == "timeout"
+
+
+def test_cancel_ends_every_process(tmp_path, monkeypatch):
+    spy = PopenSpy(monkeypatch)
+    fake_command(monkeypatch, SPAWN_AND_HANG)
+    handle = launch.start_run(cpu_config(), runs_root=tmp_path)
+    deadline = time.monotonic() + 30
+    while not handle.events()[1:] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert handle.status == "running" and 0 < handle.progress < 1
+    handle.cancel()
+    assert handle.done() and handle.status == "cancelled"
+    assert_no_process_left(handle.run_dir, pgid=spy.procs[0].pid)
+    assert handle.wait().status == "cancelled"
+
+
+def test_failing_command_reports_the_rank_and_its_log(tmp_path, monkeypatch):
+    script = (
+        "import sys\n"
+        "print('[rank0]:Traceback (most recent call last):')\n"
+        "print('[rank1]:Traceback (most recent call last):')\n"
+        "print('[rank1]:RuntimeError: boom on purpose')\n"
+        "print('[rank0]:RuntimeError: Connection closed by peer')\n"
+        "sys.exit(1)\n"
+    )
+    fake_command(monkeypatch, script)
+    result = launch.run(cpu_config(), runs_root=tmp_path)
+    assert result.status == "failed"
+    assert result.message.startswith("rank 1 failed") and "boom on purpose" in result.message
+
+
+# --- run folders ------------------------------------------------------------------------------------------------
+
+
+def test_list_runs_newest_first_and_broken_folders_failed(tmp_path, monkeypatch):
+    fake_command(monkeypatch, "pass")
+    old = launch.run(cpu_config(), runs_root=tmp_path, name="old")
+    os.utime(old.run_dir / "config.json", (time.time() - 100, time.time() - 100))
+    launch.run(cpu_config(schedule="gpipe"), runs_root=tmp_path, name="new")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    (tmp_path / "unfinished").mkdir()
+    for name in ("config.json", "schedule.json"):
+        (tmp_path / "unfinished" / name).write_text((old.run_dir / name).read_text())
+    runs = {r.run_dir.name: r for r in list_runs(tmp_path)}
+    assert runs["broken"].status == "failed" and "broken run folder" in runs["broken"].message
+    assert runs["unfinished"].status == "failed" and "no result.json" in runs["unfinished"].message
+    names = [r.run_dir.name for r in list_runs(tmp_path) if r.run_dir.name in ("old", "new")]
+    assert names == ["new", "old"]
+    assert load_run(tmp_path / "new").schedule.name == "gpipe"
+
+
+# --- real torchrun runs ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.torchrun
+def test_real_two_rank_run_with_profile_and_reference(tmp_path):
+    config = cpu_config(profile=True, reference=True, steps=3)
+    handle = launch.start_run(config, runs_root=tmp_path, name="e2e")
+    result = handle.wait(timeout=300)
+    assert result.status == "ok", result.message
+    files = {p.name for p in result.run_dir.iterdir()}
+    assert {"config.json", "schedule.json", "measured.json", "cost.json", "simulated.json", "reference.json",
+            "result.json", "logs"} <= files  # fmt: skip
+    assert {"rank0.log", "rank1.log"} <= {p.name for p in (result.run_dir / "logs").iterdir()}
+    assert len(result.step_times_ms) == 3 and len(result.losses) == 1 + 3  # losses include the warm-up step
+    assert result.measured is not None and {s.rank for s in result.measured.spans} == {0, 1}
+    assert result.cost is not None and result.simulated is not None
+    assert math.isfinite(result.prediction_error) and result.predicted_step_ms > 0
+    reference = result.reference
+    assert reference["torch_schedule"] == "Schedule1F1B" and len(reference["step_times_ms"]) == 3
+    # Same weights, batches, loss and optimizer: torch's schedule computes the same losses as ours.
+    assert reference["losses"] == pytest.approx(result.losses, rel=1e-4)
+    assert any(e.get("event") == "step" for e in handle.events())
+    assert_no_process_left(result.run_dir)
+
+
+@pytest.mark.torchrun
+def test_crash_in_one_rank_is_reported_and_nothing_is_left(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPESIM_CRASH_RANK", "1")
+    monkeypatch.setenv("PIPESIM_CRASH_STEP", "1")
+    spy = PopenSpy(monkeypatch)
+    result = launch.run(cpu_config(steps=3, timeout_s=240), runs_root=tmp_path)
+    assert result.status == "failed"
+    assert result.message.startswith("rank 1 failed"), result.message
+    assert json.loads((result.run_dir / "result.json").read_text())["failed_rank"] == 1
+    assert_no_process_left(result.run_dir, pgid=spy.procs[0].pid)
+
+
+@pytest.mark.torchrun
+def test_cancel_really_ends_a_real_run(tmp_path):
+    handle = launch.start_run(cpu_config(steps=10_000, timeout_s=240), runs_root=tmp_path)
+    deadline = time.monotonic() + 200
+    while not any(e.get("event") == "step" for e in handle.events()) and time.monotonic() < deadline:
+        assert not handle.done(), handle.wait().message
+        time.sleep(0.2)
+    handle.cancel()
+    assert handle.status == "cancelled"
+    assert_no_process_left(handle.run_dir)
