@@ -25,7 +25,7 @@ import streamlit as st
 from pipesim import charts, formats, schedules
 from pipesim.compare import ComparisonRow, compare_schedules
 from pipesim.cost import DTYPE_BYTES, CostModel, ModelDescription
-from pipesim.dag import critical_path, find_deadlock
+from pipesim.dag import DeadlockError, critical_path, find_deadlock
 from pipesim.ir import Action, Schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import Metrics, Timeline, compute_metrics
@@ -46,6 +46,7 @@ DEFAULT_CHUNKS = 2
 COST_SOURCES = ("Uniform", "Per stage", "Model", "Cost file")
 MIB = 2**20
 RUNS_ROOT_ENV = "PIPESIM_RUNS_ROOT"
+CUSTOM_SCHEDULE_LABEL = "custom (from the Custom page)"  # the Run page's entry for a schedule sent to it
 
 # A deadlock the DAG and Custom pages can show: each rank's order is fine on its own,
 # but rank 1 starts with microbatch 1 while rank 0 waits for microbatch 0's backward.
@@ -185,9 +186,10 @@ def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[P
     columns = _cell_columns(csv_text, schedule) if csv_text is not None else None
     located = []
     for error in find_problems(schedule):
-        column = error.index
-        if columns is not None and error.rank is not None and error.index is not None:
-            column = columns[error.rank][error.index]
+        index = error.index if error.index is not None else _partner_index(schedule, error.rank, error.action)
+        column = index
+        if columns is not None and error.rank is not None and index is not None:
+            column = columns[error.rank][index]
         located.append(Problem(str(error), error.rank, column))
     if located:
         return located
@@ -195,18 +197,37 @@ def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[P
     if cycle is None:
         return []
     position = {a: (r, i) for r, row in enumerate(schedule.actions) for i, a in enumerate(row)}
-    message = "deadlock: " + " -> ".join(str(a) for a in [*cycle, cycle[0]])
     out = []
     for action in cycle:
         rank, index = position[action]
         column = columns[rank][index] if columns is not None else index
-        out.append(Problem(f"{action} is in a dependency cycle ({message})", rank, column, "deadlock"))
+        out.append(Problem(f"{action} is in the dependency cycle", rank, column, "deadlock"))
     return out
+
+
+def _partner_index(schedule: Schedule, rank: int | None, action: Action | None) -> int | None:
+    """For an action that never runs (a missing F or backward), the cell of its partner that does."""
+    if rank is None or action is None or not 0 <= rank < schedule.num_ranks:
+        return None
+    for index, other in enumerate(schedule.actions[rank]):
+        if (other.stage, other.microbatch) == (action.stage, action.microbatch):
+            return index
+    return None
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs=_HASH_FUNCS)
 def deadlock_cycle(schedule: Schedule) -> list[Action] | None:
     return find_deadlock(schedule)
+
+
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=_HASH_FUNCS)
+def deadlock_explanation(schedule: Schedule) -> str | None:
+    """Who waits on whom, in the simulator's words (None when the schedule runs)."""
+    try:
+        simulate(schedule, CostModel.uniform())
+    except DeadlockError as error:
+        return error.detail
+    return None
 
 
 def _cell_columns(csv_text: str, schedule: Schedule) -> list[list[int]]:

@@ -72,8 +72,8 @@ except ValueError as error:  # too large for the app
 if problems:
     deadlock = all(p.kind == "deadlock" for p in problems)
     if deadlock:
-        st.error("**Deadlock**: the highlighted actions wait on each other in a cycle. "
-                 + problems[0].message.split("(", 1)[-1].rstrip(")"), icon=":material/block:")
+        st.error("**Deadlock**: the highlighted actions wait on each other in a cycle; "
+                 + (ui.deadlock_explanation(schedule) or ""), icon=":material/block:")
         st.page_link("app_pages/dag.py", label="See the cycle in the dependency graph (DAG page, custom schedule)",
                      icon=":material/account_tree:")
     else:
@@ -102,6 +102,7 @@ except ValueError as error:
 
 if st.button("Run this schedule for real", icon=":material/play_circle:", key="custom-send"):
     st.session_state["run_schedule"] = schedule
+    st.session_state["run-schedule"] = ui.CUSTOM_SCHEDULE_LABEL  # preselected on the Run page
     st.switch_page("app_pages/run.py")
 
 ui.metric_cards(metrics)

@@ -60,8 +60,8 @@ if structural:
 cycle = ui.deadlock_cycle(schedule)
 path = None
 if cycle:
-    st.error("**Deadlock.** These actions wait on each other in a cycle, so no rank can go on: "
-             + " → ".join(str(a) for a in [*cycle, cycle[0]]), icon=":material/block:")
+    st.error("**Deadlock.** These actions wait on each other in a cycle (red), so no rank can go on: "
+             + (ui.deadlock_explanation(schedule) or ""), icon=":material/block:")
 else:
     show_path = st.toggle("Highlight the critical path", value=True, key="dag-critical")
     path = ui.critical_actions(schedule, cost) if show_path else None

@@ -28,7 +28,7 @@ MODEL_SIZES = {
     "medium": {"d_model": 256, "num_heads": 8, "ffn_size": 1024, "seq_len": 128, "vocab_size": 4000,
                "cnn_channels": 64, "cnn_fc_size": 512},
 }
-CUSTOM = "custom (from the Custom page)"
+CUSTOM = ui.CUSTOM_SCHEDULE_LABEL
 
 handle = st.session_state["run_handle"]
 custom = st.session_state["run_schedule"]
@@ -86,7 +86,7 @@ if submitted and not running:
     else:
         st.session_state["run_handle"] = handle
         st.session_state["selected_run"] = None
-        running = True
+        st.rerun()  # redraw with the launch button disabled and the live view polling
 
 
 @st.fragment(run_every=1.0 if running else None)

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from executor.config import ModelConfig, RunConfig  # noqa: E402
 from executor.launch import run  # noqa: E402
+from executor.predict import predict_step, replay_cost  # noqa: E402
 from executor.reference import SIDE_BY_SIDE_ENV  # noqa: E402
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
@@ -83,12 +84,44 @@ def measure(args: argparse.Namespace, schedule: str, runs_root: Path) -> dict:
         "schedule": schedule, "ours_ms": median_or_none(reference.get("ours_step_times_ms")),
         "torch_ms": median_or_none(reference.get("step_times_ms")),
         "run_ms": result.measured_step_ms,
+        "paired_ratio": paired_ratio(reference.get("ours_step_times_ms"), reference.get("step_times_ms")),
         "torch_schedule": reference.get("torch_schedule"), "predicted_ms": result.predicted_step_ms,
         "prediction_error": result.prediction_error, "run_dir": str(result.run_dir),
         "run_steps_ms": result.step_times_ms, "ours_steps_ms": reference.get("ours_step_times_ms", []),
         "torch_steps_ms": reference.get("step_times_ms", []),
         "loss_gap": loss_gap(result.losses, reference.get("losses", [])),
+        "in_run_over_profile": in_run_over_profile(result),
+        "replay_error": replay_error(result),
     }  # fmt: skip
+
+
+def paired_ratio(ours: list[float] | None, theirs: list[float] | None) -> float | None:
+    """Median over steps of ours/torch for the same step index: the two ran back to back, so the
+    machine's drift cancels within a pair, which a ratio of two medians does not achieve."""
+    if not ours or not theirs or len(ours) != len(theirs):
+        return None
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+
+
+def in_run_over_profile(result) -> float | None:
+    """Median over actions of (measured duration in the run) / (profiled duration): 1.0 when the
+    profile represents the run; far from 1 points at the profile (or a drifting machine), not the simulator."""
+    if result.measured is None or result.cost is None:
+        return None
+    ratios = []
+    for span in result.measured.spans:
+        expected = result.cost.duration_ms(span.action.stage, span.action.kind)
+        if expected > 0:
+            ratios.append((span.end - span.start) / expected)
+    return statistics.median(ratios) if ratios else None
+
+
+def replay_error(result) -> float | None:
+    """Prediction error when the simulation uses the run's own median action times (see predict.replay_cost)."""
+    if result.measured is None or result.cost is None or not result.measured_step_ms:
+        return None
+    replay = predict_step(result.schedule, replay_cost(result.measured, result.cost))
+    return (replay.predicted_step_ms - result.measured_step_ms) / result.measured_step_ms
 
 
 def loss_gap(ours: list[float], theirs: list[float]) -> float | None:
@@ -99,18 +132,19 @@ def loss_gap(ours: list[float], theirs: list[float]) -> float | None:
 
 
 def summarise(samples: list[dict]) -> dict:
-    """Medians over repeats; the ratio is taken per repeat (both sides ran back to back), then the median."""
+    """Medians over repeats; the ratio is the median of the repeats' paired ratios."""
     def med(key: str):
         values = [s[key] for s in samples if s[key] is not None]
         return statistics.median(values) if values else None
 
-    ratios = [s["ours_ms"] / s["torch_ms"] for s in samples if s["torch_ms"]]
+    ratios = [s["paired_ratio"] for s in samples if s["paired_ratio"] is not None]
     return {
         "schedule": samples[0]["schedule"], "torch_schedule": samples[0]["torch_schedule"],
         "ours_ms": med("ours_ms"), "torch_ms": med("torch_ms"), "run_ms": med("run_ms"),
         "ratio": statistics.median(ratios) if ratios else None,
         "predicted_ms": med("predicted_ms"), "prediction_error": med("prediction_error"),
-        "loss_gap": med("loss_gap"), "repeats": samples,
+        "loss_gap": med("loss_gap"), "in_run_over_profile": med("in_run_over_profile"),
+        "replay_error": med("replay_error"), "repeats": samples,
     }  # fmt: skip
 
 
@@ -119,12 +153,14 @@ def table(rows: list[dict]) -> str:
         return "-" if value is None else format(value, spec)
 
     lines = [f"{'schedule':18} {'ours ms':>9} {'torch ms':>9} {'ours/torch':>10} "
-             f"{'run ms':>9} {'pred ms':>9} {'pred err':>9}"]  # fmt: skip
+             f"{'run ms':>9} {'pred ms':>9} {'pred err':>9} {'run/prof':>9} {'replay err':>10}"]  # fmt: skip
     for r in rows:
         error = None if r["prediction_error"] is None else 100 * r["prediction_error"]
+        replay = None if r["replay_error"] is None else 100 * r["replay_error"]
         lines.append(
             f"{r['schedule']:18} {f(r['ours_ms'], '9.2f')} {f(r['torch_ms'], '9.2f')} {f(r['ratio'], '10.3f')} "
-            f"{f(r['run_ms'], '9.2f')} {f(r['predicted_ms'], '9.2f')} {f(error, '+8.1f')}%"
+            f"{f(r['run_ms'], '9.2f')} {f(r['predicted_ms'], '9.2f')} {f(error, '+8.1f')}% "
+            f"{f(r['in_run_over_profile'], '9.2f')} {f(replay, '+9.1f')}%"
         )
     return "\n".join(lines)
 

@@ -11,6 +11,10 @@ Why it is built this way:
 * torchrun puts each worker in its own session, so ending a run means ending
   torchrun's process group *and* every process whose command line names the
   run folder (found in /proc); SIGTERM first, SIGKILL after a grace period.
+* torchrun relays each rank's output line by line with a `[rankN]:` prefix
+  (`--tee 3`); the launcher splits it into logs/rankN.log and parses the
+  `PIPESIM {json}` progress lines into events.
+* A run's timeout covers the whole launch, the reference run included.
 * No torch import at module level: the Streamlit app imports this module.
 """
 
@@ -87,7 +91,9 @@ def run_environment(config: RunConfig) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"
-    env.pop("PYTHONUNBUFFERED", None)  # workers flush their own progress lines; see module docstring
+    # Workers' stdout goes to files that torchrun tails; block-buffered, each flushed progress line is
+    # one write, so the tail never relays half a line (unbuffered, print writes text and newline apart).
+    env.pop("PYTHONUNBUFFERED", None)
     if config.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks_per_node(config)))
     return env
@@ -450,8 +456,13 @@ class RunHandle:
         except Exception as error:  # the launcher itself broke: still leave a result behind
             summary = {"status": "failed", "message": f"launcher error: {error!r}", "returncode": None}
         summary.update(started_at=started, finished_at=time.time(), wall_s=round(time.time() - started, 3))
-        write_json(summary, self.run_dir / "result.json")
-        self._result = load_run(self.run_dir)
+        try:
+            write_json(summary, self.run_dir / "result.json")
+            self._result = load_run(self.run_dir)
+        except (OSError, ValueError, KeyError, TypeError) as error:  # e.g. a worker wrote a malformed file
+            message = f"{summary['message']}\ncannot read the run's files: {error}".strip()
+            summary.update(status="failed", message=message)
+            self._result = RunResult(self.run_dir, "failed", summary["message"], self.config, self.schedule)
         self._status = summary["status"]
         self._launch_event("finished", status=self._status, message=summary.get("message", ""))
 

@@ -25,7 +25,7 @@ its weights are the same.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F

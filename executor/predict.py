@@ -67,6 +67,39 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     return Prediction(predicted, simulated, overhead)
 
 
+def replay_cost(measured: Timeline, cost: CostModel) -> CostModel:
+    """`cost` with every stage's F, B, I and W replaced by the run's own median durations.
+
+    Simulating with it tells the simulator's error apart from the profile's: when the replay
+    matches the measured step but the prediction does not, the profile did not represent the
+    run (a machine whose speed drifts, caches, contention), not the schedule's simulation.
+    """
+    from dataclasses import replace
+
+    durations: dict[tuple[int, str], list[float]] = {}
+    for span in measured.spans:
+        durations.setdefault((span.action.stage, span.action.kind.value), []).append(span.end - span.start)
+    num_stages = max((stage for stage, _ in durations), default=-1) + 1
+    stages = []
+    for stage in range(num_stages):
+        base = cost.stage(stage)
+
+        def med(kind: str, fallback: float, stage: int = stage) -> float:
+            values = durations.get((stage, kind))
+            return statistics.median(values) if values else fallback
+
+        forward = med("F", base.forward_ms)
+        extra = forward if cost.recompute else 0.0  # the cost model adds F back to B and I under recompute
+        if (stage, "I") in durations:
+            weight = med("W", base.w_ms)
+            backward = max(med("I", base.i_ms + extra) - extra, 0.0) + weight
+        else:
+            backward = max(med("B", base.backward_ms + extra) - extra, 0.0)
+            weight = min(base.w_ms, backward)
+        stages.append(replace(base, forward_ms=forward, backward_ms=backward, weight_ms=min(weight, backward)))
+    return replace(cost, stages=tuple(stages), source="replay")
+
+
 def measured_step_ms(step_times_ms: list[float]) -> float | None:
     """The median: robust to the odd slow step a shared machine produces."""
     return statistics.median(step_times_ms) if step_times_ms else None

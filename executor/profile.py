@@ -5,8 +5,8 @@ simulation needs to predict a measured step, and where it comes from here:
 
 * per-stage F, B, I and W: the very StageRunner calls the runtime makes (the
   loss on the last stage, recomputation when on), each timed alone on the
-  stage's own rank, median of several repetitions, every rank profiling at the
-  same time (so the cores are as busy as during the run);
+  stage's own rank, median of several repetitions, one rank at a time (ranks
+  sharing a machine's cores must not slow each other's measurements down);
 * per-stage bytes: activations saved for backward, what W still needs after I,
   the stage input and output, the parameters;
 * per boundary between two ranks: a ping-pong through the run's own transport
@@ -22,9 +22,12 @@ with recomputation on the measured recomputing backward is stored minus F.
 from __future__ import annotations
 
 import copy
+import os
+import functools
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -73,12 +76,12 @@ def profile_stage(r: Any, stage: int, repeats: int, watch: Stopwatch) -> dict[st
     times: dict[str, list[float]] = {key: [] for key in ("f", "b", "f_split", "i", "w")}
     for rep in range(repeats + 1):
         f_ms, (_, stash) = watch.time(lambda: runner.forward(x, target, split=False))
-        b_ms, _ = watch.time(lambda: runner.backward(stash, grad))
+        b_ms, _ = watch.time(functools.partial(runner.backward, stash, grad))
         fs_ms, (_, stash) = watch.time(lambda: runner.forward(x, target, split=True))
-        i_ms, (_, work) = watch.time(lambda: runner.backward_input(stash, grad))
-        w_ms, _ = watch.time(lambda: runner.backward_weight(work))
+        i_ms, (_, work) = watch.time(functools.partial(runner.backward_input, stash, grad))
+        w_ms, _ = watch.time(functools.partial(runner.backward_weight, work))
         if rep:  # the first round warms caches and allocators
-            for key, value in zip(times, (f_ms, b_ms, fs_ms, i_ms, w_ms)):
+            for key, value in zip(times, (f_ms, b_ms, fs_ms, i_ms, w_ms), strict=True):
                 times[key].append(value)
     activation, weight, input_bytes = r.model.stash_bytes[stage]
     out_bytes = 0 if runner.is_last else torch.Size(out_shape).numel() * 4
@@ -100,17 +103,23 @@ def _ping_pong_ms(r: Any, src: int, dst: int, shape: torch.Size, repeats: int) -
         return None
     payload = torch.zeros(shape, device=device)
     round_trips = []
+    # Receives are posted before the matching send can start, as the runtime's look-ahead does.
+    pending = transport.irecv(shape, torch.float32, dst if r.rank == src else src, tag=0)
     for rep in range(repeats + 1):
         if r.rank == src:
             start = time.perf_counter()
             transport.isend(payload, dst, tag=0).wait()
-            transport.irecv(shape, torch.float32, dst, tag=0).wait()
+            pending.wait()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             if rep:
                 round_trips.append((time.perf_counter() - start) * 1e3)
+            if rep < repeats:
+                pending = transport.irecv(shape, torch.float32, dst, tag=0)
         else:
-            received = transport.irecv(shape, torch.float32, src, tag=0).wait()
+            received = pending.wait()
+            if rep < repeats:
+                pending = transport.irecv(shape, torch.float32, src, tag=0)
             transport.isend(received, src, tag=0).wait()
     return _median(round_trips) / 2 if round_trips else None
 
@@ -155,7 +164,7 @@ def profile_optimizer(r: Any, repeats: int, watch: Stopwatch) -> float:
     grads = [torch.randn_like(p) * 1e-3 for p in params]
     times = []
     for rep in range(repeats + 1):
-        for p, g in zip(params, grads):
+        for p, g in zip(params, grads, strict=True):
             p.grad = g.clone()
 
         def step() -> None:
@@ -166,7 +175,7 @@ def profile_optimizer(r: Any, repeats: int, watch: Stopwatch) -> float:
         if rep:
             times.append(elapsed)
     with torch.no_grad():
-        for p, saved in zip(params, saved_params):
+        for p, saved in zip(params, saved_params, strict=True):
             p.copy_(saved)
     r.optimizer.load_state_dict(saved_state)
     r.optimizer.zero_grad(set_to_none=True)
@@ -209,7 +218,8 @@ def build_cost(r: Any, gathered: list[dict[str, Any]]) -> CostModel:
         "optimizer_ms": optimizer,
         "measured": {str(s): stages[s] for s in sorted(stages)},
         "links_measured": {str(b): links[b] for b in sorted(links)},
-        "i_plus_w_over_b": {str(s): (m["i"] + m["w"]) / m["b"] if m["b"] > 0 else None for s, m in sorted(stages.items())},
+        "i_plus_w_over_b": {str(s): (m["i"] + m["w"]) / m["b"] if m["b"] > 0 else None
+                            for s, m in sorted(stages.items())},
         "schedule": schedule.name,
         "num_ranks": schedule.num_ranks,
         "num_microbatches": schedule.num_microbatches,
@@ -229,12 +239,15 @@ def profile_run(r: Any, run_dir: Any, emit: Callable[..., None], repeats: int = 
     mine: dict[str, Any] = {"stages": {}, "links": {}}
     own = sorted(r.model.runners)
     parts = len(own) + 2
-    for index, stage in enumerate(own):
-        mine["stages"][stage] = profile_stage(r, stage, repeats, watch)
-        emit("step", rank=r.rank, step=index, steps=parts, phase="profile")
+    concurrent = os.environ.get("PIPESIM_PROFILE_MODE", "concurrent") == "concurrent"
+    for turn in range(1 if concurrent else r.world_size):
+        if concurrent or turn == r.rank:
+            for index, stage in enumerate(own):
+                mine["stages"][stage] = profile_stage(r, stage, repeats, watch)
+                emit("step", rank=r.rank, step=index, steps=parts, phase="profile")
+        dist.barrier(group=r.control)
     for p in r.model.parameters():
         p.grad = None
-    dist.barrier(group=r.control)
     mine["links"] = profile_links(r, repeats)
     emit("step", rank=r.rank, step=len(own), steps=parts, phase="profile")
     mine["optimizer_ms"] = profile_optimizer(r, repeats, watch)

@@ -20,8 +20,9 @@ the end of the step (or reaped once complete).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -87,7 +88,9 @@ def check_rank_actions(schedule: Schedule, rank: int) -> None:
         if action.stage not in own:
             raise ValueError(f"rank {rank}: action {action} is for stage {action.stage}, which lives on another rank")
         if not 0 <= action.microbatch < schedule.num_microbatches:
-            raise ValueError(f"rank {rank}: action {action} names a microbatch outside 0..{schedule.num_microbatches - 1}")
+            raise ValueError(
+                f"rank {rank}: action {action} names a microbatch outside 0..{schedule.num_microbatches - 1}"
+            )
         if action in seen:
             raise ValueError(f"rank {rank}: action {action} appears twice")
         needs = {B: (F,), I: (F,), W: (I,)}.get(action.kind, ())
@@ -129,7 +132,7 @@ class StepRecord:
 class _Inbox:
     """Receives from one peer, posted in the peer's send order, at most `lookahead` ahead."""
 
-    def __init__(self, runtime: "PipelineRuntime", src: int, keys: list[MessageKey]) -> None:
+    def __init__(self, runtime: PipelineRuntime, src: int, keys: list[MessageKey]) -> None:
         self.runtime, self.src, self.keys = runtime, src, keys
         self.next = 0
         self.consumed = 0
@@ -180,7 +183,9 @@ class PipelineRuntime:
     ) -> None:
         check_rank_actions(schedule, rank)
         if set(runners) != set(schedule.stages_of_rank(rank)):
-            raise ValueError(f"rank {rank} holds stages {schedule.stages_of_rank(rank)} but got runners for {sorted(runners)}")
+            raise ValueError(
+                f"rank {rank} holds stages {schedule.stages_of_rank(rank)} but got runners for {sorted(runners)}"
+            )
         if lookahead < 1:
             raise ValueError(f"lookahead must be at least 1, got {lookahead}")
         self.schedule, self.rank, self.runners = schedule, rank, runners
@@ -189,7 +194,9 @@ class PipelineRuntime:
         self.stash_bytes = stash_bytes or {}
         plan = message_plan(schedule)
         self._incoming = {src: keys for (src, dst), keys in plan.items() if dst == rank}
-        self._send_tag = {key: index for (src, _), keys in plan.items() if src == rank for index, key in enumerate(keys)}
+        self._send_tag = {
+            key: index for (src, _), keys in plan.items() if src == rank for index, key in enumerate(keys)
+        }
         self._split = {(a.stage, a.microbatch) for a in schedule.actions[rank] if a.kind is I}
         self._producer = self._producer_actions(schedule)
 

@@ -20,8 +20,8 @@ leaf module's output (no weight tying across modules).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -212,7 +212,7 @@ class StageRunner:
         )
         input_grad = grads[0] if wants_input else None
         work = WeightWork()
-        for call, grad in zip(calls, grads[1:] if wants_input else grads):
+        for call, grad in zip(calls, grads[1:] if wants_input else grads, strict=True):
             if grad is None:
                 continue
             if supports_explicit(call.module):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pipesim.ir import Action
 from pipesim.timeline import CommSpan, Span, Timeline

@@ -16,9 +16,9 @@ an early receive could deadlock against the peer's pending receive).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterable
 
 import torch
 import torch.distributed as dist

@@ -37,7 +37,9 @@ from pipesim.ir import Schedule
 
 
 def emit(event: str, **fields: Any) -> None:
-    print(PROGRESS_PREFIX + json.dumps({"event": event, **fields}), flush=True)
+    """One progress line, written in one call: ranks share a pipe, and a line must not be split by another's."""
+    sys.stdout.write(PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
 
 
 def make_optimizer(config: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -78,15 +80,19 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         raise ValueError(f"torchrun started {world} ranks but the schedule has {schedule.num_ranks} "
                          f"and the config {config.num_ranks}")
     if schedule.num_microbatches != config.num_microbatches:
-        raise ValueError(f"the schedule has {schedule.num_microbatches} microbatches, the config {config.num_microbatches}")
-    choice = resolve_backend(config.device, config.backend, env_int("LOCAL_WORLD_SIZE", world), env_int("LOCAL_RANK", rank))
+        raise ValueError(
+            f"the schedule has {schedule.num_microbatches} microbatches, the config {config.num_microbatches}"
+        )
+    local_world, local_rank = env_int("LOCAL_WORLD_SIZE", world), env_int("LOCAL_RANK", rank)
+    choice = resolve_backend(config.device, config.backend, local_world, local_rank)
     control = init_distributed(choice, config.timeout_s)
     transport = Transport(choice, rank, schedule_links(schedule), config.timeout_s)
     transport.warm_up()
     model = build_rank_model(schedule, config.model, config.seed, config.microbatch_size, rank, choice.device,
                              config.recompute)
     clock = make_clock(choice.device)
-    runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, clock, stash_bytes=model.stash_bytes)
+    runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, clock,
+                              stash_bytes=model.stash_bytes)
     return Rank(config, schedule, rank, world, choice, control, model, runtime,
                 make_optimizer(config, model.parameters()), clock)
 
@@ -159,6 +165,7 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
     meta = {"clock_offsets_ms": offsets, "clock_offsets_applied": multi_node,
             "clock": "cuda events" if r.choice.device.type == "cuda" else "perf_counter"}
     timeline, step_times = assemble_measured(r.world_size, r.schedule.name, measured, applied, meta)
+    cuda = r.choice.device.type == "cuda"
     loss_rank = r.schedule.stage_to_rank[r.schedule.num_stages - 1]
     all_steps = gathered[loss_rank]["records"]
     summary = {
@@ -169,9 +176,9 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "steps": r.config.steps,
         "optimizer_ms": [[rec["optimizer_ms"] for rec in m] for m in measured],
         "peak_memory_bytes": [g["peak"] for g in gathered],
-        "peak_memory_kind": "cuda max_memory_allocated" if r.choice.device.type == "cuda" else "tracked stashed activations",
+        "peak_memory_kind": "cuda max_memory_allocated" if cuda else "tracked stashed activations",
         "backend": r.choice.transport,
-        "device": str(r.choice.device.type),
+        "device": r.choice.device.type,
         "torch_version": torch.__version__,
     }
     write_json(timeline_to_dict(timeline, summary), run_dir / "measured.json")

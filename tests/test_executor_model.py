@@ -135,7 +135,7 @@ def test_stage_io_shapes_match_a_real_forward(kind):
     stages = split_stages(build_model(config, 0), 3)
     shapes = stage_io_shapes(stages, config, microbatch_size=2)
     x, _ = make_batch(config, 2, 0, 0)
-    for stage, (shape_in, shape_out) in zip(stages, shapes):
+    for stage, (shape_in, shape_out) in zip(stages, shapes, strict=True):
         assert x.shape == shape_in
         x = stage(x)
         assert x.shape == shape_out
@@ -168,7 +168,7 @@ def _runner(kind: str, stage: int, num_stages: int = 2, recompute: bool = False)
     return runner, x, targets, grad
 
 
-@pytest.mark.parametrize("kind,stage,recompute", [(k, s, r) for k in MODELS for s in (0, 1) for r in (False, True)])
+@pytest.mark.parametrize("kind,stage,recompute", list(itertools.product(MODELS, (0, 1), (False, True))))
 def test_split_backward_equals_full_backward(kind, stage, recompute):
     runner, x, target, grad = _runner(kind, stage, recompute=recompute)
     _, stash = runner.forward(x, target)
@@ -232,7 +232,7 @@ def _one_rank_schedule(split: bool):
     return make_schedule("local", 1, 3, [0, 0], [actions])
 
 
-@pytest.mark.parametrize("kind,split,recompute", [(k, s, r) for k in MODELS for s in (False, True) for r in (False, True)])
+@pytest.mark.parametrize("kind,split,recompute", list(itertools.product(MODELS, (False, True), (False, True))))
 def test_runtime_on_one_rank_matches_the_full_model(kind, split, recompute):
     config, batch = TINY[kind], 6
     schedule = _one_rank_schedule(split)
@@ -240,7 +240,8 @@ def test_runtime_on_one_rank_matches_the_full_model(kind, split, recompute):
     runtime = PipelineRuntime(schedule, 0, model.runners, model.shapes, None, HostClock(),
                               stash_bytes=model.stash_bytes)
     inputs, targets = make_batch(config, batch, 2, step=0)
-    record = runtime.run_step(microbatches(inputs, 3, torch.device("cpu")), microbatches(targets, 3, torch.device("cpu")))
+    cpu = torch.device("cpu")
+    record = runtime.run_step(microbatches(inputs, 3, cpu), microbatches(targets, 3, cpu))
     expected = full_model_grads(config, split_stages(build_model(config, 2), 2), batch, 2)
     for stage in (0, 1):
         for got, want in zip((p.grad for p in model.runners[stage].parameters()), expected[stage], strict=True):

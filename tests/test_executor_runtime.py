@@ -85,7 +85,7 @@ def test_loss_falls_with_an_optimizer(check):
     # the split backward changes nothing numerically that matters: same losses as 1F1B
     for model in ("transformer", "cnn"):
         a, b = curves[f"{model}/1f1b"], curves[f"{model}/zb-h1"]
-        assert all(abs(x - y) <= 1e-4 for x, y in zip(a, b))
+        assert all(abs(x - y) <= 1e-4 for x, y in zip(a, b, strict=True))
 
 
 # --- one real worker run --------------------------------------------------------------------------------------
@@ -125,7 +125,7 @@ def test_measured_timeline_holds_every_action_once_per_step(worker_run):
             assert all(s.end > s.start >= 0 for s in spans)
             ordered = sorted(spans, key=lambda s: s.start)
             assert [str(s.action) for s in ordered] == [str(a) for a in schedule.actions[rank]]  # schedule order
-            assert all(a.end <= b.start for a, b in zip(ordered, ordered[1:]))  # no overlap on a rank
+            assert all(a.end <= b.start for a, b in zip(ordered, ordered[1:], strict=False))  # no overlap on a rank
 
 
 def test_consumers_start_after_their_producers_end(worker_run):
@@ -134,7 +134,7 @@ def test_consumers_start_after_their_producers_end(worker_run):
     spans = {(s.step, str(s.action)): s for s in timeline.spans}
     checked = 0
     for step in range(config.steps):
-        for rank, actions in enumerate(schedule.actions):
+        for actions in schedule.actions:
             for action in actions:
                 key = needed_message(schedule, action)
                 if key is None:

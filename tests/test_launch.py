@@ -12,15 +12,20 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from executor import checks, launch
+from executor import checks, launch, predict
 from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig
 from executor.predict import list_runs, load_run
+from pipesim.cost import CostModel
+from pipesim.formats import timeline_to_dict, write_json
 from pipesim.ir import Action, B, F, make_schedule
 from pipesim.schedules import build_schedule
+from pipesim.simulate import simulate
+from pipesim.timeline import makespan
 
 TINY = ModelConfig(num_layers=2, d_model=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
 
@@ -239,6 +244,43 @@ def test_failing_command_reports_the_rank_and_its_log(tmp_path, monkeypatch):
     result = launch.run(cpu_config(), runs_root=tmp_path)
     assert result.status == "failed"
     assert result.message.startswith("rank 1 failed") and "boom on purpose" in result.message
+
+
+# --- profile-then-predict (pure) --------------------------------------------------------------------------------
+
+
+def test_prediction_adds_each_ranks_overhead_after_its_last_action():
+    # 1F1B, 2 ranks, 4 microbatches, F=1, B=2: rank 0 ends at (4+1)*3 = 15, rank 1 (its last B
+    # precedes rank 0's last B) at 13. Overheads 1 and 10: the step ends at max(15+1, 13+10) = 23.
+    cost = replace(CostModel.uniform(1.0, 2.0), meta={"step_overhead_ms": [1.0, 10.0]})
+    prediction = predict.predict_step(build_schedule("1f1b", 2, 4), cost)
+    assert prediction.predicted_step_ms == pytest.approx(23.0)
+    assert prediction.overhead_ms == (1.0, 10.0)
+    compared = predict.compare(prediction, [46.0, 10.0, 20.0])
+    assert compared.measured_step_ms == 20.0 and compared.error == pytest.approx(0.15)
+
+
+def test_replay_of_a_timeline_gives_back_its_costs():
+    schedule = build_schedule("zb-h1", 2, 4)
+    cost = CostModel.per_stage([1.0, 2.0], [3.0, 4.0], weight_ms=[1.0, 1.5], comm_ms=0.25)
+    timeline = simulate(schedule, cost)
+    replay = predict.replay_cost(timeline, CostModel.uniform(9.0, 9.0, comm_ms=0.25))
+    assert [(s.forward_ms, s.backward_ms, s.w_ms) for s in replay.stages] == [(1.0, 3.0, 1.0), (2.0, 4.0, 1.5)]
+    assert predict.predict_step(schedule, replay).predicted_step_ms == pytest.approx(makespan(timeline))
+
+
+def test_analyse_run_writes_the_simulated_timeline(tmp_path):
+    schedule = build_schedule("gpipe", 2, 2)
+    cost = CostModel.uniform(2.0, 4.0)
+    measured = timeline_to_dict(simulate(schedule, cost), {"step_times_ms": [20.0, 24.0, 22.0]})
+    write_json(measured, tmp_path / "measured.json")
+    write_json(cost.to_dict(), tmp_path / "cost.json")
+    out = predict.analyse_run(tmp_path, schedule)
+    expected = makespan(simulate(schedule, cost))
+    assert out["measured_step_ms"] == 22.0 and out["predicted_step_ms"] == pytest.approx(expected)
+    assert out["prediction_error"] == pytest.approx((expected - 22.0) / 22.0)
+    simulated = json.loads((tmp_path / "simulated.json").read_text())
+    assert simulated["source"] == "simulated" and simulated["predicted_step_ms"] == pytest.approx(expected)
 
 
 # --- run folders ------------------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def reference_grads(config: ModelConfig, num_stages: int, batch_size: int) -> li
 
 def run_case(rank: int, transport: Transport, schedule: Schedule, config: ModelConfig, recompute: bool,
              batch_size: int, steps: int = 1, lr: float = 0.0) -> tuple[dict, list[float]]:
-    """`steps` pipelined steps on the batch of step 0; returns this rank's gradients after the first step (per stage) and losses."""
+    """`steps` pipelined steps on the batch of step 0; this rank's gradients after step 0 (per stage), and losses."""
     m = schedule.num_microbatches
     model = build_rank_model(schedule, config, SEED, batch_size // m, rank, CPU, recompute)
     runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, HostClock(),
@@ -129,7 +129,7 @@ def compare(gathered: list[dict], config: ModelConfig, schedule: Schedule, batch
     for stage, expected in enumerate(reference):
         if stage not in got or len(got[stage]) != len(expected):
             return {"error": f"stage {stage}: gradients missing"}
-        for a, b in zip(got[stage], expected):
+        for a, b in zip(got[stage], expected, strict=True):
             worst = max(worst, float((a - b).abs().max()))
     losses = [l for g in gathered for l in g["losses"] if l is not None]
     return {"max_abs_diff": worst, "grad_norm": max(float(g.abs().max()) for s in reference for g in s),

@@ -1,0 +1,91 @@
+"""AppTest of the Compare page: table and charts for several schedules on one cost model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from pipesim.compare import compare_schedules
+from pipesim.cost import CostModel
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+SUBMIT = "FormSubmitter:cmp-form-Compare"
+MIB = 2**20
+
+
+@pytest.fixture
+def app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.switch_page("app_pages/compare.py").run()
+    assert not at.exception
+    return at
+
+
+def table(at: AppTest):
+    return at.dataframe[0].value
+
+
+def titles(at: AppTest) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+
+
+def submit(at: AppTest, **values) -> AppTest:
+    for key, value in values.items():
+        at.get_by_key(f"cmp-{key}").set_value(value)
+    at.button(key=SUBMIT).click()
+    return at.run()
+
+
+def test_default_compares_five_schedules(app: AppTest) -> None:
+    assert not app.error
+    frame = table(app)
+    chosen = app.multiselect(key="cmp-schedules").value
+    assert list(frame.index) == chosen and len(chosen) == 5
+    expected = compare_schedules(chosen, 4, 8, CostModel.uniform(activation_bytes=MIB), num_virtual_stages=2)
+    assert list(frame["makespan"]) == pytest.approx([row.makespan for row in expected])
+    assert list(frame["peak_activations"]) == [row.peak_activations for row in expected]
+    names = titles(app)
+    assert names[0].startswith("schedule comparison") and names[1].startswith("trade-off")
+    assert len(names) == 3  # bars, trade-off, one Gantt
+
+
+def test_selection_change(app: AppTest) -> None:
+    submit(app, schedules=["gpipe", "1f1b"], ranks=3, microbatches=6)
+    assert list(table(app).index) == ["gpipe", "1f1b"]
+    app.selectbox(key="cmp-gantt-pick").set_value("1f1b").run()
+    assert titles(app)[2].startswith("1f1b: 3 ranks")
+
+
+def test_a_schedule_that_cannot_be_built_gets_a_reason(app: AppTest) -> None:
+    submit(app, schedules=["1f1b", "interleaved-1f1b"], microbatches=6)
+    assert not app.exception and not app.error
+    assert any("interleaved-1f1b" in w.value and "multiple" in w.value for w in app.warning)
+    frame = table(app)
+    assert frame.loc["interleaved-1f1b", "error"] and not frame.loc["1f1b", "error"]
+
+
+def test_nothing_buildable_is_an_error(app: AppTest) -> None:
+    submit(app, schedules=["interleaved-1f1b"], microbatches=6)
+    assert "None of the chosen schedules" in app.error[0].value
+    assert not app.get("plotly_chart")
+
+
+def test_empty_selection_asks_for_one(app: AppTest) -> None:
+    submit(app, schedules=[])
+    assert any("at least one schedule" in i.value for i in app.info)
+    assert not app.exception
+
+
+def test_recompute_changes_the_numbers(app: AppTest) -> None:
+    before = list(table(app)["makespan"])
+    submit(app, recompute=True)
+    after = list(table(app)["makespan"])
+    assert all(b > a for a, b in zip(before, after))
+
+
+def test_too_many_ranks_is_refused(app: AppTest) -> None:
+    submit(app, ranks=64)
+    assert "at most 32" in app.error[0].value

@@ -1,0 +1,141 @@
+"""AppTest of the Custom schedule page: CSV in torch's format, problems shown at their cells."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from pipesim import formats
+from pipesim.schedules import build_schedule
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture
+def app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.switch_page("app_pages/custom.py").run()
+    assert not at.exception
+    return at
+
+
+def paste(at: AppTest, text: str) -> AppTest:
+    at.text_area(key="custom-paste-text").set_value(text)
+    at.button(key="FormSubmitter:custom-paste-Use this text").click()
+    return at.run()
+
+
+def problem_table(at: AppTest):
+    (styled,) = [d for d in at.dataframe if "problem" in d.value.columns]
+    return styled
+
+
+def highlighted_cells(styled) -> set[tuple[int, int]]:
+    """(row, column) of the cells the styler colours red or amber."""
+    css = styled.proto.arrow_data.styler.styles
+    cells = set()
+    for selectors, body in re.findall(r"([^{}]+)\{([^}]*)\}", css):
+        if "background-color" in body:
+            cells |= {(int(r), int(c)) for r, c in re.findall(r"row(\d+)_col(\d+)", selectors)}
+    return cells
+
+
+def test_default_is_a_valid_1f1b(app: AppTest) -> None:
+    assert any(s.value.startswith("Valid: custom: 2 ranks") for s in app.success)
+    assert app.session_state["custom_csv"].replace("\r\n", "\n") == formats.schedule_to_csv(
+        build_schedule("1f1b", 2, 4)).replace("\r\n", "\n")
+    assert len(app.get("plotly_chart")) == 1
+
+
+def test_bad_cell_is_highlighted_with_its_message(app: AppTest) -> None:
+    paste(app, "0F0,0B0\r\n1F0,1Q0\r\n")
+    assert "1 problem" in app.error[0].value
+    styled = problem_table(app)
+    assert highlighted_cells(styled) == {(1, 1)}
+    notes = styled.value["problem"]
+    assert "cannot parse '1Q0'" in notes.iloc[1] and notes.iloc[0] == ""
+    assert not app.get("plotly_chart") and not app.exception
+
+
+def test_structural_problem_points_at_the_action(app: AppTest) -> None:
+    paste(app, "0F0,,0F0,0B0\r\n1F0,1B0\r\n")  # 0F0 twice, the second after an idle cell
+    styled = problem_table(app)
+    assert highlighted_cells(styled) == {(0, 2)}  # the cell index counts the idle slot
+    assert "duplicate F" in styled.value["problem"].iloc[0] and styled.value["problem"].iloc[1] == ""
+
+
+def test_deadlock_marks_the_cycle_and_links_the_dag(app: AppTest) -> None:
+    paste(app, "0F0,0B0,0F1,0B1\r\n1F1,1B1,1F0,1B0\r\n")
+    assert "Deadlock" in app.error[0].value and "waits at" in app.error[0].value
+    cells = highlighted_cells(problem_table(app))
+    assert (1, 0) in cells and (0, 1) in cells  # 1F1 and 0B0 are in the cycle
+    assert any("DAG" in link.label for link in app.get("page_link"))
+
+
+def test_upload_replaces_the_table(app: AppTest) -> None:
+    text = formats.schedule_to_csv(build_schedule("gpipe", 3, 2))
+    app.file_uploader(key="custom-upload").set_value(("gpipe.csv", text.encode(), "text/csv")).run()
+    assert any("3 ranks" in s.value for s in app.success)
+    assert app.data_editor[0].value.shape[0] == 3
+
+
+def test_template_loads_a_registered_schedule(app: AppTest) -> None:
+    app.selectbox(key="custom-template-name").set_value("zb-h1")
+    app.number_input(key="custom-template-ranks").set_value(3)
+    app.button(key="FormSubmitter:custom-template-Load").click().run()
+    assert app.session_state["custom_csv"] == formats.schedule_to_csv(build_schedule("zb-h1", 3, 4))
+    assert any("3 ranks" in s.value for s in app.success)
+
+
+def test_editing_a_cell_revalidates(app: AppTest) -> None:
+    key = f"custom-grid-{app.session_state['custom_version']}"
+    app.session_state[key] = {"edited_rows": {0: {"1": "0F9"}}, "added_rows": [], "deleted_rows": []}
+    app.run()
+    assert app.error and (0, 1) in highlighted_cells(problem_table(app))
+    app.session_state[key] = {"edited_rows": {}, "added_rows": [], "deleted_rows": []}
+    app.run()
+    assert not app.error  # undoing the edit brings the valid schedule back
+
+
+def test_valid_schedule_goes_to_the_run_page(app: AppTest) -> None:
+    paste(app, formats.schedule_to_csv(build_schedule("gpipe", 2, 4)))
+    app.button(key="custom-send").click().run()
+    sent = app.session_state["run_schedule"]
+    assert sent.num_ranks == 2 and sent.actions == build_schedule("gpipe", 2, 4).actions
+    assert app.selectbox(key="run-schedule").value == "custom (from the Custom page)"
+
+
+def test_simulation_uses_the_cost_inputs(app: AppTest) -> None:
+    app.number_input(key="custom-f").set_value(2.0)
+    app.button(key="FormSubmitter:custom-cost-form-Simulate").click().run()
+    makespan = next(m.value for m in app.metric if m.label == "Makespan")
+    from pipesim.cost import CostModel
+    from pipesim.simulate import simulate
+    from pipesim.timeline import makespan as span
+
+    expected = span(simulate(build_schedule("1f1b", 2, 4), CostModel.uniform(2.0, 2.0, weight_ms=1.0)))
+    assert makespan == f"{expected:,.3f} ms"
+
+
+def test_too_large_csv_is_refused(app: AppTest) -> None:
+    paste(app, "\r\n".join(f"{r}F0,{r}B0" for r in range(40)) + "\r\n")
+    assert "at most 32" in app.error[0].value
+    assert not app.exception
+
+
+def test_exports_of_the_custom_gantt(app: AppTest) -> None:
+    labels = {b.label for b in app.get("download_button")}
+    assert {"Interactive HTML", "Schedule CSV (torch)", "Timeline JSON"} <= labels
+    figure = json.loads(app.get("plotly_chart")[0].proto.spec)
+    assert figure["layout"]["title"]["text"].startswith("custom")
+
+
+def test_missing_backward_points_at_its_forward(app: AppTest) -> None:
+    paste(app, "0F0,0B0,0F1\r\n1F0,1B0,1F1,1B1\r\n")  # 0F1 never gets its backward
+    styled = problem_table(app)
+    assert highlighted_cells(styled) == {(0, 2)}
+    assert "0B1" in styled.value["problem"].iloc[0] or "0I1" in styled.value["problem"].iloc[0]

@@ -1,0 +1,97 @@
+"""AppTest of the DAG page: lanes and edges, the critical path, a deadlock's cycle, the size cap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from pipesim.cost import CostModel
+from pipesim.dag import critical_path
+from pipesim.schedules import build_schedule
+from pipesim.simulate import simulate
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+SUBMIT = "FormSubmitter:dag-form-Draw"
+
+
+@pytest.fixture
+def app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.switch_page("app_pages/dag.py").run()
+    assert not at.exception
+    return at
+
+
+def figure(at: AppTest) -> dict:
+    (chart,) = at.get("plotly_chart")
+    return json.loads(chart.proto.spec)
+
+
+def trace_names(at: AppTest) -> list[str]:
+    return [t.get("name") for t in figure(at)["data"]]
+
+
+def test_default_graph_with_critical_path(app: AppTest) -> None:
+    assert not app.error
+    names = trace_names(app)
+    assert "data dependency" in names and "order (same rank)" in names  # edge kinds told apart
+    assert "critical path" in names
+    schedule = build_schedule("1f1b", 3, 4)
+    cost = CostModel.uniform()
+    expected = critical_path(schedule, simulate(schedule, cost), cost)
+    assert any(c.value == "Critical path: " + " → ".join(map(str, expected)) for c in app.caption)
+    lanes = figure(app)["layout"]["yaxis"]["ticktext"]
+    assert lanes == ["rank 0", "rank 1", "rank 2"]
+
+
+def test_critical_path_can_be_hidden(app: AppTest) -> None:
+    app.toggle(key="dag-critical").set_value(False).run()
+    assert "critical path" not in trace_names(app)
+
+
+def test_changing_the_schedule(app: AppTest) -> None:
+    app.selectbox(key="dag-schedule").set_value("zb-h1")
+    app.button(key=SUBMIT).click().run()
+    assert figure(app)["layout"]["title"]["text"].startswith("zb-h1")
+    assert any("W" in (n or "") for n in trace_names(app))  # split backward nodes drawn
+
+
+def test_deadlock_example_shows_the_cycle(app: AppTest) -> None:
+    app.radio(key="dag-origin").set_value("Deadlock example").run()
+    assert len(app.error) == 1 and "Deadlock" in app.error[0].value
+    assert "waits at" in app.error[0].value  # who waits on whom
+    names = trace_names(app)
+    assert "deadlock cycle" in names and "critical path" not in names
+
+
+def test_custom_schedule_from_the_custom_page(app: AppTest) -> None:
+    app.session_state["custom_csv"] = "0F0,0F1,0B0,0B1\r\n1F0,1B0,1F1,1B1\r\n"
+    app.radio(key="dag-origin").set_value("Custom schedule (Custom page)").run()
+    assert not app.error
+    assert figure(app)["layout"]["title"]["text"].startswith("custom")
+
+
+def test_malformed_custom_schedule_is_explained(app: AppTest) -> None:
+    app.session_state["custom_csv"] = "0F0,0F1,0B0\r\n1F0,1B0,1F1,1B1\r\n"  # 0B1 missing
+    app.radio(key="dag-origin").set_value("Custom schedule (Custom page)").run()
+    assert "not well formed" in app.error[0].value
+    assert not app.get("plotly_chart") and not app.exception
+
+
+def test_large_schedules_are_capped(app: AppTest) -> None:
+    app.number_input(key="dag-ranks").set_value(16)
+    app.number_input(key="dag-microbatches").set_value(64)
+    app.button(key=SUBMIT).click().run()
+    assert any("1500 actions" in w.value for w in app.warning)
+    assert not app.get("plotly_chart") and not app.exception
+
+
+def test_impossible_parameters(app: AppTest) -> None:
+    app.selectbox(key="dag-schedule").set_value("interleaved-1f1b")
+    app.number_input(key="dag-microbatches").set_value(5)
+    app.button(key=SUBMIT).click().run()
+    assert "multiple of num_ranks" in app.error[0].value
+    assert not app.exception

@@ -1,0 +1,209 @@
+"""AppTest of the Run page with a stand-in launcher: launch, live progress, cancel, results, errors.
+
+Real runs are covered by tests/test_launch.py (torchrun) and tests/test_browser.py (from
+the UI); here a fake RunHandle follows executor.launch's contract, and finished runs
+are real run folders read by the real executor.launch.load_run / list_runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from executor import launch
+from executor.config import RunConfig
+from pipesim.cost import CostModel
+from pipesim.formats import schedule_to_dict, timeline_to_dict, write_json
+from pipesim.overlay import prediction_error
+from pipesim.schedules import build_schedule
+from pipesim.simulate import simulate
+from pipesim.timeline import Span, Timeline, makespan
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+SUBMIT = "FormSubmitter:run-form-Launch run"
+
+
+def write_run(root: Path, name: str, status: str = "ok", message: str = "", measured: bool = True,
+              reference: dict | None = None) -> Path:
+    """A run folder as the launcher and rank 0 leave it (see executor/config.py)."""
+    folder = root / name
+    (folder / "logs").mkdir(parents=True)
+    config = RunConfig(schedule="1f1b", num_ranks=2, num_microbatches=4, steps=2, device="cpu", profile=True,
+                       reference=reference is not None)
+    schedule = build_schedule("1f1b", 2, 4)
+    write_json(config.to_dict(), folder / "config.json")
+    write_json(schedule_to_dict(schedule), folder / "schedule.json")
+    cost = CostModel.uniform(2.0, 4.0)
+    simulated = simulate(schedule, cost)
+    summary: dict = {"status": status, "message": message, "started_at": time.time()}
+    if measured:
+        spans = tuple(Span(s.rank, s.action, base + 1.25 * s.start, base + 1.25 * s.end, step)
+                      for step, base in ((0, 0.0), (1, 500.0)) for s in simulated.spans)
+        timeline = Timeline(2, spans, source="measured", schedule_name="1f1b")
+        step_ms = 1.25 * makespan(simulated)
+        write_json({**timeline_to_dict(timeline), "step_times_ms": [step_ms * 1.5, step_ms], "losses": [2.5, 2.25],
+                    "peak_memory_bytes": [4096, 2048]}, folder / "measured.json")
+        write_json(cost.to_dict(), folder / "cost.json")
+        write_json(timeline_to_dict(simulated), folder / "simulated.json")
+        summary.update(predicted_step_ms=makespan(simulated), measured_step_ms=step_ms,
+                       prediction_error=prediction_error(makespan(simulated), step_ms))
+    if reference is not None:
+        write_json(reference, folder / "reference.json")
+    (folder / "logs" / "rank0.log").write_text("rank 0 says hello\n")
+    write_json(summary, folder / "result.json")
+    return folder
+
+
+class FakeHandle:
+    """executor.launch.RunHandle's interface; the test decides when the run ends."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.status = "running"
+        self.progress = 0.5
+        self.cancelled = False
+
+    def events(self) -> list[dict]:
+        return [{"event": "step", "rank": 0, "step": 1, "steps": 4, "phase": "run"}]
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "[rank0] step 2 of 4"
+
+    def done(self) -> bool:
+        return self.status != "running"
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.status = "cancelled"
+
+
+@pytest.fixture
+def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "runs"
+    monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(root))
+    return root
+
+
+@pytest.fixture
+def app(runs: Path) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.switch_page("app_pages/run.py").run()
+    assert not at.exception
+    return at
+
+
+@pytest.fixture
+def fake_launcher(runs: Path, monkeypatch: pytest.MonkeyPatch) -> list:
+    """Replaces start_run; records (config, schedule) and hands out FakeHandles."""
+    started: list = []
+
+    def start_run(config, runs_root=Path("runs"), name=None, schedule=None, on_event=None):
+        handle = FakeHandle(Path(runs_root) / f"fake-{len(started)}")
+        started.append((config, schedule, handle))
+        return handle
+
+    monkeypatch.setattr(launch, "start_run", start_run)
+    return started
+
+
+def chart_titles(at: AppTest) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+
+
+def test_first_screen(app: AppTest, runs: Path) -> None:
+    assert not app.error
+    assert any("No runs yet" in c.value for c in app.caption)
+    assert app.button(key=SUBMIT).label == "Launch run"
+    assert app.selectbox(key="run-device").value == "auto" and app.selectbox(key="run-backend").value == "auto"
+
+
+def test_config_that_fails_validation_is_a_plain_error(app: AppTest, runs: Path) -> None:
+    app.number_input(key="run-batch").set_value(6)
+    app.button(key=SUBMIT).click().run()
+    assert "batch_size 6 does not split into 4 microbatches" in app.error[0].value
+    assert not app.exception and not runs.exists()
+
+
+def test_launcher_refusal_starts_nothing(app: AppTest, runs: Path) -> None:
+    app.number_input(key="run-ranks").set_value(8)
+    app.selectbox(key="run-device").set_value("cpu")
+    app.button(key=SUBMIT).click().run()
+    assert "8 stages" in app.error[0].value and "4" in app.error[0].value
+    assert not app.exception
+    assert not runs.exists() or not any(runs.iterdir())  # refused before any folder was made
+
+
+def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    app.button(key=SUBMIT).click().run()
+    (config, schedule, handle), = fake_launcher
+    assert (config.schedule, config.num_ranks, config.num_microbatches, config.profile) == ("1f1b", 2, 4, True)
+    assert schedule is None
+    assert app.get("progress")[0].value == 50  # the handle's progress, in percent
+    assert any("step 2 of 4" in c.value for c in app.code)
+    assert app.button(key=SUBMIT).disabled  # one run at a time
+
+    write_run(runs, handle.run_dir.name)
+    handle.status = "ok"
+    app.run()  # the polling fragment notices the end and reruns the page
+    assert app.session_state["run_handle"] is None
+    assert not app.error
+    assert any("simulated vs measured" in t for t in chart_titles(app))
+    result = launch.load_run(handle.run_dir)
+    cards = {m.label: m.value for m in app.metric}
+    assert cards["Prediction error"] == f"{result.prediction_error:+.1%}"
+    assert cards["Measured step"] == f"{result.measured_step_ms:,.2f} ms"
+    diffs = next(d.value for d in app.dataframe if "delta ms" in d.value.columns)
+    assert len(diffs) == 2 * 8 and diffs["delta ms"].gt(0).all()  # measured runs 25% slower
+
+
+def test_cancel_ends_the_run(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    app.button(key=SUBMIT).click().run()
+    (_, _, handle), = fake_launcher
+    write_run(runs, handle.run_dir.name, status="cancelled", message="cancelled by the caller", measured=False)
+    app.button(key="run-cancel").click().run()
+    assert handle.cancelled
+    assert "Run cancelled: cancelled by the caller" in app.error[0].value
+    assert not app.exception
+
+
+def test_failed_run_is_shown_plainly_with_its_logs(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    app.button(key=SUBMIT).click().run()
+    (_, _, handle), = fake_launcher
+    write_run(runs, handle.run_dir.name, status="failed", message="rank 1 failed: RuntimeError: boom", measured=False)
+    handle.status = "failed"
+    app.run()
+    assert "Run failed: rank 1 failed: RuntimeError: boom" in app.error[0].value
+    assert any("rank 0 says hello" in c.value for c in app.code)
+    assert not app.get("plotly_chart") and not app.exception
+
+
+def test_earlier_runs_are_listed_and_reopen(runs: Path) -> None:
+    write_run(runs, "older", reference={"torch_schedule": "Schedule1F1B", "step_times_ms": [9.0, 8.0],
+                                        "losses": [2.5, 2.26]})
+    write_run(runs, "broken", status="failed", message="rank 0 failed", measured=False)
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.switch_page("app_pages/run.py").run()
+    listing = at.dataframe[0].value
+    assert set(listing["folder"]) == {"older", "broken"}
+    at.selectbox(key="run-open-pick").set_value("older")
+    at.button(key="FormSubmitter:run-open-Open").click().run()
+    assert any("simulated vs measured" in t for t in chart_titles(at))
+    reference = next(d.value for d in at.dataframe if "torch reference" in d.value.columns)
+    assert reference["torch reference"].iloc[0] == pytest.approx(8.5)  # median of the reference step times
+
+
+def test_custom_schedule_is_launched_as_sent(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    custom = build_schedule("gpipe", 3, 6)
+    app.session_state["run_schedule"] = custom  # what the Custom page's button leaves behind
+    app.run()
+    picker = app.selectbox(key="run-schedule")
+    assert "custom (from the Custom page)" in picker.options
+    picker.set_value("custom (from the Custom page)")
+    app.number_input(key="run-batch").set_value(12)  # a multiple of the custom schedule's 6 microbatches
+    app.button(key=SUBMIT).click().run()
+    (config, schedule, _), = fake_launcher
+    assert schedule == custom and (config.num_ranks, config.num_microbatches) == (3, 6)
