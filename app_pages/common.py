@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from pipesim.dag import DeadlockError, critical_path, find_deadlock
 from pipesim.ir import Action, Schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import Metrics, Timeline, compute_metrics
-from pipesim.validate import find_problems
 
 # Limits that keep a browser tab responsive (tens of thousands of bars are fine in
 # plotly, hundreds of thousands are not) and reruns fast.
@@ -105,7 +103,7 @@ def schedule_key(schedule: Schedule) -> tuple:
             hash(schedule.actions))
 
 
-_HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash}
+HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash}
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -125,7 +123,7 @@ def csv_schedule(text: str, name: str = "custom") -> Schedule:
     return schedule
 
 
-@st.cache_data(max_entries=32, show_spinner=False, hash_funcs=_HASH_FUNCS)
+@st.cache_data(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
 def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
     """Simulated timeline and its metrics (raises DeadlockError / ValueError on bad input)."""
     cost.check_fits(schedule)
@@ -133,13 +131,13 @@ def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
     return timeline, compute_metrics(timeline, cost)
 
 
-@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=_HASH_FUNCS)
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
 def critical_actions(schedule: Schedule, cost: CostModel) -> list[Action]:
     timeline, _ = simulation(schedule, cost)
     return critical_path(schedule, timeline, cost)
 
 
-@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=_HASH_FUNCS)
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
 def comparison(names: tuple[str, ...], num_ranks: int, num_microbatches: int, cost: CostModel,
                chunks: int | None) -> list[ComparisonRow]:
     check_limits(num_ranks, num_microbatches)
@@ -150,77 +148,32 @@ def comparison(names: tuple[str, ...], num_ranks: int, num_microbatches: int, co
 # full re-validation, which costs as much as building it. They are shared between
 # sessions, so callers treat them as read-only (st.plotly_chart and the exporters copy).
 
-@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=_HASH_FUNCS)
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
 def gantt_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool = False) -> go.Figure:
     timeline, _ = simulation(schedule, cost)
     path = critical_actions(schedule, cost) if with_critical_path else None
     return charts.gantt_figure(timeline, title=schedule.describe(), critical_path=path)
 
 
-@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=_HASH_FUNCS)
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
 def memory_chart(schedule: Schedule, cost: CostModel) -> go.Figure:
     timeline, _ = simulation(schedule, cost)
     return charts.memory_figure(timeline, cost)
 
 
-@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=_HASH_FUNCS)
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
 def dag_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool) -> go.Figure:
     cycle = deadlock_cycle(schedule)
     path = critical_actions(schedule, cost) if with_critical_path and cycle is None else None
     return charts.dag_figure(schedule, cost, critical_path=path, cycle=cycle)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """A schedule problem as plain data (exceptions with custom __init__ do not pickle back)."""
-
-    message: str
-    rank: int | None = None
-    column: int | None = None  # cell index in the CSV row (empty cells count)
-    kind: str = "error"  # "error" (structural, parse) or "deadlock"
-
-
-@st.cache_data(max_entries=32, show_spinner=False, hash_funcs=_HASH_FUNCS)
-def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[Problem]:
-    """Structural problems, then (for a sound schedule) a deadlock cycle, located in CSV cells."""
-    columns = _cell_columns(csv_text, schedule) if csv_text is not None else None
-    located = []
-    for error in find_problems(schedule):
-        index = error.index if error.index is not None else _partner_index(schedule, error.rank, error.action)
-        column = index
-        if columns is not None and error.rank is not None and index is not None:
-            column = columns[error.rank][index]
-        located.append(Problem(str(error), error.rank, column))
-    if located:
-        return located
-    cycle = find_deadlock(schedule)
-    if cycle is None:
-        return []
-    position = {a: (r, i) for r, row in enumerate(schedule.actions) for i, a in enumerate(row)}
-    out = []
-    for action in cycle:
-        rank, index = position[action]
-        column = columns[rank][index] if columns is not None else index
-        out.append(Problem(f"{action} is in the dependency cycle", rank, column, "deadlock"))
-    return out
-
-
-def _partner_index(schedule: Schedule, rank: int | None, action: Action | None) -> int | None:
-    """For an action that never runs (a missing F or backward), the cell of its partner that does."""
-    if rank is None or action is None or not 0 <= rank < schedule.num_ranks:
-        return None
-    for index, other in enumerate(schedule.actions[rank]):
-        if (other.stage, other.microbatch) == (action.stage, action.microbatch):
-            return index
-    return None
-
-
-@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=_HASH_FUNCS)
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
 def deadlock_cycle(schedule: Schedule) -> list[Action] | None:
     return find_deadlock(schedule)
 
 
-@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=_HASH_FUNCS)
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
 def deadlock_explanation(schedule: Schedule) -> str | None:
     """Who waits on whom, in the simulator's words (None when the schedule runs)."""
     try:
@@ -228,71 +181,6 @@ def deadlock_explanation(schedule: Schedule) -> str | None:
     except DeadlockError as error:
         return error.detail
     return None
-
-
-def _cell_columns(csv_text: str, schedule: Schedule) -> list[list[int]]:
-    """Per rank, the CSV cell index of each action (empty cells are idle slots, not actions)."""
-    grid = csv_grid(csv_text)
-    out = []
-    for rank in range(schedule.num_ranks):
-        cells = list(grid.iloc[rank]) if rank < len(grid) else []
-        out.append([c for c, cell in enumerate(cells) if isinstance(cell, str) and cell.strip()])
-    return out
-
-
-# --- the CSV as a table -------------------------------------------------------------------
-
-def csv_grid(text: str, spare: int = 0) -> pd.DataFrame:
-    """The CSV as a ranks x cells table of strings (None for an empty cell), for st.data_editor.
-
-    `spare` empty columns leave room to append actions (an editor cannot add columns).
-    """
-    import csv
-    import io
-
-    rows = [row for row in csv.reader(io.StringIO(text or ""))]
-    width = max((len(row) for row in rows), default=1) + spare
-    data = [[(cell.strip() or None) for cell in row] + [None] * (width - len(row)) for row in rows]
-    frame = pd.DataFrame(data, columns=[str(c) for c in range(width)], dtype="object")
-    frame.index = [f"rank {r}" for r in range(len(rows))]
-    return frame
-
-
-def grid_csv(grid: pd.DataFrame) -> str:
-    """Back from the table to CSV text: trailing empty cells dropped, rows kept in order."""
-    lines = []
-    for _, row in grid.iterrows():
-        cells = ["" if (value is None or pd.isna(value)) else str(value).strip() for value in row]
-        while cells and not cells[-1]:
-            cells.pop()
-        lines.append(",".join(cells))
-    while lines and not lines[-1]:
-        lines.pop()
-    return "\r\n".join(lines) + ("\r\n" if lines else "")
-
-
-def highlighted_grid(grid: pd.DataFrame, problems: Sequence[Problem]):
-    """The table with each offending cell coloured and the messages beside each rank's row."""
-    colour = {"error": "background-color: #ffb3b3; color: #7a0000; font-weight: bold",
-              "deadlock": "background-color: #ffe08a; color: #5a3d00; font-weight: bold"}
-    marks: dict[tuple[int, int], str] = {}
-    notes: dict[int, list[str]] = {}
-    for problem in problems:
-        if problem.rank is not None and problem.rank < len(grid):
-            notes.setdefault(problem.rank, []).append(problem.message)
-            if problem.column is not None and problem.column < grid.shape[1]:
-                marks[(problem.rank, problem.column)] = colour[problem.kind]
-    shown = grid.copy()
-    shown["problem"] = ["; ".join(dict.fromkeys(notes.get(r, []))) or "" for r in range(len(grid))]
-
-    def style(frame: pd.DataFrame) -> pd.DataFrame:
-        styles = pd.DataFrame("", index=frame.index, columns=frame.columns)
-        for (row, col), css in marks.items():
-            styles.iat[row, col] = css
-        styles["problem"] = ["color: #7a0000" if text else "" for text in frame["problem"]]
-        return styles
-
-    return shown.style.apply(style, axis=None)
 
 
 # --- cost inputs --------------------------------------------------------------------------
@@ -386,7 +274,8 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
     """The CostModel a spec describes; ValueError names the field at fault."""
     source, recompute = spec["source"], bool(spec.get("recompute"))
     if source == "Uniform":
-        return CostModel.uniform(spec["forward_ms"], spec["backward_ms"], weight_ms=min(spec["weight_ms"], spec["backward_ms"]),
+        weight = min(spec["weight_ms"], spec["backward_ms"])  # W is part of B
+        return CostModel.uniform(spec["forward_ms"], spec["backward_ms"], weight_ms=weight,
                                  comm_ms=spec["comm_ms"], activation_bytes=spec["activation_mib"] * MIB,
                                  recompute=recompute)
     if source == "Per stage":
@@ -399,8 +288,8 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
                 raise ValueError(f"per-stage table, stage {row}: {name} is empty or not a number")
             columns[name] = [float(v) for v in values]
         return CostModel.per_stage(columns["forward_ms"], columns["backward_ms"], weight_ms=columns["weight_ms"],
-                                   comm_ms=spec["comm_ms"], activation_bytes=[v * MIB for v in columns["activation_mib"]],
-                                   recompute=recompute)
+                                   comm_ms=spec["comm_ms"], recompute=recompute,
+                                   activation_bytes=[v * MIB for v in columns["activation_mib"]])
     if source == "Model":
         return ModelDescription(**spec["model"]).to_cost_model(spec["num_stages"], recompute=recompute)
     if "text" in spec:
@@ -476,7 +365,7 @@ def metric_cards(metrics: Metrics, max_rank_cards: int = 8) -> None:
                   help=f"highest on rank {peak.rank}: {peak.peak_activations} microbatches stashed")
     if len(metrics.ranks) <= max_rank_cards:
         cards = st.columns(len(metrics.ranks))
-        for card, rank in zip(cards, metrics.ranks):
+        for card, rank in zip(cards, metrics.ranks, strict=True):
             card.metric(f"Rank {rank.rank} peak", format_bytes(rank.peak_activation_bytes),
                         f"{rank.peak_activations} stashed · idle {rank.bubble_fraction:.0%}", delta_color="off",
                         delta_arrow="off")

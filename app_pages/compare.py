@@ -54,7 +54,8 @@ st.dataframe(
     width="stretch",
     column_config={
         "makespan": st.column_config.NumberColumn("makespan (ms)", format="%.3f"),
-        "bubble_fraction": st.column_config.ProgressColumn("bubble fraction", min_value=0.0, max_value=1.0, format="percent"),
+        "bubble_fraction": st.column_config.ProgressColumn("bubble fraction", min_value=0.0, max_value=1.0,
+                                                           format="percent"),
         "bubble_ratio": st.column_config.NumberColumn("idle / busy", format="%.3f"),
         "peak_activations": st.column_config.NumberColumn("peak stashed microbatches"),
         "peak_activation_bytes": st.column_config.NumberColumn("peak activation bytes", format="compact"),

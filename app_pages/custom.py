@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app_pages import common as ui
+from app_pages import csv_table as table
 from pipesim import formats
 from pipesim.formats import CsvError
 from pipesim.schedules import schedule_names
@@ -54,17 +55,17 @@ with paste_col.popover("Paste CSV text", icon=":material/content_paste:", width=
         if st.form_submit_button("Use this text", type="primary"):
             _replace_schedule(pasted)
 
-grid = ui.csv_grid(st.session_state["custom_base"], spare=2)
+grid = table.csv_grid(st.session_state["custom_base"], spare=2)
 edited = st.data_editor(grid, key=f"custom-grid-{st.session_state['custom_version']}", num_rows="dynamic",
                         width="stretch")
-text = ui.grid_csv(edited)
+text = table.grid_csv(edited)
 st.session_state["custom_csv"] = text  # the edited table is the schedule every page sees
 
 try:
     schedule = ui.csv_schedule(text)
-    problems = ui.schedule_problems(schedule, text)
+    problems = table.schedule_problems(schedule, text)
 except CsvError as error:
-    schedule, problems = None, [ui.Problem(str(error), error.row, error.column)]
+    schedule, problems = None, [table.Problem(str(error), error.row, error.column)]
 except ValueError as error:  # too large for the app
     ui.show_error(error, "Cannot use this schedule")
     st.stop()
@@ -79,7 +80,7 @@ if problems:
     else:
         st.error(f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule; "
                  "the offending cells are highlighted, the messages are beside each row.", icon=":material/error:")
-    st.dataframe(ui.highlighted_grid(ui.csv_grid(text), problems), width="stretch", key="custom-problems")
+    st.dataframe(table.highlighted_grid(table.csv_grid(text), problems), width="stretch", key="custom-problems")
     if not deadlock:
         for problem in problems[:20]:
             st.markdown(f"- {problem.message}")

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from app_pages import common as ui
+from app_pages import csv_table as table
 from pipesim import charts
 from pipesim.cost import CostModel
 from pipesim.schedules import schedule_names
@@ -51,7 +52,7 @@ if schedule.num_actions > charts.MAX_DAG_ACTIONS:
                "Use fewer ranks or microbatches here, or the Gantt chart on the Simulate page.")
     st.stop()
 
-structural = [p for p in ui.schedule_problems(schedule) if p.kind == "error"]
+structural = [p for p in table.schedule_problems(schedule) if p.kind == "error"]
 if structural:
     st.error("The schedule is not well formed, so it has no dependency graph yet:\n\n"
              + "\n".join(f"- {p.message}" for p in structural[:10]))

@@ -136,7 +136,8 @@ def show_result(result) -> None:
         _log_files(result)
         return
     cards = st.columns(4)
-    cards[0].metric("Predicted step", "n/a" if result.predicted_step_ms is None else f"{result.predicted_step_ms:,.2f} ms")
+    predicted = result.predicted_step_ms
+    cards[0].metric("Predicted step", "n/a" if predicted is None else f"{predicted:,.2f} ms")
     cards[1].metric("Measured step", "n/a" if result.measured_step_ms is None else f"{result.measured_step_ms:,.2f} ms",
                     help="Median over the measured steps")
     cards[2].metric("Prediction error", "n/a" if result.prediction_error is None else f"{result.prediction_error:+.1%}",
@@ -145,8 +146,11 @@ def show_result(result) -> None:
         cards[3].metric("Peak memory (max rank)", ui.format_bytes(max(result.peak_memory_bytes)))
 
     steps = overlay.steps_of(measured)
-    step = st.selectbox("Measured step", steps, index=len(steps) - 1, key=f"run-step-{result.run_dir.name}",
-                        help="The first step usually pays warm-up costs") if len(steps) > 1 else None
+    step = None
+    if len(steps) > 1:
+        step = st.columns(4)[0].selectbox("Measured step", steps, index=len(steps) - 1,
+                                          key=f"run-step-{result.run_dir.name}",
+                                          help="The first step usually pays warm-up costs")
     sig = ui.signature(str(result.run_dir), step)
     if result.simulated is not None:
         figure = charts.overlay_figure(result.simulated, measured, step=step)

@@ -12,6 +12,8 @@ Usage:
 `run` prints one JSON object per line while the run goes (progress events),
 then a human summary. Exit status: 0 ok, 1 the run failed or timed out,
 2 bad input (one line on stderr; nothing was started), 130 interrupted.
+Multi-node: run the same command on every node with its own --node-rank and
+the same --out name (it is the rendezvous id); rank 0's node gets measured.json.
 """
 
 from __future__ import annotations

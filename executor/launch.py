@@ -464,7 +464,8 @@ class RunHandle:
             summary.update(status="failed", message=message)
             self._result = RunResult(self.run_dir, "failed", summary["message"], self.config, self.schedule)
         self._status = summary["status"]
-        self._launch_event("finished", status=self._status, message=summary.get("message", ""))
+        self._launch_event("finished", status=self._status, message=summary.get("message", ""),
+                           failed_rank=summary.get("failed_rank"))  # fmt: skip
 
     def _after_success(self, env: dict[str, str], deadline: float) -> dict:
         """Prediction (with profile) and the torch.distributed.pipelining reference (with reference)."""

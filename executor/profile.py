@@ -5,8 +5,7 @@ simulation needs to predict a measured step, and where it comes from here:
 
 * per-stage F, B, I and W: the very StageRunner calls the runtime makes (the
   loss on the last stage, recomputation when on), each timed alone on the
-  stage's own rank, median of several repetitions, one rank at a time (ranks
-  sharing a machine's cores must not slow each other's measurements down);
+  stage's own rank, median of several repetitions;
 * per-stage bytes: activations saved for backward, what W still needs after I,
   the stage input and output, the parameters;
 * per boundary between two ranks: a ping-pong through the run's own transport
@@ -17,13 +16,17 @@ simulation needs to predict a measured step, and where it comes from here:
 
 The cost model's recompute flag adds F to every B and I in the simulation, so
 with recomputation on the measured recomputing backward is stored minus F.
+
+Ranks profile their stages at the same time by default, so that ranks sharing
+a machine's cores and memory see the contention they see in the run;
+PIPESIM_PROFILE_MODE=sequential measures one rank at a time instead.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 import functools
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -239,7 +242,10 @@ def profile_run(r: Any, run_dir: Any, emit: Callable[..., None], repeats: int = 
     mine: dict[str, Any] = {"stages": {}, "links": {}}
     own = sorted(r.model.runners)
     parts = len(own) + 2
-    concurrent = os.environ.get("PIPESIM_PROFILE_MODE", "concurrent") == "concurrent"
+    mode = os.environ.get("PIPESIM_PROFILE_MODE", "concurrent")
+    if mode not in ("concurrent", "sequential"):
+        raise ValueError(f"PIPESIM_PROFILE_MODE={mode!r}; valid: concurrent, sequential")
+    concurrent = mode == "concurrent"
     for turn in range(1 if concurrent else r.world_size):
         if concurrent or turn == r.rank:
             for index, stage in enumerate(own):

@@ -82,19 +82,19 @@ def explicit_weight_grads(module: nn.Module, x: Tensor, g: Tensor) -> bool:
 
     Returns False (touching nothing) for a module without a dW-only formula here.
     """
+    if not supports_explicit(module):
+        return False
     if type(module) is nn.Linear:
         g2, x2 = _flat_leading(g, 1), _flat_leading(x, 1)
         _accumulate(module.weight, g2.t().mm(x2))
         _accumulate(module.bias, g2.sum(0))
-        return True
-    if type(module) is nn.Conv2d and module.padding_mode == "zeros" and not isinstance(module.padding, str):
+    elif type(module) is nn.Conv2d:
         weight = torch.nn.grad.conv2d_weight(
             x, module.weight.shape, g, module.stride, module.padding, module.dilation, module.groups
         )
         _accumulate(module.weight, weight)
         _accumulate(module.bias, g.sum((0, 2, 3)))
-        return True
-    if type(module) is nn.LayerNorm and module.elementwise_affine:
+    elif type(module) is nn.LayerNorm:
         # The same kernel autograd runs, told to skip the input gradient: identical numbers.
         shape, weight, bias = list(module.normalized_shape), module.weight, module.bias
         _, mean, rstd = torch.ops.aten.native_layer_norm(x, shape, weight, bias, module.eps)
@@ -103,19 +103,26 @@ def explicit_weight_grads(module: nn.Module, x: Tensor, g: Tensor) -> bool:
         )
         _accumulate(weight, dweight)
         _accumulate(bias, dbias)
-        return True
-    if type(module) is nn.Embedding and not (module.sparse or module.scale_grad_by_freq or module.max_norm):
+    else:  # nn.Embedding
         weight = torch.zeros_like(module.weight).index_add_(0, x.reshape(-1), g.reshape(-1, g.shape[-1]))
         if module.padding_idx is not None:
             weight[module.padding_idx] = 0
         _accumulate(module.weight, weight)
-        return True
-    return False
+    return True
 
 
 def supports_explicit(module: nn.Module) -> bool:
+    """Whether `explicit_weight_grads` has a dW-only formula for this module (same conditions)."""
     kind = type(module)
-    return kind in (nn.Linear, nn.Conv2d, nn.LayerNorm, nn.Embedding)
+    if kind is nn.Linear:
+        return True
+    if kind is nn.Conv2d:
+        return module.padding_mode == "zeros" and not isinstance(module.padding, str)
+    if kind is nn.LayerNorm:
+        return module.elementwise_affine
+    if kind is nn.Embedding:
+        return not (module.sparse or module.scale_grad_by_freq or module.max_norm)
+    return False
 
 
 class StageRunner:

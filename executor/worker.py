@@ -7,9 +7,20 @@ Usage (the launcher starts it; see executor/config.py for the run folder):
 Reads config.json and schedule.json; optionally profiles (cost.json); runs the
 warm-up steps, then the measured steps, timing every action; rank 0 gathers
 everything and writes measured.json. Progress goes to stdout as
-`PIPESIM {json}` lines. Fault injection for tests: PIPESIM_CRASH_RANK=r makes
-rank r exit abruptly at the start of step PIPESIM_CRASH_STEP (default 0,
-counting warm-up steps).
+`PIPESIM {json}` lines: started, step (phase profile | warmup | measure, with
+step and steps counted within the phase), done, or error with a message.
+Fault injection for tests: PIPESIM_CRASH_RANK=r makes rank r exit abruptly
+(status 3) at the start of step PIPESIM_CRASH_STEP (default 0, counting
+warm-up steps).
+
+measured.json is pipesim's timeline document (source "measured"; one span per
+action per measured step, steps 0..steps-1, ms from each step's start; comm =
+time blocked in recv/send waits) with these top-level keys added:
+step_times_ms (measured steps: earliest rank's start to latest rank's end of
+the optimizer step), losses and loss_phases (every step, warm-up first, each
+marked "warmup" or "measure"), optimizer_ms (per rank, per measured step),
+peak_memory_bytes (per rank) and peak_memory_kind, backend, device,
+warmup_steps, steps, torch_version; meta holds the clock offsets.
 """
 
 from __future__ import annotations

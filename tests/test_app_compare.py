@@ -83,7 +83,7 @@ def test_recompute_changes_the_numbers(app: AppTest) -> None:
     before = list(table(app)["makespan"])
     submit(app, recompute=True)
     after = list(table(app)["makespan"])
-    assert all(b > a for a, b in zip(before, after))
+    assert all(b > a for a, b in zip(before, after, strict=True))
 
 
 def test_too_many_ranks_is_refused(app: AppTest) -> None:

@@ -138,7 +138,8 @@ def test_per_stage_table_feeds_heterogeneous_costs(app: AppTest) -> None:
 
 def test_per_stage_table_with_an_empty_cell_names_it(app: AppTest) -> None:
     app.radio(key="sim-cost-source").set_value("Per stage").run()
-    app.session_state["sim-stages-4"] = {"edited_rows": {2: {"backward_ms": None}}, "added_rows": [], "deleted_rows": []}
+    app.session_state["sim-stages-4"] = {"edited_rows": {2: {"backward_ms": None}}, "added_rows": [],
+                                         "deleted_rows": []}
     submit(app)
     assert "stage 2: backward_ms is empty" in app.error[0].value
     assert not app.exception

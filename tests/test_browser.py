@@ -31,7 +31,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 ARTIFACTS = ROOT / "test-artifacts"
 DOCS_IMG = ROOT / "docs" / "img"
 GANTT_BARS = ".js-plotly-plot g.trace.bars path"
-VIEWPORT = {"width": 1440, "height": 1000}
+VIEWPORT = {"width": 1440, "height": 1200}
 
 pytestmark = pytest.mark.browser
 
@@ -43,11 +43,11 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_server(runs_root: Path, timeout_s: float = 90) -> Iterator[str]:
-    """`streamlit run app.py` on a free localhost port; yields its URL and always ends the process."""
+def streamlit_server(runs_root: Path, script: Path = ROOT / "app.py", timeout_s: float = 90) -> Iterator[str]:
+    """`streamlit run SCRIPT` on a free localhost port; yields its URL and always ends the process."""
     port = _free_port()
     env = dict(os.environ, PIPESIM_RUNS_ROOT=str(runs_root), OMP_NUM_THREADS="1")
-    argv = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.port", str(port),
+    argv = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
             "--server.headless", "true", "--server.address", "localhost", "--browser.gatherUsageStats", "false",
             "--server.fileWatcherType", "none"]
     log = (runs_root / "streamlit.log").open("wb")

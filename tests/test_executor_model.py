@@ -188,6 +188,26 @@ def test_split_backward_equals_full_backward(kind, stage, recompute):
         assert torch.allclose(input_grad, input_grad_i, atol=1e-7)
 
 
+def test_split_backward_falls_back_to_autograd_for_other_leaves():
+    """PReLU has no dW-only formula here: W asks autograd on the retained graph, still exact."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.PReLU(), torch.nn.Linear(6, 3))
+    runner = StageRunner(1, module, is_first=False, is_last=False, loss_fn=None, scale=1.0)
+    x, grad = torch.randn(5, 4), torch.randn(5, 3)
+    _, stash = runner.forward(x)
+    input_grad = runner.backward(stash, grad)
+    expected = [p.grad.clone() for p in runner.parameters()]
+    for p in runner.parameters():
+        p.grad = None
+    _, stash = runner.forward(x, split=True)
+    input_grad_i, work = runner.backward_input(stash, grad)
+    assert len(work.fallback) == 1 and len(work.explicit) == 2
+    runner.backward_weight(work)
+    assert torch.allclose(input_grad, input_grad_i)
+    for got, want in zip((p.grad for p in runner.parameters()), expected, strict=True):
+        assert torch.allclose(got, want, atol=1e-7)
+
+
 @pytest.mark.parametrize("kind", MODELS)
 def test_w_does_not_redo_input_gradient_work(kind):
     """Matmul/conv counts: I + W == B, and W runs none of the input-gradient kernels."""

@@ -76,7 +76,9 @@ def test_every_gradient_matches_a_single_process_run(check):
 
 
 def test_loss_falls_with_an_optimizer(check):
-    _, data = check
+    world, data = check
+    if world != 2:
+        pytest.skip("the helper checks training at 2 ranks only (start-up time)")
     curves = data["loss_curves"]
     assert set(curves) >= {"transformer/1f1b", "transformer/zb-h1", "cnn/1f1b", "cnn/zb-h1"}
     for name, losses in curves.items():

@@ -6,7 +6,7 @@
 For every registered schedule that builds for N ranks, both reference models,
 with and without recomputation: one pipelined step on CPU/gloo, then rank 0
 compares every parameter gradient with a single-process run of the full model
-on the same weights and batch. A few steps with Adam check that the loss falls.
+on the same weights and batch. A few steps with Adam check that the loss falls (at 2 ranks).
 Rank 0 writes OUT_DIR/check_N.json; tests/test_executor_runtime.py asserts on it.
 """
 
@@ -157,7 +157,7 @@ def main(out_dir: Path) -> None:
     transport = Transport(BackendChoice("gloo", CPU), rank, links, timeout_s=120)
     transport.warm_up()
     results = check_gradients(rank, world, transport)
-    curves = check_training(rank, world, transport)
+    curves = check_training(rank, world, transport) if world <= 2 else {}  # training is checked once
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / f"check_{world}.json").write_text(json.dumps({"cases": results, "loss_curves": curves}, indent=1))

@@ -1,0 +1,129 @@
+"""A CSV schedule as an editable table, and its problems located in the table's cells.
+
+The Custom page edits torch.distributed.pipelining's compute_only CSV as a ranks x
+cells table; validation errors (pipesim.validate) and deadlock cycles (pipesim.dag)
+name a rank and a position in that rank's action list, which this module turns into
+the cell to highlight (empty cells are idle slots and count as cells, not actions).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from app_pages.common import HASH_FUNCS
+from pipesim.dag import find_deadlock
+from pipesim.ir import Action, Schedule
+from pipesim.validate import find_problems
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A schedule problem as plain data (exceptions with custom __init__ do not pickle back)."""
+
+    message: str
+    rank: int | None = None
+    column: int | None = None  # cell index in the CSV row (empty cells count)
+    kind: str = "error"  # "error" (structural, parse) or "deadlock"
+
+
+@st.cache_data(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
+def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[Problem]:
+    """Structural problems, then (for a sound schedule) a deadlock cycle, located in CSV cells."""
+    columns = _cell_columns(csv_text, schedule) if csv_text is not None else None
+    located = []
+    for error in find_problems(schedule):
+        index = error.index if error.index is not None else _partner_index(schedule, error.rank, error.action)
+        column = index
+        if columns is not None and error.rank is not None and index is not None:
+            column = columns[error.rank][index]
+        located.append(Problem(str(error), error.rank, column))
+    if located:
+        return located
+    cycle = find_deadlock(schedule)
+    if cycle is None:
+        return []
+    position = {a: (r, i) for r, row in enumerate(schedule.actions) for i, a in enumerate(row)}
+    out = []
+    for action in cycle:
+        rank, index = position[action]
+        column = columns[rank][index] if columns is not None else index
+        out.append(Problem(f"{action} is in the dependency cycle", rank, column, "deadlock"))
+    return out
+
+
+def _partner_index(schedule: Schedule, rank: int | None, action: Action | None) -> int | None:
+    """For an action that never runs (a missing F or backward), the cell of its partner that does."""
+    if rank is None or action is None or not 0 <= rank < schedule.num_ranks:
+        return None
+    for index, other in enumerate(schedule.actions[rank]):
+        if (other.stage, other.microbatch) == (action.stage, action.microbatch):
+            return index
+    return None
+
+
+
+def _cell_columns(csv_text: str, schedule: Schedule) -> list[list[int]]:
+    """Per rank, the CSV cell index of each action (empty cells are idle slots, not actions)."""
+    grid = csv_grid(csv_text)
+    out = []
+    for rank in range(schedule.num_ranks):
+        cells = list(grid.iloc[rank]) if rank < len(grid) else []
+        out.append([c for c, cell in enumerate(cells) if isinstance(cell, str) and cell.strip()])
+    return out
+
+
+
+def csv_grid(text: str, spare: int = 0) -> pd.DataFrame:
+    """The CSV as a ranks x cells table of strings (None for an empty cell), for st.data_editor.
+
+    `spare` empty columns leave room to append actions (an editor cannot add columns).
+    """
+    rows = [row for row in csv.reader(io.StringIO(text or ""))]
+    width = max((len(row) for row in rows), default=1) + spare
+    data = [[(cell.strip() or None) for cell in row] + [None] * (width - len(row)) for row in rows]
+    frame = pd.DataFrame(data, columns=[str(c) for c in range(width)], dtype="object")
+    frame.index = [f"rank {r}" for r in range(len(rows))]
+    return frame
+
+
+def grid_csv(grid: pd.DataFrame) -> str:
+    """Back from the table to CSV text: trailing empty cells dropped, rows kept in order."""
+    lines = []
+    for _, row in grid.iterrows():
+        cells = ["" if (value is None or pd.isna(value)) else str(value).strip() for value in row]
+        while cells and not cells[-1]:
+            cells.pop()
+        lines.append(",".join(cells))
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\r\n".join(lines) + ("\r\n" if lines else "")
+
+
+def highlighted_grid(grid: pd.DataFrame, problems: Sequence[Problem]):
+    """The table with each offending cell coloured and the messages beside each rank's row."""
+    colour = {"error": "background-color: #ffb3b3; color: #7a0000; font-weight: bold",
+              "deadlock": "background-color: #ffe08a; color: #5a3d00; font-weight: bold"}
+    marks: dict[tuple[int, int], str] = {}
+    notes: dict[int, list[str]] = {}
+    for problem in problems:
+        if problem.rank is not None and problem.rank < len(grid):
+            notes.setdefault(problem.rank, []).append(problem.message)
+            if problem.column is not None and problem.column < grid.shape[1]:
+                marks[(problem.rank, problem.column)] = colour[problem.kind]
+    shown = grid.copy()
+    shown["problem"] = ["; ".join(dict.fromkeys(notes.get(r, []))) or "" for r in range(len(grid))]
+
+    def style(frame: pd.DataFrame) -> pd.DataFrame:
+        styles = pd.DataFrame("", index=frame.index, columns=frame.columns)
+        for (row, col), css in marks.items():
+            styles.iat[row, col] = css
+        styles["problem"] = ["color: #7a0000" if text else "" for text in frame["problem"]]
+        return styles
+
+    return shown.style.apply(style, axis=None)
