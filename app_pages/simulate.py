@@ -52,7 +52,7 @@ st.plotly_chart(gantt, key="sim-gantt", config={"displaylogo": False})
 ui.figure_downloads(gantt, f"{schedule.name}-gantt", "sim-gantt-export", sig)
 
 memory = ui.memory_chart(schedule, cost)
-pass
+st.plotly_chart(memory, key="sim-memory", config={"displaylogo": False})
 ui.figure_downloads(memory, f"{schedule.name}-memory", "sim-memory-export", sig)
 
 st.subheader("Data")

@@ -161,6 +161,19 @@ def test_export_downloads_are_real_files(page, app_url: str, tmp_path: Path) -> 
     html_download.value.save_as(html)
     text = html.read_text()
     assert "<html" in text and "plotly" in text.lower() and "1f1b" in text
+
+    page.get_by_role("button", name="Prepare PNG, SVG and PDF").first.click()  # kaleido + Chromium, on request
+    png_button = page.get_by_role("button", name="PNG", exact=True)
+    if not png_button.is_visible():  # the popover may close on the rerun that prepared the images
+        page.wait_for_timeout(500)
+        if not png_button.is_visible():
+            page.get_by_role("button", name="Export chart").first.click()
+    png_button.wait_for(timeout=120_000)
+    with page.expect_download() as png_download:
+        png_button.click()
+    png = tmp_path / "gantt.png"
+    png_download.value.save_as(png)
+    assert png.read_bytes().startswith(b"\x89PNG")
     page.keyboard.press("Escape")
 
     with page.expect_download() as json_download:
