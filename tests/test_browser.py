@@ -164,11 +164,14 @@ def test_export_downloads_are_real_files(page, app_url: str, tmp_path: Path) -> 
 
     page.get_by_role("button", name="Prepare PNG, SVG and PDF").first.click()  # kaleido + Chromium, on request
     png_button = page.get_by_role("button", name="PNG", exact=True)
-    if not png_button.is_visible():  # the popover may close on the rerun that prepared the images
-        page.wait_for_timeout(500)
-        if not png_button.is_visible():
+    deadline = time.monotonic() + 180
+    while not png_button.is_visible():  # rendering takes seconds; the popover may close on that rerun
+        assert time.monotonic() < deadline, "the PNG download never appeared"
+        assert not page.get_by_text("HTML export still works").is_visible(), "image export unavailable"
+        running = page.get_by_test_id("stStatusWidget").is_visible()
+        if not running and not page.get_by_test_id("stPopoverBody").first.is_visible():
             page.get_by_role("button", name="Export chart").first.click()
-    png_button.wait_for(timeout=120_000)
+        page.wait_for_timeout(500)
     with page.expect_download() as png_download:
         png_button.click()
     png = tmp_path / "gantt.png"
