@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 from executor.config import RunConfig
 from pipesim.ir import Schedule
@@ -96,10 +99,21 @@ def ranks_per_node(config: RunConfig) -> int:
 
 
 def cuda_device_count() -> int:
-    """Visible CUDA devices; imports torch (slow) only here."""
-    import torch
+    """CUDA devices torch would see, without importing torch into this process.
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    The app imports this module, and torch costs seconds and hundreds of MB
+    there. No NVIDIA device node means no GPU, answered at once; otherwise a
+    short subprocess asks torch itself (it also knows whether this torch build
+    has CUDA at all, and honours CUDA_VISIBLE_DEVICES).
+    """
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        return 0
+    probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    try:
+        answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+        return int(answer.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+        return 0
 
 
 def _resolve_device(config: RunConfig) -> RunConfig:

@@ -351,3 +351,16 @@ def test_cancel_really_ends_a_real_run(tmp_path):
     handle.cancel()
     assert handle.status == "cancelled"
     assert_no_process_left(handle.run_dir)
+
+
+def test_gpu_probe_keeps_torch_out_of_the_calling_process() -> None:
+    """The app imports the launcher; asking for the GPU count must not pull torch into it."""
+    code = (
+        "import sys; from executor import checks, launch; n = checks.cuda_device_count(); "
+        "print(n, 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    count, imported = out.stdout.split()
+    assert int(count) >= 0
+    assert imported == "False"
