@@ -117,7 +117,7 @@ class RunConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pipesim.ir import ActionKind, Schedule
 
@@ -124,7 +125,7 @@ class CostModel:
         comm_ms: float = 0.0,
         activation_bytes: float = 1.0,
         recompute: bool = False,
-    ) -> "CostModel":
+    ) -> CostModel:
         """The same F/B/W times for every stage; `comm_ms` per cross-rank transfer.
 
         `activation_bytes` defaults to 1 so memory charts count stashed microbatches.
@@ -147,7 +148,7 @@ class CostModel:
         comm_ms: float | Sequence[float] = 0.0,
         activation_bytes: Sequence[float] | None = None,
         recompute: bool = False,
-    ) -> "CostModel":
+    ) -> CostModel:
         """Heterogeneous stages: one value per stage in each list."""
         count = len(forward_ms)
         lists = {"backward_ms": backward_ms, "weight_ms": weight_ms, "activation_bytes": activation_bytes}
@@ -170,7 +171,7 @@ class CostModel:
             links = tuple(LinkCost(latency_ms=c) for c in comm_ms)
         return cls(stages=stages, links=links, recompute=recompute, source="per-stage")
 
-    def with_recompute(self, recompute: bool) -> "CostModel":
+    def with_recompute(self, recompute: bool) -> CostModel:
         return replace(self, recompute=recompute)
 
     # --- queries used by the simulator ------------------------------------
@@ -226,20 +227,25 @@ class CostModel:
             "recompute": self.recompute,
             "stages": [asdict(s) for s in self.stages],
             "links": [
-                {"latency_ms": link.latency_ms, "bandwidth_gbps": None if math.isinf(link.bandwidth_gbps) else link.bandwidth_gbps}
+                {
+                    "latency_ms": link.latency_ms,
+                    "bandwidth_gbps": None if math.isinf(link.bandwidth_gbps) else link.bandwidth_gbps,
+                }
                 for link in self.links
             ],
             "meta": self.meta,
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CostModel":
+    def from_dict(cls, data: dict[str, Any]) -> CostModel:
         """Read the versioned cost file format; errors say which field is wrong."""
         if not isinstance(data, dict) or data.get("format") != COST_FORMAT:
             raise ValueError(f"not a pipesim cost file: expected \"format\": \"{COST_FORMAT}\"")
         version = data.get("version")
         if version != COST_FORMAT_VERSION:
-            raise ValueError(f"unsupported cost file version {version!r}; this pipesim reads version {COST_FORMAT_VERSION}")
+            raise ValueError(
+                f"unsupported cost file version {version!r}; this pipesim reads version {COST_FORMAT_VERSION}"
+            )
         known = set(StageCost.__dataclass_fields__)
         try:
             stages = []

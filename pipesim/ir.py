@@ -9,12 +9,13 @@ torch.distributed.pipelining's `_Action`, so schedules move between the two.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Iterable, NamedTuple
+from enum import StrEnum
+from typing import NamedTuple
 
 
-class ActionKind(str, Enum):
+class ActionKind(StrEnum):
     """What an action computes. `B` is the full backward; `I` and `W` split it."""
 
     FORWARD = "F"
@@ -50,7 +51,7 @@ class Action(NamedTuple):
         return f"{self.stage}{self.kind.value}{self.microbatch}"
 
     @classmethod
-    def parse(cls, text: str) -> "Action":
+    def parse(cls, text: str) -> Action:
         """Parse the text form (``"2F0"``); raises ValueError naming the bad text."""
         match = _ACTION_RE.match(text)
         if match is None:

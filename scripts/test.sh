@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export OMP_NUM_THREADS=1
+.venv/bin/ruff check --quiet . # style and import rules (pyproject.toml)
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?

@@ -147,7 +147,7 @@ def test_overlay_puts_simulated_and_measured_on_alternate_rows():
     text = _hover(measured_f, 0)
     duration = spans[0].end - spans[0].start
     assert str(spans[0].action) in text and f"measured - simulated {0.5 * duration:+.3f} ms" in text
-    assert "error +" not in fig.layout.title.text and "error -33.3%" in fig.layout.title.text
+    assert "(+" not in fig.layout.title.text and "(-33.3%)" in fig.layout.title.text
 
 
 # --- memory, comparison, trade-off ---------------------------------------------------------

@@ -7,8 +7,8 @@ answers an unknown name with the list of valid ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pipesim.ir import Schedule
 
