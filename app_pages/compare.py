@@ -23,8 +23,9 @@ with st.sidebar:
         chunks = st.number_input("Chunks per rank", 2, 16, ui.DEFAULT_CHUNKS, key="cmp-chunks",
                                  help="For interleaved-1f1b and looped-bfs")
         st.divider()
-        st.caption("Per-stage costs, model descriptions and cost files describe one stage per rank here; "
-                   "schedules with more stages per rank need uniform costs and are otherwise listed as not built.")
+        st.caption("Costs describe the model cut into one stage per rank. Schedules with several chunks "
+                   "per rank (interleaved, V shapes) run the same model cut finer: each chunk takes its share "
+                   "of the time and memory, so every row trains the same model.")
         spec = ui.cost_fields("cmp", source, int(ranks))
         st.form_submit_button("Compare", type="primary", width="stretch")
 
@@ -78,10 +79,11 @@ st.subheader("Gantt chart of one of them")
 pick = st.selectbox("Schedule", [row.schedule for row in good], key="cmp-gantt-pick")
 try:
     schedule = ui.registered_schedule(pick, int(ranks), int(microbatches), int(chunks))
-    ui.simulation(schedule, cost)  # a clear error before drawing
+    pick_cost = cost.for_stages(schedule.num_stages, int(ranks))  # the cut the comparison used
+    ui.simulation(schedule, pick_cost)  # a clear error before drawing
 except ValueError as error:
     ui.show_error(error, f"Cannot simulate {pick}")
     st.stop()
-gantt = ui.gantt_chart(schedule, cost)
+gantt = ui.gantt_chart(schedule, pick_cost)
 st.plotly_chart(gantt, key="cmp-gantt", config={"displaylogo": False})
 ui.figure_downloads(gantt, f"{pick}-gantt", "cmp-gantt-export", ui.signature(sig, pick))

@@ -142,9 +142,10 @@ def _lane_layout(fig: go.Figure, labels: Sequence[str], title: str) -> go.Figure
         xaxis={"title": "time (ms)", "rangemode": "tozero", "showgrid": True},
         yaxis={"tickvals": list(range(len(labels))), "ticktext": list(labels),
                "range": [len(labels) - 0.5, -0.5], "showgrid": False, "zeroline": False},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+        # Legend on the right: above the plot it collided with two-line titles.
+        legend={"orientation": "v", "yanchor": "top", "y": 1, "xanchor": "left", "x": 1.01},
         plot_bgcolor="white",
-        margin={"l": 10, "r": 10, "t": 110, "b": 40},
+        margin={"l": 10, "r": 10, "t": 80, "b": 40},
     )
     return fig
 

@@ -1,5 +1,10 @@
 """Side-by-side numbers for several schedules under one cost model.
 
+The cost model describes the model cut into one stage per rank; a schedule
+that holds several chunks per rank (interleaved, V shapes) gets the same model
+cut finer (`CostModel.for_stages`), so every row trains the same model on the
+same ranks and the numbers compare like for like.
+
 The comparison table and the trade-off chart read the same rows. A schedule whose
 constraints are not met (say, interleaving with microbatches not a multiple of the
 ranks) gets a row with `error` set instead of stopping the whole comparison: the
@@ -45,6 +50,7 @@ def compare_one(name: str, num_ranks: int, num_microbatches: int, cost: CostMode
     """Build, simulate and measure one schedule; a ValueError becomes the row's `error`."""
     try:
         schedule = build_schedule(name, num_ranks, num_microbatches, **_options_for(name, num_virtual_stages))
+        cost = cost.for_stages(schedule.num_stages, num_ranks)
         cost.check_fits(schedule)
         timeline = simulate(schedule, cost)
     except ValueError as error:  # includes ScheduleError and DeadlockError

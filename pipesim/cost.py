@@ -174,6 +174,35 @@ class CostModel:
     def with_recompute(self, recompute: bool) -> CostModel:
         return replace(self, recompute=recompute)
 
+    def for_stages(self, num_stages: int, base_stages: int) -> "CostModel":
+        """This model, read as the pipeline cut into `base_stages` stages, re-cut into `num_stages`.
+
+        Comparing schedules means comparing one model on one set of ranks: when
+        an interleaved or V schedule cuts each rank's share into v chunks, each
+        chunk does 1/v of the compute and stashes 1/v of the activations, while
+        what crosses a boundary (the hidden state) keeps its size. Stage s of
+        the new cut is the (s mod v)-th piece of base stage s // v. A model
+        description is re-cut exactly, layer by layer.
+        """
+        if num_stages == base_stages:
+            return self
+        if self.source == "model" and "model" in self.meta:
+            return ModelDescription(**self.meta["model"]).to_cost_model(num_stages, self.recompute)
+        if num_stages % base_stages:
+            raise ValueError(
+                f"cannot cut a {base_stages}-stage cost model into {num_stages} stages: "
+                f"give a multiple of {base_stages}, or one cost per stage"
+            )
+        if len(self.stages) not in (1, base_stages):
+            raise ValueError(f"the cost model has {len(self.stages)} stages, expected 1 or {base_stages}")
+        pieces = num_stages // base_stages
+        stages = tuple(_piece(self.stages[s // pieces if len(self.stages) > 1 else 0], pieces)
+                       for s in range(num_stages if len(self.stages) > 1 else 1))
+        links = self.links
+        if len(links) > 1:  # a boundary inside a base stage has no link of its own: use its neighbour's
+            links = tuple(links[min(b // pieces, len(links) - 1)] for b in range(num_stages - 1))
+        return replace(self, stages=stages, links=links, meta={**self.meta, "cut_into": num_stages})
+
     # --- queries used by the simulator ------------------------------------
     def check_fits(self, schedule: Schedule) -> None:
         """Raise ValueError when this model has the wrong number of stages or links."""
@@ -272,6 +301,19 @@ class CostModel:
             source=str(data.get("source", "file")),
             meta=dict(data.get("meta") or {}),
         )
+
+
+def _piece(stage: StageCost, pieces: int) -> StageCost:
+    """One of `pieces` equal parts of a stage: compute, stash and parameters divide; boundary tensors do not."""
+    return replace(
+        stage,
+        forward_ms=stage.forward_ms / pieces,
+        backward_ms=stage.backward_ms / pieces,
+        weight_ms=None if stage.weight_ms is None else stage.weight_ms / pieces,
+        activation_bytes=stage.activation_bytes / pieces,
+        weight_grad_bytes=None if stage.weight_grad_bytes is None else stage.weight_grad_bytes / pieces,
+        param_bytes=stage.param_bytes / pieces,
+    )
 
 
 def save_cost(cost: CostModel, path: str | Path) -> None:

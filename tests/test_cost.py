@@ -146,3 +146,36 @@ def test_recompute_adds_forward_to_backward_and_stashes_inputs_only():
     assert makespan(timeline) == (m + p - 1) * (1.0 + 3.0)
     metrics = compute_metrics(timeline, again)
     assert [r.peak_activation_bytes for r in metrics.ranks] == [10.0 * min(p - r, m) for r in range(p)]
+
+
+def test_for_stages_cuts_each_rank_share_into_equal_chunks() -> None:
+    cost = CostModel.per_stage([2.0, 4.0], [4.0, 8.0], weight_ms=[2.0, 4.0], activation_bytes=[10.0, 20.0])
+    finer = cost.for_stages(4, 2)
+    assert [s.forward_ms for s in finer.stages] == [1.0, 1.0, 2.0, 2.0]
+    assert [s.w_ms for s in finer.stages] == [1.0, 1.0, 2.0, 2.0]
+    assert [s.activation_bytes for s in finer.stages] == [5.0, 5.0, 10.0, 10.0]
+    # The total work of the model is unchanged by the finer cut.
+    assert sum(s.forward_ms + s.backward_ms for s in finer.stages) == 18.0
+    assert cost.for_stages(2, 2) is cost
+
+
+def test_for_stages_recuts_a_model_description_layer_by_layer() -> None:
+    model = ModelDescription(num_layers=8, hidden_size=256, ffn_size=1024, num_heads=4, seq_len=128, vocab_size=1000)
+    cut = model.to_cost_model(2).for_stages(4, 2)
+    assert cut.stages == model.to_cost_model(4).stages
+
+
+def test_for_stages_refuses_a_cut_that_does_not_divide() -> None:
+    with pytest.raises(ValueError, match="multiple of 2"):
+        CostModel.uniform().for_stages(3, 2)
+
+
+def test_compare_runs_every_schedule_on_the_same_model() -> None:
+    from pipesim.compare import compare_schedules
+
+    rows = compare_schedules(["1f1b", "interleaved-1f1b", "zbv"], 4, 8, CostModel.uniform(1.0, 2.0))
+    by_name = {row.schedule: row for row in rows}
+    assert all(row.error is None for row in rows)
+    # Interleaving with v=2 chunks: bubble (p-1)/(v*m+p-1) = 3/19 on the same per-rank work.
+    assert by_name["interleaved-1f1b"].bubble_fraction == pytest.approx(3 / 19)
+    assert by_name["interleaved-1f1b"].makespan < by_name["1f1b"].makespan
