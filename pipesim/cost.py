@@ -174,7 +174,7 @@ class CostModel:
     def with_recompute(self, recompute: bool) -> CostModel:
         return replace(self, recompute=recompute)
 
-    def for_stages(self, num_stages: int, base_stages: int) -> "CostModel":
+    def for_stages(self, num_stages: int, base_stages: int) -> CostModel:
         """This model, read as the pipeline cut into `base_stages` stages, re-cut into `num_stages`.
 
         Comparing schedules means comparing one model on one set of ranks: when
