@@ -41,18 +41,20 @@ with st.sidebar:
                             key="run-schedule")
         left, right = st.columns(2)
         ranks = left.number_input("Ranks", 1, 64, 2, key="run-ranks")
-        microbatches = right.number_input("Microbatches", 1, 256, 4, key="run-microbatches")
+        microbatches = right.number_input("Microbatches", 1, 256, 8, key="run-microbatches")
         chunks = left.number_input("Chunks per rank", 1, 8, 2, key="run-chunks",
                                    help="For interleaved-1f1b and looped-bfs")
         if custom is not None:
             st.caption(f"The custom schedule sets its own ranks and microbatches: {custom.describe()}")
         kind = right.selectbox("Model", MODEL_KINDS, key="run-model")
-        size = left.selectbox("Size", list(MODEL_SIZES), key="run-size")
+        size = left.selectbox("Size", list(MODEL_SIZES), index=1, key="run-size",
+                              help="tiny runs are dominated by Python overhead per action; small and up "
+                                   "are what the profile-then-predict figures in docs/benchmarks.md use")
         layers = right.number_input("Layers / blocks", 1, 256, 4, key="run-layers",
                                     help="At least one per stage")
-        batch = left.number_input("Batch size", 1, 4096, 8, key="run-batch",
+        batch = left.number_input("Batch size", 1, 4096, 32, key="run-batch",
                                   help="Per step; split into the microbatches")
-        steps = right.number_input("Steps", 1, 1000, 2, key="run-steps", help="Measured steps")
+        steps = right.number_input("Steps", 1, 1000, 5, key="run-steps", help="Measured steps")
         warmup = left.number_input("Warm-up steps", 0, 100, 1, key="run-warmup")
         timeout = right.number_input("Timeout (s)", 10, 7200, 600, key="run-timeout")
         device = left.selectbox("Device", DEVICES, key="run-device",

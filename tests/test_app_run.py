@@ -124,7 +124,7 @@ def test_first_screen(app: AppTest, runs: Path) -> None:
 def test_config_that_fails_validation_is_a_plain_error(app: AppTest, runs: Path) -> None:
     app.number_input(key="run-batch").set_value(6)
     app.button(key=SUBMIT).click().run()
-    assert "batch_size 6 does not split into 4 microbatches" in app.error[0].value
+    assert "batch_size 6 does not split into 8 microbatches" in app.error[0].value
     assert not app.exception and not runs.exists()
 
 
@@ -140,7 +140,7 @@ def test_launcher_refusal_starts_nothing(app: AppTest, runs: Path) -> None:
 def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher: list) -> None:
     app.button(key=SUBMIT).click().run()
     (config, schedule, handle), = fake_launcher
-    assert (config.schedule, config.num_ranks, config.num_microbatches, config.profile) == ("1f1b", 2, 4, True)
+    assert (config.schedule, config.num_ranks, config.num_microbatches, config.profile) == ("1f1b", 2, 8, True)
     assert schedule is None
     assert app.get("progress")[0].value == 50  # the handle's progress, in percent
     assert any("step 2 of 4" in c.value for c in app.code)
