@@ -222,7 +222,6 @@ def _setup(config: RunConfig, schedule: Schedule, side_by_side: bool):
 
 def main(argv: list[str] | None = None) -> int:
     import torch
-    import torch.distributed as dist
 
     from pipesim.formats import read_json, schedule_from_dict, write_json
 
@@ -233,32 +232,31 @@ def main(argv: list[str] | None = None) -> int:
     schedule = schedule_from_dict(read_json(run_dir / "schedule.json"))
     side_by_side = os.environ.get(SIDE_BY_SIDE_ENV) == "1"
     rank, device, ours = _setup(config, schedule, side_by_side)
-    try:
-        torch_side = TorchSide(config, schedule, rank, device)
-        sides = {"torch": torch_side} if ours is None else {"ours": OursSide(ours), "torch": torch_side}
-        measured = run_sides(config, rank, sides)
-        shared_clock = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) == int(os.environ.get("WORLD_SIZE", "1"))
-        gathered = {name: gather_side(local, device, shared_clock) for name, local in measured.items()}
-        result = {
-            "torch_schedule": torch_side.class_name,
-            "torch_version": torch.__version__,
-            **gathered["torch"],
-            "median_step_ms": statistics.median(gathered["torch"]["step_times_ms"]),
-            "warmup_steps": config.warmup_steps,
-            "side_by_side": ours is not None,
-        }
-        if ours is not None:
-            result["ours_step_times_ms"] = gathered["ours"]["step_times_ms"]
-            result["ours_losses"] = gathered["ours"]["losses"]
-        if config.recompute:
-            result["note"] = "torch's schedules ran without recomputation"
-        if rank == 0:
-            write_json(result, run_dir / "reference.json")
-        emit({"event": "done", "rank": rank, "phase": "reference"})
-    finally:
-        dist.destroy_process_group()
+    torch_side = TorchSide(config, schedule, rank, device)
+    sides = {"torch": torch_side} if ours is None else {"ours": OursSide(ours), "torch": torch_side}
+    measured = run_sides(config, rank, sides)
+    shared_clock = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) == int(os.environ.get("WORLD_SIZE", "1"))
+    gathered = {name: gather_side(local, device, shared_clock) for name, local in measured.items()}
+    result = {
+        "torch_schedule": torch_side.class_name,
+        "torch_version": torch.__version__,
+        **gathered["torch"],
+        "median_step_ms": statistics.median(gathered["torch"]["step_times_ms"]),
+        "warmup_steps": config.warmup_steps,
+        "side_by_side": ours is not None,
+    }
+    if ours is not None:
+        result["ours_step_times_ms"] = gathered["ours"]["step_times_ms"]
+        result["ours_losses"] = gathered["ours"]["losses"]
+    if config.recompute:
+        result["note"] = "torch's schedules ran without recomputation"
+    if rank == 0:
+        write_json(result, run_dir / "reference.json")
+    emit({"event": "done", "rank": rank, "phase": "reference"})
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from executor.teardown import finish
+
+    finish(main)  # releases the process groups, then exits without finalisation (see executor.teardown)

@@ -41,6 +41,7 @@ import torch.distributed as dist
 from executor.config import PROGRESS_PREFIX, RunConfig
 from executor.model import make_batch
 from executor.runtime import PipelineRuntime, RankModel, build_rank_model, microbatches, schedule_links
+from executor.teardown import finish
 from executor.timing import assemble_measured, estimate_clock_offsets, make_clock
 from executor.transport import BackendChoice, Transport, env_int, init_distributed, resolve_backend
 from pipesim.formats import read_json, schedule_from_dict, timeline_to_dict, write_json
@@ -209,7 +210,6 @@ def run(run_dir: Path) -> None:
     records = train(r)
     write_measured(r, records, offsets, run_dir)
     emit("done", rank=r.rank, seconds=round(time.perf_counter() - started, 3))
-    dist.barrier(group=r.control)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,11 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         emit("error", rank=env_int("RANK", 0), message=f"{type(error).__name__}: {error}")
         traceback.print_exc()
         return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    finish(main)  # releases the process groups, then exits without finalisation (see executor.teardown)

@@ -1,15 +1,46 @@
 #!/usr/bin/env bash
-# Create .venv and install the runtime and dev requirements (idempotent).
+# Create .venv and install the runtime and dev requirements. Idempotent: when the requirement files have not
+# changed since the last successful install (a stamp in .venv records their hash), it checks the imports and
+# returns in about a second. The first install downloads and unpacks about 1.5 GB: one to two minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
+
+python=${PYTHON:-python3}
+if ! command -v "$python" >/dev/null 2>&1; then
+  echo "setup: $python not found; install Python 3.11 or newer (or set PYTHON=/path/to/python3.11)" >&2
+  exit 1
 fi
+version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: found Python $version at $(command -v "$python"); pipesim needs 3.11 or newer (set PYTHON=...)" >&2
+  exit 1
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with Python $version"
+  "$python" -m venv .venv
+fi
+stamp=.venv/.pipesim-requirements
+wanted=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+imports="import torch, networkx, plotly, streamlit, pytest, playwright"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] && .venv/bin/python -c "$imports" 2>/dev/null; then
+  echo "setup: .venv is up to date"
+  exit 0
+fi
+echo "setup: installing requirements-dev.txt into .venv (torch 2.13.0 CPU build, streamlit, plotly, ...)"
 log=$(mktemp)
-if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt >"$log" 2>&1; then
-  grep -v "^WARNING: Location" "$log" >&2
-  echo "pip install failed" >&2
+# pip's "Collecting ..." lines show that it is moving; the full log is shown only when the install fails.
+set +e
+.venv/bin/python -m pip install --disable-pip-version-check --progress-bar off -r requirements-dev.txt 2>&1 \
+  | tee "$log" | grep --line-buffered -E "^(Collecting|Installing collected)" | sed -u 's/^/setup:   /'
+status=${PIPESTATUS[0]}
+set -e
+if [ "$status" -ne 0 ] || ! .venv/bin/python -c "$imports" 2>/dev/null; then
+  grep -v "^WARNING: Location" "$log" | tail -40 >&2
+  echo "setup: pip install failed (the end of its log is above)" >&2
+  rm -f "$log"
   exit 1
 fi
 rm -f "$log"
-.venv/bin/python -c "import torch, networkx, plotly, streamlit" # fail loudly if the install did not work
+echo "$wanted" > "$stamp"
+echo "setup: done ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from executor.config import ModelConfig  # noqa: E402
 from executor.model import build_model, loss_fn, make_batch, split_stages  # noqa: E402
 from executor.runtime import PipelineRuntime, build_rank_model, microbatches  # noqa: E402
+from executor.teardown import finish  # noqa: E402
 from executor.timing import HostClock  # noqa: E402
 from executor.transport import BackendChoice, Transport  # noqa: E402
 from pipesim.ir import Schedule  # noqa: E402
@@ -150,7 +151,7 @@ def check_training(rank: int, world: int, transport: Transport) -> dict:
     return curves
 
 
-def main(out_dir: Path) -> None:
+def main(out_dir: Path) -> int:
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     links = [(a, b) for a in range(world) for b in range(world) if a != b]
@@ -161,10 +162,9 @@ def main(out_dir: Path) -> None:
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / f"check_{world}.json").write_text(json.dumps({"cases": results, "loss_curves": curves}, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
+    return 0
 
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    main(Path(sys.argv[1]))
+    finish(lambda: main(Path(sys.argv[1])))  # the executor's own teardown: groups released, no finalisation
