@@ -21,12 +21,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipesim import charts, formats, schedules
+from pipesim import charts, charts_dag, formats, schedules
 from pipesim.compare import ComparisonRow, compare_schedules
 from pipesim.cost import DTYPE_BYTES, CostModel, ModelDescription
-from pipesim.dag import DeadlockError, critical_path, find_deadlock
+from pipesim.critical_path import critical_path
+from pipesim.dag import DeadlockError, build_dag, dag_positions
 from pipesim.ir import Action, Schedule
-from pipesim.simulate import simulate
+from pipesim.simulate import find_deadlock, simulate
 from pipesim.timeline import Metrics, Timeline, compute_metrics
 
 # Limits that keep a browser tab responsive (tens of thousands of bars are fine in
@@ -165,7 +166,11 @@ def memory_chart(schedule: Schedule, cost: CostModel) -> go.Figure:
 def dag_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool) -> go.Figure:
     cycle = deadlock_cycle(schedule)
     path = critical_actions(schedule, cost) if with_critical_path and cycle is None else None
-    return charts.dag_figure(schedule, cost, critical_path=path, cycle=cycle)
+    graph = build_dag(schedule, cost)
+    timeline = simulation(schedule, cost)[0] if cycle is None else None
+    positions = dag_positions(schedule, graph, timeline)
+    return charts_dag.dag_figure(graph, positions, title=f"{schedule.name}: dependency graph",
+                                 critical_path=path, cycle=cycle)
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)

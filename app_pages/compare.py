@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import common as ui
-from pipesim import charts
+from pipesim import charts_compare
 from pipesim.schedules import schedule_names
 
 ui.init_state()
@@ -67,11 +67,11 @@ st.dataframe(
 sig = ui.signature(tuple(chosen), int(ranks), int(microbatches), int(chunks), hash(cost))
 left, right = st.columns(2)
 with left:
-    bars = charts.comparison_figure(rows)
+    bars = charts_compare.comparison_figure(rows)
     st.plotly_chart(bars, key="cmp-bars", config={"displaylogo": False})
     ui.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
 with right:
-    tradeoff = charts.tradeoff_figure(rows)
+    tradeoff = charts_compare.tradeoff_figure(rows)
     st.plotly_chart(tradeoff, key="cmp-tradeoff", config={"displaylogo": False})
     ui.figure_downloads(tradeoff, "tradeoff", "cmp-tradeoff-export", sig)
 

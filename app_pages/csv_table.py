@@ -17,8 +17,8 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.common import HASH_FUNCS
-from pipesim.dag import find_deadlock
 from pipesim.ir import Action, Schedule
+from pipesim.simulate import find_deadlock
 from pipesim.validate import find_problems
 
 

@@ -4,13 +4,13 @@ import streamlit as st
 
 from app_pages import common as ui
 from app_pages import csv_table as table
-from pipesim import charts
+from pipesim import charts_dag
 from pipesim.cost import CostModel
 from pipesim.schedules import schedule_names
 
 ui.init_state()
 st.title("Dependency graph")
-st.caption(f"Drawn for small schedules only (at most {charts.MAX_DAG_ACTIONS} actions) so the browser stays "
+st.caption(f"Drawn for small schedules only (at most {charts_dag.MAX_DAG_ACTIONS} actions) so the browser stays "
            "responsive; use the Gantt chart on the Simulate page for large ones.")
 
 SOURCES = ("Registered schedule", "Custom schedule (Custom page)", "Deadlock example")
@@ -47,8 +47,8 @@ except ValueError as error:
     ui.show_error(error, "Cannot build the schedule")
     st.stop()
 
-if schedule.num_actions > charts.MAX_DAG_ACTIONS:
-    st.warning(f"{schedule.describe()}: more than the {charts.MAX_DAG_ACTIONS} actions this view draws. "
+if schedule.num_actions > charts_dag.MAX_DAG_ACTIONS:
+    st.warning(f"{schedule.describe()}: more than the {charts_dag.MAX_DAG_ACTIONS} actions this view draws. "
                "Use fewer ranks or microbatches here, or the Gantt chart on the Simulate page.")
     st.stop()
 

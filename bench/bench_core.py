@@ -36,7 +36,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipesim.cost import CostModel  # noqa: E402
-from pipesim.dag import build_dag, critical_path, dependencies  # noqa: E402
+from pipesim.critical_path import critical_path  # noqa: E402
+from pipesim.dag import build_dag, dependencies  # noqa: E402
 from pipesim.schedules import build_schedule  # noqa: E402
 from pipesim.simulate import simulate  # noqa: E402
 from pipesim.timeline import compute_metrics  # noqa: E402

@@ -1,9 +1,12 @@
-"""Plotly figures of schedules and timelines: Gantt, overlay, memory, comparison, DAG.
+"""Plotly figures of timelines: Gantt, overlay, memory (comparison: charts_compare; DAG: charts_dag).
 
 Every figure is built from data traces, never from one layout shape per action:
 a Gantt chart holds one `go.Bar` trace per action kind (bars placed with `base=`),
 so a schedule of 10^5 actions is a handful of traces with long arrays rather than
 10^5 shapes, and stays light in a browser and in an export.
+
+Charts draw what they are given (a Timeline, a graph with positions, comparison rows); they never
+simulate or build a graph themselves.
 
 Colours tell the action kinds apart at a glance: forward blue, full backward red,
 and the split backward in colours of their own (I orange, W green), so a
@@ -17,17 +20,12 @@ import math
 from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 
-import networkx as nx
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from pipesim.compare import ComparisonRow
 from pipesim.cost import CostModel
-from pipesim.dag import DeadlockError, build_dag
-from pipesim.ir import Action, ActionKind, Schedule
+from pipesim.ir import Action, ActionKind
 from pipesim.overlay import align_step, pick_step, prediction_error
-from pipesim.simulate import simulate
 from pipesim.timeline import Span, Timeline, idle_intervals, makespan, memory_over_time, stash_counts
 
 KIND_COLORS = MappingProxyType({"F": "#4C78A8", "B": "#D62728", "I": "#FF9F1C", "W": "#2CA02C"})
@@ -40,7 +38,6 @@ CRITICAL_COLOR = "#111111"
 CYCLE_COLOR = "#FF0000"
 RANK_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D")
 
-MAX_DAG_ACTIONS = 1500  # beyond this a node-link drawing is unreadable; the Gantt chart scales instead
 MAX_BAR_LABELS = 400  # write action names inside bars only while they can be read
 
 _KINDS = tuple(kind.value for kind in ActionKind)
@@ -281,191 +278,5 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None) -> go.Figure:
         title=f"{tl.schedule_name or 'schedule'}: activation memory per rank",
         xaxis={"title": "time (ms)", "rangemode": "tozero"}, yaxis=yaxis,
         hovermode="x unified", plot_bgcolor="white", height=380,
-    )
-    return fig
-
-
-# --- comparison ---------------------------------------------------------------------
-
-
-def _peak(row: ComparisonRow) -> float:
-    return row.peak_activation_bytes if row.peak_activation_bytes is not None else float(row.peak_activations or 0)
-
-
-def comparison_figure(rows: list[ComparisonRow]) -> go.Figure:
-    """Makespan, bubble fraction and peak memory per schedule, side by side.
-
-    Schedules that could not be built are named under the title with their reason.
-    """
-    good = [row for row in rows if row.error is None]
-    names = [row.schedule for row in good]
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("makespan (ms)", "bubble fraction", "peak activation memory"))
-    hover = [f"{row.peak_activations} stashed microbatches, {_peak(row):,.4g} bytes" for row in good]
-    panels = [
-        ([row.makespan for row in good], "makespan", "%{x}: %{y:.3f} ms<extra></extra>", None),
-        ([row.bubble_fraction for row in good], "bubble fraction", "%{x}: %{y:.1%}<extra></extra>", None),
-        ([_peak(row) for row in good], "peak memory", "%{x}: %{customdata}<extra></extra>", hover),
-    ]
-    for col, (values, name, template, custom) in enumerate(panels, start=1):
-        fig.add_trace(go.Bar(x=names, y=values, name=name, customdata=custom, hovertemplate=template,
-                             marker={"color": [RANK_COLORS[i % len(RANK_COLORS)] for i in range(len(good))]},
-                             showlegend=False), row=1, col=col)
-    fig.update_yaxes(tickformat=".0%", row=1, col=2)
-    failed = [f"{row.schedule}: {row.error}" for row in rows if row.error is not None]
-    title = "schedule comparison"
-    if failed:
-        title += "<br><sup>not built: " + "; ".join(failed) + "</sup>"
-    fig.update_layout(title=title, height=420, plot_bgcolor="white")
-    return fig
-
-
-def tradeoff_figure(rows: list[ComparisonRow]) -> go.Figure:
-    """Makespan against peak memory: the lower-left schedules are the ones worth having."""
-    good = [row for row in rows if row.error is None]
-    fig = go.Figure(go.Scatter(
-        x=[row.makespan for row in good],
-        y=[_peak(row) for row in good],
-        mode="markers+text",
-        text=[row.schedule for row in good],
-        textposition="top center",
-        marker={"size": 12, "color": [RANK_COLORS[i % len(RANK_COLORS)] for i in range(len(good))]},
-        customdata=[[row.bubble_fraction, row.peak_activations] for row in good],
-        hovertemplate="<b>%{text}</b><br>makespan %{x:.3f} ms<br>peak memory %{y:,.4g}<br>"
-                      "bubble %{customdata[0]:.1%}<br>%{customdata[1]} stashed microbatches<extra></extra>",
-        showlegend=False,
-    ))
-    fig.update_layout(title="trade-off: step time vs peak activation memory",
-                      xaxis={"title": "makespan (ms)"}, yaxis={"title": "peak activation memory"},
-                      plot_bgcolor="white", height=420)
-    return fig
-
-
-# --- DAG ------------------------------------------------------------------------------
-
-
-def _dag_x(schedule: Schedule, graph: nx.DiGraph, cost: CostModel | None) -> tuple[dict[Action, float], str]:
-    """Node x: simulated start with a cost, else topological depth, else (cyclic) position on the rank."""
-    if cost is not None:
-        try:
-            tl = simulate(schedule, cost)
-        except DeadlockError:
-            pass
-        else:
-            return {span.action: span.start for span in tl.spans}, "simulated start (ms)"
-    if nx.is_directed_acyclic_graph(graph):
-        depth: dict[Action, float] = {}
-        for node in nx.topological_sort(graph):
-            depth[node] = max((depth[p] + 1 for p in graph.predecessors(node)), default=0)
-        return depth, "topological depth"
-    return ({a: i for actions in schedule.actions for i, a in enumerate(actions)},
-            "position in the rank's action list")
-
-
-def _dag_y(schedule: Schedule) -> dict[int, float]:
-    """Per stage: its rank's lane, nudged apart when a rank holds several stages."""
-    y = {}
-    for rank in range(schedule.num_ranks):
-        stages = schedule.stages_of_rank(rank)
-        for i, stage in enumerate(stages):
-            y[stage] = rank + (i - (len(stages) - 1) / 2) * 0.3
-    return y
-
-
-def _edge_trace(pairs: Iterable[tuple[Action, Action]], pos: dict[Action, tuple[float, float]], name: str,
-                color: str, width: float, dash: str = "solid", arrows: bool = True) -> go.Scatter:
-    """All edges of one kind in one trace, segments separated by None.
-
-    The arrowhead sits at each edge's midpoint (the ends are hidden under the nodes).
-    """
-    xs, ys, sizes = [], [], []
-    for u, v in pairs:
-        (x0, y0), (x1, y1) = pos[u], pos[v]
-        xs += [x0, (x0 + x1) / 2, x1, None]
-        ys += [y0, (y0 + y1) / 2, y1, None]
-        sizes += [0, 10 if arrows else 0, 0, 0]
-    return go.Scatter(
-        x=xs, y=ys, mode="lines+markers", name=name, hoverinfo="skip",
-        line={"color": color, "width": width, "dash": dash},
-        marker={"symbol": "arrow", "angleref": "previous", "size": sizes, "color": color},
-    )
-
-
-def _node_trace(kind: str, nodes: list[Action], graph: nx.DiGraph, pos, show_text: bool) -> go.Scatter:
-    durations = [graph.nodes[a].get("duration") for a in nodes]
-    return go.Scatter(
-        x=[pos[a][0] for a in nodes], y=[pos[a][1] for a in nodes],
-        mode="markers+text" if show_text else "markers",
-        name=KIND_NAMES[kind],
-        text=[str(a) for a in nodes], textposition="top center", textfont={"size": 9},
-        marker={"size": 14, "color": KIND_COLORS[kind], "line": {"width": 1, "color": "white"}},
-        customdata=[[str(a), graph.nodes[a]["rank"], a.stage, a.microbatch,
-                     "n/a" if d is None else f"{d:.3f} ms"] for a, d in zip(nodes, durations, strict=True)],
-        hovertemplate="<b>%{customdata[0]}</b><br>rank %{customdata[1]}, stage %{customdata[2]}, "
-                      "microbatch %{customdata[3]}<br>duration %{customdata[4]}<extra></extra>",
-    )
-
-
-def _path_pairs(path: Sequence[Action], closed: bool) -> list[tuple[Action, Action]]:
-    pairs = list(zip(path, path[1:], strict=False))
-    if closed and len(path) > 1:
-        pairs.append((path[-1], path[0]))
-    return pairs
-
-
-def _highlight_nodes(nodes: Sequence[Action], pos, name: str, color: str) -> go.Scatter:
-    return go.Scatter(
-        x=[pos[a][0] for a in nodes], y=[pos[a][1] for a in nodes], mode="markers", name=name,
-        marker={"size": 20, "color": "rgba(0,0,0,0)", "line": {"width": 3, "color": color}},
-        text=[str(a) for a in nodes], hovertemplate="%{text}<extra>" + name + "</extra>",
-    )
-
-
-def dag_figure(schedule: Schedule, cost: CostModel | None = None, critical_path: list[Action] | None = None,
-               cycle: list[Action] | None = None) -> go.Figure:
-    """The dependency graph with ranks as lanes: data edges solid, rank-order edges dashed grey.
-
-    x is the simulated start when a cost is given (and the schedule runs), otherwise the
-    topological depth. `critical_path` is drawn thick and dark; `cycle` (a deadlock, as
-    returned by `pipesim.dag.find_deadlock`) in red, closing back to its first action.
-    """
-    if schedule.num_actions > MAX_DAG_ACTIONS:
-        raise ValueError(
-            f"schedule {schedule.name!r} has {schedule.num_actions} actions; the DAG figure draws at most "
-            f"{MAX_DAG_ACTIONS} to stay readable: use fewer ranks or microbatches, or the Gantt chart"
-        )
-    graph = build_dag(schedule, cost)
-    xs, x_title = _dag_x(schedule, graph, cost)
-    lane = _dag_y(schedule)
-    pos = {a: (xs[a], lane[a.stage]) for a in graph.nodes}
-    fig = go.Figure()
-    edges = list(graph.edges(data="kind"))
-    fig.add_trace(_edge_trace(((u, v) for u, v, k in edges if k == "order"), pos, "order (same rank)",
-                              "#B0B0B0", 1, dash="dash", arrows=False))
-    fig.add_trace(_edge_trace(((u, v) for u, v, k in edges if k == "data"), pos, "data dependency", "#555555", 1.2))
-    if critical_path:
-        fig.add_trace(_edge_trace(_path_pairs(critical_path, False), pos, "critical path", CRITICAL_COLOR, 4))
-    if cycle:
-        fig.add_trace(_edge_trace(_path_pairs(cycle, True), pos, "deadlock cycle", CYCLE_COLOR, 4))
-    show_text = graph.number_of_nodes() <= 200
-    nodes_by_kind: dict[str, list[Action]] = {kind: [] for kind in _KINDS}
-    for action in graph.nodes:
-        nodes_by_kind[action.kind.value].append(action)
-    for kind, nodes in nodes_by_kind.items():
-        if nodes:
-            fig.add_trace(_node_trace(kind, nodes, graph, pos, show_text))
-    if critical_path:
-        fig.add_trace(_highlight_nodes(critical_path, pos, "on critical path", CRITICAL_COLOR))
-    if cycle:
-        fig.add_trace(_highlight_nodes(cycle, pos, "in deadlock cycle", CYCLE_COLOR))
-    title = f"{schedule.name}: dependency graph"
-    if cycle:
-        title += "<br><sup>deadlock: " + " → ".join(map(str, [*cycle, cycle[0]])) + "</sup>"
-    fig.update_layout(
-        title=title, plot_bgcolor="white", height=max(300, 90 * schedule.num_ranks + 140),
-        xaxis={"title": x_title, "showgrid": False, "zeroline": False},
-        yaxis={"tickvals": list(range(schedule.num_ranks)),
-               "ticktext": [f"rank {r}" for r in range(schedule.num_ranks)],
-               "autorange": "reversed", "showgrid": False, "zeroline": False},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
     )
     return fig

@@ -280,7 +280,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     "microbatches": args.microbatches, "rows": [row.to_dict() for row in rows]}, args.json)
         print(f"wrote {args.json}")
 
-    from pipesim.charts import comparison_figure
+    from pipesim.charts_compare import comparison_figure
 
     for path in _write_figures(lambda: comparison_figure(rows), args):
         print(f"wrote {path}")

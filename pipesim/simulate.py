@@ -1,4 +1,4 @@
-"""Schedule + CostModel -> simulated Timeline.
+"""The simulation engine: Schedule + CostModel -> simulated Timeline, and deadlock detection.
 
 Semantics (the same the executor follows for real): an action starts when
 the previous action of its rank has ended and every data dependency has
@@ -14,9 +14,106 @@ from itertools import repeat
 
 from pipesim._perf import paused_gc
 from pipesim.cost import CostModel
-from pipesim.dag import Dependencies, deadlock_error, dependencies, hop_times, sweep
-from pipesim.ir import ActionKind, Schedule
+from pipesim.dag import DeadlockError, Dependencies, dependencies
+from pipesim.ir import Action, ActionKind, Schedule
+from pipesim.lower import crossing_stage
 from pipesim.timeline import Span, Timeline
+
+
+def sweep(
+    deps: Dependencies, durations: list[float], hops: list[float]
+) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
+    """Run every rank's list in order, each action as soon as its inputs have arrived.
+
+    Kahn's algorithm over per-rank pointers: a rank advances while its next
+    action's producers have ended; a blocked rank parks on the one producer it
+    waits for and is woken when that ends. Times do not depend on the order
+    ranks are visited, so the result is deterministic. `hops[i]` is the
+    transfer time action i pays for a producer on another rank (every data
+    edge crosses one stage boundary, fixed by the consumer: see `hop_times`).
+    Returns (starts, ends, stuck) where stuck lists (rank, head id, awaited
+    id) when ranks deadlock.
+    """
+    n = len(deps.actions)
+    offsets, dep_lists, ranks = deps.offsets, deps.deps, deps.ranks
+    starts = [0.0] * n
+    ends = [-1.0] * n
+    pointer = offsets[:-1]
+    clock = [0.0] * deps.num_ranks
+    waiting: dict[int, list[int]] = {}
+    ready = list(range(deps.num_ranks - 1, -1, -1))
+    while ready:
+        rank = ready.pop()
+        i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
+        while i < stop:
+            start = now
+            blocked = -1
+            for d in dep_lists[i]:
+                arrival = ends[d]
+                if arrival < 0:
+                    blocked = d
+                    break
+                if ranks[d] != rank:
+                    arrival += hops[i]
+                if arrival > start:
+                    start = arrival
+            if blocked >= 0:
+                waiting.setdefault(blocked, []).append(rank)
+                break
+            now = start + durations[i]
+            starts[i] = start
+            ends[i] = now
+            if i in waiting:
+                ready.extend(waiting.pop(i))
+            i += 1
+        pointer[rank], clock[rank] = i, now
+    stuck = []
+    for rank in range(deps.num_ranks):
+        i = pointer[rank]
+        if i < offsets[rank + 1]:
+            awaited = next(d for d in dep_lists[i] if ends[d] < 0)
+            stuck.append((rank, i, awaited))
+    return starts, ends, stuck
+
+
+def hop_times(deps: Dependencies, transfer: list[float]) -> list[float]:
+    """Per action, the transfer it pays for a producer on another rank.
+
+    `transfer[b]` crosses the boundary between stages b and b+1 (one entry per
+    stage; the last, and transfer[-1] for stage 0's F, are never used); which
+    boundary an action hears across is `pipesim.lower.crossing_stage`.
+    """
+    return [transfer[crossing_stage(action)] for action in deps.actions]
+
+
+def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> DeadlockError:
+    """Follow who-waits-on-whom from the first stuck rank until it closes into a cycle."""
+    head_of = {rank: (head, awaited) for rank, head, awaited in stuck}
+    rank = stuck[0][0]
+    loop: list[int] = []
+    while rank not in loop:
+        loop.append(rank)
+        rank = deps.ranks[head_of[rank][1]]
+    loop = loop[loop.index(rank):]
+    waits = [(r, deps.actions[head_of[r][0]], deps.actions[head_of[r][1]], deps.ranks[head_of[r][1]]) for r in loop]
+    # Edges run producer -> consumer: the awaited action feeds the stuck head, and on
+    # the awaited action's rank the order chain runs from that rank's head to it.
+    cycle: list[Action] = []
+    for r in reversed(loop):
+        head, awaited = head_of[r]
+        owner_head = head_of[deps.ranks[awaited]][0]
+        cycle.extend(deps.actions[owner_head:awaited + 1])
+    return DeadlockError(cycle, waits)
+
+
+@paused_gc()
+def find_deadlock(schedule: Schedule) -> list[Action] | None:
+    """A cycle of the dependency graph (in edge order, last -> first closes it), or None."""
+    deps = dependencies(schedule)
+    n = len(deps.actions)
+    _, _, stuck = sweep(deps, [0.0] * n, [0.0] * n)
+    return deadlock_error(deps, stuck).cycle if stuck else None
+
 
 
 @paused_gc()

@@ -12,7 +12,7 @@ the executor rely on:
   before W.
 
 Cross-rank ordering problems are not structural: they show up as a cycle in
-the dependency graph (`pipesim.dag.find_deadlock`).
+the dependency graph (`pipesim.simulate.find_deadlock`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from pipesim.cost import CostModel
-from pipesim.dag import critical_path
+from pipesim.critical_path import critical_path
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 

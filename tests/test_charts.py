@@ -6,13 +6,14 @@ import re
 
 import pytest
 
-from pipesim import charts
+from pipesim import charts, charts_compare, charts_dag
 from pipesim.compare import ComparisonRow, compare_schedules
 from pipesim.cost import CostModel
-from pipesim.dag import build_dag, critical_path, find_deadlock
+from pipesim.critical_path import critical_path
+from pipesim.dag import build_dag, dag_positions
 from pipesim.ir import Action, B, F, make_schedule
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
+from pipesim.simulate import find_deadlock, simulate
 from pipesim.timeline import CommSpan, Span, Timeline, bubble_fraction, idle_intervals, memory_over_time, stash_counts
 
 COST = CostModel.uniform(forward_ms=1.0, backward_ms=2.0, weight_ms=1.0, comm_ms=0.2)
@@ -168,20 +169,20 @@ def test_memory_figure_has_one_step_line_per_rank():
 def test_comparison_and_tradeoff_figures():
     rows = compare_schedules(["1f1b", "gpipe", "interleaved-1f1b"], 4, 6, COST, num_virtual_stages=2)
     good = [row for row in rows if row.error is None]
-    fig = charts.comparison_figure(rows)
+    fig = charts_compare.comparison_figure(rows)
     assert len(fig.data) == 3
     for trace in fig.data:
         assert list(trace.x) == [row.schedule for row in good]
     assert list(fig.data[0].y) == pytest.approx([row.makespan for row in good])
     assert list(fig.data[1].y) == pytest.approx([row.bubble_fraction for row in good])
     assert "interleaved-1f1b" in fig.layout.title.text  # the failed one is named with its reason
-    tradeoff = charts.tradeoff_figure(rows)
+    tradeoff = charts_compare.tradeoff_figure(rows)
     [points] = tradeoff.data
     assert list(points.x) == pytest.approx([row.makespan for row in good])
     assert list(points.y) == pytest.approx([row.peak_activation_bytes for row in good])
     assert list(points.text) == [row.schedule for row in good]
     counts_only = [ComparisonRow("a", 1.0, 0.1, 0.2, 3, None)]
-    assert list(charts.tradeoff_figure(counts_only).data[0].y) == [3.0]
+    assert list(charts_compare.tradeoff_figure(counts_only).data[0].y) == [3.0]
 
 
 # --- DAG -----------------------------------------------------------------------------------
@@ -195,8 +196,8 @@ def test_dag_figure_nodes_edges_and_critical_path():
     schedule = build_schedule("zb-h1", 2, 3)
     tl = simulate(schedule, COST)
     path = critical_path(schedule, tl, COST)
-    fig = charts.dag_figure(schedule, COST, critical_path=path)
     graph = build_dag(schedule, COST)
+    fig = charts_dag.dag_figure(graph, dag_positions(schedule, graph, tl), critical_path=path)
     by_name = {t.name: t for t in fig.data}
     nodes = [t for t in fig.data if t.name in KIND_TRACES]
     assert sum(len(t.x) for t in nodes) == schedule.num_actions
@@ -217,7 +218,8 @@ def test_dag_figure_highlights_a_deadlock_cycle_in_red():
     bad = make_schedule("bad", 2, 1, [0, 1], [[Action(0, F, 0), Action(0, B, 0)], [Action(1, B, 0), Action(1, F, 0)]])
     cycle = find_deadlock(bad)
     assert cycle
-    fig = charts.dag_figure(bad, COST, cycle=cycle)
+    graph = build_dag(bad, COST)
+    fig = charts_dag.dag_figure(graph, dag_positions(bad, graph), cycle=cycle)
     by_name = {t.name: t for t in fig.data}
     assert by_name["deadlock cycle"].line.color == charts.CYCLE_COLOR
     assert _segments(by_name["deadlock cycle"]) == len(cycle)  # closed back to the start
@@ -227,14 +229,18 @@ def test_dag_figure_highlights_a_deadlock_cycle_in_red():
 
 def test_dag_figure_without_cost_uses_topological_depth():
     schedule = build_schedule("gpipe", 2, 2)
-    fig = charts.dag_figure(schedule)
+    graph = build_dag(schedule)
+    positions = dag_positions(schedule, graph)
+    assert positions.x_title == "topological depth"
+    fig = charts_dag.dag_figure(graph, positions)
     forward = next(t for t in fig.data if t.name == charts.KIND_NAMES["F"])
     depth = dict(zip(forward.text, forward.x, strict=True))
     assert depth["0F0"] == 0 and depth["1F0"] == 1 and depth["0F1"] == 1
 
 
 def test_dag_figure_refuses_schedules_beyond_the_cap():
-    big = build_schedule("1f1b", 4, charts.MAX_DAG_ACTIONS // 8 + 1)
-    assert big.num_actions > charts.MAX_DAG_ACTIONS
-    with pytest.raises(ValueError, match=f"at most {charts.MAX_DAG_ACTIONS}"):
-        charts.dag_figure(big)
+    big = build_schedule("1f1b", 4, charts_dag.MAX_DAG_ACTIONS // 8 + 1)
+    assert big.num_actions > charts_dag.MAX_DAG_ACTIONS
+    graph = build_dag(big)
+    with pytest.raises(ValueError, match=f"at most {charts_dag.MAX_DAG_ACTIONS}"):
+        charts_dag.dag_figure(graph, dag_positions(big, graph))

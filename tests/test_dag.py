@@ -10,11 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipesim.cost import CostModel
-from pipesim.dag import DeadlockError, build_dag, critical_path, dependencies, find_deadlock
+from pipesim.critical_path import critical_path
+from pipesim.dag import DeadlockError, build_dag, dependencies
 from pipesim.ir import Action, make_schedule
 from pipesim.schedules.basic import gpipe, naive, one_f_one_b
 from pipesim.schedules.interleaved import interleaved_1f1b
-from pipesim.simulate import simulate
+from pipesim.simulate import find_deadlock, simulate
 from pipesim.validate import ScheduleError
 
 P = Action.parse

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.dag import find_deadlock
 from pipesim.ir import B, F
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.schedules.basic import gpipe, naive, one_f_one_b
 from pipesim.schedules.interleaved import interleaved_1f1b
+from pipesim.simulate import find_deadlock
 from pipesim.validate import validate
 
 

@@ -1,0 +1,208 @@
+"""What a schedule means for data, written once: dependencies, messages between ranks, activation liveness.
+
+A `Schedule` only lists each rank's actions. Everything that follows from it is lowered here, as pure
+functions of the schedule, and read by every consumer: the dependency graph and the simulator
+(`pipesim.dag`, `pipesim.simulate`), the memory metrics (`pipesim.timeline`) and the executor's runtime,
+which moves exactly the messages of `comm_plan` in exactly its order. This is the role of
+torch.distributed.pipelining's `_add_send_recv` pass: communication made explicit, then trusted.
+
+The rules:
+
+* F(s, m) needs the activation that F(s-1, m) produces (stage 0 reads the microbatch).
+* The first backward of (s, m), B or I, needs F(s, m)'s stash on its own rank and the gradient that the first
+  backward of (s+1, m) produces (the last stage starts from the loss).
+* W(s, m) needs I(s, m) on its own rank.
+* A message crosses ranks when producer and consumer stages live on different ranks; otherwise it is a local
+  hand-over. On each directed link the receiver expects messages in the order the sender produces them.
+* Liveness: F stashes its stage's activations (only the stage input under recomputation) from its start;
+  B frees them at its end; I frees all but the part only W needs, which W frees at its end.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from pipesim.ir import Action, ActionKind, B, F, I, Schedule, W
+
+ACT, GRAD = "act", "grad"
+
+
+class Message(NamedTuple):
+    """A tensor that one stage hands to another for one microbatch.
+
+    `what` is ACT (the input activation of `stage`) or GRAD (the gradient of `stage`'s output).
+    """
+
+    what: str
+    stage: int
+    microbatch: int
+
+
+# --- the rules, one action at a time ------------------------------------------------------------------------
+
+
+def produced_message(action: Action, num_stages: int) -> Message | None:
+    """The tensor `action` hands on: F's output to the next stage, a first backward's input gradient back."""
+    stage, kind, mb = action
+    if kind is F and stage < num_stages - 1:
+        return Message(ACT, stage + 1, mb)
+    if (kind is B or kind is I) and stage > 0:
+        return Message(GRAD, stage - 1, mb)
+    return None
+
+
+def needed_message(action: Action, num_stages: int) -> Message | None:
+    """The tensor `action` needs from another stage before it can start."""
+    stage, kind, mb = action
+    if kind is F and stage > 0:
+        return Message(ACT, stage, mb)
+    if (kind is B or kind is I) and stage < num_stages - 1:
+        return Message(GRAD, stage, mb)
+    return None
+
+
+def producer_stage(message: Message) -> int:
+    """The stage whose action produces `message`."""
+    return message.stage - 1 if message.what == ACT else message.stage + 1
+
+
+def producers_of(action: Action, num_stages: int) -> list[tuple[Action, ...]]:
+    """The producers `action` needs, each as its alternatives (B or I of the next stage start the gradient).
+
+    The readable form of the rules; `producer_ids` is the same rules over a whole schedule at list speed.
+    """
+    stage, kind, mb = action
+    if kind is F:
+        return [(Action(stage - 1, F, mb),)] if stage else []
+    if kind is W:
+        return [(Action(stage, I, mb),)]
+    needs: list[tuple[Action, ...]] = [(Action(stage, F, mb),)]
+    if stage < num_stages - 1:
+        needs.append((Action(stage + 1, B, mb), Action(stage + 1, I, mb)))
+    return needs
+
+
+def producer_ids(actions: list[Action], num_stages: int, num_microbatches: int) -> list[tuple[int, ...]]:
+    """Per action (by position in `actions`), the positions of its producers; -1 where one is missing.
+
+    Hot loop (10^5 actions): ids live in [kind][stage][microbatch] lists, several times cheaper than hashing
+    a key per lookup. Must agree with `producers_of`, which a test checks on every registered schedule.
+    """
+    table = {kind: [[-1] * num_microbatches for _ in range(num_stages + 1)] for kind in ActionKind}
+    for i, (stage, kind, mb) in enumerate(actions):
+        table[kind][stage][mb] = i
+    forward, backward_input = table[F], table[I]
+    # The backward that sends the gradient on: B, or I when the backward is split.
+    first_backward = [
+        [b if b >= 0 else x for b, x in zip(bs, xs, strict=True)] for bs, xs in zip(table[B], table[I], strict=True)
+    ]
+    last_stage = num_stages - 1
+    deps: list[tuple[int, ...]] = []
+    append = deps.append
+    for stage, kind, mb in actions:
+        if kind is F:
+            append((forward[stage - 1][mb],) if stage else ())
+        elif kind is W:
+            append((backward_input[stage][mb],))
+        elif stage < last_stage:
+            append((forward[stage][mb], first_backward[stage + 1][mb]))
+        else:
+            append((forward[stage][mb],))
+    return deps
+
+
+def crossing_stage(action: Action) -> int:
+    """The stage boundary a cross-rank producer of `action` sits across: boundary b joins stages b and b+1.
+
+    F(s) hears from F(s-1) across boundary s-1; a backward of s hears from s+1 across boundary s (its other
+    producers share its stage, hence its rank).
+    """
+    stage, kind, _ = action
+    return stage - 1 if kind is F else stage
+
+
+# --- the communication plan ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CommPlan:
+    """Every message between ranks and who produces it.
+
+    `links[(src, dst)]` lists the messages rank src sends to rank dst in the order src sends them, which is
+    the order dst must post its receives in (and each message's index there is its tag on that link).
+    `producer[message]` is the action that produces it, for every message, local hand-overs included.
+    """
+
+    num_stages: int
+    stage_to_rank: tuple[int, ...]
+    links: dict[tuple[int, int], tuple[Message, ...]]
+    producer: dict[Message, Action]
+
+    def sorted_links(self) -> list[tuple[int, int]]:
+        return sorted(self.links)
+
+    def incoming(self, rank: int) -> dict[int, tuple[Message, ...]]:
+        """Per sending rank, the messages `rank` receives from it, in order."""
+        return {src: keys for (src, dst), keys in self.links.items() if dst == rank}
+
+    def send_tags(self, rank: int) -> dict[Message, int]:
+        """Each message `rank` sends, with its position on its link (the tag the receiver expects)."""
+        return {key: index for (src, _), keys in self.links.items() if src == rank for index, key in enumerate(keys)}
+
+    def destination(self, message: Message) -> int:
+        return self.stage_to_rank[message.stage]
+
+    def source(self, message: Message) -> int:
+        return self.stage_to_rank[producer_stage(message)]
+
+    def is_local(self, message: Message) -> bool:
+        return self.source(message) == self.destination(message)
+
+
+def comm_plan(schedule: Schedule) -> CommPlan:
+    """Lower a schedule to its messages: per directed link, what crosses it and in which order."""
+    links: dict[tuple[int, int], list[Message]] = defaultdict(list)
+    producer: dict[Message, Action] = {}
+    placement, num_stages = schedule.stage_to_rank, schedule.num_stages
+    for src, actions in enumerate(schedule.actions):
+        for action in actions:
+            message = produced_message(action, num_stages)
+            if message is None:
+                continue
+            producer[message] = action
+            dst = placement[message.stage]
+            if dst != src:
+                links[(src, dst)].append(message)
+    return CommPlan(num_stages, placement, {link: tuple(keys) for link, keys in links.items()}, producer)
+
+
+# --- activation liveness ------------------------------------------------------------------------------------
+
+
+class StashSizes(NamedTuple):
+    """Bytes a stage keeps per microbatch: what F stashes, and the part of it that only W still needs."""
+
+    stash: float
+    weight: float
+
+
+def changes_at_start(kind: ActionKind) -> bool:
+    """Whether the action's change to the stash happens at its start (F: the stash grows as it runs) or end."""
+    return kind is F
+
+
+def stash_change(kind: ActionKind, sizes: StashSizes) -> tuple[int, float]:
+    """(stashed microbatches delta, bytes delta) of running one action of `kind` on a stage with `sizes`.
+
+    The count follows microbatches whose forward state is held: +1 at F, -1 at B or I (W holds only the part
+    of the stash that computes weight gradients, counted in bytes).
+    """
+    if kind is F:
+        return 1, sizes.stash
+    if kind is B:
+        return -1, -sizes.stash
+    if kind is I:
+        return -1, sizes.weight - sizes.stash
+    return 0, -sizes.weight
