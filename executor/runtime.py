@@ -19,7 +19,6 @@ the end of the step (or reaped once complete).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,84 +29,15 @@ from torch import Tensor
 from executor.stage import StageRunner, WeightWork
 from executor.transport import PendingRecv, SendHandle
 from pipesim.ir import Action, ActionKind, Schedule
+from pipesim.lower import ACT, Message, StashSizes, comm_plan, needed_message, produced_message, stash_change
+from pipesim.validate import validate
 
-ACT, GRAD = "act", "grad"
-# (what, stage, microbatch): ACT = the input activation of `stage`; GRAD = the gradient of `stage`'s output.
-MessageKey = tuple[str, int, int]
 F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
 
 
-# --- what the schedule says about messages (pure) ----------------------------------------------------------
-
-
-def produced_message(schedule: Schedule, action: Action) -> MessageKey | None:
-    """The tensor `action` hands on: F's output to the next stage, a first backward's input gradient back."""
-    if action.kind is F and action.stage < schedule.num_stages - 1:
-        return (ACT, action.stage + 1, action.microbatch)
-    if action.kind in (B, I) and action.stage > 0:
-        return (GRAD, action.stage - 1, action.microbatch)
-    return None
-
-
-def needed_message(schedule: Schedule, action: Action) -> MessageKey | None:
-    """The tensor `action` needs from another stage before it can start."""
-    if action.kind is F and action.stage > 0:
-        return (ACT, action.stage, action.microbatch)
-    if action.kind in (B, I) and action.stage < schedule.num_stages - 1:
-        return (GRAD, action.stage, action.microbatch)
-    return None
-
-
-def producer_stage(key: MessageKey) -> int:
-    return key[1] - 1 if key[0] == ACT else key[1] + 1
-
-
-def message_plan(schedule: Schedule) -> dict[tuple[int, int], list[MessageKey]]:
-    """For each cross-rank link (src, dst), the messages src sends, in the order src sends them."""
-    plan: dict[tuple[int, int], list[MessageKey]] = defaultdict(list)
-    for src, actions in enumerate(schedule.actions):
-        for action in actions:
-            key = produced_message(schedule, action)
-            if key is not None and schedule.stage_to_rank[key[1]] != src:
-                plan[(src, schedule.stage_to_rank[key[1]])].append(key)
-    return dict(plan)
-
-
 def schedule_links(schedule: Schedule) -> list[tuple[int, int]]:
-    return sorted(message_plan(schedule))
-
-
-def check_rank_actions(schedule: Schedule, rank: int) -> None:
-    """The local facts the interpreter relies on; a ValueError names the offending action.
-
-    Global properties (every dependency satisfiable, no deadlock) are pipesim.validate's job.
-    """
-    own = set(schedule.stages_of_rank(rank))
-    seen: set[tuple[int, ActionKind, int]] = set()
-    for action in schedule.actions[rank]:
-        if action.stage not in own:
-            raise ValueError(f"rank {rank}: action {action} is for stage {action.stage}, which lives on another rank")
-        if not 0 <= action.microbatch < schedule.num_microbatches:
-            raise ValueError(
-                f"rank {rank}: action {action} names a microbatch outside 0..{schedule.num_microbatches - 1}"
-            )
-        if action in seen:
-            raise ValueError(f"rank {rank}: action {action} appears twice")
-        needs = {B: (F,), I: (F,), W: (I,)}.get(action.kind, ())
-        for kind in needs:
-            if (action.stage, kind, action.microbatch) not in seen:
-                raise ValueError(f"rank {rank}: action {action} comes before {action.stage}{kind}{action.microbatch}")
-        if action.kind in (B, I) and (action.stage, B if action.kind is I else I, action.microbatch) in seen:
-            raise ValueError(f"rank {rank}: action {action}: a microbatch gets either B or I+W, not both")
-        seen.add(action)
-    for stage in own:
-        for mb in range(schedule.num_microbatches):
-            done = {kind for kind in ActionKind if (stage, kind, mb) in seen}
-            if done not in ({F, B}, {F, I, W}):
-                raise ValueError(
-                    f"rank {rank}: stage {stage} microbatch {mb} has actions {sorted(k.value for k in done)}; "
-                    "each needs F and then B, or F, I and W"
-                )
+    """The directed links that carry messages (every rank creates the same groups, in this order)."""
+    return comm_plan(schedule).sorted_links()
 
 
 # --- records ----------------------------------------------------------------------------------------------
@@ -132,11 +62,11 @@ class StepRecord:
 class _Inbox:
     """Receives from one peer, posted in the peer's send order, at most `lookahead` ahead."""
 
-    def __init__(self, runtime: PipelineRuntime, src: int, keys: list[MessageKey]) -> None:
+    def __init__(self, runtime: PipelineRuntime, src: int, keys: tuple[Message, ...]) -> None:
         self.runtime, self.src, self.keys = runtime, src, keys
         self.next = 0
         self.consumed = 0
-        self.posted: dict[MessageKey, PendingRecv] = {}
+        self.posted: dict[Message, PendingRecv] = {}
 
     def _post(self) -> None:
         if self.next >= len(self.keys):
@@ -150,7 +80,7 @@ class _Inbox:
         while self.next < len(self.keys) and self.next - self.consumed < self.runtime.lookahead:
             self._post()
 
-    def take(self, key: MessageKey) -> PendingRecv:
+    def take(self, key: Message) -> PendingRecv:
         while key not in self.posted:
             self._post()
         self.consumed += 1
@@ -181,7 +111,7 @@ class PipelineRuntime:
         lookahead: int = 4,
         stash_bytes: dict[int, tuple[int, int, int]] | None = None,
     ) -> None:
-        check_rank_actions(schedule, rank)
+        validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
         if set(runners) != set(schedule.stages_of_rank(rank)):
             raise ValueError(
                 f"rank {rank} holds stages {schedule.stages_of_rank(rank)} but got runners for {sorted(runners)}"
@@ -192,26 +122,14 @@ class PipelineRuntime:
         self.shapes, self.transport, self.clock = list(shapes), transport, clock
         self.dtype, self.lookahead = dtype, lookahead
         self.stash_bytes = stash_bytes or {}
-        plan = message_plan(schedule)
-        self._incoming = {src: keys for (src, dst), keys in plan.items() if dst == rank}
-        self._send_tag = {
-            key: index for (src, _), keys in plan.items() if src == rank for index, key in enumerate(keys)
-        }
+        self.plan = comm_plan(schedule)
+        self._incoming = self.plan.incoming(rank)
+        self._send_tag = self.plan.send_tags(rank)
         self._split = {(a.stage, a.microbatch) for a in schedule.actions[rank] if a.kind is I}
-        self._producer = self._producer_actions(schedule)
 
-    @staticmethod
-    def _producer_actions(schedule: Schedule) -> dict[MessageKey, Action]:
-        producers = {}
-        for actions in schedule.actions:
-            for action in actions:
-                key = produced_message(schedule, action)
-                if key is not None:
-                    producers[key] = action
-        return producers
-
-    def message_shape(self, key: MessageKey) -> torch.Size:
-        return self.shapes[key[1]][0 if key[0] == ACT else 1]
+    def message_shape(self, key: Message) -> torch.Size:
+        """ACT is the stage's input, GRAD has the shape of the stage's output."""
+        return self.shapes[key.stage][0 if key.what == ACT else 1]
 
     # --- one step -------------------------------------------------------------------------------------------
     def run_step(self, inputs: Sequence[Tensor] | None, targets: Sequence[Tensor] | None) -> StepRecord:
@@ -233,7 +151,7 @@ class _Step:
         self.rt, self.inputs, self.targets = runtime, inputs, targets
         self.record = StepRecord()
         self.inboxes = {src: _Inbox(runtime, src, keys) for src, keys in runtime._incoming.items()}
-        self.local: dict[MessageKey, Tensor] = {}
+        self.local: dict[Message, Tensor] = {}
         self.stashes: dict[tuple[int, int], Any] = {}
         self.weight_work: dict[tuple[int, int], WeightWork] = {}
         self.sends: list[tuple[SendHandle, int, Action]] = []
@@ -244,22 +162,22 @@ class _Step:
             inbox.top_up()
 
     # --- data movement ----------------------------------------------------------------------------------------
-    def receive(self, key: MessageKey) -> Tensor:
+    def receive(self, key: Message) -> Tensor:
         rt = self.rt
-        src = rt.schedule.stage_to_rank[producer_stage(key)]
+        src = rt.plan.source(key)
         if src == rt.rank:
             return self.local.pop(key)
         pending = self.inboxes[src].take(key)
         before = rt.clock.mark()
         tensor = pending.wait()
-        self.record.comm.append(("recv", src, rt._producer[key], before, rt.clock.mark()))
+        self.record.comm.append(("recv", src, rt.plan.producer[key], before, rt.clock.mark()))
         return tensor
 
-    def deliver(self, key: MessageKey, tensor: Tensor | None, action: Action) -> None:
+    def deliver(self, key: Message, tensor: Tensor | None, action: Action) -> None:
         rt = self.rt
         if tensor is None:
             raise RuntimeError(f"rank {rt.rank}: {action} produced no tensor for {key}")
-        dst = rt.schedule.stage_to_rank[key[1]]
+        dst = rt.plan.destination(key)
         if dst == rt.rank:
             self.local[key] = tensor
             return
@@ -269,8 +187,9 @@ class _Step:
         """Drop sends that have completed, so their tensors can be freed; never blocks."""
         self.sends = [entry for entry in self.sends if not entry[0].is_completed()]
 
-    def track(self, delta: int) -> None:
-        self.stash_now += delta
+    def track(self, action: Action) -> None:
+        """Stashed bytes after `action`, by pipesim's liveness rules (the simulator's memory metrics use the same)."""
+        self.stash_now += int(stash_change(action.kind, self._stash_sizes(action.stage))[1])
         self.record.peak_stash_bytes = max(self.record.peak_stash_bytes, self.stash_now)
 
     # --- actions ----------------------------------------------------------------------------------------------
@@ -282,18 +201,20 @@ class _Step:
             inbox.top_up()
         if self.sends:
             self.reap_sends()
-        key = needed_message(rt.schedule, action)
+        key = needed_message(action, rt.schedule.num_stages)
         received = self.receive(key) if key is not None else None
         start = rt.clock.mark()
         produced = self._compute[action.kind](action, received)
         self.record.spans.append((action, start, rt.clock.mark()))
-        out_key = produced_message(rt.schedule, action)
+        out_key = produced_message(action, rt.schedule.num_stages)
         if out_key is not None:
             self.deliver(out_key, produced, action)
 
-    def _stash_sizes(self, stage: int) -> tuple[int, int]:
+    def _stash_sizes(self, stage: int) -> StashSizes:
+        """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""
         activation, weight, inputs = self.rt.stash_bytes.get(stage, (0, 0, 0))
-        return (inputs if self.rt.runners[stage].recompute else activation), weight
+        stash = inputs if self.rt.runners[stage].recompute else activation
+        return StashSizes(stash, min(weight, stash))
 
     def _forward(self, action: Action, received: Tensor | None) -> Tensor | None:
         stage, mb = action.stage, action.microbatch
@@ -302,7 +223,7 @@ class _Step:
         target = self.targets[mb] if runner.is_last else None
         out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
         self.stashes[(stage, mb)] = stash
-        self.track(self._stash_sizes(stage)[0])
+        self.track(action)
         if runner.is_last:
             self.losses.append(out)
             return None
@@ -311,20 +232,19 @@ class _Step:
     def _backward(self, action: Action, received: Tensor | None) -> Tensor | None:
         stage, mb = action.stage, action.microbatch
         grad = self.rt.runners[stage].backward(self.stashes.pop((stage, mb)), received)
-        self.track(-self._stash_sizes(stage)[0])
+        self.track(action)
         return grad
 
     def _backward_input(self, action: Action, received: Tensor | None) -> Tensor | None:
         stage, mb = action.stage, action.microbatch
         grad, work = self.rt.runners[stage].backward_input(self.stashes.pop((stage, mb)), received)
         self.weight_work[(stage, mb)] = work
-        stash, weight = self._stash_sizes(stage)
-        self.track(weight - stash)
+        self.track(action)
         return grad
 
     def _backward_weight(self, action: Action, received: Tensor | None) -> None:
         self.rt.runners[action.stage].backward_weight(self.weight_work.pop((action.stage, action.microbatch)))
-        self.track(-self._stash_sizes(action.stage)[1])
+        self.track(action)
         return None
 
     # --- end of step ------------------------------------------------------------------------------------------

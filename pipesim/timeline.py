@@ -12,7 +12,8 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, ActionKind
+from pipesim.ir import Action
+from pipesim.lower import StashSizes, changes_at_start, stash_change
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
     from pipesim.cost import CostModel
@@ -159,24 +160,13 @@ def bubble_ratio(tl: Timeline) -> float:
 def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[float, int, float]]]:
     """Per rank, (time, stashed-count delta, bytes delta) events, sorted so frees come first at equal times.
 
-    Count: +1 at each F start, -1 at the end of its first backward (B or I).
-    Bytes: F adds stash_bytes(stage); B frees it; I frees all but the part
-    only W needs (w_bytes), which W frees.
+    What each action stashes or frees, and whether at its start or end, is `pipesim.lower`'s liveness.
     """
     table = _stash_sizes(tl, cost)
     events: list[list[tuple[float, int, float]]] = [[] for _ in range(tl.num_ranks)]
-    forward, backward, backward_input = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT
     for rank, (stage, kind, _), start, end, _ in tl.spans:
-        sizes = table[stage]
-        if kind is forward:
-            event = (start, 1, sizes[0])
-        elif kind is backward:
-            event = (end, -1, -sizes[0])
-        elif kind is backward_input:
-            event = (end, -1, sizes[1] - sizes[0])
-        else:
-            event = (end, 0, -sizes[1])
-        events[rank].append(event)
+        count, size = stash_change(kind, table[stage])
+        events[rank].append((start if changes_at_start(kind) else end, count, size))
     for row in events:
         row.sort()
     return events
@@ -272,20 +262,20 @@ class Metrics:
         }
 
 
-def _stash_sizes(tl: Timeline, cost: CostModel | None) -> dict[int, tuple[float, float]]:
-    """Per stage: (bytes F stashes, bytes only W still needs after I)."""
-    sizes: dict[int, tuple[float, float]] = {}
+def _stash_sizes(tl: Timeline, cost: CostModel | None) -> dict[int, StashSizes]:
+    """Per stage: bytes F stashes, and the part only W still needs after I (zeros without a cost model)."""
+    sizes: dict[int, StashSizes] = {}
     for stage in {span[1][0] for span in tl.spans}:
         if cost is None:
-            sizes[stage] = (0.0, 0.0)
+            sizes[stage] = StashSizes(0.0, 0.0)
         else:
             stash = cost.stash_bytes(stage)
-            sizes[stage] = (stash, min(cost.stage(stage).w_bytes, stash))
+            sizes[stage] = StashSizes(stash, min(cost.stage(stage).w_bytes, stash))
     return sizes
 
 
 def _rank_summary(
-    row: list[Span], sizes: dict[int, tuple[float, float]], origin: float, finish: float
+    row: list[Span], sizes: dict[int, StashSizes], origin: float, finish: float
 ) -> tuple[float, int, float] | None:
     """(idle ms, peak stashed count, peak bytes) in one walk over a rank's spans sorted by start.
 
@@ -293,31 +283,23 @@ def _rank_summary(
     a span's end, before the next span starts), so no event sort is needed.
     Returns None when spans overlap; the caller then sorts events.
     """
-    forward, backward, backward_input = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT
     idle = 0.0
     cursor = origin
     count = peak_count = 0
     size = peak_size = 0.0
+    change = stash_change
     for _, (stage, kind, _), start, end, _ in row:
         if start < cursor:
             return None
         idle += start - cursor
         cursor = end
-        if kind is forward:
-            count += 1
-            size += sizes[stage][0]
-            if count > peak_count:
-                peak_count = count
-            if size > peak_size:
-                peak_size = size
-        elif kind is backward:
-            count -= 1
-            size -= sizes[stage][0]
-        elif kind is backward_input:
-            count -= 1
-            size -= sizes[stage][0] - sizes[stage][1]
-        else:
-            size -= sizes[stage][1]
+        d_count, d_size = change(kind, sizes[stage])
+        count += d_count
+        size += d_size
+        if count > peak_count:
+            peak_count = count
+        if size > peak_size:
+            peak_size = size
     return idle + max(finish - cursor, 0.0), peak_count, peak_size
 
 

@@ -22,8 +22,6 @@ from executor.profile import link_cost, stage_cost
 from executor.runtime import (
     PipelineRuntime,
     build_rank_model,
-    check_rank_actions,
-    message_plan,
     microbatches,
 )
 from executor.stage import StageRunner, measure_stash_bytes
@@ -272,30 +270,19 @@ def test_runtime_on_one_rank_matches_the_full_model(kind, split, recompute):
     assert record.peak_stash_bytes > 0
 
 
-def test_check_rank_actions_names_the_problem():
+def test_runtime_validates_the_schedule_with_pipesim_once():
+    """The runtime trusts a schedule only after pipesim.validate: a bad one is refused before anything runs."""
+    from pipesim.validate import ScheduleError
+
     good = _one_rank_schedule(split=False)
-    check_rank_actions(good, 0)
-    rows = [list(good.actions[0])]
-    bad_order = make_schedule("x", 1, 3, [0, 0], [[rows[0][2], *rows[0][:2], *rows[0][3:]]])
-    with pytest.raises(ValueError, match="comes before"):
-        check_rank_actions(bad_order, 0)
-    missing = make_schedule("x", 1, 3, [0, 0], [rows[0][:-1]])
-    with pytest.raises(ValueError, match="stage 0 microbatch 2"):
-        check_rank_actions(missing, 0)
-    foreign = make_schedule("x", 2, 1, [0, 1], [[Action.parse("1F0")], []])
-    with pytest.raises(ValueError, match="lives on another rank"):
-        check_rank_actions(foreign, 0)
-
-
-def test_message_plan_follows_each_senders_order():
-    from pipesim.schedules import build_schedule
-
-    schedule = build_schedule("1f1b", 2, 3)
-    plan = message_plan(schedule)
-    assert plan[(0, 1)] == [("act", 1, 0), ("act", 1, 1), ("act", 1, 2)]
-    assert plan[(1, 0)] == [("grad", 0, 0), ("grad", 0, 1), ("grad", 0, 2)]
-    v = build_schedule("zbv", 2, 2)  # stages 1 and 2 share rank 1: that boundary is local
-    assert all(key[1] not in (1, 2) or key[0] != "act" or key[1] != 2 for key in message_plan(v)[(0, 1)])
+    rows = list(good.actions[0])
+    bad_order = make_schedule("x", 1, 3, [0, 0], [[rows[2], *rows[:2], *rows[3:]]])
+    model = build_rank_model(good, TINY["transformer"], 0, 2, 0, torch.device("cpu"))
+    with pytest.raises(ScheduleError, match="before F"):
+        PipelineRuntime(bad_order, 0, model.runners, model.shapes, None, HostClock())
+    missing = make_schedule("x", 1, 3, [0, 0], [rows[:-1]])
+    with pytest.raises(ScheduleError, match="missing backward"):
+        PipelineRuntime(missing, 0, model.runners, model.shapes, None, HostClock())
 
 
 # --- timing and profile conversions ----------------------------------------------------------------------------

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig
-from executor.runtime import needed_message, producer_stage
 from pipesim.cost import CostModel
 from pipesim.formats import read_json, schedule_to_dict, timeline_from_dict, write_json
+from pipesim.lower import comm_plan, needed_message
 from pipesim.schedules import build_schedule, schedule_names
 
 pytestmark = pytest.mark.torchrun
@@ -134,17 +134,15 @@ def test_consumers_start_after_their_producers_end(worker_run):
     config, schedule, run_dir, _ = worker_run
     timeline = timeline_from_dict(read_json(run_dir / "measured.json"))
     spans = {(s.step, str(s.action)): s for s in timeline.spans}
+    plan = comm_plan(schedule)  # pipesim's lowering says who produces what each action needs
     checked = 0
     for step in range(config.steps):
         for actions in schedule.actions:
             for action in actions:
-                key = needed_message(schedule, action)
+                key = needed_message(action, schedule.num_stages)
                 if key is None:
                     continue
-                stage = producer_stage(key)
-                kinds = "F" if key[0] == "act" else "BI"  # an activation comes from F, a gradient from B or I
-                producer = next(a for a in schedule.actions[schedule.stage_to_rank[stage]]
-                                if a.stage == stage and a.microbatch == action.microbatch and a.kind.value in kinds)
+                producer = plan.producer[key]
                 consumer = spans[(step, str(action))]
                 assert consumer.start >= spans[(step, str(producer))].end - CLOCK_TOLERANCE_MS, (step, action, producer)
                 checked += 1

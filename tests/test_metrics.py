@@ -165,14 +165,10 @@ def test_overlapping_measured_spans_use_the_event_path():
 @settings(max_examples=30, deadline=None)
 @given(ranks=st.integers(1, 5), microbatches=st.integers(1, 10), comm=st.integers(0, 2))
 def test_peaks_agree_with_the_step_functions(ranks, microbatches, comm):
-    from pipesim.schedules import build_schedule, schedule_names
+    from tests.helpers.sizes import registered_at
 
     cost = CostModel.uniform(1.0, 3.0, comm_ms=float(comm), activation_bytes=4.0)
-    for name in schedule_names():
-        try:
-            schedule = build_schedule(name, ranks, microbatches)
-        except (ValueError, TypeError):
-            continue  # constraints, or a family that needs options
+    for schedule in registered_at(ranks, microbatches):
         timeline = simulate(schedule, cost)
         metrics = compute_metrics(timeline, cost)
         counts, sizes = stash_counts(timeline), memory_over_time(timeline, cost)

@@ -12,6 +12,7 @@ from pipesim.schedules.basic import gpipe, naive, one_f_one_b
 from pipesim.schedules.interleaved import interleaved_1f1b
 from pipesim.simulate import find_deadlock
 from pipesim.validate import validate
+from tests.helpers.sizes import registered_at
 
 
 def rows(schedule):
@@ -127,20 +128,10 @@ def test_interleaved_places_chunk_c_of_rank_r_at_stage_c_p_plus_r(ranks, groups,
         assert len(row) == 2 * chunks * ranks * groups
 
 
-def _registered_cases(ranks, microbatches, chunks):
-    """Every registered family (zero-bubble ones too, once registered) that accepts these sizes."""
-    for name in schedule_names():
-        options = {"num_virtual_stages": chunks} if "num_virtual_stages" in schedule_info(name).options else {}
-        try:
-            yield build_schedule(name, ranks, microbatches, **options)
-        except ValueError:
-            continue  # the family's constraints rule these sizes out
-
-
 @settings(max_examples=40, deadline=None)
 @given(ranks=st.integers(1, 5), microbatches=st.integers(1, 10), chunks=st.integers(2, 3))
 def test_every_registered_schedule_is_valid_and_deadlock_free(ranks, microbatches, chunks):
-    for schedule in _registered_cases(ranks, microbatches, chunks):
+    for schedule in registered_at(ranks, microbatches, chunks):
         validate(schedule)
         assert find_deadlock(schedule) is None, schedule.describe()
 
@@ -165,3 +156,33 @@ def test_interleaved_order_matches_torch_pipelining(ranks, microbatches):
             for r in range(ranks)
         ]
         assert theirs == interleaved_1f1b(ranks, microbatches, chunks).text_rows()
+
+
+def test_the_size_contract_fails_when_a_builder_breaks(monkeypatch):
+    """The generic property tests build through tests/helpers/sizes.py: a broken builder must fail them, not be
+    skipped as 'not built for these sizes'."""
+    import dataclasses
+
+    import pipesim.schedules as registry
+    from tests.helpers import sizes
+
+    real = registry._registry()
+
+    def broken(num_ranks: int, num_microbatches: int, **options: object):
+        raise ValueError("deliberately broken")
+
+    def patched() -> dict:
+        return {**real, "zbv": dataclasses.replace(real["zbv"], builder=broken)}
+
+    monkeypatch.setattr(registry, "_registry", patched)
+    with pytest.raises(AssertionError, match="zbv must build 2 ranks x 4 microbatches"):
+        list(sizes.registered_at(2, 4))
+    with pytest.raises(AssertionError, match="zbv must build"):
+        sizes.built_schedules("zbv")
+    # and the generic property test itself fails
+    with pytest.raises(AssertionError):
+        test_every_registered_schedule_is_valid_and_deadlock_free()
+    # a family registered without a stated size contract fails as well
+    monkeypatch.setattr(registry, "_registry", lambda: {**real, "new": dataclasses.replace(real["1f1b"], name="new")})
+    with pytest.raises(AssertionError, match="does not say which sizes"):
+        list(sizes.registered_at(2, 4))

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from pipesim.cost import CostModel
 from pipesim.dag import dependencies
 from pipesim.ir import Action, make_schedule
-from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.schedules.basic import gpipe, naive, one_f_one_b
 from pipesim.schedules.interleaved import interleaved_1f1b
 from pipesim.simulate import simulate
 from pipesim.timeline import makespan
+from tests.helpers.sizes import registered_at
 
 sizes = dict(
     ranks=st.integers(1, 6), microbatches=st.integers(1, 12), forward=st.integers(1, 5), backward=st.integers(1, 5)
@@ -90,22 +90,13 @@ def test_split_backward_weight_runs_after_input_gradient():
     assert spans["0W0"].end == 1 + 1 + 3 + 3 + 1
 
 
-def _registered(ranks, microbatches, chunks):
-    for name in schedule_names():
-        options = {"num_virtual_stages": chunks} if "num_virtual_stages" in schedule_info(name).options else {}
-        try:
-            yield build_schedule(name, ranks, microbatches, **options)
-        except ValueError:
-            continue
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     ranks=st.integers(1, 5), microbatches=st.integers(1, 10), chunks=st.integers(2, 3),
     costs=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(0, 3)), min_size=16, max_size=16),
 )
 def test_spans_respect_every_dependency_and_never_overlap(ranks, microbatches, chunks, costs):
-    for schedule in _registered(ranks, microbatches, chunks):
+    for schedule in registered_at(ranks, microbatches, chunks):
         stages = schedule.num_stages  # at most 5 ranks x 3 chunks = 15 <= 16
         cost = CostModel.per_stage(
             [float(f) for f, _, _ in costs[:stages]],

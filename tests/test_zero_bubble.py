@@ -32,7 +32,8 @@ from pipesim.cost import CostModel, StageCost
 from pipesim.formats import schedule_to_csv
 from pipesim.ir import B, F, I, v_placement
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
-from pipesim.schedules.zero_bubble import dualpipev, looped_bfs
+from pipesim.schedules.looped import looped_bfs
+from pipesim.schedules.v_shapes import dualpipev
 from pipesim.simulate import simulate
 from pipesim.timeline import Timeline, compute_metrics, makespan
 from pipesim.validate import validate

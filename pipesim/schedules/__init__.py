@@ -26,13 +26,19 @@ class ScheduleInfo:
     options: tuple[str, ...] = ()
     split_backward: bool = False
 
+    @property
+    def takes_chunks(self) -> bool:
+        """Whether the caller chooses the chunks per rank (`num_virtual_stages`); V shapes always hold 2."""
+        return "num_virtual_stages" in self.options
+
 
 def _registry() -> dict[str, ScheduleInfo]:
     # Imported here, not at module top, so each family module can import this
     # package's ScheduleInfo without a cycle.
-    from pipesim.schedules import basic, interleaved, zero_bubble
+    from pipesim.schedules import basic, interleaved, looped, v_shapes, zero_bubble
 
-    families = [*basic.SCHEDULES, *interleaved.SCHEDULES, *zero_bubble.SCHEDULES]
+    families = [*basic.SCHEDULES, *interleaved.SCHEDULES, *zero_bubble.SCHEDULES, *v_shapes.SCHEDULES,
+                *looped.SCHEDULES]
     return {info.name.lower(): info for info in families}
 
 

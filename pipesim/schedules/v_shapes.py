@@ -1,0 +1,190 @@
+"""V-shaped schedules: two chunks per rank, stage s and 2p-1-s on one rank (ZB-V, DualPipeV).
+
+* ``zbv``: zero bubble at 1F1B's memory when F, I and W take equal time (Qi et al., "Pipeline Parallelism
+  with Controllable Memory", the V schedule of the zero-bubble project).
+* ``dualpipev``: DeepSeek's DualPipeV, the V-shaped DualPipe, in its 8 numbered steps; it pairs the forward
+  of one chunk with the backward of the other.
+
+The orders follow torch.distributed.pipelining's ScheduleZBVZeroBubble and ScheduleDualPipeV, which
+themselves follow the papers' reference code, so a schedule built here runs unchanged through torch's CSV
+runtime.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from pipesim.ir import Action, Schedule, make_schedule, v_placement
+from pipesim.schedules import ScheduleInfo
+from pipesim.schedules.basic import check_counts
+from pipesim.schedules.zero_bubble import RankOrder
+
+# --- ZB-V -------------------------------------------------------------------------
+
+
+def _zbv_rank(rank: int, p: int, n: int) -> list[Action]:
+    """ZB-V on one rank for n microbatches (n >= 2p-1), in the paper's phases."""
+    down, up = rank, 2 * p - 1 - rank  # chunk 0 (forward goes down the ranks), chunk 1 (back up)
+    order = RankOrder()
+    for _ in range(2 * (p - rank) - 1):  # warm-up 1: chunk-0 forwards until chunk 1 can start
+        order.forward(down)
+    for _ in range(rank):  # warm-up 2: alternate the two chunks' forwards
+        order.forward(up)
+        order.forward(down)
+    for _ in range(p - rank):  # warm-up 3: chunk 1 reaches steady state, W right after I
+        order.forward(up)
+        order.backward(up)
+        order.weight(up)
+    while order.count(up, "F") < order.count(down, "F") or order.count(down, "F") < n:  # steady
+        if order.count(down, "F") < n:
+            order.forward(down)
+        order.backward(down)
+        order.weight(down)
+        order.forward(up)
+        order.backward(up)
+        order.weight(up)
+    for _ in range(rank):  # cool-down 1: inputs' gradients first, W deferred
+        order.backward(down)
+        order.backward(up)
+    for _ in range(p - rank):  # cool-down 2: deferred W fills the wait for chunk 0's I
+        order.backward(down)
+        order.weight(down)
+    order.flush_weights(up)
+    order.flush_weights(down)
+    return order.actions
+
+
+def zbv(num_ranks: int, num_microbatches: int) -> Schedule:
+    """ZB-V: 2 chunks per rank in a V; zero bubble at 1F1B's memory when F = I = W.
+
+    The order is built for max(m, 2p-1) microbatches and the surplus ones are
+    dropped afterwards (as torch does): dropping actions never adds a
+    dependency, so the shorter schedule stays deadlock-free.
+    """
+    check_counts(num_ranks, num_microbatches)
+    p, m = num_ranks, num_microbatches
+    n = max(m, 2 * p - 1)
+    rows = [[a for a in _zbv_rank(rank, p, n) if a.microbatch < m] for rank in range(p)]
+    return make_schedule("zbv", p, m, v_placement(p), rows)
+
+
+# --- DualPipeV --------------------------------------------------------------------
+
+
+class DualPipeVSteps(NamedTuple):
+    """How many times rank r runs each of DualPipeV's 8 steps, named as in DeepSeek's code (chunk 0 goes down
+    the ranks, chunk 1 comes back up). The builder and its size check both read these counts."""
+
+    n_f0: int  # step 1: chunk-0 forwards
+    n_f0_f1: int  # step 2: forward pairs
+    n_b1_w1_f1: int  # step 3: zero-bubble chunk-1 backward, weight, forward
+    n_f0_b1_f1_b0: int  # step 4 (main): overlapped F&B pairs
+    n_b1_f1_b0: int  # step 5
+    n_b1_b0: int  # step 6: backward pairs, the second half splitting off W
+    n_w_b0: int  # step 7
+    n_w: int  # step 8: the remaining weight passes
+
+
+def dualpipev_steps(rank: int, num_ranks: int, num_microbatches: int) -> DualPipeVSteps:
+    p, r, m = num_ranks, rank, num_microbatches
+    return DualPipeVSteps(
+        n_f0=2 * (p - r - 1),
+        n_f0_f1=r + 1,
+        n_b1_w1_f1=p - r - 1,
+        n_f0_b1_f1_b0=m - 2 * p + r + 1,
+        n_b1_f1_b0=p - r - 1,
+        n_b1_b0=r + 1,
+        n_w_b0=p - r - 1,
+        n_w=r + 1,
+    )
+
+
+def check_dualpipev(num_ranks: int, num_microbatches: int) -> None:
+    """DualPipeV's main step must run a non-negative number of times on every rank: m >= 2p-1.
+
+    On rank 0 it runs m - 2p + 1 times; below 2p-1 the warm-up alone (steps 1-2) would run more chunk-0
+    forwards than there are microbatches. DeepSeek's and torch's code ask for m >= 2p (one more than the steps
+    need).
+    """
+    check_counts(num_ranks, num_microbatches)
+    if dualpipev_steps(0, num_ranks, num_microbatches).n_f0_b1_f1_b0 < 0:
+        raise ValueError(
+            f"dualpipev needs num_microbatches >= 2*num_ranks - 1 = {2 * num_ranks - 1} "
+            f"(its warm-up alone runs that many chunk-0 forwards on rank 0); got {num_microbatches}"
+        )
+
+
+def _fused(order: RankOrder, forward_stage: int, backward_stage: int) -> None:
+    """DualPipe's overlapped F&B chunk, written as F then B adjacent on the rank.
+
+    The real kernel overlaps the two computations (and hides their transfers
+    behind each other); pipesim runs them back to back, F first, exactly as
+    torch's runtime runs OVERLAP_F_B's sub-actions. A simulated DualPipeV is
+    therefore slower than the real one by the overlap it cannot model.
+    """
+    order.forward(forward_stage)
+    order.backward(backward_stage, split=False)
+
+
+def _dualpipev_rank(rank: int, p: int, n: int) -> list[Action]:
+    down, up = rank, 2 * p - 1 - rank  # chunk 0 and chunk 1 of DeepSeek's code
+    steps = dualpipev_steps(rank, p, n)
+    order = RankOrder()
+    for _ in range(steps.n_f0):  # step 1: nF0
+        order.forward(down)
+    for _ in range(steps.n_f0_f1):  # step 2: nF0F1
+        order.forward(down)
+        order.forward(up)
+    for _ in range(steps.n_b1_w1_f1):  # step 3: nI1W1F1 (zero bubble)
+        order.backward(up)
+        order.weight()
+        order.forward(up)
+    for i in range(steps.n_f0_b1_f1_b0):  # step 4 (main): nF0B1F1B0, F&B pairs
+        if i == 0 and rank == p - 1:  # DeepSeek: not overlapped, to shrink the bubble
+            order.forward(down)
+            order.backward(up, split=False)
+        else:
+            _fused(order, down, up)
+        _fused(order, up, down)
+    for _ in range(steps.n_b1_f1_b0):  # step 5: nB1F1B0
+        order.backward(up, split=False)
+        _fused(order, up, down)
+    split = False
+    for i in range(steps.n_b1_b0):  # step 6: nB1B0, the second half splits off W
+        if i == steps.n_b1_b0 // 2 and rank % 2 == 1:
+            split = True
+        order.backward(up, split)
+        if i == steps.n_b1_b0 // 2 and rank % 2 == 0:
+            split = True
+        order.backward(down, split)
+    for _ in range(steps.n_w_b0):  # step 7: nWB0
+        order.weight()
+        order.backward(down, split)
+    order.flush_weights()  # step 8: nW (whatever W is still deferred)
+    return order.actions
+
+
+def dualpipev(num_ranks: int, num_microbatches: int) -> Schedule:
+    """DualPipeV (DeepSeek, the V-shaped DualPipe); needs m >= 2p-1."""
+    check_dualpipev(num_ranks, num_microbatches)
+    p, m = num_ranks, num_microbatches
+    rows = [_dualpipev_rank(rank, p, m) for rank in range(p)]
+    return make_schedule("dualpipev", p, m, v_placement(p), rows)
+
+
+SCHEDULES: list[ScheduleInfo] = [
+    ScheduleInfo(
+        "zbv",
+        zbv,
+        "Zero Bubble V: two chunks per rank in a V (stage s and 2p-1-s on one rank); zero bubble "
+        "at 1F1B's activation memory when F = I = W.",
+        split_backward=True,
+    ),
+    ScheduleInfo(
+        "dualpipev",
+        dualpipev,
+        "DualPipeV (DeepSeek): V placement, forward of one chunk paired with backward of the other "
+        "(run back to back here), zero-bubble W at the edges. Needs num_microbatches >= 2*num_ranks - 1.",
+        split_backward=True,
+    ),
+]
