@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import common as ui
-from executor import launch
+from executor import launch, run_folder
 from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, RunConfig
 from pipesim import charts, overlay
 from pipesim.schedules import schedule_names
@@ -217,7 +217,7 @@ def _log_files(result) -> None:
 
 if st.session_state["selected_run"]:
     try:
-        show_result(launch.load_run(st.session_state["selected_run"]))
+        show_result(run_folder.load_run(st.session_state["selected_run"]))
     except ValueError as error:
         ui.show_error(error, "Cannot open the run")
 

@@ -193,7 +193,7 @@ def _print_event(event: dict) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from executor.predict import list_runs
+    from executor.run_folder import list_runs
 
     results = list_runs(args.runs_root)
     if not results:
@@ -212,7 +212,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from executor.predict import load_run
+    from executor.run_folder import load_run
 
     try:
         result = load_run(args.run_dir)

@@ -7,10 +7,9 @@
 Why it is built this way:
 * Everything that can be refused is refused before a process starts or a
   folder is made (`check_run`): a bad run costs the user nothing.
-* The torchrun command is an argument list, never a shell string.
-* torchrun puts each worker in its own session, so ending a run means ending
-  torchrun's process group *and* every process whose command line names the
-  run folder (found in /proc); SIGTERM first, SIGKILL after a grace period.
+* The run folder is executor.run_folder's, the command line and ending a
+  process tree executor.processes', reading torchrun's output
+  executor.torchrun_log's; this module supervises.
 * torchrun relays each rank's output line by line with a `[rankN]:` prefix
   (`--tee 3`); the launcher splits it into logs/rankN.log and parses the
   `PIPESIM {json}` progress lines into events.
@@ -22,166 +21,30 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import re
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor import predict
-from executor.checks import check_run, ranks_per_node
+from executor import predict, torchrun_log
+from executor.checks import check_run
 from executor.config import PROGRESS_PREFIX, RunConfig
-
-# Re-exported so callers need one import: the run-folder readers live in predict.py.
-from executor.predict import RunResult, list_runs, load_run  # noqa: F401
+from executor.processes import (
+    GRACE_S,
+    REFERENCE_MODULE,
+    REPO_ROOT,
+    end_process_tree,
+    run_environment,
+    run_processes,
+    torchrun_command,
+)
+from executor.run_folder import RunResult, check_name, load_run, make_run_dir
 from pipesim.formats import schedule_to_dict, write_json
 from pipesim.ir import Schedule
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-WORKER_MODULE = "executor.worker"
-REFERENCE_MODULE = "executor.reference"
-GRACE_S = 5.0  # SIGTERM -> SIGKILL
-_RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
-_FAILURE_ENTRY = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
-_ERROR_LINE = re.compile(r"^(\[rank\d+\]:\s*)?([\w.]*(Error|Exception|Interrupt)\b|Traceback)")
-# A rank whose error is one of these died because another rank did.
-_PEER_FAILURE = ("Connection closed by peer", "remote worker crashing", "Connection reset by peer", "Broken pipe")
 EventCallback = Callable[[dict], None]
-
-
-# --- the command ------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def torchrun_command(
-    config: RunConfig, run_dir: Path, port: int | None = None, module: str | None = None
-) -> list[str]:
-    """The torchrun argument list; `-u` keeps torchrun's relayed worker lines unbuffered."""
-    endpoint = config.rdzv_endpoint or f"127.0.0.1:{port if port is not None else free_port()}"
-    return [
-        sys.executable, "-u", "-m", "torch.distributed.run",
-        "--nnodes", str(config.nnodes),
-        "--node-rank", str(config.node_rank),
-        "--nproc-per-node", str(ranks_per_node(config)),
-        "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", endpoint,
-        "--rdzv-id", run_dir.name,
-        "--max-restarts", "0",
-        "--monitor-interval", "0.2",
-        "--tee", "3",
-        "--log-dir", str(run_dir / "logs" / "torchrun"),
-        "-m", module or WORKER_MODULE,
-        "--run-dir", str(run_dir),
-    ]  # fmt: skip
-
-
-def run_environment(config: RunConfig) -> dict[str, str]:
-    """The parent's environment plus what the ranks need (crash-injection variables pass through)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"
-    # Workers' stdout goes to files that torchrun tails; block-buffered, each flushed progress line is
-    # one write, so the tail never relays half a line (unbuffered, print writes text and newline apart).
-    env.pop("PYTHONUNBUFFERED", None)
-    if config.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks_per_node(config)))
-    return env
-
-
-# --- the run folder -----------------------------------------------------------------------------------------
-
-
-def default_name(config: RunConfig) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{config.schedule}-{config.num_ranks}r"
-
-
-def _check_name(name: str) -> None:
-    if not re.fullmatch(r"[\w.\-]+", name) or name in (".", ".."):
-        raise ValueError(f"run name {name!r} may hold only letters, digits, '.', '-' and '_'")
-
-
-def make_run_dir(runs_root: Path, name: str | None, config: RunConfig) -> Path:
-    """Create the run folder. A taken explicit name is refused; a taken default name gets -2, -3, ..."""
-    runs_root.mkdir(parents=True, exist_ok=True)
-    if name is not None:
-        try:
-            (runs_root / name).mkdir()
-        except FileExistsError:
-            raise ValueError(f"run folder {runs_root / name} already exists; choose another name") from None
-        return (runs_root / name).resolve()
-    base = default_name(config)
-    for suffix in range(1, 1000):
-        candidate = runs_root / (base if suffix == 1 else f"{base}-{suffix}")
-        try:
-            candidate.mkdir()
-        except FileExistsError:
-            continue
-        return candidate.resolve()
-    raise ValueError(f"no free run folder name under {runs_root} for {base}")
-
-
-# --- processes ------------------------------------------------------------------------------------------------
-
-
-def run_processes(run_dir: Path | str) -> list[int]:
-    """Pids of live processes started with `--run-dir RUN_DIR` (Linux /proc; [] elsewhere).
-
-    Matching the argument pair, not a substring, spares e.g. a shell whose command merely mentions the folder.
-    """
-    needle = b"\0--run-dir\0" + str(run_dir).encode() + b"\0"
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    pids = []
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                if needle in handle.read():
-                    pids.append(int(entry))
-        except OSError:
-            continue
-    return pids
-
-
-def _signal_all(proc: subprocess.Popen, run_dir: Path, sig: int) -> None:
-    for kill, target in [(os.killpg, proc.pid)] + [(os.kill, pid) for pid in run_processes(run_dir)]:
-        try:
-            kill(target, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def end_process_tree(proc: subprocess.Popen, run_dir: Path, grace_s: float = GRACE_S) -> None:
-    """SIGTERM torchrun's group and every process of `run_dir`; SIGKILL what is left after `grace_s`."""
-    _signal_all(proc, run_dir, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None and not run_processes(run_dir):
-            break
-        time.sleep(0.05)
-    for _ in range(3):  # a process forked while we signalled still gets caught
-        _signal_all(proc, run_dir, signal.SIGKILL)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        if not run_processes(run_dir):
-            return
-        time.sleep(0.1)
 
 
 def _rank_deque() -> collections.deque[str]:
@@ -241,7 +104,7 @@ class _Phase:
         try:
             for raw in proc.stdout:  # type: ignore[union-attr]
                 line = raw.decode("utf-8", "replace").rstrip("\n")
-                match = _RANK_LINE.match(line)
+                match = torchrun_log.RANK_LINE.match(line)
                 if match is None:
                     self._write(files, logs / f"{self.log_prefix}launcher.log", line)
                     self.launcher_lines.append(line)
@@ -276,56 +139,9 @@ class _Phase:
             self.error_events.append((rank, str(event.get("message", ""))))
         self.handle._add_event(event, part=self.log_prefix.rstrip("-") or "run")
 
-    def failed_rank(self) -> int | None:
-        """The rank that failed first, not one that merely lost its peer when the first one died.
-
-        Evidence, strongest first: a rank's own error event, then an error in its log, that is not
-        a lost connection; then torchrun's failure summary (root cause first) without the ranks it
-        killed itself or that lost a peer; then whatever rank reported anything.
-        """
-        victims = {r for r, lines in self.rank_lines.items() if any(m in x for x in lines for m in _PEER_FAILURE)}
-        events = [r for r, message in self.error_events if r >= 0 and not any(m in message for m in _PEER_FAILURE)]
-        logs = [
-            r for r, lines in sorted(self.rank_lines.items())
-            if r not in victims and any(_ERROR_LINE.search(x) for x in lines)
-        ]  # fmt: skip
-        summary = torchrun_failures("\n".join(self.launcher_lines))
-        listed = [r for r, code in summary if r not in victims and code not in (-signal.SIGTERM, -signal.SIGKILL)]
-        fallback = [r for r, _ in summary] + [r for r, _ in self.error_events if r >= 0] + sorted(victims)
-        for candidates in (events, logs, listed, fallback):
-            if candidates:
-                return candidates[0]
-        return None
-
     def failure_message(self, outcome: _Outcome) -> tuple[str, int | None]:
-        """Which rank failed, how (its last error line), and the tail of its log."""
-        rank = self.failed_rank()
-        lines = list(self.rank_lines.get(rank, [])) if rank is not None else list(self.launcher_lines)
-        if outcome.message:
-            head = outcome.message
-        elif rank is None:
-            head = f"torchrun exited with code {outcome.returncode}"
-        else:
-            codes = dict(torchrun_failures("\n".join(self.launcher_lines)))
-            head = f"rank {rank} failed" + (f" (exit code {codes[rank]})" if rank in codes else "")
-            said = [x for x in lines if _ERROR_LINE.search(x) and "Traceback (most recent" not in x]
-            said = said or [x for x in lines if x.strip() and not x.startswith(PROGRESS_PREFIX)]
-            head += f": {said[-1].strip()}" if said else ""
-        tail = "\n".join(lines[-20:])
-        where = f"rank {rank}" if rank is not None else "torchrun"
-        return (f"{head}\n--- last lines of {where} ---\n{tail}" if tail else head), rank
-
-
-def torchrun_failures(text: str) -> list[tuple[int, int]]:
-    """(rank, exit code) from torchrun's failure summary, its root cause first."""
-    cut = text.find("Root Cause")
-    parts = [text[cut:], text[:cut]] if cut >= 0 else [text]
-    found: list[tuple[int, int]] = []
-    for part in parts:
-        for rank, code in _FAILURE_ENTRY.findall(part):
-            if int(rank) not in dict(found):
-                found.append((int(rank), int(code)))
-    return found
+        return torchrun_log.failure_message(outcome.message, outcome.returncode, self.rank_lines,
+                                            list(self.launcher_lines), self.error_events)
 
 
 PROFILE_SHARE = 0.2  # of the progress bar, when the run profiles first
@@ -508,7 +324,7 @@ def start_run(
 ) -> RunHandle:
     """Validate (ValueError before anything starts), write the run folder, start torchrun in the background."""
     if name is not None:
-        _check_name(name)
+        check_name(name)
     config, schedule = check_run(config, schedule)
     run_dir = make_run_dir(Path(runs_root), name, config)
     (run_dir / "logs").mkdir()

@@ -1,4 +1,4 @@
-"""Profile-then-predict, and reading a run folder back.
+"""Profile-then-predict: simulate the run's schedule with its profiled costs and compare with the measured step.
 
 Prediction: the profile phase of a run measures per-stage F/B/W times and
 transfer costs (cost.json); simulating the run's schedule with them, plus the
@@ -6,20 +6,19 @@ per-step work outside the schedule's actions (optimizer step, gradient
 zeroing), predicts the step time. Comparing with the measured median step
 time tells how far the simulator can be trusted on this hardware.
 
-Pure functions of files and values (no torch), so the app can call them too.
+Pure functions of files and values (no torch), so the app can call them too. Reading a whole run folder
+back is executor.run_folder's job.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from executor.config import RunConfig
 from pipesim.cost import CostModel
-from pipesim.formats import read_json, schedule_from_dict, timeline_from_dict, timeline_to_dict, write_json
+from pipesim.formats import read_json, timeline_to_dict, write_json
 from pipesim.ir import Schedule
 from pipesim.timeline import Timeline
 
@@ -134,99 +133,3 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
     return out
-
-
-# --- reading run folders -----------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunResult:
-    """Everything a run left in its folder. `config`/`schedule` are None only for a broken folder."""
-
-    run_dir: Path
-    status: str  # ok | failed | timeout | cancelled | running
-    message: str
-    config: RunConfig | None
-    schedule: Schedule | None
-    measured: Timeline | None = None
-    step_times_ms: list[float] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
-    peak_memory_bytes: list[int] = field(default_factory=list)
-    cost: CostModel | None = None
-    simulated: Timeline | None = None
-    predicted_step_ms: float | None = None
-    measured_step_ms: float | None = None
-    prediction_error: float | None = None
-    reference: dict | None = None
-    started_at: float | None = None
-
-
-def _run_alive(run_dir: Path) -> bool:
-    from executor.launch import run_processes
-
-    return bool(run_processes(run_dir))
-
-
-def load_run(run_dir: str | Path) -> RunResult:
-    """Read a run folder; raises ValueError when it is not one (list_runs turns that into a failed entry)."""
-    run_dir = Path(run_dir).resolve()
-    if not (run_dir / "config.json").exists():
-        raise ValueError(f"{run_dir} is not a run folder: it has no config.json")
-    config = RunConfig.from_dict(read_json(run_dir / "config.json"))
-    schedule = schedule_from_dict(read_json(run_dir / "schedule.json"))
-    result_path = run_dir / "result.json"
-    if result_path.exists():
-        summary = read_json(result_path)
-    elif _run_alive(run_dir):
-        summary = {"status": "running", "message": "still running"}
-    else:
-        summary = {"status": "failed", "message": "no result.json: the launcher was killed before the run ended"}
-    result = RunResult(
-        run_dir, str(summary.get("status", "failed")), str(summary.get("message", "")), config, schedule,
-        predicted_step_ms=summary.get("predicted_step_ms"), measured_step_ms=summary.get("measured_step_ms"),
-        prediction_error=summary.get("prediction_error"), started_at=summary.get("started_at"),
-    )  # fmt: skip
-    _load_outputs(result)
-    return result
-
-
-def _load_outputs(result: RunResult) -> None:
-    run_dir = result.run_dir
-    if (run_dir / "measured.json").exists():
-        data = read_json(run_dir / "measured.json")
-        result.measured = timeline_from_dict(data)
-        result.step_times_ms = [float(t) for t in data.get("step_times_ms", [])]
-        result.losses = [float(x) for x in data.get("losses", [])]
-        result.peak_memory_bytes = [int(x) for x in data.get("peak_memory_bytes", [])]
-        if result.measured_step_ms is None:
-            result.measured_step_ms = measured_step_ms(result.step_times_ms)
-    if (run_dir / "cost.json").exists():
-        result.cost = CostModel.from_dict(read_json(run_dir / "cost.json"))
-    if (run_dir / "simulated.json").exists():
-        result.simulated = timeline_from_dict(read_json(run_dir / "simulated.json"))
-    if (run_dir / "reference.json").exists():
-        result.reference = read_json(run_dir / "reference.json")
-
-
-def _started(run_dir: Path) -> float:
-    try:
-        return (run_dir / "config.json").stat().st_mtime
-    except OSError:
-        return run_dir.stat().st_mtime
-
-
-def list_runs(runs_root: str | Path = Path("runs")) -> list[RunResult]:
-    """Every run folder under `runs_root`, newest first; one that cannot be read is a failed entry saying why."""
-    root = Path(runs_root)
-    if not root.is_dir():
-        return []
-    folders = sorted((p for p in root.iterdir() if p.is_dir()), key=_started, reverse=True)
-    results = []
-    for folder in folders:
-        try:
-            results.append(load_run(folder))
-        except (ValueError, OSError, KeyError, TypeError) as error:
-            started = time.time() if not folder.exists() else _started(folder)
-            message = f"broken run folder: {error}"
-            results.append(RunResult(folder.resolve(), "failed", message, None, None, started_at=started))
-    return results

@@ -2,7 +2,7 @@
 
 Real runs are covered by tests/test_launch.py (torchrun) and tests/test_browser.py (from
 the UI); here a fake RunHandle follows executor.launch's contract, and finished runs
-are real run folders read by the real executor.launch.load_run / list_runs.
+are real run folders read by the real executor.run_folder.load_run / list_runs.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from executor import launch
+from executor import launch, run_folder
 from executor.config import RunConfig
 from pipesim.cost import CostModel
 from pipesim.formats import schedule_to_dict, timeline_to_dict, write_json
@@ -152,7 +152,7 @@ def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher:
     assert app.session_state["run_handle"] is None
     assert not app.error
     assert any("simulated vs measured" in t for t in chart_titles(app))
-    result = launch.load_run(handle.run_dir)
+    result = run_folder.load_run(handle.run_dir)
     cards = {m.label: m.value for m in app.metric}
     assert cards["Prediction error"] == f"{result.prediction_error:+.1%}"
     assert cards["Measured step"] == f"{result.measured_step_ms:,.2f} ms"

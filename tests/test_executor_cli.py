@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from executor import cli, launch
+from executor import cli, launch, processes
 from executor.config import PROGRESS_PREFIX
 
 TINY_FLAGS = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32"]
@@ -46,7 +46,7 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(case, tmp_path, monkeyp
 
 def test_bad_input_from_a_real_process_has_no_traceback(tmp_path):
     done = subprocess.run([sys.executable, "-m", "executor", "run", "--schedule", "nope", "--device", "cpu"],
-                          cwd=launch.REPO_ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+                          cwd=processes.REPO_ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "valid schedules" in done.stderr
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from executor import checks, launch, predict
+from executor import checks, launch, predict, processes, run_folder
 from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig
-from executor.predict import list_runs, load_run
+from executor.run_folder import list_runs, load_run
 from pipesim.cost import CostModel
 from pipesim.formats import timeline_to_dict, write_json
 from pipesim.ir import Action, B, F, make_schedule
@@ -61,7 +61,7 @@ def fake_command(monkeypatch, script: str) -> None:
 
 
 def assert_no_process_left(run_dir: Path, pgid: int | None = None) -> None:
-    assert launch.run_processes(run_dir) == []
+    assert processes.run_processes(run_dir) == []
     if pgid is not None:
         with pytest.raises(ProcessLookupError):
             os.killpg(pgid, 0)
@@ -71,7 +71,7 @@ def assert_no_process_left(run_dir: Path, pgid: int | None = None) -> None:
 
 
 def test_torchrun_command_is_an_argument_list(tmp_path):
-    argv = launch.torchrun_command(cpu_config(), tmp_path / "run", port=29512)
+    argv = processes.torchrun_command(cpu_config(), tmp_path / "run", port=29512)
     assert all(isinstance(arg, str) for arg in argv)
     assert argv[0] == sys.executable and argv[argv.index("-m") + 1] == "torch.distributed.run"
     pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
@@ -82,7 +82,7 @@ def test_torchrun_command_is_an_argument_list(tmp_path):
 
 def test_multi_node_command_passes_rendezvous_through(tmp_path):
     config = cpu_config(num_ranks=4, nnodes=2, node_rank=1, rdzv_endpoint="node0.example:29400")
-    argv = launch.torchrun_command(config, tmp_path / "run")
+    argv = processes.torchrun_command(config, tmp_path / "run")
     pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     assert (pairs["--nnodes"], pairs["--node-rank"], pairs["--nproc-per-node"]) == ("2", "1", "2")
     assert pairs["--rdzv-endpoint"] == "node0.example:29400"
@@ -91,16 +91,16 @@ def test_multi_node_command_passes_rendezvous_through(tmp_path):
 def test_free_port_is_bindable():
     import socket
 
-    port = launch.free_port()
+    port = processes.free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
 
 
 def test_cpu_ranks_get_omp_threads(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    env = launch.run_environment(cpu_config())
+    env = processes.run_environment(cpu_config())
     assert int(env["OMP_NUM_THREADS"]) >= 1
-    assert str(launch.REPO_ROOT) in env["PYTHONPATH"].split(os.pathsep)
+    assert str(processes.REPO_ROOT) in env["PYTHONPATH"].split(os.pathsep)
 
 
 # --- refusals: nothing starts, no folder appears ----------------------------------------------------------------
@@ -168,9 +168,9 @@ def test_taken_names(tmp_path, monkeypatch):
         launch.start_run(cpu_config(), runs_root=tmp_path, name="mine")
     with pytest.raises(ValueError, match="may hold only"):
         launch.start_run(cpu_config(), runs_root=tmp_path, name="../escape")
-    monkeypatch.setattr(launch, "default_name", lambda config: "same")
-    first = launch.make_run_dir(tmp_path, None, cpu_config())
-    second = launch.make_run_dir(tmp_path, None, cpu_config())
+    monkeypatch.setattr(run_folder, "default_name", lambda config: "same")
+    first = run_folder.make_run_dir(tmp_path, None, cpu_config())
+    second = run_folder.make_run_dir(tmp_path, None, cpu_config())
     assert (first.name, second.name) == ("same", "same-2")
 
 

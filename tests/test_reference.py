@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from executor import launch
+from executor import launch, processes
 from executor.config import ModelConfig, RunConfig
 from executor.reference import TORCH_SCHEDULES, torch_schedule_name, unavailable_reason
 from pipesim.formats import schedule_to_dict, write_json
@@ -94,7 +94,7 @@ def test_reference_trains_like_the_plain_model(tmp_path):
     write_json(config.to_dict(), tmp_path / "config.json")
     write_json(schedule_to_dict(build_schedule("gpipe", 1, 2)), tmp_path / "schedule.json")
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(launch.free_port()), "PYTHONPATH": str(launch.REPO_ROOT)}  # fmt: skip
+           "MASTER_PORT": str(processes.free_port()), "PYTHONPATH": str(processes.REPO_ROOT)}  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "executor.reference", "--run-dir", str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=240)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,0 +1,116 @@
+"""The processes of a run: the torchrun command line, its environment, and ending a whole process tree.
+
+* The torchrun command is an argument list, never a shell string.
+* torchrun puts each worker in its own session, so ending a run means ending torchrun's process group *and*
+  every process whose command line names the run folder (found in /proc); SIGTERM first, SIGKILL after a
+  grace period, and the caller is told only once nothing of the run is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from executor.checks import ranks_per_node
+from executor.config import RunConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WORKER_MODULE = "executor.worker"
+REFERENCE_MODULE = "executor.reference"
+GRACE_S = 5.0  # SIGTERM -> SIGKILL
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun_command(
+    config: RunConfig, run_dir: Path, port: int | None = None, module: str | None = None
+) -> list[str]:
+    """The torchrun argument list; `-u` keeps torchrun's relayed worker lines unbuffered."""
+    endpoint = config.rdzv_endpoint or f"127.0.0.1:{port if port is not None else free_port()}"
+    return [
+        sys.executable, "-u", "-m", "torch.distributed.run",
+        "--nnodes", str(config.nnodes),
+        "--node-rank", str(config.node_rank),
+        "--nproc-per-node", str(ranks_per_node(config)),
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", endpoint,
+        "--rdzv-id", run_dir.name,
+        "--max-restarts", "0",
+        "--monitor-interval", "0.2",
+        "--tee", "3",
+        "--log-dir", str(run_dir / "logs" / "torchrun"),
+        "-m", module or WORKER_MODULE,
+        "--run-dir", str(run_dir),
+    ]  # fmt: skip
+
+
+def run_environment(config: RunConfig) -> dict[str, str]:
+    """The parent's environment plus what the ranks need (crash-injection variables pass through)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"
+    # Workers' stdout goes to files that torchrun tails; block-buffered, each flushed progress line is
+    # one write, so the tail never relays half a line (unbuffered, print writes text and newline apart).
+    env.pop("PYTHONUNBUFFERED", None)
+    if config.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks_per_node(config)))
+    return env
+
+
+def run_processes(run_dir: Path | str) -> list[int]:
+    """Pids of live processes started with `--run-dir RUN_DIR` (Linux /proc; [] elsewhere).
+
+    Matching the argument pair, not a substring, spares e.g. a shell whose command merely mentions the folder.
+    """
+    needle = b"\0--run-dir\0" + str(run_dir).encode() + b"\0"
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    pids = []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if needle in handle.read():
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def _signal_all(proc: subprocess.Popen, run_dir: Path, sig: int) -> None:
+    for kill, target in [(os.killpg, proc.pid)] + [(os.kill, pid) for pid in run_processes(run_dir)]:
+        try:
+            kill(target, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def end_process_tree(proc: subprocess.Popen, run_dir: Path, grace_s: float = GRACE_S) -> None:
+    """SIGTERM torchrun's group and every process of `run_dir`; SIGKILL what is left after `grace_s`."""
+    _signal_all(proc, run_dir, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not run_processes(run_dir):
+            break
+        time.sleep(0.05)
+    for _ in range(3):  # a process forked while we signalled still gets caught
+        _signal_all(proc, run_dir, signal.SIGKILL)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        if not run_processes(run_dir):
+            return
+        time.sleep(0.1)
