@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from executor.config import BACKENDS, DEVICES, MODEL_KINDS, OPTIMIZERS, ModelConfig, RunConfig
+from pipesim.formats import load_schedule
 
 # CLI flag -> ModelConfig field
 MODEL_FLAGS = {
@@ -108,20 +109,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )  # fmt: skip
 
 
-def _schedule_file(path: Path | None):
-    if path is None:
-        return None
-    from pipesim import formats
-
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ValueError(f"cannot read schedule file {path}: {error.strerror}") from None
-    if path.suffix.lower() == ".json":
-        return formats.schedule_from_dict(json.loads(text))
-    return formats.schedule_from_csv(text, name=path.stem)
-
-
 def _fmt(value: float | None, unit: str = " ms") -> str:
     return "-" if value is None else f"{value:.2f}{unit}"
 
@@ -173,7 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         config = config_from_args(args)
-        schedule = _schedule_file(args.schedule_file)
+        schedule = None if args.schedule_file is None else load_schedule(args.schedule_file)
         runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
         handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=_print_event)
     except ValueError as error:

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from executor.rank import Rank
 from executor.stage import tensor_bytes
 from pipesim.cost import CostModel, LinkCost, StageCost
 from pipesim.formats import write_json
@@ -68,7 +69,7 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-def profile_stage(r: Any, stage: int, repeats: int, watch: Stopwatch) -> dict[str, float]:
+def profile_stage(r: Rank, stage: int, repeats: int, watch: Stopwatch) -> dict[str, float]:
     """Median F, B, I, W (and F with split capture) of one stage, plus its byte counts."""
     runner, device = r.model.runners[stage], r.choice.device
     inputs, targets = r.batch(0)
@@ -99,7 +100,7 @@ def profile_stage(r: Any, stage: int, repeats: int, watch: Stopwatch) -> dict[st
     return result
 
 
-def _ping_pong_ms(r: Any, src: int, dst: int, shape: torch.Size, repeats: int) -> float | None:
+def _ping_pong_ms(r: Rank, src: int, dst: int, shape: torch.Size, repeats: int) -> float | None:
     """One-way time of `shape` from src to dst (half the median round trip); None on other ranks."""
     transport, device = r.runtime.transport, r.choice.device
     if r.rank not in (src, dst):
@@ -127,7 +128,7 @@ def _ping_pong_ms(r: Any, src: int, dst: int, shape: torch.Size, repeats: int) -
     return _median(round_trips) / 2 if round_trips else None
 
 
-def profile_links(r: Any, repeats: int) -> dict[int, dict[str, float]]:
+def profile_links(r: Rank, repeats: int) -> dict[int, dict[str, float]]:
     """Per cross-rank boundary measured by its sending rank: one-way times for a tiny and the real tensor.
 
     Every rank walks the boundaries in the same order, so the blocking ping-pongs never cross.
@@ -159,7 +160,7 @@ def link_cost(measure: dict[str, float] | None) -> LinkCost:
     return LinkCost(latency_ms=max(latency, 0.0), bandwidth_gbps=bandwidth)
 
 
-def profile_optimizer(r: Any, repeats: int, watch: Stopwatch) -> float:
+def profile_optimizer(r: Rank, repeats: int, watch: Stopwatch) -> float:
     """Median optimizer step plus zero_grad on real-sized gradients; weights and state are restored after."""
     params = r.model.parameters()
     saved_params = [p.detach().clone() for p in params]
@@ -208,7 +209,7 @@ def stage_cost(measure: dict[str, float], split: bool, recompute: bool) -> Stage
     )
 
 
-def build_cost(r: Any, gathered: list[dict[str, Any]]) -> CostModel:
+def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
     schedule, config = r.schedule, r.config
     stages = {int(s): m for g in gathered for s, m in g["stages"].items()}
     links = {int(b): m for g in gathered for b, m in g["links"].items()}
@@ -218,7 +219,6 @@ def build_cost(r: Any, gathered: list[dict[str, Any]]) -> CostModel:
     optimizer = [g["optimizer_ms"] for g in gathered]
     meta = {
         "step_overhead_ms": optimizer,
-        "optimizer_ms": optimizer,
         "measured": {str(s): stages[s] for s in sorted(stages)},
         "links_measured": {str(b): links[b] for b in sorted(links)},
         "i_plus_w_over_b": {str(s): (m["i"] + m["w"]) / m["b"] if m["b"] > 0 else None
@@ -236,7 +236,7 @@ def build_cost(r: Any, gathered: list[dict[str, Any]]) -> CostModel:
     return CostModel(stages=costs, links=link_costs, recompute=config.recompute, source="profile", meta=meta)
 
 
-def profile_run(r: Any, run_dir: Any, emit: Callable[..., None], repeats: int = PROFILE_REPEATS) -> CostModel | None:
+def profile_run(r: Rank, run_dir: Rank, emit: Callable[..., None], repeats: int = PROFILE_REPEATS) -> CostModel | None:
     """Profile this rank's stages, its links and its optimizer; rank 0 writes cost.json and returns the model."""
     watch = Stopwatch(r.choice.device)
     mine: dict[str, Any] = {"stages": {}, "links": {}}

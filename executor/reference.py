@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-from executor.config import PROGRESS_PREFIX, RunConfig
+from executor.config import RunConfig
+from executor.progress import emit
 from pipesim.ir import Schedule, loop_placement, v_placement
 
 # pipesim schedule name -> torch.distributed.pipelining class name
@@ -66,28 +66,13 @@ def unavailable_reason(config: RunConfig, schedule: Schedule) -> str | None:
     return None
 
 
-def emit(event: dict) -> None:
-    """One progress line in a single write, so the launcher never sees half of it."""
-    import json
-
-    sys.stdout.write(PROGRESS_PREFIX + json.dumps(event) + "\n")
-    sys.stdout.flush()
-
-
-def _optimizer(config: RunConfig, params: list):
-    import torch
-
-    if config.optimizer == "adam":
-        return torch.optim.Adam(params, lr=config.lr)
-    return torch.optim.SGD(params, lr=config.lr)
-
-
 def _build_pipeline(config: RunConfig, schedule: Schedule, rank: int, device):
     """PipelineStage per local stage around executor.model's stage modules, and torch's schedule over them."""
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules as torch_schedules
 
     from executor.model import build_model, loss_fn, split_stages
+    from executor.rank import make_optimizer
 
     class_name = torch_schedule_name(schedule.name)
     schedule_class = getattr(torch_schedules, class_name or "", None)
@@ -102,7 +87,7 @@ def _build_pipeline(config: RunConfig, schedule: Schedule, rank: int, device):
     else:
         pipe = schedule_class(stages, n_microbatches=schedule.num_microbatches, loss_fn=loss)
     params = [p for s in local for p in modules[s].parameters()]
-    return pipe, _optimizer(config, params), local, class_name
+    return pipe, make_optimizer(config, params), local, class_name
 
 
 class TorchSide:
@@ -144,7 +129,7 @@ class OursSide:
         self.r = rank_state
 
     def step(self, step: int) -> tuple[float, float, float]:
-        from executor.worker import train_step
+        from executor.train_loop import train_step
 
         record = train_step(self.r, step)
         return record["start"], record["end"], record["loss"] or 0.0
@@ -166,7 +151,7 @@ def run_sides(config: RunConfig, rank: int, sides: dict) -> dict[str, dict]:
             if step >= config.warmup_steps:
                 out[name]["spans"].append((start, end))
             out[name]["losses"].append(loss)
-        emit({"event": "step", "rank": rank, "step": step, "steps": total, "phase": "reference"})
+        emit("step", rank=rank, step=step, steps=total, phase="reference")
     return out
 
 
@@ -208,7 +193,7 @@ def _setup(config: RunConfig, schedule: Schedule, side_by_side: bool):
 
     torch.manual_seed(config.seed)
     if side_by_side:
-        from executor.worker import setup
+        from executor.rank import setup
 
         ours = setup(config, schedule)
         return ours.rank, ours.choice.device, ours
@@ -252,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         result["note"] = "torch's schedules ran without recomputation"
     if rank == 0:
         write_json(result, run_dir / "reference.json")
-    emit({"event": "done", "rank": rank, "phase": "reference"})
+    emit("done", rank=rank, phase="reference")
     return 0
 
 

@@ -13,7 +13,6 @@ launcher can use them.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -154,5 +153,3 @@ def assemble_measured(
     return timeline, step_times
 
 
-def median(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else 0.0

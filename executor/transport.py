@@ -24,22 +24,16 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-TRANSPORTS = ("gloo", "nccl", "staged")
-
 
 @dataclass(frozen=True)
 class BackendChoice:
     """What `device` and `backend` of a RunConfig resolve to on this machine."""
 
-    transport: str  # one of TRANSPORTS
+    transport: str  # gloo | nccl | staged
     device: torch.device
 
     @property
     def process_group_backend(self) -> str:
-        return "nccl" if self.transport == "nccl" else "gloo"
-
-    @property
-    def link_backend(self) -> str:
         return "nccl" if self.transport == "nccl" else "gloo"
 
 
@@ -135,8 +129,9 @@ class Transport:
         self._staged = choice.transport == "staged"
         self.links = sorted({(a, b) for a, b in links if a != b})
         self._groups: dict[tuple[int, int], dist.ProcessGroup | None] = {}
+        timeout = timedelta(seconds=timeout_s)
         for src, dst in self.links:
-            group = dist.new_group([src, dst], backend=choice.link_backend, timeout=timedelta(seconds=timeout_s))
+            group = dist.new_group([src, dst], backend=choice.process_group_backend, timeout=timeout)
             self._groups[(src, dst)] = group if rank in (src, dst) else None
 
     def _group(self, src: int, dst: int) -> dist.ProcessGroup:

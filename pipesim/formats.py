@@ -118,11 +118,19 @@ def write_json(data: dict[str, Any], path: str | Path) -> None:
     temporary.replace(target)
 
 
-def read_json(path: str | Path) -> dict[str, Any]:
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; every way it can fail (missing, unreadable, not JSON, nested too deep) is a
+    ValueError that names the path."""
     try:
         return json.loads(Path(path).read_text())
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply") from None
 
 
 # --- path-based helpers ----------------------------------------------------------
@@ -138,11 +146,15 @@ def save_schedule(schedule: Schedule, path: str | Path) -> None:
 
 
 def load_schedule(path: str | Path) -> Schedule:
-    """Read a schedule written by `save_schedule` (or a CSV dumped by torch)."""
+    """Read a schedule file: pipesim's JSON (`.json`), else torch's compute_only CSV (named after the file)."""
     source = Path(path)
-    if source.suffix.lower() == ".csv":
-        return schedule_from_csv(source.read_text(), name=source.stem)
-    return schedule_from_dict(read_json(source))
+    if source.suffix.lower() == ".json":
+        return schedule_from_dict(read_json(source))
+    try:
+        text = source.read_text()
+    except OSError as error:
+        raise ValueError(f"cannot read schedule file {source}: {error.strerror}") from None
+    return schedule_from_csv(text, name=source.stem)
 
 
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
