@@ -16,7 +16,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from executor.config import RunConfig
+from executor.config import RunConfig, check_split_points
+from executor.devices import resolve_device
 from pipesim.ir import Schedule
 
 MAX_CPU_RANKS = 16
@@ -52,35 +53,17 @@ def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
     return schedule
 
 
-def model_units(config: RunConfig) -> int:
-    """Layers of the model that stages share out (mirrors executor.model.build_model without importing torch).
-
-    Transformer: embedding, num_layers blocks, output projection. CNN: cnn_blocks conv blocks, 3 FC layers.
-    """
-    model = config.model
-    return model.num_layers + 2 if model.kind == "transformer" else model.cnn_blocks + 3
-
-
 def _check_model_fits(config: RunConfig, schedule: Schedule) -> None:
-    units = model_units(config)
-    if config.model.kind == "transformer":
-        what, knob = f"embedding + {config.model.num_layers} blocks + output", "--layers"
-    else:
-        what, knob = f"{config.model.cnn_blocks} conv blocks + 3 FC layers", "--cnn-blocks"
+    units = config.model.num_units
+    knob = "--layers" if config.model.kind == "transformer" else "--cnn-blocks"
     if schedule.num_stages > units:
         raise ValueError(
             f"schedule {schedule.name!r} has {schedule.num_stages} stages but the model has only {units} layers "
-            f"({what}) and every stage needs one; use fewer ranks or virtual stages, or raise {knob}"
+            f"({config.model.describe_units()}) and every stage needs one; use fewer ranks or virtual stages, "
+            f"or raise {knob}"
         )
-    points = config.model.split_points
-    if points is not None:
-        if len(points) != schedule.num_stages - 1:
-            raise ValueError(
-                f"split_points {list(points)} give {len(points) + 1} stages but the schedule has "
-                f"{schedule.num_stages}: give {schedule.num_stages - 1} layer indices"
-            )
-        if points and (list(points) != sorted(set(points)) or points[0] < 1 or points[-1] >= units):
-            raise ValueError(f"split_points must increase strictly within 1..{units - 1}, got {list(points)}")
+    if config.model.split_points is not None:
+        check_split_points(config.model.split_points, units, schedule.num_stages)
 
 
 def _check_nodes(config: RunConfig) -> None:
@@ -117,31 +100,11 @@ def cuda_device_count() -> int:
 
 
 def _resolve_device(config: RunConfig) -> RunConfig:
-    """Resolve auto: CUDA when torch sees a GPU, nccl with a GPU per rank, staged with fewer, gloo on CPU."""
-    device, backend, per_node = config.device, config.backend, ranks_per_node(config)
-    if device == "cpu" and backend in ("nccl", "staged"):
-        raise ValueError(f"backend {backend} moves CUDA tensors; on device cpu use backend gloo (or auto)")
-    if device == "cpu" or (device == "auto" and backend == "gloo"):
-        return replace(config, device="cpu", backend="gloo")
-    gpus = cuda_device_count()
-    if device == "cuda" and gpus == 0:
-        raise ValueError("device cuda was asked for but torch sees no CUDA GPU; use device cpu (backend gloo)")
-    if device == "auto":
-        if gpus == 0 and backend in ("nccl", "staged"):
-            raise ValueError(f"backend {backend} needs CUDA GPUs and torch sees none; use backend gloo or auto")
-        device = "cuda" if gpus else "cpu"
-        if device == "cpu":
-            return replace(config, device="cpu", backend="gloo")
-    if backend == "nccl" and gpus < per_node:
-        raise ValueError(
-            f"backend nccl needs one GPU per rank: {per_node} ranks on this node but {gpus} GPU(s); "
-            f"use backend staged (ranks share GPUs, transfers go through host memory) or fewer ranks"
-        )
-    if backend == "auto":
-        backend = "nccl" if gpus >= per_node else "staged"
-    elif backend == "gloo":  # gloo moves host memory: CUDA tensors go through it staged
-        backend = "staged"
-    return replace(config, device=device, backend=backend)
+    """Resolve auto (executor.devices' rules); the GPU count is asked only when the run could use a GPU."""
+    could_use_gpu = config.device == "cuda" or (config.device == "auto" and config.backend != "gloo")
+    gpus = cuda_device_count() if could_use_gpu else 0
+    choice = resolve_device(config.device, config.backend, ranks_per_node(config), gpus)
+    return replace(config, device=choice.device, backend=choice.transport)
 
 
 def max_cpu_ranks() -> int:

@@ -17,6 +17,7 @@ Workers report progress on stdout as single lines `PIPESIM {json}` (see
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -55,6 +56,17 @@ class ModelConfig:
                 raise ValueError(f"{f.name} must be a positive integer, got {value}")
         if self.kind == "transformer" and self.d_model % self.num_heads:
             raise ValueError(f"d_model {self.d_model} must be divisible by num_heads {self.num_heads}")
+
+    @property
+    def num_units(self) -> int:
+        """Layers that stages share out (executor.model builds exactly these): a Transformer's embedding,
+        num_layers blocks and output projection; a CNN's cnn_blocks conv blocks and 3 FC layers."""
+        return self.num_layers + 2 if self.kind == "transformer" else self.cnn_blocks + 3
+
+    def describe_units(self) -> str:
+        if self.kind == "transformer":
+            return f"embedding + {self.num_layers} blocks + output"
+        return f"{self.cnn_blocks} conv blocks + 3 FC layers"
 
 
 @dataclass(frozen=True)
@@ -123,3 +135,23 @@ class RunConfig:
         if unknown:
             raise ValueError(f"unknown run config fields {sorted(unknown)}; valid: {sorted(known)}")
         return cls(**data)
+
+
+def check_split_points(split_points: Sequence[int], num_layers: int, num_stages: int) -> tuple[int, ...]:
+    """The one check of explicit stage boundaries (layer indices where a stage starts), for the launcher and
+    for the ranks that cut the model."""
+    points = tuple(int(p) for p in split_points)
+    if len(points) != num_stages - 1:
+        raise ValueError(
+            f"split_points {list(points)} give {len(points) + 1} stages but the schedule has {num_stages}: "
+            f"give {num_stages - 1} layer indices"
+        )
+    previous = 0
+    for point in points:
+        if not previous < point < num_layers:
+            raise ValueError(
+                f"split_points {list(points)} must increase strictly and lie in 1..{num_layers - 1} "
+                f"(the model has {num_layers} layers); every stage needs at least one layer"
+            )
+        previous = point
+    return points

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from executor.config import ModelConfig
+from executor.config import ModelConfig, check_split_points
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
@@ -150,7 +150,9 @@ def build_model(config: ModelConfig, seed: int) -> list[nn.Module]:
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return transformer_layers(config) if config.kind == "transformer" else cnn_layers(config)
+        layers = transformer_layers(config) if config.kind == "transformer" else cnn_layers(config)
+    assert len(layers) == config.num_units, "ModelConfig.num_units must count the layers built here"
+    return layers
 
 
 def param_count(module: nn.Module) -> int:
@@ -182,24 +184,6 @@ def balanced_split_points(sizes: Sequence[int], num_stages: int) -> tuple[int, .
         i = cut[k][i]
         points.append(i)
     return tuple(reversed(points))
-
-
-def check_split_points(split_points: Sequence[int], num_layers: int, num_stages: int) -> tuple[int, ...]:
-    points = tuple(int(p) for p in split_points)
-    if len(points) != num_stages - 1:
-        raise ValueError(
-            f"split_points {list(points)} give {len(points) + 1} stages but the schedule has {num_stages}: "
-            f"give {num_stages - 1} layer indices"
-        )
-    previous = 0
-    for point in points:
-        if not previous < point < num_layers:
-            raise ValueError(
-                f"split_points {list(points)} must increase strictly and lie in 1..{num_layers - 1} "
-                f"(the model has {num_layers} layers); every stage needs at least one layer"
-            )
-        previous = point
-    return points
 
 
 def split_stages(

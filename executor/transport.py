@@ -24,6 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from executor.devices import resolve_device
+
 
 @dataclass(frozen=True)
 class BackendChoice:
@@ -44,35 +46,12 @@ def resolve_backend(
     local_rank: int,
     gpu_count: int | None = None,
 ) -> BackendChoice:
-    """Pick transport and device; `auto` means: no CUDA -> gloo on CPU; a GPU per rank -> nccl; fewer -> staged.
-
-    gloo on a CUDA device means staged (gloo moves host memory). Impossible
-    combinations are a ValueError that says what to pick instead.
-    """
+    """This rank's transport and device, by executor.devices' rules; a CUDA rank takes GPU local_rank mod gpus."""
     gpus = (torch.cuda.device_count() if torch.cuda.is_available() else 0) if gpu_count is None else gpu_count
-    if device == "auto":
-        device = "cuda" if gpus else "cpu"
-    if device == "cpu":
-        if backend not in ("auto", "gloo"):
-            raise ValueError(f"backend {backend!r} needs CUDA; on the CPU use backend 'gloo' (or 'auto')")
+    choice = resolve_device(device, backend, local_world_size, gpus)
+    if choice.device == "cpu":
         return BackendChoice("gloo", torch.device("cpu"))
-    if device != "cuda":
-        raise ValueError(f"unknown device {device!r}; valid: auto, cpu, cuda")
-    if not gpus:
-        raise ValueError("device 'cuda' was asked for but no CUDA GPU is visible; use device 'cpu' or 'auto'")
-    gpu = torch.device("cuda", local_rank % gpus)
-    if backend == "auto":
-        backend = "nccl" if gpus >= local_world_size else "staged"
-    if backend == "nccl" and gpus < local_world_size:
-        raise ValueError(
-            f"backend 'nccl' needs one GPU per rank: {local_world_size} ranks on this node but {gpus} GPU(s); "
-            "use backend 'staged' (ranks share GPUs, transfers through host memory) or 'auto'"
-        )
-    if backend in ("gloo", "staged"):
-        return BackendChoice("staged", gpu)
-    if backend != "nccl":
-        raise ValueError(f"unknown backend {backend!r}; valid: auto, gloo, nccl, staged")
-    return BackendChoice("nccl", gpu)
+    return BackendChoice(choice.transport, torch.device("cuda", local_rank % gpus))
 
 
 def env_int(name: str, default: int) -> int:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from executor.config import ModelConfig
+from executor.config import ModelConfig, RunConfig
 from executor.model import (
     balanced_split_points,
     build_model,
@@ -316,12 +316,34 @@ def test_resolve_backend():
     staged = resolve_backend("auto", "auto", 4, 3, gpu_count=2)
     assert staged.transport == "staged" and staged.device.index == 1
     assert resolve_backend("cuda", "gloo", 2, 0, gpu_count=1).transport == "staged"
-    with pytest.raises(ValueError, match="needs CUDA"):
+    with pytest.raises(ValueError, match="moves CUDA tensors"):
         resolve_backend("cpu", "nccl", 2, 0, gpu_count=0)
     with pytest.raises(ValueError, match="one GPU per rank"):
         resolve_backend("cuda", "nccl", 4, 0, gpu_count=2)
     with pytest.raises(ValueError, match="no CUDA GPU"):
         resolve_backend("cuda", "auto", 2, 0, gpu_count=0)
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2, 4])
+@pytest.mark.parametrize("backend", ["auto", "gloo", "nccl", "staged"])
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
+def test_launcher_and_ranks_resolve_devices_alike(device, backend, gpus, monkeypatch):
+    """The launcher's check and each rank's choice are one set of rules (executor.devices)."""
+    from executor import checks
+
+    monkeypatch.setattr(checks, "cuda_device_count", lambda: gpus)
+    config = RunConfig(num_ranks=2, device=device, backend=backend)
+    try:
+        host = checks._resolve_device(config)
+    except ValueError:
+        with pytest.raises(ValueError):
+            resolve_backend(device, backend, 2, 0, gpu_count=gpus)
+        return
+    rank = resolve_backend(device, backend, 2, 1, gpu_count=gpus)
+    assert (rank.device.type, rank.transport) == (host.device, host.backend)
+    # a rank reading the resolved config (what config.json records) makes the same choice again
+    again = resolve_backend(host.device, host.backend, 2, 1, gpu_count=gpus)
+    assert again == rank
 
 
 def test_profile_conversions():
