@@ -23,7 +23,8 @@ import streamlit as st
 
 from pipesim import charts, charts_dag, formats, schedules
 from pipesim.compare import ComparisonRow, compare_schedules
-from pipesim.cost import DTYPE_BYTES, CostModel, ModelDescription
+from pipesim.cost import DTYPE_BYTES, CostModel, ModelDescription, cost_from_times
+from pipesim.cost_file import cost_from_dict, load_cost
 from pipesim.critical_path import critical_path
 from pipesim.dag import DeadlockError, build_dag, dag_positions
 from pipesim.ir import Action, Schedule
@@ -279,10 +280,8 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
     """The CostModel a spec describes; ValueError names the field at fault."""
     source, recompute = spec["source"], bool(spec.get("recompute"))
     if source == "Uniform":
-        weight = min(spec["weight_ms"], spec["backward_ms"])  # W is part of B
-        return CostModel.uniform(spec["forward_ms"], spec["backward_ms"], weight_ms=weight,
-                                 comm_ms=spec["comm_ms"], activation_bytes=spec["activation_mib"] * MIB,
-                                 recompute=recompute)
+        return cost_from_times([spec["forward_ms"]], [spec["backward_ms"]], [spec["weight_ms"]], [spec["comm_ms"]],
+                               activation_bytes=[spec["activation_mib"] * MIB], recompute=recompute)
     if source == "Per stage":
         table: pd.DataFrame = spec["table"]
         columns = {}
@@ -292,9 +291,8 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
                 row = int(values.isna().to_numpy().argmax())
                 raise ValueError(f"per-stage table, stage {row}: {name} is empty or not a number")
             columns[name] = [float(v) for v in values]
-        return CostModel.per_stage(columns["forward_ms"], columns["backward_ms"], weight_ms=columns["weight_ms"],
-                                   comm_ms=spec["comm_ms"], recompute=recompute,
-                                   activation_bytes=[v * MIB for v in columns["activation_mib"]])
+        return cost_from_times(columns["forward_ms"], columns["backward_ms"], columns["weight_ms"], [spec["comm_ms"]],
+                               activation_bytes=[v * MIB for v in columns["activation_mib"]], recompute=recompute)
     if source == "Model":
         return ModelDescription(**spec["model"]).to_cost_model(spec["num_stages"], recompute=recompute)
     if "text" in spec:
@@ -302,10 +300,8 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
             data = json.loads(spec["text"])
         except json.JSONDecodeError as error:
             raise ValueError(f"{spec['origin']}: not valid JSON ({error})") from None
-        return CostModel.from_dict(data).with_recompute(recompute)
+        return cost_from_dict(data).with_recompute(recompute)
     if "path" in spec:
-        from pipesim.cost import load_cost
-
         return load_cost(spec["path"]).with_recompute(recompute)
     raise ValueError("no cost file chosen: upload a cost.json, or pick one written by a profile run "
                      "(Run page, 'profile first')")

@@ -13,20 +13,15 @@ back is executor.run_folder's job.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pipesim.cost import CostModel
+from pipesim.cost import CostModel, measured_stage_cost
+from pipesim.cost_file import load_cost
 from pipesim.formats import read_json, timeline_to_dict, write_json
 from pipesim.ir import Schedule
 from pipesim.timeline import Timeline
-
-# cost.meta keys the profile phase writes for work outside the actions, each a number or one per rank.
-OVERHEAD_KEYS = ("step_overhead_ms",)
-
-
-# --- prediction ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -40,24 +35,12 @@ class Prediction:
     error: float | None = None  # (predicted - measured) / measured
 
 
-def step_overhead_ms(cost: CostModel, num_ranks: int) -> tuple[float, ...]:
-    """Per-rank time outside the schedule's actions that the profile recorded (0 when it recorded none)."""
-    total = [0.0] * num_ranks
-    for key in OVERHEAD_KEYS:
-        value = cost.meta.get(key)
-        if isinstance(value, (int, float)):
-            total = [t + float(value) for t in total]
-        elif isinstance(value, list) and len(value) == num_ranks:
-            total = [t + float(v) for t, v in zip(total, value, strict=True)]
-    return tuple(total)
-
-
 def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     """Simulate one step; the step ends when the last rank has finished its actions and its overhead."""
     from pipesim.simulate import simulate
 
     simulated = simulate(schedule, cost)
-    overhead = step_overhead_ms(cost, schedule.num_ranks)
+    overhead = cost.overhead_ms(schedule.num_ranks)
     start = min((s.start for s in simulated.spans), default=0.0)
     ends = [start] * schedule.num_ranks
     for span in simulated.spans:
@@ -73,29 +56,23 @@ def replay_cost(measured: Timeline, cost: CostModel) -> CostModel:
     matches the measured step but the prediction does not, the profile did not represent the
     run (a machine whose speed drifts, caches, contention), not the schedule's simulation.
     """
-    from dataclasses import replace
-
     durations: dict[tuple[int, str], list[float]] = {}
     for span in measured.spans:
         durations.setdefault((span.action.stage, span.action.kind.value), []).append(span.end - span.start)
     num_stages = max((stage for stage, _ in durations), default=-1) + 1
+
+    def median(stage: int, kind: str) -> float | None:
+        values = durations.get((stage, kind))
+        return statistics.median(values) if values else None
+
     stages = []
     for stage in range(num_stages):
         base = cost.stage(stage)
-
-        def med(kind: str, fallback: float, stage: int = stage) -> float:
-            values = durations.get((stage, kind))
-            return statistics.median(values) if values else fallback
-
-        forward = med("F", base.forward_ms)
-        extra = forward if cost.recompute else 0.0  # the cost model adds F back to B and I under recompute
-        if (stage, "I") in durations:
-            weight = med("W", base.w_ms)
-            backward = max(med("I", base.i_ms + extra) - extra, 0.0) + weight
-        else:
-            backward = max(med("B", base.backward_ms + extra) - extra, 0.0)
-            weight = min(base.w_ms, backward)
-        stages.append(replace(base, forward_ms=forward, backward_ms=backward, weight_ms=min(weight, backward)))
+        forward = median(stage, "F")
+        stages.append(measured_stage_cost(
+            base, forward_ms=base.forward_ms if forward is None else forward, backward_ms=median(stage, "B"),
+            input_ms=median(stage, "I"), weight_ms=median(stage, "W"), recompute=cost.recompute,
+        ) if (stage, "B") in durations or (stage, "I") in durations else base)
     return replace(cost, stages=tuple(stages), source="replay")
 
 
@@ -127,7 +104,7 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
     step_times = [float(t) for t in read_json(measured_path).get("step_times_ms", [])]
     out: dict[str, Any] = {"measured_step_ms": measured_step_ms(step_times)}
     if cost_path.exists():
-        cost = CostModel.from_dict(read_json(cost_path))
+        cost = load_cost(cost_path)
         prediction = compare(predict_step(schedule, cost), step_times)
         summary = {"predicted_step_ms": prediction.predicted_step_ms, "overhead_ms": list(prediction.overhead_ms)}
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")

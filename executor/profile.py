@@ -11,7 +11,7 @@ simulation needs to predict a measured step, and where it comes from here:
 * per boundary between two ranks: a ping-pong through the run's own transport
   with a tiny and with the real tensor (latency plus bandwidth);
 * per rank, the optimizer step and gradient zeroing that end every step
-  (cost.meta "step_overhead_ms", which executor.predict adds after each rank's
+  (CostModel.step_overhead_ms, which executor.predict adds after each rank's
   last action).
 
 The cost model's recompute flag adds F to every B and I in the simulation, so
@@ -37,8 +37,8 @@ import torch.distributed as dist
 
 from executor.rank import Rank
 from executor.stage import tensor_bytes
-from pipesim.cost import CostModel, LinkCost, StageCost
-from pipesim.formats import write_json
+from pipesim.cost import CostModel, LinkCost, StageCost, measured_stage_cost
+from pipesim.cost_file import save_cost
 
 PROFILE_REPEATS = 7  # measured repetitions per quantity (one more runs first, untimed)
 SMALL_ELEMENTS = 1
@@ -187,26 +187,19 @@ def profile_optimizer(r: Rank, repeats: int, watch: Stopwatch) -> float:
 
 
 def stage_cost(measure: dict[str, float], split: bool, recompute: bool) -> StageCost:
-    """Turn one stage's measurements into the cost model's terms (see the module docstring)."""
-    forward = measure["f_split"] if split else measure["f"]
-    extra = forward if recompute else 0.0
-    if split:
-        weight = measure["w"]
-        backward = max(measure["i"] - extra, 0.0) + weight
-    else:
-        backward = max(measure["b"] - extra, 0.0)
-        weight = backward * measure["w"] / max(measure["i"] + measure["w"], 1e-9)
-    weight_bytes = min(measure["weight_grad_bytes"], measure["activation_bytes"])
-    return StageCost(
-        forward_ms=forward,
-        backward_ms=backward,
-        weight_ms=min(weight, backward),
+    """One stage's measurements in the cost model's terms (pipesim.cost.measured_stage_cost converts)."""
+    sizes = StageCost(
+        forward_ms=0.0, backward_ms=0.0,
         activation_bytes=measure["activation_bytes"],
-        weight_grad_bytes=weight_bytes,
-        input_bytes=measure["input_bytes"],
-        output_bytes=measure["output_bytes"],
-        param_bytes=measure["param_bytes"],
-    )
+        weight_grad_bytes=min(measure["weight_grad_bytes"], measure["activation_bytes"]),
+        input_bytes=measure["input_bytes"], output_bytes=measure["output_bytes"], param_bytes=measure["param_bytes"],
+    )  # fmt: skip
+    if split:
+        return measured_stage_cost(sizes, forward_ms=measure["f_split"], input_ms=measure["i"], weight_ms=measure["w"],
+                                   recompute=recompute)
+    share = measure["w"] / max(measure["i"] + measure["w"], 1e-9)  # W's share of B, from the split measurement
+    return measured_stage_cost(sizes, forward_ms=measure["f"], backward_ms=measure["b"], weight_share=share,
+                               recompute=recompute)
 
 
 def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
@@ -218,7 +211,6 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
     link_costs = tuple(link_cost(links.get(b)) for b in range(max(schedule.num_stages - 1, 1)))
     optimizer = [g["optimizer_ms"] for g in gathered]
     meta = {
-        "step_overhead_ms": optimizer,
         "measured": {str(s): stages[s] for s in sorted(stages)},
         "links_measured": {str(b): links[b] for b in sorted(links)},
         "i_plus_w_over_b": {str(s): (m["i"] + m["w"]) / m["b"] if m["b"] > 0 else None
@@ -233,7 +225,8 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
         "repeats": PROFILE_REPEATS,
         "torch_version": torch.__version__,
     }
-    return CostModel(stages=costs, links=link_costs, recompute=config.recompute, source="profile", meta=meta)
+    return CostModel(stages=costs, links=link_costs, recompute=config.recompute, source="profile",
+                     step_overhead_ms=tuple(optimizer), meta=meta)
 
 
 def profile_run(r: Rank, run_dir: Rank, emit: Callable[..., None], repeats: int = PROFILE_REPEATS) -> CostModel | None:
@@ -263,6 +256,6 @@ def profile_run(r: Rank, run_dir: Rank, emit: Callable[..., None], repeats: int 
     cost = None
     if r.rank == 0:
         cost = build_cost(r, gathered)
-        write_json(cost.to_dict(), run_dir / "cost.json")
+        save_cost(cost, run_dir / "cost.json")
     dist.barrier(group=r.control)
     return cost

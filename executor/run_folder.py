@@ -20,6 +20,7 @@ from executor.config import RunConfig
 from executor.predict import measured_step_ms
 from executor.processes import run_processes
 from pipesim.cost import CostModel
+from pipesim.cost_file import load_cost
 from pipesim.formats import read_json, schedule_from_dict, timeline_from_dict
 from pipesim.ir import Schedule
 from pipesim.timeline import Timeline
@@ -119,7 +120,7 @@ def _load_outputs(result: RunResult) -> None:
         if result.measured_step_ms is None:
             result.measured_step_ms = measured_step_ms(result.step_times_ms)
     if (run_dir / "cost.json").exists():
-        result.cost = CostModel.from_dict(read_json(run_dir / "cost.json"))
+        result.cost = load_cost(run_dir / "cost.json")
     if (run_dir / "simulated.json").exists():
         result.simulated = timeline_from_dict(read_json(run_dir / "simulated.json"))
     if (run_dir / "reference.json").exists():

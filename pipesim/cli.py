@@ -29,7 +29,8 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pipesim.compare import compare_schedules, format_table
-from pipesim.cost import CostModel, load_cost
+from pipesim.cost import CostModel, cost_from_times
+from pipesim.cost_file import cost_to_dict, load_cost
 from pipesim.export import ExportUnavailable, export_figures
 from pipesim.formats import (
     save_chrome_trace,
@@ -37,6 +38,7 @@ from pipesim.formats import (
     schedule_from_csv,
     schedule_to_csv,
     schedule_to_dict,
+    write_file,
     write_json,
 )
 from pipesim.ir import Schedule
@@ -154,23 +156,12 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
             raise UsageError(f"--cost cannot be combined with {', '.join('--' + f for f in given)}")
         cost = load_cost(args.cost)
     else:
-        cost = _cost_from_times(args.f or [1.0], args.b, args.w, args.comm or [0.0])
+        try:
+            cost = cost_from_times(args.f or [1.0], args.b, args.w, args.comm or [0.0])
+        except ValueError as error:
+            raise UsageError(str(error).replace("forward_ms", "--f").replace("backward_ms", "--b")
+                             .replace("weight_ms", "--w")) from None
     return cost.with_recompute(True) if args.recompute else cost
-
-
-def _cost_from_times(f: list[float], b: list[float] | None, w: list[float] | None, comm: list[float]) -> CostModel:
-    lists = {"--f": f, "--b": b, "--w": w}
-    count = max(len(values) for values in lists.values() if values is not None)
-    for flag, values in lists.items():
-        if values is not None and len(values) not in (1, count):
-            raise UsageError(f"{flag} has {len(values)} values but another time has {count}: give 1 or {count}")
-    forward = f * count if len(f) == 1 else f
-    backward = [2 * x for x in forward] if b is None else (b * count if len(b) == 1 else b)
-    weight = None if w is None else (w * count if len(w) == 1 else w)
-    comm_ms: float | list[float] = comm[0] if len(comm) == 1 else comm
-    if count == 1 and not isinstance(comm_ms, list):
-        return CostModel.uniform(forward[0], backward[0], None if weight is None else weight[0], comm_ms)
-    return CostModel.per_stage(forward, backward, weight, comm_ms)
 
 
 def schedule_from_args(args: argparse.Namespace) -> Schedule:
@@ -216,13 +207,13 @@ def _write_figures(fig_factory, args: argparse.Namespace) -> list[str]:
     html = {"html": wanted["html"]} if "html" in wanted else {}
     written = []
     for fmt, path in html.items():  # HTML first: it works even when images cannot
-        path.write_bytes(export_figures([fig], [fmt])[0][fmt])
+        write_file(export_figures([fig], [fmt])[0][fmt], path)
         written.append(str(path))
     images = [fmt for fmt in wanted if fmt != "html"]
     if images:
         rendered = export_figures([fig], images)[0]
         for fmt in images:
-            wanted[fmt].write_bytes(rendered[fmt])
+            write_file(rendered[fmt], wanted[fmt])
             written.append(str(wanted[fmt]))
     return written
 
@@ -256,11 +247,11 @@ def _write_simulation_files(
 
     written = []
     if args.json is not None:
-        summary = {**metrics.to_dict(), "schedule": schedule_to_dict(schedule), "cost": cost.to_dict()}
+        summary = {**metrics.to_dict(), "schedule": schedule_to_dict(schedule), "cost": cost_to_dict(cost)}
         save_timeline(timeline, args.json, summary)
         written.append(str(args.json))
     if args.csv is not None:
-        args.csv.write_text(schedule_to_csv(schedule), newline="")  # CSV whatever the file's suffix
+        write_file(schedule_to_csv(schedule), args.csv)  # CSV whatever the file's suffix
         written.append(str(args.csv))
     if args.trace is not None:
         save_chrome_trace(timeline, args.trace)

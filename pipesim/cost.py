@@ -1,26 +1,21 @@
 """Cost models: how long each action takes, how much it stashes, what a transfer costs.
 
 The cost model is separate from the simulation engine. Its sources are plain
-numbers (`CostModel.uniform`), per-stage lists (`CostModel.per_stage`), a model
-description (`ModelDescription.to_cost_model`) and the cost file that the
-executor's profile run writes (`CostModel.from_dict` / `load_cost`).
+numbers (`CostModel.uniform`, `cost_from_times`), per-stage lists
+(`CostModel.per_stage`), a model description (`ModelDescription.to_cost_model`),
+measured action times (`measured_stage_cost`, used by the profile and the replay)
+and the cost file that the executor's profile run writes (`pipesim.cost_file`).
 
 Units: times in milliseconds, sizes in bytes, bandwidth in GB/s (10^9 bytes/s).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from pipesim.ir import ActionKind, Schedule
-
-COST_FORMAT = "pipesim.cost"
-COST_FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -100,13 +95,20 @@ class CostModel:
     so one uniform model fits schedules of any size. Otherwise there must be
     one entry per stage (and one link per boundary, num_stages - 1).
     `recompute` makes every backward pay its forward again while only stage
-    inputs stay stashed.
+    inputs stay stashed. `step_overhead_ms` is the time each rank spends per
+    step outside the schedule's actions (optimizer step, gradient zeroing; one
+    value for every rank, or one per rank), which a profile run measures.
+    `description` is the model description the costs were computed from, so
+    that `for_stages` can re-cut it layer by layer. `meta` holds provenance
+    only (what was measured, where); nothing reads it to compute.
     """
 
     stages: tuple[StageCost, ...]
     links: tuple[LinkCost, ...] = (LinkCost(),)
     recompute: bool = False
     source: str = "uniform"
+    step_overhead_ms: tuple[float, ...] = ()
+    description: ModelDescription | None = None
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +116,19 @@ class CostModel:
             raise ValueError("a cost model needs at least one stage cost")
         if not self.links:
             raise ValueError("a cost model needs at least one link cost")
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in self.step_overhead_ms):
+            raise ValueError(f"step_overhead_ms must hold finite numbers >= 0, got {list(self.step_overhead_ms)}")
+
+    def overhead_ms(self, num_ranks: int) -> tuple[float, ...]:
+        """Per rank, the step's time outside the actions (zeros when none was measured)."""
+        values = self.step_overhead_ms
+        if not values:
+            return (0.0,) * num_ranks
+        if len(values) == 1:
+            return (float(values[0]),) * num_ranks
+        if len(values) != num_ranks:
+            raise ValueError(f"step_overhead_ms has {len(values)} values for {num_ranks} ranks: give 1 or {num_ranks}")
+        return tuple(float(v) for v in values)
 
     # --- constructors ---------------------------------------------------
     @classmethod
@@ -186,8 +201,9 @@ class CostModel:
         """
         if num_stages == base_stages:
             return self
-        if self.source == "model" and "model" in self.meta:
-            return ModelDescription(**self.meta["model"]).to_cost_model(num_stages, self.recompute)
+        if self.description is not None:
+            recut = self.description.to_cost_model(num_stages, self.recompute)
+            return replace(recut, step_overhead_ms=self.step_overhead_ms)
         if num_stages % base_stages:
             raise ValueError(
                 f"cannot cut a {base_stages}-stage cost model into {num_stages} stages: "
@@ -246,62 +262,6 @@ class CostModel:
         cost = self.stage(stage)
         return cost.input_bytes if self.recompute else cost.activation_bytes
 
-    # --- file format -------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": COST_FORMAT,
-            "version": COST_FORMAT_VERSION,
-            "units": {"time": "ms", "size": "bytes", "bandwidth": "GB/s"},
-            "source": self.source,
-            "recompute": self.recompute,
-            "stages": [asdict(s) for s in self.stages],
-            "links": [
-                {
-                    "latency_ms": link.latency_ms,
-                    "bandwidth_gbps": None if math.isinf(link.bandwidth_gbps) else link.bandwidth_gbps,
-                }
-                for link in self.links
-            ],
-            "meta": self.meta,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CostModel:
-        """Read the versioned cost file format; errors say which field is wrong."""
-        if not isinstance(data, dict) or data.get("format") != COST_FORMAT:
-            raise ValueError(f"not a pipesim cost file: expected \"format\": \"{COST_FORMAT}\"")
-        version = data.get("version")
-        if version != COST_FORMAT_VERSION:
-            raise ValueError(
-                f"unsupported cost file version {version!r}; this pipesim reads version {COST_FORMAT_VERSION}"
-            )
-        known = set(StageCost.__dataclass_fields__)
-        try:
-            stages = []
-            for index, raw in enumerate(data["stages"]):
-                unknown = set(raw) - known
-                if unknown:
-                    raise ValueError(f"stage {index}: unknown fields {sorted(unknown)}; valid: {sorted(known)}")
-                stages.append(StageCost(**raw))
-            links = tuple(
-                LinkCost(
-                    latency_ms=float(raw.get("latency_ms", 0.0)),
-                    bandwidth_gbps=math.inf if raw.get("bandwidth_gbps") is None else float(raw["bandwidth_gbps"]),
-                )
-                for raw in data.get("links") or [{}]
-            )
-        except KeyError as missing:
-            raise ValueError(f"cost file is missing field {missing}") from None
-        except TypeError as error:
-            raise ValueError(f"cost file has a malformed entry: {error}") from None
-        return cls(
-            stages=tuple(stages),
-            links=links,
-            recompute=bool(data.get("recompute", False)),
-            source=str(data.get("source", "file")),
-            meta=dict(data.get("meta") or {}),
-        )
-
 
 def _piece(stage: StageCost, pieces: int) -> StageCost:
     """One of `pieces` equal parts of a stage: compute, stash and parameters divide; boundary tensors do not."""
@@ -314,18 +274,6 @@ def _piece(stage: StageCost, pieces: int) -> StageCost:
         weight_grad_bytes=None if stage.weight_grad_bytes is None else stage.weight_grad_bytes / pieces,
         param_bytes=stage.param_bytes / pieces,
     )
-
-
-def save_cost(cost: CostModel, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(cost.to_dict(), indent=2))
-
-
-def load_cost(path: str | Path) -> CostModel:
-    try:
-        data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    return CostModel.from_dict(data)
 
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
@@ -412,5 +360,83 @@ class ModelDescription:
             links=(link,),
             recompute=recompute,
             source="model",
-            meta={"model": asdict(self)},
+            description=self,
         )
+
+
+# --- converters -----------------------------------------------------------------------------------------------
+
+
+def _per_stage(name: str, values: Sequence[float] | None, count: int) -> list[float] | None:
+    if values is None:
+        return None
+    if len(values) not in (1, count):
+        raise ValueError(f"{name} has {len(values)} values but another time has {count}: give 1 or {count}")
+    return [float(v) for v in values] * (count if len(values) == 1 else 1)
+
+
+def cost_from_times(
+    forward_ms: Sequence[float],
+    backward_ms: Sequence[float] | None = None,
+    weight_ms: Sequence[float] | None = None,
+    comm_ms: Sequence[float] = (0.0,),
+    activation_bytes: Sequence[float] | None = None,
+    recompute: bool = False,
+) -> CostModel:
+    """A cost model from times a user typed (the CLI's --f/--b/--w/--comm, the app's tables).
+
+    Each list holds one value for every stage or one per stage; B defaults to 2F, W to half of B, one
+    activation unit per microbatch. W above B is refused (W is the weight part of the full backward).
+    """
+    lists = {"forward_ms": forward_ms, "backward_ms": backward_ms, "weight_ms": weight_ms,
+             "activation_bytes": activation_bytes}
+    count = max(len(v) for v in lists.values() if v is not None)
+    if not forward_ms:
+        raise ValueError("forward_ms needs at least one value")
+    forward = _per_stage("forward_ms", forward_ms, count)
+    backward = _per_stage("backward_ms", backward_ms, count) or [2 * f for f in forward]
+    weight = _per_stage("weight_ms", weight_ms, count)
+    activations = _per_stage("activation_bytes", activation_bytes, count)
+    if weight is not None:
+        for stage, (b, w) in enumerate(zip(backward, weight, strict=True)):
+            if w > b:
+                raise ValueError(f"stage {stage}: weight_ms {w:g} exceeds backward_ms {b:g}; W is the weight-gradient "
+                                 "part of the full backward B, so 0 <= W <= B")
+    comm = [float(c) for c in comm_ms] or [0.0]
+    if count == 1 and len(comm) == 1:
+        return CostModel.uniform(forward[0], backward[0], None if weight is None else weight[0], comm[0],
+                                 activation_bytes=1.0 if activations is None else activations[0], recompute=recompute)
+    return CostModel.per_stage(forward, backward, weight, comm[0] if len(comm) == 1 else comm,
+                               activation_bytes=activations, recompute=recompute)
+
+
+def measured_stage_cost(
+    base: StageCost,
+    *,
+    forward_ms: float,
+    backward_ms: float | None = None,
+    input_ms: float | None = None,
+    weight_ms: float | None = None,
+    weight_share: float | None = None,
+    recompute: bool = False,
+) -> StageCost:
+    """`base` with the times of actions as they ran: F, and either B or (I and W).
+
+    Under recomputation a measured B or I includes a forward, which the cost model adds back itself
+    (`CostModel.duration_ms`), so it is taken off here. Without a measured split, W is `weight_share`
+    of B (the base's share when not given). The profile phase and the replay of a run both convert
+    through here.
+    """
+    extra = forward_ms if recompute else 0.0
+    if input_ms is not None and weight_ms is not None:
+        weight = weight_ms
+        backward = max(input_ms - extra, 0.0) + weight
+    elif backward_ms is not None:
+        backward = max(backward_ms - extra, 0.0)
+        if weight_share is None:
+            weight_share = base.w_ms / base.backward_ms if base.backward_ms else 0.5
+        share = weight_share
+        weight = backward * share
+    else:
+        raise ValueError("a measured backward needs B, or I and W")
+    return replace(base, forward_ms=forward_ms, backward_ms=backward, weight_ms=min(weight, backward))

@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -110,12 +112,44 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
     )
 
 
-def write_json(data: dict[str, Any], path: str | Path) -> None:
-    """Write atomically: a reader never sees half a file, and a failed write keeps the old one."""
-    target = Path(path)
-    temporary = target.with_name(target.name + ".tmp")
-    temporary.write_text(json.dumps(data, indent=1))
-    temporary.replace(target)
+def write_json(data: Any, path: str | Path) -> None:
+    """Write JSON atomically (see `write_file`); infinities and NaN are refused, not written as bare words."""
+    try:
+        text = json.dumps(data, indent=1, allow_nan=False)
+    except ValueError:
+        raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs") from None
+    write_file(text, path)
+
+
+def write_file(content: str | bytes, path: str | Path) -> None:
+    """Write a file atomically: a reader never sees half of it, a failed write keeps the old one and leaves no
+    temporary file behind.
+
+    A symbolic link is written through to its target (the link stays). A path that exists but is not a regular
+    file (a folder, a FIFO, a device such as /dev/null) is refused rather than replaced. Every failure is a
+    ValueError that names the path the user gave.
+    """
+    given = Path(path)
+    target = Path(os.path.realpath(given))
+    if target.exists() and not target.is_file():
+        kind = "a folder" if target.is_dir() else "not a regular file (a FIFO, socket or device)"
+        raise ValueError(f"cannot write {given}: it is {kind}; give the path of a file")
+    if not target.parent.is_dir():
+        raise ValueError(f"cannot write {given}: folder {target.parent} does not exist")
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        if isinstance(content, bytes):
+            with os.fdopen(handle, "wb") as out:
+                out.write(content)
+        else:
+            with os.fdopen(handle, "w", newline="") as out:  # newline="": keep the text's own line endings (CSV)
+                out.write(content)
+        os.replace(temporary, target)
+    except OSError as error:
+        raise ValueError(f"cannot write {given}: {error.strerror or error}") from None
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
 
 
 def read_json(path: str | Path) -> Any:
@@ -140,7 +174,7 @@ def save_schedule(schedule: Schedule, path: str | Path) -> None:
     """Write a schedule: CSV (torch compute_only) when the name ends in .csv, else the JSON document."""
     target = Path(path)
     if target.suffix.lower() == ".csv":
-        _write_text_atomic(schedule_to_csv(schedule), target)
+        write_file(schedule_to_csv(schedule), target)
     else:
         write_json(schedule_to_dict(schedule), target)
 
@@ -163,13 +197,6 @@ def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] 
 
 def load_timeline(path: str | Path) -> Timeline:
     return timeline_from_dict(read_json(path))
-
-
-def _write_text_atomic(text: str, target: Path) -> None:
-    temporary = target.with_name(target.name + ".tmp")
-    with open(temporary, "w", newline="") as handle:  # keep the CSV's own line endings
-        handle.write(text)
-    temporary.replace(target)
 
 
 # --- CSV: torch.distributed.pipelining's compute_only format -----------------------

@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 from executor import launch, run_folder
 from executor.config import RunConfig
 from pipesim.cost import CostModel
+from pipesim.cost_file import save_cost
 from pipesim.formats import schedule_to_dict, timeline_to_dict, write_json
 from pipesim.overlay import prediction_error
 from pipesim.schedules import build_schedule
@@ -47,7 +48,7 @@ def write_run(root: Path, name: str, status: str = "ok", message: str = "", meas
         step_ms = 1.25 * makespan(simulated)
         write_json({**timeline_to_dict(timeline), "step_times_ms": [step_ms * 1.5, step_ms], "losses": [2.5, 2.25],
                     "peak_memory_bytes": [4096, 2048]}, folder / "measured.json")
-        write_json(cost.to_dict(), folder / "cost.json")
+        save_cost(cost, folder / "cost.json")
         write_json(timeline_to_dict(simulated), folder / "simulated.json")
         summary.update(predicted_step_ms=makespan(simulated), measured_step_ms=step_ms,
                        prediction_error=prediction_error(makespan(simulated), step_ms))

@@ -15,6 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from pipesim.cost import CostModel, ModelDescription, StageCost
+from pipesim.cost_file import cost_from_dict, cost_to_dict
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import compute_metrics
@@ -154,7 +155,7 @@ def test_model_description_costs(app: AppTest) -> None:
 
 def _cost_file(num_stages: int) -> bytes:
     stages = tuple(StageCost(forward_ms=1.0 + s, backward_ms=2.0 + s, activation_bytes=MIB) for s in range(num_stages))
-    return json.dumps(CostModel(stages=stages, source="profile").to_dict()).encode()
+    return json.dumps(cost_to_dict(CostModel(stages=stages, source="profile"))).encode()
 
 
 def test_uploaded_cost_file(app: AppTest) -> None:
@@ -163,7 +164,7 @@ def test_uploaded_cost_file(app: AppTest) -> None:
     app.file_uploader(key="sim-cost-upload").set_value(("cost.json", _cost_file(4), "application/json"))
     submit(app)
     assert not app.error
-    cost = CostModel.from_dict(json.loads(_cost_file(4)))
+    cost = cost_from_dict(json.loads(_cost_file(4)))
     assert metric(app, "Makespan") == expected_makespan("1f1b", 4, 8, cost)
 
 
@@ -190,7 +191,7 @@ def test_cost_file_picked_from_a_profile_run(tmp_path: Path, monkeypatch: pytest
     picker.set_value(str(run / "cost.json"))
     submit(at)
     assert not at.error
-    assert metric(at, "Makespan") == expected_makespan("1f1b", 4, 8, CostModel.from_dict(json.loads(_cost_file(4))))
+    assert metric(at, "Makespan") == expected_makespan("1f1b", 4, 8, cost_from_dict(json.loads(_cost_file(4))))
 
 
 def test_image_export_without_a_browser_says_so(app: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:

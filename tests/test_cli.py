@@ -11,7 +11,8 @@ import pytest
 
 from pipesim import export
 from pipesim.cli import main
-from pipesim.cost import CostModel, save_cost
+from pipesim.cost import CostModel
+from pipesim.cost_file import save_cost
 from pipesim.formats import load_schedule, schedule_to_csv
 from pipesim.schedules import build_schedule, schedule_names
 from pipesim.simulate import simulate

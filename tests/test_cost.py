@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from pipesim.cost import CostModel, LinkCost, ModelDescription, StageCost, load_cost, save_cost
+from pipesim.cost import CostModel, LinkCost, ModelDescription, StageCost
+from pipesim.cost_file import cost_from_dict, cost_to_dict, load_cost, save_cost
 from pipesim.ir import ActionKind
 from pipesim.schedules.basic import one_f_one_b
 from pipesim.simulate import simulate
@@ -104,7 +105,7 @@ def test_cost_file_round_trip(tmp_path):
     assert loaded == cost
     assert loaded.meta == cost.meta
     uniform = CostModel.uniform(comm_ms=0.3, recompute=True)
-    again = CostModel.from_dict(json.loads(json.dumps(uniform.to_dict())))
+    again = cost_from_dict(json.loads(json.dumps(cost_to_dict(uniform))))
     assert again == uniform and math.isinf(again.links[0].bandwidth_gbps)
 
 
@@ -114,25 +115,76 @@ def test_cost_file_round_trip(tmp_path):
         ({"format": "something"}, "not a pipesim cost file"),
         ({"version": 99}, "unsupported cost file version 99"),
         ({"stages": [{"forward_ms": 1.0, "backward_ms": 2.0, "speed": 3}]}, "unknown fields \\['speed'\\]"),
-        ({"stages": [{"forward_ms": 1.0}]}, "malformed entry"),
+        ({"stages": [{"forward_ms": 1.0}]}, "stages\\[0\\].*backward_ms"),
         ({"stages": [{"forward_ms": -1.0, "backward_ms": 2.0}]}, "forward_ms must be"),
+        # issue 9 item 7: wrong types are refused, never coerced
+        ({"recompute": "false"}, "recompute must be true or false"),
+        ({"version": True}, "unsupported cost file version True"),
+        ({"links": [5]}, "links\\[0\\] must be an object"),
+        ({"links": "abc"}, "links must be a list"),
+        ({"meta": [1]}, "meta must be an object"),
+        ({"stages": "x"}, "stages must be a list"),
+        ({"stages": [{"forward_ms": "1", "backward_ms": 2.0}]}, "stages\\[0\\].forward_ms must be a number"),
+        ({"step_overhead_ms": ["a"]}, "step_overhead_ms\\[0\\] must be a number"),
     ],
 )
 def test_bad_cost_files_say_what_is_wrong(change, message):
-    data = {**CostModel.uniform().to_dict(), **change}
+    data = {**cost_to_dict(CostModel.uniform()), **change}
     with pytest.raises(ValueError, match=message):
-        CostModel.from_dict(data)
+        cost_from_dict(data)
 
 
 def test_cost_file_missing_field_and_bad_json(tmp_path):
-    data = CostModel.uniform().to_dict()
+    data = cost_to_dict(CostModel.uniform())
     del data["stages"]
     with pytest.raises(ValueError, match="missing field 'stages'"):
-        CostModel.from_dict(data)
+        cost_from_dict(data)
     path = tmp_path / "broken.json"
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         load_cost(path)
+    path.write_text("[" * 100_000 + "]" * 100_000)  # nested too deep for the parser: an error, not a crash
+    with pytest.raises(ValueError, match="nested too deeply|not valid JSON"):
+        load_cost(path)
+
+
+def test_overhead_and_description_are_fields_and_old_files_still_load():
+    description = ModelDescription(num_layers=4, hidden_size=256, ffn_size=1024, num_heads=4, seq_len=128)
+    cost = description.to_cost_model(2)
+    assert cost.description == description and cost.for_stages(4, 2) == description.to_cost_model(4)
+    old = cost_to_dict(cost)
+    del old["description"], old["step_overhead_ms"]
+    old["meta"] = {"model": old.pop("meta", {}) or {}, "step_overhead_ms": [1.5, 2.5]}
+    old["meta"]["model"] = {k: v for k, v in cost_to_dict(cost)["description"].items()}
+    loaded = cost_from_dict(old)
+    assert loaded.description == description
+    assert loaded.step_overhead_ms == (1.5, 2.5) and loaded.overhead_ms(2) == (1.5, 2.5)
+    assert CostModel.uniform().overhead_ms(3) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="give 1 or 3"):
+        loaded.overhead_ms(3)
+
+
+def test_cost_from_times_refuses_w_above_b_and_mismatched_lists():
+    from pipesim.cost import cost_from_times
+
+    assert cost_from_times([1.0], [3.0], [1.0]).duration_ms(0, I) == 2.0
+    per_stage = cost_from_times([1.0, 2.0], [2.0], comm_ms=[0.5])
+    assert [per_stage.duration_ms(s, B) for s in (0, 1)] == [2.0, 2.0]
+    with pytest.raises(ValueError, match="weight_ms 3 exceeds backward_ms 2"):
+        cost_from_times([1.0], [2.0], [3.0])
+    with pytest.raises(ValueError, match="give 1 or 3"):
+        cost_from_times([1.0, 2.0, 3.0], [1.0, 2.0])
+
+
+def test_save_cost_is_atomic_and_refuses_non_finite(tmp_path):
+    path = tmp_path / "cost.json"
+    save_cost(CostModel.uniform(), path)
+    before = path.read_text()
+    bad = CostModel.uniform()
+    object.__setattr__(bad, "meta", {"x": float("inf")})
+    with pytest.raises(ValueError, match="non-finite"):
+        save_cost(bad, path)
+    assert path.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["cost.json"]
 
 
 def test_recompute_adds_forward_to_backward_and_stashes_inputs_only():

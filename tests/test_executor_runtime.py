@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig
-from pipesim.cost import CostModel
+from pipesim.cost_file import load_cost
 from pipesim.formats import read_json, schedule_to_dict, timeline_from_dict, write_json
 from pipesim.lower import comm_plan, needed_message
 from pipesim.schedules import build_schedule, schedule_names
@@ -166,13 +166,13 @@ def test_measured_summary_and_comm_waits(worker_run):
 
 def test_profile_writes_a_cost_file_the_simulator_reads(worker_run):
     config, schedule, run_dir, _ = worker_run
-    cost = CostModel.from_dict(read_json(run_dir / "cost.json"))
+    cost = load_cost(run_dir / "cost.json")
     cost.check_fits(schedule)
     assert len(cost.stages) == schedule.num_stages and len(cost.links) == schedule.num_stages - 1
     assert all(s.forward_ms > 0 and s.backward_ms > 0 and s.weight_ms is not None for s in cost.stages)
     assert all(s.activation_bytes > 0 and s.param_bytes > 0 for s in cost.stages)
     assert cost.stages[0].output_bytes == config.microbatch_size * 16 * 32 * 4  # (mb, seq, d_model) fp32
-    assert len(cost.meta["step_overhead_ms"]) == 2
+    assert len(cost.step_overhead_ms) == 2
     from pipesim.simulate import simulate
 
     assert simulate(schedule, cost).spans

@@ -21,6 +21,7 @@ from executor import checks, launch, predict, processes, run_folder
 from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig
 from executor.run_folder import list_runs, load_run
 from pipesim.cost import CostModel
+from pipesim.cost_file import save_cost
 from pipesim.formats import timeline_to_dict, write_json
 from pipesim.ir import Action, B, F, make_schedule
 from pipesim.schedules import build_schedule
@@ -252,7 +253,7 @@ def test_failing_command_reports_the_rank_and_its_log(tmp_path, monkeypatch):
 def test_prediction_adds_each_ranks_overhead_after_its_last_action():
     # 1F1B, 2 ranks, 4 microbatches, F=1, B=2: rank 0 ends at (4+1)*3 = 15, rank 1 (its last B
     # precedes rank 0's last B) at 13. Overheads 1 and 10: the step ends at max(15+1, 13+10) = 23.
-    cost = replace(CostModel.uniform(1.0, 2.0), meta={"step_overhead_ms": [1.0, 10.0]})
+    cost = replace(CostModel.uniform(1.0, 2.0), step_overhead_ms=(1.0, 10.0))
     prediction = predict.predict_step(build_schedule("1f1b", 2, 4), cost)
     assert prediction.predicted_step_ms == pytest.approx(23.0)
     assert prediction.overhead_ms == (1.0, 10.0)
@@ -274,7 +275,7 @@ def test_analyse_run_writes_the_simulated_timeline(tmp_path):
     cost = CostModel.uniform(2.0, 4.0)
     measured = timeline_to_dict(simulate(schedule, cost), {"step_times_ms": [20.0, 24.0, 22.0]})
     write_json(measured, tmp_path / "measured.json")
-    write_json(cost.to_dict(), tmp_path / "cost.json")
+    save_cost(cost, tmp_path / "cost.json")
     out = predict.analyse_run(tmp_path, schedule)
     expected = makespan(simulate(schedule, cost))
     assert out["measured_step_ms"] == 22.0 and out["predicted_step_ms"] == pytest.approx(expected)
