@@ -112,9 +112,7 @@ HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel
 def registered_schedule(name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None) -> Schedule:
     """A registered schedule; `chunks` goes only to the families that take num_virtual_stages."""
     check_limits(num_ranks, num_microbatches)
-    options = {}
-    if chunks is not None and "num_virtual_stages" in schedules.schedule_info(name).options:
-        options["num_virtual_stages"] = chunks
+    options = schedules.options_for(name, num_virtual_stages=chunks)
     return schedules.build_schedule(name, num_ranks, num_microbatches, **options)
 
 
@@ -408,8 +406,8 @@ def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
             "folder": result.run_dir.name,
             "status": result.status,
             "schedule": result.schedule.name if result.schedule is not None else None,
-            "ranks": config.num_ranks if config is not None else None,
-            "microbatches": config.num_microbatches if config is not None else None,
+            "ranks": config.pipeline.num_ranks if config is not None else None,
+            "microbatches": config.pipeline.num_microbatches if config is not None else None,
             "measured step (ms)": result.measured_step_ms,
             "predicted step (ms)": result.predicted_step_ms,
             "error": result.prediction_error,

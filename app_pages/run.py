@@ -8,9 +8,9 @@ import streamlit as st
 
 from app_pages import common as ui
 from executor import launch, run_folder
-from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, RunConfig
+from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, run_config
 from pipesim import charts, overlay
-from pipesim.schedules import schedule_names
+from pipesim.schedules import options_for, schedule_info, schedule_names
 
 ui.init_state()
 st.title("Run a schedule for real")
@@ -43,7 +43,8 @@ with st.sidebar:
         ranks = left.number_input("Ranks", 1, 64, 2, key="run-ranks")
         microbatches = right.number_input("Microbatches", 1, 256, 8, key="run-microbatches")
         chunks = left.number_input("Chunks per rank", 1, 8, 2, key="run-chunks",
-                                   help="For interleaved-1f1b and looped-bfs")
+                                   help="For the schedules that let you choose it: " + ", ".join(
+                                       n for n in schedule_names() if schedule_info(n).takes_chunks))
         if custom is not None:
             st.caption(f"The custom schedule sets its own ranks and microbatches: {custom.describe()}")
         kind = right.selectbox("Model", MODEL_KINDS, key="run-model")
@@ -72,11 +73,12 @@ if submitted and not running:
     use_custom = name == CUSTOM
     try:
         model = ModelConfig(kind=kind, num_layers=int(layers), cnn_blocks=int(layers), **MODEL_SIZES[size])
-        config = RunConfig(
+        config = run_config(
             schedule=custom.name if use_custom else name,
             num_ranks=custom.num_ranks if use_custom else int(ranks),
             num_microbatches=custom.num_microbatches if use_custom else int(microbatches),
-            num_virtual_stages=int(chunks) if name in ("interleaved-1f1b", "looped-bfs") else None,
+            num_virtual_stages=None if use_custom else options_for(name, num_virtual_stages=int(chunks)).get(
+                "num_virtual_stages"),
             model=model, batch_size=int(batch), steps=int(steps), warmup_steps=int(warmup),
             recompute=recompute, device=device, backend=backend, profile=profile, reference=reference,
             timeout_s=float(timeout),

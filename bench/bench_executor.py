@@ -28,10 +28,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from executor.config import ModelConfig, RunConfig  # noqa: E402
+from executor.config import (  # noqa: E402, run_config
+    ModelConfig,
+    RunConfig,
+    run_config,  # noqa: E402
+)
 from executor.launch import run  # noqa: E402
 from executor.predict import predict_step, replay_cost  # noqa: E402
 from executor.reference import SIDE_BY_SIDE_ENV  # noqa: E402
+from pipesim.schedules import options_for  # noqa: E402
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 
@@ -60,9 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def config_for(args: argparse.Namespace, schedule: str) -> RunConfig:
     model = ModelConfig(num_layers=args.layers, d_model=args.d_model, num_heads=4, ffn_size=args.ffn,
                         seq_len=args.seq_len, vocab_size=args.vocab)  # fmt: skip
-    return RunConfig(
+    return run_config(
         schedule=schedule, num_ranks=args.ranks, num_microbatches=args.microbatches,
-        num_virtual_stages=2 if schedule in ("interleaved-1f1b", "looped-bfs") else None,
+        num_virtual_stages=options_for(schedule, num_virtual_stages=2).get("num_virtual_stages"),
         model=model, batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps,
         device=args.device, backend=args.backend, profile=True, reference=True, timeout_s=900,
     )  # fmt: skip

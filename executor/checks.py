@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from executor.config import RunConfig, check_split_points
+from executor.config import DeviceConfig, RunConfig, check_split_points
 from executor.devices import resolve_device
 from pipesim.ir import Schedule
 
@@ -39,14 +39,16 @@ def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
     from pipesim.simulate import simulate
     from pipesim.validate import validate
 
+    pipeline = config.pipeline
     if schedule is None:
         schedule = build_schedule(
-            config.schedule, config.num_ranks, config.num_microbatches, num_virtual_stages=config.num_virtual_stages
+            pipeline.schedule, pipeline.num_ranks, pipeline.num_microbatches,
+            num_virtual_stages=pipeline.num_virtual_stages,
         )
-    elif (schedule.num_ranks, schedule.num_microbatches) != (config.num_ranks, config.num_microbatches):
+    elif (schedule.num_ranks, schedule.num_microbatches) != (pipeline.num_ranks, pipeline.num_microbatches):
         raise ValueError(
             f"schedule {schedule.name!r} is for {schedule.num_ranks} ranks and {schedule.num_microbatches} "
-            f"microbatches but the run asks for {config.num_ranks} ranks and {config.num_microbatches}"
+            f"microbatches but the run asks for {pipeline.num_ranks} ranks and {pipeline.num_microbatches}"
         )
     validate(schedule)  # ScheduleError (a ValueError) names rank, action and rule
     simulate(schedule, CostModel.uniform())  # DeadlockError says which rank waits on which action
@@ -67,18 +69,18 @@ def _check_model_fits(config: RunConfig, schedule: Schedule) -> None:
 
 
 def _check_nodes(config: RunConfig) -> None:
-    if config.nnodes < 1 or not 0 <= config.node_rank < config.nnodes:
-        raise ValueError(f"node_rank must lie in 0..{config.nnodes - 1} (nnodes {config.nnodes})")
-    if config.num_ranks % config.nnodes:
-        raise ValueError(f"{config.num_ranks} ranks do not split evenly over {config.nnodes} nodes")
-    if config.nnodes > 1 and not config.rdzv_endpoint:
+    if config.nodes.nnodes < 1 or not 0 <= config.nodes.node_rank < config.nodes.nnodes:
+        raise ValueError(f"node_rank must lie in 0..{config.nodes.nnodes - 1} (nnodes {config.nodes.nnodes})")
+    if config.pipeline.num_ranks % config.nodes.nnodes:
+        raise ValueError(f"{config.pipeline.num_ranks} ranks do not split evenly over {config.nodes.nnodes} nodes")
+    if config.nodes.nnodes > 1 and not config.nodes.rdzv_endpoint:
         raise ValueError("a multi-node run needs rdzv_endpoint HOST:PORT (the same on every node)")
-    if config.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", config.rdzv_endpoint):
-        raise ValueError(f"rdzv_endpoint must look like HOST:PORT, got {config.rdzv_endpoint!r}")
+    if config.nodes.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", config.nodes.rdzv_endpoint):
+        raise ValueError(f"rdzv_endpoint must look like HOST:PORT, got {config.nodes.rdzv_endpoint!r}")
 
 
 def ranks_per_node(config: RunConfig) -> int:
-    return config.num_ranks // config.nnodes
+    return config.pipeline.num_ranks // config.nodes.nnodes
 
 
 def cuda_device_count() -> int:
@@ -101,10 +103,11 @@ def cuda_device_count() -> int:
 
 def _resolve_device(config: RunConfig) -> RunConfig:
     """Resolve auto (executor.devices' rules); the GPU count is asked only when the run could use a GPU."""
-    could_use_gpu = config.device == "cuda" or (config.device == "auto" and config.backend != "gloo")
+    device, backend = config.devices.device, config.devices.backend
+    could_use_gpu = device == "cuda" or (device == "auto" and backend != "gloo")
     gpus = cuda_device_count() if could_use_gpu else 0
-    choice = resolve_device(config.device, config.backend, ranks_per_node(config), gpus)
-    return replace(config, device=choice.device, backend=choice.transport)
+    choice = resolve_device(device, backend, ranks_per_node(config), gpus)
+    return replace(config, devices=DeviceConfig(choice.device, choice.transport))
 
 
 def max_cpu_ranks() -> int:
@@ -115,7 +118,7 @@ def max_cpu_ranks() -> int:
 
 def _check_cpu_ranks(config: RunConfig) -> None:
     per_node, limit = ranks_per_node(config), max_cpu_ranks()
-    if config.device == "cpu" and per_node > limit:
+    if config.devices.device == "cpu" and per_node > limit:
         raise ValueError(
             f"{per_node} CPU ranks on one node is too many for this machine: the limit is {limit} "
             f"(2 per core, at most {MAX_CPU_RANKS}); use fewer ranks or more nodes"

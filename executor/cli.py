@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from executor.config import BACKENDS, DEVICES, MODEL_KINDS, OPTIMIZERS, ModelConfig, RunConfig
+from executor.config import BACKENDS, DEVICES, MODEL_KINDS, OPTIMIZERS, ModelConfig, RunConfig, run_config
 from pipesim.formats import load_schedule
 
 # CLI flag -> ModelConfig field
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """RunConfig from parsed flags; ValueError (from the configs' checks) on bad values."""
     model = {field: getattr(args, flag) for flag, field in MODEL_FLAGS.items() if getattr(args, flag) is not None}
-    return RunConfig(
+    return run_config(
         schedule=args.schedule, num_ranks=args.ranks, num_microbatches=args.microbatches,
         num_virtual_stages=args.virtual_stages,
         model=ModelConfig(kind=args.model, split_points=args.split_points, **model),
@@ -119,8 +119,10 @@ def summary_lines(result) -> list[str]:
     lines = [f"run      {result.run_dir}", f"status   {result.status}"]
     if config is not None:
         lines.append(
-            f"schedule {config.schedule}, {config.num_ranks} ranks, {config.num_microbatches} microbatches, "
-            f"{config.model.kind} model, {config.device}/{config.backend}, {config.steps} steps"
+            f"schedule {config.pipeline.schedule}, {config.pipeline.num_ranks} ranks, "
+            f"{config.pipeline.num_microbatches} microbatches, "
+            f"{config.model.kind} model, {config.devices.device}/{config.devices.backend}, "
+            f"{config.training.steps} steps"
         )
     if result.message:
         lines.append("message  " + result.message.replace("\n", "\n         "))
@@ -188,7 +190,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     print(f"{'run':40} {'status':10} {'schedule':18} {'ranks':>5} {'mb':>4} {'step ms':>9} {'pred ms':>9} {'err':>7}")
     for r in results:
-        c = r.config
+        c = r.config.pipeline if r.config else None
         error = "-" if r.prediction_error is None else f"{100 * r.prediction_error:+.1f}%"
         print(
             f"{r.run_dir.name[:40]:40} {r.status:10} {(c.schedule if c else '?')[:18]:18} "

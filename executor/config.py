@@ -17,6 +17,7 @@ Workers report progress on stdout as single lines `PIPESIM {json}` (see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
@@ -69,15 +70,33 @@ class ModelConfig:
         return f"{self.cnn_blocks} conv blocks + 3 FC layers"
 
 
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 @dataclass(frozen=True)
-class RunConfig:
-    """Everything a run needs; checked here so bad input is refused before anything starts."""
+class PipelineConfig:
+    """What runs: a registered schedule (or a custom one's name) and its sizes."""
 
     schedule: str = "1f1b"
     num_ranks: int = 2
     num_microbatches: int = 4
     num_virtual_stages: int | None = None
-    model: ModelConfig = field(default_factory=ModelConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.schedule, str) or not self.schedule.strip():
+            raise ValueError(f"schedule must be a schedule name, got {self.schedule!r}")
+        _positive_int("num_ranks", self.num_ranks)
+        _positive_int("num_microbatches", self.num_microbatches)
+        if self.num_virtual_stages is not None:
+            _positive_int("num_virtual_stages", self.num_virtual_stages)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """How the model trains: batch, steps, optimizer, recomputation."""
+
     batch_size: int = 16  # per step, split into num_microbatches
     steps: int = 5  # measured steps
     warmup_steps: int = 1  # not measured
@@ -85,56 +104,121 @@ class RunConfig:
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = 0.01
     recompute: bool = False
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    backend: Literal["auto", "gloo", "nccl", "staged"] = "auto"
-    profile: bool = False  # measure per-stage costs first, write cost.json, predict
-    reference: bool = False  # also run torch.distributed.pipelining's own schedule
-    timeout_s: float = 600.0
-    # Multi-node: passed through to torchrun.
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_endpoint: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.model, dict):  # from JSON
-            model = dict(self.model)
-            if model.get("split_points") is not None:
-                model["split_points"] = tuple(model["split_points"])
-            object.__setattr__(self, "model", ModelConfig(**model))
-        if self.num_ranks < 1:
-            raise ValueError(f"num_ranks must be at least 1, got {self.num_ranks}")
-        if self.num_microbatches < 1:
-            raise ValueError(f"num_microbatches must be at least 1, got {self.num_microbatches}")
-        if self.batch_size % self.num_microbatches:
-            raise ValueError(
-                f"batch_size {self.batch_size} does not split into {self.num_microbatches} microbatches; "
-                f"choose a batch size that is a multiple of {self.num_microbatches}"
-            )
-        if self.steps < 1 or self.warmup_steps < 0:
-            raise ValueError("steps must be >= 1 and warmup_steps >= 0")
+        _positive_int("batch_size", self.batch_size)
+        _positive_int("steps", self.steps)
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+        number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
+        if not (number and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """Where it runs: cpu, cuda or auto, and the transport between ranks (resolved by executor.devices)."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Literal["auto", "gloo", "nccl", "staged"] = "auto"
+
+    def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise ValueError(f"unknown device {self.device!r}; valid: {', '.join(DEVICES)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-        if not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+
+
+@dataclass(frozen=True)
+class NodesConfig:
+    """Multi-node runs: passed through to torchrun's rendezvous."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs, one typed config per concern; checked so bad input is refused before anything
+    starts. Build it from flat keyword arguments with `run_config(...)`."""
+
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    devices: DeviceConfig = field(default_factory=DeviceConfig)
+    nodes: NodesConfig = field(default_factory=NodesConfig)
+    profile: bool = False  # measure per-stage costs first, write cost.json, predict
+    reference: bool = False  # also run torch.distributed.pipelining's own schedule
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.training.batch_size % self.pipeline.num_microbatches:
+            raise ValueError(
+                f"batch_size {self.training.batch_size} does not split into {self.pipeline.num_microbatches} "
+                f"microbatches; choose a batch size that is a multiple of {self.pipeline.num_microbatches}"
+            )
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
 
     @property
     def microbatch_size(self) -> int:
-        return self.batch_size // self.num_microbatches
+        return self.training.batch_size // self.pipeline.num_microbatches
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
+        """Read config.json: the nested layout, or the flat one of run folders written before it."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a run config must be a JSON object, got {type(data).__name__}")
+        if any(key in data for key in _SECTIONS if key != "model"):
+            known = set(_SECTIONS) | {"profile", "reference", "timeout_s"}
+            unknown = set(data) - known
+            if unknown:
+                raise ValueError(f"unknown run config fields {sorted(unknown)}; valid: {sorted(known)}")
+            flat = {k: v for k, v in data.items() if k not in _SECTIONS}
+            for section in _SECTIONS:
+                value = data.get(section) or {}
+                if not isinstance(value, dict):
+                    raise ValueError(f"run config: {section} must be an object, got {value!r}")
+                flat.update(value) if section != "model" else flat.update(model=value)
+            return run_config(**flat)
+        return run_config(**data)
+
+
+_SECTIONS = {"pipeline": PipelineConfig, "model": ModelConfig, "training": TrainingConfig, "devices": DeviceConfig,
+             "nodes": NodesConfig}
+_FIELDS = {f.name: section for section, cls in _SECTIONS.items() if section != "model" for f in fields(cls)}
+
+
+def run_config(*, model: ModelConfig | dict | None = None, **flat: Any) -> RunConfig:
+    """A RunConfig from flat keyword arguments (schedule=..., num_ranks=..., batch_size=..., device=...),
+    as the CLI, the app and the tests give them; unknown names are refused with the valid ones."""
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS if name != "model"}
+    top: dict[str, Any] = {}
+    for name, value in flat.items():
+        if name in _FIELDS:
+            sections[_FIELDS[name]][name] = value
+        elif name in ("profile", "reference", "timeout_s"):
+            top[name] = value
+        else:
+            valid = sorted([*_FIELDS, "model", "profile", "reference", "timeout_s"])
+            raise ValueError(f"unknown run config field {name!r}; valid: {', '.join(valid)}")
+    if isinstance(model, dict):
+        model = dict(model)
+        if model.get("split_points") is not None:
+            model["split_points"] = tuple(model["split_points"])
+        valid = sorted(f.name for f in fields(ModelConfig))
+        unknown = set(model) - set(valid)
         if unknown:
-            raise ValueError(f"unknown run config fields {sorted(unknown)}; valid: {sorted(known)}")
-        return cls(**data)
+            raise ValueError(f"unknown model fields {sorted(unknown)}; valid: {valid}")
+        model = ModelConfig(**model)
+    built = {name: _SECTIONS[name](**values) for name, values in sections.items()}
+    return RunConfig(model=model or ModelConfig(), **built, **top)
 
 
 def check_split_points(split_points: Sequence[int], num_layers: int, num_stages: int) -> tuple[int, ...]:

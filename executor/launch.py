@@ -1,6 +1,6 @@
 """Start a real run under torchrun, stream its progress, end it cleanly, collect its results.
 
-    handle = start_run(RunConfig(schedule="1f1b", num_ranks=2), runs_root=Path("runs"))
+    handle = start_run(run_config(schedule="1f1b", num_ranks=2), runs_root=Path("runs"))
     handle.progress, handle.events(), handle.log_tail()    # while it runs (the app polls these)
     result = handle.wait()                                 # RunResult, also in runs/NAME/result.json
 
@@ -158,11 +158,12 @@ def step_fraction(event: dict, config: RunConfig) -> float | None:
         return None
     within = min(1.0, (step + 1) / steps)
     profile = PROFILE_SHARE if config.profile else 0.0
-    total = config.warmup_steps + config.steps
+    warmup = config.training.warmup_steps
+    total = warmup + config.training.steps
     segments = {
         "profile": (0.0, profile),
-        "warmup": (profile, (1 - profile) * config.warmup_steps / total),
-        "measure": (profile + (1 - profile) * config.warmup_steps / total, (1 - profile) * config.steps / total),
+        "warmup": (profile, (1 - profile) * warmup / total),
+        "measure": (profile + (1 - profile) * warmup / total, (1 - profile) * config.training.steps / total),
     }
     start, width = segments.get(phase, (0.0, 1.0))
     return start + width * within

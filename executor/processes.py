@@ -35,11 +35,11 @@ def torchrun_command(
     config: RunConfig, run_dir: Path, port: int | None = None, module: str | None = None
 ) -> list[str]:
     """The torchrun argument list; `-u` keeps torchrun's relayed worker lines unbuffered."""
-    endpoint = config.rdzv_endpoint or f"127.0.0.1:{port if port is not None else free_port()}"
+    endpoint = config.nodes.rdzv_endpoint or f"127.0.0.1:{port if port is not None else free_port()}"
     return [
         sys.executable, "-u", "-m", "torch.distributed.run",
-        "--nnodes", str(config.nnodes),
-        "--node-rank", str(config.node_rank),
+        "--nnodes", str(config.nodes.nnodes),
+        "--node-rank", str(config.nodes.node_rank),
         "--nproc-per-node", str(ranks_per_node(config)),
         "--rdzv-backend", "c10d",
         "--rdzv-endpoint", endpoint,
@@ -61,7 +61,7 @@ def run_environment(config: RunConfig) -> dict[str, str]:
     # Workers' stdout goes to files that torchrun tails; block-buffered, each flushed progress line is
     # one write, so the tail never relays half a line (unbuffered, print writes text and newline apart).
     env.pop("PYTHONUNBUFFERED", None)
-    if config.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+    if config.devices.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks_per_node(config)))
     return env
 

@@ -207,7 +207,7 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
     stages = {int(s): m for g in gathered for s, m in g["stages"].items()}
     links = {int(b): m for g in gathered for b, m in g["links"].items()}
     split = schedule.uses_split_backward
-    costs = tuple(stage_cost(stages[s], split, config.recompute) for s in range(schedule.num_stages))
+    costs = tuple(stage_cost(stages[s], split, config.training.recompute) for s in range(schedule.num_stages))
     link_costs = tuple(link_cost(links.get(b)) for b in range(max(schedule.num_stages - 1, 1)))
     optimizer = [g["optimizer_ms"] for g in gathered]
     meta = {
@@ -225,7 +225,7 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
         "repeats": PROFILE_REPEATS,
         "torch_version": torch.__version__,
     }
-    return CostModel(stages=costs, links=link_costs, recompute=config.recompute, source="profile",
+    return CostModel(stages=costs, links=link_costs, recompute=config.training.recompute, source="profile",
                      step_overhead_ms=tuple(optimizer), meta=meta)
 
 

@@ -20,9 +20,9 @@ from pipesim.ir import Schedule
 
 def make_optimizer(config: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """The run's optimizer over `params` (ours and torch's reference use this same factory)."""
-    if config.optimizer == "adam":
-        return torch.optim.Adam(params, lr=config.lr)
-    return torch.optim.SGD(params, lr=config.lr)
+    if config.training.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.training.lr)
+    return torch.optim.SGD(params, lr=config.training.lr)
 
 
 @dataclass
@@ -45,28 +45,29 @@ class Rank:
         stages = self.runtime.runners
         if 0 not in stages and self.schedule.num_stages - 1 not in stages:
             return None, None
-        inputs, targets = make_batch(self.config.model, self.config.batch_size, self.config.seed, step)
-        m, device = self.config.num_microbatches, self.choice.device
+        training = self.config.training
+        inputs, targets = make_batch(self.config.model, training.batch_size, training.seed, step)
+        m, device = self.config.pipeline.num_microbatches, self.choice.device
         return (microbatches(inputs, m, device) if 0 in stages else None,
                 microbatches(targets, m, device) if self.schedule.num_stages - 1 in stages else None)
 
 
 def setup(config: RunConfig, schedule: Schedule) -> Rank:
     rank, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
-    if world != schedule.num_ranks or world != config.num_ranks:
+    if world != schedule.num_ranks or world != config.pipeline.num_ranks:
         raise ValueError(f"torchrun started {world} ranks but the schedule has {schedule.num_ranks} "
-                         f"and the config {config.num_ranks}")
-    if schedule.num_microbatches != config.num_microbatches:
+                         f"and the config {config.pipeline.num_ranks}")
+    if schedule.num_microbatches != config.pipeline.num_microbatches:
         raise ValueError(
-            f"the schedule has {schedule.num_microbatches} microbatches, the config {config.num_microbatches}"
+            f"the schedule has {schedule.num_microbatches} microbatches, the config {config.pipeline.num_microbatches}"
         )
     local_world, local_rank = env_int("LOCAL_WORLD_SIZE", world), env_int("LOCAL_RANK", rank)
-    choice = resolve_backend(config.device, config.backend, local_world, local_rank)
+    choice = resolve_backend(config.devices.device, config.devices.backend, local_world, local_rank)
     control = init_distributed(choice, config.timeout_s)
     transport = Transport(choice, rank, schedule_links(schedule), config.timeout_s)
     transport.warm_up()
-    model = build_rank_model(schedule, config.model, config.seed, config.microbatch_size, rank, choice.device,
-                             config.recompute)
+    model = build_rank_model(schedule, config.model, config.training.seed, config.microbatch_size, rank, choice.device,
+                             config.training.recompute)
     clock = make_clock(choice.device)
     runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, clock,
                               stash_bytes=model.stash_bytes)

@@ -61,7 +61,7 @@ def unavailable_reason(config: RunConfig, schedule: Schedule) -> str | None:
     if tuple(schedule.stage_to_rank) != expected:
         placed = list(schedule.stage_to_rank)
         return f"schedule {schedule.name!r} places stages as {placed}, unlike torch's {list(expected)}"
-    if config.backend == "staged":
+    if config.devices.backend == "staged":
         return "torch.distributed.pipelining sends device tensors directly; it cannot run on backend staged"
     return None
 
@@ -78,7 +78,8 @@ def _build_pipeline(config: RunConfig, schedule: Schedule, rank: int, device):
     schedule_class = getattr(torch_schedules, class_name or "", None)
     if schedule_class is None:
         raise RuntimeError(f"this torch has no {class_name}; upgrade torch for a reference run of {schedule.name}")
-    modules = split_stages(build_model(config.model, config.seed), schedule.num_stages, config.model.split_points)
+    layers = build_model(config.model, config.training.seed)
+    modules = split_stages(layers, schedule.num_stages, config.model.split_points)
     local = schedule.stages_of_rank(rank)
     stages = [PipelineStage(modules[s].to(device), s, schedule.num_stages, device) for s in local]
     loss = loss_fn(config.model)
@@ -105,7 +106,7 @@ class TorchSide:
 
         from executor.model import make_batch
 
-        batch = make_batch(self.config.model, self.config.batch_size, self.config.seed, step)
+        batch = make_batch(self.config.model, self.config.training.batch_size, self.config.training.seed, step)
         inputs, targets = (t.to(self.device) for t in batch)
         mb_losses: list = []
         args = (inputs,) if self.first else ()
@@ -141,14 +142,14 @@ def run_sides(config: RunConfig, rank: int, sides: dict) -> dict[str, dict]:
 
     Per side: (start, end) of each measured step on this rank, and every step's loss.
     """
-    total = config.warmup_steps + config.steps
+    total = config.training.warmup_steps + config.training.steps
     out = {name: {"spans": [], "losses": []} for name in sides}
     names = list(sides)
     for step in range(total):
         order = names if step % 2 == 0 else names[::-1]
         for name in order:
             start, end, loss = sides[name].step(step)
-            if step >= config.warmup_steps:
+            if step >= config.training.warmup_steps:
                 out[name]["spans"].append((start, end))
             out[name]["losses"].append(loss)
         emit("step", rank=rank, step=step, steps=total, phase="reference")
@@ -191,14 +192,14 @@ def _setup(config: RunConfig, schedule: Schedule, side_by_side: bool):
     import torch
     import torch.distributed as dist
 
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.training.seed)
     if side_by_side:
         from executor.rank import setup
 
         ours = setup(config, schedule)
         return ours.rank, ours.choice.device, ours
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if config.device == "cuda" else torch.device("cpu")
+    device = torch.device("cuda", local_rank) if config.devices.device == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
@@ -227,13 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         "torch_version": torch.__version__,
         **gathered["torch"],
         "median_step_ms": statistics.median(gathered["torch"]["step_times_ms"]),
-        "warmup_steps": config.warmup_steps,
+        "warmup_steps": config.training.warmup_steps,
         "side_by_side": ours is not None,
     }
     if ours is not None:
         result["ours_step_times_ms"] = gathered["ours"]["step_times_ms"]
         result["ours_losses"] = gathered["ours"]["losses"]
-    if config.recompute:
+    if config.training.recompute:
         result["note"] = "torch's schedules ran without recomputation"
     if rank == 0:
         write_json(result, run_dir / "reference.json")

@@ -29,7 +29,7 @@ from pipesim.timeline import Timeline
 
 
 def default_name(config: RunConfig) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{config.schedule}-{config.num_ranks}r"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{config.pipeline.schedule}-{config.pipeline.num_ranks}r"
 
 
 def check_name(name: str) -> None:

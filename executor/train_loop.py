@@ -51,7 +51,7 @@ def crash_step() -> int | None:
 
 def train(r: Rank) -> list[dict[str, Any]]:
     crash_at = crash_step()
-    phases = [("warmup", r.config.warmup_steps), ("measure", r.config.steps)]
+    phases = [("warmup", r.config.training.warmup_steps), ("measure", r.config.training.steps)]
     records, step = [], 0
     if r.choice.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(r.choice.device)
@@ -94,8 +94,8 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "step_times_ms": step_times,
         "losses": [rec["loss"] for rec in all_steps],
         "loss_phases": [rec["phase"] for rec in all_steps],
-        "warmup_steps": r.config.warmup_steps,
-        "steps": r.config.steps,
+        "warmup_steps": r.config.training.warmup_steps,
+        "steps": r.config.training.steps,
         "optimizer_ms": [[rec["optimizer_ms"] for rec in m] for m in measured],
         "peak_memory_bytes": [g["peak"] for g in gathered],
         "peak_memory_kind": "cuda max_memory_allocated" if cuda else "tracked stashed activations",

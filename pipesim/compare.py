@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipesim.cost import CostModel
-from pipesim.schedules import build_schedule, schedule_info
+from pipesim.schedules import build_schedule, options_for
 from pipesim.simulate import simulate
 from pipesim.timeline import compute_metrics
 
@@ -38,18 +38,12 @@ class ComparisonRow:
         return asdict(self)
 
 
-def _options_for(name: str, num_virtual_stages: int | None) -> dict[str, Any]:
-    """Pass `num_virtual_stages` only to the families that take it."""
-    if num_virtual_stages is not None and "num_virtual_stages" in schedule_info(name).options:
-        return {"num_virtual_stages": num_virtual_stages}
-    return {}
-
-
 def compare_one(name: str, num_ranks: int, num_microbatches: int, cost: CostModel,
                 num_virtual_stages: int | None = None) -> ComparisonRow:
     """Build, simulate and measure one schedule; a ValueError becomes the row's `error`."""
     try:
-        schedule = build_schedule(name, num_ranks, num_microbatches, **_options_for(name, num_virtual_stages))
+        options = options_for(name, num_virtual_stages=num_virtual_stages)
+        schedule = build_schedule(name, num_ranks, num_microbatches, **options)
         cost = cost.for_stages(schedule.num_stages, num_ranks)
         cost.check_fits(schedule)
         timeline = simulate(schedule, cost)

@@ -15,7 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from executor import launch, run_folder
-from executor.config import RunConfig
+from executor.config import run_config
 from pipesim.cost import CostModel
 from pipesim.cost_file import save_cost
 from pipesim.formats import schedule_to_dict, timeline_to_dict, write_json
@@ -33,7 +33,7 @@ def write_run(root: Path, name: str, status: str = "ok", message: str = "", meas
     """A run folder as the launcher and rank 0 leave it (see executor/config.py)."""
     folder = root / name
     (folder / "logs").mkdir(parents=True)
-    config = RunConfig(schedule="1f1b", num_ranks=2, num_microbatches=4, steps=2, device="cpu", profile=True,
+    config = run_config(schedule="1f1b", num_ranks=2, num_microbatches=4, steps=2, device="cpu", profile=True,
                        reference=reference is not None)
     schedule = build_schedule("1f1b", 2, 4)
     write_json(config.to_dict(), folder / "config.json")
@@ -141,7 +141,8 @@ def test_launcher_refusal_starts_nothing(app: AppTest, runs: Path) -> None:
 def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher: list) -> None:
     app.button(key=SUBMIT).click().run()
     (config, schedule, handle), = fake_launcher
-    assert (config.schedule, config.num_ranks, config.num_microbatches, config.profile) == ("1f1b", 2, 8, True)
+    assert (config.pipeline.schedule, config.pipeline.num_ranks,
+            config.pipeline.num_microbatches, config.profile) == ("1f1b", 2, 8, True)
     assert schedule is None
     assert app.get("progress")[0].value == 50  # the handle's progress, in percent
     assert any("step 2 of 4" in c.value for c in app.code)
@@ -207,4 +208,4 @@ def test_custom_schedule_is_launched_as_sent(app: AppTest, runs: Path, fake_laun
     app.number_input(key="run-batch").set_value(12)  # a multiple of the custom schedule's 6 microbatches
     app.button(key=SUBMIT).click().run()
     (config, schedule, _), = fake_launcher
-    assert schedule == custom and (config.num_ranks, config.num_microbatches) == (3, 6)
+    assert schedule == custom and (config.pipeline.num_ranks, config.pipeline.num_microbatches) == (3, 6)

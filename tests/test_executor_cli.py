@@ -62,7 +62,8 @@ def test_run_prints_json_progress_then_a_summary(tmp_path, monkeypatch, capsys):
     assert any(x.startswith("status   ok") for x in lines)
     assert (out_dir / "result.json").exists()
     config = json.loads((out_dir / "config.json").read_text())
-    assert (config["schedule"], config["model"]["num_layers"], config["model"]["d_model"]) == ("gpipe", 2, 16)
+    model = config["model"]
+    assert (config["pipeline"]["schedule"], model["num_layers"], model["d_model"]) == ("gpipe", 2, 16)
 
 
 def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
@@ -94,7 +95,7 @@ def test_list_and_show(tmp_path, monkeypatch, capsys):
     assert "first" in listing and "second" in listing and "ok" in listing
     assert cli.main(["show", str(root / "first"), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
-    assert shown["status"] == "ok" and shown["config"]["schedule"] == "1f1b"
+    assert shown["status"] == "ok" and shown["config"]["pipeline"]["schedule"] == "1f1b"
     assert cli.main(["show", str(root / "first")]) == 0
     assert "status   ok" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from executor.config import ModelConfig, RunConfig
+from executor.config import ModelConfig, RunConfig, run_config
 from executor.model import (
     balanced_split_points,
     build_model,
@@ -332,7 +332,7 @@ def test_launcher_and_ranks_resolve_devices_alike(device, backend, gpus, monkeyp
     from executor import checks
 
     monkeypatch.setattr(checks, "cuda_device_count", lambda: gpus)
-    config = RunConfig(num_ranks=2, device=device, backend=backend)
+    config = run_config(num_ranks=2, device=device, backend=backend)
     try:
         host = checks._resolve_device(config)
     except ValueError:
@@ -340,9 +340,9 @@ def test_launcher_and_ranks_resolve_devices_alike(device, backend, gpus, monkeyp
             resolve_backend(device, backend, 2, 0, gpu_count=gpus)
         return
     rank = resolve_backend(device, backend, 2, 1, gpu_count=gpus)
-    assert (rank.device.type, rank.transport) == (host.device, host.backend)
+    assert (rank.device.type, rank.transport) == (host.devices.device, host.devices.backend)
     # a rank reading the resolved config (what config.json records) makes the same choice again
-    again = resolve_backend(host.device, host.backend, 2, 1, gpu_count=gpus)
+    again = resolve_backend(host.devices.device, host.devices.backend, 2, 1, gpu_count=gpus)
     assert again == rank
 
 
@@ -359,3 +359,26 @@ def test_profile_conversions():
     assert link.transfer_ms(4.0 + 1e6) == pytest.approx(1.1) and link.transfer_ms(4.0) == pytest.approx(0.1)
     assert link_cost({"small_ms": 0.3, "small_bytes": 4.0, "large_ms": 0.2, "large_bytes": 400.0}).latency_ms == 0.2
     assert link_cost(None).transfer_ms(1e9) == 0.0
+
+
+def test_run_config_is_one_config_per_concern_and_reads_old_folders():
+    """config.json is nested by concern; a flat one (run folders from before) still loads; bad values refused."""
+    config = run_config(schedule="zbv", num_ranks=2, num_microbatches=4, batch_size=8, lr=0.5, device="cpu",
+                        nnodes=1, profile=True)
+    data = config.to_dict()
+    assert set(data) == {"pipeline", "model", "training", "devices", "nodes", "profile", "reference", "timeout_s"}
+    assert data["pipeline"]["schedule"] == "zbv" and data["training"]["lr"] == 0.5
+    assert data["devices"]["device"] == "cpu"
+    assert RunConfig.from_dict(data) == config
+    flat = {"schedule": "zbv", "num_ranks": 2, "num_microbatches": 4, "batch_size": 8, "lr": 0.5, "device": "cpu",
+            "profile": True, "model": {"kind": "transformer", "split_points": None}}
+    assert RunConfig.from_dict(flat) == config
+    assert config.microbatch_size == 2
+    for bad, message in [({"batch_size": 0}, "batch_size must be a positive integer"),
+                         ({"batch_size": -4}, "batch_size must be a positive integer"),
+                         ({"lr": float("nan")}, "lr must be a finite number > 0"),
+                         ({"batch_size": 6}, "does not split into 4"),
+                         ({"speed": 3}, "unknown run config field 'speed'"),
+                         ({"device": "tpu"}, "valid: auto, cpu, cuda")]:
+        with pytest.raises(ValueError, match=message):
+            run_config(**{"num_microbatches": 4, "batch_size": 8, **bad})

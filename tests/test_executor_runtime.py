@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig
+from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig, run_config
 from pipesim.cost_file import load_cost
 from pipesim.formats import read_json, schedule_to_dict, timeline_from_dict, write_json
 from pipesim.lower import comm_plan, needed_message
@@ -97,7 +97,7 @@ def start_worker_run(run_dir: Path, config: RunConfig, schedule) -> subprocess.C
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(config.to_dict(), run_dir / "config.json")
     write_json(schedule_to_dict(schedule), run_dir / "schedule.json")
-    return torchrun(config.num_ranks, ["-m", "executor.worker", "--run-dir", str(run_dir)], timeout=300)
+    return torchrun(config.pipeline.num_ranks, ["-m", "executor.worker", "--run-dir", str(run_dir)], timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def worker_run(tmp_path_factory):
     """zbv on 2 ranks: split backward, a local hand-over (stages 1-2) and cross-rank transfers; with profile."""
     model = ModelConfig(kind="transformer", vocab_size=64, d_model=32, num_heads=2, ffn_size=64, num_layers=4,
                         seq_len=16)
-    config = RunConfig(schedule="zbv", num_ranks=2, num_microbatches=4, model=model, batch_size=8, steps=3,
+    config = run_config(schedule="zbv", num_ranks=2, num_microbatches=4, model=model, batch_size=8, steps=3,
                        warmup_steps=1, profile=True, device="cpu", optimizer="adam", lr=1e-3)
     schedule = build_schedule("zbv", 2, 4)
     run_dir = tmp_path_factory.mktemp("runs") / "zbv"
@@ -119,8 +119,8 @@ def test_measured_timeline_holds_every_action_once_per_step(worker_run):
     data = read_json(run_dir / "measured.json")
     timeline = timeline_from_dict(data)
     assert timeline.source == "measured" and timeline.num_ranks == 2
-    assert sorted({s.step for s in timeline.spans}) == list(range(config.steps))
-    for step in range(config.steps):
+    assert sorted({s.step for s in timeline.spans}) == list(range(config.training.steps))
+    for step in range(config.training.steps):
         for rank in range(2):
             spans = [s for s in timeline.spans if s.step == step and s.rank == rank]
             assert sorted(str(s.action) for s in spans) == sorted(str(a) for a in schedule.actions[rank])
@@ -136,7 +136,7 @@ def test_consumers_start_after_their_producers_end(worker_run):
     spans = {(s.step, str(s.action)): s for s in timeline.spans}
     plan = comm_plan(schedule)  # pipesim's lowering says who produces what each action needs
     checked = 0
-    for step in range(config.steps):
+    for step in range(config.training.steps):
         for actions in schedule.actions:
             for action in actions:
                 key = needed_message(action, schedule.num_stages)
@@ -152,9 +152,9 @@ def test_consumers_start_after_their_producers_end(worker_run):
 def test_measured_summary_and_comm_waits(worker_run):
     config, _, run_dir, _ = worker_run
     data = read_json(run_dir / "measured.json")
-    assert len(data["step_times_ms"]) == config.steps and all(t > 0 for t in data["step_times_ms"])
-    assert len(data["losses"]) == config.warmup_steps + config.steps
-    assert data["loss_phases"] == ["warmup"] * config.warmup_steps + ["measure"] * config.steps
+    assert len(data["step_times_ms"]) == config.training.steps and all(t > 0 for t in data["step_times_ms"])
+    assert len(data["losses"]) == config.training.warmup_steps + config.training.steps
+    assert data["loss_phases"] == ["warmup"] * config.training.warmup_steps + ["measure"] * config.training.steps
     assert all(math.isfinite(x) for x in data["losses"])
     assert len(data["peak_memory_bytes"]) == 2 and all(b > 0 for b in data["peak_memory_bytes"])
     assert data["backend"] == "gloo" and data["device"] == "cpu"
@@ -186,8 +186,8 @@ def test_progress_lines(worker_run):
         mine = [e for e in events if e.get("rank") == rank]
         assert mine[0]["event"] == "started" and mine[-1]["event"] == "done"
         measure = [e for e in mine if e["event"] == "step" and e["phase"] == "measure"]
-        assert [e["step"] for e in measure] == list(range(config.steps))
-        assert all(e["steps"] == config.steps for e in measure)
+        assert [e["step"] for e in measure] == list(range(config.training.steps))
+        assert all(e["steps"] == config.training.steps for e in measure)
         assert any(e["event"] == "step" and e["phase"] == "profile" for e in mine)
 
 
@@ -196,7 +196,7 @@ def test_gpu_run(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    config = RunConfig(schedule="1f1b", num_ranks=2, num_microbatches=4, batch_size=8, steps=2, warmup_steps=1,
+    config = run_config(schedule="1f1b", num_ranks=2, num_microbatches=4, batch_size=8, steps=2, warmup_steps=1,
                        device="cuda", profile=True)
     result = start_worker_run(tmp_path / "gpu", config, build_schedule("1f1b", 2, 4))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -21,13 +21,13 @@ from pipesim.formats import (
     timeline_to_chrome_trace,
 )
 from pipesim.ir import Action, B, F, I, W
-from pipesim.schedules import build_schedule, schedule_info, schedule_names
+from pipesim.schedules import build_schedule, options_for, schedule_names
 from pipesim.simulate import simulate
 from pipesim.timeline import CommSpan, Span, Timeline
 
 
 def _small(name: str):
-    options = {"num_virtual_stages": 2} if "num_virtual_stages" in schedule_info(name).options else {}
+    options = options_for(name, num_virtual_stages=2)
     return build_schedule(name, 2, 4, **options)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from executor import checks, launch, predict, processes, run_folder
-from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig
+from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig, run_config
 from executor.run_folder import list_runs, load_run
 from pipesim.cost import CostModel
 from pipesim.cost_file import save_cost
@@ -34,7 +34,7 @@ TINY = ModelConfig(num_layers=2, d_model=32, num_heads=2, ffn_size=64, seq_len=1
 def cpu_config(**changes) -> RunConfig:
     base = dict(schedule="1f1b", num_ranks=2, num_microbatches=4, batch_size=8, model=TINY, device="cpu",
                 steps=2, warmup_steps=1, timeout_s=120)  # fmt: skip
-    return RunConfig(**{**base, **changes})
+    return run_config(**{**base, **changes})
 
 
 class PopenSpy:
@@ -160,7 +160,7 @@ def test_nccl_with_too_few_gpus_suggests_staged(tmp_path, monkeypatch):
         launch.start_run(cpu_config(device="cuda", backend="nccl"), runs_root=tmp_path)
     assert list(tmp_path.iterdir()) == []
     resolved, _ = launch.check_run(cpu_config(device="auto", backend="auto"))
-    assert (resolved.device, resolved.backend) == ("cuda", "staged")
+    assert (resolved.devices.device, resolved.devices.backend) == ("cuda", "staged")
 
 
 def test_taken_names(tmp_path, monkeypatch):
@@ -196,7 +196,7 @@ def test_successful_command_streams_events_and_writes_the_folder(tmp_path, monke
     assert {"config.json", "schedule.json", "result.json", "logs"} <= {p.name for p in run_dir.iterdir()}
     assert "plain output" in (run_dir / "logs" / "rank1.log").read_text()
     assert "launcher says hi" in (run_dir / "logs" / "launcher.log").read_text()
-    assert RunConfig.from_dict(json.loads((run_dir / "config.json").read_text())).backend == "gloo"
+    assert RunConfig.from_dict(json.loads((run_dir / "config.json").read_text())).devices.backend == "gloo"
 
 
 SPAWN_AND_HANG = (

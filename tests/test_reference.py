@@ -10,23 +10,23 @@ import sys
 import pytest
 
 from executor import launch, processes
-from executor.config import ModelConfig, RunConfig
+from executor.config import ModelConfig, RunConfig, run_config
 from executor.reference import TORCH_SCHEDULES, torch_schedule_name, unavailable_reason
 from pipesim.formats import schedule_to_dict, write_json
 from pipesim.ir import make_schedule
-from pipesim.schedules import build_schedule, schedule_names
+from pipesim.schedules import build_schedule, options_for, schedule_names
 
 TINY = ModelConfig(num_layers=2, d_model=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)
 
 
 def options(name: str) -> dict:
-    return {"num_virtual_stages": 2} if name in ("interleaved-1f1b", "looped-bfs") else {}
+    return options_for(name, num_virtual_stages=2)
 
 
 @pytest.mark.parametrize("name", schedule_names())
 def test_every_schedule_has_a_reference_or_says_why_not(name):
     schedule = build_schedule(name, 2, 4, **options(name))
-    reason = unavailable_reason(RunConfig(schedule=name, device="cpu"), schedule)
+    reason = unavailable_reason(run_config(schedule=name, device="cpu"), schedule)
     if name in TORCH_SCHEDULES:
         assert reason is None
         assert torch_schedule_name(name.upper()).startswith("Schedule")
@@ -50,13 +50,13 @@ def test_torch_classes_exist_in_this_torch():
 def test_other_placement_or_staged_backend_has_no_reference():
     good = build_schedule("1f1b", 2, 4)
     moved = make_schedule("1f1b", 2, 4, (1, 0), [good.actions[1], good.actions[0]])
-    assert "places stages" in unavailable_reason(RunConfig(device="cpu"), moved)
-    assert "staged" in unavailable_reason(RunConfig(device="cuda", backend="staged"), good)
+    assert "places stages" in unavailable_reason(run_config(device="cpu"), moved)
+    assert "staged" in unavailable_reason(run_config(device="cuda", backend="staged"), good)
 
 
 def test_launcher_records_when_there_is_no_reference(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "torchrun_command", lambda config, run_dir, **_: [sys.executable, "-c", "pass"])
-    config = RunConfig(schedule="naive", num_ranks=2, num_microbatches=2, batch_size=4, device="cpu", reference=True)
+    config = run_config(schedule="naive", num_ranks=2, num_microbatches=2, batch_size=4, device="cpu", reference=True)
     result = launch.run(config, runs_root=tmp_path)
     assert result.status == "ok"
     assert result.reference["torch_schedule"] is None and "no schedule equivalent" in result.reference["error"]
@@ -73,12 +73,12 @@ def plain_training_losses(config: RunConfig) -> list[float]:
 
     from executor.model import build_model, loss_fn, make_batch, microbatch
 
-    model = nn.Sequential(*build_model(config.model, config.seed))
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
-    criterion, m = loss_fn(config.model), config.num_microbatches
+    model = nn.Sequential(*build_model(config.model, config.training.seed))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.training.lr)
+    criterion, m = loss_fn(config.model), config.pipeline.num_microbatches
     losses = []
-    for step in range(config.warmup_steps + config.steps):
-        x, y = make_batch(config.model, config.batch_size, config.seed, step)
+    for step in range(config.training.warmup_steps + config.training.steps):
+        x, y = make_batch(config.model, config.training.batch_size, config.training.seed, step)
         loss = sum(criterion(model(microbatch(x, i, m)), microbatch(y, i, m)) for i in range(m)) / m
         loss.backward()
         optimizer.step()
@@ -89,7 +89,7 @@ def plain_training_losses(config: RunConfig) -> list[float]:
 
 @pytest.mark.torchrun
 def test_reference_trains_like_the_plain_model(tmp_path):
-    config = RunConfig(schedule="gpipe", num_ranks=1, num_microbatches=2, batch_size=4, device="cpu",
+    config = run_config(schedule="gpipe", num_ranks=1, num_microbatches=2, batch_size=4, device="cpu",
                        backend="gloo", model=TINY, steps=2, warmup_steps=1, lr=0.1)  # fmt: skip
     write_json(config.to_dict(), tmp_path / "config.json")
     write_json(schedule_to_dict(build_schedule("gpipe", 1, 2)), tmp_path / "schedule.json")

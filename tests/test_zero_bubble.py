@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from pipesim.cost import CostModel, StageCost
 from pipesim.formats import schedule_to_csv
 from pipesim.ir import B, F, I, v_placement
-from pipesim.schedules import build_schedule, schedule_info, schedule_names
+from pipesim.schedules import build_schedule, options_for, schedule_info, schedule_names
 from pipesim.schedules.looped import looped_bfs
 from pipesim.schedules.v_shapes import dualpipev
 from pipesim.simulate import simulate
@@ -65,7 +65,7 @@ def _own_span_idle(tl: Timeline) -> list[float]:
 
 
 def _options(name: str) -> dict:
-    return {"num_virtual_stages": 2} if "num_virtual_stages" in schedule_info(name).options else {}
+    return options_for(name, num_virtual_stages=2)
 
 
 # --- registry ----------------------------------------------------------------------

@@ -56,6 +56,14 @@ def schedule_info(name: str) -> ScheduleInfo:
     return registry[key]
 
 
+def options_for(name: str, *, num_virtual_stages: int | None = None) -> dict[str, object]:
+    """The options among those a caller offers that family `name` takes (chunks per rank only where the
+    family lets the caller choose them). Every page, the CLI and the comparison ask here."""
+    if num_virtual_stages is not None and schedule_info(name).takes_chunks:
+        return {"num_virtual_stages": num_virtual_stages}
+    return {}
+
+
 def build_schedule(name: str, num_ranks: int, num_microbatches: int, **options: object) -> Schedule:
     """Build schedule `name`; options a family does not take are refused by name."""
     info = schedule_info(name)

@@ -32,7 +32,7 @@ from executor.teardown import finish  # noqa: E402
 from executor.timing import HostClock  # noqa: E402
 from executor.transport import BackendChoice, Transport  # noqa: E402
 from pipesim.ir import Schedule  # noqa: E402
-from pipesim.schedules import build_schedule, schedule_info, schedule_names  # noqa: E402
+from pipesim.schedules import build_schedule, options_for, schedule_names  # noqa: E402
 
 SEED = 3
 CPU = torch.device("cpu")
@@ -52,7 +52,7 @@ def schedules(world: int, microbatches_: int) -> dict[str, Schedule | str]:
     """Every registered schedule for `world` ranks; a string says why one does not build."""
     built: dict[str, Schedule | str] = {}
     for name in schedule_names():
-        options = {"num_virtual_stages": 2} if "num_virtual_stages" in schedule_info(name).options else {}
+        options = options_for(name, num_virtual_stages=2)
         try:
             built[name] = build_schedule(name, world, microbatches_, **options)
         except ValueError as error:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from pipesim.ir import Schedule
-from pipesim.schedules import build_schedule, schedule_info, schedule_names
+from pipesim.schedules import build_schedule, options_for, schedule_names
 
 
 def _always(p: int, m: int) -> bool:
@@ -42,7 +42,7 @@ def must_build(name: str, num_ranks: int, num_microbatches: int) -> bool:
 
 def build_checked(name: str, num_ranks: int, num_microbatches: int, chunks: int = 2) -> Schedule:
     """Build a size the family promises; any error fails the calling test with the sizes named."""
-    options = {"num_virtual_stages": chunks} if schedule_info(name).takes_chunks else {}
+    options = options_for(name, num_virtual_stages=chunks)
     try:
         return build_schedule(name, num_ranks, num_microbatches, **options)
     except Exception as error:  # noqa: BLE001 - a promised size that does not build is a test failure
