@@ -3,30 +3,30 @@
 import pandas as pd
 import streamlit as st
 
-from app_pages import common as ui
+from app_pages import cached, cost_inputs, state, widgets
 from pipesim import charts_compare
 from pipesim.schedules import schedule_names
 
-ui.init_state()
+state.init_state()
 st.title("Compare schedules")
 
 PREFERRED = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
 
 with st.sidebar:
-    source = ui.cost_source_picker("cmp")
+    source = cost_inputs.cost_source_picker("cmp")
     with st.form("cmp-form"):
         names = schedule_names()
         chosen = st.multiselect("Schedules", names, default=[n for n in PREFERRED if n in names], key="cmp-schedules")
         left, right = st.columns(2)
-        ranks = left.number_input("Ranks", 1, None, ui.DEFAULT_RANKS, key="cmp-ranks")
-        microbatches = right.number_input("Microbatches", 1, None, ui.DEFAULT_MICROBATCHES, key="cmp-microbatches")
-        chunks = st.number_input("Chunks per rank", 2, 16, ui.DEFAULT_CHUNKS, key="cmp-chunks",
+        ranks = left.number_input("Ranks", 1, None, state.DEFAULT_RANKS, key="cmp-ranks")
+        microbatches = right.number_input("Microbatches", 1, None, state.DEFAULT_MICROBATCHES, key="cmp-microbatches")
+        chunks = st.number_input("Chunks per rank", 2, 16, state.DEFAULT_CHUNKS, key="cmp-chunks",
                                  help="For interleaved-1f1b and looped-bfs")
         st.divider()
         st.caption("Costs describe the model cut into one stage per rank. Schedules with several chunks "
                    "per rank (interleaved, V shapes) run the same model cut finer: each chunk takes its share "
                    "of the time and memory, so every row trains the same model.")
-        spec = ui.cost_fields("cmp", source, int(ranks))
+        spec = cost_inputs.cost_fields("cmp", source, int(ranks))
         st.form_submit_button("Compare", type="primary", width="stretch")
 
 if not chosen:
@@ -34,10 +34,10 @@ if not chosen:
     st.stop()
 
 try:
-    cost = ui.cost_model(spec)
-    rows = ui.comparison(tuple(chosen), int(ranks), int(microbatches), cost, int(chunks))
+    cost = cost_inputs.cost_model(spec)
+    rows = cached.comparison(tuple(chosen), int(ranks), int(microbatches), cost, int(chunks))
 except ValueError as error:
-    ui.show_error(error, "Cannot compare")
+    widgets.show_error(error, "Cannot compare")
     st.stop()
 
 failed = [row for row in rows if row.error is not None]
@@ -64,26 +64,26 @@ st.dataframe(
     },
 )
 
-sig = ui.signature(tuple(chosen), int(ranks), int(microbatches), int(chunks), hash(cost))
+sig = state.signature(tuple(chosen), int(ranks), int(microbatches), int(chunks), hash(cost))
 left, right = st.columns(2)
 with left:
     bars = charts_compare.comparison_figure(rows)
     st.plotly_chart(bars, key="cmp-bars", config={"displaylogo": False})
-    ui.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
+    widgets.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
 with right:
     tradeoff = charts_compare.tradeoff_figure(rows)
     st.plotly_chart(tradeoff, key="cmp-tradeoff", config={"displaylogo": False})
-    ui.figure_downloads(tradeoff, "tradeoff", "cmp-tradeoff-export", sig)
+    widgets.figure_downloads(tradeoff, "tradeoff", "cmp-tradeoff-export", sig)
 
 st.subheader("Gantt chart of one of them")
 pick = st.selectbox("Schedule", [row.schedule for row in good], key="cmp-gantt-pick")
 try:
-    schedule = ui.registered_schedule(pick, int(ranks), int(microbatches), int(chunks))
+    schedule = cached.registered_schedule(pick, int(ranks), int(microbatches), int(chunks))
     pick_cost = cost.for_stages(schedule.num_stages, int(ranks))  # the cut the comparison used
-    ui.simulation(schedule, pick_cost)  # a clear error before drawing
+    cached.simulation(schedule, pick_cost)  # a clear error before drawing
 except ValueError as error:
-    ui.show_error(error, f"Cannot simulate {pick}")
+    widgets.show_error(error, f"Cannot simulate {pick}")
     st.stop()
-gantt = ui.gantt_chart(schedule, pick_cost)
+gantt = cached.gantt_chart(schedule, pick_cost)
 st.plotly_chart(gantt, key="cmp-gantt", config={"displaylogo": False})
-ui.figure_downloads(gantt, f"{pick}-gantt", "cmp-gantt-export", ui.signature(sig, pick))
+widgets.figure_downloads(gantt, f"{pick}-gantt", "cmp-gantt-export", state.signature(sig, pick))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app_pages.common import HASH_FUNCS
+from app_pages.cached import HASH_FUNCS
 from pipesim.ir import Action, Schedule
 from pipesim.simulate import find_deadlock
 from pipesim.validate import find_problems

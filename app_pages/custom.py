@@ -2,13 +2,13 @@
 
 import streamlit as st
 
-from app_pages import common as ui
+from app_pages import cached, cost_inputs, state, widgets
 from app_pages import csv_table as table
 from pipesim import formats
 from pipesim.formats import CsvError
 from pipesim.schedules import schedule_names
 
-ui.init_state()
+state.init_state()
 
 
 def _replace_schedule(text: str) -> None:
@@ -19,7 +19,7 @@ def _replace_schedule(text: str) -> None:
 
 
 if st.session_state["custom_csv"] is None:
-    _replace_schedule(formats.schedule_to_csv(ui.registered_schedule("1f1b", 2, 4)))
+    _replace_schedule(formats.schedule_to_csv(cached.registered_schedule("1f1b", 2, 4)))
 st.session_state.setdefault("custom_base", st.session_state["custom_csv"])
 st.session_state.setdefault("custom_upload_id", None)
 
@@ -28,7 +28,7 @@ st.caption("One row per rank, one cell per action in that rank's order (`2F0`: s
            "kinds F, B, I, W; an empty cell is an idle slot) - the `compute_only` CSV of "
            "torch.distributed.pipelining (`_dump_csv` / `_load_csv`).")
 
-TEMPLATES = {"deadlock example": ui.DEADLOCK_EXAMPLE_CSV, "broken example": ui.BROKEN_EXAMPLE_CSV}
+TEMPLATES = {"deadlock example": state.DEADLOCK_EXAMPLE_CSV, "broken example": state.BROKEN_EXAMPLE_CSV}
 load, upload_col, paste_col = st.columns(3)
 with load.popover("Start from a template", icon=":material/library_add:", width="stretch"):
     with st.form("custom-template"):
@@ -39,9 +39,9 @@ with load.popover("Start from a template", icon=":material/library_add:", width=
         if st.form_submit_button("Load", type="primary"):
             try:
                 text = TEMPLATES.get(template) or formats.schedule_to_csv(
-                    ui.registered_schedule(template, int(t_ranks), int(t_microbatches), 2))
+                    cached.registered_schedule(template, int(t_ranks), int(t_microbatches), 2))
             except ValueError as error:
-                ui.show_error(error, f"Cannot build {template}")
+                widgets.show_error(error, f"Cannot build {template}")
             else:
                 _replace_schedule(text)
 with upload_col.popover("Upload a CSV", icon=":material/upload:", width="stretch"):
@@ -62,19 +62,19 @@ text = table.grid_csv(edited)
 st.session_state["custom_csv"] = text  # the edited table is the schedule every page sees
 
 try:
-    schedule = ui.csv_schedule(text)
+    schedule = cached.csv_schedule(text)
     problems = table.schedule_problems(schedule, text)
 except CsvError as error:
     schedule, problems = None, [table.Problem(str(error), error.row, error.column)]
 except ValueError as error:  # too large for the app
-    ui.show_error(error, "Cannot use this schedule")
+    widgets.show_error(error, "Cannot use this schedule")
     st.stop()
 
 if problems:
     deadlock = all(p.kind == "deadlock" for p in problems)
     if deadlock:
         st.error("**Deadlock**: the highlighted actions wait on each other in a cycle; "
-                 + (ui.deadlock_explanation(schedule) or ""), icon=":material/block:")
+                 + (cached.deadlock_explanation(schedule) or ""), icon=":material/block:")
         st.page_link("app_pages/dag.py", label="See the cycle in the dependency graph (DAG page, custom schedule)",
                      icon=":material/account_tree:")
     else:
@@ -89,25 +89,26 @@ if problems:
 st.success(f"Valid: {schedule.describe()}", icon=":material/check_circle:")
 
 with st.sidebar:
-    source = ui.cost_source_picker("custom")
+    source = cost_inputs.cost_source_picker("custom")
     with st.form("custom-cost-form"):
-        spec = ui.cost_fields("custom", source, schedule.num_stages)
+        spec = cost_inputs.cost_fields("custom", source, schedule.num_stages)
         st.form_submit_button("Simulate", type="primary", width="stretch")
 
 try:
-    cost = ui.cost_model(spec)
-    timeline, metrics = ui.simulation(schedule, cost)
+    cost = cost_inputs.cost_model(spec)
+    timeline, metrics = cached.simulation(schedule, cost)
 except ValueError as error:
-    ui.show_error(error, "Cannot simulate")
+    widgets.show_error(error, "Cannot simulate")
     st.stop()
 
 if st.button("Run this schedule for real", icon=":material/play_circle:", key="custom-send"):
     st.session_state["run_schedule"] = schedule
-    st.session_state["run-schedule"] = ui.CUSTOM_SCHEDULE_LABEL  # preselected on the Run page
+    st.session_state["run-schedule"] = state.CUSTOM_SCHEDULE_LABEL  # preselected on the Run page
     st.switch_page("app_pages/run.py")
 
-ui.metric_cards(metrics)
-gantt = ui.gantt_chart(schedule, cost)
+widgets.metric_cards(metrics)
+gantt = cached.gantt_chart(schedule, cost)
 st.plotly_chart(gantt, key="custom-gantt", config={"displaylogo": False})
-ui.figure_downloads(gantt, "custom-gantt", "custom-gantt-export", ui.signature(ui.schedule_key(schedule), hash(cost)))
-ui.data_downloads(timeline, schedule, metrics, "custom", "custom-data")
+sig = state.signature(cached.schedule_key(schedule), hash(cost))
+widgets.figure_downloads(gantt, "custom-gantt", "custom-gantt-export", sig)
+widgets.data_downloads(timeline, schedule, metrics, "custom", "custom-data")

@@ -2,13 +2,13 @@
 
 import streamlit as st
 
-from app_pages import common as ui
+from app_pages import cached, state, widgets
 from app_pages import csv_table as table
 from pipesim import charts_dag
 from pipesim.cost import CostModel
 from pipesim.schedules import schedule_names
 
-ui.init_state()
+state.init_state()
 st.title("Dependency graph")
 st.caption(f"Drawn for small schedules only (at most {charts_dag.MAX_DAG_ACTIONS} actions) so the browser stays "
            "responsive; use the Gantt chart on the Simulate page for large ones.")
@@ -20,11 +20,11 @@ with st.sidebar:
     with st.form("dag-form"):
         if origin == SOURCES[0]:
             names = schedule_names()
-            name = st.selectbox("Schedule", names, index=names.index(ui.DEFAULT_SCHEDULE), key="dag-schedule")
+            name = st.selectbox("Schedule", names, index=names.index(state.DEFAULT_SCHEDULE), key="dag-schedule")
             left, right = st.columns(2)
             ranks = left.number_input("Ranks", 1, None, 3, key="dag-ranks")
             microbatches = right.number_input("Microbatches", 1, None, 4, key="dag-microbatches")
-            chunks = st.number_input("Chunks per rank", 1, 16, ui.DEFAULT_CHUNKS, key="dag-chunks")
+            chunks = st.number_input("Chunks per rank", 1, 16, state.DEFAULT_CHUNKS, key="dag-chunks")
         left, right = st.columns(2)
         forward = left.number_input("F (ms)", 0.0, 1e6, 1.0, 0.1, key="dag-f")
         backward = right.number_input("B (ms)", 0.0, 1e6, 2.0, 0.1, key="dag-b")
@@ -33,18 +33,18 @@ with st.sidebar:
 
 try:
     if origin == SOURCES[0]:
-        schedule = ui.registered_schedule(name, int(ranks), int(microbatches), int(chunks))
+        schedule = cached.registered_schedule(name, int(ranks), int(microbatches), int(chunks))
     elif origin == SOURCES[1]:
         if not st.session_state["custom_csv"]:
             st.info("No custom schedule yet: write or upload one on the Custom schedule page.")
             st.page_link("app_pages/custom.py", label="Open the Custom schedule page", icon=":material/edit_note:")
             st.stop()
-        schedule = ui.csv_schedule(st.session_state["custom_csv"])
+        schedule = cached.csv_schedule(st.session_state["custom_csv"])
     else:
-        schedule = ui.csv_schedule(ui.DEADLOCK_EXAMPLE_CSV, name="deadlock example")
+        schedule = cached.csv_schedule(state.DEADLOCK_EXAMPLE_CSV, name="deadlock example")
     cost = CostModel.uniform(forward, max(backward, 0.0), comm_ms=comm)
 except ValueError as error:
-    ui.show_error(error, "Cannot build the schedule")
+    widgets.show_error(error, "Cannot build the schedule")
     st.stop()
 
 if schedule.num_actions > charts_dag.MAX_DAG_ACTIONS:
@@ -58,23 +58,23 @@ if structural:
              + "\n".join(f"- {p.message}" for p in structural[:10]))
     st.stop()
 
-cycle = ui.deadlock_cycle(schedule)
+cycle = cached.deadlock_cycle(schedule)
 path = None
 if cycle:
     st.error("**Deadlock.** These actions wait on each other in a cycle (red), so no rank can go on: "
-             + (ui.deadlock_explanation(schedule) or ""), icon=":material/block:")
+             + (cached.deadlock_explanation(schedule) or ""), icon=":material/block:")
 else:
     show_path = st.toggle("Highlight the critical path", value=True, key="dag-critical")
-    path = ui.critical_actions(schedule, cost) if show_path else None
+    path = cached.critical_actions(schedule, cost) if show_path else None
     if path:
         st.caption("Critical path: " + " → ".join(map(str, path)))
 
 try:
-    figure = ui.dag_chart(schedule, cost, path is not None)
+    figure = cached.dag_chart(schedule, cost, path is not None)
 except ValueError as error:
-    ui.show_error(error, "Cannot draw the graph")
+    widgets.show_error(error, "Cannot draw the graph")
     st.stop()
 st.caption(schedule.describe() + " · solid: data dependency · dashed grey: order on the same rank")
 st.plotly_chart(figure, key="dag-figure", config={"displaylogo": False})
-ui.figure_downloads(figure, f"{schedule.name}-dag", "dag-export",
-                    ui.signature(ui.schedule_key(schedule), hash(cost), path is not None))
+widgets.figure_downloads(figure, f"{schedule.name}-dag", "dag-export",
+                    state.signature(cached.schedule_key(schedule), hash(cost), path is not None))

@@ -6,13 +6,13 @@ torch is never imported here: executor.launch starts the ranks as separate proce
 import pandas as pd
 import streamlit as st
 
-from app_pages import common as ui
+from app_pages import runs, state, widgets
 from executor import launch, run_folder
 from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, run_config
 from pipesim import charts, overlay
 from pipesim.schedules import options_for, schedule_info, schedule_names
 
-ui.init_state()
+state.init_state()
 st.title("Run a schedule for real")
 st.caption("Runs the very same schedule under torchrun (CPU with gloo, or CUDA GPUs) and lays the measured "
            "timeline over the simulated one. A profile run measures each stage first, so the simulation "
@@ -28,7 +28,7 @@ MODEL_SIZES = {
     "medium": {"d_model": 256, "num_heads": 8, "ffn_size": 1024, "seq_len": 128, "vocab_size": 4000,
                "cnn_channels": 64, "cnn_fc_size": 512},
 }
-CUSTOM = ui.CUSTOM_SCHEDULE_LABEL
+CUSTOM = state.CUSTOM_SCHEDULE_LABEL
 
 handle = st.session_state["run_handle"]
 custom = st.session_state["run_schedule"]
@@ -84,9 +84,9 @@ if submitted and not running:
             timeout_s=float(timeout),
         )
         with st.spinner("Checking the run and starting torchrun…"):
-            handle = launch.start_run(config, ui.runs_root(), schedule=custom if use_custom else None)
+            handle = launch.start_run(config, state.runs_root(), schedule=custom if use_custom else None)
     except ValueError as error:  # refused before anything started: nothing is lost
-        ui.show_error(error, "Cannot start the run")
+        widgets.show_error(error, "Cannot start the run")
     else:
         st.session_state["run_handle"] = handle
         st.session_state["selected_run"] = None
@@ -147,7 +147,7 @@ def show_result(result) -> None:
     cards[2].metric("Prediction error", "n/a" if result.prediction_error is None else f"{result.prediction_error:+.1%}",
                     help="(predicted - measured) / measured")
     if result.peak_memory_bytes:
-        cards[3].metric("Peak memory (max rank)", ui.format_bytes(max(result.peak_memory_bytes)))
+        cards[3].metric("Peak memory (max rank)", widgets.format_bytes(max(result.peak_memory_bytes)))
 
     steps = overlay.steps_of(measured)
     step = None
@@ -155,15 +155,15 @@ def show_result(result) -> None:
         step = st.columns(4)[0].selectbox("Measured step", steps, index=len(steps) - 1,
                                           key=f"run-step-{result.run_dir.name}",
                                           help="The first step usually pays warm-up costs")
-    sig = ui.signature(str(result.run_dir), step)
+    sig = state.signature(str(result.run_dir), step)
     if result.simulated is not None:
         figure = charts.overlay_figure(result.simulated, measured, step=step)
     else:
         st.info("No simulation to compare with: launch with 'Profile first, then predict' to get one.")
         figure = charts.gantt_figure(overlay.pick_step(measured, step), title=f"{result.run_dir.name} (measured)")
     st.plotly_chart(figure, key="run-overlay", config={"displaylogo": False})
-    ui.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
-    ui.data_downloads(overlay.pick_step(measured, step), result.schedule, None, f"{result.run_dir.name}-measured",
+    widgets.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
+    widgets.data_downloads(overlay.pick_step(measured, step), result.schedule, None, f"{result.run_dir.name}-measured",
                       "run-data")
 
     left, right = st.columns(2)
@@ -221,18 +221,18 @@ if st.session_state["selected_run"]:
     try:
         show_result(run_folder.load_run(st.session_state["selected_run"]))
     except ValueError as error:
-        ui.show_error(error, "Cannot open the run")
+        widgets.show_error(error, "Cannot open the run")
 
 st.divider()
 st.subheader("Earlier runs")
-runs = ui.run_list(str(ui.runs_root()))
+runs = runs.run_list(str(state.runs_root()))
 if not runs:
-    st.caption(f"No runs yet under {ui.runs_root()}/.")
+    st.caption(f"No runs yet under {state.runs_root()}/.")
 else:
     st.dataframe(pd.DataFrame(runs), hide_index=True, width="stretch",
                  column_config={"started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss")})
     with st.form("run-open"):
         chosen = st.selectbox("Open a run", [r["folder"] for r in runs], key="run-open-pick")
         if st.form_submit_button("Open"):
-            st.session_state["selected_run"] = str(ui.runs_root() / chosen)
+            st.session_state["selected_run"] = str(state.runs_root() / chosen)
             st.rerun()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -11,17 +10,13 @@ from streamlit.testing.v1 import AppTest
 from pipesim.compare import compare_schedules
 from pipesim.cost import CostModel
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 SUBMIT = "FormSubmitter:cmp-form-Compare"
 MIB = 2**20
 
 
 @pytest.fixture
-def app() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    at.switch_page("app_pages/compare.py").run()
-    assert not at.exception
-    return at
+def app(open_page) -> AppTest:
+    return open_page('compare')
 
 
 def table(at: AppTest):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -12,15 +11,10 @@ from streamlit.testing.v1 import AppTest
 from pipesim import formats
 from pipesim.schedules import build_schedule
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
-
 
 @pytest.fixture
-def app() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    at.switch_page("app_pages/custom.py").run()
-    assert not at.exception
-    return at
+def app(open_page) -> AppTest:
+    return open_page('custom')
 
 
 def paste(at: AppTest, text: str) -> AppTest:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -13,16 +12,12 @@ from pipesim.critical_path import critical_path
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 SUBMIT = "FormSubmitter:dag-form-Draw"
 
 
 @pytest.fixture
-def app() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    at.switch_page("app_pages/dag.py").run()
-    assert not at.exception
-    return at
+def app(open_page) -> AppTest:
+    return open_page('dag')
 
 
 def figure(at: AppTest) -> dict:

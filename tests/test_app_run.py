@@ -24,7 +24,6 @@ from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import Span, Timeline, makespan
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 SUBMIT = "FormSubmitter:run-form-Launch run"
 
 
@@ -90,11 +89,8 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def app(runs: Path) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    at.switch_page("app_pages/run.py").run()
-    assert not at.exception
-    return at
+def app(runs, open_page) -> AppTest:
+    return open_page('run')
 
 
 @pytest.fixture
@@ -183,12 +179,11 @@ def test_failed_run_is_shown_plainly_with_its_logs(app: AppTest, runs: Path, fak
     assert not app.get("plotly_chart") and not app.exception
 
 
-def test_earlier_runs_are_listed_and_reopen(runs: Path) -> None:
+def test_earlier_runs_are_listed_and_reopen(runs: Path, open_page) -> None:
     write_run(runs, "older", reference={"torch_schedule": "Schedule1F1B", "step_times_ms": [9.0, 8.0],
                                         "losses": [2.5, 2.26]})
     write_run(runs, "broken", status="failed", message="rank 0 failed", measured=False)
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    at.switch_page("app_pages/run.py").run()
+    at = open_page("run")
     listing = at.dataframe[0].value
     assert set(listing["folder"]) == {"older", "broken"}
     at.selectbox(key="run-open-pick").set_value("older")

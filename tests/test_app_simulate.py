@@ -20,17 +20,13 @@ from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import compute_metrics
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 MIB = 2**20
 SUBMIT = "FormSubmitter:sim-form-Simulate"
 
 
 @pytest.fixture
-def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
-    monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(tmp_path / "runs"))
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    assert not at.exception
-    return at
+def app(open_page) -> AppTest:
+    return open_page()
 
 
 def charts(at: AppTest) -> list[dict]:
@@ -179,12 +175,11 @@ def test_cost_file_for_another_pipeline_is_refused(app: AppTest) -> None:
     assert not app.exception
 
 
-def test_cost_file_picked_from_a_profile_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    run = tmp_path / "runs" / "profiled"
+def test_cost_file_picked_from_a_profile_run(tmp_path: Path, open_page) -> None:
+    run = tmp_path / "runs" / "profiled"  # open_page points PIPESIM_RUNS_ROOT at tmp_path / "runs"
     run.mkdir(parents=True)
     (run / "cost.json").write_bytes(_cost_file(4))
-    monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(tmp_path / "runs"))
-    at = AppTest.from_file(APP, default_timeout=60).run()
+    at = open_page()
     at.radio(key="sim-cost-source").set_value("Cost file").run()
     picker = at.selectbox(key="sim-cost-pick")
     assert str(run / "cost.json") in picker.options

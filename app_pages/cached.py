@@ -1,0 +1,125 @@
+"""Cached pure wrappers around pipesim for the pages: bounded caches, plain results that pickle cleanly.
+
+Nothing here simulates or schedules by itself; it caches pipesim's calls. Schedules and cost models are frozen
+dataclasses with a cheap built-in hash; hashing them field by field (Streamlit's default for dataclasses) would
+cost more than the simulation of a small schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from app_pages.state import check_limits
+from pipesim import charts, charts_dag, formats, schedules
+from pipesim.compare import ComparisonRow, compare_schedules
+from pipesim.cost import CostModel
+from pipesim.critical_path import critical_path
+from pipesim.dag import DeadlockError, build_dag, dag_positions
+from pipesim.ir import Action, Schedule
+from pipesim.simulate import find_deadlock, simulate
+from pipesim.timeline import Metrics, Timeline, compute_metrics
+
+
+def schedule_key(schedule: Schedule) -> tuple:
+    return (schedule.name, schedule.num_ranks, schedule.num_microbatches, schedule.stage_to_rank,
+            hash(schedule.actions))
+HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash}
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+
+
+def registered_schedule(name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None) -> Schedule:
+    """A registered schedule; `chunks` goes only to the families that take num_virtual_stages."""
+    check_limits(num_ranks, num_microbatches)
+    options = schedules.options_for(name, num_virtual_stages=chunks)
+    return schedules.build_schedule(name, num_ranks, num_microbatches, **options)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+
+
+def csv_schedule(text: str, name: str = "custom") -> Schedule:
+    schedule = formats.schedule_from_csv(text, name=name)
+    check_limits(schedule.num_ranks, schedule.num_microbatches, schedule.num_actions)
+    return schedule
+
+
+@st.cache_data(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
+
+
+def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
+    """Simulated timeline and its metrics (raises DeadlockError / ValueError on bad input)."""
+    cost.check_fits(schedule)
+    timeline = simulate(schedule, cost)
+    return timeline, compute_metrics(timeline, cost)
+
+
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
+
+
+def critical_actions(schedule: Schedule, cost: CostModel) -> list[Action]:
+    timeline, _ = simulation(schedule, cost)
+    return critical_path(schedule, timeline, cost)
+
+
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
+
+
+def comparison(names: tuple[str, ...], num_ranks: int, num_microbatches: int, cost: CostModel,
+               chunks: int | None) -> list[ComparisonRow]:
+    check_limits(num_ranks, num_microbatches)
+    return compare_schedules(list(names), num_ranks, num_microbatches, cost, num_virtual_stages=chunks)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
+
+
+def gantt_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool = False) -> go.Figure:
+    timeline, _ = simulation(schedule, cost)
+    path = critical_actions(schedule, cost) if with_critical_path else None
+    return charts.gantt_figure(timeline, title=schedule.describe(), critical_path=path)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
+
+
+def memory_chart(schedule: Schedule, cost: CostModel) -> go.Figure:
+    timeline, _ = simulation(schedule, cost)
+    return charts.memory_figure(timeline, cost)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
+
+
+def dag_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool) -> go.Figure:
+    cycle = deadlock_cycle(schedule)
+    path = critical_actions(schedule, cost) if with_critical_path and cycle is None else None
+    graph = build_dag(schedule, cost)
+    timeline = simulation(schedule, cost)[0] if cycle is None else None
+    positions = dag_positions(schedule, graph, timeline)
+    return charts_dag.dag_figure(graph, positions, title=f"{schedule.name}: dependency graph",
+                                 critical_path=path, cycle=cycle)
+
+
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
+
+
+def deadlock_cycle(schedule: Schedule) -> list[Action] | None:
+    return find_deadlock(schedule)
+
+
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
+
+
+def deadlock_explanation(schedule: Schedule) -> str | None:
+    """Who waits on whom, in the simulator's words (None when the schedule runs)."""
+    try:
+        simulate(schedule, CostModel.uniform())
+    except DeadlockError as error:
+        return error.detail
+    return None

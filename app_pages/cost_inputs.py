@@ -1,0 +1,138 @@
+"""The cost inputs several pages share: pick a source (uniform, per stage, model, cost file), fill its fields.
+
+The widgets produce a plain spec; `cost_model` hands it to pipesim's converters (`cost_from_times`,
+`ModelDescription`, the cost file reader), which name the field at fault when a value is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from app_pages.state import runs_root
+from pipesim.cost import DTYPE_BYTES, CostModel, ModelDescription, cost_from_times
+from pipesim.cost_file import cost_from_dict, load_cost
+
+COST_SOURCES = ("Uniform", "Per stage", "Model", "Cost file")
+MIB = 2**20
+
+
+def cost_source_picker(prefix: str, sources: Sequence[str] = COST_SOURCES) -> str:
+    """Outside the form, so choosing a source swaps the fields at once."""
+    return st.radio("Cost source", sources, key=f"{prefix}-cost-source", horizontal=True,
+                    help="Uniform numbers, a per-stage table, a model description, or a cost file "
+                         "written by a profile run (runs/*/cost.json)")
+
+
+def stage_table_default(num_stages: int) -> pd.DataFrame:
+    """A starting table: the last stage heavier (it holds the output layer and the loss)."""
+    heavy = [1.5 if s == num_stages - 1 else 1.0 for s in range(num_stages)]
+    return pd.DataFrame({
+        "forward_ms": heavy,
+        "backward_ms": [2 * f for f in heavy],
+        "weight_ms": [f for f in heavy],
+        "activation_mib": [1.0] * num_stages,
+    }, index=pd.Index([f"stage {s}" for s in range(num_stages)], name="stage"))
+
+
+def cost_fields(prefix: str, source: str, num_stages: int) -> dict[str, Any]:
+    """Draw the fields of one cost source (inside a form); returns a plain spec for `cost_model`."""
+    spec: dict[str, Any] = {"source": source}
+    if source == "Uniform":
+        left, right = st.columns(2)
+        spec["forward_ms"] = left.number_input("F (ms)", 0.0, 1e6, 1.0, 0.1, key=f"{prefix}-f")
+        spec["backward_ms"] = right.number_input("B (ms)", 0.0, 1e6, 2.0, 0.1, key=f"{prefix}-b",
+                                                 help="The full backward; I and W split it")
+        spec["weight_ms"] = left.number_input("W share of B (ms)", 0.0, 1e6, 1.0, 0.1, key=f"{prefix}-w",
+                                              help="Only used by zero-bubble schedules (I = B - W)")
+        spec["comm_ms"] = right.number_input("Transfer (ms)", 0.0, 1e6, 0.0, 0.05, key=f"{prefix}-comm",
+                                             help="Per cross-rank send of an activation or gradient")
+        spec["activation_mib"] = st.number_input("Activations per microbatch and stage (MiB)", 0.0, 1e9, 1.0,
+                                                 key=f"{prefix}-act")
+    elif source == "Per stage":
+        st.caption(f"One row per stage ({num_stages} stages).")
+        spec["table"] = st.data_editor(stage_table_default(num_stages), key=f"{prefix}-stages-{num_stages}",
+                                       num_rows="fixed", width="stretch")
+        spec["comm_ms"] = st.number_input("Transfer (ms)", 0.0, 1e6, 0.0, 0.05, key=f"{prefix}-stages-comm")
+    elif source == "Model":
+        spec["model"] = _model_fields(prefix)
+        spec["num_stages"] = num_stages
+    else:
+        spec.update(_cost_file_fields(prefix))
+    spec["recompute"] = st.toggle("Activation recomputation", key=f"{prefix}-recompute",
+                                  help="Backward pays its forward again; only stage inputs stay stashed")
+    return spec
+
+
+def _model_fields(prefix: str) -> dict[str, Any]:
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelDescription)}
+    left, right = st.columns(2)
+    values: dict[str, Any] = {}
+    ints = ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size")
+    for i, name in enumerate(ints):
+        column = left if i % 2 == 0 else right
+        values[name] = column.number_input(name.replace("_", " "), 1, 10**7, defaults[name], key=f"{prefix}-m-{name}")
+    values["dtype"] = left.selectbox("dtype", list(DTYPE_BYTES), index=list(DTYPE_BYTES).index(defaults["dtype"]),
+                                     key=f"{prefix}-m-dtype")
+    values["device_tflops"] = right.number_input("achieved TFLOP/s", 0.001, 1e5, defaults["device_tflops"],
+                                                 key=f"{prefix}-m-tflops")
+    values["link_bandwidth_gbps"] = left.number_input("link GB/s", 0.001, 1e5, defaults["link_bandwidth_gbps"],
+                                                      key=f"{prefix}-m-bw")
+    values["link_latency_ms"] = right.number_input("link latency (ms)", 0.0, 1e4, defaults["link_latency_ms"],
+                                                   format="%.3f", key=f"{prefix}-m-lat")
+    return values
+
+
+def run_cost_files() -> list[str]:
+    root = runs_root()
+    if not root.is_dir():
+        return []
+    return sorted((str(p) for p in root.glob("*/cost.json")), reverse=True)
+
+
+def _cost_file_fields(prefix: str) -> dict[str, Any]:
+    upload = st.file_uploader("Upload a cost.json", type=["json"], key=f"{prefix}-cost-upload")
+    found = run_cost_files()
+    picked = st.selectbox("…or pick one from a profile run", ["(none)", *found], key=f"{prefix}-cost-pick",
+                          help=f"cost.json files under {runs_root()}/")
+    if upload is not None:
+        return {"text": upload.getvalue().decode("utf-8", errors="replace"), "origin": upload.name}
+    if picked != "(none)":
+        return {"path": picked, "origin": picked}
+    return {}
+
+
+def cost_model(spec: dict[str, Any]) -> CostModel:
+    """The CostModel a spec describes; ValueError names the field at fault."""
+    source, recompute = spec["source"], bool(spec.get("recompute"))
+    if source == "Uniform":
+        return cost_from_times([spec["forward_ms"]], [spec["backward_ms"]], [spec["weight_ms"]], [spec["comm_ms"]],
+                               activation_bytes=[spec["activation_mib"] * MIB], recompute=recompute)
+    if source == "Per stage":
+        table: pd.DataFrame = spec["table"]
+        columns = {}
+        for name in ("forward_ms", "backward_ms", "weight_ms", "activation_mib"):
+            values = pd.to_numeric(table[name], errors="coerce")
+            if values.isna().any():
+                row = int(values.isna().to_numpy().argmax())
+                raise ValueError(f"per-stage table, stage {row}: {name} is empty or not a number")
+            columns[name] = [float(v) for v in values]
+        return cost_from_times(columns["forward_ms"], columns["backward_ms"], columns["weight_ms"], [spec["comm_ms"]],
+                               activation_bytes=[v * MIB for v in columns["activation_mib"]], recompute=recompute)
+    if source == "Model":
+        return ModelDescription(**spec["model"]).to_cost_model(spec["num_stages"], recompute=recompute)
+    if "text" in spec:
+        try:
+            data = json.loads(spec["text"])
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{spec['origin']}: not valid JSON ({error})") from None
+        return cost_from_dict(data).with_recompute(recompute)
+    if "path" in spec:
+        return load_cost(spec["path"]).with_recompute(recompute)
+    raise ValueError("no cost file chosen: upload a cost.json, or pick one written by a profile run "
+                     "(Run page, 'profile first')")

@@ -1,0 +1,50 @@
+"""Earlier runs as table rows, re-read from the run folders only when one changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+
+def _runs_stamp(root: Path) -> tuple:
+    """Changes whenever a run folder appears, or a run writes its result."""
+    if not root.is_dir():
+        return ()
+    stamp = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        result = folder / "result.json"
+        stamp.append((folder.name, result.stat().st_mtime if result.exists() else None))
+    return tuple(stamp)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+
+
+def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
+    import datetime
+
+    from executor.run_folder import list_runs
+
+    rows = []
+    for result in list_runs(Path(root)):
+        config = result.config
+        rows.append({
+            "folder": result.run_dir.name,
+            "status": result.status,
+            "schedule": result.schedule.name if result.schedule is not None else None,
+            "ranks": config.pipeline.num_ranks if config is not None else None,
+            "microbatches": config.pipeline.num_microbatches if config is not None else None,
+            "measured step (ms)": result.measured_step_ms,
+            "predicted step (ms)": result.predicted_step_ms,
+            "error": result.prediction_error,
+            "started": datetime.datetime.fromtimestamp(result.started_at) if result.started_at else None,
+            "message": result.message,
+        })
+    return rows
+
+
+def run_list(root: str) -> list[dict[str, Any]]:
+    """Earlier runs under `root`, newest first, as table rows (re-read only when a folder changes)."""
+    return _run_rows(root, _runs_stamp(Path(root)))

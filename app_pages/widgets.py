@@ -1,0 +1,94 @@
+"""Small UI pieces under every chart: downloads, metric cards, error messages."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pipesim import formats
+from pipesim.ir import Schedule
+from pipesim.timeline import Metrics, Timeline
+
+
+def format_bytes(value: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.2f} {unit}"
+        value /= 1024
+    return f"{value} B"  # unreachable
+
+
+def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
+    """HTML at once (built on click); PNG/SVG/PDF only when asked, since Chromium takes seconds."""
+    from pipesim import export
+
+    with st.popover("Export chart", icon=":material/download:"):
+        st.download_button("Interactive HTML", data=lambda: export.html_bytes(fig), file_name=f"{name}.html",
+                           mime="text/html", on_click="ignore", key=f"{key}-html", width="stretch")
+        stored = st.session_state["exports"].get(key)
+        if stored is None or stored[0] != sig:
+            if st.button("Prepare PNG, SVG and PDF", key=f"{key}-prepare", width="stretch"):
+                with st.spinner("Rendering images in Chromium…"):
+                    try:
+                        files: dict[str, bytes] | str = export.export_figures([fig], export.IMAGE_FORMATS)[0]
+                    except export.ExportUnavailable as error:
+                        files = str(error)
+                stored = (sig, files)
+                st.session_state["exports"][key] = stored
+        if stored is not None and stored[0] == sig:
+            files = stored[1]
+            if isinstance(files, str):
+                st.warning(files)
+            else:
+                for fmt, data in files.items():
+                    st.download_button(fmt.upper(), data=data, file_name=f"{name}.{fmt}",
+                                       mime=export.MIME_TYPES[fmt], on_click="ignore", key=f"{key}-{fmt}",
+                                       width="stretch")
+
+
+def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metrics | None, name: str, key: str) -> None:
+    """Timeline JSON, schedule CSV (torch's format) and a Chrome trace for Perfetto; built on click."""
+    summary = metrics.to_dict() if metrics is not None else None
+    columns = st.columns(3)
+    columns[0].download_button(
+        "Timeline JSON", data=lambda: json.dumps(formats.timeline_to_dict(timeline, summary), indent=1),
+        file_name=f"{name}-timeline.json", mime="application/json", on_click="ignore", key=f"{key}-tl",
+        icon=":material/data_object:")
+    if schedule is not None:
+        columns[1].download_button(
+            "Schedule CSV (torch)", data=lambda: formats.schedule_to_csv(schedule), file_name=f"{name}.csv",
+            mime="text/csv", on_click="ignore", key=f"{key}-csv", icon=":material/table:")
+    columns[2].download_button(
+        "Chrome trace (Perfetto)", data=lambda: json.dumps(formats.timeline_to_chrome_trace(timeline)),
+        file_name=f"{name}-trace.json", mime="application/json", on_click="ignore", key=f"{key}-trace",
+        icon=":material/timeline:")
+
+
+def metric_cards(metrics: Metrics, max_rank_cards: int = 8) -> None:
+    """Headline numbers, then each rank's bubble and peak activation memory."""
+    peak = max(metrics.ranks, key=lambda r: r.peak_activation_bytes)
+    top = st.columns(4)
+    top[0].metric("Makespan", f"{metrics.makespan:,.3f} ms")
+    top[1].metric("Bubble fraction", f"{metrics.bubble_fraction:.1%}", help="idle / (ranks × makespan)")
+    top[2].metric("Bubble ratio", f"{metrics.bubble_ratio:.3f}", help="idle / busy")
+    top[3].metric("Peak activations", format_bytes(peak.peak_activation_bytes),
+                  help=f"highest on rank {peak.rank}: {peak.peak_activations} microbatches stashed")
+    if len(metrics.ranks) <= max_rank_cards:
+        cards = st.columns(len(metrics.ranks))
+        for card, rank in zip(cards, metrics.ranks, strict=True):
+            card.metric(f"Rank {rank.rank} peak", format_bytes(rank.peak_activation_bytes),
+                        f"{rank.peak_activations} stashed · idle {rank.bubble_fraction:.0%}", delta_color="off",
+                        delta_arrow="off")
+    else:
+        st.dataframe(pd.DataFrame([{
+            "rank": r.rank, "bubble": r.bubble_fraction, "peak stashed": r.peak_activations,
+            "peak memory": format_bytes(r.peak_activation_bytes)} for r in metrics.ranks]),
+            hide_index=True, width="stretch")
+
+
+def show_error(error: Exception, what: str = "") -> None:
+    """A plain message for bad input: no traceback, the problem and the valid choices."""
+    st.error(f"{what}{': ' if what else ''}{error}", icon=":material/error:")
