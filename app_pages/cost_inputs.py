@@ -15,8 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.state import runs_root
-from pipesim.cost import DTYPE_BYTES, CostModel, ModelDescription, cost_from_times
+from pipesim.cost import CostModel, cost_from_times
 from pipesim.cost_file import cost_from_dict, load_cost
+from pipesim.model_description import DTYPE_BYTES, ModelDescription
 
 COST_SOURCES = ("Uniform", "Per stage", "Model", "Cost file")
 MIB = 2**20

@@ -14,8 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from pipesim.ir import ActionKind, Schedule
+
+if TYPE_CHECKING:  # a cost model remembers the description it came from; the description builds cost models
+    from pipesim.model_description import ModelDescription
 
 
 @dataclass(frozen=True)
@@ -274,94 +278,6 @@ def _piece(stage: StageCost, pieces: int) -> StageCost:
         weight_grad_bytes=None if stage.weight_grad_bytes is None else stage.weight_grad_bytes / pieces,
         param_bytes=stage.param_bytes / pieces,
     )
-
-
-DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
-
-
-@dataclass(frozen=True)
-class ModelDescription:
-    """A decoder-only Transformer, turned into per-stage costs by counting FLOPs.
-
-    Matmul FLOPs: 2 per multiply-add. Per layer and token, forward is
-    2*(4h^2 + 2h*ffn) for the projections plus 4*s*h for attention scores and
-    values; backward is twice forward, half of it for weights (W) and half for
-    inputs (I). Activation bytes per layer follow Korthikanti et al. (2022):
-    s*b*h*(34 + 5*a*s/h) at 16 bits, scaled by the dtype's size.
-    `device_tflops` is the achieved (not peak) rate.
-    """
-
-    num_layers: int = 24
-    hidden_size: int = 2048
-    ffn_size: int = 8192
-    num_heads: int = 16
-    seq_len: int = 2048
-    microbatch_size: int = 1
-    vocab_size: int = 50257
-    dtype: str = "bf16"
-    device_tflops: float = 400.0
-    link_bandwidth_gbps: float = 50.0
-    link_latency_ms: float = 0.01
-
-    def __post_init__(self) -> None:
-        for name in ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size", "vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
-        if not self.device_tflops > 0 or not self.link_bandwidth_gbps > 0 or self.link_latency_ms < 0:
-            raise ValueError("device_tflops and link_bandwidth_gbps must be > 0, link_latency_ms >= 0")
-
-    def layers_per_stage(self, num_stages: int) -> list[int]:
-        if num_stages > self.num_layers:
-            raise ValueError(f"{num_stages} stages need at least {num_stages} layers; the model has {self.num_layers}")
-        base, extra = divmod(self.num_layers, num_stages)
-        return [base + (1 if s < extra else 0) for s in range(num_stages)]
-
-    def to_cost_model(self, num_stages: int, recompute: bool = False) -> CostModel:
-        h, s, b = self.hidden_size, self.seq_len, self.microbatch_size
-        tokens = s * b
-        dtype_bytes = DTYPE_BYTES[self.dtype]
-        flops_per_ms = self.device_tflops * 1e12 / 1e3
-        layer_params = 4 * h * h + 2 * h * self.ffn_size
-        layer_fwd_flops = 2 * tokens * layer_params + 4 * tokens * s * h
-        layer_act_bytes = tokens * h * (34 + 5 * self.num_heads * s / h) * dtype_bytes / 2
-        boundary_bytes = tokens * h * dtype_bytes
-        stages = []
-        for index, layers in enumerate(self.layers_per_stage(num_stages)):
-            fwd_flops = layers * layer_fwd_flops
-            params = layers * layer_params
-            act_bytes = layers * layer_act_bytes
-            if index == num_stages - 1:  # output projection and loss
-                fwd_flops += 2 * tokens * h * self.vocab_size
-                params += h * self.vocab_size
-                act_bytes += tokens * self.vocab_size * 4  # fp32 logits for the loss
-            if index == 0:
-                params += h * self.vocab_size
-            forward_ms = fwd_flops / flops_per_ms
-            stages.append(
-                StageCost(
-                    forward_ms=forward_ms,
-                    backward_ms=2 * forward_ms,
-                    weight_ms=forward_ms,
-                    activation_bytes=act_bytes,
-                    weight_grad_bytes=act_bytes / 2,
-                    input_bytes=boundary_bytes,
-                    output_bytes=boundary_bytes,
-                    param_bytes=params * dtype_bytes,
-                )
-            )
-        link = LinkCost(latency_ms=self.link_latency_ms, bandwidth_gbps=self.link_bandwidth_gbps)
-        return CostModel(
-            stages=tuple(stages),
-            links=(link,),
-            recompute=recompute,
-            source="model",
-            description=self,
-        )
 
 
 # --- converters -----------------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from pipesim.cost import CostModel, LinkCost, ModelDescription, StageCost
+from pipesim.cost import CostModel, LinkCost, StageCost
 from pipesim.formats import read_json, write_json
+from pipesim.model_description import ModelDescription
 
 COST_FORMAT = "pipesim.cost"
 COST_FORMAT_VERSION = 1

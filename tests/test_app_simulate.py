@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pipesim.cost import CostModel, ModelDescription, StageCost
+from pipesim.cost import CostModel, StageCost
 from pipesim.cost_file import cost_from_dict, cost_to_dict
+from pipesim.model_description import ModelDescription
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import compute_metrics

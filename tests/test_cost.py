@@ -7,9 +7,10 @@ import math
 
 import pytest
 
-from pipesim.cost import CostModel, LinkCost, ModelDescription, StageCost
+from pipesim.cost import CostModel, LinkCost, StageCost
 from pipesim.cost_file import cost_from_dict, cost_to_dict, load_cost, save_cost
 from pipesim.ir import ActionKind
+from pipesim.model_description import ModelDescription
 from pipesim.schedules.basic import one_f_one_b
 from pipesim.simulate import simulate
 from pipesim.timeline import compute_metrics, makespan

@@ -89,14 +89,6 @@ def test_multi_node_command_passes_rendezvous_through(tmp_path):
     assert pairs["--rdzv-endpoint"] == "node0.example:29400"
 
 
-def test_free_port_is_bindable():
-    import socket
-
-    port = processes.free_port()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", port))
-
-
 def test_cpu_ranks_get_omp_threads(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     env = processes.run_environment(cpu_config())
@@ -310,7 +302,8 @@ def test_list_runs_newest_first_and_broken_folders_failed(tmp_path, monkeypatch)
 
 @pytest.mark.torchrun
 def test_real_two_rank_run_with_profile_and_reference(tmp_path):
-    config = cpu_config(profile=True, reference=True, steps=3)
+    # lr 0.5: later losses then depend on the gradients enough that a 1% gradient error would show (below)
+    config = cpu_config(profile=True, reference=True, steps=3, lr=0.5)
     handle = launch.start_run(config, runs_root=tmp_path, name="e2e")
     result = handle.wait(timeout=300)
     assert result.status == "ok", result.message
@@ -324,8 +317,14 @@ def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     assert math.isfinite(result.prediction_error) and result.predicted_step_ms > 0
     reference = result.reference
     assert reference["torch_schedule"] == "Schedule1F1B" and len(reference["step_times_ms"]) == 3
-    # Same weights, batches, loss and optimizer: torch's schedule computes the same losses as ours.
-    assert reference["losses"] == pytest.approx(result.losses, rel=1e-4)
+    # Same weights, batches, loss and optimizer: torch's schedule computes the same losses as ours. The first
+    # loss is computed before any update; every later one moves with the gradients. A gradient off by 1% moves
+    # the weights' update by 1%, hence later losses by about 1% of what training changed them by: 10x the
+    # tolerance below, which is 0.1% of the loss change over the run.
+    losses, torch_losses = result.losses, reference["losses"]
+    drop = losses[0] - min(losses[1:])
+    assert drop > 0.02 * losses[0], f"the run barely trained ({losses}): the comparison would not be sensitive"
+    assert torch_losses == pytest.approx(losses, abs=1e-3 * drop)
     assert any(e.get("event") == "step" for e in handle.events())
     assert_no_process_left(result.run_dir)
 
@@ -363,5 +362,10 @@ def test_gpu_probe_keeps_torch_out_of_the_calling_process() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent)
     count, imported = out.stdout.split()
-    assert int(count) >= 0
     assert imported == "False"
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        assert int(count) == 0  # no device node: answered at once, without asking torch
+    else:  # the answer must be torch's own
+        probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+        torch_says = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+        assert int(count) == int(torch_says.stdout.split()[-1])
