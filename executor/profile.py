@@ -30,11 +30,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from executor.progress import emit
 from executor.rank import Rank
 from executor.stage import tensor_bytes
 from pipesim.cost import CostModel, LinkCost, StageCost, measured_stage_cost
@@ -229,7 +231,7 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
                      step_overhead_ms=tuple(optimizer), meta=meta)
 
 
-def profile_run(r: Rank, run_dir: Rank, emit: Callable[..., None], repeats: int = PROFILE_REPEATS) -> CostModel | None:
+def profile_run(r: Rank, run_dir: Path, repeats: int = PROFILE_REPEATS) -> CostModel | None:
     """Profile this rank's stages, its links and its optimizer; rank 0 writes cost.json and returns the model."""
     watch = Stopwatch(r.choice.device)
     mine: dict[str, Any] = {"stages": {}, "links": {}}

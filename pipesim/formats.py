@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.ir import Action, Schedule, make_schedule
+from pipesim.limits import MAX_MICROBATCHES, MAX_STAGES, check_sizes
 from pipesim.timeline import CommSpan, Span, Timeline
 
 SCHEDULE_FORMAT = "pipesim.schedule"
@@ -45,19 +46,32 @@ def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
     }
 
 
-def schedule_from_dict(data: dict[str, Any]) -> Schedule:
+def schedule_from_dict(data: Any) -> Schedule:
+    """Read pipesim's schedule JSON; a field of the wrong type is a ValueError naming it."""
     _check_header(data, SCHEDULE_FORMAT)
-    try:
-        return make_schedule(
-            data["name"],
-            int(data["num_ranks"]),
-            int(data["num_microbatches"]),
-            data["stage_to_rank"],
-            [[Action.parse(text) for text in row] for row in data["actions"]],
-            **dict(data.get("params") or {}),
-        )
-    except KeyError as missing:
-        raise ValueError(f"schedule file is missing field {missing}") from None
+    missing = [key for key in ("name", "num_ranks", "num_microbatches", "stage_to_rank", "actions") if key not in data]
+    if missing:
+        raise ValueError(f"schedule file is missing field '{missing[0]}'")
+    name, actions, placement, params = data["name"], data["actions"], data["stage_to_rank"], data.get("params") or {}
+    for key in ("num_ranks", "num_microbatches"):
+        if isinstance(data[key], bool) or not isinstance(data[key], int):
+            raise ValueError(f"schedule file: {key} must be an integer, got {data[key]!r}")
+    if not isinstance(name, str):
+        raise ValueError(f"schedule file: name must be a string, got {name!r}")
+    if not isinstance(placement, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in placement):
+        raise ValueError(f"schedule file: stage_to_rank must be a list of rank numbers, got {placement!r:.60}")
+    if not isinstance(actions, list) or not all(isinstance(row, list) for row in actions):
+        raise ValueError("schedule file: actions must be a list with one list of action texts per rank")
+    if not isinstance(params, dict):
+        raise ValueError(f"schedule file: params must be an object, got {params!r:.60}")
+    check_sizes(num_ranks=len(actions), num_stages=len(placement), num_microbatches=data["num_microbatches"],
+                num_actions=sum(len(row) for row in actions))
+    rows = []
+    for rank, row in enumerate(actions):
+        if not all(isinstance(text, str) for text in row):
+            raise ValueError(f"schedule file: actions of rank {rank} must be texts such as '2F0'")
+        rows.append([Action.parse(text) for text in row])
+    return make_schedule(name, data["num_ranks"], data["num_microbatches"], placement, rows, **params)
 
 
 def _span_row(span: Span) -> list[Any]:
@@ -255,7 +269,8 @@ def _parse_cell(text: str, row: int, column: int) -> Action:
             row,
             column,
         )
-    raise CsvError(f"cannot parse {cell!r}: expected {_CSV_VALID_FORMS}", row, column)
+    shown = cell if len(cell) <= 24 else cell[:24] + "..."
+    raise CsvError(f"cannot parse {shown!r}: expected {_CSV_VALID_FORMS}", row, column)
 
 
 def schedule_from_csv(text: str, name: str = "custom") -> Schedule:
@@ -266,8 +281,11 @@ def schedule_from_csv(text: str, name: str = "custom") -> Schedule:
     Structural checks (every F has its backward, ...) are left to `pipesim.validate`.
     """
     rows = list(csv.reader(io.StringIO(text)))
+    while rows and not any(cell.strip() for cell in rows[-1]):
+        rows.pop()  # trailing blank lines are not ranks (an interior blank row is an idle rank, as in torch's files)
     if not rows:
         raise CsvError("the CSV is empty: expected one row of actions per rank")
+    check_sizes(num_ranks=len(rows), num_actions=sum(len(cells) for cells in rows))
     actions: list[list[Action]] = []
     placement: dict[int, tuple[int, int]] = {}  # stage -> (rank, cell) where first seen
     for rank, cells in enumerate(rows):
@@ -276,6 +294,9 @@ def schedule_from_csv(text: str, name: str = "custom") -> Schedule:
             if not cell.strip():
                 continue  # idle slot
             action = _parse_cell(cell, rank, column)
+            if action.stage >= MAX_STAGES or action.microbatch >= MAX_MICROBATCHES:
+                raise CsvError(f"{cell.strip()}: stages are limited to {MAX_STAGES:,} and microbatches to "
+                               f"{MAX_MICROBATCHES:,} (pipesim/limits.py)", rank, column)
             first = placement.setdefault(action.stage, (rank, column))
             if first[0] != rank:
                 raise CsvError(
@@ -291,8 +312,9 @@ def schedule_from_csv(text: str, name: str = "custom") -> Schedule:
     num_stages = max(placement) + 1
     missing = [stage for stage in range(num_stages) if stage not in placement]
     if missing:
+        shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise CsvError(
-            f"stage(s) {', '.join(map(str, missing))} never appear, yet stage {num_stages - 1} does: "
+            f"stage(s) {shown} never appear, yet stage {num_stages - 1} does: "
             f"stages must be numbered 0..{num_stages - 1} without gaps"
         )
     num_microbatches = 1 + max(a.microbatch for rank_actions in actions for a in rank_actions)

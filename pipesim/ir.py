@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import NamedTuple
 
 
@@ -33,7 +34,7 @@ I = ActionKind.BACKWARD_INPUT  # noqa: E741 - the field's own name for it
 W = ActionKind.BACKWARD_WEIGHT
 
 _KIND_BY_LETTER = {kind.value: kind for kind in ActionKind}
-_ACTION_RE = re.compile(r"^\s*(\d+)\s*([FBIW])\s*(\d+)\s*$")
+_ACTION_RE = re.compile(r"^\s*(\d{1,9})\s*([FBIW])\s*(\d{1,9})\s*$")  # 9 digits: far past every limit, never slow
 
 
 class Action(NamedTuple):
@@ -53,10 +54,11 @@ class Action(NamedTuple):
     @classmethod
     def parse(cls, text: str) -> Action:
         """Parse the text form (``"2F0"``); raises ValueError naming the bad text."""
-        match = _ACTION_RE.match(text)
+        match = _ACTION_RE.match(text) if isinstance(text, str) and len(text) <= 40 else None
         if match is None:
+            shown = text[:24] + "..." if isinstance(text, str) and len(text) > 24 else text
             raise ValueError(
-                f"cannot parse action {text!r}: expected <stage><kind><microbatch> "
+                f"cannot parse action {shown!r}: expected <stage><kind><microbatch> "
                 f"such as '2F0', with kind one of F, B, I, W"
             )
         stage, letter, microbatch = match.groups()
@@ -119,7 +121,15 @@ class Schedule:
         return any(a.kind is I or a.kind is W for rank_actions in self.actions for a in rank_actions)
 
     def stages_of_rank(self, rank: int) -> tuple[int, ...]:
-        return tuple(s for s, r in enumerate(self.stage_to_rank) if r == rank)
+        """The stages rank `rank` holds, in order (computed once for all ranks: callers ask per rank)."""
+        return self._stages_by_rank[rank]
+
+    @cached_property
+    def _stages_by_rank(self) -> tuple[tuple[int, ...], ...]:
+        by_rank: list[list[int]] = [[] for _ in range(self.num_ranks)]
+        for stage, rank in enumerate(self.stage_to_rank):
+            by_rank[rank].append(stage)
+        return tuple(tuple(stages) for stages in by_rank)
 
     def rank_of(self, action: Action) -> int:
         return self.stage_to_rank[action.stage]

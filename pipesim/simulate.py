@@ -10,6 +10,7 @@ times, so a schedule and a cost model always give the same timeline.
 
 from __future__ import annotations
 
+import math
 from itertools import repeat
 
 from pipesim._perf import paused_gc
@@ -128,7 +129,11 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     if deps is None:
         deps = dependencies(schedule)
     durations = _durations(deps, cost, schedule.num_stages)
-    starts, ends, stuck = sweep(deps, durations, hop_times(deps, _transfers(schedule, cost)))
+    hops = hop_times(deps, _transfers(schedule, cost))
+    if not math.isfinite(sum(durations) + sum(hops)):  # the step time is at most this sum: finite sums, finite times
+        raise ValueError("the costs are too large: the step time would overflow to infinity; give times in ms "
+                         "that sum to a finite number (each below about 1e300)")
+    starts, ends, stuck = sweep(deps, durations, hops)
     if stuck:
         raise deadlock_error(deps, stuck)
     new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up

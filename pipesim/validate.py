@@ -22,6 +22,7 @@ from operator import is_, itemgetter, lt
 
 from pipesim._perf import paused_gc
 from pipesim.ir import Action, B, F, I, Schedule, W
+from pipesim.limits import summarize
 
 
 class ScheduleError(ValueError):
@@ -61,15 +62,23 @@ def find_problems(schedule: Schedule, limit: int | None = None) -> list[Schedule
     """Every structural problem, in rank order (at most `limit` when given)."""
     problems: list[ScheduleError] = []
     misplaced: set[Action] = set()
-    position = _scan_actions(schedule, problems, misplaced)
-    if limit is None or len(problems) < limit:
+    cap = len(schedule.actions) + schedule.num_actions + 1 if limit is None else limit  # work stops at the cap
+    position = _scan_actions(schedule, problems, misplaced, cap)
+    if len(problems) < cap:
         _check_pairs(schedule, position, problems)
         if not problems or limit is None:
-            _check_missing(schedule, position, misplaced, problems)
+            _check_missing(schedule, position, misplaced, problems, cap)
     return problems if limit is None else problems[:limit]
 
 
-def _scan_actions(schedule: Schedule, problems: list[ScheduleError], misplaced: set[Action]) -> dict[Action, int]:
+def describe_problems(problems: list[ScheduleError]) -> str:
+    """The first few problems, one per line, then how many more (for messages that must stay short)."""
+    return summarize([str(p) for p in problems])
+
+
+def _scan_actions(
+    schedule: Schedule, problems: list[ScheduleError], misplaced: set[Action], cap: int
+) -> dict[Action, int]:
     """One pass over every action: range, placement, duplicates. Returns action -> index in its rank's list.
 
     Every action kept sits on its stage's rank, so its rank is `stage_to_rank[stage]`.
@@ -84,6 +93,8 @@ def _scan_actions(schedule: Schedule, problems: list[ScheduleError], misplaced: 
             position.update(zip(row, range(len(row)), strict=True))
             continue
         for index, action in enumerate(row):
+            if len(problems) >= cap:
+                return position
             stage, _, mb = action
             if not (0 <= stage < num_stages and 0 <= mb < num_mb):
                 problems.append(ScheduleError(
@@ -194,6 +205,7 @@ def _check_missing(
     position: dict[Action, int],
     misplaced: set[Action],
     problems: list[ScheduleError],
+    cap: int,
 ) -> None:
     """Every (stage, microbatch) needs one F and one backward (B, or I then W)."""
     def present(key: tuple) -> bool:
@@ -208,6 +220,8 @@ def _check_missing(
     for stage in range(schedule.num_stages):
         rank = schedule.stage_to_rank[stage]
         for mb in range(schedule.num_microbatches):
+            if len(problems) >= cap:
+                return
             if not present((stage, F, mb)):
                 problems.append(ScheduleError(
                     "missing forward", f"{stage}F{mb} never runs; rank {rank} holds stage {stage}",

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipesim.ir import Schedule
+from pipesim.limits import check_sizes
 
 Builder = Callable[..., Schedule]
 
@@ -72,4 +73,15 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, **options: 
         valid = ", ".join(info.options) or "none"
         raise ValueError(f"schedule {info.name!r} does not take {', '.join(sorted(unknown))}; its options: {valid}")
     given = {key: value for key, value in options.items() if value is not None}
+    _check_size(info, num_ranks, num_microbatches, given)
     return info.builder(num_ranks, num_microbatches, **given)
+
+
+def _check_size(info: ScheduleInfo, num_ranks: object, num_microbatches: object, options: dict) -> None:
+    """Refuse sizes over pipesim.limits before the builder allocates anything (builders check the rest)."""
+    chunks = options.get("num_virtual_stages", 2 if info.name in ("zbv", "dualpipev") else 1)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (num_ranks, num_microbatches, chunks)):
+        return  # the builder names the bad value
+    kinds = 3 if info.split_backward else 2  # F and B, or F, I and W
+    check_sizes(num_ranks=num_ranks, num_stages=num_ranks * chunks, num_microbatches=num_microbatches,
+                num_actions=kinds * num_ranks * chunks * num_microbatches)
