@@ -22,7 +22,7 @@ from operator import is_, itemgetter, lt
 
 from pipesim._perf import paused_gc
 from pipesim.ir import Action, B, F, I, Schedule, W
-from pipesim.limits import summarize
+from pipesim.limits import MAX_PROBLEMS, summarize
 
 
 class ScheduleError(ValueError):
@@ -59,10 +59,11 @@ def validate(schedule: Schedule) -> None:
 
 @paused_gc()
 def find_problems(schedule: Schedule, limit: int | None = None) -> list[ScheduleError]:
-    """Every structural problem, in rank order (at most `limit` when given)."""
+    """Every structural problem, in rank order: at most `limit`, and never more than MAX_PROBLEMS (a schedule
+    with a billion missing actions is reported by its first thousand, found in bounded time)."""
     problems: list[ScheduleError] = []
     misplaced: set[Action] = set()
-    cap = len(schedule.actions) + schedule.num_actions + 1 if limit is None else limit  # work stops at the cap
+    cap = MAX_PROBLEMS if limit is None else min(limit, MAX_PROBLEMS)  # work stops at the cap, whatever the sizes
     position = _scan_actions(schedule, problems, misplaced, cap)
     if len(problems) < cap:
         _check_pairs(schedule, position, problems)
