@@ -127,7 +127,13 @@ def show_result(result) -> None:
     st.subheader(f"Run {result.run_dir.name}")
     if result.schedule is not None:
         st.caption(result.schedule.describe())
-    if result.status != "ok":
+    if result.status == "partial":  # the run went well; a part asked for (the torch reference) did not
+        st.warning(f"Run partial: {result.message or 'no message'}", icon=":material/warning:")
+    elif result.status == "cancelled":
+        st.info(f"Run cancelled: {result.message or 'by you'}", icon=":material/cancel:")
+        if result.measured is None:
+            return
+    elif result.status != "ok":
         st.error(f"Run {result.status}: {result.message or 'no message'}", icon=":material/error:")
         _log_files(result)
         if result.measured is None:

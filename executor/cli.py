@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -167,14 +168,25 @@ def cmd_run(args: argparse.Namespace) -> int:
         handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=_print_event)
     except ValueError as error:
         fail(str(error))
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)  # SIGTERM ends the run as Ctrl-C does
     try:
         result = handle.wait()
-    except KeyboardInterrupt:
-        handle.cancel()
-        print("interrupted: every process of the run was ended", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as stop:
+        handle.cancel()  # returns once every process of the run is gone and result.json says cancelled
+        print("interrupted: every process of the run was ended (result.json: cancelled)", file=sys.stderr)
+        return 143 if isinstance(stop, Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print("\n".join(summary_lines(result)), flush=True)
     return 0 if result.status == "ok" else 1
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a run was in progress (a BaseException, like KeyboardInterrupt)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 def _print_event(event: dict) -> None:

@@ -19,11 +19,14 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import atexit
 import collections
 import json
+import shutil
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,18 @@ from pipesim.ir import Schedule
 
 EventCallback = Callable[[dict], None]
 
+# Runs this process started and that have not ended. The one piece of module state here, and on purpose: when
+# the process that launched runs exits (the Streamlit server stopped, the CLI ended by a signal), every run it
+# started is ended with it rather than left running with no one to collect it (torchrun has its own session,
+# so it would survive its parent).
+_LIVE: weakref.WeakSet[RunHandle] = weakref.WeakSet()
+
+
+@atexit.register
+def _cancel_live_runs() -> None:
+    for handle in list(_LIVE):
+        handle.cancel()
+
 
 def _rank_deque() -> collections.deque[str]:
     return collections.deque(maxlen=200)
@@ -61,8 +76,10 @@ class _Outcome:
 class _Phase:
     """One torchrun launch: spawn, relay lines, wait with timeout and cancellation, end every process."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], handle: RunHandle, log_prefix: str) -> None:
-        self.argv, self.env, self.handle, self.log_prefix = argv, env, handle, log_prefix
+    def __init__(
+        self, argv: list[str], env: dict[str, str], handle: RunHandle, log_prefix: str, part: str = "run"
+    ) -> None:
+        self.argv, self.env, self.handle, self.log_prefix, self.part = argv, env, handle, log_prefix, part
         self.launcher_lines: collections.deque[str] = collections.deque(maxlen=400)
         self.rank_lines: dict[int, collections.deque[str]] = collections.defaultdict(_rank_deque)
         self.error_events: list[tuple[int, str]] = []  # (rank, message); rank -1: torchrun saw a failure
@@ -137,7 +154,7 @@ class _Phase:
         event.setdefault("rank", rank)
         if event.get("event") == "error":
             self.error_events.append((rank, str(event.get("message", ""))))
-        self.handle._add_event(event, part=self.log_prefix.rstrip("-") or "run")
+        self.handle._add_event(event, part=self.part)
 
     def failure_message(self, outcome: _Outcome) -> tuple[str, int | None]:
         return torchrun_log.failure_message(outcome.message, outcome.returncode, self.rank_lines,
@@ -186,6 +203,7 @@ class RunHandle:
         self._status = "running"
         self._result: RunResult | None = None
         self._cancelled = threading.Event()
+        self._finished = threading.Event()  # set once result.json is written
         self._thread = threading.Thread(target=self._supervise, name=f"run {run_dir.name}", daemon=True)
 
     # public, read by the app and the CLI
@@ -214,13 +232,17 @@ class RunHandle:
     def done(self) -> bool:
         return self._status != "running"
 
-    def cancel(self) -> None:
-        """End every process of the run; returns once they are gone and result.json is written."""
+    def cancel(self, timeout: float = 4 * GRACE_S + 10) -> None:
+        """End every process of the run; returns once they are gone and result.json is written.
+
+        Waits on an Event, not Thread.join: under Python 3.11 a join interrupted by Ctrl-C leaves the thread's
+        lock so that every later join returns at once, and the cancel would wait for nothing.
+        """
         self._cancelled.set()
-        self._thread.join(timeout=4 * GRACE_S + 10)
+        self._finished.wait(timeout)
 
     def wait(self, timeout: float | None = None) -> RunResult:
-        self._thread.join(timeout)
+        self._finished.wait(timeout)
         if self._result is None:
             raise TimeoutError(f"run {self.run_dir.name} still running after {timeout} s")
         return self._result
@@ -258,14 +280,24 @@ class RunHandle:
         self._emit(event)
 
     def _supervise(self) -> None:
+        try:
+            self._supervise_run()
+        finally:
+            self._finished.set()  # whatever happened, nobody waits forever
+            _LIVE.discard(self)
+
+    def _supervise_run(self) -> None:
         started = time.time()
         deadline = time.monotonic() + self.config.timeout_s
         env = run_environment(self.config)
-        main = _Phase(torchrun_command(self.config, self.run_dir), env, self, "")
+        main = _Phase(torchrun_command(self.config, self.run_dir), env, self, self._node_prefix)
         self._launch_event("launch", command=main.argv)
         try:
             outcome = main.run(deadline, self._cancelled)
-            message, failed_rank = main.failure_message(outcome) if outcome.status != "ok" else ("", None)
+            if outcome.status == "cancelled":  # asked for: say so calmly, no log tail of the ranks' SIGTERM
+                message, failed_rank = outcome.message, None
+            else:
+                message, failed_rank = main.failure_message(outcome) if outcome.status != "ok" else ("", None)
             summary = {"status": outcome.status, "message": message, "returncode": outcome.returncode,
                        "failed_rank": failed_rank, "command": main.argv}  # fmt: skip
             if outcome.status == "ok":
@@ -274,15 +306,30 @@ class RunHandle:
             summary = {"status": "failed", "message": f"launcher error: {error!r}", "returncode": None}
         summary.update(started_at=started, finished_at=time.time(), wall_s=round(time.time() - started, 3))
         try:
-            write_json(summary, self.run_dir / "result.json")
-            self._result = load_run(self.run_dir)
+            write_json(summary, self.run_dir / self._result_name)
+            if self.config.nodes.node_rank == 0:
+                self._result = load_run(self.run_dir)
+            else:  # the folder's result.json is node 0's; this node reports its own launch
+                self._result = RunResult(self.run_dir, summary["status"], summary["message"], self.config,
+                                         self.schedule)
         except (OSError, ValueError, KeyError, TypeError) as error:  # e.g. a worker wrote a malformed file
             message = f"{summary['message']}\ncannot read the run's files: {error}".strip()
             summary.update(status="failed", message=message)
             self._result = RunResult(self.run_dir, "failed", summary["message"], self.config, self.schedule)
         self._status = summary["status"]
+        self._finished.set()
         self._launch_event("finished", status=self._status, message=summary.get("message", ""),
                            failed_rank=summary.get("failed_rank"))  # fmt: skip
+
+    @property
+    def _node_prefix(self) -> str:
+        """Log file prefix: "" on a single node, "node1-" for node 1 of a multi-node run (ranks' logs are named
+        by global rank and never collide; each launcher's own log would)."""
+        return f"node{self.config.nodes.node_rank}-" if self.config.nodes.nnodes > 1 else ""
+
+    @property
+    def _result_name(self) -> str:
+        return "result.json" if self.config.nodes.node_rank == 0 else f"result-node{self.config.nodes.node_rank}.json"
 
     def _after_success(self, env: dict[str, str], deadline: float) -> dict:
         """Prediction (with profile) and the torch.distributed.pipelining reference (with reference)."""
@@ -298,8 +345,9 @@ class RunHandle:
         if reason is not None:
             write_json({"torch_schedule": None, "error": reason, "step_times_ms": [], "losses": []},
                        self.run_dir / "reference.json")  # fmt: skip
-            return {"reference_status": "unavailable", "message": f"no reference run: {reason}"}
-        phase = _Phase(torchrun_command(self.config, self.run_dir, module=REFERENCE_MODULE), env, self, "reference-")
+            return {"status": "partial", "reference_status": "unavailable", "message": f"no reference run: {reason}"}
+        command = torchrun_command(self.config, self.run_dir, module=REFERENCE_MODULE)
+        phase = _Phase(command, env, self, f"reference-{self._node_prefix}", part="reference")
         self._launch_event("launch", command=phase.argv, part="reference")
         outcome = phase.run(deadline, self._cancelled)
         if outcome.status == "ok":
@@ -310,7 +358,7 @@ class RunHandle:
             return {"status": status, "message": f"reference run: {message}", "reference_status": status}
         write_json({"torch_schedule": None, "error": message, "step_times_ms": [], "losses": []},
                    self.run_dir / "reference.json")  # fmt: skip
-        return {"reference_status": "failed", "message": f"reference run failed: {message}"}
+        return {"status": "partial", "reference_status": "failed", "message": f"reference run failed: {message}"}
 
 
 # --- public entry points -----------------------------------------------------------------------------------------
@@ -328,10 +376,17 @@ def start_run(
         check_name(name)
     config, schedule = check_run(config, schedule)
     run_dir = make_run_dir(Path(runs_root), name, config)
-    (run_dir / "logs").mkdir()
-    write_json(config.to_dict(), run_dir / "config.json")
-    write_json(schedule_to_dict(schedule), run_dir / "schedule.json")
+    try:  # every node of a multi-node run writes the same two files; the writes are atomic
+        (run_dir / "logs").mkdir(exist_ok=config.nodes.nnodes > 1)
+        write_json(config.to_dict(), run_dir / "config.json")
+        write_json(schedule_to_dict(schedule), run_dir / "schedule.json")
+    except (OSError, ValueError) as error:  # a full disk, say: leave no half-made folder behind
+        if config.nodes.nnodes == 1:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        reason = getattr(error, "strerror", None) or error
+        raise ValueError(f"cannot write the run folder {run_dir}: {reason}") from None
     handle = RunHandle(run_dir, config, schedule, on_event)
+    _LIVE.add(handle)
     handle._thread.start()
     return handle
 

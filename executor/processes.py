@@ -47,7 +47,7 @@ def torchrun_command(
         "--max-restarts", "0",
         "--monitor-interval", "0.2",
         "--tee", "3",
-        "--log-dir", str(run_dir / "logs" / "torchrun"),
+        "--log-dir", str(run_dir / "logs" / f"torchrun-node{config.nodes.node_rank}"),
         "-m", module or WORKER_MODULE,
         "--run-dir", str(run_dir),
     ]  # fmt: skip

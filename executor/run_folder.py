@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from executor.config import RunConfig
 from executor.predict import measured_step_ms
 from executor.processes import run_processes
 from pipesim.cost import CostModel
-from pipesim.cost_file import load_cost
+from pipesim.cost_file import cost_from_dict
 from pipesim.formats import read_json, schedule_from_dict, timeline_from_dict
 from pipesim.ir import Schedule
 from pipesim.timeline import Timeline
@@ -38,13 +40,26 @@ def check_name(name: str) -> None:
 
 
 def make_run_dir(runs_root: Path, name: str | None, config: RunConfig) -> Path:
-    """Create the run folder. A taken explicit name is refused; a taken default name gets -2, -3, ..."""
-    runs_root.mkdir(parents=True, exist_ok=True)
+    """Create the run folder. A taken explicit name is refused; a taken default name gets -2, -3, ...
+
+    A multi-node run shares one folder on a shared filesystem: every node's launcher names the same folder
+    (an explicit name is required, since default names carry each node's clock) and all but the first to
+    arrive find it made.
+    """
+    try:
+        runs_root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"cannot create the runs folder {runs_root}: {error.strerror or error}") from None
+    shared = config.nodes.nnodes > 1
+    if shared and name is None:
+        raise ValueError("a multi-node run needs a run folder name (--out), the same on every node")
     if name is not None:
         try:
-            (runs_root / name).mkdir()
+            (runs_root / name).mkdir(exist_ok=shared)
         except FileExistsError:
             raise ValueError(f"run folder {runs_root / name} already exists; choose another name") from None
+        except OSError as error:
+            raise ValueError(f"cannot create run folder {runs_root / name}: {error.strerror or error}") from None
         return (runs_root / name).resolve()
     base = default_name(config)
     for suffix in range(1, 1000):
@@ -53,6 +68,8 @@ def make_run_dir(runs_root: Path, name: str | None, config: RunConfig) -> Path:
             candidate.mkdir()
         except FileExistsError:
             continue
+        except OSError as error:
+            raise ValueError(f"cannot create run folder {candidate}: {error.strerror or error}") from None
         return candidate.resolve()
     raise ValueError(f"no free run folder name under {runs_root} for {base}")
 
@@ -65,7 +82,7 @@ class RunResult:
     """Everything a run left in its folder. `config`/`schedule` are None only for a broken folder."""
 
     run_dir: Path
-    status: str  # ok | failed | timeout | cancelled | running
+    status: str  # one of STATUSES
     message: str
     config: RunConfig | None
     schedule: Schedule | None
@@ -86,45 +103,71 @@ def _run_alive(run_dir: Path) -> bool:
     return bool(run_processes(run_dir))
 
 
+STATUSES = ("ok", "partial", "failed", "timeout", "cancelled", "running", "damaged")
+
+
+def _read(run_dir: Path, name: str, parse: Callable[[Any], Any]) -> Any:
+    """Read and parse one file of a run folder; anything wrong with it is a ValueError naming the file."""
+    try:
+        return parse(read_json(run_dir / name))
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    except (TypeError, KeyError, AttributeError, IndexError) as error:
+        raise ValueError(f"{name} is malformed ({type(error).__name__}: {error})") from None
+
+
+def _object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, found {type(data).__name__}")
+    return data
+
+
 def load_run(run_dir: str | Path) -> RunResult:
-    """Read a run folder; raises ValueError when it is not one (list_runs turns that into a failed entry)."""
+    """Read a run folder; ValueError (naming the file and the fault) when it is not one or is damaged."""
     run_dir = Path(run_dir).resolve()
     if not (run_dir / "config.json").exists():
         raise ValueError(f"{run_dir} is not a run folder: it has no config.json")
-    config = RunConfig.from_dict(read_json(run_dir / "config.json"))
-    schedule = schedule_from_dict(read_json(run_dir / "schedule.json"))
-    result_path = run_dir / "result.json"
-    if result_path.exists():
-        summary = read_json(result_path)
+    config = _read(run_dir, "config.json", lambda d: RunConfig.from_dict(_object(d)))
+    schedule = _read(run_dir, "schedule.json", schedule_from_dict)
+    if (run_dir / "result.json").exists():
+        summary = _read(run_dir, "result.json", _object)
     elif _run_alive(run_dir):
         summary = {"status": "running", "message": "still running"}
     else:
         summary = {"status": "failed", "message": "no result.json: the launcher was killed before the run ended"}
-    result = RunResult(
-        run_dir, str(summary.get("status", "failed")), str(summary.get("message", "")), config, schedule,
-        predicted_step_ms=summary.get("predicted_step_ms"), measured_step_ms=summary.get("measured_step_ms"),
-        prediction_error=summary.get("prediction_error"), started_at=summary.get("started_at"),
-    )  # fmt: skip
+    status = summary.get("status")
+    if status not in STATUSES:
+        raise ValueError(f"result.json: status {status!r} is not one of {', '.join(STATUSES)}")
+    numbers = {key: summary.get(key) for key in ("predicted_step_ms", "measured_step_ms", "prediction_error",
+                                                  "started_at")}
+    for key, value in numbers.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"result.json: {key} must be a number, got {value!r}")
+    result = RunResult(run_dir, status, str(summary.get("message", "")), config, schedule, **numbers)
     _load_outputs(result)
     return result
+
+
+def _measured(data: Any) -> tuple[Timeline, list[float], list[float], list[int]]:
+    data = _object(data)
+    step_times = [float(t) for t in data.get("step_times_ms", [])]
+    losses = [float(x) for x in data.get("losses", [])]
+    return timeline_from_dict(data), step_times, losses, [int(x) for x in data.get("peak_memory_bytes", [])]
 
 
 def _load_outputs(result: RunResult) -> None:
     run_dir = result.run_dir
     if (run_dir / "measured.json").exists():
-        data = read_json(run_dir / "measured.json")
-        result.measured = timeline_from_dict(data)
-        result.step_times_ms = [float(t) for t in data.get("step_times_ms", [])]
-        result.losses = [float(x) for x in data.get("losses", [])]
-        result.peak_memory_bytes = [int(x) for x in data.get("peak_memory_bytes", [])]
+        result.measured, result.step_times_ms, result.losses, result.peak_memory_bytes = _read(
+            run_dir, "measured.json", _measured)
         if result.measured_step_ms is None:
             result.measured_step_ms = measured_step_ms(result.step_times_ms)
     if (run_dir / "cost.json").exists():
-        result.cost = load_cost(run_dir / "cost.json")
+        result.cost = _read(run_dir, "cost.json", cost_from_dict)
     if (run_dir / "simulated.json").exists():
-        result.simulated = timeline_from_dict(read_json(run_dir / "simulated.json"))
+        result.simulated = _read(run_dir, "simulated.json", lambda d: timeline_from_dict(_object(d)))
     if (run_dir / "reference.json").exists():
-        result.reference = read_json(run_dir / "reference.json")
+        result.reference = _read(run_dir, "reference.json", _object)
 
 
 def _started(run_dir: Path) -> float:
@@ -144,8 +187,8 @@ def list_runs(runs_root: str | Path = Path("runs")) -> list[RunResult]:
     for folder in folders:
         try:
             results.append(load_run(folder))
-        except (ValueError, OSError, KeyError, TypeError) as error:
+        except (ValueError, OSError) as error:  # one damaged folder must not hide the others
             started = time.time() if not folder.exists() else _started(folder)
-            message = f"broken run folder: {error}"
-            results.append(RunResult(folder.resolve(), "failed", message, None, None, started_at=started))
+            results.append(RunResult(folder.resolve(), "damaged", f"damaged run folder: {error}", None, None,
+                                     started_at=started))
     return results

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -279,7 +280,7 @@ def test_analyse_run_writes_the_simulated_timeline(tmp_path):
 # --- run folders ------------------------------------------------------------------------------------------------
 
 
-def test_list_runs_newest_first_and_broken_folders_failed(tmp_path, monkeypatch):
+def test_list_runs_newest_first_and_damaged_folders_said_so(tmp_path, monkeypatch, capsys):
     fake_command(monkeypatch, "pass")
     old = launch.run(cpu_config(), runs_root=tmp_path, name="old")
     os.utime(old.run_dir / "config.json", (time.time() - 100, time.time() - 100))
@@ -289,8 +290,28 @@ def test_list_runs_newest_first_and_broken_folders_failed(tmp_path, monkeypatch)
     (tmp_path / "unfinished").mkdir()
     for name in ("config.json", "schedule.json"):
         (tmp_path / "unfinished" / name).write_text((old.run_dir / name).read_text())
+    # issue 9 item 6: a result.json that is a list, a cost.json with a link that is a number
+    for name, file, text in [("list-result", "result.json", "[1, 2]"), ("bad-cost", "cost.json", None)]:
+        shutil.copytree(old.run_dir, tmp_path / name)
+        if text is None:
+            data = json.loads((old.run_dir / "result.json").read_text())
+            text = json.dumps({"format": "pipesim.cost", "version": 1, "stages": [{"forward_ms": 1, "backward_ms": 2}],
+                               "links": [5]})
+            assert data["status"] == "ok"
+        (tmp_path / name / file).write_text(text)
     runs = {r.run_dir.name: r for r in list_runs(tmp_path)}
-    assert runs["broken"].status == "failed" and "broken run folder" in runs["broken"].message
+    assert runs["broken"].status == "damaged" and "config.json" in runs["broken"].message
+    assert runs["list-result"].status == "damaged" and "result.json" in runs["list-result"].message
+    assert runs["bad-cost"].status == "damaged" and "links[0] must be an object" in runs["bad-cost"].message
+    assert runs["old"].status == "ok"  # the others still show
+    from executor import cli
+
+    assert cli.main(["list", "--runs-root", str(tmp_path)]) == 0
+    listing = capsys.readouterr().out
+    assert "damaged" in listing and "Traceback" not in listing and "new" in listing
+    with pytest.raises(SystemExit) as shown:
+        cli.main(["show", str(tmp_path / "list-result")])
+    assert shown.value.code == 2 and "result.json" in capsys.readouterr().err
     assert runs["unfinished"].status == "failed" and "no result.json" in runs["unfinished"].message
     names = [r.run_dir.name for r in list_runs(tmp_path) if r.run_dir.name in ("old", "new")]
     assert names == ["new", "old"]

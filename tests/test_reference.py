@@ -58,9 +58,24 @@ def test_launcher_records_when_there_is_no_reference(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "torchrun_command", lambda config, run_dir, **_: [sys.executable, "-c", "pass"])
     config = run_config(schedule="naive", num_ranks=2, num_microbatches=2, batch_size=4, device="cpu", reference=True)
     result = launch.run(config, runs_root=tmp_path)
-    assert result.status == "ok"
+    assert result.status == "partial"  # the run itself went well, the part asked for did not happen (issue 9)
     assert result.reference["torch_schedule"] is None and "no schedule equivalent" in result.reference["error"]
     assert "no reference run" in result.message
+
+
+def test_a_failed_reference_makes_the_run_partial(tmp_path, monkeypatch):
+    def command(config, run_dir, module=None, **_):
+        return [sys.executable, "-c", "import sys; sys.exit(3 if %r else 0)" % (module == "executor.reference")]
+
+    monkeypatch.setattr(launch, "torchrun_command", command)
+    config = run_config(schedule="1f1b", num_ranks=2, num_microbatches=2, batch_size=4, device="cpu", reference=True)
+    result = launch.run(config, runs_root=tmp_path)
+    assert result.status == "partial" and "reference run failed" in result.message
+    from executor import cli
+    from executor.run_folder import list_runs
+
+    assert [r.status for r in list_runs(tmp_path)] == ["partial"]
+    assert any("status   partial" in line for line in cli.summary_lines(result))
 
 
 def plain_training_losses(config: RunConfig) -> list[float]:
