@@ -19,6 +19,7 @@ the same --out name (it is the rendezvous id); rank 0's node gets measured.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -26,7 +27,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from executor.config import BACKENDS, DEVICES, MODEL_KINDS, OPTIMIZERS, ModelConfig, RunConfig, run_config
+from executor.config import (
+    BACKENDS,
+    DEVICES,
+    MODEL_KINDS,
+    OPTIMIZERS,
+    ModelConfig,
+    PipelineConfig,
+    RunConfig,
+    run_config,
+)
 from pipesim.formats import load_schedule
 
 # CLI flag -> ModelConfig field
@@ -164,6 +174,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         schedule = None if args.schedule_file is None else load_schedule(args.schedule_file)
+        if schedule is not None:  # the file says what runs: its name, ranks and microbatches
+            pipeline = PipelineConfig(schedule.name, schedule.num_ranks, schedule.num_microbatches)
+            config = dataclasses.replace(config, pipeline=pipeline)
         runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
         handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=_print_event)
     except ValueError as error:

@@ -31,7 +31,10 @@ from pipesim.timeline import Timeline
 
 
 def default_name(config: RunConfig) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{config.pipeline.schedule}-{config.pipeline.num_ranks}r"
+    """Timestamp, schedule and ranks; the schedule's name (a file's stem, a user's text) is reduced to safe
+    characters, so a name such as "../x" can never point outside the runs folder."""
+    schedule = re.sub(r"[^\w.-]+", "_", config.pipeline.schedule).strip("._") or "schedule"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{schedule[:40]}-{config.pipeline.num_ranks}r"
 
 
 def check_name(name: str) -> None:

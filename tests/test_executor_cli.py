@@ -28,6 +28,11 @@ BAD_INPUTS = {
     "bad split points": ["run", "--split-points", "1,x"],
     "missing schedule file": ["run", "--schedule-file", "/nonexistent/s.csv", "--device", "cpu"],
     "no command": [],
+    # issue 9 item 7: refused before anything starts
+    "batch size 0": ["run", "--batch-size", "0", "--device", "cpu"],
+    "negative batch size": ["run", "--batch-size", "-4", "--device", "cpu"],
+    "lr nan": ["run", "--lr", "nan", "--device", "cpu"],
+    "lr zero": ["run", "--lr", "0", "--device", "cpu"],
 }
 
 
@@ -82,6 +87,16 @@ def test_custom_schedule_file_runs(tmp_path, monkeypatch, capsys):
     assert cli.main([*args, "--out", str(tmp_path / "runs" / "c")]) == 0
     saved = json.loads((tmp_path / "runs" / "c" / "schedule.json").read_text())
     assert saved["name"] == "mine" and saved["num_stages"] == 2
+    config = json.loads((tmp_path / "runs" / "c" / "config.json").read_text())
+    assert config["pipeline"] == {"schedule": "mine", "num_ranks": 2, "num_microbatches": 4,
+                                  "num_virtual_stages": None}  # the file says what runs
+    # issue 9 item 7: a schedule name such as "../x" never makes a folder outside the runs root
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert cli.main([*args, "--schedule", "../x"]) == 0
+    made = [p for p in (tmp_path / "work" / "runs").iterdir()]
+    assert len(made) == 1 and made[0].parent == tmp_path / "work" / "runs" and ".." not in made[0].name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.csv", "runs", "work"]
 
 
 def test_list_and_show(tmp_path, monkeypatch, capsys):

@@ -1,0 +1,88 @@
+"""Real runs under signals and across nodes (issue 9 items 4 and 8): nothing is left behind, one folder holds all.
+
+SIGINT and SIGTERM to `python -m executor run` end torchrun and every rank, wait until they are gone, and
+leave result.json saying cancelled. Two launchers on one machine, as two nodes of 2 ranks each, rendezvous on
+127.0.0.1 and write one run folder with all four ranks' measured timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from executor.processes import free_port, run_processes
+from executor.run_folder import load_run
+
+pytestmark = pytest.mark.torchrun
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32",
+        "--device", "cpu"]
+
+
+def launcher(args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "executor", "run", *TINY, *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for_measured_steps(proc: subprocess.Popen, timeout: float = 180) -> list[str]:
+    """Read the launcher's event lines until a measured step has been reported."""
+    seen, deadline = [], time.monotonic() + timeout
+    for line in proc.stdout:  # type: ignore[union-attr]
+        seen.append(line)
+        if '"phase": "measure"' in line:
+            return seen
+        if time.monotonic() > deadline or proc.poll() is not None:
+            break
+    raise AssertionError("the run never reached a measured step:\n" + "".join(seen[-20:]))
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_launcher_ends_every_process_of_the_run(tmp_path, sig, code):
+    out = tmp_path / "runs" / "long"
+    proc = launcher(["--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--batch-size", "4",
+                     "--steps", "100000", "--timeout", "300", "--out", str(out)])
+    try:
+        wait_for_measured_steps(proc)
+        assert run_processes(out.resolve())  # torchrun and its ranks are running
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, rest
+    assert run_processes(out.resolve()) == []  # by process listing: nothing of the run is left
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "cancelled"
+    assert load_run(out).status == "cancelled"
+
+
+def test_two_nodes_on_one_machine_share_one_run_folder(tmp_path):
+    out = tmp_path / "shared" / "mn"  # one folder, as on a shared filesystem
+    endpoint = f"127.0.0.1:{free_port()}"
+    common = ["--schedule", "1f1b", "--ranks", "4", "--microbatches", "4", "--batch-size", "8", "--steps", "2",
+              "--nnodes", "2", "--rdzv-endpoint", endpoint, "--timeout", "240", "--out", str(out)]
+    nodes = [launcher([*common, "--node-rank", str(k)]) for k in (0, 1)]
+    outputs = []
+    try:
+        for proc in nodes:
+            outputs.append(proc.communicate(timeout=280)[0])
+    finally:
+        for proc in nodes:
+            if proc.poll() is None:
+                proc.kill()
+    assert [p.returncode for p in nodes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    result = load_run(out)
+    assert result.status == "ok"
+    assert {s.rank for s in result.measured.spans} == {0, 1, 2, 3}
+    measured = json.loads((out / "measured.json").read_text())
+    assert len(measured["meta"]["clock_offsets_ms"]) == 4 and measured["meta"]["clock_offsets_applied"] is True
+    assert json.loads((out / "result-node1.json").read_text())["status"] == "ok"
+    assert run_processes(out.resolve()) == []
