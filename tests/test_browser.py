@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
+# One way to point at a browser, the same as PNG/SVG/PDF export (kaleido's choreographer reads it): BROWSER_PATH.
+CHROMIUM = os.environ.get("BROWSER_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -79,7 +80,7 @@ def streamlit_server(runs_root: Path, script: Path = ROOT / "app.py", timeout_s:
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)")
+        pytest.skip(f"{CHROMIUM} not found (apt-get install chromium, or set BROWSER_PATH)")
     pytest.importorskip("playwright.sync_api")
     with streamlit_server(tmp_path_factory.mktemp("runs")) as url:
         yield url
