@@ -17,7 +17,7 @@ from pipesim._perf import paused_gc
 from pipesim.cost import CostModel
 from pipesim.dag import DeadlockError, Dependencies, dependencies
 from pipesim.ir import Action, ActionKind, Schedule
-from pipesim.lower import crossing_stage
+from pipesim.lower import crossing_stages
 from pipesim.timeline import Span, Timeline
 
 
@@ -84,7 +84,7 @@ def hop_times(deps: Dependencies, transfer: list[float]) -> list[float]:
     stage; the last, and transfer[-1] for stage 0's F, are never used); which
     boundary an action hears across is `pipesim.lower.crossing_stage`.
     """
-    return [transfer[crossing_stage(action)] for action in deps.actions]
+    return [transfer[b] for b in crossing_stages(deps.actions)]
 
 
 def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> DeadlockError:

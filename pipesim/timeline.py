@@ -12,8 +12,8 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action
-from pipesim.lower import StashSizes, changes_at_start, stash_change
+from pipesim.ir import Action, ActionKind
+from pipesim.lower import StashSizes, changes_at_start, stash_table
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
     from pipesim.cost import CostModel
@@ -162,11 +162,12 @@ def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[floa
 
     What each action stashes or frees, and whether at its start or end, is `pipesim.lower`'s liveness.
     """
-    table = _stash_sizes(tl, cost)
+    table = stash_table(_stash_sizes(tl, cost))
+    at_start = {kind: changes_at_start(kind) for kind in ActionKind}
     events: list[list[tuple[float, int, float]]] = [[] for _ in range(tl.num_ranks)]
     for rank, (stage, kind, _), start, end, _ in tl.spans:
-        count, size = stash_change(kind, table[stage])
-        events[rank].append((start if changes_at_start(kind) else end, count, size))
+        count, size = table[stage][kind]
+        events[rank].append((start if at_start[kind] else end, count, size))
     for row in events:
         row.sort()
     return events
@@ -275,7 +276,7 @@ def _stash_sizes(tl: Timeline, cost: CostModel | None) -> dict[int, StashSizes]:
 
 
 def _rank_summary(
-    row: list[Span], sizes: dict[int, StashSizes], origin: float, finish: float
+    row: list[Span], table: dict[int, dict[ActionKind, tuple[int, float]]], origin: float, finish: float
 ) -> tuple[float, int, float] | None:
     """(idle ms, peak stashed count, peak bytes) in one walk over a rank's spans sorted by start.
 
@@ -287,13 +288,12 @@ def _rank_summary(
     cursor = origin
     count = peak_count = 0
     size = peak_size = 0.0
-    change = stash_change
     for _, (stage, kind, _), start, end, _ in row:
         if start < cursor:
             return None
         idle += start - cursor
         cursor = end
-        d_count, d_size = change(kind, sizes[stage])
+        d_count, d_size = table[stage][kind]
         count += d_count
         size += d_size
         if count > peak_count:
@@ -309,8 +309,8 @@ def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     total = makespan(tl)
     origin = _origin(tl)
     rows = _by_rank(tl)
-    sizes = _stash_sizes(tl, cost)
-    summaries = [_rank_summary(row, sizes, origin, origin + total) for row in rows]
+    table = stash_table(_stash_sizes(tl, cost))
+    summaries = [_rank_summary(row, table, origin, origin + total) for row in rows]
     if None in summaries:  # overlapping spans (measured runs): the general, sorting path
         events = _memory_events(tl, cost)
         for r, summary in enumerate(summaries):
