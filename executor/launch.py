@@ -43,8 +43,9 @@ from executor.processes import (
     run_processes,
     torchrun_command,
 )
+from executor.progress import step_fraction
 from executor.run_folder import RunResult, check_name, load_run, make_run_dir
-from pipesim.formats import schedule_to_dict, write_json
+from pipesim.formats import save_schedule, write_json
 from pipesim.ir import Schedule
 
 EventCallback = Callable[[dict], None]
@@ -159,31 +160,6 @@ class _Phase:
     def failure_message(self, outcome: _Outcome) -> tuple[str, int | None]:
         return torchrun_log.failure_message(outcome.message, outcome.returncode, self.rank_lines,
                                             list(self.launcher_lines), self.error_events)
-
-
-PROFILE_SHARE = 0.2  # of the progress bar, when the run profiles first
-
-
-def step_fraction(event: dict, config: RunConfig) -> float | None:
-    """How far one rank is, from its latest `step` event: profile, then warm-up, then measured steps.
-
-    Workers count steps from 0 within each phase ("profile", "warmup", "measure"); other phases
-    (the reference run's) count over the whole launch.
-    """
-    step, steps, phase = event.get("step"), event.get("steps"), event.get("phase")
-    if not (isinstance(step, int) and isinstance(steps, int) and steps > 0 and isinstance(event.get("rank"), int)):
-        return None
-    within = min(1.0, (step + 1) / steps)
-    profile = PROFILE_SHARE if config.profile else 0.0
-    warmup = config.training.warmup_steps
-    total = warmup + config.training.steps
-    segments = {
-        "profile": (0.0, profile),
-        "warmup": (profile, (1 - profile) * warmup / total),
-        "measure": (profile + (1 - profile) * warmup / total, (1 - profile) * config.training.steps / total),
-    }
-    start, width = segments.get(phase, (0.0, 1.0))
-    return start + width * within
 
 
 # --- the handle ------------------------------------------------------------------------------------------------
@@ -379,7 +355,7 @@ def start_run(
     try:  # every node of a multi-node run writes the same two files; the writes are atomic
         (run_dir / "logs").mkdir(exist_ok=config.nodes.nnodes > 1)
         write_json(config.to_dict(), run_dir / "config.json")
-        write_json(schedule_to_dict(schedule), run_dir / "schedule.json")
+        save_schedule(schedule, run_dir / "schedule.json")
     except (OSError, ValueError) as error:  # a full disk, say: leave no half-made folder behind
         if config.nodes.nnodes == 1:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Progress lines from a rank to the launcher: `PIPESIM {json}` on stdout, one write each.
+"""Progress lines from a rank to the launcher (`PIPESIM {json}` on stdout, one write each), and what they mean
+for the progress bar.
 
 Ranks share torchrun's relay, so a line must never be split by another rank's output: it is written and
 flushed in one call. The launcher (executor.launch) parses these lines into events. No torch import: the
@@ -11,10 +12,35 @@ import json
 import sys
 from typing import Any
 
-from executor.config import PROGRESS_PREFIX
+from executor.config import PROGRESS_PREFIX, RunConfig
 
 
 def emit(event: str, **fields: Any) -> None:
     """One progress event, e.g. emit("step", rank=0, step=3, steps=5, phase="measure")."""
     sys.stdout.write(PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
     sys.stdout.flush()
+
+
+PROFILE_SHARE = 0.2  # of the progress bar, when the run profiles first
+
+
+def step_fraction(event: dict, config: RunConfig) -> float | None:
+    """How far one rank is, from its latest `step` event: profile, then warm-up, then measured steps.
+
+    Workers count steps from 0 within each phase ("profile", "warmup", "measure"); other phases
+    (the reference run's) count over the whole launch.
+    """
+    step, steps, phase = event.get("step"), event.get("steps"), event.get("phase")
+    if not (isinstance(step, int) and isinstance(steps, int) and steps > 0 and isinstance(event.get("rank"), int)):
+        return None
+    within = min(1.0, (step + 1) / steps)
+    profile = PROFILE_SHARE if config.profile else 0.0
+    warmup = config.training.warmup_steps
+    total = warmup + config.training.steps
+    segments = {
+        "profile": (0.0, profile),
+        "warmup": (profile, (1 - profile) * warmup / total),
+        "measure": (profile + (1 - profile) * warmup / total, (1 - profile) * config.training.steps / total),
+    }
+    start, width = segments.get(phase, (0.0, 1.0))
+    return start + width * within

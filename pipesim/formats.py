@@ -74,10 +74,6 @@ def schedule_from_dict(data: Any) -> Schedule:
     return make_schedule(name, data["num_ranks"], data["num_microbatches"], placement, rows, **params)
 
 
-def _span_row(span: Span) -> list[Any]:
-    return [span.rank, str(span.action), span.start, span.end, span.step]
-
-
 def timeline_to_dict(timeline: Timeline, summary: dict[str, Any] | None = None) -> dict[str, Any]:
     """The timeline document; `summary` adds top-level keys such as makespan and bubble_fraction."""
     data: dict[str, Any] = {
@@ -207,10 +203,6 @@ def load_schedule(path: str | Path) -> Schedule:
 
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
     write_json(timeline_to_dict(timeline, summary), path)
-
-
-def load_timeline(path: str | Path) -> Timeline:
-    return timeline_from_dict(read_json(path))
 
 
 # --- CSV: torch.distributed.pipelining's compute_only format -----------------------

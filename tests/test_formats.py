@@ -12,12 +12,13 @@ from pipesim.cost import CostModel
 from pipesim.formats import (
     CsvError,
     load_schedule,
-    load_timeline,
+    read_json,
     save_chrome_trace,
     save_schedule,
     save_timeline,
     schedule_from_csv,
     schedule_to_csv,
+    timeline_from_dict,
     timeline_to_chrome_trace,
 )
 from pipesim.ir import Action, B, F, I, W
@@ -158,7 +159,7 @@ def test_schedule_and_timeline_files_round_trip(tmp_path):
         _same_schedule(load_schedule(tmp_path / f"s{suffix}"), schedule)
     timeline = simulate(schedule, CostModel.uniform(1.0, 2.0, comm_ms=0.5))
     save_timeline(timeline, tmp_path / "t.json", summary={"makespan": 1.5})
-    assert load_timeline(tmp_path / "t.json").spans == timeline.spans
+    assert timeline_from_dict(read_json(tmp_path / "t.json")).spans == timeline.spans
     assert json.loads((tmp_path / "t.json").read_text())["makespan"] == 1.5
     assert not list(tmp_path.glob("*.tmp"))
 
