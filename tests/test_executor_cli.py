@@ -77,6 +77,19 @@ def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
     assert "rank 1 failed" in capsys.readouterr().out
 
 
+def test_an_out_folder_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, capsys):
+    """issue 9 item 5: --out under a file (as on a read-only or full disk): one line, exit 2, no half-made folder."""
+    started = []
+    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: started.append(a))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", "--device", "cpu", *TINY_FLAGS, "--out", str(tmp_path / "file" / "runs" / "r")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert str(tmp_path / "file" / "runs") in err and started == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_custom_schedule_file_runs(tmp_path, monkeypatch, capsys):
     from pipesim.formats import schedule_to_csv
     from pipesim.schedules import build_schedule

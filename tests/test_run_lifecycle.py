@@ -86,3 +86,29 @@ def test_two_nodes_on_one_machine_share_one_run_folder(tmp_path):
     assert len(measured["meta"]["clock_offsets_ms"]) == 4 and measured["meta"]["clock_offsets_applied"] is True
     assert json.loads((out / "result-node1.json").read_text())["status"] == "ok"
     assert run_processes(out.resolve()) == []
+
+
+def test_runs_end_with_the_process_that_started_them(tmp_path):
+    """The app's server (or any program using the launcher) exiting must not orphan its runs: torchrun has a
+    session of its own and would run on. An atexit hook cancels what is still running."""
+    out = tmp_path / "runs" / "orphan"
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from executor import launch\n"
+        "from executor.config import ModelConfig, run_config\n"
+        "model = ModelConfig(num_layers=2, d_model=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)\n"
+        "config = run_config(num_ranks=2, num_microbatches=2, batch_size=4, steps=100000, device='cpu',\n"
+        "                    timeout_s=300, model=model)\n"
+        f"handle = launch.start_run(config, runs_root=Path({str(out.parent)!r}), name='orphan')\n"
+        "while not any(e.get('phase') == 'measure' for e in handle.events()):\n"
+        "    time.sleep(0.2)\n"
+        "print('measuring', flush=True)\n"
+        "sys.exit(0)  # the program ends while its run is in progress\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0 and "measuring" in done.stdout, done.stderr[-2000:]
+    assert run_processes(out.resolve()) == []
+    assert json.loads((out / "result.json").read_text())["status"] == "cancelled"
