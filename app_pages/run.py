@@ -11,6 +11,7 @@ from executor import launch, run_folder
 from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, run_config
 from pipesim import charts, overlay
 from pipesim.schedules import options_for, schedule_info, schedule_names
+from pipesim.units import format_bytes
 
 state.init_state()
 st.title("Run a schedule for real")
@@ -153,7 +154,7 @@ def show_result(result) -> None:
     cards[2].metric("Prediction error", "n/a" if result.prediction_error is None else f"{result.prediction_error:+.1%}",
                     help="(predicted - measured) / measured")
     if result.peak_memory_bytes:
-        cards[3].metric("Peak memory (max rank)", widgets.format_bytes(max(result.peak_memory_bytes)))
+        cards[3].metric("Peak memory (max rank)", format_bytes(max(result.peak_memory_bytes)))
 
     steps = overlay.steps_of(measured)
     step = None

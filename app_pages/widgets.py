@@ -11,14 +11,7 @@ import streamlit as st
 from pipesim import formats
 from pipesim.ir import Schedule
 from pipesim.timeline import Metrics, Timeline
-
-
-def format_bytes(value: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.2f} {unit}"
-        value /= 1024
-    return f"{value} B"  # unreachable
+from pipesim.units import format_bytes
 
 
 def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:

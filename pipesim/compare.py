@@ -20,6 +20,7 @@ from pipesim.cost import CostModel
 from pipesim.schedules import build_schedule, options_for
 from pipesim.simulate import simulate
 from pipesim.timeline import compute_metrics
+from pipesim.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def compare_schedules(
 
 def format_table(rows: list[ComparisonRow]) -> str:
     """A plain-text table for terminals and logs."""
-    header = f"{'schedule':<18} {'makespan ms':>12} {'bubble':>8} {'idle/busy':>9} {'peak mb':>8} {'peak bytes':>12}"
+    header = (f"{'schedule':<18} {'makespan ms':>12} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} "
+              f"{'peak memory':>12}")
     lines = [header, "-" * len(header)]
     for row in rows:
         if row.error is not None:
@@ -81,6 +83,6 @@ def format_table(rows: list[ComparisonRow]) -> str:
             continue
         lines.append(
             f"{row.schedule:<18} {row.makespan:>12.3f} {row.bubble_fraction:>8.1%} {row.bubble_ratio:>9.3f} "
-            f"{row.peak_activations:>8d} {row.peak_activation_bytes:>12.4g}"
+            f"{row.peak_activations:>8d} {format_bytes(row.peak_activation_bytes or 0.0):>12}"
         )
     return "\n".join(lines)

@@ -104,3 +104,13 @@ def test_prediction_error_sign_and_guard():
     assert prediction_error(110.0, 100.0) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="> 0"):
         prediction_error(1.0, 0.0)
+
+
+def test_memory_is_printed_in_binary_units():
+    """One unit system (issue 13, item 6): a stash count is not printed where bytes are meant, and bytes are KiB/MiB."""
+    from pipesim.compare import ComparisonRow, format_table
+    from pipesim.units import format_bytes
+
+    assert [format_bytes(v) for v in (512, 1536, 3 * 2**20, 2**40)] == ["512 B", "1.50 KiB", "3.00 MiB", "1.00 TiB"]
+    table = format_table([ComparisonRow("1f1b", 10.0, 0.1, 0.2, 4, 4 * 2**20)])
+    assert "peak memory" in table.splitlines()[0] and "4.00 MiB" in table and " 4 " in table
