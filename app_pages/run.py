@@ -172,6 +172,11 @@ def show_result(result) -> None:
     widgets.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
     widgets.data_downloads(overlay.pick_step(measured, step), result.schedule, None, f"{result.run_dir.name}-measured",
                       "run-data")
+    if result.analysis is not None:
+        st.plotly_chart(charts.attribution_figure(result.analysis), key="run-attribution",
+                        config={"displaylogo": False})
+        st.caption("Each rank's step = compute + schedule idle (what the schedule imposes with this step's own "
+                   "action times) + communication wait + overhead (optimizer, gaps, skew).")
 
     left, right = st.columns(2)
     with left:

@@ -144,6 +144,7 @@ def summary_lines(result) -> list[str]:
     if result.predicted_step_ms is not None:
         error = "-" if result.prediction_error is None else f"{100 * result.prediction_error:+.1f}%"
         lines.append(f"predict  {_fmt(result.predicted_step_ms)} (error {error} against the measured median)")
+    lines += _analysis_lines(result.analysis)
     reference = result.reference
     if reference:
         if reference.get("error"):
@@ -200,6 +201,19 @@ class Terminated(BaseException):
 
 def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
+
+
+def _analysis_lines(analysis: dict | None) -> list[str]:
+    """The median step's time per rank, split (analysis.json): compute, schedule idle, comm wait, overhead."""
+    if not analysis or not isinstance(analysis.get("ranks"), list):
+        return []
+    lines = [f"split    step {_fmt(analysis.get('step_ms'))} (step {analysis.get('median_step')}, the median) on each "
+             "rank: compute + schedule idle + comm wait + overhead"]
+    for row in analysis["ranks"]:
+        parts = [row.get(k) for k in ("compute_ms", "schedule_idle_ms", "comm_wait_ms", "overhead_ms")]
+        if all(isinstance(p, (int, float)) for p in parts):
+            lines.append(f"  rank {row.get('rank')}: " + " + ".join(f"{p:.2f}" for p in parts) + " ms")
+    return lines
 
 
 def _print_event(event: dict) -> None:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pipesim.attribution import attribute_run
 from pipesim.cost import CostModel, measured_stage_cost
 from pipesim.cost_file import load_cost
-from pipesim.formats import read_json, timeline_to_dict, write_json
+from pipesim.formats import read_json, timeline_from_dict, timeline_to_dict, write_json
 from pipesim.ir import Schedule
 from pipesim.timeline import Timeline
 
@@ -101,8 +102,13 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
     measured_path, cost_path = run_dir / "measured.json", run_dir / "cost.json"
     if not measured_path.exists():
         return {"message": "no measured.json on this node (rank 0 writes it)"}
-    step_times = [float(t) for t in read_json(measured_path).get("step_times_ms", [])]
+    measured = read_json(measured_path)
+    step_times = [float(t) for t in measured.get("step_times_ms", [])]
     out: dict[str, Any] = {"measured_step_ms": measured_step_ms(step_times)}
+    try:  # where every millisecond of a step went (pipesim.attribution); a problem here must not fail the run
+        write_json(attribute_run(schedule, timeline_from_dict(measured), step_times), run_dir / "analysis.json")
+    except ValueError as error:
+        out["analysis_error"] = str(error)
     if cost_path.exists():
         cost = load_cost(cost_path)
         prediction = compare(predict_step(schedule, cost), step_times)

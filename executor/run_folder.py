@@ -99,6 +99,7 @@ class RunResult:
     measured_step_ms: float | None = None
     prediction_error: float | None = None
     reference: dict | None = None
+    analysis: dict | None = None  # pipesim.attribution's split of the measured step (analysis.json)
     started_at: float | None = None
 
 
@@ -171,6 +172,8 @@ def _load_outputs(result: RunResult) -> None:
         result.simulated = _read(run_dir, "simulated.json", lambda d: timeline_from_dict(_object(d)))
     if (run_dir / "reference.json").exists():
         result.reference = _read(run_dir, "reference.json", _object)
+    if (run_dir / "analysis.json").exists():
+        result.analysis = _read(run_dir, "analysis.json", _object)
 
 
 def _started(run_dir: Path) -> float:

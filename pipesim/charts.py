@@ -280,3 +280,31 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None) -> go.Figure:
         hovermode="x unified", plot_bgcolor="white", height=380,
     )
     return fig
+
+
+# --- attribution ------------------------------------------------------------------------------------------------
+
+ATTRIBUTION_PARTS = (
+    ("compute_ms", "compute", "#4C78A8"),
+    ("schedule_idle_ms", "schedule idle", IDLE_COLOR),
+    ("comm_wait_ms", "communication wait", COMM_COLOR),
+    ("overhead_ms", "overhead (optimizer, gaps)", "#F58518"),
+)
+
+
+def attribution_figure(analysis: dict) -> go.Figure:
+    """Where the median measured step went on each rank: one stacked bar per rank (pipesim.attribution)."""
+    rows = analysis["ranks"]
+    labels = [f"rank {row['rank']}" for row in rows]
+    fig = go.Figure([
+        go.Bar(y=labels, x=[row[key] for row in rows], name=name, orientation="h", marker_color=color,
+               hovertemplate=f"%{{y}}: {name} %{{x:.3f}} ms<extra></extra>")
+        for key, name, color in ATTRIBUTION_PARTS
+    ])
+    fig.update_layout(
+        barmode="stack", plot_bgcolor="white", height=120 + 40 * len(rows),
+        title=f"where the step went: {analysis['step_ms']:.2f} ms (step {analysis.get('median_step')}, the median)",
+        xaxis={"title": "ms"}, yaxis={"autorange": "reversed"},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    )
+    return fig

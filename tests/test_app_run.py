@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from executor import launch, run_folder
 from executor.config import run_config
+from pipesim.attribution import attribute_run
 from pipesim.cost import CostModel
 from pipesim.cost_file import save_cost
 from pipesim.formats import schedule_to_dict, timeline_to_dict, write_json
@@ -48,6 +49,7 @@ def write_run(root: Path, name: str, status: str = "ok", message: str = "", meas
         write_json({**timeline_to_dict(timeline), "step_times_ms": [step_ms * 1.5, step_ms], "losses": [2.5, 2.25],
                     "peak_memory_bytes": [4096, 2048]}, folder / "measured.json")
         save_cost(cost, folder / "cost.json")
+        write_json(attribute_run(schedule, timeline, [step_ms * 1.5, step_ms]), folder / "analysis.json")
         write_json(timeline_to_dict(simulated), folder / "simulated.json")
         summary.update(predicted_step_ms=makespan(simulated), measured_step_ms=step_ms,
                        prediction_error=prediction_error(makespan(simulated), step_ms))
@@ -190,6 +192,7 @@ def test_earlier_runs_are_listed_and_reopen(runs: Path, open_page) -> None:
     at.selectbox(key="run-open-pick").set_value("older")
     at.button(key="FormSubmitter:run-open-Open").click().run()
     assert any("simulated vs measured" in t for t in chart_titles(at))
+    assert any(t.startswith("where the step went") for t in chart_titles(at))  # the attribution, per rank
     reference = next(d.value for d in at.dataframe if "torch reference" in d.value.columns)
     assert reference["torch reference"].iloc[0] == pytest.approx(8.5)  # median of the reference step times
 

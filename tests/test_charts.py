@@ -244,3 +244,17 @@ def test_dag_figure_refuses_schedules_beyond_the_cap():
     graph = build_dag(big)
     with pytest.raises(ValueError, match=f"at most {charts_dag.MAX_DAG_ACTIONS}"):
         charts_dag.dag_figure(graph, dag_positions(big, graph))
+
+
+def test_attribution_figure_stacks_the_four_parts_per_rank():
+    from pipesim.attribution import attribute_run
+
+    schedule = build_schedule("1f1b", 2, 2)
+    tl = simulate(schedule, COST)
+    total = max(s.end for s in tl.spans) + 1.0
+    analysis = attribute_run(schedule, Timeline(2, tl.spans, "measured"), [total])
+    fig = charts.attribution_figure(analysis)
+    assert [t.name for t in fig.data] == [name for _, name, _ in charts.ATTRIBUTION_PARTS]
+    for rank in range(2):
+        assert sum(t.x[rank] for t in fig.data) == pytest.approx(total)
+    assert fig.layout.barmode == "stack"

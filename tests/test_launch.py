@@ -275,6 +275,8 @@ def test_analyse_run_writes_the_simulated_timeline(tmp_path):
     assert out["prediction_error"] == pytest.approx((expected - 22.0) / 22.0)
     simulated = json.loads((tmp_path / "simulated.json").read_text())
     assert simulated["source"] == "simulated" and simulated["predicted_step_ms"] == pytest.approx(expected)
+    # the timeline holds one step but three step times were claimed: no analysis, and the reason is kept
+    assert "no span for" in out["analysis_error"] and not (tmp_path / "analysis.json").exists()
 
 
 # --- run folders ------------------------------------------------------------------------------------------------
@@ -336,6 +338,12 @@ def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     assert result.measured is not None and {s.rank for s in result.measured.spans} == {0, 1}
     assert result.cost is not None and result.simulated is not None
     assert math.isfinite(result.prediction_error) and result.predicted_step_ms > 0
+    # where the median step's time went, per rank: the four parts add up to the step time
+    analysis = result.analysis
+    assert analysis is not None and len(analysis["steps"]) == 3 and analysis["step_ms"] in result.step_times_ms
+    for row in analysis["ranks"]:
+        parts = [row[k] for k in ("compute_ms", "schedule_idle_ms", "comm_wait_ms", "overhead_ms")]
+        assert sum(parts) == pytest.approx(analysis["step_ms"], rel=0.01) and min(parts) >= 0 and parts[0] > 0
     reference = result.reference
     assert reference["torch_schedule"] == "Schedule1F1B" and len(reference["step_times_ms"]) == 3
     # Same weights, batches, loss and optimizer: torch's schedule computes the same losses as ours. The first
