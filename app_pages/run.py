@@ -151,8 +151,17 @@ def show_result(result) -> None:
     cards[0].metric("Predicted step", "n/a" if predicted is None else f"{predicted:,.2f} ms")
     cards[1].metric("Measured step", "n/a" if result.measured_step_ms is None else f"{result.measured_step_ms:,.2f} ms",
                     help="Median over the measured steps")
-    cards[2].metric("Prediction error", "n/a" if result.prediction_error is None else f"{result.prediction_error:+.1%}",
-                    help="(predicted - measured) / measured")
+    noise = (result.analysis or {}).get("spread") or {}
+    noisy = noise.get("reliable") is False
+    error_text = "n/a" if result.prediction_error is None else f"{result.prediction_error:+.1%}"
+    if noisy and result.prediction_error is not None:
+        error_text += " (noisy)"
+    cards[2].metric("Prediction error", error_text,
+                    help="(predicted - measured) / measured, against the median measured step")
+    if noisy:
+        st.warning(f"This run was too noisy to judge the prediction: its step times vary {noise['step_cv']:.1%} "
+                   f"(more than {noise['threshold_step_cv']:.0%}). Other work shared the machine; run again on a "
+                   "quiet one before trusting the error.", icon=":material/warning:")
     if result.peak_memory_bytes:
         cards[3].metric("Peak memory (max rank)", format_bytes(max(result.peak_memory_bytes)))
 

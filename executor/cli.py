@@ -213,6 +213,11 @@ def _analysis_lines(analysis: dict | None) -> list[str]:
         parts = [row.get(k) for k in ("compute_ms", "schedule_idle_ms", "comm_wait_ms", "overhead_ms")]
         if all(isinstance(p, (int, float)) for p in parts):
             lines.append(f"  rank {row.get('rank')}: " + " + ".join(f"{p:.2f}" for p in parts) + " ms")
+    noise = analysis.get("spread")
+    if isinstance(noise, dict) and isinstance(noise.get("step_cv"), (int, float)):
+        verdict = "" if noise.get("reliable") else " - too noisy: the prediction error is not a fact about the model"
+        lines.append(f"noise    step times vary {noise['step_cv']:.1%} (coefficient of variation; reliable up to "
+                     f"{noise.get('threshold_step_cv', 0):.0%}){verdict}")
     return lines
 
 

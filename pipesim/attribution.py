@@ -27,6 +27,27 @@ from pipesim.ir import Schedule
 from pipesim.simulate import sweep
 from pipesim.timeline import Timeline
 
+# Above this coefficient of variation of the measured step times, a run is too noisy for its prediction error to
+# be judged: on a shared machine other work's load, not the schedule, decides the figure.
+NOISY_STEP_CV = 0.05
+
+
+def spread(measured: Timeline, step_times_ms: Sequence[float]) -> dict:
+    """How much the run varied: the step times' coefficient of variation, and per action the median over all
+    actions of each action's CV across steps. `reliable` is False when the step CV exceeds NOISY_STEP_CV."""
+    def cv(values: Sequence[float]) -> float | None:
+        mean = statistics.fmean(values) if len(values) > 1 else 0.0
+        return statistics.pstdev(values) / mean if mean > 0 else None
+
+    times = [float(t) for t in step_times_ms]
+    step_cv = cv(times) or 0.0
+    per_action: dict = {}
+    for span in measured.spans:
+        per_action.setdefault((span.rank, span.action), []).append(span.end - span.start)
+    cvs = [c for c in map(cv, per_action.values()) if c is not None]
+    return {"step_cv": step_cv, "action_cv_median": statistics.median(cvs) if cvs else 0.0,
+            "threshold_step_cv": NOISY_STEP_CV, "reliable": step_cv <= NOISY_STEP_CV, "steps": len(times)}
+
 
 @dataclass(frozen=True)
 class RankShare:
@@ -95,6 +116,7 @@ def attribute_run(schedule: Schedule, measured: Timeline, step_times_ms: Sequenc
         "median_step": typical.step,
         "replay_ms": typical.replay_ms,
         "ranks": [{k: v for k, v in asdict(r).items() if k != "step_ms"} for r in typical.ranks],
+        "spread": spread(measured, step_times_ms),
         "steps": [{"step": s.step, "step_ms": s.step_ms, "replay_ms": s.replay_ms,
                    "ranks": [asdict(r) for r in s.ranks]} for s in steps],
     }

@@ -67,3 +67,16 @@ def test_a_slow_action_is_compute_not_idle_and_the_run_summary_is_the_median_ste
         assert total == pytest.approx(doc["step_ms"])
     with pytest.raises(ValueError, match="no span for"):
         attribute_step(build_schedule("gpipe", 2, 3), measured, 0, makespan)
+
+
+def test_spread_says_when_a_run_is_too_noisy_to_judge():
+    from pipesim.attribution import NOISY_STEP_CV, spread
+
+    schedule = build_schedule("gpipe", 2, 2)
+    simulated = simulate(schedule, CostModel.uniform(1.0, 2.0))
+    steady = Timeline(2, tuple(s._replace(step=k) for k in range(3) for s in simulated.spans), "measured")
+    calm = spread(steady, [10.0, 10.1, 9.9])
+    assert calm["reliable"] and calm["step_cv"] < NOISY_STEP_CV and calm["action_cv_median"] == 0.0
+    noisy = spread(steady, [10.0, 14.0, 7.0])
+    assert not noisy["reliable"] and noisy["step_cv"] == pytest.approx(0.2775, abs=1e-3)  # pstdev 2.867 / mean 10.33
+    assert attribute_run(schedule, steady, [10.0, 14.0, 7.0])["spread"]["reliable"] is False
