@@ -343,6 +343,7 @@ class RunHandle:
 def start_run(
     config: RunConfig,
     runs_root: Path = Path("runs"),
+    *,
     name: str | None = None,
     schedule: Schedule | None = None,
     on_event: EventCallback | None = None,
@@ -370,12 +371,13 @@ def start_run(
 def run(
     config: RunConfig,
     runs_root: Path = Path("runs"),
+    *,
     name: str | None = None,
     schedule: Schedule | None = None,
     on_event: EventCallback | None = None,
 ) -> RunResult:
     """Blocking `start_run(...).wait()`; Ctrl-C cancels the run (every process ends) and re-raises."""
-    handle = start_run(config, runs_root, name, schedule, on_event)
+    handle = start_run(config, runs_root, name=name, schedule=schedule, on_event=on_event)
     try:
         return handle.wait()
     except KeyboardInterrupt:

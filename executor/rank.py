@@ -66,8 +66,8 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
     control = init_distributed(choice, config.timeout_s)
     transport = Transport(choice, rank, schedule_links(schedule), config.timeout_s)
     transport.warm_up()
-    model = build_rank_model(schedule, config.model, config.training.seed, config.microbatch_size, rank, choice.device,
-                             config.training.recompute)
+    model = build_rank_model(schedule, config.model, seed=config.training.seed, microbatch_size=config.microbatch_size,
+                             rank=rank, device=choice.device, recompute=config.training.recompute)
     clock = make_clock(choice.device)
     runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, clock,
                               stash_bytes=model.stash_bytes)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from executor.config import ModelConfig
 from executor.stage import StageRunner, WeightWork
 from executor.transport import PendingRecv, SendHandle
 from pipesim.ir import Action, ActionKind, Schedule
@@ -283,7 +284,8 @@ class RankModel:
 
 def build_rank_model(
     schedule: Schedule,
-    model_config: Any,
+    model_config: ModelConfig,
+    *,
     seed: int,
     microbatch_size: int,
     rank: int,

@@ -254,7 +254,8 @@ def _one_rank_schedule(split: bool):
 def test_runtime_on_one_rank_matches_the_full_model(kind, split, recompute):
     config, batch = TINY[kind], 6
     schedule = _one_rank_schedule(split)
-    model = build_rank_model(schedule, config, 2, batch // 3, 0, torch.device("cpu"), recompute)
+    model = build_rank_model(schedule, config, seed=2, microbatch_size=batch // 3, rank=0, device=torch.device("cpu"),
+                             recompute=recompute)
     runtime = PipelineRuntime(schedule, 0, model.runners, model.shapes, None, HostClock(),
                               stash_bytes=model.stash_bytes)
     inputs, targets = make_batch(config, batch, 2, step=0)
@@ -277,7 +278,7 @@ def test_runtime_validates_the_schedule_with_pipesim_once():
     good = _one_rank_schedule(split=False)
     rows = list(good.actions[0])
     bad_order = make_schedule("x", 1, 3, [0, 0], [[rows[2], *rows[:2], *rows[3:]]])
-    model = build_rank_model(good, TINY["transformer"], 0, 2, 0, torch.device("cpu"))
+    model = build_rank_model(good, TINY["transformer"], seed=0, microbatch_size=2, rank=0, device=torch.device("cpu"))
     with pytest.raises(ScheduleError, match="before F"):
         PipelineRuntime(bad_order, 0, model.runners, model.shapes, None, HostClock())
     missing = make_schedule("x", 1, 3, [0, 0], [rows[:-1]])

@@ -75,7 +75,8 @@ def run_case(rank: int, transport: Transport, schedule: Schedule, config: ModelC
              batch_size: int, steps: int = 1, lr: float = 0.0) -> tuple[dict, list[float]]:
     """`steps` pipelined steps on the batch of step 0; this rank's gradients after step 0 (per stage), and losses."""
     m = schedule.num_microbatches
-    model = build_rank_model(schedule, config, SEED, batch_size // m, rank, CPU, recompute)
+    model = build_rank_model(schedule, config, seed=SEED, microbatch_size=batch_size // m, rank=rank, device=CPU,
+                             recompute=recompute)
     runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, HostClock(),
                               lookahead=2, stash_bytes=model.stash_bytes)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr) if lr else None
