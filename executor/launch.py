@@ -94,8 +94,9 @@ class _Phase:
         reader = threading.Thread(target=self._relay, args=(proc, logs), daemon=True)
         reader.start()
         outcome = self._watch(proc, deadline, cancelled)
-        if outcome.status != "ok" or run_processes(self.handle.run_dir):
-            end_process_tree(proc, self.handle.run_dir)
+        node = self.handle.config.nodes.node_rank
+        if outcome.status != "ok" or run_processes(self.handle.run_dir, node):
+            end_process_tree(proc, self.handle.run_dir, node)
         reader.join(timeout=10)
         return outcome
 

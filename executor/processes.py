@@ -50,6 +50,7 @@ def torchrun_command(
         "--log-dir", str(run_dir / "logs" / f"torchrun-node{config.nodes.node_rank}"),
         "-m", module or WORKER_MODULE,
         "--run-dir", str(run_dir),
+        "--launch-node", str(config.nodes.node_rank),  # not "--node": torchrun would read it as its own
     ]  # fmt: skip
 
 
@@ -66,12 +67,17 @@ def run_environment(config: RunConfig) -> dict[str, str]:
     return env
 
 
-def run_processes(run_dir: Path | str) -> list[int]:
-    """Pids of live processes started with `--run-dir RUN_DIR` (Linux /proc; [] elsewhere).
+def run_processes(run_dir: Path | str, node: int | None = None) -> list[int]:
+    """Pids of live processes started with `--run-dir RUN_DIR` (and `--launch-node NODE` when given; Linux /proc,
+    [] elsewhere).
 
     Matching the argument pair, not a substring, spares e.g. a shell whose command merely mentions the folder.
+    The node matters when several nodes of one run share a machine (the multi-node test does): a launcher
+    ends its own node's processes, never another node's.
     """
     needle = b"\0--run-dir\0" + str(run_dir).encode() + b"\0"
+    if node is not None:
+        needle += b"--launch-node\0" + str(node).encode() + b"\0"
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -89,28 +95,28 @@ def run_processes(run_dir: Path | str) -> list[int]:
     return pids
 
 
-def _signal_all(proc: subprocess.Popen, run_dir: Path, sig: int) -> None:
-    for kill, target in [(os.killpg, proc.pid)] + [(os.kill, pid) for pid in run_processes(run_dir)]:
+def _signal_all(proc: subprocess.Popen, run_dir: Path, node: int, sig: int) -> None:
+    for kill, target in [(os.killpg, proc.pid)] + [(os.kill, pid) for pid in run_processes(run_dir, node)]:
         try:
             kill(target, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
 
-def end_process_tree(proc: subprocess.Popen, run_dir: Path, grace_s: float = GRACE_S) -> None:
+def end_process_tree(proc: subprocess.Popen, run_dir: Path, node: int = 0, grace_s: float = GRACE_S) -> None:
     """SIGTERM torchrun's group and every process of `run_dir`; SIGKILL what is left after `grace_s`."""
-    _signal_all(proc, run_dir, signal.SIGTERM)
+    _signal_all(proc, run_dir, node, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not run_processes(run_dir):
+        if proc.poll() is not None and not run_processes(run_dir, node):
             break
         time.sleep(0.05)
     for _ in range(3):  # a process forked while we signalled still gets caught
-        _signal_all(proc, run_dir, signal.SIGKILL)
+        _signal_all(proc, run_dir, node, signal.SIGKILL)
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
-        if not run_processes(run_dir):
+        if not run_processes(run_dir, node):
             return
         time.sleep(0.1)

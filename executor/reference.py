@@ -213,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m executor.reference")
     parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--launch-node", type=int, default=0, help="this node's rank (names the launch's processes)")
     run_dir = parser.parse_args(argv).run_dir
     config = RunConfig.from_dict(read_json(run_dir / "config.json"))
     schedule = schedule_from_dict(read_json(run_dir / "schedule.json"))

@@ -59,6 +59,7 @@ def run(run_dir: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m executor.worker", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, type=Path, help="run folder with config.json and schedule.json")
+    parser.add_argument("--launch-node", type=int, default=0, help="this node's rank (names the launch's processes)")
     args = parser.parse_args(argv)
     try:
         run(args.run_dir)
