@@ -55,9 +55,10 @@ class PopenSpy:
 
 
 def fake_command(monkeypatch, script: str) -> None:
-    """Replace torchrun by `python -c script --run-dir DIR` (the run dir is argv[2] of the script)."""
+    """Replace torchrun by `python -c script --run-dir DIR --launch-node N` (the run dir is argv[2] of the
+    script), marked as the real command marks its processes."""
     def command(config, run_dir, **_):
-        return [sys.executable, "-c", script, "--run-dir", str(run_dir)]
+        return [sys.executable, "-c", script, "--run-dir", str(run_dir), "--launch-node", str(config.nodes.node_rank)]
 
     monkeypatch.setattr(launch, "torchrun_command", command)
 
@@ -79,7 +80,7 @@ def test_torchrun_command_is_an_argument_list(tmp_path):
     pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     assert pairs["--nproc-per-node"] == "2" and pairs["--nnodes"] == "1"
     assert pairs["--rdzv-backend"] == "c10d" and pairs["--rdzv-endpoint"] == "127.0.0.1:29512"
-    assert argv[-4:] == ["-m", "executor.worker", "--run-dir", str(tmp_path / "run")]
+    assert argv[-6:] == ["-m", "executor.worker", "--run-dir", str(tmp_path / "run"), "--launch-node", "0"]
 
 
 def test_multi_node_command_passes_rendezvous_through(tmp_path):
@@ -194,7 +195,7 @@ def test_successful_command_streams_events_and_writes_the_folder(tmp_path, monke
 
 SPAWN_AND_HANG = (
     "import subprocess, sys, time\n"
-    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', '--run-dir', sys.argv[2]],"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', *sys.argv[1:]],"
     " start_new_session=True)\n"
     f"print({STEP_LINE.format(r=0)!r}, flush=True)\n"
     "time.sleep(120)\n"
