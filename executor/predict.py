@@ -39,15 +39,11 @@ class Prediction:
 def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     """Simulate one step; the step ends when the last rank has finished its actions and its overhead."""
     from pipesim.simulate import simulate
+    from pipesim.steady_state import step_time_ms
 
     simulated = simulate(schedule, cost)
     overhead = cost.overhead_ms(schedule.num_ranks)
-    start = min((s.start for s in simulated.spans), default=0.0)
-    ends = [start] * schedule.num_ranks
-    for span in simulated.spans:
-        ends[span.rank] = max(ends[span.rank], span.end)
-    predicted = max(end + extra for end, extra in zip(ends, overhead, strict=True)) - start
-    return Prediction(predicted, simulated, overhead)
+    return Prediction(step_time_ms(simulated, overhead), simulated, overhead)
 
 
 def replay_cost(measured: Timeline, cost: CostModel) -> CostModel:

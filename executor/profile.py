@@ -10,9 +10,13 @@ simulation needs to predict a measured step, and where it comes from here:
   the stage input and output, the parameters;
 * per boundary between two ranks: a ping-pong through the run's own transport
   with a tiny and with the real tensor (latency plus bandwidth);
-* per rank, the optimizer step and gradient zeroing that end every step
-  (CostModel.step_overhead_ms, which executor.predict adds after each rank's
-  last action).
+* per rank, the optimizer step and gradient zeroing that end every step,
+  timed alone (kept in meta);
+* then a few real training steps of the run's own schedule (executor.calibrate):
+  F/B/I/W medians under the schedule's real interleaving replace the isolated
+  ones, and they give the dispatch gap before each action
+  (CostModel.dispatch_ms) and the tail after each rank's last action
+  (CostModel.step_overhead_ms: last sends, optimizer, zeroing).
 
 The cost model's recompute flag adds F to every B and I in the simulation, so
 with recomputation on the measured recomputing backward is stored minus F.
@@ -36,6 +40,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from executor.calibrate import calibrate
 from executor.progress import emit
 from executor.rank import Rank
 from executor.stage import tensor_bytes
@@ -204,19 +209,40 @@ def stage_cost(measure: dict[str, float], split: bool, recompute: bool) -> Stage
                                recompute=recompute)
 
 
+# Which isolated measurement an in-situ median replaces (executor.calibrate): F is the plain forward, or the
+# forward that keeps W's inputs when the schedule splits its backward.
+_IN_SITU_KEYS = {"B": ("b",), "I": ("i",), "W": ("w",)}
+
+
+def in_situ(measure: dict[str, float], calibrated: dict[str, float] | None, split: bool) -> dict[str, float]:
+    """One stage's isolated measurements with the kinds the calibration steps ran replaced by their medians."""
+    if not calibrated:
+        return measure
+    keys = {**_IN_SITU_KEYS, "F": ("f_split",) if split else ("f",)}
+    updated = dict(measure)
+    for kind, median in calibrated.items():
+        for key in keys.get(kind, ()):
+            updated[key] = median
+    return updated
+
+
 def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
     schedule, config = r.schedule, r.config
-    stages = {int(s): m for g in gathered for s, m in g["stages"].items()}
+    isolated = {int(s): m for g in gathered for s, m in g["stages"].items()}
+    calibrated = {int(s): d for g in gathered for s, d in g["calibration"]["durations_ms"].items()}
     links = {int(b): m for g in gathered for b, m in g["links"].items()}
     split = schedule.uses_split_backward
+    stages = {s: in_situ(m, calibrated.get(s), split) for s, m in isolated.items()}
     costs = tuple(stage_cost(stages[s], split, config.training.recompute) for s in range(schedule.num_stages))
     link_costs = tuple(link_cost(links.get(b)) for b in range(max(schedule.num_stages - 1, 1)))
-    optimizer = [g["optimizer_ms"] for g in gathered]
     meta = {
-        "measured": {str(s): stages[s] for s in sorted(stages)},
+        "measured": {str(s): isolated[s] for s in sorted(isolated)},
+        "in_situ": {"steps": gathered[0]["calibration"]["steps"],
+                    "durations_ms": {str(s): calibrated[s] for s in sorted(calibrated)},
+                    "optimizer_ms": [g["optimizer_ms"] for g in gathered]},
         "links_measured": {str(b): links[b] for b in sorted(links)},
         "i_plus_w_over_b": {str(s): (m["i"] + m["w"]) / m["b"] if m["b"] > 0 else None
-                            for s, m in sorted(stages.items())},
+                            for s, m in sorted(isolated.items())},
         "schedule": schedule.name,
         "num_ranks": schedule.num_ranks,
         "num_microbatches": schedule.num_microbatches,
@@ -228,7 +254,8 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
         "torch_version": torch.__version__,
     }
     return CostModel(stages=costs, links=link_costs, recompute=config.training.recompute, source="profile",
-                     step_overhead_ms=tuple(optimizer), meta=meta)
+                     step_overhead_ms=tuple(g["calibration"]["tail_ms"] for g in gathered),
+                     dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered), meta=meta)
 
 
 def profile_run(r: Rank, run_dir: Path, repeats: int = PROFILE_REPEATS) -> CostModel | None:
@@ -236,7 +263,7 @@ def profile_run(r: Rank, run_dir: Path, repeats: int = PROFILE_REPEATS) -> CostM
     watch = Stopwatch(r.choice.device)
     mine: dict[str, Any] = {"stages": {}, "links": {}}
     own = sorted(r.model.runners)
-    parts = len(own) + 2
+    parts = len(own) + 3
     mode = os.environ.get("PIPESIM_PROFILE_MODE", "concurrent")
     if mode not in ("concurrent", "sequential"):
         raise ValueError(f"PIPESIM_PROFILE_MODE={mode!r}; valid: concurrent, sequential")
@@ -253,6 +280,8 @@ def profile_run(r: Rank, run_dir: Path, repeats: int = PROFILE_REPEATS) -> CostM
     emit("step", rank=r.rank, step=len(own), steps=parts, phase="profile")
     mine["optimizer_ms"] = profile_optimizer(r, repeats, watch)
     emit("step", rank=r.rank, step=len(own) + 1, steps=parts, phase="profile")
+    mine["calibration"] = calibrate(r)
+    emit("step", rank=r.rank, step=len(own) + 2, steps=parts, phase="profile")
     gathered: list[Any] | None = [None] * r.world_size if r.rank == 0 else None
     dist.gather_object(mine, gathered, dst=0, group=r.control)
     cost = None

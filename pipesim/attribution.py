@@ -7,13 +7,14 @@ the optimizer step). It splits into four parts that add up to T exactly:
 * compute: the time inside the rank's own actions (the sum of its spans' durations);
 * schedule idle: the idle the schedule itself imposes given this step's own action durations. The step is
   replayed (`pipesim.simulate.sweep`) with every action taking exactly its measured time and transfers taking
-  none; the rank's idle in that replay, up to the replay's makespan, is what no implementation could avoid;
-* communication wait: time blocked in a receive or send (the measured CommSpans) beyond that, since the replay
-  expects no transfer time at all;
-* overhead: the rest: optimizer step and gradient zeroing, Python and launch gaps between actions, clock skew.
+  none; wherever the rank idles (before its first action, between two, after its last), the replay's idle at
+  the same place is what no implementation could avoid;
+* communication wait: of the idle beyond that, the time the rank was blocked in a receive or send there (the
+  measured CommSpans): the replay expects no transfer time at all;
+* overhead: the rest: optimizer step and gradient zeroing, Python dispatch gaps between actions, clock skew.
 
-The parts are taken in that order from the rank's measured idle (T minus compute), each capped by what is left,
-so none is negative and they sum to T. The summary is the split of the median step.
+Every idle interval is cut into these three parts (`LostTime`, which the overlay draws where it happened), so
+per rank the parts add up to T exactly and none is negative. The summary is the split of the median step.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from pipesim.dag import dependencies
 from pipesim.ir import Schedule
@@ -61,16 +63,32 @@ class RankShare:
     overhead_ms: float
 
 
+class LostTime(NamedTuple):
+    """Where on rank `rank`'s measured timeline time went to `part` (schedule_idle, comm_wait or overhead)."""
+
+    rank: int
+    part: str
+    start: float
+    end: float
+
+
 @dataclass(frozen=True)
 class StepAttribution:
     step: int
     step_ms: float
     replay_ms: float  # the step replayed with its own action times and free transfers
     ranks: tuple[RankShare, ...]
+    lost: tuple[LostTime, ...] = ()  # the idle intervals behind the shares, for the overlay
 
 
 def attribute_step(schedule: Schedule, measured: Timeline, step: int, step_ms: float) -> StepAttribution:
-    """Split measured step `step` (lasting `step_ms`) of `schedule` into the four parts, per rank."""
+    """Split measured step `step` (lasting `step_ms`, its spans timed from the step's start) into the four parts.
+
+    Each idle interval of a rank (before its first action, between two actions, after its last) is cut in
+    three: schedule idle, up to the idle the replay has at the same place; of the excess, communication wait
+    up to the time the rank was blocked there on a transfer; the rest overhead. Every interval is cut fully,
+    so per rank compute + the three parts = `step_ms` by construction.
+    """
     deps = dependencies(schedule)
     spans = {span.action: span for span in measured.spans if span.step == step}
     missing = [a for a in deps.actions if a not in spans]
@@ -78,24 +96,52 @@ def attribute_step(schedule: Schedule, measured: Timeline, step: int, step_ms: f
         raise ValueError(f"step {step} of the measured timeline has no span for {missing[0]}; "
                          "was it measured from this schedule?")
     durations = [spans[a].end - spans[a].start for a in deps.actions]
-    _, ends, stuck = sweep(deps, durations, [0.0] * len(durations))
+    replay_starts, replay_ends, stuck = sweep(deps, durations, [0.0] * len(durations))
     if stuck:
         raise ValueError("the schedule deadlocks; a measured step cannot have run it")
-    replay_ms = max(ends, default=0.0)
-    waits = [0.0] * schedule.num_ranks
+    replay_ms = max(replay_ends, default=0.0)
+    blocked: list[list[tuple[float, float, str]]] = [[] for _ in range(schedule.num_ranks)]
     for comm in measured.comm:
         if comm.step == step:
-            waits[comm.rank] += comm.end - comm.start
-    shares = []
+            blocked[comm.rank].append((comm.start, comm.end, comm.kind))
+    shares, lost = [], []
     for rank in range(schedule.num_ranks):
         lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
-        compute = sum(durations[lo:hi])
-        idle = max(step_ms - compute, 0.0)
-        schedule_idle = min(max(replay_ms - compute, 0.0), idle)
-        comm_wait = min(waits[rank], idle - schedule_idle)
-        overhead = step_ms - compute - schedule_idle - comm_wait
-        shares.append(RankShare(rank, step_ms, compute, schedule_idle, comm_wait, overhead))
-    return StepAttribution(step, step_ms, replay_ms, tuple(shares))
+        # (measured idle from, to; the replay's idle at the same place) for every gap of the rank
+        gaps, previous, replay_previous = [], 0.0, 0.0
+        for i in range(lo, hi):
+            span = spans[deps.actions[i]]
+            gaps.append((previous, span.start, replay_starts[i] - replay_previous))
+            previous, replay_previous = span.end, replay_ends[i]
+        gaps.append((previous, max(step_ms, previous), replay_ms - replay_previous))
+        marks = [mark for g0, g1, replay_idle in gaps for mark in _cut(rank, g0, g1, replay_idle, blocked[rank])]
+        lost.extend(marks)
+        parts = {part: sum(m.end - m.start for m in marks if m.part == part) for part in _PARTS}
+        shares.append(RankShare(rank, step_ms, sum(durations[lo:hi]), parts["schedule_idle"], parts["comm_wait"],
+                                parts["overhead"]))
+    return StepAttribution(step, step_ms, replay_ms, tuple(shares), tuple(lost))
+
+
+_PARTS = ("schedule_idle", "comm_wait", "overhead")
+
+
+def _cut(rank: int, g0: float, g1: float, replay_idle: float,
+         blocked: list[tuple[float, float, str]]) -> list[LostTime]:
+    """One idle interval [g0, g1] cut into its parts, laid out in the order they happen: overhead (dispatch)
+    first, then the wait the schedule imposes, then the transfer's own wait at the end."""
+    gap = g1 - g0
+    if gap <= 0:
+        return []
+    schedule_idle = min(max(replay_idle, 0.0), gap)
+    waited = sum(max(min(end, g1) - max(start, g0), 0.0) for start, end, _ in blocked)
+    comm = min(gap - schedule_idle, waited)
+    overhead = gap - schedule_idle - comm
+    marks, at = [], g0
+    for part, length in (("overhead", overhead), ("schedule_idle", schedule_idle), ("comm_wait", comm)):
+        if length > 0:
+            marks.append(LostTime(rank, part, at, at + length))
+            at += length
+    return marks
 
 
 def attribute_run(schedule: Schedule, measured: Timeline, step_times_ms: Sequence[float]) -> dict:

@@ -102,6 +102,10 @@ class CostModel:
     inputs stay stashed. `step_overhead_ms` is the time each rank spends per
     step outside the schedule's actions (optimizer step, gradient zeroing; one
     value for every rank, or one per rank), which a profile run measures.
+    `dispatch_ms` is the gap a rank's runtime leaves before each action it
+    starts (Python dispatch, posting receives, timing marks; one value or one
+    per rank, as for the overhead): small per action, but paid once per action
+    on the critical path, so a step of hundreds of actions feels it.
     `description` is the model description the costs were computed from, so
     that `for_stages` can re-cut it layer by layer. `meta` holds provenance
     only (what was measured, where); nothing reads it to compute.
@@ -112,6 +116,7 @@ class CostModel:
     recompute: bool = False
     source: str = "uniform"
     step_overhead_ms: tuple[float, ...] = ()
+    dispatch_ms: tuple[float, ...] = ()
     description: ModelDescription | None = None
     meta: dict = field(default_factory=dict, compare=False)
 
@@ -120,19 +125,18 @@ class CostModel:
             raise ValueError("a cost model needs at least one stage cost")
         if not self.links:
             raise ValueError("a cost model needs at least one link cost")
-        if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in self.step_overhead_ms):
-            raise ValueError(f"step_overhead_ms must hold finite numbers >= 0, got {list(self.step_overhead_ms)}")
+        for name in ("step_overhead_ms", "dispatch_ms"):
+            values = getattr(self, name)
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
+                raise ValueError(f"{name} must hold finite numbers >= 0, got {list(values)}")
 
     def overhead_ms(self, num_ranks: int) -> tuple[float, ...]:
         """Per rank, the step's time outside the actions (zeros when none was measured)."""
-        values = self.step_overhead_ms
-        if not values:
-            return (0.0,) * num_ranks
-        if len(values) == 1:
-            return (float(values[0]),) * num_ranks
-        if len(values) != num_ranks:
-            raise ValueError(f"step_overhead_ms has {len(values)} values for {num_ranks} ranks: give 1 or {num_ranks}")
-        return tuple(float(v) for v in values)
+        return _per_rank(self.step_overhead_ms, num_ranks, "step_overhead_ms")
+
+    def dispatch_per_rank(self, num_ranks: int) -> tuple[float, ...]:
+        """Per rank, the gap before each action (zeros when none was measured)."""
+        return _per_rank(self.dispatch_ms, num_ranks, "dispatch_ms")
 
     # --- constructors ---------------------------------------------------
     @classmethod
@@ -207,7 +211,7 @@ class CostModel:
             return self
         if self.description is not None:
             recut = self.description.to_cost_model(num_stages, self.recompute)
-            return replace(recut, step_overhead_ms=self.step_overhead_ms)
+            return replace(recut, step_overhead_ms=self.step_overhead_ms, dispatch_ms=self.dispatch_ms)
         if num_stages % base_stages:
             raise ValueError(
                 f"cannot cut a {base_stages}-stage cost model into {num_stages} stages: "
@@ -356,3 +360,14 @@ def measured_stage_cost(
     else:
         raise ValueError("a measured backward needs B, or I and W")
     return replace(base, forward_ms=forward_ms, backward_ms=backward, weight_ms=min(weight, backward))
+
+
+def _per_rank(values: tuple[float, ...], num_ranks: int, name: str) -> tuple[float, ...]:
+    """One value for every rank, or one per rank; none means zero."""
+    if not values:
+        return (0.0,) * num_ranks
+    if len(values) == 1:
+        return (float(values[0]),) * num_ranks
+    if len(values) != num_ranks:
+        raise ValueError(f"{name} has {len(values)} values for {num_ranks} ranks: give 1 or {num_ranks}")
+    return tuple(float(v) for v in values)

@@ -2,7 +2,7 @@
 
     {"format": "pipesim.cost", "version": 1, "units": {...}, "source": "profile", "recompute": false,
      "stages": [{"forward_ms": ..., "backward_ms": ..., ...}], "links": [{"latency_ms": ..., "bandwidth_gbps": ...}],
-     "step_overhead_ms": [...], "description": {...} | null, "meta": {...}}
+     "step_overhead_ms": [...], "dispatch_ms": [...], "description": {...} | null, "meta": {...}}
 
 Reading is strict: every field has one type, and a wrong one is a ValueError naming the field (a string
 "false" is not a boolean, a list is not a link). Files written before `step_overhead_ms` and
@@ -40,6 +40,7 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
             for link in cost.links
         ],
         "step_overhead_ms": list(cost.step_overhead_ms),
+        "dispatch_ms": list(cost.dispatch_ms),
         "description": None if cost.description is None else asdict(cost.description),
         "meta": cost.meta,
     }
@@ -124,10 +125,15 @@ def cost_from_dict(data: Any) -> CostModel:
     if not isinstance(overhead, list):
         raise ValueError(f"cost file: step_overhead_ms must be a list of numbers, got {overhead!r}")
     overhead_ms = tuple(_number(v, f"step_overhead_ms[{i}]") for i, v in enumerate(overhead))
+    dispatch = data.get("dispatch_ms", [])  # files from before it was measured have none: no gap
+    if not isinstance(dispatch, list):
+        raise ValueError(f"cost file: dispatch_ms must be a list of numbers, got {dispatch!r}")
+    dispatch_ms = tuple(_number(v, f"dispatch_ms[{i}]") for i, v in enumerate(dispatch))
     description = _description(data.get("description", meta.get("model") if source == "model" else None))
     try:
         return CostModel(stages=stages, links=links, recompute=recompute, source=source,
-                         step_overhead_ms=overhead_ms, description=description, meta=dict(meta))
+                         step_overhead_ms=overhead_ms, dispatch_ms=dispatch_ms, description=description,
+                         meta=dict(meta))
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None
 

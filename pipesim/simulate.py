@@ -22,7 +22,8 @@ from pipesim.timeline import Span, Timeline
 
 
 def sweep(
-    deps: Dependencies, durations: list[float], hops: list[float]
+    deps: Dependencies, durations: list[float], hops: list[float], gaps: list[float] | None = None,
+    rank_start: list[float] | None = None,
 ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
     """Run every rank's list in order, each action as soon as its inputs have arrived.
 
@@ -33,21 +34,24 @@ def sweep(
     transfer time action i pays for a producer on another rank (every data
     edge crosses one stage boundary, fixed by the consumer: see `hop_times`).
     Returns (starts, ends, stuck) where stuck lists (rank, head id, awaited
-    id) when ranks deadlock.
+    id) when ranks deadlock. `gaps[i]` (default none) is the time action i's rank spends before it can start
+    it (dispatch), paid before any wait for inputs; `rank_start[r]` (default 0) is when rank r's clock starts.
     """
     n = len(deps.actions)
     offsets, dep_lists, ranks = deps.offsets, deps.deps, deps.ranks
     starts = [0.0] * n
     ends = [-1.0] * n
     pointer = offsets[:-1]
-    clock = [0.0] * deps.num_ranks
+    clock = list(rank_start) if rank_start is not None else [0.0] * deps.num_ranks
+    if gaps is None:
+        gaps = [0.0] * n
     waiting: dict[int, list[int]] = {}
     ready = list(range(deps.num_ranks - 1, -1, -1))
     while ready:
         rank = ready.pop()
         i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
         while i < stop:
-            start = now
+            start = now + gaps[i]
             blocked = -1
             for d in dep_lists[i]:
                 arrival = ends[d]
@@ -128,12 +132,8 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     cost.check_fits(schedule)
     if deps is None:
         deps = dependencies(schedule)
-    durations = _durations(deps, cost, schedule.num_stages)
-    hops = hop_times(deps, _transfers(schedule, cost))
-    if not math.isfinite(sum(durations) + sum(hops)):  # the step time is at most this sum: finite sums, finite times
-        raise ValueError("the costs are too large: the step time would overflow to infinity; give times in ms "
-                         "that sum to a finite number (each below about 1e300)")
-    starts, ends, stuck = sweep(deps, durations, hops)
+    durations, hops, gaps = engine_inputs(schedule, cost, deps)
+    starts, ends, stuck = sweep(deps, durations, hops, gaps)
     if stuck:
         raise deadlock_error(deps, stuck)
     new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up
@@ -157,6 +157,24 @@ def _durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[flo
     """Per-action durations from a (kind -> per-stage list) table: one lookup per action."""
     table = {kind: [cost.duration_ms(s, kind) for s in range(num_stages)] for kind in ActionKind}
     return [table[kind][stage] for stage, kind, _ in deps.actions]
+
+
+def engine_inputs(schedule: Schedule, cost: CostModel, deps: Dependencies) -> tuple[list[float], ...]:
+    """Per action: its duration, the transfer it pays for a producer on another rank, its dispatch gap."""
+    durations = _durations(deps, cost, schedule.num_stages)
+    hops = hop_times(deps, _transfers(schedule, cost))
+    gaps = dispatch_gaps(deps, cost)
+    # The step time is at most this sum: finite sums, finite times.
+    if not math.isfinite(sum(durations) + sum(hops) + sum(gaps)):
+        raise ValueError("the costs are too large: the step time would overflow to infinity; give times in ms "
+                         "that sum to a finite number (each below about 1e300)")
+    return durations, hops, gaps
+
+
+def dispatch_gaps(deps: Dependencies, cost: CostModel) -> list[float]:
+    """Per action, its rank's dispatch gap (`CostModel.dispatch_ms`; zeros when none was measured)."""
+    per_rank = cost.dispatch_per_rank(deps.num_ranks)
+    return [per_rank[rank] for rank in deps.ranks]
 
 
 def _transfers(schedule: Schedule, cost: CostModel) -> list[float]:

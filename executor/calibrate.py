@@ -1,0 +1,78 @@
+"""In-situ calibration: a few real training steps through the runtime, measured as the run measures them.
+
+The isolated profile (executor.profile) times each stage's F/B/I/W alone, which misses what the schedule's
+own interleaving does to them (other ranks computing at the same time on shared cores and memory, caches
+warmed by a different action) and everything between the actions. On a 2-core machine those were the
+3-5% by which profile-then-predict fell short every time. These steps give, per rank:
+
+* each action kind's median duration per stage, under the schedule's real interleaving;
+* the dispatch gap before each action (`CostModel.dispatch_ms`): the time from the previous action's end (or
+  the step's start) to this action's start, minus the time blocked in a receive, which the simulation
+  models separately (transfers and data dependencies);
+* the tail after the last action (`CostModel.step_overhead_ms`): waiting for the last sends, the loss, the
+  optimizer step and gradient zeroing.
+
+The steps train for real, so the weights and the optimizer state are saved before and restored after: the
+measured steps and the losses start from the same state as a run without calibration.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from typing import Any
+
+import torch
+
+from executor.rank import Rank
+from executor.train_loop import train_step
+from pipesim.ir import Action
+
+CALIBRATION_STEPS = 4  # the first is dropped: it pays first-touch costs the measured steps do not
+
+
+def calibrate(r: Rank, steps: int = CALIBRATION_STEPS) -> dict[str, Any]:
+    """Run `steps` training steps on every rank (collective), restore the state, summarise this rank's share."""
+    params = r.model.parameters()
+    saved_params = [p.detach().clone() for p in params]
+    saved_state = copy.deepcopy(r.optimizer.state_dict())
+    records = [train_step(r, 0) for _ in range(steps)]
+    with torch.no_grad():
+        for p, saved in zip(params, saved_params, strict=True):
+            p.copy_(saved)
+    r.optimizer.load_state_dict(saved_state)
+    r.optimizer.zero_grad(set_to_none=True)
+    return summarise(records[1:] if len(records) > 1 else records)
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median durations per (stage, kind), the median dispatch gap and the median tail of one rank's steps.
+
+    Each record holds `start`, `end`, `spans` ([action text, start, end], in run order) and `comm`
+    ([kind, peer, action text, start, end]) on one clock, as `train_loop.train_step` returns them.
+    """
+    durations: dict[str, dict[str, list[float]]] = {}
+    gaps: list[float] = []
+    tails: list[float] = []
+    for record in records:
+        waits = sorted((c[3], c[4]) for c in record["comm"] if c[0] == "recv")
+        previous = record["start"]
+        for text, start, end in record["spans"]:
+            action = Action.parse(text)
+            durations.setdefault(str(action.stage), {}).setdefault(action.kind.value, []).append(end - start)
+            gaps.append(max(start - previous - _blocked(waits, previous, start), 0.0))
+            previous = end
+        if record["spans"]:
+            tails.append(max(record["end"] - previous, 0.0))
+    return {
+        "durations_ms": {stage: {kind: statistics.median(v) for kind, v in kinds.items()}
+                         for stage, kinds in durations.items()},
+        "dispatch_ms": statistics.median(gaps) if gaps else 0.0,
+        "tail_ms": statistics.median(tails) if tails else 0.0,
+        "steps": len(records),
+    }
+
+
+def _blocked(waits: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Time inside [lo, hi] spent blocked in receives."""
+    return sum(max(min(end, hi) - max(start, lo), 0.0) for start, end in waits)
