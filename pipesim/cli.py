@@ -23,8 +23,10 @@ torch.distributed.pipelining's compute_only CSV format, --trace a Chrome trace
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -128,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--microbatches", type=_positive_int, metavar="M")
     sim.add_argument("--virtual-stages", type=_positive_int, metavar="V", help="stages per rank (interleaved)")
     _add_cost_args(sim)
+    steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.steady_state)")
+    steps.add_argument("--overhead", type=_ms_list, metavar="T",
+                       help="per-step time after each rank's last action: optimizer, zeroing (one value or per rank)")
+    steps.add_argument("--dispatch", type=_ms_list, metavar="T",
+                       help="gap before each action a rank starts (one value or per rank; default 0)")
+    steps.add_argument("--steps", type=_positive_int, default=1, metavar="N", help="simulate N steps in a row")
+    steps.add_argument("--no-barrier", action="store_true",
+                       help="with --steps: a rank starts the next step when its own optimizer is done (default: "
+                            "every rank waits for the last, as pipesim's executor does)")
     outputs = sim.add_argument_group("outputs")
     outputs.add_argument("--json", type=Path, metavar="OUT", help="timeline document with a metrics summary")
     outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as compute_only CSV")
@@ -227,14 +238,43 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) -> CostModel:
+    """--overhead and --dispatch replace what the cost model (or cost file) says."""
+    changes = {}
+    for flag, field in (("overhead", "step_overhead_ms"), ("dispatch", "dispatch_ms")):
+        values = getattr(args, flag)
+        if values is None:
+            continue
+        if len(values) not in (1, num_ranks):
+            raise UsageError(f"--{flag} has {len(values)} values for {num_ranks} ranks: give 1 or {num_ranks}")
+        changes[field] = tuple(values)
+    return replace(cost, **changes) if changes else cost
+
+
+def _steps_lines(schedule: Schedule, cost: CostModel, args: argparse.Namespace) -> list[str]:
+    """The step time as a training loop sees it (overhead included), and over --steps N steps in a row."""
+    from pipesim.steady_state import simulate_steps
+
+    several = simulate_steps(schedule, cost, args.steps, barrier=not args.no_barrier).meta
+    times = several["step_times_ms"]
+    lines = [f"step time {times[0]:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
+    if args.steps > 1:
+        sync = "no barrier: ranks run into the next step" if args.no_barrier else "a barrier opens every step"
+        lines.append(f"{args.steps} steps ({sync}): {several['total_ms']:.3f} ms in all, "
+                     f"steady step {statistics.median(times[1:]):.3f} ms")
+    return lines
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     schedule = schedule_from_args(args)
-    cost = cost_from_args(args)
+    cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
     validate(schedule)
     timeline = simulate(schedule, cost)
     metrics = compute_metrics(timeline, cost)
     written = _write_simulation_files(args, schedule, cost, timeline, metrics)
     print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
+    if args.steps > 1 or any(cost.overhead_ms(schedule.num_ranks)) or any(cost.dispatch_per_rank(schedule.num_ranks)):
+        print("\n".join(_steps_lines(schedule, cost, args)))
     for path in written:
         print(f"wrote {path}")
     return 0

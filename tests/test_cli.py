@@ -202,3 +202,28 @@ def test_python_dash_m_pipesim_runs_in_a_subprocess(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "makespan" in result.stdout
     assert json.loads(out.read_text())["makespan"] > 0
+
+
+def test_steps_in_a_row_with_and_without_a_barrier(capsys):
+    base = ["simulate", "--schedule", "zb-h2", "--ranks", "4", "--microbatches", "8", "--f", "1", "--b", "2",
+            "--w", "1", "--overhead", "0.5", "--steps", "4"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "step time 27.500 ms" in out and "110.000 ms in all, steady step 27.500 ms" in out
+    assert main([*base, "--no-barrier"]) == 0
+    assert "101.000 ms in all, steady step 24.500 ms" in capsys.readouterr().out  # ZB-H2's tail fills with W's
+
+
+def test_overhead_and_dispatch_per_rank_are_checked(capsys):
+    args = ["simulate", "--schedule", "1f1b", "--ranks", "4", "--microbatches", "8"]
+    assert main([*args, "--overhead", "1,2"]) == 2
+    assert "--overhead has 2 values for 4 ranks: give 1 or 4" in capsys.readouterr().err
+    assert main([*args, "--dispatch", "0.1"]) == 0
+    from dataclasses import replace
+
+    from pipesim.steady_state import step_time_ms
+
+    cost = replace(CostModel.uniform(1.0, 2.0), dispatch_ms=(0.1,))
+    expected = step_time_ms(simulate(build_schedule("1f1b", 4, 8), cost), (0.0,) * 4)
+    assert expected > 33.0 + 1.0  # the gaps are paid on the critical path
+    assert f"step time {expected:.3f} ms" in capsys.readouterr().out
