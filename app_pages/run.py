@@ -9,7 +9,7 @@ import streamlit as st
 from app_pages import runs, state, widgets
 from executor import launch, run_folder
 from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, run_config
-from pipesim import charts, overlay
+from pipesim import attribution, charts, charts_attribution, overlay
 from pipesim.schedules import options_for, schedule_info, schedule_names
 from pipesim.units import format_bytes
 
@@ -173,7 +173,8 @@ def show_result(result) -> None:
                                           help="The first step usually pays warm-up costs")
     sig = state.signature(str(result.run_dir), step)
     if result.simulated is not None:
-        figure = charts.overlay_figure(result.simulated, measured, step=step)
+        figure = charts_attribution.overlay_with_lost_time(result.simulated, measured,
+                                                           _lost_time(result, steps, step), step=step)
     else:
         st.info("No simulation to compare with: launch with 'Profile first, then predict' to get one.")
         figure = charts.gantt_figure(overlay.pick_step(measured, step), title=f"{result.run_dir.name} (measured)")
@@ -185,20 +186,39 @@ def show_result(result) -> None:
         st.plotly_chart(charts.attribution_figure(result.analysis), key="run-attribution",
                         config={"displaylogo": False})
         st.caption("Each rank's step = compute + schedule idle (what the schedule imposes with this step's own "
-                   "action times) + communication wait + overhead (optimizer, gaps, skew).")
+                   "action times) + communication wait + overhead (optimizer, gaps, skew). The thin marks under "
+                   "each measured lane of the overlay show where each kind of lost time sits in the drawn step.")
 
     left, right = st.columns(2)
     with left:
         if result.simulated is not None:
             st.markdown("**Per-action differences** (measured - simulated)")
             diffs = overlay.align(result.simulated, measured, step)
+            figure_of_merit = ((result.analysis or {}).get("prediction") or {}).get("action_error_median")
+            if figure_of_merit is not None:
+                st.caption(f"Median |error| over the actions, against each action's median over all measured "
+                           f"steps: {figure_of_merit:.1%}. The table shows the drawn step.")
             st.dataframe(pd.DataFrame([{
                 "rank": d.rank, "action": str(d.action), "simulated ms": d.simulated_ms,
-                "measured ms": d.measured_ms, "delta ms": d.delta_ms} for d in diffs]),
-                hide_index=True, width="stretch", height=320)
+                "measured ms": d.measured_ms, "delta ms": d.delta_ms,
+                "error %": 100 * d.error if d.measured_ms > 0 else None} for d in diffs]),
+                hide_index=True, width="stretch", height=320,
+                column_config={"error %": st.column_config.NumberColumn(format="%+.1f%%")})
     with right:
         _reference(result)
     _log_files(result)
+
+
+def _lost_time(result, steps: list[int], step: int | None) -> list:
+    """Where the drawn step lost its time (pipesim.attribution); none when the run cannot say."""
+    shown = steps[-1] if step is None and steps else step
+    times = result.step_times_ms or []
+    if shown is None or not 0 <= shown < len(times):
+        return []
+    try:
+        return list(attribution.attribute_step(result.schedule, result.measured, shown, times[shown]).lost)
+    except ValueError:  # a timeline that is not this schedule's: the overlay still shows, without marks
+        return []
 
 
 def _reference(result) -> None:

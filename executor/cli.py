@@ -216,8 +216,17 @@ def _analysis_lines(analysis: dict | None) -> list[str]:
     noise = analysis.get("spread")
     if isinstance(noise, dict) and isinstance(noise.get("step_cv"), (int, float)):
         verdict = "" if noise.get("reliable") else " - too noisy: the prediction error is not a fact about the model"
+        load = noise.get("load_1min")
+        load_text = f", machine load {load:.1f} at the end" if isinstance(load, (int, float)) else ""
         lines.append(f"noise    step times vary {noise['step_cv']:.1%} (coefficient of variation; reliable up to "
-                     f"{noise.get('threshold_step_cv', 0):.0%}){verdict}")
+                     f"{noise.get('threshold_step_cv', 0):.0%}{load_text}){verdict}")
+    predicted = analysis.get("prediction")
+    if isinstance(predicted, dict) and isinstance(predicted.get("action_error_median"), (int, float)):
+        rows = [r for r in predicted.get("actions", []) if isinstance(r, dict) and isinstance(r.get("error"), float)]
+        worst = max(rows, key=lambda r: abs(r["error"]), default=None)
+        worst_text = "" if worst is None else f"; largest rank {worst['rank']} {worst['action']} {worst['error']:+.0%}"
+        lines.append(f"actions  median |error| {predicted['action_error_median']:.1%} over {len(rows)} actions "
+                     f"(simulated against the median measured duration{worst_text})")
     return lines
 
 

@@ -12,6 +12,7 @@ back is executor.run_folder's job.
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -100,15 +101,31 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
         return {"message": "no measured.json on this node (rank 0 writes it)"}
     measured = read_json(measured_path)
     step_times = [float(t) for t in measured.get("step_times_ms", [])]
+    timeline = timeline_from_dict(measured)
     out: dict[str, Any] = {"measured_step_ms": measured_step_ms(step_times)}
-    try:  # where every millisecond of a step went (pipesim.attribution); a problem here must not fail the run
-        write_json(attribute_run(schedule, timeline_from_dict(measured), step_times), run_dir / "analysis.json")
-    except ValueError as error:
-        out["analysis_error"] = str(error)
+    prediction = None
     if cost_path.exists():
         cost = load_cost(cost_path)
         prediction = compare(predict_step(schedule, cost), step_times)
         summary = {"predicted_step_ms": prediction.predicted_step_ms, "overhead_ms": list(prediction.overhead_ms)}
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
+    try:  # where every millisecond of a step went (pipesim.attribution); a problem here must not fail the run
+        write_json(analysis(schedule, timeline, step_times, prediction), run_dir / "analysis.json")
+    except ValueError as error:
+        out["analysis_error"] = str(error)
     return out
+
+
+def analysis(schedule: Schedule, measured: Timeline, step_times: list[float], prediction: Prediction | None) -> dict:
+    """analysis.json: the attribution, the machine's load as the run ended, and with a prediction its error
+    step by step and action by action (pipesim.overlay's definitions, the ones the CLI and the app show)."""
+    from pipesim.overlay import action_errors, median_abs_error
+
+    doc = attribute_run(schedule, measured, step_times)
+    doc["spread"]["load_1min"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if prediction is not None:
+        rows = action_errors(prediction.simulated, measured)
+        doc["prediction"] = {"predicted_step_ms": prediction.predicted_step_ms, "error": prediction.error,
+                             "action_error_median": median_abs_error(rows), "actions": rows}
+    return doc

@@ -7,6 +7,7 @@ the identity both timelines share because both come from the same `Schedule`.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from pipesim.ir import Action
@@ -86,3 +87,26 @@ def prediction_error(predicted_ms: float, measured_ms: float) -> float:
     if measured_ms <= 0:
         raise ValueError(f"measured time must be > 0 to compute a relative error, got {measured_ms}")
     return (predicted_ms - measured_ms) / measured_ms
+
+
+def action_errors(simulated: Timeline, measured: Timeline) -> list[dict]:
+    """Per (rank, action): the simulated duration against the median measured over every step, and the
+    relative error (simulated - measured) / measured, the same definition as the step's `prediction_error`."""
+    durations: dict[tuple[int, Action], list[float]] = {}
+    for span in measured.spans:
+        durations.setdefault((span.rank, span.action), []).append(span.end - span.start)
+    rows = []
+    for sim in sorted(simulated.spans, key=lambda s: (s.rank, s.start, s.end)):
+        values = durations.get((sim.rank, sim.action))
+        if not values:
+            continue
+        real = statistics.median(values)
+        rows.append({"rank": sim.rank, "action": str(sim.action), "simulated_ms": sim.duration, "measured_ms": real,
+                     "error": prediction_error(sim.duration, real) if real > 0 else None})
+    return rows
+
+
+def median_abs_error(rows: list[dict]) -> float | None:
+    """The median over actions of |error|: the per-action figure beside the step's error."""
+    errors = [abs(row["error"]) for row in rows if row["error"] is not None]
+    return statistics.median(errors) if errors else None

@@ -43,7 +43,7 @@ def write_run(root: Path, name: str, status: str = "ok", message: str = "", meas
     summary: dict = {"status": status, "message": message, "started_at": time.time()}
     if measured:
         spans = tuple(Span(s.rank, s.action, base + 1.25 * s.start, base + 1.25 * s.end, step)
-                      for step, base in ((0, 0.0), (1, 500.0)) for s in simulated.spans)
+                      for step, base in ((0, 0.0), (1, 0.0)) for s in simulated.spans)  # step-relative times
         timeline = Timeline(2, spans, source="measured", schedule_name="1f1b")
         step_ms = 1.25 * makespan(simulated)
         write_json({**timeline_to_dict(timeline), "step_times_ms": [step_ms * 1.5, step_ms], "losses": [2.5, 2.25],
@@ -160,6 +160,12 @@ def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher:
     assert cards["Measured step"] == f"{result.measured_step_ms:,.2f} ms"
     diffs = next(d.value for d in app.dataframe if "delta ms" in d.value.columns)
     assert len(diffs) == 2 * 8 and diffs["delta ms"].gt(0).all()  # measured runs 25% slower
+    assert diffs["error %"].sub(-20.0).abs().max() < 1e-6  # simulated / measured - 1 = 1 / 1.25 - 1
+    overlay = next(json.loads(c.proto.spec) for c in app.get("plotly_chart")
+                   if "simulated vs measured" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    marks = {trace["name"] for trace in overlay["data"] if trace.get("name", "").startswith("lost: ")}
+    # the measured step is the simulated one stretched: all its idle is the schedule's, none is lost elsewhere
+    assert marks == {"lost: schedule idle"}
 
 
 def test_cancel_ends_the_run(app: AppTest, runs: Path, fake_launcher: list) -> None:

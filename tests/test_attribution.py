@@ -112,3 +112,16 @@ def test_spread_says_when_a_run_is_too_noisy_to_judge():
     noisy = spread(steady, [10.0, 14.0, 7.0])
     assert not noisy["reliable"] and noisy["step_cv"] == pytest.approx(0.2775, abs=1e-3)  # pstdev 2.867 / mean 10.33
     assert attribute_run(schedule, steady, [10.0, 14.0, 7.0])["spread"]["reliable"] is False
+
+
+def test_the_overlay_marks_each_lost_interval_under_its_measured_lane():
+    from pipesim.charts_attribution import MARK_OFFSET, overlay_with_lost_time
+
+    schedule, measured = hand_built_step()
+    lost = attribute_step(schedule, measured, 0, 8.0).lost
+    simulated = simulate(schedule, CostModel.uniform(1.0, 2.0))
+    figure = overlay_with_lost_time(simulated, measured, lost)
+    comm = next(t for t in figure.data if t.name == "lost: communication wait")
+    # rank 0's 1 ms at [4, 5] and rank 1's 0.5 ms at [1, 1.5], under rows 1 and 3 (measured lanes)
+    marks = sorted(zip(comm.y, comm.base, comm.x, strict=True))
+    assert marks == pytest.approx([(1 + MARK_OFFSET, 4.0, 1.0), (3 + MARK_OFFSET, 1.0, 0.5)])
