@@ -12,6 +12,11 @@ warmed by a different action) and everything between the actions. On a 2-core ma
 * the tail after the last action (`CostModel.step_overhead_ms`): waiting for the last sends, the loss, the
   optimizer step and gradient zeroing.
 
+CPU ranks that outnumber the cores (4 ranks on 2 cores) slow each other down by how many compute at once;
+then the durations are turned into full-speed work from every rank's spans (`full_speed_durations`) and the
+cost model says how many can run at once (`CostModel.shared_cores`), so the simulation shares the cores the
+same way (pipesim.shared_cores).
+
 The steps train for real, so the weights and the optimizer state are saved before and restored after: the
 measured steps and the losses start from the same state as a run without calibration.
 """
@@ -19,6 +24,7 @@ measured steps and the losses start from the same state as a run without calibra
 from __future__ import annotations
 
 import copy
+import os
 import statistics
 from typing import Any
 
@@ -27,6 +33,7 @@ import torch
 from executor.rank import Rank
 from executor.train_loop import train_step
 from pipesim.ir import Action
+from pipesim.shared_cores import work_of_spans
 
 CALIBRATION_STEPS = 4  # the first is dropped: it pays first-touch costs the measured steps do not
 
@@ -42,7 +49,33 @@ def calibrate(r: Rank, steps: int = CALIBRATION_STEPS) -> dict[str, Any]:
             p.copy_(saved)
     r.optimizer.load_state_dict(saved_state)
     r.optimizer.zero_grad(set_to_none=True)
-    return summarise(records[1:] if len(records) > 1 else records)
+    kept = records[1:] if len(records) > 1 else records
+    summary = summarise(kept)
+    # The compute spans themselves, on this machine's clock: rank 0 turns them into full-speed work when the
+    # ranks share cores (shared_slots), which needs every rank's spans at once.
+    summary["spans"] = [span for record in kept for span in record["spans"]]
+    return summary
+
+
+def shared_slots(device_type: str, ranks_on_this_machine: int) -> int | None:
+    """How many of this machine's ranks can compute at full speed at once (cores / threads per rank), or None
+    when each has its own (a GPU each, or enough cores)."""
+    if device_type != "cpu":
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    slots = max(1, cores // max(1, torch.get_num_threads()))
+    return slots if slots < ranks_on_this_machine else None
+
+
+def full_speed_durations(spans_by_rank: list[list[list]], slots: int) -> dict[str, dict[str, float]]:
+    """Per stage and kind, the median full-speed work of the calibration spans of every rank, given that the
+    ranks shared `slots` cores while they ran (pipesim.shared_cores.work_of_spans)."""
+    flat = [(Action.parse(text), start, end) for spans in spans_by_rank for text, start, end in spans]
+    work = work_of_spans([(start, end) for _, start, end in flat], slots)
+    grouped: dict[str, dict[str, list[float]]] = {}
+    for (action, _, _), amount in zip(flat, work, strict=True):
+        grouped.setdefault(str(action.stage), {}).setdefault(action.kind.value, []).append(amount)
+    return {stage: {kind: statistics.median(v) for kind, v in kinds.items()} for stage, kinds in grouped.items()}
 
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:

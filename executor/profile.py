@@ -40,10 +40,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from executor.calibrate import calibrate
+from executor.calibrate import calibrate, full_speed_durations, shared_slots
 from executor.progress import emit
 from executor.rank import Rank
 from executor.stage import tensor_bytes
+from executor.transport import env_int
 from pipesim.cost import CostModel, LinkCost, StageCost, measured_stage_cost
 from pipesim.cost_file import save_cost
 
@@ -229,7 +230,14 @@ def in_situ(measure: dict[str, float], calibrated: dict[str, float] | None, spli
 def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
     schedule, config = r.schedule, r.config
     isolated = {int(s): m for g in gathered for s, m in g["stages"].items()}
-    calibrated = {int(s): d for g in gathered for s, d in g["calibration"]["durations_ms"].items()}
+    local_ranks = env_int("LOCAL_WORLD_SIZE", r.world_size)
+    # The spans of all ranks share one clock only on one machine: across nodes, no sharing is modelled.
+    slots = shared_slots(r.choice.device.type, local_ranks) if local_ranks == r.world_size else None
+    if slots is None:
+        calibrated = {int(s): d for g in gathered for s, d in g["calibration"]["durations_ms"].items()}
+    else:
+        spans = [g["calibration"]["spans"] for g in gathered]
+        calibrated = {int(s): d for s, d in full_speed_durations(spans, slots).items()}
     links = {int(b): m for g in gathered for b, m in g["links"].items()}
     split = schedule.uses_split_backward
     stages = {s: in_situ(m, calibrated.get(s), split) for s, m in isolated.items()}
@@ -237,7 +245,7 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
     link_costs = tuple(link_cost(links.get(b)) for b in range(max(schedule.num_stages - 1, 1)))
     meta = {
         "measured": {str(s): isolated[s] for s in sorted(isolated)},
-        "in_situ": {"steps": gathered[0]["calibration"]["steps"],
+        "in_situ": {"steps": gathered[0]["calibration"]["steps"], "shared_cores": slots,
                     "durations_ms": {str(s): calibrated[s] for s in sorted(calibrated)},
                     "optimizer_ms": [g["optimizer_ms"] for g in gathered]},
         "links_measured": {str(b): links[b] for b in sorted(links)},
@@ -255,7 +263,8 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
     }
     return CostModel(stages=costs, links=link_costs, recompute=config.training.recompute, source="profile",
                      step_overhead_ms=tuple(g["calibration"]["tail_ms"] for g in gathered),
-                     dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered), meta=meta)
+                     dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered), shared_cores=slots,
+                     meta=meta)
 
 
 def profile_run(r: Rank, run_dir: Path, repeats: int = PROFILE_REPEATS) -> CostModel | None:

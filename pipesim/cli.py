@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="per-step time after each rank's last action: optimizer, zeroing (one value or per rank)")
     steps.add_argument("--dispatch", type=_ms_list, metavar="T",
                        help="gap before each action a rank starts (one value or per rank; default 0)")
+    steps.add_argument("--shared-cores", type=_positive_int, metavar="N",
+                       help="the ranks share N cores (CPU ranks on one machine): at most N compute at full speed")
     steps.add_argument("--steps", type=_positive_int, default=1, metavar="N", help="simulate N steps in a row")
     steps.add_argument("--no-barrier", action="store_true",
                        help="with --steps: a rank starts the next step when its own optimizer is done (default: "
@@ -239,7 +241,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) -> CostModel:
-    """--overhead and --dispatch replace what the cost model (or cost file) says."""
+    """--overhead, --dispatch and --shared-cores replace what the cost model (or cost file) says."""
     changes = {}
     for flag, field in (("overhead", "step_overhead_ms"), ("dispatch", "dispatch_ms")):
         values = getattr(args, flag)
@@ -248,6 +250,8 @@ def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) 
         if len(values) not in (1, num_ranks):
             raise UsageError(f"--{flag} has {len(values)} values for {num_ranks} ranks: give 1 or {num_ranks}")
         changes[field] = tuple(values)
+    if args.shared_cores is not None:
+        changes["shared_cores"] = args.shared_cores
     return replace(cost, **changes) if changes else cost
 
 

@@ -106,6 +106,10 @@ class CostModel:
     starts (Python dispatch, posting receives, timing marks; one value or one
     per rank, as for the overhead): small per action, but paid once per action
     on the critical path, so a step of hundreds of actions feels it.
+    `shared_cores` is how many ranks can compute at full speed at once when the
+    ranks share one machine's cores (CPU ranks: cores / threads per rank); None
+    means one device per rank. With fewer than the ranks, the simulation shares
+    them (pipesim.shared_cores) and the stage costs are full-speed times.
     `description` is the model description the costs were computed from, so
     that `for_stages` can re-cut it layer by layer. `meta` holds provenance
     only (what was measured, where); nothing reads it to compute.
@@ -117,6 +121,7 @@ class CostModel:
     source: str = "uniform"
     step_overhead_ms: tuple[float, ...] = ()
     dispatch_ms: tuple[float, ...] = ()
+    shared_cores: int | None = None
     description: ModelDescription | None = None
     meta: dict = field(default_factory=dict, compare=False)
 
@@ -125,6 +130,9 @@ class CostModel:
             raise ValueError("a cost model needs at least one stage cost")
         if not self.links:
             raise ValueError("a cost model needs at least one link cost")
+        if self.shared_cores is not None and (isinstance(self.shared_cores, bool)
+                                              or not isinstance(self.shared_cores, int) or self.shared_cores < 1):
+            raise ValueError(f"shared_cores must be a positive integer or None, got {self.shared_cores!r}")
         for name in ("step_overhead_ms", "dispatch_ms"):
             values = getattr(self, name)
             if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
@@ -211,7 +219,8 @@ class CostModel:
             return self
         if self.description is not None:
             recut = self.description.to_cost_model(num_stages, self.recompute)
-            return replace(recut, step_overhead_ms=self.step_overhead_ms, dispatch_ms=self.dispatch_ms)
+            return replace(recut, step_overhead_ms=self.step_overhead_ms, dispatch_ms=self.dispatch_ms,
+                           shared_cores=self.shared_cores)
         if num_stages % base_stages:
             raise ValueError(
                 f"cannot cut a {base_stages}-stage cost model into {num_stages} stages: "

@@ -2,7 +2,8 @@
 
     {"format": "pipesim.cost", "version": 1, "units": {...}, "source": "profile", "recompute": false,
      "stages": [{"forward_ms": ..., "backward_ms": ..., ...}], "links": [{"latency_ms": ..., "bandwidth_gbps": ...}],
-     "step_overhead_ms": [...], "dispatch_ms": [...], "description": {...} | null, "meta": {...}}
+     "step_overhead_ms": [...], "dispatch_ms": [...], "shared_cores": n | null,
+     "description": {...} | null, "meta": {...}}
 
 Reading is strict: every field has one type, and a wrong one is a ValueError naming the field (a string
 "false" is not a boolean, a list is not a link). Files written before `step_overhead_ms` and
@@ -41,6 +42,7 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
         ],
         "step_overhead_ms": list(cost.step_overhead_ms),
         "dispatch_ms": list(cost.dispatch_ms),
+        "shared_cores": cost.shared_cores,
         "description": None if cost.description is None else asdict(cost.description),
         "meta": cost.meta,
     }
@@ -129,10 +131,14 @@ def cost_from_dict(data: Any) -> CostModel:
     if not isinstance(dispatch, list):
         raise ValueError(f"cost file: dispatch_ms must be a list of numbers, got {dispatch!r}")
     dispatch_ms = tuple(_number(v, f"dispatch_ms[{i}]") for i, v in enumerate(dispatch))
+    shared_cores = data.get("shared_cores")
+    if shared_cores is not None and (isinstance(shared_cores, bool) or not isinstance(shared_cores, int)):
+        raise ValueError(f"cost file: shared_cores must be a positive integer or null, got {shared_cores!r}")
     description = _description(data.get("description", meta.get("model") if source == "model" else None))
     try:
         return CostModel(stages=stages, links=links, recompute=recompute, source=source,
-                         step_overhead_ms=overhead_ms, dispatch_ms=dispatch_ms, description=description,
+                         step_overhead_ms=overhead_ms, dispatch_ms=dispatch_ms, shared_cores=shared_cores,
+                         description=description,
                          meta=dict(meta))
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

@@ -133,7 +133,7 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     if deps is None:
         deps = dependencies(schedule)
     durations, hops, gaps = engine_inputs(schedule, cost, deps)
-    starts, ends, stuck = sweep(deps, durations, hops, gaps)
+    starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores)
     if stuck:
         raise deadlock_error(deps, stuck)
     new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up
@@ -157,6 +157,17 @@ def _durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[flo
     """Per-action durations from a (kind -> per-stage list) table: one lookup per action."""
     table = {kind: [cost.duration_ms(s, kind) for s in range(num_stages)] for kind in ActionKind}
     return [table[kind][stage] for stage, kind, _ in deps.actions]
+
+
+def run_engine(deps: Dependencies, durations: list[float], hops: list[float], gaps: list[float],
+               shared_cores: int | None, rank_start: list[float] | None = None
+               ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
+    """`sweep`, or `sweep_shared` when the ranks share fewer cores than there are ranks."""
+    if shared_cores is not None and shared_cores < deps.num_ranks:
+        from pipesim.shared_cores import sweep_shared
+
+        return sweep_shared(deps, durations, hops, gaps, shared_cores, rank_start)
+    return sweep(deps, durations, hops, gaps, rank_start)
 
 
 def engine_inputs(schedule: Schedule, cost: CostModel, deps: Dependencies) -> tuple[list[float], ...]:

@@ -24,7 +24,7 @@ from pipesim.cost import CostModel
 from pipesim.dag import dependencies
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_ACTIONS
-from pipesim.simulate import deadlock_error, engine_inputs, simulate, sweep
+from pipesim.simulate import deadlock_error, engine_inputs, run_engine, simulate
 from pipesim.timeline import Span, Timeline
 
 MAX_STEPS = 1000
@@ -69,7 +69,7 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
     spans: list[Span] = []
     step_ends = []
     for step in range(num_steps):
-        starts, ends, stuck = sweep(deps, durations, hops, gaps, rank_start=clock)
+        starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores, rank_start=clock)
         if stuck:
             raise deadlock_error(deps, stuck)
         spans.extend(map(tuple.__new__, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(step))))

@@ -37,3 +37,12 @@ def test_in_situ_replaces_the_kinds_the_steps_ran():
     assert in_situ(isolated, {"F": 1.5, "I": 1.4, "W": 1.0}, split=True) == {
         **isolated, "f_split": 1.5, "i": 1.4, "w": 1.0}
     assert in_situ(isolated, None, split=True) == isolated
+
+
+def test_full_speed_durations_take_out_the_sharing():
+    from executor.calibrate import full_speed_durations
+
+    # two ranks on one core: 0F0 alone [0, 1]; 0F1 and 1F0 together [1, 3]: each did 1 ms of work
+    spans = [[["0F0", 0.0, 1.0], ["0F1", 1.0, 3.0]], [["1F0", 1.0, 3.0]]]
+    assert full_speed_durations(spans, slots=1) == {"0": {"F": pytest.approx(1.0)}, "1": {"F": pytest.approx(1.0)}}
+    assert full_speed_durations(spans, slots=2) == {"0": {"F": pytest.approx(1.5)}, "1": {"F": pytest.approx(2.0)}}
