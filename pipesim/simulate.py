@@ -128,8 +128,8 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     cost.check_fits(schedule)
     if deps is None:
         deps = dependencies(schedule)
-    durations = _durations(deps, cost, schedule.num_stages)
-    hops = hop_times(deps, _transfers(schedule, cost))
+    durations = action_durations(deps, cost, schedule.num_stages)
+    hops = hop_times(deps, boundary_transfers(schedule, cost))
     if not math.isfinite(sum(durations) + sum(hops)):  # the step time is at most this sum: finite sums, finite times
         raise ValueError("the costs are too large: the step time would overflow to infinity; give times in ms "
                          "that sum to a finite number (each below about 1e300)")
@@ -153,12 +153,13 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     )
 
 
-def _durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[float]:
-    """Per-action durations from a (kind -> per-stage list) table: one lookup per action."""
+def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[float]:
+    """Per-action durations from a (kind -> per-stage list) table: one lookup per action (the planner sweeps
+    with them too)."""
     table = {kind: [cost.duration_ms(s, kind) for s in range(num_stages)] for kind in ActionKind}
     return [table[kind][stage] for stage, kind, _ in deps.actions]
 
 
-def _transfers(schedule: Schedule, cost: CostModel) -> list[float]:
+def boundary_transfers(schedule: Schedule, cost: CostModel) -> list[float]:
     """Transfer time across each stage boundary b (between stage b and b+1); 0 after the last stage."""
     return [cost.transfer_ms(b, b + 1) for b in range(schedule.num_stages - 1)] + [0.0]
