@@ -23,6 +23,7 @@ from typing import Any
 from pipesim.balance import balance
 from pipesim.cost import CostModel, LinkCost, StageCost
 from pipesim.dag import dependencies
+from pipesim.ir import Schedule
 from pipesim.memory import OrderWalk, check_optimizer, static_bytes
 from pipesim.model_description import ModelDescription, stage_costs_from_units
 from pipesim.schedules import build_schedule, options_for, schedule_info
@@ -223,6 +224,15 @@ class Evaluator:
             except ValueError as error:
                 self._splits[key] = error
         return self._splits[key]
+
+    def materialise(self, c: Candidate) -> tuple[Schedule, CostModel]:
+        """The schedule and cost model an evaluated candidate stands for (to draw it, export it, simulate it)."""
+        if c.error is not None or c.makespan_ms is None:
+            raise ValueError(f"{c.label} was not built: {c.error or 'not evaluated'}")
+        schedule = self.shape(c.schedule, c.ranks, c.microbatches, c.virtual_stages)[0]
+        cost = stage_costs_from_units(list(self.units(c.microbatch_size, c.w_share)), c.split,
+                                      recompute=c.recompute, link=self.inputs.link)
+        return schedule, cost
 
     def evaluate(self, c: Candidate) -> Candidate:
         if c.error is not None:

@@ -121,3 +121,26 @@ def ranked(candidates: list[Candidate]) -> list[Candidate]:
     """Built candidates that fit, fastest first (then the others): the order `verify` runs the top K in."""
     built = [c for c in candidates if c.error is None]
     return sorted(built, key=lambda c: (not c.fits, c.makespan_ms, c.peak_memory_bytes))
+
+
+def torchtitan_settings(candidate: Candidate, csv_name: str, num_blocks: int | None = None) -> dict[str, Any]:
+    """What torchtitan's [parallelism] section needs to run this candidate: the schedule as a compute_only CSV file,
+    the microbatch size, the degree and the split points. pipesim's split points are unit indices (embedding,
+    blocks, head); torchtitan names the module a stage starts at: unit u >= 1 is block `layers.{u-1}`, the head
+    (unit num_blocks + 1) is `output`."""
+
+    def module(unit: int) -> str:
+        return "output" if num_blocks is not None and unit == num_blocks + 1 else f"layers.{unit - 1}"
+
+    return {
+        "pipeline_parallel_degree": candidate.ranks,
+        "pipeline_parallel_schedule_csv": csv_name,
+        "pipeline_parallel_microbatch_size": candidate.microbatch_size,
+        "pipeline_parallel_split_points": [module(u) for u in candidate.split],
+        "split_points_units": list(candidate.split),
+        "schedule": candidate.schedule,
+        "virtual_stages_per_rank": candidate.virtual_stages,
+        "microbatches": candidate.microbatches,
+        "recompute": candidate.recompute,
+        "data_parallel_degree": candidate.data_parallel,
+    }

@@ -197,3 +197,16 @@ def test_plan_cli_writes_json_and_refuses_bad_input(tmp_path, capsys):
     assert "valid schedules" in capsys.readouterr().err
     assert main(["plan", "--devices", "2", "--global-batch", "8", "--memory-cap", "lots"]) == 2
     assert main(["plan", "--devices", "2", "--global-batch", "8", "--verify", "2"]) == 2  # needs --json
+
+
+def test_torchtitan_settings_name_the_module_each_stage_starts_at():
+    from pipesim.plan_report import torchtitan_settings
+
+    best = best_candidate(small_plan(None, schedules=("1f1b",), ranks=(2,)))
+    settings = torchtitan_settings(best, "s.csv", SMALL.num_layers)
+    assert settings["pipeline_parallel_schedule_csv"] == "s.csv" and settings["pipeline_parallel_degree"] == 2
+    assert settings["pipeline_parallel_microbatch_size"] == best.microbatch_size
+    unit = best.split[0]
+    assert settings["pipeline_parallel_split_points"] == [f"layers.{unit - 1}"]
+    head = Candidate("1f1b", 2, 4, 1, False, 1, None, split=(SMALL.num_layers + 1,))
+    assert torchtitan_settings(head, "s.csv", SMALL.num_layers)["pipeline_parallel_split_points"] == ["output"]
