@@ -210,3 +210,17 @@ def test_torchtitan_settings_name_the_module_each_stage_starts_at():
     assert settings["pipeline_parallel_split_points"] == [f"layers.{unit - 1}"]
     head = Candidate("1f1b", 2, 4, 1, False, 1, None, split=(SMALL.num_layers + 1,))
     assert torchtitan_settings(head, "s.csv", SMALL.num_layers)["pipeline_parallel_split_points"] == ["output"]
+
+
+def test_plan_verify_hands_the_plan_to_the_executor(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr("pipesim.cli_plan.subprocess.run", lambda argv, check: calls.append(argv) or Done())
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--layers", "4", "--devices", "2", "--global-batch", "4", "--schedules", "1f1b",
+                 "--json", str(out), "--verify", "2"]) == 0
+    assert calls and calls[0][1:] == ["-m", "executor", "verify-plan", str(out), "--top", "2"]
+    assert out.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,24 @@ def test_a_plan_without_a_model_is_refused_before_anything_runs(tmp_path, capsys
         executor_main(["verify-plan", str(path), "--top", "2", "--runs-root", str(tmp_path / "runs")])
     assert exit_.value.code == 2 and "no model description" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(300)
+def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
+    code = executor_main(["verify-plan", str(plan_file), "--top", "2", "--steps", "2", "--warmup-steps", "1",
+                          "--runs-root", str(tmp_path / "runs"), "--timeout", "240"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    written = json.loads(plan_file.with_name("plan-verify.json").read_text())
+    rows = written["rows"]
+    assert len(rows) == 2 and all(r["measured_ms"] > 0 and r["error"] is None for r in rows), rows
+    plan = json.loads(plan_file.read_text())
+    assert rows[0]["candidate"]["makespan_ms"] == plan["best"]["makespan_ms"]  # the recommendation runs first
+    assert written["spearman"] in (-1.0, 1.0)  # two measured rows: the same order or the reverse
+    assert written["recommended_gap"] >= 0 and written["measured_best"] in {r["label"] for r in rows}
+    assert "Spearman" in out
+    for row in rows:  # each candidate ran with its own schedule and split
+        config = json.loads((Path(row["run_dir"]) / "config.json").read_text())
+        assert config["pipeline"]["schedule"] == row["candidate"]["schedule"]
+        assert list(config["model"]["split_points"]) == row["candidate"]["split"]
