@@ -193,7 +193,7 @@ class Evaluator:
     def __init__(self, inputs: PlanInputs) -> None:
         self.inputs = inputs
         self._shapes: dict[tuple, Any] = {}
-        self._units: dict[int, tuple[StageCost, ...]] = {}
+        self._units: dict[tuple, tuple[StageCost, ...]] = {}
         self._splits: dict[tuple, Any] = {}
 
     def shape(self, name: str, ranks: int, microbatches: int, chunks: int) -> tuple:
@@ -207,12 +207,13 @@ class Evaluator:
         return self._shapes[key]
 
     def units(self, mbs: int, share: float | None) -> tuple[StageCost, ...]:
-        if mbs not in self._units:
-            self._units[mbs] = self.inputs.units_for(mbs)
-        units = self._units[mbs]
-        if share is None:
-            return units
-        return tuple(replace(u, weight_ms=u.backward_ms * share) for u in units)
+        key = (mbs, share)
+        if key not in self._units:
+            units = self.inputs.units_for(mbs)
+            if share is not None:
+                units = tuple(replace(u, weight_ms=u.backward_ms * share) for u in units)
+            self._units[key] = units
+        return self._units[key]
 
     def split(self, mbs: int, num_stages: int, recompute: bool):
         key = (mbs, num_stages, recompute)
