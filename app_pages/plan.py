@@ -12,6 +12,7 @@ import streamlit as st
 from app_pages import cached, state, widgets
 from executor import verify
 from pipesim import charts_plan, formats
+from pipesim.balance import balance, format_split_points
 from pipesim.model_description import DTYPE_BYTES, ModelDescription
 from pipesim.plan import PlanInputs, PlanSpace
 from pipesim.plan_report import best_candidate, pareto_front, plan_document, ranked, summary_lines, torchtitan_settings
@@ -127,6 +128,20 @@ recorded = {"devices": int(devices), "global_batch": int(batch), "memory_cap_byt
 document = plan_document(candidates, recorded, cap)
 columns[2].download_button("Plan JSON", data=lambda: json.dumps(document, indent=1), file_name="plan.json",
                            mime="application/json", on_click="ignore", key="plan-json")
+
+with st.expander("Balance stages on their own"):
+    st.caption("Per-layer (unit) times in ms, comma-separated; the split that makes the slowest stage fastest, as "
+               "`executor run --split-points` takes it.")
+    left, right = st.columns([3, 1])
+    layer_text = left.text_input("Layer times (ms)", "1,4,4,4,4,6", key="plan-balance-layers")
+    stage_count = right.number_input("Stages", 1, 512, 2, key="plan-balance-stages")
+    try:
+        balanced = balance(_numbers(layer_text, float, "Layer times"), int(stage_count))
+        st.code(f"--split-points {format_split_points(balanced.split_points)}", language=None)
+        st.caption(f"Per-stage times {', '.join(f'{c:.4g}' for c in balanced.stage_costs)} ms; slowest "
+                   f"{balanced.bottleneck:.4g} ms, {balanced.imbalance:.3f}x the mean.")
+    except ValueError as error:
+        widgets.show_error(error, "Cannot balance")
 
 st.subheader("Verify for real")
 st.caption("Runs the top K candidates one after another with the executor on this machine (CPU here, a GPU where "

@@ -69,3 +69,12 @@ def test_exports_the_schedule_csv_and_torchtitan_settings(app: AppTest) -> None:
     buttons = {b.proto.label for b in app.get("download_button")}
     assert {"Schedule CSV (torch compute_only)", "torchtitan settings (JSON)", "Plan JSON"} <= buttons
     assert app.button(key="plan-verify") is not None
+
+
+def test_balancing_on_its_own(app: AppTest) -> None:
+    assert any(c.value == "--split-points 4" for c in app.code)  # the default 1,4,4,4,4,6: 13 against 10 ms
+    app.text_input(key="plan-balance-layers").set_value("1,1,1,1,1,5").run()
+    app.number_input(key="plan-balance-stages").set_value(3).run()
+    assert any(c.value == "--split-points 4,5" for c in app.code)
+    app.number_input(key="plan-balance-stages").set_value(9).run()
+    assert any("Cannot balance" in e.value and "at least 9 layers" in e.value for e in app.error)

@@ -224,3 +224,19 @@ def test_plan_verify_hands_the_plan_to_the_executor(tmp_path, monkeypatch, capsy
                  "--json", str(out), "--verify", "2"]) == 0
     assert calls and calls[0][1:] == ["-m", "executor", "verify-plan", str(out), "--top", "2"]
     assert out.exists()
+
+
+def test_plan_from_a_cost_file_reads_its_stages_as_units(tmp_path, capsys):
+    from pipesim.cost_file import save_cost
+
+    stages = tuple(StageCost(forward_ms=f, backward_ms=2 * f, activation_bytes=1e6, input_bytes=1e3, output_bytes=1e3,
+                             param_bytes=1e7) for f in (1, 1, 1, 1, 1, 5))
+    path = tmp_path / "cost.json"
+    save_cost(CostModel(stages=stages, source="profile", meta={"microbatch_size": 2}), path)
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--cost", str(path), "--devices", "2", "--global-batch", "8", "--schedules", "1f1b,gpipe",
+                 "--microbatch-sizes", "2,4", "--optimizer", "sgd", "--json", str(out)]) == 0
+    best = json.loads(out.read_text())["best"]
+    assert best["split"] == [5]  # the heavy last unit alone on the second rank
+    assert main(["plan", "--cost", str(path), "--layers", "4", "--devices", "2", "--global-batch", "8"]) == 2
+    assert "--cost replaces the model description" in capsys.readouterr().err
