@@ -6,7 +6,7 @@ formula for memory. A profile run (executor.profile) measures the same quantitie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipesim.cost import CostModel, LinkCost, StageCost
 
@@ -56,46 +56,12 @@ class ModelDescription:
         return [base + (1 if s < extra else 0) for s in range(num_stages)]
 
     def to_cost_model(self, num_stages: int, recompute: bool = False) -> CostModel:
-        h, s, b = self.hidden_size, self.seq_len, self.microbatch_size
-        tokens = s * b
-        dtype_bytes = DTYPE_BYTES[self.dtype]
-        flops_per_ms = self.device_tflops * 1e12 / 1e3
-        layer_params = 4 * h * h + 2 * h * self.ffn_size
-        layer_fwd_flops = 2 * tokens * layer_params + 4 * tokens * s * h
-        layer_act_bytes = tokens * h * (34 + 5 * self.num_heads * s / h) * dtype_bytes / 2
-        boundary_bytes = tokens * h * dtype_bytes
-        stages = []
-        for index, layers in enumerate(self.layers_per_stage(num_stages)):
-            fwd_flops = layers * layer_fwd_flops
-            params = layers * layer_params
-            act_bytes = layers * layer_act_bytes
-            if index == num_stages - 1:  # output projection and loss
-                fwd_flops += 2 * tokens * h * self.vocab_size
-                params += h * self.vocab_size
-                act_bytes += tokens * self.vocab_size * 4  # fp32 logits for the loss
-            if index == 0:
-                params += h * self.vocab_size
-            forward_ms = fwd_flops / flops_per_ms
-            stages.append(
-                StageCost(
-                    forward_ms=forward_ms,
-                    backward_ms=2 * forward_ms,
-                    weight_ms=forward_ms,
-                    activation_bytes=act_bytes,
-                    weight_grad_bytes=act_bytes / 2,
-                    input_bytes=boundary_bytes,
-                    output_bytes=boundary_bytes,
-                    param_bytes=params * dtype_bytes,
-                )
-            )
-        link = LinkCost(latency_ms=self.link_latency_ms, bandwidth_gbps=self.link_bandwidth_gbps)
-        return CostModel(
-            stages=tuple(stages),
-            links=(link,),
-            recompute=recompute,
-            source="model",
-            description=self,
-        )
+        """Blocks shared out evenly (`layers_per_stage`), the embedding on the first stage, the head on the last."""
+        points, at = [], 1
+        for count in self.layers_per_stage(num_stages)[:-1]:
+            at += count
+            points.append(at)
+        return replace(self.split_cost_model(tuple(points), recompute), description=self)
 
     def num_units(self) -> int:
         """Units that stages share out, as the executor cuts its model: embedding, the blocks, the output head."""
