@@ -13,6 +13,7 @@ from app_pages import cached, state, widgets
 from executor import verify
 from pipesim import charts_plan, formats
 from pipesim.balance import balance, format_split_points
+from pipesim.memory import rank_memory
 from pipesim.model_description import DTYPE_BYTES, ModelDescription
 from pipesim.plan import PlanInputs, PlanSpace
 from pipesim.plan_report import best_candidate, pareto_front, plan_document, ranked, summary_lines, torchtitan_settings
@@ -114,6 +115,9 @@ st.caption(f"Split points (executor --split-points): {','.join(map(str, selected
            f"{format_bytes(selected.peak_memory_bytes)} (parameters, gradients and {optimizer} state included).")
 st.plotly_chart(cached.gantt_chart(schedule, cost), key="plan-gantt", config={"displaylogo": False})
 st.plotly_chart(cached.memory_chart(schedule, cost), key="plan-memory", config={"displaylogo": False})
+parts = charts_plan.memory_parts_figure(rank_memory(schedule, cost, optimizer), cap,
+                                        f"{selected.label}: memory per rank at its peak")
+st.plotly_chart(parts, key="plan-memory-parts", config={"displaylogo": False})
 
 csv_name = f"{schedule.name}-p{selected.ranks}-m{selected.microbatches}.csv"
 settings = torchtitan_settings(selected, csv_name, description.num_layers)

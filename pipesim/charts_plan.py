@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from pipesim.memory import RankMemory
 from pipesim.plan import Candidate
 
 FRONT_COLOR = "#D62728"
@@ -50,4 +51,25 @@ def pareto_figure(candidates: list[Candidate], front: list[Candidate], best: Can
                       yaxis={"title": "peak memory per device (bytes)", "tickformat": "~s", "ticksuffix": "B",
                              "rangemode": "tozero"},
                       plot_bgcolor="white", height=440, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+MEMORY_PARTS = (("param_bytes", "parameters", "#4C78A8"), ("grad_bytes", "gradients", "#72B7B2"),
+                ("optimizer_bytes", "optimizer state", "#F58518"),
+                ("peak_activation_bytes", "activations (peak)", "#D62728"))
+
+
+def memory_parts_figure(ranks: list[RankMemory], cap: float | None = None, title: str = "") -> go.Figure:
+    """Each rank's memory at its peak, stacked by part; the cap as a line."""
+    fig = go.Figure()
+    names = [f"rank {r.rank}" for r in ranks]
+    for attr, label, color in MEMORY_PARTS:
+        fig.add_trace(go.Bar(x=names, y=[getattr(r, attr) for r in ranks], name=label, marker={"color": color},
+                             hovertemplate=f"%{{x}}<br>{label} %{{y:,.4~s}}B<extra></extra>"))
+    if cap is not None:
+        fig.add_hline(y=cap, line={"color": FRONT_COLOR, "dash": "dash", "width": 1.5},
+                      annotation_text="memory cap", annotation_position="top left")
+    fig.update_layout(barmode="stack", title=title or "memory per rank at its peak",
+                      yaxis={"title": "bytes", "tickformat": "~s", "ticksuffix": "B", "rangemode": "tozero"},
+                      plot_bgcolor="white", height=360, legend={"orientation": "h", "y": -0.2})
     return fig

@@ -39,7 +39,11 @@ def test_default_plan_shows_front_cap_table_and_the_best_candidates_charts(app: 
     best = best_candidate(evaluate_all(inputs, space))
     assert app.selectbox(key="plan-selected").value == best.label  # the recommendation comes first
     assert any(best.label in m.value and "best:" in m.value for m in app.markdown)
-    pareto, gantt, memory = figures(app)
+    pareto, gantt, memory, parts = figures(app)
+    stacked = sum(trace["y"][0] for trace in parts["data"])  # rank 0's four parts add up to its peak
+    assert {t["name"] for t in parts["data"]} == {"parameters", "gradients", "optimizer state", "activations (peak)"}
+    assert max(sum(t["y"][r] for t in parts["data"]) for r in range(4)) == pytest.approx(best.peak_memory_bytes)
+    assert stacked > 0
     assert pareto["layout"]["shapes"][0]["y0"] == pytest.approx(40 * 2**30)  # the cap, drawn as a line
     assert {t["name"] for t in pareto["data"]} >= {"Pareto front", "best that fits"}
     assert gantt["layout"]["title"]["text"].startswith(best.schedule)
