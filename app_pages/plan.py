@@ -158,6 +158,7 @@ if st.button("Verify the top candidates", key="plan-verify", icon=":material/pla
     folder = state.runs_root() / "plans"
     path = folder / f"plan-{sig}.json"
     try:
+        folder.mkdir(parents=True, exist_ok=True)
         formats.write_json(document, path)
         with st.spinner(f"Running the top {int(top)} candidates…"):
             result = verify.verify_plan(path, int(top), runs_root=state.runs_root(), steps=int(steps))

@@ -82,3 +82,23 @@ def test_balancing_on_its_own(app: AppTest) -> None:
     assert any(c.value == "--split-points 4,5" for c in app.code)
     app.number_input(key="plan-balance-stages").set_value(9).run()
     assert any("Cannot balance" in e.value and "at least 9 layers" in e.value for e in app.error)
+
+
+def test_verify_button_writes_the_plan_and_shows_the_comparison(app: AppTest, monkeypatch, tmp_path) -> None:
+    from executor import verify
+
+    seen = {}
+
+    def fake_verify(path, top, **kwargs):  # the real one launches torchrun: tests/test_verify.py runs it
+        plan = json.loads(path.read_text())
+        seen.update(top=top, best=plan["best"]["schedule"], steps=kwargs["steps"])
+        rows = [verify.VerifyRow(c["schedule"], c, c["makespan_ms"], c["makespan_ms"] * 1.1)
+                for c in verify.plan_candidates(plan, top)]
+        return verify.compare(rows)
+
+    monkeypatch.setattr(verify, "verify_plan", fake_verify)
+    app.button(key="plan-verify").click().run()
+    assert not app.exception and not app.error
+    assert seen["top"] == 2 and seen["steps"] == 3
+    cards = {m.label: m.value for m in app.metric}
+    assert cards["Rank correlation (Spearman)"] == "+1.00" and cards["Recommended vs measured best"] == "+0.0%"
