@@ -16,7 +16,6 @@ gradient bytes over the link) is added to the step. Ranks 0..ranks-1 of a replic
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -79,6 +78,8 @@ class PlanInputs:
     def __post_init__(self) -> None:
         if not self.units:
             raise ValueError("the model needs at least one unit (layer) to split")
+        if not sum(u.forward_ms + u.backward_ms for u in self.units) > 0:
+            raise ValueError("the model's units take no time (all forward and backward times are 0): nothing to plan")
         if not isinstance(self.devices, int) or self.devices < 1:
             raise ValueError(f"devices must be a positive whole number, got {self.devices!r}")
         if not isinstance(self.global_batch, int) or self.global_batch < 1:
@@ -263,7 +264,7 @@ class Evaluator:
         memory = [sum(s) + peak for s, peak in zip(statics, walk.peaks(cost), strict=True)]
         allreduce = _allreduce_ms(max(s[1] for s in statics), c.data_parallel, self.inputs.link)
         c.makespan_ms = max(finish) + self.inputs.step_overhead_ms + allreduce
-        c.throughput = self.inputs.global_batch / c.makespan_ms * 1e3 if c.makespan_ms > 0 else math.inf
+        c.throughput = self.inputs.global_batch / c.makespan_ms * 1e3  # > 0: PlanInputs refuses a model of no time
         c.rank_memory = memory
         c.peak_memory_bytes = max(memory)
         cap = self.inputs.memory_cap_bytes

@@ -4,7 +4,9 @@
 
 Every entry carries schedule, ranks, microbatches, virtual_stages, recompute, split, makespan_ms, throughput,
 peak_memory_bytes and fits (plus the microbatch size, W share, bubble, imbalance and, for a candidate that
-could not be built, its error).
+could not be built, its error). makespan_ms is the step time (pipeline, per-step overhead from a cost file, and the
+data-parallel all-reduce); throughput is samples per second of the global batch; peak_memory_bytes is the fullest
+device's parameters, gradients, optimizer state and activation peak.
 """
 
 from __future__ import annotations
