@@ -14,6 +14,7 @@ PAGES = [
     st.Page("app_pages/dag.py", title="DAG", icon=":material/account_tree:"),
     st.Page("app_pages/custom.py", title="Custom schedule", icon=":material/edit_note:"),
     st.Page("app_pages/run.py", title="Run", icon=":material/play_circle:"),
+    st.Page("app_pages/plan.py", title="Plan", icon=":material/insights:"),
 ]
 
 st.navigation(PAGES).run()

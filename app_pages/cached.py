@@ -20,6 +20,7 @@ from pipesim.cost import CostModel
 from pipesim.critical_path import critical_path
 from pipesim.dag import DeadlockError, build_dag, dag_positions
 from pipesim.ir import Action, Schedule
+from pipesim.plan import Candidate, Evaluator, PlanInputs, PlanSpace, evaluate_all
 from pipesim.simulate import find_deadlock, simulate
 from pipesim.timeline import Metrics, Timeline, compute_metrics
 
@@ -123,3 +124,18 @@ def deadlock_explanation(schedule: Schedule) -> str | None:
     except DeadlockError as error:
         return error.detail
     return None
+
+
+# --- the planner (Plan page) ---------------------------------------------------------------------------------------
+
+
+@st.cache_data(max_entries=8, show_spinner=False, hash_funcs={PlanInputs: hash, PlanSpace: hash})
+def plan(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
+    """Every candidate of the space, evaluated (pipesim.plan)."""
+    return evaluate_all(inputs, space)
+
+
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs={PlanInputs: hash, Candidate: lambda c: c.label})
+def plan_candidate(inputs: PlanInputs, candidate: Candidate) -> tuple[Schedule, CostModel]:
+    """The schedule and cost model of one evaluated candidate, to draw and export it."""
+    return Evaluator(inputs).materialise(candidate)

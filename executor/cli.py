@@ -8,6 +8,7 @@ Usage:
         [--nnodes N --node-rank K --rdzv-endpoint HOST:PORT] [--schedule-file custom.csv] [--out runs/NAME]
     python -m executor list [--runs-root runs]
     python -m executor show runs/NAME [--json]
+    python -m executor verify-plan plan.json --top 3 [--steps 3] [--device cpu]   (executor/verify.py)
 
 `run` prints one JSON object per line while the run goes (progress events),
 then a human summary. Exit status: 0 ok, 1 the run failed or timed out,
@@ -96,13 +97,21 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m executor", description="Run pipeline schedules for real under torchrun.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,list,show}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,list,show,verify-plan}")
     _add_run_arguments(commands.add_parser("run", help="run a schedule under torchrun"))
     listing = commands.add_parser("list", help="earlier runs, newest first")
     listing.add_argument("--runs-root", type=Path, default=Path("runs"))
     show = commands.add_parser("show", help="one run's results")
     show.add_argument("run_dir", type=Path)
     show.add_argument("--json", action="store_true", help="print result.json-like JSON instead of text")
+    verify = commands.add_parser("verify-plan", help="run a plan's top K candidates and compare with the prediction")
+    verify.add_argument("plan", type=Path)
+    verify.add_argument("--top", type=int, default=3)
+    verify.add_argument("--steps", type=int, default=3)
+    verify.add_argument("--warmup-steps", type=int, default=1)
+    verify.add_argument("--device", choices=DEVICES, default="cpu")
+    verify.add_argument("--timeout", type=float, default=300.0, help="seconds per candidate's run")
+    verify.add_argument("--runs-root", type=Path, default=Path("runs"))
     return parser
 
 
@@ -267,6 +276,23 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify_plan(args: argparse.Namespace) -> int:
+    from executor import verify
+
+    def progress(row: verify.VerifyRow) -> None:
+        measured = "failed" if row.measured_ms is None else f"{row.measured_ms:.2f} ms"
+        print(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}", flush=True)
+
+    try:
+        result = verify.verify_plan(args.plan, args.top, runs_root=args.runs_root, steps=args.steps,
+                                    warmup_steps=args.warmup_steps, device=args.device, timeout_s=args.timeout,
+                                    on_row=progress)
+    except (ValueError, OSError, KeyError) as error:
+        fail(str(error))
+    print("\n".join(verify.summary_lines(result)), flush=True)
+    return 0 if any(r.measured_ms is not None for r in result.rows) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return {"run": cmd_run, "list": cmd_list, "show": cmd_show}[args.command](args)
+    return {"run": cmd_run, "list": cmd_list, "show": cmd_show, "verify-plan": cmd_verify_plan}[args.command](args)

@@ -28,6 +28,7 @@ def train_step(r: Rank, step: int) -> dict[str, Any]:
     record = r.runtime.run_step(inputs, targets)
     before_optimizer = r.clock.mark()
     r.optimizer.step()
+    grads = gradient_bytes(r.model.parameters())  # a host-side sum over the parameters: microseconds
     r.optimizer.zero_grad(set_to_none=True)
     end = r.clock.mark()
     r.clock.finish_step()
@@ -38,8 +39,28 @@ def train_step(r: Rank, step: int) -> dict[str, Any]:
         optimizer_ms=r.clock.resolve(end) - r.clock.resolve(before_optimizer),
         loss=None if record.loss is None else float(record.loss.item()),
         peak_stash_bytes=record.peak_stash_bytes,
+        grad_bytes=grads,
     )
     return result
+
+
+def gradient_bytes(params: list[torch.Tensor]) -> int:
+    """Bytes of the gradients the parameters hold (allocated by the step's backwards)."""
+    return sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor the optimizer keeps per parameter (momentum, Adam's two moments and step count)."""
+    return sum(v.numel() * v.element_size() for state in optimizer.state.values() for v in state.values()
+               if isinstance(v, torch.Tensor))
+
+
+def static_memory(r: Rank, records: list[dict[str, Any]]) -> dict[str, int]:
+    """Parameters, gradients and optimizer state of this rank, counted tensor by tensor (pipesim.memory models
+    the same three parts)."""
+    params = sum(p.numel() * p.element_size() for p in r.model.parameters())
+    return {"param_bytes": params, "grad_bytes": max((rec["grad_bytes"] for rec in records), default=0),
+            "optimizer_bytes": optimizer_state_bytes(r.optimizer)}
 
 
 def crash_step() -> int | None:
@@ -76,7 +97,7 @@ def peak_memory(r: Rank, records: list[dict[str, Any]]) -> int:
 
 def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float], run_dir: Path) -> None:
     """Gather every rank's records on rank 0 and write measured.json (atomically)."""
-    mine = {"records": records, "peak": peak_memory(r, records)}
+    mine = {"records": records, "peak": peak_memory(r, records), "static": static_memory(r, records)}
     gathered: list[Any] | None = [None] * r.world_size if r.rank == 0 else None
     dist.gather_object(mine, gathered, dst=0, group=r.control)
     if r.rank != 0:
@@ -99,6 +120,10 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "optimizer_ms": [[rec["optimizer_ms"] for rec in m] for m in measured],
         "peak_memory_bytes": [g["peak"] for g in gathered],
         "peak_memory_kind": "cuda max_memory_allocated" if cuda else "tracked stashed activations",
+        # tracked tensor bytes: parameters, gradients, optimizer state, plus the tracked activation peak
+        "static_memory_bytes": [g["static"] for g in gathered],
+        "tracked_peak_bytes": [sum(g["static"].values()) + max((rec["peak_stash_bytes"] for rec in g["records"]),
+                                                                default=0) for g in gathered],
         "backend": r.choice.transport,
         "device": r.choice.device.type,
         "torch_version": torch.__version__,

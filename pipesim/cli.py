@@ -7,6 +7,8 @@ Usage:
       --f 1.0 --b 2.0 --w 1.0 --comm 0.1 --json tl.json --csv sched.csv --trace trace.json --html gantt.html
   python -m pipesim simulate --csv-in my_schedule.csv --cost cost.json --png gantt.png
   python -m pipesim compare --schedules 1f1b,zb-h1,zbv --ranks 4 --microbatches 8 --json rows.json --html cmp.html
+  python -m pipesim balance --layer-ms 1,4,4,4,4,6 --stages 2          (see pipesim/cli_plan.py)
+  python -m pipesim plan --layers 24 --devices 8 --memory-cap 80GiB --global-batch 64 --json plan.json
 
 Times are milliseconds per stage and microbatch (per chunk when a rank holds several
 stages); give one number for every stage or a comma-separated list, one per stage.
@@ -30,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
+from pipesim import cli_plan
 from pipesim.compare import compare_schedules, format_table
 from pipesim.cost import CostModel, cost_from_times
 from pipesim.cost_file import cost_to_dict, load_cost
@@ -119,7 +122,7 @@ def _add_figure_args(parser: argparse.ArgumentParser, what: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pipesim", description="Plan and explain pipeline-parallel schedules.", allow_abbrev=False)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,simulate,compare}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,simulate,compare,balance,plan}")
     commands.add_parser("list", allow_abbrev=False, help="registered schedules, what they are and their options")
 
     sim = commands.add_parser("simulate", allow_abbrev=False, help="simulate one schedule and write its timeline")
@@ -155,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cost_args(cmp)
     cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows")
     _add_figure_args(cmp, "comparison chart")
+    cli_plan.add_commands(commands)
     return parser
 
 
@@ -322,7 +326,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if any(row.error is None for row in rows) else RUNTIME_ERROR
 
 
-COMMANDS = MappingProxyType({"list": cmd_list, "simulate": cmd_simulate, "compare": cmd_compare})
+COMMANDS = MappingProxyType({"list": cmd_list, "simulate": cmd_simulate, "compare": cmd_compare, **cli_plan.COMMANDS})
 
 
 def _one_line(error: BaseException) -> str:

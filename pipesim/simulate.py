@@ -153,8 +153,9 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     )
 
 
-def _durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[float]:
-    """Per-action durations from a (kind -> per-stage list) table: one lookup per action."""
+def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[float]:
+    """Per-action durations from a (kind -> per-stage list) table: one lookup per action (the planner sweeps
+    with them too)."""
     table = {kind: [cost.duration_ms(s, kind) for s in range(num_stages)] for kind in ActionKind}
     return [table[kind][stage] for stage, kind, _ in deps.actions]
 
@@ -172,8 +173,8 @@ def run_engine(deps: Dependencies, durations: list[float], hops: list[float], ga
 
 def engine_inputs(schedule: Schedule, cost: CostModel, deps: Dependencies) -> tuple[list[float], ...]:
     """Per action: its duration, the transfer it pays for a producer on another rank, its dispatch gap."""
-    durations = _durations(deps, cost, schedule.num_stages)
-    hops = hop_times(deps, _transfers(schedule, cost))
+    durations = action_durations(deps, cost, schedule.num_stages)
+    hops = hop_times(deps, boundary_transfers(schedule, cost))
     gaps = dispatch_gaps(deps, cost)
     # The step time is at most this sum: finite sums, finite times.
     if not math.isfinite(sum(durations) + sum(hops) + sum(gaps)):
@@ -188,6 +189,6 @@ def dispatch_gaps(deps: Dependencies, cost: CostModel) -> list[float]:
     return [per_rank[rank] for rank in deps.ranks]
 
 
-def _transfers(schedule: Schedule, cost: CostModel) -> list[float]:
+def boundary_transfers(schedule: Schedule, cost: CostModel) -> list[float]:
     """Transfer time across each stage boundary b (between stage b and b+1); 0 after the last stage."""
     return [cost.transfer_ms(b, b + 1) for b in range(schedule.num_stages - 1)] + [0.0]

@@ -7,6 +7,7 @@ the simulator or from the executor is its `source`.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -265,8 +266,16 @@ class Metrics:
 
 def _stash_sizes(tl: Timeline, cost: CostModel | None) -> dict[int, StashSizes]:
     """Per stage: bytes F stashes, and the part only W still needs after I (zeros without a cost model)."""
+    return stash_sizes(cost, {span[1][0] for span in tl.spans})
+
+
+def stash_sizes(cost: CostModel | None, stages: Iterable[int]) -> dict[int, StashSizes]:
+    """Per stage in `stages`: bytes F stashes and the part only W still needs (zeros without a cost model).
+
+    The one reading of a cost model's sizes for liveness: these metrics and the planner's memory model use it.
+    """
     sizes: dict[int, StashSizes] = {}
-    for stage in {span[1][0] for span in tl.spans}:
+    for stage in stages:
         if cost is None:
             sizes[stage] = StashSizes(0.0, 0.0)
         else:

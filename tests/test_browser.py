@@ -215,6 +215,18 @@ def test_other_pages_render(page, app_url: str) -> None:
     _screenshot(page, "custom-errors")
 
 
+def test_plan_page_draws_the_front_and_the_chosen_schedule(page, app_url: str) -> None:
+    _open(page, app_url, "plan")
+    page.wait_for_function(  # the Pareto figure, then the recommended candidate's Gantt
+        "() => { const t = [...document.querySelectorAll('.js-plotly-plot .gtitle')].map(e => e.textContent);"
+        " return t.some(x => x.startsWith('candidates:')) && t.length >= 3; }"
+    )
+    _wait_count(page, ".js-plotly-plot .scatterlayer .point", 5)  # candidates as markers
+    page.wait_for_selector(GANTT_BARS)
+    assert page.get_by_text("best:").count() >= 1
+    _screenshot(page, "plan")
+
+
 @pytest.mark.torchrun
 @pytest.mark.timeout(600)
 def test_real_run_ends_in_the_overlay(page, app_url: str) -> None:

@@ -25,6 +25,7 @@ from pipesim.cost import CostModel
 from pipesim.cost_file import save_cost
 from pipesim.formats import timeline_to_dict, write_json
 from pipesim.ir import Action, B, F, make_schedule
+from pipesim.memory import rank_memory
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import makespan
@@ -357,6 +358,19 @@ def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     assert torch_losses == pytest.approx(losses, abs=1e-3 * drop)
     assert any(e.get("event") == "step" for e in handle.events())
     assert_no_process_left(result.run_dir)
+    check_memory_model(result)
+
+
+def check_memory_model(result) -> None:
+    """pipesim's memory model (parameters, gradients, optimizer state, activation peak by liveness), fed the
+    profile's sizes, against the bytes each rank tracked tensor by tensor: within 10% per rank."""
+    measured = json.loads((result.run_dir / "measured.json").read_text())
+    predicted = rank_memory(result.schedule, result.cost, result.config.training.optimizer)
+    for rank, (model, static, tracked) in enumerate(zip(predicted, measured["static_memory_bytes"],
+                                                        measured["tracked_peak_bytes"], strict=True)):
+        assert static["param_bytes"] > 0 and static["grad_bytes"] == static["param_bytes"], (rank, static)
+        assert model.static_bytes == pytest.approx(sum(static.values()), rel=0.10), (rank, static)
+        assert model.peak_bytes == pytest.approx(tracked, rel=0.10), (rank, model, tracked)
 
 
 @pytest.mark.torchrun
