@@ -5,6 +5,7 @@ Usage:
         [--layers 4 --d-model 128 --heads 4 --ffn 512 --seq-len 64 --vocab 1000 | --cnn-channels 32 ...] \\
         [--batch-size 16] [--steps 5] [--warmup-steps 1] [--virtual-stages V] [--recompute] \\
         [--device auto|cpu|cuda] [--backend auto|gloo|nccl|staged] [--profile] [--reference] [--timeout S] \\
+        [--torch-profile] \\
         [--nnodes N --node-rank K --rdzv-endpoint HOST:PORT] [--schedule-file custom.csv] [--out runs/NAME]
     python -m executor list [--runs-root runs]
     python -m executor show runs/NAME [--json]
@@ -86,6 +87,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--backend", choices=BACKENDS, default="auto")
     run.add_argument("--profile", action="store_true", help="measure per-stage costs first, then predict")
     run.add_argument("--reference", action="store_true", help="also run torch.distributed.pipelining's schedule")
+    run.add_argument("--torch-profile", action="store_true",
+                     help="record a torch.profiler (Kineto) trace of the measured steps on every rank (traces/)")
     run.add_argument("--timeout", type=float, default=600.0, help="seconds before every process is ended")
     run.add_argument("--nnodes", type=int, default=1)
     run.add_argument("--node-rank", type=int, default=0)
@@ -114,7 +117,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         num_virtual_stages=args.virtual_stages,
         model=ModelConfig(kind=args.model, split_points=args.split_points, **model),
         batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed,
-        optimizer=args.optimizer, lr=args.lr, recompute=args.recompute, device=args.device, backend=args.backend,
+        optimizer=args.optimizer, lr=args.lr, recompute=args.recompute, torch_profile=args.torch_profile,
+        device=args.device, backend=args.backend,
         profile=args.profile, reference=args.reference, timeout_s=args.timeout,
         nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
     )  # fmt: skip
@@ -145,6 +149,7 @@ def summary_lines(result) -> list[str]:
         error = "-" if result.prediction_error is None else f"{100 * result.prediction_error:+.1f}%"
         lines.append(f"predict  {_fmt(result.predicted_step_ms)} (error {error} against the measured median)")
     lines += _analysis_lines(result.analysis)
+    lines += _trace_lines(result.run_dir)
     reference = result.reference
     if reference:
         if reference.get("error"):
@@ -218,6 +223,21 @@ def _analysis_lines(analysis: dict | None) -> list[str]:
         verdict = "" if noise.get("reliable") else " - too noisy: the prediction error is not a fact about the model"
         lines.append(f"noise    step times vary {noise['step_cv']:.1%} (coefficient of variation; reliable up to "
                      f"{noise.get('threshold_step_cv', 0):.0%}){verdict}")
+    return lines
+
+
+def _trace_lines(run_dir: Path) -> list[str]:
+    """The run's traces: the one-file Perfetto view, and each rank's torch.profiler trace (--torch-profile)."""
+    from executor.predict import TRACE_FILE
+    from executor.run_folder import profiler_traces
+
+    lines = []
+    if (run_dir / TRACE_FILE).is_file():
+        lines.append(f"trace    {run_dir / TRACE_FILE} (simulated + measured, open in https://ui.perfetto.dev)")
+    traces = profiler_traces(run_dir)
+    if traces:
+        lines.append(f"profiler {len(traces)} torch.profiler traces: " + ", ".join(
+            str(path.relative_to(run_dir)) for path in traces))
     return lines
 
 

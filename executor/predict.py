@@ -115,4 +115,26 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
         summary = {"predicted_step_ms": prediction.predicted_step_ms, "overhead_ms": list(prediction.overhead_ms)}
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
+        simulated = prediction.simulated
+    else:
+        simulated = None
+    try:  # a view for Perfetto; like the analysis, a problem here must not fail the run
+        write_json(combined_trace(schedule, simulated, timeline_from_dict(measured)), run_dir / TRACE_FILE)
+    except ValueError as error:
+        out["trace_error"] = str(error)
     return out
+
+
+TRACE_FILE = "trace.json"  # the run's Perfetto view: simulated and measured of the last step, with flows
+
+
+def combined_trace(schedule: Schedule, simulated: Timeline | None, measured: Timeline,
+                   step: int | None = None) -> dict[str, Any]:
+    """One Chrome trace with the simulated step (when there is one) and a measured step (the last by default,
+    past the warm-up, as the overlay shows), each as a process with compute, send and recv tracks per rank."""
+    from pipesim.chrome_trace import run_trace
+    from pipesim.overlay import pick_step
+
+    views = {} if simulated is None else {"simulated": simulated}
+    views["measured"] = pick_step(measured, step)
+    return run_trace(schedule, views)

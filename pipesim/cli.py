@@ -28,12 +28,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 
+from pipesim.chrome_trace import save_chrome_trace
 from pipesim.compare import compare_schedules, format_table
 from pipesim.cost import CostModel, cost_from_times
 from pipesim.cost_file import cost_to_dict, load_cost
 from pipesim.export import ExportUnavailable, export_figures
 from pipesim.formats import (
-    save_chrome_trace,
     save_timeline,
     schedule_from_csv,
     schedule_to_csv,

@@ -276,6 +276,9 @@ def test_analyse_run_writes_the_simulated_timeline(tmp_path):
     assert out["prediction_error"] == pytest.approx((expected - 22.0) / 22.0)
     simulated = json.loads((tmp_path / "simulated.json").read_text())
     assert simulated["source"] == "simulated" and simulated["predicted_step_ms"] == pytest.approx(expected)
+    trace = json.loads((tmp_path / predict.TRACE_FILE).read_text())  # the one-file Perfetto view (issue 14)
+    assert trace["otherData"]["views"] == ["simulated", "measured"]
+    assert sum(e["ph"] == "s" for e in trace["traceEvents"]) == 2 * 4  # gpipe 2x2: 2 activations + 2 gradients
     # the timeline holds one step but three step times were claimed: no analysis, and the reason is kept
     assert "no span for" in out["analysis_error"] and not (tmp_path / "analysis.json").exists()
 
