@@ -13,15 +13,16 @@ back is executor.run_folder's job.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipesim.attribution import attribute_run
-from pipesim.cost import CostModel, measured_stage_cost
+from pipesim.cost import CostModel
 from pipesim.cost_file import load_cost
 from pipesim.formats import read_json, timeline_from_dict, timeline_to_dict, write_json
 from pipesim.ir import Schedule
+from pipesim.overlay import replay_cost  # noqa: F401 - the replay lives with the overlay; callers use it here too
 from pipesim.timeline import Timeline
 
 
@@ -48,33 +49,6 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
         ends[span.rank] = max(ends[span.rank], span.end)
     predicted = max(end + extra for end, extra in zip(ends, overhead, strict=True)) - start
     return Prediction(predicted, simulated, overhead)
-
-
-def replay_cost(measured: Timeline, cost: CostModel) -> CostModel:
-    """`cost` with every stage's F, B, I and W replaced by the run's own median durations.
-
-    Simulating with it tells the simulator's error apart from the profile's: when the replay
-    matches the measured step but the prediction does not, the profile did not represent the
-    run (a machine whose speed drifts, caches, contention), not the schedule's simulation.
-    """
-    durations: dict[tuple[int, str], list[float]] = {}
-    for span in measured.spans:
-        durations.setdefault((span.action.stage, span.action.kind.value), []).append(span.end - span.start)
-    num_stages = max((stage for stage, _ in durations), default=-1) + 1
-
-    def median(stage: int, kind: str) -> float | None:
-        values = durations.get((stage, kind))
-        return statistics.median(values) if values else None
-
-    stages = []
-    for stage in range(num_stages):
-        base = cost.stage(stage)
-        forward = median(stage, "F")
-        stages.append(measured_stage_cost(
-            base, forward_ms=base.forward_ms if forward is None else forward, backward_ms=median(stage, "B"),
-            input_ms=median(stage, "I"), weight_ms=median(stage, "W"), recompute=cost.recompute,
-        ) if (stage, "B") in durations or (stage, "I") in durations else base)
-    return replace(cost, stages=tuple(stages), source="replay")
 
 
 def measured_step_ms(step_times_ms: list[float]) -> float | None:

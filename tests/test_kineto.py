@@ -1,0 +1,146 @@
+"""Importing torch.profiler (Kineto) traces: PP: labels -> schedule and imported timeline; hostile traces refused.
+
+The traces here are written the way Kineto writes them (complete events in microseconds, `distributedInfo`,
+`baseTimeNanoseconds`, torch ops nested under the labels, communication labels); the torchrun test in
+test_torch_profile.py imports traces that torch itself recorded.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipesim import cli, kineto
+from pipesim.cost import CostModel
+from pipesim.formats import load_schedule
+from pipesim.kineto import import_traces
+from pipesim.lower import comm_plan
+from pipesim.schedules import build_schedule, options_for
+from pipesim.simulate import simulate
+
+BASES = (1_790_000_000_000_000_000, 1_790_000_000_250_000_000)  # rank 1's file starts its clock 250 ms later
+
+
+def kineto_files(tmp_path, schedule, steps=2, merged=False, base_ms=1000.0):
+    """One Kineto-like file per rank (or one merged) of `steps` simulated steps of `schedule`, with sends."""
+    timeline = simulate(schedule, CostModel.uniform(forward_ms=1.0, backward_ms=2.0, comm_ms=0.2))
+    step_ms = max(s.end for s in timeline.spans) + 5.0
+    plan = comm_plan(schedule)
+    per_rank = {rank: [] for rank in range(schedule.num_ranks)}
+    expected = []
+    for step in range(steps):
+        for span in timeline.spans:
+            start = base_ms + step * step_ms + span.start
+            base = 0.0 if merged else (BASES[span.rank % 2] - BASES[0]) / 1e6  # ms the file's clock is ahead
+            ts = (start - base) * 1000.0
+            per_rank[span.rank] += [
+                {"ph": "X", "cat": "user_annotation", "name": f"PP:{span.action}", "pid": 100 + span.rank,
+                 "tid": 1, "ts": ts, "dur": span.duration * 1000.0},
+                {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 100 + span.rank, "tid": 1,
+                 "ts": ts + 1.0, "dur": span.duration * 500.0},
+            ]
+            expected.append((span.rank, str(span.action), step, start - base_ms, start - base_ms + span.duration))
+            message = next((m for (src, _), keys in plan.links.items() if src == span.rank for m in keys
+                            if plan.producer[m] == span.action), None)
+            if message is not None:
+                kind = "SEND_F" if message.what == "act" else "SEND_B"
+                per_rank[span.rank].append({"ph": "X", "cat": "user_annotation", "pid": 100 + span.rank, "tid": 1,
+                                            "name": f"PP:{span.action.stage}{kind}{span.action.microbatch}",
+                                            "ts": ts + span.duration * 1000.0 + 1.0, "dur": 5.0})
+    paths = []
+    if merged:
+        events = [e for rank in per_rank for e in per_rank[rank]]
+        events += [{"ph": "M", "name": "process_name", "pid": 100 + r, "args": {"name": f"rank {r}"}}
+                   for r in per_rank]
+        paths.append(tmp_path / "merged.json")
+        paths[0].write_text(json.dumps({"traceEvents": events}))
+    else:
+        for rank, events in per_rank.items():
+            path = tmp_path / f"rank{rank}.json"
+            path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 2},
+                                        "baseTimeNanoseconds": BASES[rank % 2], "traceEvents": events}))
+            paths.append(path)
+    return paths, expected
+
+
+@pytest.mark.parametrize("name", ["1f1b", "interleaved-1f1b", "zb-h1", "zbv"])
+@pytest.mark.parametrize("merged", [False, True])
+def test_import_recovers_the_schedule_and_the_label_times(tmp_path, name, merged):
+    schedule = build_schedule(name, 2, 4, **options_for(name, num_virtual_stages=2))
+    paths, expected = kineto_files(tmp_path, schedule, merged=merged)
+    run = import_traces(paths[::-1] if not merged else paths, name=name)  # file order does not matter: ranks say
+    assert run.schedule.actions == schedule.actions and run.schedule.stage_to_rank == schedule.stage_to_rank
+    assert run.timeline.source == "imported" and len(run.step_times_ms) == 2
+    got = sorted((s.rank, str(s.action), s.step, s.start, s.end) for s in run.timeline.spans)
+    assert len(got) == len(expected)
+    for real, want in zip(got, sorted(expected), strict=True):
+        assert real[:3] == want[:3] and real[3:] == pytest.approx(want[3:], abs=1e-6)
+    sends = [c for c in run.timeline.comm if c.kind == "send"]
+    assert len(sends) == 2 * sum(len(keys) for keys in comm_plan(schedule).links.values())
+    assert all(c.peer != c.rank for c in sends)
+
+
+def test_cli_imports_overlays_and_writes(tmp_path, capsys):
+    schedule = build_schedule("interleaved-1f1b", 2, 4, num_virtual_stages=2)
+    paths, _ = kineto_files(tmp_path, schedule, steps=3)
+    out = tmp_path / "out"
+    out.mkdir()
+    code = cli.main(["import-trace", *map(str, paths), "--schedule-out", str(out / "s.json"), "--json",
+                     str(out / "t.json"), "--trace", str(out / "both.json"), "--html", str(out / "o.html")])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "3 steps recorded" in printed and "rank 1: compute" in printed
+    assert load_schedule(out / "s.json").actions == schedule.actions
+    doc = json.loads((out / "t.json").read_text())
+    assert doc["source"] == "imported" and len(doc["step_times_ms"]) == 3 and doc["analysis"]["ranks"]
+    # replayed with the traces' own times (uniform here), the simulation matches the imported step
+    assert doc["simulated_step_ms"] == pytest.approx(simulate(schedule, CostModel.uniform()).spans[-1].end, rel=0.5)
+    views = json.loads((out / "both.json").read_text())["otherData"]["views"]
+    assert views == ["simulated", "imported"] and (out / "o.html").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{not json", "not valid JSON"),
+    ('{"events": []}', "not a Chrome trace"),
+    ('{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 1}]}', "no PP: labels"),
+    ('{"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": "x", "dur": 1}]}', "no valid ts/dur"),
+    ('{"traceEvents": [{"ph": "X", "name": "PP:0Q0", "ts": 1, "dur": 1}]}', "cannot read label"),
+    ('[' * 100000 + ']' * 100000, "nested too deeply"),
+])
+def test_hostile_traces_get_one_line_errors(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    assert cli.main(["import-trace", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_traces_that_are_not_one_schedule_are_refused(tmp_path, monkeypatch):
+    schedule = build_schedule("1f1b", 2, 2)
+    paths, _ = kineto_files(tmp_path, schedule)
+    rank1 = json.loads(paths[1].read_text())
+    last = max(i for i, e in enumerate(rank1["traceEvents"]) if e["name"].startswith("PP:") and "SEND" not in e["name"])
+    del rank1["traceEvents"][last]  # the last step's last action is missing
+    paths[1].write_text(json.dumps(rank1))
+    with pytest.raises(ValueError, match="partial step"):
+        import_traces(paths)
+    with pytest.raises(ValueError, match="no trace for rank 0"):
+        import_traces(paths[1:])
+    with pytest.raises(ValueError, match="given each rank|also in"):
+        import_traces([paths[0], paths[0]])
+    monkeypatch.setattr(kineto, "MAX_TRACE_BYTES", 10)
+    with pytest.raises(ValueError, match="at most"):
+        import_traces(paths)
+
+
+def test_steps_in_different_orders_are_refused(tmp_path):
+    schedule = build_schedule("1f1b", 2, 2)
+    paths, _ = kineto_files(tmp_path, schedule)
+    data = json.loads(paths[0].read_text())
+    labels = [e for e in data["traceEvents"] if e["name"].startswith("PP:") and "SEND" not in e["name"]]
+    second = labels[len(labels) // 2:]  # step 1: swap the first two actions' times
+    second[0]["ts"], second[1]["ts"] = second[1]["ts"], second[0]["ts"]
+    paths[0].write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="step 1 runs"):
+        import_traces(paths)
