@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app_pages import runs, state, widgets
+from app_pages import runs, state, trace_import, widgets
 from executor import launch, predict, run_folder
 from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, run_config
 from pipesim import charts, overlay
@@ -267,6 +267,7 @@ if st.session_state["selected_run"]:
     except ValueError as error:
         widgets.show_error(error, "Cannot open the run")
 
+trace_import.show_import()
 st.divider()
 st.subheader("Earlier runs")
 runs = runs.run_list(str(state.runs_root()))

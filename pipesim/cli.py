@@ -303,18 +303,15 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     """Recover the schedule and its timeline from the traces, simulate that schedule, overlay, attribute."""
     from pipesim.attribution import attribute_run
     from pipesim.chrome_trace import save_run_trace
-    from pipesim.kineto import import_traces
-    from pipesim.overlay import pick_step, replay_cost
+    from pipesim.kineto import import_traces, replay
+    from pipesim.overlay import pick_step
 
     run = import_traces(args.traces, args.name)
-    replay = not any(getattr(args, flag) is not None for flag in ("f", "b", "w", "comm", "cost"))
-    # Without costs, the simulation replays the trace's own median action times: the overlay then shows
-    # what the schedule imposed against what the run added (waits, overheads).
-    cost = replay_cost(run.timeline, CostModel.uniform()) if replay else cost_from_args(args)
-    simulated = simulate(run.schedule, cost)
+    own_times = not any(getattr(args, flag) is not None for flag in ("f", "b", "w", "comm", "cost"))
+    simulated = replay(run, None if own_times else cost_from_args(args))
     analysis = attribute_run(run.schedule, run.timeline, run.step_times_ms)
     print(f"{run.schedule.describe()}; {len(run.step_times_ms)} steps recorded")
-    costs = "with the traces' own median action times" if replay else "with the given costs"
+    costs = "with the traces' own median action times" if own_times else "with the given costs"
     print(f"imported step {statistics.median(run.step_times_ms):.3f} ms (median); simulated "
           f"{makespan(simulated):.3f} ms ({costs})")
     for row in analysis["ranks"]:

@@ -21,6 +21,7 @@ from the earliest label. No torch import: a trace is JSON, read within `pipesim.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipesim.cost import CostModel
 from pipesim.formats import CsvError, read_json, schedule_from_csv
 from pipesim.ir import Action, B, F, I, Schedule
 from pipesim.limits import MAX_ACTIONS, MAX_RANKS, MAX_TRACE_BYTES
@@ -63,6 +65,20 @@ class ImportedRun:
 # --- reading files --------------------------------------------------------------------------------------------
 
 
+def _check_size(name: str, size: int) -> None:
+    if size > MAX_TRACE_BYTES:
+        raise ValueError(f"{name} is {size / 1024**2:,.0f} MiB; pipesim reads traces of at most "
+                         f"{MAX_TRACE_BYTES / 1024**2:,.0f} MiB (pipesim/limits.py): record fewer steps")
+
+
+def _as_trace(name: str, data: Any) -> dict[str, Any]:
+    if isinstance(data, list):  # the format also allows a bare array of events
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise ValueError(f"{name}: not a Chrome trace: expected an object with a \"traceEvents\" list")
+    return data
+
+
 def read_trace(path: str | Path) -> dict[str, Any]:
     """One Chrome/Kineto trace file as {"traceEvents": [...], ...}; every failure a one-line ValueError."""
     source = Path(path)
@@ -72,15 +88,21 @@ def read_trace(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"cannot read {source}: {error.strerror or error}") from None
     if not source.is_file():
         raise ValueError(f"{source} is not a regular file; give a trace file (JSON)")
-    if size > MAX_TRACE_BYTES:
-        raise ValueError(f"{source} is {size / 1024**2:,.0f} MiB; pipesim reads traces of at most "
-                         f"{MAX_TRACE_BYTES / 1024**2:,.0f} MiB (pipesim/limits.py): record fewer steps")
-    data = read_json(source)
-    if isinstance(data, list):  # the format also allows a bare array of events
-        data = {"traceEvents": data}
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ValueError(f"{source}: not a Chrome trace: expected an object with a \"traceEvents\" list")
-    return data
+    _check_size(str(source), size)
+    return _as_trace(str(source), read_json(source))
+
+
+def parse_trace(name: str, raw: bytes) -> dict[str, Any]:
+    """`read_trace` for bytes already in memory (an upload); `name` names it in errors."""
+    _check_size(name, len(raw))
+    try:
+        return _as_trace(name, json.loads(raw))
+    except UnicodeDecodeError:
+        raise ValueError(f"{name}: not a text file") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{name}: not valid JSON ({error})") from None
+    except RecursionError:
+        raise ValueError(f"{name}: JSON nested too deeply") from None
 
 
 def _number(value: Any) -> float | None:
@@ -116,11 +138,11 @@ def _process_ranks(data: dict[str, Any], pids: list[Any]) -> list[Any]:
     return sorted(pids, key=lambda pid: (isinstance(pid, str), pid))
 
 
-def collect_labels(paths: Sequence[str | Path]) -> list[Label]:
-    """Every `PP:` slice of the given traces, with its rank, on one clock (ms from the earliest slice)."""
-    if not paths:
+def collect_labels(files: Sequence[tuple[str, dict[str, Any]]]) -> list[Label]:
+    """Every `PP:` slice of the given traces (name, parsed trace), with its rank, on one clock (ms from the
+    earliest slice)."""
+    if not files:
         raise ValueError("give at least one trace file (one per rank, or one merged trace)")
-    files = [(Path(path), read_trace(path)) for path in paths]
     # Integers as Kineto writes them: ns since the epoch lose precision as floats (2^-52 of 1.8e18 is 256 ns).
     bases = [base if isinstance(base := data.get("baseTimeNanoseconds"), int) and not isinstance(base, bool) else 0
              for _, data in files]
@@ -255,8 +277,13 @@ def _comm_spans(labels: list[Label], schedule: Schedule) -> list[CommSpan]:
 
 
 def import_traces(paths: Sequence[str | Path], name: str = "imported") -> ImportedRun:
-    """Read traces (one per rank, or merged) into the schedule they ran and their imported Timeline."""
-    labels = collect_labels(paths)
+    """Read trace files (one per rank, or merged) into the schedule they ran and their imported Timeline."""
+    return import_trace_data([(str(path), read_trace(path)) for path in paths], name)
+
+
+def import_trace_data(files: Sequence[tuple[str, dict[str, Any]]], name: str = "imported") -> ImportedRun:
+    """`import_traces` for traces already parsed (`parse_trace`): (name, trace) per file."""
+    labels = collect_labels(files)
     num_ranks = max(label.rank for label in labels) + 1
     rows: list[list[Span]] = [[] for _ in range(num_ranks)]
     for label in labels:
@@ -273,6 +300,15 @@ def import_traces(paths: Sequence[str | Path], name: str = "imported") -> Import
         of_step = [span for span in spans if span.step == step]
         step_times.append(max(s.end for s in of_step) - min(s.start for s in of_step))
     timeline = Timeline(num_ranks, tuple(spans), "imported", name, tuple(_comm_spans(labels, schedule)),
-                        {"imported_from": [str(p) for p in paths], "steps": steps,
+                        {"imported_from": [file_name for file_name, _ in files], "steps": steps,
                          "label_extent": "torch's PP: slice: input wait, compute, posting the send"})
     return ImportedRun(schedule, timeline, tuple(step_times))
+
+
+def replay(run: ImportedRun, cost: CostModel | None = None) -> Timeline:
+    """The recovered schedule simulated with `cost`, or by default with the traces' own median action times:
+    the overlay then shows what the schedule imposed against what the run added (waits, overheads)."""
+    from pipesim.overlay import replay_cost
+    from pipesim.simulate import simulate
+
+    return simulate(run.schedule, cost if cost is not None else replay_cost(run.timeline, CostModel.uniform()))
