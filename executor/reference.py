@@ -11,7 +11,8 @@ PIPESIM_REFERENCE_SIDE_BY_SIDE=1 also "ours_step_times_ms" and "ours_losses" (se
 With --torch-profile, torch.profiler records the measured steps into traces/torch-rankR.json (and ours,
 side by side, into traces/rankR.json). torch 2.13 labels each action `PP:<action>` (record_function) only in
 its multi-stage runtime (_PipelineScheduleRuntime: interleaved-1f1b, looped-bfs, zb-h1, zbv, dualpipev);
-ScheduleGPipe labels "Forward i" / "Backward i" and Schedule1F1B nothing, so their traces have no PP: labels.
+ScheduleGPipe labels "Forward i" / "Backward i" and Schedule1F1B nothing: for those two the stage's compute
+calls are labelled here (`label_single_stage`).
 
 Only public torch.distributed.pipelining API that exists since torch 2.6
 (PipelineStage, Schedule*.step(*args, target=, losses=)); the newest keyword
@@ -95,6 +96,34 @@ def _build_pipeline(config: RunConfig, schedule: Schedule, rank: int, device):
     return pipe, make_optimizer(config, params), local, class_name
 
 
+def label_single_stage(pipe) -> None:
+    """Label a single-stage torch schedule's actions `PP:<stage><F|B|I><microbatch>` for the profiler.
+
+    torch 2.13 labels actions `PP:` only in its multi-stage runtime; ScheduleGPipe writes "Forward i" and
+    Schedule1F1B nothing. Wrapping the stage's forward_one_chunk / backward_one_chunk (the calls its loops
+    make, in the order they make them) gives their traces the same labels, around the compute alone (those
+    loops wait for transfers outside these calls). Multi-stage schedules are left as torch runs them.
+    """
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+    from torch.profiler import record_function
+
+    if not isinstance(pipe, PipelineScheduleSingle):
+        return
+    stage = pipe._stage
+    forward, backward, index = stage.forward_one_chunk, stage.backward_one_chunk, stage.stage_index
+
+    def labelled_forward(fwd_chunk_id: int, *args, **kwargs):
+        with record_function(f"PP:{index}F{fwd_chunk_id}"):
+            return forward(fwd_chunk_id, *args, **kwargs)
+
+    def labelled_backward(bwd_chunk_id: int, *args, **kwargs):
+        kind = "B" if kwargs.get("full_backward", True) else "I"
+        with record_function(f"PP:{index}{kind}{bwd_chunk_id}"):
+            return backward(bwd_chunk_id, *args, **kwargs)
+
+    stage.forward_one_chunk, stage.backward_one_chunk = labelled_forward, labelled_backward
+
+
 class TorchSide:
     """torch's schedule over this rank's stages: one timed training step at a time."""
 
@@ -102,6 +131,8 @@ class TorchSide:
         self.config, self.device = config, device
         self.pipe, self.optimizer, local, self.class_name = _build_pipeline(config, schedule, rank, device)
         self.first, self.last = 0 in local, schedule.num_stages - 1 in local
+        if config.training.torch_profile:
+            label_single_stage(self.pipe)
 
     def step(self, step: int) -> tuple[float, float, float]:
         """(start ms, end ms) on the host clock and the step's loss (0 off the last stage's rank)."""

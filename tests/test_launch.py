@@ -25,6 +25,7 @@ from pipesim.cost import CostModel
 from pipesim.cost_file import save_cost
 from pipesim.formats import timeline_to_dict, write_json
 from pipesim.ir import Action, B, F, make_schedule
+from pipesim.kineto import import_traces
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import makespan
@@ -338,14 +339,16 @@ def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     files = {p.name for p in result.run_dir.iterdir()}
     assert {"config.json", "schedule.json", "measured.json", "cost.json", "simulated.json", "reference.json",
             "result.json", "logs", "trace.json", "traces"} <= files  # fmt: skip
-    # Kineto traces of the measured steps: ours labelled PP:<action> once per measured step; torch's Schedule1F1B
-    # labels nothing (torch 2.13 labels only its multi-stage runtime), its trace is kept all the same
+    # Kineto traces of the measured steps: ours labelled PP:<action> once per measured step; torch's Schedule1F1B,
+    # which torch 2.13 does not label, labelled by the reference run (executor.reference.label_single_stage)
     assert [p.name for p in run_folder.profiler_traces(result.run_dir)] == [
         "rank0.json", "rank1.json", "torch-rank0.json", "torch-rank1.json"]
     for rank in range(2):
         events = json.loads((result.run_dir / "traces" / f"rank{rank}.json").read_text())["traceEvents"]
         labels = sorted(e["name"] for e in events if e.get("ph") == "X" and e["name"].startswith("PP:"))
         assert labels == sorted(f"PP:{a}" for a in result.schedule.actions[rank] for _ in range(3))
+    imported = import_traces([result.run_dir / "traces" / f"torch-rank{rank}.json" for rank in range(2)])
+    assert imported.schedule.actions == result.schedule.actions and len(imported.step_times_ms) == 3
     trace = json.loads((result.run_dir / "trace.json").read_text())
     assert trace["otherData"]["views"] == ["simulated", "measured"]
     from executor import cli
