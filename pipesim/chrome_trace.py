@@ -95,6 +95,9 @@ def save_chrome_trace(timeline: Timeline, path: str | Path) -> None:
 # takes the next lane (a second "send" thread), so nothing is dropped or misdrawn.
 
 SEND_BASE, RECV_BASE, RANK_STRIDE = 100, 200, 1000
+# A message used the moment it was made has a zero-length slice, and a flow cannot bind inside one reliably:
+# comm slices are drawn at least this long (1 us).
+MIN_SLICE_MS = 0.001
 
 
 class Transfer(NamedTuple):
@@ -165,6 +168,10 @@ def _slice(name: str, cat: str, pid: int, tid: int, start: float, end: float, **
             "pid": pid, "tid": tid, "args": args}
 
 
+def _drawn(start: float, end: float) -> tuple[float, float]:
+    return start, max(end, start + MIN_SLICE_MS)
+
+
 def _mid(event: dict[str, Any]) -> float:
     return event["ts"] + event["dur"] / 2
 
@@ -182,8 +189,10 @@ def _view_events(pid: int, label: str, timeline: Timeline, plan: CommPlan, first
     for rank in range(timeline.num_ranks):
         sent = [t for t in moved if t.src == rank]
         got = sorted((t for t in moved if t.dst == rank), key=lambda t: t.recv_start)
-        send_lanes.update(zip([id(t) for t in sent], _lanes([(t.send_start, t.send_end) for t in sent]), strict=True))
-        recv_lanes.update(zip([id(t) for t in got], _lanes([(t.recv_start, t.recv_end) for t in got]), strict=True))
+        send_lanes.update(zip([id(t) for t in sent], _lanes([_drawn(t.send_start, t.send_end) for t in sent]),
+                              strict=True))
+        recv_lanes.update(zip([id(t) for t in got], _lanes([_drawn(t.recv_start, t.recv_end) for t in got]),
+                              strict=True))
     for number, t in enumerate(moved, start=first_flow):
         what = "activation" if t.message.what == ACT else "gradient"
         text = f"{what} {t.message.stage}:{t.message.microbatch} of {t.producer}"
@@ -191,9 +200,9 @@ def _view_events(pid: int, label: str, timeline: Timeline, plan: CommPlan, first
         recv_tid = t.dst * RANK_STRIDE + RECV_BASE + recv_lanes[id(t)]
         threads[send_tid] = f"rank {t.src} send" + (f" #{send_lanes[id(t)] + 1}" if send_lanes[id(t)] else "")
         threads[recv_tid] = f"rank {t.dst} recv" + (f" #{recv_lanes[id(t)] + 1}" if recv_lanes[id(t)] else "")
-        send = _slice(f"send {text} to rank {t.dst}", "send", pid, send_tid, t.send_start, t.send_end,
+        send = _slice(f"send {text} to rank {t.dst}", "send", pid, send_tid, *_drawn(t.send_start, t.send_end),
                       peer=t.dst, action=str(t.producer), flow=number)
-        recv = _slice(f"recv {text} from rank {t.src}", "recv", pid, recv_tid, t.recv_start, t.recv_end,
+        recv = _slice(f"recv {text} from rank {t.src}", "recv", pid, recv_tid, *_drawn(t.recv_start, t.recv_end),
                       peer=t.src, action=str(t.producer), flow=number)
         flow = {"name": text, "cat": "message", "id": number}
         events += [send, recv, {**flow, "ph": "s", "pid": pid, "tid": send_tid, "ts": _mid(send)},
