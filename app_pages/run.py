@@ -267,7 +267,8 @@ if st.session_state["selected_run"]:
     except ValueError as error:
         widgets.show_error(error, "Cannot open the run")
 
-trace_import.show_import()
+trace_import.show_import(run_folder.profiler_trace_sets(st.session_state["selected_run"])
+                         if st.session_state["selected_run"] else {})
 st.divider()
 st.subheader("Earlier runs")
 runs = runs.run_list(str(state.runs_root()))

@@ -183,6 +183,14 @@ def profiler_traces(run_dir: str | Path) -> list[Path]:
     return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
+def profiler_trace_sets(run_dir: str | Path) -> dict[str, list[Path]]:
+    """The run's profiler traces by who ran the schedule: "executor" (rankR.json), "torch" (torch-rankR.json)."""
+    traces = profiler_traces(run_dir)
+    sets = {"executor": [p for p in traces if p.name.startswith("rank")],
+            "torch": [p for p in traces if p.name.startswith("torch-rank")]}
+    return {side: paths for side, paths in sets.items() if paths}
+
+
 def _started(run_dir: Path) -> float:
     try:
         return (run_dir / "config.json").stat().st_mtime
