@@ -170,7 +170,7 @@ def result_dict(result) -> dict:
         "step_times_ms": result.step_times_ms, "losses": result.losses,
         "peak_memory_bytes": result.peak_memory_bytes, "measured_step_ms": result.measured_step_ms,
         "predicted_step_ms": result.predicted_step_ms, "prediction_error": result.prediction_error,
-        "reference": result.reference,
+        "reference": result.reference, **_trace_files(result.run_dir),
     }  # fmt: skip
 
 
@@ -226,18 +226,24 @@ def _analysis_lines(analysis: dict | None) -> list[str]:
     return lines
 
 
-def _trace_lines(run_dir: Path) -> list[str]:
-    """The run's traces: the one-file Perfetto view, and each rank's torch.profiler trace (--torch-profile)."""
+def _trace_files(run_dir: Path) -> dict:
+    """The run's traces: "trace", the one-file Perfetto view, and "profiler_traces" (--torch-profile)."""
     from executor.predict import TRACE_FILE
     from executor.run_folder import profiler_traces
 
+    trace = run_dir / TRACE_FILE
+    return {"trace": str(trace) if trace.is_file() else None,
+            "profiler_traces": [str(path) for path in profiler_traces(run_dir)]}
+
+
+def _trace_lines(run_dir: Path) -> list[str]:
+    files = _trace_files(run_dir)
     lines = []
-    if (run_dir / TRACE_FILE).is_file():
-        lines.append(f"trace    {run_dir / TRACE_FILE} (simulated + measured, open in https://ui.perfetto.dev)")
-    traces = profiler_traces(run_dir)
-    if traces:
-        lines.append(f"profiler {len(traces)} torch.profiler traces: " + ", ".join(
-            str(path.relative_to(run_dir)) for path in traces))
+    if files["trace"]:
+        lines.append(f"trace    {files['trace']} (simulated + measured, open in https://ui.perfetto.dev)")
+    if files["profiler_traces"]:
+        lines.append(f"profiler {len(files['profiler_traces'])} torch.profiler traces: " + ", ".join(
+            str(Path(path).relative_to(run_dir)) for path in files["profiler_traces"]))
     return lines
 
 
