@@ -101,3 +101,15 @@ def test_steps_in_different_orders_are_refused(tmp_path):
     paths[0].write_text(json.dumps(data))
     with pytest.raises(ValueError, match="step 1 runs"):
         import_traces(paths)
+
+
+def test_an_overlapped_pair_is_split_between_its_sub_actions(tmp_path):
+    events = [{"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": start * 1000.0, "dur": (end - start) * 1000.0}
+              for name, start, end in (("PP:0F0", 0, 1), ("PP:(0F1;0B0)OVERLAP_F_B", 1, 4), ("PP:0B1", 4, 6),
+                                       ("PP:0REDUCE_GRAD", 6, 6.5))]
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    run = import_traces([path])
+    assert [str(a) for a in run.schedule.actions[0]] == ["0F0", "0F1", "0B0", "0B1"]
+    assert [(str(s.action), s.start, s.end) for s in run.timeline.spans] == [
+        ("0F0", 0.0, 1.0), ("0F1", 1.0, 2.5), ("0B0", 2.5, 4.0), ("0B1", 4.0, 6.0)]
