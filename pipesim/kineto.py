@@ -3,7 +3,9 @@
 torch.distributed.pipelining's runtime (torch 2.13, `_PipelineScheduleRuntime`) wraps every action it runs in
 `record_function("PP:<action>")`: compute (`PP:2F0`, `PP:1I3`, `PP:1W3`, `PP:(0F7;7B3)OVERLAP_F_B`) and
 communication (`PP:1SEND_F0`, `PP:0RECV_B2`, `PP:0REDUCE_GRAD`). The executor labels its own actions the same way
-under `--torch-profile`. Those labels are all this module reads:
+under `--torch-profile`. Those labels are all this module reads (and, in a trace with none, ScheduleGPipe's own
+"Forward i" / "Backward i", stage i's rank being the file's: torch 2.13 gives its single-stage schedules no PP:
+labels, and Schedule1F1B none at all):
 
 * a rank's actions in the order its labels start; the k-th occurrence of an action is step k, and every step
   must run the same order (the schedule is the first step's);
@@ -41,6 +43,9 @@ _COMM = re.compile(r"^(\d{1,9})(SEND_F|RECV_F|SEND_B|RECV_B)(\d{1,9})$")
 _OTHER = re.compile(r"^\d{1,9}(UNSHARD|RESHARD|REDUCE_GRAD)\d{0,9}$")
 _OVERLAP = re.compile(r"^\((.*)\)OVERLAP_F_B$")
 _RANK_NAME = re.compile(r"rank\s*(\d{1,6})", re.IGNORECASE)
+# ScheduleGPipe's own labels (torch 2.13 gives its single-stage schedules no PP: labels); the stage is the rank's.
+_GPIPE = re.compile(r"^(Forward|Backward) (\d{1,9})$")
+_RANK_STAGE = "#"
 
 
 @dataclass(frozen=True)
@@ -109,21 +114,33 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _labels_of(data: dict[str, Any], name: str) -> dict[Any, list[tuple[str, float, float]]]:
-    """The `PP:` complete events of one file, per process id: (label, start us, end us)."""
+def _action_text(label: Any, gpipe: bool) -> str | None:
+    """The action text of a label (`PP:2F0` -> "2F0"); with `gpipe`, ScheduleGPipe's "Forward 3" -> "#F3"."""
+    if not isinstance(label, str):
+        return None
+    if not gpipe:
+        return label[len(LABEL_PREFIX):] if label.startswith(LABEL_PREFIX) else None
+    match = _GPIPE.match(label)
+    return None if match is None else f"{_RANK_STAGE}{match.group(1)[0]}{match.group(2)}"
+
+
+def _labels_of(data: dict[str, Any], name: str, gpipe: bool = False) -> dict[Any, list[tuple[str, float, float]]]:
+    """The `PP:` complete events of one file (with `gpipe`: ScheduleGPipe's "Forward i" / "Backward i"), per
+    process id: (action text, start us, end us)."""
     by_pid: dict[Any, list[tuple[str, float, float]]] = {}
     for event in data["traceEvents"]:
         if not isinstance(event, dict) or event.get("ph") != "X":
             continue
         label = event.get("name")
-        if not isinstance(label, str) or not label.startswith(LABEL_PREFIX):
+        text = _action_text(label, gpipe)
+        if text is None:
             continue
         start, duration = _number(event.get("ts")), _number(event.get("dur"))
         if start is None or duration is None or duration < 0:
             raise ValueError(f"{name}: event {label[:40]!r} has no valid ts/dur (microseconds)")
         pid = event.get("pid")
         by_pid.setdefault(pid if isinstance(pid, (int, str)) else str(pid), []).append(
-            (label[len(LABEL_PREFIX):], start, start + duration))
+            (text, start, start + duration))
     return by_pid
 
 
@@ -151,11 +168,12 @@ def collect_labels(files: Sequence[tuple[str, dict[str, Any]]]) -> list[Label]:
     seen_ranks: dict[int, int] = {}  # rank -> index of the file it came from
     next_rank = 0
     for index, ((path, data), base) in enumerate(zip(files, bases, strict=True)):
-        by_pid = _labels_of(data, str(path))
+        by_pid = _labels_of(data, str(path)) or _labels_of(data, str(path), gpipe=True)
         if not by_pid:
             raise ValueError(f"{path}: no {LABEL_PREFIX} labels: record with `python -m executor run "
                              "--torch-profile`, or torch's multi-stage schedules (torch 2.13 labels actions only "
-                             "in _PipelineScheduleRuntime: interleaved 1F1B, looped BFS, zero bubble, ZBV, DualPipeV)")
+                             "in _PipelineScheduleRuntime: interleaved 1F1B, looped BFS, zero bubble, ZBV, DualPipeV; "
+                             "ScheduleGPipe's 'Forward i' labels are read too, Schedule1F1B has none)")
         info = data.get("distributedInfo")
         given = info.get("rank") if isinstance(info, dict) else None
         if len(by_pid) == 1 and isinstance(given, int) and not isinstance(given, bool) and given >= 0:
@@ -170,7 +188,8 @@ def collect_labels(files: Sequence[tuple[str, dict[str, Any]]]) -> list[Label]:
                 raise ValueError(f"{path}: rank {rank} is also in {files[seen_ranks[rank]][0]}: give each rank's "
                                  "trace once")
             seen_ranks[rank] = index
-            raw.extend((rank, text, start + shift, end + shift) for text, start, end in rows)
+            raw.extend((rank, text.replace(_RANK_STAGE, str(rank)), start + shift, end + shift)
+                       for text, start, end in rows)
         if len(raw) > MAX_ACTIONS or len(seen_ranks) > MAX_RANKS:
             raise ValueError(f"the traces hold more than {MAX_ACTIONS:,} labels or {MAX_RANKS:,} ranks "
                              "(pipesim/limits.py)")

@@ -113,3 +113,19 @@ def test_an_overlapped_pair_is_split_between_its_sub_actions(tmp_path):
     assert [str(a) for a in run.schedule.actions[0]] == ["0F0", "0F1", "0B0", "0B1"]
     assert [(str(s.action), s.start, s.end) for s in run.timeline.spans] == [
         ("0F0", 0.0, 1.0), ("0F1", 1.0, 2.5), ("0B0", 2.5, 4.0), ("0B1", 4.0, 6.0)]
+
+
+def test_torch_gpipe_labels_are_read_where_there_are_no_pp_labels(tmp_path):
+    schedule = build_schedule("gpipe", 2, 3)
+    paths, expected = kineto_files(tmp_path, schedule)
+    for path in paths:  # ScheduleGPipe's labels: "Forward i", "Backward i"; the stage is the rank's own
+        data = json.loads(path.read_text())
+        for event in data["traceEvents"]:
+            if event["name"].startswith("PP:") and "SEND" not in event["name"]:
+                action = event["name"][3:]
+                event["name"] = ("Forward " if "F" in action else "Backward ") + action.split("F" if "F" in action
+                                                                                                else "B")[1]
+        data["traceEvents"] = [e for e in data["traceEvents"] if not e["name"].startswith("PP:")]
+        path.write_text(json.dumps(data))
+    run = import_traces(paths)
+    assert run.schedule.actions == schedule.actions and len(run.timeline.spans) == len(expected)
