@@ -176,6 +176,19 @@ def _mid(event: dict[str, Any]) -> float:
     return event["ts"] + event["dur"] / 2
 
 
+def _message_lanes(moved: list[Transfer], num_ranks: int) -> tuple[list[int], list[int]]:
+    """Per transfer (by position), its lane on the sender's send thread and on the receiver's recv thread."""
+    send_lanes, recv_lanes = [0] * len(moved), [0] * len(moved)
+    for rank in range(num_ranks):
+        sent = [i for i, t in enumerate(moved) if t.src == rank]  # `moved` is sorted by send start
+        got = sorted((i for i, t in enumerate(moved) if t.dst == rank), key=lambda i: moved[i].recv_start)
+        for i, lane in zip(sent, _lanes([_drawn(moved[i].send_start, moved[i].send_end) for i in sent]), strict=True):
+            send_lanes[i] = lane
+        for i, lane in zip(got, _lanes([_drawn(moved[i].recv_start, moved[i].recv_end) for i in got]), strict=True):
+            recv_lanes[i] = lane
+    return send_lanes, recv_lanes
+
+
 def _view_events(pid: int, label: str, timeline: Timeline, plan: CommPlan, first_flow: int) -> list[dict[str, Any]]:
     events = [_meta("process_name", pid, 0, name=label), _meta("process_sort_index", pid, 0, sort_index=pid)]
     threads: dict[int, str] = {}
@@ -184,22 +197,15 @@ def _view_events(pid: int, label: str, timeline: Timeline, plan: CommPlan, first
         threads[tid] = f"rank {span.rank} compute"
         events.append(_span_event(span, pid, tid))
     moved = transfers(plan, timeline)
-    send_lanes: dict[int, list[int]] = {}
-    recv_lanes: dict[int, list[int]] = {}
-    for rank in range(timeline.num_ranks):
-        sent = [t for t in moved if t.src == rank]
-        got = sorted((t for t in moved if t.dst == rank), key=lambda t: t.recv_start)
-        send_lanes.update(zip([id(t) for t in sent], _lanes([_drawn(t.send_start, t.send_end) for t in sent]),
-                              strict=True))
-        recv_lanes.update(zip([id(t) for t in got], _lanes([_drawn(t.recv_start, t.recv_end) for t in got]),
-                              strict=True))
-    for number, t in enumerate(moved, start=first_flow):
+    send_lanes, recv_lanes = _message_lanes(moved, timeline.num_ranks)
+    for number, (t, send_lane, recv_lane) in enumerate(zip(moved, send_lanes, recv_lanes, strict=True),
+                                                       start=first_flow):
         what = "activation" if t.message.what == ACT else "gradient"
         text = f"{what} {t.message.stage}:{t.message.microbatch} of {t.producer}"
-        send_tid = t.src * RANK_STRIDE + SEND_BASE + send_lanes[id(t)]
-        recv_tid = t.dst * RANK_STRIDE + RECV_BASE + recv_lanes[id(t)]
-        threads[send_tid] = f"rank {t.src} send" + (f" #{send_lanes[id(t)] + 1}" if send_lanes[id(t)] else "")
-        threads[recv_tid] = f"rank {t.dst} recv" + (f" #{recv_lanes[id(t)] + 1}" if recv_lanes[id(t)] else "")
+        send_tid = t.src * RANK_STRIDE + SEND_BASE + send_lane
+        recv_tid = t.dst * RANK_STRIDE + RECV_BASE + recv_lane
+        threads[send_tid] = f"rank {t.src} send" + (f" #{send_lane + 1}" if send_lane else "")
+        threads[recv_tid] = f"rank {t.dst} recv" + (f" #{recv_lane + 1}" if recv_lane else "")
         send = _slice(f"send {text} to rank {t.dst}", "send", pid, send_tid, *_drawn(t.send_start, t.send_end),
                       peer=t.dst, action=str(t.producer), flow=number)
         recv = _slice(f"recv {text} from rank {t.src}", "recv", pid, recv_tid, *_drawn(t.recv_start, t.recv_end),
