@@ -48,6 +48,37 @@ def test_labels_are_torchs():
     assert action_label(ours) == _get_profiler_function_name(theirs) == "PP:2I3"
 
 
+@pytest.mark.parametrize("labelled", [False, True])
+def test_the_runtime_labels_actions_only_when_asked(monkeypatch, labelled):
+    """One rank, two stages, no transfers: the action loop calls record_function per action with the flag,
+    never without it (the unprofiled path stays as it was)."""
+    import contextlib
+
+    import torch
+
+    from executor import runtime as runtime_module
+    from executor.model import make_batch
+    from executor.runtime import PipelineRuntime, build_rank_model, microbatches
+    from executor.timing import HostClock
+    from pipesim.ir import Action, make_schedule
+
+    order = ("0F0", "1F0", "0F1", "1F1", "1B0", "0B0", "1B1", "0B1")
+    schedule = make_schedule("local", 1, 2, [0, 0], [[Action.parse(text) for text in order]])
+    calls: list[str] = []
+
+    def record(name):
+        calls.append(name)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(runtime_module, "record_function", record)
+    cpu = torch.device("cpu")
+    model = build_rank_model(schedule, TINY, seed=0, microbatch_size=2, rank=0, device=cpu)
+    rt = PipelineRuntime(schedule, 0, model.runners, model.shapes, None, HostClock(), label_actions=labelled)
+    inputs, targets = make_batch(TINY, 4, 0, step=0)
+    rt.run_step(microbatches(inputs, 2, cpu), microbatches(targets, 2, cpu))
+    assert calls == ([f"PP:{a}" for a in schedule.actions[0]] if labelled else [])
+
+
 def pp_events(path):
     events = json.loads(path.read_text())["traceEvents"]
     return [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("PP:")], events
