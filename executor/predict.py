@@ -25,6 +25,8 @@ from pipesim.ir import Schedule
 from pipesim.overlay import replay_cost  # noqa: F401 - the replay lives with the overlay; callers use it here too
 from pipesim.timeline import Timeline
 
+TRACE_FILE = "trace.json"  # the run's Perfetto view: simulated and measured of the last step, with flows
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -97,9 +99,6 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
     except ValueError as error:
         out["trace_error"] = str(error)
     return out
-
-
-TRACE_FILE = "trace.json"  # the run's Perfetto view: simulated and measured of the last step, with flows
 
 
 def combined_trace(schedule: Schedule, simulated: Timeline | None, measured: Timeline,
