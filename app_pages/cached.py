@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages.state import check_limits
-from pipesim import charts, charts_dag, formats, schedules
+from pipesim import charts, charts_dag, formats, kineto, schedules
+from pipesim.attribution import attribute_run
 from pipesim.compare import ComparisonRow, compare_schedules
 from pipesim.cost import CostModel
 from pipesim.critical_path import critical_path
@@ -139,3 +140,15 @@ def plan(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
 def plan_candidate(inputs: PlanInputs, candidate: Candidate) -> tuple[Schedule, CostModel]:
     """The schedule and cost model of one evaluated candidate, to draw and export it."""
     return Evaluator(inputs).materialise(candidate)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def imported_run(files: tuple[tuple[str, bytes], ...]) -> tuple[kineto.ImportedRun, Timeline, dict | None]:
+    """Uploaded profiler traces (name, bytes) -> the run they recorded, its replay and its attribution
+    (None where the attribution cannot split a step). Bad traces raise ValueError (not cached)."""
+    run = kineto.import_trace_data([(name, kineto.parse_trace(name, raw)) for name, raw in files])
+    try:
+        analysis = attribute_run(run.schedule, run.timeline, run.step_times_ms)
+    except ValueError:
+        analysis = None
+    return run, kineto.replay(run), analysis

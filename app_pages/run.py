@@ -3,11 +3,13 @@
 torch is never imported here: executor.launch starts the ranks as separate processes.
 """
 
+import json
+
 import pandas as pd
 import streamlit as st
 
-from app_pages import runs, state, widgets
-from executor import launch, run_folder
+from app_pages import runs, state, trace_import, widgets
+from executor import launch, predict, run_folder
 from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, run_config
 from pipesim import attribution, charts, charts_attribution, overlay
 from pipesim.schedules import options_for, schedule_info, schedule_names
@@ -182,6 +184,7 @@ def show_result(result) -> None:
     widgets.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
     widgets.data_downloads(overlay.pick_step(measured, step), result.schedule, None, f"{result.run_dir.name}-measured",
                       "run-data")
+    _trace_downloads(result, step)
     if result.analysis is not None:
         st.plotly_chart(charts.attribution_figure(result.analysis), key="run-attribution",
                         config={"displaylogo": False})
@@ -219,6 +222,26 @@ def _lost_time(result, steps: list[int], step: int | None) -> list:
         return list(attribution.attribute_step(result.schedule, result.measured, shown, times[shown]).lost)
     except ValueError:  # a timeline that is not this schedule's: the overlay still shows, without marks
         return []
+
+
+def _trace_downloads(result, step: int | None) -> None:
+    """The one-file Perfetto view (simulated and measured, flows between ranks) and the torch profiler traces."""
+    traces = run_folder.profiler_traces(result.run_dir)
+    columns = st.columns(2)
+    if result.schedule is not None:
+        columns[0].download_button(
+            "Perfetto trace: simulated + measured", file_name=f"{result.run_dir.name}-perfetto.json",
+            data=lambda: json.dumps(predict.combined_trace(result.schedule, result.simulated, result.measured, step)),
+            mime="application/json", on_click="ignore", key="run-perfetto", icon=":material/timeline:",
+            help="One Chrome trace: each view a process, compute / send / recv tracks per rank, arrows per message")
+    if traces:
+        with columns[1].popover(f"torch profiler traces ({len(traces)})", icon=":material/speed:"):
+            st.caption("Kineto traces of the measured steps (--torch-profile); actions labelled PP:<action>. "
+                       "Open in Perfetto, or import with `python -m pipesim import-trace`.")
+            for path in traces:
+                st.download_button(path.name, data=path.read_bytes, file_name=f"{result.run_dir.name}-{path.name}",
+                                   mime="application/json", on_click="ignore", key=f"run-kineto-{path.name}",
+                                   width="stretch")
 
 
 def _reference(result) -> None:
@@ -264,6 +287,8 @@ if st.session_state["selected_run"]:
     except ValueError as error:
         widgets.show_error(error, "Cannot open the run")
 
+trace_import.show_import(run_folder.profiler_trace_sets(st.session_state["selected_run"])
+                         if st.session_state["selected_run"] else {})
 st.divider()
 st.subheader("Earlier runs")
 runs = runs.run_list(str(state.runs_root()))

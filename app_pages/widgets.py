@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipesim import formats
+from pipesim import chrome_trace, formats
 from pipesim.ir import Schedule
 from pipesim.timeline import Metrics, Timeline
 from pipesim.units import format_bytes
@@ -55,7 +55,7 @@ def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metri
             "Schedule CSV (torch)", data=lambda: formats.schedule_to_csv(schedule), file_name=f"{name}.csv",
             mime="text/csv", on_click="ignore", key=f"{key}-csv", icon=":material/table:")
     columns[2].download_button(
-        "Chrome trace (Perfetto)", data=lambda: json.dumps(formats.timeline_to_chrome_trace(timeline)),
+        "Chrome trace (Perfetto)", data=lambda: json.dumps(chrome_trace.timeline_to_chrome_trace(timeline)),
         file_name=f"{name}-trace.json", mime="application/json", on_click="ignore", key=f"{key}-trace",
         icon=":material/timeline:")
 

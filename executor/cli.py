@@ -5,6 +5,7 @@ Usage:
         [--layers 4 --d-model 128 --heads 4 --ffn 512 --seq-len 64 --vocab 1000 | --cnn-channels 32 ...] \\
         [--batch-size 16] [--steps 5] [--warmup-steps 1] [--virtual-stages V] [--recompute] \\
         [--device auto|cpu|cuda] [--backend auto|gloo|nccl|staged] [--profile] [--reference] [--timeout S] \\
+        [--torch-profile] \\
         [--nnodes N --node-rank K --rdzv-endpoint HOST:PORT] [--schedule-file custom.csv] [--out runs/NAME]
     python -m executor list [--runs-root runs]
     python -m executor show runs/NAME [--json]
@@ -87,6 +88,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--backend", choices=BACKENDS, default="auto")
     run.add_argument("--profile", action="store_true", help="measure per-stage costs first, then predict")
     run.add_argument("--reference", action="store_true", help="also run torch.distributed.pipelining's schedule")
+    run.add_argument("--torch-profile", action="store_true",
+                     help="record a torch.profiler (Kineto) trace of the measured steps on every rank (traces/)")
     run.add_argument("--timeout", type=float, default=600.0, help="seconds before every process is ended")
     run.add_argument("--nnodes", type=int, default=1)
     run.add_argument("--node-rank", type=int, default=0)
@@ -123,7 +126,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         num_virtual_stages=args.virtual_stages,
         model=ModelConfig(kind=args.model, split_points=args.split_points, **model),
         batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed,
-        optimizer=args.optimizer, lr=args.lr, recompute=args.recompute, device=args.device, backend=args.backend,
+        optimizer=args.optimizer, lr=args.lr, recompute=args.recompute, torch_profile=args.torch_profile,
+        device=args.device, backend=args.backend,
         profile=args.profile, reference=args.reference, timeout_s=args.timeout,
         nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
     )  # fmt: skip
@@ -154,6 +158,7 @@ def summary_lines(result) -> list[str]:
         error = "-" if result.prediction_error is None else f"{100 * result.prediction_error:+.1f}%"
         lines.append(f"predict  {_fmt(result.predicted_step_ms)} (error {error} against the measured median)")
     lines += _analysis_lines(result.analysis)
+    lines += _trace_lines(result.run_dir)
     reference = result.reference
     if reference:
         if reference.get("error"):
@@ -174,7 +179,7 @@ def result_dict(result) -> dict:
         "step_times_ms": result.step_times_ms, "losses": result.losses,
         "peak_memory_bytes": result.peak_memory_bytes, "measured_step_ms": result.measured_step_ms,
         "predicted_step_ms": result.predicted_step_ms, "prediction_error": result.prediction_error,
-        "reference": result.reference,
+        "reference": result.reference, **_trace_files(result.run_dir),
     }  # fmt: skip
 
 
@@ -236,6 +241,27 @@ def _analysis_lines(analysis: dict | None) -> list[str]:
         worst_text = "" if worst is None else f"; largest rank {worst['rank']} {worst['action']} {worst['error']:+.0%}"
         lines.append(f"actions  median |error| {predicted['action_error_median']:.1%} over {len(rows)} actions "
                      f"(simulated against the median measured duration{worst_text})")
+    return lines
+
+
+def _trace_files(run_dir: Path) -> dict:
+    """The run's traces: "trace", the one-file Perfetto view, and "profiler_traces" (--torch-profile)."""
+    from executor.predict import TRACE_FILE
+    from executor.run_folder import profiler_traces
+
+    trace = run_dir / TRACE_FILE
+    return {"trace": str(trace) if trace.is_file() else None,
+            "profiler_traces": [str(path) for path in profiler_traces(run_dir)]}
+
+
+def _trace_lines(run_dir: Path) -> list[str]:
+    files = _trace_files(run_dir)
+    lines = []
+    if files["trace"]:
+        lines.append(f"trace    {files['trace']} (simulated + measured, open in https://ui.perfetto.dev)")
+    if files["profiler_traces"]:
+        lines.append(f"profiler {len(files['profiler_traces'])} torch.profiler traces: " + ", ".join(
+            str(Path(path).relative_to(run_dir)) for path in files["profiler_traces"]))
     return lines
 
 

@@ -8,6 +8,9 @@ The run folder is the contract between them:
       measured.json    measured Timeline doc + step_times_ms, losses, peak_memory_bytes (rank 0 writes)
       cost.json        pipesim cost file from the profile phase (rank 0 writes, with --profile)
       reference.json   torch.distributed.pipelining step times and losses (with --reference)
+      trace.json       Chrome trace: simulated and measured step, flows per message (launcher writes)
+      traces/          torch.profiler (Kineto) traces of the measured steps, rankR.json and, from the
+                       reference run, torch-rankR.json (with --torch-profile)
       result.json      status, message, timings, prediction error (launcher writes last)
       logs/            one log per rank
 
@@ -23,6 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 PROGRESS_PREFIX = "PIPESIM "
+TRACES_DIR = "traces"  # the run folder's torch.profiler traces (executor.torch_profile writes them)
 MODEL_KINDS = ("transformer", "cnn")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "staged")
@@ -95,7 +99,8 @@ class PipelineConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """How the model trains: batch, steps, optimizer, recomputation."""
+    """How the model trains: batch, steps, optimizer, recomputation; and whether torch.profiler records the
+    measured steps (Kineto traces in the run folder's traces/, actions labelled PP:<action> as torch labels them)."""
 
     batch_size: int = 16  # per step, split into num_microbatches
     steps: int = 5  # measured steps
@@ -104,9 +109,12 @@ class TrainingConfig:
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: float = 0.01
     recompute: bool = False
+    torch_profile: bool = False
 
     def __post_init__(self) -> None:
         _positive_int("batch_size", self.batch_size)
+        if not isinstance(self.torch_profile, bool):
+            raise ValueError(f"torch_profile must be true or false, got {self.torch_profile!r}")
         _positive_int("steps", self.steps)
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")

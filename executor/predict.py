@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipesim.attribution import attribute_run
-from pipesim.cost import CostModel, measured_stage_cost
+from pipesim.cost import CostModel
 from pipesim.cost_file import load_cost
 from pipesim.formats import read_json, timeline_from_dict, timeline_to_dict, write_json
 from pipesim.ir import Schedule
+from pipesim.overlay import replay_cost  # noqa: F401 - the replay lives with the overlay; callers use it here too
 from pipesim.timeline import Timeline
+
+TRACE_FILE = "trace.json"  # the run's Perfetto view: simulated and measured of the last step, with flows
 
 
 @dataclass(frozen=True)
@@ -45,33 +48,6 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     simulated = simulate(schedule, cost)
     overhead = cost.overhead_ms(schedule.num_ranks)
     return Prediction(step_time_ms(simulated, overhead), simulated, overhead)
-
-
-def replay_cost(measured: Timeline, cost: CostModel) -> CostModel:
-    """`cost` with every stage's F, B, I and W replaced by the run's own median durations.
-
-    Simulating with it tells the simulator's error apart from the profile's: when the replay
-    matches the measured step but the prediction does not, the profile did not represent the
-    run (a machine whose speed drifts, caches, contention), not the schedule's simulation.
-    """
-    durations: dict[tuple[int, str], list[float]] = {}
-    for span in measured.spans:
-        durations.setdefault((span.action.stage, span.action.kind.value), []).append(span.end - span.start)
-    num_stages = max((stage for stage, _ in durations), default=-1) + 1
-
-    def median(stage: int, kind: str) -> float | None:
-        values = durations.get((stage, kind))
-        return statistics.median(values) if values else None
-
-    stages = []
-    for stage in range(num_stages):
-        base = cost.stage(stage)
-        forward = median(stage, "F")
-        stages.append(measured_stage_cost(
-            base, forward_ms=base.forward_ms if forward is None else forward, backward_ms=median(stage, "B"),
-            input_ms=median(stage, "I"), weight_ms=median(stage, "W"), recompute=cost.recompute,
-        ) if (stage, "B") in durations or (stage, "I") in durations else base)
-    return replace(cost, stages=tuple(stages), source="replay")
 
 
 def measured_step_ms(step_times_ms: list[float]) -> float | None:
@@ -114,6 +90,11 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
         write_json(analysis(schedule, timeline, step_times, prediction), run_dir / "analysis.json")
     except ValueError as error:
         out["analysis_error"] = str(error)
+    simulated = None if prediction is None else prediction.simulated
+    try:  # a view for Perfetto; like the analysis, a problem here must not fail the run
+        write_json(combined_trace(schedule, simulated, timeline), run_dir / TRACE_FILE)
+    except ValueError as error:
+        out["trace_error"] = str(error)
     return out
 
 
@@ -129,3 +110,15 @@ def analysis(schedule: Schedule, measured: Timeline, step_times: list[float], pr
         doc["prediction"] = {"predicted_step_ms": prediction.predicted_step_ms, "error": prediction.error,
                              "action_error_median": median_abs_error(rows), "actions": rows}
     return doc
+
+
+def combined_trace(schedule: Schedule, simulated: Timeline | None, measured: Timeline,
+                   step: int | None = None) -> dict[str, Any]:
+    """One Chrome trace with the simulated step (when there is one) and a measured step (the last by default,
+    past the warm-up, as the overlay shows), each as a process with compute, send and recv tracks per rank."""
+    from pipesim.chrome_trace import run_trace
+    from pipesim.overlay import pick_step
+
+    views = {} if simulated is None else {"simulated": simulated}
+    views["measured"] = pick_step(measured, step)
+    return run_trace(schedule, views)

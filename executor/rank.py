@@ -70,6 +70,6 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
                              rank=rank, device=choice.device, recompute=config.training.recompute)
     clock = make_clock(choice.device)
     runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, clock,
-                              stash_bytes=model.stash_bytes)
+                              stash_bytes=model.stash_bytes, label_actions=config.training.torch_profile)
     return Rank(config, schedule, rank, world, choice, control, model, runtime,
                 make_optimizer(config, model.parameters()), clock)

@@ -6,8 +6,13 @@ Why: our executor interprets a pipesim Schedule; torch ships hand-written
 schedules for the classic ones. Running both on the same stage modules
 (executor.model, same seed -> same weights), the same batches and the same
 optimizer says whether ours is as fast and computes the same losses.
-Writes runs/NAME/reference.json: {"torch_schedule", "step_times_ms", "losses", ...}; with
+Writes runs/NAME/reference.json: {"torch_schedule", "step_times_ms", "losses", "torch_order", ...}; with
 PIPESIM_REFERENCE_SIDE_BY_SIDE=1 also "ours_step_times_ms" and "ours_losses" (see SIDE_BY_SIDE_ENV).
+With --torch-profile, torch.profiler records the measured steps into traces/torch-rankR.json (and ours,
+side by side, into traces/rankR.json). torch 2.13 labels each action `PP:<action>` (record_function) only in
+its multi-stage runtime (_PipelineScheduleRuntime: interleaved-1f1b, looped-bfs, zb-h1, zbv, dualpipev);
+ScheduleGPipe labels "Forward i" / "Backward i" and Schedule1F1B nothing: for those two the stage's compute
+calls are labelled here (`label_single_stage`).
 
 Only public torch.distributed.pipelining API that exists since torch 2.6
 (PipelineStage, Schedule*.step(*args, target=, losses=)); the newest keyword
@@ -91,6 +96,34 @@ def _build_pipeline(config: RunConfig, schedule: Schedule, rank: int, device):
     return pipe, make_optimizer(config, params), local, class_name
 
 
+def label_single_stage(pipe) -> None:
+    """Label a single-stage torch schedule's actions `PP:<stage><F|B|I><microbatch>` for the profiler.
+
+    torch 2.13 labels actions `PP:` only in its multi-stage runtime; ScheduleGPipe writes "Forward i" and
+    Schedule1F1B nothing. Wrapping the stage's forward_one_chunk / backward_one_chunk (the calls its loops
+    make, in the order they make them) gives their traces the same labels, around the compute alone (those
+    loops wait for transfers outside these calls). Multi-stage schedules are left as torch runs them.
+    """
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+    from torch.profiler import record_function
+
+    if not isinstance(pipe, PipelineScheduleSingle):
+        return
+    stage = pipe._stage
+    forward, backward, index = stage.forward_one_chunk, stage.backward_one_chunk, stage.stage_index
+
+    def labelled_forward(fwd_chunk_id: int, *args, **kwargs):
+        with record_function(f"PP:{index}F{fwd_chunk_id}"):
+            return forward(fwd_chunk_id, *args, **kwargs)
+
+    def labelled_backward(bwd_chunk_id: int, *args, **kwargs):
+        kind = "B" if kwargs.get("full_backward", True) else "I"
+        with record_function(f"PP:{index}{kind}{bwd_chunk_id}"):
+            return backward(bwd_chunk_id, *args, **kwargs)
+
+    stage.forward_one_chunk, stage.backward_one_chunk = labelled_forward, labelled_backward
+
+
 class TorchSide:
     """torch's schedule over this rank's stages: one timed training step at a time."""
 
@@ -98,6 +131,8 @@ class TorchSide:
         self.config, self.device = config, device
         self.pipe, self.optimizer, local, self.class_name = _build_pipeline(config, schedule, rank, device)
         self.first, self.last = 0 in local, schedule.num_stages - 1 in local
+        if config.training.torch_profile:
+            label_single_stage(self.pipe)
 
     def step(self, step: int) -> tuple[float, float, float]:
         """(start ms, end ms) on the host clock and the step's loss (0 off the last stage's rank)."""
@@ -136,24 +171,50 @@ class OursSide:
         return record["start"], record["end"], record["loss"] or 0.0
 
 
-def run_sides(config: RunConfig, rank: int, sides: dict) -> dict[str, dict]:
+def run_sides(config: RunConfig, rank: int, sides: dict, traces: dict[str, Path] | None = None,
+              device=None) -> dict[str, dict]:
     """Warm-up + measured steps of every side; with two sides they alternate step by step, the
     first side switching every step, so that both see the same machine at the same time.
 
+    With `traces` (--torch-profile) each side's measured steps run under their own torch.profiler session
+    (one profiler at a time), one side after the other; the warm-up still alternates.
     Per side: (start, end) of each measured step on this rank, and every step's loss.
     """
-    total = config.training.warmup_steps + config.training.steps
+    warmup = config.training.warmup_steps
+    total = warmup + config.training.steps
     out = {name: {"spans": [], "losses": []} for name in sides}
     names = list(sides)
-    for step in range(total):
-        order = names if step % 2 == 0 else names[::-1]
-        for name in order:
-            start, end, loss = sides[name].step(step)
-            if step >= config.training.warmup_steps:
-                out[name]["spans"].append((start, end))
-            out[name]["losses"].append(loss)
+
+    def one(name: str, step: int) -> None:
+        start, end, loss = sides[name].step(step)
+        if step >= warmup:
+            out[name]["spans"].append((start, end))
+        out[name]["losses"].append(loss)
+
+    alternating = range(total) if traces is None else range(warmup)
+    for step in alternating:
+        for name in names if step % 2 == 0 else names[::-1]:
+            one(name, step)
         emit("step", rank=rank, step=step, steps=total, phase="reference")
+    if traces is not None:
+        from executor.torch_profile import profiled
+
+        for name in names:
+            with profiled(traces[name], device):
+                for step in range(warmup, total):
+                    one(name, step)
+                    if name == names[-1]:
+                        emit("step", rank=rank, step=step, steps=total, phase="reference")
     return out
+
+
+def torch_order(pipe) -> dict[str, list[str]] | None:
+    """The order torch's schedule runs, per rank as action texts ("" for an idle slot), when it states one."""
+    order = getattr(pipe, "pipeline_order", None)
+    if not isinstance(order, dict):
+        return None
+    return {str(rank): ["" if action is None else str(action) for action in actions]
+            for rank, actions in sorted(order.items())}
 
 
 def _synchronize(device) -> None:
@@ -221,7 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     rank, device, ours = _setup(config, schedule, side_by_side)
     torch_side = TorchSide(config, schedule, rank, device)
     sides = {"torch": torch_side} if ours is None else {"ours": OursSide(ours), "torch": torch_side}
-    measured = run_sides(config, rank, sides)
+    traces = None
+    if config.training.torch_profile:
+        from executor.torch_profile import trace_path
+
+        traces = {"torch": trace_path(run_dir, rank, "torch"), "ours": trace_path(run_dir, rank)}
+    measured = run_sides(config, rank, sides, traces, device)
     shared_clock = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) == int(os.environ.get("WORLD_SIZE", "1"))
     gathered = {name: gather_side(local, device, shared_clock) for name, local in measured.items()}
     result = {
@@ -231,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         "median_step_ms": statistics.median(gathered["torch"]["step_times_ms"]),
         "warmup_steps": config.training.warmup_steps,
         "side_by_side": ours is not None,
+        "torch_order": torch_order(torch_side.pipe),
     }
     if ours is not None:
         result["ours_step_times_ms"] = gathered["ours"]["step_times_ms"]

@@ -3,6 +3,7 @@
     runs/NAME/config.json  schedule.json            written before any process starts
               measured.json cost.json reference.json written by the ranks (rank 0) and the reference run
               simulated.json                          the prediction (profile runs)
+              trace.json  traces/                    the Perfetto view; torch.profiler traces (--torch-profile)
               result.json                             written last, by the launcher: status and summary
               logs/                                   torchrun's and each rank's output
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor.config import RunConfig
+from executor.config import TRACES_DIR, RunConfig
 from executor.predict import measured_step_ms
 from executor.processes import run_processes
 from pipesim.cost import CostModel
@@ -174,6 +175,20 @@ def _load_outputs(result: RunResult) -> None:
         result.reference = _read(run_dir, "reference.json", _object)
     if (run_dir / "analysis.json").exists():
         result.analysis = _read(run_dir, "analysis.json", _object)
+
+
+def profiler_traces(run_dir: str | Path) -> list[Path]:
+    """The run's torch.profiler traces (--torch-profile): traces/rankR.json, traces/torch-rankR.json."""
+    folder = Path(run_dir) / TRACES_DIR
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+def profiler_trace_sets(run_dir: str | Path) -> dict[str, list[Path]]:
+    """The run's profiler traces by who ran the schedule: "executor" (rankR.json), "torch" (torch-rankR.json)."""
+    traces = profiler_traces(run_dir)
+    sets = {"executor": [p for p in traces if p.name.startswith("rank")],
+            "torch": [p for p in traces if p.name.startswith("torch-rank")]}
+    return {side: paths for side, paths in sets.items() if paths}
 
 
 def _started(run_dir: Path) -> float:

@@ -25,9 +25,11 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.profiler import record_function
 
 from executor.config import ModelConfig
 from executor.stage import StageRunner, WeightWork
+from executor.torch_profile import action_label
 from executor.transport import PendingRecv, SendHandle
 from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.lower import ACT, Message, StashSizes, comm_plan, needed_message, produced_message, stash_change
@@ -111,6 +113,7 @@ class PipelineRuntime:
         dtype: torch.dtype = torch.float32,
         lookahead: int = 4,
         stash_bytes: dict[int, tuple[int, int, int]] | None = None,
+        label_actions: bool = False,
     ) -> None:
         validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
         if set(runners) != set(schedule.stages_of_rank(rank)):
@@ -127,6 +130,9 @@ class PipelineRuntime:
         self._incoming = self.plan.incoming(rank)
         self._send_tag = self.plan.send_tags(rank)
         self._split = {(a.stage, a.microbatch) for a in schedule.actions[rank] if a.kind is I}
+        # --torch-profile: each action inside record_function("PP:2F0"), as torch's runtime does. Only then: the
+        # unprofiled loop stays free of profiler calls.
+        self._labels = {a: action_label(a) for a in schedule.actions[rank]} if label_actions else None
 
     def message_shape(self, key: Message) -> torch.Size:
         """ACT is the stage's input, GRAD has the shape of the stage's output."""
@@ -139,8 +145,13 @@ class PipelineRuntime:
         `inputs[m]` (rank of stage 0) and `targets[m]` (rank of the last stage) are microbatch m on the device.
         """
         step = _Step(self, inputs, targets)
-        for action in self.schedule.actions[self.rank]:
-            step.run(action)
+        if self._labels is None:
+            for action in self.schedule.actions[self.rank]:
+                step.run(action)
+        else:
+            for action in self.schedule.actions[self.rank]:
+                with record_function(self._labels[action]):  # like torch's: the wait, the compute, the send
+                    step.run(action)
         step.finish()
         return step.record
 

@@ -1,5 +1,6 @@
-"""The measured part of a run on one rank: timed training steps, then every rank's records gathered into
-measured.json (the measured Timeline plus step times, losses, optimizer times and peak memory).
+"""The measured part of a run on one rank: timed training steps (recorded by torch.profiler with
+--torch-profile), then every rank's records gathered into measured.json (the measured Timeline plus step times,
+losses, optimizer times and peak memory).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch.distributed as dist
 from executor.progress import emit
 from executor.rank import Rank
 from executor.timing import assemble_measured
+from executor.torch_profile import profiled
 from executor.transport import env_int
 from pipesim.formats import timeline_to_dict, write_json
 
@@ -70,22 +72,25 @@ def crash_step() -> int | None:
     return env_int("PIPESIM_CRASH_STEP", 0)
 
 
-def train(r: Rank) -> list[dict[str, Any]]:
+def train(r: Rank, trace: Path | None = None) -> list[dict[str, Any]]:
+    """Warm-up, then measured steps; with `trace`, torch.profiler records the measured steps into that file."""
     crash_at = crash_step()
     phases = [("warmup", r.config.training.warmup_steps), ("measure", r.config.training.steps)]
     records, step = [], 0
     if r.choice.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(r.choice.device)
     for phase, count in phases:
-        for index in range(count):
-            if crash_at == step:
-                print(f"rank {r.rank}: injected crash at step {step} (PIPESIM_CRASH_RANK)", file=sys.stderr, flush=True)
-                os._exit(3)
-            result = train_step(r, step)
-            result.update(step=step, phase=phase)
-            records.append(result)
-            emit("step", rank=r.rank, step=index, steps=count, phase=phase)
-            step += 1
+        with profiled(trace if phase == "measure" else None, r.choice.device):
+            for index in range(count):
+                if crash_at == step:
+                    print(f"rank {r.rank}: injected crash at step {step} (PIPESIM_CRASH_RANK)", file=sys.stderr,
+                          flush=True)
+                    os._exit(3)
+                result = train_step(r, step)
+                result.update(step=step, phase=phase)
+                records.append(result)
+                emit("step", rank=r.rank, step=index, steps=count, phase=phase)
+                step += 1
     return records
 
 

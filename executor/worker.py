@@ -20,7 +20,8 @@ step_times_ms (measured steps: earliest rank's start to latest rank's end of
 the optimizer step), losses and loss_phases (every step, warm-up first, each
 marked "warmup" or "measure"), optimizer_ms (per rank, per measured step),
 peak_memory_bytes (per rank) and peak_memory_kind, backend, device,
-warmup_steps, steps, torch_version; meta holds the clock offsets.
+warmup_steps, steps, torch_version; meta holds the clock offsets. With --torch-profile each rank also writes
+traces/rankR.json, the torch.profiler trace of the measured steps (see executor.torch_profile).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from executor.progress import emit
 from executor.rank import setup
 from executor.teardown import finish
 from executor.timing import estimate_clock_offsets
+from executor.torch_profile import trace_path
 from executor.train_loop import train, write_measured
 from executor.transport import env_int
 from pipesim.formats import read_json, schedule_from_dict
@@ -51,7 +53,7 @@ def run(run_dir: Path) -> None:
 
         profile_run(r, run_dir)
     started = time.perf_counter()
-    records = train(r)
+    records = train(r, trace_path(run_dir, r.rank) if config.training.torch_profile else None)
     write_measured(r, records, offsets, run_dir)
     emit("done", rank=r.rank, seconds=round(time.perf_counter() - started, 3))
 

@@ -9,6 +9,8 @@ Usage:
   python -m pipesim compare --schedules 1f1b,zb-h1,zbv --ranks 4 --microbatches 8 --json rows.json --html cmp.html
   python -m pipesim balance --layer-ms 1,4,4,4,4,6 --stages 2          (see pipesim/cli_plan.py)
   python -m pipesim plan --layers 24 --devices 8 --memory-cap 80GiB --global-batch 64 --json plan.json
+  python -m pipesim import-trace runs/NAME/traces/torch-rank0.json runs/NAME/traces/torch-rank1.json \\
+      --schedule-out sched.json --json imported.json --trace both.json --html overlay.html
 
 Times are milliseconds per stage and microbatch (per chunk when a rank holds several
 stages); give one number for every stage or a comma-separated list, one per stage.
@@ -20,6 +22,12 @@ Outputs: --json the timeline document with a metrics summary, --csv the schedule
 torch.distributed.pipelining's compute_only CSV format, --trace a Chrome trace
 (open in https://ui.perfetto.dev), --html/--png/--svg/--pdf the Gantt chart
 (images need Chromium). Bad arguments print one line on stderr and exit with 2.
+
+`import-trace` reads torch.profiler (Kineto) traces whose actions carry torch's `PP:<action>` labels
+(torch.distributed.pipelining's multi-stage runtime, or `python -m executor run --torch-profile`),
+recovers the schedule each rank ran and its timeline (source "imported"), simulates that schedule (with
+the given costs, else the traces' own median action times) and overlays the two; --trace writes both
+into one Chrome trace.
 """
 
 from __future__ import annotations
@@ -33,12 +41,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pipesim import cli_plan
+from pipesim.chrome_trace import save_chrome_trace
 from pipesim.compare import compare_schedules, format_table
 from pipesim.cost import CostModel, cost_from_times
 from pipesim.cost_file import cost_to_dict, load_cost
 from pipesim.export import ExportUnavailable, export_figures
 from pipesim.formats import (
-    save_chrome_trace,
+    save_schedule,
     save_timeline,
     schedule_from_csv,
     schedule_to_csv,
@@ -49,7 +58,7 @@ from pipesim.formats import (
 from pipesim.ir import Schedule
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.simulate import simulate
-from pipesim.timeline import Metrics, Timeline, compute_metrics
+from pipesim.timeline import Metrics, Timeline, compute_metrics, makespan
 from pipesim.validate import validate
 
 USAGE_ERROR = 2
@@ -122,7 +131,8 @@ def _add_figure_args(parser: argparse.ArgumentParser, what: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pipesim", description="Plan and explain pipeline-parallel schedules.", allow_abbrev=False)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,simulate,compare,balance,plan}")
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     metavar="{list,simulate,compare,import-trace,balance,plan}")
     commands.add_parser("list", allow_abbrev=False, help="registered schedules, what they are and their options")
 
     sim = commands.add_parser("simulate", allow_abbrev=False, help="simulate one schedule and write its timeline")
@@ -158,6 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cost_args(cmp)
     cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows")
     _add_figure_args(cmp, "comparison chart")
+
+    imp = commands.add_parser("import-trace", allow_abbrev=False,
+                              help="torch.profiler traces (PP: labels) -> timeline, overlaid on the simulation")
+    imp.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="Kineto traces: one per rank, or merged")
+    imp.add_argument("--name", default="imported", help="the recovered schedule's name")
+    _add_cost_args(imp)
+    outputs = imp.add_argument_group("outputs")
+    outputs.add_argument("--schedule-out", type=Path, metavar="OUT", help="the recovered schedule (.json or .csv)")
+    outputs.add_argument("--json", type=Path, metavar="OUT", help="the imported timeline with step times, analysis")
+    outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace: simulated + imported, with flows")
+    _add_figure_args(outputs, "overlay chart (simulated against imported)")
     cli_plan.add_commands(commands)
     return parser
 
@@ -326,7 +347,46 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if any(row.error is None for row in rows) else RUNTIME_ERROR
 
 
-COMMANDS = MappingProxyType({"list": cmd_list, "simulate": cmd_simulate, "compare": cmd_compare, **cli_plan.COMMANDS})
+def cmd_import_trace(args: argparse.Namespace) -> int:
+    """Recover the schedule and its timeline from the traces, simulate that schedule, overlay, attribute."""
+    from pipesim.attribution import attribute_run
+    from pipesim.chrome_trace import save_run_trace
+    from pipesim.kineto import import_traces, replay
+    from pipesim.overlay import pick_step
+
+    run = import_traces(args.traces, args.name)
+    own_times = not any(getattr(args, flag) is not None for flag in ("f", "b", "w", "comm", "cost"))
+    simulated = replay(run, None if own_times else cost_from_args(args))
+    analysis = attribute_run(run.schedule, run.timeline, run.step_times_ms)
+    print(f"{run.schedule.describe()}; {len(run.step_times_ms)} steps recorded")
+    costs = "with the traces' own median action times" if own_times else "with the given costs"
+    print(f"imported step {statistics.median(run.step_times_ms):.3f} ms (median); simulated "
+          f"{makespan(simulated):.3f} ms ({costs})")
+    for row in analysis["ranks"]:
+        print(f"  rank {row['rank']}: compute {row['compute_ms']:.3f} + schedule idle {row['schedule_idle_ms']:.3f} "
+              f"+ comm {row['comm_wait_ms']:.3f} + other {row['overhead_ms']:.3f} ms")
+    written = []
+    if args.schedule_out is not None:
+        save_schedule(run.schedule, args.schedule_out)
+        written.append(str(args.schedule_out))
+    if args.json is not None:
+        summary = {"step_times_ms": list(run.step_times_ms), "schedule": schedule_to_dict(run.schedule),
+                   "simulated_step_ms": makespan(simulated), "analysis": analysis}
+        save_timeline(run.timeline, args.json, summary)
+        written.append(str(args.json))
+    if args.trace is not None:
+        save_run_trace(run.schedule, {"simulated": simulated, "imported": pick_step(run.timeline, None)}, args.trace)
+        written.append(str(args.trace))
+    from pipesim.charts import overlay_figure
+
+    written += _write_figures(lambda: overlay_figure(simulated, run.timeline), args)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = MappingProxyType({"list": cmd_list, "simulate": cmd_simulate, "compare": cmd_compare,
+                             "import-trace": cmd_import_trace, **cli_plan.COMMANDS})
 
 
 def _one_line(error: BaseException) -> str:

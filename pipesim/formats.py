@@ -1,4 +1,4 @@
-"""Files: JSON for schedules, costs and timelines (versioned); CSV; Chrome trace.
+"""Files: JSON for schedules, costs and timelines (versioned); CSV. (Chrome traces: pipesim.chrome_trace.)
 
 Every JSON document carries `format` and `version` so a reader can refuse a
 file it does not understand with a clear message instead of a KeyError.
@@ -312,66 +312,3 @@ def schedule_from_csv(text: str, name: str = "custom") -> Schedule:
     num_microbatches = 1 + max(a.microbatch for rank_actions in actions for a in rank_actions)
     stage_to_rank = [placement[stage][0] for stage in range(num_stages)]
     return make_schedule(name, len(rows), num_microbatches, stage_to_rank, actions, source="csv")
-
-
-# --- Chrome trace (Trace Event Format; opens in Perfetto and chrome://tracing) --------
-
-_COMPUTE_TID = 0
-_COMM_TID = 1
-
-
-def _metadata_events(num_ranks: int, with_comm: bool) -> list[dict[str, Any]]:
-    def meta(event: str, rank: int, tid: int, **args: Any) -> dict[str, Any]:
-        return {"name": event, "ph": "M", "pid": rank, "tid": tid, "args": args}
-
-    events: list[dict[str, Any]] = []
-    for rank in range(num_ranks):
-        events.append(meta("process_name", rank, _COMPUTE_TID, name=f"rank {rank}"))
-        events.append(meta("process_sort_index", rank, _COMPUTE_TID, sort_index=rank))
-        events.append(meta("thread_name", rank, _COMPUTE_TID, name="compute"))
-        if with_comm:
-            events.append(meta("thread_name", rank, _COMM_TID, name="comm"))
-    return events
-
-
-def _span_event(span: Span) -> dict[str, Any]:
-    action = span.action
-    return {
-        "name": str(action),
-        "cat": action.kind.value,
-        "ph": "X",
-        "ts": span.start * 1000.0,  # the format's unit is the microsecond
-        "dur": span.duration * 1000.0,
-        "pid": span.rank,
-        "tid": _COMPUTE_TID,
-        "args": {"stage": action.stage, "microbatch": action.microbatch, "kind": action.kind.value, "step": span.step},
-    }
-
-
-def _comm_event(comm: CommSpan) -> dict[str, Any]:
-    return {
-        "name": f"{comm.kind} {comm.action} {'to' if comm.kind == 'send' else 'from'} rank {comm.peer}",
-        "cat": comm.kind,
-        "ph": "X",
-        "ts": comm.start * 1000.0,
-        "dur": (comm.end - comm.start) * 1000.0,
-        "pid": comm.rank,
-        "tid": _COMM_TID,
-        "args": {"peer": comm.peer, "action": str(comm.action), "step": comm.step},
-    }
-
-
-def timeline_to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
-    """Trace Event Format: one process per rank, compute on thread 0 and transfers on thread 1."""
-    events = _metadata_events(timeline.num_ranks, bool(timeline.comm))
-    events.extend(_span_event(span) for span in timeline.spans)
-    events.extend(_comm_event(comm) for comm in timeline.comm)
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {"schedule": timeline.schedule_name, "source": timeline.source},
-    }
-
-
-def save_chrome_trace(timeline: Timeline, path: str | Path) -> None:
-    write_json(timeline_to_chrome_trace(timeline), path)

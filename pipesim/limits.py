@@ -11,6 +11,7 @@ MAX_RANKS = 1024
 MAX_STAGES = 8192
 MAX_MICROBATCHES = 65536
 MAX_ACTIONS = 2_000_000
+MAX_TRACE_BYTES = 256 * 1024**2  # one profiler trace file (pipesim.kineto): parsed JSON takes ~10x its size
 MAX_PROBLEMS = 1000  # validation problems collected at most (the app marks each on its cell)
 MAX_PROBLEMS_SHOWN = 5  # validation errors listed in full before "and N more"
 

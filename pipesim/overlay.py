@@ -8,8 +8,9 @@ the identity both timelines share because both come from the same `Schedule`.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from pipesim.cost import CostModel, measured_stage_cost
 from pipesim.ir import Action
 from pipesim.timeline import Timeline, select_step
 
@@ -110,3 +111,30 @@ def median_abs_error(rows: list[dict]) -> float | None:
     """The median over actions of |error|: the per-action figure beside the step's error."""
     errors = [abs(row["error"]) for row in rows if row["error"] is not None]
     return statistics.median(errors) if errors else None
+
+
+def replay_cost(measured: Timeline, cost: CostModel) -> CostModel:
+    """`cost` with every stage's F, B, I and W replaced by the run's own median durations.
+
+    Simulating with it tells the simulator's error apart from the profile's: when the replay
+    matches the measured step but the prediction does not, the profile did not represent the
+    run (a machine whose speed drifts, caches, contention), not the schedule's simulation.
+    """
+    durations: dict[tuple[int, str], list[float]] = {}
+    for span in measured.spans:
+        durations.setdefault((span.action.stage, span.action.kind.value), []).append(span.end - span.start)
+    num_stages = max((stage for stage, _ in durations), default=-1) + 1
+
+    def median(stage: int, kind: str) -> float | None:
+        values = durations.get((stage, kind))
+        return statistics.median(values) if values else None
+
+    stages = []
+    for stage in range(num_stages):
+        base = cost.stage(stage)
+        forward = median(stage, "F")
+        stages.append(measured_stage_cost(
+            base, forward_ms=base.forward_ms if forward is None else forward, backward_ms=median(stage, "B"),
+            input_ms=median(stage, "I"), weight_ms=median(stage, "W"), recompute=cost.recompute,
+        ) if (stage, "B") in durations or (stage, "I") in durations else base)
+    return replace(cost, stages=tuple(stages), source="replay")

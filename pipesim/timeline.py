@@ -19,7 +19,7 @@ from pipesim.lower import StashSizes, changes_at_start, stash_table
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
     from pipesim.cost import CostModel
 
-Source = Literal["simulated", "measured"]
+Source = Literal["simulated", "measured", "imported"]  # imported: read from a profiler trace (pipesim.kineto)
 
 
 class Span(NamedTuple):

@@ -216,3 +216,40 @@ def test_custom_schedule_is_launched_as_sent(app: AppTest, runs: Path, fake_laun
     app.button(key=SUBMIT).click().run()
     (config, schedule, _), = fake_launcher
     assert schedule == custom and (config.pipeline.num_ranks, config.pipeline.num_microbatches) == (3, 6)
+
+
+def test_run_page_offers_the_perfetto_view_and_the_profiler_traces(runs: Path, open_page) -> None:
+    from tests.helpers.kineto_traces import kineto_files
+
+    folder = write_run(runs, "profiled")
+    (folder / "traces").mkdir()
+    kineto_files(folder / "traces", build_schedule("1f1b", 2, 4), steps=2)  # rank0.json, rank1.json
+    at = open_page("run")
+    at.selectbox(key="run-open-pick").set_value("profiled")
+    at.button(key="FormSubmitter:run-open-Open").click().run()
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "Perfetto trace: simulated + measured" in labels
+    assert {"rank0.json", "rank1.json"} <= set(labels)  # the torch.profiler traces, one button each
+    # the run's own traces import in one click: the schedule recovered, laid over its simulation
+    assert at.radio(key="import-source").options == ["uploaded files", "this run's executor traces"]
+    at.radio(key="import-source").set_value("this run's executor traces").run()
+    assert not at.error and any("4 microbatches, 16 actions; 2 steps recorded" in c.value for c in at.caption)
+    assert sum("simulated vs measured" in t for t in chart_titles(at)) == 2  # the run's overlay and the import
+
+
+def test_imported_traces_are_laid_over_their_simulation(app: AppTest) -> None:
+    import tempfile
+
+    from tests.helpers.kineto_traces import kineto_files
+
+    schedule = build_schedule("interleaved-1f1b", 2, 4, num_virtual_stages=2)
+    with tempfile.TemporaryDirectory() as folder:
+        paths, _ = kineto_files(Path(folder), schedule, steps=2)
+        files = [(p.name, p.read_bytes(), "application/json") for p in paths]
+    app.file_uploader(key="import-traces").set_value(files).run()
+    assert not app.error and not app.exception
+    assert any("simulated vs measured" in t for t in chart_titles(app))
+    assert any(t.startswith("where the step went") for t in chart_titles(app))
+    assert any("2 steps recorded" in c.value for c in app.caption)
+    app.file_uploader(key="import-traces").set_value(("bad.json", b'{"traceEvents": []}', "application/json")).run()
+    assert len(app.error) == 1 and "no PP: labels" in app.error[0].value

@@ -124,6 +124,11 @@ def test_list_and_show(tmp_path, monkeypatch, capsys):
     assert cli.main(["show", str(root / "first"), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["status"] == "ok" and shown["config"]["pipeline"]["schedule"] == "1f1b"
+    assert shown["trace"] is None and shown["profiler_traces"] == []  # no measured.json, no --torch-profile
+    (root / "first" / "traces").mkdir()
+    (root / "first" / "traces" / "rank0.json").write_text("{}")
+    assert cli.main(["show", str(root / "first"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["profiler_traces"] == [str(root.resolve() / "first/traces/rank0.json")]
     assert cli.main(["show", str(root / "first")]) == 0
     assert "status   ok" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:

@@ -8,18 +8,17 @@ import json
 
 import pytest
 
+from pipesim.chrome_trace import save_chrome_trace, timeline_to_chrome_trace
 from pipesim.cost import CostModel
 from pipesim.formats import (
     CsvError,
     load_schedule,
     read_json,
-    save_chrome_trace,
     save_schedule,
     save_timeline,
     schedule_from_csv,
     schedule_to_csv,
     timeline_from_dict,
-    timeline_to_chrome_trace,
 )
 from pipesim.ir import Action, B, F, I, W
 from pipesim.schedules import build_schedule, options_for, schedule_names

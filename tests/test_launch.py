@@ -25,6 +25,7 @@ from pipesim.cost import CostModel
 from pipesim.cost_file import save_cost
 from pipesim.formats import timeline_to_dict, write_json
 from pipesim.ir import Action, B, F, make_schedule
+from pipesim.kineto import import_traces
 from pipesim.memory import rank_memory
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
@@ -277,6 +278,9 @@ def test_analyse_run_writes_the_simulated_timeline(tmp_path):
     assert out["prediction_error"] == pytest.approx((expected - 22.0) / 22.0)
     simulated = json.loads((tmp_path / "simulated.json").read_text())
     assert simulated["source"] == "simulated" and simulated["predicted_step_ms"] == pytest.approx(expected)
+    trace = json.loads((tmp_path / predict.TRACE_FILE).read_text())  # the one-file Perfetto view (issue 14)
+    assert trace["otherData"]["views"] == ["simulated", "measured"]
+    assert sum(e["ph"] == "s" for e in trace["traceEvents"]) == 2 * 4  # gpipe 2x2: 2 activations + 2 gradients
     # the timeline holds one step but three step times were claimed: no analysis, and the reason is kept
     assert "no span for" in out["analysis_error"] and not (tmp_path / "analysis.json").exists()
 
@@ -328,13 +332,29 @@ def test_list_runs_newest_first_and_damaged_folders_said_so(tmp_path, monkeypatc
 @pytest.mark.torchrun
 def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     # lr 0.5: later losses then depend on the gradients enough that a 1% gradient error would show (below)
-    config = cpu_config(profile=True, reference=True, steps=3, lr=0.5)
+    # --torch-profile too (issue 14): no extra launch, and it must not change what is computed (losses below)
+    config = cpu_config(profile=True, reference=True, steps=3, lr=0.5, torch_profile=True)
     handle = launch.start_run(config, runs_root=tmp_path, name="e2e")
     result = handle.wait(timeout=300)
     assert result.status == "ok", result.message
     files = {p.name for p in result.run_dir.iterdir()}
     assert {"config.json", "schedule.json", "measured.json", "cost.json", "simulated.json", "reference.json",
-            "result.json", "logs"} <= files  # fmt: skip
+            "result.json", "logs", "trace.json", "traces"} <= files  # fmt: skip
+    # Kineto traces of the measured steps: ours labelled PP:<action> once per measured step; torch's Schedule1F1B,
+    # which torch 2.13 does not label, labelled by the reference run (executor.reference.label_single_stage)
+    assert [p.name for p in run_folder.profiler_traces(result.run_dir)] == [
+        "rank0.json", "rank1.json", "torch-rank0.json", "torch-rank1.json"]
+    for rank in range(2):
+        events = json.loads((result.run_dir / "traces" / f"rank{rank}.json").read_text())["traceEvents"]
+        labels = sorted(e["name"] for e in events if e.get("ph") == "X" and e["name"].startswith("PP:"))
+        assert labels == sorted(f"PP:{a}" for a in result.schedule.actions[rank] for _ in range(3))
+    imported = import_traces([result.run_dir / "traces" / f"torch-rank{rank}.json" for rank in range(2)])
+    assert imported.schedule.actions == result.schedule.actions and len(imported.step_times_ms) == 3
+    trace = json.loads((result.run_dir / "trace.json").read_text())
+    assert trace["otherData"]["views"] == ["simulated", "measured"]
+    from executor import cli
+
+    assert any(line.startswith("profiler 4 torch.profiler traces") for line in cli.summary_lines(result))
     assert {"rank0.log", "rank1.log"} <= {p.name for p in (result.run_dir / "logs").iterdir()}
     assert len(result.step_times_ms) == 3 and len(result.losses) == 1 + 3  # losses include the warm-up step
     assert result.measured is not None and {s.rank for s in result.measured.spans} == {0, 1}

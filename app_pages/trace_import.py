@@ -1,0 +1,48 @@
+"""Import a real run: torch.profiler (Kineto) traces uploaded, their actions laid over the simulation of the
+schedule they ran (pipesim.kineto does the reading; this is UI only)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import streamlit as st
+
+from app_pages import cached, widgets
+from pipesim import charts, chrome_trace, overlay
+
+UPLOAD = "uploaded files"
+
+
+def show_import(run_traces: dict[str, list[Path]]) -> None:
+    """`run_traces`: the open run's profiler traces by side ("executor", "torch"), offered besides an upload."""
+    with st.expander("Import a real run: torch.profiler traces", icon=":material/upload_file:"):
+        st.caption("Kineto traces whose actions carry torch's `PP:<action>` labels: torch.distributed.pipelining's "
+                   "runs, or a run here with `--torch-profile` (traces/). One file per rank, or one merged. The "
+                   "schedule is recovered from each rank's order and simulated with the traces' own median action "
+                   "times.")
+        sides = {f"this run's {side} traces": side for side in run_traces}
+        source = st.radio("Traces", [UPLOAD, *sides], horizontal=True, key="import-source")
+        if source == UPLOAD:
+            uploads = st.file_uploader("Trace files", type=["json"], accept_multiple_files=True, key="import-traces")
+            files = tuple((u.name, u.getvalue()) for u in uploads or ())
+        else:
+            files = tuple((p.name, p.read_bytes()) for p in run_traces[sides[source]])
+        if not files:
+            return
+        try:
+            run, simulated, analysis = cached.imported_run(files)
+        except ValueError as error:
+            widgets.show_error(error, "Cannot import the traces")
+            return
+        st.caption(f"{run.schedule.describe()}; {len(run.step_times_ms)} steps recorded, the last shown")
+        st.plotly_chart(charts.overlay_figure(simulated, run.timeline), key="import-overlay",
+                        config={"displaylogo": False})
+        if analysis is not None:
+            st.plotly_chart(charts.attribution_figure(analysis), key="import-attribution",
+                            config={"displaylogo": False})
+        views = {"simulated": simulated, "imported": overlay.pick_step(run.timeline, None)}
+        st.download_button("Perfetto trace: simulated + imported", file_name="imported-perfetto.json",
+                           data=lambda: json.dumps(chrome_trace.run_trace(run.schedule, views)),
+                           mime="application/json", on_click="ignore", key="import-perfetto",
+                           icon=":material/timeline:")
