@@ -30,6 +30,9 @@ def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunC
     _check_combinations(config)
     _check_nodes(config)
     config = _resolve_device(config)
+    if config.pipeline.data_parallel > 1 and config.devices.backend == "staged":
+        raise ValueError("--data-parallel needs a GPU per process (nccl) or the CPU (gloo); with ranks sharing a "
+                         "GPU (backend staged) use --data-parallel 1, or fewer ranks")
     _check_cpu_ranks(config)
     return config, schedule
 
