@@ -216,3 +216,21 @@ def test_custom_schedule_is_launched_as_sent(app: AppTest, runs: Path, fake_laun
     app.button(key=SUBMIT).click().run()
     (config, schedule, _), = fake_launcher
     assert schedule == custom and (config.pipeline.num_ranks, config.pipeline.num_microbatches) == (3, 6)
+
+
+def test_own_model_data_parallel_and_dtype_reach_the_launcher(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    app.text_input(key="run-model-spec").set_value("examples.gpt_small:build")
+    app.number_input(key="run-data-parallel").set_value(2)
+    app.selectbox(key="run-dtype").set_value("bf16")
+    app.button(key=SUBMIT).click().run()
+    assert not app.exception and not app.error
+    config = fake_launcher[0][0]
+    assert config.model.kind == "custom" and config.model.spec == "examples.gpt_small:build"
+    assert config.pipeline.data_parallel == 2 and config.training.dtype == "bf16"
+
+
+def test_own_model_spec_is_checked_never_evaluated(app: AppTest, runs: Path) -> None:
+    app.text_input(key="run-model-spec").set_value("__import__('os').system('x')")
+    app.button(key=SUBMIT).click().run()
+    assert "must look like" in app.error[0].value and not app.exception
+    assert not runs.exists() or not any(runs.iterdir())
