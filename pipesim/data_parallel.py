@@ -21,6 +21,7 @@ the part of its all-reduces that the remaining backward did not hide. `grad_sync
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pipesim.collectives import bucketed_allreduce_ms
@@ -53,17 +54,17 @@ def last_backwards(timeline: Timeline) -> dict[tuple[int, int], tuple[float, obj
 
 def grad_sync(timeline: Timeline, cost: CostModel) -> GradSync:
     """Each stage's all-reduce after its last backward, serial per rank; none when data_parallel is 1."""
-    ends = [0.0] * timeline.num_ranks
+    ends = [-math.inf] * timeline.num_ranks
     for span in timeline.spans:
         ends[span.rank] = max(ends[span.rank], span.end)
     if cost.data_parallel < 2:
         return GradSync((), (0.0,) * timeline.num_ranks)
-    free = [0.0] * timeline.num_ranks  # when each rank's previous all-reduce is done
+    free = [-math.inf] * timeline.num_ranks  # when each rank's previous all-reduce is done
     spans = []
     for (rank, stage), (end, action) in sorted(last_backwards(timeline).items(), key=lambda item: item[1][0]):
         start = max(end, free[rank])
         duration = bucketed_allreduce_ms(cost.stage(stage).param_bytes, cost.data_parallel, cost.dp_link)
         free[rank] = start + duration
         spans.append(CommSpan(rank, ALLREDUCE, cost.data_parallel, action, start, start + duration))
-    extra = tuple(max(free[r] - ends[r], 0.0) for r in range(timeline.num_ranks))
+    extra = tuple(max(free[r] - ends[r], 0.0) if free[r] > -math.inf else 0.0 for r in range(timeline.num_ranks))
     return GradSync(tuple(spans), extra)

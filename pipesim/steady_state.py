@@ -82,10 +82,14 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
         starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores, rank_start=clock)
         if stuck:
             raise deadlock_error(deps, stuck)
-        spans.extend(map(tuple.__new__, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(step))))
+        step_spans = list(map(tuple.__new__, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(step))))
+        spans.extend(step_spans)
+        tail = overhead
+        if cost.data_parallel > 1:  # each rank's unhidden gradient all-reduce comes before its optimizer step
+            tail = step_tail_ms(Timeline(schedule.num_ranks, tuple(step_spans)), cost)
         for rank in range(schedule.num_ranks):  # a rank with no action in the step only pays its overhead
             lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
-            clock[rank] = (ends[hi - 1] if hi > lo else clock[rank]) + overhead[rank]
+            clock[rank] = (ends[hi - 1] if hi > lo else clock[rank]) + tail[rank]
         step_ends.append(max(clock))
     return _timeline(schedule, cost, None, tuple(spans), step_ends, overhead, barrier)
 

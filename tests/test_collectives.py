@@ -120,3 +120,22 @@ def test_cost_file_keeps_data_parallel_and_reads_old_files():
         cost_from_dict({**cost_to_dict(cost), "data_parallel": "2"})
     with pytest.raises(ValueError, match="data_parallel"):
         CostModel(stages=cost.stages, data_parallel=0)
+
+
+def test_steps_without_a_barrier_pay_the_all_reduce_before_each_optimizer_step():
+    schedule = build_schedule("1f1b", 2, 4)
+    one = allreduce_ms(2e6, 2, LINK)
+    plain = simulate_steps(schedule, _dp_cost(1), 3, barrier=False).meta["total_ms"]
+    synced = simulate_steps(schedule, _dp_cost(2), 3, barrier=False).meta["total_ms"]
+    assert plain < synced <= plain + 3 * one + 1e-9
+
+
+def test_charts_draw_the_simulated_all_reduce_with_the_transfers():
+    from pipesim import charts
+
+    schedule, cost = build_schedule("1f1b", 2, 4), _dp_cost(2)
+    timeline = simulate(schedule, cost)
+    drawn = timeline.__class__(timeline.num_ranks, timeline.spans, timeline.source, timeline.schedule_name,
+                               grad_sync(timeline, cost).spans)
+    [strip] = [t for t in charts.gantt_figure(drawn).data if t.name == "blocked on transfer"]
+    assert len(strip.x) == 2 and all(row[2] == "over 2 replicas" for row in strip.customdata)

@@ -14,7 +14,7 @@ from executor import processes
 from pipesim.formats import read_json, timeline_from_dict
 from tests.test_executor_runtime import torchrun
 
-pytestmark = pytest.mark.torchrun
+pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(900)]  # start-up on a loaded 2-core machine
 
 ROOT = Path(__file__).resolve().parents[1]
 TOLERANCE = 1e-5  # max abs gradient difference (fp32)
