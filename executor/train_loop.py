@@ -74,6 +74,28 @@ def peak_memory(r: Rank, records: list[dict[str, Any]]) -> int:
     return max((rec["peak_stash_bytes"] for rec in records), default=0)
 
 
+def replica_lag(gathered: list[dict[str, Any]], ranks: int, offsets: list[float] | None) -> list[list[float]]:
+    """Per pipeline rank and measured step: how much later than replica 0 the last replica launched the first
+    all-reduce of the step. An all-reduce ends only once every replica joined it, so replica 0 waits at least
+    this long whatever the link's speed: the skew between replicas, which the per-replica simulation does not
+    have (on a shared CPU, mostly processes waiting for a core)."""
+    lags: list[list[float]] = []
+    for rank in range(ranks):
+        copies = gathered[rank::ranks]
+        steps = [[rec for rec in g["records"] if rec["phase"] == "measure"] for g in copies]
+        per_step = []
+        for index in range(len(steps[0])):
+            launches = []
+            for replica, recs in enumerate(steps):
+                shift = offsets[replica * ranks + rank] if offsets else 0.0
+                starts = [c[3] for c in recs[index]["comm"] if c[0] == "allreduce"]
+                if starts:
+                    launches.append(min(starts) + shift)
+            per_step.append(max(launches) - launches[0] if len(launches) == len(steps) else 0.0)
+        lags.append(per_step)
+    return lags
+
+
 def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float], run_dir: Path) -> None:
     """Gather every process's records on process 0 and write measured.json (atomically).
 
@@ -113,6 +135,7 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "data_parallel": replicas,
     }
     if replicas > 1:
+        summary["allreduce_replica_lag_ms"] = replica_lag(gathered, ranks, offsets if multi_node else None)
         summary["replicas_recorded"] = f"replica 0 of {replicas} (processes 0..{ranks - 1})"
         summary["losses_note"] = "replica 0's loss on its own rows of the global batch"
     write_json(timeline_to_dict(timeline, summary), run_dir / "measured.json")

@@ -66,6 +66,8 @@ def test_issue_command_writes_the_timeline_with_the_all_reduce_the_prediction_an
         for step in range(3):
             syncs = [c for c in timeline.comm if c.kind == "allreduce" and c.rank == rank and c.step == step]
             assert len(syncs) == 1 and syncs[0].peer == 2 and syncs[0].end >= syncs[0].start
+    lags = measured["allreduce_replica_lag_ms"]
+    assert len(lags) == 2 and all(len(row) == 3 and min(row) >= 0 for row in lags)
     cost = read_json(out / "cost.json")
     assert cost["data_parallel"] == 2 and cost["dp_link"]["latency_ms"] >= 0
     assert cost["meta"]["allreduce_measured"][0]["large_bytes"] > 0
