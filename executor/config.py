@@ -5,7 +5,8 @@ The run folder is the contract between them:
     runs/NAME/
       config.json      RunConfig.to_dict()            (launcher writes, workers read)
       schedule.json    pipesim.formats schedule doc   (launcher writes, workers read)
-      measured.json    measured Timeline doc + step_times_ms, losses, peak_memory_bytes (rank 0 writes)
+      measured.json    measured Timeline doc + step_times_ms, losses, peak_memory_bytes (rank 0 writes;
+                       with data parallelism, replica 0's ranks)
       cost.json        pipesim cost file from the profile phase (rank 0 writes, with --profile)
       reference.json   torch.distributed.pipelining step times and losses (with --reference)
       result.json      status, message, timings, prediction error (launcher writes last)
