@@ -139,3 +139,25 @@ def test_charts_draw_the_simulated_all_reduce_with_the_transfers():
                                grad_sync(timeline, cost).spans)
     [strip] = [t for t in charts.gantt_figure(drawn).data if t.name == "blocked on transfer"]
     assert len(strip.x) == 2 and all(row[2] == "over 2 replicas" for row in strip.customdata)
+
+
+def test_pipesim_simulate_predicts_data_parallel_as_the_step_plus_its_all_reduce(capsys):
+    from pipesim import cli
+
+    base = ["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "4", "--f", "1", "--b", "2"]
+    assert cli.main([*base, "--overhead", "0.3"]) == 0
+    plain = capsys.readouterr().out
+    flags = ["--overhead", "0.3", "--data-parallel", "4", "--grad-bytes", "2e6", "--dp-latency", "0.05",
+             "--dp-bandwidth", "2"]
+    assert cli.main([*base, *flags]) == 0
+    synced = capsys.readouterr().out
+
+    def step(text: str) -> float:
+        return float(text.split("step time ")[1].split(" ms")[0])
+
+    assert step(synced) == pytest.approx(step(plain) + allreduce_ms(2e6, 4, LINK), abs=2e-3)
+    assert "data parallel x4: 2 stage all-reduces" in synced
+    assert cli.main([*base, "--data-parallel", "2", "--grad-bytes", "1,2,3"]) == 2
+    assert cli.main([*base, "--data-parallel", "2", "--dp-bandwidth", "0"]) == 2
+    assert cli.main([*base, "--data-parallel", "2", "--grad-bytes", "inf"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
