@@ -161,3 +161,26 @@ def test_pipesim_simulate_predicts_data_parallel_as_the_step_plus_its_all_reduce
     assert cli.main([*base, "--data-parallel", "2", "--dp-bandwidth", "0"]) == 2
     assert cli.main([*base, "--data-parallel", "2", "--grad-bytes", "inf"]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_attribution_counts_a_measured_all_reduce_wait_as_communication_wait():
+    from pipesim.attribution import attribute_step
+    from pipesim.ir import Action
+    from pipesim.timeline import Span, Timeline
+
+    schedule = build_schedule("1f1b", 2, 1)  # rank 0: 0F0, 0B0; rank 1: 1F0, 1B0
+    spans = (Span(0, Action.parse("0F0"), 0.0, 1.0), Span(1, Action.parse("1F0"), 1.0, 2.0),
+             Span(1, Action.parse("1B0"), 2.0, 4.0), Span(0, Action.parse("0B0"), 4.0, 6.0))
+    waited = _allreduce_span(0, "0B0", 6.0, 9.0)  # rank 0 waits 3 ms for its all-reduce after its last action
+    measured = Timeline(2, spans, "measured", "1f1b", (waited,))
+    shares = attribute_step(schedule, measured, 0, 9.0).ranks
+    assert shares[0].comm_wait_ms == pytest.approx(3.0)
+    assert shares[0].compute_ms + shares[0].schedule_idle_ms + shares[0].comm_wait_ms + shares[0].overhead_ms == \
+        pytest.approx(9.0)
+
+
+def _allreduce_span(rank: int, action: str, start: float, end: float):
+    from pipesim.ir import Action
+    from pipesim.timeline import CommSpan
+
+    return CommSpan(rank, ALLREDUCE, 2, Action.parse(action), start, end)

@@ -135,9 +135,10 @@ def _one_rank_schedule(split: bool, microbatches_: int = 2):
     return make_schedule("local", 1, microbatches_, [0, 0], [actions])
 
 
-def _runtime(config: ModelConfig, split: bool, dtype: str, batch: int = 4):
+def _runtime(config: ModelConfig, split: bool, dtype: str, batch: int = 4, recompute: bool = False):
     schedule = _one_rank_schedule(split)
-    model = build_rank_model(schedule, config, seed=1, microbatch_size=batch // 2, rank=0, device=CPU, dtype=dtype)
+    model = build_rank_model(schedule, config, seed=1, microbatch_size=batch // 2, rank=0, device=CPU, dtype=dtype,
+                             recompute=recompute)
     runtime = PipelineRuntime(schedule, 0, model.runners, model.shapes, None, HostClock(),
                               dtype=model.wire_dtype, stash_bytes=model.stash_bytes)
     return model, runtime
@@ -201,12 +202,12 @@ def test_bf16_halves_the_bytes_between_stages_and_measures_the_stash_under_autoc
     assert half.stash_bytes[1][0] != full.stash_bytes[1][0]
 
 
-@pytest.mark.parametrize("split", [False, True])
-def test_bf16_losses_stay_within_tolerance_of_fp32(split):
+@pytest.mark.parametrize("split,recompute", [(False, False), (True, False), (True, True)])
+def test_bf16_losses_stay_within_tolerance_of_fp32(split, recompute):
     config = ModelConfig(kind="custom", spec=TINY_GPT)
     curves = {}
     for dtype in ("fp32", "bf16"):
-        model, runtime = _runtime(config, split, dtype)
+        model, runtime = _runtime(config, split, dtype, recompute=recompute)
         optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
         losses = []
         for step in range(5):
