@@ -227,3 +227,11 @@ def test_load_custom_model_leaves_the_rng_alone():
     before = torch.random.get_rng_state()
     load_custom_model(TINY_GPT, seed=0)
     assert torch.equal(before, torch.random.get_rng_state())
+
+
+def test_ranks_can_import_a_model_from_where_the_user_launched(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = processes.run_environment(run_config(model=ModelConfig(kind="custom", spec="mine:build"), device="cpu"))
+    assert str(tmp_path) in env["PYTHONPATH"].split(":")
+    builtin = processes.run_environment(run_config(device="cpu"))
+    assert str(tmp_path) not in builtin["PYTHONPATH"].split(":")
