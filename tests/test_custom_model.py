@@ -235,3 +235,18 @@ def test_ranks_can_import_a_model_from_where_the_user_launched(tmp_path, monkeyp
     assert str(tmp_path) in env["PYTHONPATH"].split(":")
     builtin = processes.run_environment(run_config(device="cpu"))
     assert str(tmp_path) not in builtin["PYTHONPATH"].split(":")
+
+
+def test_gradient_buckets_and_when_a_stage_is_done():
+    from executor.grad_sync import buckets, last_grad_actions
+    from pipesim.schedules import build_schedule
+
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (4, 4, 10, 2)]  # 16, 16, 40, 8 bytes
+    cut = buckets(params, bucket_bytes=32)
+    assert [[p.numel() for p in b] for b in cut] == [[2], [10], [4, 4]]  # last first; one too big alone
+    assert sum(len(b) for b in buckets(params, 10**9)) == 4 and len(buckets(params, 10**9)) == 1
+    zb = build_schedule("zb-h1", 2, 4)
+    assert {str(a) for a in last_grad_actions(zb, 0)} == {"0W3"}
+    inter = build_schedule("interleaved-1f1b", 2, 4, num_virtual_stages=2)
+    done = last_grad_actions(inter, 0)
+    assert sorted(done.values()) == [0, 2] and all(a.kind.value == "B" for a in done)
