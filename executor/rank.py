@@ -95,7 +95,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         raise ValueError(
             f"the schedule has {schedule.num_microbatches} microbatches, the config {config.pipeline.num_microbatches}"
         )
-    local_world, local_rank = env_int("LOCAL_WORLD_SIZE", world), env_int("LOCAL_RANK", rank)
+    local_world, local_rank = env_int("LOCAL_WORLD_SIZE", world), env_int("LOCAL_RANK", process)
     choice = resolve_backend(config.devices.device, config.devices.backend, local_world, local_rank)
     control = init_distributed(choice, config.timeout_s)
     transport = Transport(choice, rank, schedule_links(schedule), config.timeout_s, replicas=replicas,
@@ -109,6 +109,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         from executor.grad_sync import GradSync
 
         group = data_parallel_groups(config, config.timeout_s)[rank]
+        torch.distributed.all_reduce(torch.zeros(1, device=choice.device), group=group)  # connect before timing
         sync = GradSync(schedule, rank, model.runners, group, replicas)
     clock = make_clock(choice.device)
     runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, clock,
