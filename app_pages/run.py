@@ -10,7 +10,8 @@ import streamlit as st
 
 from app_pages import runs, state, trace_import, widgets
 from executor import launch, predict, run_folder
-from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, run_config
+from executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, ModelConfig, run_config
+from executor.config import CUSTOM as CUSTOM_MODEL
 from pipesim import attribution, charts, charts_attribution, overlay
 from pipesim.schedules import options_for, schedule_info, schedule_names
 from pipesim.units import format_bytes
@@ -56,6 +57,12 @@ with st.sidebar:
                                    "are what the profile-then-predict figures in docs/benchmarks.md use")
         layers = right.number_input("Layers / blocks", 1, 256, 4, key="run-layers",
                                     help="At least one per stage")
+        own = st.text_input("Your own model (optional)", key="run-model-spec", placeholder="examples.gpt_small:build",
+                            help="package.module:factory; only that module is imported (executor/custom_model.py). "
+                                 "Replaces the model and size above")
+        replicas = left.number_input("Data parallel", 1, 16, 1, key="run-data-parallel",
+                                     help="Replicas of the pipeline: ranks x this many processes")
+        dtype = right.selectbox("Precision", DTYPES, key="run-dtype", help="bf16: autocast, fp32 master weights")
         batch = left.number_input("Batch size", 1, 4096, 32, key="run-batch",
                                   help="Per step; split into the microbatches")
         steps = right.number_input("Steps", 1, 1000, 5, key="run-steps", help="Measured steps")
@@ -75,14 +82,16 @@ with st.sidebar:
 if submitted and not running:
     use_custom = name == CUSTOM
     try:
-        model = ModelConfig(kind=kind, num_layers=int(layers), cnn_blocks=int(layers), **MODEL_SIZES[size])
+        model = (ModelConfig(kind=CUSTOM_MODEL, spec=own.strip()) if own.strip() else
+                 ModelConfig(kind=kind, num_layers=int(layers), cnn_blocks=int(layers), **MODEL_SIZES[size]))
         config = run_config(
             schedule=custom.name if use_custom else name,
             num_ranks=custom.num_ranks if use_custom else int(ranks),
             num_microbatches=custom.num_microbatches if use_custom else int(microbatches),
             num_virtual_stages=None if use_custom else options_for(name, num_virtual_stages=int(chunks)).get(
                 "num_virtual_stages"),
-            model=model, batch_size=int(batch), steps=int(steps), warmup_steps=int(warmup),
+            model=model, data_parallel=int(replicas), dtype=dtype,
+            batch_size=int(batch), steps=int(steps), warmup_steps=int(warmup),
             recompute=recompute, device=device, backend=backend, profile=profile, reference=reference,
             timeout_s=float(timeout),
         )

@@ -96,7 +96,9 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
             gaps.append(max(start - previous - _blocked(waits, previous, start), 0.0))
             previous = end
         if record["spans"]:
-            tails.append(max(record["end"] - previous, 0.0))
+            # The gradient all-reduce's wait is not overhead: the cost model has it (pipesim.data_parallel).
+            syncs = _merged(sorted((c[3], c[4]) for c in record["comm"] if c[0] == "allreduce"))
+            tails.append(max(record["end"] - previous - _blocked(syncs, previous, record["end"]), 0.0))
     return {
         "durations_ms": {stage: {kind: statistics.median(v) for kind, v in kinds.items()}
                          for stage, kinds in durations.items()},
@@ -104,6 +106,17 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "tail_ms": statistics.median(tails) if tails else 0.0,
         "steps": len(records),
     }
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted intervals with the overlapping ones joined (buckets in flight together count once)."""
+    out: list[tuple[float, float]] = []
+    for start, end in intervals:
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def _blocked(waits: list[tuple[float, float]], lo: float, hi: float) -> float:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from executor.config import DeviceConfig, RunConfig, check_split_points
+from executor.config import CUSTOM, DeviceConfig, RunConfig, check_split_points
 from executor.devices import resolve_device
 from pipesim.ir import Schedule
 
@@ -27,8 +27,12 @@ def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunC
     """Return the config with device and backend resolved, and the schedule; ValueError on any user mistake."""
     schedule = _checked_schedule(config, schedule)
     _check_model_fits(config, schedule)
+    _check_combinations(config)
     _check_nodes(config)
     config = _resolve_device(config)
+    if config.pipeline.data_parallel > 1 and config.devices.backend == "staged":
+        raise ValueError("--data-parallel needs a GPU per process (nccl) or the CPU (gloo); with ranks sharing a "
+                         "GPU (backend staged) use --data-parallel 1, or fewer ranks")
     _check_cpu_ranks(config)
     return config, schedule
 
@@ -56,6 +60,13 @@ def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
 
 
 def _check_model_fits(config: RunConfig, schedule: Schedule) -> None:
+    if config.model.kind == CUSTOM:
+        # Imports the user's module and runs its factory here, in the launcher (see executor.custom_model for
+        # why not a probe subprocess); lazily, so a launcher without a custom model never imports torch.
+        from executor.custom_model import check_custom_model
+
+        check_custom_model(config.model.spec, schedule.num_stages, config.model.split_points)
+        return
     units = config.model.num_units
     knob = "--layers" if config.model.kind == "transformer" else "--cnn-blocks"
     if schedule.num_stages > units:
@@ -68,11 +79,21 @@ def _check_model_fits(config: RunConfig, schedule: Schedule) -> None:
         check_split_points(config.model.split_points, units, schedule.num_stages)
 
 
+def _check_combinations(config: RunConfig) -> None:
+    """What the torch reference run cannot reproduce: it runs one fp32 pipeline."""
+    if config.reference and config.pipeline.data_parallel > 1:
+        raise ValueError("--reference runs torch's schedule on one pipeline: drop it, or --data-parallel 1")
+    if config.reference and config.training.dtype != "fp32":
+        raise ValueError("--reference runs torch's schedule in fp32: drop it, or use --dtype fp32")
+
+
 def _check_nodes(config: RunConfig) -> None:
     if config.nodes.nnodes < 1 or not 0 <= config.nodes.node_rank < config.nodes.nnodes:
         raise ValueError(f"node_rank must lie in 0..{config.nodes.nnodes - 1} (nnodes {config.nodes.nnodes})")
-    if config.pipeline.num_ranks % config.nodes.nnodes:
-        raise ValueError(f"{config.pipeline.num_ranks} ranks do not split evenly over {config.nodes.nnodes} nodes")
+    if config.world_size % config.nodes.nnodes:
+        raise ValueError(f"{config.world_size} processes ({config.pipeline.num_ranks} ranks x "
+                         f"{config.pipeline.data_parallel} replicas) do not split evenly over {config.nodes.nnodes} "
+                         "nodes")
     if config.nodes.nnodes > 1 and not config.nodes.rdzv_endpoint:
         raise ValueError("a multi-node run needs rdzv_endpoint HOST:PORT (the same on every node)")
     if config.nodes.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", config.nodes.rdzv_endpoint):
@@ -80,7 +101,8 @@ def _check_nodes(config: RunConfig) -> None:
 
 
 def ranks_per_node(config: RunConfig) -> int:
-    return config.pipeline.num_ranks // config.nodes.nnodes
+    """Processes per node: every pipeline rank of every data-parallel replica, shared out over the nodes."""
+    return config.world_size // config.nodes.nnodes
 
 
 def cuda_device_count() -> int:

@@ -1,9 +1,10 @@
 """Command line of the executor: run a schedule for real, list earlier runs, show one.
 
 Usage:
-    python -m executor run --schedule 1f1b --ranks 2 --microbatches 8 --model transformer \\
+    python -m executor run --schedule 1f1b --ranks 2 --microbatches 8 --model transformer|cnn|package.module:factory \\
         [--layers 4 --d-model 128 --heads 4 --ffn 512 --seq-len 64 --vocab 1000 | --cnn-channels 32 ...] \\
         [--batch-size 16] [--steps 5] [--warmup-steps 1] [--virtual-stages V] [--recompute] \\
+        [--data-parallel D] [--dtype fp32|bf16] \\
         [--device auto|cpu|cuda] [--backend auto|gloo|nccl|staged] [--profile] [--reference] [--timeout S] \\
         [--torch-profile] \\
         [--nnodes N --node-rank K --rdzv-endpoint HOST:PORT] [--schedule-file custom.csv] [--out runs/NAME]
@@ -31,7 +32,9 @@ from typing import NoReturn
 
 from executor.config import (
     BACKENDS,
+    CUSTOM,
     DEVICES,
+    DTYPES,
     MODEL_KINDS,
     OPTIMIZERS,
     ModelConfig,
@@ -39,6 +42,7 @@ from executor.config import (
     RunConfig,
     run_config,
 )
+from executor.custom_model import SPEC_HELP
 from pipesim.formats import load_schedule
 
 # CLI flag -> ModelConfig field
@@ -67,13 +71,20 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _model_choice(text: str) -> str:
+    if text in MODEL_KINDS or ":" in text:
+        return text
+    raise argparse.ArgumentTypeError(f"unknown model {text!r}; valid: {', '.join(MODEL_KINDS)} or {SPEC_HELP}")
+
+
 def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--schedule", default="1f1b", help="registered schedule name (python -m pipesim list)")
     run.add_argument("--schedule-file", type=Path, help="a custom schedule: pipesim JSON or torch compute_only CSV")
     run.add_argument("--ranks", type=int, default=2)
     run.add_argument("--microbatches", type=int, default=4)
     run.add_argument("--virtual-stages", type=int, help="stages per rank for interleaved / looped schedules")
-    run.add_argument("--model", choices=MODEL_KINDS, default="transformer")
+    run.add_argument("--model", type=_model_choice, default="transformer",
+                     help=f"{', '.join(MODEL_KINDS)}, or your own: {SPEC_HELP} (executor/custom_model.py)")
     for flag in MODEL_FLAGS:
         run.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=int)
     run.add_argument("--split-points", type=_int_list, help="stage boundaries as layer indices, e.g. 2,4,6")
@@ -84,6 +95,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     run.add_argument("--lr", type=float, default=0.01)
     run.add_argument("--recompute", action="store_true")
+    run.add_argument("--data-parallel", type=int, default=1,
+                     help="replicas of the pipeline: --ranks x this many processes, gradients all-reduced")
+    run.add_argument("--dtype", choices=DTYPES, default="fp32", help="bf16: autocast, fp32 master weights")
     run.add_argument("--device", choices=DEVICES, default="auto")
     run.add_argument("--backend", choices=BACKENDS, default="auto")
     run.add_argument("--profile", action="store_true", help="measure per-stage costs first, then predict")
@@ -124,13 +138,21 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return run_config(
         schedule=args.schedule, num_ranks=args.ranks, num_microbatches=args.microbatches,
         num_virtual_stages=args.virtual_stages,
-        model=ModelConfig(kind=args.model, split_points=args.split_points, **model),
+        model=_model_config(args, model), data_parallel=args.data_parallel, dtype=args.dtype,
         batch_size=args.batch_size, steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed,
         optimizer=args.optimizer, lr=args.lr, recompute=args.recompute, torch_profile=args.torch_profile,
         device=args.device, backend=args.backend,
         profile=args.profile, reference=args.reference, timeout_s=args.timeout,
         nnodes=args.nnodes, node_rank=args.node_rank, rdzv_endpoint=args.rdzv_endpoint,
     )  # fmt: skip
+
+
+def _model_config(args: argparse.Namespace, sizes: dict) -> ModelConfig:
+    if args.model in MODEL_KINDS:
+        return ModelConfig(kind=args.model, split_points=args.split_points, **sizes)
+    if sizes:
+        raise ValueError(f"the size flags (--layers, --d-model, ...) size a built-in model; {args.model} sizes itself")
+    return ModelConfig(kind=CUSTOM, spec=args.model, split_points=args.split_points)
 
 
 def _fmt(value: float | None, unit: str = " ms") -> str:
@@ -145,7 +167,8 @@ def summary_lines(result) -> list[str]:
         lines.append(
             f"schedule {config.pipeline.schedule}, {config.pipeline.num_ranks} ranks, "
             f"{config.pipeline.num_microbatches} microbatches, "
-            f"{config.model.kind} model, {config.devices.device}/{config.devices.backend}, "
+            f"{config.model.spec or config.model.kind} model, {config.devices.device}/{config.devices.backend}, "
+            f"{config.pipeline.data_parallel} replica(s), {config.training.dtype}, "
             f"{config.training.steps} steps"
         )
     if result.message:
@@ -190,7 +213,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         schedule = None if args.schedule_file is None else load_schedule(args.schedule_file)
         if schedule is not None:  # the file says what runs: its name, ranks and microbatches
-            pipeline = PipelineConfig(schedule.name, schedule.num_ranks, schedule.num_microbatches)
+            pipeline = PipelineConfig(schedule.name, schedule.num_ranks, schedule.num_microbatches,
+                                      data_parallel=config.pipeline.data_parallel)
             config = dataclasses.replace(config, pipeline=pipeline)
         runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
         handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=_print_event)

@@ -5,7 +5,8 @@ The run folder is the contract between them:
     runs/NAME/
       config.json      RunConfig.to_dict()            (launcher writes, workers read)
       schedule.json    pipesim.formats schedule doc   (launcher writes, workers read)
-      measured.json    measured Timeline doc + step_times_ms, losses, peak_memory_bytes (rank 0 writes)
+      measured.json    measured Timeline doc + step_times_ms, losses, peak_memory_bytes (rank 0 writes;
+                       with data parallelism, replica 0's ranks)
       cost.json        pipesim cost file from the profile phase (rank 0 writes, with --profile)
       reference.json   torch.distributed.pipelining step times and losses (with --reference)
       trace.json       Chrome trace: simulated and measured step, flows per message (launcher writes)
@@ -27,7 +28,9 @@ from typing import Any, Literal
 
 PROGRESS_PREFIX = "PIPESIM "
 TRACES_DIR = "traces"  # the run folder's torch.profiler traces (executor.torch_profile writes them)
-MODEL_KINDS = ("transformer", "cnn")
+MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
+CUSTOM = "custom"
+DTYPES = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "staged")
 OPTIMIZERS = ("sgd", "adam")
@@ -35,9 +38,14 @@ OPTIMIZERS = ("sgd", "adam")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The reference model and its size. Transformer fields and CNN fields are separate."""
+    """The reference model and its size. Transformer fields and CNN fields are separate.
 
-    kind: Literal["transformer", "cnn"] = "transformer"
+    kind "custom" is the user's own model: `spec` names its factory as "package.module:function"
+    (executor.custom_model says what the factory returns); the size fields do not apply to it.
+    """
+
+    kind: Literal["transformer", "cnn", "custom"] = "transformer"
+    spec: str | None = None
     # Transformer (the classic PyTorch tutorial model)
     vocab_size: int = 1000
     d_model: int = 128
@@ -53,8 +61,14 @@ class ModelConfig:
     split_points: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in MODEL_KINDS:
-            raise ValueError(f"unknown model {self.kind!r}; valid: {', '.join(MODEL_KINDS)}")
+        if self.kind not in (*MODEL_KINDS, CUSTOM):
+            raise ValueError(f"unknown model {self.kind!r}; valid: {', '.join(MODEL_KINDS)} or package.module:factory")
+        if (self.kind == CUSTOM) != (self.spec is not None):
+            raise ValueError("a custom model needs spec 'package.module:factory', and only a custom model takes one")
+        if self.spec is not None:
+            from executor.custom_model import parse_spec
+
+            parse_spec(self.spec)  # the text form only; importing waits for executor.checks
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, int) and not isinstance(value, bool) and value < 1:
@@ -65,10 +79,15 @@ class ModelConfig:
     @property
     def num_units(self) -> int:
         """Layers that stages share out (executor.model builds exactly these): a Transformer's embedding,
-        num_layers blocks and output projection; a CNN's cnn_blocks conv blocks and 3 FC layers."""
+        num_layers blocks and output projection; a CNN's cnn_blocks conv blocks and 3 FC layers. A custom model's
+        count is known once its factory ran (executor.custom_model.check_custom_model)."""
+        if self.kind == CUSTOM:
+            raise ValueError("a custom model's layers are counted by running its factory (executor.checks)")
         return self.num_layers + 2 if self.kind == "transformer" else self.cnn_blocks + 3
 
     def describe_units(self) -> str:
+        if self.kind == CUSTOM:
+            return f"the layers of {self.spec}"
         if self.kind == "transformer":
             return f"embedding + {self.num_layers} blocks + output"
         return f"{self.cnn_blocks} conv blocks + 3 FC layers"
@@ -87,11 +106,14 @@ class PipelineConfig:
     num_ranks: int = 2
     num_microbatches: int = 4
     num_virtual_stages: int | None = None
+    # Replicas of the whole pipeline (data parallel): num_ranks x data_parallel processes in all.
+    data_parallel: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.schedule, str) or not self.schedule.strip():
             raise ValueError(f"schedule must be a schedule name, got {self.schedule!r}")
         _positive_int("num_ranks", self.num_ranks)
+        _positive_int("data_parallel", self.data_parallel)
         _positive_int("num_microbatches", self.num_microbatches)
         if self.num_virtual_stages is not None:
             _positive_int("num_virtual_stages", self.num_virtual_stages)
@@ -99,10 +121,13 @@ class PipelineConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """How the model trains: batch, steps, optimizer, recomputation; and whether torch.profiler records the
-    measured steps (Kineto traces in the run folder's traces/, actions labelled PP:<action> as torch labels them)."""
+    """How the model trains: batch, steps, optimizer, recomputation, precision; and whether torch.profiler records
+    the measured steps (Kineto traces in the run folder's traces/, actions labelled PP:<action> as torch labels
+    them)."""
 
-    batch_size: int = 16  # per step, split into num_microbatches
+    # Per step and per pipeline replica, split into num_microbatches; with data_parallel D the global batch is
+    # batch_size x D, replica d taking rows d*batch_size..(d+1)*batch_size-1 of it.
+    batch_size: int = 16
     steps: int = 5  # measured steps
     warmup_steps: int = 1  # not measured
     seed: int = 0
@@ -110,11 +135,16 @@ class TrainingConfig:
     lr: float = 0.01
     recompute: bool = False
     torch_profile: bool = False
+    # Compute precision: "bf16" runs forward (and recompute) under torch.autocast with bfloat16 and sends
+    # activations and their gradients between ranks in bfloat16; weights, gradients and the optimizer stay fp32.
+    dtype: Literal["fp32", "bf16"] = "fp32"
 
     def __post_init__(self) -> None:
         _positive_int("batch_size", self.batch_size)
         if not isinstance(self.torch_profile, bool):
             raise ValueError(f"torch_profile must be true or false, got {self.torch_profile!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
         _positive_int("steps", self.steps)
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
@@ -174,6 +204,11 @@ class RunConfig:
     @property
     def microbatch_size(self) -> int:
         return self.training.batch_size // self.pipeline.num_microbatches
+
+    @property
+    def world_size(self) -> int:
+        """Processes of the run: every pipeline rank of every data-parallel replica."""
+        return self.pipeline.num_ranks * self.pipeline.data_parallel
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from executor.config import ModelConfig, check_split_points
+from executor.config import CUSTOM, ModelConfig, check_split_points
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
@@ -146,8 +146,11 @@ def cnn_layers(config: ModelConfig) -> list[nn.Module]:
 def build_model(config: ModelConfig, seed: int) -> list[nn.Module]:
     """The model's ordered layers, fp32 on CPU; same (config, seed) -> same weights.
 
-    The global RNG is forked, so building a model leaves the caller's random state alone.
+    The global RNG is forked, so building a model leaves the caller's random state alone. A custom model is
+    its factory's layers (executor.custom_model), built under the same seed.
     """
+    if config.kind == CUSTOM:
+        return model_parts(config, seed)[0]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         layers = transformer_layers(config) if config.kind == "transformer" else cnn_layers(config)
@@ -216,6 +219,8 @@ def make_batch(config: ModelConfig, batch_size: int, seed: int, step: int) -> tu
     arithmetic progressions modulo the vocabulary (stride 1..3); each image is its
     class's fixed template plus noise.
     """
+    if config.kind == CUSTOM:
+        return model_parts(config, seed)[1](batch_size, seed, step)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
     if config.kind == "transformer":
         start = torch.randint(0, config.vocab_size, (batch_size, 1), generator=generator)
@@ -229,12 +234,28 @@ def make_batch(config: ModelConfig, batch_size: int, seed: int, step: int) -> tu
 
 
 def loss_fn(config: ModelConfig) -> Callable[[Tensor, Tensor], Tensor]:
-    """Mean cross-entropy: over tokens for the Transformer, over images for the CNN."""
+    """Mean cross-entropy: over tokens for the Transformer, over images for the CNN; a custom model's own."""
+    if config.kind == CUSTOM:
+        return model_parts(config, 0)[2]
 
     def cross_entropy(output: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
 
     return cross_entropy
+
+
+BatchFn = Callable[[int, int, int], tuple[Tensor, Tensor]]  # (batch_size, seed, step) -> (inputs, targets)
+
+
+def model_parts(config: ModelConfig, seed: int) -> tuple[list[nn.Module], BatchFn, Callable[[Tensor, Tensor], Tensor]]:
+    """The layers, the batch maker and the loss, from one call of the model's builder (a custom model's factory
+    runs once here; the ranks keep the batch maker rather than calling the factory every step)."""
+    if config.kind != CUSTOM:
+        return build_model(config, seed), lambda b, s, t: make_batch(config, b, s, t), loss_fn(config)
+    from executor.custom_model import custom_batch, load_custom_model
+
+    custom = load_custom_model(config.spec, seed)
+    return custom.layers, lambda b, s, t: custom_batch(custom, config.spec, b, s, t), custom.loss_fn
 
 
 def microbatch(tensor: Tensor, index: int, num_microbatches: int) -> Tensor:
@@ -244,13 +265,13 @@ def microbatch(tensor: Tensor, index: int, num_microbatches: int) -> Tensor:
 
 
 def stage_io_shapes(
-    stages: Sequence[nn.Module], config: ModelConfig, microbatch_size: int
+    stages: Sequence[nn.Module], config: ModelConfig, microbatch_size: int, batch_fn: BatchFn | None = None
 ) -> list[tuple[torch.Size, torch.Size]]:
     """(input shape, output shape) of every stage for one microbatch: a dry run with one sample.
 
     Receivers need the shape of each boundary tensor before it arrives (to post irecv).
     """
-    sample, _ = make_batch(config, 1, seed=0, step=0)
+    sample, _ = make_batch(config, 1, seed=0, step=0) if batch_fn is None else batch_fn(1, 0, 0)
     shapes = []
     with torch.no_grad():
         x = sample

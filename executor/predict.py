@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +35,23 @@ class Prediction:
 
     predicted_step_ms: float
     simulated: Timeline
-    overhead_ms: tuple[float, ...]  # per rank, added after that rank's last action
+    overhead_ms: tuple[float, ...]  # per rank, added after that rank's last action (all-reduce tail included)
     measured_step_ms: float | None = None
     error: float | None = None  # (predicted - measured) / measured
 
 
 def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     """Simulate one step; the step ends when the last rank has finished its actions and its overhead."""
+    from pipesim.data_parallel import grad_sync
     from pipesim.simulate import simulate
-    from pipesim.steady_state import step_time_ms
+    from pipesim.steady_state import step_tail_ms, step_time_ms
 
     simulated = simulate(schedule, cost)
-    overhead = cost.overhead_ms(schedule.num_ranks)
+    sync = grad_sync(simulated, cost)
+    if sync.spans:  # the all-reduces drawn on the simulated timeline, as the measured one has them
+        simulated = replace(simulated, comm=simulated.comm + sync.spans,
+                            meta={**simulated.meta, "data_parallel": cost.data_parallel})
+    overhead = step_tail_ms(simulated, cost)  # per rank: unhidden all-reduce, then optimizer and zeroing
     return Prediction(step_time_ms(simulated, overhead), simulated, overhead)
 
 

@@ -57,7 +57,10 @@ def torchrun_command(
 def run_environment(config: RunConfig) -> dict[str, str]:
     """The parent's environment plus what the ranks need (crash-injection variables pass through)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    # The ranks start in the repository; a custom model's module may live where the user launched from (the
+    # launcher's check imported it from there), so that folder goes on their path too, after the repository.
+    own = os.getcwd() if config.model.spec is not None else None
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH"), own) if p)
     env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]:"
     # Workers' stdout goes to files that torchrun tails; block-buffered, each flushed progress line is
     # one write, so the tail never relays half a line (unbuffered, print writes text and newline apart).

@@ -45,6 +45,7 @@ from executor.progress import emit
 from executor.rank import Rank
 from executor.stage import tensor_bytes
 from executor.transport import env_int
+from pipesim.collectives import fit_ring_link
 from pipesim.cost import CostModel, LinkCost, StageCost, measured_stage_cost
 from pipesim.cost_file import save_cost
 
@@ -96,7 +97,8 @@ def profile_stage(r: Rank, stage: int, repeats: int, watch: Stopwatch) -> dict[s
             for key, value in zip(times, (f_ms, b_ms, fs_ms, i_ms, w_ms), strict=True):
                 times[key].append(value)
     activation, weight, input_bytes = r.model.stash_bytes[stage]
-    out_bytes = 0 if runner.is_last else torch.Size(out_shape).numel() * 4
+    wire = torch.empty(0, dtype=r.model.wire_dtype).element_size()  # bf16 runs send 2 bytes per element
+    out_bytes = 0 if runner.is_last else torch.Size(out_shape).numel() * wire
     result = {key: _median(values) for key, values in times.items()}
     result.update(
         activation_bytes=float(activation),
@@ -110,15 +112,15 @@ def profile_stage(r: Rank, stage: int, repeats: int, watch: Stopwatch) -> dict[s
 
 def _ping_pong_ms(r: Rank, src: int, dst: int, shape: torch.Size, repeats: int) -> float | None:
     """One-way time of `shape` from src to dst (half the median round trip); None on other ranks."""
-    transport, device = r.runtime.transport, r.choice.device
-    if r.rank not in (src, dst):
+    transport, device, dtype = r.runtime.transport, r.choice.device, r.model.wire_dtype
+    if r.pipe_rank not in (src, dst):
         return None
-    payload = torch.zeros(shape, device=device)
+    payload = torch.zeros(shape, device=device, dtype=dtype)
     round_trips = []
     # Receives are posted before the matching send can start, as the runtime's look-ahead does.
-    pending = transport.irecv(shape, torch.float32, dst if r.rank == src else src, tag=0)
+    pending = transport.irecv(shape, dtype, dst if r.pipe_rank == src else src, tag=0)
     for rep in range(repeats + 1):
-        if r.rank == src:
+        if r.pipe_rank == src:
             start = time.perf_counter()
             transport.isend(payload, dst, tag=0).wait()
             pending.wait()
@@ -127,11 +129,11 @@ def _ping_pong_ms(r: Rank, src: int, dst: int, shape: torch.Size, repeats: int) 
             if rep:
                 round_trips.append((time.perf_counter() - start) * 1e3)
             if rep < repeats:
-                pending = transport.irecv(shape, torch.float32, dst, tag=0)
+                pending = transport.irecv(shape, dtype, dst, tag=0)
         else:
             received = pending.wait()
             if rep < repeats:
-                pending = transport.irecv(shape, torch.float32, src, tag=0)
+                pending = transport.irecv(shape, dtype, src, tag=0)
             transport.isend(received, src, tag=0).wait()
     return _median(round_trips) / 2 if round_trips else None
 
@@ -149,9 +151,10 @@ def profile_links(r: Rank, repeats: int) -> dict[int, dict[str, float]]:
         shape = r.model.shapes[boundary][1]
         small = _ping_pong_ms(r, src, dst, torch.Size((SMALL_ELEMENTS,)), repeats)
         large = _ping_pong_ms(r, src, dst, shape, repeats)
-        if r.rank == src:
-            results[boundary] = {"small_ms": small, "small_bytes": 4.0 * SMALL_ELEMENTS,
-                                 "large_ms": large, "large_bytes": 4.0 * shape.numel()}
+        if r.pipe_rank == src:
+            size = torch.empty(0, dtype=r.model.wire_dtype).element_size()
+            results[boundary] = {"small_ms": small, "small_bytes": float(size * SMALL_ELEMENTS),
+                                 "large_ms": large, "large_bytes": float(size * shape.numel())}
     return results
 
 
@@ -166,6 +169,36 @@ def link_cost(measure: dict[str, float] | None) -> LinkCost:
     bandwidth = extra_bytes / ((large - small) * 1e-3) / 1e9
     latency = small - measure["small_bytes"] / (bandwidth * 1e9) * 1e3
     return LinkCost(latency_ms=max(latency, 0.0), bandwidth_gbps=bandwidth)
+
+
+def profile_allreduce(r: Rank, repeats: int, watch: Stopwatch) -> dict[str, float] | None:
+    """With data parallelism: this rank's gradient all-reduce over its replicas, timed alone, for a tiny and
+    for the rank's real gradient size (median each); None without. Every process does it at once, as in a
+    step's tail, each pipeline rank over its own group."""
+    sync = r.runtime.grad_sync
+    if sync is None:
+        return None
+    numel = sum(p.numel() for p in r.model.parameters())
+    result: dict[str, float] = {"participants": float(sync.replicas)}
+    for name, count in (("small", SMALL_ELEMENTS), ("large", numel)):
+        flat = torch.zeros(count, device=r.choice.device)
+        times = []
+        for rep in range(repeats + 1):
+            elapsed, _ = watch.time(lambda flat=flat: dist.all_reduce(flat, group=sync.group))
+            if rep:
+                times.append(elapsed)
+        result[f"{name}_ms"], result[f"{name}_bytes"] = _median(times), 4.0 * count
+    return result
+
+
+def allreduce_link(measures: list[dict[str, float] | None]) -> LinkCost:
+    """The data-parallel link: each rank's two timings through the ring model, the median over ranks."""
+    fitted = [fit_ring_link(m["small_bytes"], m["small_ms"], m["large_bytes"], m["large_ms"],
+                            int(m["participants"])) for m in measures if m]
+    if not fitted:
+        return LinkCost()
+    return LinkCost(latency_ms=_median([f.latency_ms for f in fitted]),
+                    bandwidth_gbps=_median([f.bandwidth_gbps for f in fitted]))
 
 
 def profile_optimizer(r: Rank, repeats: int, watch: Stopwatch) -> float:
@@ -227,17 +260,23 @@ def in_situ(measure: dict[str, float], calibrated: dict[str, float] | None, spli
     return updated
 
 
-def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
+def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
+    """The cost model of one replica (the simulation is per replica) from every process's measurements."""
     schedule, config = r.schedule, r.config
+    replicas = config.pipeline.data_parallel
+    gathered = everyone[: schedule.num_ranks]  # replica 0
     isolated = {int(s): m for g in gathered for s, m in g["stages"].items()}
     local_ranks = env_int("LOCAL_WORLD_SIZE", r.world_size)
     # The spans of all ranks share one clock only on one machine: across nodes, no sharing is modelled.
     slots = shared_slots(r.choice.device.type, local_ranks) if local_ranks == r.world_size else None
     if slots is None:
         calibrated = {int(s): d for g in gathered for s, d in g["calibration"]["durations_ms"].items()}
-    else:
-        spans = [g["calibration"]["spans"] for g in gathered]
+    else:  # every replica's processes competed for the cores: all their spans give the full-speed work
+        spans = [g["calibration"]["spans"] for g in everyone]
         calibrated = {int(s): d for s, d in full_speed_durations(spans, slots).items()}
+    # One replica's share of the cores, for the per-replica simulation.
+    replica_slots = None if slots is None else max(1, slots // replicas)
+    replica_slots = replica_slots if replica_slots is not None and replica_slots < schedule.num_ranks else None
     links = {int(b): m for g in gathered for b, m in g["links"].items()}
     split = schedule.uses_split_backward
     stages = {s: in_situ(m, calibrated.get(s), split) for s, m in isolated.items()}
@@ -255,7 +294,9 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
         "num_ranks": schedule.num_ranks,
         "num_microbatches": schedule.num_microbatches,
         "microbatch_size": config.microbatch_size,
-        "model": config.model.kind,
+        "model": config.model.spec or config.model.kind,
+        "dtype": config.training.dtype,
+        "allreduce_measured": [g.get("allreduce") for g in gathered],
         "backend": r.choice.transport,
         "device": r.choice.device.type,
         "repeats": PROFILE_REPEATS,
@@ -263,8 +304,9 @@ def build_cost(r: Rank, gathered: list[dict[str, Any]]) -> CostModel:
     }
     return CostModel(stages=costs, links=link_costs, recompute=config.training.recompute, source="profile",
                      step_overhead_ms=tuple(g["calibration"]["tail_ms"] for g in gathered),
-                     dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered), shared_cores=slots,
-                     meta=meta)
+                     dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered),
+                     shared_cores=replica_slots if replicas > 1 else slots, data_parallel=replicas,
+                     dp_link=allreduce_link([g.get("allreduce") for g in gathered]), meta=meta)
 
 
 def profile_run(r: Rank, run_dir: Path, repeats: int = PROFILE_REPEATS) -> CostModel | None:
@@ -287,6 +329,7 @@ def profile_run(r: Rank, run_dir: Path, repeats: int = PROFILE_REPEATS) -> CostM
         p.grad = None
     mine["links"] = profile_links(r, repeats)
     emit("step", rank=r.rank, step=len(own), steps=parts, phase="profile")
+    mine["allreduce"] = profile_allreduce(r, repeats, watch)
     mine["optimizer_ms"] = profile_optimizer(r, repeats, watch)
     emit("step", rank=r.rank, step=len(own) + 1, steps=parts, phase="profile")
     mine["calibration"] = calibrate(r)

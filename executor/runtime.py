@@ -114,6 +114,7 @@ class PipelineRuntime:
         lookahead: int = 4,
         stash_bytes: dict[int, tuple[int, int, int]] | None = None,
         label_actions: bool = False,
+        grad_sync: Any = None,
     ) -> None:
         validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
         if set(runners) != set(schedule.stages_of_rank(rank)):
@@ -126,6 +127,7 @@ class PipelineRuntime:
         self.shapes, self.transport, self.clock = list(shapes), transport, clock
         self.dtype, self.lookahead = dtype, lookahead
         self.stash_bytes = stash_bytes or {}
+        self.grad_sync = grad_sync  # executor.grad_sync.GradSync with data parallelism, else None
         self.plan = comm_plan(schedule)
         self._incoming = self.plan.incoming(rank)
         self._send_tag = self.plan.send_tags(rank)
@@ -213,6 +215,8 @@ class _Step:
             inbox.top_up()
         if self.sends:
             self.reap_sends()
+        if rt.grad_sync is not None:
+            rt.grad_sync.poll(rt.clock)
         key = needed_message(action, rt.schedule.num_stages)
         received = self.receive(key) if key is not None else None
         start = rt.clock.mark()
@@ -221,6 +225,8 @@ class _Step:
         out_key = produced_message(action, rt.schedule.num_stages)
         if out_key is not None:
             self.deliver(out_key, produced, action)
+        if rt.grad_sync is not None:  # after the hand-over: the next stage's work must not wait for it
+            rt.grad_sync.after(action, rt.clock)
 
     def _stash_sizes(self, stage: int) -> StashSizes:
         """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""
@@ -267,6 +273,8 @@ class _Step:
             handle.wait()
             self.record.comm.append(("send", dst, action, before, rt.clock.mark()))
         self.sends.clear()
+        if rt.grad_sync is not None:  # every all-reduce of the step, before the optimizer
+            rt.grad_sync.finish(rt.clock, self.record.comm)
         for inbox in self.inboxes.values():
             inbox.check_done()
         if self.local or self.stashes or self.weight_work:
@@ -288,6 +296,8 @@ class RankModel:
     runners: dict[int, StageRunner]
     shapes: list[tuple[torch.Size, torch.Size]]
     stash_bytes: dict[int, tuple[int, int, int]]
+    make_batch: Any = None  # (batch_size, seed, step) -> (inputs, targets): executor.model.model_parts' maker
+    wire_dtype: torch.dtype = torch.float32  # of the tensors that cross between ranks
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for stage in sorted(self.runners) for p in self.runners[stage].parameters()]
@@ -302,26 +312,32 @@ def build_rank_model(
     rank: int,
     device: torch.device,
     recompute: bool = False,
+    dtype: str = "fp32",
 ) -> RankModel:
-    """Build the full layer list (same weights on every rank), keep this rank's stages, move them to `device`."""
-    from executor.model import build_model, loss_fn, make_batch, split_stages, stage_io_shapes
+    """Build the full layer list (same weights on every rank), keep this rank's stages, move them to `device`.
+
+    dtype "bf16": the stages compute under autocast and hand bfloat16 tensors to other ranks (executor.stage)."""
+    from executor.model import model_parts, split_stages, stage_io_shapes
     from executor.stage import measure_stash_bytes, tensor_bytes
 
-    stages = split_stages(build_model(model_config, seed), schedule.num_stages, model_config.split_points)
-    shapes = stage_io_shapes(stages, model_config, microbatch_size)
-    sample, target = make_batch(model_config, microbatch_size, seed, step=0)
+    layers, make_batch, loss = model_parts(model_config, seed)
+    stages = split_stages(layers, schedule.num_stages, model_config.split_points)
+    shapes = stage_io_shapes(stages, model_config, microbatch_size, make_batch)
+    sample, target = make_batch(microbatch_size, seed, 0)
     last = schedule.num_stages - 1
     runners, stash_bytes = {}, {}
+    half = torch.bfloat16 if dtype == "bf16" else None
+    wire = half or torch.float32
     for stage in schedule.stages_of_rank(rank):
         module = stages[stage].to(device)
-        runner = StageRunner(stage, module, stage == 0, stage == last, loss_fn(model_config),
-                             1.0 / schedule.num_microbatches, recompute)
+        runner = StageRunner(stage, module, stage == 0, stage == last, loss,
+                             1.0 / schedule.num_microbatches, recompute, autocast_dtype=half, wire_dtype=wire)
         x = sample.to(device) if stage == 0 else torch.zeros(shapes[stage][0], device=device)
         activation, weight = measure_stash_bytes(runner, x, target.to(device) if stage == last else None)
         stash_bytes[stage] = (activation, weight, tensor_bytes(x))
         runners[stage] = runner
     del stages
-    return RankModel(runners, shapes, stash_bytes)
+    return RankModel(runners, shapes, stash_bytes, make_batch, wire)
 
 
 def microbatches(batch: Tensor, num_microbatches: int, device: torch.device) -> list[Tensor]:

@@ -16,6 +16,12 @@ until W).
 
 Assumption, true of the reference models: a parameter feeds only its own
 leaf module's output (no weight tying across modules).
+
+Mixed precision (`autocast_dtype` bfloat16): the forward (and its recomputation) runs under torch.autocast;
+weights, their gradients and the optimizer stay fp32. What crosses to another stage (the output, and the input
+gradient going back) is cast to `wire_dtype` (bfloat16: half the bytes) and cast back to fp32 on arrival, as
+the residual stream of a single autocast process is fp32. W's explicit formulas compute in the dtype autocast
+ran the leaf in (its output gradient's dtype) and accumulate into the fp32 gradients.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ def parameterised_leaves(module: nn.Module) -> list[nn.Module]:
 def _accumulate(param: Tensor | None, grad: Tensor) -> None:
     if param is None:
         return
+    grad = grad.to(param.dtype)
     if param.grad is None:
         param.grad = grad
     else:
@@ -84,6 +91,8 @@ def explicit_weight_grads(module: nn.Module, x: Tensor, g: Tensor) -> bool:
     """
     if not supports_explicit(module):
         return False
+    if x.is_floating_point() and x.dtype != g.dtype:  # autocast ran the leaf in g's dtype: do the same
+        x = x.to(g.dtype)
     if type(module) is nn.Linear:
         g2, x2 = _flat_leading(g, 1), _flat_leading(x, 1)
         _accumulate(module.weight, g2.t().mm(x2))
@@ -97,6 +106,8 @@ def explicit_weight_grads(module: nn.Module, x: Tensor, g: Tensor) -> bool:
     elif type(module) is nn.LayerNorm:
         # The same kernel autograd runs, told to skip the input gradient: identical numbers.
         shape, weight, bias = list(module.normalized_shape), module.weight, module.bias
+        if weight.dtype != x.dtype:
+            weight, bias = weight.to(x.dtype), None if bias is None else bias.to(x.dtype)
         _, mean, rstd = torch.ops.aten.native_layer_norm(x, shape, weight, bias, module.eps)
         _, dweight, dbias = torch.ops.aten.native_layer_norm_backward(
             g, x, shape, mean, rstd, weight, bias, [False, True, bias is not None]
@@ -141,9 +152,12 @@ class StageRunner:
         loss_fn: LossFn | None,
         scale: float,
         recompute: bool = False,
+        autocast_dtype: torch.dtype | None = None,
+        wire_dtype: torch.dtype = torch.float32,
     ) -> None:
         if is_last and loss_fn is None:
             raise ValueError("the last stage needs a loss function")
+        self.autocast_dtype, self.wire_dtype = autocast_dtype, wire_dtype
         self.stage, self.module = stage, module
         self.is_first, self.is_last = is_first, is_last
         self.loss_fn, self.scale, self.recompute = loss_fn, scale, recompute
@@ -167,9 +181,11 @@ class StageRunner:
         """The stage's forward (plus the scaled loss on the last stage); records leaf calls if asked."""
         self._calls = [] if capture else None
         try:
-            out = self.module(x)
-            if self.is_last:
-                out = self.loss_fn(out, target) * self.scale
+            with torch.autocast(x.device.type, dtype=self.autocast_dtype or torch.bfloat16,
+                                enabled=self.autocast_dtype is not None):
+                out = self.module(x)
+                if self.is_last:
+                    out = self.loss_fn(out, target).float() * self.scale
             return out, self._calls
         finally:
             self._calls = None
@@ -177,8 +193,21 @@ class StageRunner:
     def _as_input(self, x: Tensor) -> Tensor:
         x = x.detach()
         if not self.is_first and x.is_floating_point():
+            x = x.float() if x.dtype != torch.float32 else x  # off the wire (bf16): back to the fp32 stream
             x.requires_grad_(True)
         return x
+
+    def _to_wire(self, t: Tensor | None) -> Tensor | None:
+        """What goes to another stage, in the wire dtype (a no-op in fp32)."""
+        if t is None or not t.is_floating_point() or t.dtype == self.wire_dtype:
+            return t
+        return t.to(self.wire_dtype)
+
+    @staticmethod
+    def _grad_for(root: Tensor, grad_output: Tensor | None) -> Tensor | None:
+        if grad_output is None or grad_output.dtype == root.dtype:
+            return grad_output
+        return grad_output.to(root.dtype)
 
     def forward(self, x: Tensor, target: Tensor | None = None, split: bool = False) -> tuple[Tensor, Stash]:
         """F: returns (tensor to hand on: the output, or the scaled loss on the last stage; stash)."""
@@ -186,9 +215,10 @@ class StageRunner:
         if self.recompute:
             with torch.no_grad():
                 out, _ = self._run(x, target, capture=False)
-            return out, Stash(x, target)
+            return (out if self.is_last else self._to_wire(out)), Stash(x, target)
         out, calls = self._run(x, target, capture=split)
-        return out.detach(), Stash(x, target, out, calls)
+        handed = out.detach()
+        return (handed if self.is_last else self._to_wire(handed)), Stash(x, target, out, calls)
 
     def _root(self, stash: Stash, split: bool) -> tuple[Tensor, list[LeafCall] | None]:
         if stash.root is not None:
@@ -200,8 +230,8 @@ class StageRunner:
     def backward(self, stash: Stash, grad_output: Tensor | None) -> Tensor | None:
         """B: weight gradients accumulate into .grad; returns the input gradient (None on the first stage)."""
         root, _ = self._root(stash, split=False)
-        torch.autograd.backward(root, None if self.is_last else grad_output)
-        return stash.input.grad if stash.input.requires_grad else None
+        torch.autograd.backward(root, None if self.is_last else self._grad_for(root, grad_output))
+        return self._to_wire(stash.input.grad) if stash.input.requires_grad else None
 
     def backward_input(self, stash: Stash, grad_output: Tensor | None) -> tuple[Tensor | None, WeightWork]:
         """I: the input gradient only; what W needs is returned, everything else is freed."""
@@ -213,11 +243,11 @@ class StageRunner:
         grads = torch.autograd.grad(
             root,
             targets,
-            None if self.is_last else grad_output,
+            None if self.is_last else self._grad_for(root, grad_output),
             retain_graph=self._needs_graph,
             allow_unused=True,
         )
-        input_grad = grads[0] if wants_input else None
+        input_grad = self._to_wire(grads[0]) if wants_input else None
         work = WeightWork()
         for call, grad in zip(calls, grads[1:] if wants_input else grads, strict=True):
             if grad is None:

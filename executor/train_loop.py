@@ -100,22 +100,51 @@ def peak_memory(r: Rank, records: list[dict[str, Any]]) -> int:
     return max((rec["peak_stash_bytes"] for rec in records), default=0)
 
 
+def replica_lag(gathered: list[dict[str, Any]], ranks: int, offsets: list[float] | None) -> list[list[float]]:
+    """Per pipeline rank and measured step: how much later than replica 0 the last replica launched the first
+    all-reduce of the step. An all-reduce ends only once every replica joined it, so replica 0 waits at least
+    this long whatever the link's speed: the skew between replicas, which the per-replica simulation does not
+    have (on a shared CPU, mostly processes waiting for a core)."""
+    lags: list[list[float]] = []
+    for rank in range(ranks):
+        copies = gathered[rank::ranks]
+        steps = [[rec for rec in g["records"] if rec["phase"] == "measure"] for g in copies]
+        per_step = []
+        for index in range(len(steps[0])):
+            launches = []
+            for replica, recs in enumerate(steps):
+                shift = offsets[replica * ranks + rank] if offsets else 0.0
+                starts = [c[3] for c in recs[index]["comm"] if c[0] == "allreduce"]
+                if starts:
+                    launches.append(min(starts) + shift)
+            per_step.append(max(launches) - launches[0] if len(launches) == len(steps) else 0.0)
+        lags.append(per_step)
+    return lags
+
+
 def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float], run_dir: Path) -> None:
-    """Gather every rank's records on rank 0 and write measured.json (atomically)."""
+    """Gather every process's records on process 0 and write measured.json (atomically).
+
+    With data parallelism the timeline holds replica 0's ranks (processes 0..num_ranks-1): every replica runs the
+    same schedule, and the simulation it is compared with is of one replica. Their all-reduces are on it.
+    """
     mine = {"records": records, "peak": peak_memory(r, records), "static": static_memory(r, records)}
     gathered: list[Any] | None = [None] * r.world_size if r.rank == 0 else None
     dist.gather_object(mine, gathered, dst=0, group=r.control)
     if r.rank != 0:
         return
-    measured = [[rec for rec in g["records"] if rec["phase"] == "measure"] for g in gathered]
+    ranks = r.num_ranks
+    replica0 = gathered[:ranks]
+    measured = [[rec for rec in g["records"] if rec["phase"] == "measure"] for g in replica0]
     multi_node = env_int("LOCAL_WORLD_SIZE", r.world_size) != r.world_size
-    applied = offsets if multi_node else [0.0] * r.world_size
+    applied = offsets[:ranks] if multi_node else [0.0] * ranks
     meta = {"clock_offsets_ms": offsets, "clock_offsets_applied": multi_node,
             "clock": "cuda events" if r.choice.device.type == "cuda" else "perf_counter"}
-    timeline, step_times = assemble_measured(r.world_size, r.schedule.name, measured, applied, meta)
+    timeline, step_times = assemble_measured(ranks, r.schedule.name, measured, applied, meta)
     cuda = r.choice.device.type == "cuda"
     loss_rank = r.schedule.stage_to_rank[r.schedule.num_stages - 1]
-    all_steps = gathered[loss_rank]["records"]
+    all_steps = replica0[loss_rank]["records"]
+    replicas = r.config.pipeline.data_parallel
     summary = {
         "step_times_ms": step_times,
         "losses": [rec["loss"] for rec in all_steps],
@@ -123,7 +152,7 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "warmup_steps": r.config.training.warmup_steps,
         "steps": r.config.training.steps,
         "optimizer_ms": [[rec["optimizer_ms"] for rec in m] for m in measured],
-        "peak_memory_bytes": [g["peak"] for g in gathered],
+        "peak_memory_bytes": [g["peak"] for g in replica0],
         "peak_memory_kind": "cuda max_memory_allocated" if cuda else "tracked stashed activations",
         # tracked tensor bytes: parameters, gradients, optimizer state, plus the tracked activation peak
         "static_memory_bytes": [g["static"] for g in gathered],
@@ -132,5 +161,11 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "backend": r.choice.transport,
         "device": r.choice.device.type,
         "torch_version": torch.__version__,
+        "dtype": r.config.training.dtype,
+        "data_parallel": replicas,
     }
+    if replicas > 1:
+        summary["allreduce_replica_lag_ms"] = replica_lag(gathered, ranks, offsets if multi_node else None)
+        summary["replicas_recorded"] = f"replica 0 of {replicas} (processes 0..{ranks - 1})"
+        summary["losses_note"] = "replica 0's loss on its own rows of the global batch"
     write_json(timeline_to_dict(timeline, summary), run_dir / "measured.json")

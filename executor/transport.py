@@ -101,17 +101,27 @@ class Transport:
 
     Every rank must construct it with the same `links` (process groups are
     created collectively, in the same order everywhere).
+
+    `rank` and the links are pipeline ranks. With data parallelism (`replicas` > 1) every replica of the
+    pipeline gets its own groups: pipeline rank p of replica d is process d * ranks + p, and each process keeps
+    the groups of its own replica (`replica`) only; all of them are still created everywhere, in one order.
     """
 
-    def __init__(self, choice: BackendChoice, rank: int, links: Iterable[tuple[int, int]], timeout_s: float = 600.0):
+    def __init__(self, choice: BackendChoice, rank: int, links: Iterable[tuple[int, int]], timeout_s: float = 600.0,
+                 *, replicas: int = 1, replica: int = 0, ranks: int = 0):
         self.choice, self.rank, self.device = choice, rank, choice.device
         self._staged = choice.transport == "staged"
         self.links = sorted({(a, b) for a, b in links if a != b})
         self._groups: dict[tuple[int, int], dist.ProcessGroup | None] = {}
+        self._base = replica * ranks  # process number of this replica's pipeline rank 0
         timeout = timedelta(seconds=timeout_s)
-        for src, dst in self.links:
-            group = dist.new_group([src, dst], backend=choice.process_group_backend, timeout=timeout)
-            self._groups[(src, dst)] = group if rank in (src, dst) else None
+        for other in range(replicas):
+            for src, dst in self.links:
+                base = other * ranks
+                group = dist.new_group([base + src, base + dst], backend=choice.process_group_backend,
+                                       timeout=timeout)
+                if other == replica:
+                    self._groups[(src, dst)] = group if rank in (src, dst) else None
 
     def _group(self, src: int, dst: int) -> dist.ProcessGroup:
         group = self._groups.get((src, dst))
@@ -124,11 +134,12 @@ class Transport:
         if self._staged:
             tensor = tensor.to("cpu")
         tensor = tensor.contiguous()
-        return SendHandle(dist.isend(tensor, dst=dst, group=self._group(self.rank, dst), tag=tag), tensor)
+        group = self._group(self.rank, dst)
+        return SendHandle(dist.isend(tensor, dst=self._base + dst, group=group, tag=tag), tensor)
 
     def irecv(self, shape: torch.Size, dtype: torch.dtype, src: int, tag: int) -> PendingRecv:
         buffer = torch.empty(shape, dtype=dtype, device="cpu" if self._staged else self.device)
-        work = dist.irecv(buffer, src=src, group=self._group(src, self.rank), tag=tag)
+        work = dist.irecv(buffer, src=self._base + src, group=self._group(src, self.rank), tag=tag)
         return PendingRecv(work, buffer, self.device)
 
     def warm_up(self) -> None:

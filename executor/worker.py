@@ -20,8 +20,12 @@ step_times_ms (measured steps: earliest rank's start to latest rank's end of
 the optimizer step), losses and loss_phases (every step, warm-up first, each
 marked "warmup" or "measure"), optimizer_ms (per rank, per measured step),
 peak_memory_bytes (per rank) and peak_memory_kind, backend, device,
-warmup_steps, steps, torch_version; meta holds the clock offsets. With --torch-profile each rank also writes
-traces/rankR.json, the torch.profiler trace of the measured steps (see executor.torch_profile).
+warmup_steps, steps, torch_version, dtype, data_parallel; meta holds the clock offsets.
+With data parallelism (processes = ranks x replicas) the timeline is replica 0's
+ranks, each gradient all-reduce a comm span of kind "allreduce" (peer: the number
+of replicas), and allreduce_replica_lag_ms says how far the other replicas lagged.
+With --torch-profile each rank also writes traces/rankR.json, the torch.profiler
+trace of the measured steps (see executor.torch_profile).
 """
 
 from __future__ import annotations

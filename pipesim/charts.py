@@ -176,6 +176,13 @@ def gantt_figure(tl: Timeline, *, title: str = "", critical_path: list[Action] |
     return _lane_layout(go.Figure(data=traces), labels, f"{heading}<br><sup>{headline}</sup>")
 
 
+def _comm_peer(kind: str, peer: int) -> str:
+    """Who the transfer is with; a gradient all-reduce's `peer` is its number of replicas."""
+    if kind == "allreduce":
+        return f"over {peer} replicas"
+    return f"{'to' if kind == 'send' else 'from'} rank {peer}"
+
+
 def _comm_bars(tl: Timeline) -> go.Bar:
     """Measured time blocked on sends/receives: a thin strip along the bottom of each rank's row."""
     comm = tl.comm
@@ -186,8 +193,8 @@ def _comm_bars(tl: Timeline) -> go.Bar:
         base=_column((c.start for c in comm), len(comm)),
         width=0.16,
         marker={"color": COMM_COLOR, "line": {"width": 0}},
-        customdata=[[c.kind, str(c.action), "to" if c.kind == "send" else "from", c.peer] for c in comm],
-        hovertemplate="%{customdata[0]} %{customdata[1]} %{customdata[2]} rank %{customdata[3]}<br>"
+        customdata=[[c.kind, str(c.action), _comm_peer(c.kind, c.peer)] for c in comm],
+        hovertemplate="%{customdata[0]} %{customdata[1]} %{customdata[2]}<br>"
                       "from %{base:.3f} ms for %{x:.3f} ms<extra>transfer</extra>",
     )
 

@@ -150,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="gap before each action a rank starts (one value or per rank; default 0)")
     steps.add_argument("--shared-cores", type=_positive_int, metavar="N",
                        help="the ranks share N cores (CPU ranks on one machine): at most N compute at full speed")
+    steps.add_argument("--data-parallel", type=_positive_int, metavar="D",
+                       help="D replicas of the pipeline: each stage's gradients ring all-reduced after its last "
+                            "backward (pipesim.data_parallel), with --grad-bytes, --dp-latency, --dp-bandwidth")
+    steps.add_argument("--grad-bytes", type=_ms_list, metavar="BYTES",
+                       help="gradient bytes per stage for the all-reduce (one value or one per stage)")
+    steps.add_argument("--dp-latency", type=float, metavar="MS", help="all-reduce link latency (default 0)")
+    steps.add_argument("--dp-bandwidth", type=float, metavar="GBPS", help="all-reduce link bandwidth, GB/s")
     steps.add_argument("--steps", type=_positive_int, default=1, metavar="N", help="simulate N steps in a row")
     steps.add_argument("--no-barrier", action="store_true",
                        help="with --steps: a rank starts the next step when its own optimizer is done (default: "
@@ -277,6 +284,34 @@ def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) 
         changes[field] = tuple(values)
     if args.shared_cores is not None:
         changes["shared_cores"] = args.shared_cores
+    cost = replace(cost, **changes) if changes else cost
+    return _with_data_parallel(cost, args)
+
+
+def _with_data_parallel(cost: CostModel, args: argparse.Namespace) -> CostModel:
+    """--data-parallel, --grad-bytes, --dp-latency and --dp-bandwidth onto the cost model."""
+    from pipesim.cost import LinkCost
+
+    changes: dict = {}
+    if args.data_parallel is not None:
+        changes["data_parallel"] = args.data_parallel
+    if args.dp_latency is not None or args.dp_bandwidth is not None:
+        try:
+            changes["dp_link"] = LinkCost(latency_ms=cost.dp_link.latency_ms if args.dp_latency is None
+                                          else args.dp_latency,
+                                          bandwidth_gbps=cost.dp_link.bandwidth_gbps if args.dp_bandwidth is None
+                                          else args.dp_bandwidth)
+        except ValueError as error:
+            raise UsageError(f"--dp-latency / --dp-bandwidth: {error}") from None
+    if args.grad_bytes is not None:
+        values, stages = list(args.grad_bytes), cost.stages
+        if len(values) > 1 and len(stages) == 1:  # a uniform model, per-stage gradients: one entry per stage
+            stages = stages * len(values)
+        if len(values) not in (1, len(stages)):
+            raise UsageError(f"--grad-bytes has {len(values)} values for {len(stages)} stage costs: give 1 or "
+                             f"{len(stages)}")
+        values = values * len(stages) if len(values) == 1 else values
+        changes["stages"] = tuple(replace(stage, param_bytes=v) for stage, v in zip(stages, values, strict=True))
     return replace(cost, **changes) if changes else cost
 
 
@@ -287,6 +322,13 @@ def _steps_lines(schedule: Schedule, cost: CostModel, args: argparse.Namespace) 
     several = simulate_steps(schedule, cost, args.steps, barrier=not args.no_barrier).meta
     times = several["step_times_ms"]
     lines = [f"step time {times[0]:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
+    if cost.data_parallel > 1:
+        from pipesim.data_parallel import grad_sync
+
+        sync = grad_sync(simulate(schedule, cost), cost)
+        lines.append(f"data parallel x{cost.data_parallel}: {len(sync.spans)} stage all-reduces, "
+                     f"{sum(s.end - s.start for s in sync.spans):.3f} ms in all; not hidden by the backward: "
+                     + ", ".join(f"rank {r} {x:.3f} ms" for r, x in enumerate(sync.extra_ms)))
     if args.steps > 1:
         sync = "no barrier: ranks run into the next step" if args.no_barrier else "a barrier opens every step"
         lines.append(f"{args.steps} steps ({sync}): {several['total_ms']:.3f} ms in all, "
@@ -302,7 +344,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     metrics = compute_metrics(timeline, cost)
     written = _write_simulation_files(args, schedule, cost, timeline, metrics)
     print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
-    if args.steps > 1 or any(cost.overhead_ms(schedule.num_ranks)) or any(cost.dispatch_per_rank(schedule.num_ranks)):
+    if (args.steps > 1 or any(cost.overhead_ms(schedule.num_ranks)) or any(cost.dispatch_per_rank(schedule.num_ranks))
+            or cost.data_parallel > 1):
         print("\n".join(_steps_lines(schedule, cost, args)))
     for path in written:
         print(f"wrote {path}")

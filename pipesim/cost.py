@@ -110,6 +110,9 @@ class CostModel:
     ranks share one machine's cores (CPU ranks: cores / threads per rank); None
     means one device per rank. With fewer than the ranks, the simulation shares
     them (pipesim.shared_cores) and the stage costs are full-speed times.
+    `data_parallel` is how many replicas of the pipeline train together: after a stage's last backward its
+    gradients (`param_bytes`) are all-reduced over that many ranks through `dp_link` (pipesim.collectives,
+    pipesim.data_parallel); 1 means no data parallelism.
     `description` is the model description the costs were computed from, so
     that `for_stages` can re-cut it layer by layer. `meta` holds provenance
     only (what was measured, where); nothing reads it to compute.
@@ -123,6 +126,8 @@ class CostModel:
     dispatch_ms: tuple[float, ...] = ()
     shared_cores: int | None = None
     description: ModelDescription | None = None
+    data_parallel: int = 1
+    dp_link: LinkCost = field(default_factory=LinkCost)
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +138,8 @@ class CostModel:
         if self.shared_cores is not None and (isinstance(self.shared_cores, bool)
                                               or not isinstance(self.shared_cores, int) or self.shared_cores < 1):
             raise ValueError(f"shared_cores must be a positive integer or None, got {self.shared_cores!r}")
+        if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
+            raise ValueError(f"data_parallel must be a positive integer, got {self.data_parallel!r}")
         for name in ("step_overhead_ms", "dispatch_ms"):
             values = getattr(self, name)
             if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
@@ -220,7 +227,7 @@ class CostModel:
         if self.description is not None:
             recut = self.description.to_cost_model(num_stages, self.recompute)
             return replace(recut, step_overhead_ms=self.step_overhead_ms, dispatch_ms=self.dispatch_ms,
-                           shared_cores=self.shared_cores)
+                           shared_cores=self.shared_cores, data_parallel=self.data_parallel, dp_link=self.dp_link)
         if num_stages % base_stages:
             raise ValueError(
                 f"cannot cut a {base_stages}-stage cost model into {num_stages} stages: "

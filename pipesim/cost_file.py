@@ -35,17 +35,20 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
         "source": cost.source,
         "recompute": cost.recompute,
         "stages": [asdict(s) for s in cost.stages],
-        "links": [
-            {"latency_ms": link.latency_ms,
-             "bandwidth_gbps": None if math.isinf(link.bandwidth_gbps) else link.bandwidth_gbps}
-            for link in cost.links
-        ],
+        "links": [_link_dict(link) for link in cost.links],
         "step_overhead_ms": list(cost.step_overhead_ms),
         "dispatch_ms": list(cost.dispatch_ms),
         "shared_cores": cost.shared_cores,
         "description": None if cost.description is None else asdict(cost.description),
+        "data_parallel": cost.data_parallel,
+        "dp_link": _link_dict(cost.dp_link),
         "meta": cost.meta,
     }
+
+
+def _link_dict(link: LinkCost) -> dict[str, Any]:
+    return {"latency_ms": link.latency_ms,
+            "bandwidth_gbps": None if math.isinf(link.bandwidth_gbps) else link.bandwidth_gbps}
 
 
 def _number(value: Any, where: str, *, allow_none: bool = False) -> float | None:
@@ -135,10 +138,14 @@ def cost_from_dict(data: Any) -> CostModel:
     if shared_cores is not None and (isinstance(shared_cores, bool) or not isinstance(shared_cores, int)):
         raise ValueError(f"cost file: shared_cores must be a positive integer or null, got {shared_cores!r}")
     description = _description(data.get("description", meta.get("model") if source == "model" else None))
+    data_parallel = data.get("data_parallel", 1)  # files from before data parallelism: one replica
+    if isinstance(data_parallel, bool) or not isinstance(data_parallel, int):
+        raise ValueError(f"cost file: data_parallel must be a positive integer, got {data_parallel!r}")
+    dp_link = _link(data["dp_link"], "dp") if data.get("dp_link") is not None else LinkCost()
     try:
         return CostModel(stages=stages, links=links, recompute=recompute, source=source,
                          step_overhead_ms=overhead_ms, dispatch_ms=dispatch_ms, shared_cores=shared_cores,
-                         description=description,
+                         description=description, data_parallel=data_parallel, dp_link=dp_link,
                          meta=dict(meta))
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

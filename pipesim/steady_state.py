@@ -39,6 +39,15 @@ def rank_ends(timeline: Timeline) -> list[float]:
     return ends
 
 
+def step_tail_ms(timeline: Timeline, cost: CostModel) -> tuple[float, ...]:
+    """Per rank, what follows its last action in a step: the gradient all-reduce's unhidden part when the
+    pipeline is replicated (pipesim.data_parallel), then the overhead (optimizer step, zeroing)."""
+    from pipesim.data_parallel import grad_sync
+
+    extra = grad_sync(timeline, cost).extra_ms
+    return tuple(a + b for a, b in zip(extra, cost.overhead_ms(timeline.num_ranks), strict=True))
+
+
 def step_time_ms(timeline: Timeline, overhead_ms: Sequence[float]) -> float:
     """One simulated step's time: from the step's start (0 on the simulation's clock, before the first dispatch
     gap, as the executor's step starts before its first action) to the latest rank's end of its actions plus
@@ -58,6 +67,7 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
     overhead = cost.overhead_ms(schedule.num_ranks)
     if barrier:  # every step is the same step, shifted
         one = simulate(schedule, cost)
+        overhead = step_tail_ms(one, cost)
         period = step_time_ms(one, overhead)
         spans = tuple(s._replace(start=s.start + k * period, end=s.end + k * period, step=k)
                       for k in range(num_steps) for s in one.spans)
@@ -72,10 +82,14 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
         starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores, rank_start=clock)
         if stuck:
             raise deadlock_error(deps, stuck)
-        spans.extend(map(tuple.__new__, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(step))))
+        step_spans = list(map(tuple.__new__, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(step))))
+        spans.extend(step_spans)
+        tail = overhead
+        if cost.data_parallel > 1:  # each rank's unhidden gradient all-reduce comes before its optimizer step
+            tail = step_tail_ms(Timeline(schedule.num_ranks, tuple(step_spans)), cost)
         for rank in range(schedule.num_ranks):  # a rank with no action in the step only pays its overhead
             lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
-            clock[rank] = (ends[hi - 1] if hi > lo else clock[rank]) + overhead[rank]
+            clock[rank] = (ends[hi - 1] if hi > lo else clock[rank]) + tail[rank]
         step_ends.append(max(clock))
     return _timeline(schedule, cost, None, tuple(spans), step_ends, overhead, barrier)
 

@@ -253,3 +253,21 @@ def test_imported_traces_are_laid_over_their_simulation(app: AppTest) -> None:
     assert any("2 steps recorded" in c.value for c in app.caption)
     app.file_uploader(key="import-traces").set_value(("bad.json", b'{"traceEvents": []}', "application/json")).run()
     assert len(app.error) == 1 and "no PP: labels" in app.error[0].value
+
+
+def test_own_model_data_parallel_and_dtype_reach_the_launcher(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    app.text_input(key="run-model-spec").set_value("examples.gpt_small:build")
+    app.number_input(key="run-data-parallel").set_value(2)
+    app.selectbox(key="run-dtype").set_value("bf16")
+    app.button(key=SUBMIT).click().run()
+    assert not app.exception and not app.error
+    config = fake_launcher[0][0]
+    assert config.model.kind == "custom" and config.model.spec == "examples.gpt_small:build"
+    assert config.pipeline.data_parallel == 2 and config.training.dtype == "bf16"
+
+
+def test_own_model_spec_is_checked_never_evaluated(app: AppTest, runs: Path) -> None:
+    app.text_input(key="run-model-spec").set_value("__import__('os').system('x')")
+    app.button(key=SUBMIT).click().run()
+    assert "must look like" in app.error[0].value and not app.exception
+    assert not runs.exists() or not any(runs.iterdir())

@@ -1,0 +1,94 @@
+"""What collectives cost, from a link's latency and bandwidth: all-reduce, all-gather, reduce-scatter.
+
+The ring algorithms (what gloo and NCCL use for large messages), over `p` participants joined by links of
+latency `a` (ms) and bandwidth `bw` (GB/s), for a message of `n` bytes:
+
+* reduce-scatter of an `n`-byte input (each ends with n/p reduced bytes): p-1 steps, each moving n/p bytes:
+  (p-1) a + (p-1)/p n / bw;
+* all-gather to an `n`-byte output (each contributes n/p bytes): the same, (p-1) a + (p-1)/p n / bw;
+* all-reduce of `n` bytes = reduce-scatter then all-gather: 2(p-1) a + 2(p-1)/p n / bw.
+
+One participant costs nothing. These are the closed forms of the classic analysis (Thakur, Rabenseifner and
+Gropp, "Optimization of collective communication operations in MPICH", 2005); the tests check them.
+
+Bucketing (what DDP does: gradients are reduced in buckets of at most `bucket_bytes`, each its own collective)
+pays the latency once per bucket. `fit_ring_link` turns two timed all-reduces (a tiny and a real-sized one)
+back into the link that explains them, as executor.profile measures it.
+
+Pure functions; times in ms, sizes in bytes, bandwidth in GB/s (10^9 bytes/s), as everywhere in pipesim.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pipesim.cost import LinkCost
+
+# DDP's default bucket cap (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25).
+DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def _check(num_bytes: float, participants: int) -> None:
+    if isinstance(participants, bool) or not isinstance(participants, int) or participants < 1:
+        raise ValueError(f"participants must be a positive integer, got {participants!r}")
+    if not (isinstance(num_bytes, (int, float)) and math.isfinite(num_bytes) and num_bytes >= 0):
+        raise ValueError(f"bytes must be a finite number >= 0, got {num_bytes!r}")
+
+
+def _ring(num_bytes: float, participants: int, link: LinkCost, passes: int) -> float:
+    """`passes` ring passes of p-1 steps, each step moving num_bytes / p over one link."""
+    _check(num_bytes, participants)
+    if participants == 1:
+        return 0.0
+    steps = passes * (participants - 1)
+    per_step_bytes = num_bytes / participants
+    return steps * link.transfer_ms(per_step_bytes)
+
+
+def allreduce_ms(num_bytes: float, participants: int, link: LinkCost) -> float:
+    """Ring all-reduce of `num_bytes` (every participant ends with the reduced whole): 2(p-1) a + 2(p-1)/p n/bw."""
+    return _ring(num_bytes, participants, link, passes=2)
+
+
+def allgather_ms(num_bytes: float, participants: int, link: LinkCost) -> float:
+    """Ring all-gather to `num_bytes` in total (each contributes num_bytes / p): (p-1) a + (p-1)/p n/bw."""
+    return _ring(num_bytes, participants, link, passes=1)
+
+
+def reduce_scatter_ms(num_bytes: float, participants: int, link: LinkCost) -> float:
+    """Ring reduce-scatter of a `num_bytes` input (each ends with its reduced num_bytes / p): as all-gather."""
+    return _ring(num_bytes, participants, link, passes=1)
+
+
+def bucket_sizes(num_bytes: float, bucket_bytes: float = DEFAULT_BUCKET_BYTES) -> list[float]:
+    """The buckets `num_bytes` of gradients go out in: full buckets, then the rest (none for 0 bytes)."""
+    if not bucket_bytes > 0:
+        raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes!r}")
+    full, rest = divmod(float(num_bytes), float(bucket_bytes))
+    return [float(bucket_bytes)] * int(full) + ([rest] if rest > 0 else [])
+
+
+def bucketed_allreduce_ms(num_bytes: float, participants: int, link: LinkCost,
+                          bucket_bytes: float = DEFAULT_BUCKET_BYTES) -> float:
+    """All-reduce of `num_bytes` in buckets, one after the other: the latency term is paid per bucket."""
+    _check(num_bytes, participants)
+    return sum(allreduce_ms(size, participants, link) for size in bucket_sizes(num_bytes, bucket_bytes))
+
+
+def fit_ring_link(small_bytes: float, small_ms: float, large_bytes: float, large_ms: float,
+                  participants: int) -> LinkCost:
+    """The link whose ring all-reduce takes `small_ms` for `small_bytes` and `large_ms` for `large_bytes`.
+
+    Inverts allreduce_ms through the two points; the large size's time is reproduced exactly. Where the
+    larger message was not slower (noise, or sizes too close), the link is latency only.
+    """
+    if participants < 2:
+        return LinkCost()
+    steps = 2 * (participants - 1)
+    fraction = steps / participants  # bytes-over-bandwidth multiplier of the ring all-reduce
+    extra = (large_bytes - small_bytes) * fraction
+    if large_ms <= small_ms or extra <= 0:
+        return LinkCost(latency_ms=max(large_ms, 0.0) / steps)
+    bandwidth = extra / ((large_ms - small_ms) * 1e-3) / 1e9
+    latency = (small_ms - small_bytes * fraction / (bandwidth * 1e9) * 1e3) / steps
+    return LinkCost(latency_ms=max(latency, 0.0), bandwidth_gbps=bandwidth)

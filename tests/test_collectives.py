@@ -1,0 +1,186 @@
+"""Collective costs against their closed forms, and the data-parallel all-reduce on the simulated step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pipesim.collectives import (
+    allgather_ms,
+    allreduce_ms,
+    bucket_sizes,
+    bucketed_allreduce_ms,
+    fit_ring_link,
+    reduce_scatter_ms,
+)
+from pipesim.cost import CostModel, LinkCost, StageCost
+from pipesim.cost_file import cost_from_dict, cost_to_dict
+from pipesim.data_parallel import ALLREDUCE, grad_sync
+from pipesim.schedules import build_schedule
+from pipesim.simulate import simulate
+from pipesim.steady_state import simulate_steps, step_tail_ms, step_time_ms
+
+LINK = LinkCost(latency_ms=0.05, bandwidth_gbps=2.0)  # 2e9 bytes/s: 1 MB takes 0.5 ms
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+@pytest.mark.parametrize("n", [0.0, 1e3, 1e6, 3.3e7])
+def test_ring_closed_forms(p, n):
+    a, bw = LINK.latency_ms, LINK.bandwidth_gbps * 1e9
+    assert allreduce_ms(n, p, LINK) == pytest.approx(2 * (p - 1) * a + 2 * (p - 1) / p * n / bw * 1e3)
+    assert allgather_ms(n, p, LINK) == pytest.approx((p - 1) * a + (p - 1) / p * n / bw * 1e3)
+    assert reduce_scatter_ms(n, p, LINK) == pytest.approx(allgather_ms(n, p, LINK))
+    # all-reduce = reduce-scatter + all-gather
+    assert allreduce_ms(n, p, LINK) == pytest.approx(reduce_scatter_ms(n, p, LINK) + allgather_ms(n, p, LINK))
+
+
+def test_one_participant_costs_nothing_and_bad_input_is_refused():
+    assert allreduce_ms(1e9, 1, LINK) == 0.0 == allgather_ms(1e9, 1, LINK)
+    with pytest.raises(ValueError, match="participants"):
+        allreduce_ms(10, 0, LINK)
+    with pytest.raises(ValueError, match="bytes"):
+        allreduce_ms(-1, 2, LINK)
+    with pytest.raises(ValueError, match="bytes"):
+        allreduce_ms(math.nan, 2, LINK)
+
+
+def test_infinite_bandwidth_is_latency_only():
+    assert allreduce_ms(1e12, 4, LinkCost(latency_ms=0.1)) == pytest.approx(6 * 0.1)
+
+
+def test_buckets_pay_latency_each():
+    assert bucket_sizes(0) == []
+    assert bucket_sizes(10, 4) == [4.0, 4.0, 2.0]
+    one = allreduce_ms(10, 4, LINK)
+    three = bucketed_allreduce_ms(10, 4, LINK, bucket_bytes=4)
+    assert three == pytest.approx(one + 2 * 2 * 3 * LINK.latency_ms)  # two more buckets, 2(p-1) latencies each
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_fit_ring_link_inverts_the_all_reduce(p):
+    small, large = 4.0, 4e6
+    link = fit_ring_link(small, allreduce_ms(small, p, LINK), large, allreduce_ms(large, p, LINK), p)
+    assert link.latency_ms == pytest.approx(LINK.latency_ms)
+    assert link.bandwidth_gbps == pytest.approx(LINK.bandwidth_gbps)
+    flat = fit_ring_link(small, 1.0, large, 0.5, p)  # the larger one was faster: latency only
+    assert math.isinf(flat.bandwidth_gbps) and flat.latency_ms == pytest.approx(0.5 / (2 * (p - 1)))
+
+
+def _dp_cost(d: int, overhead: float = 0.3) -> CostModel:
+    stage = StageCost(forward_ms=1.0, backward_ms=2.0, param_bytes=2e6)
+    return CostModel(stages=(stage,), step_overhead_ms=(overhead,), data_parallel=d, dp_link=LINK)
+
+
+def test_data_parallel_step_is_the_step_without_plus_its_unhidden_all_reduce():
+    schedule = build_schedule("1f1b", 2, 4)
+    plain = simulate(schedule, _dp_cost(1))
+    base = step_time_ms(plain, step_tail_ms(plain, _dp_cost(1)))
+    for d in (2, 4):
+        cost = _dp_cost(d)
+        timeline = simulate(schedule, cost)
+        assert timeline.spans == plain.spans  # the actions themselves do not move
+        sync = grad_sync(timeline, cost)
+        assert {s.kind for s in sync.spans} == {ALLREDUCE} and len(sync.spans) == 2  # one stage per rank
+        expected = allreduce_ms(2e6, d, LINK)
+        for span in sync.spans:
+            assert span.end - span.start == pytest.approx(expected)
+            assert span.peer == d
+        # 1F1B: each stage's last backward is its rank's last action, so the whole all-reduce is in the tail
+        assert sync.extra_ms == pytest.approx((expected, expected))
+        assert step_time_ms(timeline, step_tail_ms(timeline, cost)) == pytest.approx(base + expected)
+        repeated = simulate_steps(schedule, cost, 3)
+        assert repeated.meta["step_times_ms"] == pytest.approx([base + expected] * 3)
+
+
+def test_all_reduce_overlaps_the_remaining_backward_of_another_stage():
+    # interleaved: rank 0 holds stages 0 and 2; stage 2's gradients are ready before stage 0's last B
+    schedule = build_schedule("interleaved-1f1b", 2, 4, num_virtual_stages=2)
+    cost = _dp_cost(2)
+    timeline = simulate(schedule, cost)
+    sync = grad_sync(timeline, cost)
+    assert len(sync.spans) == 4
+    ends = [max(s.end for s in timeline.spans if s.rank == r) for r in range(2)]
+    one = allreduce_ms(2e6, 2, LINK)
+    for rank in range(2):
+        mine = sorted((s for s in sync.spans if s.rank == rank), key=lambda s: s.start)
+        assert mine[0].start < ends[rank]  # the first starts while the rank still computes
+        assert mine[1].start >= mine[0].end  # one after the other
+        assert sync.extra_ms[rank] < 2 * one + 1e-9
+
+
+def test_cost_file_keeps_data_parallel_and_reads_old_files():
+    cost = _dp_cost(4)
+    back = cost_from_dict(cost_to_dict(cost))
+    assert back.data_parallel == 4 and back.dp_link == LINK
+    old = cost_to_dict(cost)
+    del old["data_parallel"], old["dp_link"]
+    assert cost_from_dict(old).data_parallel == 1
+    with pytest.raises(ValueError, match="data_parallel"):
+        cost_from_dict({**cost_to_dict(cost), "data_parallel": "2"})
+    with pytest.raises(ValueError, match="data_parallel"):
+        CostModel(stages=cost.stages, data_parallel=0)
+
+
+def test_steps_without_a_barrier_pay_the_all_reduce_before_each_optimizer_step():
+    schedule = build_schedule("1f1b", 2, 4)
+    one = allreduce_ms(2e6, 2, LINK)
+    plain = simulate_steps(schedule, _dp_cost(1), 3, barrier=False).meta["total_ms"]
+    synced = simulate_steps(schedule, _dp_cost(2), 3, barrier=False).meta["total_ms"]
+    assert plain < synced <= plain + 3 * one + 1e-9
+
+
+def test_charts_draw_the_simulated_all_reduce_with_the_transfers():
+    from pipesim import charts
+
+    schedule, cost = build_schedule("1f1b", 2, 4), _dp_cost(2)
+    timeline = simulate(schedule, cost)
+    drawn = timeline.__class__(timeline.num_ranks, timeline.spans, timeline.source, timeline.schedule_name,
+                               grad_sync(timeline, cost).spans)
+    [strip] = [t for t in charts.gantt_figure(drawn).data if t.name == "blocked on transfer"]
+    assert len(strip.x) == 2 and all(row[2] == "over 2 replicas" for row in strip.customdata)
+
+
+def test_pipesim_simulate_predicts_data_parallel_as_the_step_plus_its_all_reduce(capsys):
+    from pipesim import cli
+
+    base = ["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "4", "--f", "1", "--b", "2"]
+    assert cli.main([*base, "--overhead", "0.3"]) == 0
+    plain = capsys.readouterr().out
+    flags = ["--overhead", "0.3", "--data-parallel", "4", "--grad-bytes", "2e6", "--dp-latency", "0.05",
+             "--dp-bandwidth", "2"]
+    assert cli.main([*base, *flags]) == 0
+    synced = capsys.readouterr().out
+
+    def step(text: str) -> float:
+        return float(text.split("step time ")[1].split(" ms")[0])
+
+    assert step(synced) == pytest.approx(step(plain) + allreduce_ms(2e6, 4, LINK), abs=2e-3)
+    assert "data parallel x4: 2 stage all-reduces" in synced
+    assert cli.main([*base, "--data-parallel", "2", "--grad-bytes", "1,2,3"]) == 2
+    assert cli.main([*base, "--data-parallel", "2", "--dp-bandwidth", "0"]) == 2
+    assert cli.main([*base, "--data-parallel", "2", "--grad-bytes", "inf"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_attribution_counts_a_measured_all_reduce_wait_as_communication_wait():
+    from pipesim.attribution import attribute_step
+    from pipesim.ir import Action
+    from pipesim.timeline import Span, Timeline
+
+    schedule = build_schedule("1f1b", 2, 1)  # rank 0: 0F0, 0B0; rank 1: 1F0, 1B0
+    spans = (Span(0, Action.parse("0F0"), 0.0, 1.0), Span(1, Action.parse("1F0"), 1.0, 2.0),
+             Span(1, Action.parse("1B0"), 2.0, 4.0), Span(0, Action.parse("0B0"), 4.0, 6.0))
+    waited = _allreduce_span(0, "0B0", 6.0, 9.0)  # rank 0 waits 3 ms for its all-reduce after its last action
+    measured = Timeline(2, spans, "measured", "1f1b", (waited,))
+    shares = attribute_step(schedule, measured, 0, 9.0).ranks
+    assert shares[0].comm_wait_ms == pytest.approx(3.0)
+    assert shares[0].compute_ms + shares[0].schedule_idle_ms + shares[0].comm_wait_ms + shares[0].overhead_ms == \
+        pytest.approx(9.0)
+
+
+def _allreduce_span(rank: int, action: str, start: float, end: float):
+    from pipesim.ir import Action
+    from pipesim.timeline import CommSpan
+
+    return CommSpan(rank, ALLREDUCE, 2, Action.parse(action), start, end)
