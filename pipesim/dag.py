@@ -11,7 +11,10 @@ Two representations, for two jobs:
 
 Data edges are the producers of `pipesim.lower` (the one statement of what
 an action needs). Order edges join consecutive actions of a rank. A cycle is
-a deadlock.
+a deadlock. Where a schedule states its transfers (torch's compute_comms
+order), a cross-rank edge starts at the sender's last action before the
+SEND (`pipesim.lower.send_gates`), and an overlapped group waits for every
+member's inputs before it starts (`Dependencies.joined`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import networkx as nx
 
 from pipesim._perf import paused_gc
 from pipesim.ir import Action, Schedule
-from pipesim.lower import producer_ids, producers_of
+from pipesim.lower import overlap_groups, produced_message, producer_ids, producers_of, send_gates
 from pipesim.validate import ScheduleError
 
 if TYPE_CHECKING:  # a cost only labels the figure's nodes and edges; a timeline only places them
@@ -48,6 +51,7 @@ class Dependencies:
     offsets: list[int]
     index: dict[Action, int]
     deps: list[tuple[int, ...]]
+    joined: dict[int, tuple[int, ...]] | None = None  # an overlapped group's first id -> its other members' ids
 
     @property
     def num_ranks(self) -> int:
@@ -89,7 +93,33 @@ def dependencies(schedule: Schedule) -> Dependencies:
     if any(map((-1).__eq__, chain.from_iterable(deps))):
         missing = next(a for a, ds in zip(actions, deps, strict=True) if -1 in ds)
         _raise_missing(missing, index, ranks, offsets, schedule.num_stages)
-    return Dependencies(actions, ranks, offsets, index, deps)
+    gates = send_gates(schedule)
+    if gates is not None:
+        deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages)
+    groups = overlap_groups(schedule)
+    joined = {index[group[0]]: tuple(index[a] for a in group[1:]) for group in groups} if groups else None
+    return Dependencies(actions, ranks, offsets, index, deps, joined)
+
+
+def _gated(deps: list[tuple[int, ...]], actions: list[Action], ranks: list[int], offsets: list[int],
+           index: dict[Action, int], gates: dict, num_stages: int) -> list[tuple[int, ...]]:
+    """Cross-rank producers replaced by the sender's last action before the message's SEND."""
+    gated = []
+    for i, producers in enumerate(deps):
+        row = []
+        for d in producers:
+            if ranks[d] != ranks[i]:
+                message = produced_message(actions[d], num_stages)
+                gate = gates.get(message, -1)
+                if gate is None or gate == -1:
+                    rank = ranks[d]
+                    detail = (f"{actions[d]}'s output reaches {actions[i]} on rank {ranks[i]}, but rank {rank} "
+                              + ("has no SEND for it" if gate == -1 else "sends it before computing anything"))
+                    raise ScheduleError("missing send", detail, rank, d - offsets[rank], actions[d])
+                d = index[gate]
+            row.append(d)
+        gated.append(tuple(row))
+    return gated
 
 
 def _check_ranges(schedule: Schedule, actions: list[Action], ranks: list[int], offsets: list[int]) -> None:

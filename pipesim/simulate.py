@@ -17,12 +17,12 @@ from pipesim._perf import paused_gc
 from pipesim.cost import CostModel
 from pipesim.dag import DeadlockError, Dependencies, dependencies
 from pipesim.ir import Action, ActionKind, Schedule
-from pipesim.lower import crossing_stages
-from pipesim.timeline import Span, Timeline
+from pipesim.lower import collectives_before, crossing_stages, overlap_groups
+from pipesim.timeline import CommSpan, Span, Timeline
 
 
 def sweep(
-    deps: Dependencies, durations: list[float], hops: list[float]
+    deps: Dependencies, durations: list[float], hops: list[float], pre: list[float] | None = None
 ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
     """Run every rank's list in order, each action as soon as its inputs have arrived.
 
@@ -32,9 +32,13 @@ def sweep(
     ranks are visited, so the result is deterministic. `hops[i]` is the
     transfer time action i pays for a producer on another rank (every data
     edge crosses one stage boundary, fixed by the consumer: see `hop_times`).
-    Returns (starts, ends, stuck) where stuck lists (rank, head id, awaited
-    id) when ranks deadlock.
+    `pre[i]`, when given, is time the rank spends just before action i on
+    other work (torch's collectives). An overlapped group (`deps.joined`)
+    starts once every member's inputs are in; its members then run back to
+    back. Returns (starts, ends, stuck) where stuck lists (rank, head id,
+    awaited id) when ranks deadlock.
     """
+    joined = deps.joined
     n = len(deps.actions)
     offsets, dep_lists, ranks = deps.offsets, deps.deps, deps.ranks
     starts = [0.0] * n
@@ -47,7 +51,7 @@ def sweep(
         rank = ready.pop()
         i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
         while i < stop:
-            start = now
+            start = now if pre is None else now + pre[i]
             blocked = -1
             for d in dep_lists[i]:
                 arrival = ends[d]
@@ -58,6 +62,8 @@ def sweep(
                     arrival += hops[i]
                 if arrival > start:
                     start = arrival
+            if joined is not None and blocked < 0 and i in joined:
+                blocked, start = _group_start(i, joined[i], dep_lists, ends, ranks, hops, start)
             if blocked >= 0:
                 waiting.setdefault(blocked, []).append(rank)
                 break
@@ -72,9 +78,30 @@ def sweep(
     for rank in range(deps.num_ranks):
         i = pointer[rank]
         if i < offsets[rank + 1]:
-            awaited = next(d for d in dep_lists[i] if ends[d] < 0)
+            members = (i, *(joined or {}).get(i, ()))
+            awaited = next(d for m in members for d in dep_lists[m] if ends[d] < 0)
             stuck.append((rank, i, awaited))
     return starts, ends, stuck
+
+
+def _group_start(
+    first: int, others: tuple[int, ...], dep_lists: list[tuple[int, ...]], ends: list[float], ranks: list[int],
+    hops: list[float], start: float,
+) -> tuple[int, float]:
+    """(blocking id or -1, start) of an overlapped group whose first member may start at `start`."""
+    members = {first, *others}
+    rank = ranks[first]
+    for m in others:
+        for d in dep_lists[m]:
+            if d in members:
+                continue
+            arrival = ends[d]
+            if arrival < 0:
+                return d, start
+            if ranks[d] != rank:
+                arrival += hops[m]
+            start = max(start, arrival)
+    return -1, start
 
 
 def hop_times(deps: Dependencies, transfer: list[float]) -> list[float]:
@@ -129,13 +156,25 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     if deps is None:
         deps = dependencies(schedule)
     durations = _durations(deps, cost, schedule.num_stages)
+    if deps.joined:  # an overlapped group takes overlap_factor x the sum of its members
+        for first, others in deps.joined.items():
+            for member in (first, *others):
+                durations[member] *= cost.overlap_factor
     hops = hop_times(deps, _transfers(schedule, cost))
-    if not math.isfinite(sum(durations) + sum(hops)):  # the step time is at most this sum: finite sums, finite times
+    before, tails = collectives_before(schedule)
+    pre = None
+    if before:
+        pre = [0.0] * len(deps.actions)
+        for action, collectives in before.items():
+            pre[deps.index[action]] = sum(cost.collective_ms(c.stage, c.kind) for c in collectives)
+    # the step time is at most this sum: finite sums, finite times
+    if not math.isfinite(sum(durations) + sum(hops) + sum(pre or ())):
         raise ValueError("the costs are too large: the step time would overflow to infinity; give times in ms "
                          "that sum to a finite number (each below about 1e300)")
-    starts, ends, stuck = sweep(deps, durations, hops)
+    starts, ends, stuck = sweep(deps, durations, hops, pre)
     if stuck:
         raise deadlock_error(deps, stuck)
+    collective_spans = _collective_spans(deps, cost, before, tails, starts, ends, pre) if before or any(tails) else ()
     new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up
     spans = tuple(map(new, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(0))))
     return Timeline(
@@ -143,14 +182,39 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
         spans=spans,
         source="simulated",
         schedule_name=schedule.name,
+        comm=collective_spans,
         meta={
             "num_stages": schedule.num_stages,
             "num_microbatches": schedule.num_microbatches,
             "stage_to_rank": list(schedule.stage_to_rank),
             "cost_source": cost.source,
             "recompute": cost.recompute,
+            **({"overlap_groups": [[str(a) for a in g] for g in overlap_groups(schedule)],
+                "overlap_factor": cost.overlap_factor} if deps.joined else {}),
         },
     )
+
+
+def _collective_spans(deps: Dependencies, cost: CostModel, before: dict, tails: list, starts: list[float],
+                      ends: list[float], pre: list[float] | None) -> tuple[CommSpan, ...]:
+    """Each collective's time on its rank: back to back before the action it precedes, or after the rank's
+    last action (peer -1: a collective has no single peer)."""
+    spans: list[CommSpan] = []
+
+    def lay(rank: int, collectives: list, at: float) -> None:
+        for c in collectives:
+            end = at + cost.collective_ms(c.stage, c.kind)
+            spans.append(CommSpan(rank, c.kind.value.lower(), -1, c, at, end))
+            at = end
+
+    for action, collectives in before.items():
+        i = deps.index[action]
+        rank = deps.ranks[i]
+        lay(rank, collectives, (ends[i - 1] if i > deps.offsets[rank] else 0.0))
+    for rank, collectives in enumerate(tails):
+        lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
+        lay(rank, collectives, ends[hi - 1] if hi > lo else 0.0)
+    return tuple(spans)
 
 
 def _durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[float]:
