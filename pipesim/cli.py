@@ -6,16 +6,26 @@ Usage:
   python -m pipesim simulate --schedule interleaved-1f1b --ranks 4 --microbatches 8 --virtual-stages 2 \\
       --f 1.0 --b 2.0 --w 1.0 --comm 0.1 --json tl.json --csv sched.csv --trace trace.json --html gantt.html
   python -m pipesim simulate --csv-in my_schedule.csv --cost cost.json --png gantt.png
+  python -m pipesim simulate --csv-in torch_dump.csv --overlap-factor 0.7 --data-parallel 8 --dp-bandwidth 50 \
+      --csv comms.csv --csv-format compute_comms
   python -m pipesim compare --schedules 1f1b,zb-h1,zbv --ranks 4 --microbatches 8 --json rows.json --html cmp.html
 
 Times are milliseconds per stage and microbatch (per chunk when a rank holds several
 stages); give one number for every stage or a comma-separated list, one per stage.
 `--b` is the full backward, `--w` its weight-gradient part (so I = B - W; without
 --w, half of B). `--comm` is the time of one cross-rank transfer. `--cost FILE` reads
-a pipesim cost file instead (e.g. from an executor profile run).
+a pipesim cost file instead (e.g. from an executor profile run). `--overlap-factor`
+prices torch's overlapped forward-backward pairs (pair = factor x (F + B)); `--data-parallel`,
+`--sharded`, `--dp-latency` and `--dp-bandwidth` price REDUCE_GRAD and UNSHARD (ring
+all-reduce / all-gather of each stage's parameter bytes; zero with one replica).
+
+`--csv-in` reads torch's CSV in either of its formats (compute_only, or compute_comms with
+every send and receive; detected, or named with --csv-in-format); stated transfers set when
+each message leaves its rank.
 
 Outputs: --json the timeline document with a metrics summary, --csv the schedule in
-torch.distributed.pipelining's compute_only CSV format, --trace a Chrome trace
+torch.distributed.pipelining's CSV format (--csv-format compute_only or compute_comms;
+by default the form the schedule has), --trace a Chrome trace
 (open in https://ui.perfetto.dev), --html/--png/--svg/--pdf the Gantt chart
 (images need Chromium). Bad arguments print one line on stderr and exit with 2.
 """
@@ -23,11 +33,14 @@ torch.distributed.pipelining's compute_only CSV format, --trace a Chrome trace
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 
+from pipesim.collectives import CollectiveCost
 from pipesim.compare import compare_schedules, format_table
 from pipesim.cost import CostModel, cost_from_times
 from pipesim.cost_file import cost_to_dict, load_cost
@@ -45,6 +58,7 @@ from pipesim.ir import Schedule
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.simulate import simulate
 from pipesim.timeline import Metrics, Timeline, compute_metrics
+from pipesim.torch_csv import CSV_FORMATS
 from pipesim.validate import validate
 
 USAGE_ERROR = 2
@@ -108,6 +122,13 @@ def _add_cost_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--comm", type=_ms_list, metavar="T", help="cross-rank transfer time (default 0)")
     group.add_argument("--cost", type=Path, metavar="FILE", help="pipesim cost file instead of --f/--b/--w/--comm")
     group.add_argument("--recompute", action="store_true", help="recompute activations in the backward")
+    group.add_argument("--overlap-factor", type=float, metavar="X",
+                       help="an OVERLAP_F_B pair takes X x (F + B), 0 < X <= 1 (default 1: no overlap)")
+    group.add_argument("--data-parallel", type=_positive_int, metavar="D",
+                       help="replicas each stage's gradients are reduced across (REDUCE_GRAD; default 1: free)")
+    group.add_argument("--sharded", action="store_true", help="FSDP: UNSHARD all-gathers the stage's parameters")
+    group.add_argument("--dp-latency", type=float, default=0.0, metavar="MS", help="per ring step (default 0)")
+    group.add_argument("--dp-bandwidth", type=float, metavar="GB/S", help="ring bandwidth (default unlimited)")
 
 
 def _add_figure_args(parser: argparse.ArgumentParser, what: str) -> None:
@@ -123,14 +144,19 @@ def build_parser() -> argparse.ArgumentParser:
     sim = commands.add_parser("simulate", allow_abbrev=False, help="simulate one schedule and write its timeline")
     source = sim.add_mutually_exclusive_group(required=True)
     source.add_argument("--schedule", metavar="NAME", help="registered schedule (see `list`)")
-    source.add_argument("--csv-in", type=Path, metavar="FILE", help="custom schedule in compute_only CSV format")
+    source.add_argument("--csv-in", type=Path, metavar="FILE", help="torch's schedule CSV (either format)")
     sim.add_argument("--ranks", type=_positive_int, metavar="P")
     sim.add_argument("--microbatches", type=_positive_int, metavar="M")
     sim.add_argument("--virtual-stages", type=_positive_int, metavar="V", help="stages per rank (interleaved)")
+    sim.add_argument("--csv-in-format", choices=CSV_FORMATS, default="auto",
+                     help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)")
     _add_cost_args(sim)
     outputs = sim.add_argument_group("outputs")
     outputs.add_argument("--json", type=Path, metavar="OUT", help="timeline document with a metrics summary")
-    outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as compute_only CSV")
+    outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as torch's CSV")
+    outputs.add_argument("--csv-format", choices=CSV_FORMATS, default="auto",
+                         help="format of --csv: compute_only, or compute_comms with torch's sends, receives "
+                              "and collectives (default: auto, the form the schedule has)")
     outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto)")
     _add_figure_args(outputs, "Gantt chart")
 
@@ -161,7 +187,14 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
         except ValueError as error:
             raise UsageError(str(error).replace("forward_ms", "--f").replace("backward_ms", "--b")
                              .replace("weight_ms", "--w")) from None
-    return cost.with_recompute(True) if args.recompute else cost
+    cost = cost.with_recompute(True) if args.recompute else cost
+    extras: dict = {}
+    if args.overlap_factor is not None:
+        extras["overlap_factor"] = args.overlap_factor
+    if args.data_parallel is not None or args.sharded or args.dp_bandwidth is not None or args.dp_latency:
+        bandwidth = math.inf if args.dp_bandwidth is None else args.dp_bandwidth
+        extras["collectives"] = CollectiveCost(args.data_parallel or 1, args.sharded, args.dp_latency, bandwidth)
+    return dataclasses.replace(cost, **extras) if extras else cost
 
 
 def schedule_from_args(args: argparse.Namespace) -> Schedule:
@@ -171,7 +204,7 @@ def schedule_from_args(args: argparse.Namespace) -> Schedule:
                 "--csv-in takes ranks, microbatches and stages from the CSV: "
                 "drop --ranks, --microbatches and --virtual-stages"
             )
-        return schedule_from_csv(args.csv_in.read_text(), name=args.csv_in.stem)
+        return schedule_from_csv(args.csv_in.read_text(), name=args.csv_in.stem, csv_format=args.csv_in_format)
     if args.ranks is None or args.microbatches is None:
         raise UsageError("--schedule needs --ranks and --microbatches")
     options = {} if args.virtual_stages is None else {"num_virtual_stages": args.virtual_stages}
@@ -251,7 +284,7 @@ def _write_simulation_files(
         save_timeline(timeline, args.json, summary)
         written.append(str(args.json))
     if args.csv is not None:
-        write_file(schedule_to_csv(schedule), args.csv)  # CSV whatever the file's suffix
+        write_file(schedule_to_csv(schedule, args.csv_format), args.csv)  # CSV whatever the file's suffix
         written.append(str(args.csv))
     if args.trace is not None:
         save_chrome_trace(timeline, args.trace)

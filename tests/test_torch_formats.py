@@ -217,3 +217,21 @@ def test_schedule_error_on_missing_send_when_simulated_without_validation():
     schedule = schedule_from_csv("0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n")
     with pytest.raises(ScheduleError, match="no SEND"):
         simulate(schedule, CostModel.uniform())
+
+
+def test_cli_reads_torchs_dumps_and_writes_either_format(tmp_path, capsys):
+    from pipesim.cli import main
+
+    _, _, _, compute, comms = next(o for o in torch_orders("DualPipeV") if o[:2] == (2, 4))
+    (tmp_path / "only.csv").write_text(compute, newline="")
+    (tmp_path / "comms.csv").write_text(comms, newline="")
+    out = tmp_path / "out.csv"
+    assert main(["simulate", "--csv-in", str(tmp_path / "comms.csv"), "--csv", str(out),
+                 "--overlap-factor", "0.8", "--data-parallel", "4", "--dp-bandwidth", "10"]) == 0
+    assert out.read_text() == comms  # written back in the form it was read
+    assert main(["simulate", "--csv-in", str(tmp_path / "only.csv"), "--csv", str(out),
+                 "--csv-format", "compute_comms"]) == 0
+    assert out.read_text() == comms  # lowered as torch lowers it
+    assert main(["simulate", "--csv-in", str(tmp_path / "comms.csv"), "--csv-in-format", "compute_only"]) == 2
+    assert main(["simulate", "--csv-in", str(tmp_path / "only.csv"), "--overlap-factor", "1.5"]) == 2
+    assert "overlap_factor" in capsys.readouterr().err
