@@ -228,10 +228,10 @@ def test_cli_reads_torchs_dumps_and_writes_either_format(tmp_path, capsys):
     out = tmp_path / "out.csv"
     assert main(["simulate", "--csv-in", str(tmp_path / "comms.csv"), "--csv", str(out),
                  "--overlap-factor", "0.8", "--data-parallel", "4", "--dp-bandwidth", "10"]) == 0
-    assert out.read_text() == comms  # written back in the form it was read
+    assert out.read_bytes() == comms.encode()  # written back in the form it was read
     assert main(["simulate", "--csv-in", str(tmp_path / "only.csv"), "--csv", str(out),
                  "--csv-format", "compute_comms"]) == 0
-    assert out.read_text() == comms  # lowered as torch lowers it
+    assert out.read_bytes() == comms.encode()  # lowered as torch lowers it
     assert main(["simulate", "--csv-in", str(tmp_path / "comms.csv"), "--csv-in-format", "compute_only"]) == 2
     assert main(["simulate", "--csv-in", str(tmp_path / "only.csv"), "--overlap-factor", "1.5"]) == 2
     assert "overlap_factor" in capsys.readouterr().err
