@@ -139,7 +139,7 @@ def parse_entry(text: str) -> Entry | None:
     except ValueError:
         shown = text.strip() if len(text.strip()) <= 24 else text.strip()[:24] + "..."
         raise ValueError(
-            f"cannot parse action {shown!r}: expected <stage><kind><microbatch> such as 2F0 (kind F, B, I or W), "
+            f"cannot parse {shown!r}: expected <stage><kind><microbatch> such as 2F0 (kind F, B, I or W), "
             f"a communication or collective action such as 1SEND_F0, 2RECV_B3, 0UNSHARD or 0REDUCE_GRAD, "
             f"or an overlapped pair such as (0F3;3B1){OVERLAP_WORD}"
         ) from None
