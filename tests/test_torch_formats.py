@@ -235,3 +235,16 @@ def test_cli_reads_torchs_dumps_and_writes_either_format(tmp_path, capsys):
     assert main(["simulate", "--csv-in", str(tmp_path / "comms.csv"), "--csv-in-format", "compute_only"]) == 2
     assert main(["simulate", "--csv-in", str(tmp_path / "only.csv"), "--overlap-factor", "1.5"]) == 2
     assert "overlap_factor" in capsys.readouterr().err
+
+
+def test_the_full_order_survives_pipesims_json_and_a_mismatch_is_refused():
+    from pipesim.formats import schedule_from_dict, schedule_to_dict
+
+    _, _, _, _, comms = next(o for o in torch_orders("DualPipeV") if o[:2] == (2, 4))
+    schedule = schedule_from_csv(comms)
+    back = schedule_from_dict(schedule_to_dict(schedule))
+    assert back == schedule and schedule_to_csv(back, "compute_comms") == comms
+    data = schedule_to_dict(schedule)
+    data["order"][0] = [cell for cell in data["order"][0] if cell != "0F0"]  # the order loses a compute action
+    with pytest.raises(ValueError, match="order"):
+        schedule_from_dict(data)
