@@ -118,3 +118,25 @@ def test_the_reference_check_asks_torch():
     assert reason is not None and "Zero bubble requires" in reason
     assert unavailable_reason(run_config(schedule="zb-h1", num_ranks=2, num_microbatches=4, device="cpu"),
                               build_schedule("zb-h1", 2, 4)) is None
+
+
+def test_dualpipev_pairs_stand_where_torchs_do():
+    """pipesim's dualpipev writes torch's DualPipeV compute_only file cell for cell, OVERLAP_F_B pairs included."""
+    from pipesim.lower import overlap_groups
+    from pipesim.torch_csv import schedule_to_csv
+
+    compared = paired = 0
+    logging.disable(logging.WARNING)
+    try:
+        for p, m in GRID:
+            if torch_refusal("ScheduleDualPipeV", p, 2 * p, m) is not None:
+                continue
+            rows = _torch_instance("ScheduleDualPipeV", p, m, 2).pipeline_order
+            theirs = "".join(",".join("" if a is None else str(a) for a in rows[r]) + "\r\n" for r in range(p))
+            schedule = build_schedule("dualpipev", p, m)
+            assert schedule_to_csv(schedule) == theirs, f"p={p} m={m}"
+            compared += 1
+            paired += len(overlap_groups(schedule))
+    finally:
+        logging.disable(logging.NOTSET)
+    assert compared >= 10 and paired > 0
