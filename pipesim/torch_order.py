@@ -16,7 +16,7 @@ from pipesim.ir import B, CommAction, CommKind, Entry, F, I, Overlap, Schedule, 
 from pipesim.limits import MAX_ACTIONS
 
 MAX_ACTIVE_STAGES = 3  # torch's `max_active_stages` default: stages prefetched (unsharded) at once
-_MAX_ROUND_WORK = 50 * MAX_ACTIONS  # rank visits of the send/receive rounds before giving up
+_MAX_ROUND_WORK = 10 * MAX_ACTIONS  # rank visits before giving up (a sound schedule: about ranks x longest row)
 
 
 def with_comms(schedule: Schedule) -> list[list[Entry]]:

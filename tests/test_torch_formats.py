@@ -248,3 +248,27 @@ def test_the_full_order_survives_pipesims_json_and_a_mismatch_is_refused():
     data["order"][0] = [cell for cell in data["order"][0] if cell != "0F0"]  # the order loses a compute action
     with pytest.raises(ValueError, match="order"):
         schedule_from_dict(data)
+
+
+def test_collective_spans_survive_the_timeline_file(tmp_path):
+    from pipesim.collectives import CollectiveCost
+    from pipesim.cost import StageCost
+    from pipesim.formats import read_json, save_timeline, timeline_from_dict
+
+    schedule = schedule_from_csv("0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD\n"
+                                 "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD\n")
+    ring = CollectiveCost(data_parallel=2, sharded=True, latency_ms=1.0)
+    timeline = simulate(schedule, CostModel(stages=(StageCost(1.0, 2.0, param_bytes=8.0),), collectives=ring))
+    assert {c.kind for c in timeline.comm} == {"unshard", "reduce_grad", "reshard"}
+    unshard = next(c for c in timeline.comm if c.kind == "unshard" and c.rank == 0)
+    first = next(s for s in timeline.spans if str(s.action) == "0F0")
+    assert (unshard.start, unshard.end) == (0.0, 1.0) and first.start == pytest.approx(1.0)  # F waits for it
+    save_timeline(timeline, tmp_path / "t.json")
+    back = timeline_from_dict(read_json(tmp_path / "t.json"))
+    assert back.comm == timeline.comm and makespan(back) == pytest.approx(makespan(timeline))
+
+
+def test_lowering_a_deadlocked_order_is_a_plain_error():
+    schedule = schedule_from_csv("0B0,0F0\n1F0,1B0\n")  # rank 0 wants the gradient before sending the input
+    with pytest.raises(ValueError, match="no rank can go on.*rank 0 at 0B0"):
+        schedule_to_csv(schedule, "compute_comms")
