@@ -52,6 +52,7 @@ class Dependencies:
     index: dict[Action, int]
     deps: list[tuple[int, ...]]
     joined: dict[int, tuple[int, ...]] | None = None  # an overlapped group's first id -> its other members' ids
+    sends: dict[tuple[int, int], str] | None = None  # (consumer id, gate id) -> the SEND the consumer waits for
 
     @property
     def num_ranks(self) -> int:
@@ -61,12 +62,15 @@ class Dependencies:
 class DeadlockError(ScheduleError):
     """The schedule's dependency graph has a cycle: some ranks wait on each other forever."""
 
-    def __init__(self, cycle: list[Action], waits: list[tuple[int, Action, Action, int]]) -> None:
+    def __init__(self, cycle: list[Action], waits: list[tuple[int, Action, Action, int]],
+                 sends: dict[tuple[Action, Action], str] | None = None) -> None:
         self.cycle = cycle
         self.waits = waits  # (rank, its stuck action, the action it waits for, that action's rank)
         rank, head, _, _ = waits[0]
+        sends = sends or {}  # (stuck action, awaited action) -> the SEND placed after the awaited action
         said = "; ".join(
-            f"rank {r} waits at {h} for {d} "
+            f"rank {r} waits at {h} for "
+            + (f"{sends[h, d]} (placed after {d}) " if (h, d) in sends else f"{d} ")
             + ("later in its own list" if dr == r else f"on rank {dr}")
             for r, h, d, dr in waits
         )
@@ -94,16 +98,19 @@ def dependencies(schedule: Schedule) -> Dependencies:
         missing = next(a for a, ds in zip(actions, deps, strict=True) if -1 in ds)
         _raise_missing(missing, index, ranks, offsets, schedule.num_stages)
     gates = send_gates(schedule)
+    sends: dict[tuple[int, int], str] | None = None
     if gates is not None:
-        deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages)
+        sends = {}
+        deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages, sends)
     groups = overlap_groups(schedule)
     joined = {index[group[0]]: tuple(index[a] for a in group[1:]) for group in groups} if groups else None
-    return Dependencies(actions, ranks, offsets, index, deps, joined)
+    return Dependencies(actions, ranks, offsets, index, deps, joined, sends)
 
 
 def _gated(deps: list[tuple[int, ...]], actions: list[Action], ranks: list[int], offsets: list[int],
-           index: dict[Action, int], gates: dict, num_stages: int) -> list[tuple[int, ...]]:
-    """Cross-rank producers replaced by the sender's last action before the message's SEND."""
+           index: dict[Action, int], gates: dict, num_stages: int, sends: dict) -> list[tuple[int, ...]]:
+    """Cross-rank producers replaced by the sender's last action before the message's SEND (recorded in
+    `sends` where that is not the producer itself, so a deadlock can name the SEND)."""
     gated = []
     for i, producers in enumerate(deps):
         row = []
@@ -116,6 +123,8 @@ def _gated(deps: list[tuple[int, ...]], actions: list[Action], ranks: list[int],
                     detail = (f"{actions[d]}'s output reaches {actions[i]} on rank {ranks[i]}, but rank {rank} "
                               + ("has no SEND for it" if gate == -1 else "sends it before computing anything"))
                     raise ScheduleError("missing send", detail, rank, d - offsets[rank], actions[d])
+                if gate != actions[d]:
+                    sends[(i, index[gate])] = _send_text(actions[d], num_stages)
                 d = index[gate]
             row.append(d)
         gated.append(tuple(row))
@@ -160,6 +169,12 @@ def _raise_missing(
     rank = ranks[i]
     detail = f"{action} needs {what}, which no rank runs"
     raise ScheduleError("missing dependency", detail, rank, i - offsets[rank], action)
+
+
+def _send_text(producer: Action, num_stages: int) -> str:
+    """The SEND that moves `producer`'s output, in torch's text form (2SEND_F0, 3SEND_B1)."""
+    message = produced_message(producer, num_stages)
+    return f"{producer.stage}SEND_{'F' if message.what == 'act' else 'B'}{producer.microbatch}"
 
 
 @paused_gc()

@@ -131,7 +131,9 @@ def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> Dea
         head, awaited = head_of[r]
         owner_head = head_of[deps.ranks[awaited]][0]
         cycle.extend(deps.actions[owner_head:awaited + 1])
-    return DeadlockError(cycle, waits)
+    sends = {(deps.actions[h], deps.actions[a]): text for (h, a), text in (deps.sends or {}).items()
+             if head_of.get(deps.ranks[h], (None,))[0] == h}
+    return DeadlockError(cycle, waits, sends)
 
 
 @paused_gc()

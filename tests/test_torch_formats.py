@@ -123,7 +123,7 @@ def test_a_late_send_deadlocks_and_the_cycle_is_named():
     validate(schedule)  # structurally fine: the order is the problem
     with pytest.raises(DeadlockError) as info:
         simulate(schedule, CostModel.uniform())
-    assert "0B0" in str(info.value) and "1F0" in str(info.value)
+    assert "rank 1 waits at 1F0 for 0SEND_F0 (placed after 0B0)" in str(info.value)
     # the same compute order with the send where torch puts it runs
     assert makespan(simulate(schedule_from_csv(TWO_RANKS), CostModel.uniform(comm_ms=0.5))) == pytest.approx(7.0)
 
