@@ -24,6 +24,7 @@ from typing import Literal
 
 from pipesim.ir import TRANSFER_KINDS, CommAction, Entry, Schedule, entry_actions, parse_entry, schedule_from_order
 from pipesim.limits import MAX_MICROBATCHES, MAX_STAGES, check_sizes
+from pipesim.torch_order import with_comms
 
 CsvFormat = Literal["auto", "compute_only", "compute_comms"]
 CSV_FORMATS = ("auto", "compute_only", "compute_comms")
@@ -69,8 +70,6 @@ def schedule_to_csv(schedule: Schedule, csv_format: CsvFormat = "compute_only") 
         if schedule.has_transfers:
             rows = schedule.order_rows()
         else:
-            from pipesim.torch_order import with_comms  # the lowering reads the schedule; it never writes files
-
             rows = with_comms(schedule)
     elif schedule.has_transfers:
         rows = [[e for e in row if not isinstance(e, CommAction)] for row in schedule.order_rows()]
