@@ -116,7 +116,10 @@ def schedule_from_csv(text: str, name: str = "custom", csv_format: CsvFormat = "
     backward, every transfer its partner, ...) are left to `pipesim.validate`.
     """
     _check_format(csv_format)
-    rows = list(csv.reader(io.StringIO(text)))
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as error:  # e.g. a cell beyond the csv module's field limit (131,072 characters)
+        raise CsvError(f"not a readable CSV: {error}") from None
     while rows and not any(cell.strip() for cell in rows[-1]):
         rows.pop()  # trailing blank lines are not ranks (an interior blank row is an idle rank, as in torch's files)
     if not rows:
