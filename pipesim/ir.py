@@ -39,6 +39,7 @@ B = ActionKind.BACKWARD
 I = ActionKind.BACKWARD_INPUT  # noqa: E741 - the field's own name for it
 W = ActionKind.BACKWARD_WEIGHT
 
+
 class CommKind(StrEnum):
     """torch's action kinds that are not compute: transfers between ranks and per-stage collectives."""
 

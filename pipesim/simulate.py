@@ -176,7 +176,7 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     starts, ends, stuck = sweep(deps, durations, hops, pre)
     if stuck:
         raise deadlock_error(deps, stuck)
-    collective_spans = _collective_spans(deps, cost, before, tails, starts, ends, pre) if before or any(tails) else ()
+    collective_spans = _collective_spans(deps, cost, before, tails, ends) if before or any(tails) else ()
     new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up
     spans = tuple(map(new, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(0))))
     return Timeline(
@@ -197,8 +197,8 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     )
 
 
-def _collective_spans(deps: Dependencies, cost: CostModel, before: dict, tails: list, starts: list[float],
-                      ends: list[float], pre: list[float] | None) -> tuple[CommSpan, ...]:
+def _collective_spans(deps: Dependencies, cost: CostModel, before: dict, tails: list,
+                      ends: list[float]) -> tuple[CommSpan, ...]:
     """Each collective's time on its rank: back to back before the action it precedes, or after the rank's
     last action (peer -1: a collective has no single peer)."""
     spans: list[CommSpan] = []
