@@ -272,3 +272,17 @@ def test_lowering_a_deadlocked_order_is_a_plain_error():
     schedule = schedule_from_csv("0B0,0F0\n1F0,1B0\n")  # rank 0 wants the gradient before sending the input
     with pytest.raises(ValueError, match="no rank can go on.*rank 0 at 0B0"):
         schedule_to_csv(schedule, "compute_comms")
+
+
+def test_the_gantt_chart_draws_collectives_on_their_rank():
+    from pipesim.charts import gantt_figure
+    from pipesim.collectives import CollectiveCost
+    from pipesim.cost import StageCost
+
+    schedule = schedule_from_csv(TWO_RANKS.replace("0B0\n", "0B0,0REDUCE_GRAD\n"))
+    ring = CollectiveCost(data_parallel=2, latency_ms=1.0)
+    figure = gantt_figure(simulate(schedule, CostModel(stages=(StageCost(1.0, 2.0, param_bytes=1.0),),
+                                                       collectives=ring)))
+    [bar] = [trace for trace in figure.data if trace.name == "collective"]
+    assert list(bar.y) == [0] and list(bar.customdata[0]) == ["0REDUCE_GRAD"] and list(bar.x) == [2.0]
+    assert not [trace for trace in figure.data if trace.name == "blocked on transfer"]
