@@ -59,6 +59,7 @@ from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.simulate import simulate
 from pipesim.timeline import Metrics, Timeline, compute_metrics
 from pipesim.torch_csv import CSV_FORMATS
+from pipesim.torch_order import with_collectives
 from pipesim.validate import validate
 
 USAGE_ERROR = 2
@@ -264,7 +265,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     schedule = schedule_from_args(args)
     cost = cost_from_args(args)
     validate(schedule)
-    timeline = simulate(schedule, cost)
+    timeline = simulate(with_collectives(schedule, cost), cost)  # data parallelism: torch's collectives too
     metrics = compute_metrics(timeline, cost)
     written = _write_simulation_files(args, schedule, cost, timeline, metrics)
     print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))

@@ -12,7 +12,9 @@ ahead is computed backwards once per rank, and the send/receive rounds stop at a
 
 from __future__ import annotations
 
-from pipesim.ir import B, CommAction, CommKind, Entry, F, I, Overlap, Schedule, W, entry_actions
+from pipesim.collectives import CollectiveCost
+from pipesim.cost import CostModel
+from pipesim.ir import B, CommAction, CommKind, Entry, F, I, Overlap, Schedule, W, entry_actions, schedule_from_order
 from pipesim.limits import MAX_ACTIONS
 
 MAX_ACTIVE_STAGES = 3  # torch's `max_active_stages` default: stages prefetched (unsharded) at once
@@ -25,6 +27,24 @@ def with_comms(schedule: Schedule) -> list[list[Entry]]:
     rows = [[e for e in row if isinstance(e, Overlap) or entry_actions(e)] for row in schedule.order_rows()]
     lowered = [_add_reduce_grad(_add_unshard_reshard(row), schedule.num_microbatches) for row in rows]
     return _add_send_recv(lowered, schedule.stage_to_rank, schedule.num_stages)
+
+
+def with_collectives(schedule: Schedule, cost: CostModel) -> Schedule:
+    """The schedule as torch runs it, where the cost model prices collectives the schedule does not state.
+
+    torch's lowering gives every schedule its UNSHARD, RESHARD and REDUCE_GRAD (and its sends right after their
+    producers, which changes no time), so a schedule built by pipesim simulated with data parallelism gets them
+    here. Unchanged when the collectives would cost nothing or the schedule already states some.
+    """
+    if cost.collectives == CollectiveCost():
+        return schedule
+    if any(isinstance(e, CommAction) and e.kind in _COLLECTIVES for row in schedule.order or () for e in row):
+        return schedule
+    return schedule_from_order(schedule.name, schedule.num_ranks, schedule.num_microbatches, schedule.stage_to_rank,
+                               with_comms(schedule), **schedule.params)
+
+
+_COLLECTIVES = (CommKind.UNSHARD, CommKind.RESHARD, CommKind.REDUCE_GRAD)
 
 
 def _stages(entry: Entry) -> list[int]:

@@ -286,3 +286,24 @@ def test_the_gantt_chart_draws_collectives_on_their_rank():
     [bar] = [trace for trace in figure.data if trace.name == "collective"]
     assert list(bar.y) == [0] and list(bar.customdata[0]) == ["0REDUCE_GRAD"] and list(bar.x) == [2.0]
     assert not [trace for trace in figure.data if trace.name == "blocked on transfer"]
+
+
+def test_pipesims_own_schedules_get_torchs_collectives_under_data_parallelism():
+    from pipesim.collectives import CollectiveCost
+    from pipesim.compare import compare_one
+    from pipesim.schedules import build_schedule
+    from pipesim.torch_order import with_collectives
+
+    schedule = build_schedule("1f1b", 2, 2)
+    plain = CostModel.uniform(1.0, 2.0)
+    assert with_collectives(schedule, plain) is schedule  # nothing to price: nothing added
+    data_parallel = CostModel(stages=plain.stages, collectives=CollectiveCost(data_parallel=2, latency_ms=1.0))
+    lowered = with_collectives(schedule, data_parallel)
+    assert lowered.actions == schedule.actions and schedule_to_csv(lowered, "compute_comms") == schedule_to_csv(
+        schedule, "compute_comms")  # exactly torch's lowering
+    timeline = simulate(lowered, data_parallel)
+    assert makespan(timeline) == pytest.approx(makespan(simulate(schedule, plain)) + 2.0)  # all-reduce: 2(d-1) x 1 ms
+    assert sorted(c.rank for c in timeline.comm if c.kind == "reduce_grad") == [0, 1]
+    assert with_collectives(lowered, data_parallel) is lowered  # stated collectives are kept as they are
+    row = compare_one("1f1b", 2, 2, data_parallel)
+    assert row.makespan == pytest.approx(makespan(timeline))
