@@ -28,7 +28,7 @@ from pipesim.timeline import Metrics, Timeline, compute_metrics
 
 def schedule_key(schedule: Schedule) -> tuple:
     return (schedule.name, schedule.num_ranks, schedule.num_microbatches, schedule.stage_to_rank,
-            hash(schedule.actions))
+            hash(schedule.actions), hash(schedule.order))  # the order: torch's transfers change the timing
 HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash}
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.cached import HASH_FUNCS
-from pipesim.ir import Action, Schedule
+from pipesim.ir import Action, Schedule, entry_actions, parse_entry
 from pipesim.simulate import find_deadlock
 from pipesim.validate import find_problems
 
@@ -40,7 +40,9 @@ def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[P
     for error in find_problems(schedule):
         index = error.index if error.index is not None else _partner_index(schedule, error.rank, error.action)
         column = index
-        if columns is not None and error.rank is not None and index is not None:
+        if error.action is None and error.index is not None:
+            pass  # a problem of torch's full order (a transfer, a collective): its index is already the cell
+        elif columns is not None and error.rank is not None and index is not None:
             column = columns[error.rank][index]
         located.append(Problem(str(error), error.rank, column))
     if located:
@@ -69,12 +71,14 @@ def _partner_index(schedule: Schedule, rank: int | None, action: Action | None) 
 
 
 def _cell_columns(csv_text: str, schedule: Schedule) -> list[list[int]]:
-    """Per rank, the CSV cell index of each action (empty cells are idle slots, not actions)."""
+    """Per rank, the CSV cell index of each compute action (empty cells are idle slots, transfer and collective
+    cells hold none, an overlapped pair's cell holds two)."""
     grid = csv_grid(csv_text)
     out = []
     for rank in range(schedule.num_ranks):
         cells = list(grid.iloc[rank]) if rank < len(grid) else []
-        out.append([c for c, cell in enumerate(cells) if isinstance(cell, str) and cell.strip()])
+        out.append([c for c, cell in enumerate(cells) if isinstance(cell, str) and cell.strip()
+                    for _ in entry_actions(parse_entry(cell))])
     return out
 
 

@@ -25,8 +25,9 @@ st.session_state.setdefault("custom_upload_id", None)
 
 st.title("Custom schedule")
 st.caption("One row per rank, one cell per action in that rank's order (`2F0`: stage 2, forward, microbatch 0; "
-           "kinds F, B, I, W; an empty cell is an idle slot) - the `compute_only` CSV of "
-           "torch.distributed.pipelining (`_dump_csv` / `_load_csv`).")
+           "kinds F, B, I, W; an empty cell is an idle slot) - the `compute_only` or `compute_comms` CSV of "
+           "torch.distributed.pipelining (`_dump_csv` / `_load_csv`), with its transfers (`1SEND_F0`, `2RECV_B3`), "
+           "collectives (`0UNSHARD`, `0REDUCE_GRAD`) and overlapped pairs (`(0F3;3B1)OVERLAP_F_B`).")
 
 TEMPLATES = {"deadlock example": state.DEADLOCK_EXAMPLE_CSV, "broken example": state.BROKEN_EXAMPLE_CSV}
 load, upload_col, paste_col = st.columns(3)

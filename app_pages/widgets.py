@@ -52,7 +52,7 @@ def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metri
         icon=":material/data_object:")
     if schedule is not None:
         columns[1].download_button(
-            "Schedule CSV (torch)", data=lambda: formats.schedule_to_csv(schedule), file_name=f"{name}.csv",
+            "Schedule CSV (torch)", data=lambda: formats.schedule_to_csv(schedule, "auto"), file_name=f"{name}.csv",
             mime="text/csv", on_click="ignore", key=f"{key}-csv", icon=":material/table:")
     columns[2].download_button(
         "Chrome trace (Perfetto)", data=lambda: json.dumps(chrome_trace.timeline_to_chrome_trace(timeline)),

@@ -16,6 +16,7 @@ from executor.runtime import PipelineRuntime, RankModel, build_rank_model, micro
 from executor.timing import CudaClock, HostClock, make_clock
 from executor.transport import BackendChoice, Transport, env_int, init_distributed, resolve_backend
 from pipesim.ir import Schedule
+from pipesim.lower import overlap_groups
 
 
 def make_optimizer(config: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -56,6 +57,11 @@ class Rank:
     @property
     def replica(self) -> int:
         return self.rank // self.schedule.num_ranks
+
+    @property
+    def overlap_groups(self) -> list[list[str]]:
+        """The schedule's overlapped groups (torch's OVERLAP_F_B), as action texts."""
+        return [[str(a) for a in group] for group in overlap_groups(self.schedule)]
 
     def batch(self, step: int) -> tuple[list | None, list | None]:
         """This step's microbatches: inputs where stage 0 lives, targets where the last stage lives.

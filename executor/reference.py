@@ -68,6 +68,44 @@ def unavailable_reason(config: RunConfig, schedule: Schedule) -> str | None:
         return f"schedule {schedule.name!r} places stages as {placed}, unlike torch's {list(expected)}"
     if config.devices.backend == "staged":
         return "torch.distributed.pipelining sends device tensors directly; it cannot run on backend staged"
+    return torch_refusal(torch_schedule_name(name) or "", schedule.num_ranks, schedule.num_stages,
+                         schedule.num_microbatches)
+
+
+def torch_refusal(class_name: str, num_ranks: int, num_stages: int, num_microbatches: int) -> str | None:
+    """Why torch's own schedule class refuses these sizes (its constructor's message), or None when it builds.
+
+    torch's rules are asked, not copied: the class is constructed on mocked stages (as torch's own schedule
+    visualiser does), which runs every check its constructor makes and needs no process group. torch is
+    imported here, lazily, so the launcher module stays free of it until a reference run is asked for.
+    """
+    import logging
+    from unittest import mock
+
+    try:
+        from torch.distributed.pipelining import schedules as torch_schedules
+        from torch.distributed.pipelining.stage import PipelineStage
+    except ImportError as error:
+        return f"torch.distributed.pipelining cannot be imported ({error})"
+    schedule_class = getattr(torch_schedules, class_name, None)
+    if schedule_class is None:
+        return f"this torch has no {class_name}"
+    stage = mock.create_autospec(PipelineStage, instance=True)
+    stage.group_rank, stage.group_size, stage.num_stages, stage.submod = 0, num_ranks, num_stages, None
+    logger = logging.getLogger(torch_schedules.__name__)
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # the constructor logs "Using <class>" at info level
+    try:
+        if issubclass(schedule_class, torch_schedules.PipelineScheduleSingle):
+            schedule_class(stage, num_microbatches)
+        else:
+            schedule_class([stage] * max(1, num_stages // num_ranks), num_microbatches)
+    except (ValueError, AssertionError, RuntimeError, ZeroDivisionError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return (f"torch's {class_name} refuses {num_ranks} ranks x {num_microbatches} microbatches: "
+                f"{' '.join(first.split())}")
+    finally:
+        logger.setLevel(level)
     return None
 
 

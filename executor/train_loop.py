@@ -140,6 +140,9 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
     applied = offsets[:ranks] if multi_node else [0.0] * ranks
     meta = {"clock_offsets_ms": offsets, "clock_offsets_applied": multi_node,
             "clock": "cuda events" if r.choice.device.type == "cuda" else "perf_counter"}
+    if r.overlap_groups:  # run back to back: one device stream cannot overlap them
+        meta["overlap_groups"] = r.overlap_groups
+        meta["overlap"] = "members run back to back (no overlap on this device)"
     timeline, step_times = assemble_measured(ranks, r.schedule.name, measured, applied, meta)
     cuda = r.choice.device.type == "cuda"
     loss_rank = r.schedule.stage_to_rank[r.schedule.num_stages - 1]

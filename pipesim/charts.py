@@ -26,7 +26,15 @@ import plotly.graph_objects as go
 from pipesim.cost import CostModel
 from pipesim.ir import Action, ActionKind
 from pipesim.overlay import align_step, pick_step, prediction_error
-from pipesim.timeline import Span, Timeline, idle_intervals, makespan, memory_over_time, stash_counts
+from pipesim.timeline import (
+    COLLECTIVE_KINDS,
+    Span,
+    Timeline,
+    idle_intervals,
+    makespan,
+    memory_over_time,
+    stash_counts,
+)
 
 KIND_COLORS = MappingProxyType({"F": "#4C78A8", "B": "#D62728", "I": "#FF9F1C", "W": "#2CA02C"})
 KIND_NAMES = MappingProxyType(
@@ -34,6 +42,7 @@ KIND_NAMES = MappingProxyType(
 )
 IDLE_COLOR = "#E6E6E6"
 COMM_COLOR = "#6B6B6B"
+COLLECTIVE_COLOR = "#B07AA1"  # torch's REDUCE_GRAD / UNSHARD / RESHARD on a rank's own row
 CRITICAL_COLOR = "#111111"
 CYCLE_COLOR = "#FF0000"
 RANK_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D")
@@ -164,8 +173,12 @@ def gantt_figure(tl: Timeline, *, title: str = "", critical_path: list[Action] |
     for kind, spans in _by_kind(tl.spans).items():
         if spans:
             traces.append(_span_bars(spans, _rows(spans), kind, KIND_NAMES[kind], show_text=show_text))
-    if tl.comm:
-        traces.append(_comm_bars(tl))
+    transfers = [c for c in tl.comm if c.kind not in COLLECTIVE_KINDS]
+    collectives = [c for c in tl.comm if c.kind in COLLECTIVE_KINDS]
+    if transfers:
+        traces.append(_comm_bars(transfers))
+    if collectives:
+        traces.append(_collective_bars(collectives))
     if critical_path:
         traces.append(_critical_bars(tl, critical_path))
     headline = ""
@@ -183,9 +196,20 @@ def _comm_peer(kind: str, peer: int) -> str:
     return f"{'to' if kind == 'send' else 'from'} rank {peer}"
 
 
-def _comm_bars(tl: Timeline) -> go.Bar:
+def _collective_bars(collectives: list) -> go.Bar:
+    """torch's per-stage collectives (REDUCE_GRAD, UNSHARD, RESHARD): time on the rank's own row."""
+    return go.Bar(
+        name="collective", orientation="h",
+        y=[c.rank for c in collectives], x=[c.end - c.start for c in collectives],
+        base=[c.start for c in collectives], width=0.5,
+        marker={"color": COLLECTIVE_COLOR, "line": {"width": 0}},
+        customdata=[[str(c.action)] for c in collectives],
+        hovertemplate="%{customdata[0]}<br>from %{base:.3f} ms for %{x:.3f} ms<extra>collective</extra>",
+    )
+
+
+def _comm_bars(comm: list) -> go.Bar:
     """Measured time blocked on sends/receives: a thin strip along the bottom of each rank's row."""
-    comm = tl.comm
     return go.Bar(
         name="blocked on transfer", orientation="h",
         y=_column((c.rank + 0.32 for c in comm), len(comm)),

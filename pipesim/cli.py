@@ -6,6 +6,8 @@ Usage:
   python -m pipesim simulate --schedule interleaved-1f1b --ranks 4 --microbatches 8 --virtual-stages 2 \\
       --f 1.0 --b 2.0 --w 1.0 --comm 0.1 --json tl.json --csv sched.csv --trace trace.json --html gantt.html
   python -m pipesim simulate --csv-in my_schedule.csv --cost cost.json --png gantt.png
+  python -m pipesim simulate --csv-in torch_dump.csv --overlap-factor 0.7 --data-parallel 8 --dp-bandwidth 50 \
+      --csv comms.csv --csv-format compute_comms
   python -m pipesim compare --schedules 1f1b,zb-h1,zbv --ranks 4 --microbatches 8 --json rows.json --html cmp.html
   python -m pipesim balance --layer-ms 1,4,4,4,4,6 --stages 2          (see pipesim/cli_plan.py)
   python -m pipesim plan --layers 24 --devices 8 --memory-cap 80GiB --global-batch 64 --json plan.json
@@ -16,10 +18,18 @@ Times are milliseconds per stage and microbatch (per chunk when a rank holds sev
 stages); give one number for every stage or a comma-separated list, one per stage.
 `--b` is the full backward, `--w` its weight-gradient part (so I = B - W; without
 --w, half of B). `--comm` is the time of one cross-rank transfer. `--cost FILE` reads
-a pipesim cost file instead (e.g. from an executor profile run).
+a pipesim cost file instead (e.g. from an executor profile run). `--overlap-factor`
+prices torch's overlapped forward-backward pairs (pair = factor x (F + B)); `--data-parallel`,
+`--sharded`, `--dp-latency` and `--dp-bandwidth` price REDUCE_GRAD and UNSHARD (ring
+all-reduce / all-gather of each stage's parameter bytes; zero with one replica).
+
+`--csv-in` reads torch's CSV in either of its formats (compute_only, or compute_comms with
+every send and receive; detected, or named with --csv-in-format); stated transfers set when
+each message leaves its rank.
 
 Outputs: --json the timeline document with a metrics summary, --csv the schedule in
-torch.distributed.pipelining's compute_only CSV format, --trace a Chrome trace
+torch.distributed.pipelining's CSV format (--csv-format compute_only or compute_comms;
+by default the form the schedule has), --trace a Chrome trace
 (open in https://ui.perfetto.dev), --html/--png/--svg/--pdf the Gantt chart
 (images need Chromium). Bad arguments print one line on stderr and exit with 2.
 
@@ -33,6 +43,7 @@ into one Chrome trace.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from collections.abc import Sequence
@@ -42,8 +53,9 @@ from types import MappingProxyType
 
 from pipesim import cli_plan
 from pipesim.chrome_trace import save_chrome_trace
+from pipesim.collectives import CollectiveCost
 from pipesim.compare import compare_schedules, format_table
-from pipesim.cost import CostModel, cost_from_times
+from pipesim.cost import CostModel, LinkCost, cost_from_times
 from pipesim.cost_file import cost_to_dict, load_cost
 from pipesim.export import ExportUnavailable, export_figures
 from pipesim.formats import (
@@ -59,6 +71,8 @@ from pipesim.ir import Schedule
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.simulate import simulate
 from pipesim.timeline import Metrics, Timeline, compute_metrics, makespan
+from pipesim.torch_csv import CSV_FORMATS
+from pipesim.torch_order import with_collectives
 from pipesim.validate import validate
 
 USAGE_ERROR = 2
@@ -122,6 +136,17 @@ def _add_cost_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--comm", type=_ms_list, metavar="T", help="cross-rank transfer time (default 0)")
     group.add_argument("--cost", type=Path, metavar="FILE", help="pipesim cost file instead of --f/--b/--w/--comm")
     group.add_argument("--recompute", action="store_true", help="recompute activations in the backward")
+    group.add_argument("--overlap-factor", type=float, metavar="X",
+                       help="an OVERLAP_F_B pair takes X x (F + B), 0 < X <= 1 (default 1: no overlap)")
+    group.add_argument("--data-parallel", type=_positive_int, metavar="D",
+                       help="D replicas of the pipeline: each stage's gradients ring all-reduced across them, after "
+                            "its last backward as pipesim's executor does (pipesim.data_parallel), or where the "
+                            "schedule states REDUCE_GRAD (default 1: none)")
+    group.add_argument("--sharded", action="store_true",
+                       help="FSDP: parameters sharded across the replicas (torch's UNSHARD all-gathers, REDUCE_GRAD "
+                            "reduce-scatters)")
+    group.add_argument("--dp-latency", type=float, metavar="MS", help="ring latency per step (default 0)")
+    group.add_argument("--dp-bandwidth", type=float, metavar="GB/S", help="ring bandwidth (default unlimited)")
 
 
 def _add_figure_args(parser: argparse.ArgumentParser, what: str) -> None:
@@ -138,10 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim = commands.add_parser("simulate", allow_abbrev=False, help="simulate one schedule and write its timeline")
     source = sim.add_mutually_exclusive_group(required=True)
     source.add_argument("--schedule", metavar="NAME", help="registered schedule (see `list`)")
-    source.add_argument("--csv-in", type=Path, metavar="FILE", help="custom schedule in compute_only CSV format")
+    source.add_argument("--csv-in", type=Path, metavar="FILE", help="torch's schedule CSV (either format)")
     sim.add_argument("--ranks", type=_positive_int, metavar="P")
     sim.add_argument("--microbatches", type=_positive_int, metavar="M")
     sim.add_argument("--virtual-stages", type=_positive_int, metavar="V", help="stages per rank (interleaved)")
+    sim.add_argument("--csv-in-format", choices=CSV_FORMATS, default="auto",
+                     help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)")
     _add_cost_args(sim)
     steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.steady_state)")
     steps.add_argument("--overhead", type=_ms_list, metavar="T",
@@ -150,20 +177,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="gap before each action a rank starts (one value or per rank; default 0)")
     steps.add_argument("--shared-cores", type=_positive_int, metavar="N",
                        help="the ranks share N cores (CPU ranks on one machine): at most N compute at full speed")
-    steps.add_argument("--data-parallel", type=_positive_int, metavar="D",
-                       help="D replicas of the pipeline: each stage's gradients ring all-reduced after its last "
-                            "backward (pipesim.data_parallel), with --grad-bytes, --dp-latency, --dp-bandwidth")
     steps.add_argument("--grad-bytes", type=_ms_list, metavar="BYTES",
-                       help="gradient bytes per stage for the all-reduce (one value or one per stage)")
-    steps.add_argument("--dp-latency", type=float, metavar="MS", help="all-reduce link latency (default 0)")
-    steps.add_argument("--dp-bandwidth", type=float, metavar="GBPS", help="all-reduce link bandwidth, GB/s")
+                       help="with --data-parallel: gradient bytes per stage (one value or per stage)")
     steps.add_argument("--steps", type=_positive_int, default=1, metavar="N", help="simulate N steps in a row")
     steps.add_argument("--no-barrier", action="store_true",
                        help="with --steps: a rank starts the next step when its own optimizer is done (default: "
                             "every rank waits for the last, as pipesim's executor does)")
     outputs = sim.add_argument_group("outputs")
     outputs.add_argument("--json", type=Path, metavar="OUT", help="timeline document with a metrics summary")
-    outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as compute_only CSV")
+    outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as torch's CSV")
+    outputs.add_argument("--csv-format", choices=CSV_FORMATS, default="auto",
+                         help="format of --csv: compute_only, or compute_comms with torch's sends, receives "
+                              "and collectives (default: auto, the form the schedule has)")
     outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto)")
     _add_figure_args(outputs, "Gantt chart")
 
@@ -206,7 +231,23 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
         except ValueError as error:
             raise UsageError(str(error).replace("forward_ms", "--f").replace("backward_ms", "--b")
                              .replace("weight_ms", "--w")) from None
-    return cost.with_recompute(True) if args.recompute else cost
+    cost = cost.with_recompute(True) if args.recompute else cost
+    extras: dict = {}
+    if args.overlap_factor is not None:
+        extras["overlap_factor"] = args.overlap_factor
+    if args.data_parallel is not None or args.sharded or args.dp_bandwidth is not None or args.dp_latency is not None:
+        # One data-parallel group, priced two ways from the same link: torch's stated collectives
+        # (CollectiveCost) and the executor's bucketed all-reduce after each stage's last backward (data_parallel).
+        latency = cost.dp_link.latency_ms if args.dp_latency is None else args.dp_latency
+        bandwidth = cost.dp_link.bandwidth_gbps if args.dp_bandwidth is None else args.dp_bandwidth
+        replicas = args.data_parallel or cost.data_parallel
+        try:
+            extras["dp_link"] = LinkCost(latency_ms=latency, bandwidth_gbps=bandwidth)
+            extras["collectives"] = CollectiveCost(replicas, args.sharded, latency, bandwidth)
+        except ValueError as error:
+            raise UsageError(f"--dp-latency / --dp-bandwidth: {error}") from None
+        extras["data_parallel"] = replicas
+    return dataclasses.replace(cost, **extras) if extras else cost
 
 
 def schedule_from_args(args: argparse.Namespace) -> Schedule:
@@ -216,7 +257,7 @@ def schedule_from_args(args: argparse.Namespace) -> Schedule:
                 "--csv-in takes ranks, microbatches and stages from the CSV: "
                 "drop --ranks, --microbatches and --virtual-stages"
             )
-        return schedule_from_csv(args.csv_in.read_text(), name=args.csv_in.stem)
+        return schedule_from_csv(args.csv_in.read_text(), name=args.csv_in.stem, csv_format=args.csv_in_format)
     if args.ranks is None or args.microbatches is None:
         raise UsageError("--schedule needs --ranks and --microbatches")
     options = {} if args.virtual_stages is None else {"num_virtual_stages": args.virtual_stages}
@@ -289,20 +330,8 @@ def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) 
 
 
 def _with_data_parallel(cost: CostModel, args: argparse.Namespace) -> CostModel:
-    """--data-parallel, --grad-bytes, --dp-latency and --dp-bandwidth onto the cost model."""
-    from pipesim.cost import LinkCost
-
+    """--grad-bytes onto the cost model (the data-parallel group itself comes from `cost_from_args`)."""
     changes: dict = {}
-    if args.data_parallel is not None:
-        changes["data_parallel"] = args.data_parallel
-    if args.dp_latency is not None or args.dp_bandwidth is not None:
-        try:
-            changes["dp_link"] = LinkCost(latency_ms=cost.dp_link.latency_ms if args.dp_latency is None
-                                          else args.dp_latency,
-                                          bandwidth_gbps=cost.dp_link.bandwidth_gbps if args.dp_bandwidth is None
-                                          else args.dp_bandwidth)
-        except ValueError as error:
-            raise UsageError(f"--dp-latency / --dp-bandwidth: {error}") from None
     if args.grad_bytes is not None:
         values, stages = list(args.grad_bytes), cost.stages
         if len(values) > 1 and len(stages) == 1:  # a uniform model, per-stage gradients: one entry per stage
@@ -340,7 +369,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     schedule = schedule_from_args(args)
     cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
     validate(schedule)
-    timeline = simulate(schedule, cost)
+    # Sharded parameters: torch's UNSHARD / REDUCE_GRAD placed as torch places them. Replicated: the gradient
+    # all-reduce is priced after each stage's last backward, as the executor runs it (pipesim.data_parallel),
+    # unless the schedule states its REDUCE_GRAD (then that is the price, once).
+    timeline = simulate(with_collectives(schedule, cost) if args.sharded else schedule, cost)
     metrics = compute_metrics(timeline, cost)
     written = _write_simulation_files(args, schedule, cost, timeline, metrics)
     print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
@@ -363,7 +395,7 @@ def _write_simulation_files(
         save_timeline(timeline, args.json, summary)
         written.append(str(args.json))
     if args.csv is not None:
-        write_file(schedule_to_csv(schedule), args.csv)  # CSV whatever the file's suffix
+        write_file(schedule_to_csv(schedule, args.csv_format), args.csv)  # CSV whatever the file's suffix
         written.append(str(args.csv))
     if args.trace is not None:
         save_chrome_trace(timeline, args.trace)

@@ -1,4 +1,5 @@
-"""What collectives cost, from a link's latency and bandwidth: all-reduce, all-gather, reduce-scatter.
+"""What collectives cost, from a link's latency and bandwidth: all-reduce, all-gather, reduce-scatter; and
+torch's per-stage collectives (REDUCE_GRAD, UNSHARD, RESHARD) priced with them (`CollectiveCost`).
 
 The ring algorithms (what gloo and NCCL use for large messages), over `p` participants joined by links of
 latency `a` (ms) and bandwidth `bw` (GB/s), for a message of `n` bytes:
@@ -15,14 +16,24 @@ Bucketing (what DDP does: gradients are reduced in buckets of at most `bucket_by
 pays the latency once per bucket. `fit_ring_link` turns two timed all-reduces (a tiny and a real-sized one)
 back into the link that explains them, as executor.profile measures it.
 
+torch's per-stage collectives, on a stage's `param_bytes`: REDUCE_GRAD is an all-reduce (a reduce-scatter when
+the parameters are sharded, FSDP), UNSHARD an all-gather when sharded; nothing is moved with one replica, for
+UNSHARD when nothing is sharded, and for RESHARD always. Transfers between pipeline stages (SEND/RECV) are the
+links' business (`pipesim.cost.LinkCost`), not this module's.
+
 Pure functions; times in ms, sizes in bytes, bandwidth in GB/s (10^9 bytes/s), as everywhere in pipesim.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pipesim.cost import LinkCost
+from pipesim.ir import CommKind
+
+if TYPE_CHECKING:  # pipesim.cost imports this module: LinkCost is only needed at run time, inside functions
+    from pipesim.cost import LinkCost
 
 # DDP's default bucket cap (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25).
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
@@ -82,6 +93,8 @@ def fit_ring_link(small_bytes: float, small_ms: float, large_bytes: float, large
     Inverts allreduce_ms through the two points; the large size's time is reproduced exactly. Where the
     larger message was not slower (noise, or sizes too close), the link is latency only.
     """
+    from pipesim.cost import LinkCost
+
     if participants < 2:
         return LinkCost()
     steps = 2 * (participants - 1)
@@ -92,3 +105,39 @@ def fit_ring_link(small_bytes: float, small_ms: float, large_bytes: float, large
     bandwidth = extra / ((large_ms - small_ms) * 1e-3) / 1e9
     latency = (small_ms - small_bytes * fraction / (bandwidth * 1e9) * 1e3) / steps
     return LinkCost(latency_ms=max(latency, 0.0), bandwidth_gbps=bandwidth)
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    """The data-parallel group a pipeline stage's torch collectives run in.
+
+    `data_parallel` replicas of every stage, joined by a ring of `latency_ms` per step and `bandwidth_gbps`
+    (10^9 bytes/s); `sharded` is FSDP (parameters sharded across the replicas).
+    """
+
+    data_parallel: int = 1
+    sharded: bool = False
+    latency_ms: float = 0.0
+    bandwidth_gbps: float = math.inf
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
+            raise ValueError(f"data_parallel must be a whole number >= 1, got {self.data_parallel!r}")
+        if not (isinstance(self.latency_ms, (int, float)) and math.isfinite(self.latency_ms) and self.latency_ms >= 0):
+            raise ValueError(f"collective latency_ms must be a finite number >= 0, got {self.latency_ms!r}")
+        if not (isinstance(self.bandwidth_gbps, (int, float)) and self.bandwidth_gbps > 0):
+            raise ValueError(f"collective bandwidth_gbps must be > 0, got {self.bandwidth_gbps!r}")
+
+    def time_ms(self, kind: CommKind, param_bytes: float) -> float:
+        """Time of one collective of `kind` over a stage holding `param_bytes` of parameters (the ring formulas
+        above)."""
+        from pipesim.cost import LinkCost
+
+        d, link = self.data_parallel, LinkCost(latency_ms=self.latency_ms, bandwidth_gbps=self.bandwidth_gbps)
+        if d == 1 or kind is CommKind.RESHARD:
+            return 0.0
+        if kind is CommKind.UNSHARD:
+            return allgather_ms(param_bytes, d, link) if self.sharded else 0.0
+        if kind is CommKind.REDUCE_GRAD:
+            return reduce_scatter_ms(param_bytes, d, link) if self.sharded else allreduce_ms(param_bytes, d, link)
+        return 0.0  # sends and receives: priced per stage boundary by the links

@@ -20,6 +20,7 @@ from pipesim.cost import CostModel
 from pipesim.schedules import build_schedule, options_for
 from pipesim.simulate import simulate
 from pipesim.timeline import compute_metrics
+from pipesim.torch_order import with_collectives
 from pipesim.units import format_bytes
 
 
@@ -47,7 +48,7 @@ def compare_one(name: str, num_ranks: int, num_microbatches: int, cost: CostMode
         schedule = build_schedule(name, num_ranks, num_microbatches, **options)
         cost = cost.for_stages(schedule.num_stages, num_ranks)
         cost.check_fits(schedule)
-        timeline = simulate(schedule, cost)
+        timeline = simulate(with_collectives(schedule, cost), cost)
     except ValueError as error:  # includes ScheduleError and DeadlockError
         return ComparisonRow(schedule=name, error=str(error))
     metrics = compute_metrics(timeline, cost)

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from pipesim.ir import ActionKind, Schedule
+from pipesim.collectives import CollectiveCost
+from pipesim.ir import ActionKind, CommKind, Schedule
 
 if TYPE_CHECKING:  # a cost model remembers the description it came from; the description builds cost models
     from pipesim.model_description import ModelDescription
@@ -116,6 +117,9 @@ class CostModel:
     `description` is the model description the costs were computed from, so
     that `for_stages` can re-cut it layer by layer. `meta` holds provenance
     only (what was measured, where); nothing reads it to compute.
+    `overlap_factor` prices torch's overlapped forward-backward pairs (OVERLAP_F_B): a pair takes
+    overlap_factor x (F + B), 1 meaning no overlap at all. `collectives` prices REDUCE_GRAD, UNSHARD and
+    RESHARD (`pipesim.collectives`; zero without data parallelism).
     """
 
     stages: tuple[StageCost, ...]
@@ -129,8 +133,13 @@ class CostModel:
     data_parallel: int = 1
     dp_link: LinkCost = field(default_factory=LinkCost)
     meta: dict = field(default_factory=dict, compare=False)
+    overlap_factor: float = 1.0
+    collectives: CollectiveCost = CollectiveCost()
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.overlap_factor, (int, float)) and 0 < self.overlap_factor <= 1):
+            raise ValueError(f"overlap_factor must lie in (0, 1] (1: a pair takes F + B, no overlap), "
+                             f"got {self.overlap_factor!r}")
         if not self.stages:
             raise ValueError("a cost model needs at least one stage cost")
         if not self.links:
@@ -275,6 +284,10 @@ class CostModel:
         if kind is ActionKind.BACKWARD_INPUT:
             return cost.i_ms + extra
         return cost.w_ms
+
+    def collective_ms(self, stage: int, kind: CommKind) -> float:
+        """Time of torch's per-stage collective `kind` (REDUCE_GRAD, UNSHARD, RESHARD) on `stage`."""
+        return self.collectives.time_ms(kind, self.stage(stage).param_bytes)
 
     def transfer_ms(self, src_stage: int, dst_stage: int) -> float:
         """Time to move an activation (or its gradient) between two adjacent stages."""

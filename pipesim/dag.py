@@ -11,7 +11,10 @@ Two representations, for two jobs:
 
 Data edges are the producers of `pipesim.lower` (the one statement of what
 an action needs). Order edges join consecutive actions of a rank. A cycle is
-a deadlock.
+a deadlock. Where a schedule states its transfers (torch's compute_comms
+order), a cross-rank edge starts at the sender's last action before the
+SEND (`pipesim.lower.send_gates`), and an overlapped group waits for every
+member's inputs before it starts (`Dependencies.joined`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import networkx as nx
 
 from pipesim._perf import paused_gc
 from pipesim.ir import Action, Schedule
-from pipesim.lower import producer_ids, producers_of
+from pipesim.lower import overlap_groups, produced_message, producer_ids, producers_of, send_gates
 from pipesim.validate import ScheduleError
 
 if TYPE_CHECKING:  # a cost only labels the figure's nodes and edges; a timeline only places them
@@ -48,6 +51,8 @@ class Dependencies:
     offsets: list[int]
     index: dict[Action, int]
     deps: list[tuple[int, ...]]
+    joined: dict[int, tuple[int, ...]] | None = None  # an overlapped group's first id -> its other members' ids
+    sends: dict[tuple[int, int], str] | None = None  # (consumer id, gate id) -> the SEND the consumer waits for
 
     @property
     def num_ranks(self) -> int:
@@ -57,12 +62,15 @@ class Dependencies:
 class DeadlockError(ScheduleError):
     """The schedule's dependency graph has a cycle: some ranks wait on each other forever."""
 
-    def __init__(self, cycle: list[Action], waits: list[tuple[int, Action, Action, int]]) -> None:
+    def __init__(self, cycle: list[Action], waits: list[tuple[int, Action, Action, int]],
+                 sends: dict[tuple[Action, Action], str] | None = None) -> None:
         self.cycle = cycle
         self.waits = waits  # (rank, its stuck action, the action it waits for, that action's rank)
         rank, head, _, _ = waits[0]
+        sends = sends or {}  # (stuck action, awaited action) -> the SEND placed after the awaited action
         said = "; ".join(
-            f"rank {r} waits at {h} for {d} "
+            f"rank {r} waits at {h} for "
+            + (f"{sends[h, d]} (placed after {d}) " if (h, d) in sends else f"{d} ")
             + ("later in its own list" if dr == r else f"on rank {dr}")
             for r, h, d, dr in waits
         )
@@ -89,7 +97,38 @@ def dependencies(schedule: Schedule) -> Dependencies:
     if any(map((-1).__eq__, chain.from_iterable(deps))):
         missing = next(a for a, ds in zip(actions, deps, strict=True) if -1 in ds)
         _raise_missing(missing, index, ranks, offsets, schedule.num_stages)
-    return Dependencies(actions, ranks, offsets, index, deps)
+    gates = send_gates(schedule)
+    sends: dict[tuple[int, int], str] | None = None
+    if gates is not None:
+        sends = {}
+        deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages, sends)
+    groups = overlap_groups(schedule)
+    joined = {index[group[0]]: tuple(index[a] for a in group[1:]) for group in groups} if groups else None
+    return Dependencies(actions, ranks, offsets, index, deps, joined, sends)
+
+
+def _gated(deps: list[tuple[int, ...]], actions: list[Action], ranks: list[int], offsets: list[int],
+           index: dict[Action, int], gates: dict, num_stages: int, sends: dict) -> list[tuple[int, ...]]:
+    """Cross-rank producers replaced by the sender's last action before the message's SEND (recorded in
+    `sends` where that is not the producer itself, so a deadlock can name the SEND)."""
+    gated = []
+    for i, producers in enumerate(deps):
+        row = []
+        for d in producers:
+            if ranks[d] != ranks[i]:
+                message = produced_message(actions[d], num_stages)
+                gate = gates.get(message, -1)
+                if gate is None or gate == -1:
+                    rank = ranks[d]
+                    detail = (f"{actions[d]}'s output reaches {actions[i]} on rank {ranks[i]}, but rank {rank} "
+                              + ("has no SEND for it" if gate == -1 else "sends it before computing anything"))
+                    raise ScheduleError("missing send", detail, rank, d - offsets[rank], actions[d])
+                if gate != actions[d]:
+                    sends[(i, index[gate])] = _send_text(actions[d], num_stages)
+                d = index[gate]
+            row.append(d)
+        gated.append(tuple(row))
+    return gated
 
 
 def _check_ranges(schedule: Schedule, actions: list[Action], ranks: list[int], offsets: list[int]) -> None:
@@ -130,6 +169,12 @@ def _raise_missing(
     rank = ranks[i]
     detail = f"{action} needs {what}, which no rank runs"
     raise ScheduleError("missing dependency", detail, rank, i - offsets[rank], action)
+
+
+def _send_text(producer: Action, num_stages: int) -> str:
+    """The SEND that moves `producer`'s output, in torch's text form (2SEND_F0, 3SEND_B1)."""
+    message = produced_message(producer, num_stages)
+    return f"{producer.stage}SEND_{'F' if message.what == 'act' else 'B'}{producer.microbatch}"
 
 
 @paused_gc()

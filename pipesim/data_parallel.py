@@ -57,7 +57,8 @@ def grad_sync(timeline: Timeline, cost: CostModel) -> GradSync:
     ends = [-math.inf] * timeline.num_ranks
     for span in timeline.spans:
         ends[span.rank] = max(ends[span.rank], span.end)
-    if cost.data_parallel < 2:
+    if cost.data_parallel < 2 or any(c.kind == "reduce_grad" for c in timeline.comm):
+        # none, or the schedule states torch's REDUCE_GRAD, which the simulation priced where it stands
         return GradSync((), (0.0,) * timeline.num_ranks)
     free = [-math.inf] * timeline.num_ranks  # when each rank's previous all-reduce is done
     spans = []

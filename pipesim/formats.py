@@ -6,17 +6,17 @@ file it does not understand with a clear message instead of a KeyError.
 
 from __future__ import annotations
 
-import csv
-import io
+import dataclasses
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipesim.ir import Action, Schedule, make_schedule
-from pipesim.limits import MAX_MICROBATCHES, MAX_STAGES, check_sizes
+from pipesim.ir import Action, Overlap, Schedule, make_schedule, parse_entry
+from pipesim.limits import check_sizes
 from pipesim.timeline import CommSpan, Span, Timeline
+from pipesim.torch_csv import CsvError, schedule_from_csv, schedule_to_csv  # noqa: F401 - the CSV's home; re-exported
 
 SCHEDULE_FORMAT = "pipesim.schedule"
 TIMELINE_FORMAT = "pipesim.timeline"
@@ -43,6 +43,8 @@ def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
         "stage_to_rank": list(schedule.stage_to_rank),
         "params": schedule.params,
         "actions": schedule.text_rows(),
+        **({} if schedule.order is None else {"order": [["" if e is None else str(e) for e in row]
+                                                        for row in schedule.order]}),
     }
 
 
@@ -71,7 +73,18 @@ def schedule_from_dict(data: Any) -> Schedule:
         if not all(isinstance(text, str) for text in row):
             raise ValueError(f"schedule file: actions of rank {rank} must be texts such as '2F0'")
         rows.append([Action.parse(text) for text in row])
-    return make_schedule(name, data["num_ranks"], data["num_microbatches"], placement, rows, **params)
+    schedule = make_schedule(name, data["num_ranks"], data["num_microbatches"], placement, rows, **params)
+    order = data.get("order")
+    if order is None:
+        return schedule
+    if not isinstance(order, list) or not all(isinstance(row, list) and all(isinstance(t, str) for t in row)
+                                              for row in order):
+        raise ValueError("schedule file: order must be a list with one list of action texts per rank")
+    check_sizes(num_actions=sum(len(row) for row in order))
+    try:  # the full order must hold exactly the action lists' compute actions (Schedule checks it)
+        return dataclasses.replace(schedule, order=tuple(tuple(parse_entry(t) for t in row) for row in order))
+    except ValueError as error:
+        raise ValueError(f"schedule file: order: {error}") from None
 
 
 def timeline_to_dict(timeline: Timeline, summary: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -98,6 +111,14 @@ def timeline_to_dict(timeline: Timeline, summary: dict[str, Any] | None = None) 
     return data
 
 
+def _comm_action(text: Any) -> Any:
+    """A transfer names the compute action it moves for; a collective is torch's own action (0REDUCE_GRAD)."""
+    entry = parse_entry(str(text))
+    if entry is None or isinstance(entry, Overlap):
+        raise ValueError(f"timeline file: a comm span's action {text!r} is not an action")
+    return entry
+
+
 def timeline_from_dict(data: dict[str, Any]) -> Timeline:
     _check_header(data, TIMELINE_FORMAT)
     try:
@@ -106,7 +127,7 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
             for s in data["spans"]
         )
         comm = tuple(
-            CommSpan(int(c["rank"]), str(c["kind"]), int(c["peer"]), Action.parse(c["action"]),
+            CommSpan(int(c["rank"]), str(c["kind"]), int(c["peer"]), _comm_action(c["action"]),
                      float(c["start"]), float(c["end"]), int(c.get("step", 0)))
             for c in data.get("comm") or []
         )
@@ -181,16 +202,17 @@ def read_json(path: str | Path) -> Any:
 
 
 def save_schedule(schedule: Schedule, path: str | Path) -> None:
-    """Write a schedule: CSV (torch compute_only) when the name ends in .csv, else the JSON document."""
+    """Write a schedule: torch's CSV when the name ends in .csv (compute_comms when the schedule states its
+    transfers, else compute_only), else the JSON document."""
     target = Path(path)
     if target.suffix.lower() == ".csv":
-        write_file(schedule_to_csv(schedule), target)
+        write_file(schedule_to_csv(schedule, "auto"), target)
     else:
         write_json(schedule_to_dict(schedule), target)
 
 
 def load_schedule(path: str | Path) -> Schedule:
-    """Read a schedule file: pipesim's JSON (`.json`), else torch's compute_only CSV (named after the file)."""
+    """Read a schedule file: pipesim's JSON (`.json`), else torch's CSV, either format (named after the file)."""
     source = Path(path)
     if source.suffix.lower() == ".json":
         return schedule_from_dict(read_json(source))
@@ -205,110 +227,3 @@ def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] 
     write_json(timeline_to_dict(timeline, summary), path)
 
 
-# --- CSV: torch.distributed.pipelining's compute_only format -----------------------
-#
-# One row per rank, one cell per action in that rank's order, the cell text being the
-# action's text form (`2F0`, `1B3`, `0I2`, `0W2`); an empty cell is an idle slot. This is
-# what `_PipelineScheduleRuntime._dump_csv(..., format="compute_only")` writes (csv.writer
-# over `pipeline_order`, None -> empty cell) and what `_load_csv` reads back.
-
-_CSV_VALID_FORMS = "<stage><kind><microbatch> such as 2F0, 1B3, 0I2 or 0W2 (kind F, B, I or W); an empty cell is idle"
-_COMM_WORDS = ("UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F", "RECV_F", "SEND_B", "RECV_B")
-
-
-class CsvError(ValueError):
-    """A CSV schedule that cannot be read: `row` is the rank (0-based), `column` the cell index.
-
-    Either may be None when the problem is not tied to one cell (no actions at all, a
-    stage number that never appears).
-    """
-
-    def __init__(self, message: str, row: int | None = None, column: int | None = None) -> None:
-        where = ""
-        if row is not None:
-            where = f"row {row + 1} (rank {row})" + ("" if column is None else f", cell {column + 1}") + ": "
-        super().__init__(where + message)
-        self.row = row
-        self.column = column
-
-
-def schedule_to_csv(schedule: Schedule) -> str:
-    """The schedule in torch's compute_only CSV format (rows end in CRLF like csv.writer's)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    for row in schedule.text_rows():
-        writer.writerow(row)
-    return buffer.getvalue()
-
-
-def _parse_cell(text: str, row: int, column: int) -> Action:
-    try:
-        return Action.parse(text)
-    except ValueError:
-        pass
-    cell = text.strip()
-    if "OVERLAP_F_B" in cell:
-        raise CsvError(
-            f"{cell!r} is torch's fused OVERLAP_F_B action, which pipesim does not model: write its "
-            f"sub-actions as separate cells ({_CSV_VALID_FORMS})",
-            row,
-            column,
-        )
-    if cell.lstrip("0123456789").rstrip("0123456789") in _COMM_WORDS:
-        raise CsvError(
-            f"{cell!r} is a communication action; the compute_only format holds only "
-            f"compute actions: {_CSV_VALID_FORMS}",
-            row,
-            column,
-        )
-    shown = cell if len(cell) <= 24 else cell[:24] + "..."
-    raise CsvError(f"cannot parse {shown!r}: expected {_CSV_VALID_FORMS}", row, column)
-
-
-def schedule_from_csv(text: str, name: str = "custom") -> Schedule:
-    """Read a compute_only CSV; placement is inferred from where each stage's actions appear.
-
-    The number of ranks is the number of rows, the number of stages the highest stage
-    number plus one and the number of microbatches the highest microbatch plus one.
-    Structural checks (every F has its backward, ...) are left to `pipesim.validate`.
-    """
-    rows = list(csv.reader(io.StringIO(text)))
-    while rows and not any(cell.strip() for cell in rows[-1]):
-        rows.pop()  # trailing blank lines are not ranks (an interior blank row is an idle rank, as in torch's files)
-    if not rows:
-        raise CsvError("the CSV is empty: expected one row of actions per rank")
-    check_sizes(num_ranks=len(rows), num_actions=sum(len(cells) for cells in rows))
-    actions: list[list[Action]] = []
-    placement: dict[int, tuple[int, int]] = {}  # stage -> (rank, cell) where first seen
-    for rank, cells in enumerate(rows):
-        rank_actions = []
-        for column, cell in enumerate(cells):
-            if not cell.strip():
-                continue  # idle slot
-            action = _parse_cell(cell, rank, column)
-            if action.stage >= MAX_STAGES or action.microbatch >= MAX_MICROBATCHES:
-                raise CsvError(f"{cell.strip()}: stages are limited to {MAX_STAGES:,} and microbatches to "
-                               f"{MAX_MICROBATCHES:,} (pipesim/limits.py)", rank, column)
-            first = placement.setdefault(action.stage, (rank, column))
-            if first[0] != rank:
-                raise CsvError(
-                    f"stage {action.stage} ({cell.strip()}) appears on rank {rank}, but also on rank {first[0]} "
-                    f"(cell {first[1] + 1}): a stage lives on exactly one rank",
-                    rank,
-                    column,
-                )
-            rank_actions.append(action)
-        actions.append(rank_actions)
-    if not placement:
-        raise CsvError("the CSV holds no actions: expected cells such as 0F0")
-    num_stages = max(placement) + 1
-    missing = [stage for stage in range(num_stages) if stage not in placement]
-    if missing:
-        shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise CsvError(
-            f"stage(s) {shown} never appear, yet stage {num_stages - 1} does: "
-            f"stages must be numbered 0..{num_stages - 1} without gaps"
-        )
-    num_microbatches = 1 + max(a.microbatch for rank_actions in actions for a in rank_actions)
-    stage_to_rank = [placement[stage][0] for stage in range(num_stages)]
-    return make_schedule(name, len(rows), num_microbatches, stage_to_rank, actions, source="csv")

@@ -4,6 +4,12 @@ Every other part of pipesim and the executor reads a `Schedule`; nothing
 re-encodes a schedule as control flow. The text form of an action
 (`<stage><kind><microbatch>`, e.g. ``2F0``) is the same as
 torch.distributed.pipelining's `_Action`, so schedules move between the two.
+
+A schedule may also carry torch's full per-rank order (`Schedule.order`): the compute actions together
+with torch's other action kinds (`CommAction`: SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD,
+REDUCE_GRAD), overlapped groups (`Overlap`, torch's ``(0F3;3B1)OVERLAP_F_B``) and idle slots (None), so that
+a file torch wrote is written back cell for cell. `Schedule.actions` is always the compute actions alone,
+in the same order (an overlapped group's members in their written order).
 """
 
 from __future__ import annotations
@@ -33,6 +39,24 @@ B = ActionKind.BACKWARD
 I = ActionKind.BACKWARD_INPUT  # noqa: E741 - the field's own name for it
 W = ActionKind.BACKWARD_WEIGHT
 
+
+class CommKind(StrEnum):
+    """torch's action kinds that are not compute: transfers between ranks and per-stage collectives."""
+
+    SEND_F = "SEND_F"
+    RECV_F = "RECV_F"
+    SEND_B = "SEND_B"
+    RECV_B = "RECV_B"
+    UNSHARD = "UNSHARD"  # all-gather a sharded (FSDP) stage's parameters
+    RESHARD = "RESHARD"  # drop them again (frees memory, moves nothing)
+    REDUCE_GRAD = "REDUCE_GRAD"  # reduce the stage's gradients across data-parallel replicas, once per step
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TRANSFER_KINDS = frozenset({CommKind.SEND_F, CommKind.RECV_F, CommKind.SEND_B, CommKind.RECV_B})
+OVERLAP_WORD = "OVERLAP_F_B"
 _KIND_BY_LETTER = {kind.value: kind for kind in ActionKind}
 _ACTION_RE = re.compile(r"^\s*(\d{1,9})\s*([FBIW])\s*(\d{1,9})\s*$")  # 9 digits: far past every limit, never slow
 
@@ -65,6 +89,72 @@ class Action(NamedTuple):
         return cls(int(stage), _KIND_BY_LETTER[letter], int(microbatch))
 
 
+class CommAction(NamedTuple):
+    """A non-compute action of torch's: ``1SEND_F0``, ``3RECV_B2``, ``0UNSHARD``, ``0REDUCE_GRAD``.
+
+    `microbatch` is None where torch writes none (collectives act on the whole stage).
+    """
+
+    stage: int
+    kind: CommKind
+    microbatch: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind.value}{'' if self.microbatch is None else self.microbatch}"
+
+
+class Overlap(NamedTuple):
+    """Compute actions that run as one (torch's OVERLAP_F_B: a forward and a backward overlapped)."""
+
+    actions: tuple[Action, ...]
+
+    def __str__(self) -> str:
+        return "(" + ";".join(map(str, self.actions)) + ")" + OVERLAP_WORD
+
+
+Entry = Action | CommAction | Overlap  # one cell of a rank's full order (None is an idle slot)
+
+_COMM_RE = re.compile(r"^\s*(\d{1,9})\s*(" + "|".join(k.value for k in CommKind) + r")\s*(\d{0,9})\s*$")
+_OVERLAP_RE = re.compile(r"^\s*\(([^()]{0,200})\)\s*" + OVERLAP_WORD + r"\s*$")
+
+
+def parse_entry(text: str) -> Entry | None:
+    """Parse one cell of torch's CSV: a compute action, a CommAction, an Overlap, or None for an empty cell.
+
+    ValueError names the bad text and the forms accepted.
+    """
+    if not isinstance(text, str) or len(text) > 220:  # bounded work whatever the input
+        raise ValueError(f"cannot parse action {str(text)[:24]!r}...: too long for any action")
+    if not text.strip():
+        return None
+    if text.lstrip()[:1].isdigit() and (match := _COMM_RE.match(text)):
+        stage, kind, microbatch = match.groups()
+        return CommAction(int(stage), CommKind(kind), int(microbatch) if microbatch else None)
+    if match := _OVERLAP_RE.match(text):
+        parts = [part for part in match.group(1).split(";") if part.strip()]
+        if len(parts) < 2:
+            raise ValueError(f"{text.strip()!r}: an {OVERLAP_WORD} group needs at least two compute actions")
+        return Overlap(tuple(Action.parse(part) for part in parts))
+    try:
+        return Action.parse(text)
+    except ValueError:
+        shown = text.strip() if len(text.strip()) <= 24 else text.strip()[:24] + "..."
+        raise ValueError(
+            f"cannot parse {shown!r}: expected <stage><kind><microbatch> such as 2F0 (kind F, B, I or W), "
+            f"a communication or collective action such as 1SEND_F0, 2RECV_B3, 0UNSHARD or 0REDUCE_GRAD, "
+            f"or an overlapped pair such as (0F3;3B1){OVERLAP_WORD}"
+        ) from None
+
+
+def entry_actions(entry: Entry | None) -> tuple[Action, ...]:
+    """The compute actions an entry runs, in order (none for communication, collectives and idle slots)."""
+    if isinstance(entry, Overlap):
+        return entry.actions
+    if isinstance(entry, Action):
+        return (entry,)
+    return ()
+
+
 def loop_placement(num_ranks: int, num_stages: int) -> tuple[int, ...]:
     """Stage s on rank s mod p: the placement of GPipe, 1F1B and interleaved 1F1B."""
     return tuple(stage % num_ranks for stage in range(num_stages))
@@ -91,6 +181,20 @@ class Schedule:
     stage_to_rank: tuple[int, ...]
     actions: tuple[tuple[Action, ...], ...]
     params: dict = field(default_factory=dict, compare=False)
+    order: tuple[tuple[Entry | None, ...], ...] | None = None
+
+    @property
+    def has_transfers(self) -> bool:
+        """Whether the order states its sends and receives (torch's compute_comms form)."""
+        return self.order is not None and any(
+            isinstance(e, CommAction) and e.kind in TRANSFER_KINDS for row in self.order for e in row
+        )
+
+    def order_rows(self) -> list[list[Entry | None]]:
+        """Per rank, every cell: the full order when the schedule has one, else the compute actions."""
+        if self.order is None:
+            return [list(row) for row in self.actions]
+        return [list(row) for row in self.order]
 
     def __post_init__(self) -> None:
         if self.num_ranks < 1:
@@ -106,6 +210,12 @@ class Schedule:
         for stage, rank in enumerate(self.stage_to_rank):
             if not 0 <= rank < self.num_ranks:
                 raise ValueError(f"stage {stage} is placed on rank {rank}, outside 0..{self.num_ranks - 1}")
+        if self.order is not None:
+            if len(self.order) != self.num_ranks:
+                raise ValueError(f"order has {len(self.order)} rank lists for {self.num_ranks} ranks")
+            for rank, (row, entries) in enumerate(zip(self.actions, self.order, strict=True)):
+                if row != tuple(a for e in entries for a in entry_actions(e)):
+                    raise ValueError(f"rank {rank}: the order's compute actions differ from the action list")
 
     @property
     def num_actions(self) -> int:
@@ -163,4 +273,32 @@ def make_schedule(
         stage_to_rank=placement,
         actions=tuple(tuple(rank_actions) for rank_actions in actions),
         params=dict(params),
+    )
+
+
+def schedule_from_order(
+    name: str,
+    num_ranks: int,
+    num_microbatches: int,
+    stage_to_rank: Iterable[int],
+    order: Iterable[Iterable[Entry | None]],
+    **params: object,
+) -> Schedule:
+    """A schedule from torch's full per-rank order; the compute action lists are derived from it.
+
+    An order of plain compute actions only (no idle slots either) is kept as the action lists alone.
+    """
+    rows = tuple(tuple(row) for row in order)
+    actions = tuple(tuple(a for e in row for a in entry_actions(e)) for row in rows)
+    plain = all(type(e) is Action for row in rows for e in row)
+    placement = tuple(stage_to_rank)
+    return Schedule(
+        name=name,
+        num_ranks=num_ranks,
+        num_stages=len(placement),
+        num_microbatches=num_microbatches,
+        stage_to_rank=placement,
+        actions=actions,
+        params=dict(params),
+        order=None if plain else rows,
     )

@@ -16,15 +16,29 @@ The rules:
   hand-over. On each directed link the receiver expects messages in the order the sender produces them.
 * Liveness: F stashes its stage's activations (only the stage input under recomputation) from its start;
   B frees them at its end; I frees all but the part only W needs, which W frees at its end.
+
+torch's full order (`Schedule.order`, read from its compute_comms CSV) adds, when it states transfers:
+
+* A message leaves its rank when that rank reaches the message's SEND in its order, not when its producer
+  ends: the consumer waits for the last compute action before the SEND (`send_gates`), plus the transfer.
+  A SEND placed after work that waits on the peer therefore deadlocks, and the cycle names that work.
+* A RECV is posted where it stands and waited on by the action that needs it (torch's runtime: `irecv` at
+  RECV, wait at the compute), so its place only has to come before that action (`pipesim.validate`).
+* An overlapped group (OVERLAP_F_B) starts when every member's inputs are in, and runs as one.
+* UNSHARD, RESHARD and REDUCE_GRAD occupy their rank for their collective's time (`collectives_before`).
+
+The executor runs the compute actions with its own plan above (`compute_only` strips the rest): the same
+messages, in the producers' order, which is the order torch's lowering sends them in.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from pipesim.ir import Action, ActionKind, B, F, I, Schedule, W
+from pipesim.ir import Action, ActionKind, B, CommAction, CommKind, F, I, Overlap, Schedule, W, entry_actions
 
 ACT, GRAD = "act", "grad"
 
@@ -181,6 +195,69 @@ def comm_plan(schedule: Schedule) -> CommPlan:
             if dst != src:
                 links[(src, dst)].append(message)
     return CommPlan(num_stages, placement, {link: tuple(keys) for link, keys in links.items()}, producer)
+
+
+# --- torch's full order: explicit transfers, overlapped groups, collectives ------------------------------
+
+
+def compute_only(schedule: Schedule) -> Schedule:
+    """The schedule without torch's full order: its compute actions alone, what the executor runs."""
+    return schedule if schedule.order is None else dataclasses.replace(schedule, order=None)
+
+
+def sent_message(send: CommAction) -> Message:
+    """The message a SEND_F or SEND_B moves."""
+    if send.kind is CommKind.SEND_F:
+        return Message(ACT, send.stage + 1, send.microbatch)
+    return Message(GRAD, send.stage - 1, send.microbatch)
+
+
+def received_message(recv: CommAction) -> Message:
+    """The message a RECV_F or RECV_B waits for."""
+    return Message(ACT if recv.kind is CommKind.RECV_F else GRAD, recv.stage, recv.microbatch)
+
+
+def send_gates(schedule: Schedule) -> dict[Message, Action | None] | None:
+    """Where transfers are explicit: per message, the last compute action its rank runs before the SEND (None
+    when the SEND comes before any compute). None when the schedule leaves the transfers to `comm_plan`."""
+    if not schedule.has_transfers:
+        return None
+    gates: dict[Message, Action | None] = {}
+    for row in schedule.order or ():
+        last: Action | None = None
+        for entry in row:
+            if isinstance(entry, CommAction):
+                if entry.kind in (CommKind.SEND_F, CommKind.SEND_B):
+                    gates[sent_message(entry)] = last
+            elif entry is not None:
+                last = entry_actions(entry)[-1]
+    return gates
+
+
+def overlap_groups(schedule: Schedule) -> list[tuple[Action, ...]]:
+    """The compute actions of every overlapped group, in order (each group runs as one)."""
+    return [e.actions for row in schedule.order or () for e in row if isinstance(e, Overlap)]
+
+
+def collectives_before(schedule: Schedule) -> tuple[dict[Action, list[CommAction]], list[list[CommAction]]]:
+    """Per compute action, the collectives its rank runs right before it; per rank, those after its last.
+
+    Transfers take no time of their rank (sends are asynchronous, receives waited on by their consumer), so
+    only UNSHARD, RESHARD and REDUCE_GRAD are listed.
+    """
+    before: dict[Action, list[CommAction]] = {}
+    tails: list[list[CommAction]] = []
+    for row in schedule.order or ():
+        waiting: list[CommAction] = []
+        for entry in row:
+            if isinstance(entry, CommAction):
+                if entry.kind in (CommKind.UNSHARD, CommKind.RESHARD, CommKind.REDUCE_GRAD):
+                    waiting.append(entry)
+            elif entry is not None and waiting:
+                before[entry_actions(entry)[0]] = waiting
+                waiting = []
+        tails.append(waiting)
+    return before, tails
 
 
 # --- activation liveness ------------------------------------------------------------------------------------

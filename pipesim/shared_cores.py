@@ -32,7 +32,7 @@ def sweep_shared(
     min(1, slots / running) of full speed. Returns (starts, ends, stuck) as `sweep` does."""
     if slots < 1:
         raise ValueError(f"cores shared by the ranks must be at least 1, got {slots}")
-    n, num_ranks = len(deps.actions), deps.num_ranks
+    n, num_ranks, joined = len(deps.actions), deps.num_ranks, deps.joined or {}
     offsets, dep_lists, ranks = deps.offsets, deps.deps, deps.ranks
     starts, ends = [0.0] * n, [-1.0] * n
     pointer = list(offsets[:-1])
@@ -45,7 +45,7 @@ def sweep_shared(
         for rank in range(num_ranks):
             if rank in remaining or pointer[rank] >= offsets[rank + 1]:
                 continue
-            ready = _ready_time(pointer[rank], rank, free_at, gaps, dep_lists, ends, ranks, hops)
+            ready = _ready_time(pointer[rank], rank, free_at, gaps, dep_lists, ends, ranks, hops, joined)
             if ready is None:
                 continue
             if ready <= now + _EPS:  # events stop at every ready time, so this one is now
@@ -77,22 +77,27 @@ def sweep_shared(
     for rank in range(num_ranks):
         i = pointer[rank]
         if i < offsets[rank + 1]:
-            awaited = next(d for d in dep_lists[i] if ends[d] < 0)
+            awaited = next(d for m in (i, *joined.get(i, ())) for d in dep_lists[m] if ends[d] < 0)
             stuck.append((rank, i, awaited))
     return starts, ends, stuck
 
 
 def _ready_time(i: int, rank: int, free_at: list[float], gaps: list[float], dep_lists: list[tuple[int, ...]],
-                ends: list[float], ranks: list[int], hops: list[float]) -> float | None:
-    """When action i can start (its rank free plus the dispatch gap, its inputs arrived); None if an input
-    has not been produced yet."""
+                ends: list[float], ranks: list[int], hops: list[float], joined: dict) -> float | None:
+    """When action i can start (its rank free plus the dispatch gap, its inputs arrived; the first member of an
+    overlapped group waits for every member's inputs, as in `simulate.sweep`); None if an input has not been
+    produced yet."""
     ready = free_at[rank] + gaps[i]
-    for d in dep_lists[i]:
-        if ends[d] < 0:
-            return None
-        arrival = ends[d] + (hops[i] if ranks[d] != rank else 0.0)
-        if arrival > ready:
-            ready = arrival
+    members = (i, *joined.get(i, ()))
+    for m in members:
+        for d in dep_lists[m]:
+            if d in members:
+                continue
+            if ends[d] < 0:
+                return None
+            arrival = ends[d] + (hops[m] if ranks[d] != rank else 0.0)
+            if arrival > ready:
+                ready = arrival
     return ready
 
 

@@ -74,7 +74,7 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
         return _timeline(schedule, cost, one, spans, [(k + 1) * period for k in range(num_steps)], overhead, barrier)
     cost.check_fits(schedule)
     deps = dependencies(schedule)
-    durations, hops, gaps = engine_inputs(schedule, cost, deps)
+    durations, hops, gaps, _, _ = engine_inputs(schedule, cost, deps)
     clock = [0.0] * schedule.num_ranks
     spans: list[Span] = []
     step_ends = []

@@ -13,13 +13,14 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, ActionKind
+from pipesim.ir import Action, ActionKind, CommAction
 from pipesim.lower import StashSizes, changes_at_start, stash_table
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
     from pipesim.cost import CostModel
 
 Source = Literal["simulated", "measured", "imported"]  # imported: read from a profiler trace (pipesim.kineto)
+COLLECTIVE_KINDS = frozenset({"unshard", "reshard", "reduce_grad"})
 
 
 class Span(NamedTuple):
@@ -42,13 +43,15 @@ class Span(NamedTuple):
 class CommSpan(NamedTuple):
     """Time a rank spent blocked on a transfer (measured runs): `kind` is "send" or "recv".
 
-    `action` is the action whose tensor was being moved; `peer` the other rank.
+    `action` is the action whose tensor was being moved; `peer` the other rank. Simulated timelines also
+    hold torch's per-stage collectives here (`kind` in COLLECTIVE_KINDS, `action` the CommAction, peer -1):
+    the step time includes them, the bubble metrics count them as time not computing.
     """
 
     rank: int
     kind: str
     peer: int
-    action: Action
+    action: Action | CommAction
     start: float
     end: float
     step: int = 0
@@ -97,7 +100,9 @@ def makespan(tl: Timeline) -> float:
     """Step time: from the first start to the last end on any rank."""
     if not tl.spans:
         return 0.0
-    return max(s.end for s in tl.spans) - _origin(tl)
+    last = max(s.end for s in tl.spans)
+    last = max([c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS], default=last)  # a collective may end a step
+    return max(last, max(s.end for s in tl.spans)) - _origin(tl)
 
 
 def _by_rank(tl: Timeline) -> list[list[Span]]:

@@ -11,6 +11,12 @@ the executor rely on:
 * on a rank, the F of a (stage, microbatch) comes before its backward, and I
   before W.
 
+Where the schedule carries torch's full order (`Schedule.order`), its other
+actions are checked too: a SEND after the action that produces its message, a
+RECV before the action that needs it, each once and only across ranks, every
+cross-rank message sent and received when the order states transfers at all,
+and REDUCE_GRAD after its stage's last backward.
+
 Cross-rank ordering problems are not structural: they show up as a cycle in
 the dependency graph (`pipesim.simulate.find_deadlock`).
 """
@@ -21,7 +27,7 @@ from itertools import compress, repeat
 from operator import is_, itemgetter, lt
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, B, F, I, Schedule, W
+from pipesim.ir import Action, B, CommAction, CommKind, F, I, Schedule, W, entry_actions
 from pipesim.limits import MAX_PROBLEMS, summarize
 
 
@@ -69,6 +75,8 @@ def find_problems(schedule: Schedule, limit: int | None = None) -> list[Schedule
         _check_pairs(schedule, position, problems)
         if not problems or limit is None:
             _check_missing(schedule, position, misplaced, problems, cap)
+    if schedule.order is not None and len(problems) < cap and (not problems or limit is None):
+        _check_order(schedule, problems, cap)
     return problems if limit is None else problems[:limit]
 
 
@@ -233,3 +241,86 @@ def _check_missing(
                     "missing backward", f"neither {stage}B{mb} nor {stage}I{mb} runs; rank {rank} holds stage {stage}",
                     rank, None, Action(stage, B, mb),
                 ))
+
+
+# --- torch's full order ----------------------------------------------------------------------------------------
+
+_SEND_RECV = {  # kind -> (compute kinds it pairs with, +1 when it talks to the next stage, sent after them)
+    CommKind.SEND_F: ((F,), +1, True),
+    CommKind.RECV_F: ((F,), -1, False),
+    CommKind.SEND_B: ((B, I), -1, True),
+    CommKind.RECV_B: ((B, I), +1, False),
+}
+
+
+def _check_order(schedule: Schedule, problems: list[ScheduleError], cap: int) -> None:
+    """Transfers and collectives of torch's order: where they stand relative to the compute they serve."""
+    placement, num_stages, num_mb = schedule.stage_to_rank, schedule.num_stages, schedule.num_microbatches
+    seen: set[CommAction] = set()
+    for rank, row in enumerate(schedule.order or ()):
+        at = {a: index for index, e in enumerate(row) for a in entry_actions(e)}
+        last_backward = {a.stage: index for index, e in enumerate(row) for a in entry_actions(e) if a.kind in (B, W)}
+        for index, entry in enumerate(row):
+            if len(problems) >= cap:
+                return
+            if not isinstance(entry, CommAction):
+                continue
+            problem = _order_problem(entry, index, rank, at, last_backward, seen, placement, num_stages, num_mb)
+            if problem:
+                problems.append(ScheduleError(problem[0], problem[1], rank, index, None))
+            seen.add(entry)
+    if schedule.has_transfers:
+        _check_every_transfer(schedule, seen, problems, cap)
+
+
+def _order_problem(entry: CommAction, index: int, rank: int, at: dict, last_backward: dict, seen: set,
+                   placement: tuple[int, ...], num_stages: int, num_mb: int) -> tuple[str, str] | None:
+    stage, kind, mb = entry
+    if not 0 <= stage < num_stages or placement[stage] != rank:
+        return "misplaced action", f"{entry}: stage {stage} does not live on rank {rank}"
+    if entry in seen:
+        return f"duplicate {kind}", f"{entry} appears twice"
+    if kind is CommKind.REDUCE_GRAD:
+        if last_backward.get(stage, -1) > index:
+            return "REDUCE_GRAD too early", f"{entry} comes before stage {stage}'s last backward; it reduces them all"
+        return None
+    if kind not in _SEND_RECV:
+        return None
+    kinds, step, after = _SEND_RECV[kind]
+    if mb is None or not 0 <= mb < num_mb:
+        return "out of range", f"{entry}: a transfer names a microbatch in 0..{num_mb - 1}"
+    peer = stage + step
+    if not 0 <= peer < num_stages or placement[peer] == rank:
+        return f"needless {kind}", f"{entry}: stage {stage} has no neighbour {peer} on another rank to talk to"
+    served = [at[(stage, k, mb)] for k in kinds if (stage, k, mb) in at]
+    if not served:
+        return f"{kind} without its action", f"{entry}: no {'/'.join(map(str, kinds))} of stage {stage} " \
+                                             f"microbatch {mb} on this rank"
+    if after and served[0] > index:
+        return f"{kind} too early", f"{entry} comes before the action that produces what it sends"
+    if not after and served[0] < index:
+        return f"{kind} too late", f"{entry} comes after the action that needs what it receives"
+    return None
+
+
+def _check_every_transfer(schedule: Schedule, seen: set, problems: list[ScheduleError], cap: int) -> None:
+    """When the order states transfers, every message between ranks is sent once and received once."""
+    placement, last = schedule.stage_to_rank, schedule.num_stages - 1
+    for rank, row in enumerate(schedule.actions):
+        for action in row:
+            if len(problems) >= cap:
+                return
+            stage, kind, mb = action
+            if kind is F and stage < last and placement[stage + 1] != rank:
+                needed = (CommAction(stage, CommKind.SEND_F, mb), CommAction(stage + 1, CommKind.RECV_F, mb))
+            elif kind in (B, I) and stage > 0 and placement[stage - 1] != rank:
+                needed = (CommAction(stage, CommKind.SEND_B, mb), CommAction(stage - 1, CommKind.RECV_B, mb))
+            else:
+                continue
+            for comm in needed:
+                if comm not in seen:
+                    owner = placement[comm.stage]
+                    problems.append(ScheduleError(
+                        f"missing {comm.kind}", f"{action}'s output crosses ranks but rank {owner} has no {comm}",
+                        owner, None, None,
+                    ))

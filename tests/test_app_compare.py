@@ -55,7 +55,7 @@ def test_selection_change(app: AppTest) -> None:
 
 
 def test_a_schedule_that_cannot_be_built_gets_a_reason(app: AppTest) -> None:
-    submit(app, schedules=["1f1b", "interleaved-1f1b"], microbatches=6)
+    submit(app, schedules=["1f1b", "interleaved-1f1b"], microbatches=9)  # 2 rounds of 4.5
     assert not app.exception and not app.error
     assert any("interleaved-1f1b" in w.value and "multiple" in w.value for w in app.warning)
     frame = table(app)
@@ -63,7 +63,7 @@ def test_a_schedule_that_cannot_be_built_gets_a_reason(app: AppTest) -> None:
 
 
 def test_nothing_buildable_is_an_error(app: AppTest) -> None:
-    submit(app, schedules=["interleaved-1f1b"], microbatches=6)
+    submit(app, schedules=["interleaved-1f1b"], microbatches=9)
     assert "None of the chosen schedules" in app.error[0].value
     assert not app.get("plotly_chart")
 

@@ -133,3 +133,12 @@ def test_missing_backward_points_at_its_forward(app: AppTest) -> None:
     styled = problem_table(app)
     assert highlighted_cells(styled) == {(0, 2)}
     assert "0B1" in styled.value["problem"].iloc[0] or "0I1" in styled.value["problem"].iloc[0]
+
+
+def test_torchs_compute_comms_file_is_read_and_its_problems_point_at_cells(app: AppTest) -> None:
+    paste(app, "0F0,0SEND_F0,0RECV_B0,0B0\r\n1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD\r\n")
+    assert not app.error and not app.exception and app.get("plotly_chart")
+    paste(app, "0F0,0RECV_B0,0B0,0SEND_F0\r\n1F0,1RECV_F0,1B0,1SEND_B0\r\n")  # the receive after its consumer
+    styled = problem_table(app)
+    assert highlighted_cells(styled) == {(1, 1)}
+    assert "RECV_F too late" in styled.value["problem"].iloc[1]

@@ -167,7 +167,7 @@ def test_memory_figure_has_one_step_line_per_rank():
 
 
 def test_comparison_and_tradeoff_figures():
-    rows = compare_schedules(["1f1b", "gpipe", "interleaved-1f1b"], 4, 6, COST, num_virtual_stages=2)
+    rows = compare_schedules(["1f1b", "gpipe", "interleaved-1f1b"], 4, 9, COST, num_virtual_stages=2)
     good = [row for row in rows if row.error is None]
     fig = charts_compare.comparison_figure(rows)
     assert len(fig.data) == 3

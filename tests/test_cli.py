@@ -151,7 +151,7 @@ def test_bad_csv_inputs_are_one_line_errors(capsys, tmp_path):
         (["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--virtual-stages", "2"],
          ["num_virtual_stages"]),
         (["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--f", "1,2,3"], ["3 stages"]),
-        (["simulate", "--schedule", "interleaved-1f1b", "--ranks", "4", "--microbatches", "6"], ["multiple"]),
+        (["simulate", "--schedule", "interleaved-1f1b", "--ranks", "4", "--microbatches", "9"], ["multiple"]),
         (["frobnicate"], ["frobnicate"]),
         ([], ["required"]),
         (["compare", "--schedules", "1f1b,nope", "--ranks", "2", "--microbatches", "2"], ["nope"]),
@@ -163,7 +163,7 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, needles):
 
 def test_compare_prints_a_table_and_writes_rows(capsys, tmp_path):
     code, out, err = run(capsys, "compare", "--schedules", "1f1b,gpipe,interleaved-1f1b", "--ranks", "4",
-                         "--microbatches", "6", "--virtual-stages", "2", "--json", str(tmp_path / "rows.json"),
+                         "--microbatches", "9", "--virtual-stages", "2", "--json", str(tmp_path / "rows.json"),
                          "--html", str(tmp_path / "cmp.html"))
     assert code == 0, err
     lines = out.splitlines()

@@ -32,11 +32,11 @@ def test_rows_match_a_direct_simulation():
 
 
 def test_a_schedule_whose_constraints_fail_gets_an_error_row_not_an_exception():
-    rows = compare_schedules(["1f1b", "interleaved-1f1b", "dualpipev"], 4, 6, COST, num_virtual_stages=2)
+    rows = compare_schedules(["1f1b", "interleaved-1f1b", "dualpipev"], 4, 9, COST, num_virtual_stages=2)
     assert rows[0].error is None and rows[0].makespan > 0
-    assert rows[1].error is not None and "multiple" in rows[1].error
+    assert rows[1].error is not None and "multiple" in rows[1].error  # 9 microbatches in 2 rounds: torch refuses too
     assert rows[1].makespan is None
-    assert rows[2].error is not None
+    assert rows[2].error is None  # a failed row leaves the others alone
     table = format_table(rows)
     assert "interleaved-1f1b" in table and "error" in table and "1f1b" in table
 

@@ -203,3 +203,40 @@ def test_gpu_run(tmp_path):
     data = read_json(tmp_path / "gpu" / "measured.json")
     assert data["device"] == "cuda" and data["backend"] in ("nccl", "staged")
     assert len(data["step_times_ms"]) == 2 and all(b > 0 for b in data["peak_memory_bytes"])
+
+
+def test_torchs_compute_comms_order_runs_and_its_pairs_run_back_to_back(tmp_path):
+    """torch's own DualPipeV dump (sends, receives, UNSHARD/RESHARD/REDUCE_GRAD, OVERLAP_F_B pairs) runs as is:
+    the compute actions in its order, each pair's halves back to back, and the measured meta says so."""
+    import csv
+    import io
+    import logging
+
+    visualizer = pytest.importorskip("torch.distributed.pipelining._schedule_visualizer")
+    from pipesim.torch_csv import schedule_from_csv
+
+    logging.disable(logging.WARNING)
+    try:
+        rows = visualizer.get_schedule_ops("DualPipeV", 2, 4, 2, with_comms=True)
+    finally:
+        logging.disable(logging.NOTSET)
+    text = io.StringIO()
+    csv.writer(text).writerows(rows)
+    schedule = schedule_from_csv(text.getvalue(), name="dualpipev")
+    assert schedule.has_transfers
+    model = ModelConfig(kind="transformer", vocab_size=64, d_model=32, num_heads=2, ffn_size=64, num_layers=4,
+                        seq_len=16)
+    config = run_config(schedule="dualpipev", num_ranks=2, num_microbatches=4, model=model, batch_size=8, steps=1,
+                        warmup_steps=0, device="cpu")
+    result = start_worker_run(tmp_path / "run", config, schedule)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    data = read_json(tmp_path / "run" / "measured.json")
+    timeline = timeline_from_dict(data)
+    groups = data["meta"]["overlap_groups"]
+    assert len(groups) == 6 and "back to back" in data["meta"]["overlap"]
+    spans = {str(s.action): s for s in timeline.spans}
+    for rank in range(2):
+        ordered = sorted((s for s in timeline.spans if s.rank == rank), key=lambda s: s.start)
+        assert [s.action for s in ordered] == list(schedule.actions[rank])
+    for forward, backward in groups:
+        assert spans[forward].end <= spans[backward].start + CLOCK_TOLERANCE_MS

@@ -84,13 +84,16 @@ def test_unparseable_cell_names_rank_cell_and_valid_forms():
     assert "2F0" in message and "F, B, I or W" in message
 
 
-def test_communication_actions_are_refused_with_a_reason():
+def test_communication_actions_are_refused_when_compute_only_is_asked_for():
+    text = "0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n"
     with pytest.raises(CsvError) as info:
-        schedule_from_csv("0F0,0SEND_F0,0B0\n1RECV_F0,1F0,1B0\n")
+        schedule_from_csv(text, csv_format="compute_only")
     assert (info.value.row, info.value.column) == (0, 1)
-    assert "communication" in str(info.value) and "compute_only" in str(info.value)
-    with pytest.raises(CsvError, match="OVERLAP_F_B.*separate cells"):
-        schedule_from_csv("0F0,(0F1;0B0)OVERLAP_F_B,0B1\n")
+    assert "communication" in str(info.value) and "compute_comms" in str(info.value)
+    schedule = schedule_from_csv(text)  # detected
+    assert schedule.has_transfers and schedule_to_csv(schedule, "compute_comms") == text.replace("\n", "\r\n")
+    with pytest.raises(CsvError, match="OVERLAP_F_B group needs at least two"):
+        schedule_from_csv("0F0,(0F1)OVERLAP_F_B,0B1\n")
 
 
 def test_a_stage_on_two_ranks_names_both():

@@ -33,6 +33,10 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     "0F0,0B0\r\n1F0,1B0,999999999999F0\r\n",  # a stage number of 10^12
     "0F0,0B0,0F99999999,0B99999999",  # 32 bytes naming microbatch 10^8
     "0F0,0B0\n1F0,1B0,10000000F0\n",  # stage 10^7 once produced an 89 MB error message
+    "0F0,0SEND_F99999999,0B0\n",  # the same through torch's other action kinds
+    "0F0,99999999REDUCE_GRAD,0B0\n",
+    "0F0,(0F1;99999999B0)OVERLAP_F_B\n",
+    "0F0,(" + "0F1;" * 100_000 + ")OVERLAP_F_B\n",  # a 400 kB cell
 ])
 def test_numbers_in_a_csv_do_not_size_the_work(text):
     with pytest.raises(CsvError) as caught:

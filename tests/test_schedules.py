@@ -78,13 +78,16 @@ def test_bad_counts_are_refused_by_name(ranks, microbatches):
             builder(ranks, microbatches)
 
 
-@pytest.mark.parametrize("microbatches", [3, 6, 2])
-def test_interleaved_needs_multiple_of_ranks(microbatches):
+@pytest.mark.parametrize("microbatches, valid", [(9, "8, 10"), (11, "10, 12"), (13, "12, 15")])
+def test_interleaved_needs_a_multiple_of_its_rounds(microbatches, valid):
+    """torch's rule: rounds = max(1, m // p), and m a multiple of them (4 x 9: 2 rounds of 4.5)."""
     with pytest.raises(ValueError) as error:
         interleaved_1f1b(4, microbatches, num_virtual_stages=2)
     message = str(error.value)
-    assert "multiple of num_ranks" in message and ">= num_ranks" in message
-    assert "4, 8, 12" in message  # the valid values
+    assert "multiple of its number of rounds" in message
+    assert valid in message  # valid values near it
+    for m in (1, 2, 3, 5, 6, 7, 10, 12, 15):  # fewer than p, and whole rounds: built
+        assert interleaved_1f1b(4, m, num_virtual_stages=2).num_microbatches == m
 
 
 @pytest.mark.parametrize("chunks", [1, 0])

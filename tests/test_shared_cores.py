@@ -22,7 +22,7 @@ def test_with_a_core_per_rank_it_is_the_plain_sweep(name):
     cost = replace(CostModel.uniform(1.3, 2.1, 0.9 if schedule.uses_split_backward else None, comm_ms=0.2),
                    dispatch_ms=(0.05,))
     deps = dependencies(schedule)
-    durations, hops, gaps = engine_inputs(schedule, cost, deps)
+    durations, hops, gaps, _, _ = engine_inputs(schedule, cost, deps)
     plain = sweep(deps, durations, hops, gaps)
     shared = sweep_shared(deps, durations, hops, gaps, slots=4)
     assert shared[0] == pytest.approx(plain[0]) and shared[1] == pytest.approx(plain[1]) and not shared[2]

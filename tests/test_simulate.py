@@ -117,6 +117,14 @@ def test_spans_respect_every_dependency_and_never_overlap(ranks, microbatches, c
                 hop = cost.transfer_ms(producer.stage, action.stage) if deps.ranks[d] != deps.ranks[i] else 0.0
                 assert s.start >= span[producer].end + hop
                 ready = max(ready, span[producer].end + hop)
+            group = (i, *(deps.joined or {}).get(i, ()))  # an overlapped pair starts once both halves can
+            for member in group[1:]:
+                consumer = deps.actions[member]
+                for d in deps.deps[member]:
+                    if d not in group:
+                        crosses = deps.ranks[d] != deps.ranks[i]
+                        hop = cost.transfer_ms(deps.actions[d].stage, consumer.stage) if crosses else 0.0
+                        ready = max(ready, span[deps.actions[d]].end + hop)
             assert s.start == ready  # as soon as possible, never later
         for rank in range(schedule.num_ranks):
             own = sorted((s.start, s.end) for s in timeline.spans if s.rank == rank)

@@ -288,9 +288,8 @@ def test_every_schedule_csv_is_accepted_by_torchs_reader(size, tmp_path):
     for name in schedule_names():
         schedule = build_schedule(name, p, m, **_options(name))
         runtime = _torch_load_csv(schedule, tmp_path)
-        assert {r: [str(a) for a in row] for r, row in runtime.pipeline_order.items()} == dict(
-            enumerate(schedule.text_rows())
-        ), name
+        cells = [[str(e) for e in row] for row in schedule.order_rows()]  # dualpipev: its OVERLAP_F_B pairs
+        assert {r: [str(a) for a in row] for r, row in runtime.pipeline_order.items()} == dict(enumerate(cells)), name
         assert runtime.stage_index_to_group_rank == dict(enumerate(schedule.stage_to_rank)), name
         assert len(runtime.pipeline_order_with_comms) == p
         rows = list(csv.reader(io.StringIO(schedule_to_csv(schedule))))

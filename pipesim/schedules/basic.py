@@ -55,6 +55,13 @@ def one_f_one_b(num_ranks: int, num_microbatches: int) -> Schedule:
     Rank r runs p-r-1 warm-up forwards, then alternates one forward and one
     backward, then drains the remaining backwards: at most p-r microbatches
     are stashed at any time, against m for GPipe, for the same bubble.
+
+    This is the order torch's Schedule1F1B runs (`_step_microbatches`: p-r
+    warm-up forwards, then backward-forward pairs, the same sequence), not
+    the order its IR (`_get_pipeline_order`, torch 2.13) writes, whose last
+    rank starts at microbatch 1 and runs a microbatch m that does not exist;
+    tests/test_torch_sizes.py compares with the runtime. torch refuses m < p;
+    pipesim builds it (its reference check says torch cannot run it).
     """
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches

@@ -5,10 +5,15 @@ c*p + r, so a microbatch loops v times round the ranks. With the same total
 work, the bubble shrinks from (p-1)/(m+p-1) to (p-1)/(v*m+p-1), at the cost of
 v times more transfers.
 
-The order follows Megatron's `forward_backward_pipelining_with_interleaving`:
-microbatches advance in groups of p; forward k on a rank runs chunk
-(k // p) % v for microbatch (k // (p*v))*p + k % p, and backward k runs the
-same microbatch on the chunks in reverse order.
+The order follows Megatron's `forward_backward_pipelining_with_interleaving`
+as torch.distributed.pipelining generalises it (`ScheduleInterleaved1F1B`,
+torch 2.13): microbatches advance in rounds of r = m // max(1, m // p) (p when m
+is a multiple of p, m when m < p), so every m that is a multiple of the number
+of rounds max(1, m // p) builds, e.g. 4 ranks x 6 microbatches (rounds of 6) or
+4 x 10 (rounds of 5). Forward k on a rank runs chunk (k // r) % v; backward k
+runs chunk v - 1 - (k // r) % v; each stage takes its microbatches in order.
+Rank i warms up with min((v-1) r + 2(p-1-i), v m) forwards, then alternates,
+then cools down. With m a multiple of p this is Megatron's order exactly.
 """
 
 from __future__ import annotations
@@ -18,8 +23,13 @@ from pipesim.schedules import ScheduleInfo
 from pipesim.schedules.basic import check_counts
 
 
+def rounds_of(num_ranks: int, num_microbatches: int) -> int:
+    """Microbatches per round (torch's `microbatches_per_round`)."""
+    return num_microbatches // max(1, num_microbatches // num_ranks)
+
+
 def check_interleaved(num_ranks: int, num_microbatches: int, num_virtual_stages: int) -> None:
-    """Megatron's constraints: v >= 2 chunks, m a multiple of p and at least p."""
+    """torch's constraints: v >= 2 chunks, m a multiple of its number of rounds max(1, m // p)."""
     check_counts(num_ranks, num_microbatches)
     if not isinstance(num_virtual_stages, int) or num_virtual_stages < 2:
         raise ValueError(
@@ -27,42 +37,44 @@ def check_interleaved(num_ranks: int, num_microbatches: int, num_virtual_stages:
             "with one chunk per rank use 1f1b"
         )
     p, m = num_ranks, num_microbatches
-    if m < p or m % p:
-        valid = ", ".join(str(p * k) for k in range(1, 5))
+    rounds = max(1, m // p)
+    if m % rounds:
+        valid = [k for k in range(max(1, m - 2 * p), m + 2 * p) if k % max(1, k // p) == 0]
         raise ValueError(
-            f"interleaved-1f1b needs num_microbatches to be a multiple of num_ranks and >= num_ranks "
-            f"(microbatches advance in groups of {p}); got {m}, valid: {valid}, ..."
+            f"interleaved-1f1b needs num_microbatches to be a multiple of its number of rounds max(1, m // p) "
+            f"(microbatches advance in equal rounds, as in torch's ScheduleInterleaved1F1B); got {m} "
+            f"({rounds} rounds); valid near it: {', '.join(map(str, valid))}"
         )
 
 
-def _microbatch(k: int, p: int, v: int) -> int:
-    return (k // (p * v)) * p + k % p
-
-
-def _forward(rank: int, k: int, p: int, v: int) -> Action:
-    chunk = (k // p) % v
-    return Action(chunk * p + rank, F, _microbatch(k, p, v))
-
-
-def _backward(rank: int, k: int, p: int, v: int) -> Action:
-    chunk = v - 1 - (k // p) % v
-    return Action(chunk * p + rank, B, _microbatch(k, p, v))
-
-
 def interleaved_1f1b(num_ranks: int, num_microbatches: int, num_virtual_stages: int = 2) -> Schedule:
-    """Megatron interleaved 1F1B with `num_virtual_stages` chunks per rank."""
+    """Interleaved 1F1B with `num_virtual_stages` chunks per rank (Megatron's order, torch's sizes)."""
     check_interleaved(num_ranks, num_microbatches, num_virtual_stages)
     p, m, v = num_ranks, num_microbatches, num_virtual_stages
+    per_round = rounds_of(p, m)
     total = m * v  # forwards (and backwards) per rank
     rows = []
     for rank in range(p):
-        warmup = min((p - rank - 1) * 2 + (v - 1) * p, total)
-        steady = total - warmup
-        row = [_forward(rank, k, p, v) for k in range(warmup)]  # warm-up
-        for i in range(steady):  # steady 1F1B
-            row.append(_forward(rank, warmup + i, p, v))
-            row.append(_backward(rank, i, p, v))
-        row.extend(_backward(rank, k, p, v) for k in range(steady, total))  # cool-down
+        warmup = min((v - 1) * per_round + 2 * (p - rank - 1), total)
+        taken: dict[tuple[object, int], int] = {}  # (kind, stage) -> microbatches taken so far
+
+        def next_action(kind, chunk: int, rank: int = rank, taken: dict = taken) -> Action:
+            stage = chunk * p + rank
+            microbatch = taken.get((kind, stage), 0)
+            taken[(kind, stage)] = microbatch + 1
+            return Action(stage, kind, microbatch)
+
+        def forward(k: int) -> Action:
+            return next_action(F, (k // per_round) % v)
+
+        def backward(k: int) -> Action:
+            return next_action(B, v - 1 - (k // per_round) % v)
+
+        row = [forward(k) for k in range(warmup)]  # warm-up
+        for i in range(total - warmup):  # steady 1F1B
+            row.append(forward(warmup + i))
+            row.append(backward(i))
+        row.extend(backward(k) for k in range(total - warmup, total))  # cool-down
         rows.append(row)
     return make_schedule(
         "interleaved-1f1b", p, m, loop_placement(p, p * v), rows, num_virtual_stages=v
@@ -74,7 +86,7 @@ SCHEDULES: list[ScheduleInfo] = [
         "interleaved-1f1b",
         interleaved_1f1b,
         "Megatron interleaved 1F1B: v chunks per rank (stage s on rank s mod p); bubble (p-1)/(v*m+p-1) "
-        "for v times the transfers. Needs num_microbatches a multiple of num_ranks, >= num_ranks.",
+        "for v times the transfers. Needs num_microbatches a multiple of max(1, m // p) (torch's rule).",
         options=("num_virtual_stages",),
     ),
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from pipesim.ir import Action, Schedule, make_schedule, v_placement
+from pipesim.ir import Action, Overlap, Schedule, make_schedule, schedule_from_order, v_placement
 from pipesim.schedules import ScheduleInfo
 from pipesim.schedules.basic import check_counts
 from pipesim.schedules.zero_bubble import RankOrder
@@ -114,22 +114,23 @@ def check_dualpipev(num_ranks: int, num_microbatches: int) -> None:
         )
 
 
-def _fused(order: RankOrder, forward_stage: int, backward_stage: int) -> None:
-    """DualPipe's overlapped F&B chunk, written as F then B adjacent on the rank.
+def _fused(order: RankOrder, forward_stage: int, backward_stage: int, pairs: list[int]) -> None:
+    """DualPipe's overlapped F&B chunk: F then B adjacent on the rank, recorded as one pair (torch's
+    OVERLAP_F_B, in the same places as torch's ScheduleDualPipeV).
 
-    The real kernel overlaps the two computations (and hides their transfers
-    behind each other); pipesim runs them back to back, F first, exactly as
-    torch's runtime runs OVERLAP_F_B's sub-actions. A simulated DualPipeV is
-    therefore slower than the real one by the overlap it cannot model.
+    The pair starts when both inputs are in and takes `CostModel.overlap_factor` x (F + B); the default 1
+    means no overlap, F then B, as torch's runtime runs the sub-actions on one stream.
     """
+    pairs.append(len(order.actions))
     order.forward(forward_stage)
     order.backward(backward_stage, split=False)
 
 
-def _dualpipev_rank(rank: int, p: int, n: int) -> list[Action]:
+def _dualpipev_rank(rank: int, p: int, n: int) -> list[Action | Overlap]:
     down, up = rank, 2 * p - 1 - rank  # chunk 0 and chunk 1 of DeepSeek's code
     steps = dualpipev_steps(rank, p, n)
     order = RankOrder()
+    pairs: list[int] = []  # where an overlapped pair starts in order.actions
     for _ in range(steps.n_f0):  # step 1: nF0
         order.forward(down)
     for _ in range(steps.n_f0_f1):  # step 2: nF0F1
@@ -144,11 +145,11 @@ def _dualpipev_rank(rank: int, p: int, n: int) -> list[Action]:
             order.forward(down)
             order.backward(up, split=False)
         else:
-            _fused(order, down, up)
-        _fused(order, up, down)
+            _fused(order, down, up, pairs)
+        _fused(order, up, down, pairs)
     for _ in range(steps.n_b1_f1_b0):  # step 5: nB1F1B0
         order.backward(up, split=False)
-        _fused(order, up, down)
+        _fused(order, up, down, pairs)
     split = False
     for i in range(steps.n_b1_b0):  # step 6: nB1B0, the second half splits off W
         if i == steps.n_b1_b0 // 2 and rank % 2 == 1:
@@ -161,7 +162,21 @@ def _dualpipev_rank(rank: int, p: int, n: int) -> list[Action]:
         order.weight()
         order.backward(down, split)
     order.flush_weights()  # step 8: nW (whatever W is still deferred)
-    return order.actions
+    return _with_pairs(order.actions, pairs)
+
+
+def _with_pairs(actions: list[Action], starts: list[int]) -> list[Action | Overlap]:
+    """The rank's cells: each recorded pair as one Overlap of its two actions."""
+    cells: list[Action | Overlap] = []
+    pair_starts, i = set(starts), 0
+    while i < len(actions):
+        if i in pair_starts:
+            cells.append(Overlap((actions[i], actions[i + 1])))
+            i += 2
+        else:
+            cells.append(actions[i])
+            i += 1
+    return cells
 
 
 def dualpipev(num_ranks: int, num_microbatches: int) -> Schedule:
@@ -169,7 +184,7 @@ def dualpipev(num_ranks: int, num_microbatches: int) -> Schedule:
     check_dualpipev(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
     rows = [_dualpipev_rank(rank, p, m) for rank in range(p)]
-    return make_schedule("dualpipev", p, m, v_placement(p), rows)
+    return schedule_from_order("dualpipev", p, m, v_placement(p), rows)
 
 
 SCHEDULES: list[ScheduleInfo] = [
@@ -184,7 +199,8 @@ SCHEDULES: list[ScheduleInfo] = [
         "dualpipev",
         dualpipev,
         "DualPipeV (DeepSeek): V placement, forward of one chunk paired with backward of the other "
-        "(run back to back here), zero-bubble W at the edges. Needs num_microbatches >= 2*num_ranks - 1.",
+        "(OVERLAP_F_B pairs, priced by the overlap factor), zero-bubble W at the edges. "
+        "Needs num_microbatches >= 2*num_ranks - 1.",
         split_backward=True,
     ),
 ]

@@ -22,7 +22,7 @@ MUST_BUILD: dict[str, Callable[[int, int], bool]] = {
     "naive": _always,
     "gpipe": _always,
     "1f1b": _always,
-    "interleaved-1f1b": lambda p, m: m >= p and m % p == 0,
+    "interleaved-1f1b": lambda p, m: m % max(1, m // p) == 0,  # torch's ScheduleInterleaved1F1B rule
     "zb-h1": _always,
     "zb-h2": _always,
     "zbv": _always,
