@@ -351,10 +351,10 @@ def _steps_lines(schedule: Schedule, cost: CostModel, args: argparse.Namespace) 
     several = simulate_steps(schedule, cost, args.steps, barrier=not args.no_barrier).meta
     times = several["step_times_ms"]
     lines = [f"step time {times[0]:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
-    if cost.data_parallel > 1:
-        from pipesim.data_parallel import grad_sync
+    from pipesim.data_parallel import grad_sync
 
-        sync = grad_sync(simulate(schedule, cost), cost)
+    sync = grad_sync(simulate(schedule, cost), cost)
+    if sync.spans:
         lines.append(f"data parallel x{cost.data_parallel}: {len(sync.spans)} stage all-reduces, "
                      f"{sum(s.end - s.start for s in sync.spans):.3f} ms in all; not hidden by the backward: "
                      + ", ".join(f"rank {r} {x:.3f} ms" for r, x in enumerate(sync.extra_ms)))
@@ -372,13 +372,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # Sharded parameters: torch's UNSHARD / REDUCE_GRAD placed as torch places them. Replicated: the gradient
     # all-reduce is priced after each stage's last backward, as the executor runs it (pipesim.data_parallel),
     # unless the schedule states its REDUCE_GRAD (then that is the price, once).
-    timeline = simulate(with_collectives(schedule, cost) if args.sharded else schedule, cost)
+    scheduled = with_collectives(schedule, cost) if args.sharded else schedule
+    timeline = simulate(scheduled, cost)
     metrics = compute_metrics(timeline, cost)
     written = _write_simulation_files(args, schedule, cost, timeline, metrics)
     print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
     if (args.steps > 1 or any(cost.overhead_ms(schedule.num_ranks)) or any(cost.dispatch_per_rank(schedule.num_ranks))
             or cost.data_parallel > 1):
-        print("\n".join(_steps_lines(schedule, cost, args)))
+        print("\n".join(_steps_lines(scheduled, cost, args)))
     for path in written:
         print(f"wrote {path}")
     return 0

@@ -25,17 +25,21 @@ from pipesim.dag import dependencies
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_ACTIONS
 from pipesim.simulate import deadlock_error, engine_inputs, run_engine, simulate
-from pipesim.timeline import Span, Timeline
+from pipesim.timeline import COLLECTIVE_KINDS, Span, Timeline
 
 MAX_STEPS = 1000
 
 
 def rank_ends(timeline: Timeline) -> list[float]:
-    """Per rank, when its last action of the timeline ends (0 when it has none)."""
+    """Per rank, when its last action of the timeline ends, or its last stated collective (torch's REDUCE_GRAD
+    after the last backward); 0 when it has none."""
     ends = [0.0] * timeline.num_ranks
     for span in timeline.spans:
         if span.end > ends[span.rank]:
             ends[span.rank] = span.end
+    for comm in timeline.comm:
+        if comm.kind in COLLECTIVE_KINDS and comm.end > ends[comm.rank]:
+            ends[comm.rank] = comm.end
     return ends
 
 
