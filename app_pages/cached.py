@@ -13,7 +13,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from app_pages.state import check_limits
+from app_pages.state import MAX_ACTIONS, check_limits
 from pipesim import charts, charts_dag, formats, schedules
 from pipesim.compare import ComparisonRow, compare_schedules
 from pipesim.cost import CostModel
@@ -37,7 +37,9 @@ def registered_schedule(name: str, num_ranks: int, num_microbatches: int, chunks
     """A registered schedule; `chunks` goes only to the families that take num_virtual_stages."""
     check_limits(num_ranks, num_microbatches)
     options = schedules.options_for(name, num_virtual_stages=chunks)
-    return schedules.build_schedule(name, num_ranks, num_microbatches, **options)
+    schedule = schedules.build_schedule(name, num_ranks, num_microbatches, **options)
+    check_limits(num_ranks, num_microbatches, schedule.num_actions, max_actions=MAX_ACTIONS)
+    return schedule
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -79,10 +81,12 @@ def comparison(names: tuple[str, ...], num_ranks: int, num_microbatches: int, co
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
 
 
-def gantt_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool = False) -> go.Figure:
+def gantt_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool = False, color_by: str = "kind",
+                window: tuple[float, float] | None = None) -> go.Figure:
     timeline, _ = simulation(schedule, cost)
     path = critical_actions(schedule, cost) if with_critical_path else None
-    return charts.gantt_figure(timeline, title=schedule.describe(), critical_path=path)
+    return charts.gantt_figure(timeline, title=schedule.describe(), critical_path=path, color_by=color_by,
+                               window=window)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)

@@ -60,13 +60,18 @@ def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metri
         icon=":material/timeline:")
 
 
-def metric_cards(metrics: Metrics, max_rank_cards: int = 8) -> None:
+def metric_cards(metrics: Metrics, max_rank_cards: int = 8, inner_bubble: float | None = None) -> None:
     """Headline numbers, then each rank's bubble and peak activation memory."""
     peak = max(metrics.ranks, key=lambda r: r.peak_activation_bytes)
-    top = st.columns(4)
+    top = st.columns(4 if inner_bubble is None else 5)
     top[0].metric("Makespan", f"{metrics.makespan:,.3f} ms")
-    top[1].metric("Bubble fraction", f"{metrics.bubble_fraction:.1%}", help="idle / (ranks × makespan)")
+    top[1].metric("Bubble fraction", f"{metrics.bubble_fraction:.1%}",
+                  help="idle / (ranks × makespan): the whole step, with the start ramp and the drain")
     top[2].metric("Bubble ratio", f"{metrics.bubble_ratio:.3f}", help="idle / busy")
+    if inner_bubble is not None:
+        top[4].metric("Bubble inside each rank's work", f"{inner_bubble:.1%}",
+                      help="idle between each rank's first and last action / the time between them: the "
+                           "zero-bubble paper's per-stage bubble, which leaves out the ramp and the drain")
     top[3].metric("Peak activations", format_bytes(peak.peak_activation_bytes),
                   help=f"highest on rank {peak.rank}: {peak.peak_activations} microbatches stashed")
     if len(metrics.ranks) <= max_rank_cards:

@@ -28,6 +28,7 @@ from pipesim.cost import CostModel
 from pipesim.ir import Action, ActionKind
 from pipesim.overlay import align_step, pick_step, prediction_error
 from pipesim.timeline import Span, Timeline, idle_intervals, makespan, memory_over_time, stash_counts
+from pipesim.units import binary_unit
 
 KIND_COLORS = MappingProxyType({"F": "#4C78A8", "B": "#D62728", "I": "#FF9F1C", "W": "#2CA02C"})
 KIND_NAMES = MappingProxyType(
@@ -353,18 +354,19 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None) -> go.Figure:
     With a cost model the y axis is bytes; without one, stashed microbatches.
     """
     series = stash_counts(tl) if cost is None else memory_over_time(tl, cost)
-    unit = "stashed microbatches" if cost is None else "activation memory (bytes)"
+    # Bytes in one binary unit named in the title: plotly's "~s" ticks are decimal ("26B" = 26 billion).
+    unit, size = ("", 1) if cost is None else binary_unit(max((v for points in series for _, v in points), default=0))
+    title = "stashed microbatches" if cost is None else f"activation memory ({unit})"
     fig = go.Figure()
     for rank, points in enumerate(series):
         fig.add_trace(go.Scatter(
             name=f"rank {rank}",
-            x=[t for t, _ in points], y=[v for _, v in points],
+            x=[t for t, _ in points], y=[v / size for _, v in points],
             mode="lines", line={"shape": "hv", "width": 2, "color": RANK_COLORS[rank % len(RANK_COLORS)]},
-            hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.4~s}} {'' if cost is None else 'B'}<extra></extra>",
+            hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.3f}} {unit}<extra></extra>"
+            if cost is not None else f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y}} stashed<extra></extra>",
         ))
-    yaxis = {"title": unit, "rangemode": "tozero"}
-    if cost is not None:
-        yaxis.update(tickformat="~s", ticksuffix="B")
+    yaxis = {"title": title, "rangemode": "tozero"}
     fig.update_layout(
         title=f"{tl.schedule_name or 'schedule'}: activation memory per rank",
         xaxis={"title": "time (ms)", "rangemode": "tozero"}, yaxis=yaxis,

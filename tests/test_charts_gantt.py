@@ -147,3 +147,12 @@ def _hover_cell(trace, lane: int, column: int) -> str:
         return str(int(raw)) if not spec and raw.is_integer() else format(raw, spec)
 
     return re.sub(r"%\{customdata\[(\d+)\](?::([^}]*))?\}", value, trace.hovertemplate)
+
+
+def test_memory_axis_is_in_binary_units():
+    cost = CostModel.uniform(1.0, 2.0, activation_bytes=3 * 2**20)
+    tl = simulate(build_schedule("1f1b", 2, 4), cost)
+    fig = charts.memory_figure(tl, cost)
+    assert fig.layout.yaxis.title.text == "activation memory (MiB)"
+    assert max(max(t.y) for t in fig.data) == 6.0  # rank 0 stashes two microbatches of 3 MiB
+    assert fig.layout.yaxis.tickformat is None  # no decimal SI ticks
