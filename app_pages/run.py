@@ -6,9 +6,10 @@ torch is never imported here: executor.launch starts the ranks as separate proce
 import pandas as pd
 import streamlit as st
 
-from app_pages import runs, state, widgets
+from app_pages import live_runs, runs, state, widgets
 from executor import launch, run_folder
 from executor.config import BACKENDS, DEVICES, MODEL_KINDS, ModelConfig, run_config
+from executor.progress import readable_log
 from pipesim import charts, overlay
 from pipesim.schedules import options_for, schedule_info, schedule_names
 from pipesim.units import format_bytes
@@ -31,6 +32,8 @@ MODEL_SIZES = {
 }
 CUSTOM = state.CUSTOM_SCHEDULE_LABEL
 
+if st.session_state["run_handle"] is None:  # a reload (a new session) finds a run still going, from its folder
+    st.session_state["run_handle"] = live_runs.running(state.runs_root())
 handle = st.session_state["run_handle"]
 custom = st.session_state["run_schedule"]
 running = handle is not None and not handle.done()
@@ -53,7 +56,8 @@ with st.sidebar:
                               help="tiny runs are dominated by Python overhead per action; small and up "
                                    "are what the profile-then-predict figures in docs/benchmarks.md use")
         layers = right.number_input("Layers / blocks", 1, 256, 4, key="run-layers",
-                                    help="At least one per stage")
+                                    help="Transformer blocks (CNN: conv blocks). Stages share out these plus the "
+                                         "embedding and output layer (CNN: 3 FC layers): at least one per stage")
         batch = left.number_input("Batch size", 1, 4096, 32, key="run-batch",
                                   help="Per step; split into the microbatches")
         steps = right.number_input("Steps", 1, 1000, 5, key="run-steps", help="Measured steps")
@@ -91,6 +95,7 @@ if submitted and not running:
     else:
         st.session_state["run_handle"] = handle
         st.session_state["selected_run"] = None
+        live_runs.remember(handle)
         st.rerun()  # redraw with the launch button disabled and the live view polling
 
 
@@ -111,7 +116,10 @@ def live_run() -> None:
     if last.get("event") == "step":
         text += f" {last.get('step', 0) + 1}/{last.get('steps', '?')} ({last.get('phase', 'run')})"
     st.progress(float(current.progress), text=text)
-    st.code(current.log_tail(30) or "(waiting for the first output)", language=None, height=300)
+    raw = current.log_tail(2000)
+    st.code(readable_log(raw, 30) or "(waiting for the first output)", language=None, height=300)
+    st.download_button("Raw log", data=raw, file_name=f"{current.run_dir.name}-log.txt", mime="text/plain",
+                       key="run-raw-log", icon=":material/download:", on_click="ignore")
     if st.button("Cancel run", icon=":material/stop_circle:", key="run-cancel", type="secondary"):
         with st.spinner("Ending every process of the run…"):
             current.cancel()
@@ -168,7 +176,7 @@ def show_result(result) -> None:
     steps = overlay.steps_of(measured)
     step = None
     if len(steps) > 1:
-        step = st.columns(4)[0].selectbox("Measured step", steps, index=len(steps) - 1,
+        step = st.columns(4)[0].selectbox("Step drawn in the chart", steps, index=len(steps) - 1,
                                           key=f"run-step-{result.run_dir.name}",
                                           help="The first step usually pays warm-up costs")
     sig = state.signature(str(result.run_dir), step)
@@ -179,8 +187,8 @@ def show_result(result) -> None:
         figure = charts.gantt_figure(overlay.pick_step(measured, step), title=f"{result.run_dir.name} (measured)")
     st.plotly_chart(figure, key="run-overlay", config={"displaylogo": False})
     widgets.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
-    widgets.data_downloads(overlay.pick_step(measured, step), result.schedule, None, f"{result.run_dir.name}-measured",
-                      "run-data")
+    widgets.data_downloads(overlay.pick_step(measured, step), result.schedule, None, result.run_dir.name,
+                           "run-data", timeline_label="measured")
     if result.analysis is not None:
         st.plotly_chart(charts.attribution_figure(result.analysis), key="run-attribution",
                         config={"displaylogo": False})
@@ -251,9 +259,14 @@ if not runs:
     st.caption(f"No runs yet under {state.runs_root()}/.")
 else:
     st.dataframe(pd.DataFrame(runs), hide_index=True, width="stretch",
-                 column_config={"started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss")})
+                 column_config={"started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
+                                "error": st.column_config.NumberColumn("prediction error", format="percent")})
     with st.form("run-open"):
         chosen = st.selectbox("Open a run", [r["folder"] for r in runs], key="run-open-pick")
         if st.form_submit_button("Open"):
-            st.session_state["selected_run"] = str(state.runs_root() / chosen)
+            live = live_runs.running(state.runs_root(), str(state.runs_root() / chosen))
+            if live is not None:  # still going: follow it live, with Cancel, rather than a half-written folder
+                st.session_state["run_handle"] = live
+            else:
+                st.session_state["selected_run"] = str(state.runs_root() / chosen)
             st.rerun()

@@ -42,13 +42,18 @@ def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
                                        width="stretch")
 
 
-def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metrics | None, name: str, key: str) -> None:
-    """Timeline JSON, schedule CSV (torch's format) and a Chrome trace for Perfetto; built on click."""
+def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metrics | None, name: str, key: str,
+                   timeline_label: str = "") -> None:
+    """Timeline JSON, schedule CSV (torch's format) and a Chrome trace for Perfetto; built on click.
+
+    `timeline_label` (e.g. "measured") goes into the timeline and trace file names only: the CSV is the schedule.
+    """
+    label = f"{name}-{timeline_label}" if timeline_label else name
     summary = metrics.to_dict() if metrics is not None else None
     columns = st.columns(3)
     columns[0].download_button(
         "Timeline JSON", data=lambda: json.dumps(formats.timeline_to_dict(timeline, summary), indent=1),
-        file_name=f"{name}-timeline.json", mime="application/json", on_click="ignore", key=f"{key}-tl",
+        file_name=f"{label}-timeline.json", mime="application/json", on_click="ignore", key=f"{key}-tl",
         icon=":material/data_object:")
     if schedule is not None:
         columns[1].download_button(
@@ -56,7 +61,7 @@ def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metri
             mime="text/csv", on_click="ignore", key=f"{key}-csv", icon=":material/table:")
     columns[2].download_button(
         "Chrome trace (Perfetto)", data=lambda: json.dumps(formats.timeline_to_chrome_trace(timeline)),
-        file_name=f"{name}-trace.json", mime="application/json", on_click="ignore", key=f"{key}-trace",
+        file_name=f"{label}-trace.json", mime="application/json", on_click="ignore", key=f"{key}-trace",
         icon=":material/timeline:")
 
 

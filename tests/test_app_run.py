@@ -210,3 +210,43 @@ def test_custom_schedule_is_launched_as_sent(app: AppTest, runs: Path, fake_laun
     app.button(key=SUBMIT).click().run()
     (config, schedule, _), = fake_launcher
     assert schedule == custom and (config.pipeline.num_ranks, config.pipeline.num_microbatches) == (3, 6)
+
+
+# --- issue 13 --------------------------------------------------------------------------------------------------
+
+
+def test_log_is_readable_and_the_raw_one_downloadable(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    """Item 12: no raw `PIPESIM {json}` in the live log; the raw text is a download."""
+    app.button(key=SUBMIT).click().run()
+    (_, _, handle), = fake_launcher
+    handle.log_tail = lambda lines=40: ('[rank0] PIPESIM {"event": "step", "rank": 0, "step": 1, "steps": 4, '
+                                        '"phase": "measure"}\n[rank1] hello')
+    app.run()
+    shown = "\n".join(c.value for c in app.code)
+    assert "[rank0] step 2/4 (measure)" in shown and "[rank1] hello" in shown and "PIPESIM" not in shown
+    assert any(b.label == "Raw log" for b in app.get("download_button"))
+
+
+def test_a_reload_finds_the_running_run_again(app: AppTest, runs: Path, fake_launcher: list, open_page) -> None:
+    """Item 3: a new session (a browser reload) shows the run still going, with progress and Cancel."""
+    app.button(key=SUBMIT).click().run()
+    (_, _, handle), = fake_launcher
+    reloaded = open_page("run")
+    assert reloaded.get("progress") and reloaded.get("progress")[0].value == 50
+    assert reloaded.button(key=SUBMIT).disabled
+    write_run(runs, handle.run_dir.name, status="cancelled", message="cancelled by the caller", measured=False)
+    reloaded.button(key="run-cancel").click().run()
+    assert handle.cancelled and not reloaded.error
+
+
+def test_run_page_labels(runs: Path, open_page) -> None:
+    """Item 12: the step picker is not a second "Measured step"; the error is a percentage; layers' help is
+    true (stages share embedding + blocks + output); measured files are named so, the schedule CSV is not."""
+    write_run(runs, "older")
+    at = open_page("run")
+    config = json.loads(at.dataframe[0].proto.columns)
+    assert config["error"]["label"] == "prediction error" and config["error"]["type_config"]["format"] == "percent"
+    assert "embedding" in at.number_input(key="run-layers").help
+    at.selectbox(key="run-open-pick").set_value("older")
+    at.button(key="FormSubmitter:run-open-Open").click().run()
+    assert [s.label for s in at.selectbox if s.key.startswith("run-step-")] == ["Step drawn in the chart"]
