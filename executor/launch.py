@@ -43,7 +43,7 @@ from executor.processes import (
     run_processes,
     torchrun_command,
 )
-from executor.progress import step_fraction
+from executor.progress import measured_so_far, step_fraction
 from executor.run_folder import RunResult, check_name, load_run, make_run_dir
 from pipesim.formats import save_schedule, write_json
 from pipesim.ir import Schedule
@@ -272,7 +272,8 @@ class RunHandle:
         try:
             outcome = main.run(deadline, self._cancelled)
             if outcome.status == "cancelled":  # asked for: say so calmly, no log tail of the ranks' SIGTERM
-                message, failed_rank = outcome.message, None
+                done = measured_so_far(self.events())
+                message, failed_rank = outcome.message + (f" ({done})" if done else ""), None
             else:
                 message, failed_rank = main.failure_message(outcome) if outcome.status != "ok" else ("", None)
             summary = {"status": outcome.status, "message": message, "returncode": outcome.returncode,

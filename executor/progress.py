@@ -70,3 +70,19 @@ def readable_log(text: str, lines: int = 40) -> str:
                 line = f"{head}] {readable_event(event)}"
         out.append(line)
     return "\n".join(out[-lines:])
+
+
+def measured_so_far(events: list[dict]) -> str:
+    """What a run had measured when it was cancelled, in words, from its step events (each rank's own step time,
+    `ms`; a step takes as long as its slowest rank). Empty when no measured step had finished."""
+    steps: dict[int, float] = {}
+    total = None
+    for event in events:
+        if event.get("event") == "step" and event.get("phase") == "measure" and isinstance(event.get("ms"), float):
+            steps[event["step"]] = max(steps.get(event["step"], 0.0), event["ms"])
+            total = event.get("steps", total)
+    if not steps:
+        return ""
+    times = sorted(steps.values())
+    median = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+    return f"{len(steps)} of {total or '?'} measured steps done, median step {median:.2f} ms"

@@ -63,7 +63,8 @@ def train(r: Rank) -> list[dict[str, Any]]:
             result = train_step(r, step)
             result.update(step=step, phase=phase)
             records.append(result)
-            emit("step", rank=r.rank, step=index, steps=count, phase=phase)
+            # the step's time travels with the event, so a cancelled run can still say what it measured
+            emit("step", rank=r.rank, step=index, steps=count, phase=phase, ms=float(result["end"] - result["start"]))
             step += 1
     return records
 

@@ -239,9 +239,19 @@ def test_a_reload_finds_the_running_run_again(app: AppTest, runs: Path, fake_lau
     assert handle.cancelled and not reloaded.error
 
 
-def test_run_page_labels(runs: Path, open_page) -> None:
+def test_run_page_labels(runs: Path, open_page, monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 12: the step picker is not a second "Measured step"; the error is a percentage; layers' help is
     true (stages share embedding + blocks + output); measured files are named so, the schedule CSV is not."""
+    from streamlit.delta_generator import DeltaGenerator
+
+    names: list[str] = []
+    original = DeltaGenerator.download_button
+
+    def recording(self, label, data, file_name=None, *args, **kwargs):  # AppTest does not expose file names
+        names.append(file_name)
+        return original(self, label, data, file_name, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaGenerator, "download_button", recording)
     write_run(runs, "older")
     at = open_page("run")
     config = json.loads(at.dataframe[0].proto.columns)
@@ -250,3 +260,16 @@ def test_run_page_labels(runs: Path, open_page) -> None:
     at.selectbox(key="run-open-pick").set_value("older")
     at.button(key="FormSubmitter:run-open-Open").click().run()
     assert [s.label for s in at.selectbox if s.key.startswith("run-step-")] == ["Step drawn in the chart"]
+    assert {"older-measured-timeline.json", "older-measured-trace.json", "older.csv"} <= set(names)
+    assert not any(n.endswith("-measured.csv") for n in names)
+
+
+def test_a_cancel_says_what_was_measured() -> None:
+    """Item 4: a cancelled run keeps what it measured, from its step events (the slowest rank per step)."""
+    from executor.progress import measured_so_far
+
+    events = [{"event": "step", "rank": r, "step": s, "steps": 5, "phase": "measure", "ms": ms}
+              for s, pair in enumerate([(10.0, 12.0), (11.0, 9.0), (30.0, 14.0)]) for r, ms in enumerate(pair)]
+    events.append({"event": "step", "rank": 0, "step": 0, "steps": 1, "phase": "warmup", "ms": 99.0})
+    assert measured_so_far(events) == "3 of 5 measured steps done, median step 12.00 ms"
+    assert measured_so_far(events[-1:]) == ""
