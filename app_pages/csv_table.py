@@ -42,7 +42,8 @@ def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[P
         column = index
         if columns is not None and error.rank is not None and index is not None:
             column = columns[error.rank][index]
-        located.append(Problem(str(error), error.rank, column))
+        where = f"cell {column + 1}: " if column is not None else ""
+        located.append(Problem(where + str(error), error.rank, column))
     if located:
         return located
     cycle = find_deadlock(schedule)
@@ -53,7 +54,7 @@ def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[P
     for action in cycle:
         rank, index = position[action]
         column = columns[rank][index] if columns is not None else index
-        out.append(Problem(f"{action} is in the dependency cycle", rank, column, "deadlock"))
+        out.append(Problem(f"cell {column + 1}: {action} is in the dependency cycle", rank, column, "deadlock"))
     return out
 
 
@@ -80,14 +81,15 @@ def _cell_columns(csv_text: str, schedule: Schedule) -> list[list[int]]:
 
 
 def csv_grid(text: str, spare: int = 0) -> pd.DataFrame:
-    """The CSV as a ranks x cells table of strings (None for an empty cell), for st.data_editor.
+    """The CSV as a ranks x cells table of strings ("" for an empty cell: None would show as "None"), for
+    st.data_editor. Columns are "cell 1", "cell 2", ...: counted from 1, as the problem messages count.
 
     `spare` empty columns leave room to append actions (an editor cannot add columns).
     """
     rows = [row for row in csv.reader(io.StringIO(text or ""))]
     width = max((len(row) for row in rows), default=1) + spare
-    data = [[(cell.strip() or None) for cell in row] + [None] * (width - len(row)) for row in rows]
-    frame = pd.DataFrame(data, columns=[str(c) for c in range(width)], dtype="object")
+    data = [[cell.strip() for cell in row] + [""] * (width - len(row)) for row in rows]
+    frame = pd.DataFrame(data, columns=[f"cell {c + 1}" for c in range(width)], dtype="object")
     frame.index = [f"rank {r}" for r in range(len(rows))]
     return frame
 

@@ -28,6 +28,7 @@ st.caption("One row per rank, one cell per action in that rank's order (`2F0`: s
            "kinds F, B, I, W; an empty cell is an idle slot) - the `compute_only` CSV of "
            "torch.distributed.pipelining (`_dump_csv` / `_load_csv`).")
 
+DAG_CUSTOM_SOURCE = "Custom schedule (Custom page)"  # the DAG page's choice for the schedule edited here
 TEMPLATES = {"deadlock example": state.DEADLOCK_EXAMPLE_CSV, "broken example": state.BROKEN_EXAMPLE_CSV}
 load, upload_col, paste_col = st.columns(3)
 with load.popover("Start from a template", icon=":material/library_add:", width="stretch"):
@@ -75,8 +76,11 @@ if problems:
     if deadlock:
         st.error("**Deadlock**: the highlighted actions wait on each other in a cycle; "
                  + (cached.deadlock_explanation(schedule) or ""), icon=":material/block:")
-        st.page_link("app_pages/dag.py", label="See the cycle in the dependency graph (DAG page, custom schedule)",
-                     icon=":material/account_tree:")
+        # A button, not a page link: the DAG page must open on this custom schedule, not on its default 1f1b.
+        if st.button("See the cycle in the dependency graph (DAG page, this schedule)", key="custom-dag",
+                     icon=":material/account_tree:"):
+            st.session_state["dag-origin"] = DAG_CUSTOM_SOURCE
+            st.switch_page("app_pages/dag.py")
     else:
         st.error(f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule; "
                  "the offending cells are highlighted, the messages are beside each row.", icon=":material/error:")

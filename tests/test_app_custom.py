@@ -67,7 +67,21 @@ def test_deadlock_marks_the_cycle_and_links_the_dag(app: AppTest) -> None:
     assert "Deadlock" in app.error[0].value and "waits at" in app.error[0].value
     cells = highlighted_cells(problem_table(app))
     assert (1, 0) in cells and (0, 1) in cells  # 1F1 and 0B0 are in the cycle
-    assert any("DAG" in link.label for link in app.get("page_link"))
+    app.button(key="custom-dag").click().run()  # opens the DAG page on this schedule (issue 13 item 11)
+    assert app.radio(key="dag-origin").value == "Custom schedule (Custom page)"
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in app.get("plotly_chart")]
+    assert titles and "custom" in titles[0] and "1f1b" not in titles[0]
+
+
+def test_cells_count_from_1_as_the_messages_and_empty_cells_are_blank(app: AppTest) -> None:
+    """Item 11: headers "cell 1..", messages say the same cell, empty cells are not "None"."""
+    paste(app, "0F0,,0F0,0B0\r\n1F0,1B0\r\n")  # the duplicate 0F0 is in the third cell
+    styled = problem_table(app)
+    frame = styled.value
+    assert list(frame.columns[:3]) == ["cell 1", "cell 2", "cell 3"]
+    assert frame.iloc[0, 1] == "" and "None" not in frame.to_string()
+    message = frame["problem"].iloc[0]
+    assert message.startswith("cell 3: ") and "#2" in message and "position" not in message
 
 
 def test_upload_replaces_the_table(app: AppTest) -> None:
@@ -87,7 +101,7 @@ def test_template_loads_a_registered_schedule(app: AppTest) -> None:
 
 def test_editing_a_cell_revalidates(app: AppTest) -> None:
     key = f"custom-grid-{app.session_state['custom_version']}"
-    app.session_state[key] = {"edited_rows": {0: {"1": "0F9"}}, "added_rows": [], "deleted_rows": []}
+    app.session_state[key] = {"edited_rows": {0: {"cell 2": "0F9"}}, "added_rows": [], "deleted_rows": []}
     app.run()
     assert app.error and (0, 1) in highlighted_cells(problem_table(app))
     app.session_state[key] = {"edited_rows": {}, "added_rows": [], "deleted_rows": []}
