@@ -29,12 +29,18 @@ def problem_table(at: AppTest):
 
 
 def highlighted_cells(styled) -> set[tuple[int, int]]:
-    """(row, column) of the cells the styler colours red or amber."""
-    css = styled.proto.arrow_data.styler.styles
+    """(row, column) of the cells the problems name, on the edited table itself (issue 13 item 11): each marked
+    row's "problem" note names "cell N"; the row's name and that column's header carry the mark."""
+    frame = styled.value
+    labels = json.loads(styled.proto.columns)
     cells = set()
-    for selectors, body in re.findall(r"([^{}]+)\{([^}]*)\}", css):
-        if "background-color" in body:
-            cells |= {(int(r), int(c)) for r, c in re.findall(r"row(\d+)_col(\d+)", selectors)}
+    for row, note in enumerate(frame["problem"]):
+        for number in re.findall(r"cell (\d+)", note or ""):
+            column = int(number) - 1
+            assert frame.index[row].endswith("⚠"), frame.index[row]  # the row is marked
+            assert labels[frame.columns[column]]["label"].endswith("⚠")  # and the column's header
+            cells.add((row, column))
+    assert styled.proto.editing_mode, "the problems must be shown on the editable table"
     return cells
 
 
@@ -88,7 +94,7 @@ def test_upload_replaces_the_table(app: AppTest) -> None:
     text = formats.schedule_to_csv(build_schedule("gpipe", 3, 2))
     app.file_uploader(key="custom-upload").set_value(("gpipe.csv", text.encode(), "text/csv")).run()
     assert any("3 ranks" in s.value for s in app.success)
-    assert app.data_editor[0].value.shape[0] == 3
+    assert app.data_editor[0].value.shape[0] == 3 + 2  # 3 ranks and 2 spare rows to add ranks
 
 
 def test_template_loads_a_registered_schedule(app: AppTest) -> None:
