@@ -42,36 +42,36 @@ with st.sidebar:
     with st.form("run-form"):
         names = [*schedule_names(), *([CUSTOM] if custom is not None else [])]
         name = st.selectbox("Schedule", names, index=len(names) - 1 if custom is not None else names.index("1f1b"),
-                            key="run-schedule")
+                            key=state.kept("run-schedule"))
         left, right = st.columns(2)
-        ranks = left.number_input("Ranks", 1, 64, 2, key="run-ranks")
-        microbatches = right.number_input("Microbatches", 1, 256, 8, key="run-microbatches")
-        chunks = left.number_input("Chunks per rank", 1, 8, 2, key="run-chunks",
+        ranks = left.number_input("Ranks", 1, 64, 2, key=state.kept("run-ranks"))
+        microbatches = right.number_input("Microbatches", 1, 256, 8, key=state.kept("run-microbatches"))
+        chunks = left.number_input("Chunks per rank", 1, 8, 2, key=state.kept("run-chunks"),
                                    help="For the schedules that let you choose it: " + ", ".join(
                                        n for n in schedule_names() if schedule_info(n).takes_chunks))
         if custom is not None:
             st.caption(f"The custom schedule sets its own ranks and microbatches: {custom.describe()}")
-        kind = right.selectbox("Model", MODEL_KINDS, key="run-model")
-        size = left.selectbox("Size", list(MODEL_SIZES), index=1, key="run-size",
+        kind = right.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"))
+        size = left.selectbox("Size", list(MODEL_SIZES), index=1, key=state.kept("run-size"),
                               help="tiny runs are dominated by Python overhead per action; small and up "
                                    "are what the profile-then-predict figures in docs/benchmarks.md use")
-        layers = right.number_input("Layers / blocks", 1, 256, 4, key="run-layers",
+        layers = right.number_input("Layers / blocks", 1, 256, 4, key=state.kept("run-layers"),
                                     help="Transformer blocks (CNN: conv blocks). Stages share out these plus the "
                                          "embedding and output layer (CNN: 3 FC layers): at least one per stage")
-        batch = left.number_input("Batch size", 1, 4096, 32, key="run-batch",
+        batch = left.number_input("Batch size", 1, 4096, 32, key=state.kept("run-batch"),
                                   help="Per step; split into the microbatches")
-        steps = right.number_input("Steps", 1, 1000, 5, key="run-steps", help="Measured steps")
-        warmup = left.number_input("Warm-up steps", 0, 100, 1, key="run-warmup")
-        timeout = right.number_input("Timeout (s)", 10, 7200, 600, key="run-timeout")
-        device = left.selectbox("Device", DEVICES, key="run-device",
+        steps = right.number_input("Steps", 1, 1000, 5, key=state.kept("run-steps"), help="Measured steps")
+        warmup = left.number_input("Warm-up steps", 0, 100, 1, key=state.kept("run-warmup"))
+        timeout = right.number_input("Timeout (s)", 10, 7200, 600, key=state.kept("run-timeout"))
+        device = left.selectbox("Device", DEVICES, key=state.kept("run-device"),
                                 help="auto: CUDA when torch sees GPUs, otherwise CPU")
-        backend = right.selectbox("Backend", BACKENDS, key="run-backend",
+        backend = right.selectbox("Backend", BACKENDS, key=state.kept("run-backend"),
                                   help="auto: gloo on CPU; nccl with one GPU per rank, else staged")
-        profile = st.toggle("Profile first, then predict", value=True, key="run-profile",
+        profile = st.toggle("Profile first, then predict", value=True, key=state.kept("run-profile"),
                             help="Measure per-stage costs, write cost.json and simulate the step with them")
-        reference = st.toggle("Also run torch.distributed.pipelining", key="run-reference",
+        reference = st.toggle("Also run torch.distributed.pipelining", key=state.kept("run-reference"),
                               help="The same model on torch's own schedule, for comparison")
-        recompute = st.toggle("Activation recomputation", key="run-recompute")
+        recompute = st.toggle("Activation recomputation", key=state.kept("run-recompute"))
         submitted = st.form_submit_button("Launch run", type="primary", disabled=running, width="stretch")
 
 if submitted and not running:

@@ -273,3 +273,13 @@ def test_a_cancel_says_what_was_measured() -> None:
     events.append({"event": "step", "rank": 0, "step": 0, "steps": 1, "phase": "warmup", "ms": 99.0})
     assert measured_so_far(events) == "3 of 5 measured steps done, median step 12.00 ms"
     assert measured_so_far(events[-1:]) == ""
+
+
+def test_run_form_settings_survive_a_page_switch(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    """Item 2: the Run form's values are the session's, not the page visit's."""
+    app.number_input(key="run-steps").set_value(7)
+    app.selectbox(key="run-size").set_value("tiny")
+    app.button(key=SUBMIT).click().run()
+    app.switch_page("app_pages/simulate.py").run()
+    app.switch_page("app_pages/run.py").run()
+    assert app.number_input(key="run-steps").value == 7 and app.selectbox(key="run-size").value == "tiny"
