@@ -227,6 +227,21 @@ def test_settings_survive_a_page_switch_and_a_reload(page, app_url: str) -> None
     page.wait_for_function(zbv_title)
 
 
+def test_large_schedule_from_a_url_is_one_binned_picture(page, app_url: str) -> None:
+    """51,200 actions opened from a shared URL: the binned picture, a hover per bin, no per-action bars."""
+    page.goto(f"{app_url}/?sim-ranks=32&sim-microbatches=800")
+    page.wait_for_selector(".js-plotly-plot .layer-below image", timeout=120_000)
+    assert page.locator(GANTT_BARS).count() == 0
+    assert "binned" in " ".join(_titles(page))
+    plot = page.locator(".js-plotly-plot").first.locator(".nsewdrag").first
+    box = plot.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.locator(".hoverlayer .hovertext").first.wait_for()
+    assert "actions start here" in page.locator(".hoverlayer .hovertext").first.text_content()
+    page.mouse.move(0, 0)
+    _screenshot(page, "simulate-large")
+
+
 def test_other_pages_render(page, app_url: str) -> None:
     _open(page, app_url, "compare")
     page.wait_for_selector(".js-plotly-plot g.trace.bars path")
