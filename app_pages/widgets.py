@@ -74,7 +74,7 @@ def metric_cards(metrics: Metrics, max_rank_cards: int = 8, inner_bubble: float 
                   help="idle / (ranks × makespan): the whole step, with the start ramp and the drain")
     top[2].metric("Bubble ratio", f"{metrics.bubble_ratio:.3f}", help="idle / busy")
     if inner_bubble is not None:
-        top[4].metric("Bubble inside each rank's work", f"{inner_bubble:.1%}",
+        top[4].metric("Per-stage bubble", f"{inner_bubble:.1%}",
                       help="idle between each rank's first and last action / the time between them: the "
                            "zero-bubble paper's per-stage bubble, which leaves out the ramp and the drain")
     top[3].metric("Peak activations", format_bytes(peak.peak_activation_bytes),

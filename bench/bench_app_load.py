@@ -35,7 +35,7 @@ FIRST_BAR = ".js-plotly-plot g.trace.bars path"
 
 
 LARGE_QUERY = "/?sim-schedule=zb-h1&sim-ranks=32&sim-microbatches=1024"
-BINNED_PICTURE = ".js-plotly-plot .layer-below image"
+BINNED_PICTURE = ".js-plotly-plot .imagelayer image"
 
 
 def _visit(browser, url: str, selector: str = FIRST_BAR) -> float:

@@ -366,7 +366,7 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None) -> go.Figure:
             hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.3f}} {unit}<extra></extra>"
             if cost is not None else f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y}} stashed<extra></extra>",
         ))
-    yaxis = {"title": title, "rangemode": "tozero"}
+    yaxis = {"title": title, "rangemode": "tozero", "automargin": True}
     fig.update_layout(
         title=f"{tl.schedule_name or 'schedule'}: activation memory per rank",
         xaxis={"title": "time (ms)", "rangemode": "tozero"}, yaxis=yaxis,

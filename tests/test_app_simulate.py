@@ -290,9 +290,9 @@ def test_zb_h2_shows_both_bubbles_each_defined(app: AppTest) -> None:
     h1 = metric(app, "Bubble fraction")
     submit(app, schedule="zb-h2")
     assert metric(app, "Bubble fraction") == h1
-    assert metric(app, "Bubble inside each rank's work") == "0.0%"
+    assert metric(app, "Per-stage bubble") == "0.0%"
     cards = {m.label: m for m in app.metric}
-    assert "ramp" in cards["Bubble fraction"].help and "per-stage" in cards["Bubble inside each rank's work"].help
+    assert "ramp" in cards["Bubble fraction"].help and "per-stage" in cards["Per-stage bubble"].help
     assert any("per-stage bubble is 0" in c.value for c in app.caption)
 
 

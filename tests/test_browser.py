@@ -230,15 +230,19 @@ def test_settings_survive_a_page_switch_and_a_reload(page, app_url: str) -> None
 def test_large_schedule_from_a_url_is_one_binned_picture(page, app_url: str) -> None:
     """51,200 actions opened from a shared URL: the binned picture, a hover per bin, no per-action bars."""
     page.goto(f"{app_url}/?sim-ranks=32&sim-microbatches=800")
-    page.wait_for_selector(".js-plotly-plot .layer-below image", timeout=120_000)
+    page.wait_for_selector(".js-plotly-plot .imagelayer image", state="attached", timeout=120_000)
     assert page.locator(GANTT_BARS).count() == 0
     assert "binned" in " ".join(_titles(page))
     plot = page.locator(".js-plotly-plot").first.locator(".nsewdrag").first
+    plot.scroll_into_view_if_needed()
     box = plot.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    for dx in (0, 4, 8):  # a few moves: plotly answers mouse movement, not a position
+        page.mouse.move(box["x"] + box["width"] / 2 + dx, box["y"] + 40)
+        page.wait_for_timeout(300)
     page.locator(".hoverlayer .hovertext").first.wait_for()
     assert "actions start here" in page.locator(".hoverlayer .hovertext").first.text_content()
     page.mouse.move(0, 0)
+    page.evaluate("window.scrollTo(0, 0)")
     _screenshot(page, "simulate-large")
 
 
