@@ -1,6 +1,8 @@
 """Cached pure wrappers around pipesim for the pages: bounded caches, plain results that pickle cleanly.
 
-Nothing here simulates or schedules by itself; it caches pipesim's calls. Schedules and cost models are frozen
+Nothing here simulates or schedules by itself; it caches pipesim's calls. Schedules, timelines and metrics are
+frozen values, cached with st.cache_resource: st.cache_data would unpickle a copy on every rerun, seconds for a
+schedule of 10^5 actions. Schedules and cost models are frozen
 dataclasses with a cheap built-in hash; hashing them field by field (Streamlit's default for dataclasses) would
 cost more than the simulation of a small schedule.
 """
@@ -21,7 +23,7 @@ from pipesim.critical_path import critical_path
 from pipesim.dag import DeadlockError, build_dag, dag_positions
 from pipesim.ir import Action, Schedule
 from pipesim.simulate import find_deadlock, simulate
-from pipesim.timeline import Metrics, Timeline, compute_metrics
+from pipesim.timeline import Metrics, Timeline, compute_metrics, inner_bubble_fraction
 
 
 def schedule_key(schedule: Schedule) -> tuple:
@@ -30,7 +32,7 @@ def schedule_key(schedule: Schedule) -> tuple:
 HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash}
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@st.cache_resource(max_entries=64, show_spinner=False)
 
 
 def registered_schedule(name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None) -> Schedule:
@@ -51,7 +53,7 @@ def csv_schedule(text: str, name: str = "custom") -> Schedule:
     return schedule
 
 
-@st.cache_data(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
 
 
 def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
@@ -61,12 +63,17 @@ def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
     return timeline, compute_metrics(timeline, cost)
 
 
-@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
 
 
-def critical_actions(schedule: Schedule, cost: CostModel) -> list[Action]:
+def critical_actions(schedule: Schedule, cost: CostModel) -> tuple[Action, ...]:
     timeline, _ = simulation(schedule, cost)
-    return critical_path(schedule, timeline, cost)
+    return tuple(critical_path(schedule, timeline, cost))  # shared, so immutable
+
+
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
+def inner_bubble(schedule: Schedule, cost: CostModel) -> float:
+    return inner_bubble_fraction(simulation(schedule, cost)[0])
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)

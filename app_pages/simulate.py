@@ -9,7 +9,7 @@ import streamlit as st
 from app_pages import cached, cost_inputs, state, widgets
 from pipesim.charts import COLOR_BY, MAX_EXACT_BARS
 from pipesim.schedules import schedule_info, schedule_names
-from pipesim.timeline import inner_bubble_fraction, makespan
+from pipesim.timeline import makespan
 
 state.init_state()
 st.title("Simulate a pipeline schedule")
@@ -60,7 +60,7 @@ except ValueError as error:  # bad costs, a cost file for another pipeline, a de
     widgets.show_error(error, "Cannot simulate")
     st.stop()
 
-widgets.metric_cards(metrics, inner_bubble=inner_bubble_fraction(timeline))
+widgets.metric_cards(metrics, inner_bubble=cached.inner_bubble(schedule, cost))
 left, middle, right = st.columns([1, 1, 2])
 show_path = left.toggle("Show the critical path", key=state.kept("sim-critical"), bind=URL,
                         help="The chain of actions that sets the step time (outlined in black)")

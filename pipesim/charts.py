@@ -180,7 +180,7 @@ def _lane_layout(fig: go.Figure, labels: Sequence[str], title: str) -> go.Figure
 # --- Gantt ----------------------------------------------------------------------------
 
 
-def gantt_figure(tl: Timeline, *, title: str = "", critical_path: list[Action] | None = None,
+def gantt_figure(tl: Timeline, *, title: str = "", critical_path: Sequence[Action] | None = None,
                  color_by: str = "kind", window: tuple[float, float] | None = None,
                  max_bars: int = MAX_EXACT_BARS) -> go.Figure:
     """Ranks over time: one bar trace per action kind, idle time as a light band.
@@ -284,7 +284,7 @@ def _comm_bars(tl: Timeline) -> go.Bar:
     )
 
 
-def _critical_bars(tl: Timeline, path: list[Action]) -> go.Bar:
+def _critical_bars(tl: Timeline, path: Sequence[Action]) -> go.Bar:
     on_path = set(path)
     spans = [s for s in tl.spans if s.action in on_path]
     return go.Bar(
@@ -361,7 +361,9 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None) -> go.Figure:
     for rank, points in enumerate(series):
         fig.add_trace(go.Scatter(
             name=f"rank {rank}",
-            x=[t for t, _ in points], y=[v / size for _, v in points],
+            # numpy arrays go to the browser as binary: 10^5 points of a large schedule stay light
+            x=np.fromiter((t for t, _ in points), dtype=np.float64, count=len(points)),
+            y=np.fromiter((v / size for _, v in points), dtype=np.float64, count=len(points)),
             mode="lines", line={"shape": "hv", "width": 2, "color": RANK_COLORS[rank % len(RANK_COLORS)]},
             hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.3f}} {unit}<extra></extra>"
             if cost is not None else f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y}} stashed<extra></extra>",

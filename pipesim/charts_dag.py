@@ -71,7 +71,7 @@ def dag_figure(
     positions: DagPositions,
     *,
     title: str = "",
-    critical_path: list[Action] | None = None,
+    critical_path: Sequence[Action] | None = None,
     cycle: list[Action] | None = None,
 ) -> go.Figure:
     """The dependency graph with ranks as lanes: data edges solid, rank-order edges dashed grey.

@@ -240,7 +240,8 @@ def test_large_schedule_from_a_url_is_one_binned_picture(page, app_url: str) -> 
         page.mouse.move(box["x"] + box["width"] / 2 + dx, box["y"] + 40)
         page.wait_for_timeout(300)
     page.locator(".hoverlayer .hovertext").first.wait_for()
-    assert "actions start here" in page.locator(".hoverlayer .hovertext").first.text_content()
+    hover = page.locator(".hoverlayer .hovertext").first.text_content()
+    assert hover.startswith("rank ") and "idle" in hover and "actions start here" in hover, hover
     page.mouse.move(0, 0)
     page.evaluate("window.scrollTo(0, 0)")
     _screenshot(page, "simulate-large")

@@ -127,7 +127,11 @@ def test_large_schedule_is_one_picture_with_a_hover_per_bin():
     assert picture[0, 0, 3] == 0  # the gap between lanes is transparent
     [hover] = [t for t in fig.data if t.type == "heatmap"]
     text = _hover_cell(hover, 3, 10)
-    assert text.startswith("rank 3<br>") and "actions start here" in text
+    # %{y} is the lane's tick label ("rank 3 · idle x%"): the browser test checks what plotly prints
+    assert text.startswith("%{y}<br>") and "actions start here" in text
+    assert float(np.asarray(hover.customdata)[3, 10, 1]) == sum(
+        1 for s in tl.spans if s.rank == 3 and hover.x[10] - (hover.x[1] - hover.x[0]) / 2 <= s.start
+        < hover.x[10] + (hover.x[1] - hover.x[0]) / 2)
     assert any(t.name == "critical path" for t in fig.data)
     assert "binned" in fig.layout.title.text
 
