@@ -9,15 +9,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import streamlit as st
 
 from app_pages.state import kept, runs_root
 from pipesim.cost import CostModel, cost_from_times
 from pipesim.cost_file import cost_from_dict, load_cost
 from pipesim.model_description import DTYPE_BYTES, ModelDescription
+
+if TYPE_CHECKING:  # pandas only for the per-stage table: half a second of a cold start otherwise
+    import pandas as pd
 
 URL = "query-params"  # settings live in the page's URL, so a view can be shared and reloaded
 COST_SOURCES = ("Uniform", "Per stage", "Model", "Cost file")
@@ -38,6 +40,8 @@ def cost_source_picker(prefix: str, sources: Sequence[str] = COST_SOURCES) -> st
 
 def stage_table_default(num_stages: int) -> pd.DataFrame:
     """A starting table: the last stage heavier (it holds the output layer and the loss)."""
+    import pandas as pd
+
     heavy = [1.5 if s == num_stages - 1 else 1.0 for s in range(num_stages)]
     return pd.DataFrame({
         "forward_ms": heavy,
@@ -128,6 +132,8 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
         stages, ranks = spec.get("num_stages", 1), spec.get("num_ranks", 1)
         return cost.for_stages(stages, ranks) if stages != ranks and stages % ranks == 0 else cost
     if source == "Per stage":
+        import pandas as pd
+
         table: pd.DataFrame = spec["table"]
         columns = {}
         for name in ("forward_ms", "backward_ms", "weight_ms", "activation_mib"):

@@ -116,10 +116,9 @@ def live_run() -> None:
     if last.get("event") == "step":
         text += f" {last.get('step', 0) + 1}/{last.get('steps', '?')} ({last.get('phase', 'run')})"
     st.progress(float(current.progress), text=text)
-    raw = current.log_tail(2000)
-    st.code(readable_log(raw, 30) or "(waiting for the first output)", language=None, height=300)
-    st.download_button("Raw log", data=raw, file_name=f"{current.run_dir.name}-log.txt", mime="text/plain",
-                       key="run-raw-log", icon=":material/download:", on_click="ignore")
+    st.code(readable_log(current.log_tail(200), 30) or "(waiting for the first output)", language=None, height=300)
+    st.download_button("Raw log", data=lambda: current.log_tail(2000), file_name=f"{current.run_dir.name}-log.txt",
+                       mime="text/plain", key="run-raw-log", icon=":material/download:", on_click="ignore")
     if st.button("Cancel run", icon=":material/stop_circle:", key="run-cancel", type="secondary"):
         with st.spinner("Ending every process of the run…"):
             current.cancel()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -86,6 +85,8 @@ def metric_cards(metrics: Metrics, max_rank_cards: int = 8, inner_bubble: float 
                         f"{rank.peak_activations} stashed · idle {rank.bubble_fraction:.0%}", delta_color="off",
                         delta_arrow="off")
     else:
+        import pandas as pd  # only for many ranks: pandas costs half a second at a cold start
+
         st.dataframe(pd.DataFrame([{
             "rank": r.rank, "bubble": r.bubble_fraction, "peak stashed": r.peak_activations,
             "peak memory": format_bytes(r.peak_activation_bytes)} for r in metrics.ranks]),
