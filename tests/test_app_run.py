@@ -283,3 +283,14 @@ def test_run_form_settings_survive_a_page_switch(app: AppTest, runs: Path, fake_
     app.switch_page("app_pages/simulate.py").run()
     app.switch_page("app_pages/run.py").run()
     assert app.number_input(key="run-steps").value == 7 and app.selectbox(key="run-size").value == "tiny"
+
+
+def test_a_run_still_going_elsewhere_is_not_an_error(runs: Path, open_page, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 3: a run of the command line, still going (live processes, no result.json yet), opens calmly."""
+    folder = write_run(runs, "elsewhere")
+    (folder / "result.json").unlink()
+    monkeypatch.setattr(run_folder, "_run_alive", lambda run_dir: True)  # its processes, as the launcher's
+    at = open_page("run")
+    at.selectbox(key="run-open-pick").set_value("elsewhere")
+    at.button(key="FormSubmitter:run-open-Open").click().run()
+    assert not at.error and any("still going" in i.value for i in at.info)
