@@ -23,6 +23,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 PROGRESS_PREFIX = "PIPESIM "
+# A file the launcher writes into the run folder to ask the ranks to stop after the step in progress and write
+# what they measured (a cancel); the ranks agree on it at each step boundary.
+STOP_FILE = "stop"
 MODEL_KINDS = ("transformer", "cnn")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "staged")

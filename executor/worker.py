@@ -51,7 +51,7 @@ def run(run_dir: Path) -> None:
 
         profile_run(r, run_dir)
     started = time.perf_counter()
-    records = train(r)
+    records = train(r, run_dir)  # a cancel stops it after the step in progress, keeping the steps done
     write_measured(r, records, offsets, run_dir)
     emit("done", rank=r.rank, seconds=round(time.perf_counter() - started, 3))
 

@@ -294,3 +294,14 @@ def test_a_run_still_going_elsewhere_is_not_an_error(runs: Path, open_page, monk
     at.selectbox(key="run-open-pick").set_value("elsewhere")
     at.button(key="FormSubmitter:run-open-Open").click().run()
     assert not at.error and any("still going" in i.value for i in at.info)
+
+
+def test_a_cancelled_run_shows_what_it_measured(runs: Path, open_page) -> None:
+    """Item 4: calmly, with the steps measured before the cancel drawn."""
+    write_run(runs, "stopped", status="cancelled", message="cancelled by the caller (2 of 5 measured steps done, "
+                                                          "median step 12.00 ms)")
+    at = open_page("run")
+    at.selectbox(key="run-open-pick").set_value("stopped")
+    at.button(key="FormSubmitter:run-open-Open").click().run()
+    assert not at.error and any("2 of 5 measured steps done" in i.value for i in at.info)
+    assert at.get("plotly_chart") and any(m.label == "Measured step" for m in at.metric)
