@@ -6,6 +6,8 @@ calls pipesim or the executor and shows pipesim.charts figures.
 
 import streamlit as st
 
+from app_pages import state
+
 st.set_page_config(page_title="pipesim", page_icon=":material/view_timeline:", layout="wide")
 
 PAGES = [
@@ -17,4 +19,5 @@ PAGES = [
     st.Page("app_pages/plan.py", title="Plan", icon=":material/insights:"),
 ]
 
+state.keep_settings()  # a page's settings outlive a visit to another page
 st.navigation(PAGES).run()

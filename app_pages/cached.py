@@ -1,6 +1,8 @@
 """Cached pure wrappers around pipesim for the pages: bounded caches, plain results that pickle cleanly.
 
-Nothing here simulates or schedules by itself; it caches pipesim's calls. Schedules and cost models are frozen
+Nothing here simulates or schedules by itself; it caches pipesim's calls. Schedules, timelines and metrics are
+frozen values, cached with st.cache_resource: st.cache_data would unpickle a copy on every rerun, seconds for a
+schedule of 10^5 actions. Schedules and cost models are frozen
 dataclasses with a cheap built-in hash; hashing them field by field (Streamlit's default for dataclasses) would
 cost more than the simulation of a small schedule.
 """
@@ -13,7 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from app_pages.state import check_limits
+from app_pages.state import MAX_ACTIONS, check_limits
 from pipesim import charts, charts_dag, formats, kineto, schedules
 from pipesim.attribution import attribute_run
 from pipesim.compare import ComparisonRow, compare_schedules
@@ -23,7 +25,7 @@ from pipesim.dag import DeadlockError, build_dag, dag_positions
 from pipesim.ir import Action, Schedule
 from pipesim.plan import Candidate, Evaluator, PlanInputs, PlanSpace, evaluate_all
 from pipesim.simulate import find_deadlock, simulate
-from pipesim.timeline import Metrics, Timeline, compute_metrics
+from pipesim.timeline import Metrics, Timeline, compute_metrics, inner_bubble_fraction
 
 
 def schedule_key(schedule: Schedule) -> tuple:
@@ -32,14 +34,16 @@ def schedule_key(schedule: Schedule) -> tuple:
 HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash}
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@st.cache_resource(max_entries=64, show_spinner=False)
 
 
 def registered_schedule(name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None) -> Schedule:
     """A registered schedule; `chunks` goes only to the families that take num_virtual_stages."""
     check_limits(num_ranks, num_microbatches)
     options = schedules.options_for(name, num_virtual_stages=chunks)
-    return schedules.build_schedule(name, num_ranks, num_microbatches, **options)
+    schedule = schedules.build_schedule(name, num_ranks, num_microbatches, **options)
+    check_limits(num_ranks, num_microbatches, schedule.num_actions, max_actions=MAX_ACTIONS)
+    return schedule
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -51,7 +55,7 @@ def csv_schedule(text: str, name: str = "custom") -> Schedule:
     return schedule
 
 
-@st.cache_data(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
 
 
 def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
@@ -61,12 +65,17 @@ def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
     return timeline, compute_metrics(timeline, cost)
 
 
-@st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
 
 
-def critical_actions(schedule: Schedule, cost: CostModel) -> list[Action]:
+def critical_actions(schedule: Schedule, cost: CostModel) -> tuple[Action, ...]:
     timeline, _ = simulation(schedule, cost)
-    return critical_path(schedule, timeline, cost)
+    return tuple(critical_path(schedule, timeline, cost))  # shared, so immutable
+
+
+@st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
+def inner_bubble(schedule: Schedule, cost: CostModel) -> float:
+    return inner_bubble_fraction(simulation(schedule, cost)[0])
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
@@ -81,10 +90,12 @@ def comparison(names: tuple[str, ...], num_ranks: int, num_microbatches: int, co
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
 
 
-def gantt_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool = False) -> go.Figure:
+def gantt_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool = False, color_by: str = "kind",
+                window: tuple[float, float] | None = None) -> go.Figure:
     timeline, _ = simulation(schedule, cost)
     path = critical_actions(schedule, cost) if with_critical_path else None
-    return charts.gantt_figure(timeline, title=schedule.describe(), critical_path=path)
+    return charts.gantt_figure(timeline, title=schedule.describe(), critical_path=path, color_by=color_by,
+                               window=window)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)

@@ -5,10 +5,12 @@ import streamlit as st
 
 from app_pages import cached, cost_inputs, state, widgets
 from pipesim import charts_compare
-from pipesim.schedules import schedule_names
+from pipesim.schedules import schedule_info, schedule_names
+from pipesim.units import binary_unit
 
 state.init_state()
 st.title("Compare schedules")
+URL = "query-params"  # the page's settings live in its URL: a view can be shared and reloaded
 
 PREFERRED = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
 
@@ -16,19 +18,21 @@ with st.sidebar:
     source = cost_inputs.cost_source_picker("cmp")
     with st.form("cmp-form"):
         names = schedule_names()
-        chosen = st.multiselect("Schedules", names, default=[n for n in PREFERRED if n in names], key="cmp-schedules")
+        chosen = st.multiselect("Schedules", names, default=[n for n in PREFERRED if n in names],
+                                key=state.kept("cmp-schedules"), bind=URL,
+                                help="naive is left out by default: its step dwarfs the others (or use log scale)")
         left, right = st.columns(2)
-        ranks = left.number_input("Ranks", 1, None, state.DEFAULT_RANKS, key="cmp-ranks")
-        microbatches = right.number_input("Microbatches", 1, None, state.DEFAULT_MICROBATCHES, key="cmp-microbatches")
-        chunks = st.number_input("Chunks per rank", 2, 16, state.DEFAULT_CHUNKS, key="cmp-chunks",
-                                 help="For interleaved-1f1b and looped-bfs")
+        ranks = left.number_input("Ranks", 1, None, state.DEFAULT_RANKS, key=state.kept("cmp-ranks"), bind=URL)
+        microbatches = right.number_input("Microbatches", 1, None, state.DEFAULT_MICROBATCHES,
+                                          key=state.kept("cmp-microbatches"), bind=URL)
+        takers = [n for n in names if schedule_info(n).takes_chunks]
+        chunks = st.number_input("Chunks per rank", 2, 16, state.DEFAULT_CHUNKS, key=state.kept("cmp-chunks"),
+                                 bind=URL, help="For " + ", ".join(takers) + " (the others hold what they hold)")
         st.divider()
-        st.caption("Costs describe the model cut into one stage per rank. Schedules with several chunks "
-                   "per rank (interleaved, V shapes) run the same model cut finer: each chunk takes its share "
-                   "of the time and memory, so every row trains the same model.")
         spec = cost_inputs.cost_fields("cmp", source, int(ranks))
         st.form_submit_button("Compare", type="primary", width="stretch")
 
+st.caption(cost_inputs.COST_MEANING)
 if not chosen:
     st.info("Pick at least one schedule in the sidebar.")
     st.stop()
@@ -48,8 +52,10 @@ if not good:
     st.error("None of the chosen schedules can be built with these settings; see the reasons above.")
     st.stop()
 
-table = pd.DataFrame([row.to_dict() for row in rows]).set_index("schedule")
-table["error"] = table["error"].fillna("")
+# Built rows only (the failed ones are named above with their full reason): no empty cells.
+table = pd.DataFrame([row.to_dict() for row in good]).set_index("schedule").drop(columns="error")
+unit, size = binary_unit(max(row.peak_activation_bytes or 0.0 for row in good))
+table["peak_activation_bytes"] = table["peak_activation_bytes"] / size
 st.dataframe(
     table,
     width="stretch",
@@ -59,15 +65,16 @@ st.dataframe(
                                                            format="percent"),
         "bubble_ratio": st.column_config.NumberColumn("idle / busy", format="%.3f"),
         "peak_activations": st.column_config.NumberColumn("peak stashed microbatches"),
-        "peak_activation_bytes": st.column_config.NumberColumn("peak activation bytes", format="compact"),
-        "error": st.column_config.TextColumn("not built because"),
+        "peak_activation_bytes": st.column_config.NumberColumn(f"peak activation memory ({unit})", format="%.2f"),
     },
 )
+log_scale = st.toggle("Log scale for makespan and memory", key=state.kept("cmp-log"), bind=URL,
+                      help="So that one slow schedule (naive) does not flatten the others")
 
-sig = state.signature(tuple(chosen), int(ranks), int(microbatches), int(chunks), hash(cost))
+sig = state.signature(tuple(chosen), int(ranks), int(microbatches), int(chunks), hash(cost), log_scale)
 left, right = st.columns(2)
 with left:
-    bars = charts_compare.comparison_figure(rows)
+    bars = charts_compare.comparison_figure(rows, log_scale=log_scale)
     st.plotly_chart(bars, key="cmp-bars", config={"displaylogo": False})
     widgets.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
 with right:

@@ -9,29 +9,39 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import streamlit as st
 
-from app_pages.state import runs_root
+from app_pages.state import kept, runs_root
 from pipesim.cost import CostModel, cost_from_times
 from pipesim.cost_file import cost_from_dict, load_cost
 from pipesim.model_description import DTYPE_BYTES, ModelDescription
 
+if TYPE_CHECKING:  # pandas only for the per-stage table: half a second of a cold start otherwise
+    import pandas as pd
+
+URL = "query-params"  # settings live in the page's URL, so a view can be shared and reloaded
 COST_SOURCES = ("Uniform", "Per stage", "Model", "Cost file")
 MIB = 2**20
+# One meaning of the uniform times on every page (Simulate, Compare), the same as pipesim.compare's.
+COST_MEANING = ("Uniform times describe the model cut into one stage per rank. A schedule that holds several "
+                "chunks per rank (interleaved, V shapes) runs the same model cut finer: each chunk takes its "
+                "share of the time and memory, so every schedule trains the same model. A per-stage table, a "
+                "model description and a cost file give each stage its own figures.")
 
 
 def cost_source_picker(prefix: str, sources: Sequence[str] = COST_SOURCES) -> str:
     """Outside the form, so choosing a source swaps the fields at once."""
-    return st.radio("Cost source", sources, key=f"{prefix}-cost-source", horizontal=True,
+    return st.radio("Cost source", sources, key=kept(f"{prefix}-cost-source"), horizontal=True, bind=URL,
                     help="Uniform numbers, a per-stage table, a model description, or a cost file "
                          "written by a profile run (runs/*/cost.json)")
 
 
 def stage_table_default(num_stages: int) -> pd.DataFrame:
     """A starting table: the last stage heavier (it holds the output layer and the loss)."""
+    import pandas as pd
+
     heavy = [1.5 if s == num_stages - 1 else 1.0 for s in range(num_stages)]
     return pd.DataFrame({
         "forward_ms": heavy,
@@ -41,20 +51,25 @@ def stage_table_default(num_stages: int) -> pd.DataFrame:
     }, index=pd.Index([f"stage {s}" for s in range(num_stages)], name="stage"))
 
 
-def cost_fields(prefix: str, source: str, num_stages: int) -> dict[str, Any]:
-    """Draw the fields of one cost source (inside a form); returns a plain spec for `cost_model`."""
+def cost_fields(prefix: str, source: str, num_stages: int, num_ranks: int | None = None) -> dict[str, Any]:
+    """Draw the fields of one cost source (inside a form); returns a plain spec for `cost_model`.
+
+    Uniform times are per rank (`COST_MEANING`): with `num_ranks` below `num_stages` they are cut finer.
+    """
     spec: dict[str, Any] = {"source": source}
     if source == "Uniform":
+        spec["num_stages"], spec["num_ranks"] = num_stages, num_ranks or num_stages
         left, right = st.columns(2)
-        spec["forward_ms"] = left.number_input("F (ms)", 0.0, 1e6, 1.0, 0.1, key=f"{prefix}-f")
-        spec["backward_ms"] = right.number_input("B (ms)", 0.0, 1e6, 2.0, 0.1, key=f"{prefix}-b",
+        spec["forward_ms"] = left.number_input("F (ms)", 0.0, 1e6, 1.0, 0.1, key=kept(f"{prefix}-f"), bind=URL)
+        spec["backward_ms"] = right.number_input("B (ms)", 0.0, 1e6, 2.0, 0.1, key=kept(f"{prefix}-b"), bind=URL,
                                                  help="The full backward; I and W split it")
-        spec["weight_ms"] = left.number_input("W share of B (ms)", 0.0, 1e6, 1.0, 0.1, key=f"{prefix}-w",
-                                              help="Only used by zero-bubble schedules (I = B - W)")
-        spec["comm_ms"] = right.number_input("Transfer (ms)", 0.0, 1e6, 0.0, 0.05, key=f"{prefix}-comm",
+        spec["weight_ms"] = left.number_input("W share of B (ms)", 0.0, 1e6, 1.0, 0.1,
+                                              key=kept(f"{prefix}-w"), bind=URL,
+                                              help="Only used by zero-bubble schedules (I = B - W); above B is refused")
+        spec["comm_ms"] = right.number_input("Transfer (ms)", 0.0, 1e6, 0.0, 0.05, key=kept(f"{prefix}-comm"), bind=URL,
                                              help="Per cross-rank send of an activation or gradient")
-        spec["activation_mib"] = st.number_input("Activations per microbatch and stage (MiB)", 0.0, 1e9, 1.0,
-                                                 key=f"{prefix}-act")
+        spec["activation_mib"] = st.number_input("Activations per microbatch, one rank's stage (MiB)", 0.0, 1e9, 1.0,
+                                                 key=kept(f"{prefix}-act"), bind=URL)
     elif source == "Per stage":
         st.caption(f"One row per stage ({num_stages} stages).")
         spec["table"] = st.data_editor(stage_table_default(num_stages), key=f"{prefix}-stages-{num_stages}",
@@ -112,9 +127,13 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
     """The CostModel a spec describes; ValueError names the field at fault."""
     source, recompute = spec["source"], bool(spec.get("recompute"))
     if source == "Uniform":
-        return cost_from_times([spec["forward_ms"]], [spec["backward_ms"]], [spec["weight_ms"]], [spec["comm_ms"]],
+        cost = cost_from_times([spec["forward_ms"]], [spec["backward_ms"]], [spec["weight_ms"]], [spec["comm_ms"]],
                                activation_bytes=[spec["activation_mib"] * MIB], recompute=recompute)
+        stages, ranks = spec.get("num_stages", 1), spec.get("num_ranks", 1)
+        return cost.for_stages(stages, ranks) if stages != ranks and stages % ranks == 0 else cost
     if source == "Per stage":
+        import pandas as pd
+
         table: pd.DataFrame = spec["table"]
         columns = {}
         for name in ("forward_ms", "backward_ms", "weight_ms", "activation_mib"):

@@ -44,7 +44,8 @@ def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[P
             pass  # a problem of torch's full order (a transfer, a collective): its index is already the cell
         elif columns is not None and error.rank is not None and index is not None:
             column = columns[error.rank][index]
-        located.append(Problem(str(error), error.rank, column))
+        where = f"cell {column + 1}: " if column is not None else ""
+        located.append(Problem(where + str(error), error.rank, column))
     if located:
         return located
     cycle = find_deadlock(schedule)
@@ -55,7 +56,7 @@ def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[P
     for action in cycle:
         rank, index = position[action]
         column = columns[rank][index] if columns is not None else index
-        out.append(Problem(f"{action} is in the dependency cycle", rank, column, "deadlock"))
+        out.append(Problem(f"cell {column + 1}: {action} is in the dependency cycle", rank, column, "deadlock"))
     return out
 
 
@@ -83,15 +84,18 @@ def _cell_columns(csv_text: str, schedule: Schedule) -> list[list[int]]:
 
 
 
-def csv_grid(text: str, spare: int = 0) -> pd.DataFrame:
-    """The CSV as a ranks x cells table of strings (None for an empty cell), for st.data_editor.
+def csv_grid(text: str, spare: int = 0, spare_rows: int = 0) -> pd.DataFrame:
+    """The CSV as a ranks x cells table of strings ("" for an empty cell: None would show as "None"), for
+    st.data_editor. Columns are "cell 1", "cell 2", ...: counted from 1, as the problem messages count.
 
-    `spare` empty columns leave room to append actions (an editor cannot add columns).
+    `spare` empty columns leave room to append actions (an editor cannot add columns), `spare_rows` empty rows
+    to add ranks (trailing empty rows are no ranks: `grid_csv` drops them).
     """
     rows = [row for row in csv.reader(io.StringIO(text or ""))]
+    rows += [[] for _ in range(spare_rows)]
     width = max((len(row) for row in rows), default=1) + spare
-    data = [[(cell.strip() or None) for cell in row] + [None] * (width - len(row)) for row in rows]
-    frame = pd.DataFrame(data, columns=[str(c) for c in range(width)], dtype="object")
+    data = [[cell.strip() for cell in row] + [""] * (width - len(row)) for row in rows]
+    frame = pd.DataFrame(data, columns=[f"cell {c + 1}" for c in range(width)], dtype="object")
     frame.index = [f"rank {r}" for r in range(len(rows))]
     return frame
 
@@ -109,25 +113,44 @@ def grid_csv(grid: pd.DataFrame) -> str:
     return "\r\n".join(lines) + ("\r\n" if lines else "")
 
 
-def highlighted_grid(grid: pd.DataFrame, problems: Sequence[Problem]):
-    """The table with each offending cell coloured and the messages beside each rank's row."""
-    colour = {"error": "background-color: #ffb3b3; color: #7a0000; font-weight: bold",
-              "deadlock": "background-color: #ffe08a; color: #5a3d00; font-weight: bold"}
-    marks: dict[tuple[int, int], str] = {}
+def apply_edits(grid: pd.DataFrame, edits: dict | None) -> pd.DataFrame:
+    """The grid with a fixed-rows data editor's pending edits ({"edited_rows": {row: {column: value}}}) applied:
+    the page validates what the user sees before drawing the editor, so the problems sit on that table."""
+    out = grid.copy()
+    for row, changes in ((edits or {}).get("edited_rows") or {}).items():
+        for column, value in changes.items():
+            if column in out.columns and 0 <= int(row) < len(out):
+                out.iat[int(row), out.columns.get_loc(column)] = "" if value is None else str(value)
+    return out
+
+
+PROBLEM_MARK = " ⚠"
+
+
+def editor_table(grid: pd.DataFrame, problems: Sequence[Problem]):
+    """The editable table itself, marked: a read-only "problem" column beside each row (coloured) and a mark on
+    the rows' names; returns (styled table, column labels with a mark on the offending columns).
+
+    Streamlit colours only read-only columns of an editor, so the offending cell is named in the message and
+    its column header marked rather than filled.
+    """
     notes: dict[int, list[str]] = {}
+    bad_columns: set[int] = set()
     for problem in problems:
         if problem.rank is not None and problem.rank < len(grid):
             notes.setdefault(problem.rank, []).append(problem.message)
             if problem.column is not None and problem.column < grid.shape[1]:
-                marks[(problem.rank, problem.column)] = colour[problem.kind]
+                bad_columns.add(problem.column)
     shown = grid.copy()
-    shown["problem"] = ["; ".join(dict.fromkeys(notes.get(r, []))) or "" for r in range(len(grid))]
+    shown.index = [f"{name}{PROBLEM_MARK if r in notes else ''}" for r, name in enumerate(grid.index)]
+    shown["problem"] = ["; ".join(dict.fromkeys(notes.get(r, []))) for r in range(len(grid))]
+    labels = {name: f"{name}{PROBLEM_MARK}" for c, name in enumerate(grid.columns) if c in bad_columns}
+    kind = {p.rank: p.kind for p in problems}
+    colour = {"error": "background-color: #ffb3b3; color: #7a0000", "deadlock": "background-color: #ffe08a"}
 
     def style(frame: pd.DataFrame) -> pd.DataFrame:
         styles = pd.DataFrame("", index=frame.index, columns=frame.columns)
-        for (row, col), css in marks.items():
-            styles.iat[row, col] = css
-        styles["problem"] = ["color: #7a0000" if text else "" for text in frame["problem"]]
+        styles["problem"] = [colour[kind.get(r, "error")] if text else "" for r, text in enumerate(frame["problem"])]
         return styles
 
-    return shown.style.apply(style, axis=None)
+    return shown.style.apply(style, axis=None), labels

@@ -29,6 +29,7 @@ st.caption("One row per rank, one cell per action in that rank's order (`2F0`: s
            "torch.distributed.pipelining (`_dump_csv` / `_load_csv`), with its transfers (`1SEND_F0`, `2RECV_B3`), "
            "collectives (`0UNSHARD`, `0REDUCE_GRAD`) and overlapped pairs (`(0F3;3B1)OVERLAP_F_B`).")
 
+DAG_CUSTOM_SOURCE = "Custom schedule (Custom page)"  # the DAG page's choice for the schedule edited here
 TEMPLATES = {"deadlock example": state.DEADLOCK_EXAMPLE_CSV, "broken example": state.BROKEN_EXAMPLE_CSV}
 load, upload_col, paste_col = st.columns(3)
 with load.popover("Start from a template", icon=":material/library_add:", width="stretch"):
@@ -56,10 +57,11 @@ with paste_col.popover("Paste CSV text", icon=":material/content_paste:", width=
         if st.form_submit_button("Use this text", type="primary"):
             _replace_schedule(pasted)
 
-grid = table.csv_grid(st.session_state["custom_base"], spare=2)
-edited = st.data_editor(grid, key=f"custom-grid-{st.session_state['custom_version']}", num_rows="dynamic",
-                        width="stretch")
-text = table.grid_csv(edited)
+# Fixed rows (spare ones to add ranks): Streamlit then keeps edits across reruns although the problem column
+# changes. The pending edits are applied first, so the problems are found and shown on the table being edited.
+grid = table.csv_grid(st.session_state["custom_base"], spare=2, spare_rows=2)
+grid_key = f"custom-grid-{st.session_state['custom_version']}"
+text = table.grid_csv(table.apply_edits(grid, st.session_state.get(grid_key)))
 st.session_state["custom_csv"] = text  # the edited table is the schedule every page sees
 
 try:
@@ -69,19 +71,25 @@ except CsvError as error:
     schedule, problems = None, [table.Problem(str(error), error.row, error.column)]
 except ValueError as error:  # too large for the app
     widgets.show_error(error, "Cannot use this schedule")
-    st.stop()
+    schedule, problems = None, []
 
-if problems:
-    deadlock = all(p.kind == "deadlock" for p in problems)
-    if deadlock:
-        st.error("**Deadlock**: the highlighted actions wait on each other in a cycle; "
-                 + (cached.deadlock_explanation(schedule) or ""), icon=":material/block:")
-        st.page_link("app_pages/dag.py", label="See the cycle in the dependency graph (DAG page, custom schedule)",
-                     icon=":material/account_tree:")
-    else:
-        st.error(f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule; "
-                 "the offending cells are highlighted, the messages are beside each row.", icon=":material/error:")
-    st.dataframe(table.highlighted_grid(table.csv_grid(text), problems), width="stretch", key="custom-problems")
+deadlock = bool(problems) and all(p.kind == "deadlock" for p in problems)
+if deadlock:
+    st.error("**Deadlock**: the marked actions wait on each other in a cycle; "
+             + (cached.deadlock_explanation(schedule) or ""), icon=":material/block:")
+    # A button, not a page link: the DAG page must open on this custom schedule, not on its default 1f1b.
+    if st.button("See the cycle in the dependency graph (DAG page, this schedule)", key="custom-dag",
+                 icon=":material/account_tree:"):
+        st.session_state["dag-origin"] = DAG_CUSTOM_SOURCE
+        st.switch_page("app_pages/dag.py")
+elif problems:
+    st.error(f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule; the rows and "
+             f"columns at fault are marked{table.PROBLEM_MARK}, the messages are beside each row.",
+             icon=":material/error:")
+styled, labels = table.editor_table(grid, problems)
+st.data_editor(styled, key=grid_key, num_rows="fixed", width="stretch", disabled=["problem"],
+               column_config={**labels, "problem": st.column_config.TextColumn("problem", width="large")})
+if problems or schedule is None:
     if not deadlock:
         for problem in problems[:20]:
             st.markdown(f"- {problem.message}")

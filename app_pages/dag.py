@@ -6,7 +6,7 @@ from app_pages import cached, state, widgets
 from app_pages import csv_table as table
 from pipesim import charts_dag
 from pipesim.cost import CostModel
-from pipesim.schedules import schedule_names
+from pipesim.schedules import schedule_info, schedule_names
 
 state.init_state()
 st.title("Dependency graph")
@@ -24,7 +24,9 @@ with st.sidebar:
             left, right = st.columns(2)
             ranks = left.number_input("Ranks", 1, None, 3, key="dag-ranks")
             microbatches = right.number_input("Microbatches", 1, None, 4, key="dag-microbatches")
-            chunks = st.number_input("Chunks per rank", 1, 16, state.DEFAULT_CHUNKS, key="dag-chunks")
+            # only for the families that take it (the registry says which); shown once such a one is drawn
+            chunks = st.number_input("Chunks per rank", 1, 16, state.DEFAULT_CHUNKS, key="dag-chunks") if (
+                schedule_info(name).takes_chunks) else None
         left, right = st.columns(2)
         forward = left.number_input("F (ms)", 0.0, 1e6, 1.0, 0.1, key="dag-f")
         backward = right.number_input("B (ms)", 0.0, 1e6, 2.0, 0.1, key="dag-b")
@@ -33,7 +35,8 @@ with st.sidebar:
 
 try:
     if origin == SOURCES[0]:
-        schedule = cached.registered_schedule(name, int(ranks), int(microbatches), int(chunks))
+        schedule = cached.registered_schedule(name, int(ranks), int(microbatches),
+                                              None if chunks is None else int(chunks))
     elif origin == SOURCES[1]:
         if not st.session_state["custom_csv"]:
             st.info("No custom schedule yet: write or upload one on the Custom schedule page.")

@@ -8,10 +8,11 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app_pages import runs, state, trace_import, widgets
+from app_pages import live_runs, runs, state, trace_import, widgets
 from executor import launch, predict, run_folder
 from executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, ModelConfig, run_config
 from executor.config import CUSTOM as CUSTOM_MODEL
+from executor.progress import readable_log
 from pipesim import attribution, charts, charts_attribution, overlay
 from pipesim.schedules import options_for, schedule_info, schedule_names
 from pipesim.units import format_bytes
@@ -34,6 +35,8 @@ MODEL_SIZES = {
 }
 CUSTOM = state.CUSTOM_SCHEDULE_LABEL
 
+if st.session_state["run_handle"] is None:  # a reload (a new session) finds a run still going, from its folder
+    st.session_state["run_handle"] = live_runs.running(state.runs_root())
 handle = st.session_state["run_handle"]
 custom = st.session_state["run_schedule"]
 running = handle is not None and not handle.done()
@@ -42,41 +45,44 @@ with st.sidebar:
     with st.form("run-form"):
         names = [*schedule_names(), *([CUSTOM] if custom is not None else [])]
         name = st.selectbox("Schedule", names, index=len(names) - 1 if custom is not None else names.index("1f1b"),
-                            key="run-schedule")
+                            key=state.kept("run-schedule"))
         left, right = st.columns(2)
-        ranks = left.number_input("Ranks", 1, 64, 2, key="run-ranks")
-        microbatches = right.number_input("Microbatches", 1, 256, 8, key="run-microbatches")
-        chunks = left.number_input("Chunks per rank", 1, 8, 2, key="run-chunks",
+        ranks = left.number_input("Ranks", 1, 64, 2, key=state.kept("run-ranks"))
+        microbatches = right.number_input("Microbatches", 1, 256, 8, key=state.kept("run-microbatches"))
+        chunks = left.number_input("Chunks per rank", 1, 8, 2, key=state.kept("run-chunks"),
                                    help="For the schedules that let you choose it: " + ", ".join(
                                        n for n in schedule_names() if schedule_info(n).takes_chunks))
         if custom is not None:
             st.caption(f"The custom schedule sets its own ranks and microbatches: {custom.describe()}")
-        kind = right.selectbox("Model", MODEL_KINDS, key="run-model")
-        size = left.selectbox("Size", list(MODEL_SIZES), index=1, key="run-size",
+        kind = right.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"))
+        size = left.selectbox("Size", list(MODEL_SIZES), index=1, key=state.kept("run-size"),
                               help="tiny runs are dominated by Python overhead per action; small and up "
                                    "are what the profile-then-predict figures in docs/benchmarks.md use")
-        layers = right.number_input("Layers / blocks", 1, 256, 4, key="run-layers",
-                                    help="At least one per stage")
-        own = st.text_input("Your own model (optional)", key="run-model-spec", placeholder="examples.gpt_small:build",
+        layers = right.number_input("Layers / blocks", 1, 256, 4, key=state.kept("run-layers"),
+                                    help="Transformer blocks (CNN: conv blocks). Stages share out these plus the "
+                                         "embedding and output layer (CNN: 3 FC layers): at least one per stage")
+        own = st.text_input("Your own model (optional)", key=state.kept("run-model-spec"),
+                            placeholder="examples.gpt_small:build",
                             help="package.module:factory; only that module is imported (executor/custom_model.py). "
                                  "Replaces the model and size above")
-        replicas = left.number_input("Data parallel", 1, 16, 1, key="run-data-parallel",
+        replicas = left.number_input("Data parallel", 1, 16, 1, key=state.kept("run-data-parallel"),
                                      help="Replicas of the pipeline: ranks x this many processes")
-        dtype = right.selectbox("Precision", DTYPES, key="run-dtype", help="bf16: autocast, fp32 master weights")
-        batch = left.number_input("Batch size", 1, 4096, 32, key="run-batch",
+        dtype = right.selectbox("Precision", DTYPES, key=state.kept("run-dtype"),
+                                help="bf16: autocast, fp32 master weights")
+        batch = left.number_input("Batch size", 1, 4096, 32, key=state.kept("run-batch"),
                                   help="Per step; split into the microbatches")
-        steps = right.number_input("Steps", 1, 1000, 5, key="run-steps", help="Measured steps")
-        warmup = left.number_input("Warm-up steps", 0, 100, 1, key="run-warmup")
-        timeout = right.number_input("Timeout (s)", 10, 7200, 600, key="run-timeout")
-        device = left.selectbox("Device", DEVICES, key="run-device",
+        steps = right.number_input("Steps", 1, 1000, 5, key=state.kept("run-steps"), help="Measured steps")
+        warmup = left.number_input("Warm-up steps", 0, 100, 1, key=state.kept("run-warmup"))
+        timeout = right.number_input("Timeout (s)", 10, 7200, 600, key=state.kept("run-timeout"))
+        device = left.selectbox("Device", DEVICES, key=state.kept("run-device"),
                                 help="auto: CUDA when torch sees GPUs, otherwise CPU")
-        backend = right.selectbox("Backend", BACKENDS, key="run-backend",
+        backend = right.selectbox("Backend", BACKENDS, key=state.kept("run-backend"),
                                   help="auto: gloo on CPU; nccl with one GPU per rank, else staged")
-        profile = st.toggle("Profile first, then predict", value=True, key="run-profile",
+        profile = st.toggle("Profile first, then predict", value=True, key=state.kept("run-profile"),
                             help="Measure per-stage costs, write cost.json and simulate the step with them")
-        reference = st.toggle("Also run torch.distributed.pipelining", key="run-reference",
+        reference = st.toggle("Also run torch.distributed.pipelining", key=state.kept("run-reference"),
                               help="The same model on torch's own schedule, for comparison")
-        recompute = st.toggle("Activation recomputation", key="run-recompute")
+        recompute = st.toggle("Activation recomputation", key=state.kept("run-recompute"))
         submitted = st.form_submit_button("Launch run", type="primary", disabled=running, width="stretch")
 
 if submitted and not running:
@@ -102,6 +108,7 @@ if submitted and not running:
     else:
         st.session_state["run_handle"] = handle
         st.session_state["selected_run"] = None
+        live_runs.remember(handle)
         st.rerun()  # redraw with the launch button disabled and the live view polling
 
 
@@ -122,7 +129,9 @@ def live_run() -> None:
     if last.get("event") == "step":
         text += f" {last.get('step', 0) + 1}/{last.get('steps', '?')} ({last.get('phase', 'run')})"
     st.progress(float(current.progress), text=text)
-    st.code(current.log_tail(30) or "(waiting for the first output)", language=None, height=300)
+    st.code(readable_log(current.log_tail(200), 30) or "(waiting for the first output)", language=None, height=300)
+    st.download_button("Raw log", data=lambda: current.log_tail(2000), file_name=f"{current.run_dir.name}-log.txt",
+                       mime="text/plain", key="run-raw-log", icon=":material/download:", on_click="ignore")
     if st.button("Cancel run", icon=":material/stop_circle:", key="run-cancel", type="secondary"):
         with st.spinner("Ending every process of the run…"):
             current.cancel()
@@ -145,6 +154,10 @@ def show_result(result) -> None:
         st.info(f"Run cancelled: {result.message or 'by you'}", icon=":material/cancel:")
         if result.measured is None:
             return
+    elif result.status == "running":  # not this server's (the command line, another app): nothing is wrong
+        st.info("This run is still going, started outside this app server (the command line or another app): "
+                "open it again when it has finished.", icon=":material/hourglass_top:")
+        return
     elif result.status != "ok":
         st.error(f"Run {result.status}: {result.message or 'no message'}", icon=":material/error:")
         _log_files(result)
@@ -179,7 +192,7 @@ def show_result(result) -> None:
     steps = overlay.steps_of(measured)
     step = None
     if len(steps) > 1:
-        step = st.columns(4)[0].selectbox("Measured step", steps, index=len(steps) - 1,
+        step = st.columns(4)[0].selectbox("Step drawn in the chart", steps, index=len(steps) - 1,
                                           key=f"run-step-{result.run_dir.name}",
                                           help="The first step usually pays warm-up costs")
     sig = state.signature(str(result.run_dir), step)
@@ -191,8 +204,8 @@ def show_result(result) -> None:
         figure = charts.gantt_figure(overlay.pick_step(measured, step), title=f"{result.run_dir.name} (measured)")
     st.plotly_chart(figure, key="run-overlay", config={"displaylogo": False})
     widgets.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
-    widgets.data_downloads(overlay.pick_step(measured, step), result.schedule, None, f"{result.run_dir.name}-measured",
-                      "run-data")
+    widgets.data_downloads(overlay.pick_step(measured, step), result.schedule, None, result.run_dir.name,
+                           "run-data", timeline_label="measured")
     _trace_downloads(result, step)
     if result.analysis is not None:
         st.plotly_chart(charts.attribution_figure(result.analysis), key="run-attribution",
@@ -305,9 +318,14 @@ if not runs:
     st.caption(f"No runs yet under {state.runs_root()}/.")
 else:
     st.dataframe(pd.DataFrame(runs), hide_index=True, width="stretch",
-                 column_config={"started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss")})
+                 column_config={"started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
+                                "error": st.column_config.NumberColumn("prediction error", format="percent")})
     with st.form("run-open"):
         chosen = st.selectbox("Open a run", [r["folder"] for r in runs], key="run-open-pick")
         if st.form_submit_button("Open"):
-            st.session_state["selected_run"] = str(state.runs_root() / chosen)
+            live = live_runs.running(state.runs_root(), str(state.runs_root() / chosen))
+            if live is not None:  # still going: follow it live, with Cancel, rather than a half-written folder
+                st.session_state["run_handle"] = live
+            else:
+                st.session_state["selected_run"] = str(state.runs_root() / chosen)
             st.rerun()

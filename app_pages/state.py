@@ -1,7 +1,8 @@
 """The app's session state, limits and defaults: what every page may read, set once per session.
 
-Limits keep a browser tab responsive (tens of thousands of bars are fine in plotly, hundreds of thousands are
-not) and reruns fast; the command line has none of them.
+Limits keep a browser tab responsive and reruns fast; the command line has none of them. Past 10,000 actions the
+Gantt chart is binned (pipesim.charts_lod), so the Simulate page's limit is what the core simulates in about a
+second (docs/benchmarks.md: ~130k actions in 0.8 s), not what plotly draws as bars.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 import streamlit as st
 
 MAX_RANKS = 32
-MAX_MICROBATCHES = 128
-MAX_CUSTOM_ACTIONS = 20_000
+MAX_MICROBATCHES = 1024
+MAX_ACTIONS = 131_072  # a registered schedule, e.g. 1f1b on 32 ranks x 1024 microbatches x (F, B)
+MAX_CUSTOM_ACTIONS = 20_000  # the Custom page edits its schedule as a table: a table's size
 
 # The first screen: a meaningful chart before any input is touched.
 DEFAULT_SCHEDULE = "1f1b"
@@ -33,6 +35,7 @@ BROKEN_EXAMPLE_CSV = "0F0,0X1,0B0\r\n1F0,1B0,1F1\r\n"
 
 def init_state() -> None:
     """Session keys every page may read; set once per session, never overwritten."""
+    st.session_state.setdefault("kept_keys", set())  # widget keys whose values outlive their page (`kept`)
     st.session_state.setdefault("custom_csv", None)  # filled from the default template on first use
     st.session_state.setdefault("custom_version", 0)  # bumps when a template or an upload replaces the table
     st.session_state.setdefault("run_handle", None)  # executor.launch.RunHandle of the run in progress
@@ -41,12 +44,28 @@ def init_state() -> None:
     st.session_state.setdefault("exports", {})  # key -> (signature, {fmt: bytes} or a message)
 
 
+def kept(key: str) -> str:
+    """A widget key whose value stays for the whole session, across pages (see `keep_settings`)."""
+    st.session_state.setdefault("kept_keys", set()).add(key)
+    return key
+
+
+def keep_settings() -> None:
+    """Called on every run before the page: Streamlit forgets the values of widgets that a run does not draw
+    (another page's), unless they were last set through session state; setting each kept key to its own value
+    does that, so a page's settings are there again when the user comes back."""
+    for key in st.session_state.get("kept_keys", ()):
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
 def runs_root() -> Path:
     """Where runs live: ./runs, or $PIPESIM_RUNS_ROOT (tests point it at a temporary folder)."""
     return Path(os.environ.get(RUNS_ROOT_ENV) or "runs")
 
 
-def check_limits(num_ranks: int, num_microbatches: int, num_actions: int | None = None) -> None:
+def check_limits(num_ranks: int, num_microbatches: int, num_actions: int | None = None,
+                 max_actions: int = MAX_CUSTOM_ACTIONS) -> None:
     """Refuse sizes that would make the browser crawl, naming the limit."""
     if num_ranks > MAX_RANKS:
         raise ValueError(f"{num_ranks} ranks is more than this app draws (at most {MAX_RANKS}); "
@@ -54,8 +73,9 @@ def check_limits(num_ranks: int, num_microbatches: int, num_actions: int | None 
     if num_microbatches > MAX_MICROBATCHES:
         raise ValueError(f"{num_microbatches} microbatches is more than this app draws (at most {MAX_MICROBATCHES}); "
                          "use the command line (python -m pipesim) for longer steps")
-    if num_actions is not None and num_actions > MAX_CUSTOM_ACTIONS:
-        raise ValueError(f"the schedule has {num_actions} actions; this app draws at most {MAX_CUSTOM_ACTIONS}")
+    if num_actions is not None and num_actions > max_actions:
+        raise ValueError(f"the schedule has {num_actions:,} actions; this app draws at most {max_actions:,}: "
+                         "fewer ranks or microbatches, or the command line (python -m pipesim)")
 
 
 def signature(*parts: object) -> str:

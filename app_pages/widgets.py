@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -42,13 +41,18 @@ def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
                                        width="stretch")
 
 
-def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metrics | None, name: str, key: str) -> None:
-    """Timeline JSON, schedule CSV (torch's format) and a Chrome trace for Perfetto; built on click."""
+def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metrics | None, name: str, key: str,
+                   timeline_label: str = "") -> None:
+    """Timeline JSON, schedule CSV (torch's format) and a Chrome trace for Perfetto; built on click.
+
+    `timeline_label` (e.g. "measured") goes into the timeline and trace file names only: the CSV is the schedule.
+    """
+    label = f"{name}-{timeline_label}" if timeline_label else name
     summary = metrics.to_dict() if metrics is not None else None
     columns = st.columns(3)
     columns[0].download_button(
         "Timeline JSON", data=lambda: json.dumps(formats.timeline_to_dict(timeline, summary), indent=1),
-        file_name=f"{name}-timeline.json", mime="application/json", on_click="ignore", key=f"{key}-tl",
+        file_name=f"{label}-timeline.json", mime="application/json", on_click="ignore", key=f"{key}-tl",
         icon=":material/data_object:")
     if schedule is not None:
         columns[1].download_button(
@@ -56,17 +60,22 @@ def data_downloads(timeline: Timeline, schedule: Schedule | None, metrics: Metri
             mime="text/csv", on_click="ignore", key=f"{key}-csv", icon=":material/table:")
     columns[2].download_button(
         "Chrome trace (Perfetto)", data=lambda: json.dumps(chrome_trace.timeline_to_chrome_trace(timeline)),
-        file_name=f"{name}-trace.json", mime="application/json", on_click="ignore", key=f"{key}-trace",
+        file_name=f"{label}-trace.json", mime="application/json", on_click="ignore", key=f"{key}-trace",
         icon=":material/timeline:")
 
 
-def metric_cards(metrics: Metrics, max_rank_cards: int = 8) -> None:
+def metric_cards(metrics: Metrics, max_rank_cards: int = 8, inner_bubble: float | None = None) -> None:
     """Headline numbers, then each rank's bubble and peak activation memory."""
     peak = max(metrics.ranks, key=lambda r: r.peak_activation_bytes)
-    top = st.columns(4)
+    top = st.columns(4 if inner_bubble is None else 5)
     top[0].metric("Makespan", f"{metrics.makespan:,.3f} ms")
-    top[1].metric("Bubble fraction", f"{metrics.bubble_fraction:.1%}", help="idle / (ranks × makespan)")
+    top[1].metric("Bubble fraction", f"{metrics.bubble_fraction:.1%}",
+                  help="idle / (ranks × makespan): the whole step, with the start ramp and the drain")
     top[2].metric("Bubble ratio", f"{metrics.bubble_ratio:.3f}", help="idle / busy")
+    if inner_bubble is not None:
+        top[4].metric("Per-stage bubble", f"{inner_bubble:.1%}",
+                      help="idle between each rank's first and last action / the time between them: the "
+                           "zero-bubble paper's per-stage bubble, which leaves out the ramp and the drain")
     top[3].metric("Peak activations", format_bytes(peak.peak_activation_bytes),
                   help=f"highest on rank {peak.rank}: {peak.peak_activations} microbatches stashed")
     if len(metrics.ranks) <= max_rank_cards:
@@ -76,6 +85,8 @@ def metric_cards(metrics: Metrics, max_rank_cards: int = 8) -> None:
                         f"{rank.peak_activations} stashed · idle {rank.bubble_fraction:.0%}", delta_color="off",
                         delta_arrow="off")
     else:
+        import pandas as pd  # only for many ranks: pandas costs half a second at a cold start
+
         st.dataframe(pd.DataFrame([{
             "rank": r.rank, "bubble": r.bubble_fraction, "peak stashed": r.peak_activations,
             "peak memory": format_bytes(r.peak_activation_bytes)} for r in metrics.ranks]),

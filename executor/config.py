@@ -28,6 +28,9 @@ from typing import Any, Literal
 
 PROGRESS_PREFIX = "PIPESIM "
 TRACES_DIR = "traces"  # the run folder's torch.profiler traces (executor.torch_profile writes them)
+# A file the launcher writes into the run folder to ask the ranks to stop after the step in progress and write
+# what they measured (a cancel); the ranks agree on it at each step boundary.
+STOP_FILE = "stop"
 MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
 CUSTOM = "custom"
 DTYPES = ("fp32", "bf16")

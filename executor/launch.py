@@ -33,7 +33,7 @@ from pathlib import Path
 
 from executor import predict, torchrun_log
 from executor.checks import check_run
-from executor.config import PROGRESS_PREFIX, RunConfig
+from executor.config import PROGRESS_PREFIX, STOP_FILE, RunConfig
 from executor.processes import (
     GRACE_S,
     REFERENCE_MODULE,
@@ -43,12 +43,13 @@ from executor.processes import (
     run_processes,
     torchrun_command,
 )
-from executor.progress import step_fraction
+from executor.progress import measured_so_far, step_fraction
 from executor.run_folder import RunResult, check_name, load_run, make_run_dir
 from pipesim.formats import save_schedule, write_json
 from pipesim.ir import Schedule
 
 EventCallback = Callable[[dict], None]
+STOP_GRACE_S = 20.0  # a cancel waits this long for the ranks to finish their step and write measured.json
 
 # Runs this process started and that have not ended. The one piece of module state here, and on purpose: when
 # the process that launched runs exits (the Streamlit server stopped, the CLI ended by a signal), every run it
@@ -94,11 +95,26 @@ class _Phase:
         reader = threading.Thread(target=self._relay, args=(proc, logs), daemon=True)
         reader.start()
         outcome = self._watch(proc, deadline, cancelled)
+        if outcome.status == "cancelled" and self.part == "run" and self._training():
+            self._stop_gracefully(proc)
         node = self.handle.config.nodes.node_rank
         if outcome.status != "ok" or run_processes(self.handle.run_dir, node):
             end_process_tree(proc, self.handle.run_dir, node)
         reader.join(timeout=10)
         return outcome
+
+    def _training(self) -> bool:
+        """Whether the ranks are in their training steps (where they look for the stop file)."""
+        return any(e.get("event") == "step" and e.get("phase") in ("warmup", "measure") for e in self.handle.events())
+
+    def _stop_gracefully(self, proc: subprocess.Popen) -> None:
+        """Ask the ranks to stop after the step in progress and write what they measured; the caller ends
+        whatever is still there after STOP_GRACE_S."""
+        try:
+            (self.handle.run_dir / STOP_FILE).write_text("cancelled\n")
+            proc.wait(timeout=STOP_GRACE_S)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
 
     def _watch(self, proc: subprocess.Popen, deadline: float, cancelled: threading.Event) -> _Outcome:
         failure_seen: float | None = None
@@ -209,7 +225,7 @@ class RunHandle:
     def done(self) -> bool:
         return self._status != "running"
 
-    def cancel(self, timeout: float = 4 * GRACE_S + 10) -> None:
+    def cancel(self, timeout: float = STOP_GRACE_S + 4 * GRACE_S + 10) -> None:
         """End every process of the run; returns once they are gone and result.json is written.
 
         Waits on an Event, not Thread.join: under Python 3.11 a join interrupted by Ctrl-C leaves the thread's
@@ -272,7 +288,8 @@ class RunHandle:
         try:
             outcome = main.run(deadline, self._cancelled)
             if outcome.status == "cancelled":  # asked for: say so calmly, no log tail of the ranks' SIGTERM
-                message, failed_rank = outcome.message, None
+                done = measured_so_far(self.events())
+                message, failed_rank = outcome.message + (f" ({done})" if done else ""), None
             else:
                 message, failed_rank = main.failure_message(outcome) if outcome.status != "ok" else ("", None)
             summary = {"status": outcome.status, "message": message, "returncode": outcome.returncode,

@@ -44,3 +44,45 @@ def step_fraction(event: dict, config: RunConfig) -> float | None:
     }
     start, width = segments.get(phase, (0.0, 1.0))
     return start + width * within
+
+
+def readable_event(event: dict) -> str:
+    """One progress event in words, e.g. "step 3/5 (measure)"; unknown events keep their fields."""
+    kind = event.get("event", "?")
+    if kind == "step" and isinstance(event.get("step"), int):
+        return f"step {event['step'] + 1}/{event.get('steps', '?')} ({event.get('phase', 'run')})"
+    rest = ", ".join(f"{k} {v}" for k, v in event.items() if k not in ("event", "rank"))
+    return f"{kind}{': ' + rest if rest else ''}"
+
+
+def readable_log(text: str, lines: int = 40) -> str:
+    """The launcher's log (`[rankN] ...` lines) with each `PIPESIM {json}` line written in words; the last
+    `lines` lines. The raw log stays in the run folder's logs/ and behind the Run page's download."""
+    out = []
+    for line in text.splitlines():
+        head, sep, rest = line.partition(f"] {PROGRESS_PREFIX}")
+        if sep:
+            try:
+                event, _ = json.JSONDecoder().raw_decode(rest.strip())
+            except ValueError:
+                event = None
+            if isinstance(event, dict):
+                line = f"{head}] {readable_event(event)}"
+        out.append(line)
+    return "\n".join(out[-lines:])
+
+
+def measured_so_far(events: list[dict]) -> str:
+    """What a run had measured when it was cancelled, in words, from its step events (each rank's own step time,
+    `ms`; a step takes as long as its slowest rank). Empty when no measured step had finished."""
+    steps: dict[int, float] = {}
+    total = None
+    for event in events:
+        if event.get("event") == "step" and event.get("phase") == "measure" and isinstance(event.get("ms"), float):
+            steps[event["step"]] = max(steps.get(event["step"], 0.0), event["ms"])
+            total = event.get("steps", total)
+    if not steps:
+        return ""
+    times = sorted(steps.values())
+    median = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+    return f"{len(steps)} of {total or '?'} measured steps done, median step {median:.2f} ms"

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from executor.config import STOP_FILE
 from executor.progress import emit
 from executor.rank import Rank
 from executor.timing import assemble_measured
@@ -72,8 +73,17 @@ def crash_step() -> int | None:
     return env_int("PIPESIM_CRASH_STEP", 0)
 
 
-def train(r: Rank, trace: Path | None = None) -> list[dict[str, Any]]:
-    """Warm-up, then measured steps; with `trace`, torch.profiler records the measured steps into that file."""
+def stop_asked(r: Rank, run_dir: Path) -> bool:
+    """Whether any rank sees the launcher's stop file; every rank gets the same answer (one small gloo
+    all-reduce per step, before the step's timed region), so all stop after the same step."""
+    flag = torch.tensor([1.0 if (run_dir / STOP_FILE).exists() else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=r.control)
+    return bool(flag.item() > 0)
+
+
+def train(r: Rank, run_dir: Path | None = None, trace: Path | None = None) -> list[dict[str, Any]]:
+    """Warm-up then measured steps; with `run_dir`, stops early (keeping the steps done) when the launcher
+    asks (a cancel); with `trace`, torch.profiler records the measured steps into that file."""
     crash_at = crash_step()
     phases = [("warmup", r.config.training.warmup_steps), ("measure", r.config.training.steps)]
     records, step = [], 0
@@ -82,6 +92,9 @@ def train(r: Rank, trace: Path | None = None) -> list[dict[str, Any]]:
     for phase, count in phases:
         with profiled(trace if phase == "measure" else None, r.choice.device):
             for index in range(count):
+                if run_dir is not None and stop_asked(r, run_dir):
+                    emit("stopped", rank=r.rank, step=step)
+                    return records
                 if crash_at == step:
                     print(f"rank {r.rank}: injected crash at step {step} (PIPESIM_CRASH_RANK)", file=sys.stderr,
                           flush=True)
@@ -89,7 +102,9 @@ def train(r: Rank, trace: Path | None = None) -> list[dict[str, Any]]:
                 result = train_step(r, step)
                 result.update(step=step, phase=phase)
                 records.append(result)
-                emit("step", rank=r.rank, step=index, steps=count, phase=phase)
+                # the step's time travels with the event, so a cancelled run can still say what it measured
+                emit("step", rank=r.rank, step=index, steps=count, phase=phase,
+                     ms=float(result["end"] - result["start"]))
                 step += 1
     return records
 
@@ -136,6 +151,8 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
     ranks = r.num_ranks
     replica0 = gathered[:ranks]
     measured = [[rec for rec in g["records"] if rec["phase"] == "measure"] for g in replica0]
+    if not all(measured):  # stopped before a measured step ended on every rank: nothing to write
+        return
     multi_node = env_int("LOCAL_WORLD_SIZE", r.world_size) != r.world_size
     applied = offsets[:ranks] if multi_node else [0.0] * ranks
     meta = {"clock_offsets_ms": offsets, "clock_offsets_applied": multi_node,

@@ -57,7 +57,8 @@ def run(run_dir: Path) -> None:
 
         profile_run(r, run_dir)
     started = time.perf_counter()
-    records = train(r, trace_path(run_dir, r.rank) if config.training.torch_profile else None)
+    # a cancel stops it after the step in progress, keeping the steps done
+    records = train(r, run_dir, trace_path(run_dir, r.rank) if config.training.torch_profile else None)
     write_measured(r, records, offsets, run_dir)
     emit("done", rank=r.rank, seconds=round(time.perf_counter() - started, 3))
 

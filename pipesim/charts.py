@@ -23,6 +23,7 @@ from types import MappingProxyType
 import numpy as np
 import plotly.graph_objects as go
 
+from pipesim import charts_lod
 from pipesim.cost import CostModel
 from pipesim.ir import Action, ActionKind
 from pipesim.overlay import align_step, pick_step, prediction_error
@@ -35,6 +36,7 @@ from pipesim.timeline import (
     memory_over_time,
     stash_counts,
 )
+from pipesim.units import binary_unit
 
 KIND_COLORS = MappingProxyType({"F": "#4C78A8", "B": "#D62728", "I": "#FF9F1C", "W": "#2CA02C"})
 KIND_NAMES = MappingProxyType(
@@ -48,6 +50,13 @@ CYCLE_COLOR = "#FF0000"
 RANK_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D")
 
 MAX_BAR_LABELS = 400  # write action names inside bars only while they can be read
+# Past this many actions in view a Gantt is drawn binned (pipesim.charts_lod): a browser draws ~10^4 SVG bars
+# in about half a second, 10^5 in several (docs/benchmarks.md, large schedules).
+MAX_EXACT_BARS = 10_000
+AGGREGATE_BINS = 1600  # about one bin per screen pixel of a wide chart
+COLOR_BY = ("kind", "chunk", "microbatch")
+GROUP_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#EECA3B", "#9D755D",
+                "#FF9DA6", "#2E2E8F")
 
 _KINDS = tuple(kind.value for kind in ActionKind)
 
@@ -91,10 +100,20 @@ def _span_data(spans: Sequence[Span]) -> np.ndarray:
     ]) if n else np.zeros((0, 6))
 
 
-def _span_bars(spans: Sequence[Span], rows: np.ndarray, kind: str, name: str, *, opacity: float = 1.0,
+def _lighten(color: str, amount: float) -> str:
+    """`color` mixed with white: a solid lighter colour, so that a legend swatch shows it as the bars do."""
+    rgb = [int(color.lstrip("#")[i:i + 2], 16) for i in (0, 2, 4)]
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02X}" for c in rgb)
+
+
+def _span_bars(spans: Sequence[Span], rows: np.ndarray, kind: str, name: str, *, color: object = None,
                legendgroup: str | None = None, extra_hover: str = "", extra_data: np.ndarray | None = None,
-               show_text: bool = False) -> go.Bar:
-    """One horizontal bar per span, all in one trace: y is the row number, base the start."""
+               show_text: bool = False, showlegend: bool = True) -> go.Bar:
+    """One horizontal bar per span, all in one trace: y is the row number, base the start.
+
+    Text labels stay horizontal: plotly turns a label that does not fit into a vertical one, unreadable in
+    narrow bars, so the layout's `uniformtext` hides those instead (see `_lane_layout`).
+    """
     data = _span_data(spans)
     if extra_data is not None:
         data = np.column_stack([data, extra_data])
@@ -106,10 +125,12 @@ def _span_bars(spans: Sequence[Span], rows: np.ndarray, kind: str, name: str, *,
         base=data[:, 3],
         customdata=data,
         hovertemplate=_span_hover(kind) + extra_hover + f"<extra>{name}</extra>",
-        marker={"color": KIND_COLORS[kind], "opacity": opacity, "line": {"width": 0.5, "color": "white"}},
+        marker={"color": KIND_COLORS[kind] if color is None else color, "line": {"width": 0.5, "color": "white"}},
         legendgroup=legendgroup or name,
+        showlegend=showlegend,
         text=[str(s.action) for s in spans] if show_text else None,
         textposition="inside" if show_text else "none",
+        textangle=0,
         insidetextanchor="middle",
         textfont={"color": "white", "size": 10},
         width=0.8,
@@ -121,13 +142,18 @@ def _rows(spans: Sequence[Span], per_rank: int = 1, offset: int = 0) -> np.ndarr
     return _column((s[0] * per_rank + offset for s in spans), len(spans))
 
 
-def _idle_bars(intervals: list[list[tuple[float, float]]]) -> go.Bar:
-    gaps = [(rank, start, end) for rank, row in enumerate(intervals) for start, end in row]
+def _idle_bars(intervals: list[list[tuple[float, float]]], window: tuple[float, float] | None = None) -> go.Bar:
+    """Idle gaps as light bars; the hover reads rank, start, end and length from customdata (plotly's %{y}
+    would print the lane's tick label and %{base} is not the start on every plotly version)."""
+    lo, hi = window if window is not None else (-math.inf, math.inf)
+    gaps = [(rank, start, end) for rank, row in enumerate(intervals) for start, end in row if end > lo and start < hi]
     data = np.array(gaps, dtype=float).reshape(len(gaps), 3)
     return go.Bar(
         name="idle", orientation="h", y=data[:, 0], x=data[:, 2] - data[:, 1], base=data[:, 1], width=0.8,
         marker={"color": IDLE_COLOR, "line": {"width": 0}},
-        hovertemplate="idle on rank %{y}<br>from %{base:.3f} ms for %{x:.3f} ms<extra>idle</extra>",
+        customdata=np.column_stack([data, data[:, 2] - data[:, 1]]),
+        hovertemplate="idle on rank %{customdata[0]}<br>from %{customdata[1]:.3f} ms to %{customdata[2]:.3f} ms"
+                      "<br>for %{customdata[3]:.3f} ms<extra>idle</extra>",
     )
 
 
@@ -151,42 +177,108 @@ def _lane_layout(fig: go.Figure, labels: Sequence[str], title: str) -> go.Figure
         # Legend on the right: above the plot it collided with two-line titles.
         legend={"orientation": "v", "yanchor": "top", "y": 1, "xanchor": "left", "x": 1.01},
         plot_bgcolor="white",
-        margin={"l": 10, "r": 10, "t": 80, "b": 40},
+        # A left margin wide enough for the longest lane label: exports (kaleido) and narrow screens cut
+        # labels off where automargin alone was left to size it.
+        margin={"l": 20 + 7 * max((len(label) for label in labels), default=0), "r": 10, "t": 80, "b": 40},
+        uniformtext={"minsize": 8, "mode": "hide"},
     )
+    fig.update_yaxes(automargin=True)
     return fig
 
 
 # --- Gantt ----------------------------------------------------------------------------
 
 
-def gantt_figure(tl: Timeline, *, title: str = "", critical_path: list[Action] | None = None) -> go.Figure:
+def gantt_figure(tl: Timeline, *, title: str = "", critical_path: Sequence[Action] | None = None,
+                 color_by: str = "kind", window: tuple[float, float] | None = None,
+                 max_bars: int = MAX_EXACT_BARS) -> go.Figure:
     """Ranks over time: one bar trace per action kind, idle time as a light band.
 
     Measured transfers (`tl.comm`) show as a thin strip under each row. With
     `critical_path`, the actions on it get a thick dark outline (one extra trace).
+    `color_by` colours bars by action kind (default), chunk (the stage's place among its rank's stages) or
+    microbatch. `window` (start, end in ms) draws only that part of the step. Past `max_bars` actions in view
+    the chart is binned (`pipesim.charts_lod`): one picture, drawn at once, with a hover per bin.
     """
+    if color_by not in COLOR_BY:
+        raise ValueError(f"unknown colouring {color_by!r}; choose one of {', '.join(COLOR_BY)}")
     intervals = idle_intervals(tl) if tl.spans else [[] for _ in range(tl.num_ranks)]
     total = makespan(tl)
     labels = _rank_labels(intervals, total)
-    traces = [_idle_bars(intervals)] if tl.spans else []
-    show_text = len(tl.spans) <= MAX_BAR_LABELS
-    for kind, spans in _by_kind(tl.spans).items():
-        if spans:
-            traces.append(_span_bars(spans, _rows(spans), kind, KIND_NAMES[kind], show_text=show_text))
-    transfers = [c for c in tl.comm if c.kind not in COLLECTIVE_KINDS]
-    collectives = [c for c in tl.comm if c.kind in COLLECTIVE_KINDS]
-    if transfers:
-        traces.append(_comm_bars(transfers))
-    if collectives:
-        traces.append(_collective_bars(collectives))
-    if critical_path:
-        traces.append(_critical_bars(tl, critical_path))
+    spans = tl.spans if window is None else tuple(s for s in tl.spans if s.end > window[0] and s.start < window[1])
+    groups, legend = _color_groups(tl.spans, spans, color_by)
     headline = ""
     if total > 0:
         idle = sum(b - a for gaps in intervals for a, b in gaps)
         headline = f"makespan {total:.3f} ms · bubble {idle / (tl.num_ranks * total):.1%}"
+    images: list[dict] = []
+    if len(spans) > max_bars:
+        lo, hi = window if window is not None else (min(s.start for s in spans), max(s.end for s in spans))
+        traces, images = charts_lod.binned_traces(spans, groups, legend, tl.num_ranks, (lo, hi),
+                                                  bins=AGGREGATE_BINS, idle_color=IDLE_COLOR)
+        if critical_path:
+            on_path = set(critical_path)
+            traces.append(charts_lod.critical_line([s for s in tl.spans if s.action in on_path],
+                                                   CRITICAL_COLOR))
+        headline += f" · {len(spans):,} actions binned ({AGGREGATE_BINS} per rank); exact bars below {max_bars:,}"
+    else:
+        traces = [_idle_bars(intervals, window)] if spans else []
+        show_text = len(spans) <= MAX_BAR_LABELS and color_by == "kind"
+        for kind, kind_spans in _by_kind(spans).items():
+            if not kind_spans:
+                continue
+            color = None if color_by == "kind" else [legend[g][1] for g in _group_of(kind_spans, tl.spans, color_by)]
+            traces.append(_span_bars(kind_spans, _rows(kind_spans), kind, KIND_NAMES[kind], color=color,
+                                     show_text=show_text, showlegend=color_by == "kind"))
+        if color_by != "kind":
+            traces.extend(charts_lod.legend_entries(legend))
+        transfers = [c for c in tl.comm if c.kind not in COLLECTIVE_KINDS]
+        collectives = [c for c in tl.comm if c.kind in COLLECTIVE_KINDS]
+        if transfers:
+            traces.append(_comm_bars(transfers))
+        if collectives:
+            traces.append(_collective_bars(collectives))
+        if critical_path:
+            traces.append(_critical_bars(tl, critical_path))
     heading = f"{title or tl.schedule_name or 'schedule'} ({tl.source})"
-    return _lane_layout(go.Figure(data=traces), labels, f"{heading}<br><sup>{headline}</sup>")
+    fig = _lane_layout(go.Figure(data=traces), labels, f"{heading}<br><sup>{headline}</sup>")
+    if images:
+        fig.update_layout(images=images)
+    if window is not None:
+        fig.update_xaxes(range=list(window), rangemode="normal")
+    return fig
+
+
+def _chunks(all_spans: Sequence[Span]) -> dict[tuple[int, int], int]:
+    """(rank, stage) -> the stage's place among its rank's stages (0 for the first chunk)."""
+    stages: dict[int, set[int]] = {}
+    for span in all_spans:
+        stages.setdefault(span.rank, set()).add(span.action.stage)
+    return {(rank, stage): i for rank, held in stages.items() for i, stage in enumerate(sorted(held))}
+
+
+def _group_of(spans: Sequence[Span], all_spans: Sequence[Span], color_by: str) -> list[int]:
+    """Each span's colour group: kind index, chunk, or microbatch (modulo the palette)."""
+    if color_by == "kind":
+        return [_KINDS.index(s.action.kind.value) for s in spans]
+    if color_by == "chunk":
+        chunk = _chunks(all_spans)
+        return [chunk[(s.rank, s.action.stage)] % len(GROUP_COLORS) for s in spans]
+    return [s.action.microbatch % len(GROUP_COLORS) for s in spans]
+
+
+def _color_groups(all_spans: Sequence[Span], spans: Sequence[Span],
+                  color_by: str) -> tuple[list[int], list[tuple[str, str]]]:
+    """Colour group of every span in view, and each group's (legend name, colour)."""
+    groups = _group_of(spans, all_spans, color_by)
+    if color_by == "kind":
+        return groups, [(KIND_NAMES[k], KIND_COLORS[k]) for k in _KINDS]
+    count = max(groups, default=0) + 1
+    if color_by == "chunk":
+        return groups, [(f"chunk {g}", GROUP_COLORS[g]) for g in range(count)]
+    repeat = f" (+{len(GROUP_COLORS)}k)" if max((s.action.microbatch for s in spans), default=0) >= len(
+        GROUP_COLORS) else ""
+    return groups, [(f"microbatch {g}{repeat}", GROUP_COLORS[g]) for g in range(count)]
 
 
 def _comm_peer(kind: str, peer: int) -> str:
@@ -223,7 +315,7 @@ def _comm_bars(comm: list) -> go.Bar:
     )
 
 
-def _critical_bars(tl: Timeline, path: list[Action]) -> go.Bar:
+def _critical_bars(tl: Timeline, path: Sequence[Action]) -> go.Bar:
     on_path = set(path)
     spans = [s for s in tl.spans if s.action in on_path]
     return go.Bar(
@@ -253,7 +345,7 @@ def overlay_figure(simulated: Timeline, measured: Timeline, step: int | None = N
     for kind, spans in _by_kind(simulated.spans).items():
         if spans:
             traces.append(_span_bars(spans, _rows(spans, 2, 0), kind, f"{kind} simulated",
-                                     opacity=0.45, legendgroup=kind))
+                                     color=_lighten(KIND_COLORS[kind], 0.55), legendgroup=kind))
     for kind, spans in _by_kind(real.spans).items():
         if not spans:
             continue
@@ -293,18 +385,21 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None) -> go.Figure:
     With a cost model the y axis is bytes; without one, stashed microbatches.
     """
     series = stash_counts(tl) if cost is None else memory_over_time(tl, cost)
-    unit = "stashed microbatches" if cost is None else "activation memory (bytes)"
+    # Bytes in one binary unit named in the title: plotly's "~s" ticks are decimal ("26B" = 26 billion).
+    unit, size = ("", 1) if cost is None else binary_unit(max((v for points in series for _, v in points), default=0))
+    title = "stashed microbatches" if cost is None else f"activation memory ({unit})"
     fig = go.Figure()
     for rank, points in enumerate(series):
         fig.add_trace(go.Scatter(
             name=f"rank {rank}",
-            x=[t for t, _ in points], y=[v for _, v in points],
+            # numpy arrays go to the browser as binary: 10^5 points of a large schedule stay light
+            x=np.fromiter((t for t, _ in points), dtype=np.float64, count=len(points)),
+            y=np.fromiter((v / size for _, v in points), dtype=np.float64, count=len(points)),
             mode="lines", line={"shape": "hv", "width": 2, "color": RANK_COLORS[rank % len(RANK_COLORS)]},
-            hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.4~s}} {'' if cost is None else 'B'}<extra></extra>",
+            hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.3f}} {unit}<extra></extra>"
+            if cost is not None else f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y}} stashed<extra></extra>",
         ))
-    yaxis = {"title": unit, "rangemode": "tozero"}
-    if cost is not None:
-        yaxis.update(tickformat="~s", ticksuffix="B")
+    yaxis = {"title": title, "rangemode": "tozero", "automargin": True}
     fig.update_layout(
         title=f"{tl.schedule_name or 'schedule'}: activation memory per rank",
         xaxis={"title": "time (ms)", "rangemode": "tozero"}, yaxis=yaxis,

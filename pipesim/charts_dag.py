@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import plotly.graph_objects as go
 
 from pipesim.charts import CRITICAL_COLOR, CYCLE_COLOR, KIND_COLORS, KIND_NAMES
 from pipesim.dag import DagPositions
 from pipesim.ir import Action
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 MAX_DAG_ACTIONS = 1500  # beyond this a node-link drawing is unreadable; the Gantt chart scales instead
 
@@ -68,7 +71,7 @@ def dag_figure(
     positions: DagPositions,
     *,
     title: str = "",
-    critical_path: list[Action] | None = None,
+    critical_path: Sequence[Action] | None = None,
     cycle: list[Action] | None = None,
 ) -> go.Figure:
     """The dependency graph with ranks as lanes: data edges solid, rank-order edges dashed grey.

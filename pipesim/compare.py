@@ -87,3 +87,20 @@ def format_table(rows: list[ComparisonRow]) -> str:
             f"{row.peak_activations:>8d} {format_bytes(row.peak_activation_bytes or 0.0):>12}"
         )
     return "\n".join(lines)
+
+
+def pareto_front(rows: list[ComparisonRow]) -> list[ComparisonRow]:
+    """The built schedules no other beats on both step time and peak memory, fastest first.
+
+    Peak memory is in bytes where the cost model gives them, else stashed microbatches.
+    """
+    good = [row for row in rows if row.error is None and row.makespan is not None]
+
+    def peak(row: ComparisonRow) -> float:
+        return row.peak_activation_bytes if row.peak_activation_bytes is not None else float(row.peak_activations or 0)
+
+    front: list[ComparisonRow] = []
+    for row in sorted(good, key=lambda r: (r.makespan, peak(r))):
+        if not front or peak(row) < peak(front[-1]):
+            front.append(row)
+    return front

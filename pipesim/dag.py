@@ -24,14 +24,14 @@ from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-import networkx as nx
-
 from pipesim._perf import paused_gc
 from pipesim.ir import Action, Schedule
 from pipesim.lower import overlap_groups, produced_message, producer_ids, producers_of, send_gates
 from pipesim.validate import ScheduleError
 
 if TYPE_CHECKING:  # a cost only labels the figure's nodes and edges; a timeline only places them
+    import networkx as nx  # only the figure needs it: imported where a graph is built (0.15 s at start-up)
+
     from pipesim.cost import CostModel
     from pipesim.timeline import Timeline
 
@@ -188,6 +188,8 @@ def build_dag(schedule: Schedule, cost: CostModel | None = None) -> nx.DiGraph:
     deps = dependencies(schedule)
     if cost is not None:
         cost.check_fits(schedule)
+    import networkx as nx
+
     graph = nx.DiGraph(name=schedule.name)
     actions, ranks = deps.actions, deps.ranks
     graph.add_nodes_from(
@@ -227,6 +229,8 @@ def dag_positions(schedule: Schedule, graph: nx.DiGraph, timeline: Timeline | No
     """Node x: the start in `timeline` when given (a simulation of this schedule), else topological depth,
     else (a cyclic graph: a deadlock) the position in the rank's list. y: the rank's lane, nudged apart per
     stage when a rank holds several."""
+    import networkx as nx
+
     if timeline is not None:
         xs: dict[Action, float] = {span.action: span.start for span in timeline.spans}
         x_title = "simulated start (ms)"

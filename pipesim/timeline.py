@@ -163,6 +163,23 @@ def bubble_ratio(tl: Timeline) -> float:
     return idle / busy
 
 
+def inner_bubble_fraction(tl: Timeline) -> float:
+    """Idle between each rank's first and last action / the time between them, summed over ranks.
+
+    The per-stage bubble of the zero-bubble paper: it leaves out the ramp before a rank's first action and
+    the drain after its last, which `bubble_fraction` (the whole step) counts. ZB-H2 with F = I = W has
+    none, while its step-level bubble equals ZB-H1's.
+    """
+    inside = span = 0.0
+    for row in _by_rank(tl):
+        if not row:
+            continue
+        first, last = min(s.start for s in row), max(s.end for s in row)
+        span += last - first
+        inside += sum(end - start for start, end in _gaps(row, first, last))
+    return inside / span if span > 0 else 0.0
+
+
 def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[float, int, float]]]:
     """Per rank, (time, stashed-count delta, bytes delta) events, sorted so frees come first at equal times.
 

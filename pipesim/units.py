@@ -10,3 +10,18 @@ def format_bytes(value: float) -> str:
             return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.2f} {unit}"
         value /= 1024
     return f"{value} B"  # unreachable
+
+
+BINARY_UNITS = (("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40))
+
+
+def binary_unit(largest: float) -> tuple[str, int]:
+    """The binary unit an axis of byte values up to `largest` is drawn in, e.g. 3e7 -> ("MiB", 2**20).
+
+    Charts divide by it and name it in the axis title: plotly's own "~s" ticks are decimal SI, where
+    "26B" means 26 billion, not bytes.
+    """
+    for unit, size in reversed(BINARY_UNITS):
+        if abs(largest) >= size:
+            return unit, size
+    return BINARY_UNITS[0]

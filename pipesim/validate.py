@@ -51,7 +51,8 @@ class ScheduleError(ValueError):
         if rank is not None:
             where.append(f"rank {rank}")
         if action is not None:
-            where.append(f"action {action}" + (f" (position {index})" if index is not None else ""))
+            # counted from 1, as the CSV's cells and the app's columns are
+            where.append(f"action {action}" + (f" (its #{index + 1})" if index is not None else ""))
         prefix = ", ".join(where)
         super().__init__(f"{prefix}: {rule}: {detail}" if prefix else f"{rule}: {detail}")
 
@@ -124,7 +125,7 @@ def _scan_actions(
             if action in position:
                 problems.append(ScheduleError(
                     f"duplicate {action.kind}",
-                    f"{action} already runs at position {position[action]}; each (stage, microbatch) "
+                    f"{action} already runs as its #{position[action] + 1}; each (stage, microbatch) "
                     f"has exactly one {action.kind}",
                     rank, index, action,
                 ))
@@ -186,7 +187,7 @@ def _check_action(
             ))
         elif before > index:
             problems.append(ScheduleError(
-                "W before I", f"{action} runs before {stage}I{mb} (position {before}); W needs I's result",
+                "W before I", f"{action} runs before {stage}I{mb} (its #{before + 1}); W needs I's result",
                 rank, index, action,
             ))
         return
@@ -203,7 +204,7 @@ def _check_action(
     forward = position.get((stage, F, mb))
     if forward is not None and forward > index:
         problems.append(ScheduleError(
-            f"{kind} before F", f"{action} runs before {stage}F{mb} (position {forward}); "
+            f"{kind} before F", f"{action} runs before {stage}F{mb} (its #{forward + 1}); "
             "a backward needs its forward's activations",
             rank, index, action,
         ))

@@ -39,6 +39,7 @@ def test_default_compares_five_schedules(app: AppTest) -> None:
     frame = table(app)
     chosen = app.multiselect(key="cmp-schedules").value
     assert list(frame.index) == chosen and len(chosen) == 5
+    assert "naive" not in chosen  # its step would dwarf every other bar (issue 13 item 13)
     expected = compare_schedules(chosen, 4, 8, CostModel.uniform(activation_bytes=MIB), num_virtual_stages=2)
     assert list(frame["makespan"]) == pytest.approx([row.makespan for row in expected])
     assert list(frame["peak_activations"]) == [row.peak_activations for row in expected]
@@ -58,8 +59,34 @@ def test_a_schedule_that_cannot_be_built_gets_a_reason(app: AppTest) -> None:
     submit(app, schedules=["1f1b", "interleaved-1f1b"], microbatches=9)  # 2 rounds of 4.5
     assert not app.exception and not app.error
     assert any("interleaved-1f1b" in w.value and "multiple" in w.value for w in app.warning)
+    frame = table(app)  # built rows only: no row of empty cells (issue 13 item 13)
+    assert list(frame.index) == ["1f1b"] and not frame.isna().any().any()
+
+
+def test_units_are_binary_bytes_and_named(app: AppTest) -> None:
+    """Issue 13 item 6: memory in MiB on the table and the axes, never plotly's decimal "B" (billions)."""
+    submit(app, schedules=["gpipe", "1f1b"])
     frame = table(app)
-    assert frame.loc["interleaved-1f1b", "error"] and not frame.loc["1f1b", "error"]
+    expected = compare_schedules(["gpipe", "1f1b"], 4, 8, CostModel.uniform(activation_bytes=MIB))
+    assert list(frame["peak_activation_bytes"]) == pytest.approx([row.peak_activation_bytes / MIB for row in expected])
+    config = json.loads(app.dataframe[0].proto.columns)  # the column is titled with its unit
+    assert config["peak_activation_bytes"]["label"] == "peak activation memory (MiB)"
+    bars, tradeoff = (json.loads(c.proto.spec) for c in app.get("plotly_chart")[:2])
+    assert "peak activation memory (MiB)" in json.dumps(bars["layout"])
+    assert tradeoff["layout"]["yaxis"]["title"]["text"] == "peak activation memory (MiB)"
+
+
+def test_tradeoff_has_a_legend_and_the_pareto_front_and_bars_a_log_scale(app: AppTest) -> None:
+    """Issue 13 item 13: no overlapping point labels, a Pareto front, a log scale for naive's bar."""
+    submit(app, schedules=["naive", "gpipe", "1f1b", "zb-h1"])
+    bars, tradeoff = (json.loads(c.proto.spec) for c in app.get("plotly_chart")[:2])
+    names = [t["name"] for t in tradeoff["data"]]
+    assert names[:4] == ["naive", "gpipe", "1f1b", "zb-h1"] and "Pareto front" in names
+    assert all("text" not in t for t in tradeoff["data"])
+    assert bars["layout"]["yaxis"].get("type") != "log"
+    app.toggle(key="cmp-log").set_value(True).run()
+    bars = json.loads(app.get("plotly_chart")[0].proto.spec)
+    assert bars["layout"]["yaxis"]["type"] == "log" and bars["layout"]["yaxis3"]["type"] == "log"
 
 
 def test_nothing_buildable_is_an_error(app: AppTest) -> None:

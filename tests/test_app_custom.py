@@ -29,12 +29,18 @@ def problem_table(at: AppTest):
 
 
 def highlighted_cells(styled) -> set[tuple[int, int]]:
-    """(row, column) of the cells the styler colours red or amber."""
-    css = styled.proto.arrow_data.styler.styles
+    """(row, column) of the cells the problems name, on the edited table itself (issue 13 item 11): each marked
+    row's "problem" note names "cell N"; the row's name and that column's header carry the mark."""
+    frame = styled.value
+    labels = json.loads(styled.proto.columns)
     cells = set()
-    for selectors, body in re.findall(r"([^{}]+)\{([^}]*)\}", css):
-        if "background-color" in body:
-            cells |= {(int(r), int(c)) for r, c in re.findall(r"row(\d+)_col(\d+)", selectors)}
+    for row, note in enumerate(frame["problem"]):
+        for number in re.findall(r"cell (\d+)", note or ""):
+            column = int(number) - 1
+            assert frame.index[row].endswith("⚠"), frame.index[row]  # the row is marked
+            assert labels[frame.columns[column]]["label"].endswith("⚠")  # and the column's header
+            cells.add((row, column))
+    assert styled.proto.editing_mode, "the problems must be shown on the editable table"
     return cells
 
 
@@ -67,14 +73,28 @@ def test_deadlock_marks_the_cycle_and_links_the_dag(app: AppTest) -> None:
     assert "Deadlock" in app.error[0].value and "waits at" in app.error[0].value
     cells = highlighted_cells(problem_table(app))
     assert (1, 0) in cells and (0, 1) in cells  # 1F1 and 0B0 are in the cycle
-    assert any("DAG" in link.label for link in app.get("page_link"))
+    app.button(key="custom-dag").click().run()  # opens the DAG page on this schedule (issue 13 item 11)
+    assert app.radio(key="dag-origin").value == "Custom schedule (Custom page)"
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in app.get("plotly_chart")]
+    assert titles and "custom" in titles[0] and "1f1b" not in titles[0]
+
+
+def test_cells_count_from_1_as_the_messages_and_empty_cells_are_blank(app: AppTest) -> None:
+    """Item 11: headers "cell 1..", messages say the same cell, empty cells are not "None"."""
+    paste(app, "0F0,,0F0,0B0\r\n1F0,1B0\r\n")  # the duplicate 0F0 is in the third cell
+    styled = problem_table(app)
+    frame = styled.value
+    assert list(frame.columns[:3]) == ["cell 1", "cell 2", "cell 3"]
+    assert frame.iloc[0, 1] == "" and "None" not in frame.to_string()
+    message = frame["problem"].iloc[0]
+    assert message.startswith("cell 3: ") and "#2" in message and "position" not in message
 
 
 def test_upload_replaces_the_table(app: AppTest) -> None:
     text = formats.schedule_to_csv(build_schedule("gpipe", 3, 2))
     app.file_uploader(key="custom-upload").set_value(("gpipe.csv", text.encode(), "text/csv")).run()
     assert any("3 ranks" in s.value for s in app.success)
-    assert app.data_editor[0].value.shape[0] == 3
+    assert app.data_editor[0].value.shape[0] == 3 + 2  # 3 ranks and 2 spare rows to add ranks
 
 
 def test_template_loads_a_registered_schedule(app: AppTest) -> None:
@@ -87,7 +107,7 @@ def test_template_loads_a_registered_schedule(app: AppTest) -> None:
 
 def test_editing_a_cell_revalidates(app: AppTest) -> None:
     key = f"custom-grid-{app.session_state['custom_version']}"
-    app.session_state[key] = {"edited_rows": {0: {"1": "0F9"}}, "added_rows": [], "deleted_rows": []}
+    app.session_state[key] = {"edited_rows": {0: {"cell 2": "0F9"}}, "added_rows": [], "deleted_rows": []}
     app.run()
     assert app.error and (0, 1) in highlighted_cells(problem_table(app))
     app.session_state[key] = {"edited_rows": {}, "added_rows": [], "deleted_rows": []}

@@ -90,3 +90,13 @@ def test_impossible_parameters(app: AppTest) -> None:
     app.button(key=SUBMIT).click().run()
     assert "multiple of its number of rounds" in app.error[0].value
     assert not app.exception
+
+
+def test_chunks_only_for_the_schedules_that_take_them(app: AppTest) -> None:
+    """Issue 13 item 10 on the DAG page: no "Chunks per rank" beside 1f1b."""
+    assert not any(w.key == "dag-chunks" for w in app.number_input)
+    app.selectbox(key="dag-schedule").set_value("interleaved-1f1b")
+    app.number_input(key="dag-ranks").set_value(2)  # 4 microbatches: a multiple of the ranks
+    app.button(key="FormSubmitter:dag-form-Draw").click().run()
+    assert any(w.key == "dag-chunks" for w in app.number_input)
+    assert not app.error

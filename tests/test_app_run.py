@@ -271,3 +271,98 @@ def test_own_model_spec_is_checked_never_evaluated(app: AppTest, runs: Path) -> 
     app.button(key=SUBMIT).click().run()
     assert "must look like" in app.error[0].value and not app.exception
     assert not runs.exists() or not any(runs.iterdir())
+
+
+# --- issue 13 --------------------------------------------------------------------------------------------------
+
+
+def test_log_is_readable_and_the_raw_one_downloadable(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    """Item 12: no raw `PIPESIM {json}` in the live log; the raw text is a download."""
+    app.button(key=SUBMIT).click().run()
+    (_, _, handle), = fake_launcher
+    handle.log_tail = lambda lines=40: ('[rank0] PIPESIM {"event": "step", "rank": 0, "step": 1, "steps": 4, '
+                                        '"phase": "measure"}\n[rank1] hello')
+    app.run()
+    shown = "\n".join(c.value for c in app.code)
+    assert "[rank0] step 2/4 (measure)" in shown and "[rank1] hello" in shown and "PIPESIM" not in shown
+    assert any(b.label == "Raw log" for b in app.get("download_button"))
+
+
+def test_a_reload_finds_the_running_run_again(app: AppTest, runs: Path, fake_launcher: list, open_page) -> None:
+    """Item 3: a new session (a browser reload) shows the run still going, with progress and Cancel."""
+    app.button(key=SUBMIT).click().run()
+    (_, _, handle), = fake_launcher
+    reloaded = open_page("run")
+    assert reloaded.get("progress") and reloaded.get("progress")[0].value == 50
+    assert reloaded.button(key=SUBMIT).disabled
+    write_run(runs, handle.run_dir.name, status="cancelled", message="cancelled by the caller", measured=False)
+    reloaded.button(key="run-cancel").click().run()
+    assert handle.cancelled and not reloaded.error
+
+
+def test_run_page_labels(runs: Path, open_page, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 12: the step picker is not a second "Measured step"; the error is a percentage; layers' help is
+    true (stages share embedding + blocks + output); measured files are named so, the schedule CSV is not."""
+    from streamlit.delta_generator import DeltaGenerator
+
+    names: list[str] = []
+    original = DeltaGenerator.download_button
+
+    def recording(self, label, data, file_name=None, *args, **kwargs):  # AppTest does not expose file names
+        names.append(file_name)
+        return original(self, label, data, file_name, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaGenerator, "download_button", recording)
+    write_run(runs, "older")
+    at = open_page("run")
+    config = json.loads(at.dataframe[0].proto.columns)
+    assert config["error"]["label"] == "prediction error" and config["error"]["type_config"]["format"] == "percent"
+    assert "embedding" in at.number_input(key="run-layers").help
+    at.selectbox(key="run-open-pick").set_value("older")
+    at.button(key="FormSubmitter:run-open-Open").click().run()
+    assert [s.label for s in at.selectbox if s.key.startswith("run-step-")] == ["Step drawn in the chart"]
+    assert {"older-measured-timeline.json", "older-measured-trace.json", "older.csv"} <= set(names)
+    assert not any(n.endswith("-measured.csv") for n in names)
+
+
+def test_a_cancel_says_what_was_measured() -> None:
+    """Item 4: a cancelled run keeps what it measured, from its step events (the slowest rank per step)."""
+    from executor.progress import measured_so_far
+
+    events = [{"event": "step", "rank": r, "step": s, "steps": 5, "phase": "measure", "ms": ms}
+              for s, pair in enumerate([(10.0, 12.0), (11.0, 9.0), (30.0, 14.0)]) for r, ms in enumerate(pair)]
+    events.append({"event": "step", "rank": 0, "step": 0, "steps": 1, "phase": "warmup", "ms": 99.0})
+    assert measured_so_far(events) == "3 of 5 measured steps done, median step 12.00 ms"
+    assert measured_so_far(events[-1:]) == ""
+
+
+def test_run_form_settings_survive_a_page_switch(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    """Item 2: the Run form's values are the session's, not the page visit's."""
+    app.number_input(key="run-steps").set_value(7)
+    app.selectbox(key="run-size").set_value("tiny")
+    app.button(key=SUBMIT).click().run()
+    app.switch_page("app_pages/simulate.py").run()
+    app.switch_page("app_pages/run.py").run()
+    assert app.number_input(key="run-steps").value == 7 and app.selectbox(key="run-size").value == "tiny"
+
+
+def test_a_run_still_going_elsewhere_is_not_an_error(runs: Path, open_page, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Item 3: a run of the command line, still going (live processes, no result.json yet), opens calmly."""
+    folder = write_run(runs, "elsewhere")
+    (folder / "result.json").unlink()
+    monkeypatch.setattr(run_folder, "_run_alive", lambda run_dir: True)  # its processes, as the launcher's
+    at = open_page("run")
+    at.selectbox(key="run-open-pick").set_value("elsewhere")
+    at.button(key="FormSubmitter:run-open-Open").click().run()
+    assert not at.error and any("still going" in i.value for i in at.info)
+
+
+def test_a_cancelled_run_shows_what_it_measured(runs: Path, open_page) -> None:
+    """Item 4: calmly, with the steps measured before the cancel drawn."""
+    write_run(runs, "stopped", status="cancelled", message="cancelled by the caller (2 of 5 measured steps done, "
+                                                          "median step 12.00 ms)")
+    at = open_page("run")
+    at.selectbox(key="run-open-pick").set_value("stopped")
+    at.button(key="FormSubmitter:run-open-Open").click().run()
+    assert not at.error and any("2 of 5 measured steps done" in i.value for i in at.info)
+    assert at.get("plotly_chart") and any(m.label == "Measured step" for m in at.metric)

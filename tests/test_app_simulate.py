@@ -55,6 +55,9 @@ def expected_makespan(name: str, ranks: int, microbatches: int, cost: CostModel,
 
 
 def submit(at: AppTest, **values) -> AppTest:
+    if "schedule" in values:  # outside the form: it decides which options the form shows
+        at.get_by_key("sim-schedule").set_value(values.pop("schedule"))
+        at.run()
     for key, value in values.items():
         at.get_by_key(f"sim-{key}").set_value(value)
     at.button(key=SUBMIT).click()
@@ -87,7 +90,7 @@ def test_interleaved_uses_the_chunks(app: AppTest) -> None:
     submit(app, schedule="interleaved-1f1b", chunks=3)
     assert not app.error
     assert "12 stages" in title(charts(app)[0])
-    cost = CostModel.uniform(activation_bytes=MIB)
+    cost = CostModel.uniform(activation_bytes=MIB).for_stages(12, 4)  # uniform times are per rank, cut in 3
     assert metric(app, "Makespan") == expected_makespan("interleaved-1f1b", 4, 8, cost, num_virtual_stages=3)
 
 
@@ -102,8 +105,10 @@ def test_impossible_interleaving_is_a_plain_error(app: AppTest) -> None:
 def test_sizes_beyond_the_app_limits_are_refused(app: AppTest) -> None:
     submit(app, ranks=100)
     assert "at most 32" in app.error[0].value
-    submit(app, ranks=4, microbatches=1000)
-    assert "at most 128" in app.error[0].value
+    submit(app, ranks=4, microbatches=2000)
+    assert "at most 1024" in app.error[0].value
+    submit(app, schedule="zbv", ranks=32, microbatches=1024)  # 196,608 actions
+    assert "at most 131,072" in app.error[0].value
     assert not app.exception
 
 
@@ -226,3 +231,80 @@ def test_prepared_images_become_downloads(app: AppTest, monkeypatch: pytest.Monk
 def test_data_downloads_are_offered(app: AppTest) -> None:
     labels = [b.label for b in app.get("download_button")]
     assert {"Timeline JSON", "Schedule CSV (torch)", "Chrome trace (Perfetto)", "Interactive HTML"} <= set(labels)
+
+
+# --- issue 13: the app as its users judge it --------------------------------------------------------------------
+
+
+def test_settings_survive_a_page_switch_and_live_in_the_url(app: AppTest, open_page) -> None:
+    """Item 2: zbv, 6 ranks, F = 1.5 stay after a visit to Compare; the URL carries them to a new session."""
+    submit(app, schedule="zbv", ranks=6, f=1.5)
+    makespan = metric(app, "Makespan")
+    app.switch_page("app_pages/compare.py").run()
+    app.query_params.clear()  # a browser drops the URL's parameters on a page switch: the session keeps them
+    app.switch_page("app_pages/simulate.py").run()
+    assert app.selectbox(key="sim-schedule").value == "zbv"
+    assert app.number_input(key="sim-ranks").value == 6 and app.number_input(key="sim-f").value == 1.5
+    assert metric(app, "Makespan") == makespan
+    assert {k: app.query_params[k] for k in ("sim-schedule", "sim-ranks", "sim-f")} == {
+        "sim-schedule": "zbv", "sim-ranks": "6", "sim-f": "1.5"}
+    shared = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=60)
+    shared.query_params.update({"sim-schedule": "zbv", "sim-ranks": "6", "sim-f": "1.5"})
+    shared.run()  # a reload, or a link someone sent
+    assert metric(shared, "Makespan") == makespan
+
+
+def test_only_the_options_a_schedule_takes_are_shown(app: AppTest) -> None:
+    """Item 10: no 'Chunks per rank' for 1f1b; a V schedule says it holds two."""
+    assert not any(w.key == "sim-chunks" for w in app.number_input)
+    submit(app, schedule="interleaved-1f1b")
+    assert any(w.key == "sim-chunks" for w in app.number_input)
+    submit(app, schedule="zbv")
+    assert not any(w.key == "sim-chunks" for w in app.number_input)
+    assert any("always holds 2 chunks per rank" in c.value for c in app.sidebar.caption)
+
+
+def test_uniform_costs_mean_the_same_on_simulate_and_compare(app: AppTest) -> None:
+    """Item 7: zbv gets the same makespan on both pages for the same inputs, and the page says what they mean."""
+    submit(app, schedule="zbv")
+    simulated = metric(app, "Makespan")
+    assert any("one stage per rank" in c.value for c in app.caption)
+    app.switch_page("app_pages/compare.py").run()
+    app.get_by_key("cmp-schedules").set_value(["zbv"])
+    app.button(key="FormSubmitter:cmp-form-Compare").click()
+    app.run()
+    assert f"{app.dataframe[0].value.loc['zbv', 'makespan']:,.3f} ms" == simulated
+    assert any("one stage per rank" in c.value for c in app.caption)
+
+
+def test_w_above_b_is_refused_with_the_reason(app: AppTest) -> None:
+    """Item 8: no silent cap that makes the I bars vanish."""
+    submit(app, schedule="zb-h1", w=3.0)
+    assert len(app.error) == 1 and "weight_ms 3 exceeds backward_ms 2" in app.error[0].value
+    assert not app.get("plotly_chart") and not app.exception
+
+
+def test_zb_h2_shows_both_bubbles_each_defined(app: AppTest) -> None:
+    """Item 9: the step-level bubble equals ZB-H1's; the per-stage one (the paper's) is 0 for F = I = W."""
+    submit(app, schedule="zb-h1")
+    h1 = metric(app, "Bubble fraction")
+    submit(app, schedule="zb-h2")
+    assert metric(app, "Bubble fraction") == h1
+    assert metric(app, "Per-stage bubble") == "0.0%"
+    cards = {m.label: m for m in app.metric}
+    assert "ramp" in cards["Bubble fraction"].help and "per-stage" in cards["Per-stage bubble"].help
+    assert any("per-stage bubble is 0" in c.value for c in app.caption)
+
+
+def test_large_schedules_are_binned_and_a_window_brings_exact_bars(app: AppTest) -> None:
+    """The raised cap: 32 ranks x 400 microbatches (25,600 actions) is one picture; a window shows bars."""
+    submit(app, ranks=32, microbatches=400)
+    assert not app.error and not app.exception
+    gantt = charts(app)[0]
+    assert gantt["layout"]["images"] and not any(t.get("type") == "bar" for t in gantt["data"])
+    app.slider(key="sim-window").set_value((100.0, 110.0)).run()
+    gantt = charts(app)[0]
+    assert not gantt["layout"].get("images") and any(t.get("type") == "bar" for t in gantt["data"])
+    assert gantt["layout"]["xaxis"]["range"] == [100.0, 110.0]
+    app.selectbox(key="sim-color").set_value("microbatch").run()
+    assert any(t["name"].startswith("microbatch") for t in charts(app)[0]["data"])

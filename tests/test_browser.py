@@ -178,6 +178,11 @@ def test_export_downloads_are_real_files(page, app_url: str, tmp_path: Path) -> 
     png = tmp_path / "gantt.png"
     png_download.value.save_as(png)
     assert png.read_bytes().startswith(b"\x89PNG")
+    with page.expect_download() as svg_download:
+        page.get_by_role("button", name="SVG", exact=True).click()
+    svg = tmp_path / "gantt.svg"
+    svg_download.value.save_as(svg)
+    _assert_lane_labels_fit(svg.read_text())
     page.keyboard.press("Escape")
 
     with page.expect_download() as json_download:
@@ -186,6 +191,60 @@ def test_export_downloads_are_real_files(page, app_url: str, tmp_path: Path) -> 
     json_download.value.save_as(saved)
     data = json.loads(saved.read_text())
     assert data["format"] == "pipesim.timeline" and len(data["spans"]) == 4 * 8 * 2
+
+
+def _assert_lane_labels_fit(svg: str) -> None:
+    """Issue 13 item 1: every lane label is whole in the exported image, not cut to "%" or "ed" at the left edge.
+
+    A right-anchored tick label at x needs about 6.5 px per character of the 12 px font to its left.
+    """
+    import re
+
+    labels = re.findall(r'<g class="ytick"><text text-anchor="end" x="([\d.]+)"[^>]*>([^<]+)</text>', svg)
+    assert len(labels) == 4, labels  # rank 0..3
+    for x, text in labels:
+        assert text.startswith("rank ") and "idle" in text, text
+        assert float(x) >= 6.5 * len(text), (x, text)
+
+
+def test_settings_survive_a_page_switch_and_a_reload(page, app_url: str) -> None:
+    """Issue 13 item 2, in the browser: zbv and 6 ranks stay after Compare and back, and after a reload."""
+    _open(page, app_url)
+    sidebar = page.get_by_test_id("stSidebar")
+    _pick(page, "Schedule", "zbv", scope=sidebar)
+    sidebar.get_by_role("spinbutton", name="Ranks").fill("6")
+    sidebar.get_by_role("button", name="Simulate").click()
+    zbv_title = ("() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
+                 ".some(t => t.textContent.startsWith('zbv: 6 ranks'))")
+    page.wait_for_function(zbv_title)
+    assert "sim-schedule=zbv" in page.url and "sim-ranks=6" in page.url
+    sidebar.get_by_role("link", name="Compare").click()
+    page.get_by_role("heading", name="Compare schedules").wait_for()
+    sidebar.get_by_role("link", name="Simulate").click()
+    page.wait_for_function(zbv_title)
+    assert sidebar.get_by_role("spinbutton", name="Ranks").input_value() == "6"
+    page.reload()
+    page.wait_for_function(zbv_title)
+
+
+def test_large_schedule_from_a_url_is_one_binned_picture(page, app_url: str) -> None:
+    """51,200 actions opened from a shared URL: the binned picture, a hover per bin, no per-action bars."""
+    page.goto(f"{app_url}/?sim-ranks=32&sim-microbatches=800")
+    page.wait_for_selector(".js-plotly-plot .imagelayer image", state="attached", timeout=120_000)
+    assert page.locator(GANTT_BARS).count() == 0
+    assert "binned" in " ".join(_titles(page))
+    plot = page.locator(".js-plotly-plot").first.locator(".nsewdrag").first
+    plot.scroll_into_view_if_needed()
+    box = plot.bounding_box()
+    for dx in (0, 4, 8):  # a few moves: plotly answers mouse movement, not a position
+        page.mouse.move(box["x"] + box["width"] / 2 + dx, box["y"] + 40)
+        page.wait_for_timeout(300)
+    page.locator(".hoverlayer .hovertext").first.wait_for()
+    hover = page.locator(".hoverlayer .hovertext").first.text_content()
+    assert hover.startswith("rank ") and "idle" in hover and "actions start here" in hover, hover
+    page.mouse.move(0, 0)
+    page.evaluate("window.scrollTo(0, 0)")
+    _screenshot(page, "simulate-large")
 
 
 def test_other_pages_render(page, app_url: str) -> None:
@@ -248,3 +307,23 @@ def test_real_run_ends_in_the_overlay(page, app_url: str) -> None:
     assert page.locator(".js-plotly-plot g.trace.bars path").count() > 8
     assert page.get_by_text("Prediction error").count() >= 1
     _screenshot(page, "run")
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(600)
+def test_a_reload_during_a_run_finds_it_again(page, app_url: str) -> None:
+    """Issue 13 item 3: after a reload the running run is back, with progress and Cancel; a cancel is calm."""
+    page.goto(f"{app_url}/run")
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_role("button", name="Launch run").wait_for()
+    _pick(page, "Device", "cpu", scope=sidebar)
+    sidebar.get_by_role("spinbutton", name="Steps", exact=True).fill("500")  # still running when the page comes back
+    sidebar.get_by_role("button", name="Launch run").click()
+    page.get_by_role("button", name="Cancel run").wait_for(timeout=120_000)
+    page.reload()
+    page.get_by_role("button", name="Cancel run").wait_for(timeout=120_000)  # reattached, from its folder
+    assert page.get_by_test_id("stProgress").count() == 1
+    assert sidebar.get_by_role("button", name="Launch run").is_disabled()
+    page.get_by_role("button", name="Cancel run").click()
+    page.get_by_text("Run cancelled").wait_for(timeout=180_000)
+    assert not page.get_by_test_id("stAlertContentError").all_text_contents()

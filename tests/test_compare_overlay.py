@@ -114,3 +114,22 @@ def test_memory_is_printed_in_binary_units():
     assert [format_bytes(v) for v in (512, 1536, 3 * 2**20, 2**40)] == ["512 B", "1.50 KiB", "3.00 MiB", "1.00 TiB"]
     table = format_table([ComparisonRow("1f1b", 10.0, 0.1, 0.2, 4, 4 * 2**20)])
     assert "peak memory" in table.splitlines()[0] and "4.00 MiB" in table and " 4 " in table
+
+
+def test_pareto_front_keeps_only_the_undominated():
+    """Issue 13 item 13: the trade-off chart's front line."""
+    from pipesim.compare import ComparisonRow, pareto_front
+
+    rows = [ComparisonRow("slow-small", 30.0, peak_activation_bytes=1.0), ComparisonRow("fast-big", 10.0,
+            peak_activation_bytes=9.0), ComparisonRow("dominated", 31.0, peak_activation_bytes=5.0),
+            ComparisonRow("middle", 20.0, peak_activation_bytes=4.0), ComparisonRow("broken", error="no")]
+    assert [row.schedule for row in pareto_front(rows)] == ["fast-big", "middle", "slow-small"]
+
+
+def test_binary_unit_for_axes():
+    """Issue 13 item 6: axes in binary units, never plotly's decimal 'B' (billions)."""
+    from pipesim.units import binary_unit
+
+    assert binary_unit(26e9) == ("GiB", 2**30)
+    assert binary_unit(3 * 2**20) == ("MiB", 2**20)
+    assert binary_unit(512) == ("B", 1)

@@ -433,3 +433,21 @@ def test_gpu_probe_keeps_torch_out_of_the_calling_process() -> None:
         probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
         torch_says = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
         assert int(count) == int(torch_says.stdout.split()[-1])
+
+
+@pytest.mark.torchrun
+def test_a_cancel_keeps_the_steps_already_measured(tmp_path):
+    """Issue 13 item 4: the ranks stop after the step in progress and write what they measured."""
+    handle = launch.start_run(cpu_config(steps=10_000, timeout_s=240), runs_root=tmp_path)
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline:
+        assert not handle.done(), handle.wait().message
+        measured = [e for e in handle.events() if e.get("event") == "step" and e.get("phase") == "measure"]
+        if len({e["step"] for e in measured}) >= 3:
+            break
+        time.sleep(0.2)
+    handle.cancel()
+    result = handle.wait(timeout=60)
+    assert result.status == "cancelled" and "measured steps done" in result.message, result.message
+    assert result.measured is not None and len(result.step_times_ms) >= 3
+    assert_no_process_left(handle.run_dir)

@@ -176,3 +176,17 @@ def test_peaks_agree_with_the_step_functions(ranks, microbatches, comm):
             assert rank.peak_activations == max(level for _, level in counts[rank.rank])
             assert rank.peak_activation_bytes == max(level for _, level in sizes[rank.rank])
             assert sizes[rank.rank][-1][1] == 0  # everything stashed is freed by the end of the step
+
+
+def test_inner_bubble_leaves_out_ramp_and_drain_zb_h2_has_none():
+    """Issue 13 item 9: ZB-H2's step-level bubble equals ZB-H1's; the per-stage (inner) one tells them apart."""
+    from pipesim.schedules import build_schedule
+    from pipesim.timeline import bubble_fraction, inner_bubble_fraction
+
+    cost = CostModel.uniform(1.0, 2.0, weight_ms=1.0)  # F = I = W
+    h1 = simulate(build_schedule("zb-h1", 4, 8), cost)
+    h2 = simulate(build_schedule("zb-h2", 4, 8), cost)
+    assert bubble_fraction(h1) == pytest.approx(bubble_fraction(h2)) and bubble_fraction(h2) > 0
+    assert inner_bubble_fraction(h2) == 0.0
+    # zb-h1: rank r waits (3 - r) ms inside its work, out of 27 - r ms between its first and last action
+    assert inner_bubble_fraction(h1) == pytest.approx((3 + 2 + 1 + 0) / (27 + 26 + 25 + 24))

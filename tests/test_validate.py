@@ -52,7 +52,7 @@ def test_duplicate_forward():
     problem = only_problem(schedule_of(["0F0 0F0 0B0", "1F0 1B0"]))
     assert problem.rule == "duplicate F"
     assert (problem.rank, problem.index, problem.action) == (0, 1, Action.parse("0F0"))
-    assert "position 1" in str(problem)
+    assert "#2" in str(problem)  # counted from 1, as CSV cells are
 
 
 def test_w_before_i():
@@ -65,7 +65,7 @@ def test_backward_before_forward_on_a_rank():
     problem = only_problem(schedule_of(["0F0 0F1 0B0 0B1", "1F0 1B1 1F1 1B0 "]))
     assert problem.rule == "B before F"
     assert (problem.rank, problem.index, problem.action) == (1, 1, Action.parse("1B1"))
-    assert str(problem).startswith("rank 1, action 1B1 (position 1): B before F")
+    assert str(problem).startswith("rank 1, action 1B1 (its #2): B before F")
 
 
 def test_stage_on_two_ranks():

@@ -126,8 +126,9 @@ SCHEDULES: list[ScheduleInfo] = [
     ScheduleInfo(
         "zb-h2",
         zb_h2,
-        "Zero Bubble H2: 2(p-1-r) warm-up forwards and deferred W; no gap on any rank when "
-        "F = I = W, for 2p-1 stashed microbatches (about twice 1F1B's memory).",
+        "Zero Bubble H2: 2(p-1-r) warm-up forwards and deferred W; when F = I = W no rank waits between "
+        "its first and last action (the paper's per-stage bubble is 0; the step still has the start ramp), "
+        "for 2p-1 stashed microbatches (about twice 1F1B's memory).",
         split_backward=True,
     ),
 ]

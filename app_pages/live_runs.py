@@ -1,0 +1,35 @@
+"""Runs in progress, found again by any session of this server: a reload must not lose a run.
+
+A RunHandle lives in the Streamlit server process (its supervising thread); a browser reload starts a new
+session whose session state is empty. This registry is one dict per server process (st.cache_resource), run
+folder -> handle, so the Run page of any session can reattach to a run that is still going: live progress and
+Cancel again. A server that stops ends its runs with it (executor.launch), so the registry holds every live run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+
+@st.cache_resource(show_spinner=False)
+def _registry() -> dict[str, Any]:
+    return {}
+
+
+def remember(handle: Any) -> None:
+    """Keep a started run's handle; finished ones are dropped on the next look-up."""
+    _registry()[str(handle.run_dir)] = handle
+
+
+def running(root: Path, run_dir: str | None = None) -> Any | None:
+    """The handle of the run in `run_dir` while it runs (None: the latest running one under `root`)."""
+    registry = _registry()
+    for key in [k for k, handle in registry.items() if handle.done()]:
+        registry.pop(key, None)
+    if run_dir is not None:
+        return registry.get(str(run_dir))
+    mine = [handle for handle in registry.values() if Path(handle.run_dir).parent == Path(root)]
+    return mine[-1] if mine else None

@@ -1,0 +1,22 @@
+"""First page load (issue 13): the Simulate page's modules must not pull in what only other pages need.
+
+networkx (DAG page), the executor (Run page), kaleido (image export), torch and pandas (tables) each cost
+start-up time that a first visit to the Simulate page would pay for nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_simulate_page_modules_load_no_heavy_extras() -> None:
+    code = ("import sys; import app_pages.cached, app_pages.widgets, app_pages.cost_inputs, app_pages.state, "
+            "pipesim.charts, pipesim.charts_lod, pipesim.simulate, pipesim.critical_path; "
+            "print(sorted(m for m in ('networkx', 'executor', 'kaleido', 'torch', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert out.stdout.strip() == "[]", out.stdout
