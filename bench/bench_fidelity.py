@@ -57,7 +57,7 @@ def isolated_prediction(result) -> float | None:
     split = result.schedule.uses_split_backward
     stages = tuple(stage_cost(measured[str(s)], split, result.cost.recompute)
                    for s in range(result.schedule.num_stages))
-    cost = replace(result.cost, stages=stages, step_overhead_ms=tuple(optimizer), dispatch_ms=())
+    cost = replace(result.cost, stages=stages, step_overhead_ms=tuple(optimizer), dispatch_ms=(), shared_cores=None)
     return predict_step(result.schedule, cost).predicted_step_ms
 
 
