@@ -187,15 +187,22 @@ def read_json(path: str | Path) -> Any:
     """Parse a JSON file; every way it can fail (missing, unreadable, not JSON, nested too deep) is a
     ValueError that names the path."""
     try:
-        return json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
+    return parse_json(raw, str(path))
+
+
+def parse_json(raw: bytes | str, name: str) -> Any:
+    """Parse JSON already in memory (an upload, a file's bytes); every failure a ValueError naming `name`."""
+    try:
+        return json.loads(raw)
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a text file") from None
+        raise ValueError(f"{name}: not a text file") from None
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+        raise ValueError(f"{name}: not valid JSON ({error})") from None
     except RecursionError:
-        raise ValueError(f"{path}: JSON nested too deeply") from None
+        raise ValueError(f"{name}: JSON nested too deeply") from None
 
 
 # --- path-based helpers ----------------------------------------------------------

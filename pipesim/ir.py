@@ -14,6 +14,7 @@ in the same order (an overlapped group's members in their written order).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -289,16 +290,7 @@ def schedule_from_order(
     An order of plain compute actions only (no idle slots either) is kept as the action lists alone.
     """
     rows = tuple(tuple(row) for row in order)
-    actions = tuple(tuple(a for e in row for a in entry_actions(e)) for row in rows)
+    actions = [[a for e in row for a in entry_actions(e)] for row in rows]
+    schedule = make_schedule(name, num_ranks, num_microbatches, stage_to_rank, actions, **params)
     plain = all(type(e) is Action for row in rows for e in row)
-    placement = tuple(stage_to_rank)
-    return Schedule(
-        name=name,
-        num_ranks=num_ranks,
-        num_stages=len(placement),
-        num_microbatches=num_microbatches,
-        stage_to_rank=placement,
-        actions=actions,
-        params=dict(params),
-        order=None if plain else rows,
-    )
+    return schedule if plain else dataclasses.replace(schedule, order=rows)

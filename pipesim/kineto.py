@@ -23,7 +23,6 @@ from the earliest label. No torch import: a trace is JSON, read within `pipesim.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.cost import CostModel
-from pipesim.formats import CsvError, read_json, schedule_from_csv
+from pipesim.formats import CsvError, parse_json, read_json, schedule_from_csv
 from pipesim.ir import Action, B, F, I, Schedule
 from pipesim.limits import MAX_ACTIONS, MAX_RANKS, MAX_TRACE_BYTES
 from pipesim.timeline import CommSpan, Span, Timeline
@@ -100,14 +99,7 @@ def read_trace(path: str | Path) -> dict[str, Any]:
 def parse_trace(name: str, raw: bytes) -> dict[str, Any]:
     """`read_trace` for bytes already in memory (an upload); `name` names it in errors."""
     _check_size(name, len(raw))
-    try:
-        return _as_trace(name, json.loads(raw))
-    except UnicodeDecodeError:
-        raise ValueError(f"{name}: not a text file") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{name}: not valid JSON ({error})") from None
-    except RecursionError:
-        raise ValueError(f"{name}: JSON nested too deeply") from None
+    return _as_trace(name, parse_json(raw, name))
 
 
 def _number(value: Any) -> float | None:
