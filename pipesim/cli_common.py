@@ -7,7 +7,6 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from pipesim.collectives import CollectiveCost
 from pipesim.cost import CostModel, LinkCost, cost_from_times
 from pipesim.cost_file import load_cost
 from pipesim.export import export_figures
@@ -110,17 +109,16 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
     if args.overlap_factor is not None:
         extras["overlap_factor"] = args.overlap_factor
     if args.data_parallel is not None or args.sharded or args.dp_bandwidth is not None or args.dp_latency is not None:
-        # One data-parallel group, priced two ways from the same link: torch's stated collectives
-        # (CollectiveCost) and the executor's bucketed all-reduce after each stage's last backward (data_parallel).
+        # One data-parallel group: torch's stated collectives and the executor's bucketed all-reduce after each
+        # stage's last backward are both priced from it (CostModel.collectives, pipesim.data_parallel).
         latency = cost.dp_link.latency_ms if args.dp_latency is None else args.dp_latency
         bandwidth = cost.dp_link.bandwidth_gbps if args.dp_bandwidth is None else args.dp_bandwidth
         replicas = args.data_parallel or cost.data_parallel
         try:
             extras["dp_link"] = LinkCost(latency_ms=latency, bandwidth_gbps=bandwidth)
-            extras["collectives"] = CollectiveCost(replicas, args.sharded, latency, bandwidth)
         except ValueError as error:
             raise UsageError(f"--dp-latency / --dp-bandwidth: {error}") from None
-        extras["data_parallel"] = replicas
+        extras.update(data_parallel=replicas, sharded=args.sharded)
     return dataclasses.replace(cost, **extras) if extras else cost
 
 

@@ -118,8 +118,10 @@ class CostModel:
     that `for_stages` can re-cut it layer by layer. `meta` holds provenance
     only (what was measured, where); nothing reads it to compute.
     `overlap_factor` prices torch's overlapped forward-backward pairs (OVERLAP_F_B): a pair takes
-    overlap_factor x (F + B), 1 meaning no overlap at all. `collectives` prices REDUCE_GRAD, UNSHARD and
-    RESHARD (`pipesim.collectives`; zero without data parallelism).
+    overlap_factor x (F + B), 1 meaning no overlap at all. `sharded` says the data-parallel replicas shard
+    the parameters (FSDP). torch's REDUCE_GRAD, UNSHARD and RESHARD, where a schedule states them, are priced
+    from the same group (`collectives`, derived: `pipesim.collectives`; zero without data parallelism), so
+    one description of the group serves both.
     """
 
     stages: tuple[StageCost, ...]
@@ -134,7 +136,7 @@ class CostModel:
     dp_link: LinkCost = field(default_factory=LinkCost)
     meta: dict = field(default_factory=dict, compare=False)
     overlap_factor: float = 1.0
-    collectives: CollectiveCost = CollectiveCost()
+    sharded: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.overlap_factor, (int, float)) and 0 < self.overlap_factor <= 1):
@@ -149,6 +151,8 @@ class CostModel:
             raise ValueError(f"shared_cores must be a positive integer or None, got {self.shared_cores!r}")
         if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
             raise ValueError(f"data_parallel must be a positive integer, got {self.data_parallel!r}")
+        if not isinstance(self.sharded, bool):
+            raise ValueError(f"sharded must be true or false, got {self.sharded!r}")
         for name in ("step_overhead_ms", "dispatch_ms"):
             values = getattr(self, name)
             if not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
@@ -284,6 +288,11 @@ class CostModel:
         if kind is ActionKind.BACKWARD_INPUT:
             return cost.i_ms + extra
         return cost.w_ms
+
+    @property
+    def collectives(self) -> CollectiveCost:
+        """The data-parallel group as torch's per-stage collectives see it."""
+        return CollectiveCost(self.data_parallel, self.sharded, self.dp_link.latency_ms, self.dp_link.bandwidth_gbps)
 
     def collective_ms(self, stage: int, kind: CommKind) -> float:
         """Time of torch's per-stage collective `kind` (REDUCE_GRAD, UNSHARD, RESHARD) on `stage`."""

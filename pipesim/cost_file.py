@@ -42,6 +42,8 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
         "description": None if cost.description is None else asdict(cost.description),
         "data_parallel": cost.data_parallel,
         "dp_link": _link_dict(cost.dp_link),
+        "sharded": cost.sharded,
+        "overlap_factor": cost.overlap_factor,
         "meta": cost.meta,
     }
 
@@ -142,10 +144,17 @@ def cost_from_dict(data: Any) -> CostModel:
     if isinstance(data_parallel, bool) or not isinstance(data_parallel, int):
         raise ValueError(f"cost file: data_parallel must be a positive integer, got {data_parallel!r}")
     dp_link = _link(data["dp_link"], "dp") if data.get("dp_link") is not None else LinkCost()
+    sharded = data.get("sharded", False)
+    if not isinstance(sharded, bool):
+        raise ValueError(f"cost file: sharded must be true or false, got {sharded!r}")
+    overlap_factor = data.get("overlap_factor", 1.0)
+    if isinstance(overlap_factor, bool) or not isinstance(overlap_factor, (int, float)):
+        raise ValueError(f"cost file: overlap_factor must be a number in (0, 1], got {overlap_factor!r}")
     try:
         return CostModel(stages=stages, links=links, recompute=recompute, source=source,
                          step_overhead_ms=overhead_ms, dispatch_ms=dispatch_ms, shared_cores=shared_cores,
                          description=description, data_parallel=data_parallel, dp_link=dp_link,
+                         sharded=sharded, overlap_factor=float(overlap_factor),
                          meta=dict(meta))
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

@@ -12,7 +12,6 @@ ahead is computed backwards once per rank, and the send/receive rounds stop at a
 
 from __future__ import annotations
 
-from pipesim.collectives import CollectiveCost
 from pipesim.cost import CostModel
 from pipesim.ir import B, CommAction, CommKind, Entry, F, I, Overlap, Schedule, W, entry_actions, schedule_from_order
 from pipesim.limits import MAX_ACTIONS
@@ -36,7 +35,7 @@ def with_collectives(schedule: Schedule, cost: CostModel) -> Schedule:
     producers, which changes no time), so a schedule built by pipesim simulated with data parallelism gets them
     here. Unchanged when the collectives would cost nothing or the schedule already states some.
     """
-    if cost.collectives == CollectiveCost():
+    if cost.data_parallel == 1:
         return schedule
     if any(isinstance(e, CommAction) and e.kind in _COLLECTIVES for row in schedule.order or () for e in row):
         return schedule

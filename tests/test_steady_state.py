@@ -111,3 +111,17 @@ def test_without_a_barrier_each_rank_waits_for_its_own_optimizer():
 def test_number_of_steps_is_checked(steps):
     with pytest.raises(ValueError, match="number of steps"):
         simulate_steps(build_schedule("1f1b", 2, 2), CostModel.uniform(), steps)
+
+
+def test_cost_file_keeps_the_data_parallel_group_and_the_overlap_factor():
+    from pipesim.cost import LinkCost
+
+    cost = replace(CostModel.uniform(), data_parallel=4, sharded=True, dp_link=LinkCost(latency_ms=0.2),
+                   overlap_factor=0.7)
+    back = cost_from_dict(cost_to_dict(cost))
+    assert (back.data_parallel, back.sharded, back.dp_link, back.overlap_factor) == (4, True, cost.dp_link, 0.7)
+    assert back.collectives == cost.collectives  # torch's collectives priced from the same group
+    data = cost_to_dict(cost)
+    data["sharded"] = "yes"
+    with pytest.raises(ValueError, match="sharded must be true or false"):
+        cost_from_dict(data)

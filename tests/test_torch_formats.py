@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from pipesim.cost import CostModel
+from pipesim.cost import CostModel, LinkCost
 from pipesim.dag import DeadlockError
 from pipesim.simulate import simulate
 from pipesim.timeline import makespan
@@ -190,7 +190,8 @@ def test_collectives_cost_nothing_alone_and_all_reduce_time_with_data_parallelis
     alone = simulate(schedule, CostModel(stages=(stage,)))
     assert makespan(alone) == pytest.approx(6.0)
     ring = CollectiveCost(data_parallel=4, latency_ms=0.5, bandwidth_gbps=100.0)
-    reduced = simulate(schedule, CostModel(stages=(stage,), collectives=ring))
+    reduced = simulate(schedule, CostModel(stages=(stage,), data_parallel=4,
+                                           dp_link=LinkCost(latency_ms=0.5, bandwidth_gbps=100.0)))
     all_reduce = 2 * 3 * 0.5 + 2 * 3 / 4 * 1e9 / 100e9 * 1e3  # 2(d-1) steps, 2(d-1)/d of the bytes
     assert ring.time_ms(CommKind.REDUCE_GRAD, 1e9) == pytest.approx(all_reduce)
     assert makespan(reduced) == pytest.approx(6.0 + all_reduce)
@@ -251,14 +252,13 @@ def test_the_full_order_survives_pipesims_json_and_a_mismatch_is_refused():
 
 
 def test_collective_spans_survive_the_timeline_file(tmp_path):
-    from pipesim.collectives import CollectiveCost
     from pipesim.cost import StageCost
     from pipesim.formats import read_json, save_timeline, timeline_from_dict
 
     schedule = schedule_from_csv("0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD\n"
                                  "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD\n")
-    ring = CollectiveCost(data_parallel=2, sharded=True, latency_ms=1.0)
-    timeline = simulate(schedule, CostModel(stages=(StageCost(1.0, 2.0, param_bytes=8.0),), collectives=ring))
+    timeline = simulate(schedule, CostModel(stages=(StageCost(1.0, 2.0, param_bytes=8.0),), data_parallel=2,
+                                            sharded=True, dp_link=LinkCost(latency_ms=1.0)))
     assert {c.kind for c in timeline.comm} == {"unshard", "reduce_grad", "reshard"}
     unshard = next(c for c in timeline.comm if c.kind == "unshard" and c.rank == 0)
     first = next(s for s in timeline.spans if str(s.action) == "0F0")
@@ -276,20 +276,17 @@ def test_lowering_a_deadlocked_order_is_a_plain_error():
 
 def test_the_gantt_chart_draws_collectives_on_their_rank():
     from pipesim.charts import gantt_figure
-    from pipesim.collectives import CollectiveCost
     from pipesim.cost import StageCost
 
     schedule = schedule_from_csv(TWO_RANKS.replace("0B0\n", "0B0,0REDUCE_GRAD\n"))
-    ring = CollectiveCost(data_parallel=2, latency_ms=1.0)
     figure = gantt_figure(simulate(schedule, CostModel(stages=(StageCost(1.0, 2.0, param_bytes=1.0),),
-                                                       collectives=ring)))
+                                                       data_parallel=2, dp_link=LinkCost(latency_ms=1.0))))
     [bar] = [trace for trace in figure.data if trace.name == "collective"]
     assert list(bar.y) == [0] and list(bar.customdata[0]) == ["0REDUCE_GRAD"] and list(bar.x) == [2.0]
     assert not [trace for trace in figure.data if trace.name == "blocked on transfer"]
 
 
 def test_pipesims_own_schedules_get_torchs_collectives_under_data_parallelism():
-    from pipesim.collectives import CollectiveCost
     from pipesim.compare import compare_one
     from pipesim.schedules import build_schedule
     from pipesim.torch_order import with_collectives
@@ -297,7 +294,7 @@ def test_pipesims_own_schedules_get_torchs_collectives_under_data_parallelism():
     schedule = build_schedule("1f1b", 2, 2)
     plain = CostModel.uniform(1.0, 2.0)
     assert with_collectives(schedule, plain) is schedule  # nothing to price: nothing added
-    data_parallel = CostModel(stages=plain.stages, collectives=CollectiveCost(data_parallel=2, latency_ms=1.0))
+    data_parallel = CostModel(stages=plain.stages, data_parallel=2, dp_link=LinkCost(latency_ms=1.0))
     lowered = with_collectives(schedule, data_parallel)
     assert lowered.actions == schedule.actions and schedule_to_csv(lowered, "compute_comms") == schedule_to_csv(
         schedule, "compute_comms")  # exactly torch's lowering
