@@ -51,7 +51,7 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     if sync.spans:  # the all-reduces drawn on the simulated timeline, as the measured one has them
         simulated = replace(simulated, comm=simulated.comm + sync.spans,
                             meta={**simulated.meta, "data_parallel": cost.data_parallel})
-    overhead = step_tail_ms(simulated, cost)  # per rank: unhidden all-reduce, then optimizer and zeroing
+    overhead = step_tail_ms(simulated, cost, sync)  # per rank: unhidden all-reduce, then optimizer and zeroing
     return Prediction(step_time_ms(simulated, overhead), simulated, overhead)
 
 

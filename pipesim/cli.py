@@ -217,23 +217,23 @@ def _with_data_parallel(cost: CostModel, args: argparse.Namespace) -> CostModel:
     return replace(cost, **changes) if changes else cost
 
 
-def _steps_lines(schedule: Schedule, cost: CostModel, args: argparse.Namespace) -> list[str]:
-    """The step time as a training loop sees it (overhead included), and over --steps N steps in a row."""
+def _steps_lines(schedule: Schedule, timeline: Timeline, cost: CostModel, args: argparse.Namespace) -> list[str]:
+    """The step time as a training loop sees it (overhead included), and over --steps N steps in a row;
+    `timeline` is the schedule's one simulated step."""
+    from pipesim.data_parallel import grad_sync
     from pipesim.steady_state import simulate_steps
 
     several = simulate_steps(schedule, cost, args.steps, barrier=not args.no_barrier).meta
     times = several["step_times_ms"]
     lines = [f"step time {times[0]:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
-    from pipesim.data_parallel import grad_sync
-
-    sync = grad_sync(simulate(schedule, cost), cost)
+    sync = grad_sync(timeline, cost)
     if sync.spans:
         lines.append(f"data parallel x{cost.data_parallel}: {len(sync.spans)} stage all-reduces, "
                      f"{sum(s.end - s.start for s in sync.spans):.3f} ms in all; not hidden by the backward: "
                      + ", ".join(f"rank {r} {x:.3f} ms" for r, x in enumerate(sync.extra_ms)))
     if args.steps > 1:
-        sync = "no barrier: ranks run into the next step" if args.no_barrier else "a barrier opens every step"
-        lines.append(f"{args.steps} steps ({sync}): {several['total_ms']:.3f} ms in all, "
+        between = "no barrier: ranks run into the next step" if args.no_barrier else "a barrier opens every step"
+        lines.append(f"{args.steps} steps ({between}): {several['total_ms']:.3f} ms in all, "
                      f"steady step {statistics.median(times[1:]):.3f} ms")
     return lines
 
@@ -252,7 +252,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
     if (args.steps > 1 or any(cost.overhead_ms(schedule.num_ranks)) or any(cost.dispatch_per_rank(schedule.num_ranks))
             or cost.data_parallel > 1):
-        print("\n".join(_steps_lines(scheduled, cost, args)))
+        print("\n".join(_steps_lines(scheduled, timeline, cost, args)))
     for path in written:
         print(f"wrote {path}")
     return 0

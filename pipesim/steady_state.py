@@ -22,6 +22,7 @@ from itertools import repeat
 from pipesim._perf import paused_gc
 from pipesim.cost import CostModel
 from pipesim.dag import dependencies
+from pipesim.data_parallel import GradSync, grad_sync
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_ACTIONS
 from pipesim.simulate import deadlock_error, engine_inputs, run_engine, simulate
@@ -43,12 +44,11 @@ def rank_ends(timeline: Timeline) -> list[float]:
     return ends
 
 
-def step_tail_ms(timeline: Timeline, cost: CostModel) -> tuple[float, ...]:
+def step_tail_ms(timeline: Timeline, cost: CostModel, sync: GradSync | None = None) -> tuple[float, ...]:
     """Per rank, what follows its last action in a step: the gradient all-reduce's unhidden part when the
-    pipeline is replicated (pipesim.data_parallel), then the overhead (optimizer step, zeroing)."""
-    from pipesim.data_parallel import grad_sync
-
-    extra = grad_sync(timeline, cost).extra_ms
+    pipeline is replicated (pipesim.data_parallel; `sync` when the caller already has it), then the overhead
+    (optimizer step, zeroing)."""
+    extra = (sync or grad_sync(timeline, cost)).extra_ms
     return tuple(a + b for a, b in zip(extra, cost.overhead_ms(timeline.num_ranks), strict=True))
 
 
