@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages.state import MAX_ACTIONS, check_limits
-from pipesim import charts, charts_dag, formats, kineto, schedules
+from pipesim import charts, charts_dag, charts_memory, formats, kineto, schedules
 from pipesim.attribution import attribute_run
 from pipesim.compare import ComparisonRow, compare_schedules
 from pipesim.cost import CostModel
@@ -103,7 +103,7 @@ def gantt_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool = 
 
 def memory_chart(schedule: Schedule, cost: CostModel) -> go.Figure:
     timeline, _ = simulation(schedule, cost)
-    return charts.memory_figure(timeline, cost)
+    return charts_memory.memory_figure(timeline, cost)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)

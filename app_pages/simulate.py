@@ -69,14 +69,19 @@ color_by = middle.selectbox("Colour by", COLOR_BY, key=state.kept("sim-color"), 
 window = None
 if len(timeline.spans) > MAX_EXACT_BARS:
     total = makespan(timeline)
+    widgets.take_selected_window("sim-gantt", "sim-window", total)  # a drag across the binned chart
     picked = right.slider("Time window (ms)", 0.0, float(total), (0.0, float(total)), key="sim-window",
-                          help=f"Past {MAX_EXACT_BARS:,} actions the chart is binned; a window holding fewer "
-                               "shows every action")
+                          help=f"Past {MAX_EXACT_BARS:,} actions the chart is binned; drag across it or pick a "
+                               f"window here: one holding fewer actions shows every action")
     window = None if picked == (0.0, float(total)) else (float(picked[0]), float(picked[1]))
+    if window is not None:
+        right.button("Whole step", key="sim-whole-step", on_click=widgets.reset_window, args=("sim-window", total))
 sig = state.signature(cached.schedule_key(schedule), hash(cost), show_path, color_by, window)
 
 gantt = cached.gantt_chart(schedule, cost, show_path, color_by, window)
-st.plotly_chart(gantt, key="sim-gantt", config={"displaylogo": False})
+binned = bool(gantt.layout.images)  # then a drag selects a time window, and the page redraws it
+st.plotly_chart(widgets.window_picker(gantt) if binned else gantt, key="sim-gantt", config={"displaylogo": False},
+                on_select="rerun" if binned else "ignore", selection_mode=("box",))
 widgets.figure_downloads(gantt, f"{schedule.name}-gantt", "sim-gantt-export", sig)
 
 memory = cached.memory_chart(schedule, cost)

@@ -96,3 +96,31 @@ def metric_cards(metrics: Metrics, max_rank_cards: int = 8, inner_bubble: float 
 def show_error(error: Exception, what: str = "") -> None:
     """A plain message for bad input: no traceback, the problem and the valid choices."""
     st.error(f"{what}{': ' if what else ''}{error}", icon=":material/error:")
+
+
+def window_picker(fig: go.Figure) -> go.Figure:
+    """A copy of a binned Gantt on which a drag selects a time range (plotly's box select, horizontal) instead
+    of zooming into the picture; `take_selected_window` turns the range into the page's window. The cached
+    figure stays as it is: exports keep plotly's zoom."""
+    return go.Figure(fig).update_layout(dragmode="select", selectdirection="h")
+
+
+def take_selected_window(chart_key: str, window_key: str, total: float) -> None:
+    """A box dragged across a binned Gantt (plotly's select, reported by st.plotly_chart) becomes the time
+    window of the slider `window_key`; call it before that slider is drawn. A box is taken once: the same box
+    still reported after the redraw changes nothing, so the slider stays free."""
+    event = st.session_state.get(chart_key) or {}
+    boxes = (event.get("selection") or {}).get("box") or []
+    if not boxes or len(boxes[0].get("x") or []) != 2:
+        return
+    start, end = sorted(float(x) for x in boxes[0]["x"])
+    picked = (max(0.0, start), min(float(total), end))
+    if picked[1] <= picked[0] or st.session_state.get(f"{window_key}-taken") == picked:
+        return
+    st.session_state[f"{window_key}-taken"] = picked
+    st.session_state[window_key] = picked
+
+
+def reset_window(window_key: str, total: float) -> None:
+    """Back to the whole step (a button's callback, so it runs before the slider is drawn)."""
+    st.session_state[window_key] = (0.0, float(total))

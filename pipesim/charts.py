@@ -1,4 +1,5 @@
-"""Plotly figures of timelines: Gantt, overlay, memory (comparison: charts_compare; DAG: charts_dag).
+"""Plotly figures of timelines: Gantt, overlay (memory: charts_memory; comparison: charts_compare; DAG:
+charts_dag).
 
 Every figure is built from data traces, never from one layout shape per action:
 a Gantt chart holds one `go.Bar` trace per action kind (bars placed with `base=`),
@@ -33,10 +34,7 @@ from pipesim.timeline import (
     Timeline,
     idle_intervals,
     makespan,
-    memory_over_time,
-    stash_counts,
 )
-from pipesim.units import binary_unit
 
 KIND_COLORS = MappingProxyType({"F": "#4C78A8", "B": "#D62728", "I": "#FF9F1C", "W": "#2CA02C"})
 KIND_NAMES = MappingProxyType(
@@ -377,35 +375,6 @@ def _overlay_title(simulated: Timeline, real: Timeline) -> str:
 
 
 # --- memory ---------------------------------------------------------------------------
-
-
-def memory_figure(tl: Timeline, cost: CostModel | None = None) -> go.Figure:
-    """Stashed activations over time, one step line per rank.
-
-    With a cost model the y axis is bytes; without one, stashed microbatches.
-    """
-    series = stash_counts(tl) if cost is None else memory_over_time(tl, cost)
-    # Bytes in one binary unit named in the title: plotly's "~s" ticks are decimal ("26B" = 26 billion).
-    unit, size = ("", 1) if cost is None else binary_unit(max((v for points in series for _, v in points), default=0))
-    title = "stashed microbatches" if cost is None else f"activation memory ({unit})"
-    fig = go.Figure()
-    for rank, points in enumerate(series):
-        fig.add_trace(go.Scatter(
-            name=f"rank {rank}",
-            # numpy arrays go to the browser as binary: 10^5 points of a large schedule stay light
-            x=np.fromiter((t for t, _ in points), dtype=np.float64, count=len(points)),
-            y=np.fromiter((v / size for _, v in points), dtype=np.float64, count=len(points)),
-            mode="lines", line={"shape": "hv", "width": 2, "color": RANK_COLORS[rank % len(RANK_COLORS)]},
-            hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.3f}} {unit}<extra></extra>"
-            if cost is not None else f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y}} stashed<extra></extra>",
-        ))
-    yaxis = {"title": title, "rangemode": "tozero", "automargin": True}
-    fig.update_layout(
-        title=f"{tl.schedule_name or 'schedule'}: activation memory per rank",
-        xaxis={"title": "time (ms)", "rangemode": "tozero"}, yaxis=yaxis,
-        hovermode="x unified", plot_bgcolor="white", height=380,
-    )
-    return fig
 
 
 # --- attribution ------------------------------------------------------------------------------------------------

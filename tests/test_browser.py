@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -245,6 +246,25 @@ def test_large_schedule_from_a_url_is_one_binned_picture(page, app_url: str) -> 
     page.mouse.move(0, 0)
     page.evaluate("window.scrollTo(0, 0)")
     _screenshot(page, "simulate-large")
+    # Level of detail: a drag across a tenth of the binned chart redraws that window, here in exact bars.
+    plot.scroll_into_view_if_needed()
+    box = plot.bounding_box()
+    left, middle = box["x"] + box["width"] * 0.45, box["y"] + box["height"] / 2
+    page.mouse.move(left, middle)
+    page.mouse.down()
+    for step in range(1, 6):
+        page.mouse.move(left + box["width"] * 0.02 * step, middle + step)
+        page.wait_for_timeout(100)
+    page.mouse.up()
+    page.wait_for_selector(GANTT_BARS, timeout=120_000)
+    assert page.locator(".js-plotly-plot").first.locator(".imagelayer image").count() == 0
+    window = page.get_by_test_id("stSlider").first.text_content()
+    whole = page.get_by_role("button", name="Whole step")
+    whole.click()
+    page.wait_for_selector(".js-plotly-plot .imagelayer image", state="attached", timeout=120_000)
+    assert page.locator(GANTT_BARS).count() == 0
+    start, end, _, total = (float(x) for x in re.findall(r"\d+\.\d\d", window.replace(",", "")))
+    assert 0.3 < start / total < 0.5 and 0.05 < (end - start) / total < 0.2, window  # the dragged tenth
 
 
 def test_other_pages_render(page, app_url: str) -> None:

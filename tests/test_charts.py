@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pipesim import charts, charts_compare, charts_dag
+from pipesim import charts, charts_compare, charts_dag, charts_memory
 from pipesim.compare import ComparisonRow, compare_schedules
 from pipesim.cost import CostModel
 from pipesim.critical_path import critical_path
@@ -157,12 +157,12 @@ def test_overlay_puts_simulated_and_measured_on_alternate_rows():
 
 def test_memory_figure_has_one_step_line_per_rank():
     tl = simulate(build_schedule("1f1b", 3, 4), COST)
-    fig = charts.memory_figure(tl, COST)
+    fig = charts_memory.memory_figure(tl, COST)
     assert len(fig.data) == 3
     for rank, trace in enumerate(fig.data):
         assert trace.line.shape == "hv"
         assert list(trace.y) == [v for _, v in memory_over_time(tl, COST)[rank]]
-    counts = charts.memory_figure(tl)
+    counts = charts_memory.memory_figure(tl)
     assert list(counts.data[0].y) == [v for _, v in stash_counts(tl)[0]]
     assert "stashed" in counts.layout.yaxis.title.text
 

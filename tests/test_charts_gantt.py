@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-from pipesim import charts, charts_lod
+from pipesim import charts, charts_lod, charts_memory
 from pipesim.cost import CostModel
 from pipesim.critical_path import critical_path
 from pipesim.schedules import build_schedule
@@ -129,9 +129,12 @@ def test_large_schedule_is_one_picture_with_a_hover_per_bin():
     text = _hover_cell(hover, 3, 10)
     # %{y} is the lane's tick label ("rank 3 · idle x%"): the browser test checks what plotly prints
     assert text.startswith("%{y}<br>") and "actions start here" in text
-    assert float(np.asarray(hover.customdata)[3, 10, 1]) == sum(
-        1 for s in tl.spans if s.rank == 3 and hover.x[10] - (hover.x[1] - hover.x[0]) / 2 <= s.start
-        < hover.x[10] + (hover.x[1] - hover.x[0]) / 2)
+    half = (hover.x[1] - hover.x[0]) / 2
+    in_bin = [s for s in tl.spans if s.rank == 3 and hover.x[10] - half <= s.start < hover.x[10] + half]
+    assert int(np.asarray(hover.customdata)[3, 10]) == len(in_bin) and f"· {len(in_bin)} actions start" in text
+    lo, hi = hover.x[10] - half, hover.x[10] + half
+    busy = sum(max(0.0, min(s.end, hi) - max(s.start, lo)) for s in tl.spans if s.rank == 3) / (hi - lo)
+    assert f"busy {round(100 * busy)}%" in text
     assert any(t.name == "critical path" for t in fig.data)
     assert "binned" in fig.layout.title.text
 
@@ -143,20 +146,44 @@ def test_a_window_with_few_actions_gets_exact_bars_again():
 
 
 def _hover_cell(trace, lane: int, column: int) -> str:
-    cells = np.asarray(trace.customdata)
-
-    def value(match) -> str:
-        raw = float(cells[lane, column, int(match.group(1))])
-        spec = match.group(2) or ""
-        return str(int(raw)) if not spec and raw.is_integer() else format(raw, spec)
-
-    return re.sub(r"%\{customdata\[(\d+)\](?::([^}]*))?\}", value, trace.hovertemplate)
+    """The hover text of one heatmap cell (%{z} and %{customdata} filled in)."""
+    cells = {"z": np.asarray(trace.z), "customdata": np.asarray(trace.customdata)}
+    return re.sub(r"%\{(z|customdata)\}", lambda m: str(int(cells[m.group(1)][lane, column])), trace.hovertemplate)
 
 
 def test_memory_axis_is_in_binary_units():
     cost = CostModel.uniform(1.0, 2.0, activation_bytes=3 * 2**20)
     tl = simulate(build_schedule("1f1b", 2, 4), cost)
-    fig = charts.memory_figure(tl, cost)
+    fig = charts_memory.memory_figure(tl, cost)
     assert fig.layout.yaxis.title.text == "activation memory (MiB)"
     assert max(max(t.y) for t in fig.data) == 6.0  # rank 0 stashes two microbatches of 3 MiB
     assert fig.layout.yaxis.tickformat is None  # no decimal SI ticks
+
+
+def test_m4_keeps_every_bins_first_last_lowest_and_highest_point():
+    rng = np.random.default_rng(3)
+    times = np.sort(rng.uniform(0.0, 100.0, 5000))
+    values = rng.integers(0, 50, 5000).astype(float)
+    keep = charts_memory.m4_reduce(times, values, bins=40)
+    assert len(keep) <= 4 * 40 and list(keep) == sorted(set(keep))
+    assert keep[0] == 0 and keep[-1] == len(times) - 1
+    which = np.minimum(((times - times[0]) / ((times[-1] - times[0]) / 40)).astype(int), 39)
+    for b in range(40):
+        mine = np.flatnonzero(which == b)
+        kept = set(keep) & set(mine)
+        assert values[list(kept)].max() == values[mine].max() and values[list(kept)].min() == values[mine].min()
+        assert mine[0] in kept and mine[-1] in kept
+    assert list(charts_memory.m4_reduce(times[:100], values[:100], bins=40)) == list(range(100))  # short: all
+
+
+def test_a_large_memory_chart_is_reduced_with_its_peaks_kept():
+    cost = CostModel.uniform(1.0, 2.0, activation_bytes=2**20)
+    tl = simulate(build_schedule("1f1b", 8, 800), cost)
+    full = charts_memory.memory_figure(tl, cost, max_points=10**9)
+    reduced = charts_memory.memory_figure(tl, cost, max_points=4000)
+    assert sum(len(t.x) for t in full.data) > 4000 >= sum(len(t.x) for t in reduced.data)
+    for whole, small in zip(full.data, reduced.data, strict=True):
+        assert max(small.y) == max(whole.y) and min(small.y) == min(whole.y)
+        assert small.x[int(np.argmax(small.y))] == whole.x[int(np.argmax(whole.y))]  # the first peak, same time
+        assert small.x[-1] == whole.x[-1]
+    assert "every peak kept" in reduced.layout.title.text and "every peak" not in full.layout.title.text

@@ -1,0 +1,25 @@
+"""pipesim in the browser: `streamlit run app.py`.
+
+Navigation only. Each page lives in app_pages/ and draws widgets, builds a config,
+calls pipesim or the executor and shows pipesim.charts figures.
+"""
+
+import streamlit as st
+
+from app_pages import state
+
+st.set_page_config(page_title="pipesim", page_icon=":material/view_timeline:", layout="wide")
+
+PAGES = [
+    st.Page("app_pages/simulate.py", title="Simulate", icon=":material/view_timeline:", default=True),
+    st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("app_pages/dag.py", title="DAG", icon=":material/account_tree:"),
+    st.Page("app_pages/custom.py", title="Custom schedule", icon=":material/edit_note:"),
+    st.Page("app_pages/run.py", title="Run", icon=":material/play_circle:"),
+    st.Page("app_pages/plan.py", title="Plan", icon=":material/insights:"),
+]
+
+import plotly.graph_objects as _go
+st.plotly_chart(_go.Figure(), height=1, key="preload")
+state.keep_settings()  # a page's settings outlive a visit to another page
+st.navigation(PAGES).run()
