@@ -25,7 +25,6 @@ import numpy as np
 import plotly.graph_objects as go
 
 from pipesim import charts_lod
-from pipesim.cost import CostModel
 from pipesim.ir import Action, ActionKind
 from pipesim.overlay import align_step, pick_step, prediction_error
 from pipesim.timeline import (
