@@ -257,7 +257,8 @@ def _chunks(all_spans: Sequence[Span]) -> dict[tuple[int, int], int]:
 def _group_of(spans: Sequence[Span], all_spans: Sequence[Span], color_by: str) -> list[int]:
     """Each span's colour group: kind index, chunk, or microbatch (modulo the palette)."""
     if color_by == "kind":
-        return [_KINDS.index(s.action.kind.value) for s in spans]
+        index = {kind: _KINDS.index(kind.value) for kind in ActionKind}  # enum .value is slow on 10^5 spans
+        return [index[s.action.kind] for s in spans]
     if color_by == "chunk":
         chunk = _chunks(all_spans)
         return [chunk[(s.rank, s.action.stage)] % len(GROUP_COLORS) for s in spans]

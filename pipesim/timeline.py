@@ -93,16 +93,16 @@ def select_step(tl: Timeline, step: int) -> Timeline:
 
 
 def _origin(tl: Timeline) -> float:
-    return min((s.start for s in tl.spans), default=0.0)
+    return min(map(itemgetter(2), tl.spans), default=0.0)
 
 
 def makespan(tl: Timeline) -> float:
     """Step time: from the first start to the last end on any rank."""
     if not tl.spans:
         return 0.0
-    last = max(s.end for s in tl.spans)
-    last = max([c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS], default=last)  # a collective may end a step
-    return max(last, max(s.end for s in tl.spans)) - _origin(tl)
+    last = max(map(itemgetter(3), tl.spans))
+    last = max([last] + [c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS])  # a collective may end a step
+    return last - _origin(tl)
 
 
 def _by_rank(tl: Timeline) -> list[list[Span]]:
