@@ -112,6 +112,23 @@ def test_cancel_writes_the_file_and_waits_for_the_launchers_result(tmp_path):
     assert run.done() and run.status == "cancelled" and run.wait(timeout=1).status == "cancelled"
 
 
+def test_the_cancel_command(tmp_path, capsys):
+    from executor import cli
+
+    folder = make_folder(tmp_path)
+    run_folder.write_progress(folder, {"status": "running", "progress": 0.5})
+    thread = threading.Thread(target=lambda: (time.sleep(0.3), write_json({"status": "cancelled", "message": ""},
+                                                                           folder / "result.json")))
+    thread.start()
+    assert cli.main(["cancel", str(folder), "--timeout", "30"]) == 0
+    thread.join()
+    assert (folder / CANCEL_FILE).exists() and capsys.readouterr().out.strip() == "elsewhere: cancelled"
+    assert cli.main(["cancel", str(folder)]) == 0 and "not running (cancelled)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["cancel", str(tmp_path / "nothing")])
+    assert stop.value.code == 2 and "not a run folder" in capsys.readouterr().err
+
+
 LINGER = (  # a rank left behind by a killed launcher: it stops at a step boundary when asked (the stop file)
     "import pathlib, sys, time\n"
     "stop = pathlib.Path(sys.argv[2]) / 'stop'\n"
