@@ -223,7 +223,7 @@ def test_a_run_of_the_command_line_is_followed_and_cancelled_from_its_folder(tmp
                     break
             time.sleep(0.2)
         assert run is not None and len(steps) >= 3, f"never reached 3 measured steps: {seen[-5:]}"
-        assert 0 < seen[-1] < 1 and seen == sorted(seen) and seen[0] < seen[-1]  # live, rising progress
+        assert 0 < seen[-1] < 1 and seen[0] < seen[-1]  # live, rising progress (as the launcher's own)
         assert "[rank0]" in run.log_tail(200)
         run.cancel()
         assert proc.wait(timeout=60) == 1  # the launcher reports the cancelled run and exits
