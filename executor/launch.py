@@ -285,8 +285,9 @@ class RunHandle:
         if self.config.nodes.node_rank != 0 or not (force or time.monotonic() - self._published >= PROGRESS_EVERY_S):
             return
         self._published = time.monotonic()
-        state = {"status": self._status, "progress": self.progress, "events": self.events()[-50:],
-                 "log": self.log_tail(400).splitlines()}  # fmt: skip
+        with self._lock:  # the latest only: a long run's full event list is not copied twice a second
+            events, lines = self._events[-50:], list(self._lines)[-400:]
+        state = {"status": self._status, "progress": self.progress, "events": events, "log": lines}
         try:
             run_folder.write_progress(self.run_dir, state)
         except (OSError, ValueError):  # a full disk must not break the run; followers see older progress

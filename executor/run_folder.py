@@ -147,7 +147,7 @@ def launcher_alive(run_dir: Path, progress: dict[str, Any] | None = None) -> boo
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     now = _process_start(pid)
-    return now is not None and (start is None or now == start)
+    return now is not None and now == start
 
 
 def run_alive(run_dir: Path) -> bool:

@@ -119,11 +119,13 @@ class FolderRun:
 
 def attach(run_dir: str | Path) -> FolderRun | None:
     """The run in `run_dir` to follow, or None when it is not running (finished, gone, not a run folder)."""
+    run_dir = Path(run_dir).resolve()
+    if not (run_dir / "config.json").exists() or run_status(run_dir) != "running":  # before parsing anything
+        return None
     try:
-        run = FolderRun(run_dir)
+        return FolderRun(run_dir)
     except (ValueError, OSError):
         return None
-    return None if run.done() else run
 
 
 def running_runs(runs_root: str | Path) -> list[FolderRun]:
