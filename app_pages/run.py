@@ -154,9 +154,8 @@ def show_result(result) -> None:
         st.info(f"Run cancelled: {result.message or 'by you'}", icon=":material/cancel:")
         if result.measured is None:
             return
-    elif result.status == "running":  # not this server's (the command line, another app): nothing is wrong
-        st.info("This run is still going, started outside this app server (the command line or another app): "
-                "open it again when it has finished.", icon=":material/hourglass_top:")
+    elif result.status == "running":  # it started between the listing and this look: nothing is wrong
+        st.info("This run is still going: open it again to follow it live.", icon=":material/hourglass_top:")
         return
     elif result.status != "ok":
         st.error(f"Run {result.status}: {result.message or 'no message'}", icon=":material/error:")

@@ -10,11 +10,14 @@ Usage:
         [--nnodes N --node-rank K --rdzv-endpoint HOST:PORT] [--schedule-file custom.csv] [--out runs/NAME]
     python -m executor list [--runs-root runs]
     python -m executor show runs/NAME [--json]
+    python -m executor cancel runs/NAME [--timeout S]   (a run of any process: its launcher stops it calmly)
     python -m executor verify-plan plan.json --top 3 [--steps 3] [--device cpu]   (executor/verify.py)
 
 `run` prints one JSON object per line while the run goes (progress events),
 then a human summary. Exit status: 0 ok, 1 the run failed or timed out,
 2 bad input (one line on stderr; nothing was started), 130 interrupted.
+`cancel` prints the run's status once it has ended: exit 0 when it ended, 1 when it
+was still running after the timeout.
 Multi-node: run the same command on every node with its own --node-rank and
 the same --out name (it is the rendezvous id); rank 0's node gets measured.json.
 """
@@ -114,13 +117,16 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m executor", description="Run pipeline schedules for real under torchrun.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,list,show,verify-plan}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,list,show,cancel,verify-plan}")
     _add_run_arguments(commands.add_parser("run", help="run a schedule under torchrun"))
     listing = commands.add_parser("list", help="earlier runs, newest first")
     listing.add_argument("--runs-root", type=Path, default=Path("runs"))
     show = commands.add_parser("show", help="one run's results")
     show.add_argument("run_dir", type=Path)
     show.add_argument("--json", action="store_true", help="print result.json-like JSON instead of text")
+    cancel = commands.add_parser("cancel", help="cancel a running run, whoever started it")
+    cancel.add_argument("run_dir", type=Path)
+    cancel.add_argument("--timeout", type=float, default=None, help="seconds to wait for the run to end")
     verify = commands.add_parser("verify-plan", help="run a plan's top K candidates and compare with the prediction")
     verify.add_argument("plan", type=Path)
     verify.add_argument("--top", type=int, default=3)
@@ -326,6 +332,21 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from executor import watch
+
+    try:
+        run = watch.FolderRun(args.run_dir)
+    except (ValueError, OSError) as error:
+        fail(str(error))
+    if run.done():
+        print(f"{run.run_dir.name}: not running ({run.status})")
+        return 0
+    run.cancel(**({} if args.timeout is None else {"timeout": args.timeout}))
+    print(f"{run.run_dir.name}: {run.status}")
+    return 0 if run.done() else 1
+
+
 def cmd_verify_plan(args: argparse.Namespace) -> int:
     from executor import verify
 
@@ -345,4 +366,6 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return {"run": cmd_run, "list": cmd_list, "show": cmd_show, "verify-plan": cmd_verify_plan}[args.command](args)
+    commands = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "cancel": cmd_cancel,
+                "verify-plan": cmd_verify_plan}  # fmt: skip
+    return commands[args.command](args)

@@ -13,6 +13,8 @@ The run folder is the contract between them:
       traces/          torch.profiler (Kineto) traces of the measured steps, rankR.json and, from the
                        reference run, torch-rankR.json (with --torch-profile)
       result.json      status, message, timings, prediction error (launcher writes last)
+      progress.json    the launcher's pid, progress, latest events and log lines (launcher, while it runs)
+      cancel           written by whoever cancels the run; the launcher watches for it
       logs/            one log per rank
 
 Workers report progress on stdout as single lines `PIPESIM {json}` (see
@@ -31,6 +33,13 @@ TRACES_DIR = "traces"  # the run folder's torch.profiler traces (executor.torch_
 # A file the launcher writes into the run folder to ask the ranks to stop after the step in progress and write
 # what they measured (a cancel); the ranks agree on it at each step boundary.
 STOP_FILE = "stop"
+# A file anyone may write into the run folder to cancel the run (`python -m executor cancel`, the app of another
+# server): the launcher's watch loop takes it as its own cancel (executor.launch, executor.watch).
+CANCEL_FILE = "cancel"
+# The launcher's view of its run, rewritten atomically about every PROGRESS_EVERY_S while it runs: its pid, the
+# progress fraction, the latest events and log lines (executor.run_folder writes and reads it).
+PROGRESS_FILE = "progress.json"
+PROGRESS_EVERY_S = 0.5
 MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
 CUSTOM = "custom"
 DTYPES = ("fp32", "bf16")

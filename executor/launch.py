@@ -14,6 +14,9 @@ Why it is built this way:
   (`--tee 3`); the launcher splits it into logs/rankN.log and parses the
   `PIPESIM {json}` progress lines into events.
 * A run's timeout covers the whole launch, the reference run included.
+* Any process can follow and cancel the run from its folder (executor.watch): the launcher rewrites
+  progress.json while it runs and takes a `cancel` file in the folder as a cancel; `RunHandle.cancel` writes
+  that very file, so there is one way to cancel.
 * No torch import at module level: the Streamlit app imports this module.
 """
 
@@ -31,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor import predict, torchrun_log
+from executor import predict, run_folder, torchrun_log
 from executor.checks import check_run
-from executor.config import PROGRESS_PREFIX, STOP_FILE, RunConfig
+from executor.config import PROGRESS_EVERY_S, PROGRESS_PREFIX, STOP_FILE, RunConfig
 from executor.processes import (
     GRACE_S,
     REFERENCE_MODULE,
@@ -50,6 +53,7 @@ from pipesim.ir import Schedule
 
 EventCallback = Callable[[dict], None]
 STOP_GRACE_S = 20.0  # a cancel waits this long for the ranks to finish their step and write measured.json
+CANCEL_WAIT_S = STOP_GRACE_S + 4 * GRACE_S + 10  # the longest a cancel takes, end to end
 
 # Runs this process started and that have not ended. The one piece of module state here, and on purpose: when
 # the process that launched runs exits (the Streamlit server stopped, the CLI ended by a signal), every run it
@@ -125,7 +129,9 @@ class _Phase:
                 code = None
             if code is not None:
                 return _Outcome("ok" if code == 0 else "failed", code)
-            if cancelled.is_set():
+            self.handle._publish()
+            if cancelled.is_set() or run_folder.cancel_requested(self.handle.run_dir):  # ours, or the folder's
+                cancelled.set()
                 return _Outcome("cancelled", None, "cancelled by the caller")
             if time.monotonic() > deadline:
                 return _Outcome("timeout", None, f"timed out after {self.handle.config.timeout_s:g} s")
@@ -197,6 +203,7 @@ class RunHandle:
         self._result: RunResult | None = None
         self._cancelled = threading.Event()
         self._finished = threading.Event()  # set once result.json is written
+        self._published = -PROGRESS_EVERY_S  # time.monotonic() of the last progress.json
         self._thread = threading.Thread(target=self._supervise, name=f"run {run_dir.name}", daemon=True)
 
     # public, read by the app and the CLI
@@ -225,12 +232,18 @@ class RunHandle:
     def done(self) -> bool:
         return self._status != "running"
 
-    def cancel(self, timeout: float = STOP_GRACE_S + 4 * GRACE_S + 10) -> None:
+    def cancel(self, timeout: float = CANCEL_WAIT_S) -> None:
         """End every process of the run; returns once they are gone and result.json is written.
 
         Waits on an Event, not Thread.join: under Python 3.11 a join interrupted by Ctrl-C leaves the thread's
-        lock so that every later join returns at once, and the cancel would wait for nothing.
+        lock so that every later join returns at once, and the cancel would wait for nothing. The cancel file
+        is the one way to cancel (a process that follows the run from its folder writes it too); the event
+        makes it immediate and serves a folder that cannot be written.
         """
+        try:
+            run_folder.request_cancel(self.run_dir)
+        except OSError:
+            pass
         self._cancelled.set()
         self._finished.wait(timeout)
 
@@ -266,6 +279,20 @@ class RunHandle:
             except Exception as error:  # a broken callback must not break the run
                 self._add_line(f"on_event callback failed: {error!r}")
 
+    def _publish(self, force: bool = False) -> None:
+        """Rewrite progress.json (node 0; at most every PROGRESS_EVERY_S unless forced): what a process that
+        follows the run from its folder shows, as the app shows an own run from this handle."""
+        if self.config.nodes.node_rank != 0 or not (force or time.monotonic() - self._published >= PROGRESS_EVERY_S):
+            return
+        self._published = time.monotonic()
+        with self._lock:  # the latest only: a long run's full event list is not copied twice a second
+            events, lines = self._events[-50:], list(self._lines)[-400:]
+        state = {"status": self._status, "progress": self.progress, "events": events, "log": lines}
+        try:
+            run_folder.write_progress(self.run_dir, state)
+        except (OSError, ValueError):  # a full disk must not break the run; followers see older progress
+            pass
+
     def _launch_event(self, kind: str, **fields: object) -> None:
         event = {"event": kind, "run_dir": str(self.run_dir), "part": "launcher", **fields}
         with self._lock:
@@ -285,6 +312,7 @@ class RunHandle:
         env = run_environment(self.config)
         main = _Phase(torchrun_command(self.config, self.run_dir), env, self, self._node_prefix)
         self._launch_event("launch", command=main.argv)
+        self._publish(force=True)
         try:
             outcome = main.run(deadline, self._cancelled)
             if outcome.status == "cancelled":  # asked for: say so calmly, no log tail of the ranks' SIGTERM
@@ -311,6 +339,7 @@ class RunHandle:
             summary.update(status="failed", message=message)
             self._result = RunResult(self.run_dir, "failed", summary["message"], self.config, self.schedule)
         self._status = summary["status"]
+        self._publish(force=True)
         self._finished.set()
         self._launch_event("finished", status=self._status, message=summary.get("message", ""),
                            failed_rank=summary.get("failed_rank"))  # fmt: skip

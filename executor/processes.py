@@ -123,3 +123,20 @@ def end_process_tree(proc: subprocess.Popen, run_dir: Path, node: int = 0, grace
         if not run_processes(run_dir, node):
             return
         time.sleep(0.1)
+
+
+def end_run_processes(run_dir: Path, grace_s: float = GRACE_S) -> bool:
+    """End every process of `run_dir` found by its command line, when no launcher is left to do it (it was
+    killed): SIGTERM, then SIGKILL after `grace_s`. True once nothing of the run is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in run_processes(run_dir):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if not run_processes(run_dir):
+                return True
+            time.sleep(0.05)
+    return not run_processes(run_dir)

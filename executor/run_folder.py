@@ -6,12 +6,18 @@
               trace.json  traces/                    the Perfetto view; torch.profiler traces (--torch-profile)
               result.json                             written last, by the launcher: status and summary
               logs/                                   torchrun's and each rank's output
+              progress.json                           the launcher's pid, progress, latest events and log lines,
+                                                      rewritten while it runs (any process can follow the run)
+              cancel                                  a request to cancel, from anyone; the launcher obeys it
+
+A run is running while it has no result.json and a process of it (torchrun, a rank) or its launcher is alive.
 
 Making a folder never overwrites one; reading one that is damaged says why instead of failing the listing.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -19,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor.config import TRACES_DIR, RunConfig
+from executor.config import CANCEL_FILE, PROGRESS_FILE, TRACES_DIR, RunConfig
 from executor.predict import measured_step_ms
 from executor.processes import run_processes
 from pipesim.cost import CostModel
 from pipesim.cost_file import cost_from_dict
-from pipesim.formats import read_json, schedule_from_dict, timeline_from_dict
+from pipesim.formats import read_json, schedule_from_dict, timeline_from_dict, write_json
 from pipesim.ir import Schedule
 from pipesim.timeline import Timeline
 
@@ -104,8 +110,66 @@ class RunResult:
     started_at: float | None = None
 
 
-def _run_alive(run_dir: Path) -> bool:
-    return bool(run_processes(run_dir))
+# --- a run in progress: the launcher's progress file, liveness, cancel requests ----------------------------------
+
+
+def _process_start(pid: int) -> str | None:
+    """When process `pid` started (Linux /proc, clock ticks since boot): a pid and its start name one process,
+    so a pid reused by another program is not taken for the launcher. None: no such process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def write_progress(run_dir: Path, state: dict[str, Any]) -> None:
+    """The launcher's view of its run (`state`: status, progress, events, log), stamped with who wrote it and
+    when; atomic, so a reader never sees half of it."""
+    pid = os.getpid()
+    write_json({**state, "pid": pid, "pid_start": _process_start(pid), "updated_at": time.time()},
+               run_dir / PROGRESS_FILE)  # fmt: skip
+
+
+def read_progress(run_dir: Path) -> dict[str, Any]:
+    """progress.json, or {} when there is none (yet) or it cannot be read (a reader never fails on it)."""
+    try:
+        data = read_json(run_dir / PROGRESS_FILE)
+    except (ValueError, OSError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def launcher_alive(run_dir: Path, progress: dict[str, Any] | None = None) -> bool:
+    """Whether the process that wrote progress.json (the run's launcher) is still there."""
+    progress = read_progress(run_dir) if progress is None else progress
+    pid, start = progress.get("pid"), progress.get("pid_start")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    now = _process_start(pid)
+    return now is not None and now == start
+
+
+def run_alive(run_dir: Path) -> bool:
+    """A process of the run (torchrun, a rank) or its launcher is alive."""
+    return bool(run_processes(run_dir)) or launcher_alive(run_dir)
+
+
+def request_cancel(run_dir: Path) -> None:
+    """Ask the run's launcher, whichever process it is, to cancel the run (it watches for this file)."""
+    (run_dir / CANCEL_FILE).write_text("cancel\n")
+
+
+def cancel_requested(run_dir: Path) -> bool:
+    return (run_dir / CANCEL_FILE).exists()
+
+
+def read_setup(run_dir: Path) -> tuple[RunConfig, Schedule]:
+    """A run folder's config and schedule (written before any process starts); ValueError naming the fault."""
+    if not (run_dir / "config.json").exists():
+        raise ValueError(f"{run_dir} is not a run folder: it has no config.json")
+    config = _read(run_dir, "config.json", lambda d: RunConfig.from_dict(_object(d)))
+    return config, _read(run_dir, "schedule.json", schedule_from_dict)
 
 
 STATUSES = ("ok", "partial", "failed", "timeout", "cancelled", "running", "damaged")
@@ -127,19 +191,29 @@ def _object(data: Any) -> dict[str, Any]:
     return data
 
 
+def _summary(run_dir: Path) -> dict[str, Any]:
+    """result.json, or what the folder says without one: running, or failed (nothing of the run is left)."""
+    if (run_dir / "result.json").exists():
+        return _read(run_dir, "result.json", _object)
+    if run_alive(run_dir):
+        return {"status": "running", "message": "still running"}
+    return {"status": "failed", "message": "no result.json: the launcher was killed before the run ended"}
+
+
+def run_status(run_dir: Path) -> str:
+    """The run's status alone (cheap: reads result.json only); "damaged" when result.json cannot be read."""
+    try:
+        status = _summary(run_dir).get("status")
+    except (ValueError, OSError):
+        return "damaged"
+    return status if status in STATUSES else "damaged"
+
+
 def load_run(run_dir: str | Path) -> RunResult:
     """Read a run folder; ValueError (naming the file and the fault) when it is not one or is damaged."""
     run_dir = Path(run_dir).resolve()
-    if not (run_dir / "config.json").exists():
-        raise ValueError(f"{run_dir} is not a run folder: it has no config.json")
-    config = _read(run_dir, "config.json", lambda d: RunConfig.from_dict(_object(d)))
-    schedule = _read(run_dir, "schedule.json", schedule_from_dict)
-    if (run_dir / "result.json").exists():
-        summary = _read(run_dir, "result.json", _object)
-    elif _run_alive(run_dir):
-        summary = {"status": "running", "message": "still running"}
-    else:
-        summary = {"status": "failed", "message": "no result.json: the launcher was killed before the run ended"}
+    config, schedule = read_setup(run_dir)
+    summary = _summary(run_dir)
     status = summary.get("status")
     if status not in STATUSES:
         raise ValueError(f"result.json: status {status!r} is not one of {', '.join(STATUSES)}")

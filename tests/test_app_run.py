@@ -8,6 +8,7 @@ are real run folders read by the real executor.run_folder.load_run / list_runs.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from executor import launch, run_folder
-from executor.config import run_config
+from executor.config import CANCEL_FILE, PROGRESS_PREFIX, run_config
 from pipesim.attribution import attribute_run
 from pipesim.cost import CostModel
 from pipesim.cost_file import save_cost
@@ -346,15 +347,36 @@ def test_run_form_settings_survive_a_page_switch(app: AppTest, runs: Path, fake_
     assert app.number_input(key="run-steps").value == 7 and app.selectbox(key="run-size").value == "tiny"
 
 
-def test_a_run_still_going_elsewhere_is_not_an_error(runs: Path, open_page, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Item 3: a run of the command line, still going (live processes, no result.json yet), opens calmly."""
-    folder = write_run(runs, "elsewhere")
+def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open_page) -> None:
+    """Issue 13: a run this server did not start (the command line, another server) shows as running from its
+    folder, with the launcher's progress, a readable log and a Cancel that the launcher obeys."""
+    folder = write_run(runs, "elsewhere", measured=False).resolve()
     (folder / "result.json").unlink()
-    monkeypatch.setattr(run_folder, "_run_alive", lambda run_dir: True)  # its processes, as the launcher's
+    step = {"event": "step", "rank": 0, "step": 1, "steps": 4, "phase": "measure", "part": "run"}
+    # this test process stands for the launcher: progress.json names a live process
+    run_folder.write_progress(folder, {"status": "running", "progress": 0.25, "events": [step],
+                                       "log": ["[rank0] " + PROGRESS_PREFIX + json.dumps(step), "[rank1] hello"]})
+
+    def launcher() -> None:  # obeys the cancel file as executor.launch does, a moment later
+        deadline = time.monotonic() + 60
+        while not (folder / CANCEL_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        write_json({"status": "cancelled", "message": "cancelled by the caller (2 of 4 measured steps done, "
+                    "median step 12.00 ms)", "started_at": time.time()}, folder / "result.json")  # fmt: skip
+
     at = open_page("run")
-    at.selectbox(key="run-open-pick").set_value("elsewhere")
-    at.button(key="FormSubmitter:run-open-Open").click().run()
-    assert not at.error and any("still going" in i.value for i in at.info)
+    assert at.get("progress")[0].value == 25 and "elsewhere: step 2/4 (measure)" in at.get("progress")[0].proto.text
+    shown = "\n".join(c.value for c in at.code)
+    assert "[rank0] step 2/4 (measure)" in shown and "[rank1] hello" in shown and "PIPESIM" not in shown
+    assert at.button(key=SUBMIT).disabled
+    thread = threading.Thread(target=launcher)
+    thread.start()
+    at.button(key="run-cancel").click().run()
+    thread.join()
+    assert (folder / CANCEL_FILE).exists() and not at.error
+    assert any("2 of 4 measured steps done" in i.value for i in at.info)
+    assert not at.get("progress") and not at.button(key=SUBMIT).disabled
 
 
 def test_a_cancelled_run_shows_what_it_measured(runs: Path, open_page) -> None:

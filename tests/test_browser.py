@@ -79,11 +79,17 @@ def streamlit_server(runs_root: Path, script: Path = ROOT / "app.py", timeout_s:
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The app server's runs folder (PIPESIM_RUNS_ROOT)."""
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def app_url(runs_root: Path) -> Iterator[str]:
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found (apt-get install chromium, or set BROWSER_PATH)")
     pytest.importorskip("playwright.sync_api")
-    with streamlit_server(tmp_path_factory.mktemp("runs")) as url:
+    with streamlit_server(runs_root) as url:
         yield url
 
 
@@ -347,3 +353,35 @@ def test_a_reload_during_a_run_finds_it_again(page, app_url: str) -> None:
     page.get_by_role("button", name="Cancel run").click()
     page.get_by_text("Run cancelled").wait_for(timeout=180_000)
     assert not page.get_by_test_id("stAlertContentError").all_text_contents()
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(600)
+def test_a_run_of_the_command_line_shows_live_with_cancel(page, app_url: str, runs_root: Path) -> None:
+    """Issue 13: a run this server did not start (`python -m executor run` in a terminal) is on the Run page as
+    running, followed from its folder; its Cancel is the launcher's own: calm, status cancelled."""
+    out = runs_root / "from-the-terminal"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "executor", "run", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2",
+         "--batch-size", "4", "--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8",
+         "--vocab", "32", "--device", "cpu", "--steps", "100000", "--timeout", "400", "--out", str(out)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "progress.json").exists() and time.monotonic() < deadline:
+            assert launcher.poll() is None
+            time.sleep(0.2)
+        page.goto(f"{app_url}/run")
+        page.get_by_role("button", name="Cancel run").wait_for(timeout=120_000)  # found from its folder
+        page.get_by_text("from-the-terminal: step").first.wait_for(timeout=180_000)  # live progress
+        assert page.get_by_test_id("stProgress").count() == 1
+        page.get_by_role("button", name="Cancel run").click()
+        page.get_by_text("Run cancelled").wait_for(timeout=180_000)
+        assert launcher.wait(timeout=60) == 1  # the terminal's launcher reports the cancelled run and ends
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert not page.get_by_test_id("stAlertContentError").all_text_contents()
+    assert json.loads((out / "result.json").read_text())["status"] == "cancelled"
