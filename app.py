@@ -6,7 +6,7 @@ calls pipesim or the executor and shows pipesim.charts figures.
 
 import streamlit as st
 
-from app_pages import preload, state
+from app_pages import state
 
 st.set_page_config(page_title="pipesim", page_icon=":material/view_timeline:", layout="wide")
 
@@ -19,6 +19,5 @@ PAGES = [
     st.Page("app_pages/plan.py", title="Plan", icon=":material/insights:"),
 ]
 
-preload.chart_library()  # plotly.js loads while the first page draws its widgets
 state.keep_settings()  # a page's settings outlive a visit to another page
 st.navigation(PAGES).run()

@@ -21,17 +21,3 @@ def test_simulate_page_modules_load_no_heavy_extras() -> None:
                          check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
-
-def test_a_new_session_starts_loading_the_chart_code_once(open_page) -> None:
-    """The first run imports Streamlit's plotly chunk at once (app_pages/preload.py); later runs do not."""
-    import streamlit as st
-
-    from app_pages import preload
-
-    name = preload._chart_module()
-    assert name is not None and (Path(st.__file__).parent / "static" / "static" / "js" / name).is_file()
-    app = open_page()
-    [element] = [e for e in app.get("html") if name in e.proto.body]
-    assert f'import(new URL("./static/js/{name}"' in element.proto.body
-    app.run()
-    assert not [e for e in app.get("html") if name in e.proto.body]
