@@ -85,12 +85,14 @@ def metric_cards(metrics: Metrics, max_rank_cards: int = 8, inner_bubble: float 
                         f"{rank.peak_activations} stashed · idle {rank.bubble_fraction:.0%}", delta_color="off",
                         delta_arrow="off")
     else:
-        import pandas as pd  # only for many ranks: pandas costs half a second at a cold start
-
-        st.dataframe(pd.DataFrame([{
-            "rank": r.rank, "bubble": r.bubble_fraction, "peak stashed": r.peak_activations,
-            "peak memory": format_bytes(r.peak_activation_bytes)} for r in metrics.ranks]),
-            hide_index=True, width="stretch")
+        # A markdown table in a closed expander, not st.dataframe: the data grid's code and pandas cost a
+        # 32-rank page about half a second in the browser (bench/bench_app_load_ab.py --large).
+        worst = max(metrics.ranks, key=lambda r: r.bubble_fraction)
+        with st.expander(f"Each rank's bubble and peak memory ({len(metrics.ranks)} ranks; most idle: rank "
+                         f"{worst.rank}, {worst.bubble_fraction:.1%})"):
+            rows = [f"| {r.rank} | {r.bubble_fraction:.1%} | {r.peak_activations} | "
+                    f"{format_bytes(r.peak_activation_bytes)} |" for r in metrics.ranks]
+            st.markdown("\n".join(["| rank | bubble | peak stashed | peak memory |", "|---:|---:|---:|---:|", *rows]))
 
 
 def show_error(error: Exception, what: str = "") -> None:

@@ -6,8 +6,10 @@ Builds each figure in Python (timed), then in headless Chromium with plotly.js a
 where Streamlit's bundle holds it) times, per figure: Plotly.newPlot to the second animation frame after it
 (first render), a zoom (x range to an eighth), a pan (shift by a quarter) and a hover (Plotly.Fx.hover on the
 middle lane). The per-bar figures are the same code with `max_bars` raised, one bar per action, as the Gantt
-was drawn before. The standalone HTML export of the 100k figure is also opened cold (plotly.js parsed too).
-Target: the 100k figure drawn and each interaction answered in under 2 s.
+was drawn before. The memory chart of the same 100k-action timeline is timed too, M4-reduced (as the app
+draws it) and with every point; each figure's JSON size is what Streamlit sends to the browser. The
+standalone HTML export of the 100k figure is also opened cold (plotly.js parsed too). Target: the 100k figure
+drawn and each interaction answered in under 2 s.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import plotly  # noqa: E402
 
-from pipesim import charts  # noqa: E402
+from pipesim import charts, charts_memory  # noqa: E402
 from pipesim.cost import CostModel  # noqa: E402
 from pipesim.schedules import build_schedule  # noqa: E402
 from pipesim.simulate import simulate  # noqa: E402
@@ -70,12 +72,20 @@ def timeline(actions: int):
     return simulate(build_schedule("1f1b", 32, max(1, actions // 64)), CostModel.uniform(1.0, 2.0))
 
 
-def build(actions: int, exact: bool) -> tuple[dict, float, int]:
+def build(actions: int, exact: bool, memory: bool = False) -> tuple[dict, float, int, int]:
+    """The figure's spec, seconds to build it, actions, and bytes of JSON sent to the browser.
+
+    `memory`: the memory chart of the same timeline instead (M4-reduced, or with `exact` every point).
+    """
     tl = timeline(actions)
     start = time.perf_counter()
-    fig = charts.gantt_figure(tl, title="bench", max_bars=10**9 if exact else charts.MAX_EXACT_BARS)
-    spec = json.loads(fig.to_json())
-    return spec, time.perf_counter() - start, len(tl.spans)
+    if memory:
+        cost = CostModel.uniform(1.0, 2.0, activation_bytes=2**20)
+        fig = charts_memory.memory_figure(tl, cost, max_points=10**12 if exact else charts_memory.MAX_MEMORY_POINTS)
+    else:
+        fig = charts.gantt_figure(tl, title="bench", max_bars=10**9 if exact else charts.MAX_EXACT_BARS)
+    text = fig.to_json()
+    return json.loads(text), time.perf_counter() - start, len(tl.spans), len(text)
 
 
 def main() -> None:
@@ -87,8 +97,9 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from playwright.sync_api import sync_playwright
 
-    cases = [(f"binned, {args.actions:,} actions", args.actions, False)]
-    cases += [(f"one bar per action, {int(n):,}", int(n), True) for n in args.bars.split(",") if n]
+    cases = [(f"binned, {args.actions:,} actions", args.actions, False, False)]
+    cases += [(f"one bar per action, {int(n):,}", int(n), True, False) for n in args.bars.split(",") if n]
+    cases += [("memory, M4-reduced", args.actions, False, True), ("memory, every point", args.actions, True, True)]
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
@@ -98,15 +109,16 @@ def main() -> None:
         host.write_text(HOST)
         page.goto(f"file://{host}")
         page.set_default_timeout(600_000)
-        for name, actions, exact in cases:
-            spec, build_s, count = build(actions, exact)
+        for name, actions, exact, memory in cases:
+            spec, build_s, count, size = build(actions, exact, memory)
             runs = [page.evaluate(TIMER, spec) for _ in range(args.repeat)]
             med = {k: statistics.median(r[k] for r in runs) / 1000 for k in ("render", "zoom", "pan", "hover")}
             rows.append((name, count, build_s, med, runs[-1]["hovered"]))
-            print(f"{name:<32} {count:>7,} actions  build {build_s:5.2f} s  render {med['render']:5.2f} s  "
+            print(f"{name:<32} {count:>7,} actions  {size / 1e6:5.2f} MB  build {build_s:5.2f} s  "
+                  f"render {med['render']:5.2f} s  "
                   f"zoom {med['zoom']:5.2f} s  pan {med['pan']:5.2f} s  hover {med['hover']:5.2f} s", flush=True)
         # Cold: the exported HTML of the binned figure, plotly.js parsed as well.
-        spec, _, _ = build(args.actions, False)
+        spec, _, _, _ = build(args.actions, False)
         import plotly.io as pio
 
         html = Path(tmp) / "big.html"
@@ -125,7 +137,7 @@ def main() -> None:
     worst = max(binned.values())
     print(f"binned {rows[0][1]:,} actions: slowest of render/zoom/pan/hover {worst:.2f} s "
           f"(target < {TARGET_S} s: {'ok' if worst < TARGET_S else 'OVER TARGET'})")
-    for name, _count, _, med, _ in rows[1:]:
+    for name, _count, _, med, _ in rows[1:-2]:
         print(f"  {name}: render {med['render'] / binned['render']:.1f}x the binned 100k figure's time")
 
 

@@ -25,18 +25,19 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_app import BARE_APP  # noqa: E402
+from bench_app_load import BINNED_PICTURE, LARGE_QUERY  # noqa: E402
 
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server  # noqa: E402
 
 FIRST_BAR = ".js-plotly-plot g.trace.bars path"
 
 
-def _visit(browser, url: str) -> float:
+def _visit(browser, url: str, selector: str = FIRST_BAR) -> float:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     start = time.perf_counter()
     page.goto(url)
-    page.wait_for_selector(FIRST_BAR, timeout=120_000)
+    page.wait_for_selector(selector, state="attached", timeout=300_000)
     elapsed = time.perf_counter() - start
     context.close()
     return elapsed
@@ -46,6 +47,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scripts", nargs="+", help="app scripts, relative to the repository root")
     parser.add_argument("--visits", type=int, default=8)
+    parser.add_argument("--large", action="store_true",
+                        help="open the scripts (not the bare page) on bench_app_load's 98,304-action URL, timed "
+                             "to the binned Gantt drawn")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from playwright.sync_api import sync_playwright
@@ -64,7 +68,9 @@ def main() -> None:
         times: dict[str, list[float]] = {name: [] for name in urls}
         for _ in range(args.visits):
             for name, url in urls.items():
-                times[name].append(_visit(browser, url))
+                large = args.large and name != "bare"
+                times[name].append(_visit(browser, url + LARGE_QUERY if large else url,
+                                          BINNED_PICTURE if large else FIRST_BAR))
         browser.close()
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     bare_s = statistics.median(times["bare"])

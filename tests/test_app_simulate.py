@@ -300,6 +300,9 @@ def test_large_schedules_are_binned_and_a_window_brings_exact_bars(app: AppTest)
     """The raised cap: 32 ranks x 400 microbatches (25,600 actions) is one picture; a window shows bars."""
     submit(app, ranks=32, microbatches=400)
     assert not app.error and not app.exception
+    [ranks] = [e for e in app.expander if e.label.startswith("Each rank's bubble and peak memory (32 ranks")]
+    table = ranks.markdown[0].value.splitlines()
+    assert len(table) == 2 + 32 and table[2].startswith("| 0 | ") and table[-1].startswith("| 31 | ")
     gantt = charts(app)[0]
     assert gantt["layout"]["images"] and not any(t.get("type") == "bar" for t in gantt["data"])
     app.slider(key="sim-window").set_value((100.0, 110.0)).run()
