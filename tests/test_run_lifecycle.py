@@ -26,10 +26,18 @@ TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--se
         "--device", "cpu"]
 
 
+def _sigint_by_default() -> None:
+    """In the child: Ctrl-C's default action. A shell's background job (a CI step, `cmd &`) starts with SIGINT
+    ignored, which its children inherit, and Python then installs no KeyboardInterrupt handler: the SIGINT
+    below would do nothing, as it does to any `nohup`-style launcher on purpose."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def launcher(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "executor", "run", *TINY, *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_sigint_by_default)
 
 
 def wait_for_measured_steps(proc: subprocess.Popen, timeout: float = 180) -> list[str]:
