@@ -65,9 +65,35 @@ def run_environment(config: RunConfig) -> dict[str, str]:
     # Workers' stdout goes to files that torchrun tails; block-buffered, each flushed progress line is
     # one write, so the tail never relays half a line (unbuffered, print writes text and newline apart).
     env.pop("PYTHONUNBUFFERED", None)
+    env[LAUNCHER_PID_ENV] = str(os.getpid())
     if config.devices.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks_per_node(config)))
     return env
+
+
+LAUNCHER_PID_ENV = "PIPESIM_LAUNCHER_PID"  # set for the ranks: the launcher whose death stops them
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process `pid` has ended (an unreaped zombie counts as ended). Linux /proc; elsewhere never."""
+    if not os.path.isdir("/proc/self"):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:][:1] in (b"Z", b"X")  # the state field follows the command name
+
+
+def launcher_gone() -> bool:
+    """In a rank: whether the launcher that started this run has ended. A launcher killed outright (SIGKILL, the
+    machine's OOM killer) cannot end its run, and nothing else enforces the run's timeout: its ranks would train
+    on to the last step. They check this at each step and stop as on a cancel."""
+    pid = os.environ.get(LAUNCHER_PID_ENV, "")
+    return pid.isdigit() and process_gone(int(pid))
 
 
 def run_processes(run_dir: Path | str, node: int | None = None) -> list[int]:

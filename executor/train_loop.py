@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from executor.config import STOP_FILE
+from executor.processes import launcher_gone
 from executor.progress import emit
 from executor.rank import Rank
 from executor.timing import assemble_measured
@@ -74,9 +75,9 @@ def crash_step() -> int | None:
 
 
 def stop_asked(r: Rank, run_dir: Path) -> bool:
-    """Whether any rank sees the launcher's stop file; every rank gets the same answer (one small gloo
-    all-reduce per step, before the step's timed region), so all stop after the same step."""
-    flag = torch.tensor([1.0 if (run_dir / STOP_FILE).exists() else 0.0])
+    """Whether any rank sees the launcher's stop file, or sees its launcher gone; every rank gets the same answer
+    (one small gloo all-reduce per step, before the step's timed region), so all stop after the same step."""
+    flag = torch.tensor([1.0 if (run_dir / STOP_FILE).exists() or launcher_gone() else 0.0])
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=r.control)
     return bool(flag.item() > 0)
 

@@ -120,3 +120,39 @@ def test_runs_end_with_the_process_that_started_them(tmp_path):
     assert done.returncode == 0 and "measuring" in done.stdout, done.stderr[-2000:]
     assert run_processes(out.resolve()) == []
     assert json.loads((out / "result.json").read_text())["status"] == "cancelled"
+
+
+def test_a_launcher_killed_outright_leaves_no_run_behind(tmp_path):
+    """SIGKILL leaves the launcher no chance to end its run (nor to enforce its timeout); the ranks see it gone
+    at their next step, stop as on a cancel (writing the steps they measured) and torchrun ends with them."""
+    out = tmp_path / "runs" / "killed"
+    proc = launcher(["--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--batch-size", "4",
+                     "--steps", "100000", "--timeout", "300", "--out", str(out)])
+    try:
+        wait_for_measured_steps(proc)
+        assert run_processes(out.resolve())
+        proc.kill()
+        proc.wait(timeout=30)  # reaped at once here; an unreaped (zombie) launcher counts as gone too
+        deadline = time.monotonic() + 90
+        while run_processes(out.resolve()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = run_processes(out.resolve())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert left == [], "the run outlived its launcher"
+    measured = json.loads((out / "measured.json").read_text())
+    assert 0 < len(measured["step_times_ms"]) < 100000
+
+
+def test_process_gone_sees_exits_and_zombies():
+    from executor.processes import process_gone
+
+    assert not process_gone(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while not process_gone(child.pid) and time.monotonic() < deadline:  # exited, not reaped yet: a zombie
+        time.sleep(0.05)
+    assert process_gone(child.pid)
+    child.wait()
+    assert process_gone(child.pid)  # reaped: no /proc entry at all
