@@ -238,8 +238,12 @@ class RunHandle:
         Waits on an Event, not Thread.join: under Python 3.11 a join interrupted by Ctrl-C leaves the thread's
         lock so that every later join returns at once, and the cancel would wait for nothing. The cancel file
         is the one way to cancel (a process that follows the run from its folder writes it too); the event
-        makes it immediate and serves a folder that cannot be written.
+        makes it immediate and serves a folder that cannot be written. A run that has ended is left alone: its
+        folder may be shared with another node's launcher still finishing (multi-node), which the file would
+        cancel.
         """
+        if self._finished.is_set():
+            return
         try:
             run_folder.request_cancel(self.run_dir)
         except OSError:

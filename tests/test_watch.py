@@ -196,6 +196,17 @@ def test_an_own_cancel_is_the_cancel_file(tmp_path, monkeypatch):
     assert handle.status == "cancelled" and (handle.run_dir / CANCEL_FILE).exists()
 
 
+def test_cancelling_an_ended_run_leaves_its_folder_alone(tmp_path):
+    """At exit the launcher cancels its live runs; one that just ended must not drop a cancel file into a folder
+    that another node's launcher, still finishing, shares (it would cancel that node)."""
+    folder = make_folder(tmp_path)
+    config = run_config(schedule="1f1b", num_ranks=2, num_microbatches=4, steps=4, device="cpu")
+    handle = launch.RunHandle(folder, config, build_schedule("1f1b", 2, 4))
+    handle._finished.set()  # the supervising thread has written result.json
+    handle.cancel(timeout=1)
+    assert not (folder / CANCEL_FILE).exists()
+
+
 # --- a real run, launched by another process ----------------------------------------------------------------------
 
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32",
