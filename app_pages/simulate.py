@@ -82,6 +82,9 @@ gantt = cached.gantt_chart(schedule, cost, show_path, color_by, window)
 binned = bool(gantt.layout.images)  # then a drag selects a time window, and the page redraws it
 st.plotly_chart(widgets.window_picker(gantt) if binned else gantt, key="sim-gantt", config={"displaylogo": False},
                 on_select="rerun" if binned else "ignore", selection_mode=("box",))
+if binned:
+    st.caption(f"Binned view: drag across the chart to draw that stretch of the step in detail (every action as "
+               f"its own bar once it holds at most {MAX_EXACT_BARS:,}).")
 widgets.figure_downloads(gantt, f"{schedule.name}-gantt", "sim-gantt-export", sig)
 
 memory = cached.memory_chart(schedule, cost)
