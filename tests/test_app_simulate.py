@@ -303,11 +303,13 @@ def test_large_schedules_are_binned_and_a_window_brings_exact_bars(app: AppTest)
     [ranks] = [e for e in app.expander if e.label.startswith("Each rank's bubble and peak memory (32 ranks")]
     table = ranks.markdown[0].value.splitlines()
     assert len(table) == 2 + 32 and table[2].startswith("| 0 | ") and table[-1].startswith("| 31 | ")
+    assert any("drag across the chart" in c.value for c in app.caption)
     gantt = charts(app)[0]
     assert gantt["layout"]["images"] and not any(t.get("type") == "bar" for t in gantt["data"])
     app.slider(key="sim-window").set_value((100.0, 110.0)).run()
     gantt = charts(app)[0]
     assert not gantt["layout"].get("images") and any(t.get("type") == "bar" for t in gantt["data"])
     assert gantt["layout"]["xaxis"]["range"] == [100.0, 110.0]
+    assert not any("drag across the chart" in c.value for c in app.caption)  # exact bars: plotly's own zoom
     app.selectbox(key="sim-color").set_value("microbatch").run()
     assert any(t["name"].startswith("microbatch") for t in charts(app)[0]["data"])
