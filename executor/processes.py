@@ -124,8 +124,10 @@ def run_processes(run_dir: Path | str, node: int | None = None) -> list[int]:
     return pids
 
 
-def _signal_all(proc: subprocess.Popen, run_dir: Path, node: int, sig: int) -> None:
-    for kill, target in [(os.killpg, proc.pid)] + [(os.kill, pid) for pid in run_processes(run_dir, node)]:
+def _signal_all(proc: subprocess.Popen | None, run_dir: Path, node: int | None, sig: int) -> None:
+    """`sig` to torchrun's process group (when this process started it) and to every process of the run."""
+    group = [] if proc is None else [(os.killpg, proc.pid)]
+    for kill, target in group + [(os.kill, pid) for pid in run_processes(run_dir, node)]:
         try:
             kill(target, sig)
         except (ProcessLookupError, PermissionError):
@@ -155,11 +157,7 @@ def end_run_processes(run_dir: Path, grace_s: float = GRACE_S) -> bool:
     """End every process of `run_dir` found by its command line, when no launcher is left to do it (it was
     killed): SIGTERM, then SIGKILL after `grace_s`. True once nothing of the run is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in run_processes(run_dir):
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _signal_all(None, run_dir, None, sig)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             if not run_processes(run_dir):

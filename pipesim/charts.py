@@ -374,9 +374,6 @@ def _overlay_title(simulated: Timeline, real: Timeline) -> str:
             f"{actual:.3f} ms measured ({error:+.1%})</sup>")
 
 
-# --- memory ---------------------------------------------------------------------------
-
-
 # --- attribution ------------------------------------------------------------------------------------------------
 
 ATTRIBUTION_PARTS = (
