@@ -276,7 +276,8 @@ def test_large_schedule_from_a_url_is_one_binned_picture(page, app_url: str) -> 
 def test_other_pages_render(page, app_url: str) -> None:
     _open(page, app_url, "compare")
     page.wait_for_selector(".js-plotly-plot g.trace.bars path")
-    assert page.locator(".js-plotly-plot").count() >= 3  # bars, trade-off, one Gantt
+    # Charts mount one by one: wait for all three (bars, trade-off, one Gantt), never count the first.
+    _wait_count(page, ".js-plotly-plot", 3)
     _screenshot(page, "compare")
 
     _open(page, app_url, "dag")
