@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app_pages import cached, cost_inputs, state, widgets
+from app_pages import cached, cost_inputs, plot, state, widgets
 from pipesim import charts_compare
 from pipesim.schedules import schedule_info, schedule_names
 from pipesim.units import binary_unit
@@ -75,11 +75,11 @@ sig = state.signature(tuple(chosen), int(ranks), int(microbatches), int(chunks),
 left, right = st.columns(2)
 with left:
     bars = charts_compare.comparison_figure(rows, log_scale=log_scale)
-    st.plotly_chart(bars, key="cmp-bars", config={"displaylogo": False})
+    plot.show(bars, "cmp-bars")
     widgets.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
 with right:
     tradeoff = charts_compare.tradeoff_figure(rows)
-    st.plotly_chart(tradeoff, key="cmp-tradeoff", config={"displaylogo": False})
+    plot.show(tradeoff, "cmp-tradeoff")
     widgets.figure_downloads(tradeoff, "tradeoff", "cmp-tradeoff-export", sig)
 
 st.subheader("Gantt chart of one of them")
@@ -92,5 +92,5 @@ except ValueError as error:
     widgets.show_error(error, f"Cannot simulate {pick}")
     st.stop()
 gantt = cached.gantt_chart(schedule, pick_cost)
-st.plotly_chart(gantt, key="cmp-gantt", config={"displaylogo": False})
+plot.show(gantt, "cmp-gantt")
 widgets.figure_downloads(gantt, f"{pick}-gantt", "cmp-gantt-export", state.signature(sig, pick))

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app_pages import cached, cost_inputs, state, widgets
+from app_pages import cached, cost_inputs, plot, state, widgets
 from app_pages import csv_table as table
 from pipesim import formats
 from pipesim.formats import CsvError
@@ -117,7 +117,7 @@ if st.button("Run this schedule for real", icon=":material/play_circle:", key="c
 
 widgets.metric_cards(metrics)
 gantt = cached.gantt_chart(schedule, cost)
-st.plotly_chart(gantt, key="custom-gantt", config={"displaylogo": False})
+plot.show(gantt, "custom-gantt")
 sig = state.signature(cached.schedule_key(schedule), hash(cost))
 widgets.figure_downloads(gantt, "custom-gantt", "custom-gantt-export", sig)
 widgets.data_downloads(timeline, schedule, metrics, "custom", "custom-data")

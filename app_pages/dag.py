@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app_pages import cached, state, widgets
+from app_pages import cached, plot, state, widgets
 from app_pages import csv_table as table
 from pipesim import charts_dag
 from pipesim.cost import CostModel
@@ -78,6 +78,6 @@ except ValueError as error:
     widgets.show_error(error, "Cannot draw the graph")
     st.stop()
 st.caption(schedule.describe() + " · solid: data dependency · dashed grey: order on the same rank")
-st.plotly_chart(figure, key="dag-figure", config={"displaylogo": False})
+plot.show(figure, "dag-figure")
 widgets.figure_downloads(figure, f"{schedule.name}-dag", "dag-export",
                     state.signature(cached.schedule_key(schedule), hash(cost), path is not None))

@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app_pages import cached, state, widgets
+from app_pages import cached, plot, state, widgets
 from executor import verify
 from pipesim import charts_plan, formats
 from pipesim.balance import balance, format_split_points
@@ -99,7 +99,7 @@ selected_label = st.selectbox("Candidate", labels, index=0, key="plan-selected",
                               help="fitting candidates fastest first; the first is the recommendation")
 selected = order[labels.index(selected_label)]
 figure = charts_plan.pareto_figure(candidates, front, best, cap, selected)
-st.plotly_chart(figure, key="plan-pareto", config={"displaylogo": False})
+plot.show(figure, "plan-pareto")
 
 on_front = {id(c) for c in front}
 table = pd.DataFrame([{
@@ -113,11 +113,11 @@ schedule, cost = cached.plan_candidate(inputs, selected)
 st.subheader(selected.label)
 st.caption(f"Split points (executor --split-points): {','.join(map(str, selected.split)) or '-'}; fullest device "
            f"{format_bytes(selected.peak_memory_bytes)} (parameters, gradients and {optimizer} state included).")
-st.plotly_chart(cached.gantt_chart(schedule, cost), key="plan-gantt", config={"displaylogo": False})
-st.plotly_chart(cached.memory_chart(schedule, cost), key="plan-memory", config={"displaylogo": False})
+plot.show(cached.gantt_chart(schedule, cost), "plan-gantt")
+plot.show(cached.memory_chart(schedule, cost), "plan-memory")
 parts = charts_plan.memory_parts_figure(rank_memory(schedule, cost, optimizer), cap,
                                         f"{selected.label}: memory per rank at its peak")
-st.plotly_chart(parts, key="plan-memory-parts", config={"displaylogo": False})
+plot.show(parts, "plan-memory-parts")
 
 csv_name = f"{schedule.name}-p{selected.ranks}-m{selected.microbatches}.csv"
 settings = torchtitan_settings(selected, csv_name, description.num_layers)

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app_pages import live_runs, runs, state, trace_import, widgets
+from app_pages import live_runs, plot, runs, state, trace_import, widgets
 from executor import launch, predict, run_folder
 from executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, ModelConfig, run_config
 from executor.config import CUSTOM as CUSTOM_MODEL
@@ -201,14 +201,13 @@ def show_result(result) -> None:
     else:
         st.info("No simulation to compare with: launch with 'Profile first, then predict' to get one.")
         figure = charts.gantt_figure(overlay.pick_step(measured, step), title=f"{result.run_dir.name} (measured)")
-    st.plotly_chart(figure, key="run-overlay", config={"displaylogo": False})
+    plot.show(figure, "run-overlay")
     widgets.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
     widgets.data_downloads(overlay.pick_step(measured, step), result.schedule, None, result.run_dir.name,
                            "run-data", timeline_label="measured")
     _trace_downloads(result, step)
     if result.analysis is not None:
-        st.plotly_chart(charts.attribution_figure(result.analysis), key="run-attribution",
-                        config={"displaylogo": False})
+        plot.show(charts.attribution_figure(result.analysis), "run-attribution")
         st.caption("Each rank's step = compute + schedule idle (what the schedule imposes with this step's own "
                    "action times) + communication wait + overhead (optimizer, gaps, skew). The thin marks under "
                    "each measured lane of the overlay show where each kind of lost time sits in the drawn step.")

@@ -4,9 +4,11 @@ Settings stay for the session (state.kept) and live in the URL (bind="query-para
 and reloaded.
 """
 
+import functools
+
 import streamlit as st
 
-from app_pages import cached, cost_inputs, state, widgets
+from app_pages import cached, cost_inputs, plot, state, widgets
 from pipesim.charts import COLOR_BY, MAX_EXACT_BARS
 from pipesim.schedules import schedule_info, schedule_names
 from pipesim.timeline import makespan
@@ -69,7 +71,6 @@ color_by = middle.selectbox("Colour by", COLOR_BY, key=state.kept("sim-color"), 
 window = None
 if len(timeline.spans) > MAX_EXACT_BARS:
     total = makespan(timeline)
-    widgets.take_selected_window("sim-gantt", "sim-window", total)  # a drag across the binned chart
     picked = right.slider("Time window (ms)", 0.0, float(total), (0.0, float(total)), key="sim-window",
                           help=f"Past {MAX_EXACT_BARS:,} actions the chart is binned; drag across it or pick a "
                                f"window here: one holding fewer actions shows every action")
@@ -80,15 +81,15 @@ sig = state.signature(cached.schedule_key(schedule), hash(cost), show_path, colo
 
 gantt = cached.gantt_chart(schedule, cost, show_path, color_by, window)
 binned = bool(gantt.layout.images)  # then a drag selects a time window, and the page redraws it
-st.plotly_chart(widgets.window_picker(gantt) if binned else gantt, key="sim-gantt", config={"displaylogo": False},
-                on_select="rerun" if binned else "ignore", selection_mode=("box",))
+take_window = functools.partial(widgets.take_selected_window, "sim-gantt", "sim-window", total) if binned else None
+plot.show(gantt, "sim-gantt", select=binned, on_select=take_window)
 if binned:
     st.caption(f"Binned view: drag across the chart to draw that stretch of the step in detail (every action as "
                f"its own bar once it holds at most {MAX_EXACT_BARS:,}).")
 widgets.figure_downloads(gantt, f"{schedule.name}-gantt", "sim-gantt-export", sig)
 
 memory = cached.memory_chart(schedule, cost)
-st.plotly_chart(memory, key="sim-memory", config={"displaylogo": False})
+plot.show(memory, "sim-memory")
 widgets.figure_downloads(memory, f"{schedule.name}-memory", "sim-memory-export", sig)
 
 st.subheader("Data")

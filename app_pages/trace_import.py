@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app_pages import cached, widgets
+from app_pages import cached, plot, widgets
 from pipesim import charts, chrome_trace, overlay
 
 UPLOAD = "uploaded files"
@@ -36,11 +36,9 @@ def show_import(run_traces: dict[str, list[Path]]) -> None:
             widgets.show_error(error, "Cannot import the traces")
             return
         st.caption(f"{run.schedule.describe()}; {len(run.step_times_ms)} steps recorded, the last shown")
-        st.plotly_chart(charts.overlay_figure(simulated, run.timeline), key="import-overlay",
-                        config={"displaylogo": False})
+        plot.show(charts.overlay_figure(simulated, run.timeline), "import-overlay")
         if analysis is not None:
-            st.plotly_chart(charts.attribution_figure(analysis), key="import-attribution",
-                            config={"displaylogo": False})
+            plot.show(charts.attribution_figure(analysis), "import-attribution")
         views = {"simulated": simulated, "imported": overlay.pick_step(run.timeline, None)}
         st.download_button("Perfetto trace: simulated + imported", file_name="imported-perfetto.json",
                            data=lambda: json.dumps(chrome_trace.run_trace(run.schedule, views)),

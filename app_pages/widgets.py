@@ -7,6 +7,7 @@ import json
 import plotly.graph_objects as go
 import streamlit as st
 
+from app_pages import plot
 from pipesim import chrome_trace, formats
 from pipesim.ir import Schedule
 from pipesim.timeline import Metrics, Timeline
@@ -100,27 +101,15 @@ def show_error(error: Exception, what: str = "") -> None:
     st.error(f"{what}{': ' if what else ''}{error}", icon=":material/error:")
 
 
-def window_picker(fig: go.Figure) -> go.Figure:
-    """A copy of a binned Gantt on which a drag selects a time range (plotly's box select, horizontal) instead
-    of zooming into the picture; `take_selected_window` turns the range into the page's window. The cached
-    figure stays as it is: exports keep plotly's zoom."""
-    return go.Figure(fig).update_layout(dragmode="select", selectdirection="h")
-
-
 def take_selected_window(chart_key: str, window_key: str, total: float) -> None:
-    """A box dragged across a binned Gantt (plotly's select, reported by st.plotly_chart) becomes the time
-    window of the slider `window_key`; call it before that slider is drawn. A box is taken once: the same box
-    still reported after the redraw changes nothing, so the slider stays free."""
-    event = st.session_state.get(chart_key) or {}
-    boxes = (event.get("selection") or {}).get("box") or []
-    if not boxes or len(boxes[0].get("x") or []) != 2:
+    """The x range just dragged across a binned Gantt (plot.show's select) becomes the time window of the slider
+    `window_key`: the chart's on_select callback, which runs before the slider is drawn."""
+    picked = plot.selected_range(chart_key)
+    if picked is None:
         return
-    start, end = sorted(float(x) for x in boxes[0]["x"])
-    picked = (max(0.0, start), min(float(total), end))
-    if picked[1] <= picked[0] or st.session_state.get(f"{window_key}-taken") == picked:
-        return
-    st.session_state[f"{window_key}-taken"] = picked
-    st.session_state[window_key] = picked
+    window = (max(0.0, picked[0]), min(float(total), picked[1]))
+    if window[1] > window[0]:
+        st.session_state[window_key] = window
 
 
 def reset_window(window_key: str, total: float) -> None:

@@ -5,9 +5,10 @@ appears, on the bare page and on the app, side by side (issue 13).
 
 For each page (a fresh `streamlit run` server, visited once to warm it, then `--visits` times in fresh browser
 contexts): the median time from navigation to the first of each element kind (title, sidebar, metric card,
-plotly chart element, first bar), when Streamlit's plotly chunk was requested and received, and, for the last
+plotly chart element, first bar), when the plotly code (Streamlit's chunk on the bare page, the cartesian
+bundle on the app) was requested and received, and, for the last
 visit, every long task (PerformanceObserver "longtask": start and duration, ms). The largest long task on both
-pages is the plotly chunk's evaluation.
+pages is that code's evaluation.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server  # noqa
 FIRST_BAR = ".js-plotly-plot g.trace.bars path"
 MARKS = {  # name -> selector whose first appearance is marked
     "title": "h1", "sidebar": '[data-testid="stSidebar"]', "metric": '[data-testid="stMetric"]',
-    "chart element": '[data-testid="stPlotlyChart"]', "first bar": FIRST_BAR,
+    "chart element": '[data-testid="stPlotlyChart"], .pipesim-plot', "first bar": FIRST_BAR,
 }
 OBSERVER = """
 window.__marks = {}; window.__long = [];
@@ -43,7 +44,9 @@ new MutationObserver(() => {
     if (!(name in window.__marks) && document.querySelector(selector)) window.__marks[name] = performance.now();
 }).observe(document, {subtree: true, childList: true});
 """
-CHUNK = """performance.getEntriesByType('resource').filter(r => r.name.includes('/PlotlyChart.'))
+# Streamlit's plotly chunk (the bare page) or the cartesian bundle from static/ (the app, app_pages/plot.py).
+CHUNK = """performance.getEntriesByType('resource')
+    .filter(r => r.name.includes('/PlotlyChart.') || r.name.includes('/app/static/plotly-'))
     .map(r => [Math.round(r.startTime), Math.round(r.responseEnd)])[0] || null"""
 
 
@@ -86,7 +89,7 @@ def main() -> None:
             ordered = sorted(marks.items(), key=lambda kv: kv[1])
             print(f"{name}: " + "  ".join(f"{key} {ms:.0f}" for key, ms in ordered))
             if chunks:
-                print(f"  plotly chunk requested {statistics.median(c[0] for c in chunks):.0f}, "
+                print(f"  plotly code requested {statistics.median(c[0] for c in chunks):.0f}, "
                       f"received {statistics.median(c[1] for c in chunks):.0f} (ms, medians)")
             tasks = visits[-1][1]
             print(f"  long tasks of the last visit (start, ms): {tasks}; main thread busy in them "

@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from pipesim.compare import compare_schedules
 from pipesim.cost import CostModel
+from tests.helpers.app_charts import chart_figures, chart_titles
 
 SUBMIT = "FormSubmitter:cmp-form-Compare"
 MIB = 2**20
@@ -22,9 +23,6 @@ def app(open_page) -> AppTest:
 def table(at: AppTest):
     return at.dataframe[0].value
 
-
-def titles(at: AppTest) -> list[str]:
-    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
 
 
 def submit(at: AppTest, **values) -> AppTest:
@@ -43,7 +41,7 @@ def test_default_compares_five_schedules(app: AppTest) -> None:
     expected = compare_schedules(chosen, 4, 8, CostModel.uniform(activation_bytes=MIB), num_virtual_stages=2)
     assert list(frame["makespan"]) == pytest.approx([row.makespan for row in expected])
     assert list(frame["peak_activations"]) == [row.peak_activations for row in expected]
-    names = titles(app)
+    names = chart_titles(app)
     assert names[0].startswith("schedule comparison") and names[1].startswith("trade-off")
     assert len(names) == 3  # bars, trade-off, one Gantt
 
@@ -52,7 +50,7 @@ def test_selection_change(app: AppTest) -> None:
     submit(app, schedules=["gpipe", "1f1b"], ranks=3, microbatches=6)
     assert list(table(app).index) == ["gpipe", "1f1b"]
     app.selectbox(key="cmp-gantt-pick").set_value("1f1b").run()
-    assert titles(app)[2].startswith("1f1b: 3 ranks")
+    assert chart_titles(app)[2].startswith("1f1b: 3 ranks")
 
 
 def test_a_schedule_that_cannot_be_built_gets_a_reason(app: AppTest) -> None:
@@ -71,7 +69,7 @@ def test_units_are_binary_bytes_and_named(app: AppTest) -> None:
     assert list(frame["peak_activation_bytes"]) == pytest.approx([row.peak_activation_bytes / MIB for row in expected])
     config = json.loads(app.dataframe[0].proto.columns)  # the column is titled with its unit
     assert config["peak_activation_bytes"]["label"] == "peak activation memory (MiB)"
-    bars, tradeoff = (json.loads(c.proto.spec) for c in app.get("plotly_chart")[:2])
+    bars, tradeoff = chart_figures(app)[:2]
     assert "peak activation memory (MiB)" in json.dumps(bars["layout"])
     assert tradeoff["layout"]["yaxis"]["title"]["text"] == "peak activation memory (MiB)"
 
@@ -79,20 +77,20 @@ def test_units_are_binary_bytes_and_named(app: AppTest) -> None:
 def test_tradeoff_has_a_legend_and_the_pareto_front_and_bars_a_log_scale(app: AppTest) -> None:
     """Issue 13 item 13: no overlapping point labels, a Pareto front, a log scale for naive's bar."""
     submit(app, schedules=["naive", "gpipe", "1f1b", "zb-h1"])
-    bars, tradeoff = (json.loads(c.proto.spec) for c in app.get("plotly_chart")[:2])
+    bars, tradeoff = chart_figures(app)[:2]
     names = [t["name"] for t in tradeoff["data"]]
     assert names[:4] == ["naive", "gpipe", "1f1b", "zb-h1"] and "Pareto front" in names
     assert all("text" not in t for t in tradeoff["data"])
     assert bars["layout"]["yaxis"].get("type") != "log"
     app.toggle(key="cmp-log").set_value(True).run()
-    bars = json.loads(app.get("plotly_chart")[0].proto.spec)
+    bars = chart_figures(app)[0]
     assert bars["layout"]["yaxis"]["type"] == "log" and bars["layout"]["yaxis3"]["type"] == "log"
 
 
 def test_nothing_buildable_is_an_error(app: AppTest) -> None:
     submit(app, schedules=["interleaved-1f1b"], microbatches=9)
     assert "None of the chosen schedules" in app.error[0].value
-    assert not app.get("plotly_chart")
+    assert not chart_figures(app)
 
 
 def test_empty_selection_asks_for_one(app: AppTest) -> None:

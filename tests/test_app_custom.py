@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from pipesim import formats
 from pipesim.schedules import build_schedule
+from tests.helpers.app_charts import chart_figures, chart_titles
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_default_is_a_valid_1f1b(app: AppTest) -> None:
     assert any(s.value.startswith("Valid: custom: 2 ranks") for s in app.success)
     assert app.session_state["custom_csv"].replace("\r\n", "\n") == formats.schedule_to_csv(
         build_schedule("1f1b", 2, 4)).replace("\r\n", "\n")
-    assert len(app.get("plotly_chart")) == 1
+    assert len(chart_figures(app)) == 1
 
 
 def test_bad_cell_is_highlighted_with_its_message(app: AppTest) -> None:
@@ -58,7 +59,7 @@ def test_bad_cell_is_highlighted_with_its_message(app: AppTest) -> None:
     assert highlighted_cells(styled) == {(1, 1)}
     notes = styled.value["problem"]
     assert "cannot parse '1Q0'" in notes.iloc[1] and notes.iloc[0] == ""
-    assert not app.get("plotly_chart") and not app.exception
+    assert not chart_figures(app) and not app.exception
 
 
 def test_structural_problem_points_at_the_action(app: AppTest) -> None:
@@ -75,7 +76,7 @@ def test_deadlock_marks_the_cycle_and_links_the_dag(app: AppTest) -> None:
     assert (1, 0) in cells and (0, 1) in cells  # 1F1 and 0B0 are in the cycle
     app.button(key="custom-dag").click().run()  # opens the DAG page on this schedule (issue 13 item 11)
     assert app.radio(key="dag-origin").value == "Custom schedule (Custom page)"
-    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in app.get("plotly_chart")]
+    titles = chart_titles(app)
     assert titles and "custom" in titles[0] and "1f1b" not in titles[0]
 
 
@@ -144,7 +145,7 @@ def test_too_large_csv_is_refused(app: AppTest) -> None:
 def test_exports_of_the_custom_gantt(app: AppTest) -> None:
     labels = {b.label for b in app.get("download_button")}
     assert {"Interactive HTML", "Schedule CSV (torch)", "Timeline JSON"} <= labels
-    figure = json.loads(app.get("plotly_chart")[0].proto.spec)
+    figure = chart_figures(app)[0]
     assert figure["layout"]["title"]["text"].startswith("custom")
 
 
@@ -157,7 +158,7 @@ def test_missing_backward_points_at_its_forward(app: AppTest) -> None:
 
 def test_torchs_compute_comms_file_is_read_and_its_problems_point_at_cells(app: AppTest) -> None:
     paste(app, "0F0,0SEND_F0,0RECV_B0,0B0\r\n1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD\r\n")
-    assert not app.error and not app.exception and app.get("plotly_chart")
+    assert not app.error and not app.exception and chart_figures(app)
     paste(app, "0F0,0RECV_B0,0B0,0SEND_F0\r\n1F0,1RECV_F0,1B0,1SEND_B0\r\n")  # the receive after its consumer
     styled = problem_table(app)
     assert highlighted_cells(styled) == {(1, 1)}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -11,6 +9,7 @@ from pipesim.cost import CostModel
 from pipesim.critical_path import critical_path
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
+from tests.helpers.app_charts import chart_figures
 
 SUBMIT = "FormSubmitter:dag-form-Draw"
 
@@ -21,8 +20,8 @@ def app(open_page) -> AppTest:
 
 
 def figure(at: AppTest) -> dict:
-    (chart,) = at.get("plotly_chart")
-    return json.loads(chart.proto.spec)
+    (chart,) = chart_figures(at)
+    return chart
 
 
 def trace_names(at: AppTest) -> list[str]:
@@ -73,7 +72,7 @@ def test_malformed_custom_schedule_is_explained(app: AppTest) -> None:
     app.session_state["custom_csv"] = "0F0,0F1,0B0\r\n1F0,1B0,1F1,1B1\r\n"  # 0B1 missing
     app.radio(key="dag-origin").set_value("Custom schedule (Custom page)").run()
     assert "not well formed" in app.error[0].value
-    assert not app.get("plotly_chart") and not app.exception
+    assert not chart_figures(app) and not app.exception
 
 
 def test_large_schedules_are_capped(app: AppTest) -> None:
@@ -81,7 +80,7 @@ def test_large_schedules_are_capped(app: AppTest) -> None:
     app.number_input(key="dag-microbatches").set_value(64)
     app.button(key=SUBMIT).click().run()
     assert any("1500 actions" in w.value for w in app.warning)
-    assert not app.get("plotly_chart") and not app.exception
+    assert not chart_figures(app) and not app.exception
 
 
 def test_impossible_parameters(app: AppTest) -> None:

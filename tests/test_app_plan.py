@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from pipesim.model_description import ModelDescription
 from pipesim.plan import PlanInputs, PlanSpace, evaluate_all
 from pipesim.plan_report import best_candidate
+from tests.helpers.app_charts import chart_figures
 
 SUBMIT = "FormSubmitter:plan-form-Plan"
 
@@ -18,9 +19,6 @@ SUBMIT = "FormSubmitter:plan-form-Plan"
 def app(open_page) -> AppTest:
     return open_page("plan")
 
-
-def figures(at: AppTest) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
 def submit(at: AppTest, **values) -> AppTest:
@@ -39,7 +37,7 @@ def test_default_plan_shows_front_cap_table_and_the_best_candidates_charts(app: 
     best = best_candidate(evaluate_all(inputs, space))
     assert app.selectbox(key="plan-selected").value == best.label  # the recommendation comes first
     assert any(best.label in m.value and "best:" in m.value for m in app.markdown)
-    pareto, gantt, memory, parts = figures(app)
+    pareto, gantt, memory, parts = chart_figures(app)
     stacked = sum(trace["y"][0] for trace in parts["data"])  # rank 0's four parts add up to its peak
     assert {t["name"] for t in parts["data"]} == {"parameters", "gradients", "optimizer state", "activations (peak)"}
     assert max(sum(t["y"][r] for t in parts["data"]) for r in range(4)) == pytest.approx(best.peak_memory_bytes)
@@ -57,8 +55,8 @@ def test_picking_a_candidate_draws_it(app: AppTest) -> None:
     other = next(label for label in labels if label.startswith("1f1b"))
     app.selectbox(key="plan-selected").set_value(other).run()
     assert not app.exception and not app.error
-    assert figures(app)[1]["layout"]["title"]["text"].startswith("1f1b")
-    assert any(t["name"] == "selected" for t in figures(app)[0]["data"])
+    assert chart_figures(app)[1]["layout"]["title"]["text"].startswith("1f1b")
+    assert any(t["name"] == "selected" for t in chart_figures(app)[0]["data"])
 
 
 def test_a_tight_cap_and_bad_input(app: AppTest) -> None:

@@ -25,6 +25,7 @@ from pipesim.overlay import prediction_error
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import Span, Timeline, makespan
+from tests.helpers.app_charts import chart_figures, chart_titles
 
 SUBMIT = "FormSubmitter:run-form-Launch run"
 
@@ -110,9 +111,6 @@ def fake_launcher(runs: Path, monkeypatch: pytest.MonkeyPatch) -> list:
     return started
 
 
-def chart_titles(at: AppTest) -> list[str]:
-    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
-
 
 def test_first_screen(app: AppTest, runs: Path) -> None:
     assert not app.error
@@ -162,8 +160,8 @@ def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher:
     diffs = next(d.value for d in app.dataframe if "delta ms" in d.value.columns)
     assert len(diffs) == 2 * 8 and diffs["delta ms"].gt(0).all()  # measured runs 25% slower
     assert diffs["error %"].sub(-20.0).abs().max() < 1e-6  # simulated / measured - 1 = 1 / 1.25 - 1
-    overlay = next(json.loads(c.proto.spec) for c in app.get("plotly_chart")
-                   if "simulated vs measured" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    overlay = next(figure for figure in chart_figures(app)
+                   if "simulated vs measured" in figure["layout"]["title"]["text"])
     marks = {trace["name"] for trace in overlay["data"] if trace.get("name", "").startswith("lost: ")}
     # the measured step is the simulated one stretched: all its idle is the schedule's, none is lost elsewhere
     assert marks == {"lost: schedule idle"}
@@ -188,7 +186,7 @@ def test_failed_run_is_shown_plainly_with_its_logs(app: AppTest, runs: Path, fak
     app.run()
     assert "Run failed: rank 1 failed: RuntimeError: boom" in app.error[0].value
     assert any("rank 0 says hello" in c.value for c in app.code)
-    assert not app.get("plotly_chart") and not app.exception
+    assert not chart_figures(app) and not app.exception
 
 
 def test_earlier_runs_are_listed_and_reopen(runs: Path, open_page) -> None:
@@ -387,4 +385,4 @@ def test_a_cancelled_run_shows_what_it_measured(runs: Path, open_page) -> None:
     at.selectbox(key="run-open-pick").set_value("stopped")
     at.button(key="FormSubmitter:run-open-Open").click().run()
     assert not at.error and any("2 of 5 measured steps done" in i.value for i in at.info)
-    assert at.get("plotly_chart") and any(m.label == "Measured step" for m in at.metric)
+    assert chart_figures(at) and any(m.label == "Measured step" for m in at.metric)

@@ -20,6 +20,7 @@ from pipesim.model_description import ModelDescription
 from pipesim.schedules import build_schedule
 from pipesim.simulate import simulate
 from pipesim.timeline import compute_metrics
+from tests.helpers.app_charts import chart_figures
 
 MIB = 2**20
 SUBMIT = "FormSubmitter:sim-form-Simulate"
@@ -29,9 +30,6 @@ SUBMIT = "FormSubmitter:sim-form-Simulate"
 def app(open_page) -> AppTest:
     return open_page()
 
-
-def charts(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
 def length(array) -> int:
@@ -66,7 +64,7 @@ def submit(at: AppTest, **values) -> AppTest:
 
 def test_first_screen_shows_1f1b_on_4_ranks_with_8_microbatches(app: AppTest) -> None:
     assert not app.error
-    gantt, memory = charts(app)
+    gantt, memory = chart_figures(app)
     assert title(gantt).startswith("1f1b: 4 ranks, 4 stages, 8 microbatches")
     bars = [t for t in gantt["data"] if t["name"] in ("forward (F)", "backward (B)")]
     assert sum(length(t["x"]) for t in bars) == 4 * 8 * 2
@@ -79,7 +77,7 @@ def test_first_screen_shows_1f1b_on_4_ranks_with_8_microbatches(app: AppTest) ->
 
 def test_changing_the_schedule_redraws(app: AppTest) -> None:
     submit(app, schedule="gpipe")
-    gantt, _ = charts(app)
+    gantt, _ = chart_figures(app)
     assert title(gantt).startswith("gpipe")
     cost = CostModel.uniform(activation_bytes=MIB)
     assert metric(app, "Makespan") == expected_makespan("gpipe", 4, 8, cost)
@@ -89,7 +87,7 @@ def test_changing_the_schedule_redraws(app: AppTest) -> None:
 def test_interleaved_uses_the_chunks(app: AppTest) -> None:
     submit(app, schedule="interleaved-1f1b", chunks=3)
     assert not app.error
-    assert "12 stages" in title(charts(app)[0])
+    assert "12 stages" in title(chart_figures(app)[0])
     cost = CostModel.uniform(activation_bytes=MIB).for_stages(12, 4)  # uniform times are per rank, cut in 3
     assert metric(app, "Makespan") == expected_makespan("interleaved-1f1b", 4, 8, cost, num_virtual_stages=3)
 
@@ -99,7 +97,7 @@ def test_impossible_interleaving_is_a_plain_error(app: AppTest) -> None:
     assert not app.exception
     assert len(app.error) == 1
     assert "multiple of its number of rounds" in app.error[0].value
-    assert not app.get("plotly_chart")
+    assert not chart_figures(app)
 
 
 def test_sizes_beyond_the_app_limits_are_refused(app: AppTest) -> None:
@@ -121,9 +119,9 @@ def test_recomputation_lengthens_the_step(app: AppTest) -> None:
 
 
 def test_critical_path_toggle_adds_the_outline(app: AppTest) -> None:
-    assert not any(t["name"] == "critical path" for t in charts(app)[0]["data"])
+    assert not any(t["name"] == "critical path" for t in chart_figures(app)[0]["data"])
     app.toggle(key="sim-critical").set_value(True).run()
-    path = [t for t in charts(app)[0]["data"] if t["name"] == "critical path"]
+    path = [t for t in chart_figures(app)[0]["data"] if t["name"] == "critical path"]
     assert len(path) == 1 and length(path[0]["x"]) >= 2
 
 
@@ -281,7 +279,7 @@ def test_w_above_b_is_refused_with_the_reason(app: AppTest) -> None:
     """Item 8: no silent cap that makes the I bars vanish."""
     submit(app, schedule="zb-h1", w=3.0)
     assert len(app.error) == 1 and "weight_ms 3 exceeds backward_ms 2" in app.error[0].value
-    assert not app.get("plotly_chart") and not app.exception
+    assert not chart_figures(app) and not app.exception
 
 
 def test_zb_h2_shows_both_bubbles_each_defined(app: AppTest) -> None:
@@ -304,12 +302,12 @@ def test_large_schedules_are_binned_and_a_window_brings_exact_bars(app: AppTest)
     table = ranks.markdown[0].value.splitlines()
     assert len(table) == 2 + 32 and table[2].startswith("| 0 | ") and table[-1].startswith("| 31 | ")
     assert any("drag across the chart" in c.value for c in app.caption)
-    gantt = charts(app)[0]
+    gantt = chart_figures(app)[0]
     assert gantt["layout"]["images"] and not any(t.get("type") == "bar" for t in gantt["data"])
     app.slider(key="sim-window").set_value((100.0, 110.0)).run()
-    gantt = charts(app)[0]
+    gantt = chart_figures(app)[0]
     assert not gantt["layout"].get("images") and any(t.get("type") == "bar" for t in gantt["data"])
     assert gantt["layout"]["xaxis"]["range"] == [100.0, 110.0]
     assert not any("drag across the chart" in c.value for c in app.caption)  # exact bars: plotly's own zoom
     app.selectbox(key="sim-color").set_value("microbatch").run()
-    assert any(t["name"].startswith("microbatch") for t in charts(app)[0]["data"])
+    assert any(t["name"].startswith("microbatch") for t in chart_figures(app)[0]["data"])

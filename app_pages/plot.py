@@ -1,0 +1,137 @@
+"""Draw a plotly figure on a page: `show(fig, key)`, the one way every page puts a chart on screen.
+
+Why not st.plotly_chart: Streamlit's plotly element loads a 4.7 MB chunk (all of plotly.js, every trace type)
+whose evaluation is a 1.25 s task on a first visit (docs/benchmarks.md, "first page load"). pipesim draws only
+bars, scatters and heatmaps, which plotly.js's own cartesian bundle (1.4 MB, the same plotly.js version as the
+plotly package) holds. The app serves that file from static/ (`server.enableStaticServing` in
+.streamlit/config.toml) and a small Streamlit component (components v2, in the page's own DOM so plotly's styles
+and the `.js-plotly-plot` element are as usual) draws the figure with it, with Plotly.react on reruns.
+
+Where static serving is off (the app started from another folder, without the project's config), the page falls
+back to st.plotly_chart, with the same figures and no drag-to-select.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import streamlit as st
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+# The plotly.js version the plotly package is built against (plotly.offline.get_plotlyjs_version()); a test checks.
+PLOTLY_JS = "plotly-cartesian-3.7.0.min.js"
+
+# Streamlit's light theme for charts, in real colours: Streamlit's own "streamlit" template holds placeholders
+# (#000001 ...) that only its plotly element replaces.
+_GRID, _MUTED, _TEXT = "#e6e9ef", "#808495", "#31333F"
+_AXIS = {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": _GRID, "automargin": True, "ticks": "",
+         "tickfont": {"color": _MUTED}, "title": {"font": {"color": _MUTED}, "standoff": 10}}
+LIGHT_TEMPLATE = {
+    "layout": {
+        "colorway": ["#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a",
+                     "#6d3fc0", "#d5dae5"],
+        "font": {"family": '"Source Sans", "Source Sans Pro", sans-serif', "color": _TEXT, "size": 12},
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "title": {"font": {"size": 16, "weight": 600}, "x": 0, "xanchor": "left", "xref": "container",
+                  "pad": {"l": 4}},
+        "xaxis": _AXIS,
+        "yaxis": _AXIS,
+        "hoverlabel": {"bgcolor": "white", "bordercolor": "#d5dae5", "font": {"color": _TEXT}},
+        "legend": {"bgcolor": "rgba(0,0,0,0)"},
+        "margin": {"t": 60, "l": 60, "r": 20, "b": 40},  # room for a y-axis title beside its ticks
+    },
+}
+
+# Loads the bundle once per browser tab (a <script> tag: it is a UMD file that sets window.Plotly), then draws.
+# Called on every rerun with the new figure; Plotly.react updates the same <div> in place.
+_JS = """
+let loading = null;
+function loadPlotly(src) {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  if (!loading) loading = new Promise((resolve, reject) => {
+    const script = document.createElement('script');
+    script.src = src;
+    script.onload = () => resolve(window.Plotly);
+    script.onerror = () => { loading = null; reject(new Error('could not load ' + src)); };
+    document.head.appendChild(script);
+  });
+  return loading;
+}
+export default function ({ parentElement, data, setTriggerValue }) {
+  let div = parentElement.querySelector(':scope > div.pipesim-plot');
+  if (!div) {
+    div = document.createElement('div');
+    div.className = 'pipesim-plot';
+    div.style.width = '100%';
+    parentElement.appendChild(div);
+  }
+  div.pipesimSelect = data.select ? setTriggerValue : null;
+  const figure = JSON.parse(data.figure);
+  let current = true;
+  let observer = null;
+  loadPlotly(data.src).then(Plotly => {
+    if (!current) return;
+    Plotly.react(div, figure.data, figure.layout, data.config).then(() => {
+      if (!div.pipesimListening) {  // plotly keeps its handlers across Plotly.react
+        div.pipesimListening = true;
+        div.on('plotly_selected', event => {
+          const range = event && event.range && event.range.x;
+          if (div.pipesimSelect && range) div.pipesimSelect('select', range.map(Number));
+        });
+      }
+    });
+    observer = new ResizeObserver(() => { if (div._fullLayout) Plotly.Plots.resize(div); });
+    observer.observe(parentElement);
+  }).catch(error => { div.textContent = 'The chart could not be drawn: ' + error.message; });
+  return () => { current = false; if (observer) observer.disconnect(); };
+}
+"""
+
+
+@functools.cache
+def _component() -> Callable:
+    return st.components.v2.component("pipesim_plot", js=_JS, isolate_styles=False)
+
+
+def _static_url() -> str | None:
+    """Where the browser finds the bundle, or None when the server does not serve static/ or the file is gone."""
+    if not st.get_option("server.enableStaticServing") or not (STATIC_DIR / PLOTLY_JS).is_file():
+        return None
+    base = st.get_option("server.baseUrlPath").strip("/")
+    return "/" + "/".join(part for part in (base, "app", "static", PLOTLY_JS) if part)
+
+
+def figure_json(fig: go.Figure) -> str:
+    """The figure as plotly.js reads it, in the app's light theme (numpy arrays as typed arrays)."""
+    spec = fig.to_dict()
+    spec["layout"]["template"] = LIGHT_TEMPLATE
+    return pio.to_json(spec, validate=False)
+
+
+def show(fig: go.Figure, key: str, *, select: bool = False, on_select: Callable[[], None] | None = None) -> None:
+    """Draw `fig` full width. With `select`, a horizontal drag selects an x range instead of zooming:
+    `on_select` runs before the rerun it causes and reads the range with `selected_range(key)`."""
+    if select:
+        fig = go.Figure(fig).update_layout(dragmode="select", selectdirection="h")
+    src = _static_url()
+    if src is None:
+        st.plotly_chart(fig, key=key, config={"displaylogo": False})
+        return
+    callbacks = {"on_select_change": on_select or (lambda: None)} if select else {}
+    _component()(key=key, data={"figure": figure_json(fig), "src": src, "select": select,
+                                "config": {"displaylogo": False, "responsive": True}}, **callbacks)
+
+
+def selected_range(key: str) -> tuple[float, float] | None:
+    """The x range just dragged across chart `key` (in its `on_select` callback), or None."""
+    picked = (st.session_state.get(key) or {}).get("select")  # a ComponentResult: a dict of its triggers
+    if not picked or len(picked) != 2:
+        return None
+    start, end = sorted(float(x) for x in picked)
+    return start, end
+
