@@ -106,24 +106,25 @@ def _static_url() -> str | None:
     return "/" + "/".join(part for part in (base, "app", "static", PLOTLY_JS) if part)
 
 
-def figure_json(fig: go.Figure) -> str:
-    """The figure as plotly.js reads it, in the app's light theme (numpy arrays as typed arrays)."""
+def figure_json(fig: go.Figure, select: bool = False) -> str:
+    """The figure as plotly.js reads it, in the app's light theme (numpy arrays as typed arrays); with `select`,
+    a drag selects a horizontal range instead of zooming. `fig` itself is left as it is (it may be cached)."""
     spec = fig.to_dict()
     spec["layout"]["template"] = LIGHT_TEMPLATE
+    if select:
+        spec["layout"].update(dragmode="select", selectdirection="h")
     return pio.to_json(spec, validate=False)
 
 
 def show(fig: go.Figure, key: str, *, select: bool = False, on_select: Callable[[], None] | None = None) -> None:
     """Draw `fig` full width. With `select`, a horizontal drag selects an x range instead of zooming:
     `on_select` runs before the rerun it causes and reads the range with `selected_range(key)`."""
-    if select:
-        fig = go.Figure(fig).update_layout(dragmode="select", selectdirection="h")
     src = _static_url()
     if src is None:
         st.plotly_chart(fig, key=key, config={"displaylogo": False})
         return
     callbacks = {"on_select_change": on_select or (lambda: None)} if select else {}
-    _component()(key=key, data={"figure": figure_json(fig), "src": src, "select": select,
+    _component()(key=key, data={"figure": figure_json(fig, select), "src": src, "select": select,
                                 "config": {"displaylogo": False, "responsive": True}}, **callbacks)
 
 

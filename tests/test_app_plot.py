@@ -117,5 +117,6 @@ def test_a_dragged_range_becomes_the_time_window(monkeypatch, state: dict, windo
 def test_figure_json_leaves_the_cached_figure_alone() -> None:
     fig = go.Figure(go.Bar(x=[1, 2], y=["a", "b"], orientation="h"))
     before = fig.to_json()
-    spec = json.loads(plot.figure_json(fig))
-    assert spec["layout"]["template"] == plot.LIGHT_TEMPLATE and fig.to_json() == before
+    spec = json.loads(plot.figure_json(fig, select=True))
+    assert spec["layout"]["template"] == plot.LIGHT_TEMPLATE and spec["layout"]["dragmode"] == "select"
+    assert fig.to_json() == before
