@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -94,6 +95,27 @@ def launcher_gone() -> bool:
     on to the last step. They check this at each step and stop as on a cancel."""
     pid = os.environ.get(LAUNCHER_PID_ENV, "")
     return pid.isdigit() and process_gone(int(pid))
+
+
+LAUNCHER_GONE_EXIT = 75  # a rank that ended itself because its launcher is gone (EX_TEMPFAIL)
+
+
+def exit_when_launcher_gone(interval_s: float = 1.0) -> threading.Event:
+    """In a rank, for the phases before the training loop's own per-step check (process-group setup, clock
+    offsets, the profile): a daemon thread ends this process once the launcher is gone, since nothing measured
+    is lost there. Every rank watches for itself, so none waits on a collective with a rank that left. Set the
+    returned event to stop watching (the training loop then stops calmly, keeping its steps)."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(interval_s):
+            if launcher_gone():
+                print(f"rank {os.environ.get('RANK', '?')}: the launcher is gone; ending this rank before "
+                      "training", file=sys.stderr, flush=True)
+                os._exit(LAUNCHER_GONE_EXIT)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+    return stop
 
 
 def run_processes(run_dir: Path | str, node: int | None = None) -> list[int]:

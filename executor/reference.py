@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from executor.config import RunConfig
+from executor.processes import exit_when_launcher_gone
 from executor.progress import emit
 from pipesim.ir import Schedule, loop_placement, v_placement
 
@@ -314,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--launch-node", type=int, default=0, help="this node's rank (names the launch's processes)")
     run_dir = parser.parse_args(argv).run_dir
+    exit_when_launcher_gone()  # the whole reference run: it keeps nothing of a run cut short
     config = RunConfig.from_dict(read_json(run_dir / "config.json"))
     schedule = schedule_from_dict(read_json(run_dir / "schedule.json"))
     side_by_side = os.environ.get(SIDE_BY_SIDE_ENV) == "1"

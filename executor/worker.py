@@ -36,6 +36,7 @@ import traceback
 from pathlib import Path
 
 from executor.config import RunConfig
+from executor.processes import exit_when_launcher_gone
 from executor.progress import emit
 from executor.rank import setup
 from executor.teardown import finish
@@ -49,6 +50,7 @@ from pipesim.formats import read_json, schedule_from_dict
 def run(run_dir: Path) -> None:
     config = RunConfig.from_dict(read_json(run_dir / "config.json"))
     schedule = schedule_from_dict(read_json(run_dir / "schedule.json"))
+    before_training = exit_when_launcher_gone()  # until the training loop's own check takes over
     r = setup(config, schedule)
     emit("started", rank=r.rank, backend=r.choice.transport, device=str(r.choice.device))
     offsets = estimate_clock_offsets(r.control, r.rank, r.world_size)
@@ -56,6 +58,7 @@ def run(run_dir: Path) -> None:
         from executor.profile import profile_run
 
         profile_run(r, run_dir)
+    before_training.set()
     started = time.perf_counter()
     # a cancel stops it after the step in progress, keeping the steps done
     records = train(r, run_dir, trace_path(run_dir, r.rank) if config.training.torch_profile else None)

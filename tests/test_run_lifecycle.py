@@ -156,3 +156,32 @@ def test_process_gone_sees_exits_and_zombies():
     assert process_gone(child.pid)
     child.wait()
     assert process_gone(child.pid)  # reaped: no /proc entry at all
+
+
+def test_a_rank_ends_itself_when_its_launcher_is_gone_before_training():
+    """Before the training loop's per-step check (setup, clock offsets, the profile) a watch thread ends the
+    rank; while the launcher lives, or once the watch is stopped, it does nothing."""
+    from executor.processes import LAUNCHER_GONE_EXIT, LAUNCHER_PID_ENV
+
+    rank = ("import sys, time\n"
+            "from executor.processes import exit_when_launcher_gone\n"
+            "watch = exit_when_launcher_gone(0.05)\n"
+            "if sys.argv[1] == 'stop':\n"
+            "    watch.set()\n"
+            "time.sleep(float(sys.argv[2]))\n")
+    launcher_proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    env = {**os.environ, LAUNCHER_PID_ENV: str(launcher_proc.pid)}
+    started = time.monotonic()
+    watched = subprocess.Popen([sys.executable, "-c", rank, "watch", "60"], cwd=ROOT, env=env,
+                               stderr=subprocess.PIPE, text=True)
+    stopped = subprocess.Popen([sys.executable, "-c", rank, "stop", "4"], cwd=ROOT, env=env)
+    try:
+        assert watched.wait(timeout=45) == LAUNCHER_GONE_EXIT
+        assert time.monotonic() - started < 45
+        assert "the launcher is gone" in watched.stderr.read()
+        assert stopped.wait(timeout=45) == 0  # it slept its 4 s out: the watch had been stopped
+    finally:
+        for proc in (launcher_proc, watched, stopped):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
