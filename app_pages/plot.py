@@ -5,7 +5,8 @@ whose evaluation is a 1.25 s task on a first visit (docs/benchmarks.md, "first p
 bars, scatters and heatmaps, which plotly.js's own cartesian bundle (1.4 MB, the same plotly.js version as the
 plotly package) holds. The app serves that file from static/ (`server.enableStaticServing` in
 .streamlit/config.toml) and a small Streamlit component (components v2, in the page's own DOM so plotly's styles
-and the `.js-plotly-plot` element are as usual) draws the figure with it, with Plotly.react on reruns.
+and the `.js-plotly-plot` element are as usual) draws the figure with it, with Plotly.react on reruns. Its
+modebar has the full-screen button that Streamlit's element has.
 
 Where static serving is off (the app started from another folder, without the project's config), the page falls
 back to st.plotly_chart, with the same figures and no drag-to-select.
@@ -62,6 +63,21 @@ function loadPlotly(src) {
   });
   return loading;
 }
+// The full-screen button that Streamlit's own chart element has, as a modebar button: the chart takes the
+// whole screen while full screen and its own size again after.
+const FULL_SCREEN = {
+  name: 'Full screen',
+  icon: {width: 24, height: 24, path: 'M7 14H5v5h5v-2H7v-3zm-2-4h2V7h3V5H5v5zm12 7h-3v2h5v-5h-2v3zM14 5v2h3v3h2V5h-5z'},
+  click: div => document.fullscreenElement ? document.exitFullscreen() : div.requestFullscreen(),
+};
+function followFullScreen(div, Plotly) {
+  div.addEventListener('fullscreenchange', () => {
+    const full = document.fullscreenElement === div;
+    div.style.background = full ? 'white' : '';
+    Plotly.relayout(div, full ? {width: window.innerWidth, height: window.innerHeight}
+                              : {width: null, height: div.pipesimHeight});  // null: the container's width again
+  });
+}
 export default function ({ parentElement, data, setTriggerValue }) {
   let div = parentElement.querySelector(':scope > div.pipesim-plot');
   if (!div) {
@@ -72,13 +88,16 @@ export default function ({ parentElement, data, setTriggerValue }) {
   }
   div.pipesimSelect = data.select ? setTriggerValue : null;
   const figure = JSON.parse(data.figure);
+  div.pipesimHeight = figure.layout.height || null;
+  const config = {...data.config, modeBarButtonsToAdd: [FULL_SCREEN]};
   let current = true;
   let observer = null;
   loadPlotly(data.src).then(Plotly => {
     if (!current) return;
-    Plotly.react(div, figure.data, figure.layout, data.config).then(() => {
+    Plotly.react(div, figure.data, figure.layout, config).then(() => {
       if (!div.pipesimListening) {  // plotly keeps its handlers across Plotly.react
         div.pipesimListening = true;
+        followFullScreen(div, Plotly);
         div.on('plotly_selected', event => {
           const range = event && event.range && event.range.x;
           if (div.pipesimSelect && range) div.pipesimSelect('select', range.map(Number));

@@ -158,6 +158,19 @@ def test_gantt_renders_and_follows_the_schedule(page, app_url: str) -> None:
     )
     assert page.locator(GANTT_BARS).count() > 8
 
+    # Full screen, as Streamlit's own chart element offers: the chart takes the screen, then its size again.
+    gantt = page.locator(".js-plotly-plot").first
+    size = "el => [el._fullLayout.width, el._fullLayout.height]"
+    before = gantt.evaluate(size)
+    gantt.hover()
+    gantt.locator('.modebar-btn[data-title="Full screen"]').click()
+    page.wait_for_function("() => document.fullscreenElement?.classList.contains('js-plotly-plot')"
+                           " && document.fullscreenElement._fullLayout.height === window.innerHeight")
+    assert gantt.evaluate(size) == page.evaluate("[window.innerWidth, window.innerHeight]")
+    page.evaluate("document.exitFullscreen()")
+    page.wait_for_function(f"() => !document.fullscreenElement && (({size})"
+                           f"(document.querySelector('.js-plotly-plot'))).join() === {before!r}.join()")
+
 
 def test_export_downloads_are_real_files(page, app_url: str, tmp_path: Path) -> None:
     _open(page, app_url)
