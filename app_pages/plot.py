@@ -78,6 +78,23 @@ function followFullScreen(div, Plotly) {
                               : {width: null, height: div.pipesimHeight});  // null: the container's width again
   });
 }
+// LIGHT_TEMPLATE's colours for a page a user switched to Streamlit's dark theme (read from its background
+// when the chart is drawn).
+const DARK = {text: '#FAFAFA', muted: '#A3A8B8', grid: '#3D4150'};
+function onDarkPage(element) {
+  const app = element.closest('[data-testid="stApp"]') || document.body;
+  const [r, g, b] = (getComputedStyle(app).backgroundColor.match(/[0-9.]+/g) || [255, 255, 255]).map(Number);
+  return 0.299 * r + 0.587 * g + 0.114 * b < 128;
+}
+function darken(layout) {
+  const t = layout.template.layout;
+  t.font.color = t.hoverlabel.font.color = DARK.text;
+  t.hoverlabel.bgcolor = '#262730';
+  for (const axis of [t.xaxis, t.yaxis]) {
+    axis.gridcolor = axis.linecolor = axis.zerolinecolor = DARK.grid;
+    axis.tickfont.color = axis.title.font.color = DARK.muted;
+  }
+}
 export default function ({ parentElement, data, setTriggerValue }) {
   let div = parentElement.querySelector(':scope > div.pipesim-plot');
   if (!div) {
@@ -89,6 +106,7 @@ export default function ({ parentElement, data, setTriggerValue }) {
   div.pipesimSelect = data.select ? setTriggerValue : null;
   const figure = JSON.parse(data.figure);
   div.pipesimHeight = figure.layout.height || null;
+  if (figure.layout.template && onDarkPage(parentElement)) darken(figure.layout);
   const config = {...data.config, modeBarButtonsToAdd: [FULL_SCREEN]};
   let current = true;
   let observer = null;
