@@ -48,6 +48,10 @@ LIGHT_TEMPLATE = {
     },
 }
 
+# plotly's options for every chart. No "responsive": the component resizes the chart whenever its container
+# changes size (a ResizeObserver), which covers the window too.
+CONFIG = {"displaylogo": False}
+
 # Loads the bundle once per browser tab (a <script> tag: it is a UMD file that sets window.Plotly), then draws.
 # Called on every rerun with the new figure; Plotly.react updates the same <div> in place.
 _JS = """
@@ -158,11 +162,11 @@ def show(fig: go.Figure, key: str, *, select: bool = False, on_select: Callable[
     `on_select` runs before the rerun it causes and reads the range with `selected_range(key)`."""
     src = _static_url()
     if src is None:
-        st.plotly_chart(fig, key=key, config={"displaylogo": False})
+        st.plotly_chart(fig, key=key, config=CONFIG)
         return
     callbacks = {"on_select_change": on_select or (lambda: None)} if select else {}
-    _component()(key=key, data={"figure": figure_json(fig, select), "src": src, "select": select,
-                                "config": {"displaylogo": False, "responsive": True}}, **callbacks)
+    _component()(key=key, data={"figure": figure_json(fig, select), "src": src, "select": select, "config": CONFIG},
+                 **callbacks)
 
 
 def selected_range(key: str) -> tuple[float, float] | None:
