@@ -16,16 +16,22 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages.state import MAX_ACTIONS, check_limits
-from pipesim import charts, charts_dag, charts_memory, formats, kineto, schedules
-from pipesim.attribution import attribute_run
-from pipesim.compare import ComparisonRow, compare_schedules
-from pipesim.cost import CostModel
-from pipesim.critical_path import critical_path
-from pipesim.dag import DeadlockError, build_dag, dag_positions
+from pipesim import schedules
+from pipesim.analysis.attribution import attribute_run
+from pipesim.analysis.compare import ComparisonRow, compare_schedules
+from pipesim.analysis.critical_path import critical_path
+from pipesim.analysis.replay import replay
+from pipesim.charts import dag as charts_dag
+from pipesim.charts import gantt as charts
+from pipesim.charts import memory as charts_memory
+from pipesim.cost.model import CostModel
+from pipesim.io import formats, kineto
 from pipesim.ir import Action, Schedule
-from pipesim.plan import Candidate, Evaluator, PlanInputs, PlanSpace, evaluate_all
-from pipesim.simulate import find_deadlock, simulate
-from pipesim.timeline import Metrics, Timeline, compute_metrics, inner_bubble_fraction
+from pipesim.plan.search import Candidate, Evaluator, PlanInputs, PlanSpace, evaluate_all
+from pipesim.records import Timeline
+from pipesim.semantics.dag import DeadlockError, build_dag, dag_positions
+from pipesim.sim.metrics import Metrics, compute_metrics, inner_bubble_fraction
+from pipesim.sim.simulate import find_deadlock, simulate
 
 
 def schedule_key(schedule: Schedule) -> tuple:
@@ -162,4 +168,4 @@ def imported_run(files: tuple[tuple[str, bytes], ...]) -> tuple[kineto.ImportedR
         analysis = attribute_run(run.schedule, run.timeline, run.step_times_ms)
     except ValueError:
         analysis = None
-    return run, kineto.replay(run), analysis
+    return run, replay(run), analysis

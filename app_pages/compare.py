@@ -4,7 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import cached, cost_inputs, plot, state, widgets
-from pipesim import charts_compare
+from pipesim.charts import compare as charts_compare
 from pipesim.schedules import schedule_info, schedule_names
 from pipesim.units import binary_unit
 

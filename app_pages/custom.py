@@ -4,8 +4,8 @@ import streamlit as st
 
 from app_pages import cached, cost_inputs, plot, state, widgets
 from app_pages import csv_table as table
-from pipesim import formats
-from pipesim.formats import CsvError
+from pipesim.io import formats
+from pipesim.io.formats import CsvError
 from pipesim.schedules import schedule_names
 
 state.init_state()

@@ -4,8 +4,8 @@ import streamlit as st
 
 from app_pages import cached, plot, state, widgets
 from app_pages import csv_table as table
-from pipesim import charts_dag
-from pipesim.cost import CostModel
+from pipesim.charts import dag as charts_dag
+from pipesim.cost.model import CostModel
 from pipesim.schedules import schedule_info, schedule_names
 
 state.init_state()

@@ -28,7 +28,7 @@ def remember(handle: Any) -> None:
 def running(root: Path, run_dir: str | None = None) -> Any | None:
     """The handle of the run in `run_dir` while it runs (None: the latest running one under `root`): this
     server's own RunHandle when it has one, else one that follows the run from its folder."""
-    from executor import watch
+    from executor.host import watch
 
     registry = _registry()
     for key in [k for k, handle in registry.items() if handle.done()]:

@@ -10,14 +10,15 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import cached, plot, state, widgets
-from executor import verify
-from pipesim import charts_plan, formats
-from pipesim.balance import balance, format_split_points
-from pipesim.memory import rank_memory
-from pipesim.model_description import DTYPE_BYTES, ModelDescription
-from pipesim.plan import PlanInputs, PlanSpace
-from pipesim.plan_report import best_candidate, pareto_front, plan_document, ranked, summary_lines, torchtitan_settings
+from executor.host import verify
+from pipesim.charts import plan as charts_plan
+from pipesim.cost.balance import balance, format_split_points
+from pipesim.cost.description import DTYPE_BYTES, ModelDescription
+from pipesim.io import formats
+from pipesim.plan.report import best_candidate, pareto_front, plan_document, ranked, summary_lines, torchtitan_settings
+from pipesim.plan.search import PlanInputs, PlanSpace
 from pipesim.schedules import schedule_names
+from pipesim.sim.memory import rank_memory
 from pipesim.units import format_bytes
 
 state.init_state()

@@ -9,11 +9,13 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import live_runs, plot, runs, state, trace_import, widgets
-from executor import launch, predict, run_folder
 from executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, ModelConfig, run_config
 from executor.config import CUSTOM as CUSTOM_MODEL
+from executor.host import launch, predict, run_folder
 from executor.progress import readable_log
-from pipesim import attribution, charts, charts_attribution, overlay
+from pipesim.analysis import attribution, overlay
+from pipesim.charts import attribution as charts_attribution
+from pipesim.charts import gantt as charts
 from pipesim.schedules import options_for, schedule_info, schedule_names
 from pipesim.units import format_bytes
 

@@ -9,9 +9,9 @@ import functools
 import streamlit as st
 
 from app_pages import cached, cost_inputs, plot, state, widgets
-from pipesim.charts import COLOR_BY, MAX_EXACT_BARS
+from pipesim.charts.gantt import COLOR_BY, MAX_EXACT_BARS
 from pipesim.schedules import schedule_info, schedule_names
-from pipesim.timeline import makespan
+from pipesim.sim.metrics import makespan
 
 state.init_state()
 st.title("Simulate a pipeline schedule")

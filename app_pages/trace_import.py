@@ -9,7 +9,9 @@ from pathlib import Path
 import streamlit as st
 
 from app_pages import cached, plot, widgets
-from pipesim import charts, chrome_trace, overlay
+from pipesim.analysis import overlay
+from pipesim.charts import gantt as charts
+from pipesim.io import chrome_trace
 
 UPLOAD = "uploaded files"
 

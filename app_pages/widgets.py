@@ -8,15 +8,16 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages import plot
-from pipesim import chrome_trace, formats
+from pipesim.io import chrome_trace, formats
 from pipesim.ir import Schedule
-from pipesim.timeline import Metrics, Timeline
+from pipesim.records import Timeline
+from pipesim.sim.metrics import Metrics
 from pipesim.units import format_bytes
 
 
 def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
     """HTML at once (built on click); PNG/SVG/PDF only when asked, since Chromium takes seconds."""
-    from pipesim import export
+    from pipesim.charts import export
 
     with st.popover("Export chart", icon=":material/download:"):
         st.download_button("Interactive HTML", data=lambda: export.html_bytes(fig), file_name=f"{name}.html",

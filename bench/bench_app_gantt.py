@@ -28,10 +28,11 @@ sys.path.insert(0, str(ROOT))
 
 import plotly  # noqa: E402
 
-from pipesim import charts, charts_memory  # noqa: E402
-from pipesim.cost import CostModel  # noqa: E402
+from pipesim.charts import gantt as charts  # noqa: E402
+from pipesim.charts import memory as charts_memory  # noqa: E402
+from pipesim.cost.model import CostModel  # noqa: E402
 from pipesim.schedules import build_schedule  # noqa: E402
-from pipesim.simulate import simulate  # noqa: E402
+from pipesim.sim.simulate import simulate  # noqa: E402
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
 TARGET_S = 2.0

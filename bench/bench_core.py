@@ -35,13 +35,13 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipesim.cost import CostModel  # noqa: E402
-from pipesim.critical_path import critical_path  # noqa: E402
-from pipesim.dag import build_dag, dependencies  # noqa: E402
+from pipesim.analysis.critical_path import critical_path  # noqa: E402
+from pipesim.cost.model import CostModel  # noqa: E402
 from pipesim.schedules import build_schedule  # noqa: E402
-from pipesim.simulate import simulate  # noqa: E402
-from pipesim.timeline import compute_metrics  # noqa: E402
-from pipesim.validate import validate  # noqa: E402
+from pipesim.semantics.dag import build_dag, dependencies  # noqa: E402
+from pipesim.semantics.validate import validate  # noqa: E402
+from pipesim.sim.metrics import compute_metrics  # noqa: E402
+from pipesim.sim.simulate import simulate  # noqa: E402
 
 COST = CostModel.uniform(forward_ms=1.0, backward_ms=2.0, comm_ms=0.05)
 

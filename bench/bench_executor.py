@@ -33,9 +33,9 @@ from executor.config import (  # noqa: E402, run_config
     RunConfig,
     run_config,  # noqa: E402
 )
-from executor.launch import run  # noqa: E402
-from executor.predict import predict_step, replay_cost  # noqa: E402
-from executor.reference import SIDE_BY_SIDE_ENV  # noqa: E402
+from executor.host.launch import run  # noqa: E402
+from executor.host.predict import predict_step, replay_cost  # noqa: E402
+from executor.rank.reference import SIDE_BY_SIDE_ENV  # noqa: E402
 from pipesim.schedules import options_for  # noqa: E402
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")

@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from executor.config import ModelConfig, run_config  # noqa: E402
-from executor.launch import run  # noqa: E402
-from executor.predict import predict_step  # noqa: E402
+from executor.host.launch import run  # noqa: E402
+from executor.host.predict import predict_step  # noqa: E402
 from pipesim.schedules import options_for, schedule_names  # noqa: E402
 
 PARTS = ("compute_ms", "schedule_idle_ms", "comm_wait_ms", "overhead_ms")
@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def isolated_prediction(result) -> float | None:
     """The step the isolated profile alone predicts (stages and optimizer timed on their own, no gaps)."""
-    from executor.profile import stage_cost
+    from executor.rank.profile import stage_cost
 
     measured = result.cost.meta.get("measured") or {}
     optimizer = (result.cost.meta.get("in_situ") or {}).get("optimizer_ms")

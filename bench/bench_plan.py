@@ -23,9 +23,9 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipesim.model_description import ModelDescription  # noqa: E402
-from pipesim.plan import PlanInputs, PlanSpace, evaluate_all  # noqa: E402
-from pipesim.plan_report import best_candidate, pareto_front  # noqa: E402
+from pipesim.cost.description import ModelDescription  # noqa: E402
+from pipesim.plan.report import best_candidate, pareto_front  # noqa: E402
+from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all  # noqa: E402
 from pipesim.schedules import schedule_names  # noqa: E402
 
 MODEL = ModelDescription(num_layers=24, hidden_size=2048, ffn_size=8192, num_heads=16, seq_len=2048)

@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 
-from pipesim.chrome_trace import run_trace  # noqa: E402
-from pipesim.cost import CostModel  # noqa: E402
-from pipesim.kineto import import_traces  # noqa: E402
+from pipesim.cost.model import CostModel  # noqa: E402
+from pipesim.io.chrome_trace import run_trace  # noqa: E402
+from pipesim.io.kineto import import_traces  # noqa: E402
 from pipesim.schedules import build_schedule  # noqa: E402
-from pipesim.simulate import simulate  # noqa: E402
+from pipesim.sim.simulate import simulate  # noqa: E402
 from tests.helpers.kineto_traces import kineto_files  # noqa: E402
 
 

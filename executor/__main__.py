@@ -1,8 +1,8 @@
-"""`python -m executor run|list|show ...`: see executor/cli.py for usage."""
+"""`python -m executor run|list|show ...`: see executor/host/cli.py for usage."""
 
 import sys
 
-from executor.cli import main
+from executor.host.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

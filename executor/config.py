@@ -24,6 +24,7 @@ Workers report progress on stdout as single lines `PIPESIM {json}` (see
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
@@ -46,6 +47,19 @@ DTYPES = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "staged")
 OPTIMIZERS = ("sgd", "adam")
+
+
+# dotted module path, a colon, a function name: nothing else can reach importlib
+SPEC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+SPEC_HELP = "package.module:factory, e.g. examples.gpt_small:build"
+
+
+def parse_spec(spec: object) -> tuple[str, str]:
+    """(module, function) of a spec; ValueError naming the expected form otherwise."""
+    if not isinstance(spec, str) or len(spec) > 300 or not SPEC_PATTERN.fullmatch(spec):
+        raise ValueError(f"model spec must look like {SPEC_HELP}, got {spec!r}")
+    module, function = spec.split(":")
+    return module, function
 
 
 @dataclass(frozen=True)
@@ -78,8 +92,6 @@ class ModelConfig:
         if (self.kind == CUSTOM) != (self.spec is not None):
             raise ValueError("a custom model needs spec 'package.module:factory', and only a custom model takes one")
         if self.spec is not None:
-            from executor.custom_model import parse_spec
-
             parse_spec(self.spec)  # the text form only; importing waits for executor.checks
         for f in fields(self):
             value = getattr(self, f.name)
@@ -294,3 +306,8 @@ def check_split_points(split_points: Sequence[int], num_layers: int, num_stages:
             )
         previous = point
     return points
+
+
+def ranks_per_node(config: RunConfig) -> int:
+    """Processes per node: every pipeline rank of every data-parallel replica, shared out over the nodes."""
+    return config.world_size // config.nodes.nnodes

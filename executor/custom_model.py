@@ -27,14 +27,11 @@ import the ranks will do, the same errors, one line each, and no second interpre
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# dotted module path, a colon, a function name: nothing else can reach importlib
-SPEC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
-SPEC_HELP = "package.module:factory, e.g. examples.gpt_small:build"
+from executor.config import check_split_points, parse_spec
 
 
 @dataclass(frozen=True)
@@ -44,14 +41,6 @@ class CustomModel:
     layers: list[Any]  # nn.Module each
     make_batch: Callable[..., tuple[Any, Any]]
     loss_fn: Callable[[Any, Any], Any]
-
-
-def parse_spec(spec: object) -> tuple[str, str]:
-    """(module, function) of a spec; ValueError naming the expected form otherwise."""
-    if not isinstance(spec, str) or len(spec) > 300 or not SPEC_PATTERN.fullmatch(spec):
-        raise ValueError(f"model spec must look like {SPEC_HELP}, got {spec!r}")
-    module, function = spec.split(":")
-    return module, function
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
@@ -128,8 +117,6 @@ def custom_batch(model: CustomModel, spec: str, batch_size: int, seed: int, step
 def check_custom_model(spec: str, num_stages: int, split_points: Sequence[int] | None) -> int:
     """The launcher's check: the factory imports, runs and returns the right things, and the model has a layer
     for every stage. Returns the number of layers."""
-    from executor.config import check_split_points
-
     model = load_custom_model(spec, seed=0)
     custom_batch(model, spec, 1, seed=0, step=0)
     if num_stages > len(model.layers):

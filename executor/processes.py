@@ -17,12 +17,11 @@ import threading
 import time
 from pathlib import Path
 
-from executor.checks import ranks_per_node
-from executor.config import RunConfig
+from executor.config import RunConfig, ranks_per_node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-WORKER_MODULE = "executor.worker"
-REFERENCE_MODULE = "executor.reference"
+WORKER_MODULE = "executor.rank.worker"
+REFERENCE_MODULE = "executor.rank.reference"
 GRACE_S = 5.0  # SIGTERM -> SIGKILL
 
 

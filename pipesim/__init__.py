@@ -5,8 +5,8 @@ torch or streamlit: the executor and the app build on this package, not the
 other way round.
 """
 
-from pipesim.cost import CostModel, LinkCost, StageCost
+from pipesim.cost.description import ModelDescription
+from pipesim.cost.model import CostModel, LinkCost, StageCost
 from pipesim.ir import Action, ActionKind, Schedule
-from pipesim.model_description import ModelDescription
 
 __all__ = ["Action", "ActionKind", "CostModel", "LinkCost", "ModelDescription", "Schedule", "StageCost"]

@@ -1,5 +1,5 @@
-"""`python -m pipesim ...`: see pipesim.cli for the commands."""
+"""`python -m pipesim ...`: see pipesim/cli/ for the commands."""
 
-from pipesim.cli import main
+from pipesim.cli.main import main
 
 raise SystemExit(main())

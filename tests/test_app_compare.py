@@ -7,8 +7,8 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pipesim.compare import compare_schedules
-from pipesim.cost import CostModel
+from pipesim.analysis.compare import compare_schedules
+from pipesim.cost.model import CostModel
 from tests.helpers.app_charts import chart_figures, chart_titles
 
 SUBMIT = "FormSubmitter:cmp-form-Compare"

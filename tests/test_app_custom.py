@@ -8,7 +8,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pipesim import formats
+from pipesim.io import formats
 from pipesim.schedules import build_schedule
 from tests.helpers.app_charts import chart_figures, chart_titles
 
@@ -128,9 +128,9 @@ def test_simulation_uses_the_cost_inputs(app: AppTest) -> None:
     app.number_input(key="custom-f").set_value(2.0)
     app.button(key="FormSubmitter:custom-cost-form-Simulate").click().run()
     makespan = next(m.value for m in app.metric if m.label == "Makespan")
-    from pipesim.cost import CostModel
-    from pipesim.simulate import simulate
-    from pipesim.timeline import makespan as span
+    from pipesim.cost.model import CostModel
+    from pipesim.sim.metrics import makespan as span
+    from pipesim.sim.simulate import simulate
 
     expected = span(simulate(build_schedule("1f1b", 2, 4), CostModel.uniform(2.0, 2.0, weight_ms=1.0)))
     assert makespan == f"{expected:,.3f} ms"

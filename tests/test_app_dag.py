@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pipesim.cost import CostModel
-from pipesim.critical_path import critical_path
+from pipesim.analysis.critical_path import critical_path
+from pipesim.cost.model import CostModel
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
+from pipesim.sim.simulate import simulate
 from tests.helpers.app_charts import chart_figures
 
 SUBMIT = "FormSubmitter:dag-form-Draw"

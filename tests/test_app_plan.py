@@ -7,9 +7,9 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pipesim.model_description import ModelDescription
-from pipesim.plan import PlanInputs, PlanSpace, evaluate_all
-from pipesim.plan_report import best_candidate
+from pipesim.cost.description import ModelDescription
+from pipesim.plan.report import best_candidate
+from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
 from tests.helpers.app_charts import chart_figures
 
 SUBMIT = "FormSubmitter:plan-form-Plan"
@@ -83,7 +83,7 @@ def test_balancing_on_its_own(app: AppTest) -> None:
 
 
 def test_verify_button_writes_the_plan_and_shows_the_comparison(app: AppTest, monkeypatch, tmp_path) -> None:
-    from executor import verify
+    from executor.host import verify
 
     seen = {}
 

@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from executor import launch, run_folder
 from executor.config import CANCEL_FILE, PROGRESS_PREFIX, run_config
-from pipesim.attribution import attribute_run
-from pipesim.cost import CostModel
-from pipesim.cost_file import save_cost
-from pipesim.formats import schedule_to_dict, timeline_to_dict, write_json
-from pipesim.overlay import prediction_error
+from executor.host import launch, run_folder
+from pipesim.analysis.attribution import attribute_run
+from pipesim.analysis.overlay import prediction_error
+from pipesim.cost.model import CostModel
+from pipesim.io.cost_file import save_cost
+from pipesim.io.formats import schedule_to_dict, timeline_to_dict, write_json
+from pipesim.records import Span, Timeline
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
-from pipesim.timeline import Span, Timeline, makespan
+from pipesim.sim.metrics import makespan
+from pipesim.sim.simulate import simulate
 from tests.helpers.app_charts import chart_figures, chart_titles
 
 SUBMIT = "FormSubmitter:run-form-Launch run"

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pipesim.cost import CostModel, StageCost
-from pipesim.cost_file import cost_from_dict, cost_to_dict
-from pipesim.model_description import ModelDescription
+from pipesim.cost.description import ModelDescription
+from pipesim.cost.model import CostModel, StageCost
+from pipesim.io.cost_file import cost_from_dict, cost_to_dict
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
-from pipesim.timeline import compute_metrics
+from pipesim.sim.metrics import compute_metrics
+from pipesim.sim.simulate import simulate
 from tests.helpers.app_charts import chart_figures
 
 MIB = 2**20
@@ -194,7 +194,7 @@ def test_cost_file_picked_from_a_profile_run(tmp_path: Path, open_page) -> None:
 
 
 def test_image_export_without_a_browser_says_so(app: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipesim import export
+    from pipesim.charts import export
 
     def unavailable(figs, fmts):
         raise export.ExportUnavailable(export.NO_BROWSER_MESSAGE)
@@ -207,7 +207,7 @@ def test_image_export_without_a_browser_says_so(app: AppTest, monkeypatch: pytes
 
 
 def test_prepared_images_become_downloads(app: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipesim import export
+    from pipesim.charts import export
 
     calls = []
 

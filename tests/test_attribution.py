@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipesim.attribution import attribute_run, attribute_step
-from pipesim.cost import CostModel
+from pipesim.analysis.attribution import attribute_run, attribute_step
+from pipesim.cost.model import CostModel
+from pipesim.records import CommSpan, Span, Timeline
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
-from pipesim.timeline import CommSpan, Span, Timeline
+from pipesim.sim.simulate import simulate
 
 
 def measured_from(timeline: Timeline, step: int = 0, shift: dict[int, float] | None = None) -> Timeline:
@@ -102,7 +102,7 @@ def test_a_slow_action_is_compute_not_idle_and_the_run_summary_is_the_median_ste
 
 
 def test_spread_says_when_a_run_is_too_noisy_to_judge():
-    from pipesim.attribution import NOISY_STEP_CV, spread
+    from pipesim.analysis.attribution import NOISY_STEP_CV, spread
 
     schedule = build_schedule("gpipe", 2, 2)
     simulated = simulate(schedule, CostModel.uniform(1.0, 2.0))
@@ -115,7 +115,7 @@ def test_spread_says_when_a_run_is_too_noisy_to_judge():
 
 
 def test_the_overlay_marks_each_lost_interval_under_its_measured_lane():
-    from pipesim.charts_attribution import MARK_OFFSET, overlay_with_lost_time
+    from pipesim.charts.attribution import MARK_OFFSET, overlay_with_lost_time
 
     schedule, measured = hand_built_step()
     lost = attribute_step(schedule, measured, 0, 8.0).lost

@@ -6,15 +6,19 @@ import re
 
 import pytest
 
-from pipesim import charts, charts_compare, charts_dag, charts_memory
-from pipesim.compare import ComparisonRow, compare_schedules
-from pipesim.cost import CostModel
-from pipesim.critical_path import critical_path
-from pipesim.dag import build_dag, dag_positions
+from pipesim.analysis.compare import ComparisonRow, compare_schedules
+from pipesim.analysis.critical_path import critical_path
+from pipesim.charts import compare as charts_compare
+from pipesim.charts import dag as charts_dag
+from pipesim.charts import gantt as charts
+from pipesim.charts import memory as charts_memory
+from pipesim.cost.model import CostModel
 from pipesim.ir import Action, B, F, make_schedule
+from pipesim.records import CommSpan, Span, Timeline
 from pipesim.schedules import build_schedule
-from pipesim.simulate import find_deadlock, simulate
-from pipesim.timeline import CommSpan, Span, Timeline, bubble_fraction, idle_intervals, memory_over_time, stash_counts
+from pipesim.semantics.dag import build_dag, dag_positions
+from pipesim.sim.metrics import bubble_fraction, idle_intervals, memory_over_time, stash_counts
+from pipesim.sim.simulate import find_deadlock, simulate
 from pipesim.units import binary_unit
 
 COST = CostModel.uniform(forward_ms=1.0, backward_ms=2.0, weight_ms=1.0, comm_ms=0.2)
@@ -250,7 +254,7 @@ def test_dag_figure_refuses_schedules_beyond_the_cap():
 
 
 def test_attribution_figure_stacks_the_four_parts_per_rank():
-    from pipesim.attribution import attribute_run
+    from pipesim.analysis.attribution import attribute_run
 
     schedule = build_schedule("1f1b", 2, 2)
     tl = simulate(schedule, COST)

@@ -11,12 +11,15 @@ import zlib
 import numpy as np
 import pytest
 
-from pipesim import charts, charts_lod, charts_memory
-from pipesim.cost import CostModel
-from pipesim.critical_path import critical_path
+from pipesim.analysis.critical_path import critical_path
+from pipesim.charts import gantt as charts
+from pipesim.charts import lod as charts_lod
+from pipesim.charts import memory as charts_memory
+from pipesim.cost.model import CostModel
+from pipesim.records import Timeline
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
-from pipesim.timeline import Timeline, idle_intervals
+from pipesim.sim.metrics import idle_intervals
+from pipesim.sim.simulate import simulate
 from tests.test_charts import _hover, _kind_traces
 
 COST = CostModel.uniform(forward_ms=1.0, backward_ms=2.0, weight_ms=1.0, comm_ms=0.2)

@@ -7,12 +7,12 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from pipesim.chrome_trace import run_trace, save_run_trace, transfers
-from pipesim.cost import CostModel
-from pipesim.lower import comm_plan
+from pipesim.cost.model import CostModel
+from pipesim.io.chrome_trace import run_trace, save_run_trace, transfers
+from pipesim.records import CommSpan, Timeline
 from pipesim.schedules import build_schedule, options_for
-from pipesim.simulate import simulate
-from pipesim.timeline import CommSpan, Timeline
+from pipesim.semantics.lower import comm_plan
+from pipesim.sim.simulate import simulate
 
 
 def measured_like(schedule, cost) -> Timeline:

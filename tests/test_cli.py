@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from pipesim import export
-from pipesim.cli import main
-from pipesim.cost import CostModel
-from pipesim.cost_file import save_cost
-from pipesim.formats import load_schedule, schedule_to_csv
+from pipesim.charts import export
+from pipesim.cli.main import main
+from pipesim.cost.model import CostModel
+from pipesim.io.cost_file import save_cost
+from pipesim.io.formats import load_schedule, schedule_to_csv
 from pipesim.schedules import build_schedule, schedule_names
-from pipesim.simulate import simulate
-from pipesim.timeline import compute_metrics
+from pipesim.sim.metrics import compute_metrics
+from pipesim.sim.simulate import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -221,7 +221,7 @@ def test_overhead_and_dispatch_per_rank_are_checked(capsys):
     assert main([*args, "--dispatch", "0.1"]) == 0
     from dataclasses import replace
 
-    from pipesim.steady_state import step_time_ms
+    from pipesim.sim.steps import step_time_ms
 
     cost = replace(CostModel.uniform(1.0, 2.0), dispatch_ms=(0.1,))
     expected = step_time_ms(simulate(build_schedule("1f1b", 4, 8), cost), (0.0,) * 4)

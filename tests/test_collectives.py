@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pipesim.collectives import (
+from pipesim.cost.collectives import (
     allgather_ms,
     allreduce_ms,
     bucket_sizes,
@@ -14,12 +14,12 @@ from pipesim.collectives import (
     fit_ring_link,
     reduce_scatter_ms,
 )
-from pipesim.cost import CostModel, LinkCost, StageCost
-from pipesim.cost_file import cost_from_dict, cost_to_dict
-from pipesim.data_parallel import ALLREDUCE, grad_sync
+from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.io.cost_file import cost_from_dict, cost_to_dict
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
-from pipesim.steady_state import simulate_steps, step_tail_ms, step_time_ms
+from pipesim.sim.data_parallel import ALLREDUCE, grad_sync
+from pipesim.sim.simulate import simulate
+from pipesim.sim.steps import simulate_steps, step_tail_ms, step_time_ms
 
 LINK = LinkCost(latency_ms=0.05, bandwidth_gbps=2.0)  # 2e9 bytes/s: 1 MB takes 0.5 ms
 
@@ -131,7 +131,7 @@ def test_steps_without_a_barrier_pay_the_all_reduce_before_each_optimizer_step()
 
 
 def test_charts_draw_the_simulated_all_reduce_with_the_transfers():
-    from pipesim import charts
+    from pipesim.charts import gantt as charts
 
     schedule, cost = build_schedule("1f1b", 2, 4), _dp_cost(2)
     timeline = simulate(schedule, cost)
@@ -142,7 +142,7 @@ def test_charts_draw_the_simulated_all_reduce_with_the_transfers():
 
 
 def test_pipesim_simulate_predicts_data_parallel_as_the_step_plus_its_all_reduce(capsys):
-    from pipesim import cli
+    from pipesim.cli import main as cli
 
     base = ["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "4", "--f", "1", "--b", "2"]
     assert cli.main([*base, "--overhead", "0.3"]) == 0
@@ -164,9 +164,9 @@ def test_pipesim_simulate_predicts_data_parallel_as_the_step_plus_its_all_reduce
 
 
 def test_attribution_counts_a_measured_all_reduce_wait_as_communication_wait():
-    from pipesim.attribution import attribute_step
+    from pipesim.analysis.attribution import attribute_step
     from pipesim.ir import Action
-    from pipesim.timeline import Span, Timeline
+    from pipesim.records import Span, Timeline
 
     schedule = build_schedule("1f1b", 2, 1)  # rank 0: 0F0, 0B0; rank 1: 1F0, 1B0
     spans = (Span(0, Action.parse("0F0"), 0.0, 1.0), Span(1, Action.parse("1F0"), 1.0, 2.0),
@@ -181,6 +181,6 @@ def test_attribution_counts_a_measured_all_reduce_wait_as_communication_wait():
 
 def _allreduce_span(rank: int, action: str, start: float, end: float):
     from pipesim.ir import Action
-    from pipesim.timeline import CommSpan
+    from pipesim.records import CommSpan
 
     return CommSpan(rank, ALLREDUCE, 2, Action.parse(action), start, end)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipesim.compare import ComparisonRow, compare_schedules, format_table
-from pipesim.cost import CostModel
+from pipesim.analysis.compare import ComparisonRow, compare_schedules, format_table
+from pipesim.analysis.overlay import ActionDiff, align, pick_step, prediction_error
+from pipesim.cost.model import CostModel
 from pipesim.ir import Action, B, F
-from pipesim.overlay import ActionDiff, align, pick_step, prediction_error
+from pipesim.records import Span, Timeline
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
-from pipesim.timeline import Span, Timeline, compute_metrics
+from pipesim.sim.metrics import compute_metrics
+from pipesim.sim.simulate import simulate
 
 COST = CostModel.uniform(forward_ms=1.0, backward_ms=2.0, weight_ms=1.0, comm_ms=0.25)
 
@@ -108,7 +109,7 @@ def test_prediction_error_sign_and_guard():
 
 def test_memory_is_printed_in_binary_units():
     """One unit system (issue 13, item 6): a stash count is not printed where bytes are meant, and bytes are KiB/MiB."""
-    from pipesim.compare import ComparisonRow, format_table
+    from pipesim.analysis.compare import ComparisonRow, format_table
     from pipesim.units import format_bytes
 
     assert [format_bytes(v) for v in (512, 1536, 3 * 2**20, 2**40)] == ["512 B", "1.50 KiB", "3.00 MiB", "1.00 TiB"]
@@ -118,7 +119,7 @@ def test_memory_is_printed_in_binary_units():
 
 def test_pareto_front_keeps_only_the_undominated():
     """Issue 13 item 13: the trade-off chart's front line."""
-    from pipesim.compare import ComparisonRow, pareto_front
+    from pipesim.analysis.compare import ComparisonRow, pareto_front
 
     rows = [ComparisonRow("slow-small", 30.0, peak_activation_bytes=1.0), ComparisonRow("fast-big", 10.0,
             peak_activation_bytes=9.0), ComparisonRow("dominated", 31.0, peak_activation_bytes=5.0),

@@ -7,13 +7,13 @@ import math
 
 import pytest
 
-from pipesim.cost import CostModel, LinkCost, StageCost
-from pipesim.cost_file import cost_from_dict, cost_to_dict, load_cost, save_cost
+from pipesim.cost.description import ModelDescription
+from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.io.cost_file import cost_from_dict, cost_to_dict, load_cost, save_cost
 from pipesim.ir import ActionKind
-from pipesim.model_description import ModelDescription
 from pipesim.schedules.basic import one_f_one_b
-from pipesim.simulate import simulate
-from pipesim.timeline import compute_metrics, makespan
+from pipesim.sim.metrics import compute_metrics, makespan
+from pipesim.sim.simulate import simulate
 
 F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
 
@@ -166,7 +166,7 @@ def test_overhead_and_description_are_fields_and_old_files_still_load():
 
 
 def test_cost_from_times_refuses_w_above_b_and_mismatched_lists():
-    from pipesim.cost import cost_from_times
+    from pipesim.cost.model import cost_from_times
 
     assert cost_from_times([1.0], [3.0], [1.0]).duration_ms(0, I) == 2.0
     per_stage = cost_from_times([1.0, 2.0], [2.0], comm_ms=[0.5])
@@ -224,7 +224,7 @@ def test_for_stages_refuses_a_cut_that_does_not_divide() -> None:
 
 
 def test_compare_runs_every_schedule_on_the_same_model() -> None:
-    from pipesim.compare import compare_schedules
+    from pipesim.analysis.compare import compare_schedules
 
     rows = compare_schedules(["1f1b", "interleaved-1f1b", "zbv"], 4, 8, CostModel.uniform(1.0, 2.0))
     by_name = {row.schedule: row for row in rows}

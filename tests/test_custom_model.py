@@ -9,13 +9,14 @@ import sys
 import pytest
 import torch
 
-from executor import cli, launch, processes
+from executor import processes
 from executor.config import ModelConfig, run_config
 from executor.custom_model import check_custom_model, load_custom_model, parse_spec
-from executor.model import build_model, loss_fn, make_batch, model_parts, split_stages
-from executor.runtime import PipelineRuntime, build_rank_model, microbatches
-from executor.stage import StageRunner
-from executor.timing import HostClock
+from executor.host import cli, launch
+from executor.rank.model import build_model, loss_fn, make_batch, model_parts, split_stages
+from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
+from executor.rank.stage import StageRunner
+from executor.rank.timing import HostClock
 from pipesim.ir import Action, make_schedule
 
 GPT = "examples.gpt_small:build"
@@ -88,7 +89,7 @@ def test_cli_refuses_before_anything_starts(case, tmp_path, monkeypatch, capsys)
 
 
 def test_launcher_imports_no_torch_without_a_custom_model():
-    probe = ("import sys; from executor import cli, checks; from executor.config import run_config; "
+    probe = ("import sys; from executor.host import checks, cli; from executor.config import run_config; "
              "checks.check_run(run_config(device='cpu')); print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", probe], cwd=processes.REPO_ROOT, capture_output=True, text=True,
                           timeout=120)
@@ -238,7 +239,7 @@ def test_ranks_can_import_a_model_from_where_the_user_launched(tmp_path, monkeyp
 
 
 def test_gradient_buckets_and_when_a_stage_is_done():
-    from executor.grad_sync import buckets, last_grad_actions
+    from executor.rank.grad_sync import buckets, last_grad_actions
     from pipesim.schedules import build_schedule
 
     params = [torch.nn.Parameter(torch.zeros(n)) for n in (4, 4, 10, 2)]  # 16, 16, 40, 8 bytes

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.cost import CostModel
-from pipesim.critical_path import critical_path
-from pipesim.dag import DeadlockError, build_dag, dependencies
+from pipesim.analysis.critical_path import critical_path
+from pipesim.cost.model import CostModel
 from pipesim.ir import Action, make_schedule
 from pipesim.schedules.basic import gpipe, naive, one_f_one_b
 from pipesim.schedules.interleaved import interleaved_1f1b
-from pipesim.simulate import find_deadlock, simulate
-from pipesim.validate import ScheduleError
+from pipesim.semantics.dag import DeadlockError, build_dag, dependencies
+from pipesim.semantics.validate import ScheduleError
+from pipesim.sim.simulate import find_deadlock, simulate
 
 P = Action.parse
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from executor import processes
-from pipesim.formats import read_json, timeline_from_dict
+from pipesim.io.formats import read_json, timeline_from_dict
 from tests.test_executor_runtime import torchrun
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(900)]  # start-up on a loaded 2-core machine

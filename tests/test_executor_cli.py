@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from executor import cli, launch, processes
+from executor import processes
 from executor.config import PROGRESS_PREFIX
+from executor.host import cli, launch
 
 TINY_FLAGS = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32"]
 
@@ -91,7 +92,7 @@ def test_an_out_folder_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, ca
 
 
 def test_custom_schedule_file_runs(tmp_path, monkeypatch, capsys):
-    from pipesim.formats import schedule_to_csv
+    from pipesim.io.formats import schedule_to_csv
     from pipesim.schedules import build_schedule
 
     (tmp_path / "mine.csv").write_text(schedule_to_csv(build_schedule("1f1b", 2, 4)))

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from executor.config import ModelConfig
-from executor.model import build_model
-from executor.train_loop import gradient_bytes, optimizer_state_bytes
-from pipesim.memory import OPTIMIZER_STATES
+from executor.rank.model import build_model
+from executor.rank.train_loop import gradient_bytes, optimizer_state_bytes
+from pipesim.sim.memory import OPTIMIZER_STATES
 
 TINY = ModelConfig(num_layers=2, d_model=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
 

@@ -9,7 +9,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from executor.config import ModelConfig, RunConfig, run_config
-from executor.model import (
+from executor.rank.model import (
     balanced_split_points,
     build_model,
     loss_fn,
@@ -18,15 +18,11 @@ from executor.model import (
     split_stages,
     stage_io_shapes,
 )
-from executor.profile import link_cost, stage_cost
-from executor.runtime import (
-    PipelineRuntime,
-    build_rank_model,
-    microbatches,
-)
-from executor.stage import StageRunner, measure_stash_bytes
-from executor.timing import HostClock, assemble_measured, offset_from_samples
-from executor.transport import resolve_backend
+from executor.rank.profile import link_cost, stage_cost
+from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
+from executor.rank.stage import StageRunner, measure_stash_bytes
+from executor.rank.timing import HostClock, assemble_measured, offset_from_samples
+from executor.rank.transport import resolve_backend
 from pipesim.ir import Action, make_schedule
 
 TINY = {
@@ -273,7 +269,7 @@ def test_runtime_on_one_rank_matches_the_full_model(kind, split, recompute):
 
 def test_runtime_validates_the_schedule_with_pipesim_once():
     """The runtime trusts a schedule only after pipesim.validate: a bad one is refused before anything runs."""
-    from pipesim.validate import ScheduleError
+    from pipesim.semantics.validate import ScheduleError
 
     good = _one_rank_schedule(split=False)
     rows = list(good.actions[0])
@@ -330,7 +326,7 @@ def test_resolve_backend():
 @pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
 def test_launcher_and_ranks_resolve_devices_alike(device, backend, gpus, monkeypatch):
     """The launcher's check and each rank's choice are one set of rules (executor.devices)."""
-    from executor import checks
+    from executor.host import checks
 
     monkeypatch.setattr(checks, "cuda_device_count", lambda: gpus)
     config = run_config(num_ranks=2, device=device, backend=backend)

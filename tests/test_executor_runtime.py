@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig, run_config
-from pipesim.cost_file import load_cost
-from pipesim.formats import read_json, schedule_to_dict, timeline_from_dict, write_json
-from pipesim.lower import comm_plan, needed_message
+from pipesim.io.cost_file import load_cost
+from pipesim.io.formats import read_json, schedule_to_dict, timeline_from_dict, write_json
 from pipesim.schedules import build_schedule, schedule_names
+from pipesim.semantics.lower import comm_plan, needed_message
 
 pytestmark = pytest.mark.torchrun
 
@@ -97,7 +97,7 @@ def start_worker_run(run_dir: Path, config: RunConfig, schedule) -> subprocess.C
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(config.to_dict(), run_dir / "config.json")
     write_json(schedule_to_dict(schedule), run_dir / "schedule.json")
-    return torchrun(config.pipeline.num_ranks, ["-m", "executor.worker", "--run-dir", str(run_dir)], timeout=300)
+    return torchrun(config.pipeline.num_ranks, ["-m", "executor.rank.worker", "--run-dir", str(run_dir)], timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +173,7 @@ def test_profile_writes_a_cost_file_the_simulator_reads(worker_run):
     assert all(s.activation_bytes > 0 and s.param_bytes > 0 for s in cost.stages)
     assert cost.stages[0].output_bytes == config.microbatch_size * 16 * 32 * 4  # (mb, seq, d_model) fp32
     assert len(cost.step_overhead_ms) == 2
-    from pipesim.simulate import simulate
+    from pipesim.sim.simulate import simulate
 
     assert simulate(schedule, cost).spans
 
@@ -213,7 +213,7 @@ def test_torchs_compute_comms_order_runs_and_its_pairs_run_back_to_back(tmp_path
     import logging
 
     visualizer = pytest.importorskip("torch.distributed.pipelining._schedule_visualizer")
-    from pipesim.torch_csv import schedule_from_csv
+    from pipesim.io.torch_csv import schedule_from_csv
 
     logging.disable(logging.WARNING)
     try:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from pipesim import export
-from pipesim.charts import gantt_figure
-from pipesim.cost import CostModel
+from pipesim.charts import export
+from pipesim.charts.gantt import gantt_figure
+from pipesim.cost.model import CostModel
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
+from pipesim.sim.simulate import simulate
 
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF"}
 

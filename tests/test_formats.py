@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from pipesim.chrome_trace import save_chrome_trace, timeline_to_chrome_trace
-from pipesim.cost import CostModel
-from pipesim.formats import (
+from pipesim.cost.model import CostModel
+from pipesim.io.chrome_trace import save_chrome_trace, timeline_to_chrome_trace
+from pipesim.io.formats import (
     CsvError,
     load_schedule,
     read_json,
@@ -21,9 +21,9 @@ from pipesim.formats import (
     timeline_from_dict,
 )
 from pipesim.ir import Action, B, F, I, W
+from pipesim.records import CommSpan, Span, Timeline
 from pipesim.schedules import build_schedule, options_for, schedule_names
-from pipesim.simulate import simulate
-from pipesim.timeline import CommSpan, Span, Timeline
+from pipesim.sim.simulate import simulate
 
 
 def _small(name: str):

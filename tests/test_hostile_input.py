@@ -12,12 +12,12 @@ import stat
 
 import pytest
 
-from pipesim import cli
-from pipesim.formats import CsvError, schedule_from_csv, schedule_from_dict, schedule_to_dict, write_file, write_json
+from pipesim.cli import main as cli
+from pipesim.io.formats import CsvError, schedule_from_csv, schedule_from_dict, schedule_to_dict, write_file, write_json
 from pipesim.ir import Action, F, make_schedule
 from pipesim.limits import MAX_ACTIONS, MAX_MICROBATCHES, MAX_RANKS
 from pipesim.schedules import build_schedule
-from pipesim.validate import describe_problems, find_problems, validate
+from pipesim.semantics.validate import describe_problems, find_problems, validate
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -11,13 +11,14 @@ import json
 
 import pytest
 
-from pipesim import cli, kineto
-from pipesim.cost import CostModel
-from pipesim.formats import load_schedule
-from pipesim.kineto import import_traces
-from pipesim.lower import comm_plan
+from pipesim.cli import main as cli
+from pipesim.cost.model import CostModel
+from pipesim.io import kineto
+from pipesim.io.formats import load_schedule
+from pipesim.io.kineto import import_traces
 from pipesim.schedules import build_schedule, options_for
-from pipesim.simulate import simulate
+from pipesim.semantics.lower import comm_plan
+from pipesim.sim.simulate import simulate
 from tests.helpers.kineto_traces import kineto_files
 
 

@@ -18,18 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from executor import checks, launch, predict, processes, run_folder
+from executor import processes
 from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig, run_config
-from executor.run_folder import list_runs, load_run
-from pipesim.cost import CostModel
-from pipesim.cost_file import save_cost
-from pipesim.formats import timeline_to_dict, write_json
+from executor.host import checks, launch, predict, run_folder
+from executor.host.run_folder import list_runs, load_run
+from pipesim.cost.model import CostModel
+from pipesim.io.cost_file import save_cost
+from pipesim.io.formats import timeline_to_dict, write_json
+from pipesim.io.kineto import import_traces
 from pipesim.ir import Action, B, F, make_schedule
-from pipesim.kineto import import_traces
-from pipesim.memory import rank_memory
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
-from pipesim.timeline import makespan
+from pipesim.sim.memory import rank_memory
+from pipesim.sim.metrics import makespan
+from pipesim.sim.simulate import simulate
 
 TINY = ModelConfig(num_layers=2, d_model=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
 
@@ -82,7 +83,7 @@ def test_torchrun_command_is_an_argument_list(tmp_path):
     pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     assert pairs["--nproc-per-node"] == "2" and pairs["--nnodes"] == "1"
     assert pairs["--rdzv-backend"] == "c10d" and pairs["--rdzv-endpoint"] == "127.0.0.1:29512"
-    assert argv[-6:] == ["-m", "executor.worker", "--run-dir", str(tmp_path / "run"), "--launch-node", "0"]
+    assert argv[-6:] == ["-m", "executor.rank.worker", "--run-dir", str(tmp_path / "run"), "--launch-node", "0"]
 
 
 def test_multi_node_command_passes_rendezvous_through(tmp_path):
@@ -312,7 +313,7 @@ def test_list_runs_newest_first_and_damaged_folders_said_so(tmp_path, monkeypatc
     assert runs["list-result"].status == "damaged" and "result.json" in runs["list-result"].message
     assert runs["bad-cost"].status == "damaged" and "links[0] must be an object" in runs["bad-cost"].message
     assert runs["old"].status == "ok"  # the others still show
-    from executor import cli
+    from executor.host import cli
 
     assert cli.main(["list", "--runs-root", str(tmp_path)]) == 0
     listing = capsys.readouterr().out
@@ -352,7 +353,7 @@ def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     assert imported.schedule.actions == result.schedule.actions and len(imported.step_times_ms) == 3
     trace = json.loads((result.run_dir / "trace.json").read_text())
     assert trace["otherData"]["views"] == ["simulated", "measured"]
-    from executor import cli
+    from executor.host import cli
 
     assert any(line.startswith("profiler 4 torch.profiler traces") for line in cli.summary_lines(result))
     assert {"rank0.log", "rank1.log"} <= {p.name for p in (result.run_dir / "logs").iterdir()}
@@ -420,7 +421,7 @@ def test_cancel_really_ends_a_real_run(tmp_path):
 def test_gpu_probe_keeps_torch_out_of_the_calling_process() -> None:
     """The app imports the launcher; asking for the GPU count must not pull torch into it."""
     code = (
-        "import sys; from executor import checks, launch; n = checks.cuda_device_count(); "
+        "import sys; from executor.host import checks, launch; n = checks.cuda_device_count(); "
         "print(n, 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

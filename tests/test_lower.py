@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pipesim.ir import Action, B, F, I, W
-from pipesim.lower import (
+from pipesim.schedules import build_schedule, schedule_names
+from pipesim.semantics.lower import (
     ACT,
     GRAD,
     Message,
@@ -18,7 +19,6 @@ from pipesim.lower import (
     producers_of,
     stash_change,
 )
-from pipesim.schedules import build_schedule, schedule_names
 from tests.helpers.sizes import built_schedules
 
 

@@ -8,23 +8,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.cost import CostModel, StageCost
+from pipesim.cost.model import CostModel, StageCost
 from pipesim.ir import Action
+from pipesim.records import Span, Timeline, select_step
 from pipesim.schedules.basic import gpipe, naive, one_f_one_b
 from pipesim.schedules.interleaved import interleaved_1f1b
-from pipesim.simulate import simulate
-from pipesim.timeline import (
-    Span,
-    Timeline,
+from pipesim.sim.metrics import (
     bubble_fraction,
     bubble_ratio,
     compute_metrics,
     idle_intervals,
     makespan,
     memory_over_time,
-    select_step,
     stash_counts,
 )
+from pipesim.sim.simulate import simulate
 
 P = Action.parse
 
@@ -181,7 +179,7 @@ def test_peaks_agree_with_the_step_functions(ranks, microbatches, comm):
 def test_inner_bubble_leaves_out_ramp_and_drain_zb_h2_has_none():
     """Issue 13 item 9: ZB-H2's step-level bubble equals ZB-H1's; the per-stage (inner) one tells them apart."""
     from pipesim.schedules import build_schedule
-    from pipesim.timeline import bubble_fraction, inner_bubble_fraction
+    from pipesim.sim.metrics import bubble_fraction, inner_bubble_fraction
 
     cost = CostModel.uniform(1.0, 2.0, weight_ms=1.0)  # F = I = W
     h1 = simulate(build_schedule("zb-h1", 4, 8), cost)

@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.balance import balance, even_split, stage_costs
-from pipesim.cli import main
-from pipesim.cost import CostModel, StageCost
-from pipesim.memory import OrderWalk, peak_activations_by_order, rank_memory, static_bytes, total_memory_over_time
-from pipesim.model_description import ModelDescription, stage_costs_from_units
-from pipesim.plan import Candidate, PlanInputs, PlanSpace, evaluate_all
-from pipesim.plan_report import best_candidate, pareto_front, plan_document
+from pipesim.cli.main import main
+from pipesim.cost.balance import balance, even_split, stage_costs
+from pipesim.cost.description import ModelDescription, stage_costs_from_units
+from pipesim.cost.model import CostModel, StageCost
+from pipesim.plan.report import best_candidate, pareto_front, plan_document
+from pipesim.plan.search import Candidate, PlanInputs, PlanSpace, evaluate_all
 from pipesim.schedules import schedule_names
-from pipesim.simulate import simulate
-from pipesim.timeline import compute_metrics, makespan
+from pipesim.sim.memory import OrderWalk, peak_activations_by_order, rank_memory, static_bytes, total_memory_over_time
+from pipesim.sim.metrics import compute_metrics, makespan
+from pipesim.sim.simulate import simulate
 from tests.helpers.sizes import registered_at
 
 PLAN_KEYS = {"schedule", "ranks", "microbatches", "virtual_stages", "recompute", "split", "makespan_ms", "throughput",
@@ -200,7 +200,7 @@ def test_plan_cli_writes_json_and_refuses_bad_input(tmp_path, capsys):
 
 
 def test_torchtitan_settings_name_the_module_each_stage_starts_at():
-    from pipesim.plan_report import torchtitan_settings
+    from pipesim.plan.report import torchtitan_settings
 
     best = best_candidate(small_plan(None, schedules=("1f1b",), ranks=(2,)))
     settings = torchtitan_settings(best, "s.csv", SMALL.num_layers)
@@ -218,7 +218,7 @@ def test_plan_verify_hands_the_plan_to_the_executor(tmp_path, monkeypatch, capsy
     class Done:
         returncode = 0
 
-    monkeypatch.setattr("pipesim.cli_plan.subprocess.run", lambda argv, check: calls.append(argv) or Done())
+    monkeypatch.setattr("pipesim.cli.plan.subprocess.run", lambda argv, check: calls.append(argv) or Done())
     out = tmp_path / "plan.json"
     assert main(["plan", "--layers", "4", "--devices", "2", "--global-batch", "4", "--schedules", "1f1b",
                  "--json", str(out), "--verify", "2"]) == 0
@@ -227,7 +227,7 @@ def test_plan_verify_hands_the_plan_to_the_executor(tmp_path, monkeypatch, capsy
 
 
 def test_plan_from_a_cost_file_reads_its_stages_as_units(tmp_path, capsys):
-    from pipesim.cost_file import save_cost
+    from pipesim.io.cost_file import save_cost
 
     stages = tuple(StageCost(forward_ms=f, backward_ms=2 * f, activation_bytes=1e6, input_bytes=1e3, output_bytes=1e3,
                              param_bytes=1e7) for f in (1, 1, 1, 1, 1, 5))

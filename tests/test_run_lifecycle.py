@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from executor.host.run_folder import load_run
 from executor.processes import free_port, run_processes
-from executor.run_folder import load_run
 
 pytestmark = pytest.mark.torchrun
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def test_runs_end_with_the_process_that_started_them(tmp_path):
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from executor import launch\n"
+        "from executor.host import launch\n"
         "from executor.config import ModelConfig, run_config\n"
         "model = ModelConfig(num_layers=2, d_model=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)\n"
         "config = run_config(num_ranks=2, num_microbatches=2, batch_size=4, steps=100000, device='cpu',\n"

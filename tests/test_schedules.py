@@ -10,8 +10,8 @@ from pipesim.ir import B, F
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.schedules.basic import gpipe, naive, one_f_one_b
 from pipesim.schedules.interleaved import interleaved_1f1b
-from pipesim.simulate import find_deadlock
-from pipesim.validate import validate
+from pipesim.semantics.validate import validate
+from pipesim.sim.simulate import find_deadlock
 from tests.helpers.sizes import registered_at
 
 

@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from pipesim.cost import CostModel
-from pipesim.cost_file import cost_from_dict, cost_to_dict
-from pipesim.dag import dependencies
+from pipesim.cost.model import CostModel
+from pipesim.io.cost_file import cost_from_dict, cost_to_dict
 from pipesim.schedules import build_schedule
-from pipesim.shared_cores import sweep_shared, work_of_spans
-from pipesim.simulate import engine_inputs, simulate, sweep
+from pipesim.semantics.dag import dependencies
+from pipesim.sim.shared_cores import sweep_shared, work_of_spans
+from pipesim.sim.simulate import engine_inputs, simulate, sweep
 from tests.helpers.sizes import build_checked as buildable
 
 

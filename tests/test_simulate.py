@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.cost import CostModel
-from pipesim.dag import dependencies
+from pipesim.cost.model import CostModel
 from pipesim.ir import Action, make_schedule
 from pipesim.schedules.basic import gpipe, naive, one_f_one_b
 from pipesim.schedules.interleaved import interleaved_1f1b
-from pipesim.simulate import simulate
-from pipesim.timeline import makespan
+from pipesim.semantics.dag import dependencies
+from pipesim.sim.metrics import makespan
+from pipesim.sim.simulate import simulate
 from tests.helpers.sizes import registered_at
 
 sizes = dict(

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from pipesim.cost import CostModel
-from pipesim.cost_file import cost_from_dict, cost_to_dict
+from pipesim.cost.model import CostModel
+from pipesim.io.cost_file import cost_from_dict, cost_to_dict
 from pipesim.ir import Action, make_schedule
 from pipesim.schedules import build_schedule
-from pipesim.simulate import simulate
-from pipesim.steady_state import simulate_steps, step_time_ms
-from pipesim.timeline import makespan
+from pipesim.sim.metrics import makespan
+from pipesim.sim.simulate import simulate
+from pipesim.sim.steps import simulate_steps, step_time_ms
 
 
 def with_extras(cost: CostModel, overhead: float = 0.0, dispatch: float = 0.0) -> CostModel:
@@ -114,7 +114,7 @@ def test_number_of_steps_is_checked(steps):
 
 
 def test_cost_file_keeps_the_data_parallel_group_and_the_overlap_factor():
-    from pipesim.cost import LinkCost
+    from pipesim.cost.model import LinkCost
 
     cost = replace(CostModel.uniform(), data_parallel=4, sharded=True, dp_link=LinkCost(latency_ms=0.2),
                    overlap_factor=0.7)

@@ -15,12 +15,12 @@ import re
 
 import pytest
 
-from pipesim.cost import CostModel, LinkCost
-from pipesim.dag import DeadlockError
-from pipesim.simulate import simulate
-from pipesim.timeline import makespan
-from pipesim.torch_csv import CsvError, schedule_from_csv, schedule_to_csv
-from pipesim.validate import ScheduleError, find_problems, validate
+from pipesim.cost.model import CostModel, LinkCost
+from pipesim.io.torch_csv import CsvError, schedule_from_csv, schedule_to_csv
+from pipesim.semantics.dag import DeadlockError
+from pipesim.semantics.validate import ScheduleError, find_problems, validate
+from pipesim.sim.metrics import makespan
+from pipesim.sim.simulate import simulate
 
 torch_schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 visualizer = pytest.importorskip("torch.distributed.pipelining._schedule_visualizer")
@@ -180,8 +180,8 @@ def test_a_pair_waits_for_both_members_inputs():
 
 
 def test_collectives_cost_nothing_alone_and_all_reduce_time_with_data_parallelism():
-    from pipesim.collectives import CollectiveCost
-    from pipesim.cost import StageCost
+    from pipesim.cost.collectives import CollectiveCost
+    from pipesim.cost.model import StageCost
     from pipesim.ir import CommKind
 
     text = TWO_RANKS.replace("0B0\n", "0B0,0REDUCE_GRAD\n").replace("1SEND_B0\n", "1SEND_B0,1REDUCE_GRAD\n")
@@ -221,7 +221,7 @@ def test_schedule_error_on_missing_send_when_simulated_without_validation():
 
 
 def test_cli_reads_torchs_dumps_and_writes_either_format(tmp_path, capsys):
-    from pipesim.cli import main
+    from pipesim.cli.main import main
 
     _, _, _, compute, comms = next(o for o in torch_orders("DualPipeV") if o[:2] == (2, 4))
     (tmp_path / "only.csv").write_text(compute, newline="")
@@ -239,7 +239,7 @@ def test_cli_reads_torchs_dumps_and_writes_either_format(tmp_path, capsys):
 
 
 def test_the_full_order_survives_pipesims_json_and_a_mismatch_is_refused():
-    from pipesim.formats import schedule_from_dict, schedule_to_dict
+    from pipesim.io.formats import schedule_from_dict, schedule_to_dict
 
     _, _, _, _, comms = next(o for o in torch_orders("DualPipeV") if o[:2] == (2, 4))
     schedule = schedule_from_csv(comms)
@@ -252,8 +252,8 @@ def test_the_full_order_survives_pipesims_json_and_a_mismatch_is_refused():
 
 
 def test_collective_spans_survive_the_timeline_file(tmp_path):
-    from pipesim.cost import StageCost
-    from pipesim.formats import read_json, save_timeline, timeline_from_dict
+    from pipesim.cost.model import StageCost
+    from pipesim.io.formats import read_json, save_timeline, timeline_from_dict
 
     schedule = schedule_from_csv("0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD\n"
                                  "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD\n")
@@ -275,8 +275,8 @@ def test_lowering_a_deadlocked_order_is_a_plain_error():
 
 
 def test_the_gantt_chart_draws_collectives_on_their_rank():
-    from pipesim.charts import gantt_figure
-    from pipesim.cost import StageCost
+    from pipesim.charts.gantt import gantt_figure
+    from pipesim.cost.model import StageCost
 
     schedule = schedule_from_csv(TWO_RANKS.replace("0B0\n", "0B0,0REDUCE_GRAD\n"))
     figure = gantt_figure(simulate(schedule, CostModel(stages=(StageCost(1.0, 2.0, param_bytes=1.0),),
@@ -287,9 +287,9 @@ def test_the_gantt_chart_draws_collectives_on_their_rank():
 
 
 def test_pipesims_own_schedules_get_torchs_collectives_under_data_parallelism():
-    from pipesim.compare import compare_one
+    from pipesim.analysis.compare import compare_one
+    from pipesim.io.torch_order import with_collectives
     from pipesim.schedules import build_schedule
-    from pipesim.torch_order import with_collectives
 
     schedule = build_schedule("1f1b", 2, 2)
     plain = CostModel.uniform(1.0, 2.0)

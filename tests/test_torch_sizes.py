@@ -16,7 +16,7 @@ from unittest import mock
 import pytest
 
 from executor.config import run_config
-from executor.reference import TORCH_SCHEDULES, torch_refusal, unavailable_reason
+from executor.rank.reference import TORCH_SCHEDULES, torch_refusal, unavailable_reason
 from pipesim.schedules import build_schedule, options_for, schedule_info
 
 torch_schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
@@ -122,8 +122,8 @@ def test_the_reference_check_asks_torch():
 
 def test_dualpipev_pairs_stand_where_torchs_do():
     """pipesim's dualpipev writes torch's DualPipeV compute_only file cell for cell, OVERLAP_F_B pairs included."""
-    from pipesim.lower import overlap_groups
-    from pipesim.torch_csv import schedule_to_csv
+    from pipesim.io.torch_csv import schedule_to_csv
+    from pipesim.semantics.lower import overlap_groups
 
     compared = paired = 0
     logging.disable(logging.WARNING)

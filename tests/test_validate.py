@@ -6,7 +6,7 @@ import pytest
 
 from pipesim.ir import Action, make_schedule
 from pipesim.schedules.basic import one_f_one_b
-from pipesim.validate import ScheduleError, find_problems, validate
+from pipesim.semantics.validate import ScheduleError, find_problems, validate
 
 
 def schedule_of(rows, placement=None, microbatches=None):

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from executor import launch, run_folder, watch
 from executor.config import CANCEL_FILE, PROGRESS_FILE, PROGRESS_PREFIX, STOP_FILE, run_config
+from executor.host import launch, run_folder, watch
 from executor.processes import run_processes
-from pipesim.formats import schedule_to_dict, write_json
+from pipesim.io.formats import schedule_to_dict, write_json
 from pipesim.schedules import build_schedule
 from tests.test_launch import PopenSpy, assert_no_process_left, cpu_config, fake_command
 
@@ -113,7 +113,7 @@ def test_cancel_writes_the_file_and_waits_for_the_launchers_result(tmp_path):
 
 
 def test_the_cancel_command(tmp_path, capsys):
-    from executor import cli
+    from executor.host import cli
 
     folder = make_folder(tmp_path)
     run_folder.write_progress(folder, {"status": "running", "progress": 0.5})

@@ -28,15 +28,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipesim.cost import CostModel, StageCost
-from pipesim.formats import schedule_to_csv
+from pipesim.cost.model import CostModel, StageCost
+from pipesim.io.formats import schedule_to_csv
 from pipesim.ir import B, F, I, v_placement
+from pipesim.records import Timeline
 from pipesim.schedules import build_schedule, options_for, schedule_info, schedule_names
 from pipesim.schedules.looped import looped_bfs
 from pipesim.schedules.v_shapes import dualpipev
-from pipesim.simulate import simulate
-from pipesim.timeline import Timeline, compute_metrics, makespan
-from pipesim.validate import validate
+from pipesim.semantics.validate import validate
+from pipesim.sim.metrics import compute_metrics, makespan
+from pipesim.sim.simulate import simulate
 
 FAMILY = ["zb-h1", "zb-h2", "zbv", "dualpipev", "looped-bfs"]
 # (F, I, W) triples with W <= F and 2W <= F + I, some with W < F, some with I > 2W.

@@ -25,13 +25,13 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from executor.config import ModelConfig, run_config  # noqa: E402
-from executor.grad_sync import GradSync  # noqa: E402
-from executor.model import build_model, loss_fn, make_batch, split_stages  # noqa: E402
-from executor.rank import data_parallel_groups  # noqa: E402
-from executor.runtime import PipelineRuntime, build_rank_model, microbatches  # noqa: E402
-from executor.teardown import finish  # noqa: E402
-from executor.timing import HostClock  # noqa: E402
-from executor.transport import BackendChoice, Transport  # noqa: E402
+from executor.rank.grad_sync import GradSync  # noqa: E402
+from executor.rank.model import build_model, loss_fn, make_batch, split_stages  # noqa: E402
+from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches  # noqa: E402
+from executor.rank.setup import data_parallel_groups  # noqa: E402
+from executor.rank.teardown import finish  # noqa: E402
+from executor.rank.timing import HostClock  # noqa: E402
+from executor.rank.transport import BackendChoice, Transport  # noqa: E402
 from pipesim.schedules import build_schedule  # noqa: E402
 
 RANKS, REPLICAS, MICROBATCHES, BATCH, SEED = 2, 2, 4, 8, 5  # BATCH rows per replica

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from pipesim.cost import CostModel
-from pipesim.lower import comm_plan
-from pipesim.simulate import simulate
+from pipesim.cost.model import CostModel
+from pipesim.semantics.lower import comm_plan
+from pipesim.sim.simulate import simulate
 
 BASES = (1_790_000_000_000_000_000, 1_790_000_000_250_000_000)  # rank 1's file starts its clock 250 ms later
 

@@ -22,8 +22,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from executor.teardown import finish, release_distributed  # noqa: E402
-from executor.transport import BackendChoice, Transport  # noqa: E402
+from executor.rank.teardown import finish, release_distributed  # noqa: E402
+from executor.rank.transport import BackendChoice, Transport  # noqa: E402
 
 
 class _Holder:

@@ -1,0 +1,1 @@
+"""The rank side: what runs under torchrun in each process (torch)."""

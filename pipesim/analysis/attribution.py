@@ -1,0 +1,168 @@
+"""Where every millisecond of a measured step went, rank by rank: compute, schedule idle, communication wait,
+overhead.
+
+A measured step on rank r lasts the step's time T (the earliest rank's first start to the latest rank's end of
+the optimizer step). It splits into four parts that add up to T exactly:
+
+* compute: the time inside the rank's own actions (the sum of its spans' durations);
+* schedule idle: the idle the schedule itself imposes given this step's own action durations. The step is
+  replayed (`pipesim.simulate.sweep`) with every action taking exactly its measured time and transfers taking
+  none; wherever the rank idles (before its first action, between two, after its last), the replay's idle at
+  the same place is what no implementation could avoid;
+* communication wait: of the idle beyond that, the time the rank was blocked in a receive or send there (the
+  measured CommSpans): the replay expects no transfer time at all;
+* overhead: the rest: optimizer step and gradient zeroing, Python dispatch gaps between actions, clock skew.
+
+Every idle interval is cut into these three parts (`LostTime`, which the overlay draws where it happened), so
+per rank the parts add up to T exactly and none is negative. The summary is the split of the median step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+from pipesim.ir import Schedule
+from pipesim.records import Timeline
+from pipesim.semantics.dag import dependencies
+from pipesim.sim.simulate import sweep
+
+# Above this coefficient of variation of the measured step times, a run is too noisy for its prediction error to
+# be judged: on a shared machine other work's load, not the schedule, decides the figure.
+NOISY_STEP_CV = 0.05
+
+
+def spread(measured: Timeline, step_times_ms: Sequence[float]) -> dict:
+    """How much the run varied: the step times' coefficient of variation, and per action the median over all
+    actions of each action's CV across steps. `reliable` is False when the step CV exceeds NOISY_STEP_CV."""
+    def cv(values: Sequence[float]) -> float | None:
+        mean = statistics.fmean(values) if len(values) > 1 else 0.0
+        return statistics.pstdev(values) / mean if mean > 0 else None
+
+    times = [float(t) for t in step_times_ms]
+    step_cv = cv(times) or 0.0
+    per_action: dict = {}
+    for span in measured.spans:
+        per_action.setdefault((span.rank, span.action), []).append(span.end - span.start)
+    cvs = [c for c in map(cv, per_action.values()) if c is not None]
+    return {"step_cv": step_cv, "action_cv_median": statistics.median(cvs) if cvs else 0.0,
+            "threshold_step_cv": NOISY_STEP_CV, "reliable": step_cv <= NOISY_STEP_CV, "steps": len(times)}
+
+
+@dataclass(frozen=True)
+class RankShare:
+    """One rank's step time, split; the four parts add up to `step_ms`."""
+
+    rank: int
+    step_ms: float
+    compute_ms: float
+    schedule_idle_ms: float
+    comm_wait_ms: float
+    overhead_ms: float
+
+
+class LostTime(NamedTuple):
+    """Where on rank `rank`'s measured timeline time went to `part` (schedule_idle, comm_wait or overhead)."""
+
+    rank: int
+    part: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class StepAttribution:
+    step: int
+    step_ms: float
+    replay_ms: float  # the step replayed with its own action times and free transfers
+    ranks: tuple[RankShare, ...]
+    lost: tuple[LostTime, ...] = ()  # the idle intervals behind the shares, for the overlay
+
+
+def attribute_step(schedule: Schedule, measured: Timeline, step: int, step_ms: float) -> StepAttribution:
+    """Split measured step `step` (lasting `step_ms`, its spans timed from the step's start) into the four parts.
+
+    Each idle interval of a rank (before its first action, between two actions, after its last) is cut in
+    three: schedule idle, up to the idle the replay has at the same place; of the excess, communication wait
+    up to the time the rank was blocked there on a transfer; the rest overhead. Every interval is cut fully,
+    so per rank compute + the three parts = `step_ms` by construction.
+    """
+    deps = dependencies(schedule)
+    spans = {span.action: span for span in measured.spans if span.step == step}
+    missing = [a for a in deps.actions if a not in spans]
+    if missing:
+        raise ValueError(f"step {step} of the measured timeline has no span for {missing[0]}; "
+                         "was it measured from this schedule?")
+    durations = [spans[a].end - spans[a].start for a in deps.actions]
+    replay_starts, replay_ends, stuck = sweep(deps, durations, [0.0] * len(durations))
+    if stuck:
+        raise ValueError("the schedule deadlocks; a measured step cannot have run it")
+    replay_ms = max(replay_ends, default=0.0)
+    blocked: list[list[tuple[float, float, str]]] = [[] for _ in range(schedule.num_ranks)]
+    for comm in measured.comm:
+        if comm.step == step:
+            blocked[comm.rank].append((comm.start, comm.end, comm.kind))
+    shares, lost = [], []
+    for rank in range(schedule.num_ranks):
+        lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
+        # (measured idle from, to; the replay's idle at the same place) for every gap of the rank
+        gaps, previous, replay_previous = [], 0.0, 0.0
+        for i in range(lo, hi):
+            span = spans[deps.actions[i]]
+            gaps.append((previous, span.start, replay_starts[i] - replay_previous))
+            previous, replay_previous = span.end, replay_ends[i]
+        gaps.append((previous, max(step_ms, previous), replay_ms - replay_previous))
+        marks = [mark for g0, g1, replay_idle in gaps for mark in _cut(rank, g0, g1, replay_idle, blocked[rank])]
+        lost.extend(marks)
+        parts = {part: sum(m.end - m.start for m in marks if m.part == part) for part in _PARTS}
+        shares.append(RankShare(rank, step_ms, sum(durations[lo:hi]), parts["schedule_idle"], parts["comm_wait"],
+                                parts["overhead"]))
+    return StepAttribution(step, step_ms, replay_ms, tuple(shares), tuple(lost))
+
+
+_PARTS = ("schedule_idle", "comm_wait", "overhead")
+
+
+def _cut(rank: int, g0: float, g1: float, replay_idle: float,
+         blocked: list[tuple[float, float, str]]) -> list[LostTime]:
+    """One idle interval [g0, g1] cut into its parts, laid out in the order they happen: overhead (dispatch)
+    first, then the wait the schedule imposes, then the transfer's own wait at the end."""
+    gap = g1 - g0
+    if gap <= 0:
+        return []
+    schedule_idle = min(max(replay_idle, 0.0), gap)
+    waited = sum(max(min(end, g1) - max(start, g0), 0.0) for start, end, _ in blocked)
+    comm = min(gap - schedule_idle, waited)
+    overhead = gap - schedule_idle - comm
+    marks, at = [], g0
+    for part, length in (("overhead", overhead), ("schedule_idle", schedule_idle), ("comm_wait", comm)):
+        if length > 0:
+            marks.append(LostTime(rank, part, at, at + length))
+            at += length
+    return marks
+
+
+def attribute_run(schedule: Schedule, measured: Timeline, step_times_ms: Sequence[float]) -> dict:
+    """Every measured step attributed, and per rank the medians over steps: the `analysis.json` document."""
+    steps = [attribute_step(schedule, measured, step, float(t)) for step, t in enumerate(step_times_ms)]
+    if not steps:
+        raise ValueError("the measured timeline has no steps to attribute")
+    # The summary is the median step's split (median_low: an actual step), so its parts still add up exactly;
+    # medians taken part by part would not.
+    median_ms = statistics.median_low(s.step_ms for s in steps)
+    typical = next(s for s in steps if s.step_ms == median_ms)
+    return {
+        "format": "pipesim.analysis",
+        "version": 1,
+        "units": {"time": "ms"},
+        "definition": "compute + schedule_idle + comm_wait + overhead = step time, per rank (pipesim.attribution)",
+        "step_ms": typical.step_ms,
+        "median_step": typical.step,
+        "replay_ms": typical.replay_ms,
+        "ranks": [{k: v for k, v in asdict(r).items() if k != "step_ms"} for r in typical.ranks],
+        "spread": spread(measured, step_times_ms),
+        "steps": [{"step": s.step, "step_ms": s.step_ms, "replay_ms": s.replay_ms,
+                   "ranks": [asdict(r) for r in s.ranks]} for s in steps],
+    }

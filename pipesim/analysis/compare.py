@@ -1,0 +1,106 @@
+"""Side-by-side numbers for several schedules under one cost model.
+
+The cost model describes the model cut into one stage per rank; a schedule
+that holds several chunks per rank (interleaved, V shapes) gets the same model
+cut finer (`CostModel.for_stages`), so every row trains the same model on the
+same ranks and the numbers compare like for like.
+
+The comparison table and the trade-off chart read the same rows. A schedule whose
+constraints are not met (say, interleaving with microbatches not a multiple of the
+ranks) gets a row with `error` set instead of stopping the whole comparison: the
+user asked about several schedules and should see the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pipesim.cost.model import CostModel
+from pipesim.io.torch_order import with_collectives
+from pipesim.schedules import build_schedule, options_for
+from pipesim.sim.metrics import compute_metrics
+from pipesim.sim.simulate import simulate
+from pipesim.units import format_bytes
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One schedule's headline numbers; the metric fields are None when `error` is set."""
+
+    schedule: str
+    makespan: float | None = None
+    bubble_fraction: float | None = None
+    bubble_ratio: float | None = None
+    peak_activations: int | None = None  # stashed microbatches, max over ranks
+    peak_activation_bytes: float | None = None  # max over ranks
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_one(name: str, num_ranks: int, num_microbatches: int, cost: CostModel,
+                num_virtual_stages: int | None = None) -> ComparisonRow:
+    """Build, simulate and measure one schedule; a ValueError becomes the row's `error`."""
+    try:
+        options = options_for(name, num_virtual_stages=num_virtual_stages)
+        schedule = build_schedule(name, num_ranks, num_microbatches, **options)
+        cost = cost.for_stages(schedule.num_stages, num_ranks)
+        cost.check_fits(schedule)
+        timeline = simulate(with_collectives(schedule, cost), cost)
+    except ValueError as error:  # includes ScheduleError and DeadlockError
+        return ComparisonRow(schedule=name, error=str(error))
+    metrics = compute_metrics(timeline, cost)
+    return ComparisonRow(
+        schedule=schedule.name,
+        makespan=metrics.makespan,
+        bubble_fraction=metrics.bubble_fraction,
+        bubble_ratio=metrics.bubble_ratio,
+        peak_activations=max(rank.peak_activations for rank in metrics.ranks),
+        peak_activation_bytes=max(rank.peak_activation_bytes for rank in metrics.ranks),
+    )
+
+
+def compare_schedules(
+    names: list[str],
+    num_ranks: int,
+    num_microbatches: int,
+    cost: CostModel,
+    num_virtual_stages: int | None = None,
+) -> list[ComparisonRow]:
+    """One row per name, in the order given."""
+    return [compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages) for name in names]
+
+
+def format_table(rows: list[ComparisonRow]) -> str:
+    """A plain-text table for terminals and logs."""
+    header = (f"{'schedule':<18} {'makespan ms':>12} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} "
+              f"{'peak memory':>12}")
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        if row.error is not None:
+            lines.append(f"{row.schedule:<18} error: {row.error}")
+            continue
+        lines.append(
+            f"{row.schedule:<18} {row.makespan:>12.3f} {row.bubble_fraction:>8.1%} {row.bubble_ratio:>9.3f} "
+            f"{row.peak_activations:>8d} {format_bytes(row.peak_activation_bytes or 0.0):>12}"
+        )
+    return "\n".join(lines)
+
+
+def pareto_front(rows: list[ComparisonRow]) -> list[ComparisonRow]:
+    """The built schedules no other beats on both step time and peak memory, fastest first.
+
+    Peak memory is in bytes where the cost model gives them, else stashed microbatches.
+    """
+    good = [row for row in rows if row.error is None and row.makespan is not None]
+
+    def peak(row: ComparisonRow) -> float:
+        return row.peak_activation_bytes if row.peak_activation_bytes is not None else float(row.peak_activations or 0)
+
+    front: list[ComparisonRow] = []
+    for row in sorted(good, key=lambda r: (r.makespan, peak(r))):
+        if not front or peak(row) < peak(front[-1]):
+            front.append(row)
+    return front

@@ -1,0 +1,1 @@
+"""plotly figures (they draw what they are given) and their export."""

@@ -1,0 +1,46 @@
+"""Where a measured step lost its time, drawn on the timeline: thin marks under each measured lane.
+
+The attribution (`pipesim.attribution`) cuts every idle interval of a measured step into schedule idle,
+communication wait and overhead; these marks put each piece where it happened, so the overlay shows not only
+how much time each kind took but where (the stacked bar per rank is `charts.attribution_figure`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from pipesim.analysis.attribution import LostTime
+from pipesim.charts.gantt import ATTRIBUTION_PARTS
+
+_PART_STYLE = {key.removesuffix("_ms"): (name, color) for key, name, color in ATTRIBUTION_PARTS}
+MARK_OFFSET = 0.46  # below the lane's bar (bars are 0.8 high around the row)
+MARK_HEIGHT = 0.12
+
+
+def lost_time_bars(lost: Sequence[LostTime], row_of_rank: Callable[[int], float]) -> list[go.Bar]:
+    """One trace per kind of lost time: a thin bar per interval, under row `row_of_rank(rank)`."""
+    traces = []
+    for part, (name, color) in _PART_STYLE.items():
+        marks = [m for m in lost if m.part == part]
+        if part == "compute" or not marks:
+            continue
+        data = np.array([(row_of_rank(m.rank) + MARK_OFFSET, m.start, m.end - m.start) for m in marks], dtype=float)
+        traces.append(go.Bar(
+            name=f"lost: {name}", orientation="h", y=data[:, 0], base=data[:, 1], x=data[:, 2], width=MARK_HEIGHT,
+            marker={"color": color, "line": {"width": 0.5, "color": "#555555"}},
+            hovertemplate=f"{name}<br>from %{{base:.3f}} ms for %{{x:.3f}} ms<extra></extra>",
+            legendgroup="lost",
+        ))
+    return traces
+
+
+def overlay_with_lost_time(simulated, measured, lost: Sequence[LostTime], step: int | None = None) -> go.Figure:
+    """`charts.overlay_figure` with the lost-time marks under each measured lane (row 2r + 1 there)."""
+    from pipesim.charts.gantt import overlay_figure
+
+    figure = overlay_figure(simulated, measured, step=step)
+    figure.add_traces(lost_time_bars(lost, lambda rank: 2 * rank + 1))
+    return figure

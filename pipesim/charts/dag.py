@@ -1,0 +1,120 @@
+"""The dependency graph as a figure: ranks as lanes, data and order edges, critical path and deadlock cycles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+
+from pipesim.charts.gantt import CRITICAL_COLOR, CYCLE_COLOR, KIND_COLORS, KIND_NAMES
+from pipesim.ir import Action
+from pipesim.semantics.dag import DagPositions
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+MAX_DAG_ACTIONS = 1500  # beyond this a node-link drawing is unreadable; the Gantt chart scales instead
+
+
+def _edge_trace(pairs: Iterable[tuple[Action, Action]], pos: dict[Action, tuple[float, float]], name: str,
+                color: str, width: float, dash: str = "solid", arrows: bool = True) -> go.Scatter:
+    """All edges of one kind in one trace, segments separated by None.
+
+    The arrowhead sits at each edge's midpoint (the ends are hidden under the nodes).
+    """
+    xs, ys, sizes = [], [], []
+    for u, v in pairs:
+        (x0, y0), (x1, y1) = pos[u], pos[v]
+        xs += [x0, (x0 + x1) / 2, x1, None]
+        ys += [y0, (y0 + y1) / 2, y1, None]
+        sizes += [0, 10 if arrows else 0, 0, 0]
+    return go.Scatter(
+        x=xs, y=ys, mode="lines+markers", name=name, hoverinfo="skip",
+        line={"color": color, "width": width, "dash": dash},
+        marker={"symbol": "arrow", "angleref": "previous", "size": sizes, "color": color},
+    )
+
+
+def _node_trace(kind: str, nodes: list[Action], graph: nx.DiGraph, pos, show_text: bool) -> go.Scatter:
+    durations = [graph.nodes[a].get("duration") for a in nodes]
+    return go.Scatter(
+        x=[pos[a][0] for a in nodes], y=[pos[a][1] for a in nodes],
+        mode="markers+text" if show_text else "markers",
+        name=KIND_NAMES[kind],
+        text=[str(a) for a in nodes], textposition="top center", textfont={"size": 9},
+        marker={"size": 14, "color": KIND_COLORS[kind], "line": {"width": 1, "color": "white"}},
+        customdata=[[str(a), graph.nodes[a]["rank"], a.stage, a.microbatch,
+                     "n/a" if d is None else f"{d:.3f} ms"] for a, d in zip(nodes, durations, strict=True)],
+        hovertemplate="<b>%{customdata[0]}</b><br>rank %{customdata[1]}, stage %{customdata[2]}, "
+                      "microbatch %{customdata[3]}<br>duration %{customdata[4]}<extra></extra>",
+    )
+
+
+def _path_pairs(path: Sequence[Action], closed: bool) -> list[tuple[Action, Action]]:
+    pairs = list(zip(path, path[1:], strict=False))
+    if closed and len(path) > 1:
+        pairs.append((path[-1], path[0]))
+    return pairs
+
+
+def _highlight_nodes(nodes: Sequence[Action], pos, name: str, color: str) -> go.Scatter:
+    return go.Scatter(
+        x=[pos[a][0] for a in nodes], y=[pos[a][1] for a in nodes], mode="markers", name=name,
+        marker={"size": 20, "color": "rgba(0,0,0,0)", "line": {"width": 3, "color": color}},
+        text=[str(a) for a in nodes], hovertemplate="%{text}<extra>" + name + "</extra>",
+    )
+
+
+def dag_figure(
+    graph: nx.DiGraph,
+    positions: DagPositions,
+    *,
+    title: str = "",
+    critical_path: Sequence[Action] | None = None,
+    cycle: list[Action] | None = None,
+) -> go.Figure:
+    """The dependency graph with ranks as lanes: data edges solid, rank-order edges dashed grey.
+
+    `graph` is `pipesim.dag.build_dag`'s, `positions` `pipesim.dag.dag_positions`'s. `critical_path` is drawn
+    thick and dark; `cycle` (a deadlock, as returned by `pipesim.simulate.find_deadlock`) in red, closing back
+    to its first action.
+    """
+    if graph.number_of_nodes() > MAX_DAG_ACTIONS:
+        raise ValueError(
+            f"the graph has {graph.number_of_nodes()} actions; the DAG figure draws at most "
+            f"{MAX_DAG_ACTIONS} to stay readable: use fewer ranks or microbatches, or the Gantt chart"
+        )
+    pos = positions.xy
+    fig = go.Figure()
+    edges = list(graph.edges(data="kind"))
+    fig.add_trace(_edge_trace(((u, v) for u, v, k in edges if k == "order"), pos, "order (same rank)",
+                              "#B0B0B0", 1, dash="dash", arrows=False))
+    fig.add_trace(_edge_trace(((u, v) for u, v, k in edges if k == "data"), pos, "data dependency", "#555555", 1.2))
+    if critical_path:
+        fig.add_trace(_edge_trace(_path_pairs(critical_path, False), pos, "critical path", CRITICAL_COLOR, 4))
+    if cycle:
+        fig.add_trace(_edge_trace(_path_pairs(cycle, True), pos, "deadlock cycle", CYCLE_COLOR, 4))
+    show_text = graph.number_of_nodes() <= 200
+    nodes_by_kind: dict[str, list[Action]] = {kind: [] for kind in KIND_NAMES}
+    for action in graph.nodes:
+        nodes_by_kind[action.kind.value].append(action)
+    for kind, nodes in nodes_by_kind.items():
+        if nodes:
+            fig.add_trace(_node_trace(kind, nodes, graph, pos, show_text))
+    if critical_path:
+        fig.add_trace(_highlight_nodes(critical_path, pos, "on critical path", CRITICAL_COLOR))
+    if cycle:
+        fig.add_trace(_highlight_nodes(cycle, pos, "in deadlock cycle", CYCLE_COLOR))
+    title = title or f"{graph.graph.get('name') or 'schedule'}: dependency graph"
+    if cycle:
+        title += "<br><sup>deadlock: " + " → ".join(map(str, [*cycle, cycle[0]])) + "</sup>"
+    num_ranks = positions.num_ranks
+    fig.update_layout(
+        title=title, plot_bgcolor="white", height=max(300, 90 * num_ranks + 140),
+        xaxis={"title": positions.x_title, "showgrid": False, "zeroline": False},
+        yaxis={"tickvals": list(range(num_ranks)), "ticktext": [f"rank {r}" for r in range(num_ranks)],
+               "autorange": "reversed", "showgrid": False, "zeroline": False},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    )
+    return fig

@@ -1,0 +1,1 @@
+"""`python -m pipesim ...`: one module per command group (`main` dispatches)."""

@@ -1,0 +1,142 @@
+"""What the pipesim commands share: the usage error, the parser that raises it, argument types, the cost
+flags and the cost model they describe, and the figure outputs (one kaleido session for images)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from pipesim.charts.export import export_figures
+from pipesim.cost.model import CostModel, LinkCost, cost_from_times
+from pipesim.io.cost_file import load_cost
+from pipesim.io.formats import write_file
+
+USAGE_ERROR = 2
+RUNTIME_ERROR = 1
+FIGURE_FORMATS = ("html", "png", "svg", "pdf")
+
+
+class UsageError(Exception):
+    """A mistake in the command line; reported in one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage and exiting, so main() reports one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        command = " ".join(self.prog.split()[1:])
+        raise UsageError(f"{message} (see: python -m pipesim {command + ' ' if command else ''}--help)")
+
+
+# --- argument types --------------------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def ms_list(text: str) -> list[float]:
+    """One time in ms, or a comma-separated list of them (one per stage)."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected milliseconds as a number or a comma-separated list (one per stage), got {text!r}"
+        ) from None
+    if any(not value >= 0 for value in values):
+        raise argparse.ArgumentTypeError(f"times must be >= 0 ms, got {text!r}")
+    return values
+
+
+def name_list(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected comma-separated schedule names, e.g. 1f1b,zb-h1")
+    return names
+
+
+# --- parser ---------------------------------------------------------------------------
+
+
+def add_cost_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("costs (ms per stage and microbatch; one value or one per stage)")
+    group.add_argument("--f", type=ms_list, metavar="T", help="forward time (default 1)")
+    group.add_argument("--b", type=ms_list, metavar="T", help="full backward time (default 2)")
+    group.add_argument("--w", type=ms_list, metavar="T", help="weight-gradient part of --b (default half of it)")
+    group.add_argument("--comm", type=ms_list, metavar="T", help="cross-rank transfer time (default 0)")
+    group.add_argument("--cost", type=Path, metavar="FILE", help="pipesim cost file instead of --f/--b/--w/--comm")
+    group.add_argument("--recompute", action="store_true", help="recompute activations in the backward")
+    group.add_argument("--overlap-factor", type=float, metavar="X",
+                       help="an OVERLAP_F_B pair takes X x (F + B), 0 < X <= 1 (default 1: no overlap)")
+    group.add_argument("--data-parallel", type=positive_int, metavar="D",
+                       help="D replicas of the pipeline: each stage's gradients ring all-reduced across them, after "
+                            "its last backward as pipesim's executor does (pipesim.data_parallel), or where the "
+                            "schedule states REDUCE_GRAD (default 1: none)")
+    group.add_argument("--sharded", action="store_true",
+                       help="FSDP: parameters sharded across the replicas (torch's UNSHARD all-gathers, REDUCE_GRAD "
+                            "reduce-scatters)")
+    group.add_argument("--dp-latency", type=float, metavar="MS", help="ring latency per step (default 0)")
+    group.add_argument("--dp-bandwidth", type=float, metavar="GB/S", help="ring bandwidth (default unlimited)")
+
+
+def add_figure_args(parser: argparse.ArgumentParser, what: str) -> None:
+    for fmt in FIGURE_FORMATS:
+        parser.add_argument(f"--{fmt}", type=Path, metavar="OUT", help=f"write the {what} as {fmt.upper()}")
+
+
+def cost_from_args(args: argparse.Namespace) -> CostModel:
+    """The cost model the flags describe: a cost file, or uniform / per-stage times."""
+    given = [flag for flag in ("f", "b", "w", "comm") if getattr(args, flag) is not None]
+    if args.cost is not None:
+        if given:
+            raise UsageError(f"--cost cannot be combined with {', '.join('--' + f for f in given)}")
+        cost = load_cost(args.cost)
+    else:
+        try:
+            cost = cost_from_times(args.f or [1.0], args.b, args.w, args.comm or [0.0])
+        except ValueError as error:
+            raise UsageError(str(error).replace("forward_ms", "--f").replace("backward_ms", "--b")
+                             .replace("weight_ms", "--w")) from None
+    cost = cost.with_recompute(True) if args.recompute else cost
+    extras: dict = {}
+    if args.overlap_factor is not None:
+        extras["overlap_factor"] = args.overlap_factor
+    if args.data_parallel is not None or args.sharded or args.dp_bandwidth is not None or args.dp_latency is not None:
+        # One data-parallel group: torch's stated collectives and the executor's bucketed all-reduce after each
+        # stage's last backward are both priced from it (CostModel.collectives, pipesim.data_parallel).
+        latency = cost.dp_link.latency_ms if args.dp_latency is None else args.dp_latency
+        bandwidth = cost.dp_link.bandwidth_gbps if args.dp_bandwidth is None else args.dp_bandwidth
+        replicas = args.data_parallel or cost.data_parallel
+        try:
+            extras["dp_link"] = LinkCost(latency_ms=latency, bandwidth_gbps=bandwidth)
+        except ValueError as error:
+            raise UsageError(f"--dp-latency / --dp-bandwidth: {error}") from None
+        extras.update(data_parallel=replicas, sharded=args.sharded)
+    return dataclasses.replace(cost, **extras) if extras else cost
+
+
+def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:
+    """Write the requested figure files; images go through one kaleido session."""
+    wanted = {fmt: getattr(args, fmt) for fmt in FIGURE_FORMATS if getattr(args, fmt) is not None}
+    if not wanted:
+        return []
+    fig = fig_factory()
+    html = {"html": wanted["html"]} if "html" in wanted else {}
+    written = []
+    for fmt, path in html.items():  # HTML first: it works even when images cannot
+        write_file(export_figures([fig], [fmt])[0][fmt], path)
+        written.append(str(path))
+    images = [fmt for fmt in wanted if fmt != "html"]
+    if images:
+        rendered = export_figures([fig], images)[0]
+        for fmt in images:
+            write_file(rendered[fmt], wanted[fmt])
+            written.append(str(wanted[fmt]))
+    return written

@@ -1,0 +1,319 @@
+"""pipesim on the command line: list schedules, simulate one, compare several.
+
+Usage:
+  python -m pipesim list
+  python -m pipesim simulate --schedule 1f1b --ranks 4 --microbatches 8
+  python -m pipesim simulate --schedule interleaved-1f1b --ranks 4 --microbatches 8 --virtual-stages 2 \\
+      --f 1.0 --b 2.0 --w 1.0 --comm 0.1 --json tl.json --csv sched.csv --trace trace.json --html gantt.html
+  python -m pipesim simulate --csv-in my_schedule.csv --cost cost.json --png gantt.png
+  python -m pipesim simulate --csv-in torch_dump.csv --overlap-factor 0.7 --data-parallel 8 --dp-bandwidth 50 \
+      --csv comms.csv --csv-format compute_comms
+  python -m pipesim compare --schedules 1f1b,zb-h1,zbv --ranks 4 --microbatches 8 --json rows.json --html cmp.html
+  python -m pipesim balance --layer-ms 1,4,4,4,4,6 --stages 2          (see pipesim/cli_plan.py)
+  python -m pipesim plan --layers 24 --devices 8 --memory-cap 80GiB --global-batch 64 --json plan.json
+  python -m pipesim import-trace runs/NAME/traces/torch-rank0.json runs/NAME/traces/torch-rank1.json \\
+      --schedule-out sched.json --json imported.json --trace both.json --html overlay.html
+
+Times are milliseconds per stage and microbatch (per chunk when a rank holds several
+stages); give one number for every stage or a comma-separated list, one per stage.
+`--b` is the full backward, `--w` its weight-gradient part (so I = B - W; without
+--w, half of B). `--comm` is the time of one cross-rank transfer. `--cost FILE` reads
+a pipesim cost file instead (e.g. from an executor profile run). `--overlap-factor`
+prices torch's overlapped forward-backward pairs (pair = factor x (F + B)); `--data-parallel`,
+`--sharded`, `--dp-latency` and `--dp-bandwidth` price REDUCE_GRAD and UNSHARD (ring
+all-reduce / all-gather of each stage's parameter bytes; zero with one replica).
+
+`--csv-in` reads torch's CSV in either of its formats (compute_only, or compute_comms with
+every send and receive; detected, or named with --csv-in-format); stated transfers set when
+each message leaves its rank.
+
+Outputs: --json the timeline document with a metrics summary, --csv the schedule in
+torch.distributed.pipelining's CSV format (--csv-format compute_only or compute_comms;
+by default the form the schedule has), --trace a Chrome trace
+(open in https://ui.perfetto.dev), --html/--png/--svg/--pdf the Gantt chart
+(images need Chromium). Bad arguments print one line on stderr and exit with 2.
+
+`import-trace` reads torch.profiler (Kineto) traces whose actions carry torch's `PP:<action>` labels
+(torch.distributed.pipelining's multi-stage runtime, or `python -m executor run --torch-profile`),
+recovers the schedule each rank ran and its timeline (source "imported"), simulates that schedule (with
+the given costs, else the traces' own median action times) and overlays the two; --trace writes both
+into one Chrome trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+
+from pipesim.analysis.compare import compare_schedules, format_table
+from pipesim.charts.export import ExportUnavailable
+from pipesim.cli import plan as cli_plan
+from pipesim.cli import trace as cli_trace
+from pipesim.cli.common import (
+    RUNTIME_ERROR,
+    USAGE_ERROR,
+    Parser,
+    UsageError,
+    add_cost_args,
+    add_figure_args,
+    cost_from_args,
+    ms_list,
+    name_list,
+    positive_int,
+    write_figures,
+)
+from pipesim.cost.model import CostModel
+from pipesim.io.chrome_trace import save_chrome_trace
+from pipesim.io.cost_file import cost_to_dict
+from pipesim.io.formats import (
+    save_timeline,
+    schedule_from_csv,
+    schedule_to_csv,
+    schedule_to_dict,
+    write_file,
+    write_json,
+)
+from pipesim.io.torch_csv import CSV_FORMATS
+from pipesim.io.torch_order import with_collectives
+from pipesim.ir import Schedule
+from pipesim.records import Timeline
+from pipesim.schedules import build_schedule, schedule_info, schedule_names
+from pipesim.semantics.validate import validate
+from pipesim.sim.metrics import Metrics, compute_metrics
+from pipesim.sim.simulate import simulate
+
+# --- parser ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="pipesim", description="Plan and explain pipeline-parallel schedules.", allow_abbrev=False)
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     metavar="{list,simulate,compare,import-trace,balance,plan}")
+    commands.add_parser("list", allow_abbrev=False, help="registered schedules, what they are and their options")
+
+    sim = commands.add_parser("simulate", allow_abbrev=False, help="simulate one schedule and write its timeline")
+    source = sim.add_mutually_exclusive_group(required=True)
+    source.add_argument("--schedule", metavar="NAME", help="registered schedule (see `list`)")
+    source.add_argument("--csv-in", type=Path, metavar="FILE", help="torch's schedule CSV (either format)")
+    sim.add_argument("--ranks", type=positive_int, metavar="P")
+    sim.add_argument("--microbatches", type=positive_int, metavar="M")
+    sim.add_argument("--virtual-stages", type=positive_int, metavar="V", help="stages per rank (interleaved)")
+    sim.add_argument("--csv-in-format", choices=CSV_FORMATS, default="auto",
+                     help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)")
+    add_cost_args(sim)
+    steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.steady_state)")
+    steps.add_argument("--overhead", type=ms_list, metavar="T",
+                       help="per-step time after each rank's last action: optimizer, zeroing (one value or per rank)")
+    steps.add_argument("--dispatch", type=ms_list, metavar="T",
+                       help="gap before each action a rank starts (one value or per rank; default 0)")
+    steps.add_argument("--shared-cores", type=positive_int, metavar="N",
+                       help="the ranks share N cores (CPU ranks on one machine): at most N compute at full speed")
+    steps.add_argument("--grad-bytes", type=ms_list, metavar="BYTES",
+                       help="with --data-parallel: gradient bytes per stage (one value or per stage)")
+    steps.add_argument("--steps", type=positive_int, default=1, metavar="N", help="simulate N steps in a row")
+    steps.add_argument("--no-barrier", action="store_true",
+                       help="with --steps: a rank starts the next step when its own optimizer is done (default: "
+                            "every rank waits for the last, as pipesim's executor does)")
+    outputs = sim.add_argument_group("outputs")
+    outputs.add_argument("--json", type=Path, metavar="OUT", help="timeline document with a metrics summary")
+    outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as torch's CSV")
+    outputs.add_argument("--csv-format", choices=CSV_FORMATS, default="auto",
+                         help="format of --csv: compute_only, or compute_comms with torch's sends, receives "
+                              "and collectives (default: auto, the form the schedule has)")
+    outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto)")
+    add_figure_args(outputs, "Gantt chart")
+
+    cmp = commands.add_parser("compare", allow_abbrev=False, help="simulate several schedules under one cost model")
+    cmp.add_argument("--schedules", type=name_list, required=True, metavar="A,B,C")
+    cmp.add_argument("--ranks", type=positive_int, required=True, metavar="P")
+    cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M")
+    cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
+    add_cost_args(cmp)
+    cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows")
+    add_figure_args(cmp, "comparison chart")
+
+    cli_trace.add_commands(commands)
+    cli_plan.add_commands(commands)
+    return parser
+
+
+# --- building inputs ----------------------------------------------------------------
+
+
+def schedule_from_args(args: argparse.Namespace) -> Schedule:
+    if args.csv_in is not None:
+        if args.ranks or args.microbatches or args.virtual_stages:
+            raise UsageError(
+                "--csv-in takes ranks, microbatches and stages from the CSV: "
+                "drop --ranks, --microbatches and --virtual-stages"
+            )
+        return schedule_from_csv(args.csv_in.read_text(), name=args.csv_in.stem, csv_format=args.csv_in_format)
+    if args.ranks is None or args.microbatches is None:
+        raise UsageError("--schedule needs --ranks and --microbatches")
+    options = {} if args.virtual_stages is None else {"num_virtual_stages": args.virtual_stages}
+    return build_schedule(args.schedule, args.ranks, args.microbatches, **options)
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> list[str]:
+    """Headline numbers; bytes only when the costs carry real sizes (a cost file), not the 1-per-microbatch default."""
+    lines = [
+        schedule.describe(),
+        f"makespan {metrics.makespan:.3f} ms, bubble_fraction {metrics.bubble_fraction:.1%} "
+        f"(idle/busy {metrics.bubble_ratio:.3f})",
+    ]
+    for rank in metrics.ranks:
+        plural = "" if rank.peak_activations == 1 else "es"
+        size = f" ({rank.peak_activation_bytes:,.0f} bytes)" if show_bytes else ""
+        lines.append(
+            f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, "
+            f"peak memory {rank.peak_activations} stashed microbatch{plural}{size}"
+        )
+    return lines
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for name in schedule_names():
+        info = schedule_info(name)
+        options = ", ".join(info.options) or "none"
+        split = " [splits backward into I and W]" if info.split_backward else ""
+        print(f"{info.name:<18} {info.summary}{split}\n{'':<18} options: {options}")
+    return 0
+
+
+def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) -> CostModel:
+    """--overhead, --dispatch and --shared-cores replace what the cost model (or cost file) says."""
+    changes = {}
+    for flag, field in (("overhead", "step_overhead_ms"), ("dispatch", "dispatch_ms")):
+        values = getattr(args, flag)
+        if values is None:
+            continue
+        if len(values) not in (1, num_ranks):
+            raise UsageError(f"--{flag} has {len(values)} values for {num_ranks} ranks: give 1 or {num_ranks}")
+        changes[field] = tuple(values)
+    if args.shared_cores is not None:
+        changes["shared_cores"] = args.shared_cores
+    cost = replace(cost, **changes) if changes else cost
+    return _with_data_parallel(cost, args)
+
+
+def _with_data_parallel(cost: CostModel, args: argparse.Namespace) -> CostModel:
+    """--grad-bytes onto the cost model (the data-parallel group itself comes from `cost_from_args`)."""
+    changes: dict = {}
+    if args.grad_bytes is not None:
+        values, stages = list(args.grad_bytes), cost.stages
+        if len(values) > 1 and len(stages) == 1:  # a uniform model, per-stage gradients: one entry per stage
+            stages = stages * len(values)
+        if len(values) not in (1, len(stages)):
+            raise UsageError(f"--grad-bytes has {len(values)} values for {len(stages)} stage costs: give 1 or "
+                             f"{len(stages)}")
+        values = values * len(stages) if len(values) == 1 else values
+        changes["stages"] = tuple(replace(stage, param_bytes=v) for stage, v in zip(stages, values, strict=True))
+    return replace(cost, **changes) if changes else cost
+
+
+def _steps_lines(schedule: Schedule, timeline: Timeline, cost: CostModel, args: argparse.Namespace) -> list[str]:
+    """The step time as a training loop sees it (overhead included), and over --steps N steps in a row;
+    `timeline` is the schedule's one simulated step."""
+    from pipesim.sim.data_parallel import grad_sync
+    from pipesim.sim.steps import simulate_steps
+
+    several = simulate_steps(schedule, cost, args.steps, barrier=not args.no_barrier).meta
+    times = several["step_times_ms"]
+    lines = [f"step time {times[0]:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
+    sync = grad_sync(timeline, cost)
+    if sync.spans:
+        lines.append(f"data parallel x{cost.data_parallel}: {len(sync.spans)} stage all-reduces, "
+                     f"{sum(s.end - s.start for s in sync.spans):.3f} ms in all; not hidden by the backward: "
+                     + ", ".join(f"rank {r} {x:.3f} ms" for r, x in enumerate(sync.extra_ms)))
+    if args.steps > 1:
+        between = "no barrier: ranks run into the next step" if args.no_barrier else "a barrier opens every step"
+        lines.append(f"{args.steps} steps ({between}): {several['total_ms']:.3f} ms in all, "
+                     f"steady step {statistics.median(times[1:]):.3f} ms")
+    return lines
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    schedule = schedule_from_args(args)
+    cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
+    validate(schedule)
+    # Sharded parameters: torch's UNSHARD / REDUCE_GRAD placed as torch places them. Replicated: the gradient
+    # all-reduce is priced after each stage's last backward, as the executor runs it (pipesim.data_parallel),
+    # unless the schedule states its REDUCE_GRAD (then that is the price, once).
+    scheduled = with_collectives(schedule, cost) if args.sharded else schedule
+    timeline = simulate(scheduled, cost)
+    metrics = compute_metrics(timeline, cost)
+    written = _write_simulation_files(args, schedule, cost, timeline, metrics)
+    print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
+    if (args.steps > 1 or any(cost.overhead_ms(schedule.num_ranks)) or any(cost.dispatch_per_rank(schedule.num_ranks))
+            or cost.data_parallel > 1):
+        print("\n".join(_steps_lines(scheduled, timeline, cost, args)))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _write_simulation_files(
+    args: argparse.Namespace, schedule: Schedule, cost: CostModel, timeline: Timeline, metrics: Metrics
+) -> list[str]:
+    from pipesim.charts.gantt import gantt_figure  # plotly only when a figure is asked for
+
+    written = []
+    if args.json is not None:
+        summary = {**metrics.to_dict(), "schedule": schedule_to_dict(schedule), "cost": cost_to_dict(cost)}
+        save_timeline(timeline, args.json, summary)
+        written.append(str(args.json))
+    if args.csv is not None:
+        write_file(schedule_to_csv(schedule, args.csv_format), args.csv)  # CSV whatever the file's suffix
+        written.append(str(args.csv))
+    if args.trace is not None:
+        save_chrome_trace(timeline, args.trace)
+        written.append(str(args.trace))
+    written += write_figures(lambda: gantt_figure(timeline, title=schedule.name), args)
+    return written
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    for name in args.schedules:
+        schedule_info(name)  # unknown names are a usage error, not a failed row
+    cost = cost_from_args(args)
+    rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages)
+    print(format_table(rows))
+    if args.json is not None:
+        write_json({"format": "pipesim.comparison", "version": 1, "ranks": args.ranks,
+                    "microbatches": args.microbatches, "rows": [row.to_dict() for row in rows]}, args.json)
+        print(f"wrote {args.json}")
+
+    from pipesim.charts.compare import comparison_figure
+
+    for path in write_figures(lambda: comparison_figure(rows), args):
+        print(f"wrote {path}")
+    return 0 if any(row.error is None for row in rows) else RUNTIME_ERROR
+
+
+COMMANDS = MappingProxyType({"list": cmd_list, "simulate": cmd_simulate, "compare": cmd_compare,
+                             **cli_trace.COMMANDS, **cli_plan.COMMANDS})
+
+
+def _one_line(error: BaseException) -> str:
+    return " | ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, build, run; user mistakes become one line on stderr and exit status 2."""
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except (UsageError, ValueError, OSError) as error:
+        print(f"pipesim: error: {_one_line(error)}", file=sys.stderr)
+        return USAGE_ERROR
+    except ExportUnavailable as error:
+        print(f"pipesim: error: {_one_line(error)}", file=sys.stderr)
+        return RUNTIME_ERROR

@@ -1,0 +1,190 @@
+"""`python -m pipesim plan` and `python -m pipesim balance`: the planner and stage balancing on the command line.
+
+Usage:
+  python -m pipesim balance --layer-ms 1,4,4,4,4,6 --stages 2
+  python -m pipesim balance --layers 24 --hidden 2048 --stages 8          (a model description's units)
+  python -m pipesim plan --layers 24 --hidden 2048 --devices 8 --memory-cap 80GiB --global-batch 64 \\
+      --schedules 1f1b,interleaved-1f1b,zb-h1,zbv --microbatch-sizes 1,2,4 --chunks 1,2 --recompute both \\
+      --w-shares 0.4,0.5 --json plan.json [--verify 3]
+  python -m pipesim plan --cost cost.json --devices 2 --global-batch 16 ...   (a profile's stages as units)
+
+`balance` prints the split points in the form `executor run --split-points` takes (unit indices where each stage
+after the first starts). `plan` prints a summary (the best candidate that fits, why the runners-up lost) and,
+with --json, the whole plan. `--verify K` then runs the top K candidates for real through
+`python -m executor verify-plan OUT --top K` (a separate process: pipesim does not import the executor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+from types import MappingProxyType
+
+from pipesim.cost.balance import balance, format_split_points
+from pipesim.cost.description import DTYPE_BYTES, ModelDescription
+from pipesim.io.cost_file import load_cost
+from pipesim.io.formats import write_json
+from pipesim.plan.report import plan_document
+from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
+from pipesim.schedules import schedule_names
+
+# flag -> ModelDescription field
+MODEL_FLAGS = MappingProxyType({
+    "layers": "num_layers", "hidden": "hidden_size", "ffn": "ffn_size", "heads": "num_heads", "seq_len": "seq_len",
+    "vocab": "vocab_size", "dtype": "dtype", "tflops": "device_tflops", "bandwidth": "link_bandwidth_gbps",
+    "latency": "link_latency_ms",
+})  # fmt: skip
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_FACTORS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+            "tib": 2**40}
+
+
+def parse_bytes(text: str) -> float:
+    """`80GiB`, `40GB`, `1.5e9` -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected a size such as 80GiB, 40GB or 1e9 (bytes), got {text!r}")
+    return float(match.group(1)) * _FACTORS[(match.group(2) or "B").lower()]
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {text!r}")
+    return values
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated schedule names from: {', '.join(schedule_names())}")
+    return names
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model (a decoder-only Transformer description, or --cost)")
+    number = {"dtype": str, "tflops": float, "bandwidth": float, "latency": float}
+    for flag, name in MODEL_FLAGS.items():
+        default = next(f.default for f in fields(ModelDescription) if f.name == name)
+        group.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=number.get(flag, int), metavar="N",
+                           help=f"{name} (default {default})")
+    group.add_argument("--cost", type=Path, metavar="FILE", help="a profile's cost file: its stages are the units")
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    bal = commands.add_parser("balance", allow_abbrev=False, help="split layers into stages, slowest stage fastest")
+    bal.add_argument("--layer-ms", type=_floats, metavar="T,T,..", help="per-layer (unit) time, instead of a model")
+    bal.add_argument("--stages", type=_ints, required=True, metavar="S", help="number of stages (ranks x chunks)")
+    _add_model_args(bal)
+
+    plan = commands.add_parser("plan", allow_abbrev=False, help="search schedules and sizes under a memory cap")
+    _add_model_args(plan)
+    plan.add_argument("--devices", type=int, required=True, metavar="D")
+    plan.add_argument("--global-batch", type=int, required=True, metavar="B", help="samples per step")
+    plan.add_argument("--memory-cap", type=parse_bytes, metavar="SIZE", help="per device, e.g. 80GiB (default none)")
+    plan.add_argument("--optimizer", default="adam", help="sgd, sgd-momentum or adam (state bytes per parameter)")
+    space = plan.add_argument_group("what to search")
+    defaults = PlanSpace()
+    space.add_argument("--schedules", type=_names, default=defaults.schedules, metavar="A,B")
+    space.add_argument("--microbatch-sizes", type=_ints, default=defaults.microbatch_sizes, metavar="N,N")
+    space.add_argument("--chunks", type=_ints, default=defaults.chunks, metavar="V,V",
+                       help="chunks per rank for the families that take them")
+    space.add_argument("--recompute", choices=("off", "on", "both"), default="both")
+    space.add_argument("--w-shares", type=_floats, metavar="X,X", help="W share of the backward (default: the model's)")
+    space.add_argument("--ranks", type=_ints, metavar="P,P", help="pipeline depths (default: all devices); the rest "
+                                                                     "of the devices are data-parallel replicas")
+    plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan")
+    plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
+
+
+def description_from_args(args: argparse.Namespace) -> ModelDescription:
+    given = {name: getattr(args, flag) for flag, name in MODEL_FLAGS.items() if getattr(args, flag) is not None}
+    if given.get("dtype") is not None and given["dtype"] not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {given['dtype']!r}; valid: {', '.join(DTYPE_BYTES)}")
+    return ModelDescription(**given)
+
+
+def _model_given(args: argparse.Namespace) -> list[str]:
+    return ["--" + flag.replace("_", "-") for flag in MODEL_FLAGS if getattr(args, flag) is not None]
+
+
+def cmd_balance(args: argparse.Namespace) -> int:
+    if args.layer_ms is not None:
+        if args.cost or _model_given(args):
+            raise ValueError("--layer-ms replaces the model: drop --cost and the model flags")
+        weights = list(args.layer_ms)
+    elif args.cost is not None:
+        weights = [s.forward_ms + s.backward_ms for s in load_cost(args.cost).stages]
+    else:
+        weights = [u.forward_ms + u.backward_ms for u in description_from_args(args).unit_costs()]
+    for stages in args.stages:
+        result = balance(weights, stages)
+        costs = ", ".join(f"{c:.4g}" for c in result.stage_costs)
+        print(f"{stages} stages: --split-points {format_split_points(result.split_points) or '(none)'}")
+        print(f"  per-stage F+B ms: {costs}; slowest {result.bottleneck:.4g} ms, {result.imbalance:.3f}x the mean")
+    return 0
+
+
+def inputs_from_args(args: argparse.Namespace) -> tuple[PlanInputs, dict]:
+    common = dict(devices=args.devices, global_batch=args.global_batch, memory_cap_bytes=args.memory_cap,
+                  optimizer=args.optimizer)
+    if args.cost is not None:
+        if _model_given(args):
+            raise ValueError(f"--cost replaces the model description: drop {', '.join(_model_given(args))}")
+        cost = load_cost(args.cost)
+        return PlanInputs.from_cost(cost, **common), {**common, "cost_file": str(args.cost)}
+    description = description_from_args(args)
+    return PlanInputs.from_description(description, **common), {**common, "model": vars_of(description)}
+
+
+def vars_of(description: ModelDescription) -> dict:
+    return {f.name: getattr(description, f.name) for f in fields(description)}
+
+
+def space_from_args(args: argparse.Namespace) -> PlanSpace:
+    recompute = {"off": (False,), "on": (True,), "both": (False, True)}[args.recompute]
+    return PlanSpace(schedules=args.schedules, microbatch_sizes=args.microbatch_sizes, chunks=args.chunks,
+                     recompute=recompute, w_shares=args.w_shares or (None,), ranks=args.ranks)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    if args.verify is not None and (args.json is None or args.verify < 1):
+        raise ValueError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
+    inputs, recorded = inputs_from_args(args)
+    space = space_from_args(args)
+    candidates = evaluate_all(inputs, space)
+    document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
+    print("\n".join(document["summary"]))
+    failed = [c for c in candidates if c.error is not None]
+    reasons = sorted({c.error for c in failed})
+    for reason in reasons[:5]:
+        print(f"  cannot be built ({sum(c.error == reason for c in failed)}): {reason}")
+    if args.json is not None:
+        write_json(document, args.json)
+        print(f"wrote {args.json}")
+    if args.verify:
+        command = [sys.executable, "-m", "executor", "verify-plan", str(args.json), "--top", str(args.verify)]
+        print("verifying: " + " ".join(command[1:]), flush=True)
+        return subprocess.run(command, check=False).returncode
+    return 0 if document["best"] is not None else 1
+
+
+def _space_dict(space: PlanSpace) -> dict:
+    return {f.name: getattr(space, f.name) for f in fields(space)}
+
+
+COMMANDS = MappingProxyType({"balance": cmd_balance, "plan": cmd_plan})

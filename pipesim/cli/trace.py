@@ -1,0 +1,75 @@
+"""`python -m pipesim import-trace`: a real run in, from torch.profiler (Kineto) traces with `PP:<action>` labels.
+
+Usage:
+  python -m pipesim import-trace runs/NAME/traces/torch-rank0.json runs/NAME/traces/torch-rank1.json \\
+      --schedule-out sched.json --json imported.json --trace both.json --html overlay.html
+
+The schedule each rank ran is recovered from the labels (and validated), simulated with the traces' own median
+action times (or --f/--b/--cost), laid over the imported timeline and attributed (pipesim.kineto).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+from types import MappingProxyType
+
+from pipesim.cli.common import add_cost_args, add_figure_args, cost_from_args, write_figures
+from pipesim.io.formats import save_schedule, save_timeline, schedule_to_dict
+from pipesim.sim.metrics import makespan
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    imp = commands.add_parser("import-trace", allow_abbrev=False,
+                              help="torch.profiler traces (PP: labels) -> timeline, overlaid on the simulation")
+    imp.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="Kineto traces: one per rank, or merged")
+    imp.add_argument("--name", default="imported", help="the recovered schedule's name")
+    add_cost_args(imp)
+    outputs = imp.add_argument_group("outputs")
+    outputs.add_argument("--schedule-out", type=Path, metavar="OUT", help="the recovered schedule (.json or .csv)")
+    outputs.add_argument("--json", type=Path, metavar="OUT", help="the imported timeline with step times, analysis")
+    outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace: simulated + imported, with flows")
+    add_figure_args(outputs, "overlay chart (simulated against imported)")
+
+
+def cmd_import_trace(args: argparse.Namespace) -> int:
+    """Recover the schedule and its timeline from the traces, simulate that schedule, overlay, attribute."""
+    from pipesim.analysis.attribution import attribute_run
+    from pipesim.analysis.overlay import pick_step
+    from pipesim.analysis.replay import replay
+    from pipesim.io.chrome_trace import save_run_trace
+    from pipesim.io.kineto import import_traces
+
+    run = import_traces(args.traces, args.name)
+    own_times = not any(getattr(args, flag) is not None for flag in ("f", "b", "w", "comm", "cost"))
+    simulated = replay(run, None if own_times else cost_from_args(args))
+    analysis = attribute_run(run.schedule, run.timeline, run.step_times_ms)
+    print(f"{run.schedule.describe()}; {len(run.step_times_ms)} steps recorded")
+    costs = "with the traces' own median action times" if own_times else "with the given costs"
+    print(f"imported step {statistics.median(run.step_times_ms):.3f} ms (median); simulated "
+          f"{makespan(simulated):.3f} ms ({costs})")
+    for row in analysis["ranks"]:
+        print(f"  rank {row['rank']}: compute {row['compute_ms']:.3f} + schedule idle {row['schedule_idle_ms']:.3f} "
+              f"+ comm {row['comm_wait_ms']:.3f} + other {row['overhead_ms']:.3f} ms")
+    written = []
+    if args.schedule_out is not None:
+        save_schedule(run.schedule, args.schedule_out)
+        written.append(str(args.schedule_out))
+    if args.json is not None:
+        summary = {"step_times_ms": list(run.step_times_ms), "schedule": schedule_to_dict(run.schedule),
+                   "simulated_step_ms": makespan(simulated), "analysis": analysis}
+        save_timeline(run.timeline, args.json, summary)
+        written.append(str(args.json))
+    if args.trace is not None:
+        save_run_trace(run.schedule, {"simulated": simulated, "imported": pick_step(run.timeline, None)}, args.trace)
+        written.append(str(args.trace))
+    from pipesim.charts.gantt import overlay_figure
+
+    written += write_figures(lambda: overlay_figure(simulated, run.timeline), args)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = MappingProxyType({"import-trace": cmd_import_trace})

@@ -1,0 +1,1 @@
+"""What things cost: stage times and bytes, links, collectives, the data-parallel group, descriptions, balancing."""

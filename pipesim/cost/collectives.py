@@ -1,0 +1,136 @@
+"""What collectives cost, from a link's latency and bandwidth: all-reduce, all-gather, reduce-scatter; and
+torch's per-stage collectives (REDUCE_GRAD, UNSHARD, RESHARD) priced with them (`CollectiveCost`).
+
+The ring algorithms (what gloo and NCCL use for large messages), over `p` participants joined by links of
+latency `a` (ms) and bandwidth `bw` (GB/s), for a message of `n` bytes:
+
+* reduce-scatter of an `n`-byte input (each ends with n/p reduced bytes): p-1 steps, each moving n/p bytes:
+  (p-1) a + (p-1)/p n / bw;
+* all-gather to an `n`-byte output (each contributes n/p bytes): the same, (p-1) a + (p-1)/p n / bw;
+* all-reduce of `n` bytes = reduce-scatter then all-gather: 2(p-1) a + 2(p-1)/p n / bw.
+
+One participant costs nothing. These are the closed forms of the classic analysis (Thakur, Rabenseifner and
+Gropp, "Optimization of collective communication operations in MPICH", 2005); the tests check them.
+
+Bucketing (what DDP does: gradients are reduced in buckets of at most `bucket_bytes`, each its own collective)
+pays the latency once per bucket. `fit_ring_link` turns two timed all-reduces (a tiny and a real-sized one)
+back into the link that explains them, as executor.profile measures it.
+
+torch's per-stage collectives, on a stage's `param_bytes`: REDUCE_GRAD is an all-reduce (a reduce-scatter when
+the parameters are sharded, FSDP), UNSHARD an all-gather when sharded; nothing is moved with one replica, for
+UNSHARD when nothing is sharded, and for RESHARD always. Transfers between pipeline stages (SEND/RECV) are the
+links' business (`pipesim.cost.LinkCost`), not this module's.
+
+Pure functions; times in ms, sizes in bytes, bandwidth in GB/s (10^9 bytes/s), as everywhere in pipesim.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pipesim.cost.links import LinkCost
+from pipesim.ir import CommKind
+
+# DDP's default bucket cap (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25).
+DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def _check(num_bytes: float, participants: int) -> None:
+    if isinstance(participants, bool) or not isinstance(participants, int) or participants < 1:
+        raise ValueError(f"participants must be a positive integer, got {participants!r}")
+    if not (isinstance(num_bytes, (int, float)) and math.isfinite(num_bytes) and num_bytes >= 0):
+        raise ValueError(f"bytes must be a finite number >= 0, got {num_bytes!r}")
+
+
+def _ring(num_bytes: float, participants: int, link: LinkCost, passes: int) -> float:
+    """`passes` ring passes of p-1 steps, each step moving num_bytes / p over one link."""
+    _check(num_bytes, participants)
+    if participants == 1:
+        return 0.0
+    steps = passes * (participants - 1)
+    per_step_bytes = num_bytes / participants
+    return steps * link.transfer_ms(per_step_bytes)
+
+
+def allreduce_ms(num_bytes: float, participants: int, link: LinkCost) -> float:
+    """Ring all-reduce of `num_bytes` (every participant ends with the reduced whole): 2(p-1) a + 2(p-1)/p n/bw."""
+    return _ring(num_bytes, participants, link, passes=2)
+
+
+def allgather_ms(num_bytes: float, participants: int, link: LinkCost) -> float:
+    """Ring all-gather to `num_bytes` in total (each contributes num_bytes / p): (p-1) a + (p-1)/p n/bw."""
+    return _ring(num_bytes, participants, link, passes=1)
+
+
+def reduce_scatter_ms(num_bytes: float, participants: int, link: LinkCost) -> float:
+    """Ring reduce-scatter of a `num_bytes` input (each ends with its reduced num_bytes / p): as all-gather."""
+    return _ring(num_bytes, participants, link, passes=1)
+
+
+def bucket_sizes(num_bytes: float, bucket_bytes: float = DEFAULT_BUCKET_BYTES) -> list[float]:
+    """The buckets `num_bytes` of gradients go out in: full buckets, then the rest (none for 0 bytes)."""
+    if not bucket_bytes > 0:
+        raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes!r}")
+    full, rest = divmod(float(num_bytes), float(bucket_bytes))
+    return [float(bucket_bytes)] * int(full) + ([rest] if rest > 0 else [])
+
+
+def bucketed_allreduce_ms(num_bytes: float, participants: int, link: LinkCost,
+                          bucket_bytes: float = DEFAULT_BUCKET_BYTES) -> float:
+    """All-reduce of `num_bytes` in buckets, one after the other: the latency term is paid per bucket."""
+    _check(num_bytes, participants)
+    return sum(allreduce_ms(size, participants, link) for size in bucket_sizes(num_bytes, bucket_bytes))
+
+
+def fit_ring_link(small_bytes: float, small_ms: float, large_bytes: float, large_ms: float,
+                  participants: int) -> LinkCost:
+    """The link whose ring all-reduce takes `small_ms` for `small_bytes` and `large_ms` for `large_bytes`.
+
+    Inverts allreduce_ms through the two points; the large size's time is reproduced exactly. Where the
+    larger message was not slower (noise, or sizes too close), the link is latency only.
+    """
+    if participants < 2:
+        return LinkCost()
+    steps = 2 * (participants - 1)
+    fraction = steps / participants  # bytes-over-bandwidth multiplier of the ring all-reduce
+    extra = (large_bytes - small_bytes) * fraction
+    if large_ms <= small_ms or extra <= 0:
+        return LinkCost(latency_ms=max(large_ms, 0.0) / steps)
+    bandwidth = extra / ((large_ms - small_ms) * 1e-3) / 1e9
+    latency = (small_ms - small_bytes * fraction / (bandwidth * 1e9) * 1e3) / steps
+    return LinkCost(latency_ms=max(latency, 0.0), bandwidth_gbps=bandwidth)
+
+
+@dataclass(frozen=True)
+class CollectiveCost:
+    """The data-parallel group a pipeline stage's torch collectives run in.
+
+    `data_parallel` replicas of every stage, joined by a ring of `latency_ms` per step and `bandwidth_gbps`
+    (10^9 bytes/s); `sharded` is FSDP (parameters sharded across the replicas).
+    """
+
+    data_parallel: int = 1
+    sharded: bool = False
+    latency_ms: float = 0.0
+    bandwidth_gbps: float = math.inf
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
+            raise ValueError(f"data_parallel must be a whole number >= 1, got {self.data_parallel!r}")
+        if not (isinstance(self.latency_ms, (int, float)) and math.isfinite(self.latency_ms) and self.latency_ms >= 0):
+            raise ValueError(f"collective latency_ms must be a finite number >= 0, got {self.latency_ms!r}")
+        if not (isinstance(self.bandwidth_gbps, (int, float)) and self.bandwidth_gbps > 0):
+            raise ValueError(f"collective bandwidth_gbps must be > 0, got {self.bandwidth_gbps!r}")
+
+    def time_ms(self, kind: CommKind, param_bytes: float) -> float:
+        """Time of one collective of `kind` over a stage holding `param_bytes` of parameters (the ring formulas
+        above)."""
+        d, link = self.data_parallel, LinkCost(latency_ms=self.latency_ms, bandwidth_gbps=self.bandwidth_gbps)
+        if d == 1 or kind is CommKind.RESHARD:
+            return 0.0
+        if kind is CommKind.UNSHARD:
+            return allgather_ms(param_bytes, d, link) if self.sharded else 0.0
+        if kind is CommKind.REDUCE_GRAD:
+            return reduce_scatter_ms(param_bytes, d, link) if self.sharded else allreduce_ms(param_bytes, d, link)
+        return 0.0  # sends and receives: priced per stage boundary by the links

@@ -1,0 +1,128 @@
+"""A model description (a decoder-only Transformer's sizes and the device's speed) turned into a cost model.
+
+For planning before anything runs: FLOPs over an achieved rate for time, Korthikanti et al.'s activation
+formula for memory. A profile run (executor.profile) measures the same quantities on real hardware instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pipesim.cost.model import CostModel, LinkCost, StageCost
+
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class ModelDescription:
+    """A decoder-only Transformer, turned into per-stage costs by counting FLOPs.
+
+    Matmul FLOPs: 2 per multiply-add. Per layer and token, forward is
+    2*(4h^2 + 2h*ffn) for the projections plus 4*s*h for attention scores and
+    values; backward is twice forward, half of it for weights (W) and half for
+    inputs (I). Activation bytes per layer follow Korthikanti et al. (2022):
+    s*b*h*(34 + 5*a*s/h) at 16 bits, scaled by the dtype's size.
+    `device_tflops` is the achieved (not peak) rate.
+    """
+
+    num_layers: int = 24
+    hidden_size: int = 2048
+    ffn_size: int = 8192
+    num_heads: int = 16
+    seq_len: int = 2048
+    microbatch_size: int = 1
+    vocab_size: int = 50257
+    dtype: str = "bf16"
+    device_tflops: float = 400.0
+    link_bandwidth_gbps: float = 50.0
+    link_latency_ms: float = 0.01
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size", "vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
+        if not self.device_tflops > 0 or not self.link_bandwidth_gbps > 0 or self.link_latency_ms < 0:
+            raise ValueError("device_tflops and link_bandwidth_gbps must be > 0, link_latency_ms >= 0")
+
+    def layers_per_stage(self, num_stages: int) -> list[int]:
+        if num_stages > self.num_layers:
+            raise ValueError(f"{num_stages} stages need at least {num_stages} layers; the model has {self.num_layers}")
+        base, extra = divmod(self.num_layers, num_stages)
+        return [base + (1 if s < extra else 0) for s in range(num_stages)]
+
+    def to_cost_model(self, num_stages: int, recompute: bool = False) -> CostModel:
+        """Blocks shared out evenly (`layers_per_stage`), the embedding on the first stage, the head on the last."""
+        points, at = [], 1
+        for count in self.layers_per_stage(num_stages)[:-1]:
+            at += count
+            points.append(at)
+        return replace(self.split_cost_model(tuple(points), recompute), description=self)
+
+    def num_units(self) -> int:
+        """Units that stages share out, as the executor cuts its model: embedding, the blocks, the output head."""
+        return self.num_layers + 2
+
+    def unit_costs(self) -> list[StageCost]:
+        """Per unit (embedding, each block, the output head with the loss), its costs for one microbatch.
+
+        The embedding is a lookup (no matmul FLOPs, nothing stashed but its input); the head computes the vocabulary
+        projection and keeps fp32 logits for the loss. Summed over a split by `split_cost_model`.
+        """
+        h, s, b = self.hidden_size, self.seq_len, self.microbatch_size
+        tokens = s * b
+        dtype_bytes = DTYPE_BYTES[self.dtype]
+        flops_per_ms = self.device_tflops * 1e12 / 1e3
+        boundary = float(tokens * h * dtype_bytes)
+        layer_params = 4 * h * h + 2 * h * self.ffn_size
+        layer_ms = (2 * tokens * layer_params + 4 * tokens * s * h) / flops_per_ms
+        layer_act = tokens * h * (34 + 5 * self.num_heads * s / h) * dtype_bytes / 2
+        head_ms = 2 * tokens * h * self.vocab_size / flops_per_ms
+        head_act = float(tokens * self.vocab_size * 4)
+
+        def unit(forward_ms: float, act: float, params: float) -> StageCost:
+            return StageCost(forward_ms=forward_ms, backward_ms=2 * forward_ms, weight_ms=forward_ms,
+                             activation_bytes=act, weight_grad_bytes=act / 2, input_bytes=boundary,
+                             output_bytes=boundary, param_bytes=params * dtype_bytes)
+
+        embedding = unit(0.0, 0.0, h * self.vocab_size)
+        block = unit(layer_ms, layer_act, layer_params)
+        head = unit(head_ms, head_act, h * self.vocab_size)
+        return [embedding, *([block] * self.num_layers), head]
+
+    def split_cost_model(self, split_points: tuple[int, ...], recompute: bool = False) -> CostModel:
+        """The cost model of this model cut at `split_points` (unit indices where a stage starts, the executor's
+        `--split-points` convention over `num_units()` units)."""
+        return stage_costs_from_units(self.unit_costs(), split_points, self, recompute=recompute)
+
+
+def stage_costs_from_units(units: list[StageCost], split_points: tuple[int, ...],
+                           description: ModelDescription | None = None, *, recompute: bool = False,
+                           link: LinkCost | None = None) -> CostModel:
+    """Sum per-unit costs into per-stage costs: compute, stash and parameters add up; boundary tensors are the
+    first unit's input and the last unit's output."""
+    bounds = [0, *split_points, len(units)]
+    if any(b <= a for a, b in zip(bounds, bounds[1:], strict=False)) or bounds[-2] >= len(units):
+        raise ValueError(f"split points {list(split_points)} must increase strictly within 1..{len(units) - 1}")
+    stages = []
+    for start, stop in zip(bounds, bounds[1:], strict=False):
+        part = units[start:stop]
+        stages.append(StageCost(
+            forward_ms=sum(u.forward_ms for u in part),
+            backward_ms=sum(u.backward_ms for u in part),
+            weight_ms=sum(u.w_ms for u in part),
+            activation_bytes=sum(u.activation_bytes for u in part),
+            weight_grad_bytes=sum(u.w_bytes for u in part),
+            input_bytes=part[0].input_bytes,
+            output_bytes=part[-1].output_bytes,
+            param_bytes=sum(u.param_bytes for u in part),
+        ))
+    if link is None:
+        link = LinkCost() if description is None else LinkCost(description.link_latency_ms,
+                                                                description.link_bandwidth_gbps)
+    return CostModel(stages=tuple(stages), links=(link,), recompute=recompute,
+                     source="model" if description is not None else "units", description=None)

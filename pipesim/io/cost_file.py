@@ -1,0 +1,180 @@
+"""The cost file (`cost.json`): what a profile run measured, in a versioned format that pipesim reads back.
+
+    {"format": "pipesim.cost", "version": 1, "units": {...}, "source": "profile", "recompute": false,
+     "stages": [{"forward_ms": ..., "backward_ms": ..., ...}], "links": [{"latency_ms": ..., "bandwidth_gbps": ...}],
+     "step_overhead_ms": [...], "dispatch_ms": [...], "shared_cores": n | null,
+     "description": {...} | null, "meta": {...}}
+
+Reading is strict: every field has one type, and a wrong one is a ValueError naming the field (a string
+"false" is not a boolean, a list is not a link). Files written before `step_overhead_ms` and
+`description` were fields (they sat in "meta") are still read. Writing is atomic (`formats.write_json`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from pipesim.cost.description import ModelDescription
+from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.io.formats import read_json, write_json
+
+COST_FORMAT = "pipesim.cost"
+COST_FORMAT_VERSION = 1
+_STAGE_FIELDS = {f.name for f in fields(StageCost)}
+_LINK_FIELDS = {"latency_ms", "bandwidth_gbps"}
+
+
+def cost_to_dict(cost: CostModel) -> dict[str, Any]:
+    return {
+        "format": COST_FORMAT,
+        "version": COST_FORMAT_VERSION,
+        "units": {"time": "ms", "size": "bytes", "bandwidth": "GB/s"},
+        "source": cost.source,
+        "recompute": cost.recompute,
+        "stages": [asdict(s) for s in cost.stages],
+        "links": [_link_dict(link) for link in cost.links],
+        "step_overhead_ms": list(cost.step_overhead_ms),
+        "dispatch_ms": list(cost.dispatch_ms),
+        "shared_cores": cost.shared_cores,
+        "description": None if cost.description is None else asdict(cost.description),
+        "data_parallel": cost.data_parallel,
+        "dp_link": _link_dict(cost.dp_link),
+        "sharded": cost.sharded,
+        "overlap_factor": cost.overlap_factor,
+        "meta": cost.meta,
+    }
+
+
+def _link_dict(link: LinkCost) -> dict[str, Any]:
+    return {"latency_ms": link.latency_ms,
+            "bandwidth_gbps": None if math.isinf(link.bandwidth_gbps) else link.bandwidth_gbps}
+
+
+def _number(value: Any, where: str, *, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"cost file: {where} must be a number, got {value!r}")
+    return float(value)
+
+
+def _record(raw: Any, where: str, known: set[str]) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"cost file: {where} must be an object with fields {sorted(known)}, got {raw!r}")
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"cost file: {where}: unknown fields {sorted(unknown)}; valid: {sorted(known)}")
+    return raw
+
+
+def _stage(raw: Any, index: int) -> StageCost:
+    record = _record(raw, f"stages[{index}]", _STAGE_FIELDS)
+    optional = {"weight_ms", "weight_grad_bytes"}
+    values = {}
+    for name, value in record.items():
+        values[name] = _number(value, f"stages[{index}].{name}", allow_none=name in optional)
+    try:
+        return StageCost(**values)
+    except TypeError as error:  # a required field is missing
+        raise ValueError(f"cost file: stages[{index}]: {error}") from None
+    except ValueError as error:
+        raise ValueError(f"cost file: stages[{index}]: {error}") from None
+
+
+def _link(raw: Any, index: int) -> LinkCost:
+    record = _record(raw, f"links[{index}]", _LINK_FIELDS)
+    latency = _number(record.get("latency_ms", 0.0), f"links[{index}].latency_ms")
+    bandwidth = _number(record.get("bandwidth_gbps"), f"links[{index}].bandwidth_gbps", allow_none=True)
+    try:
+        return LinkCost(latency_ms=latency, bandwidth_gbps=math.inf if bandwidth is None else bandwidth)
+    except ValueError as error:
+        raise ValueError(f"cost file: links[{index}]: {error}") from None
+
+
+def _list(data: dict[str, Any], key: str, default: list) -> list:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, list):
+        raise ValueError(f"cost file: {key} must be a list, got {value!r}")
+    return value
+
+
+def cost_from_dict(data: Any) -> CostModel:
+    """Read the versioned cost file format; every error names the field at fault."""
+    if not isinstance(data, dict) or data.get("format") != COST_FORMAT:
+        raise ValueError(f'not a pipesim cost file: expected "format": "{COST_FORMAT}"')
+    version = data.get("version")
+    if isinstance(version, bool) or version != COST_FORMAT_VERSION:
+        raise ValueError(f"unsupported cost file version {version!r}; this pipesim reads version {COST_FORMAT_VERSION}")
+    recompute = data.get("recompute", False)
+    if not isinstance(recompute, bool):
+        raise ValueError(f"cost file: recompute must be true or false, got {recompute!r}")
+    source = data.get("source", "file")
+    if not isinstance(source, str):
+        raise ValueError(f"cost file: source must be a string, got {source!r}")
+    meta = data.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise ValueError(f"cost file: meta must be an object, got {meta!r}")
+    if "stages" not in data:
+        raise ValueError("cost file is missing field 'stages'")
+    stages = tuple(_stage(raw, i) for i, raw in enumerate(_list(data, "stages", [])))
+    if not stages:
+        raise ValueError("cost file: stages is empty; give one stage cost, or one per stage")
+    links = tuple(_link(raw, i) for i, raw in enumerate(_list(data, "links", [{}]) or [{}]))
+    legacy_overhead = meta.get("step_overhead_ms")  # files from before it was a field
+    overhead = data.get("step_overhead_ms", legacy_overhead if legacy_overhead is not None else [])
+    if isinstance(overhead, (int, float)) and not isinstance(overhead, bool):
+        overhead = [overhead]
+    if not isinstance(overhead, list):
+        raise ValueError(f"cost file: step_overhead_ms must be a list of numbers, got {overhead!r}")
+    overhead_ms = tuple(_number(v, f"step_overhead_ms[{i}]") for i, v in enumerate(overhead))
+    dispatch = data.get("dispatch_ms", [])  # files from before it was measured have none: no gap
+    if not isinstance(dispatch, list):
+        raise ValueError(f"cost file: dispatch_ms must be a list of numbers, got {dispatch!r}")
+    dispatch_ms = tuple(_number(v, f"dispatch_ms[{i}]") for i, v in enumerate(dispatch))
+    shared_cores = data.get("shared_cores")
+    if shared_cores is not None and (isinstance(shared_cores, bool) or not isinstance(shared_cores, int)):
+        raise ValueError(f"cost file: shared_cores must be a positive integer or null, got {shared_cores!r}")
+    description = _description(data.get("description", meta.get("model") if source == "model" else None))
+    data_parallel = data.get("data_parallel", 1)  # files from before data parallelism: one replica
+    if isinstance(data_parallel, bool) or not isinstance(data_parallel, int):
+        raise ValueError(f"cost file: data_parallel must be a positive integer, got {data_parallel!r}")
+    dp_link = _link(data["dp_link"], "dp") if data.get("dp_link") is not None else LinkCost()
+    sharded = data.get("sharded", False)
+    if not isinstance(sharded, bool):
+        raise ValueError(f"cost file: sharded must be true or false, got {sharded!r}")
+    overlap_factor = data.get("overlap_factor", 1.0)
+    if isinstance(overlap_factor, bool) or not isinstance(overlap_factor, (int, float)):
+        raise ValueError(f"cost file: overlap_factor must be a number in (0, 1], got {overlap_factor!r}")
+    try:
+        return CostModel(stages=stages, links=links, recompute=recompute, source=source,
+                         step_overhead_ms=overhead_ms, dispatch_ms=dispatch_ms, shared_cores=shared_cores,
+                         description=description, data_parallel=data_parallel, dp_link=dp_link,
+                         sharded=sharded, overlap_factor=float(overlap_factor),
+                         meta=dict(meta))
+    except ValueError as error:
+        raise ValueError(f"cost file: {error}") from None
+
+
+def _description(raw: Any) -> ModelDescription | None:
+    if raw is None:
+        return None
+    known = {f.name for f in fields(ModelDescription)}
+    record = _record(raw, "description", known)
+    try:
+        return ModelDescription(**record)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"cost file: description: {error}") from None
+
+
+def save_cost(cost: CostModel, path: str | Path) -> None:
+    """Write atomically: a reader never sees half a file, a failed write leaves the old one."""
+    write_json(cost_to_dict(cost), path)
+
+
+def load_cost(path: str | Path) -> CostModel:
+    return cost_from_dict(read_json(path))

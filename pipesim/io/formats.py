@@ -1,0 +1,236 @@
+"""Files: JSON for schedules, costs and timelines (versioned); CSV. (Chrome traces: pipesim.chrome_trace.)
+
+Every JSON document carries `format` and `version` so a reader can refuse a
+file it does not understand with a clear message instead of a KeyError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipesim.io.torch_csv import CsvError, schedule_from_csv, schedule_to_csv  # noqa: F401 - the CSV's home; re-exported
+from pipesim.ir import Action, Overlap, Schedule, make_schedule, parse_entry
+from pipesim.limits import check_sizes
+from pipesim.records import CommSpan, Span, Timeline
+
+SCHEDULE_FORMAT = "pipesim.schedule"
+TIMELINE_FORMAT = "pipesim.timeline"
+FORMAT_VERSION = 1
+
+
+def _check_header(data: Any, expected: str) -> None:
+    if not isinstance(data, dict) or data.get("format") != expected:
+        raise ValueError(f"not a {expected} document: expected \"format\": \"{expected}\"")
+    if data.get("version") != FORMAT_VERSION:
+        raise ValueError(
+            f"unsupported {expected} version {data.get('version')!r}; this pipesim reads version {FORMAT_VERSION}"
+        )
+
+
+def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "format": SCHEDULE_FORMAT,
+        "version": FORMAT_VERSION,
+        "name": schedule.name,
+        "num_ranks": schedule.num_ranks,
+        "num_stages": schedule.num_stages,
+        "num_microbatches": schedule.num_microbatches,
+        "stage_to_rank": list(schedule.stage_to_rank),
+        "params": schedule.params,
+        "actions": schedule.text_rows(),
+        **({} if schedule.order is None else {"order": [["" if e is None else str(e) for e in row]
+                                                        for row in schedule.order]}),
+    }
+
+
+def schedule_from_dict(data: Any) -> Schedule:
+    """Read pipesim's schedule JSON; a field of the wrong type is a ValueError naming it."""
+    _check_header(data, SCHEDULE_FORMAT)
+    missing = [key for key in ("name", "num_ranks", "num_microbatches", "stage_to_rank", "actions") if key not in data]
+    if missing:
+        raise ValueError(f"schedule file is missing field '{missing[0]}'")
+    name, actions, placement, params = data["name"], data["actions"], data["stage_to_rank"], data.get("params") or {}
+    for key in ("num_ranks", "num_microbatches"):
+        if isinstance(data[key], bool) or not isinstance(data[key], int):
+            raise ValueError(f"schedule file: {key} must be an integer, got {data[key]!r}")
+    if not isinstance(name, str):
+        raise ValueError(f"schedule file: name must be a string, got {name!r}")
+    if not isinstance(placement, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in placement):
+        raise ValueError(f"schedule file: stage_to_rank must be a list of rank numbers, got {placement!r:.60}")
+    if not isinstance(actions, list) or not all(isinstance(row, list) for row in actions):
+        raise ValueError("schedule file: actions must be a list with one list of action texts per rank")
+    if not isinstance(params, dict):
+        raise ValueError(f"schedule file: params must be an object, got {params!r:.60}")
+    check_sizes(num_ranks=len(actions), num_stages=len(placement), num_microbatches=data["num_microbatches"],
+                num_actions=sum(len(row) for row in actions))
+    rows = []
+    for rank, row in enumerate(actions):
+        if not all(isinstance(text, str) for text in row):
+            raise ValueError(f"schedule file: actions of rank {rank} must be texts such as '2F0'")
+        rows.append([Action.parse(text) for text in row])
+    schedule = make_schedule(name, data["num_ranks"], data["num_microbatches"], placement, rows, **params)
+    order = data.get("order")
+    if order is None:
+        return schedule
+    if not isinstance(order, list) or not all(isinstance(row, list) and all(isinstance(t, str) for t in row)
+                                              for row in order):
+        raise ValueError("schedule file: order must be a list with one list of action texts per rank")
+    check_sizes(num_actions=sum(len(row) for row in order))
+    try:  # the full order must hold exactly the action lists' compute actions (Schedule checks it)
+        return dataclasses.replace(schedule, order=tuple(tuple(parse_entry(t) for t in row) for row in order))
+    except ValueError as error:
+        raise ValueError(f"schedule file: order: {error}") from None
+
+
+def timeline_to_dict(timeline: Timeline, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The timeline document; `summary` adds top-level keys such as makespan and bubble_fraction."""
+    data: dict[str, Any] = {
+        "format": TIMELINE_FORMAT,
+        "version": FORMAT_VERSION,
+        "source": timeline.source,
+        "schedule_name": timeline.schedule_name,
+        "num_ranks": timeline.num_ranks,
+        "units": {"time": "ms"},
+    }
+    data.update(summary or {})
+    data["meta"] = timeline.meta
+    data["spans"] = [
+        {"rank": s.rank, "action": str(s.action), "start": s.start, "end": s.end, "step": s.step}
+        for s in timeline.spans
+    ]
+    data["comm"] = [
+        {"rank": c.rank, "kind": c.kind, "peer": c.peer, "action": str(c.action),
+         "start": c.start, "end": c.end, "step": c.step}
+        for c in timeline.comm
+    ]
+    return data
+
+
+def _comm_action(text: Any) -> Any:
+    """A transfer names the compute action it moves for; a collective is torch's own action (0REDUCE_GRAD)."""
+    entry = parse_entry(str(text))
+    if entry is None or isinstance(entry, Overlap):
+        raise ValueError(f"timeline file: a comm span's action {text!r} is not an action")
+    return entry
+
+
+def timeline_from_dict(data: dict[str, Any]) -> Timeline:
+    _check_header(data, TIMELINE_FORMAT)
+    try:
+        spans = tuple(
+            Span(int(s["rank"]), Action.parse(s["action"]), float(s["start"]), float(s["end"]), int(s.get("step", 0)))
+            for s in data["spans"]
+        )
+        comm = tuple(
+            CommSpan(int(c["rank"]), str(c["kind"]), int(c["peer"]), _comm_action(c["action"]),
+                     float(c["start"]), float(c["end"]), int(c.get("step", 0)))
+            for c in data.get("comm") or []
+        )
+    except KeyError as missing:
+        raise ValueError(f"timeline file: a span is missing field {missing}") from None
+    return Timeline(
+        num_ranks=int(data["num_ranks"]),
+        spans=spans,
+        source=data.get("source", "simulated"),
+        schedule_name=str(data.get("schedule_name", "")),
+        comm=comm,
+        meta=dict(data.get("meta") or {}),
+    )
+
+
+def write_json(data: Any, path: str | Path) -> None:
+    """Write JSON atomically (see `write_file`); infinities and NaN are refused, not written as bare words."""
+    try:
+        text = json.dumps(data, indent=1, allow_nan=False)
+    except ValueError:
+        raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs") from None
+    write_file(text, path)
+
+
+def write_file(content: str | bytes, path: str | Path) -> None:
+    """Write a file atomically: a reader never sees half of it, a failed write keeps the old one and leaves no
+    temporary file behind.
+
+    A symbolic link is written through to its target (the link stays). A path that exists but is not a regular
+    file (a folder, a FIFO, a device such as /dev/null) is refused rather than replaced. Every failure is a
+    ValueError that names the path the user gave.
+    """
+    given = Path(path)
+    target = Path(os.path.realpath(given))
+    if target.exists() and not target.is_file():
+        kind = "a folder" if target.is_dir() else "not a regular file (a FIFO, socket or device)"
+        raise ValueError(f"cannot write {given}: it is {kind}; give the path of a file")
+    if not target.parent.is_dir():
+        raise ValueError(f"cannot write {given}: folder {target.parent} does not exist")
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        if isinstance(content, bytes):
+            with os.fdopen(handle, "wb") as out:
+                out.write(content)
+        else:
+            with os.fdopen(handle, "w", newline="") as out:  # newline="": keep the text's own line endings (CSV)
+                out.write(content)
+        os.replace(temporary, target)
+    except OSError as error:
+        raise ValueError(f"cannot write {given}: {error.strerror or error}") from None
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def read_json(path: str | Path) -> Any:
+    """Parse a JSON file; every way it can fail (missing, unreadable, not JSON, nested too deep) is a
+    ValueError that names the path."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
+    return parse_json(raw, str(path))
+
+
+def parse_json(raw: bytes | str, name: str) -> Any:
+    """Parse JSON already in memory (an upload, a file's bytes); every failure a ValueError naming `name`."""
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise ValueError(f"{name}: not a text file") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{name}: not valid JSON ({error})") from None
+    except RecursionError:
+        raise ValueError(f"{name}: JSON nested too deeply") from None
+
+
+# --- path-based helpers ----------------------------------------------------------
+
+
+def save_schedule(schedule: Schedule, path: str | Path) -> None:
+    """Write a schedule: torch's CSV when the name ends in .csv (compute_comms when the schedule states its
+    transfers, else compute_only), else the JSON document."""
+    target = Path(path)
+    if target.suffix.lower() == ".csv":
+        write_file(schedule_to_csv(schedule, "auto"), target)
+    else:
+        write_json(schedule_to_dict(schedule), target)
+
+
+def load_schedule(path: str | Path) -> Schedule:
+    """Read a schedule file: pipesim's JSON (`.json`), else torch's CSV, either format (named after the file)."""
+    source = Path(path)
+    if source.suffix.lower() == ".json":
+        return schedule_from_dict(read_json(source))
+    try:
+        text = source.read_text()
+    except OSError as error:
+        raise ValueError(f"cannot read schedule file {source}: {error.strerror}") from None
+    return schedule_from_csv(text, name=source.stem)
+
+
+def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
+    write_json(timeline_to_dict(timeline, summary), path)
+
+

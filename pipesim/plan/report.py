@@ -1,0 +1,148 @@
+"""A plan's answer: the Pareto front on (step time, memory), the best candidate that fits, and why the others lost.
+
+    {"candidates": [...], "pareto": [...], "best": {...} | null, "inputs": {...}, "summary": [...]}
+
+Every entry carries schedule, ranks, microbatches, virtual_stages, recompute, split, makespan_ms, throughput,
+peak_memory_bytes and fits (plus the microbatch size, W share, bubble, imbalance and, for a candidate that
+could not be built, its error). makespan_ms is the step time (pipeline, per-step overhead from a cost file, and the
+data-parallel all-reduce); throughput is samples per second of the global batch; peak_memory_bytes is the fullest
+device's parameters, gradients, optimizer state and activation peak.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipesim.plan.search import Candidate
+from pipesim.units import format_bytes
+
+PLAN_FORMAT = "pipesim.plan"
+TIE = 0.01  # step times closer than this are not told apart
+
+
+def pareto_front(candidates: list[Candidate]) -> list[Candidate]:
+    """The built candidates that no other beats on both step time and memory (at least as good on both, better on
+    one), fastest first. Candidates with identical numbers do not beat each other: all of them stay."""
+    built = sorted((c for c in candidates if c.error is None), key=lambda c: (c.makespan_ms, c.peak_memory_bytes))
+    front: list[Candidate] = []
+    best_before = float("inf")  # lowest memory among strictly faster candidates
+    i = 0
+    while i < len(built):
+        j = i
+        while j < len(built) and built[j].makespan_ms == built[i].makespan_ms:
+            j += 1
+        group = built[i:j]
+        lowest = group[0].peak_memory_bytes  # sorted by memory within a time
+        front += [c for c in group if c.peak_memory_bytes == lowest and c.peak_memory_bytes < best_before]
+        best_before = min(best_before, lowest)
+        i = j
+    return front
+
+
+def best_candidate(candidates: list[Candidate]) -> Candidate | None:
+    """The fastest candidate that fits the cap (less memory breaks a tie); None when none fits."""
+    fitting = [c for c in candidates if c.error is None and c.fits]
+    return min(fitting, key=lambda c: (c.makespan_ms, c.peak_memory_bytes), default=None)
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Why `candidate` lost to the best: `reason` is tie, memory, bubble, imbalance or compute."""
+
+    candidate: Candidate
+    reason: str
+    detail: str
+
+
+def why_lost(candidate: Candidate, best: Candidate, cap: float | None) -> Loss:
+    """The main reason a runner-up lost: it does not fit, it idles more, its stages are less even, or it computes
+    more (recomputation, a smaller microbatch's fixed costs)."""
+    if not candidate.fits:
+        return Loss(candidate, "memory", f"needs {format_bytes(candidate.peak_memory_bytes)} per device, over the "
+                                         f"cap of {format_bytes(cap or 0)}")
+    if candidate.makespan_ms <= best.makespan_ms * (1 + TIE):
+        return Loss(candidate, "tie", f"within {TIE:.0%} of the best's step time: a tie within the model's accuracy")
+    bubble = candidate.bubble_fraction - best.bubble_fraction
+    imbalance = candidate.imbalance - best.imbalance
+    if bubble >= imbalance and bubble > 0.005:
+        return Loss(candidate, "bubble", f"idles {candidate.bubble_fraction:.1%} of the time against "
+                                         f"{best.bubble_fraction:.1%}")
+    if imbalance > 0.005:
+        return Loss(candidate, "imbalance", f"slowest stage {candidate.imbalance:.2f}x the mean against "
+                                            f"{best.imbalance:.2f}x")
+    what = "recomputes every forward" if candidate.recompute and not best.recompute else "computes more"
+    return Loss(candidate, "compute", f"{what} ({candidate.makespan_ms:.3g} ms against {best.makespan_ms:.3g} ms)")
+
+
+def runners_up(candidates: list[Candidate], best: Candidate | None, cap: float | None, count: int = 5) -> list[Loss]:
+    """The next `count` fastest candidates (fitting or not) and why each lost to `best`."""
+    if best is None:
+        return []
+    others = sorted((c for c in candidates if c.error is None and c is not best), key=lambda c: c.makespan_ms)
+    return [why_lost(c, best, cap) for c in others[:count]]
+
+
+def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
+    built = [c for c in candidates if c.error is None]
+    failed = len(candidates) - len(built)
+    best = best_candidate(candidates)
+    fitting = sum(c.fits for c in built)
+    lines = [f"{len(candidates)} candidates: {len(built)} built, {fitting} fit"
+             + (f" the cap of {format_bytes(cap)}" if cap is not None else "") + f", {failed} cannot be built"]
+    if best is None:
+        lowest = min(built, key=lambda c: c.peak_memory_bytes, default=None)
+        lines.append("no candidate fits" + (f"; the least memory is {format_bytes(lowest.peak_memory_bytes)} "
+                                            f"({lowest.label})" if lowest else ""))
+        return lines
+    lines.append(f"best: {best.label}: {best.makespan_ms:.4g} ms per step, {best.throughput:.4g} samples/s, "
+                 f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
+                 f"split at {','.join(map(str, best.split)) or '-'}")
+    for loss in runners_up(candidates, best, cap):
+        c = loss.candidate
+        slower = c.makespan_ms / best.makespan_ms - 1
+        lines.append(f"  {c.label}: {slower:+.1%} time; lost on {loss.reason}: {loss.detail}")
+    return lines
+
+
+def plan_document(candidates: list[Candidate], inputs: dict[str, Any], cap: float | None) -> dict[str, Any]:
+    """The plan as JSON-ready data (`formats.write_json` writes it)."""
+    best = best_candidate(candidates)
+    return {
+        "format": PLAN_FORMAT,
+        "version": 1,
+        "inputs": inputs,
+        "candidates": [c.to_dict() for c in candidates],
+        "pareto": [c.to_dict() for c in pareto_front(candidates)],
+        "best": None if best is None else best.to_dict(),
+        "summary": summary_lines(candidates, cap),
+    }
+
+
+def ranked(candidates: list[Candidate]) -> list[Candidate]:
+    """Built candidates that fit, fastest first (then the others): the order `verify` runs the top K in."""
+    built = [c for c in candidates if c.error is None]
+    return sorted(built, key=lambda c: (not c.fits, c.makespan_ms, c.peak_memory_bytes))
+
+
+def torchtitan_settings(candidate: Candidate, csv_name: str, num_blocks: int | None = None) -> dict[str, Any]:
+    """What torchtitan's [parallelism] section needs to run this candidate: the schedule as a compute_only CSV file,
+    the microbatch size, the degree and the split points. pipesim's split points are unit indices (embedding,
+    blocks, head); torchtitan names the module a stage starts at: unit u >= 1 is block `layers.{u-1}`, the head
+    (unit num_blocks + 1) is `output`."""
+
+    def module(unit: int) -> str:
+        return "output" if num_blocks is not None and unit == num_blocks + 1 else f"layers.{unit - 1}"
+
+    return {
+        "pipeline_parallel_degree": candidate.ranks,
+        "pipeline_parallel_schedule_csv": csv_name,
+        "pipeline_parallel_microbatch_size": candidate.microbatch_size,
+        "pipeline_parallel_split_points": [module(u) for u in candidate.split],
+        "split_points_units": list(candidate.split),
+        "schedule": candidate.schedule,
+        "virtual_stages_per_rank": candidate.virtual_stages,
+        "microbatches": candidate.microbatches,
+        "recompute": candidate.recompute,
+        "data_parallel_degree": candidate.data_parallel,
+    }

@@ -1,0 +1,286 @@
+"""The planner: every schedule x pipeline depth x microbatch size x chunks x recompute x W share, costed.
+
+Each candidate is evaluated exactly, with the simulator's own engine: the split comes from stage balancing
+(`pipesim.balance`) over per-unit costs, the per-stage costs from `stage_costs_from_units`, the step time from
+`simulate.sweep` over the schedule's dependencies (the very sweep `simulate` runs, without building a Timeline),
+the memory from `pipesim.memory` (static parts plus the activation peak of each rank's action order).
+What makes ten thousand candidates a second affordable is sharing, not approximation: a schedule's
+dependencies and order arrays are built once per shape (name, ranks, microbatches, chunks) and reused by every
+cost variant, and candidates that differ only in a choice their schedule ignores (a W share for a schedule
+that never splits its backward) are not generated twice.
+
+Data parallelism: `devices` are cut into `devices / ranks` replicas of a `ranks`-deep pipeline, each replica
+taking its share of the global batch; the gradients' ring all-reduce (2 (d-1)/d of the fullest rank's
+gradient bytes over the link) is added to the step. Ranks 0..ranks-1 of a replica are what `ranks` counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pipesim.cost.balance import balance
+from pipesim.cost.description import ModelDescription, stage_costs_from_units
+from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.ir import Schedule
+from pipesim.schedules import build_schedule, options_for, schedule_info
+from pipesim.semantics.dag import dependencies
+from pipesim.sim.memory import OrderWalk, check_optimizer, static_bytes
+from pipesim.sim.simulate import action_durations, boundary_transfers, hop_times, sweep
+
+V_SHAPES_CHUNKS = 2
+
+
+@dataclass(frozen=True)
+class PlanSpace:
+    """What to search. `w_shares` None means the costs' own W share (used only by split-backward schedules)."""
+
+    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
+    microbatch_sizes: tuple[int, ...] = (1, 2, 4)
+    chunks: tuple[int, ...] = (1, 2)
+    recompute: tuple[bool, ...] = (False, True)
+    w_shares: tuple[float | None, ...] = (None,)
+    ranks: tuple[int, ...] | None = None  # pipeline depths; None: all devices in one pipeline
+
+    def __post_init__(self) -> None:
+        for name in self.schedules:
+            schedule_info(name)  # unknown names list the valid ones
+        if not self.schedules:
+            raise ValueError("give at least one schedule to search")
+        for label, values in (("microbatch sizes", self.microbatch_sizes), ("chunks", self.chunks),
+                              ("ranks", self.ranks or (1,))):
+            if not values or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
+                raise ValueError(f"{label} must be positive whole numbers, got {list(values)}")
+        for share in self.w_shares:
+            if share is not None and not 0 <= share <= 1:
+                raise ValueError(f"a W share is the weight-gradient part of the backward, in 0..1; got {share}")
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """The model (per-unit costs at a reference microbatch size), the devices, the cap, the batch, the optimizer.
+
+    `units` are the pieces stages are cut from (e.g. a model description's embedding, blocks and head), costed
+    for one microbatch of `unit_microbatch_size` samples; other microbatch sizes scale time and bytes linearly
+    unless `description` is given, which re-costs the model exactly for each size.
+    """
+
+    units: tuple[StageCost, ...]
+    devices: int
+    global_batch: int
+    memory_cap_bytes: float | None = None
+    optimizer: str = "adam"
+    link: LinkCost = LinkCost()
+    unit_microbatch_size: int = 1
+    step_overhead_ms: float = 0.0
+    description: ModelDescription | None = None
+
+    def __post_init__(self) -> None:
+        if not self.units:
+            raise ValueError("the model needs at least one unit (layer) to split")
+        if not sum(u.forward_ms + u.backward_ms for u in self.units) > 0:
+            raise ValueError("the model's units take no time (all forward and backward times are 0): nothing to plan")
+        if not isinstance(self.devices, int) or self.devices < 1:
+            raise ValueError(f"devices must be a positive whole number, got {self.devices!r}")
+        if not isinstance(self.global_batch, int) or self.global_batch < 1:
+            raise ValueError(f"the global batch size must be a positive whole number, got {self.global_batch!r}")
+        if self.memory_cap_bytes is not None and not self.memory_cap_bytes > 0:
+            raise ValueError(f"the memory cap must be > 0 bytes, got {self.memory_cap_bytes!r}")
+        check_optimizer(self.optimizer)
+
+    @classmethod
+    def from_description(cls, description: ModelDescription, **kwargs: Any) -> PlanInputs:
+        link = LinkCost(description.link_latency_ms, description.link_bandwidth_gbps)
+        return cls(units=tuple(description.unit_costs()), link=link,
+                   unit_microbatch_size=description.microbatch_size, description=description, **kwargs)
+
+    @classmethod
+    def from_cost(cls, cost: CostModel, **kwargs: Any) -> PlanInputs:
+        """A cost file's stages read as units (profile with one unit per stage to plan any split)."""
+        overhead = cost.step_overhead_ms
+        return cls(units=cost.stages, link=cost.links[0], unit_microbatch_size=int(cost.meta.get("microbatch_size", 1)),
+                   step_overhead_ms=max(overhead, default=0.0), **kwargs)
+
+    def units_for(self, microbatch_size: int) -> tuple[StageCost, ...]:
+        if self.description is not None:
+            return tuple(replace(self.description, microbatch_size=microbatch_size).unit_costs())
+        factor = microbatch_size / self.unit_microbatch_size
+        if factor == 1:
+            return self.units
+        return tuple(replace(u, forward_ms=u.forward_ms * factor, backward_ms=u.backward_ms * factor,
+                             weight_ms=None if u.weight_ms is None else u.weight_ms * factor,
+                             activation_bytes=u.activation_bytes * factor,
+                             weight_grad_bytes=None if u.weight_grad_bytes is None else u.weight_grad_bytes * factor,
+                             input_bytes=u.input_bytes * factor, output_bytes=u.output_bytes * factor)
+                     for u in self.units)
+
+
+@dataclass
+class Candidate:
+    """One point of the space and what it costs; `error` says why it could not be built (then no numbers)."""
+
+    schedule: str
+    ranks: int
+    microbatches: int
+    virtual_stages: int
+    recompute: bool
+    microbatch_size: int
+    w_share: float | None
+    data_parallel: int = 1
+    split: tuple[int, ...] = ()
+    makespan_ms: float | None = None
+    throughput: float | None = None
+    peak_memory_bytes: float | None = None
+    fits: bool = False
+    bubble_fraction: float | None = None
+    imbalance: float | None = None
+    error: str | None = None
+    rank_memory: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "ranks": self.ranks, "microbatches": self.microbatches,
+                "virtual_stages": self.virtual_stages, "recompute": self.recompute, "split": list(self.split),
+                "makespan_ms": self.makespan_ms, "throughput": self.throughput,
+                "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits,
+                "microbatch_size": self.microbatch_size, "w_share": self.w_share,
+                "data_parallel": self.data_parallel, "bubble_fraction": self.bubble_fraction,
+                "imbalance": self.imbalance, "error": self.error}
+
+    @property
+    def label(self) -> str:
+        chunks = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
+        extra = " recompute" if self.recompute else ""
+        share = "" if self.w_share is None else f" W {self.w_share:g}"
+        dp = f" x{self.data_parallel} DP" if self.data_parallel > 1 else ""
+        return f"{self.schedule} P{self.ranks}{dp}{chunks} m{self.microbatches}x{self.microbatch_size}{extra}{share}"
+
+
+def candidate_grid(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
+    """Every point of the space, each choice a schedule ignores collapsed (one candidate, not copies)."""
+    grid = []
+    for ranks in space.ranks or (inputs.devices,):
+        for name in space.schedules:
+            info = schedule_info(name)
+            chunk_choices = space.chunks if info.takes_chunks else (None,)
+            shares = space.w_shares if info.split_backward else (None,)
+            for mbs in space.microbatch_sizes:
+                for chunks in chunk_choices:
+                    for recompute in space.recompute:
+                        for share in shares:
+                            grid.append(_blank(inputs, info.name, ranks, mbs, chunks, recompute, share))
+    return grid
+
+
+def _blank(inputs: PlanInputs, name: str, ranks: int, mbs: int, chunks: int | None, recompute: bool,
+           share: float | None) -> Candidate:
+    fixed = V_SHAPES_CHUNKS if name in ("zbv", "dualpipev") else 1
+    dp = inputs.devices // ranks if ranks <= inputs.devices else 0
+    replica_batch = inputs.global_batch // dp if dp else 0
+    candidate = Candidate(name, ranks, max(replica_batch // mbs, 1), chunks or fixed, recompute, mbs, share, dp)
+    if ranks > inputs.devices or inputs.devices % ranks:
+        candidate.error = f"{ranks} ranks do not divide {inputs.devices} devices into pipelines"
+    elif inputs.global_batch % (dp * mbs):
+        candidate.error = (f"global batch {inputs.global_batch} does not split into {dp} replica(s) x microbatches "
+                           f"of {mbs}")
+    return candidate
+
+
+class Evaluator:
+    """Evaluates candidates, sharing schedules, dependencies, order walks, unit costs and splits between them.
+
+    Its caches live as long as the evaluator (one plan), never at module level.
+    """
+
+    def __init__(self, inputs: PlanInputs) -> None:
+        self.inputs = inputs
+        self._shapes: dict[tuple, Any] = {}
+        self._units: dict[tuple, tuple[StageCost, ...]] = {}
+        self._splits: dict[tuple, Any] = {}
+
+    def shape(self, name: str, ranks: int, microbatches: int, chunks: int) -> tuple:
+        key = (name, ranks, microbatches, chunks)
+        if key not in self._shapes:
+            try:
+                schedule = build_schedule(name, ranks, microbatches, **options_for(name, num_virtual_stages=chunks))
+                self._shapes[key] = (schedule, dependencies(schedule), OrderWalk(schedule))
+            except ValueError as error:
+                self._shapes[key] = error
+        return self._shapes[key]
+
+    def units(self, mbs: int, share: float | None) -> tuple[StageCost, ...]:
+        key = (mbs, share)
+        if key not in self._units:
+            units = self.inputs.units_for(mbs)
+            if share is not None:
+                units = tuple(replace(u, weight_ms=u.backward_ms * share) for u in units)
+            self._units[key] = units
+        return self._units[key]
+
+    def split(self, mbs: int, num_stages: int, recompute: bool):
+        key = (mbs, num_stages, recompute)
+        if key not in self._splits:
+            extra = 1.0 if recompute else 0.0  # recomputation pays the forward again in the backward
+            weights = [u.forward_ms * (1 + extra) + u.backward_ms for u in self.units(mbs, None)]
+            try:
+                self._splits[key] = balance(weights, num_stages)
+            except ValueError as error:
+                self._splits[key] = error
+        return self._splits[key]
+
+    def materialise(self, c: Candidate) -> tuple[Schedule, CostModel]:
+        """The schedule and cost model an evaluated candidate stands for (to draw it, export it, simulate it)."""
+        if c.error is not None or c.makespan_ms is None:
+            raise ValueError(f"{c.label} was not built: {c.error or 'not evaluated'}")
+        schedule = self.shape(c.schedule, c.ranks, c.microbatches, c.virtual_stages)[0]
+        cost = stage_costs_from_units(list(self.units(c.microbatch_size, c.w_share)), c.split,
+                                      recompute=c.recompute, link=self.inputs.link)
+        return schedule, cost
+
+    def evaluate(self, c: Candidate) -> Candidate:
+        if c.error is not None:
+            return c
+        shape = self.shape(c.schedule, c.ranks, c.microbatches, c.virtual_stages)
+        if isinstance(shape, Exception):
+            c.error = str(shape)
+            return c
+        schedule, deps, walk = shape
+        c.virtual_stages = schedule.num_stages // schedule.num_ranks
+        split = self.split(c.microbatch_size, schedule.num_stages, c.recompute)
+        if isinstance(split, Exception):
+            c.error = str(split)
+            return c
+        c.split, c.imbalance = split.split_points, split.imbalance
+        cost = stage_costs_from_units(list(self.units(c.microbatch_size, c.w_share)), split.split_points,
+                                      recompute=c.recompute, link=self.inputs.link)
+        durations = action_durations(deps, cost, schedule.num_stages)
+        starts, ends, stuck = sweep(deps, durations, hop_times(deps, boundary_transfers(schedule, cost)))
+        if stuck:
+            c.error = "the schedule deadlocks"
+            return c
+        offsets = deps.offsets
+        finish = [ends[offsets[r + 1] - 1] if offsets[r + 1] > offsets[r] else 0.0 for r in range(schedule.num_ranks)]
+        pipeline_ms = max(finish)
+        statics = static_bytes(schedule, cost, self.inputs.optimizer)
+        memory = [sum(s) + peak for s, peak in zip(statics, walk.peaks(cost), strict=True)]
+        allreduce = _allreduce_ms(max(s[1] for s in statics), c.data_parallel, self.inputs.link)
+        c.makespan_ms = max(finish) + self.inputs.step_overhead_ms + allreduce
+        c.throughput = self.inputs.global_batch / c.makespan_ms * 1e3  # > 0: PlanInputs refuses a model of no time
+        c.rank_memory = memory
+        c.peak_memory_bytes = max(memory)
+        cap = self.inputs.memory_cap_bytes
+        c.fits = cap is None or c.peak_memory_bytes <= cap
+        c.bubble_fraction = 1 - sum(durations) / (schedule.num_ranks * pipeline_ms) if pipeline_ms > 0 else 0.0
+        return c
+
+
+def _allreduce_ms(grad_bytes: float, replicas: int, link: LinkCost) -> float:
+    """Ring all-reduce of one rank's gradients across `replicas` pipelines (0 without data parallelism)."""
+    if replicas <= 1:
+        return 0.0
+    return link.transfer_ms(2 * (replicas - 1) / replicas * grad_bytes)
+
+
+def evaluate_all(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
+    """Every candidate of the space, evaluated (those that cannot be built carry their reason)."""
+    evaluator = Evaluator(inputs)
+    return [evaluator.evaluate(c) for c in candidate_grid(inputs, space)]

@@ -1,0 +1,81 @@
+"""The one record type for simulated, measured and imported runs: spans of actions and transfers.
+
+Charts, metrics and exporters read only a `Timeline`; whether it came from
+the simulator, the executor or a profiler trace is its `source`. Metrics read
+off a Timeline live in `pipesim.sim.metrics`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+from pipesim.ir import Action, CommAction
+
+Source = Literal["simulated", "measured", "imported"]  # imported: read from a profiler trace (pipesim.kineto)
+COLLECTIVE_KINDS = frozenset({"unshard", "reshard", "reduce_grad"})
+
+
+class Span(NamedTuple):
+    """One action on one rank, from `start` to `end` (milliseconds).
+
+    `step` numbers the training step for measured timelines that hold several.
+    """
+
+    rank: int
+    action: Action
+    start: float
+    end: float
+    step: int = 0
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+class CommSpan(NamedTuple):
+    """Time a rank spent blocked on a transfer (measured runs): `kind` is "send" or "recv".
+
+    `action` is the action whose tensor was being moved; `peer` the other rank. Simulated timelines also
+    hold torch's per-stage collectives here (`kind` in COLLECTIVE_KINDS, `action` the CommAction, peer -1):
+    the step time includes them, the bubble metrics count them as time not computing.
+    """
+
+    rank: int
+    kind: str
+    peer: int
+    action: Action | CommAction
+    start: float
+    end: float
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Spans of one or more steps of a schedule on `num_ranks` ranks."""
+
+    num_ranks: int
+    spans: tuple[Span, ...]
+    source: Source = "simulated"
+    schedule_name: str = ""
+    comm: tuple[CommSpan, ...] = ()
+    meta: dict = field(default_factory=dict, compare=False)
+
+
+
+def select_step(tl: Timeline, step: int) -> Timeline:
+    """The spans of one step, shifted so that the step starts at 0."""
+    spans = [s for s in tl.spans if s.step == step]
+    if not spans:
+        steps = sorted({s.step for s in tl.spans})
+        raise ValueError(f"the timeline has no step {step}; steps present: {steps}")
+    origin = min(s.start for s in spans)
+    comm = tuple(c._replace(start=c.start - origin, end=c.end - origin) for c in tl.comm if c.step == step)
+    return Timeline(
+        num_ranks=tl.num_ranks,
+        spans=tuple(s._replace(start=s.start - origin, end=s.end - origin) for s in spans),
+        source=tl.source,
+        schedule_name=tl.schedule_name,
+        comm=comm,
+        meta={**tl.meta, "step": step},
+    )

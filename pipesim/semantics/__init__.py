@@ -1,0 +1,1 @@
+"""What a schedule means: the lowering (dependencies, messages, liveness), validation, the dependency graph."""

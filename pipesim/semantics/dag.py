@@ -1,0 +1,250 @@
+"""The dependency graph of a schedule: data edges plus each rank's order.
+
+Two representations, for two jobs:
+
+* `dependencies` - flat Python lists indexed by action id. The simulator
+  (`pipesim.simulate`), deadlock detection and the critical path run on it:
+  schedules of 10^5 actions are swept in well under a second, which networkx
+  cannot do.
+* `build_dag` - a networkx DiGraph for people and charts (nodes are
+  `Action`s with attributes, edges say "data" or "order").
+
+Data edges are the producers of `pipesim.lower` (the one statement of what
+an action needs). Order edges join consecutive actions of a rank. A cycle is
+a deadlock. Where a schedule states its transfers (torch's compute_comms
+order), a cross-rank edge starts at the sender's last action before the
+SEND (`pipesim.lower.send_gates`), and an overlapped group waits for every
+member's inputs before it starts (`Dependencies.joined`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
+from typing import TYPE_CHECKING
+
+from pipesim._perf import paused_gc
+from pipesim.ir import Action, Schedule
+from pipesim.semantics.lower import overlap_groups, produced_message, producer_ids, producers_of, send_gates
+from pipesim.semantics.validate import ScheduleError
+
+if TYPE_CHECKING:  # a cost only labels the figure's nodes and edges; a timeline only places them
+    import networkx as nx  # only the figure needs it: imported where a graph is built (0.15 s at start-up)
+
+    from pipesim.cost.model import CostModel
+    from pipesim.records import Timeline
+
+_CYCLE_SHOWN = 12  # actions of a cycle printed in full before eliding
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """Actions in rank-major order, with per-action data dependencies by id.
+
+    Ids of rank r are `offsets[r]` .. `offsets[r+1]-1`, in that rank's order,
+    so the order edge of id i (when not a rank's first) is i-1.
+    """
+
+    actions: list[Action]
+    ranks: list[int]
+    offsets: list[int]
+    index: dict[Action, int]
+    deps: list[tuple[int, ...]]
+    joined: dict[int, tuple[int, ...]] | None = None  # an overlapped group's first id -> its other members' ids
+    sends: dict[tuple[int, int], str] | None = None  # (consumer id, gate id) -> the SEND the consumer waits for
+
+    @property
+    def num_ranks(self) -> int:
+        return len(self.offsets) - 1
+
+
+class DeadlockError(ScheduleError):
+    """The schedule's dependency graph has a cycle: some ranks wait on each other forever."""
+
+    def __init__(self, cycle: list[Action], waits: list[tuple[int, Action, Action, int]],
+                 sends: dict[tuple[Action, Action], str] | None = None) -> None:
+        self.cycle = cycle
+        self.waits = waits  # (rank, its stuck action, the action it waits for, that action's rank)
+        rank, head, _, _ = waits[0]
+        sends = sends or {}  # (stuck action, awaited action) -> the SEND placed after the awaited action
+        said = "; ".join(
+            f"rank {r} waits at {h} for "
+            + (f"{sends[h, d]} (placed after {d}) " if (h, d) in sends else f"{d} ")
+            + ("later in its own list" if dr == r else f"on rank {dr}")
+            for r, h, d, dr in waits
+        )
+        shown = cycle if len(cycle) <= _CYCLE_SHOWN else cycle[:_CYCLE_SHOWN - 1] + ["..."]  # type: ignore[list-item]
+        path = " -> ".join(str(a) for a in [*shown, cycle[0]])
+        super().__init__("deadlock", f"{said} (cycle: {path})", rank, None, head)
+
+
+@paused_gc()
+def dependencies(schedule: Schedule) -> Dependencies:
+    """Data dependencies of every action; ScheduleError when a producer is missing or doubled."""
+    actions: list[Action] = []
+    ranks: list[int] = []
+    offsets = [0]
+    for rank, row in enumerate(schedule.actions):
+        actions.extend(row)
+        ranks.extend([rank] * len(row))
+        offsets.append(len(actions))
+    _check_ranges(schedule, actions, ranks, offsets)
+    index = dict(zip(actions, range(len(actions)), strict=True))
+    if len(index) != len(actions):
+        _raise_duplicate(actions, index, ranks, offsets)
+    deps = producer_ids(actions, schedule.num_stages, schedule.num_microbatches)
+    if any(map((-1).__eq__, chain.from_iterable(deps))):
+        missing = next(a for a, ds in zip(actions, deps, strict=True) if -1 in ds)
+        _raise_missing(missing, index, ranks, offsets, schedule.num_stages)
+    gates = send_gates(schedule)
+    sends: dict[tuple[int, int], str] | None = None
+    if gates is not None:
+        sends = {}
+        deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages, sends)
+    groups = overlap_groups(schedule)
+    joined = {index[group[0]]: tuple(index[a] for a in group[1:]) for group in groups} if groups else None
+    return Dependencies(actions, ranks, offsets, index, deps, joined, sends)
+
+
+def _gated(deps: list[tuple[int, ...]], actions: list[Action], ranks: list[int], offsets: list[int],
+           index: dict[Action, int], gates: dict, num_stages: int, sends: dict) -> list[tuple[int, ...]]:
+    """Cross-rank producers replaced by the sender's last action before the message's SEND (recorded in
+    `sends` where that is not the producer itself, so a deadlock can name the SEND)."""
+    gated = []
+    for i, producers in enumerate(deps):
+        row = []
+        for d in producers:
+            if ranks[d] != ranks[i]:
+                message = produced_message(actions[d], num_stages)
+                gate = gates.get(message, -1)
+                if gate is None or gate == -1:
+                    rank = ranks[d]
+                    detail = (f"{actions[d]}'s output reaches {actions[i]} on rank {ranks[i]}, but rank {rank} "
+                              + ("has no SEND for it" if gate == -1 else "sends it before computing anything"))
+                    raise ScheduleError("missing send", detail, rank, d - offsets[rank], actions[d])
+                if gate != actions[d]:
+                    sends[(i, index[gate])] = _send_text(actions[d], num_stages)
+                d = index[gate]
+            row.append(d)
+        gated.append(tuple(row))
+    return gated
+
+
+def _check_ranges(schedule: Schedule, actions: list[Action], ranks: list[int], offsets: list[int]) -> None:
+    """Stages and microbatches within the schedule's counts (C-speed min/max, then find the culprit)."""
+    if not actions:
+        return
+    stages = list(map(itemgetter(0), actions))
+    mbs = list(map(itemgetter(2), actions))
+    num_stages, num_mb = schedule.num_stages, schedule.num_microbatches
+    if 0 <= min(stages) and max(stages) < num_stages and 0 <= min(mbs) and max(mbs) < num_mb:
+        return
+    for i, (stage, _, mb) in enumerate(actions):
+        if not (0 <= stage < schedule.num_stages and 0 <= mb < schedule.num_microbatches):
+            rank = ranks[i]
+            raise ScheduleError(
+                "out of range",
+                f"stages are 0..{schedule.num_stages - 1} and microbatches 0..{schedule.num_microbatches - 1}",
+                rank, i - offsets[rank], actions[i],
+            )
+
+
+def _raise_duplicate(actions: list[Action], index: dict[Action, int], ranks: list[int], offsets: list[int]) -> None:
+    for i, action in enumerate(actions):
+        if index[action] != i:
+            rank = ranks[i]
+            raise ScheduleError(
+                f"duplicate {action.kind}", f"{action} runs more than once", rank, i - offsets[rank], action
+            )
+
+
+def _raise_missing(
+    action: Action, index: dict[Action, int], ranks: list[int], offsets: list[int], num_stages: int
+) -> None:
+    """Name the producer that no rank runs."""
+    missing = next(options for options in producers_of(action, num_stages) if not any(a in index for a in options))
+    what = " (or ".join(str(a) for a in missing) + ")" * (len(missing) - 1)
+    i = index[action]
+    rank = ranks[i]
+    detail = f"{action} needs {what}, which no rank runs"
+    raise ScheduleError("missing dependency", detail, rank, i - offsets[rank], action)
+
+
+def _send_text(producer: Action, num_stages: int) -> str:
+    """The SEND that moves `producer`'s output, in torch's text form (2SEND_F0, 3SEND_B1)."""
+    message = produced_message(producer, num_stages)
+    return f"{producer.stage}SEND_{'F' if message.what == 'act' else 'B'}{producer.microbatch}"
+
+
+@paused_gc()
+def build_dag(schedule: Schedule, cost: CostModel | None = None) -> nx.DiGraph:
+    """The dependency graph as a networkx DiGraph (nodes are Actions).
+
+    Node attributes: rank, stage, kind, microbatch, duration (ms, with a cost).
+    Edge attribute kind is "data" or "order" (a data edge between consecutive
+    actions of a rank stays "data"); cross-rank data edges carry comm_ms with a cost.
+    """
+    deps = dependencies(schedule)
+    if cost is not None:
+        cost.check_fits(schedule)
+    import networkx as nx
+
+    graph = nx.DiGraph(name=schedule.name)
+    actions, ranks = deps.actions, deps.ranks
+    graph.add_nodes_from(
+        (a, {"rank": ranks[i], "stage": a.stage, "kind": a.kind, "microbatch": a.microbatch})
+        for i, a in enumerate(actions)
+    )
+    if cost is not None:
+        durations = {(s, k): cost.duration_ms(s, k) for s, k, _ in set(actions)}
+        nx.set_node_attributes(graph, {a: durations[a.stage, a.kind] for a in actions}, "duration")
+    for rank in range(schedule.num_ranks):
+        lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
+        graph.add_edges_from(zip(actions[lo:hi - 1], actions[lo + 1:hi], strict=True), kind="order")
+    graph.add_edges_from(
+        (actions[d], actions[i], _data_edge(actions[d], actions[i], ranks[d] != ranks[i], cost))
+        for i, producers in enumerate(deps.deps)
+        for d in producers
+    )
+    return graph
+
+
+def _data_edge(producer: Action, consumer: Action, crosses: bool, cost: CostModel | None) -> dict:
+    if cost is None or not crosses:
+        return {"kind": "data"}
+    return {"kind": "data", "comm_ms": cost.transfer_ms(producer.stage, consumer.stage)}
+
+
+@dataclass(frozen=True)
+class DagPositions:
+    """Where the DAG figure puts each action: x by time (or depth), y by its rank's lane."""
+
+    xy: dict[Action, tuple[float, float]]
+    x_title: str
+    num_ranks: int
+
+
+def dag_positions(schedule: Schedule, graph: nx.DiGraph, timeline: Timeline | None = None) -> DagPositions:
+    """Node x: the start in `timeline` when given (a simulation of this schedule), else topological depth,
+    else (a cyclic graph: a deadlock) the position in the rank's list. y: the rank's lane, nudged apart per
+    stage when a rank holds several."""
+    import networkx as nx
+
+    if timeline is not None:
+        xs: dict[Action, float] = {span.action: span.start for span in timeline.spans}
+        x_title = "simulated start (ms)"
+    elif nx.is_directed_acyclic_graph(graph):
+        xs = {}
+        for node in nx.topological_sort(graph):
+            xs[node] = max((xs[p] + 1 for p in graph.predecessors(node)), default=0)
+        x_title = "topological depth"
+    else:
+        xs = {a: i for actions in schedule.actions for i, a in enumerate(actions)}
+        x_title = "position in the rank's action list"
+    lane: dict[int, float] = {}
+    for rank in range(schedule.num_ranks):
+        stages = schedule.stages_of_rank(rank)
+        for i, stage in enumerate(stages):
+            lane[stage] = rank + (i - (len(stages) - 1) / 2) * 0.3
+    return DagPositions({a: (xs[a], lane[a.stage]) for a in graph.nodes}, x_title, schedule.num_ranks)

@@ -1,0 +1,298 @@
+"""Metrics read off a Timeline: step time, bubbles, idle intervals, and activation memory through the lowering.
+
+All metrics read one step: call `pipesim.records.select_step` first on measured timelines
+that hold several. Times are relative to the earliest span (0 when simulated).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from pipesim._perf import paused_gc
+from pipesim.ir import ActionKind
+from pipesim.records import COLLECTIVE_KINDS, Span, Timeline
+from pipesim.semantics.lower import StashSizes, changes_at_start, stash_table
+
+if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
+    from pipesim.cost.model import CostModel
+
+
+def _origin(tl: Timeline) -> float:
+    return min(map(itemgetter(2), tl.spans), default=0.0)
+
+
+def makespan(tl: Timeline) -> float:
+    """Step time: from the first start to the last end on any rank."""
+    if not tl.spans:
+        return 0.0
+    last = max(map(itemgetter(3), tl.spans))
+    last = max([last] + [c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS])  # a collective may end a step
+    return last - _origin(tl)
+
+
+def _by_rank(tl: Timeline) -> list[list[Span]]:
+    """Spans per rank, sorted by start (simulated timelines come sorted: the sort is then linear)."""
+    rows: list[list[Span]] = [[] for _ in range(tl.num_ranks)]
+    for span in tl.spans:
+        rows[span[0]].append(span)
+    key = itemgetter(2)  # stable: equal starts keep their recorded order
+    for row in rows:
+        row.sort(key=key)
+    return rows
+
+
+def _gaps(row: list[Span], origin: float, finish: float) -> list[tuple[float, float]]:
+    gaps = []
+    cursor = origin
+    for _, _, start, end, _ in row:
+        if start > cursor:
+            gaps.append((cursor, start))
+        if end > cursor:
+            cursor = end
+    if finish > cursor:
+        gaps.append((cursor, finish))
+    return gaps
+
+
+@paused_gc()
+def idle_intervals(tl: Timeline) -> list[list[tuple[float, float]]]:
+    """Per rank, the gaps within [origin, origin + makespan] where it runs nothing."""
+    origin = _origin(tl)
+    finish = origin + makespan(tl)
+    return [_gaps(row, origin, finish) for row in _by_rank(tl)]
+
+
+def _idle_per_rank(tl: Timeline) -> list[float]:
+    return [sum(end - start for start, end in gaps) for gaps in idle_intervals(tl)]
+
+
+def bubble_fraction(tl: Timeline, rank: int | None = None) -> float:
+    """Idle / (ranks x makespan); with `rank`, that rank's idle / makespan."""
+    total = makespan(tl)
+    if total <= 0:
+        return 0.0
+    idle = _idle_per_rank(tl)
+    if rank is not None:
+        if not 0 <= rank < tl.num_ranks:
+            raise ValueError(f"rank {rank} is outside 0..{tl.num_ranks - 1}")
+        return idle[rank] / total
+    return sum(idle) / (tl.num_ranks * total)
+
+
+def bubble_ratio(tl: Timeline) -> float:
+    """Idle / busy, summed over ranks (inf when nothing is busy but time passes)."""
+    idle = sum(_idle_per_rank(tl))
+    busy = tl.num_ranks * makespan(tl) - idle
+    if busy <= 0:
+        return math.inf if idle > 0 else 0.0
+    return idle / busy
+
+
+def inner_bubble_fraction(tl: Timeline) -> float:
+    """Idle between each rank's first and last action / the time between them, summed over ranks.
+
+    The per-stage bubble of the zero-bubble paper: it leaves out the ramp before a rank's first action and
+    the drain after its last, which `bubble_fraction` (the whole step) counts. ZB-H2 with F = I = W has
+    none, while its step-level bubble equals ZB-H1's.
+    """
+    inside = span = 0.0
+    for row in _by_rank(tl):
+        if not row:
+            continue
+        first, last = min(s.start for s in row), max(s.end for s in row)
+        span += last - first
+        inside += sum(end - start for start, end in _gaps(row, first, last))
+    return inside / span if span > 0 else 0.0
+
+
+def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[float, int, float]]]:
+    """Per rank, (time, stashed-count delta, bytes delta) events, sorted so frees come first at equal times.
+
+    What each action stashes or frees, and whether at its start or end, is `pipesim.lower`'s liveness.
+    """
+    table = stash_table(_stash_sizes(tl, cost))
+    at_start = {kind: changes_at_start(kind) for kind in ActionKind}
+    events: list[list[tuple[float, int, float]]] = [[] for _ in range(tl.num_ranks)]
+    for rank, (stage, kind, _), start, end, _ in tl.spans:
+        count, size = table[stage][kind]
+        events[rank].append((start if at_start[kind] else end, count, size))
+    for row in events:
+        row.sort()
+    return events
+
+
+def _levels(row: list[tuple[float, int, float]], field: int, origin: float) -> list[tuple[float, float]]:
+    """Events -> (time, level) step function; one point per distinct time at which the level moves."""
+    points = [(origin, 0)]
+    level = 0
+    for event in row:
+        delta = event[field]
+        if not delta:
+            continue
+        level += delta
+        time = event[0]
+        if points[-1][0] == time:
+            points[-1] = (time, level)
+        else:
+            points.append((time, level))
+    return points
+
+
+@paused_gc()
+def stash_counts(tl: Timeline) -> list[list[tuple[float, int]]]:
+    """Per rank, microbatches stashed over time: +1 at each F start, -1 at the end of its B or I."""
+    origin = _origin(tl)
+    return [_levels(row, 1, origin) for row in _memory_events(tl, None)]
+
+
+@paused_gc()
+def memory_over_time(tl: Timeline, cost: CostModel) -> list[list[tuple[float, float]]]:
+    """Per rank, stashed activation bytes over time.
+
+    F adds stash_bytes(stage) at its start; B frees it at its end; with a
+    split backward, I frees all but the weight-gradient part (w_bytes) and W
+    frees that part.
+    """
+    origin = _origin(tl)
+    return [_levels(row, 2, origin) for row in _memory_events(tl, cost)]
+
+
+def _peaks(row: list[tuple[float, int, float]]) -> tuple[int, float]:
+    """Peak count and bytes, each measured after all events at one time (frees sorted first)."""
+    count = peak_count = 0
+    size = peak_size = 0.0
+    for _, d_count, d_size in row:
+        count += d_count
+        size += d_size
+        if count > peak_count:
+            peak_count = count
+        if size > peak_size:
+            peak_size = size
+    return peak_count, peak_size
+
+
+@dataclass(frozen=True)
+class RankMetrics:
+    """One rank's share of a step. `peak_activation_bytes` is 0.0 when no cost model was given."""
+
+    rank: int
+    busy_ms: float
+    idle_ms: float
+    bubble_fraction: float
+    peak_activations: int
+    peak_activation_bytes: float
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The headline numbers of one step (bubble_fraction: idle / (ranks x makespan))."""
+
+    makespan: float
+    bubble_fraction: float
+    bubble_ratio: float
+    ranks: tuple[RankMetrics, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "makespan": self.makespan,
+            "bubble_fraction": self.bubble_fraction,
+            "bubble_ratio": self.bubble_ratio,
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "busy_ms": r.busy_ms,
+                    "idle_ms": r.idle_ms,
+                    "bubble_fraction": r.bubble_fraction,
+                    "peak_activations": r.peak_activations,
+                    "peak_activation_bytes": r.peak_activation_bytes,
+                }
+                for r in self.ranks
+            ],
+        }
+
+
+def _stash_sizes(tl: Timeline, cost: CostModel | None) -> dict[int, StashSizes]:
+    """Per stage: bytes F stashes, and the part only W still needs after I (zeros without a cost model)."""
+    return stash_sizes(cost, {span[1][0] for span in tl.spans})
+
+
+def stash_sizes(cost: CostModel | None, stages: Iterable[int]) -> dict[int, StashSizes]:
+    """Per stage in `stages`: bytes F stashes and the part only W still needs (zeros without a cost model).
+
+    The one reading of a cost model's sizes for liveness: these metrics and the planner's memory model use it.
+    """
+    sizes: dict[int, StashSizes] = {}
+    for stage in stages:
+        if cost is None:
+            sizes[stage] = StashSizes(0.0, 0.0)
+        else:
+            stash = cost.stash_bytes(stage)
+            sizes[stage] = StashSizes(stash, min(cost.stage(stage).w_bytes, stash))
+    return sizes
+
+
+def _rank_summary(
+    row: list[Span], table: dict[int, dict[ActionKind, tuple[int, float]]], origin: float, finish: float
+) -> tuple[float, int, float] | None:
+    """(idle ms, peak stashed count, peak bytes) in one walk over a rank's spans sorted by start.
+
+    When no two spans overlap, span order is event order (every free happens at
+    a span's end, before the next span starts), so no event sort is needed.
+    Returns None when spans overlap; the caller then sorts events.
+    """
+    idle = 0.0
+    cursor = origin
+    count = peak_count = 0
+    size = peak_size = 0.0
+    for _, (stage, kind, _), start, end, _ in row:
+        if start < cursor:
+            return None
+        idle += start - cursor
+        cursor = end
+        d_count, d_size = table[stage][kind]
+        count += d_count
+        size += d_size
+        if count > peak_count:
+            peak_count = count
+        if size > peak_size:
+            peak_size = size
+    return idle + max(finish - cursor, 0.0), peak_count, peak_size
+
+
+@paused_gc()
+def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
+    """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
+    total = makespan(tl)
+    origin = _origin(tl)
+    rows = _by_rank(tl)
+    table = stash_table(_stash_sizes(tl, cost))
+    summaries = [_rank_summary(row, table, origin, origin + total) for row in rows]
+    if None in summaries:  # overlapping spans (measured runs): the general, sorting path
+        events = _memory_events(tl, cost)
+        for r, summary in enumerate(summaries):
+            if summary is None:
+                idle = sum(b - a for a, b in _gaps(rows[r], origin, origin + total))
+                summaries[r] = (idle, *_peaks(events[r]))
+    ranks = tuple(
+        RankMetrics(
+            rank=r,
+            busy_ms=total - idle,
+            idle_ms=idle,
+            bubble_fraction=idle / total if total > 0 else 0.0,
+            peak_activations=peak_count,
+            peak_activation_bytes=float(peak_size),
+        )
+        for r, (idle, peak_count, peak_size) in enumerate(summaries)
+    )
+    idle_sum = sum(r.idle_ms for r in ranks)
+    busy_sum = tl.num_ranks * total - idle_sum
+    return Metrics(
+        makespan=total,
+        bubble_fraction=idle_sum / (tl.num_ranks * total) if total > 0 else 0.0,
+        bubble_ratio=idle_sum / busy_sum if busy_sum > 0 else (math.inf if idle_sum > 0 else 0.0),
+        ranks=ranks,
+    )

@@ -1,0 +1,270 @@
+"""The simulation engine: Schedule + CostModel -> simulated Timeline, and deadlock detection.
+
+Semantics (the same the executor follows for real): an action starts when
+the previous action of its rank has ended and every data dependency has
+ended, plus the transfer time when producer and consumer sit on different
+ranks. Transfers overlap with compute (asynchronous sends); a rank only
+waits for what it needs. There are no random choices and ties cannot change
+times, so a schedule and a cost model always give the same timeline.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import repeat
+from typing import NamedTuple
+
+from pipesim._perf import paused_gc
+from pipesim.cost.model import CostModel
+from pipesim.ir import Action, ActionKind, Schedule
+from pipesim.records import CommSpan, Span, Timeline
+from pipesim.semantics.dag import DeadlockError, Dependencies, dependencies
+from pipesim.semantics.lower import collectives_before, crossing_stages, overlap_groups
+
+
+def sweep(
+    deps: Dependencies, durations: list[float], hops: list[float], gaps: list[float] | None = None,
+    rank_start: list[float] | None = None,
+) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
+    """Run every rank's list in order, each action as soon as its inputs have arrived.
+
+    Kahn's algorithm over per-rank pointers: a rank advances while its next
+    action's producers have ended; a blocked rank parks on the one producer it
+    waits for and is woken when that ends. Times do not depend on the order
+    ranks are visited, so the result is deterministic. `hops[i]` is the
+    transfer time action i pays for a producer on another rank (every data
+    edge crosses one stage boundary, fixed by the consumer: see `hop_times`).
+    `gaps[i]`, when given, is time the rank spends just before action i on
+    other work, paid before any wait for inputs (the dispatch gap, torch's
+    collectives); `rank_start[r]` (default 0) is when rank r's clock starts.
+    An overlapped group (`deps.joined`)
+    starts once every member's inputs are in; its members then run back to
+    back. Returns (starts, ends, stuck) where stuck lists (rank, head id,
+    awaited id) when ranks deadlock.
+    """
+    joined = deps.joined
+    n = len(deps.actions)
+    offsets, dep_lists, ranks = deps.offsets, deps.deps, deps.ranks
+    starts = [0.0] * n
+    ends = [-1.0] * n
+    pointer = offsets[:-1]
+    clock = list(rank_start) if rank_start is not None else [0.0] * deps.num_ranks
+    waiting: dict[int, list[int]] = {}
+    ready = list(range(deps.num_ranks - 1, -1, -1))
+    while ready:
+        rank = ready.pop()
+        i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
+        while i < stop:
+            start = now if gaps is None else now + gaps[i]
+            blocked = -1
+            for d in dep_lists[i]:
+                arrival = ends[d]
+                if arrival < 0:
+                    blocked = d
+                    break
+                if ranks[d] != rank:
+                    arrival += hops[i]
+                if arrival > start:
+                    start = arrival
+            if joined is not None and blocked < 0 and i in joined:
+                blocked, start = _group_start(i, joined[i], dep_lists, ends, ranks, hops, start)
+            if blocked >= 0:
+                waiting.setdefault(blocked, []).append(rank)
+                break
+            now = start + durations[i]
+            starts[i] = start
+            ends[i] = now
+            if i in waiting:
+                ready.extend(waiting.pop(i))
+            i += 1
+        pointer[rank], clock[rank] = i, now
+    stuck = []
+    for rank in range(deps.num_ranks):
+        i = pointer[rank]
+        if i < offsets[rank + 1]:
+            members = (i, *(joined or {}).get(i, ()))
+            awaited = next(d for m in members for d in dep_lists[m] if ends[d] < 0)
+            stuck.append((rank, i, awaited))
+    return starts, ends, stuck
+
+
+def _group_start(
+    first: int, others: tuple[int, ...], dep_lists: list[tuple[int, ...]], ends: list[float], ranks: list[int],
+    hops: list[float], start: float,
+) -> tuple[int, float]:
+    """(blocking id or -1, start) of an overlapped group whose first member may start at `start`."""
+    members = {first, *others}
+    rank = ranks[first]
+    for m in others:
+        for d in dep_lists[m]:
+            if d in members:
+                continue
+            arrival = ends[d]
+            if arrival < 0:
+                return d, start
+            if ranks[d] != rank:
+                arrival += hops[m]
+            start = max(start, arrival)
+    return -1, start
+
+
+def hop_times(deps: Dependencies, transfer: list[float]) -> list[float]:
+    """Per action, the transfer it pays for a producer on another rank.
+
+    `transfer[b]` crosses the boundary between stages b and b+1 (one entry per
+    stage; the last, and transfer[-1] for stage 0's F, are never used); which
+    boundary an action hears across is `pipesim.lower.crossing_stage`.
+    """
+    return [transfer[b] for b in crossing_stages(deps.actions)]
+
+
+def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> DeadlockError:
+    """Follow who-waits-on-whom from the first stuck rank until it closes into a cycle."""
+    head_of = {rank: (head, awaited) for rank, head, awaited in stuck}
+    rank = stuck[0][0]
+    loop: list[int] = []
+    while rank not in loop:
+        loop.append(rank)
+        rank = deps.ranks[head_of[rank][1]]
+    loop = loop[loop.index(rank):]
+    waits = [(r, deps.actions[head_of[r][0]], deps.actions[head_of[r][1]], deps.ranks[head_of[r][1]]) for r in loop]
+    # Edges run producer -> consumer: the awaited action feeds the stuck head, and on
+    # the awaited action's rank the order chain runs from that rank's head to it.
+    cycle: list[Action] = []
+    for r in reversed(loop):
+        head, awaited = head_of[r]
+        owner_head = head_of[deps.ranks[awaited]][0]
+        cycle.extend(deps.actions[owner_head:awaited + 1])
+    sends = {(deps.actions[h], deps.actions[a]): text for (h, a), text in (deps.sends or {}).items()
+             if head_of.get(deps.ranks[h], (None,))[0] == h}
+    return DeadlockError(cycle, waits, sends)
+
+
+@paused_gc()
+def find_deadlock(schedule: Schedule) -> list[Action] | None:
+    """A cycle of the dependency graph (in edge order, last -> first closes it), or None."""
+    deps = dependencies(schedule)
+    n = len(deps.actions)
+    _, _, stuck = sweep(deps, [0.0] * n, [0.0] * n)
+    return deadlock_error(deps, stuck).cycle if stuck else None
+
+
+
+@paused_gc()
+def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = None) -> Timeline:
+    """Simulate one step; raises DeadlockError when ranks would wait on each other forever.
+
+    Missing or duplicated producers raise ScheduleError; run `validate` first
+    for the full set of structural checks. `deps` lets a caller that already
+    holds `dependencies(schedule)` skip recomputing it.
+    """
+    cost.check_fits(schedule)
+    if deps is None:
+        deps = dependencies(schedule)
+    inputs = engine_inputs(schedule, cost, deps)
+    starts, ends, stuck = run_engine(deps, inputs.durations, inputs.hops, inputs.gaps, cost.shared_cores)
+    if stuck:
+        raise deadlock_error(deps, stuck)
+    before, tails = inputs.before, inputs.tails
+    collective_spans = _collective_spans(deps, cost, before, tails, ends) if before or any(tails) else ()
+    new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up
+    spans = tuple(map(new, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(0))))
+    return Timeline(
+        num_ranks=schedule.num_ranks,
+        spans=spans,
+        source="simulated",
+        schedule_name=schedule.name,
+        comm=collective_spans,
+        meta={
+            "num_stages": schedule.num_stages,
+            "num_microbatches": schedule.num_microbatches,
+            "stage_to_rank": list(schedule.stage_to_rank),
+            "cost_source": cost.source,
+            "recompute": cost.recompute,
+            **({"overlap_groups": [[str(a) for a in g] for g in overlap_groups(schedule)],
+                "overlap_factor": cost.overlap_factor} if deps.joined else {}),
+        },
+    )
+
+
+def _collective_spans(deps: Dependencies, cost: CostModel, before: dict, tails: list,
+                      ends: list[float]) -> tuple[CommSpan, ...]:
+    """Each collective's time on its rank: back to back before the action it precedes, or after the rank's
+    last action (peer -1: a collective has no single peer)."""
+    spans: list[CommSpan] = []
+
+    def lay(rank: int, collectives: list, at: float) -> None:
+        for c in collectives:
+            end = at + cost.collective_ms(c.stage, c.kind)
+            spans.append(CommSpan(rank, c.kind.value.lower(), -1, c, at, end))
+            at = end
+
+    for action, collectives in before.items():
+        i = deps.index[action]
+        rank = deps.ranks[i]
+        lay(rank, collectives, (ends[i - 1] if i > deps.offsets[rank] else 0.0))
+    for rank, collectives in enumerate(tails):
+        lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
+        lay(rank, collectives, ends[hi - 1] if hi > lo else 0.0)
+    return tuple(spans)
+
+
+def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[float]:
+    """Per-action durations from a (kind -> per-stage list) table: one lookup per action (the planner sweeps
+    with them too); an overlapped group takes overlap_factor x the sum of its members."""
+    table = {kind: [cost.duration_ms(s, kind) for s in range(num_stages)] for kind in ActionKind}
+    durations = [table[kind][stage] for stage, kind, _ in deps.actions]
+    if deps.joined:
+        for first, others in deps.joined.items():
+            for member in (first, *others):
+                durations[member] *= cost.overlap_factor
+    return durations
+
+
+class EngineInputs(NamedTuple):
+    """Per action: duration, transfer paid for a producer on another rank, time spent just before it (the
+    dispatch gap plus torch's collectives placed before it); and the collectives themselves (`before`: action ->
+    collectives, `tails`: per rank, those after its last action)."""
+
+    durations: list[float]
+    hops: list[float]
+    gaps: list[float]
+    before: dict
+    tails: list
+
+
+def engine_inputs(schedule: Schedule, cost: CostModel, deps: Dependencies) -> EngineInputs:
+    """What the engine needs from the schedule and the cost model, checked to give finite times."""
+    durations = action_durations(deps, cost, schedule.num_stages)
+    hops = hop_times(deps, boundary_transfers(schedule, cost))
+    gaps = dispatch_gaps(deps, cost)
+    before, tails = collectives_before(schedule)
+    for action, collectives in before.items():
+        gaps[deps.index[action]] += sum(cost.collective_ms(c.stage, c.kind) for c in collectives)
+    # The step time is at most this sum: finite sums, finite times.
+    if not math.isfinite(sum(durations) + sum(hops) + sum(gaps)):
+        raise ValueError("the costs are too large: the step time would overflow to infinity; give times in ms "
+                         "that sum to a finite number (each below about 1e300)")
+    return EngineInputs(durations, hops, gaps, before, tails)
+
+
+def run_engine(deps: Dependencies, durations: list[float], hops: list[float], gaps: list[float],
+               shared_cores: int | None, rank_start: list[float] | None = None
+               ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
+    """`sweep`, or `sweep_shared` when the ranks share fewer cores than there are ranks."""
+    if shared_cores is not None and shared_cores < deps.num_ranks:
+        from pipesim.sim.shared_cores import sweep_shared
+
+        return sweep_shared(deps, durations, hops, gaps, shared_cores, rank_start)
+    return sweep(deps, durations, hops, gaps, rank_start)
+
+
+def dispatch_gaps(deps: Dependencies, cost: CostModel) -> list[float]:
+    """Per action, its rank's dispatch gap (`CostModel.dispatch_ms`; zeros when none was measured)."""
+    per_rank = cost.dispatch_per_rank(deps.num_ranks)
+    return [per_rank[rank] for rank in deps.ranks]
+
+
+def boundary_transfers(schedule: Schedule, cost: CostModel) -> list[float]:
+    """Transfer time across each stage boundary b (between stage b and b+1); 0 after the last stage."""
+    return [cost.transfer_ms(b, b + 1) for b in range(schedule.num_stages - 1)] + [0.0]
