@@ -35,14 +35,20 @@ from pipesim.sim.simulate import find_deadlock, simulate
 
 
 def schedule_key(schedule: Schedule) -> tuple:
-    return (schedule.name, schedule.num_ranks, schedule.num_microbatches, schedule.stage_to_rank,
-            hash(schedule.actions), hash(schedule.order))  # the order: torch's transfers change the timing
+    return (
+        schedule.name,
+        schedule.num_ranks,
+        schedule.num_microbatches,
+        schedule.stage_to_rank,
+        hash(schedule.actions),
+        hash(schedule.order),
+    )  # the order: torch's transfers change the timing
+
+
 HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash}
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-
-
 def registered_schedule(name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None) -> Schedule:
     """A registered schedule; `chunks` goes only to the families that take num_virtual_stages."""
     check_limits(num_ranks, num_microbatches)
@@ -53,8 +59,6 @@ def registered_schedule(name: str, num_ranks: int, num_microbatches: int, chunks
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-
-
 def csv_schedule(text: str, name: str = "custom") -> Schedule:
     schedule = formats.schedule_from_csv(text, name=name)
     check_limits(schedule.num_ranks, schedule.num_microbatches, schedule.num_actions)
@@ -62,8 +66,6 @@ def csv_schedule(text: str, name: str = "custom") -> Schedule:
 
 
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
-
-
 def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
     """Simulated timeline and its metrics (raises DeadlockError / ValueError on bad input)."""
     cost.check_fits(schedule)
@@ -72,8 +74,6 @@ def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
 
 
 @st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
-
-
 def critical_actions(schedule: Schedule, cost: CostModel) -> tuple[Action, ...]:
     timeline, _ = simulation(schedule, cost)
     return tuple(critical_path(schedule, timeline, cost))  # shared, so immutable
@@ -85,56 +85,52 @@ def inner_bubble(schedule: Schedule, cost: CostModel) -> float:
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
-
-
-def comparison(names: tuple[str, ...], num_ranks: int, num_microbatches: int, cost: CostModel,
-               chunks: int | None) -> list[ComparisonRow]:
+def comparison(
+    names: tuple[str, ...], num_ranks: int, num_microbatches: int, cost: CostModel, chunks: int | None
+) -> list[ComparisonRow]:
     check_limits(num_ranks, num_microbatches)
     return compare_schedules(list(names), num_ranks, num_microbatches, cost, num_virtual_stages=chunks)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
-
-
-def gantt_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool = False, color_by: str = "kind",
-                window: tuple[float, float] | None = None) -> go.Figure:
+def gantt_chart(
+    schedule: Schedule,
+    cost: CostModel,
+    with_critical_path: bool = False,
+    color_by: str = "kind",
+    window: tuple[float, float] | None = None,
+) -> go.Figure:
     timeline, _ = simulation(schedule, cost)
     path = critical_actions(schedule, cost) if with_critical_path else None
-    return charts.gantt_figure(timeline, title=schedule.describe(), critical_path=path, color_by=color_by,
-                               window=window)
+    return charts.gantt_figure(
+        timeline, title=schedule.describe(), critical_path=path, color_by=color_by, window=window
+    )
 
 
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
-
-
 def memory_chart(schedule: Schedule, cost: CostModel) -> go.Figure:
     timeline, _ = simulation(schedule, cost)
     return charts_memory.memory_figure(timeline, cost)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
-
-
 def dag_chart(schedule: Schedule, cost: CostModel, with_critical_path: bool) -> go.Figure:
     cycle = deadlock_cycle(schedule)
     path = critical_actions(schedule, cost) if with_critical_path and cycle is None else None
     graph = build_dag(schedule, cost)
     timeline = simulation(schedule, cost)[0] if cycle is None else None
     positions = dag_positions(schedule, graph, timeline)
-    return charts_dag.dag_figure(graph, positions, title=f"{schedule.name}: dependency graph",
-                                 critical_path=path, cycle=cycle)
+    return charts_dag.dag_figure(
+        graph, positions, title=f"{schedule.name}: dependency graph", critical_path=path, cycle=cycle
+    )
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
-
-
 def deadlock_cycle(schedule: Schedule) -> list[Action] | None:
     return find_deadlock(schedule)
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
-
-
 def deadlock_explanation(schedule: Schedule) -> str | None:
     """Who waits on whom, in the simulator's words (None when the schedule runs)."""
     try:

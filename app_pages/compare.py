@@ -18,16 +18,29 @@ with st.sidebar:
     source = cost_inputs.cost_source_picker("cmp")
     with st.form("cmp-form"):
         names = schedule_names()
-        chosen = st.multiselect("Schedules", names, default=[n for n in PREFERRED if n in names],
-                                key=state.kept("cmp-schedules"), bind=URL,
-                                help="naive is left out by default: its step dwarfs the others (or use log scale)")
+        chosen = st.multiselect(
+            "Schedules",
+            names,
+            default=[n for n in PREFERRED if n in names],
+            key=state.kept("cmp-schedules"),
+            bind=URL,
+            help="naive is left out by default: its step dwarfs the others (or use log scale)",
+        )
         left, right = st.columns(2)
         ranks = left.number_input("Ranks", 1, None, state.DEFAULT_RANKS, key=state.kept("cmp-ranks"), bind=URL)
-        microbatches = right.number_input("Microbatches", 1, None, state.DEFAULT_MICROBATCHES,
-                                          key=state.kept("cmp-microbatches"), bind=URL)
+        microbatches = right.number_input(
+            "Microbatches", 1, None, state.DEFAULT_MICROBATCHES, key=state.kept("cmp-microbatches"), bind=URL
+        )
         takers = [n for n in names if schedule_info(n).takes_chunks]
-        chunks = st.number_input("Chunks per rank", 2, 16, state.DEFAULT_CHUNKS, key=state.kept("cmp-chunks"),
-                                 bind=URL, help="For " + ", ".join(takers) + " (the others hold what they hold)")
+        chunks = st.number_input(
+            "Chunks per rank",
+            2,
+            16,
+            state.DEFAULT_CHUNKS,
+            key=state.kept("cmp-chunks"),
+            bind=URL,
+            help="For " + ", ".join(takers) + " (the others hold what they hold)",
+        )
         st.divider()
         spec = cost_inputs.cost_fields("cmp", source, int(ranks))
         st.form_submit_button("Compare", type="primary", width="stretch")
@@ -61,15 +74,20 @@ st.dataframe(
     width="stretch",
     column_config={
         "makespan": st.column_config.NumberColumn("makespan (ms)", format="%.3f"),
-        "bubble_fraction": st.column_config.ProgressColumn("bubble fraction", min_value=0.0, max_value=1.0,
-                                                           format="percent"),
+        "bubble_fraction": st.column_config.ProgressColumn(
+            "bubble fraction", min_value=0.0, max_value=1.0, format="percent"
+        ),
         "bubble_ratio": st.column_config.NumberColumn("idle / busy", format="%.3f"),
         "peak_activations": st.column_config.NumberColumn("peak stashed microbatches"),
         "peak_activation_bytes": st.column_config.NumberColumn(f"peak activation memory ({unit})", format="%.2f"),
     },
 )
-log_scale = st.toggle("Log scale for makespan and memory", key=state.kept("cmp-log"), bind=URL,
-                      help="So that one slow schedule (naive) does not flatten the others")
+log_scale = st.toggle(
+    "Log scale for makespan and memory",
+    key=state.kept("cmp-log"),
+    bind=URL,
+    help="So that one slow schedule (naive) does not flatten the others",
+)
 
 sig = state.signature(tuple(chosen), int(ranks), int(microbatches), int(chunks), hash(cost), log_scale)
 left, right = st.columns(2)

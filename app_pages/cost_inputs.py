@@ -25,17 +25,25 @@ URL = "query-params"  # settings live in the page's URL, so a view can be shared
 COST_SOURCES = ("Uniform", "Per stage", "Model", "Cost file")
 MIB = 2**20
 # One meaning of the uniform times on every page (Simulate, Compare), the same as pipesim.compare's.
-COST_MEANING = ("Uniform times describe the model cut into one stage per rank. A schedule that holds several "
-                "chunks per rank (interleaved, V shapes) runs the same model cut finer: each chunk takes its "
-                "share of the time and memory, so every schedule trains the same model. A per-stage table, a "
-                "model description and a cost file give each stage its own figures.")
+COST_MEANING = (
+    "Uniform times describe the model cut into one stage per rank. A schedule that holds several "
+    "chunks per rank (interleaved, V shapes) runs the same model cut finer: each chunk takes its "
+    "share of the time and memory, so every schedule trains the same model. A per-stage table, a "
+    "model description and a cost file give each stage its own figures."
+)
 
 
 def cost_source_picker(prefix: str, sources: Sequence[str] = COST_SOURCES) -> str:
     """Outside the form, so choosing a source swaps the fields at once."""
-    return st.radio("Cost source", sources, key=kept(f"{prefix}-cost-source"), horizontal=True, bind=URL,
-                    help="Uniform numbers, a per-stage table, a model description, or a cost file "
-                         "written by a profile run (runs/*/cost.json)")
+    return st.radio(
+        "Cost source",
+        sources,
+        key=kept(f"{prefix}-cost-source"),
+        horizontal=True,
+        bind=URL,
+        help="Uniform numbers, a per-stage table, a model description, or a cost file "
+        "written by a profile run (runs/*/cost.json)",
+    )
 
 
 def stage_table_default(num_stages: int) -> pd.DataFrame:
@@ -43,12 +51,15 @@ def stage_table_default(num_stages: int) -> pd.DataFrame:
     import pandas as pd
 
     heavy = [1.5 if s == num_stages - 1 else 1.0 for s in range(num_stages)]
-    return pd.DataFrame({
-        "forward_ms": heavy,
-        "backward_ms": [2 * f for f in heavy],
-        "weight_ms": [f for f in heavy],
-        "activation_mib": [1.0] * num_stages,
-    }, index=pd.Index([f"stage {s}" for s in range(num_stages)], name="stage"))
+    return pd.DataFrame(
+        {
+            "forward_ms": heavy,
+            "backward_ms": [2 * f for f in heavy],
+            "weight_ms": [f for f in heavy],
+            "activation_mib": [1.0] * num_stages,
+        },
+        index=pd.Index([f"stage {s}" for s in range(num_stages)], name="stage"),
+    )
 
 
 def cost_fields(prefix: str, source: str, num_stages: int, num_ranks: int | None = None) -> dict[str, Any]:
@@ -61,27 +72,48 @@ def cost_fields(prefix: str, source: str, num_stages: int, num_ranks: int | None
         spec["num_stages"], spec["num_ranks"] = num_stages, num_ranks or num_stages
         left, right = st.columns(2)
         spec["forward_ms"] = left.number_input("F (ms)", 0.0, 1e6, 1.0, 0.1, key=kept(f"{prefix}-f"), bind=URL)
-        spec["backward_ms"] = right.number_input("B (ms)", 0.0, 1e6, 2.0, 0.1, key=kept(f"{prefix}-b"), bind=URL,
-                                                 help="The full backward; I and W split it")
-        spec["weight_ms"] = left.number_input("W share of B (ms)", 0.0, 1e6, 1.0, 0.1,
-                                              key=kept(f"{prefix}-w"), bind=URL,
-                                              help="Only used by zero-bubble schedules (I = B - W); above B is refused")
-        spec["comm_ms"] = right.number_input("Transfer (ms)", 0.0, 1e6, 0.0, 0.05, key=kept(f"{prefix}-comm"), bind=URL,
-                                             help="Per cross-rank send of an activation or gradient")
-        spec["activation_mib"] = st.number_input("Activations per microbatch, one rank's stage (MiB)", 0.0, 1e9, 1.0,
-                                                 key=kept(f"{prefix}-act"), bind=URL)
+        spec["backward_ms"] = right.number_input(
+            "B (ms)", 0.0, 1e6, 2.0, 0.1, key=kept(f"{prefix}-b"), bind=URL, help="The full backward; I and W split it"
+        )
+        spec["weight_ms"] = left.number_input(
+            "W share of B (ms)",
+            0.0,
+            1e6,
+            1.0,
+            0.1,
+            key=kept(f"{prefix}-w"),
+            bind=URL,
+            help="Only used by zero-bubble schedules (I = B - W); above B is refused",
+        )
+        spec["comm_ms"] = right.number_input(
+            "Transfer (ms)",
+            0.0,
+            1e6,
+            0.0,
+            0.05,
+            key=kept(f"{prefix}-comm"),
+            bind=URL,
+            help="Per cross-rank send of an activation or gradient",
+        )
+        spec["activation_mib"] = st.number_input(
+            "Activations per microbatch, one rank's stage (MiB)", 0.0, 1e9, 1.0, key=kept(f"{prefix}-act"), bind=URL
+        )
     elif source == "Per stage":
         st.caption(f"One row per stage ({num_stages} stages).")
-        spec["table"] = st.data_editor(stage_table_default(num_stages), key=f"{prefix}-stages-{num_stages}",
-                                       num_rows="fixed", width="stretch")
+        spec["table"] = st.data_editor(
+            stage_table_default(num_stages), key=f"{prefix}-stages-{num_stages}", num_rows="fixed", width="stretch"
+        )
         spec["comm_ms"] = st.number_input("Transfer (ms)", 0.0, 1e6, 0.0, 0.05, key=f"{prefix}-stages-comm")
     elif source == "Model":
         spec["model"] = _model_fields(prefix)
         spec["num_stages"] = num_stages
     else:
         spec.update(_cost_file_fields(prefix))
-    spec["recompute"] = st.toggle("Activation recomputation", key=f"{prefix}-recompute",
-                                  help="Backward pays its forward again; only stage inputs stay stashed")
+    spec["recompute"] = st.toggle(
+        "Activation recomputation",
+        key=f"{prefix}-recompute",
+        help="Backward pays its forward again; only stage inputs stay stashed",
+    )
     return spec
 
 
@@ -93,14 +125,18 @@ def _model_fields(prefix: str) -> dict[str, Any]:
     for i, name in enumerate(ints):
         column = left if i % 2 == 0 else right
         values[name] = column.number_input(name.replace("_", " "), 1, 10**7, defaults[name], key=f"{prefix}-m-{name}")
-    values["dtype"] = left.selectbox("dtype", list(DTYPE_BYTES), index=list(DTYPE_BYTES).index(defaults["dtype"]),
-                                     key=f"{prefix}-m-dtype")
-    values["device_tflops"] = right.number_input("achieved TFLOP/s", 0.001, 1e5, defaults["device_tflops"],
-                                                 key=f"{prefix}-m-tflops")
-    values["link_bandwidth_gbps"] = left.number_input("link GB/s", 0.001, 1e5, defaults["link_bandwidth_gbps"],
-                                                      key=f"{prefix}-m-bw")
-    values["link_latency_ms"] = right.number_input("link latency (ms)", 0.0, 1e4, defaults["link_latency_ms"],
-                                                   format="%.3f", key=f"{prefix}-m-lat")
+    values["dtype"] = left.selectbox(
+        "dtype", list(DTYPE_BYTES), index=list(DTYPE_BYTES).index(defaults["dtype"]), key=f"{prefix}-m-dtype"
+    )
+    values["device_tflops"] = right.number_input(
+        "achieved TFLOP/s", 0.001, 1e5, defaults["device_tflops"], key=f"{prefix}-m-tflops"
+    )
+    values["link_bandwidth_gbps"] = left.number_input(
+        "link GB/s", 0.001, 1e5, defaults["link_bandwidth_gbps"], key=f"{prefix}-m-bw"
+    )
+    values["link_latency_ms"] = right.number_input(
+        "link latency (ms)", 0.0, 1e4, defaults["link_latency_ms"], format="%.3f", key=f"{prefix}-m-lat"
+    )
     return values
 
 
@@ -114,8 +150,12 @@ def run_cost_files() -> list[str]:
 def _cost_file_fields(prefix: str) -> dict[str, Any]:
     upload = st.file_uploader("Upload a cost.json", type=["json"], key=f"{prefix}-cost-upload")
     found = run_cost_files()
-    picked = st.selectbox("…or pick one from a profile run", ["(none)", *found], key=f"{prefix}-cost-pick",
-                          help=f"cost.json files under {runs_root()}/")
+    picked = st.selectbox(
+        "…or pick one from a profile run",
+        ["(none)", *found],
+        key=f"{prefix}-cost-pick",
+        help=f"cost.json files under {runs_root()}/",
+    )
     if upload is not None:
         return {"text": upload.getvalue().decode("utf-8", errors="replace"), "origin": upload.name}
     if picked != "(none)":
@@ -127,8 +167,14 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
     """The CostModel a spec describes; ValueError names the field at fault."""
     source, recompute = spec["source"], bool(spec.get("recompute"))
     if source == "Uniform":
-        cost = cost_from_times([spec["forward_ms"]], [spec["backward_ms"]], [spec["weight_ms"]], [spec["comm_ms"]],
-                               activation_bytes=[spec["activation_mib"] * MIB], recompute=recompute)
+        cost = cost_from_times(
+            [spec["forward_ms"]],
+            [spec["backward_ms"]],
+            [spec["weight_ms"]],
+            [spec["comm_ms"]],
+            activation_bytes=[spec["activation_mib"] * MIB],
+            recompute=recompute,
+        )
         stages, ranks = spec.get("num_stages", 1), spec.get("num_ranks", 1)
         return cost.for_stages(stages, ranks) if stages != ranks and stages % ranks == 0 else cost
     if source == "Per stage":
@@ -142,8 +188,14 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
                 row = int(values.isna().to_numpy().argmax())
                 raise ValueError(f"per-stage table, stage {row}: {name} is empty or not a number")
             columns[name] = [float(v) for v in values]
-        return cost_from_times(columns["forward_ms"], columns["backward_ms"], columns["weight_ms"], [spec["comm_ms"]],
-                               activation_bytes=[v * MIB for v in columns["activation_mib"]], recompute=recompute)
+        return cost_from_times(
+            columns["forward_ms"],
+            columns["backward_ms"],
+            columns["weight_ms"],
+            [spec["comm_ms"]],
+            activation_bytes=[v * MIB for v in columns["activation_mib"]],
+            recompute=recompute,
+        )
     if source == "Model":
         return ModelDescription(**spec["model"]).to_cost_model(spec["num_stages"], recompute=recompute)
     if "text" in spec:
@@ -154,5 +206,6 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
         return cost_from_dict(data).with_recompute(recompute)
     if "path" in spec:
         return load_cost(spec["path"]).with_recompute(recompute)
-    raise ValueError("no cost file chosen: upload a cost.json, or pick one written by a profile run "
-                     "(Run page, 'profile first')")
+    raise ValueError(
+        "no cost file chosen: upload a cost.json, or pick one written by a profile run (Run page, 'profile first')"
+    )

@@ -70,7 +70,6 @@ def _partner_index(schedule: Schedule, rank: int | None, action: Action | None) 
     return None
 
 
-
 def _cell_columns(csv_text: str, schedule: Schedule) -> list[list[int]]:
     """Per rank, the CSV cell index of each compute action (empty cells are idle slots, transfer and collective
     cells hold none, an overlapped pair's cell holds two)."""
@@ -78,10 +77,15 @@ def _cell_columns(csv_text: str, schedule: Schedule) -> list[list[int]]:
     out = []
     for rank in range(schedule.num_ranks):
         cells = list(grid.iloc[rank]) if rank < len(grid) else []
-        out.append([c for c, cell in enumerate(cells) if isinstance(cell, str) and cell.strip()
-                    for _ in entry_actions(parse_entry(cell))])
+        out.append(
+            [
+                c
+                for c, cell in enumerate(cells)
+                if isinstance(cell, str) and cell.strip()
+                for _ in entry_actions(parse_entry(cell))
+            ]
+        )
     return out
-
 
 
 def csv_grid(text: str, spare: int = 0, spare_rows: int = 0) -> pd.DataFrame:

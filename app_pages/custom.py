@@ -24,10 +24,12 @@ st.session_state.setdefault("custom_base", st.session_state["custom_csv"])
 st.session_state.setdefault("custom_upload_id", None)
 
 st.title("Custom schedule")
-st.caption("One row per rank, one cell per action in that rank's order (`2F0`: stage 2, forward, microbatch 0; "
-           "kinds F, B, I, W; an empty cell is an idle slot) - the `compute_only` or `compute_comms` CSV of "
-           "torch.distributed.pipelining (`_dump_csv` / `_load_csv`), with its transfers (`1SEND_F0`, `2RECV_B3`), "
-           "collectives (`0UNSHARD`, `0REDUCE_GRAD`) and overlapped pairs (`(0F3;3B1)OVERLAP_F_B`).")
+st.caption(
+    "One row per rank, one cell per action in that rank's order (`2F0`: stage 2, forward, microbatch 0; "
+    "kinds F, B, I, W; an empty cell is an idle slot) - the `compute_only` or `compute_comms` CSV of "
+    "torch.distributed.pipelining (`_dump_csv` / `_load_csv`), with its transfers (`1SEND_F0`, `2RECV_B3`), "
+    "collectives (`0UNSHARD`, `0REDUCE_GRAD`) and overlapped pairs (`(0F3;3B1)OVERLAP_F_B`)."
+)
 
 DAG_CUSTOM_SOURCE = "Custom schedule (Custom page)"  # the DAG page's choice for the schedule edited here
 TEMPLATES = {"deadlock example": state.DEADLOCK_EXAMPLE_CSV, "broken example": state.BROKEN_EXAMPLE_CSV}
@@ -41,7 +43,8 @@ with load.popover("Start from a template", icon=":material/library_add:", width=
         if st.form_submit_button("Load", type="primary"):
             try:
                 text = TEMPLATES.get(template) or formats.schedule_to_csv(
-                    cached.registered_schedule(template, int(t_ranks), int(t_microbatches), 2))
+                    cached.registered_schedule(template, int(t_ranks), int(t_microbatches), 2)
+                )
             except ValueError as error:
                 widgets.show_error(error, f"Cannot build {template}")
             else:
@@ -75,20 +78,34 @@ except ValueError as error:  # too large for the app
 
 deadlock = bool(problems) and all(p.kind == "deadlock" for p in problems)
 if deadlock:
-    st.error("**Deadlock**: the marked actions wait on each other in a cycle; "
-             + (cached.deadlock_explanation(schedule) or ""), icon=":material/block:")
+    st.error(
+        "**Deadlock**: the marked actions wait on each other in a cycle; "
+        + (cached.deadlock_explanation(schedule) or ""),
+        icon=":material/block:",
+    )
     # A button, not a page link: the DAG page must open on this custom schedule, not on its default 1f1b.
-    if st.button("See the cycle in the dependency graph (DAG page, this schedule)", key="custom-dag",
-                 icon=":material/account_tree:"):
+    if st.button(
+        "See the cycle in the dependency graph (DAG page, this schedule)",
+        key="custom-dag",
+        icon=":material/account_tree:",
+    ):
         st.session_state["dag-origin"] = DAG_CUSTOM_SOURCE
         st.switch_page("app_pages/dag.py")
 elif problems:
-    st.error(f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule; the rows and "
-             f"columns at fault are marked{table.PROBLEM_MARK}, the messages are beside each row.",
-             icon=":material/error:")
+    st.error(
+        f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule; the rows and "
+        f"columns at fault are marked{table.PROBLEM_MARK}, the messages are beside each row.",
+        icon=":material/error:",
+    )
 styled, labels = table.editor_table(grid, problems)
-st.data_editor(styled, key=grid_key, num_rows="fixed", width="stretch", disabled=["problem"],
-               column_config={**labels, "problem": st.column_config.TextColumn("problem", width="large")})
+st.data_editor(
+    styled,
+    key=grid_key,
+    num_rows="fixed",
+    width="stretch",
+    disabled=["problem"],
+    column_config={**labels, "problem": st.column_config.TextColumn("problem", width="large")},
+)
 if problems or schedule is None:
     if not deadlock:
         for problem in problems[:20]:

@@ -29,17 +29,33 @@ PLOTLY_JS = "plotly-cartesian-3.7.0.min.js"
 # Streamlit's light theme for charts, in real colours: Streamlit's own "streamlit" template holds placeholders
 # (#000001 ...) that only its plotly element replaces.
 _GRID, _MUTED, _TEXT = "#e6e9ef", "#808495", "#31333F"
-_AXIS = {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": _GRID, "automargin": True, "ticks": "",
-         "tickfont": {"color": _MUTED}, "title": {"font": {"color": _MUTED}, "standoff": 10}}
+_AXIS = {
+    "gridcolor": _GRID,
+    "linecolor": _GRID,
+    "zerolinecolor": _GRID,
+    "automargin": True,
+    "ticks": "",
+    "tickfont": {"color": _MUTED},
+    "title": {"font": {"color": _MUTED}, "standoff": 10},
+}
 LIGHT_TEMPLATE = {
     "layout": {
-        "colorway": ["#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1", "#ff8700", "#ffd16a",
-                     "#6d3fc0", "#d5dae5"],
+        "colorway": [
+            "#0068c9",
+            "#83c9ff",
+            "#ff2b2b",
+            "#ffabab",
+            "#29b09d",
+            "#7defa1",
+            "#ff8700",
+            "#ffd16a",
+            "#6d3fc0",
+            "#d5dae5",
+        ],
         "font": {"family": '"Source Sans", "Source Sans Pro", sans-serif', "color": _TEXT, "size": 12},
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
-        "title": {"font": {"size": 16, "weight": 600}, "x": 0, "xanchor": "left", "xref": "container",
-                  "pad": {"l": 4}},
+        "title": {"font": {"size": 16, "weight": 600}, "x": 0, "xanchor": "left", "xref": "container", "pad": {"l": 4}},
         "xaxis": _AXIS,
         "yaxis": _AXIS,
         "hoverlabel": {"bgcolor": "white", "bordercolor": "#d5dae5", "font": {"color": _TEXT}},
@@ -165,8 +181,9 @@ def show(fig: go.Figure, key: str, *, select: bool = False, on_select: Callable[
         st.plotly_chart(fig, key=key, config=CONFIG)
         return
     callbacks = {"on_select_change": on_select or (lambda: None)} if select else {}
-    _component()(key=key, data={"figure": figure_json(fig, select), "src": src, "select": select, "config": CONFIG},
-                 **callbacks)
+    _component()(
+        key=key, data={"figure": figure_json(fig, select), "src": src, "select": select, "config": CONFIG}, **callbacks
+    )
 
 
 def selected_range(key: str) -> tuple[float, float] | None:
@@ -176,4 +193,3 @@ def selected_range(key: str) -> tuple[float, float] | None:
         return None
     start, end = sorted(float(x) for x in picked)
     return start, end
-

@@ -20,8 +20,6 @@ def _runs_stamp(root: Path) -> tuple:
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-
-
 def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
     import datetime
 
@@ -30,18 +28,20 @@ def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
     rows = []
     for result in list_runs(Path(root)):
         config = result.config
-        rows.append({
-            "folder": result.run_dir.name,
-            "status": result.status,
-            "schedule": result.schedule.name if result.schedule is not None else None,
-            "ranks": config.pipeline.num_ranks if config is not None else None,
-            "microbatches": config.pipeline.num_microbatches if config is not None else None,
-            "measured step (ms)": result.measured_step_ms,
-            "predicted step (ms)": result.predicted_step_ms,
-            "error": result.prediction_error,
-            "started": datetime.datetime.fromtimestamp(result.started_at) if result.started_at else None,
-            "message": result.message,
-        })
+        rows.append(
+            {
+                "folder": result.run_dir.name,
+                "status": result.status,
+                "schedule": result.schedule.name if result.schedule is not None else None,
+                "ranks": config.pipeline.num_ranks if config is not None else None,
+                "microbatches": config.pipeline.num_microbatches if config is not None else None,
+                "measured step (ms)": result.measured_step_ms,
+                "predicted step (ms)": result.predicted_step_ms,
+                "error": result.prediction_error,
+                "started": datetime.datetime.fromtimestamp(result.started_at) if result.started_at else None,
+                "message": result.message,
+            }
+        )
     return rows
 
 

@@ -64,18 +64,25 @@ def runs_root() -> Path:
     return Path(os.environ.get(RUNS_ROOT_ENV) or "runs")
 
 
-def check_limits(num_ranks: int, num_microbatches: int, num_actions: int | None = None,
-                 max_actions: int = MAX_CUSTOM_ACTIONS) -> None:
+def check_limits(
+    num_ranks: int, num_microbatches: int, num_actions: int | None = None, max_actions: int = MAX_CUSTOM_ACTIONS
+) -> None:
     """Refuse sizes that would make the browser crawl, naming the limit."""
     if num_ranks > MAX_RANKS:
-        raise ValueError(f"{num_ranks} ranks is more than this app draws (at most {MAX_RANKS}); "
-                         "use the command line (python -m pipesim) for larger pipelines")
+        raise ValueError(
+            f"{num_ranks} ranks is more than this app draws (at most {MAX_RANKS}); "
+            "use the command line (python -m pipesim) for larger pipelines"
+        )
     if num_microbatches > MAX_MICROBATCHES:
-        raise ValueError(f"{num_microbatches} microbatches is more than this app draws (at most {MAX_MICROBATCHES}); "
-                         "use the command line (python -m pipesim) for longer steps")
+        raise ValueError(
+            f"{num_microbatches} microbatches is more than this app draws (at most {MAX_MICROBATCHES}); "
+            "use the command line (python -m pipesim) for longer steps"
+        )
     if num_actions is not None and num_actions > max_actions:
-        raise ValueError(f"the schedule has {num_actions:,} actions; this app draws at most {max_actions:,}: "
-                         "fewer ranks or microbatches, or the command line (python -m pipesim)")
+        raise ValueError(
+            f"the schedule has {num_actions:,} actions; this app draws at most {max_actions:,}: "
+            "fewer ranks or microbatches, or the command line (python -m pipesim)"
+        )
 
 
 def signature(*parts: object) -> str:

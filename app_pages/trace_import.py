@@ -19,10 +19,12 @@ UPLOAD = "uploaded files"
 def show_import(run_traces: dict[str, list[Path]]) -> None:
     """`run_traces`: the open run's profiler traces by side ("executor", "torch"), offered besides an upload."""
     with st.expander("Import a real run: torch.profiler traces", icon=":material/upload_file:"):
-        st.caption("Kineto traces whose actions carry torch's `PP:<action>` labels: torch.distributed.pipelining's "
-                   "runs, or a run here with `--torch-profile` (traces/). One file per rank, or one merged. The "
-                   "schedule is recovered from each rank's order and simulated with the traces' own median action "
-                   "times.")
+        st.caption(
+            "Kineto traces whose actions carry torch's `PP:<action>` labels: torch.distributed.pipelining's "
+            "runs, or a run here with `--torch-profile` (traces/). One file per rank, or one merged. The "
+            "schedule is recovered from each rank's order and simulated with the traces' own median action "
+            "times."
+        )
         sides = {f"this run's {side} traces": side for side in run_traces}
         source = st.radio("Traces", [UPLOAD, *sides], horizontal=True, key="import-source")
         if source == UPLOAD:
@@ -42,7 +44,12 @@ def show_import(run_traces: dict[str, list[Path]]) -> None:
         if analysis is not None:
             plot.show(charts.attribution_figure(analysis), "import-attribution")
         views = {"simulated": simulated, "imported": overlay.pick_step(run.timeline, None)}
-        st.download_button("Perfetto trace: simulated + imported", file_name="imported-perfetto.json",
-                           data=lambda: json.dumps(chrome_trace.run_trace(run.schedule, views)),
-                           mime="application/json", on_click="ignore", key="import-perfetto",
-                           icon=":material/timeline:")
+        st.download_button(
+            "Perfetto trace: simulated + imported",
+            file_name="imported-perfetto.json",
+            data=lambda: json.dumps(chrome_trace.run_trace(run.schedule, views)),
+            mime="application/json",
+            on_click="ignore",
+            key="import-perfetto",
+            icon=":material/timeline:",
+        )

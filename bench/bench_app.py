@@ -122,8 +122,10 @@ def _load_times(runs: Path, script: Path, repeat: int) -> list[float]:
 def _line(name: str, times: list[float], target: float) -> str:
     median, worst = statistics.median(times), max(times)
     verdict = "ok" if median <= target else "OVER TARGET"
-    return (f"{name:<32} median {median * 1000:7.1f} ms  max {worst * 1000:7.1f} ms  "
-            f"(n={len(times)}, target {target * 1000:.0f} ms: {verdict})")
+    return (
+        f"{name:<32} median {median * 1000:7.1f} ms  max {worst * 1000:7.1f} ms  "
+        f"(n={len(times)}, target {target * 1000:.0f} ms: {verdict})"
+    )
 
 
 def main() -> None:
@@ -145,8 +147,9 @@ def main() -> None:
     print("Browser, first page load to a drawn chart (Chromium, headless, empty cache):")
     print("  " + _line("app.py (Simulate, Gantt)", bench_page_load(repeat, ROOT / "app.py"), LOAD_TARGET_S))
     print("  " + _line("bare Streamlit + 1 plotly bar", bench_page_load(repeat), LOAD_TARGET_S))
-    print(f"  (load average while measuring: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
-          f"on {os.cpu_count()} CPUs)")
+    print(
+        f"  (load average while measuring: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs)"
+    )
 
 
 if __name__ == "__main__":

@@ -115,9 +115,12 @@ def main() -> None:
             runs = [page.evaluate(TIMER, spec) for _ in range(args.repeat)]
             med = {k: statistics.median(r[k] for r in runs) / 1000 for k in ("render", "zoom", "pan", "hover")}
             rows.append((name, count, build_s, med, runs[-1]["hovered"]))
-            print(f"{name:<32} {count:>7,} actions  {size / 1e6:5.2f} MB  build {build_s:5.2f} s  "
-                  f"render {med['render']:5.2f} s  "
-                  f"zoom {med['zoom']:5.2f} s  pan {med['pan']:5.2f} s  hover {med['hover']:5.2f} s", flush=True)
+            print(
+                f"{name:<32} {count:>7,} actions  {size / 1e6:5.2f} MB  build {build_s:5.2f} s  "
+                f"render {med['render']:5.2f} s  "
+                f"zoom {med['zoom']:5.2f} s  pan {med['pan']:5.2f} s  hover {med['hover']:5.2f} s",
+                flush=True,
+            )
         # Cold: the exported HTML of the binned figure, plotly.js parsed as well.
         spec, _, _, _ = build(args.actions, False)
         import plotly.io as pio
@@ -127,17 +130,21 @@ def main() -> None:
         cold = browser.new_page(viewport={"width": 1440, "height": 1250})
         start = time.perf_counter()
         cold.goto(f"file://{html}", wait_until="commit", timeout=600_000)
-        cold.wait_for_function("() => { const g = document.querySelector('.js-plotly-plot');"
-                               " return g && g._fullLayout && g.querySelector('.layer-below image, image'); }",
-                               timeout=600_000)
+        cold.wait_for_function(
+            "() => { const g = document.querySelector('.js-plotly-plot');"
+            " return g && g._fullLayout && g.querySelector('.layer-below image, image'); }",
+            timeout=600_000,
+        )
         cold_s = time.perf_counter() - start
         browser.close()
     print(f"standalone HTML of the binned figure, opened cold: {cold_s:.2f} s")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     binned = rows[0][3]
     worst = max(binned.values())
-    print(f"binned {rows[0][1]:,} actions: slowest of render/zoom/pan/hover {worst:.2f} s "
-          f"(target < {TARGET_S} s: {'ok' if worst < TARGET_S else 'OVER TARGET'})")
+    print(
+        f"binned {rows[0][1]:,} actions: slowest of render/zoom/pan/hover {worst:.2f} s "
+        f"(target < {TARGET_S} s: {'ok' if worst < TARGET_S else 'OVER TARGET'})"
+    )
     for name, _count, _, med, _ in rows[1:-2]:
         print(f"  {name}: render {med['render'] / binned['render']:.1f}x the binned 100k figure's time")
 

@@ -93,18 +93,24 @@ def main() -> None:
                 for kind, (first, complete) in [("cold", cold)] + [("warm", times) for times in warm]:
                     results[name][kind].append(first)
                     results[name][f"{kind} complete"].append(complete)
-                print(f"round {round_}: {name:<4} cold {cold[0]:5.2f} s (complete {cold[1]:5.2f})  warm "
-                      + " ".join(f"{a:.2f} ({b:.2f})" for a, b in warm)
-                      + "".join(f"  98,304 actions {what}: Gantt {a:.2f} s, complete {b:.2f} s"
-                                for what, (a, b) in zip(("first (simulates)", "again"), big[:2], strict=False)),
-                      flush=True)
+                print(
+                    f"round {round_}: {name:<4} cold {cold[0]:5.2f} s (complete {cold[1]:5.2f})  warm "
+                    + " ".join(f"{a:.2f} ({b:.2f})" for a, b in warm)
+                    + "".join(
+                        f"  98,304 actions {what}: Gantt {a:.2f} s, complete {b:.2f} s"
+                        for what, (a, b) in zip(("first (simulates)", "again"), big[:2], strict=False)
+                    ),
+                    flush=True,
+                )
         browser.close()
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     for kind in KINDS:
         bare_s, app_s = (statistics.median(results[n][kind]) for n in ("bare", "app"))
         verdict = "ok" if app_s - bare_s <= TARGET_OVER_BARE_S else "OVER TARGET"
-        print(f"{kind:<13} median: bare {bare_s:.2f} s, app {app_s:.2f} s, app - bare {app_s - bare_s:+.2f} s"
-              + (f" (target <= +{TARGET_OVER_BARE_S} s: {verdict})" if "complete" not in kind else ""))
+        print(
+            f"{kind:<13} median: bare {bare_s:.2f} s, app {app_s:.2f} s, app - bare {app_s - bare_s:+.2f} s"
+            + (f" (target <= +{TARGET_OVER_BARE_S} s: {verdict})" if "complete" not in kind else "")
+        )
 
 
 if __name__ == "__main__":

@@ -47,9 +47,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scripts", nargs="+", help="app scripts, relative to the repository root")
     parser.add_argument("--visits", type=int, default=8)
-    parser.add_argument("--large", action="store_true",
-                        help="open the scripts (not the bare page) on bench_app_load's 98,304-action URL, timed "
-                             "to the binned Gantt drawn")
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="open the scripts (not the bare page) on bench_app_load's 98,304-action URL, timed "
+        "to the binned Gantt drawn",
+    )
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from playwright.sync_api import sync_playwright
@@ -69,15 +72,18 @@ def main() -> None:
         for _ in range(args.visits):
             for name, url in urls.items():
                 large = args.large and name != "bare"
-                times[name].append(_visit(browser, url + LARGE_QUERY if large else url,
-                                          BINNED_PICTURE if large else FIRST_BAR))
+                times[name].append(
+                    _visit(browser, url + LARGE_QUERY if large else url, BINNED_PICTURE if large else FIRST_BAR)
+                )
         browser.close()
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     bare_s = statistics.median(times["bare"])
     for name, visits in times.items():
         median = statistics.median(visits)
-        print(f"{name:<24} median {median:.2f} s ({median - bare_s:+.2f} over bare)  "
-              + " ".join(f"{t:.2f}" for t in visits))
+        print(
+            f"{name:<24} median {median:.2f} s ({median - bare_s:+.2f} over bare)  "
+            + " ".join(f"{t:.2f}" for t in visits)
+        )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,11 @@ from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server  # noqa
 
 FIRST_BAR = ".js-plotly-plot g.trace.bars path"
 MARKS = {  # name -> selector whose first appearance is marked
-    "title": "h1", "sidebar": '[data-testid="stSidebar"]', "metric": '[data-testid="stMetric"]',
-    "chart element": '[data-testid="stPlotlyChart"], .pipesim-plot', "first bar": FIRST_BAR,
+    "title": "h1",
+    "sidebar": '[data-testid="stSidebar"]',
+    "metric": '[data-testid="stMetric"]',
+    "chart element": '[data-testid="stPlotlyChart"], .pipesim-plot',
+    "first bar": FIRST_BAR,
 }
 OBSERVER = """
 window.__marks = {}; window.__long = [];
@@ -83,17 +86,24 @@ def main() -> None:
                 _visit(browser, url)
                 visits = [_visit(browser, url) for _ in range(args.visits)]
                 time.sleep(0.5)
-            marks = {key: statistics.median(v[0][key] for v in visits if key in v[0]) for key in MARKS
-                     if any(key in v[0] for v in visits)}
+            marks = {
+                key: statistics.median(v[0][key] for v in visits if key in v[0])
+                for key in MARKS
+                if any(key in v[0] for v in visits)
+            }
             chunks = [v[2] for v in visits if v[2]]
             ordered = sorted(marks.items(), key=lambda kv: kv[1])
             print(f"{name}: " + "  ".join(f"{key} {ms:.0f}" for key, ms in ordered))
             if chunks:
-                print(f"  plotly code requested {statistics.median(c[0] for c in chunks):.0f}, "
-                      f"received {statistics.median(c[1] for c in chunks):.0f} (ms, medians)")
+                print(
+                    f"  plotly code requested {statistics.median(c[0] for c in chunks):.0f}, "
+                    f"received {statistics.median(c[1] for c in chunks):.0f} (ms, medians)"
+                )
             tasks = visits[-1][1]
-            print(f"  long tasks of the last visit (start, ms): {tasks}; main thread busy in them "
-                  f"{sum(d for _, d in tasks)} ms")
+            print(
+                f"  long tasks of the last visit (start, ms): {tasks}; main thread busy in them "
+                f"{sum(d for _, d in tasks)} ms"
+            )
         browser.close()
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 

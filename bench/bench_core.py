@@ -87,8 +87,10 @@ def pipeline_phases(name: str, ranks: int, microbatches: int, repeat: int, **opt
 
 def section_phases(repeat: int, microbatches: int) -> None:
     ranks = 64
-    print(f"\n== 1) 1f1b, {ranks} ranks x {microbatches} microbatches "
-          f"({2 * ranks * microbatches:,} actions), best of {repeat} ==")
+    print(
+        f"\n== 1) 1f1b, {ranks} ranks x {microbatches} microbatches "
+        f"({2 * ranks * microbatches:,} actions), best of {repeat} =="
+    )
     for phase, seconds in pipeline_phases("1f1b", ranks, microbatches, repeat).items():
         print(f"  {phase:<22} {seconds * 1e3:9.1f} ms")
     print("  target: TOTAL end to end <= 2000 ms (build + validate + dependencies + simulate + metrics)")
@@ -97,8 +99,10 @@ def section_phases(repeat: int, microbatches: int) -> None:
     seconds, _ = best_of(repeat, lambda: critical_path(schedule, timeline, COST))
     print(f"  not in TOTAL: critical_path {seconds * 1e3:9.1f} ms")
     seconds, graph = best_of(1, lambda: build_dag(schedule, COST))
-    print(f"  not in TOTAL: networkx build_dag {seconds * 1e3:9.1f} ms "
-          f"({graph.number_of_nodes():,} nodes, {graph.number_of_edges():,} edges; the simulator never needs it)")
+    print(
+        f"  not in TOTAL: networkx build_dag {seconds * 1e3:9.1f} ms "
+        f"({graph.number_of_nodes():,} nodes, {graph.number_of_edges():,} edges; the simulator never needs it)"
+    )
 
 
 def section_series(repeat: int, sizes: list[int]) -> None:
@@ -115,8 +119,10 @@ def section_series(repeat: int, sizes: list[int]) -> None:
 
         wall, cpu = best_wall_and_cpu(repeat, end_to_end)
         actions = 2 * ranks * microbatches
-        print(f"  {microbatches:>12} {actions:>10,} {wall * 1e3:>10.1f} {wall / actions * 1e6:>10.2f}"
-              f" {cpu * 1e3:>10.1f} {cpu / actions * 1e6:>10.2f}")
+        print(
+            f"  {microbatches:>12} {actions:>10,} {wall * 1e3:>10.1f} {wall / actions * 1e6:>10.2f}"
+            f" {cpu * 1e3:>10.1f} {cpu / actions * 1e6:>10.2f}"
+        )
     print("  flat us/action = linear growth")
 
 
@@ -137,8 +143,10 @@ def _torch_orders(schedule):
 
 
 def section_torch(repeat: int, ranks: int, microbatches: int, chunks: int) -> None:
-    print(f"\n== 3) interleaved-1f1b, {ranks} ranks x {microbatches} microbatches x {chunks} chunks, "
-          f"vs torch _simulate_comms_compute, best of {repeat} ==")
+    print(
+        f"\n== 3) interleaved-1f1b, {ranks} ranks x {microbatches} microbatches x {chunks} chunks, "
+        f"vs torch _simulate_comms_compute, best of {repeat} =="
+    )
     schedule = build_schedule("interleaved-1f1b", ranks, microbatches, num_virtual_stages=chunks)
     try:
         torch_schedules, ours, theirs = _torch_orders(schedule)
@@ -164,10 +172,14 @@ def section_torch(repeat: int, ranks: int, microbatches: int, chunks: int) -> No
         torch_s = min(torch_s, best_of(1, run_torch)[0])
         sim_s = min(sim_s, best_of(1, lambda: simulate(schedule, COST))[0])
         full_s = min(full_s, best_of(1, lambda: compute_metrics(simulate(schedule, COST), COST))[0])
-    print(f"  torch _simulate_comms_compute  {torch_s * 1e3:9.1f} ms  ({torch_actions:,} actions with comms; "
-          "unit steps, no times)")
-    print(f"  pipesim simulate               {sim_s * 1e3:9.1f} ms  ({schedule.num_actions:,} actions; "
-          "dependencies included, real times)")
+    print(
+        f"  torch _simulate_comms_compute  {torch_s * 1e3:9.1f} ms  ({torch_actions:,} actions with comms; "
+        "unit steps, no times)"
+    )
+    print(
+        f"  pipesim simulate               {sim_s * 1e3:9.1f} ms  ({schedule.num_actions:,} actions; "
+        "dependencies included, real times)"
+    )
     print(f"  pipesim simulate + metrics     {full_s * 1e3:9.1f} ms")
     print(f"  speed-up: {torch_s / sim_s:.1f}x (simulate), {torch_s / full_s:.1f}x (with metrics); target >= 5x")
 
@@ -187,8 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     repeat = 1 if args.quick else args.repeat
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"pipesim core benchmark (python {sys.version.split()[0]}, {os.cpu_count()} cores, "
-          f"load average {load:.1f} at start: other work on the machine inflates wall times)")
+    print(
+        f"pipesim core benchmark (python {sys.version.split()[0]}, {os.cpu_count()} cores, "
+        f"load average {load:.1f} at start: other work on the machine inflates wall times)"
+    )
     section_phases(repeat, 128 if args.quick else 1024)
     section_series(repeat, [32, 64] if args.quick else [128, 256, 512, 1024, 2048])
     section_torch(repeat, 8 if args.quick else 32, 32 if args.quick else 128, 2)

@@ -138,6 +138,7 @@ def loss_gap(ours: list[float], theirs: list[float]) -> float | None:
 
 def summarise(samples: list[dict]) -> dict:
     """Medians over repeats; the ratio is the median of the repeats' paired ratios."""
+
     def med(key: str):
         values = [s[key] for s in samples if s[key] is not None]
         return statistics.median(values) if values else None

@@ -55,8 +55,9 @@ def isolated_prediction(result) -> float | None:
     if not measured or not optimizer:
         return None
     split = result.schedule.uses_split_backward
-    stages = tuple(stage_cost(measured[str(s)], split, result.cost.recompute)
-                   for s in range(result.schedule.num_stages))
+    stages = tuple(
+        stage_cost(measured[str(s)], split, result.cost.recompute) for s in range(result.schedule.num_stages)
+    )
     cost = replace(result.cost, stages=stages, step_overhead_ms=tuple(optimizer), dispatch_ms=(), shared_cores=None)
     return predict_step(result.schedule, cost).predicted_step_ms
 
@@ -78,10 +79,13 @@ def measure(args: argparse.Namespace, schedule: str, ranks: int, runs_root: Path
     isolated = isolated_prediction(result) if result.cost is not None else None
     ranks_rows = analysis.get("ranks") or []
     row.update(
-        measured_ms=result.measured_step_ms, predicted_ms=result.predicted_step_ms, error=result.prediction_error,
+        measured_ms=result.measured_step_ms,
+        predicted_ms=result.predicted_step_ms,
+        error=result.prediction_error,
         isolated_error=None if isolated is None else (isolated - result.measured_step_ms) / result.measured_step_ms,
         action_error=prediction.get("action_error_median"),
-        step_cv=(analysis.get("spread") or {}).get("step_cv"), load=(analysis.get("spread") or {}).get("load_1min"),
+        step_cv=(analysis.get("spread") or {}).get("step_cv"),
+        load=(analysis.get("spread") or {}).get("load_1min"),
         **{part: statistics.fmean(r[part] for r in ranks_rows) if ranks_rows else None for part in PARTS},
     )
     return row
@@ -96,17 +100,28 @@ def pct(value, spec: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| schedule | ranks | measured ms | predicted ms | error | isolated-profile error "
-            "| action median abs error | step CV | load | compute | schedule idle | comm wait | overhead |")
+    head = (
+        "| schedule | ranks | measured ms | predicted ms | error | isolated-profile error "
+        "| action median abs error | step CV | load | compute | schedule idle | comm wait | overhead |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if r["status"] != "ok":
             lines.append(f"| {r['schedule']} | {r['ranks']} | {r['status']}: {r['message'][:60]} |" + " |" * 11)
             continue
         noisy = " (noisy)" if (r["step_cv"] or 0) > 0.05 else ""
-        cells = [r["schedule"], str(r["ranks"]), f(r["measured_ms"], ".2f"), f(r["predicted_ms"], ".2f"),
-                 pct(r["error"], "+.1f") + noisy, pct(r["isolated_error"], "+.1f"), pct(r["action_error"], ".1f"),
-                 pct(r["step_cv"], ".1f"), f(r["load"], ".1f"), *(f(r[p], ".1f") for p in PARTS)]
+        cells = [
+            r["schedule"],
+            str(r["ranks"]),
+            f(r["measured_ms"], ".2f"),
+            f(r["predicted_ms"], ".2f"),
+            pct(r["error"], "+.1f") + noisy,
+            pct(r["isolated_error"], "+.1f"),
+            pct(r["action_error"], ".1f"),
+            pct(r["step_cv"], ".1f"),
+            f(r["load"], ".1f"),
+            *(f(r[p], ".1f") for p in PARTS),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -121,9 +136,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{schedule} x {ranks}: {rows[-1]['status']}", file=sys.stderr, flush=True)
     errors = [abs(r["error"]) for r in rows if r.get("error") is not None]
     text = table(rows)
-    summary = (f"{len(errors)} runs; |error| median {100 * statistics.median(errors):.1f}%, "
-               f"max {100 * max(errors):.1f}%; within 3%: {sum(e <= 0.03 for e in errors)} of {len(errors)}"
-               if errors else "no run finished")
+    summary = (
+        f"{len(errors)} runs; |error| median {100 * statistics.median(errors):.1f}%, "
+        f"max {100 * max(errors):.1f}%; within 3%: {sum(e <= 0.03 for e in errors)} of {len(errors)}"
+        if errors
+        else "no run finished"
+    )
     print(text)
     print(summary)
     if args.markdown:

@@ -27,10 +27,12 @@ def main(run_dir: str) -> None:
     print("| rank | params | grads | optimizer | activations (peak) | model total | measured total | error |")
     print("|---|---|---|---|---|---|---|---|")
     for m, static, tracked in zip(model, measured["static_memory_bytes"], measured["tracked_peak_bytes"], strict=True):
-        print(f"| {m.rank} | {format_bytes(static['param_bytes'])} | {format_bytes(static['grad_bytes'])} | "
-              f"{format_bytes(static['optimizer_bytes'])} (model {format_bytes(m.optimizer_bytes)}) | "
-              f"{format_bytes(tracked - sum(static.values()))} | {format_bytes(m.peak_bytes)} | "
-              f"{format_bytes(tracked)} | {m.peak_bytes / tracked - 1:+.2%} |")
+        print(
+            f"| {m.rank} | {format_bytes(static['param_bytes'])} | {format_bytes(static['grad_bytes'])} | "
+            f"{format_bytes(static['optimizer_bytes'])} (model {format_bytes(m.optimizer_bytes)}) | "
+            f"{format_bytes(tracked - sum(static.values()))} | {format_bytes(m.peak_bytes)} | "
+            f"{format_bytes(tracked)} | {m.peak_bytes / tracked - 1:+.2%} |"
+        )
 
 
 if __name__ == "__main__":

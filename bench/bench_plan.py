@@ -33,8 +33,14 @@ INPUTS = PlanInputs.from_description(MODEL, devices=8, global_batch=64, memory_c
 
 
 def grid(shares: tuple[float, ...]) -> PlanSpace:
-    return PlanSpace(schedules=tuple(schedule_names()), microbatch_sizes=(1, 2, 4, 8), chunks=(1, 2, 4),
-                     recompute=(False, True), w_shares=shares, ranks=(2, 4, 8))
+    return PlanSpace(
+        schedules=tuple(schedule_names()),
+        microbatch_sizes=(1, 2, 4, 8),
+        chunks=(1, 2, 4),
+        recompute=(False, True),
+        w_shares=shares,
+        ranks=(2, 4, 8),
+    )
 
 
 def run(name: str, space: PlanSpace, repeat: int) -> None:
@@ -46,9 +52,11 @@ def run(name: str, space: PlanSpace, repeat: int) -> None:
         best_s = min(best_s, time.perf_counter() - start)
     built = sum(c.error is None for c in candidates)
     actions = sorted(c.ranks * c.virtual_stages * c.microbatches * 3 for c in candidates if c.error is None)
-    print(f"{name:8} {len(candidates):6} candidates ({built} built, {len(candidates) - built} cannot be built; "
-          f"median {actions[len(actions) // 2]} actions) in {best_s:.2f} s: {len(candidates) / best_s:,.0f} "
-          f"candidates/s; front {len(front)}, best {best.label if best else None}")
+    print(
+        f"{name:8} {len(candidates):6} candidates ({built} built, {len(candidates) - built} cannot be built; "
+        f"median {actions[len(actions) // 2]} actions) in {best_s:.2f} s: {len(candidates) / best_s:,.0f} "
+        f"candidates/s; front {len(front)}, best {best.label if best else None}"
+    )
 
 
 def main() -> None:

@@ -31,8 +31,13 @@ BARE_BUNDLE = BARE_APP.replace(
     'st.plotly_chart(go.Figure(go.Bar(x=[1, 2, 3], y=[2, 1, 3], orientation="v")))',
     'plot.show(go.Figure(go.Bar(x=[1, 2, 3], y=[2, 1, 3], orientation="v")), "bare")',
 )
-NAMES = ("variant_bare_bundle.py", "variant_nav_bare.py", "variant_nav_bare_page.py", "variant_sidebar_gantt.py",
-         "variant_sidebar_gantt_page.py")
+NAMES = (
+    "variant_bare_bundle.py",
+    "variant_nav_bare.py",
+    "variant_nav_bare_page.py",
+    "variant_sidebar_gantt.py",
+    "variant_sidebar_gantt_page.py",
+)
 
 
 def _cut(text: str, line: str) -> str:
@@ -55,7 +60,7 @@ def main() -> None:
     page = (ROOT / "app_pages" / "simulate.py").read_text()
     page = _cut(page, "widgets.metric_cards(metrics, inner_bubble=cached.inner_bubble(schedule, cost))\n")
     page = _cut(page, 'widgets.figure_downloads(gantt, f"{schedule.name}-gantt", "sim-gantt-export", sig)\n')
-    page = page[:page.index("memory = cached.memory_chart")]
+    page = page[: page.index("memory = cached.memory_chart")]
     files = {
         "variant_bare_bundle.py": BARE_BUNDLE,
         "variant_nav_bare_page.py": BARE_APP,

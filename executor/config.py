@@ -257,8 +257,13 @@ class RunConfig:
         return run_config(**data)
 
 
-_SECTIONS = {"pipeline": PipelineConfig, "model": ModelConfig, "training": TrainingConfig, "devices": DeviceConfig,
-             "nodes": NodesConfig}
+_SECTIONS = {
+    "pipeline": PipelineConfig,
+    "model": ModelConfig,
+    "training": TrainingConfig,
+    "devices": DeviceConfig,
+    "nodes": NodesConfig,
+}
 _FIELDS = {f.name: section for section, cls in _SECTIONS.items() if section != "model" for f in fields(cls)}
 
 

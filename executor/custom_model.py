@@ -48,8 +48,10 @@ def load_factory(spec: str) -> Callable[[], Any]:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        raise ValueError(f"model {spec}: cannot import module {module_name!r} ({error}); "
-                         "is it on PYTHONPATH (the folder you run from)?") from None
+        raise ValueError(
+            f"model {spec}: cannot import module {module_name!r} ({error}); "
+            "is it on PYTHONPATH (the folder you run from)?"
+        ) from None
     except Exception as error:  # noqa: BLE001 - the user's module failed while importing: say so in one line
         raise ValueError(f"model {spec}: importing {module_name!r} failed: {type(error).__name__}: {error}") from None
     factory = getattr(module, function, None)
@@ -66,8 +68,10 @@ def _parts(made: Any, spec: str) -> tuple[Any, Any, Any]:
     try:
         return made.layers, made.make_batch, made.loss_fn
     except AttributeError:
-        raise ValueError(f"model {spec}: the factory must return (layers, make_batch, loss_fn) or an object with "
-                         f"those attributes, got {type(made).__name__}") from None
+        raise ValueError(
+            f"model {spec}: the factory must return (layers, make_batch, loss_fn) or an object with "
+            f"those attributes, got {type(made).__name__}"
+        ) from None
 
 
 def load_custom_model(spec: str, seed: int) -> CustomModel:
@@ -86,8 +90,9 @@ def load_custom_model(spec: str, seed: int) -> CustomModel:
     if isinstance(layers, nn.Sequential):
         layers = list(layers)
     if not isinstance(layers, (list, tuple)) or not all(isinstance(layer, nn.Module) for layer in layers):
-        raise ValueError(f"model {spec}: layers must be an nn.Sequential or a list of nn.Module, "
-                         f"got {type(layers).__name__}")
+        raise ValueError(
+            f"model {spec}: layers must be an nn.Sequential or a list of nn.Module, got {type(layers).__name__}"
+        )
     if not layers:
         raise ValueError(f"model {spec}: the factory returned no layers")
     for name, value in (("make_batch", make_batch), ("loss_fn", loss_fn)):
@@ -103,14 +108,18 @@ def custom_batch(model: CustomModel, spec: str, batch_size: int, seed: int, step
     try:
         batch = model.make_batch(batch_size=batch_size, step=step, seed=seed)
     except Exception as error:  # noqa: BLE001
-        raise ValueError(f"model {spec}: make_batch(batch_size={batch_size}, step={step}, seed={seed}) raised "
-                         f"{type(error).__name__}: {error}") from None
+        raise ValueError(
+            f"model {spec}: make_batch(batch_size={batch_size}, step={step}, seed={seed}) raised "
+            f"{type(error).__name__}: {error}"
+        ) from None
     ok = isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)
     if not ok:
         raise ValueError(f"model {spec}: make_batch must return (inputs, targets) tensors, got {type(batch).__name__}")
     if any(t.dim() == 0 or t.shape[0] != batch_size for t in batch):
-        raise ValueError(f"model {spec}: make_batch(batch_size={batch_size}) returned tensors of shapes "
-                         f"{[tuple(t.shape) for t in batch]}: the first dimension must be the batch")
+        raise ValueError(
+            f"model {spec}: make_batch(batch_size={batch_size}) returned tensors of shapes "
+            f"{[tuple(t.shape) for t in batch]}: the first dimension must be the batch"
+        )
     return batch[0], batch[1]
 
 
@@ -120,8 +129,10 @@ def check_custom_model(spec: str, num_stages: int, split_points: Sequence[int] |
     model = load_custom_model(spec, seed=0)
     custom_batch(model, spec, 1, seed=0, step=0)
     if num_stages > len(model.layers):
-        raise ValueError(f"model {spec} has {len(model.layers)} layers but the schedule has {num_stages} stages and "
-                         "every stage needs one; use fewer ranks or virtual stages, or a model with more layers")
+        raise ValueError(
+            f"model {spec} has {len(model.layers)} layers but the schedule has {num_stages} stages and "
+            "every stage needs one; use fewer ranks or virtual stages, or a model with more layers"
+        )
     if split_points is not None:
         check_split_points(split_points, len(model.layers), num_stages)
     return len(model.layers)

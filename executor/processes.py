@@ -31,9 +31,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def torchrun_command(
-    config: RunConfig, run_dir: Path, port: int | None = None, module: str | None = None
-) -> list[str]:
+def torchrun_command(config: RunConfig, run_dir: Path, port: int | None = None, module: str | None = None) -> list[str]:
     """The torchrun argument list; `-u` keeps torchrun's relayed worker lines unbuffered."""
     endpoint = config.nodes.rdzv_endpoint or f"127.0.0.1:{port if port is not None else free_port()}"
     return [
@@ -85,7 +83,7 @@ def process_gone(pid: int) -> bool:
         return True
     except OSError:
         return False
-    return stat[stat.rindex(b")") + 2:][:1] in (b"Z", b"X")  # the state field follows the command name
+    return stat[stat.rindex(b")") + 2 :][:1] in (b"Z", b"X")  # the state field follows the command name
 
 
 def launcher_gone() -> bool:
@@ -109,8 +107,11 @@ def exit_when_launcher_gone(interval_s: float = 1.0) -> threading.Event:
     def watch() -> None:
         while not stop.wait(interval_s):
             if launcher_gone():
-                print(f"rank {os.environ.get('RANK', '?')}: the launcher is gone; ending this rank before "
-                      "training", file=sys.stderr, flush=True)
+                print(
+                    f"rank {os.environ.get('RANK', '?')}: the launcher is gone; ending this rank before training",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 os._exit(LAUNCHER_GONE_EXIT)
 
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()

@@ -203,9 +203,7 @@ class Schedule:
         if self.num_microbatches < 1:
             raise ValueError(f"num_microbatches must be at least 1, got {self.num_microbatches}")
         if len(self.stage_to_rank) != self.num_stages:
-            raise ValueError(
-                f"stage_to_rank has {len(self.stage_to_rank)} entries for {self.num_stages} stages"
-            )
+            raise ValueError(f"stage_to_rank has {len(self.stage_to_rank)} entries for {self.num_stages} stages")
         if len(self.actions) != self.num_ranks:
             raise ValueError(f"actions has {len(self.actions)} rank lists for {self.num_ranks} ranks")
         for stage, rank in enumerate(self.stage_to_rank):

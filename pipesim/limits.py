@@ -16,15 +16,24 @@ MAX_PROBLEMS = 1000  # validation problems collected at most (the app marks each
 MAX_PROBLEMS_SHOWN = 5  # validation errors listed in full before "and N more"
 
 
-def check_sizes(*, num_ranks: int | None = None, num_stages: int | None = None, num_microbatches: int | None = None,
-                num_actions: int | None = None) -> None:
+def check_sizes(
+    *,
+    num_ranks: int | None = None,
+    num_stages: int | None = None,
+    num_microbatches: int | None = None,
+    num_actions: int | None = None,
+) -> None:
     """ValueError naming the first size over its limit."""
-    for what, value, limit in (("ranks", num_ranks, MAX_RANKS), ("stages", num_stages, MAX_STAGES),
-                               ("microbatches", num_microbatches, MAX_MICROBATCHES),
-                               ("actions", num_actions, MAX_ACTIONS)):
+    for what, value, limit in (
+        ("ranks", num_ranks, MAX_RANKS),
+        ("stages", num_stages, MAX_STAGES),
+        ("microbatches", num_microbatches, MAX_MICROBATCHES),
+        ("actions", num_actions, MAX_ACTIONS),
+    ):
         if value is not None and value > limit:
-            raise ValueError(f"{value} {what} is more than pipesim handles (at most {limit:,} {what}; "
-                             "see pipesim/limits.py)")
+            raise ValueError(
+                f"{value} {what} is more than pipesim handles (at most {limit:,} {what}; see pipesim/limits.py)"
+            )
 
 
 def summarize(problems: list[str], shown: int = MAX_PROBLEMS_SHOWN) -> str:

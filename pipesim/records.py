@@ -62,7 +62,6 @@ class Timeline:
     meta: dict = field(default_factory=dict, compare=False)
 
 
-
 def select_step(tl: Timeline, step: int) -> Timeline:
     """The spans of one step, shifted so that the step starts at 0."""
     spans = [s for s in tl.spans if s.step == step]

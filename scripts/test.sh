@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export OMP_NUM_THREADS=1
 .venv/bin/ruff check --quiet . # style and import rules (pyproject.toml)
+.venv/bin/ruff format --check --quiet . # one layout for all code: run `.venv/bin/ruff format .` to apply it
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?

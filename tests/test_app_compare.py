@@ -17,12 +17,11 @@ MIB = 2**20
 
 @pytest.fixture
 def app(open_page) -> AppTest:
-    return open_page('compare')
+    return open_page("compare")
 
 
 def table(at: AppTest):
     return at.dataframe[0].value
-
 
 
 def submit(at: AppTest, **values) -> AppTest:

@@ -15,7 +15,7 @@ from tests.helpers.app_charts import chart_figures, chart_titles
 
 @pytest.fixture
 def app(open_page) -> AppTest:
-    return open_page('custom')
+    return open_page("custom")
 
 
 def paste(at: AppTest, text: str) -> AppTest:
@@ -48,7 +48,8 @@ def highlighted_cells(styled) -> set[tuple[int, int]]:
 def test_default_is_a_valid_1f1b(app: AppTest) -> None:
     assert any(s.value.startswith("Valid: custom: 2 ranks") for s in app.success)
     assert app.session_state["custom_csv"].replace("\r\n", "\n") == formats.schedule_to_csv(
-        build_schedule("1f1b", 2, 4)).replace("\r\n", "\n")
+        build_schedule("1f1b", 2, 4)
+    ).replace("\r\n", "\n")
     assert len(chart_figures(app)) == 1
 
 

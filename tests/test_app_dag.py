@@ -16,7 +16,7 @@ SUBMIT = "FormSubmitter:dag-form-Draw"
 
 @pytest.fixture
 def app(open_page) -> AppTest:
-    return open_page('dag')
+    return open_page("dag")
 
 
 def figure(at: AppTest) -> dict:

@@ -20,7 +20,6 @@ def app(open_page) -> AppTest:
     return open_page("plan")
 
 
-
 def submit(at: AppTest, **values) -> AppTest:
     for key, value in values.items():
         at.get_by_key(f"plan-{key}").set_value(value)
@@ -30,8 +29,9 @@ def submit(at: AppTest, **values) -> AppTest:
 
 def test_default_plan_shows_front_cap_table_and_the_best_candidates_charts(app: AppTest) -> None:
     assert not app.error
-    description = ModelDescription(num_layers=8, hidden_size=1024, ffn_size=4096, num_heads=16, seq_len=1024,
-                                   vocab_size=32000, device_tflops=200.0)
+    description = ModelDescription(
+        num_layers=8, hidden_size=1024, ffn_size=4096, num_heads=16, seq_len=1024, vocab_size=32000, device_tflops=200.0
+    )
     inputs = PlanInputs.from_description(description, devices=4, global_batch=32, memory_cap_bytes=40 * 2**30)
     space = PlanSpace(schedules=("1f1b", "interleaved-1f1b", "zb-h1", "zbv"), chunks=(2,))
     best = best_candidate(evaluate_all(inputs, space))
@@ -90,8 +90,10 @@ def test_verify_button_writes_the_plan_and_shows_the_comparison(app: AppTest, mo
     def fake_verify(path, top, **kwargs):  # the real one launches torchrun: tests/test_verify.py runs it
         plan = json.loads(path.read_text())
         seen.update(top=top, best=plan["best"]["schedule"], steps=kwargs["steps"])
-        rows = [verify.VerifyRow(c["schedule"], c, c["makespan_ms"], c["makespan_ms"] * 1.1)
-                for c in verify.plan_candidates(plan, top)]
+        rows = [
+            verify.VerifyRow(c["schedule"], c, c["makespan_ms"], c["makespan_ms"] * 1.1)
+            for c in verify.plan_candidates(plan, top)
+        ]
         return verify.compare(rows)
 
     monkeypatch.setattr(verify, "verify_plan", fake_verify)

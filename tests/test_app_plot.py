@@ -99,13 +99,16 @@ def test_a_binned_gantt_is_drawn_for_a_drag_select(open_page, static_serving) ->
     assert data["select"] is True and layout["dragmode"] == "select" and layout["selectdirection"] == "h"
 
 
-@pytest.mark.parametrize(("state", "window"), [
-    ({"select": [70.0, 20.0]}, (20.0, 70.0)),  # dragged right to left
-    ({"select": [-5.0, 30.0]}, (0.0, 30.0)),  # clipped to the step
-    ({"select": [90.0, 130.0]}, (90.0, 100.0)),
-    ({"select": None}, None),  # a rerun that no drag caused
-    ({"select": [150.0, 160.0]}, None),  # wholly past the step: nothing to show
-])
+@pytest.mark.parametrize(
+    ("state", "window"),
+    [
+        ({"select": [70.0, 20.0]}, (20.0, 70.0)),  # dragged right to left
+        ({"select": [-5.0, 30.0]}, (0.0, 30.0)),  # clipped to the step
+        ({"select": [90.0, 130.0]}, (90.0, 100.0)),
+        ({"select": None}, None),  # a rerun that no drag caused
+        ({"select": [150.0, 160.0]}, None),  # wholly past the step: nothing to show
+    ],
+)
 def test_a_dragged_range_becomes_the_time_window(monkeypatch, state: dict, window: tuple | None) -> None:
     session: dict = {"sim-gantt": state}
     monkeypatch.setattr(widgets.st, "session_state", session)

@@ -31,13 +31,21 @@ from tests.helpers.app_charts import chart_figures, chart_titles
 SUBMIT = "FormSubmitter:run-form-Launch run"
 
 
-def write_run(root: Path, name: str, status: str = "ok", message: str = "", measured: bool = True,
-              reference: dict | None = None) -> Path:
+def write_run(
+    root: Path, name: str, status: str = "ok", message: str = "", measured: bool = True, reference: dict | None = None
+) -> Path:
     """A run folder as the launcher and rank 0 leave it (see executor/config.py)."""
     folder = root / name
     (folder / "logs").mkdir(parents=True)
-    config = run_config(schedule="1f1b", num_ranks=2, num_microbatches=4, steps=2, device="cpu", profile=True,
-                       reference=reference is not None)
+    config = run_config(
+        schedule="1f1b",
+        num_ranks=2,
+        num_microbatches=4,
+        steps=2,
+        device="cpu",
+        profile=True,
+        reference=reference is not None,
+    )
     schedule = build_schedule("1f1b", 2, 4)
     write_json(config.to_dict(), folder / "config.json")
     write_json(schedule_to_dict(schedule), folder / "schedule.json")
@@ -45,17 +53,30 @@ def write_run(root: Path, name: str, status: str = "ok", message: str = "", meas
     simulated = simulate(schedule, cost)
     summary: dict = {"status": status, "message": message, "started_at": time.time()}
     if measured:
-        spans = tuple(Span(s.rank, s.action, base + 1.25 * s.start, base + 1.25 * s.end, step)
-                      for step, base in ((0, 0.0), (1, 0.0)) for s in simulated.spans)  # step-relative times
+        spans = tuple(
+            Span(s.rank, s.action, base + 1.25 * s.start, base + 1.25 * s.end, step)
+            for step, base in ((0, 0.0), (1, 0.0))
+            for s in simulated.spans
+        )  # step-relative times
         timeline = Timeline(2, spans, source="measured", schedule_name="1f1b")
         step_ms = 1.25 * makespan(simulated)
-        write_json({**timeline_to_dict(timeline), "step_times_ms": [step_ms * 1.5, step_ms], "losses": [2.5, 2.25],
-                    "peak_memory_bytes": [4096, 2048]}, folder / "measured.json")
+        write_json(
+            {
+                **timeline_to_dict(timeline),
+                "step_times_ms": [step_ms * 1.5, step_ms],
+                "losses": [2.5, 2.25],
+                "peak_memory_bytes": [4096, 2048],
+            },
+            folder / "measured.json",
+        )
         save_cost(cost, folder / "cost.json")
         write_json(attribute_run(schedule, timeline, [step_ms * 1.5, step_ms]), folder / "analysis.json")
         write_json(timeline_to_dict(simulated), folder / "simulated.json")
-        summary.update(predicted_step_ms=makespan(simulated), measured_step_ms=step_ms,
-                       prediction_error=prediction_error(makespan(simulated), step_ms))
+        summary.update(
+            predicted_step_ms=makespan(simulated),
+            measured_step_ms=step_ms,
+            prediction_error=prediction_error(makespan(simulated), step_ms),
+        )
     if reference is not None:
         write_json(reference, folder / "reference.json")
     (folder / "logs" / "rank0.log").write_text("rank 0 says hello\n")
@@ -95,7 +116,7 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def app(runs, open_page) -> AppTest:
-    return open_page('run')
+    return open_page("run")
 
 
 @pytest.fixture
@@ -110,7 +131,6 @@ def fake_launcher(runs: Path, monkeypatch: pytest.MonkeyPatch) -> list:
 
     monkeypatch.setattr(launch, "start_run", start_run)
     return started
-
 
 
 def test_first_screen(app: AppTest, runs: Path) -> None:
@@ -138,9 +158,13 @@ def test_launcher_refusal_starts_nothing(app: AppTest, runs: Path) -> None:
 
 def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher: list) -> None:
     app.button(key=SUBMIT).click().run()
-    (config, schedule, handle), = fake_launcher
-    assert (config.pipeline.schedule, config.pipeline.num_ranks,
-            config.pipeline.num_microbatches, config.profile) == ("1f1b", 2, 8, True)
+    ((config, schedule, handle),) = fake_launcher
+    assert (config.pipeline.schedule, config.pipeline.num_ranks, config.pipeline.num_microbatches, config.profile) == (
+        "1f1b",
+        2,
+        8,
+        True,
+    )
     assert schedule is None
     assert app.get("progress")[0].value == 50  # the handle's progress, in percent
     assert any("step 2 of 4" in c.value for c in app.code)
@@ -161,8 +185,9 @@ def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher:
     diffs = next(d.value for d in app.dataframe if "delta ms" in d.value.columns)
     assert len(diffs) == 2 * 8 and diffs["delta ms"].gt(0).all()  # measured runs 25% slower
     assert diffs["error %"].sub(-20.0).abs().max() < 1e-6  # simulated / measured - 1 = 1 / 1.25 - 1
-    overlay = next(figure for figure in chart_figures(app)
-                   if "simulated vs measured" in figure["layout"]["title"]["text"])
+    overlay = next(
+        figure for figure in chart_figures(app) if "simulated vs measured" in figure["layout"]["title"]["text"]
+    )
     marks = {trace["name"] for trace in overlay["data"] if trace.get("name", "").startswith("lost: ")}
     # the measured step is the simulated one stretched: all its idle is the schedule's, none is lost elsewhere
     assert marks == {"lost: schedule idle"}
@@ -170,7 +195,7 @@ def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher:
 
 def test_cancel_ends_the_run(app: AppTest, runs: Path, fake_launcher: list) -> None:
     app.button(key=SUBMIT).click().run()
-    (_, _, handle), = fake_launcher
+    ((_, _, handle),) = fake_launcher
     write_run(runs, handle.run_dir.name, status="cancelled", message="cancelled by the caller", measured=False)
     app.button(key="run-cancel").click().run()
     assert handle.cancelled
@@ -181,7 +206,7 @@ def test_cancel_ends_the_run(app: AppTest, runs: Path, fake_launcher: list) -> N
 
 def test_failed_run_is_shown_plainly_with_its_logs(app: AppTest, runs: Path, fake_launcher: list) -> None:
     app.button(key=SUBMIT).click().run()
-    (_, _, handle), = fake_launcher
+    ((_, _, handle),) = fake_launcher
     write_run(runs, handle.run_dir.name, status="failed", message="rank 1 failed: RuntimeError: boom", measured=False)
     handle.status = "failed"
     app.run()
@@ -191,8 +216,9 @@ def test_failed_run_is_shown_plainly_with_its_logs(app: AppTest, runs: Path, fak
 
 
 def test_earlier_runs_are_listed_and_reopen(runs: Path, open_page) -> None:
-    write_run(runs, "older", reference={"torch_schedule": "Schedule1F1B", "step_times_ms": [9.0, 8.0],
-                                        "losses": [2.5, 2.26]})
+    write_run(
+        runs, "older", reference={"torch_schedule": "Schedule1F1B", "step_times_ms": [9.0, 8.0], "losses": [2.5, 2.26]}
+    )
     write_run(runs, "broken", status="failed", message="rank 0 failed", measured=False)
     at = open_page("run")
     listing = at.dataframe[0].value
@@ -214,7 +240,7 @@ def test_custom_schedule_is_launched_as_sent(app: AppTest, runs: Path, fake_laun
     picker.set_value("custom (from the Custom page)")
     app.number_input(key="run-batch").set_value(12)  # a multiple of the custom schedule's 6 microbatches
     app.button(key=SUBMIT).click().run()
-    (config, schedule, _), = fake_launcher
+    ((config, schedule, _),) = fake_launcher
     assert schedule == custom and (config.pipeline.num_ranks, config.pipeline.num_microbatches) == (3, 6)
 
 
@@ -279,9 +305,10 @@ def test_own_model_spec_is_checked_never_evaluated(app: AppTest, runs: Path) -> 
 def test_log_is_readable_and_the_raw_one_downloadable(app: AppTest, runs: Path, fake_launcher: list) -> None:
     """Item 12: no raw `PIPESIM {json}` in the live log; the raw text is a download."""
     app.button(key=SUBMIT).click().run()
-    (_, _, handle), = fake_launcher
-    handle.log_tail = lambda lines=40: ('[rank0] PIPESIM {"event": "step", "rank": 0, "step": 1, "steps": 4, '
-                                        '"phase": "measure"}\n[rank1] hello')
+    ((_, _, handle),) = fake_launcher
+    handle.log_tail = lambda lines=40: (
+        '[rank0] PIPESIM {"event": "step", "rank": 0, "step": 1, "steps": 4, "phase": "measure"}\n[rank1] hello'
+    )
     app.run()
     shown = "\n".join(c.value for c in app.code)
     assert "[rank0] step 2/4 (measure)" in shown and "[rank1] hello" in shown and "PIPESIM" not in shown
@@ -291,7 +318,7 @@ def test_log_is_readable_and_the_raw_one_downloadable(app: AppTest, runs: Path, 
 def test_a_reload_finds_the_running_run_again(app: AppTest, runs: Path, fake_launcher: list, open_page) -> None:
     """Item 3: a new session (a browser reload) shows the run still going, with progress and Cancel."""
     app.button(key=SUBMIT).click().run()
-    (_, _, handle), = fake_launcher
+    ((_, _, handle),) = fake_launcher
     reloaded = open_page("run")
     assert reloaded.get("progress") and reloaded.get("progress")[0].value == 50
     assert reloaded.button(key=SUBMIT).disabled
@@ -329,8 +356,11 @@ def test_a_cancel_says_what_was_measured() -> None:
     """Item 4: a cancelled run keeps what it measured, from its step events (the slowest rank per step)."""
     from executor.progress import measured_so_far
 
-    events = [{"event": "step", "rank": r, "step": s, "steps": 5, "phase": "measure", "ms": ms}
-              for s, pair in enumerate([(10.0, 12.0), (11.0, 9.0), (30.0, 14.0)]) for r, ms in enumerate(pair)]
+    events = [
+        {"event": "step", "rank": r, "step": s, "steps": 5, "phase": "measure", "ms": ms}
+        for s, pair in enumerate([(10.0, 12.0), (11.0, 9.0), (30.0, 14.0)])
+        for r, ms in enumerate(pair)
+    ]
     events.append({"event": "step", "rank": 0, "step": 0, "steps": 1, "phase": "warmup", "ms": 99.0})
     assert measured_so_far(events) == "3 of 5 measured steps done, median step 12.00 ms"
     assert measured_so_far(events[-1:]) == ""
@@ -353,8 +383,15 @@ def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open
     (folder / "result.json").unlink()
     step = {"event": "step", "rank": 0, "step": 1, "steps": 4, "phase": "measure", "part": "run"}
     # this test process stands for the launcher: progress.json names a live process
-    run_folder.write_progress(folder, {"status": "running", "progress": 0.25, "events": [step],
-                                       "log": ["[rank0] " + PROGRESS_PREFIX + json.dumps(step), "[rank1] hello"]})
+    run_folder.write_progress(
+        folder,
+        {
+            "status": "running",
+            "progress": 0.25,
+            "events": [step],
+            "log": ["[rank0] " + PROGRESS_PREFIX + json.dumps(step), "[rank1] hello"],
+        },
+    )
 
     def launcher() -> None:  # obeys the cancel file as executor.launch does, a moment later
         deadline = time.monotonic() + 60
@@ -380,8 +417,12 @@ def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open
 
 def test_a_cancelled_run_shows_what_it_measured(runs: Path, open_page) -> None:
     """Item 4: calmly, with the steps measured before the cancel drawn."""
-    write_run(runs, "stopped", status="cancelled", message="cancelled by the caller (2 of 5 measured steps done, "
-                                                          "median step 12.00 ms)")
+    write_run(
+        runs,
+        "stopped",
+        status="cancelled",
+        message="cancelled by the caller (2 of 5 measured steps done, median step 12.00 ms)",
+    )
     at = open_page("run")
     at.selectbox(key="run-open-pick").set_value("stopped")
     at.button(key="FormSubmitter:run-open-Open").click().run()

@@ -31,7 +31,6 @@ def app(open_page) -> AppTest:
     return open_page()
 
 
-
 def length(array) -> int:
     """Entries of a plotly array, plain or base64-packed (plotly 6 packs numeric arrays)."""
     if isinstance(array, list):
@@ -132,15 +131,19 @@ def test_per_stage_table_feeds_heterogeneous_costs(app: AppTest) -> None:
     submit(app)
     assert not app.error
     forward = [1.0, 3.0, 1.0, 1.5]
-    cost = CostModel.per_stage(forward, [2.0, 2.0, 2.0, 3.0], weight_ms=[1.0, 1.0, 1.0, 1.5],
-                               activation_bytes=[MIB] * 4)
+    cost = CostModel.per_stage(
+        forward, [2.0, 2.0, 2.0, 3.0], weight_ms=[1.0, 1.0, 1.0, 1.5], activation_bytes=[MIB] * 4
+    )
     assert metric(app, "Makespan") == expected_makespan("1f1b", 4, 8, cost)
 
 
 def test_per_stage_table_with_an_empty_cell_names_it(app: AppTest) -> None:
     app.radio(key="sim-cost-source").set_value("Per stage").run()
-    app.session_state["sim-stages-4"] = {"edited_rows": {2: {"backward_ms": None}}, "added_rows": [],
-                                         "deleted_rows": []}
+    app.session_state["sim-stages-4"] = {
+        "edited_rows": {2: {"backward_ms": None}},
+        "added_rows": [],
+        "deleted_rows": [],
+    }
     submit(app)
     assert "stage 2: backward_ms is empty" in app.error[0].value
     assert not app.exception
@@ -245,7 +248,10 @@ def test_settings_survive_a_page_switch_and_live_in_the_url(app: AppTest, open_p
     assert app.number_input(key="sim-ranks").value == 6 and app.number_input(key="sim-f").value == 1.5
     assert metric(app, "Makespan") == makespan
     assert {k: app.query_params[k] for k in ("sim-schedule", "sim-ranks", "sim-f")} == {
-        "sim-schedule": "zbv", "sim-ranks": "6", "sim-f": "1.5"}
+        "sim-schedule": "zbv",
+        "sim-ranks": "6",
+        "sim-f": "1.5",
+    }
     shared = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=60)
     shared.query_params.update({"sim-schedule": "zbv", "sim-ranks": "6", "sim-f": "1.5"})
     shared.run()  # a reload, or a link someone sent

@@ -14,8 +14,10 @@ from pipesim.sim.simulate import simulate
 def measured_from(timeline: Timeline, step: int = 0, shift: dict[int, float] | None = None) -> Timeline:
     """A simulated step relabelled as measured, each rank's spans optionally delayed by `shift[rank]` ms."""
     shift = shift or {}
-    spans = tuple(Span(s.rank, s.action, s.start + shift.get(s.rank, 0.0), s.end + shift.get(s.rank, 0.0), step)
-                  for s in timeline.spans)
+    spans = tuple(
+        Span(s.rank, s.action, s.start + shift.get(s.rank, 0.0), s.end + shift.get(s.rank, 0.0), step)
+        for s in timeline.spans
+    )
     return Timeline(timeline.num_ranks, spans, "measured", timeline.schedule_name)
 
 
@@ -38,8 +40,12 @@ def hand_built_step(send_wait: bool = False) -> tuple:
     """
     schedule = build_schedule("gpipe", 2, 1)
     by_text = {str(a): a for row in schedule.actions for a in row}
-    spans = (Span(0, by_text["0F0"], 0.0, 1.0), Span(0, by_text["0B0"], 5.0, 7.0),
-             Span(1, by_text["1F0"], 1.5, 2.5), Span(1, by_text["1B0"], 2.5, 4.5))
+    spans = (
+        Span(0, by_text["0F0"], 0.0, 1.0),
+        Span(0, by_text["0B0"], 5.0, 7.0),
+        Span(1, by_text["1F0"], 1.5, 2.5),
+        Span(1, by_text["1B0"], 2.5, 4.5),
+    )
     comm = [CommSpan(0, "recv", 1, by_text["1B0"], 1.0, 5.0), CommSpan(1, "recv", 0, by_text["0F0"], 1.0, 1.5)]
     if send_wait:
         comm.append(CommSpan(1, "send", 0, by_text["1B0"], 4.5, 5.0))
@@ -53,10 +59,12 @@ def test_transfers_and_the_optimizer_land_where_they_belong():
     rank0, rank1 = result.ranks
     # rank 0 waited 4 ms for rank 1's gradient: 3 ms the schedule imposes, 1 ms the two transfers added
     assert (rank0.compute_ms, rank0.schedule_idle_ms, rank0.comm_wait_ms, rank0.overhead_ms) == pytest.approx(
-        (3.0, 3.0, 1.0, 1.0))
+        (3.0, 3.0, 1.0, 1.0)
+    )
     # rank 1 waited 1.5 ms for its input: 1 ms the schedule imposes (rank 0's F), 0.5 ms the transfer
     assert (rank1.compute_ms, rank1.schedule_idle_ms, rank1.comm_wait_ms, rank1.overhead_ms) == pytest.approx(
-        (3.0, 3.0, 0.5, 1.5))
+        (3.0, 3.0, 0.5, 1.5)
+    )
     for share in result.ranks:
         parts = share.compute_ms + share.schedule_idle_ms + share.comm_wait_ms + share.overhead_ms
         assert parts == pytest.approx(8.0)  # the four parts add up exactly

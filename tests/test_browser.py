@@ -28,8 +28,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # One way to point at a browser, the same as PNG/SVG/PDF export (kaleido's choreographer reads it): BROWSER_PATH.
 CHROMIUM = os.environ.get("BROWSER_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = ROOT / "test-artifacts"
 DOCS_IMG = ROOT / "docs" / "img"
 GANTT_BARS = ".js-plotly-plot g.trace.bars path"
@@ -49,9 +56,23 @@ def streamlit_server(runs_root: Path, script: Path = ROOT / "app.py", timeout_s:
     """`streamlit run SCRIPT` on a free localhost port; yields its URL and always ends the process."""
     port = _free_port()
     env = dict(os.environ, PIPESIM_RUNS_ROOT=str(runs_root), OMP_NUM_THREADS="1")
-    argv = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
-            "--server.headless", "true", "--server.address", "localhost", "--browser.gatherUsageStats", "false",
-            "--server.fileWatcherType", "none"]
+    argv = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(script),
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--server.address",
+        "localhost",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
     log = (runs_root / "streamlit.log").open("wb")
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://localhost:{port}"
@@ -164,12 +185,16 @@ def test_gantt_renders_and_follows_the_schedule(page, app_url: str) -> None:
     before = gantt.evaluate(size)
     gantt.hover()
     gantt.locator('.modebar-btn[data-title="Full screen"]').click()
-    page.wait_for_function("() => document.fullscreenElement?.classList.contains('js-plotly-plot')"
-                           " && document.fullscreenElement._fullLayout.height === window.innerHeight")
+    page.wait_for_function(
+        "() => document.fullscreenElement?.classList.contains('js-plotly-plot')"
+        " && document.fullscreenElement._fullLayout.height === window.innerHeight"
+    )
     assert gantt.evaluate(size) == page.evaluate("[window.innerWidth, window.innerHeight]")
     page.evaluate("document.exitFullscreen()")
-    page.wait_for_function(f"() => !document.fullscreenElement && (({size})"
-                           f"(document.querySelector('.js-plotly-plot'))).join() === {before!r}.join()")
+    page.wait_for_function(
+        f"() => !document.fullscreenElement && (({size})"
+        f"(document.querySelector('.js-plotly-plot'))).join() === {before!r}.join()"
+    )
 
 
 def test_export_downloads_are_real_files(page, app_url: str, tmp_path: Path) -> None:
@@ -234,8 +259,10 @@ def test_settings_survive_a_page_switch_and_a_reload(page, app_url: str) -> None
     _pick(page, "Schedule", "zbv", scope=sidebar)
     sidebar.get_by_role("spinbutton", name="Ranks").fill("6")
     sidebar.get_by_role("button", name="Simulate").click()
-    zbv_title = ("() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
-                 ".some(t => t.textContent.startsWith('zbv: 6 ranks'))")
+    zbv_title = (
+        "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
+        ".some(t => t.textContent.startsWith('zbv: 6 ranks'))"
+    )
     page.wait_for_function(zbv_title)
     assert "sim-schedule=zbv" in page.url and "sim-ranks=6" in page.url
     sidebar.get_by_role("link", name="Compare").click()
@@ -253,7 +280,9 @@ def test_large_schedule_from_a_url_is_one_binned_picture(page, app_url: str) -> 
     # The binned picture is back once the chart holds its image and no bar (plotly may draw one before the other).
     page.wait_for_function(
         f"() => document.querySelector('.js-plotly-plot .imagelayer image')"
-        f" && document.querySelectorAll({GANTT_BARS!r}).length === 0", timeout=120_000)
+        f" && document.querySelectorAll({GANTT_BARS!r}).length === 0",
+        timeout=120_000,
+    )
     assert "binned" in " ".join(_titles(page))
     plot = page.locator(".js-plotly-plot").first.locator(".nsewdrag").first
     plot.scroll_into_view_if_needed()
@@ -285,7 +314,9 @@ def test_large_schedule_from_a_url_is_one_binned_picture(page, app_url: str) -> 
     # The binned picture is back once the chart holds its image and no bar (plotly may draw one before the other).
     page.wait_for_function(
         f"() => document.querySelector('.js-plotly-plot .imagelayer image')"
-        f" && document.querySelectorAll({GANTT_BARS!r}).length === 0", timeout=120_000)
+        f" && document.querySelectorAll({GANTT_BARS!r}).length === 0",
+        timeout=120_000,
+    )
     start, end, _, total = (float(x) for x in re.findall(r"\d+\.\d\d", window.replace(",", "")))
     assert 0.3 < start / total < 0.5 and 0.05 < (end - start) / total < 0.2, window  # the dragged tenth
 

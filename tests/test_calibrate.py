@@ -14,9 +14,13 @@ def record(offset: float) -> dict:
     # step starts at 0; 0F0 after a 0.1 ms gap; 0F1 after 0.2 ms of which 0.15 ms blocked in a receive;
     # 0B1 after 0.1 ms; then 1.5 ms of sends, loss and optimizer until the step's end.
     return {
-        "start": offset, "end": offset + 7.5,
-        "spans": [["0F0", offset + 0.1, offset + 1.1], ["0F1", offset + 1.3, offset + 2.3],
-                  ["0B1", offset + 2.4, offset + 6.0]],
+        "start": offset,
+        "end": offset + 7.5,
+        "spans": [
+            ["0F0", offset + 0.1, offset + 1.1],
+            ["0F1", offset + 1.3, offset + 2.3],
+            ["0B1", offset + 2.4, offset + 6.0],
+        ],
         "comm": [["recv", 1, "1B1", offset + 1.15, offset + 1.3], ["send", 1, "0F1", offset + 6.0, offset + 6.4]],
     }
 
@@ -35,7 +39,11 @@ def test_in_situ_replaces_the_kinds_the_steps_ran():
     isolated = {"f": 1.0, "b": 2.0, "f_split": 1.1, "i": 1.2, "w": 0.9}
     assert in_situ(isolated, {"F": 1.5, "B": 2.5}, split=False) == {**isolated, "f": 1.5, "b": 2.5}
     assert in_situ(isolated, {"F": 1.5, "I": 1.4, "W": 1.0}, split=True) == {
-        **isolated, "f_split": 1.5, "i": 1.4, "w": 1.0}
+        **isolated,
+        "f_split": 1.5,
+        "i": 1.4,
+        "w": 1.0,
+    }
     assert in_situ(isolated, None, split=True) == isolated
 
 

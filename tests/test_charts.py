@@ -142,7 +142,11 @@ def test_overlay_puts_simulated_and_measured_on_alternate_rows():
     )
     fig = charts.overlay_figure(sim, measured)
     assert list(fig.layout.yaxis.ticktext) == [
-        "rank 0 · simulated", "rank 0 · measured", "rank 1 · simulated", "rank 1 · measured"]
+        "rank 0 · simulated",
+        "rank 0 · measured",
+        "rank 1 · simulated",
+        "rank 1 · measured",
+    ]
     names = {t.name for t in fig.data}
     assert names == {"F simulated", "B simulated", "F measured", "B measured"}
     measured_f = next(t for t in fig.data if t.name == "F measured")

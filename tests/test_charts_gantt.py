@@ -31,8 +31,8 @@ def _png(uri: str) -> np.ndarray:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
     idat = data.index(b"IDAT")
-    length = struct.unpack(">I", data[idat - 4:idat])[0]
-    raw = zlib.decompress(data[idat + 4:idat + 4 + length])
+    length = struct.unpack(">I", data[idat - 4 : idat])[0]
+    raw = zlib.decompress(data[idat + 4 : idat + 4 + length])
     rows = np.frombuffer(raw, dtype=np.uint8).reshape(height, 1 + 4 * width)
     return rows[:, 1:].reshape(height, width, 4)
 

@@ -19,8 +19,10 @@ def measured_like(schedule, cost) -> Timeline:
     """A timeline as the executor records it: spans, and a recv wait just before each consumer (comm_plan's)."""
     base = simulate(schedule, cost)
     plan = comm_plan(schedule)
-    waits = [CommSpan(t.dst, "recv", t.src, t.producer, max(t.send_start, t.recv_end - 0.25), t.recv_end)
-             for t in transfers(plan, base)]
+    waits = [
+        CommSpan(t.dst, "recv", t.src, t.producer, max(t.send_start, t.recv_end - 0.25), t.recv_end)
+        for t in transfers(plan, base)
+    ]
     return Timeline(base.num_ranks, base.spans, "measured", schedule.name, tuple(waits))
 
 
@@ -71,8 +73,9 @@ def test_run_trace_has_both_views_tracks_and_a_flow_per_message(name, ranks):
         finish = finishes[flow_id]
         assert finish["bp"] == "e" and start["pid"] == finish["pid"]
         send = [e for e in threads[(start["pid"], start["tid"])] if e["cat"] == "send" and e["args"]["flow"] == flow_id]
-        recv = [e for e in threads[(finish["pid"], finish["tid"])]
-                if e["cat"] == "recv" and e["args"]["flow"] == flow_id]
+        recv = [
+            e for e in threads[(finish["pid"], finish["tid"])] if e["cat"] == "recv" and e["args"]["flow"] == flow_id
+        ]
         assert len(send) == 1 and len(recv) == 1
         assert inside(start["ts"], send[0]) and inside(finish["ts"], recv[0])
         assert send[0]["args"]["action"] == recv[0]["args"]["action"]

@@ -45,17 +45,35 @@ def test_list_shows_names_summaries_and_options(capsys):
     assert code == 0
     for name in schedule_names():
         assert name in out
-    interleaved = out[out.index("interleaved-1f1b"):]
+    interleaved = out[out.index("interleaved-1f1b") :]
     assert "options: num_virtual_stages" in interleaved.splitlines()[1]
     assert "splits backward" in out
 
 
 def test_simulate_writes_json_csv_trace_and_html(capsys, tmp_path):
     code, out, err = run(
-        capsys, "simulate", "--schedule", "1f1b", "--ranks", "3", "--microbatches", "4",
-        "--f", "1", "--b", "2", "--comm", "0.5",
-        "--json", str(tmp_path / "t.json"), "--csv", str(tmp_path / "s.csv"),
-        "--trace", str(tmp_path / "trace.json"), "--html", str(tmp_path / "g.html"),
+        capsys,
+        "simulate",
+        "--schedule",
+        "1f1b",
+        "--ranks",
+        "3",
+        "--microbatches",
+        "4",
+        "--f",
+        "1",
+        "--b",
+        "2",
+        "--comm",
+        "0.5",
+        "--json",
+        str(tmp_path / "t.json"),
+        "--csv",
+        str(tmp_path / "s.csv"),
+        "--trace",
+        str(tmp_path / "trace.json"),
+        "--html",
+        str(tmp_path / "g.html"),
     )
     assert code == 0, err
     schedule = build_schedule("1f1b", 3, 4)
@@ -82,8 +100,25 @@ def test_simulate_writes_json_csv_trace_and_html(capsys, tmp_path):
 
 def test_w_splits_the_backward_and_recompute_adds_a_forward(capsys, tmp_path):
     out = tmp_path / "t.json"
-    code, _, err = run(capsys, "simulate", "--schedule", "zb-h1", "--ranks", "2", "--microbatches", "2",
-                       "--f", "1", "--b", "3", "--w", "1", "--recompute", "--json", str(out))
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--schedule",
+        "zb-h1",
+        "--ranks",
+        "2",
+        "--microbatches",
+        "2",
+        "--f",
+        "1",
+        "--b",
+        "3",
+        "--w",
+        "1",
+        "--recompute",
+        "--json",
+        str(out),
+    )
     assert code == 0, err
     spans = _spans(json.loads(out.read_text()))
     assert spans["0I0"]["end"] - spans["0I0"]["start"] == pytest.approx(3 - 1 + 1)  # I = B - W, plus the recompute
@@ -92,8 +127,24 @@ def test_w_splits_the_backward_and_recompute_adds_a_forward(capsys, tmp_path):
 
 def test_per_stage_times_with_virtual_stages(capsys, tmp_path):
     out = tmp_path / "t.json"
-    code, _, err = run(capsys, "simulate", "--schedule", "interleaved-1f1b", "--ranks", "2", "--microbatches", "4",
-                       "--virtual-stages", "2", "--f", "1,2,3,4", "--b", "2", "--json", str(out))
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--schedule",
+        "interleaved-1f1b",
+        "--ranks",
+        "2",
+        "--microbatches",
+        "4",
+        "--virtual-stages",
+        "2",
+        "--f",
+        "1,2,3,4",
+        "--b",
+        "2",
+        "--json",
+        str(out),
+    )
     assert code == 0, err
     spans = _spans(json.loads(out.read_text()))
     for stage, forward in enumerate([1, 2, 3, 4]):
@@ -104,19 +155,71 @@ def test_per_stage_times_with_virtual_stages(capsys, tmp_path):
 def test_cost_file_and_its_conflicts(capsys, tmp_path):
     cost = CostModel.uniform(2.0, 5.0, comm_ms=1.0)
     save_cost(cost, tmp_path / "cost.json")
-    code, out, err = run(capsys, "simulate", "--schedule", "gpipe", "--ranks", "2", "--microbatches", "2",
-                         "--cost", str(tmp_path / "cost.json"))
+    code, out, err = run(
+        capsys,
+        "simulate",
+        "--schedule",
+        "gpipe",
+        "--ranks",
+        "2",
+        "--microbatches",
+        "2",
+        "--cost",
+        str(tmp_path / "cost.json"),
+    )
     assert code == 0, err
     expected = compute_metrics(simulate(build_schedule("gpipe", 2, 2), cost)).makespan
     assert f"makespan {expected:.3f} ms" in out
     assert "stashed microbatches (2 bytes)" in out  # a cost file carries real sizes: 1 byte per activation here
-    assert_usage_error(run(capsys, "simulate", "--schedule", "gpipe", "--ranks", "2", "--microbatches", "2",
-                           "--cost", str(tmp_path / "cost.json"), "--f", "1"), "--cost", "--f")
+    assert_usage_error(
+        run(
+            capsys,
+            "simulate",
+            "--schedule",
+            "gpipe",
+            "--ranks",
+            "2",
+            "--microbatches",
+            "2",
+            "--cost",
+            str(tmp_path / "cost.json"),
+            "--f",
+            "1",
+        ),
+        "--cost",
+        "--f",
+    )
     (tmp_path / "bad.json").write_text("{")
-    assert_usage_error(run(capsys, "simulate", "--schedule", "gpipe", "--ranks", "2", "--microbatches", "2",
-                           "--cost", str(tmp_path / "bad.json")), "not valid JSON")
-    assert_usage_error(run(capsys, "simulate", "--schedule", "gpipe", "--ranks", "2", "--microbatches", "2",
-                           "--cost", str(tmp_path / "missing.json")), "missing.json")
+    assert_usage_error(
+        run(
+            capsys,
+            "simulate",
+            "--schedule",
+            "gpipe",
+            "--ranks",
+            "2",
+            "--microbatches",
+            "2",
+            "--cost",
+            str(tmp_path / "bad.json"),
+        ),
+        "not valid JSON",
+    )
+    assert_usage_error(
+        run(
+            capsys,
+            "simulate",
+            "--schedule",
+            "gpipe",
+            "--ranks",
+            "2",
+            "--microbatches",
+            "2",
+            "--cost",
+            str(tmp_path / "missing.json"),
+        ),
+        "missing.json",
+    )
 
 
 def test_simulate_a_custom_csv(capsys, tmp_path):
@@ -148,8 +251,10 @@ def test_bad_csv_inputs_are_one_line_errors(capsys, tmp_path):
         (["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--f", "fast"], ["--f", "fast"]),
         (["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--bogus"], ["--bogus"]),
         (["simulate", "--ranks", "2", "--microbatches", "2"], ["--schedule", "--csv-in"]),
-        (["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--virtual-stages", "2"],
-         ["num_virtual_stages"]),
+        (
+            ["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--virtual-stages", "2"],
+            ["num_virtual_stages"],
+        ),
         (["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--f", "1,2,3"], ["3 stages"]),
         (["simulate", "--schedule", "interleaved-1f1b", "--ranks", "4", "--microbatches", "9"], ["multiple"]),
         (["frobnicate"], ["frobnicate"]),
@@ -162,9 +267,22 @@ def test_bad_arguments_exit_2_with_one_line(capsys, argv, needles):
 
 
 def test_compare_prints_a_table_and_writes_rows(capsys, tmp_path):
-    code, out, err = run(capsys, "compare", "--schedules", "1f1b,gpipe,interleaved-1f1b", "--ranks", "4",
-                         "--microbatches", "9", "--virtual-stages", "2", "--json", str(tmp_path / "rows.json"),
-                         "--html", str(tmp_path / "cmp.html"))
+    code, out, err = run(
+        capsys,
+        "compare",
+        "--schedules",
+        "1f1b,gpipe,interleaved-1f1b",
+        "--ranks",
+        "4",
+        "--microbatches",
+        "9",
+        "--virtual-stages",
+        "2",
+        "--json",
+        str(tmp_path / "rows.json"),
+        "--html",
+        str(tmp_path / "cmp.html"),
+    )
     assert code == 0, err
     lines = out.splitlines()
     assert any(line.startswith("1f1b") for line in lines) and any(line.startswith("gpipe") for line in lines)
@@ -177,8 +295,20 @@ def test_compare_prints_a_table_and_writes_rows(capsys, tmp_path):
 
 def test_images_without_a_browser_fail_clearly_but_html_is_written(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(export, "find_browser", lambda: None)
-    code, _, err = run(capsys, "simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2",
-                       "--html", str(tmp_path / "g.html"), "--png", str(tmp_path / "g.png"))
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--schedule",
+        "1f1b",
+        "--ranks",
+        "2",
+        "--microbatches",
+        "2",
+        "--html",
+        str(tmp_path / "g.html"),
+        "--png",
+        str(tmp_path / "g.png"),
+    )
     assert code == 1
     assert "Chromium" in err and err.count("\n") == 1
     assert (tmp_path / "g.html").exists() and not (tmp_path / "g.png").exists()
@@ -186,8 +316,18 @@ def test_images_without_a_browser_fail_clearly_but_html_is_written(capsys, tmp_p
 
 @pytest.mark.skipif(not export.images_available(), reason="no Chrome/Chromium for kaleido")
 def test_svg_output(capsys, tmp_path):
-    code, _, err = run(capsys, "simulate", "--schedule", "zb-h1", "--ranks", "2", "--microbatches", "2",
-                       "--svg", str(tmp_path / "g.svg"))
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--schedule",
+        "zb-h1",
+        "--ranks",
+        "2",
+        "--microbatches",
+        "2",
+        "--svg",
+        str(tmp_path / "g.svg"),
+    )
     assert code == 0, err
     assert b"<svg" in (tmp_path / "g.svg").read_bytes()[:200]
 
@@ -195,9 +335,24 @@ def test_svg_output(capsys, tmp_path):
 def test_python_dash_m_pipesim_runs_in_a_subprocess(tmp_path):
     out = tmp_path / "t.json"
     result = subprocess.run(
-        [sys.executable, "-m", "pipesim", "simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "3",
-         "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pipesim",
+            "simulate",
+            "--schedule",
+            "1f1b",
+            "--ranks",
+            "2",
+            "--microbatches",
+            "3",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "makespan" in result.stdout
@@ -205,8 +360,25 @@ def test_python_dash_m_pipesim_runs_in_a_subprocess(tmp_path):
 
 
 def test_steps_in_a_row_with_and_without_a_barrier(capsys):
-    base = ["simulate", "--schedule", "zb-h2", "--ranks", "4", "--microbatches", "8", "--f", "1", "--b", "2",
-            "--w", "1", "--overhead", "0.5", "--steps", "4"]
+    base = [
+        "simulate",
+        "--schedule",
+        "zb-h2",
+        "--ranks",
+        "4",
+        "--microbatches",
+        "8",
+        "--f",
+        "1",
+        "--b",
+        "2",
+        "--w",
+        "1",
+        "--overhead",
+        "0.5",
+        "--steps",
+        "4",
+    ]
     assert main(base) == 0
     out = capsys.readouterr().out
     assert "step time 27.500 ms" in out and "110.000 ms in all, steady step 27.500 ms" in out

@@ -135,8 +135,9 @@ def test_charts_draw_the_simulated_all_reduce_with_the_transfers():
 
     schedule, cost = build_schedule("1f1b", 2, 4), _dp_cost(2)
     timeline = simulate(schedule, cost)
-    drawn = timeline.__class__(timeline.num_ranks, timeline.spans, timeline.source, timeline.schedule_name,
-                               grad_sync(timeline, cost).spans)
+    drawn = timeline.__class__(
+        timeline.num_ranks, timeline.spans, timeline.source, timeline.schedule_name, grad_sync(timeline, cost).spans
+    )
     [strip] = [t for t in charts.gantt_figure(drawn).data if t.name == "blocked on transfer"]
     assert len(strip.x) == 2 and all(row[2] == "over 2 replicas" for row in strip.customdata)
 
@@ -147,8 +148,18 @@ def test_pipesim_simulate_predicts_data_parallel_as_the_step_plus_its_all_reduce
     base = ["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "4", "--f", "1", "--b", "2"]
     assert cli.main([*base, "--overhead", "0.3"]) == 0
     plain = capsys.readouterr().out
-    flags = ["--overhead", "0.3", "--data-parallel", "4", "--grad-bytes", "2e6", "--dp-latency", "0.05",
-             "--dp-bandwidth", "2"]
+    flags = [
+        "--overhead",
+        "0.3",
+        "--data-parallel",
+        "4",
+        "--grad-bytes",
+        "2e6",
+        "--dp-latency",
+        "0.05",
+        "--dp-bandwidth",
+        "2",
+    ]
     assert cli.main([*base, *flags]) == 0
     synced = capsys.readouterr().out
 
@@ -169,14 +180,19 @@ def test_attribution_counts_a_measured_all_reduce_wait_as_communication_wait():
     from pipesim.records import Span, Timeline
 
     schedule = build_schedule("1f1b", 2, 1)  # rank 0: 0F0, 0B0; rank 1: 1F0, 1B0
-    spans = (Span(0, Action.parse("0F0"), 0.0, 1.0), Span(1, Action.parse("1F0"), 1.0, 2.0),
-             Span(1, Action.parse("1B0"), 2.0, 4.0), Span(0, Action.parse("0B0"), 4.0, 6.0))
+    spans = (
+        Span(0, Action.parse("0F0"), 0.0, 1.0),
+        Span(1, Action.parse("1F0"), 1.0, 2.0),
+        Span(1, Action.parse("1B0"), 2.0, 4.0),
+        Span(0, Action.parse("0B0"), 4.0, 6.0),
+    )
     waited = _allreduce_span(0, "0B0", 6.0, 9.0)  # rank 0 waits 3 ms for its all-reduce after its last action
     measured = Timeline(2, spans, "measured", "1f1b", (waited,))
     shares = attribute_step(schedule, measured, 0, 9.0).ranks
     assert shares[0].comm_wait_ms == pytest.approx(3.0)
-    assert shares[0].compute_ms + shares[0].schedule_idle_ms + shares[0].comm_wait_ms + shares[0].overhead_ms == \
-        pytest.approx(9.0)
+    assert shares[0].compute_ms + shares[0].schedule_idle_ms + shares[0].comm_wait_ms + shares[
+        0
+    ].overhead_ms == pytest.approx(9.0)
 
 
 def _allreduce_span(rank: int, action: str, start: float, end: float):

@@ -121,9 +121,13 @@ def test_pareto_front_keeps_only_the_undominated():
     """Issue 13 item 13: the trade-off chart's front line."""
     from pipesim.analysis.compare import ComparisonRow, pareto_front
 
-    rows = [ComparisonRow("slow-small", 30.0, peak_activation_bytes=1.0), ComparisonRow("fast-big", 10.0,
-            peak_activation_bytes=9.0), ComparisonRow("dominated", 31.0, peak_activation_bytes=5.0),
-            ComparisonRow("middle", 20.0, peak_activation_bytes=4.0), ComparisonRow("broken", error="no")]
+    rows = [
+        ComparisonRow("slow-small", 30.0, peak_activation_bytes=1.0),
+        ComparisonRow("fast-big", 10.0, peak_activation_bytes=9.0),
+        ComparisonRow("dominated", 31.0, peak_activation_bytes=5.0),
+        ComparisonRow("middle", 20.0, peak_activation_bytes=4.0),
+        ComparisonRow("broken", error="no"),
+    ]
     assert [row.schedule for row in pareto_front(rows)] == ["fast-big", "middle", "slow-small"]
 
 

@@ -26,18 +26,21 @@ CPU = torch.device("cpu")
 BF16_LOSS_TOLERANCE = 0.01  # relative, per step, bf16 against fp32 (README; measured 0.02% on the GPT example)
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("examples.gpt_small", "must look like"),
-    ("os.system('x'):build", "must look like"),
-    ("examples.gpt_small:build()", "must look like"),
-    ("no_such_package.mod:build", "cannot import module"),
-    ("examples.gpt_small:missing", "has no attribute 'missing'"),
-    (f"{HELPERS}:NOT_CALLABLE", "not callable"),
-    (f"{HELPERS}:wrong_return", "must return"),
-    (f"{HELPERS}:not_modules", "list of nn.Module"),
-    (f"{HELPERS}:raises", "factory raised RuntimeError: the factory broke"),
-    (f"{HELPERS}:bad_batch", "make_batch must return"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("examples.gpt_small", "must look like"),
+        ("os.system('x'):build", "must look like"),
+        ("examples.gpt_small:build()", "must look like"),
+        ("no_such_package.mod:build", "cannot import module"),
+        ("examples.gpt_small:missing", "has no attribute 'missing'"),
+        (f"{HELPERS}:NOT_CALLABLE", "not callable"),
+        (f"{HELPERS}:wrong_return", "must return"),
+        (f"{HELPERS}:not_modules", "list of nn.Module"),
+        (f"{HELPERS}:raises", "factory raised RuntimeError: the factory broke"),
+        (f"{HELPERS}:bad_batch", "make_batch must return"),
+    ],
+)
 def test_bad_specs_are_one_clear_error(spec, match):
     with pytest.raises(ValueError, match=match):
         check_custom_model(spec, 2, None)
@@ -89,10 +92,13 @@ def test_cli_refuses_before_anything_starts(case, tmp_path, monkeypatch, capsys)
 
 
 def test_launcher_imports_no_torch_without_a_custom_model():
-    probe = ("import sys; from executor.host import checks, cli; from executor.config import run_config; "
-             "checks.check_run(run_config(device='cpu')); print('torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=processes.REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
+    probe = (
+        "import sys; from executor.host import checks, cli; from executor.config import run_config; "
+        "checks.check_run(run_config(device='cpu')); print('torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=processes.REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
 
@@ -111,8 +117,11 @@ def test_gpt_small_is_a_list_of_layers_that_learns_in_one_process():
     layers, batch_fn, loss = model_parts(config, 0)
     assert len(layers) == 6  # embeddings, 4 blocks, head
     same = build_model(config, 0)
-    assert all(torch.equal(a, b) for x, y in zip(layers, same, strict=True)
-               for a, b in zip(x.parameters(), y.parameters(), strict=True))
+    assert all(
+        torch.equal(a, b)
+        for x, y in zip(layers, same, strict=True)
+        for a, b in zip(x.parameters(), y.parameters(), strict=True)
+    )
     inputs, targets = batch_fn(8, 0, 0)
     assert inputs.shape == (8, 32) and torch.equal(make_batch(config, 8, 0, 0)[1], targets)
     model = torch.nn.Sequential(*layers)
@@ -131,17 +140,29 @@ def _one_rank_schedule(split: bool, microbatches_: int = 2):
     actions = []
     for mb in range(microbatches_):
         actions += [Action.parse(f"0F{mb}"), Action.parse(f"1F{mb}")]
-        actions += ([Action.parse(f"1I{mb}"), Action.parse(f"0I{mb}"), Action.parse(f"1W{mb}"),
-                     Action.parse(f"0W{mb}")] if split else [Action.parse(f"1B{mb}"), Action.parse(f"0B{mb}")])
+        actions += (
+            [Action.parse(f"1I{mb}"), Action.parse(f"0I{mb}"), Action.parse(f"1W{mb}"), Action.parse(f"0W{mb}")]
+            if split
+            else [Action.parse(f"1B{mb}"), Action.parse(f"0B{mb}")]
+        )
     return make_schedule("local", 1, microbatches_, [0, 0], [actions])
 
 
 def _runtime(config: ModelConfig, split: bool, dtype: str, batch: int = 4, recompute: bool = False):
     schedule = _one_rank_schedule(split)
-    model = build_rank_model(schedule, config, seed=1, microbatch_size=batch // 2, rank=0, device=CPU, dtype=dtype,
-                             recompute=recompute)
-    runtime = PipelineRuntime(schedule, 0, model.runners, model.shapes, None, HostClock(),
-                              dtype=model.wire_dtype, stash_bytes=model.stash_bytes)
+    model = build_rank_model(
+        schedule, config, seed=1, microbatch_size=batch // 2, rank=0, device=CPU, dtype=dtype, recompute=recompute
+    )
+    runtime = PipelineRuntime(
+        schedule,
+        0,
+        model.runners,
+        model.shapes,
+        None,
+        HostClock(),
+        dtype=model.wire_dtype,
+        stash_bytes=model.stash_bytes,
+    )
     return model, runtime
 
 
@@ -168,8 +189,9 @@ def test_bf16_split_backward_matches_bf16_full_backward():
     """Under autocast, I then W gives the weight gradients B gives (bf16 rounding apart)."""
     config = ModelConfig(kind="custom", spec=TINY_GPT)
     stages = split_stages(build_model(config, 0), 2)
-    runner = StageRunner(1, stages[1], False, True, loss_fn(config), 0.5, autocast_dtype=torch.bfloat16,
-                         wire_dtype=torch.bfloat16)
+    runner = StageRunner(
+        1, stages[1], False, True, loss_fn(config), 0.5, autocast_dtype=torch.bfloat16, wire_dtype=torch.bfloat16
+    )
     x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     _, target = make_batch(config, 2, 0, 0)
     _, stash = runner.forward(x, target)

@@ -35,10 +35,14 @@ def test_dag_edges_for_two_stage_1f1b():
     data = {(str(u), str(v)) for u, v, kind in graph.edges(data="kind") if kind == "data"}
     order = {(str(u), str(v)) for u, v, kind in graph.edges(data="kind") if kind == "order"}
     assert data == {
-        ("0F0", "1F0"), ("0F1", "1F1"),  # forward crosses the boundary
-        ("1F0", "1B0"), ("1F1", "1B1"),  # last stage turns round
-        ("1B0", "0B0"), ("1B1", "0B1"),  # gradients come back
-        ("0F0", "0B0"), ("0F1", "0B1"),  # backward needs its own forward
+        ("0F0", "1F0"),
+        ("0F1", "1F1"),  # forward crosses the boundary
+        ("1F0", "1B0"),
+        ("1F1", "1B1"),  # last stage turns round
+        ("1B0", "0B0"),
+        ("1B1", "0B1"),  # gradients come back
+        ("0F0", "0B0"),
+        ("0F1", "0B1"),  # backward needs its own forward
     }
     # Rank 0 runs 0F0 0F1 0B0 0B1; rank 1 runs 1F0 1B0 1F1 1B1 (1F0->1B0, 1F1->1B1 stay data edges).
     assert order == {("0F0", "0F1"), ("0F1", "0B0"), ("0B0", "0B1"), ("1B0", "1F1")}

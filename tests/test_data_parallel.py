@@ -43,9 +43,31 @@ def test_gradients_after_one_step_equal_one_process_on_the_global_batch(dp_check
 def issue_run(tmp_path_factory):
     """The issue's command, with fewer steps: 2 ranks x 2 replicas of examples.gpt_small, bf16, profiled."""
     out = tmp_path_factory.mktemp("runs") / "gpt-dp"
-    command = [sys.executable, "-m", "executor", "run", "--model", "examples.gpt_small:build", "--schedule", "1f1b",
-               "--ranks", "2", "--data-parallel", "2", "--dtype", "bf16", "--profile", "--steps", "3",
-               "--device", "cpu", "--timeout", "400", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "executor",
+        "run",
+        "--model",
+        "examples.gpt_small:build",
+        "--schedule",
+        "1f1b",
+        "--ranks",
+        "2",
+        "--data-parallel",
+        "2",
+        "--dtype",
+        "bf16",
+        "--profile",
+        "--steps",
+        "3",
+        "--device",
+        "cpu",
+        "--timeout",
+        "400",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(command, cwd=processes.REPO_ROOT, capture_output=True, text=True, timeout=480)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return out, done.stdout

@@ -102,8 +102,13 @@ def test_custom_schedule_file_runs(tmp_path, monkeypatch, capsys):
     saved = json.loads((tmp_path / "runs" / "c" / "schedule.json").read_text())
     assert saved["name"] == "mine" and saved["num_stages"] == 2
     config = json.loads((tmp_path / "runs" / "c" / "config.json").read_text())
-    assert config["pipeline"] == {"schedule": "mine", "num_ranks": 2, "num_microbatches": 4,
-                                  "num_virtual_stages": None, "data_parallel": 1}  # the file says what runs
+    assert config["pipeline"] == {
+        "schedule": "mine",
+        "num_ranks": 2,
+        "num_microbatches": 4,
+        "num_virtual_stages": None,
+        "data_parallel": 1,
+    }  # the file says what runs
     # issue 9 item 7: a schedule name such as "../x" never makes a folder outside the runs root
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")

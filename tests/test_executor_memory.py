@@ -14,11 +14,14 @@ from pipesim.sim.memory import OPTIMIZER_STATES
 TINY = ModelConfig(num_layers=2, d_model=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
 
 
-@pytest.mark.parametrize("name,make", [
-    ("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1)),
-    ("sgd-momentum", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)),
-    ("adam", lambda ps: torch.optim.Adam(ps, lr=0.1)),
-])
+@pytest.mark.parametrize(
+    "name,make",
+    [
+        ("sgd", lambda ps: torch.optim.SGD(ps, lr=0.1)),
+        ("sgd-momentum", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)),
+        ("adam", lambda ps: torch.optim.Adam(ps, lr=0.1)),
+    ],
+)
 def test_optimizer_state_bytes_match_the_memory_model(name, make):
     layers = build_model(TINY, seed=0)
     params = [p for layer in layers for p in layer.parameters()]

@@ -26,8 +26,9 @@ from executor.rank.transport import resolve_backend
 from pipesim.ir import Action, make_schedule
 
 TINY = {
-    "transformer": ModelConfig(kind="transformer", vocab_size=30, d_model=16, num_heads=2, ffn_size=24,
-                               num_layers=3, seq_len=6),
+    "transformer": ModelConfig(
+        kind="transformer", vocab_size=30, d_model=16, num_heads=2, ffn_size=24, num_layers=3, seq_len=6
+    ),
     "cnn": ModelConfig(kind="cnn", cnn_channels=3, cnn_blocks=3, cnn_fc_size=12),
 }
 MODELS = sorted(TINY)
@@ -77,9 +78,9 @@ def test_balanced_split_is_optimal():
     for stages in range(1, len(sizes) + 1):
         points = balanced_split_points(sizes, stages)
         bounds = (0, *points, len(sizes))
-        worst = max(sum(sizes[bounds[i]:bounds[i + 1]]) for i in range(stages))
+        worst = max(sum(sizes[bounds[i] : bounds[i + 1]]) for i in range(stages))
         best = min(
-            max(sum(sizes[b[i]:b[i + 1]]) for i in range(stages))
+            max(sum(sizes[b[i] : b[i + 1]]) for i in range(stages))
             for cut in itertools.combinations(range(1, len(sizes)), stages - 1)
             for b in [(0, *cut, len(sizes))]
         )
@@ -239,8 +240,12 @@ def _one_rank_schedule(split: bool):
     for mb in range(3):
         actions += [Action.parse(f"0F{mb}"), Action.parse(f"1F{mb}")]
         if split:
-            actions += [Action.parse(f"1I{mb}"), Action.parse(f"0I{mb}"), Action.parse(f"1W{mb}"),
-                        Action.parse(f"0W{mb}")]
+            actions += [
+                Action.parse(f"1I{mb}"),
+                Action.parse(f"0I{mb}"),
+                Action.parse(f"1W{mb}"),
+                Action.parse(f"0W{mb}"),
+            ]
         else:
             actions += [Action.parse(f"1B{mb}"), Action.parse(f"0B{mb}")]
     return make_schedule("local", 1, 3, [0, 0], [actions])
@@ -250,10 +255,12 @@ def _one_rank_schedule(split: bool):
 def test_runtime_on_one_rank_matches_the_full_model(kind, split, recompute):
     config, batch = TINY[kind], 6
     schedule = _one_rank_schedule(split)
-    model = build_rank_model(schedule, config, seed=2, microbatch_size=batch // 3, rank=0, device=torch.device("cpu"),
-                             recompute=recompute)
-    runtime = PipelineRuntime(schedule, 0, model.runners, model.shapes, None, HostClock(),
-                              stash_bytes=model.stash_bytes)
+    model = build_rank_model(
+        schedule, config, seed=2, microbatch_size=batch // 3, rank=0, device=torch.device("cpu"), recompute=recompute
+    )
+    runtime = PipelineRuntime(
+        schedule, 0, model.runners, model.shapes, None, HostClock(), stash_bytes=model.stash_bytes
+    )
     inputs, targets = make_batch(config, batch, 2, step=0)
     cpu = torch.device("cpu")
     record = runtime.run_step(microbatches(inputs, 3, cpu), microbatches(targets, 3, cpu))
@@ -287,10 +294,19 @@ def test_runtime_validates_the_schedule_with_pipesim_once():
 
 def test_assemble_measured_aligns_steps_on_one_clock():
     steps = [
-        [{"start": 100.0, "end": 110.0, "spans": [["0F0", 101.0, 103.0]], "comm": []},
-         {"start": 200.0, "end": 209.0, "spans": [["0F0", 200.5, 202.0]], "comm": [["send", 1, "0F0", 203, 203.01]]}],
-        [{"start": 100.5, "end": 112.0, "spans": [["1F0", 104.0, 106.0]], "comm": [["recv", 0, "0F0", 103.5, 104.0]]},
-         {"start": 200.2, "end": 208.0, "spans": [["1F0", 203.0, 204.0]], "comm": []}],
+        [
+            {"start": 100.0, "end": 110.0, "spans": [["0F0", 101.0, 103.0]], "comm": []},
+            {"start": 200.0, "end": 209.0, "spans": [["0F0", 200.5, 202.0]], "comm": [["send", 1, "0F0", 203, 203.01]]},
+        ],
+        [
+            {
+                "start": 100.5,
+                "end": 112.0,
+                "spans": [["1F0", 104.0, 106.0]],
+                "comm": [["recv", 0, "0F0", 103.5, 104.0]],
+            },
+            {"start": 200.2, "end": 208.0, "spans": [["1F0", 203.0, 204.0]], "comm": []},
+        ],
     ]
     timeline, step_times = assemble_measured(2, "x", steps, [0.0, 0.0])
     assert step_times == [12.0, 9.0]
@@ -344,8 +360,18 @@ def test_launcher_and_ranks_resolve_devices_alike(device, backend, gpus, monkeyp
 
 
 def test_profile_conversions():
-    measure = {"f": 2.0, "f_split": 2.2, "b": 4.0, "i": 2.5, "w": 2.0, "activation_bytes": 100.0,
-               "weight_grad_bytes": 40.0, "input_bytes": 10.0, "output_bytes": 10.0, "param_bytes": 7.0}
+    measure = {
+        "f": 2.0,
+        "f_split": 2.2,
+        "b": 4.0,
+        "i": 2.5,
+        "w": 2.0,
+        "activation_bytes": 100.0,
+        "weight_grad_bytes": 40.0,
+        "input_bytes": 10.0,
+        "output_bytes": 10.0,
+        "param_bytes": 7.0,
+    }
     plain = stage_cost(measure, split=False, recompute=False)
     assert plain.backward_ms == 4.0 and plain.forward_ms == 2.0 and 0 < plain.weight_ms < 4.0
     split = stage_cost(measure, split=True, recompute=False)
@@ -360,22 +386,33 @@ def test_profile_conversions():
 
 def test_run_config_is_one_config_per_concern_and_reads_old_folders():
     """config.json is nested by concern; a flat one (run folders from before) still loads; bad values refused."""
-    config = run_config(schedule="zbv", num_ranks=2, num_microbatches=4, batch_size=8, lr=0.5, device="cpu",
-                        nnodes=1, profile=True)
+    config = run_config(
+        schedule="zbv", num_ranks=2, num_microbatches=4, batch_size=8, lr=0.5, device="cpu", nnodes=1, profile=True
+    )
     data = config.to_dict()
     assert set(data) == {"pipeline", "model", "training", "devices", "nodes", "profile", "reference", "timeout_s"}
     assert data["pipeline"]["schedule"] == "zbv" and data["training"]["lr"] == 0.5
     assert data["devices"]["device"] == "cpu"
     assert RunConfig.from_dict(data) == config
-    flat = {"schedule": "zbv", "num_ranks": 2, "num_microbatches": 4, "batch_size": 8, "lr": 0.5, "device": "cpu",
-            "profile": True, "model": {"kind": "transformer", "split_points": None}}
+    flat = {
+        "schedule": "zbv",
+        "num_ranks": 2,
+        "num_microbatches": 4,
+        "batch_size": 8,
+        "lr": 0.5,
+        "device": "cpu",
+        "profile": True,
+        "model": {"kind": "transformer", "split_points": None},
+    }
     assert RunConfig.from_dict(flat) == config
     assert config.microbatch_size == 2
-    for bad, message in [({"batch_size": 0}, "batch_size must be a positive integer"),
-                         ({"batch_size": -4}, "batch_size must be a positive integer"),
-                         ({"lr": float("nan")}, "lr must be a finite number > 0"),
-                         ({"batch_size": 6}, "does not split into 4"),
-                         ({"speed": 3}, "unknown run config field 'speed'"),
-                         ({"device": "tpu"}, "valid: auto, cpu, cuda")]:
+    for bad, message in [
+        ({"batch_size": 0}, "batch_size must be a positive integer"),
+        ({"batch_size": -4}, "batch_size must be a positive integer"),
+        ({"lr": float("nan")}, "lr must be a finite number > 0"),
+        ({"batch_size": 6}, "does not split into 4"),
+        ({"speed": 3}, "unknown run config field 'speed'"),
+        ({"device": "tpu"}, "valid: auto, cpu, cuda"),
+    ]:
         with pytest.raises(ValueError, match=message):
             run_config(**{"num_microbatches": 4, "batch_size": 8, **bad})

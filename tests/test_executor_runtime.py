@@ -41,8 +41,9 @@ def torchrun(nproc: int, args: list[str], timeout: float) -> subprocess.Complete
     """Run torchrun in its own session; on timeout the whole process group is killed (nothing left behind)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *args]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -103,10 +104,22 @@ def start_worker_run(run_dir: Path, config: RunConfig, schedule) -> subprocess.C
 @pytest.fixture(scope="module")
 def worker_run(tmp_path_factory):
     """zbv on 2 ranks: split backward, a local hand-over (stages 1-2) and cross-rank transfers; with profile."""
-    model = ModelConfig(kind="transformer", vocab_size=64, d_model=32, num_heads=2, ffn_size=64, num_layers=4,
-                        seq_len=16)
-    config = run_config(schedule="zbv", num_ranks=2, num_microbatches=4, model=model, batch_size=8, steps=3,
-                       warmup_steps=1, profile=True, device="cpu", optimizer="adam", lr=1e-3)
+    model = ModelConfig(
+        kind="transformer", vocab_size=64, d_model=32, num_heads=2, ffn_size=64, num_layers=4, seq_len=16
+    )
+    config = run_config(
+        schedule="zbv",
+        num_ranks=2,
+        num_microbatches=4,
+        model=model,
+        batch_size=8,
+        steps=3,
+        warmup_steps=1,
+        profile=True,
+        device="cpu",
+        optimizer="adam",
+        lr=1e-3,
+    )
     schedule = build_schedule("zbv", 2, 4)
     run_dir = tmp_path_factory.mktemp("runs") / "zbv"
     result = start_worker_run(run_dir, config, schedule)
@@ -180,8 +193,9 @@ def test_profile_writes_a_cost_file_the_simulator_reads(worker_run):
 
 def test_progress_lines(worker_run):
     config, _, _, result = worker_run
-    events = [json.loads(line.split(PROGRESS_PREFIX, 1)[1]) for line in result.stdout.splitlines()
-              if PROGRESS_PREFIX in line]
+    events = [
+        json.loads(line.split(PROGRESS_PREFIX, 1)[1]) for line in result.stdout.splitlines() if PROGRESS_PREFIX in line
+    ]
     for rank in range(2):
         mine = [e for e in events if e.get("rank") == rank]
         assert mine[0]["event"] == "started" and mine[-1]["event"] == "done"
@@ -196,8 +210,16 @@ def test_gpu_run(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    config = run_config(schedule="1f1b", num_ranks=2, num_microbatches=4, batch_size=8, steps=2, warmup_steps=1,
-                       device="cuda", profile=True)
+    config = run_config(
+        schedule="1f1b",
+        num_ranks=2,
+        num_microbatches=4,
+        batch_size=8,
+        steps=2,
+        warmup_steps=1,
+        device="cuda",
+        profile=True,
+    )
     result = start_worker_run(tmp_path / "gpu", config, build_schedule("1f1b", 2, 4))
     assert result.returncode == 0, result.stderr[-3000:]
     data = read_json(tmp_path / "gpu" / "measured.json")
@@ -224,10 +246,19 @@ def test_torchs_compute_comms_order_runs_and_its_pairs_run_back_to_back(tmp_path
     csv.writer(text).writerows(rows)
     schedule = schedule_from_csv(text.getvalue(), name="dualpipev")
     assert schedule.has_transfers
-    model = ModelConfig(kind="transformer", vocab_size=64, d_model=32, num_heads=2, ffn_size=64, num_layers=4,
-                        seq_len=16)
-    config = run_config(schedule="dualpipev", num_ranks=2, num_microbatches=4, model=model, batch_size=8, steps=1,
-                        warmup_steps=0, device="cpu")
+    model = ModelConfig(
+        kind="transformer", vocab_size=64, d_model=32, num_heads=2, ffn_size=64, num_layers=4, seq_len=16
+    )
+    config = run_config(
+        schedule="dualpipev",
+        num_ranks=2,
+        num_microbatches=4,
+        model=model,
+        batch_size=8,
+        steps=1,
+        warmup_steps=0,
+        device="cpu",
+    )
     result = start_worker_run(tmp_path / "run", config, schedule)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     data = read_json(tmp_path / "run" / "measured.json")

@@ -191,8 +191,12 @@ def test_chrome_trace_has_one_complete_event_per_span_in_microseconds():
         assert event["pid"] == span.rank
         assert event["ts"] == pytest.approx(span.start * 1000)
         assert event["dur"] == pytest.approx((span.end - span.start) * 1000)
-        assert event["args"] == {"stage": span.action.stage, "microbatch": span.action.microbatch,
-                                 "kind": span.action.kind.value, "step": 0}
+        assert event["args"] == {
+            "stage": span.action.stage,
+            "microbatch": span.action.microbatch,
+            "kind": span.action.kind.value,
+            "step": 0,
+        }
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     assert names == {0: "rank 0", 1: "rank 1"}
     transfers = [e for e in events if e["ph"] == "X" and e["tid"] == 1]

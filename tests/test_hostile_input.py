@@ -29,15 +29,18 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 # --- item 2: a tiny CSV must not exhaust memory --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text", [
-    "0F0,0B0\r\n1F0,1B0,999999999999F0\r\n",  # a stage number of 10^12
-    "0F0,0B0,0F99999999,0B99999999",  # 32 bytes naming microbatch 10^8
-    "0F0,0B0\n1F0,1B0,10000000F0\n",  # stage 10^7 once produced an 89 MB error message
-    "0F0,0SEND_F99999999,0B0\n",  # the same through torch's other action kinds
-    "0F0,99999999REDUCE_GRAD,0B0\n",
-    "0F0,(0F1;99999999B0)OVERLAP_F_B\n",
-    "0F0,(" + "0F1;" * 100_000 + ")OVERLAP_F_B\n",  # a 400 kB cell
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0F0,0B0\r\n1F0,1B0,999999999999F0\r\n",  # a stage number of 10^12
+        "0F0,0B0,0F99999999,0B99999999",  # 32 bytes naming microbatch 10^8
+        "0F0,0B0\n1F0,1B0,10000000F0\n",  # stage 10^7 once produced an 89 MB error message
+        "0F0,0SEND_F99999999,0B0\n",  # the same through torch's other action kinds
+        "0F0,99999999REDUCE_GRAD,0B0\n",
+        "0F0,(0F1;99999999B0)OVERLAP_F_B\n",
+        "0F0,(" + "0F1;" * 100_000 + ")OVERLAP_F_B\n",  # a 400 kB cell
+    ],
+)
 def test_numbers_in_a_csv_do_not_size_the_work(text):
     with pytest.raises(CsvError) as caught:
         schedule_from_csv(text)
@@ -80,8 +83,22 @@ def test_huge_sizes_are_refused_before_anything_is_built(capsys):
 
 def test_costs_that_overflow_are_refused(capsys, tmp_path):
     out = tmp_path / "out.json"
-    code, stdout, err = run(capsys, "simulate", "--schedule", "1f1b", "--ranks", "4", "--microbatches", "8",
-                            "--f", "1e308", "--b", "1e308", "--json", str(out))
+    code, stdout, err = run(
+        capsys,
+        "simulate",
+        "--schedule",
+        "1f1b",
+        "--ranks",
+        "4",
+        "--microbatches",
+        "8",
+        "--f",
+        "1e308",
+        "--b",
+        "1e308",
+        "--json",
+        str(out),
+    )
     assert code == 2 and "overflow" in err
     assert "inf" not in stdout and "nan" not in stdout and not out.exists()
     with pytest.raises(ValueError, match="non-finite"):
@@ -109,7 +126,7 @@ def test_paths_that_are_not_regular_files_are_refused(tmp_path, kind):
         path.mkdir()
     with pytest.raises(ValueError, match=f"cannot write {path}"):
         write_file("text", path)
-    assert (stat.S_ISFIFO(path.stat().st_mode) if kind == "fifo" else path.is_dir())  # left as it was
+    assert stat.S_ISFIFO(path.stat().st_mode) if kind == "fifo" else path.is_dir()  # left as it was
     assert sorted(p.name for p in tmp_path.iterdir()) == ["special"]  # no temporary file left behind
 
 
@@ -124,8 +141,9 @@ def test_a_failed_write_names_the_users_path_and_leaves_nothing(tmp_path, capsys
             path = target / "out.json"
         else:
             path = folder / "out.json"
-        code, _, err = run(capsys, "simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2",
-                           "--json", str(path))
+        code, _, err = run(
+            capsys, "simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--json", str(path)
+        )
         assert code == 2 and str(path) in err and ".tmp" not in err
     finally:
         folder.chmod(0o700)
@@ -135,14 +153,17 @@ def test_a_failed_write_names_the_users_path_and_leaves_nothing(tmp_path, capsys
 # --- item 7: schedule files with the wrong types ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"actions": 5}, "actions must be a list"),
-    ({"actions": None}, "actions must be a list"),
-    ({"stage_to_rank": "01"}, "stage_to_rank must be a list"),
-    ({"params": [1]}, "params must be an object"),
-    ({"num_ranks": "2"}, "num_ranks must be an integer"),
-    ({"actions": [[1, 2], []]}, "actions of rank 0 must be texts"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"actions": 5}, "actions must be a list"),
+        ({"actions": None}, "actions must be a list"),
+        ({"stage_to_rank": "01"}, "stage_to_rank must be a list"),
+        ({"params": [1]}, "params must be an object"),
+        ({"num_ranks": "2"}, "num_ranks must be an integer"),
+        ({"actions": [[1, 2], []]}, "actions of rank 0 must be texts"),
+    ],
+)
 def test_schedule_files_with_wrong_types_are_clear_errors(change, message):
     data = {**schedule_to_dict(build_schedule("1f1b", 2, 2)), **change}
     with pytest.raises(ValueError, match=message):

@@ -44,8 +44,20 @@ def test_cli_imports_overlays_and_writes(tmp_path, capsys):
     paths, _ = kineto_files(tmp_path, schedule, steps=3)
     out = tmp_path / "out"
     out.mkdir()
-    code = cli.main(["import-trace", *map(str, paths), "--schedule-out", str(out / "s.json"), "--json",
-                     str(out / "t.json"), "--trace", str(out / "both.json"), "--html", str(out / "o.html")])
+    code = cli.main(
+        [
+            "import-trace",
+            *map(str, paths),
+            "--schedule-out",
+            str(out / "s.json"),
+            "--json",
+            str(out / "t.json"),
+            "--trace",
+            str(out / "both.json"),
+            "--html",
+            str(out / "o.html"),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "3 steps recorded" in printed and "rank 1: compute" in printed
@@ -58,14 +70,17 @@ def test_cli_imports_overlays_and_writes(tmp_path, capsys):
     assert views == ["simulated", "imported"] and (out / "o.html").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("content,message", [
-    ("{not json", "not valid JSON"),
-    ('{"events": []}', "not a Chrome trace"),
-    ('{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 1}]}', "no PP: labels"),
-    ('{"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": "x", "dur": 1}]}', "no valid ts/dur"),
-    ('{"traceEvents": [{"ph": "X", "name": "PP:0Q0", "ts": 1, "dur": 1}]}', "cannot read label"),
-    ('[' * 100000 + ']' * 100000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"events": []}', "not a Chrome trace"),
+        ('{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 1}]}', "no PP: labels"),
+        ('{"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": "x", "dur": 1}]}', "no valid ts/dur"),
+        ('{"traceEvents": [{"ph": "X", "name": "PP:0Q0", "ts": 1, "dur": 1}]}', "cannot read label"),
+        ("[" * 100000 + "]" * 100000, "nested too deeply"),
+    ],
+)
 def test_hostile_traces_get_one_line_errors(tmp_path, capsys, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -97,7 +112,7 @@ def test_steps_in_different_orders_are_refused(tmp_path):
     paths, _ = kineto_files(tmp_path, schedule)
     data = json.loads(paths[0].read_text())
     labels = [e for e in data["traceEvents"] if e["name"].startswith("PP:") and "SEND" not in e["name"]]
-    second = labels[len(labels) // 2:]  # step 1: swap the first two actions' times
+    second = labels[len(labels) // 2 :]  # step 1: swap the first two actions' times
     second[0]["ts"], second[1]["ts"] = second[1]["ts"], second[0]["ts"]
     paths[0].write_text(json.dumps(data))
     with pytest.raises(ValueError, match="step 1 runs"):
@@ -105,15 +120,25 @@ def test_steps_in_different_orders_are_refused(tmp_path):
 
 
 def test_an_overlapped_pair_is_split_between_its_sub_actions(tmp_path):
-    events = [{"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": start * 1000.0, "dur": (end - start) * 1000.0}
-              for name, start, end in (("PP:0F0", 0, 1), ("PP:(0F1;0B0)OVERLAP_F_B", 1, 4), ("PP:0B1", 4, 6),
-                                       ("PP:0REDUCE_GRAD", 6, 6.5))]
+    events = [
+        {"ph": "X", "name": name, "pid": 1, "tid": 1, "ts": start * 1000.0, "dur": (end - start) * 1000.0}
+        for name, start, end in (
+            ("PP:0F0", 0, 1),
+            ("PP:(0F1;0B0)OVERLAP_F_B", 1, 4),
+            ("PP:0B1", 4, 6),
+            ("PP:0REDUCE_GRAD", 6, 6.5),
+        )
+    ]
     path = tmp_path / "one.json"
     path.write_text(json.dumps({"traceEvents": events}))
     run = import_traces([path])
     assert [str(a) for a in run.schedule.actions[0]] == ["0F0", "0F1", "0B0", "0B1"]
     assert [(str(s.action), s.start, s.end) for s in run.timeline.spans] == [
-        ("0F0", 0.0, 1.0), ("0F1", 1.0, 2.5), ("0B0", 2.5, 4.0), ("0B1", 4.0, 6.0)]
+        ("0F0", 0.0, 1.0),
+        ("0F1", 1.0, 2.5),
+        ("0B0", 2.5, 4.0),
+        ("0B1", 4.0, 6.0),
+    ]
 
 
 def test_torch_gpipe_labels_are_read_where_there_are_no_pp_labels(tmp_path):
@@ -124,8 +149,9 @@ def test_torch_gpipe_labels_are_read_where_there_are_no_pp_labels(tmp_path):
         for event in data["traceEvents"]:
             if event["name"].startswith("PP:") and "SEND" not in event["name"]:
                 action = event["name"][3:]
-                event["name"] = ("Forward " if "F" in action else "Backward ") + action.split("F" if "F" in action
-                                                                                                else "B")[1]
+                event["name"] = ("Forward " if "F" in action else "Backward ") + action.split(
+                    "F" if "F" in action else "B"
+                )[1]
         data["traceEvents"] = [e for e in data["traceEvents"] if not e["name"].startswith("PP:")]
         path.write_text(json.dumps(data))
     run = import_traces(paths)

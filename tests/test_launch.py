@@ -60,6 +60,7 @@ class PopenSpy:
 def fake_command(monkeypatch, script: str) -> None:
     """Replace torchrun by `python -c script --run-dir DIR --launch-node N` (the run dir is argv[2] of the
     script), marked as the real command marks its processes."""
+
     def command(config, run_dir, **_):
         return [sys.executable, "-c", script, "--run-dir", str(run_dir), "--launch-node", str(config.nodes.node_rank)]
 
@@ -121,13 +122,19 @@ def missing_action_schedule():
 REFUSALS = {
     "unknown schedule": (lambda: cpu_config(schedule="nope"), None, "valid schedules"),
     "too many stages": (lambda: cpu_config(num_ranks=4, model=ModelConfig(num_layers=1)), None, "every stage needs"),
-    "too many cpu ranks": (lambda: cpu_config(num_ranks=32, num_microbatches=32, batch_size=32,
-                                              model=ModelConfig(num_layers=40)), None, "the limit is"),  # fmt: skip
+    "too many cpu ranks": (
+        lambda: cpu_config(num_ranks=32, num_microbatches=32, batch_size=32, model=ModelConfig(num_layers=40)),
+        None,
+        "the limit is",
+    ),  # fmt: skip
     "cuda without gpu": (lambda: cpu_config(device="cuda"), None, "no CUDA GPU"),
     "nccl on cpu": (lambda: cpu_config(backend="nccl"), None, "gloo"),
     "multi-node without endpoint": (lambda: cpu_config(nnodes=2), None, "rdzv_endpoint"),
-    "ranks over nodes": (lambda: cpu_config(num_ranks=3, nnodes=2, rdzv_endpoint="h:1",
-                                            model=ModelConfig(num_layers=2)), None, "split evenly"),  # fmt: skip
+    "ranks over nodes": (
+        lambda: cpu_config(num_ranks=3, nnodes=2, rdzv_endpoint="h:1", model=ModelConfig(num_layers=2)),
+        None,
+        "split evenly",
+    ),  # fmt: skip
     "split points": (lambda: cpu_config(model=ModelConfig(split_points=(1, 2))), None, "give 1 layer"),
     "deadlock": (lambda: cpu_config(num_microbatches=1, batch_size=4), deadlocking_schedule, "deadlock"),
     "invalid schedule": (lambda: cpu_config(), missing_action_schedule, "rank"),
@@ -304,8 +311,9 @@ def test_list_runs_newest_first_and_damaged_folders_said_so(tmp_path, monkeypatc
         shutil.copytree(old.run_dir, tmp_path / name)
         if text is None:
             data = json.loads((old.run_dir / "result.json").read_text())
-            text = json.dumps({"format": "pipesim.cost", "version": 1, "stages": [{"forward_ms": 1, "backward_ms": 2}],
-                               "links": [5]})
+            text = json.dumps(
+                {"format": "pipesim.cost", "version": 1, "stages": [{"forward_ms": 1, "backward_ms": 2}], "links": [5]}
+            )
             assert data["status"] == "ok"
         (tmp_path / name / file).write_text(text)
     runs = {r.run_dir.name: r for r in list_runs(tmp_path)}
@@ -344,7 +352,11 @@ def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     # Kineto traces of the measured steps: ours labelled PP:<action> once per measured step; torch's Schedule1F1B,
     # which torch 2.13 does not label, labelled by the reference run (executor.reference.label_single_stage)
     assert [p.name for p in run_folder.profiler_traces(result.run_dir)] == [
-        "rank0.json", "rank1.json", "torch-rank0.json", "torch-rank1.json"]
+        "rank0.json",
+        "rank1.json",
+        "torch-rank0.json",
+        "torch-rank1.json",
+    ]
     for rank in range(2):
         events = json.loads((result.run_dir / "traces" / f"rank{rank}.json").read_text())["traceEvents"]
         labels = sorted(e["name"] for e in events if e.get("ph") == "X" and e["name"].startswith("PP:"))
@@ -387,8 +399,9 @@ def check_memory_model(result) -> None:
     profile's sizes, against the bytes each rank tracked tensor by tensor: within 10% per rank."""
     measured = json.loads((result.run_dir / "measured.json").read_text())
     predicted = rank_memory(result.schedule, result.cost, result.config.training.optimizer)
-    for rank, (model, static, tracked) in enumerate(zip(predicted, measured["static_memory_bytes"],
-                                                        measured["tracked_peak_bytes"], strict=True)):
+    for rank, (model, static, tracked) in enumerate(
+        zip(predicted, measured["static_memory_bytes"], measured["tracked_peak_bytes"], strict=True)
+    ):
         assert static["param_bytes"] > 0 and static["grad_bytes"] == static["param_bytes"], (rank, static)
         assert model.static_bytes == pytest.approx(sum(static.values()), rel=0.10), (rank, static)
         assert model.peak_bytes == pytest.approx(tracked, rel=0.10), (rank, model, tracked)
@@ -424,8 +437,13 @@ def test_gpu_probe_keeps_torch_out_of_the_calling_process() -> None:
         "import sys; from executor.host import checks, launch; n = checks.cuda_device_count(); "
         "print(n, 'torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     count, imported = out.stdout.split()
     assert imported == "False"
     if not any(Path("/dev").glob("nvidia[0-9]*")):

@@ -33,10 +33,12 @@ def hand_timeline(rows, step=0):
     return Timeline(num_ranks=len(rows), spans=spans)
 
 
-TWO_RANKS = hand_timeline([
-    [("0F0", 0, 1), ("0B0", 5, 7)],
-    [("1F0", 1, 2), ("1B0", 2, 4)],
-])
+TWO_RANKS = hand_timeline(
+    [
+        [("0F0", 0, 1), ("0B0", 5, 7)],
+        [("1F0", 1, 2), ("1B0", 2, 4)],
+    ]
+)
 
 
 def test_idle_and_bubbles_on_a_hand_made_timeline():
@@ -122,8 +124,13 @@ def test_bubble_closed_forms_and_peak_stash(ranks, microbatches, forward, backwa
 
 
 @settings(max_examples=40, deadline=None)
-@given(ranks=st.integers(1, 6), groups=st.integers(1, 4), chunks=st.integers(2, 4),
-       forward=st.integers(1, 4), backward=st.integers(1, 4))
+@given(
+    ranks=st.integers(1, 6),
+    groups=st.integers(1, 4),
+    chunks=st.integers(2, 4),
+    forward=st.integers(1, 4),
+    backward=st.integers(1, 4),
+)
 def test_interleaved_bubble_closed_form(ranks, groups, chunks, forward, backward):
     p, m, v = ranks, ranks * groups, chunks
     metrics = compute_metrics(simulate(interleaved_1f1b(p, m, v), CostModel.uniform(forward, backward)))

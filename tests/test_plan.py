@@ -22,8 +22,18 @@ from pipesim.sim.metrics import compute_metrics, makespan
 from pipesim.sim.simulate import simulate
 from tests.helpers.sizes import registered_at
 
-PLAN_KEYS = {"schedule", "ranks", "microbatches", "virtual_stages", "recompute", "split", "makespan_ms", "throughput",
-             "peak_memory_bytes", "fits"}
+PLAN_KEYS = {
+    "schedule",
+    "ranks",
+    "microbatches",
+    "virtual_stages",
+    "recompute",
+    "split",
+    "makespan_ms",
+    "throughput",
+    "peak_memory_bytes",
+    "fits",
+}
 
 
 # --- balancing ------------------------------------------------------------------------------------------------
@@ -71,9 +81,19 @@ def test_balance_cli_prints_executor_split_points(capsys):
 
 
 def uneven_cost(num_stages: int, recompute: bool = False) -> CostModel:
-    stages = tuple(StageCost(forward_ms=1 + 0.3 * s, backward_ms=2 + 0.5 * s, weight_ms=0.8 + 0.2 * s,
-                             activation_bytes=100.0 + 10 * s, weight_grad_bytes=40.0 + s, input_bytes=7.0,
-                             output_bytes=7.0, param_bytes=1000.0 * (s + 1)) for s in range(num_stages))
+    stages = tuple(
+        StageCost(
+            forward_ms=1 + 0.3 * s,
+            backward_ms=2 + 0.5 * s,
+            weight_ms=0.8 + 0.2 * s,
+            activation_bytes=100.0 + 10 * s,
+            weight_grad_bytes=40.0 + s,
+            input_bytes=7.0,
+            output_bytes=7.0,
+            param_bytes=1000.0 * (s + 1),
+        )
+        for s in range(num_stages)
+    )
     return CostModel(stages=stages, recompute=recompute)
 
 
@@ -112,14 +132,23 @@ def test_recompute_keeps_only_stage_inputs():
 
 # --- the planner ------------------------------------------------------------------------------------------------
 
-SMALL = ModelDescription(num_layers=6, hidden_size=256, ffn_size=1024, num_heads=4, seq_len=128, vocab_size=1000,
-                         device_tflops=10.0, link_bandwidth_gbps=10.0)
+SMALL = ModelDescription(
+    num_layers=6,
+    hidden_size=256,
+    ffn_size=1024,
+    num_heads=4,
+    seq_len=128,
+    vocab_size=1000,
+    device_tflops=10.0,
+    link_bandwidth_gbps=10.0,
+)
 
 
 def small_plan(cap: float | None = None, **space) -> list[Candidate]:
     inputs = PlanInputs.from_description(SMALL, devices=2, global_batch=8, memory_cap_bytes=cap)
-    defaults = dict(schedules=tuple(schedule_names()), microbatch_sizes=(1, 2, 4), chunks=(1, 2),
-                    w_shares=(None, 0.3), ranks=(1, 2))
+    defaults = dict(
+        schedules=tuple(schedule_names()), microbatch_sizes=(1, 2, 4), chunks=(1, 2), w_shares=(None, 0.3), ranks=(1, 2)
+    )
     return evaluate_all(inputs, PlanSpace(**{**defaults, **space}))
 
 
@@ -131,23 +160,32 @@ def test_every_candidate_equals_a_full_simulation_and_memory_walk():
     for c in built:
         from pipesim.schedules import build_schedule, options_for
 
-        schedule = build_schedule(c.schedule, c.ranks, c.microbatches,
-                                  **options_for(c.schedule, num_virtual_stages=c.virtual_stages))
+        schedule = build_schedule(
+            c.schedule, c.ranks, c.microbatches, **options_for(c.schedule, num_virtual_stages=c.virtual_stages)
+        )
         units = SMALL.__class__(**{**SMALL.__dict__, "microbatch_size": c.microbatch_size}).unit_costs()
         if c.w_share is not None:
             units = [StageCost(**{**u.__dict__, "weight_ms": u.backward_ms * c.w_share}) for u in units]
         cost = stage_costs_from_units(units, c.split, SMALL, recompute=c.recompute)
         timeline = simulate(schedule, cost)
-        allreduce = 0.0 if c.data_parallel == 1 else cost.links[0].transfer_ms(
-            2 * (c.data_parallel - 1) / c.data_parallel * max(p for p, _, _ in static_bytes(schedule, cost)))
+        allreduce = (
+            0.0
+            if c.data_parallel == 1
+            else cost.links[0].transfer_ms(
+                2 * (c.data_parallel - 1) / c.data_parallel * max(p for p, _, _ in static_bytes(schedule, cost))
+            )
+        )
         assert c.makespan_ms == pytest.approx(makespan(timeline) + allreduce, rel=1e-12), c.label
         memory = rank_memory(schedule, cost, "adam", timeline)
         assert c.peak_memory_bytes == pytest.approx(max(m.peak_bytes for m in memory), rel=1e-12), c.label
 
 
 def dominates(a: Candidate, b: Candidate) -> bool:
-    return (a.makespan_ms <= b.makespan_ms and a.peak_memory_bytes <= b.peak_memory_bytes
-            and (a.makespan_ms < b.makespan_ms or a.peak_memory_bytes < b.peak_memory_bytes))
+    return (
+        a.makespan_ms <= b.makespan_ms
+        and a.peak_memory_bytes <= b.peak_memory_bytes
+        and (a.makespan_ms < b.makespan_ms or a.peak_memory_bytes < b.peak_memory_bytes)
+    )
 
 
 @pytest.mark.parametrize("cap", [None, 60e6, 30e6, 1.0])
@@ -186,9 +224,33 @@ def test_plan_document_has_the_promised_keys():
 
 def test_plan_cli_writes_json_and_refuses_bad_input(tmp_path, capsys):
     out = tmp_path / "plan.json"
-    argv = ["plan", "--layers", "6", "--hidden", "256", "--ffn", "1024", "--heads", "4", "--seq-len", "128",
-            "--vocab", "1000", "--devices", "2", "--global-batch", "8", "--memory-cap", "40MiB",
-            "--schedules", "1f1b,interleaved-1f1b,zbv", "--microbatch-sizes", "1,2", "--json", str(out)]
+    argv = [
+        "plan",
+        "--layers",
+        "6",
+        "--hidden",
+        "256",
+        "--ffn",
+        "1024",
+        "--heads",
+        "4",
+        "--seq-len",
+        "128",
+        "--vocab",
+        "1000",
+        "--devices",
+        "2",
+        "--global-batch",
+        "8",
+        "--memory-cap",
+        "40MiB",
+        "--schedules",
+        "1f1b,interleaved-1f1b,zbv",
+        "--microbatch-sizes",
+        "1,2",
+        "--json",
+        str(out),
+    ]
     assert main(argv) == 0
     doc = json.loads(out.read_text())
     assert doc["best"]["fits"] and doc["best"]["peak_memory_bytes"] <= 40 * 2**20
@@ -220,8 +282,26 @@ def test_plan_verify_hands_the_plan_to_the_executor(tmp_path, monkeypatch, capsy
 
     monkeypatch.setattr("pipesim.cli.plan.subprocess.run", lambda argv, check: calls.append(argv) or Done())
     out = tmp_path / "plan.json"
-    assert main(["plan", "--layers", "4", "--devices", "2", "--global-batch", "4", "--schedules", "1f1b",
-                 "--json", str(out), "--verify", "2"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--layers",
+                "4",
+                "--devices",
+                "2",
+                "--global-batch",
+                "4",
+                "--schedules",
+                "1f1b",
+                "--json",
+                str(out),
+                "--verify",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert calls and calls[0][1:] == ["-m", "executor", "verify-plan", str(out), "--top", "2"]
     assert out.exists()
 
@@ -229,13 +309,37 @@ def test_plan_verify_hands_the_plan_to_the_executor(tmp_path, monkeypatch, capsy
 def test_plan_from_a_cost_file_reads_its_stages_as_units(tmp_path, capsys):
     from pipesim.io.cost_file import save_cost
 
-    stages = tuple(StageCost(forward_ms=f, backward_ms=2 * f, activation_bytes=1e6, input_bytes=1e3, output_bytes=1e3,
-                             param_bytes=1e7) for f in (1, 1, 1, 1, 1, 5))
+    stages = tuple(
+        StageCost(
+            forward_ms=f, backward_ms=2 * f, activation_bytes=1e6, input_bytes=1e3, output_bytes=1e3, param_bytes=1e7
+        )
+        for f in (1, 1, 1, 1, 1, 5)
+    )
     path = tmp_path / "cost.json"
     save_cost(CostModel(stages=stages, source="profile", meta={"microbatch_size": 2}), path)
     out = tmp_path / "plan.json"
-    assert main(["plan", "--cost", str(path), "--devices", "2", "--global-batch", "8", "--schedules", "1f1b,gpipe",
-                 "--microbatch-sizes", "2,4", "--optimizer", "sgd", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--cost",
+                str(path),
+                "--devices",
+                "2",
+                "--global-batch",
+                "8",
+                "--schedules",
+                "1f1b,gpipe",
+                "--microbatch-sizes",
+                "2,4",
+                "--optimizer",
+                "sgd",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     best = json.loads(out.read_text())["best"]
     assert best["split"] == [5]  # the heavy last unit alone on the second rank
     assert main(["plan", "--cost", str(path), "--layers", "4", "--devices", "2", "--global-batch", "8"]) == 2

@@ -22,8 +22,22 @@ from executor.processes import free_port, run_processes
 
 pytestmark = pytest.mark.torchrun
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32",
-        "--device", "cpu"]
+TINY = [
+    "--layers",
+    "2",
+    "--d-model",
+    "16",
+    "--heads",
+    "2",
+    "--ffn",
+    "32",
+    "--seq-len",
+    "8",
+    "--vocab",
+    "32",
+    "--device",
+    "cpu",
+]
 
 
 def _sigint_by_default() -> None:
@@ -35,9 +49,15 @@ def _sigint_by_default() -> None:
 
 def launcher(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "executor", "run", *TINY, *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_sigint_by_default)
+    return subprocess.Popen(
+        [sys.executable, "-m", "executor", "run", *TINY, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_sigint_by_default,
+    )
 
 
 def wait_for_measured_steps(proc: subprocess.Popen, timeout: float = 180) -> list[str]:
@@ -55,8 +75,24 @@ def wait_for_measured_steps(proc: subprocess.Popen, timeout: float = 180) -> lis
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_launcher_ends_every_process_of_the_run(tmp_path, sig, code):
     out = tmp_path / "runs" / "long"
-    proc = launcher(["--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--batch-size", "4",
-                     "--steps", "100000", "--timeout", "300", "--out", str(out)])
+    proc = launcher(
+        [
+            "--schedule",
+            "1f1b",
+            "--ranks",
+            "2",
+            "--microbatches",
+            "2",
+            "--batch-size",
+            "4",
+            "--steps",
+            "100000",
+            "--timeout",
+            "300",
+            "--out",
+            str(out),
+        ]
+    )
     try:
         wait_for_measured_steps(proc)
         assert run_processes(out.resolve())  # torchrun and its ranks are running
@@ -75,8 +111,26 @@ def test_a_signal_to_the_launcher_ends_every_process_of_the_run(tmp_path, sig, c
 def test_two_nodes_on_one_machine_share_one_run_folder(tmp_path):
     out = tmp_path / "shared" / "mn"  # one folder, as on a shared filesystem
     endpoint = f"127.0.0.1:{free_port()}"
-    common = ["--schedule", "1f1b", "--ranks", "4", "--microbatches", "4", "--batch-size", "8", "--steps", "2",
-              "--nnodes", "2", "--rdzv-endpoint", endpoint, "--timeout", "240", "--out", str(out)]
+    common = [
+        "--schedule",
+        "1f1b",
+        "--ranks",
+        "4",
+        "--microbatches",
+        "4",
+        "--batch-size",
+        "8",
+        "--steps",
+        "2",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        endpoint,
+        "--timeout",
+        "240",
+        "--out",
+        str(out),
+    ]
     nodes = [launcher([*common, "--node-rank", str(k)]) for k in (0, 1)]
     outputs = []
     try:
@@ -115,8 +169,7 @@ def test_runs_end_with_the_process_that_started_them(tmp_path):
         "sys.exit(0)  # the program ends while its run is in progress\n"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=240)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0 and "measuring" in done.stdout, done.stderr[-2000:]
     assert run_processes(out.resolve()) == []
     assert json.loads((out / "result.json").read_text())["status"] == "cancelled"
@@ -126,8 +179,24 @@ def test_a_launcher_killed_outright_leaves_no_run_behind(tmp_path):
     """SIGKILL leaves the launcher no chance to end its run (nor to enforce its timeout); the ranks see it gone
     at their next step, stop as on a cancel (writing the steps they measured) and torchrun ends with them."""
     out = tmp_path / "runs" / "killed"
-    proc = launcher(["--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--batch-size", "4",
-                     "--steps", "100000", "--timeout", "300", "--out", str(out)])
+    proc = launcher(
+        [
+            "--schedule",
+            "1f1b",
+            "--ranks",
+            "2",
+            "--microbatches",
+            "2",
+            "--batch-size",
+            "4",
+            "--steps",
+            "100000",
+            "--timeout",
+            "300",
+            "--out",
+            str(out),
+        ]
+    )
     try:
         wait_for_measured_steps(proc)
         assert run_processes(out.resolve())
@@ -163,17 +232,20 @@ def test_a_rank_ends_itself_when_its_launcher_is_gone_before_training():
     rank; while the launcher lives, or once the watch is stopped, it does nothing."""
     from executor.processes import LAUNCHER_GONE_EXIT, LAUNCHER_PID_ENV
 
-    rank = ("import sys, time\n"
-            "from executor.processes import exit_when_launcher_gone\n"
-            "watch = exit_when_launcher_gone(0.05)\n"
-            "if sys.argv[1] == 'stop':\n"
-            "    watch.set()\n"
-            "time.sleep(float(sys.argv[2]))\n")
+    rank = (
+        "import sys, time\n"
+        "from executor.processes import exit_when_launcher_gone\n"
+        "watch = exit_when_launcher_gone(0.05)\n"
+        "if sys.argv[1] == 'stop':\n"
+        "    watch.set()\n"
+        "time.sleep(float(sys.argv[2]))\n"
+    )
     launcher_proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
     env = {**os.environ, LAUNCHER_PID_ENV: str(launcher_proc.pid)}
     started = time.monotonic()
-    watched = subprocess.Popen([sys.executable, "-c", rank, "watch", "60"], cwd=ROOT, env=env,
-                               stderr=subprocess.PIPE, text=True)
+    watched = subprocess.Popen(
+        [sys.executable, "-c", rank, "watch", "60"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True
+    )
     stopped = subprocess.Popen([sys.executable, "-c", rank, "stop", "4"], cwd=ROOT, env=env)
     try:
         assert watched.wait(timeout=45) == LAUNCHER_GONE_EXIT

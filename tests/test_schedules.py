@@ -151,8 +151,11 @@ def test_interleaved_order_matches_torch_pipelining(ranks, microbatches):
     # (Not Schedule1F1B._get_pipeline_order: in torch 2.13 its last rank starts at microbatch 1.)
     for chunks in (2, 3):
         shape = SimpleNamespace(
-            n_local_stages=chunks, microbatches_per_round=ranks, pp_group_size=ranks,
-            _n_microbatches=microbatches, number_of_rounds=microbatches // ranks,
+            n_local_stages=chunks,
+            microbatches_per_round=ranks,
+            pp_group_size=ranks,
+            _n_microbatches=microbatches,
+            number_of_rounds=microbatches // ranks,
         )
         theirs = [
             compute_text(torch_schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations(shape, r))

@@ -15,12 +15,14 @@ from pipesim.sim.simulate import engine_inputs, simulate, sweep
 from tests.helpers.sizes import build_checked as buildable
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zbv", "dualpipev",
-                                  "looped-bfs", "naive"])
+@pytest.mark.parametrize(
+    "name", ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zbv", "dualpipev", "looped-bfs", "naive"]
+)
 def test_with_a_core_per_rank_it_is_the_plain_sweep(name):
     schedule = buildable(name, 4, 8)
-    cost = replace(CostModel.uniform(1.3, 2.1, 0.9 if schedule.uses_split_backward else None, comm_ms=0.2),
-                   dispatch_ms=(0.05,))
+    cost = replace(
+        CostModel.uniform(1.3, 2.1, 0.9 if schedule.uses_split_backward else None, comm_ms=0.2), dispatch_ms=(0.05,)
+    )
     deps = dependencies(schedule)
     durations, hops, gaps, _, _ = engine_inputs(schedule, cost, deps)
     plain = sweep(deps, durations, hops, gaps)
@@ -40,7 +42,8 @@ def test_one_core_for_two_ranks_halves_the_speed_of_overlapping_actions():
     assert spans[(0, "0B1")] == pytest.approx((10.0, 12.0))
     # with its own core each rank runs as the plain simulation says
     assert simulate(schedule, replace(CostModel.uniform(1.0, 2.0), shared_cores=2)) == simulate(
-        schedule, CostModel.uniform(1.0, 2.0))
+        schedule, CostModel.uniform(1.0, 2.0)
+    )
 
 
 def test_work_of_spans_integrates_the_rate():

@@ -40,8 +40,11 @@ def test_naive_makespan_closed_form(ranks, microbatches, forward, backward):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    ranks=st.integers(1, 6), groups=st.integers(1, 4), chunks=st.integers(2, 4),
-    forward=st.integers(1, 4), backward=st.integers(1, 4),
+    ranks=st.integers(1, 6),
+    groups=st.integers(1, 4),
+    chunks=st.integers(2, 4),
+    forward=st.integers(1, 4),
+    backward=st.integers(1, 4),
 )
 def test_interleaved_makespan_closed_form(ranks, groups, chunks, forward, backward):
     # Per-chunk times F/v and B/v (here integers, so sums are exact): (v*m + p - 1) chunk slots.
@@ -92,7 +95,9 @@ def test_split_backward_weight_runs_after_input_gradient():
 
 @settings(max_examples=40, deadline=None)
 @given(
-    ranks=st.integers(1, 5), microbatches=st.integers(1, 10), chunks=st.integers(2, 3),
+    ranks=st.integers(1, 5),
+    microbatches=st.integers(1, 10),
+    chunks=st.integers(2, 3),
     costs=st.lists(st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(0, 3)), min_size=16, max_size=16),
 )
 def test_spans_respect_every_dependency_and_never_overlap(ranks, microbatches, chunks, costs):

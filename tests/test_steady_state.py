@@ -23,8 +23,9 @@ def test_dispatch_gap_is_paid_before_each_action_and_hides_under_a_wait():
     # 2 ranks, one microbatch: rank 0 F0 [g, g+f]; rank 1 F0 waits for it: [g+f, g+2f] (its own gap hides
     # under the wait); rank 1 B0 [2g+2f, 2g+2f+b]; rank 0 B0 waits for it: ends 2g+2f+2b.
     f, b, g = 1.0, 2.0, 0.25
-    schedule = make_schedule("pair", 2, 1, [0, 1], [[Action.parse(t) for t in row]
-                                                   for row in (["0F0", "0B0"], ["1F0", "1B0"])])
+    schedule = make_schedule(
+        "pair", 2, 1, [0, 1], [[Action.parse(t) for t in row] for row in (["0F0", "0B0"], ["1F0", "1B0"])]
+    )
     timeline = simulate(schedule, with_extras(CostModel.uniform(f, b), dispatch=g))
     assert step_time_ms(timeline, (0.0, 0.0)) == pytest.approx(2 * f + 2 * b + 2 * g)
     folded = simulate(schedule, CostModel.uniform(f + g, b + g))  # the gap as part of every action: paid 4 times
@@ -116,8 +117,9 @@ def test_number_of_steps_is_checked(steps):
 def test_cost_file_keeps_the_data_parallel_group_and_the_overlap_factor():
     from pipesim.cost.model import LinkCost
 
-    cost = replace(CostModel.uniform(), data_parallel=4, sharded=True, dp_link=LinkCost(latency_ms=0.2),
-                   overlap_factor=0.7)
+    cost = replace(
+        CostModel.uniform(), data_parallel=4, sharded=True, dp_link=LinkCost(latency_ms=0.2), overlap_factor=0.7
+    )
     back = cost_from_dict(cost_to_dict(cost))
     assert (back.data_parallel, back.sharded, back.dp_link, back.overlap_factor) == (4, True, cost.dp_link, 0.7)
     assert back.collectives == cost.collectives  # torch's collectives priced from the same group

@@ -33,8 +33,9 @@ def registered_names() -> list[str]:
     """Every name torch's get_schedule_class knows, read from its own refusal (so a new class is not missed)."""
     with pytest.raises(ValueError) as info:
         torch_schedules.get_schedule_class("no such schedule")
-    return [name for name in re.findall(r"'([^']+)'", str(info.value).split("options are")[1])
-            if name not in BASE_CLASSES]
+    return [
+        name for name in re.findall(r"'([^']+)'", str(info.value).split("options are")[1]) if name not in BASE_CLASSES
+    ]
 
 
 def _text(rows) -> str:
@@ -64,8 +65,15 @@ def torch_orders(name: str):
 
 
 def test_the_test_knows_every_registered_class():
-    assert set(registered_names()) >= {"GPipe", "1F1B", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
-                                       "ZBVZeroBubble", "DualPipeV"}
+    assert set(registered_names()) >= {
+        "GPipe",
+        "1F1B",
+        "Interleaved1F1B",
+        "LoopedBFS",
+        "InterleavedZeroBubble",
+        "ZBVZeroBubble",
+        "DualPipeV",
+    }
 
 
 @pytest.mark.parametrize("name", registered_names())
@@ -103,11 +111,19 @@ def test_torchs_dry_run_simulator_runs_what_pipesim_writes(name):
     """torch's `_simulate_comms_compute` raises on a missing or misordered transfer; it accepts ours."""
     for *_, compute, _ in list(torch_orders(name))[-3:]:
         schedule = schedule_from_csv(compute)
-        rows = [[torch_schedules._Action.from_str(cell) for cell in row]
-                for row in csv.reader(io.StringIO(schedule_to_csv(schedule, "compute_comms")))]
-        order = {rank: [a for a in row if a.computation_type not in (torch_schedules.UNSHARD, torch_schedules.RESHARD,
-                                                                      torch_schedules.REDUCE_GRAD)]
-                 for rank, row in enumerate(rows)}
+        rows = [
+            [torch_schedules._Action.from_str(cell) for cell in row]
+            for row in csv.reader(io.StringIO(schedule_to_csv(schedule, "compute_comms")))
+        ]
+        order = {
+            rank: [
+                a
+                for a in row
+                if a.computation_type
+                not in (torch_schedules.UNSHARD, torch_schedules.RESHARD, torch_schedules.REDUCE_GRAD)
+            ]
+            for rank, row in enumerate(rows)
+        }
         torch_schedules._simulate_comms_compute(order, schedule.stage_to_rank.__getitem__, schedule.num_stages)
 
 
@@ -129,8 +145,7 @@ def test_a_late_send_deadlocks_and_the_cycle_is_named():
 
 
 def test_a_send_placed_later_delays_its_receiver():
-    early = "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n" \
-            "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n"
+    early = "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n"
     late = early.replace("0F0,0SEND_F0,0F1,0SEND_F1", "0F0,0F1,0SEND_F0,0SEND_F1")
     cost = CostModel.uniform(1.0, 2.0)
     first = {str(s.action): s.start for s in simulate(schedule_from_csv(early), cost).spans}
@@ -138,14 +153,17 @@ def test_a_send_placed_later_delays_its_receiver():
     assert first["1F0"] == pytest.approx(1.0) and second["1F0"] == pytest.approx(2.0)
 
 
-@pytest.mark.parametrize("text, rule", [
-    ("0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "missing SEND_F"),
-    ("0SEND_F0,0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "SEND_F too early"),
-    ("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n", "RECV_F too late"),
-    ("0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0REDUCE_GRAD\n1RECV_F0,1F0,1B0,1SEND_B0\n", "duplicate REDUCE_GRAD"),
-    ("0F0,0REDUCE_GRAD,0B0\n1F0,1B0\n", "REDUCE_GRAD too early"),
-    ("0F0,0SEND_F0,0SEND_B0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "needless SEND_B"),
-])
+@pytest.mark.parametrize(
+    "text, rule",
+    [
+        ("0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "missing SEND_F"),
+        ("0SEND_F0,0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "SEND_F too early"),
+        ("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n", "RECV_F too late"),
+        ("0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0REDUCE_GRAD\n1RECV_F0,1F0,1B0,1SEND_B0\n", "duplicate REDUCE_GRAD"),
+        ("0F0,0REDUCE_GRAD,0B0\n1F0,1B0\n", "REDUCE_GRAD too early"),
+        ("0F0,0SEND_F0,0SEND_B0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "needless SEND_B"),
+    ],
+)
 def test_misplaced_transfers_and_collectives_are_named(text, rule):
     problems = find_problems(schedule_from_csv(text))
     assert any(rule in str(problem) for problem in problems), [str(p) for p in problems]
@@ -171,8 +189,10 @@ def test_overlapped_pair_runs_as_one_span_priced_by_the_overlap_factor():
 
 def test_a_pair_waits_for_both_members_inputs():
     # 1F1 can start at 1.0 on its own, but 1B0 in its pair waits for 1F0 (ends 2.0) and 1B0's own input.
-    text = "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n" \
-           "1RECV_F0,1F0,1RECV_F1,(1F1;1B0)OVERLAP_F_B,1SEND_B0,1B1,1SEND_B1\n"
+    text = (
+        "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+        "1RECV_F0,1F0,1RECV_F1,(1F1;1B0)OVERLAP_F_B,1SEND_B0,1B1,1SEND_B1\n"
+    )
     timeline = simulate(schedule_from_csv(text), CostModel.uniform(1.0, 2.0))
     spans = {str(s.action): s for s in timeline.spans}
     assert spans["1F1"].start == pytest.approx(spans["1F0"].end)
@@ -190,8 +210,9 @@ def test_collectives_cost_nothing_alone_and_all_reduce_time_with_data_parallelis
     alone = simulate(schedule, CostModel(stages=(stage,)))
     assert makespan(alone) == pytest.approx(6.0)
     ring = CollectiveCost(data_parallel=4, latency_ms=0.5, bandwidth_gbps=100.0)
-    reduced = simulate(schedule, CostModel(stages=(stage,), data_parallel=4,
-                                           dp_link=LinkCost(latency_ms=0.5, bandwidth_gbps=100.0)))
+    reduced = simulate(
+        schedule, CostModel(stages=(stage,), data_parallel=4, dp_link=LinkCost(latency_ms=0.5, bandwidth_gbps=100.0))
+    )
     all_reduce = 2 * 3 * 0.5 + 2 * 3 / 4 * 1e9 / 100e9 * 1e3  # 2(d-1) steps, 2(d-1)/d of the bytes
     assert ring.time_ms(CommKind.REDUCE_GRAD, 1e9) == pytest.approx(all_reduce)
     assert makespan(reduced) == pytest.approx(6.0 + all_reduce)
@@ -227,11 +248,29 @@ def test_cli_reads_torchs_dumps_and_writes_either_format(tmp_path, capsys):
     (tmp_path / "only.csv").write_text(compute, newline="")
     (tmp_path / "comms.csv").write_text(comms, newline="")
     out = tmp_path / "out.csv"
-    assert main(["simulate", "--csv-in", str(tmp_path / "comms.csv"), "--csv", str(out),
-                 "--overlap-factor", "0.8", "--data-parallel", "4", "--dp-bandwidth", "10"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--csv-in",
+                str(tmp_path / "comms.csv"),
+                "--csv",
+                str(out),
+                "--overlap-factor",
+                "0.8",
+                "--data-parallel",
+                "4",
+                "--dp-bandwidth",
+                "10",
+            ]
+        )
+        == 0
+    )
     assert out.read_bytes() == comms.encode()  # written back in the form it was read
-    assert main(["simulate", "--csv-in", str(tmp_path / "only.csv"), "--csv", str(out),
-                 "--csv-format", "compute_comms"]) == 0
+    assert (
+        main(["simulate", "--csv-in", str(tmp_path / "only.csv"), "--csv", str(out), "--csv-format", "compute_comms"])
+        == 0
+    )
     assert out.read_bytes() == comms.encode()  # lowered as torch lowers it
     assert main(["simulate", "--csv-in", str(tmp_path / "comms.csv"), "--csv-in-format", "compute_only"]) == 2
     assert main(["simulate", "--csv-in", str(tmp_path / "only.csv"), "--overlap-factor", "1.5"]) == 2
@@ -255,10 +294,19 @@ def test_collective_spans_survive_the_timeline_file(tmp_path):
     from pipesim.cost.model import StageCost
     from pipesim.io.formats import read_json, save_timeline, timeline_from_dict
 
-    schedule = schedule_from_csv("0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD\n"
-                                 "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD\n")
-    timeline = simulate(schedule, CostModel(stages=(StageCost(1.0, 2.0, param_bytes=8.0),), data_parallel=2,
-                                            sharded=True, dp_link=LinkCost(latency_ms=1.0)))
+    schedule = schedule_from_csv(
+        "0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0REDUCE_GRAD,0RESHARD\n"
+        "1UNSHARD,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD,1RESHARD\n"
+    )
+    timeline = simulate(
+        schedule,
+        CostModel(
+            stages=(StageCost(1.0, 2.0, param_bytes=8.0),),
+            data_parallel=2,
+            sharded=True,
+            dp_link=LinkCost(latency_ms=1.0),
+        ),
+    )
     assert {c.kind for c in timeline.comm} == {"unshard", "reduce_grad", "reshard"}
     unshard = next(c for c in timeline.comm if c.kind == "unshard" and c.rank == 0)
     first = next(s for s in timeline.spans if str(s.action) == "0F0")
@@ -279,8 +327,14 @@ def test_the_gantt_chart_draws_collectives_on_their_rank():
     from pipesim.cost.model import StageCost
 
     schedule = schedule_from_csv(TWO_RANKS.replace("0B0\n", "0B0,0REDUCE_GRAD\n"))
-    figure = gantt_figure(simulate(schedule, CostModel(stages=(StageCost(1.0, 2.0, param_bytes=1.0),),
-                                                       data_parallel=2, dp_link=LinkCost(latency_ms=1.0))))
+    figure = gantt_figure(
+        simulate(
+            schedule,
+            CostModel(
+                stages=(StageCost(1.0, 2.0, param_bytes=1.0),), data_parallel=2, dp_link=LinkCost(latency_ms=1.0)
+            ),
+        )
+    )
     [bar] = [trace for trace in figure.data if trace.name == "collective"]
     assert list(bar.y) == [0] and list(bar.customdata[0]) == ["0REDUCE_GRAD"] and list(bar.x) == [2.0]
     assert not [trace for trace in figure.data if trace.name == "blocked on transfer"]
@@ -297,7 +351,8 @@ def test_pipesims_own_schedules_get_torchs_collectives_under_data_parallelism():
     data_parallel = CostModel(stages=plain.stages, data_parallel=2, dp_link=LinkCost(latency_ms=1.0))
     lowered = with_collectives(schedule, data_parallel)
     assert lowered.actions == schedule.actions and schedule_to_csv(lowered, "compute_comms") == schedule_to_csv(
-        schedule, "compute_comms")  # exactly torch's lowering
+        schedule, "compute_comms"
+    )  # exactly torch's lowering
     timeline = simulate(lowered, data_parallel)
     assert makespan(timeline) == pytest.approx(makespan(simulate(schedule, plain)) + 2.0)  # all-reduce: 2(d-1) x 1 ms
     assert sorted(c.rank for c in timeline.comm if c.kind == "reduce_grad") == [0, 1]

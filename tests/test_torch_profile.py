@@ -31,8 +31,9 @@ def test_torch_profile_is_a_checked_training_option():
         run_config(torch_profile="yes")
     from executor.host.cli import build_parser, config_from_args
 
-    args = build_parser().parse_args(["run", "--torch-profile", "--ranks", "2", "--microbatches", "2",
-                                      "--batch-size", "4"])
+    args = build_parser().parse_args(
+        ["run", "--torch-profile", "--ranks", "2", "--microbatches", "2", "--batch-size", "4"]
+    )
     assert config_from_args(args).training.torch_profile is True
     args = build_parser().parse_args(["run", "--ranks", "2", "--microbatches", "2", "--batch-size", "4"])
     assert config_from_args(args).training.torch_profile is False
@@ -104,10 +105,14 @@ def test_one_launch_records_both_traces_and_import_gives_torchs_order(tmp_path, 
         # ours: every action labelled as torch labels it, once per measured step (not the warm-up), kernels inside
         labels, events = pp_events(trace_path(tmp_path, rank))
         assert sorted(e["name"] for e in labels) == sorted(
-            action_label(a) for a in schedule.actions[rank] for _ in range(steps))
+            action_label(a) for a in schedule.actions[rank] for _ in range(steps)
+        )
         ops = [e for e in events if e.get("cat") == "cpu_op" and e["name"].startswith("aten::")]
-        assert any(label["ts"] <= op["ts"] <= label["ts"] + label["dur"] and label["tid"] == op["tid"]
-                   for op in ops for label in labels)
+        assert any(
+            label["ts"] <= op["ts"] <= label["ts"] + label["dur"] and label["tid"] == op["tid"]
+            for op in ops
+            for label in labels
+        )
 
     # torch's traces, imported: the actions are the order torch ran, the times are the trace's slices
     torch_files = [trace_path(tmp_path, rank, "torch") for rank in range(2)]
@@ -118,8 +123,9 @@ def test_one_launch_records_both_traces_and_import_gives_torchs_order(tmp_path, 
     assert len(run.step_times_ms) == steps
     for rank, path in enumerate(torch_files):
         labels, _ = pp_events(path)
-        compute = sorted((e for e in labels if e["name"][3:] in {str(a) for a in schedule.actions[rank]}),
-                         key=lambda e: e["ts"])
+        compute = sorted(
+            (e for e in labels if e["name"][3:] in {str(a) for a in schedule.actions[rank]}), key=lambda e: e["ts"]
+        )
         spans = sorted((s for s in run.timeline.spans if s.rank == rank), key=lambda s: s.start)
         assert [f"PP:{s.action}" for s in spans] == [e["name"] for e in compute]
         for span, event in zip(spans, compute, strict=True):

@@ -42,8 +42,16 @@ def _torch_instance(class_name: str, p: int, m: int, chunks: int):
 
 def _ir_rows(instance, p: int) -> list[list[str]]:
     """Compute actions per rank from torch's IR: idle steps dropped, overlapped pairs as their members."""
-    return [[str(x) for a in instance.pipeline_order[r] if a is not None for x in (a.sub_actions or (a,))
-             if x.computation_type.value in "FBIW"] for r in range(p)]
+    return [
+        [
+            str(x)
+            for a in instance.pipeline_order[r]
+            if a is not None
+            for x in (a.sub_actions or (a,))
+            if x.computation_type.value in "FBIW"
+        ]
+        for r in range(p)
+    ]
 
 
 def _runtime_1f1b_rows(p: int, m: int) -> list[list[str]]:
@@ -53,8 +61,10 @@ def _runtime_1f1b_rows(p: int, m: int) -> list[list[str]]:
         done: list[str] = []
         stage = SimpleNamespace(
             stage_index=rank,
-            get_fwd_recv_ops=lambda mb: [], get_fwd_send_ops=lambda mb: [],
-            get_bwd_recv_ops=lambda mb: [], get_bwd_send_ops=lambda mb: [],
+            get_fwd_recv_ops=lambda mb: [],
+            get_fwd_send_ops=lambda mb: [],
+            get_bwd_recv_ops=lambda mb: [],
+            get_bwd_send_ops=lambda mb: [],
             forward_one_chunk=lambda mb, *a, done=done, rank=rank, **k: done.append(f"{rank}F{mb}"),
             backward_one_chunk=lambda mb, *a, done=done, rank=rank, **k: done.append(f"{rank}B{mb}"),
             perform_reduce_grad=lambda *a, **k: None,
@@ -64,8 +74,10 @@ def _runtime_1f1b_rows(p: int, m: int) -> list[list[str]]:
         runner._check_inputs = lambda *a: ([()] * m, [{}] * m)
         for name in ("_initialize_stage", "_maybe_compute_loss", "_maybe_get_loss", "_update_losses"):
             setattr(runner, name, lambda *a, **k: None)
-        with mock.patch.object(torch_schedules, "_batch_p2p", lambda *a, **k: []), \
-                mock.patch.object(torch_schedules, "_wait_batch_p2p", lambda *a, **k: None):
+        with (
+            mock.patch.object(torch_schedules, "_batch_p2p", lambda *a, **k: []),
+            mock.patch.object(torch_schedules, "_wait_batch_p2p", lambda *a, **k: None),
+        ):
             runner._step_microbatches()
         rows.append(done)
     return rows
@@ -116,8 +128,12 @@ def test_the_reference_check_asks_torch():
     config = run_config(schedule="zb-h1", num_ranks=2, num_microbatches=5, batch_size=10, device="cpu")
     reason = unavailable_reason(config, schedule)
     assert reason is not None and "Zero bubble requires" in reason
-    assert unavailable_reason(run_config(schedule="zb-h1", num_ranks=2, num_microbatches=4, device="cpu"),
-                              build_schedule("zb-h1", 2, 4)) is None
+    assert (
+        unavailable_reason(
+            run_config(schedule="zb-h1", num_ranks=2, num_microbatches=4, device="cpu"), build_schedule("zb-h1", 2, 4)
+        )
+        is None
+    )
 
 
 def test_dualpipev_pairs_stand_where_torchs_do():

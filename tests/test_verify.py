@@ -23,8 +23,12 @@ def test_spearman_on_known_orders():
 
 
 def test_compare_reports_the_gap_of_the_recommended_candidate():
-    rows = [VerifyRow("a", {}, 10.0, 12.0), VerifyRow("b", {}, 11.0, 10.0), VerifyRow("c", {}, 15.0, 20.0),
-            VerifyRow("d", {}, 16.0, None, error="run failed")]
+    rows = [
+        VerifyRow("a", {}, 10.0, 12.0),
+        VerifyRow("b", {}, 11.0, 10.0),
+        VerifyRow("c", {}, 15.0, 20.0),
+        VerifyRow("d", {}, 16.0, None, error="run failed"),
+    ]
     result = compare(rows)
     assert result.measured_best == "b"
     assert result.recommended_gap == pytest.approx(0.2)
@@ -36,10 +40,35 @@ def test_compare_reports_the_gap_of_the_recommended_candidate():
 @pytest.fixture
 def plan_file(tmp_path):
     path = tmp_path / "plan.json"
-    argv = ["plan", "--layers", "2", "--hidden", "32", "--ffn", "64", "--heads", "2", "--seq-len", "16",
-            "--vocab", "64", "--dtype", "fp32", "--devices", "2", "--global-batch", "8",
-            "--schedules", "1f1b,gpipe,interleaved-1f1b", "--microbatch-sizes", "1,2", "--recompute", "off",
-            "--json", str(path)]
+    argv = [
+        "plan",
+        "--layers",
+        "2",
+        "--hidden",
+        "32",
+        "--ffn",
+        "64",
+        "--heads",
+        "2",
+        "--seq-len",
+        "16",
+        "--vocab",
+        "64",
+        "--dtype",
+        "fp32",
+        "--devices",
+        "2",
+        "--global-batch",
+        "8",
+        "--schedules",
+        "1f1b,gpipe,interleaved-1f1b",
+        "--microbatch-sizes",
+        "1,2",
+        "--recompute",
+        "off",
+        "--json",
+        str(path),
+    ]
     assert pipesim_main(argv) == 0
     return path
 
@@ -72,8 +101,22 @@ def test_a_plan_without_a_model_is_refused_before_anything_runs(tmp_path, capsys
 @pytest.mark.torchrun
 @pytest.mark.timeout(300)
 def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
-    code = executor_main(["verify-plan", str(plan_file), "--top", "2", "--steps", "2", "--warmup-steps", "1",
-                          "--runs-root", str(tmp_path / "runs"), "--timeout", "240"])
+    code = executor_main(
+        [
+            "verify-plan",
+            str(plan_file),
+            "--top",
+            "2",
+            "--steps",
+            "2",
+            "--warmup-steps",
+            "1",
+            "--runs-root",
+            str(tmp_path / "runs"),
+            "--timeout",
+            "240",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     written = json.loads(plan_file.with_name("plan-verify.json").read_text())

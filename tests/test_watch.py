@@ -117,8 +117,9 @@ def test_the_cancel_command(tmp_path, capsys):
 
     folder = make_folder(tmp_path)
     run_folder.write_progress(folder, {"status": "running", "progress": 0.5})
-    thread = threading.Thread(target=lambda: (time.sleep(0.3), write_json({"status": "cancelled", "message": ""},
-                                                                           folder / "result.json")))
+    thread = threading.Thread(
+        target=lambda: (time.sleep(0.3), write_json({"status": "cancelled", "message": ""}, folder / "result.json"))
+    )
     thread.start()
     assert cli.main(["cancel", str(folder), "--timeout", "30"]) == 0
     thread.join()
@@ -161,8 +162,8 @@ def test_cancel_without_a_launcher_ends_the_processes_and_claims_no_result(tmp_p
 HANG_WITH_STEPS = (
     "import time\n"
     "for step in range(100000):\n"
-    "    print('[rank0]:" + PROGRESS_PREFIX + "{\"event\": \"step\", \"rank\": 0, \"step\": ' + str(step % 4) +"
-    " ', \"steps\": 4, \"phase\": \"run\"}', flush=True)\n"
+    "    print('[rank0]:" + PROGRESS_PREFIX + '{"event": "step", "rank": 0, "step": \' + str(step % 4) +'
+    ' \', "steps": 4, "phase": "run"}\', flush=True)\n'
     "    time.sleep(0.05)\n"
 )
 

@@ -92,9 +92,7 @@ def test_split_backward_flag_matches_the_actions():
 
 # --- every builder: valid and deadlock-free ---------------------------------------
 
-costs = st.tuples(
-    st.integers(1, 5), st.integers(1, 5), st.integers(0, 4), st.sampled_from([0.0, 0.5, 3.0])
-)
+costs = st.tuples(st.integers(1, 5), st.integers(1, 5), st.integers(0, 4), st.sampled_from([0.0, 0.5, 3.0]))
 
 
 def _check_runs(name: str, p: int, m: int, cost_args: tuple, **options) -> None:

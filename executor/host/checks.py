@@ -31,8 +31,10 @@ def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunC
     _check_nodes(config)
     config = _resolve_device(config)
     if config.pipeline.data_parallel > 1 and config.devices.backend == "staged":
-        raise ValueError("--data-parallel needs a GPU per process (nccl) or the CPU (gloo); with ranks sharing a "
-                         "GPU (backend staged) use --data-parallel 1, or fewer ranks")
+        raise ValueError(
+            "--data-parallel needs a GPU per process (nccl) or the CPU (gloo); with ranks sharing a "
+            "GPU (backend staged) use --data-parallel 1, or fewer ranks"
+        )
     _check_cpu_ranks(config)
     return config, schedule
 
@@ -46,7 +48,9 @@ def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
     pipeline = config.pipeline
     if schedule is None:
         schedule = build_schedule(
-            pipeline.schedule, pipeline.num_ranks, pipeline.num_microbatches,
+            pipeline.schedule,
+            pipeline.num_ranks,
+            pipeline.num_microbatches,
             num_virtual_stages=pipeline.num_virtual_stages,
         )
     elif (schedule.num_ranks, schedule.num_microbatches) != (pipeline.num_ranks, pipeline.num_microbatches):
@@ -91,9 +95,11 @@ def _check_nodes(config: RunConfig) -> None:
     if config.nodes.nnodes < 1 or not 0 <= config.nodes.node_rank < config.nodes.nnodes:
         raise ValueError(f"node_rank must lie in 0..{config.nodes.nnodes - 1} (nnodes {config.nodes.nnodes})")
     if config.world_size % config.nodes.nnodes:
-        raise ValueError(f"{config.world_size} processes ({config.pipeline.num_ranks} ranks x "
-                         f"{config.pipeline.data_parallel} replicas) do not split evenly over {config.nodes.nnodes} "
-                         "nodes")
+        raise ValueError(
+            f"{config.world_size} processes ({config.pipeline.num_ranks} ranks x "
+            f"{config.pipeline.data_parallel} replicas) do not split evenly over {config.nodes.nnodes} "
+            "nodes"
+        )
     if config.nodes.nnodes > 1 and not config.nodes.rdzv_endpoint:
         raise ValueError("a multi-node run needs rdzv_endpoint HOST:PORT (the same on every node)")
     if config.nodes.rdzv_endpoint and not re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}", config.nodes.rdzv_endpoint):

@@ -86,8 +86,12 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--ranks", type=int, default=2)
     run.add_argument("--microbatches", type=int, default=4)
     run.add_argument("--virtual-stages", type=int, help="stages per rank for interleaved / looped schedules")
-    run.add_argument("--model", type=_model_choice, default="transformer",
-                     help=f"{', '.join(MODEL_KINDS)}, or your own: {SPEC_HELP} (executor/custom_model.py)")
+    run.add_argument(
+        "--model",
+        type=_model_choice,
+        default="transformer",
+        help=f"{', '.join(MODEL_KINDS)}, or your own: {SPEC_HELP} (executor/custom_model.py)",
+    )
     for flag in MODEL_FLAGS:
         run.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=int)
     run.add_argument("--split-points", type=_int_list, help="stage boundaries as layer indices, e.g. 2,4,6")
@@ -98,15 +102,22 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     run.add_argument("--lr", type=float, default=0.01)
     run.add_argument("--recompute", action="store_true")
-    run.add_argument("--data-parallel", type=int, default=1,
-                     help="replicas of the pipeline: --ranks x this many processes, gradients all-reduced")
+    run.add_argument(
+        "--data-parallel",
+        type=int,
+        default=1,
+        help="replicas of the pipeline: --ranks x this many processes, gradients all-reduced",
+    )
     run.add_argument("--dtype", choices=DTYPES, default="fp32", help="bf16: autocast, fp32 master weights")
     run.add_argument("--device", choices=DEVICES, default="auto")
     run.add_argument("--backend", choices=BACKENDS, default="auto")
     run.add_argument("--profile", action="store_true", help="measure per-stage costs first, then predict")
     run.add_argument("--reference", action="store_true", help="also run torch.distributed.pipelining's schedule")
-    run.add_argument("--torch-profile", action="store_true",
-                     help="record a torch.profiler (Kineto) trace of the measured steps on every rank (traces/)")
+    run.add_argument(
+        "--torch-profile",
+        action="store_true",
+        help="record a torch.profiler (Kineto) trace of the measured steps on every rank (traces/)",
+    )
     run.add_argument("--timeout", type=float, default=600.0, help="seconds before every process is ended")
     run.add_argument("--nnodes", type=int, default=1)
     run.add_argument("--node-rank", type=int, default=0)
@@ -219,8 +230,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         schedule = None if args.schedule_file is None else load_schedule(args.schedule_file)
         if schedule is not None:  # the file says what runs: its name, ranks and microbatches
-            pipeline = PipelineConfig(schedule.name, schedule.num_ranks, schedule.num_microbatches,
-                                      data_parallel=config.pipeline.data_parallel)
+            pipeline = PipelineConfig(
+                schedule.name,
+                schedule.num_ranks,
+                schedule.num_microbatches,
+                data_parallel=config.pipeline.data_parallel,
+            )
             config = dataclasses.replace(config, pipeline=pipeline)
         runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
         handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=_print_event)
@@ -251,8 +266,10 @@ def _analysis_lines(analysis: dict | None) -> list[str]:
     """The median step's time per rank, split (analysis.json): compute, schedule idle, comm wait, overhead."""
     if not analysis or not isinstance(analysis.get("ranks"), list):
         return []
-    lines = [f"split    step {_fmt(analysis.get('step_ms'))} (step {analysis.get('median_step')}, the median) on each "
-             "rank: compute + schedule idle + comm wait + overhead"]
+    lines = [
+        f"split    step {_fmt(analysis.get('step_ms'))} (step {analysis.get('median_step')}, the median) on each "
+        "rank: compute + schedule idle + comm wait + overhead"
+    ]
     for row in analysis["ranks"]:
         parts = [row.get(k) for k in ("compute_ms", "schedule_idle_ms", "comm_wait_ms", "overhead_ms")]
         if all(isinstance(p, (int, float)) for p in parts):
@@ -262,15 +279,19 @@ def _analysis_lines(analysis: dict | None) -> list[str]:
         verdict = "" if noise.get("reliable") else " - too noisy: the prediction error is not a fact about the model"
         load = noise.get("load_1min")
         load_text = f", machine load {load:.1f} at the end" if isinstance(load, (int, float)) else ""
-        lines.append(f"noise    step times vary {noise['step_cv']:.1%} (coefficient of variation; reliable up to "
-                     f"{noise.get('threshold_step_cv', 0):.0%}{load_text}){verdict}")
+        lines.append(
+            f"noise    step times vary {noise['step_cv']:.1%} (coefficient of variation; reliable up to "
+            f"{noise.get('threshold_step_cv', 0):.0%}{load_text}){verdict}"
+        )
     predicted = analysis.get("prediction")
     if isinstance(predicted, dict) and isinstance(predicted.get("action_error_median"), (int, float)):
         rows = [r for r in predicted.get("actions", []) if isinstance(r, dict) and isinstance(r.get("error"), float)]
         worst = max(rows, key=lambda r: abs(r["error"]), default=None)
         worst_text = "" if worst is None else f"; largest rank {worst['rank']} {worst['action']} {worst['error']:+.0%}"
-        lines.append(f"actions  median |error| {predicted['action_error_median']:.1%} over {len(rows)} actions "
-                     f"(simulated against the median measured duration{worst_text})")
+        lines.append(
+            f"actions  median |error| {predicted['action_error_median']:.1%} over {len(rows)} actions "
+            f"(simulated against the median measured duration{worst_text})"
+        )
     return lines
 
 
@@ -280,8 +301,10 @@ def _trace_files(run_dir: Path) -> dict:
     from executor.host.run_folder import profiler_traces
 
     trace = run_dir / TRACE_FILE
-    return {"trace": str(trace) if trace.is_file() else None,
-            "profiler_traces": [str(path) for path in profiler_traces(run_dir)]}
+    return {
+        "trace": str(trace) if trace.is_file() else None,
+        "profiler_traces": [str(path) for path in profiler_traces(run_dir)],
+    }
 
 
 def _trace_lines(run_dir: Path) -> list[str]:
@@ -290,8 +313,10 @@ def _trace_lines(run_dir: Path) -> list[str]:
     if files["trace"]:
         lines.append(f"trace    {files['trace']} (simulated + measured, open in https://ui.perfetto.dev)")
     if files["profiler_traces"]:
-        lines.append(f"profiler {len(files['profiler_traces'])} torch.profiler traces: " + ", ".join(
-            str(Path(path).relative_to(run_dir)) for path in files["profiler_traces"]))
+        lines.append(
+            f"profiler {len(files['profiler_traces'])} torch.profiler traces: "
+            + ", ".join(str(Path(path).relative_to(run_dir)) for path in files["profiler_traces"])
+        )
     return lines
 
 
@@ -355,9 +380,16 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
         print(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}", flush=True)
 
     try:
-        result = verify.verify_plan(args.plan, args.top, runs_root=args.runs_root, steps=args.steps,
-                                    warmup_steps=args.warmup_steps, device=args.device, timeout_s=args.timeout,
-                                    on_row=progress)
+        result = verify.verify_plan(
+            args.plan,
+            args.top,
+            runs_root=args.runs_root,
+            steps=args.steps,
+            warmup_steps=args.warmup_steps,
+            device=args.device,
+            timeout_s=args.timeout,
+            on_row=progress,
+        )
     except (ValueError, OSError, KeyError) as error:
         fail(str(error))
     print("\n".join(verify.summary_lines(result)), flush=True)

@@ -158,7 +158,7 @@ class _Phase:
                 self.rank_lines[rank].append(text)
                 self.handle._add_line(f"[rank{rank}] {text}")
                 if text.startswith(PROGRESS_PREFIX):
-                    self._progress(rank, text[len(PROGRESS_PREFIX):])
+                    self._progress(rank, text[len(PROGRESS_PREFIX) :])
         finally:
             for handle in files.values():
                 handle.close()  # type: ignore[attr-defined]
@@ -181,8 +181,9 @@ class _Phase:
         self.handle._add_event(event, part=self.part)
 
     def failure_message(self, outcome: _Outcome) -> tuple[str, int | None]:
-        return torchrun_log.failure_message(outcome.message, outcome.returncode, self.rank_lines,
-                                            list(self.launcher_lines), self.error_events)
+        return torchrun_log.failure_message(
+            outcome.message, outcome.returncode, self.rank_lines, list(self.launcher_lines), self.error_events
+        )
 
 
 # --- the handle ------------------------------------------------------------------------------------------------
@@ -336,8 +337,9 @@ class RunHandle:
             if self.config.nodes.node_rank == 0:
                 self._result = load_run(self.run_dir)
             else:  # the folder's result.json is node 0's; this node reports its own launch
-                self._result = RunResult(self.run_dir, summary["status"], summary["message"], self.config,
-                                         self.schedule)
+                self._result = RunResult(
+                    self.run_dir, summary["status"], summary["message"], self.config, self.schedule
+                )
         except (OSError, ValueError, KeyError, TypeError) as error:  # e.g. a worker wrote a malformed file
             message = f"{summary['message']}\ncannot read the run's files: {error}".strip()
             summary.update(status="failed", message=message)

@@ -49,8 +49,9 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     simulated = simulate(schedule, cost)
     sync = grad_sync(simulated, cost)
     if sync.spans:  # the all-reduces drawn on the simulated timeline, as the measured one has them
-        simulated = replace(simulated, comm=simulated.comm + sync.spans,
-                            meta={**simulated.meta, "data_parallel": cost.data_parallel})
+        simulated = replace(
+            simulated, comm=simulated.comm + sync.spans, meta={**simulated.meta, "data_parallel": cost.data_parallel}
+        )
     overhead = step_tail_ms(simulated, cost, sync)  # per rank: unhidden all-reduce, then optimizer and zeroing
     return Prediction(step_time_ms(simulated, overhead), simulated, overhead)
 
@@ -112,13 +113,18 @@ def analysis(schedule: Schedule, measured: Timeline, step_times: list[float], pr
     doc["spread"]["load_1min"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if prediction is not None:
         rows = action_errors(prediction.simulated, measured)
-        doc["prediction"] = {"predicted_step_ms": prediction.predicted_step_ms, "error": prediction.error,
-                             "action_error_median": median_abs_error(rows), "actions": rows}
+        doc["prediction"] = {
+            "predicted_step_ms": prediction.predicted_step_ms,
+            "error": prediction.error,
+            "action_error_median": median_abs_error(rows),
+            "actions": rows,
+        }
     return doc
 
 
-def combined_trace(schedule: Schedule, simulated: Timeline | None, measured: Timeline,
-                   step: int | None = None) -> dict[str, Any]:
+def combined_trace(
+    schedule: Schedule, simulated: Timeline | None, measured: Timeline, step: int | None = None
+) -> dict[str, Any]:
     """One Chrome trace with the simulated step (when there is one) and a measured step (the last by default,
     past the warm-up, as the overlay shows), each as a process with compute, send and recv tracks per rank."""
     from pipesim.analysis.overlay import pick_step

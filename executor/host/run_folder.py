@@ -217,8 +217,9 @@ def load_run(run_dir: str | Path) -> RunResult:
     status = summary.get("status")
     if status not in STATUSES:
         raise ValueError(f"result.json: status {status!r} is not one of {', '.join(STATUSES)}")
-    numbers = {key: summary.get(key) for key in ("predicted_step_ms", "measured_step_ms", "prediction_error",
-                                                  "started_at")}
+    numbers = {
+        key: summary.get(key) for key in ("predicted_step_ms", "measured_step_ms", "prediction_error", "started_at")
+    }
     for key, value in numbers.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ValueError(f"result.json: {key} must be a number, got {value!r}")
@@ -238,7 +239,8 @@ def _load_outputs(result: RunResult) -> None:
     run_dir = result.run_dir
     if (run_dir / "measured.json").exists():
         result.measured, result.step_times_ms, result.losses, result.peak_memory_bytes = _read(
-            run_dir, "measured.json", _measured)
+            run_dir, "measured.json", _measured
+        )
         if result.measured_step_ms is None:
             result.measured_step_ms = measured_step_ms(result.step_times_ms)
     if (run_dir / "cost.json").exists():
@@ -260,8 +262,10 @@ def profiler_traces(run_dir: str | Path) -> list[Path]:
 def profiler_trace_sets(run_dir: str | Path) -> dict[str, list[Path]]:
     """The run's profiler traces by who ran the schedule: "executor" (rankR.json), "torch" (torch-rankR.json)."""
     traces = profiler_traces(run_dir)
-    sets = {"executor": [p for p in traces if p.name.startswith("rank")],
-            "torch": [p for p in traces if p.name.startswith("torch-rank")]}
+    sets = {
+        "executor": [p for p in traces if p.name.startswith("rank")],
+        "torch": [p for p in traces if p.name.startswith("torch-rank")],
+    }
     return {side: paths for side, paths in sets.items() if paths}
 
 
@@ -284,6 +288,7 @@ def list_runs(runs_root: str | Path = Path("runs")) -> list[RunResult]:
             results.append(load_run(folder))
         except (ValueError, OSError) as error:  # one damaged folder must not hide the others
             started = time.time() if not folder.exists() else _started(folder)
-            results.append(RunResult(folder.resolve(), "damaged", f"damaged run folder: {error}", None, None,
-                                     started_at=started))
+            results.append(
+                RunResult(folder.resolve(), "damaged", f"damaged run folder: {error}", None, None, started_at=started)
+            )
     return results

@@ -30,8 +30,6 @@ def torchrun_failures(text: str) -> list[tuple[int, int]]:
     return found
 
 
-
-
 def failed_rank(
     rank_lines: Mapping[int, Sequence[str]], launcher_lines: Sequence[str], error_events: Iterable[tuple[int, str]]
 ) -> int | None:

@@ -49,8 +49,13 @@ class Verification:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": [vars(r) for r in self.rows], "spearman": self.spearman,
-                "recommended_gap": self.recommended_gap, "measured_best": self.measured_best, "notes": self.notes}
+        return {
+            "rows": [vars(r) for r in self.rows],
+            "spearman": self.spearman,
+            "recommended_gap": self.recommended_gap,
+            "measured_best": self.measured_best,
+            "notes": self.notes,
+        }
 
 
 def ranks_of(values: list[float]) -> list[float]:
@@ -98,8 +103,11 @@ def compare(rows: list[VerifyRow]) -> Verification:
 
 def plan_candidates(plan: dict[str, Any], top: int) -> list[dict[str, Any]]:
     """The plan's top `top` buildable candidates: those that fit, fastest first, then the others."""
-    built = [c for c in plan.get("candidates", []) if isinstance(c, dict) and c.get("error") is None
-             and isinstance(c.get("makespan_ms"), (int, float))]
+    built = [
+        c
+        for c in plan.get("candidates", [])
+        if isinstance(c, dict) and c.get("error") is None and isinstance(c.get("makespan_ms"), (int, float))
+    ]
     built.sort(key=lambda c: (not c.get("fits"), c["makespan_ms"], c.get("peak_memory_bytes") or 0))
     return built[:top]
 
@@ -107,15 +115,24 @@ def plan_candidates(plan: dict[str, Any], top: int) -> list[dict[str, Any]]:
 def model_config(plan: dict[str, Any]) -> ModelConfig:
     model = (plan.get("inputs") or {}).get("model")
     if not isinstance(model, dict):
-        raise ValueError("the plan has no model description (inputs.model): plan from model flags, not a cost file, "
-                         "to verify it with the executor's Transformer")
-    return ModelConfig(kind="transformer", vocab_size=model["vocab_size"], d_model=model["hidden_size"],
-                       num_heads=model["num_heads"], ffn_size=model["ffn_size"], num_layers=model["num_layers"],
-                       seq_len=model["seq_len"])
+        raise ValueError(
+            "the plan has no model description (inputs.model): plan from model flags, not a cost file, "
+            "to verify it with the executor's Transformer"
+        )
+    return ModelConfig(
+        kind="transformer",
+        vocab_size=model["vocab_size"],
+        d_model=model["hidden_size"],
+        num_heads=model["num_heads"],
+        ffn_size=model["ffn_size"],
+        num_layers=model["num_layers"],
+        seq_len=model["seq_len"],
+    )
 
 
-def candidate_config(plan: dict[str, Any], c: dict[str, Any], *, steps: int, warmup_steps: int, device: str,
-                     timeout_s: float) -> RunConfig:
+def candidate_config(
+    plan: dict[str, Any], c: dict[str, Any], *, steps: int, warmup_steps: int, device: str, timeout_s: float
+) -> RunConfig:
     """The executor run of one candidate (ValueError when the executor cannot run it, e.g. data parallelism)."""
     if c.get("data_parallel", 1) != 1:
         raise ValueError(f"{c['data_parallel']} data-parallel replicas: the executor runs one pipeline")
@@ -124,21 +141,41 @@ def candidate_config(plan: dict[str, Any], c: dict[str, Any], *, steps: int, war
     chunks = c["virtual_stages"] if schedule_info(c["schedule"]).takes_chunks else None
     model = model_config(plan)
     model = ModelConfig(**{**vars(model), "split_points": tuple(c["split"]) or None})
-    return run_config(schedule=c["schedule"], num_ranks=c["ranks"], num_microbatches=c["microbatches"],
-                      num_virtual_stages=chunks, model=model, batch_size=c["microbatches"] * c["microbatch_size"],
-                      steps=steps, warmup_steps=warmup_steps, optimizer=optimizer, recompute=c["recompute"],
-                      device=device, timeout_s=timeout_s)
+    return run_config(
+        schedule=c["schedule"],
+        num_ranks=c["ranks"],
+        num_microbatches=c["microbatches"],
+        num_virtual_stages=chunks,
+        model=model,
+        batch_size=c["microbatches"] * c["microbatch_size"],
+        steps=steps,
+        warmup_steps=warmup_steps,
+        optimizer=optimizer,
+        recompute=c["recompute"],
+        device=device,
+        timeout_s=timeout_s,
+    )
 
 
 def label(c: dict[str, Any]) -> str:
     chunks = f" v{c['virtual_stages']}" if c.get("virtual_stages", 1) > 1 else ""
-    return (f"{c['schedule']} P{c['ranks']}{chunks} m{c['microbatches']}x{c.get('microbatch_size', '?')}"
-            f"{' recompute' if c.get('recompute') else ''}")
+    return (
+        f"{c['schedule']} P{c['ranks']}{chunks} m{c['microbatches']}x{c.get('microbatch_size', '?')}"
+        f"{' recompute' if c.get('recompute') else ''}"
+    )
 
 
-def verify_plan(plan_path: Path, top: int, *, runs_root: Path = Path("runs"), steps: int = 3, warmup_steps: int = 1,
-                device: str = "cpu", timeout_s: float = 300.0,
-                on_row: Callable[[VerifyRow], None] | None = None) -> Verification:
+def verify_plan(
+    plan_path: Path,
+    top: int,
+    *,
+    runs_root: Path = Path("runs"),
+    steps: int = 3,
+    warmup_steps: int = 1,
+    device: str = "cpu",
+    timeout_s: float = 300.0,
+    on_row: Callable[[VerifyRow], None] | None = None,
+) -> Verification:
     """Run the plan's top `top` candidates one after another and compare; writes verify.json beside the plan."""
     from executor.host.launch import start_run
 
@@ -152,8 +189,9 @@ def verify_plan(plan_path: Path, top: int, *, runs_root: Path = Path("runs"), st
     for index, c in enumerate(plan_candidates(plan, top)):
         row = VerifyRow(label(c), c, float(c["makespan_ms"]))
         try:
-            config = candidate_config(plan, c, steps=steps, warmup_steps=warmup_steps, device=device,
-                                      timeout_s=timeout_s)
+            config = candidate_config(
+                plan, c, steps=steps, warmup_steps=warmup_steps, device=device, timeout_s=timeout_s
+            )
             result = start_run(config, runs_root=runs_root, name=f"verify-{plan_path.stem}-{index}").wait()
             row.run_dir = str(result.run_dir)
             if result.status == "ok" and result.measured_step_ms is not None:

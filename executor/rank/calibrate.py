@@ -100,8 +100,9 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
             syncs = _merged(sorted((c[3], c[4]) for c in record["comm"] if c[0] == "allreduce"))
             tails.append(max(record["end"] - previous - _blocked(syncs, previous, record["end"]), 0.0))
     return {
-        "durations_ms": {stage: {kind: statistics.median(v) for kind, v in kinds.items()}
-                         for stage, kinds in durations.items()},
+        "durations_ms": {
+            stage: {kind: statistics.median(v) for kind, v in kinds.items()} for stage, kinds in durations.items()
+        },
         "dispatch_ms": statistics.median(gaps) if gaps else 0.0,
         "tail_ms": statistics.median(tails) if tails else 0.0,
         "steps": len(records),

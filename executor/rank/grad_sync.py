@@ -72,8 +72,15 @@ class GradSync:
     """Launches each stage's bucketed all-reduce after its last backward; `finish` waits and writes the
     averaged gradients back. One per rank, used by the runtime step after step."""
 
-    def __init__(self, schedule: Schedule, rank: int, runners: dict[int, StageRunner], group: Any, replicas: int,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+    def __init__(
+        self,
+        schedule: Schedule,
+        rank: int,
+        runners: dict[int, StageRunner],
+        group: Any,
+        replicas: int,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    ) -> None:
         self.group, self.replicas = group, replicas
         self._last = last_grad_actions(schedule, rank)
         self._buckets = {stage: buckets(runners[stage].parameters(), bucket_bytes) for stage in runners}
@@ -106,7 +113,7 @@ class GradSync:
             offset = 0
             for param in item.params:
                 count = param.numel()
-                average = item.flat[offset:offset + count].view_as(param)
+                average = item.flat[offset : offset + count].view_as(param)
                 if param.grad is None:
                     param.grad = average.clone()
                 else:

@@ -153,8 +153,12 @@ def profile_links(r: Rank, repeats: int) -> dict[int, dict[str, float]]:
         large = _ping_pong_ms(r, src, dst, shape, repeats)
         if r.pipe_rank == src:
             size = torch.empty(0, dtype=r.model.wire_dtype).element_size()
-            results[boundary] = {"small_ms": small, "small_bytes": float(size * SMALL_ELEMENTS),
-                                 "large_ms": large, "large_bytes": float(size * shape.numel())}
+            results[boundary] = {
+                "small_ms": small,
+                "small_bytes": float(size * SMALL_ELEMENTS),
+                "large_ms": large,
+                "large_bytes": float(size * shape.numel()),
+            }
     return results
 
 
@@ -193,12 +197,16 @@ def profile_allreduce(r: Rank, repeats: int, watch: Stopwatch) -> dict[str, floa
 
 def allreduce_link(measures: list[dict[str, float] | None]) -> LinkCost:
     """The data-parallel link: each rank's two timings through the ring model, the median over ranks."""
-    fitted = [fit_ring_link(m["small_bytes"], m["small_ms"], m["large_bytes"], m["large_ms"],
-                            int(m["participants"])) for m in measures if m]
+    fitted = [
+        fit_ring_link(m["small_bytes"], m["small_ms"], m["large_bytes"], m["large_ms"], int(m["participants"]))
+        for m in measures
+        if m
+    ]
     if not fitted:
         return LinkCost()
-    return LinkCost(latency_ms=_median([f.latency_ms for f in fitted]),
-                    bandwidth_gbps=_median([f.bandwidth_gbps for f in fitted]))
+    return LinkCost(
+        latency_ms=_median([f.latency_ms for f in fitted]), bandwidth_gbps=_median([f.bandwidth_gbps for f in fitted])
+    )
 
 
 def profile_optimizer(r: Rank, repeats: int, watch: Stopwatch) -> float:
@@ -236,11 +244,13 @@ def stage_cost(measure: dict[str, float], split: bool, recompute: bool) -> Stage
         input_bytes=measure["input_bytes"], output_bytes=measure["output_bytes"], param_bytes=measure["param_bytes"],
     )  # fmt: skip
     if split:
-        return measured_stage_cost(sizes, forward_ms=measure["f_split"], input_ms=measure["i"], weight_ms=measure["w"],
-                                   recompute=recompute)
+        return measured_stage_cost(
+            sizes, forward_ms=measure["f_split"], input_ms=measure["i"], weight_ms=measure["w"], recompute=recompute
+        )
     share = measure["w"] / max(measure["i"] + measure["w"], 1e-9)  # W's share of B, from the split measurement
-    return measured_stage_cost(sizes, forward_ms=measure["f"], backward_ms=measure["b"], weight_share=share,
-                               recompute=recompute)
+    return measured_stage_cost(
+        sizes, forward_ms=measure["f"], backward_ms=measure["b"], weight_share=share, recompute=recompute
+    )
 
 
 # Which isolated measurement an in-situ median replaces (executor.calibrate): F is the plain forward, or the
@@ -284,12 +294,16 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
     link_costs = tuple(link_cost(links.get(b)) for b in range(max(schedule.num_stages - 1, 1)))
     meta = {
         "measured": {str(s): isolated[s] for s in sorted(isolated)},
-        "in_situ": {"steps": gathered[0]["calibration"]["steps"], "shared_cores": slots,
-                    "durations_ms": {str(s): calibrated[s] for s in sorted(calibrated)},
-                    "optimizer_ms": [g["optimizer_ms"] for g in gathered]},
+        "in_situ": {
+            "steps": gathered[0]["calibration"]["steps"],
+            "shared_cores": slots,
+            "durations_ms": {str(s): calibrated[s] for s in sorted(calibrated)},
+            "optimizer_ms": [g["optimizer_ms"] for g in gathered],
+        },
         "links_measured": {str(b): links[b] for b in sorted(links)},
-        "i_plus_w_over_b": {str(s): (m["i"] + m["w"]) / m["b"] if m["b"] > 0 else None
-                            for s, m in sorted(isolated.items())},
+        "i_plus_w_over_b": {
+            str(s): (m["i"] + m["w"]) / m["b"] if m["b"] > 0 else None for s, m in sorted(isolated.items())
+        },
         "schedule": schedule.name,
         "num_ranks": schedule.num_ranks,
         "num_microbatches": schedule.num_microbatches,
@@ -302,11 +316,18 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
         "repeats": PROFILE_REPEATS,
         "torch_version": torch.__version__,
     }
-    return CostModel(stages=costs, links=link_costs, recompute=config.training.recompute, source="profile",
-                     step_overhead_ms=tuple(g["calibration"]["tail_ms"] for g in gathered),
-                     dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered),
-                     shared_cores=replica_slots if replicas > 1 else slots, data_parallel=replicas,
-                     dp_link=allreduce_link([g.get("allreduce") for g in gathered]), meta=meta)
+    return CostModel(
+        stages=costs,
+        links=link_costs,
+        recompute=config.training.recompute,
+        source="profile",
+        step_overhead_ms=tuple(g["calibration"]["tail_ms"] for g in gathered),
+        dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered),
+        shared_cores=replica_slots if replicas > 1 else slots,
+        data_parallel=replicas,
+        dp_link=allreduce_link([g.get("allreduce") for g in gathered]),
+        meta=meta,
+    )
 
 
 def profile_run(r: Rank, run_dir: Path, repeats: int = PROFILE_REPEATS) -> CostModel | None:

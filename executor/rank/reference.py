@@ -69,8 +69,9 @@ def unavailable_reason(config: RunConfig, schedule: Schedule) -> str | None:
         return f"schedule {schedule.name!r} places stages as {placed}, unlike torch's {list(expected)}"
     if config.devices.backend == "staged":
         return "torch.distributed.pipelining sends device tensors directly; it cannot run on backend staged"
-    return torch_refusal(torch_schedule_name(name) or "", schedule.num_ranks, schedule.num_stages,
-                         schedule.num_microbatches)
+    return torch_refusal(
+        torch_schedule_name(name) or "", schedule.num_ranks, schedule.num_stages, schedule.num_microbatches
+    )
 
 
 def torch_refusal(class_name: str, num_ranks: int, num_stages: int, num_microbatches: int) -> str | None:
@@ -103,8 +104,10 @@ def torch_refusal(class_name: str, num_ranks: int, num_stages: int, num_microbat
             schedule_class([stage] * max(1, num_stages // num_ranks), num_microbatches)
     except (ValueError, AssertionError, RuntimeError, ZeroDivisionError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return (f"torch's {class_name} refuses {num_ranks} ranks x {num_microbatches} microbatches: "
-                f"{' '.join(first.split())}")
+        return (
+            f"torch's {class_name} refuses {num_ranks} ranks x {num_microbatches} microbatches: "
+            f"{' '.join(first.split())}"
+        )
     finally:
         logger.setLevel(level)
     return None
@@ -210,8 +213,9 @@ class OursSide:
         return record["start"], record["end"], record["loss"] or 0.0
 
 
-def run_sides(config: RunConfig, rank: int, sides: dict, traces: dict[str, Path] | None = None,
-              device=None) -> dict[str, dict]:
+def run_sides(
+    config: RunConfig, rank: int, sides: dict, traces: dict[str, Path] | None = None, device=None
+) -> dict[str, dict]:
     """Warm-up + measured steps of every side; with two sides they alternate step by step, the
     first side switching every step, so that both see the same machine at the same time.
 
@@ -252,8 +256,10 @@ def torch_order(pipe) -> dict[str, list[str]] | None:
     order = getattr(pipe, "pipeline_order", None)
     if not isinstance(order, dict):
         return None
-    return {str(rank): ["" if action is None else str(action) for action in actions]
-            for rank, actions in sorted(order.items())}
+    return {
+        str(rank): ["" if action is None else str(action) for action in actions]
+        for rank, actions in sorted(order.items())
+    }
 
 
 def _synchronize(device) -> None:

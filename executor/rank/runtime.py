@@ -344,8 +344,17 @@ def build_rank_model(
     wire = half or torch.float32
     for stage in schedule.stages_of_rank(rank):
         module = stages[stage].to(device)
-        runner = StageRunner(stage, module, stage == 0, stage == last, loss,
-                             1.0 / schedule.num_microbatches, recompute, autocast_dtype=half, wire_dtype=wire)
+        runner = StageRunner(
+            stage,
+            module,
+            stage == 0,
+            stage == last,
+            loss,
+            1.0 / schedule.num_microbatches,
+            recompute,
+            autocast_dtype=half,
+            wire_dtype=wire,
+        )
         x = sample.to(device) if stage == 0 else torch.zeros(shapes[stage][0], device=device)
         activation, weight = measure_stash_bytes(runner, x, target.to(device) if stage == last else None)
         stash_bytes[stage] = (activation, weight, tensor_bytes(x))

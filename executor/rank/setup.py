@@ -78,24 +78,30 @@ class Rank:
             rows = slice(self.replica * size, (self.replica + 1) * size)
             inputs, targets = inputs[rows], targets[rows]
         m, device = self.config.pipeline.num_microbatches, self.choice.device
-        return (microbatches(inputs, m, device) if 0 in stages else None,
-                microbatches(targets, m, device) if self.schedule.num_stages - 1 in stages else None)
+        return (
+            microbatches(inputs, m, device) if 0 in stages else None,
+            microbatches(targets, m, device) if self.schedule.num_stages - 1 in stages else None,
+        )
 
 
 def data_parallel_groups(config: RunConfig, timeout_s: float) -> list:
     """One group per pipeline rank over its replicas (created by every process, in one order)."""
     ranks, replicas = config.pipeline.num_ranks, config.pipeline.data_parallel
     timeout = timedelta(seconds=timeout_s)
-    return [torch.distributed.new_group([d * ranks + p for d in range(replicas)], backend=None, timeout=timeout)
-            for p in range(ranks)]
+    return [
+        torch.distributed.new_group([d * ranks + p for d in range(replicas)], backend=None, timeout=timeout)
+        for p in range(ranks)
+    ]
 
 
 def setup(config: RunConfig, schedule: Schedule) -> Rank:
     process, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
     replicas = config.pipeline.data_parallel
     if world != schedule.num_ranks * replicas or schedule.num_ranks != config.pipeline.num_ranks:
-        raise ValueError(f"torchrun started {world} processes but the schedule has {schedule.num_ranks} ranks "
-                         f"and the config {config.pipeline.num_ranks} ranks x {replicas} replicas")
+        raise ValueError(
+            f"torchrun started {world} processes but the schedule has {schedule.num_ranks} ranks "
+            f"and the config {config.pipeline.num_ranks} ranks x {replicas} replicas"
+        )
     rank, replica = process % schedule.num_ranks, process // schedule.num_ranks
     if schedule.num_microbatches != config.pipeline.num_microbatches:
         raise ValueError(
@@ -104,12 +110,26 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
     local_world, local_rank = env_int("LOCAL_WORLD_SIZE", world), env_int("LOCAL_RANK", process)
     choice = resolve_backend(config.devices.device, config.devices.backend, local_world, local_rank)
     control = init_distributed(choice, config.timeout_s)
-    transport = Transport(choice, rank, schedule_links(schedule), config.timeout_s, replicas=replicas,
-                          replica=replica, ranks=schedule.num_ranks)
+    transport = Transport(
+        choice,
+        rank,
+        schedule_links(schedule),
+        config.timeout_s,
+        replicas=replicas,
+        replica=replica,
+        ranks=schedule.num_ranks,
+    )
     transport.warm_up()
-    model = build_rank_model(schedule, config.model, seed=config.training.seed, microbatch_size=config.microbatch_size,
-                             rank=rank, device=choice.device, recompute=config.training.recompute,
-                             dtype=config.training.dtype)
+    model = build_rank_model(
+        schedule,
+        config.model,
+        seed=config.training.seed,
+        microbatch_size=config.microbatch_size,
+        rank=rank,
+        device=choice.device,
+        recompute=config.training.recompute,
+        dtype=config.training.dtype,
+    )
     sync = None
     if replicas > 1:
         from executor.rank.grad_sync import GradSync
@@ -118,8 +138,27 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         torch.distributed.all_reduce(torch.zeros(1, device=choice.device), group=group)  # connect before timing
         sync = GradSync(schedule, rank, model.runners, group, replicas)
     clock = make_clock(choice.device)
-    runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, clock,
-                              dtype=model.wire_dtype, stash_bytes=model.stash_bytes, grad_sync=sync,
-                              label_actions=config.training.torch_profile)
-    return Rank(config, schedule, process, world, choice, control, model, runtime,
-                make_optimizer(config, model.parameters()), clock)
+    runtime = PipelineRuntime(
+        schedule,
+        rank,
+        model.runners,
+        model.shapes,
+        transport,
+        clock,
+        dtype=model.wire_dtype,
+        stash_bytes=model.stash_bytes,
+        grad_sync=sync,
+        label_actions=config.training.torch_profile,
+    )
+    return Rank(
+        config,
+        schedule,
+        process,
+        world,
+        choice,
+        control,
+        model,
+        runtime,
+        make_optimizer(config, model.parameters()),
+        clock,
+    )

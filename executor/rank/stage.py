@@ -181,8 +181,9 @@ class StageRunner:
         """The stage's forward (plus the scaled loss on the last stage); records leaf calls if asked."""
         self._calls = [] if capture else None
         try:
-            with torch.autocast(x.device.type, dtype=self.autocast_dtype or torch.bfloat16,
-                                enabled=self.autocast_dtype is not None):
+            with torch.autocast(
+                x.device.type, dtype=self.autocast_dtype or torch.bfloat16, enabled=self.autocast_dtype is not None
+            ):
                 out = self.module(x)
                 if self.is_last:
                     out = self.loss_fn(out, target).float() * self.scale

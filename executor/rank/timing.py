@@ -151,5 +151,3 @@ def assemble_measured(
                 comm.append(CommSpan(rank, kind, peer, Action.parse(text), start + shift, end + shift, step))
     timeline = Timeline(num_ranks, tuple(spans), "measured", schedule_name, tuple(comm), dict(meta or {}))
     return timeline, step_times
-
-

@@ -55,16 +55,23 @@ def gradient_bytes(params: list[torch.Tensor]) -> int:
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes of every tensor the optimizer keeps per parameter (momentum, Adam's two moments and step count)."""
-    return sum(v.numel() * v.element_size() for state in optimizer.state.values() for v in state.values()
-               if isinstance(v, torch.Tensor))
+    return sum(
+        v.numel() * v.element_size()
+        for state in optimizer.state.values()
+        for v in state.values()
+        if isinstance(v, torch.Tensor)
+    )
 
 
 def static_memory(r: Rank, records: list[dict[str, Any]]) -> dict[str, int]:
     """Parameters, gradients and optimizer state of this rank, counted tensor by tensor (pipesim.memory models
     the same three parts)."""
     params = sum(p.numel() * p.element_size() for p in r.model.parameters())
-    return {"param_bytes": params, "grad_bytes": max((rec["grad_bytes"] for rec in records), default=0),
-            "optimizer_bytes": optimizer_state_bytes(r.optimizer)}
+    return {
+        "param_bytes": params,
+        "grad_bytes": max((rec["grad_bytes"] for rec in records), default=0),
+        "optimizer_bytes": optimizer_state_bytes(r.optimizer),
+    }
 
 
 def crash_step() -> int | None:
@@ -97,15 +104,19 @@ def train(r: Rank, run_dir: Path | None = None, trace: Path | None = None) -> li
                     emit("stopped", rank=r.rank, step=step)
                     return records
                 if crash_at == step:
-                    print(f"rank {r.rank}: injected crash at step {step} (PIPESIM_CRASH_RANK)", file=sys.stderr,
-                          flush=True)
+                    print(
+                        f"rank {r.rank}: injected crash at step {step} (PIPESIM_CRASH_RANK)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     os._exit(3)
                 result = train_step(r, step)
                 result.update(step=step, phase=phase)
                 records.append(result)
                 # the step's time travels with the event, so a cancelled run can still say what it measured
-                emit("step", rank=r.rank, step=index, steps=count, phase=phase,
-                     ms=float(result["end"] - result["start"]))
+                emit(
+                    "step", rank=r.rank, step=index, steps=count, phase=phase, ms=float(result["end"] - result["start"])
+                )
                 step += 1
     return records
 
@@ -156,8 +167,11 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         return
     multi_node = env_int("LOCAL_WORLD_SIZE", r.world_size) != r.world_size
     applied = offsets[:ranks] if multi_node else [0.0] * ranks
-    meta = {"clock_offsets_ms": offsets, "clock_offsets_applied": multi_node,
-            "clock": "cuda events" if r.choice.device.type == "cuda" else "perf_counter"}
+    meta = {
+        "clock_offsets_ms": offsets,
+        "clock_offsets_applied": multi_node,
+        "clock": "cuda events" if r.choice.device.type == "cuda" else "perf_counter",
+    }
     if r.overlap_groups:  # run back to back: one device stream cannot overlap them
         meta["overlap_groups"] = r.overlap_groups
         meta["overlap"] = "members run back to back (no overlap on this device)"
@@ -177,8 +191,10 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "peak_memory_kind": "cuda max_memory_allocated" if cuda else "tracked stashed activations",
         # tracked tensor bytes: parameters, gradients, optimizer state, plus the tracked activation peak
         "static_memory_bytes": [g["static"] for g in gathered],
-        "tracked_peak_bytes": [sum(g["static"].values()) + max((rec["peak_stash_bytes"] for rec in g["records"]),
-                                                                default=0) for g in gathered],
+        "tracked_peak_bytes": [
+            sum(g["static"].values()) + max((rec["peak_stash_bytes"] for rec in g["records"]), default=0)
+            for g in gathered
+        ],
         "backend": r.choice.transport,
         "device": r.choice.device.type,
         "torch_version": torch.__version__,

@@ -107,8 +107,17 @@ class Transport:
     the groups of its own replica (`replica`) only; all of them are still created everywhere, in one order.
     """
 
-    def __init__(self, choice: BackendChoice, rank: int, links: Iterable[tuple[int, int]], timeout_s: float = 600.0,
-                 *, replicas: int = 1, replica: int = 0, ranks: int = 0):
+    def __init__(
+        self,
+        choice: BackendChoice,
+        rank: int,
+        links: Iterable[tuple[int, int]],
+        timeout_s: float = 600.0,
+        *,
+        replicas: int = 1,
+        replica: int = 0,
+        ranks: int = 0,
+    ):
         self.choice, self.rank, self.device = choice, rank, choice.device
         self._staged = choice.transport == "staged"
         self.links = sorted({(a, b) for a, b in links if a != b})
@@ -118,8 +127,7 @@ class Transport:
         for other in range(replicas):
             for src, dst in self.links:
                 base = other * ranks
-                group = dist.new_group([base + src, base + dst], backend=choice.process_group_backend,
-                                       timeout=timeout)
+                group = dist.new_group([base + src, base + dst], backend=choice.process_group_backend, timeout=timeout)
                 if other == replica:
                     self._groups[(src, dst)] = group if rank in (src, dst) else None
 

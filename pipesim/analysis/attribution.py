@@ -37,6 +37,7 @@ NOISY_STEP_CV = 0.05
 def spread(measured: Timeline, step_times_ms: Sequence[float]) -> dict:
     """How much the run varied: the step times' coefficient of variation, and per action the median over all
     actions of each action's CV across steps. `reliable` is False when the step CV exceeds NOISY_STEP_CV."""
+
     def cv(values: Sequence[float]) -> float | None:
         mean = statistics.fmean(values) if len(values) > 1 else 0.0
         return statistics.pstdev(values) / mean if mean > 0 else None
@@ -47,8 +48,13 @@ def spread(measured: Timeline, step_times_ms: Sequence[float]) -> dict:
     for span in measured.spans:
         per_action.setdefault((span.rank, span.action), []).append(span.end - span.start)
     cvs = [c for c in map(cv, per_action.values()) if c is not None]
-    return {"step_cv": step_cv, "action_cv_median": statistics.median(cvs) if cvs else 0.0,
-            "threshold_step_cv": NOISY_STEP_CV, "reliable": step_cv <= NOISY_STEP_CV, "steps": len(times)}
+    return {
+        "step_cv": step_cv,
+        "action_cv_median": statistics.median(cvs) if cvs else 0.0,
+        "threshold_step_cv": NOISY_STEP_CV,
+        "reliable": step_cv <= NOISY_STEP_CV,
+        "steps": len(times),
+    }
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,9 @@ def attribute_step(schedule: Schedule, measured: Timeline, step: int, step_ms: f
     spans = {span.action: span for span in measured.spans if span.step == step}
     missing = [a for a in deps.actions if a not in spans]
     if missing:
-        raise ValueError(f"step {step} of the measured timeline has no span for {missing[0]}; "
-                         "was it measured from this schedule?")
+        raise ValueError(
+            f"step {step} of the measured timeline has no span for {missing[0]}; was it measured from this schedule?"
+        )
     durations = [spans[a].end - spans[a].start for a in deps.actions]
     replay_starts, replay_ends, stuck = sweep(deps, durations, [0.0] * len(durations))
     if stuck:
@@ -117,16 +124,20 @@ def attribute_step(schedule: Schedule, measured: Timeline, step: int, step_ms: f
         marks = [mark for g0, g1, replay_idle in gaps for mark in _cut(rank, g0, g1, replay_idle, blocked[rank])]
         lost.extend(marks)
         parts = {part: sum(m.end - m.start for m in marks if m.part == part) for part in _PARTS}
-        shares.append(RankShare(rank, step_ms, sum(durations[lo:hi]), parts["schedule_idle"], parts["comm_wait"],
-                                parts["overhead"]))
+        shares.append(
+            RankShare(
+                rank, step_ms, sum(durations[lo:hi]), parts["schedule_idle"], parts["comm_wait"], parts["overhead"]
+            )
+        )
     return StepAttribution(step, step_ms, replay_ms, tuple(shares), tuple(lost))
 
 
 _PARTS = ("schedule_idle", "comm_wait", "overhead")
 
 
-def _cut(rank: int, g0: float, g1: float, replay_idle: float,
-         blocked: list[tuple[float, float, str]]) -> list[LostTime]:
+def _cut(
+    rank: int, g0: float, g1: float, replay_idle: float, blocked: list[tuple[float, float, str]]
+) -> list[LostTime]:
     """One idle interval [g0, g1] cut into its parts, laid out in the order they happen: overhead (dispatch)
     first, then the wait the schedule imposes, then the transfer's own wait at the end."""
     gap = g1 - g0
@@ -163,6 +174,8 @@ def attribute_run(schedule: Schedule, measured: Timeline, step_times_ms: Sequenc
         "replay_ms": typical.replay_ms,
         "ranks": [{k: v for k, v in asdict(r).items() if k != "step_ms"} for r in typical.ranks],
         "spread": spread(measured, step_times_ms),
-        "steps": [{"step": s.step, "step_ms": s.step_ms, "replay_ms": s.replay_ms,
-                   "ranks": [asdict(r) for r in s.ranks]} for s in steps],
+        "steps": [
+            {"step": s.step, "step_ms": s.step_ms, "replay_ms": s.replay_ms, "ranks": [asdict(r) for r in s.ranks]}
+            for s in steps
+        ],
     }

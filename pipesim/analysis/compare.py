@@ -40,8 +40,9 @@ class ComparisonRow:
         return asdict(self)
 
 
-def compare_one(name: str, num_ranks: int, num_microbatches: int, cost: CostModel,
-                num_virtual_stages: int | None = None) -> ComparisonRow:
+def compare_one(
+    name: str, num_ranks: int, num_microbatches: int, cost: CostModel, num_virtual_stages: int | None = None
+) -> ComparisonRow:
     """Build, simulate and measure one schedule; a ValueError becomes the row's `error`."""
     try:
         options = options_for(name, num_virtual_stages=num_virtual_stages)
@@ -75,8 +76,7 @@ def compare_schedules(
 
 def format_table(rows: list[ComparisonRow]) -> str:
     """A plain-text table for terminals and logs."""
-    header = (f"{'schedule':<18} {'makespan ms':>12} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} "
-              f"{'peak memory':>12}")
+    header = f"{'schedule':<18} {'makespan ms':>12} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} {'peak memory':>12}"
     lines = [header, "-" * len(header)]
     for row in rows:
         if row.error is not None:

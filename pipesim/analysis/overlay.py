@@ -102,8 +102,15 @@ def action_errors(simulated: Timeline, measured: Timeline) -> list[dict]:
         if not values:
             continue
         real = statistics.median(values)
-        rows.append({"rank": sim.rank, "action": str(sim.action), "simulated_ms": sim.duration, "measured_ms": real,
-                     "error": prediction_error(sim.duration, real) if real > 0 else None})
+        rows.append(
+            {
+                "rank": sim.rank,
+                "action": str(sim.action),
+                "simulated_ms": sim.duration,
+                "measured_ms": real,
+                "error": prediction_error(sim.duration, real) if real > 0 else None,
+            }
+        )
     return rows
 
 
@@ -133,8 +140,16 @@ def replay_cost(measured: Timeline, cost: CostModel) -> CostModel:
     for stage in range(num_stages):
         base = cost.stage(stage)
         forward = median(stage, "F")
-        stages.append(measured_stage_cost(
-            base, forward_ms=base.forward_ms if forward is None else forward, backward_ms=median(stage, "B"),
-            input_ms=median(stage, "I"), weight_ms=median(stage, "W"), recompute=cost.recompute,
-        ) if (stage, "B") in durations or (stage, "I") in durations else base)
+        stages.append(
+            measured_stage_cost(
+                base,
+                forward_ms=base.forward_ms if forward is None else forward,
+                backward_ms=median(stage, "B"),
+                input_ms=median(stage, "I"),
+                weight_ms=median(stage, "W"),
+                recompute=cost.recompute,
+            )
+            if (stage, "B") in durations or (stage, "I") in durations
+            else base
+        )
     return replace(cost, stages=tuple(stages), source="replay")

@@ -28,12 +28,19 @@ def lost_time_bars(lost: Sequence[LostTime], row_of_rank: Callable[[int], float]
         if part == "compute" or not marks:
             continue
         data = np.array([(row_of_rank(m.rank) + MARK_OFFSET, m.start, m.end - m.start) for m in marks], dtype=float)
-        traces.append(go.Bar(
-            name=f"lost: {name}", orientation="h", y=data[:, 0], base=data[:, 1], x=data[:, 2], width=MARK_HEIGHT,
-            marker={"color": color, "line": {"width": 0.5, "color": "#555555"}},
-            hovertemplate=f"{name}<br>from %{{base:.3f}} ms for %{{x:.3f}} ms<extra></extra>",
-            legendgroup="lost",
-        ))
+        traces.append(
+            go.Bar(
+                name=f"lost: {name}",
+                orientation="h",
+                y=data[:, 0],
+                base=data[:, 1],
+                x=data[:, 2],
+                width=MARK_HEIGHT,
+                marker={"color": color, "line": {"width": 0.5, "color": "#555555"}},
+                hovertemplate=f"{name}<br>from %{{base:.3f}} ms for %{{x:.3f}} ms<extra></extra>",
+                legendgroup="lost",
+            )
+        )
     return traces
 
 

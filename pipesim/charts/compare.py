@@ -43,13 +43,27 @@ def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> 
     panels = [
         ([row.makespan for row in good], "makespan", "%{x}: %{y:.3f} ms<extra></extra>", None),
         ([row.bubble_fraction for row in good], "bubble fraction", "%{x}: %{y:.1%}<extra></extra>", None),
-        ([_peak(row) / divisor for row in good], "peak memory", "%{x}: %{customdata}<extra></extra>",
-         [_peak_text(row) for row in good]),
+        (
+            [_peak(row) / divisor for row in good],
+            "peak memory",
+            "%{x}: %{customdata}<extra></extra>",
+            [_peak_text(row) for row in good],
+        ),
     ]
     for col, (values, name, template, custom) in enumerate(panels, start=1):
-        fig.add_trace(go.Bar(x=names, y=values, name=name, customdata=custom, hovertemplate=template,
-                             marker={"color": [RANK_COLORS[i % len(RANK_COLORS)] for i in range(len(good))]},
-                             showlegend=False), row=1, col=col)
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=values,
+                name=name,
+                customdata=custom,
+                hovertemplate=template,
+                marker={"color": [RANK_COLORS[i % len(RANK_COLORS)] for i in range(len(good))]},
+                showlegend=False,
+            ),
+            row=1,
+            col=col,
+        )
     fig.update_yaxes(tickformat=".0%", row=1, col=2)
     if log_scale:
         fig.update_yaxes(type="log", row=1, col=1)
@@ -69,22 +83,37 @@ def tradeoff_figure(rows: list[ComparisonRow]) -> go.Figure:
     memory_title, divisor = _memory_axis(good)
     fig = go.Figure()
     for i, row in enumerate(good):
-        fig.add_trace(go.Scatter(
-            x=[row.makespan], y=[_peak(row) / divisor], mode="markers", name=row.schedule,
-            marker={"size": 13, "color": RANK_COLORS[i % len(RANK_COLORS)], "line": {"width": 1, "color": "white"}},
-            customdata=[[row.bubble_fraction, _peak_text(row)]],
-            hovertemplate=f"<b>{row.schedule}</b><br>makespan %{{x:.3f}} ms<br>peak %{{customdata[1]}}<br>"
-                          "bubble %{customdata[0]:.1%}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[row.makespan],
+                y=[_peak(row) / divisor],
+                mode="markers",
+                name=row.schedule,
+                marker={"size": 13, "color": RANK_COLORS[i % len(RANK_COLORS)], "line": {"width": 1, "color": "white"}},
+                customdata=[[row.bubble_fraction, _peak_text(row)]],
+                hovertemplate=f"<b>{row.schedule}</b><br>makespan %{{x:.3f}} ms<br>peak %{{customdata[1]}}<br>"
+                "bubble %{customdata[0]:.1%}<extra></extra>",
+            )
+        )
     front = pareto_front(good)
     if len(front) > 1:
-        fig.add_trace(go.Scatter(
-            x=[row.makespan for row in front], y=[_peak(row) / divisor for row in front], mode="lines",
-            name="Pareto front", line={"color": "#555555", "dash": "dash", "shape": "hv", "width": 1.5},
-            hoverinfo="skip",
-        ))
-    fig.update_layout(title="trade-off: step time vs peak activation memory<br><sup>dashed: the Pareto front, "
-                            "schedules no other beats on both</sup>",
-                      xaxis={"title": "makespan (ms)"}, yaxis={"title": memory_title, "rangemode": "tozero"},
-                      plot_bgcolor="white", height=420, legend={"orientation": "v"})
+        fig.add_trace(
+            go.Scatter(
+                x=[row.makespan for row in front],
+                y=[_peak(row) / divisor for row in front],
+                mode="lines",
+                name="Pareto front",
+                line={"color": "#555555", "dash": "dash", "shape": "hv", "width": 1.5},
+                hoverinfo="skip",
+            )
+        )
+    fig.update_layout(
+        title="trade-off: step time vs peak activation memory<br><sup>dashed: the Pareto front, "
+        "schedules no other beats on both</sup>",
+        xaxis={"title": "makespan (ms)"},
+        yaxis={"title": memory_title, "rangemode": "tozero"},
+        plot_bgcolor="white",
+        height=420,
+        legend={"orientation": "v"},
+    )
     return fig

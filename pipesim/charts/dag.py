@@ -17,8 +17,15 @@ if TYPE_CHECKING:
 MAX_DAG_ACTIONS = 1500  # beyond this a node-link drawing is unreadable; the Gantt chart scales instead
 
 
-def _edge_trace(pairs: Iterable[tuple[Action, Action]], pos: dict[Action, tuple[float, float]], name: str,
-                color: str, width: float, dash: str = "solid", arrows: bool = True) -> go.Scatter:
+def _edge_trace(
+    pairs: Iterable[tuple[Action, Action]],
+    pos: dict[Action, tuple[float, float]],
+    name: str,
+    color: str,
+    width: float,
+    dash: str = "solid",
+    arrows: bool = True,
+) -> go.Scatter:
     """All edges of one kind in one trace, segments separated by None.
 
     The arrowhead sits at each edge's midpoint (the ends are hidden under the nodes).
@@ -30,7 +37,11 @@ def _edge_trace(pairs: Iterable[tuple[Action, Action]], pos: dict[Action, tuple[
         ys += [y0, (y0 + y1) / 2, y1, None]
         sizes += [0, 10 if arrows else 0, 0, 0]
     return go.Scatter(
-        x=xs, y=ys, mode="lines+markers", name=name, hoverinfo="skip",
+        x=xs,
+        y=ys,
+        mode="lines+markers",
+        name=name,
+        hoverinfo="skip",
         line={"color": color, "width": width, "dash": dash},
         marker={"symbol": "arrow", "angleref": "previous", "size": sizes, "color": color},
     )
@@ -39,15 +50,20 @@ def _edge_trace(pairs: Iterable[tuple[Action, Action]], pos: dict[Action, tuple[
 def _node_trace(kind: str, nodes: list[Action], graph: nx.DiGraph, pos, show_text: bool) -> go.Scatter:
     durations = [graph.nodes[a].get("duration") for a in nodes]
     return go.Scatter(
-        x=[pos[a][0] for a in nodes], y=[pos[a][1] for a in nodes],
+        x=[pos[a][0] for a in nodes],
+        y=[pos[a][1] for a in nodes],
         mode="markers+text" if show_text else "markers",
         name=KIND_NAMES[kind],
-        text=[str(a) for a in nodes], textposition="top center", textfont={"size": 9},
+        text=[str(a) for a in nodes],
+        textposition="top center",
+        textfont={"size": 9},
         marker={"size": 14, "color": KIND_COLORS[kind], "line": {"width": 1, "color": "white"}},
-        customdata=[[str(a), graph.nodes[a]["rank"], a.stage, a.microbatch,
-                     "n/a" if d is None else f"{d:.3f} ms"] for a, d in zip(nodes, durations, strict=True)],
+        customdata=[
+            [str(a), graph.nodes[a]["rank"], a.stage, a.microbatch, "n/a" if d is None else f"{d:.3f} ms"]
+            for a, d in zip(nodes, durations, strict=True)
+        ],
         hovertemplate="<b>%{customdata[0]}</b><br>rank %{customdata[1]}, stage %{customdata[2]}, "
-                      "microbatch %{customdata[3]}<br>duration %{customdata[4]}<extra></extra>",
+        "microbatch %{customdata[3]}<br>duration %{customdata[4]}<extra></extra>",
     )
 
 
@@ -60,9 +76,13 @@ def _path_pairs(path: Sequence[Action], closed: bool) -> list[tuple[Action, Acti
 
 def _highlight_nodes(nodes: Sequence[Action], pos, name: str, color: str) -> go.Scatter:
     return go.Scatter(
-        x=[pos[a][0] for a in nodes], y=[pos[a][1] for a in nodes], mode="markers", name=name,
+        x=[pos[a][0] for a in nodes],
+        y=[pos[a][1] for a in nodes],
+        mode="markers",
+        name=name,
         marker={"size": 20, "color": "rgba(0,0,0,0)", "line": {"width": 3, "color": color}},
-        text=[str(a) for a in nodes], hovertemplate="%{text}<extra>" + name + "</extra>",
+        text=[str(a) for a in nodes],
+        hovertemplate="%{text}<extra>" + name + "</extra>",
     )
 
 
@@ -88,8 +108,17 @@ def dag_figure(
     pos = positions.xy
     fig = go.Figure()
     edges = list(graph.edges(data="kind"))
-    fig.add_trace(_edge_trace(((u, v) for u, v, k in edges if k == "order"), pos, "order (same rank)",
-                              "#B0B0B0", 1, dash="dash", arrows=False))
+    fig.add_trace(
+        _edge_trace(
+            ((u, v) for u, v, k in edges if k == "order"),
+            pos,
+            "order (same rank)",
+            "#B0B0B0",
+            1,
+            dash="dash",
+            arrows=False,
+        )
+    )
     fig.add_trace(_edge_trace(((u, v) for u, v, k in edges if k == "data"), pos, "data dependency", "#555555", 1.2))
     if critical_path:
         fig.add_trace(_edge_trace(_path_pairs(critical_path, False), pos, "critical path", CRITICAL_COLOR, 4))
@@ -111,10 +140,17 @@ def dag_figure(
         title += "<br><sup>deadlock: " + " → ".join(map(str, [*cycle, cycle[0]])) + "</sup>"
     num_ranks = positions.num_ranks
     fig.update_layout(
-        title=title, plot_bgcolor="white", height=max(300, 90 * num_ranks + 140),
+        title=title,
+        plot_bgcolor="white",
+        height=max(300, 90 * num_ranks + 140),
         xaxis={"title": positions.x_title, "showgrid": False, "zeroline": False},
-        yaxis={"tickvals": list(range(num_ranks)), "ticktext": [f"rank {r}" for r in range(num_ranks)],
-               "autorange": "reversed", "showgrid": False, "zeroline": False},
+        yaxis={
+            "tickvals": list(range(num_ranks)),
+            "ticktext": [f"rank {r}" for r in range(num_ranks)],
+            "autorange": "reversed",
+            "showgrid": False,
+            "zeroline": False,
+        },
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
     )
     return fig

@@ -47,8 +47,18 @@ MAX_BAR_LABELS = 400  # write action names inside bars only while they can be re
 MAX_EXACT_BARS = 10_000
 AGGREGATE_BINS = 1600  # about one bin per screen pixel of a wide chart
 COLOR_BY = ("kind", "chunk", "microbatch")
-GROUP_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#EECA3B", "#9D755D",
-                "#FF9DA6", "#2E2E8F")
+GROUP_COLORS = (
+    "#4C78A8",
+    "#F58518",
+    "#54A24B",
+    "#B279A2",
+    "#E45756",
+    "#72B7B2",
+    "#EECA3B",
+    "#9D755D",
+    "#FF9DA6",
+    "#2E2E8F",
+)
 
 _KINDS = tuple(kind.value for kind in ActionKind)
 
@@ -84,23 +94,41 @@ def _span_data(spans: Sequence[Span]) -> np.ndarray:
     n = len(spans)
     starts = _column((s[2] for s in spans), n)
     ends = _column((s[3] for s in spans), n)
-    return np.column_stack([
-        _column((s[0] for s in spans), n),
-        _column((s[1][0] for s in spans), n),
-        _column((s[1][2] for s in spans), n),
-        starts, ends, ends - starts,
-    ]) if n else np.zeros((0, 6))
+    return (
+        np.column_stack(
+            [
+                _column((s[0] for s in spans), n),
+                _column((s[1][0] for s in spans), n),
+                _column((s[1][2] for s in spans), n),
+                starts,
+                ends,
+                ends - starts,
+            ]
+        )
+        if n
+        else np.zeros((0, 6))
+    )
 
 
 def _lighten(color: str, amount: float) -> str:
     """`color` mixed with white: a solid lighter colour, so that a legend swatch shows it as the bars do."""
-    rgb = [int(color.lstrip("#")[i:i + 2], 16) for i in (0, 2, 4)]
+    rgb = [int(color.lstrip("#")[i : i + 2], 16) for i in (0, 2, 4)]
     return "#" + "".join(f"{round(c + (255 - c) * amount):02X}" for c in rgb)
 
 
-def _span_bars(spans: Sequence[Span], rows: np.ndarray, kind: str, name: str, *, color: object = None,
-               legendgroup: str | None = None, extra_hover: str = "", extra_data: np.ndarray | None = None,
-               show_text: bool = False, showlegend: bool = True) -> go.Bar:
+def _span_bars(
+    spans: Sequence[Span],
+    rows: np.ndarray,
+    kind: str,
+    name: str,
+    *,
+    color: object = None,
+    legendgroup: str | None = None,
+    extra_hover: str = "",
+    extra_data: np.ndarray | None = None,
+    show_text: bool = False,
+    showlegend: bool = True,
+) -> go.Bar:
     """One horizontal bar per span, all in one trace: y is the row number, base the start.
 
     Text labels stay horizontal: plotly turns a label that does not fit into a vertical one, unreadable in
@@ -141,11 +169,16 @@ def _idle_bars(intervals: list[list[tuple[float, float]]], window: tuple[float, 
     gaps = [(rank, start, end) for rank, row in enumerate(intervals) for start, end in row if end > lo and start < hi]
     data = np.array(gaps, dtype=float).reshape(len(gaps), 3)
     return go.Bar(
-        name="idle", orientation="h", y=data[:, 0], x=data[:, 2] - data[:, 1], base=data[:, 1], width=0.8,
+        name="idle",
+        orientation="h",
+        y=data[:, 0],
+        x=data[:, 2] - data[:, 1],
+        base=data[:, 1],
+        width=0.8,
         marker={"color": IDLE_COLOR, "line": {"width": 0}},
         customdata=np.column_stack([data, data[:, 2] - data[:, 1]]),
         hovertemplate="idle on rank %{customdata[0]}<br>from %{customdata[1]:.3f} ms to %{customdata[2]:.3f} ms"
-                      "<br>for %{customdata[3]:.3f} ms<extra>idle</extra>",
+        "<br>for %{customdata[3]:.3f} ms<extra>idle</extra>",
     )
 
 
@@ -164,8 +197,13 @@ def _lane_layout(fig: go.Figure, labels: Sequence[str], title: str) -> go.Figure
         bargap=0.15,
         height=max(280, 34 * len(labels) + 170),
         xaxis={"title": "time (ms)", "rangemode": "tozero", "showgrid": True},
-        yaxis={"tickvals": list(range(len(labels))), "ticktext": list(labels),
-               "range": [len(labels) - 0.5, -0.5], "showgrid": False, "zeroline": False},
+        yaxis={
+            "tickvals": list(range(len(labels))),
+            "ticktext": list(labels),
+            "range": [len(labels) - 0.5, -0.5],
+            "showgrid": False,
+            "zeroline": False,
+        },
         # Legend on the right: above the plot it collided with two-line titles.
         legend={"orientation": "v", "yanchor": "top", "y": 1, "xanchor": "left", "x": 1.01},
         plot_bgcolor="white",
@@ -181,9 +219,15 @@ def _lane_layout(fig: go.Figure, labels: Sequence[str], title: str) -> go.Figure
 # --- Gantt ----------------------------------------------------------------------------
 
 
-def gantt_figure(tl: Timeline, *, title: str = "", critical_path: Sequence[Action] | None = None,
-                 color_by: str = "kind", window: tuple[float, float] | None = None,
-                 max_bars: int = MAX_EXACT_BARS) -> go.Figure:
+def gantt_figure(
+    tl: Timeline,
+    *,
+    title: str = "",
+    critical_path: Sequence[Action] | None = None,
+    color_by: str = "kind",
+    window: tuple[float, float] | None = None,
+    max_bars: int = MAX_EXACT_BARS,
+) -> go.Figure:
     """Ranks over time: one bar trace per action kind, idle time as a light band.
 
     Measured transfers (`tl.comm`) show as a thin strip under each row. With
@@ -206,12 +250,12 @@ def gantt_figure(tl: Timeline, *, title: str = "", critical_path: Sequence[Actio
     images: list[dict] = []
     if len(spans) > max_bars:
         lo, hi = window if window is not None else (min(s.start for s in spans), max(s.end for s in spans))
-        traces, images = charts_lod.binned_traces(spans, groups, legend, tl.num_ranks, (lo, hi),
-                                                  bins=AGGREGATE_BINS, idle_color=IDLE_COLOR)
+        traces, images = charts_lod.binned_traces(
+            spans, groups, legend, tl.num_ranks, (lo, hi), bins=AGGREGATE_BINS, idle_color=IDLE_COLOR
+        )
         if critical_path:
             on_path = set(critical_path)
-            traces.append(charts_lod.critical_line([s for s in tl.spans if s.action in on_path],
-                                                   CRITICAL_COLOR))
+            traces.append(charts_lod.critical_line([s for s in tl.spans if s.action in on_path], CRITICAL_COLOR))
         headline += f" · {len(spans):,} actions binned ({AGGREGATE_BINS} per rank); exact bars below {max_bars:,}"
     else:
         traces = [_idle_bars(intervals, window)] if spans else []
@@ -220,8 +264,17 @@ def gantt_figure(tl: Timeline, *, title: str = "", critical_path: Sequence[Actio
             if not kind_spans:
                 continue
             color = None if color_by == "kind" else [legend[g][1] for g in _group_of(kind_spans, tl.spans, color_by)]
-            traces.append(_span_bars(kind_spans, _rows(kind_spans), kind, KIND_NAMES[kind], color=color,
-                                     show_text=show_text, showlegend=color_by == "kind"))
+            traces.append(
+                _span_bars(
+                    kind_spans,
+                    _rows(kind_spans),
+                    kind,
+                    KIND_NAMES[kind],
+                    color=color,
+                    show_text=show_text,
+                    showlegend=color_by == "kind",
+                )
+            )
         if color_by != "kind":
             traces.extend(charts_lod.legend_entries(legend))
         transfers = [c for c in tl.comm if c.kind not in COLLECTIVE_KINDS]
@@ -260,8 +313,9 @@ def _group_of(spans: Sequence[Span], all_spans: Sequence[Span], color_by: str) -
     return [s.action.microbatch % len(GROUP_COLORS) for s in spans]
 
 
-def _color_groups(all_spans: Sequence[Span], spans: Sequence[Span],
-                  color_by: str) -> tuple[list[int], list[tuple[str, str]]]:
+def _color_groups(
+    all_spans: Sequence[Span], spans: Sequence[Span], color_by: str
+) -> tuple[list[int], list[tuple[str, str]]]:
     """Colour group of every span in view, and each group's (legend name, colour)."""
     groups = _group_of(spans, all_spans, color_by)
     if color_by == "kind":
@@ -269,8 +323,9 @@ def _color_groups(all_spans: Sequence[Span], spans: Sequence[Span],
     count = max(groups, default=0) + 1
     if color_by == "chunk":
         return groups, [(f"chunk {g}", GROUP_COLORS[g]) for g in range(count)]
-    repeat = f" (+{len(GROUP_COLORS)}k)" if max((s.action.microbatch for s in spans), default=0) >= len(
-        GROUP_COLORS) else ""
+    repeat = (
+        f" (+{len(GROUP_COLORS)}k)" if max((s.action.microbatch for s in spans), default=0) >= len(GROUP_COLORS) else ""
+    )
     return groups, [(f"microbatch {g}{repeat}", GROUP_COLORS[g]) for g in range(count)]
 
 
@@ -284,9 +339,12 @@ def _comm_peer(kind: str, peer: int) -> str:
 def _collective_bars(collectives: list) -> go.Bar:
     """torch's per-stage collectives (REDUCE_GRAD, UNSHARD, RESHARD): time on the rank's own row."""
     return go.Bar(
-        name="collective", orientation="h",
-        y=[c.rank for c in collectives], x=[c.end - c.start for c in collectives],
-        base=[c.start for c in collectives], width=0.5,
+        name="collective",
+        orientation="h",
+        y=[c.rank for c in collectives],
+        x=[c.end - c.start for c in collectives],
+        base=[c.start for c in collectives],
+        width=0.5,
         marker={"color": COLLECTIVE_COLOR, "line": {"width": 0}},
         customdata=[[str(c.action)] for c in collectives],
         hovertemplate="%{customdata[0]}<br>from %{base:.3f} ms for %{x:.3f} ms<extra>collective</extra>",
@@ -296,7 +354,8 @@ def _collective_bars(collectives: list) -> go.Bar:
 def _comm_bars(comm: list) -> go.Bar:
     """Measured time blocked on sends/receives: a thin strip along the bottom of each rank's row."""
     return go.Bar(
-        name="blocked on transfer", orientation="h",
+        name="blocked on transfer",
+        orientation="h",
         y=_column((c.rank + 0.32 for c in comm), len(comm)),
         x=_column((c.end - c.start for c in comm), len(comm)),
         base=_column((c.start for c in comm), len(comm)),
@@ -304,7 +363,7 @@ def _comm_bars(comm: list) -> go.Bar:
         marker={"color": COMM_COLOR, "line": {"width": 0}},
         customdata=[[c.kind, str(c.action), _comm_peer(c.kind, c.peer)] for c in comm],
         hovertemplate="%{customdata[0]} %{customdata[1]} %{customdata[2]}<br>"
-                      "from %{base:.3f} ms for %{x:.3f} ms<extra>transfer</extra>",
+        "from %{base:.3f} ms for %{x:.3f} ms<extra>transfer</extra>",
     )
 
 
@@ -312,8 +371,11 @@ def _critical_bars(tl: Timeline, path: Sequence[Action]) -> go.Bar:
     on_path = set(path)
     spans = [s for s in tl.spans if s.action in on_path]
     return go.Bar(
-        name="critical path", orientation="h",
-        y=[s.rank for s in spans], x=[s.duration for s in spans], base=[s.start for s in spans],
+        name="critical path",
+        orientation="h",
+        y=[s.rank for s in spans],
+        x=[s.duration for s in spans],
+        base=[s.start for s in spans],
         width=0.9,
         marker={"color": "rgba(0,0,0,0)", "line": {"width": 3, "color": CRITICAL_COLOR}},
         customdata=[[str(s.action)] for s in spans],
@@ -337,16 +399,31 @@ def overlay_figure(simulated: Timeline, measured: Timeline, step: int | None = N
     traces = []
     for kind, spans in _by_kind(simulated.spans).items():
         if spans:
-            traces.append(_span_bars(spans, _rows(spans, 2, 0), kind, f"{kind} simulated",
-                                     color=_lighten(KIND_COLORS[kind], 0.55), legendgroup=kind))
+            traces.append(
+                _span_bars(
+                    spans,
+                    _rows(spans, 2, 0),
+                    kind,
+                    f"{kind} simulated",
+                    color=_lighten(KIND_COLORS[kind], 0.55),
+                    legendgroup=kind,
+                )
+            )
     for kind, spans in _by_kind(real.spans).items():
         if not spans:
             continue
         extra = np.array([_delta_cells(deltas.get((s.rank, s.action))) for s in spans], dtype=float)
-        traces.append(_span_bars(spans, _rows(spans, 2, 1), kind, f"{kind} measured", legendgroup=kind,
-                                 extra_data=extra.reshape(len(spans), 2),
-                                 extra_hover="<br>simulated %{customdata[6]:.3f} ms<br>"
-                                             "measured - simulated %{customdata[7]:+.3f} ms"))
+        traces.append(
+            _span_bars(
+                spans,
+                _rows(spans, 2, 1),
+                kind,
+                f"{kind} measured",
+                legendgroup=kind,
+                extra_data=extra.reshape(len(spans), 2),
+                extra_hover="<br>simulated %{customdata[6]:.3f} ms<br>measured - simulated %{customdata[7]:+.3f} ms",
+            )
+        )
     return _lane_layout(go.Figure(data=traces), labels, _overlay_title(simulated, real))
 
 
@@ -365,8 +442,10 @@ def _overlay_title(simulated: Timeline, real: Timeline) -> str:
     error = prediction_error(predicted, actual) if actual > 0 else float("nan")
     # The makespan of the drawn step's actions, not the run's median step time
     # (which adds the optimizer step): say so, so the two figures are not confused.
-    return (f"{name}: simulated vs measured<br><sup>actions of this step span {predicted:.3f} ms simulated, "
-            f"{actual:.3f} ms measured ({error:+.1%})</sup>")
+    return (
+        f"{name}: simulated vs measured<br><sup>actions of this step span {predicted:.3f} ms simulated, "
+        f"{actual:.3f} ms measured ({error:+.1%})</sup>"
+    )
 
 
 # --- attribution ------------------------------------------------------------------------------------------------
@@ -383,15 +462,26 @@ def attribution_figure(analysis: dict) -> go.Figure:
     """Where the median measured step went on each rank: one stacked bar per rank (pipesim.attribution)."""
     rows = analysis["ranks"]
     labels = [f"rank {row['rank']}" for row in rows]
-    fig = go.Figure([
-        go.Bar(y=labels, x=[row[key] for row in rows], name=name, orientation="h", marker_color=color,
-               hovertemplate=f"%{{y}}: {name} %{{x:.3f}} ms<extra></extra>")
-        for key, name, color in ATTRIBUTION_PARTS
-    ])
+    fig = go.Figure(
+        [
+            go.Bar(
+                y=labels,
+                x=[row[key] for row in rows],
+                name=name,
+                orientation="h",
+                marker_color=color,
+                hovertemplate=f"%{{y}}: {name} %{{x:.3f}} ms<extra></extra>",
+            )
+            for key, name, color in ATTRIBUTION_PARTS
+        ]
+    )
     fig.update_layout(
-        barmode="stack", plot_bgcolor="white", height=120 + 40 * len(rows),
+        barmode="stack",
+        plot_bgcolor="white",
+        height=120 + 40 * len(rows),
         title=f"where the step went: {analysis['step_ms']:.2f} ms (step {analysis.get('median_step')}, the median)",
-        xaxis={"title": "ms"}, yaxis={"autorange": "reversed"},
+        xaxis={"title": "ms"},
+        yaxis={"autorange": "reversed"},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
     )
     return fig

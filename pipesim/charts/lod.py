@@ -34,8 +34,17 @@ class Binned:
     started: np.ndarray  # [lane, bin]: actions that start in the bin
 
 
-def bin_busy(lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, *, num_lanes: int,
-             num_groups: int, window: tuple[float, float], bins: int) -> Binned:
+def bin_busy(
+    lanes: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    groups: np.ndarray,
+    *,
+    num_lanes: int,
+    num_groups: int,
+    window: tuple[float, float],
+    bins: int,
+) -> Binned:
     """Busy time per lane, group and bin, exactly (a span's time is split across the bins it covers).
 
     The busy time up to t of a set of spans is sum(clip(t - start, 0, duration)) = sum over started spans of
@@ -68,7 +77,7 @@ def _busy_until(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndar
 
 def _rgb(color: str) -> np.ndarray:
     color = color.lstrip("#")
-    return np.array([int(color[i:i + 2], 16) for i in (0, 2, 4)], dtype=float)
+    return np.array([int(color[i : i + 2], 16) for i in (0, 2, 4)], dtype=float)
 
 
 def blend(busy: np.ndarray, colors: Sequence[str], idle_color: str) -> np.ndarray:
@@ -92,8 +101,12 @@ def png_data_uri(image: np.ndarray) -> str:
     def chunk(tag: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw, 6))
+        + chunk(b"IEND", b"")
+    )
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
@@ -104,24 +117,52 @@ def _floats(values: Iterable[float], count: int) -> np.ndarray:
 def legend_entries(legend: Sequence[tuple[str, str]], used: Iterable[int] | None = None) -> list[go.Scatter]:
     """Legend-only traces: a colour key for pictures and recoloured bars."""
     keep = set(range(len(legend))) if used is None else set(used)
-    return [go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
-                       marker={"symbol": "square", "size": 12, "color": color})
-            for g, (name, color) in enumerate(legend) if g in keep]
+    return [
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            name=name,
+            hoverinfo="skip",
+            marker={"symbol": "square", "size": 12, "color": color},
+        )
+        for g, (name, color) in enumerate(legend)
+        if g in keep
+    ]
 
 
-def binned_traces(spans: Sequence[Span], groups: list[int], legend: Sequence[tuple[str, str]], num_ranks: int,
-                  window: tuple[float, float], *, bins: int, idle_color: str) -> tuple[list, list[dict]]:
+def binned_traces(
+    spans: Sequence[Span],
+    groups: list[int],
+    legend: Sequence[tuple[str, str]],
+    num_ranks: int,
+    window: tuple[float, float],
+    *,
+    bins: int,
+    idle_color: str,
+) -> tuple[list, list[dict]]:
     """The binned picture as a layout image, a transparent heatmap for the hover, and the colour key."""
     n = len(spans)
     starts, ends = _floats((s[2] for s in spans), n), _floats((s[3] for s in spans), n)
     lanes = _floats((s[0] for s in spans), n)
-    binned = bin_busy(lanes, starts, ends, np.asarray(groups), num_lanes=num_ranks,
-                                 num_groups=len(legend), window=window, bins=bins)
+    binned = bin_busy(
+        lanes, starts, ends, np.asarray(groups), num_lanes=num_ranks, num_groups=len(legend), window=window, bins=bins
+    )
     picture = blend(binned.busy, [color for _, color in legend], idle_color)
     lo, hi = window
-    image = {"source": png_data_uri(picture), "xref": "x", "yref": "y", "x": lo, "y": -0.5,
-             "sizex": hi - lo, "sizey": num_ranks, "sizing": "stretch", "xanchor": "left", "yanchor": "top",
-             "layer": "below"}
+    image = {
+        "source": png_data_uri(picture),
+        "xref": "x",
+        "yref": "y",
+        "x": lo,
+        "y": -0.5,
+        "sizex": hi - lo,
+        "sizey": num_ranks,
+        "sizing": "stretch",
+        "xanchor": "left",
+        "yanchor": "top",
+        "layer": "below",
+    }
     edges = binned.edges
     # Small integer cells: this heatmap is most of the bytes a large page sends to the browser, and the hover
     # shows whole percents and counts anyway (uint8 busy %, uint16 actions started: 3 bytes a cell, not 12).
@@ -129,12 +170,18 @@ def binned_traces(spans: Sequence[Span], groups: list[int], legend: Sequence[tup
     started = binned.started.clip(0, np.iinfo(np.uint16).max).astype(np.uint16)
     half = (hi - lo) / bins / 2
     hover = go.Heatmap(
-        x=((edges[:-1] + edges[1:]) / 2).astype(np.float32), y=np.arange(num_ranks, dtype=np.float32), z=busy,
-        customdata=started, opacity=0, showscale=False, name="binned", hoverongaps=False,
+        x=((edges[:-1] + edges[1:]) / 2).astype(np.float32),
+        y=np.arange(num_ranks, dtype=np.float32),
+        z=busy,
+        customdata=started,
+        opacity=0,
+        showscale=False,
+        name="binned",
+        hoverongaps=False,
         # the bin's edges come from x and the lane's name from y (its tick label)
         hovertemplate=f"%{{y}}<br>%{{x:.3f}} ms ± {half:.3g} ms<br>busy %{{z}}% · "
-                      "%{customdata} actions start here<br>binned: pick a time window to draw it in more detail"
-                      "<extra></extra>",
+        "%{customdata} actions start here<br>binned: pick a time window to draw it in more detail"
+        "<extra></extra>",
     )
     return [hover, *legend_entries(legend, set(groups))], [image]
 
@@ -142,9 +189,11 @@ def binned_traces(spans: Sequence[Span], groups: list[int], legend: Sequence[tup
 def critical_line(spans: Sequence[Span], color: str) -> go.Scatter:
     """The critical path as dark strokes along the lanes: an outline per bar would be thousands of shapes."""
     gap = np.full(len(spans), np.nan)
-    xs = np.column_stack([_floats((s.start for s in spans), len(spans)),
-                          _floats((s.end for s in spans), len(spans)), gap]).ravel()
+    xs = np.column_stack(
+        [_floats((s.start for s in spans), len(spans)), _floats((s.end for s in spans), len(spans)), gap]
+    ).ravel()
     rows = _floats((s.rank for s in spans), len(spans))
     ys = np.column_stack([rows, rows, gap]).ravel()
-    return go.Scatter(x=xs, y=ys, mode="lines", name="critical path", hoverinfo="skip",
-                      line={"color": color, "width": 3})
+    return go.Scatter(
+        x=xs, y=ys, mode="lines", name="critical path", hoverinfo="skip", line={"color": color, "width": 3}
+    )

@@ -41,8 +41,7 @@ def m4_reduce(times: np.ndarray, values: np.ndarray, bins: int) -> np.ndarray:
     return np.unique(keep)
 
 
-def memory_figure(tl: Timeline, cost: CostModel | None = None, *,
-                  max_points: int = MAX_MEMORY_POINTS) -> go.Figure:
+def memory_figure(tl: Timeline, cost: CostModel | None = None, *, max_points: int = MAX_MEMORY_POINTS) -> go.Figure:
     """Stashed activations over time, one step line per rank.
 
     With a cost model the y axis is bytes; without one, stashed microbatches. Past `max_points` points in all
@@ -60,22 +59,32 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None, *,
         if bins is not None:
             keep = m4_reduce(times, values, bins)
             times, values = times[keep], values[keep]
-        fig.add_trace(go.Scatter(
-            name=f"rank {rank}",
-            # numpy arrays go to the browser as binary: long lines stay light
-            x=times, y=values / size,
-            mode="lines", line={"shape": "hv", "width": 2, "color": RANK_COLORS[rank % len(RANK_COLORS)]},
-            hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.3f}} {unit}<extra></extra>"
-            if cost is not None else f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y}} stashed<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                name=f"rank {rank}",
+                # numpy arrays go to the browser as binary: long lines stay light
+                x=times,
+                y=values / size,
+                mode="lines",
+                line={"shape": "hv", "width": 2, "color": RANK_COLORS[rank % len(RANK_COLORS)]},
+                hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.3f}} {unit}<extra></extra>"
+                if cost is not None
+                else f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y}} stashed<extra></extra>",
+            )
+        )
     heading = f"{tl.schedule_name or 'schedule'}: activation memory per rank"
     if bins is not None:
-        heading += (f"<br><sup>{total_points:,} memory steps drawn as at most {4 * bins} points per rank "
-                    "(each time bin's first, last, lowest and highest: every peak kept)</sup>")
+        heading += (
+            f"<br><sup>{total_points:,} memory steps drawn as at most {4 * bins} points per rank "
+            "(each time bin's first, last, lowest and highest: every peak kept)</sup>"
+        )
     fig.update_layout(
-        title=heading, xaxis={"title": "time (ms)", "rangemode": "tozero"},
+        title=heading,
+        xaxis={"title": "time (ms)", "rangemode": "tozero"},
         yaxis={"title": title, "rangemode": "tozero", "automargin": True},
-        hovermode="x unified", plot_bgcolor="white", height=380,
+        hovermode="x unified",
+        plot_bgcolor="white",
+        height=380,
     )
     return fig
 

@@ -73,15 +73,25 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--comm", type=ms_list, metavar="T", help="cross-rank transfer time (default 0)")
     group.add_argument("--cost", type=Path, metavar="FILE", help="pipesim cost file instead of --f/--b/--w/--comm")
     group.add_argument("--recompute", action="store_true", help="recompute activations in the backward")
-    group.add_argument("--overlap-factor", type=float, metavar="X",
-                       help="an OVERLAP_F_B pair takes X x (F + B), 0 < X <= 1 (default 1: no overlap)")
-    group.add_argument("--data-parallel", type=positive_int, metavar="D",
-                       help="D replicas of the pipeline: each stage's gradients ring all-reduced across them, after "
-                            "its last backward as pipesim's executor does (pipesim.data_parallel), or where the "
-                            "schedule states REDUCE_GRAD (default 1: none)")
-    group.add_argument("--sharded", action="store_true",
-                       help="FSDP: parameters sharded across the replicas (torch's UNSHARD all-gathers, REDUCE_GRAD "
-                            "reduce-scatters)")
+    group.add_argument(
+        "--overlap-factor",
+        type=float,
+        metavar="X",
+        help="an OVERLAP_F_B pair takes X x (F + B), 0 < X <= 1 (default 1: no overlap)",
+    )
+    group.add_argument(
+        "--data-parallel",
+        type=positive_int,
+        metavar="D",
+        help="D replicas of the pipeline: each stage's gradients ring all-reduced across them, after "
+        "its last backward as pipesim's executor does (pipesim.data_parallel), or where the "
+        "schedule states REDUCE_GRAD (default 1: none)",
+    )
+    group.add_argument(
+        "--sharded",
+        action="store_true",
+        help="FSDP: parameters sharded across the replicas (torch's UNSHARD all-gathers, REDUCE_GRAD reduce-scatters)",
+    )
     group.add_argument("--dp-latency", type=float, metavar="MS", help="ring latency per step (default 0)")
     group.add_argument("--dp-bandwidth", type=float, metavar="GB/S", help="ring bandwidth (default unlimited)")
 
@@ -102,8 +112,9 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
         try:
             cost = cost_from_times(args.f or [1.0], args.b, args.w, args.comm or [0.0])
         except ValueError as error:
-            raise UsageError(str(error).replace("forward_ms", "--f").replace("backward_ms", "--b")
-                             .replace("weight_ms", "--w")) from None
+            raise UsageError(
+                str(error).replace("forward_ms", "--f").replace("backward_ms", "--b").replace("weight_ms", "--w")
+            ) from None
     cost = cost.with_recompute(True) if args.recompute else cost
     extras: dict = {}
     if args.overlap_factor is not None:

@@ -92,8 +92,9 @@ from pipesim.sim.simulate import simulate
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="pipesim", description="Plan and explain pipeline-parallel schedules.", allow_abbrev=False)
-    commands = parser.add_subparsers(dest="command", required=True,
-                                     metavar="{list,simulate,compare,import-trace,balance,plan}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan}"
+    )
     commands.add_parser("list", allow_abbrev=False, help="registered schedules, what they are and their options")
 
     sim = commands.add_parser("simulate", allow_abbrev=False, help="simulate one schedule and write its timeline")
@@ -103,28 +104,55 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--ranks", type=positive_int, metavar="P")
     sim.add_argument("--microbatches", type=positive_int, metavar="M")
     sim.add_argument("--virtual-stages", type=positive_int, metavar="V", help="stages per rank (interleaved)")
-    sim.add_argument("--csv-in-format", choices=CSV_FORMATS, default="auto",
-                     help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)")
+    sim.add_argument(
+        "--csv-in-format",
+        choices=CSV_FORMATS,
+        default="auto",
+        help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)",
+    )
     add_cost_args(sim)
     steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.steady_state)")
-    steps.add_argument("--overhead", type=ms_list, metavar="T",
-                       help="per-step time after each rank's last action: optimizer, zeroing (one value or per rank)")
-    steps.add_argument("--dispatch", type=ms_list, metavar="T",
-                       help="gap before each action a rank starts (one value or per rank; default 0)")
-    steps.add_argument("--shared-cores", type=positive_int, metavar="N",
-                       help="the ranks share N cores (CPU ranks on one machine): at most N compute at full speed")
-    steps.add_argument("--grad-bytes", type=ms_list, metavar="BYTES",
-                       help="with --data-parallel: gradient bytes per stage (one value or per stage)")
+    steps.add_argument(
+        "--overhead",
+        type=ms_list,
+        metavar="T",
+        help="per-step time after each rank's last action: optimizer, zeroing (one value or per rank)",
+    )
+    steps.add_argument(
+        "--dispatch",
+        type=ms_list,
+        metavar="T",
+        help="gap before each action a rank starts (one value or per rank; default 0)",
+    )
+    steps.add_argument(
+        "--shared-cores",
+        type=positive_int,
+        metavar="N",
+        help="the ranks share N cores (CPU ranks on one machine): at most N compute at full speed",
+    )
+    steps.add_argument(
+        "--grad-bytes",
+        type=ms_list,
+        metavar="BYTES",
+        help="with --data-parallel: gradient bytes per stage (one value or per stage)",
+    )
     steps.add_argument("--steps", type=positive_int, default=1, metavar="N", help="simulate N steps in a row")
-    steps.add_argument("--no-barrier", action="store_true",
-                       help="with --steps: a rank starts the next step when its own optimizer is done (default: "
-                            "every rank waits for the last, as pipesim's executor does)")
+    steps.add_argument(
+        "--no-barrier",
+        action="store_true",
+        help="with --steps: a rank starts the next step when its own optimizer is done (default: "
+        "every rank waits for the last, as pipesim's executor does)",
+    )
     outputs = sim.add_argument_group("outputs")
     outputs.add_argument("--json", type=Path, metavar="OUT", help="timeline document with a metrics summary")
     outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as torch's CSV")
-    outputs.add_argument("--csv-format", choices=CSV_FORMATS, default="auto",
-                         help="format of --csv: compute_only, or compute_comms with torch's sends, receives "
-                              "and collectives (default: auto, the form the schedule has)")
+    outputs.add_argument(
+        "--csv-format",
+        choices=CSV_FORMATS,
+        default="auto",
+        help="format of --csv: compute_only, or compute_comms with torch's sends, receives "
+        "and collectives (default: auto, the form the schedule has)",
+    )
     outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto)")
     add_figure_args(outputs, "Gantt chart")
 
@@ -212,8 +240,9 @@ def _with_data_parallel(cost: CostModel, args: argparse.Namespace) -> CostModel:
         if len(values) > 1 and len(stages) == 1:  # a uniform model, per-stage gradients: one entry per stage
             stages = stages * len(values)
         if len(values) not in (1, len(stages)):
-            raise UsageError(f"--grad-bytes has {len(values)} values for {len(stages)} stage costs: give 1 or "
-                             f"{len(stages)}")
+            raise UsageError(
+                f"--grad-bytes has {len(values)} values for {len(stages)} stage costs: give 1 or {len(stages)}"
+            )
         values = values * len(stages) if len(values) == 1 else values
         changes["stages"] = tuple(replace(stage, param_bytes=v) for stage, v in zip(stages, values, strict=True))
     return replace(cost, **changes) if changes else cost
@@ -230,13 +259,17 @@ def _steps_lines(schedule: Schedule, timeline: Timeline, cost: CostModel, args: 
     lines = [f"step time {times[0]:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
     sync = grad_sync(timeline, cost)
     if sync.spans:
-        lines.append(f"data parallel x{cost.data_parallel}: {len(sync.spans)} stage all-reduces, "
-                     f"{sum(s.end - s.start for s in sync.spans):.3f} ms in all; not hidden by the backward: "
-                     + ", ".join(f"rank {r} {x:.3f} ms" for r, x in enumerate(sync.extra_ms)))
+        lines.append(
+            f"data parallel x{cost.data_parallel}: {len(sync.spans)} stage all-reduces, "
+            f"{sum(s.end - s.start for s in sync.spans):.3f} ms in all; not hidden by the backward: "
+            + ", ".join(f"rank {r} {x:.3f} ms" for r, x in enumerate(sync.extra_ms))
+        )
     if args.steps > 1:
         between = "no barrier: ranks run into the next step" if args.no_barrier else "a barrier opens every step"
-        lines.append(f"{args.steps} steps ({between}): {several['total_ms']:.3f} ms in all, "
-                     f"steady step {statistics.median(times[1:]):.3f} ms")
+        lines.append(
+            f"{args.steps} steps ({between}): {several['total_ms']:.3f} ms in all, "
+            f"steady step {statistics.median(times[1:]):.3f} ms"
+        )
     return lines
 
 
@@ -252,8 +285,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     metrics = compute_metrics(timeline, cost)
     written = _write_simulation_files(args, schedule, cost, timeline, metrics)
     print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
-    if (args.steps > 1 or any(cost.overhead_ms(schedule.num_ranks)) or any(cost.dispatch_per_rank(schedule.num_ranks))
-            or cost.data_parallel > 1):
+    if (
+        args.steps > 1
+        or any(cost.overhead_ms(schedule.num_ranks))
+        or any(cost.dispatch_per_rank(schedule.num_ranks))
+        or cost.data_parallel > 1
+    ):
         print("\n".join(_steps_lines(scheduled, timeline, cost, args)))
     for path in written:
         print(f"wrote {path}")
@@ -287,8 +324,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages)
     print(format_table(rows))
     if args.json is not None:
-        write_json({"format": "pipesim.comparison", "version": 1, "ranks": args.ranks,
-                    "microbatches": args.microbatches, "rows": [row.to_dict() for row in rows]}, args.json)
+        write_json(
+            {
+                "format": "pipesim.comparison",
+                "version": 1,
+                "ranks": args.ranks,
+                "microbatches": args.microbatches,
+                "rows": [row.to_dict() for row in rows],
+            },
+            args.json,
+        )
         print(f"wrote {args.json}")
 
     from pipesim.charts.compare import comparison_figure
@@ -298,8 +343,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if any(row.error is None for row in rows) else RUNTIME_ERROR
 
 
-COMMANDS = MappingProxyType({"list": cmd_list, "simulate": cmd_simulate, "compare": cmd_compare,
-                             **cli_trace.COMMANDS, **cli_plan.COMMANDS})
+COMMANDS = MappingProxyType(
+    {"list": cmd_list, "simulate": cmd_simulate, "compare": cmd_compare, **cli_trace.COMMANDS, **cli_plan.COMMANDS}
+)
 
 
 def _one_line(error: BaseException) -> str:

@@ -39,8 +39,7 @@ MODEL_FLAGS = MappingProxyType({
     "latency": "link_latency_ms",
 })  # fmt: skip
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-_FACTORS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-            "tib": 2**40}
+_FACTORS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 def parse_bytes(text: str) -> float:
@@ -80,8 +79,13 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     number = {"dtype": str, "tflops": float, "bandwidth": float, "latency": float}
     for flag, name in MODEL_FLAGS.items():
         default = next(f.default for f in fields(ModelDescription) if f.name == name)
-        group.add_argument(f"--{flag.replace('_', '-')}", dest=flag, type=number.get(flag, int), metavar="N",
-                           help=f"{name} (default {default})")
+        group.add_argument(
+            f"--{flag.replace('_', '-')}",
+            dest=flag,
+            type=number.get(flag, int),
+            metavar="N",
+            help=f"{name} (default {default})",
+        )
     group.add_argument("--cost", type=Path, metavar="FILE", help="a profile's cost file: its stages are the units")
 
 
@@ -101,12 +105,21 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     defaults = PlanSpace()
     space.add_argument("--schedules", type=_names, default=defaults.schedules, metavar="A,B")
     space.add_argument("--microbatch-sizes", type=_ints, default=defaults.microbatch_sizes, metavar="N,N")
-    space.add_argument("--chunks", type=_ints, default=defaults.chunks, metavar="V,V",
-                       help="chunks per rank for the families that take them")
+    space.add_argument(
+        "--chunks",
+        type=_ints,
+        default=defaults.chunks,
+        metavar="V,V",
+        help="chunks per rank for the families that take them",
+    )
     space.add_argument("--recompute", choices=("off", "on", "both"), default="both")
     space.add_argument("--w-shares", type=_floats, metavar="X,X", help="W share of the backward (default: the model's)")
-    space.add_argument("--ranks", type=_ints, metavar="P,P", help="pipeline depths (default: all devices); the rest "
-                                                                     "of the devices are data-parallel replicas")
+    space.add_argument(
+        "--ranks",
+        type=_ints,
+        metavar="P,P",
+        help="pipeline depths (default: all devices); the rest of the devices are data-parallel replicas",
+    )
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan")
     plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
 
@@ -140,8 +153,9 @@ def cmd_balance(args: argparse.Namespace) -> int:
 
 
 def inputs_from_args(args: argparse.Namespace) -> tuple[PlanInputs, dict]:
-    common = dict(devices=args.devices, global_batch=args.global_batch, memory_cap_bytes=args.memory_cap,
-                  optimizer=args.optimizer)
+    common = dict(
+        devices=args.devices, global_batch=args.global_batch, memory_cap_bytes=args.memory_cap, optimizer=args.optimizer
+    )
     if args.cost is not None:
         if _model_given(args):
             raise ValueError(f"--cost replaces the model description: drop {', '.join(_model_given(args))}")
@@ -157,8 +171,14 @@ def vars_of(description: ModelDescription) -> dict:
 
 def space_from_args(args: argparse.Namespace) -> PlanSpace:
     recompute = {"off": (False,), "on": (True,), "both": (False, True)}[args.recompute]
-    return PlanSpace(schedules=args.schedules, microbatch_sizes=args.microbatch_sizes, chunks=args.chunks,
-                     recompute=recompute, w_shares=args.w_shares or (None,), ranks=args.ranks)
+    return PlanSpace(
+        schedules=args.schedules,
+        microbatch_sizes=args.microbatch_sizes,
+        chunks=args.chunks,
+        recompute=recompute,
+        w_shares=args.w_shares or (None,),
+        ranks=args.ranks,
+    )
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

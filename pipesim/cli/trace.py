@@ -21,8 +21,11 @@ from pipesim.sim.metrics import makespan
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    imp = commands.add_parser("import-trace", allow_abbrev=False,
-                              help="torch.profiler traces (PP: labels) -> timeline, overlaid on the simulation")
+    imp = commands.add_parser(
+        "import-trace",
+        allow_abbrev=False,
+        help="torch.profiler traces (PP: labels) -> timeline, overlaid on the simulation",
+    )
     imp.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="Kineto traces: one per rank, or merged")
     imp.add_argument("--name", default="imported", help="the recovered schedule's name")
     add_cost_args(imp)
@@ -47,18 +50,26 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     analysis = attribute_run(run.schedule, run.timeline, run.step_times_ms)
     print(f"{run.schedule.describe()}; {len(run.step_times_ms)} steps recorded")
     costs = "with the traces' own median action times" if own_times else "with the given costs"
-    print(f"imported step {statistics.median(run.step_times_ms):.3f} ms (median); simulated "
-          f"{makespan(simulated):.3f} ms ({costs})")
+    print(
+        f"imported step {statistics.median(run.step_times_ms):.3f} ms (median); simulated "
+        f"{makespan(simulated):.3f} ms ({costs})"
+    )
     for row in analysis["ranks"]:
-        print(f"  rank {row['rank']}: compute {row['compute_ms']:.3f} + schedule idle {row['schedule_idle_ms']:.3f} "
-              f"+ comm {row['comm_wait_ms']:.3f} + other {row['overhead_ms']:.3f} ms")
+        print(
+            f"  rank {row['rank']}: compute {row['compute_ms']:.3f} + schedule idle {row['schedule_idle_ms']:.3f} "
+            f"+ comm {row['comm_wait_ms']:.3f} + other {row['overhead_ms']:.3f} ms"
+        )
     written = []
     if args.schedule_out is not None:
         save_schedule(run.schedule, args.schedule_out)
         written.append(str(args.schedule_out))
     if args.json is not None:
-        summary = {"step_times_ms": list(run.step_times_ms), "schedule": schedule_to_dict(run.schedule),
-                   "simulated_step_ms": makespan(simulated), "analysis": analysis}
+        summary = {
+            "step_times_ms": list(run.step_times_ms),
+            "schedule": schedule_to_dict(run.schedule),
+            "simulated_step_ms": makespan(simulated),
+            "analysis": analysis,
+        }
         save_timeline(run.timeline, args.json, summary)
         written.append(str(args.json))
     if args.trace is not None:

@@ -45,8 +45,10 @@ def _check(costs: Sequence[float], num_stages: int) -> list[float]:
     if not isinstance(num_stages, int) or num_stages < 1:
         raise ValueError(f"the number of stages must be a positive integer, got {num_stages!r}")
     if num_stages > len(values):
-        raise ValueError(f"{num_stages} stages need at least {num_stages} layers; there are {len(values)}: "
-                         "every stage holds at least one layer")
+        raise ValueError(
+            f"{num_stages} stages need at least {num_stages} layers; there are {len(values)}: "
+            "every stage holds at least one layer"
+        )
     return values
 
 

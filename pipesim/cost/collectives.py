@@ -76,15 +76,17 @@ def bucket_sizes(num_bytes: float, bucket_bytes: float = DEFAULT_BUCKET_BYTES) -
     return [float(bucket_bytes)] * int(full) + ([rest] if rest > 0 else [])
 
 
-def bucketed_allreduce_ms(num_bytes: float, participants: int, link: LinkCost,
-                          bucket_bytes: float = DEFAULT_BUCKET_BYTES) -> float:
+def bucketed_allreduce_ms(
+    num_bytes: float, participants: int, link: LinkCost, bucket_bytes: float = DEFAULT_BUCKET_BYTES
+) -> float:
     """All-reduce of `num_bytes` in buckets, one after the other: the latency term is paid per bucket."""
     _check(num_bytes, participants)
     return sum(allreduce_ms(size, participants, link) for size in bucket_sizes(num_bytes, bucket_bytes))
 
 
-def fit_ring_link(small_bytes: float, small_ms: float, large_bytes: float, large_ms: float,
-                  participants: int) -> LinkCost:
+def fit_ring_link(
+    small_bytes: float, small_ms: float, large_bytes: float, large_ms: float, participants: int
+) -> LinkCost:
     """The link whose ring all-reduce takes `small_ms` for `small_bytes` and `large_ms` for `large_bytes`.
 
     Inverts allreduce_ms through the two points; the large size's time is reproduced exactly. Where the

@@ -85,9 +85,16 @@ class ModelDescription:
         head_act = float(tokens * self.vocab_size * 4)
 
         def unit(forward_ms: float, act: float, params: float) -> StageCost:
-            return StageCost(forward_ms=forward_ms, backward_ms=2 * forward_ms, weight_ms=forward_ms,
-                             activation_bytes=act, weight_grad_bytes=act / 2, input_bytes=boundary,
-                             output_bytes=boundary, param_bytes=params * dtype_bytes)
+            return StageCost(
+                forward_ms=forward_ms,
+                backward_ms=2 * forward_ms,
+                weight_ms=forward_ms,
+                activation_bytes=act,
+                weight_grad_bytes=act / 2,
+                input_bytes=boundary,
+                output_bytes=boundary,
+                param_bytes=params * dtype_bytes,
+            )
 
         embedding = unit(0.0, 0.0, h * self.vocab_size)
         block = unit(layer_ms, layer_act, layer_params)
@@ -100,9 +107,14 @@ class ModelDescription:
         return stage_costs_from_units(self.unit_costs(), split_points, self, recompute=recompute)
 
 
-def stage_costs_from_units(units: list[StageCost], split_points: tuple[int, ...],
-                           description: ModelDescription | None = None, *, recompute: bool = False,
-                           link: LinkCost | None = None) -> CostModel:
+def stage_costs_from_units(
+    units: list[StageCost],
+    split_points: tuple[int, ...],
+    description: ModelDescription | None = None,
+    *,
+    recompute: bool = False,
+    link: LinkCost | None = None,
+) -> CostModel:
     """Sum per-unit costs into per-stage costs: compute, stash and parameters add up; boundary tensors are the
     first unit's input and the last unit's output."""
     bounds = [0, *split_points, len(units)]
@@ -111,18 +123,28 @@ def stage_costs_from_units(units: list[StageCost], split_points: tuple[int, ...]
     stages = []
     for start, stop in zip(bounds, bounds[1:], strict=False):
         part = units[start:stop]
-        stages.append(StageCost(
-            forward_ms=sum(u.forward_ms for u in part),
-            backward_ms=sum(u.backward_ms for u in part),
-            weight_ms=sum(u.w_ms for u in part),
-            activation_bytes=sum(u.activation_bytes for u in part),
-            weight_grad_bytes=sum(u.w_bytes for u in part),
-            input_bytes=part[0].input_bytes,
-            output_bytes=part[-1].output_bytes,
-            param_bytes=sum(u.param_bytes for u in part),
-        ))
+        stages.append(
+            StageCost(
+                forward_ms=sum(u.forward_ms for u in part),
+                backward_ms=sum(u.backward_ms for u in part),
+                weight_ms=sum(u.w_ms for u in part),
+                activation_bytes=sum(u.activation_bytes for u in part),
+                weight_grad_bytes=sum(u.w_bytes for u in part),
+                input_bytes=part[0].input_bytes,
+                output_bytes=part[-1].output_bytes,
+                param_bytes=sum(u.param_bytes for u in part),
+            )
+        )
     if link is None:
-        link = LinkCost() if description is None else LinkCost(description.link_latency_ms,
-                                                                description.link_bandwidth_gbps)
-    return CostModel(stages=tuple(stages), links=(link,), recompute=recompute,
-                     source="model" if description is not None else "units", description=None)
+        link = (
+            LinkCost()
+            if description is None
+            else LinkCost(description.link_latency_ms, description.link_bandwidth_gbps)
+        )
+    return CostModel(
+        stages=tuple(stages),
+        links=(link,),
+        recompute=recompute,
+        source="model" if description is not None else "units",
+        description=None,
+    )

@@ -122,14 +122,16 @@ class CostModel:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.overlap_factor, (int, float)) and 0 < self.overlap_factor <= 1):
-            raise ValueError(f"overlap_factor must lie in (0, 1] (1: a pair takes F + B, no overlap), "
-                             f"got {self.overlap_factor!r}")
+            raise ValueError(
+                f"overlap_factor must lie in (0, 1] (1: a pair takes F + B, no overlap), got {self.overlap_factor!r}"
+            )
         if not self.stages:
             raise ValueError("a cost model needs at least one stage cost")
         if not self.links:
             raise ValueError("a cost model needs at least one link cost")
-        if self.shared_cores is not None and (isinstance(self.shared_cores, bool)
-                                              or not isinstance(self.shared_cores, int) or self.shared_cores < 1):
+        if self.shared_cores is not None and (
+            isinstance(self.shared_cores, bool) or not isinstance(self.shared_cores, int) or self.shared_cores < 1
+        ):
             raise ValueError(f"shared_cores must be a positive integer or None, got {self.shared_cores!r}")
         if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
             raise ValueError(f"data_parallel must be a positive integer, got {self.data_parallel!r}")
@@ -221,8 +223,14 @@ class CostModel:
             return self
         if self.description is not None:
             recut = self.description.to_cost_model(num_stages, self.recompute)
-            return replace(recut, step_overhead_ms=self.step_overhead_ms, dispatch_ms=self.dispatch_ms,
-                           shared_cores=self.shared_cores, data_parallel=self.data_parallel, dp_link=self.dp_link)
+            return replace(
+                recut,
+                step_overhead_ms=self.step_overhead_ms,
+                dispatch_ms=self.dispatch_ms,
+                shared_cores=self.shared_cores,
+                data_parallel=self.data_parallel,
+                dp_link=self.dp_link,
+            )
         if num_stages % base_stages:
             raise ValueError(
                 f"cannot cut a {base_stages}-stage cost model into {num_stages} stages: "
@@ -231,8 +239,10 @@ class CostModel:
         if len(self.stages) not in (1, base_stages):
             raise ValueError(f"the cost model has {len(self.stages)} stages, expected 1 or {base_stages}")
         pieces = num_stages // base_stages
-        stages = tuple(_piece(self.stages[s // pieces if len(self.stages) > 1 else 0], pieces)
-                       for s in range(num_stages if len(self.stages) > 1 else 1))
+        stages = tuple(
+            _piece(self.stages[s // pieces if len(self.stages) > 1 else 0], pieces)
+            for s in range(num_stages if len(self.stages) > 1 else 1)
+        )
         links = self.links
         if len(links) > 1:  # a boundary inside a base stage has no link of its own: use its neighbour's
             links = tuple(links[min(b // pieces, len(links) - 1)] for b in range(num_stages - 1))
@@ -328,8 +338,12 @@ def cost_from_times(
     Each list holds one value for every stage or one per stage; B defaults to 2F, W to half of B, one
     activation unit per microbatch. W above B is refused (W is the weight part of the full backward).
     """
-    lists = {"forward_ms": forward_ms, "backward_ms": backward_ms, "weight_ms": weight_ms,
-             "activation_bytes": activation_bytes}
+    lists = {
+        "forward_ms": forward_ms,
+        "backward_ms": backward_ms,
+        "weight_ms": weight_ms,
+        "activation_bytes": activation_bytes,
+    }
     count = max(len(v) for v in lists.values() if v is not None)
     if not forward_ms:
         raise ValueError("forward_ms needs at least one value")
@@ -340,14 +354,28 @@ def cost_from_times(
     if weight is not None:
         for stage, (b, w) in enumerate(zip(backward, weight, strict=True)):
             if w > b:
-                raise ValueError(f"stage {stage}: weight_ms {w:g} exceeds backward_ms {b:g}; W is the weight-gradient "
-                                 "part of the full backward B, so 0 <= W <= B")
+                raise ValueError(
+                    f"stage {stage}: weight_ms {w:g} exceeds backward_ms {b:g}; W is the weight-gradient "
+                    "part of the full backward B, so 0 <= W <= B"
+                )
     comm = [float(c) for c in comm_ms] or [0.0]
     if count == 1 and len(comm) == 1:
-        return CostModel.uniform(forward[0], backward[0], None if weight is None else weight[0], comm[0],
-                                 activation_bytes=1.0 if activations is None else activations[0], recompute=recompute)
-    return CostModel.per_stage(forward, backward, weight, comm[0] if len(comm) == 1 else comm,
-                               activation_bytes=activations, recompute=recompute)
+        return CostModel.uniform(
+            forward[0],
+            backward[0],
+            None if weight is None else weight[0],
+            comm[0],
+            activation_bytes=1.0 if activations is None else activations[0],
+            recompute=recompute,
+        )
+    return CostModel.per_stage(
+        forward,
+        backward,
+        weight,
+        comm[0] if len(comm) == 1 else comm,
+        activation_bytes=activations,
+        recompute=recompute,
+    )
 
 
 def measured_stage_cost(

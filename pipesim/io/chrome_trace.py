@@ -117,8 +117,9 @@ def _consumer(message: Message, spans: dict[tuple[int, Action], Span], dst: int)
     """The span on `dst` that uses `message`: F of the stage for an activation, its first backward for a grad."""
     if message.what == ACT:
         return spans.get((dst, Action(message.stage, F, message.microbatch)))
-    return (spans.get((dst, Action(message.stage, B, message.microbatch)))
-            or spans.get((dst, Action(message.stage, I, message.microbatch))))
+    return spans.get((dst, Action(message.stage, B, message.microbatch))) or spans.get(
+        (dst, Action(message.stage, I, message.microbatch))
+    )
 
 
 def transfers(plan: CommPlan, timeline: Timeline) -> list[Transfer]:
@@ -164,8 +165,16 @@ def _lanes(intervals: list[tuple[float, float]]) -> list[int]:
 
 
 def _slice(name: str, cat: str, pid: int, tid: int, start: float, end: float, **args: Any) -> dict[str, Any]:
-    return {"name": name, "cat": cat, "ph": "X", "ts": start * US_PER_MS, "dur": max(0.0, end - start) * US_PER_MS,
-            "pid": pid, "tid": tid, "args": args}
+    return {
+        "name": name,
+        "cat": cat,
+        "ph": "X",
+        "ts": start * US_PER_MS,
+        "dur": max(0.0, end - start) * US_PER_MS,
+        "pid": pid,
+        "tid": tid,
+        "args": args,
+    }
 
 
 def _drawn(start: float, end: float) -> tuple[float, float]:
@@ -198,21 +207,42 @@ def _view_events(pid: int, label: str, timeline: Timeline, plan: CommPlan, first
         events.append(_span_event(span, pid, tid))
     moved = transfers(plan, timeline)
     send_lanes, recv_lanes = _message_lanes(moved, timeline.num_ranks)
-    for number, (t, send_lane, recv_lane) in enumerate(zip(moved, send_lanes, recv_lanes, strict=True),
-                                                       start=first_flow):
+    for number, (t, send_lane, recv_lane) in enumerate(
+        zip(moved, send_lanes, recv_lanes, strict=True), start=first_flow
+    ):
         what = "activation" if t.message.what == ACT else "gradient"
         text = f"{what} {t.message.stage}:{t.message.microbatch} of {t.producer}"
         send_tid = t.src * RANK_STRIDE + SEND_BASE + send_lane
         recv_tid = t.dst * RANK_STRIDE + RECV_BASE + recv_lane
         threads[send_tid] = f"rank {t.src} send" + (f" #{send_lane + 1}" if send_lane else "")
         threads[recv_tid] = f"rank {t.dst} recv" + (f" #{recv_lane + 1}" if recv_lane else "")
-        send = _slice(f"send {text} to rank {t.dst}", "send", pid, send_tid, *_drawn(t.send_start, t.send_end),
-                      peer=t.dst, action=str(t.producer), flow=number)
-        recv = _slice(f"recv {text} from rank {t.src}", "recv", pid, recv_tid, *_drawn(t.recv_start, t.recv_end),
-                      peer=t.src, action=str(t.producer), flow=number)
+        send = _slice(
+            f"send {text} to rank {t.dst}",
+            "send",
+            pid,
+            send_tid,
+            *_drawn(t.send_start, t.send_end),
+            peer=t.dst,
+            action=str(t.producer),
+            flow=number,
+        )
+        recv = _slice(
+            f"recv {text} from rank {t.src}",
+            "recv",
+            pid,
+            recv_tid,
+            *_drawn(t.recv_start, t.recv_end),
+            peer=t.src,
+            action=str(t.producer),
+            flow=number,
+        )
         flow = {"name": text, "cat": "message", "id": number}
-        events += [send, recv, {**flow, "ph": "s", "pid": pid, "tid": send_tid, "ts": _mid(send)},
-                   {**flow, "ph": "f", "bp": "e", "pid": pid, "tid": recv_tid, "ts": _mid(recv)}]
+        events += [
+            send,
+            recv,
+            {**flow, "ph": "s", "pid": pid, "tid": send_tid, "ts": _mid(send)},
+            {**flow, "ph": "f", "bp": "e", "pid": pid, "tid": recv_tid, "ts": _mid(recv)},
+        ]
     for tid, name in threads.items():
         events += [_meta("thread_name", pid, tid, name=name), _meta("thread_sort_index", pid, tid, sort_index=tid)]
     return events

@@ -49,8 +49,10 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
 
 
 def _link_dict(link: LinkCost) -> dict[str, Any]:
-    return {"latency_ms": link.latency_ms,
-            "bandwidth_gbps": None if math.isinf(link.bandwidth_gbps) else link.bandwidth_gbps}
+    return {
+        "latency_ms": link.latency_ms,
+        "bandwidth_gbps": None if math.isinf(link.bandwidth_gbps) else link.bandwidth_gbps,
+    }
 
 
 def _number(value: Any, where: str, *, allow_none: bool = False) -> float | None:
@@ -151,11 +153,21 @@ def cost_from_dict(data: Any) -> CostModel:
     if isinstance(overlap_factor, bool) or not isinstance(overlap_factor, (int, float)):
         raise ValueError(f"cost file: overlap_factor must be a number in (0, 1], got {overlap_factor!r}")
     try:
-        return CostModel(stages=stages, links=links, recompute=recompute, source=source,
-                         step_overhead_ms=overhead_ms, dispatch_ms=dispatch_ms, shared_cores=shared_cores,
-                         description=description, data_parallel=data_parallel, dp_link=dp_link,
-                         sharded=sharded, overlap_factor=float(overlap_factor),
-                         meta=dict(meta))
+        return CostModel(
+            stages=stages,
+            links=links,
+            recompute=recompute,
+            source=source,
+            step_overhead_ms=overhead_ms,
+            dispatch_ms=dispatch_ms,
+            shared_cores=shared_cores,
+            description=description,
+            data_parallel=data_parallel,
+            dp_link=dp_link,
+            sharded=sharded,
+            overlap_factor=float(overlap_factor),
+            meta=dict(meta),
+        )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None
 

@@ -25,7 +25,7 @@ FORMAT_VERSION = 1
 
 def _check_header(data: Any, expected: str) -> None:
     if not isinstance(data, dict) or data.get("format") != expected:
-        raise ValueError(f"not a {expected} document: expected \"format\": \"{expected}\"")
+        raise ValueError(f'not a {expected} document: expected "format": "{expected}"')
     if data.get("version") != FORMAT_VERSION:
         raise ValueError(
             f"unsupported {expected} version {data.get('version')!r}; this pipesim reads version {FORMAT_VERSION}"
@@ -43,8 +43,11 @@ def schedule_to_dict(schedule: Schedule) -> dict[str, Any]:
         "stage_to_rank": list(schedule.stage_to_rank),
         "params": schedule.params,
         "actions": schedule.text_rows(),
-        **({} if schedule.order is None else {"order": [["" if e is None else str(e) for e in row]
-                                                        for row in schedule.order]}),
+        **(
+            {}
+            if schedule.order is None
+            else {"order": [["" if e is None else str(e) for e in row] for row in schedule.order]}
+        ),
     }
 
 
@@ -66,8 +69,12 @@ def schedule_from_dict(data: Any) -> Schedule:
         raise ValueError("schedule file: actions must be a list with one list of action texts per rank")
     if not isinstance(params, dict):
         raise ValueError(f"schedule file: params must be an object, got {params!r:.60}")
-    check_sizes(num_ranks=len(actions), num_stages=len(placement), num_microbatches=data["num_microbatches"],
-                num_actions=sum(len(row) for row in actions))
+    check_sizes(
+        num_ranks=len(actions),
+        num_stages=len(placement),
+        num_microbatches=data["num_microbatches"],
+        num_actions=sum(len(row) for row in actions),
+    )
     rows = []
     for rank, row in enumerate(actions):
         if not all(isinstance(text, str) for text in row):
@@ -77,8 +84,9 @@ def schedule_from_dict(data: Any) -> Schedule:
     order = data.get("order")
     if order is None:
         return schedule
-    if not isinstance(order, list) or not all(isinstance(row, list) and all(isinstance(t, str) for t in row)
-                                              for row in order):
+    if not isinstance(order, list) or not all(
+        isinstance(row, list) and all(isinstance(t, str) for t in row) for row in order
+    ):
         raise ValueError("schedule file: order must be a list with one list of action texts per rank")
     check_sizes(num_actions=sum(len(row) for row in order))
     try:  # the full order must hold exactly the action lists' compute actions (Schedule checks it)
@@ -104,8 +112,15 @@ def timeline_to_dict(timeline: Timeline, summary: dict[str, Any] | None = None) 
         for s in timeline.spans
     ]
     data["comm"] = [
-        {"rank": c.rank, "kind": c.kind, "peer": c.peer, "action": str(c.action),
-         "start": c.start, "end": c.end, "step": c.step}
+        {
+            "rank": c.rank,
+            "kind": c.kind,
+            "peer": c.peer,
+            "action": str(c.action),
+            "start": c.start,
+            "end": c.end,
+            "step": c.step,
+        }
         for c in timeline.comm
     ]
     return data
@@ -127,8 +142,15 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
             for s in data["spans"]
         )
         comm = tuple(
-            CommSpan(int(c["rank"]), str(c["kind"]), int(c["peer"]), _comm_action(c["action"]),
-                     float(c["start"]), float(c["end"]), int(c.get("step", 0)))
+            CommSpan(
+                int(c["rank"]),
+                str(c["kind"]),
+                int(c["peer"]),
+                _comm_action(c["action"]),
+                float(c["start"]),
+                float(c["end"]),
+                int(c.get("step", 0)),
+            )
             for c in data.get("comm") or []
         )
     except KeyError as missing:
@@ -232,5 +254,3 @@ def load_schedule(path: str | Path) -> Schedule:
 
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
     write_json(timeline_to_dict(timeline, summary), path)
-
-

@@ -70,15 +70,17 @@ class ImportedRun:
 
 def _check_size(name: str, size: int) -> None:
     if size > MAX_TRACE_BYTES:
-        raise ValueError(f"{name} is {size / 1024**2:,.0f} MiB; pipesim reads traces of at most "
-                         f"{MAX_TRACE_BYTES / 1024**2:,.0f} MiB (pipesim/limits.py): record fewer steps")
+        raise ValueError(
+            f"{name} is {size / 1024**2:,.0f} MiB; pipesim reads traces of at most "
+            f"{MAX_TRACE_BYTES / 1024**2:,.0f} MiB (pipesim/limits.py): record fewer steps"
+        )
 
 
 def _as_trace(name: str, data: Any) -> dict[str, Any]:
     if isinstance(data, list):  # the format also allows a bare array of events
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ValueError(f"{name}: not a Chrome trace: expected an object with a \"traceEvents\" list")
+        raise ValueError(f'{name}: not a Chrome trace: expected an object with a "traceEvents" list')
     return data
 
 
@@ -110,7 +112,7 @@ def _action_text(label: Any, gpipe: bool) -> str | None:
     if not isinstance(label, str):
         return None
     if not gpipe:
-        return label[len(LABEL_PREFIX):] if label.startswith(LABEL_PREFIX) else None
+        return label[len(LABEL_PREFIX) :] if label.startswith(LABEL_PREFIX) else None
     match = _GPIPE.match(label)
     return None if match is None else f"{_RANK_STAGE}{match.group(1)[0]}{match.group(2)}"
 
@@ -130,16 +132,20 @@ def _labels_of(data: dict[str, Any], name: str, gpipe: bool = False) -> dict[Any
         if start is None or duration is None or duration < 0:
             raise ValueError(f"{name}: event {label[:40]!r} has no valid ts/dur (microseconds)")
         pid = event.get("pid")
-        by_pid.setdefault(pid if isinstance(pid, (int, str)) else str(pid), []).append(
-            (text, start, start + duration))
+        by_pid.setdefault(pid if isinstance(pid, (int, str)) else str(pid), []).append((text, start, start + duration))
     return by_pid
 
 
 def _process_ranks(data: dict[str, Any], pids: list[Any]) -> list[Any]:
     """A merged file's processes in rank order: by a "rank N" process name where every one has it, else by id."""
-    names = {e.get("pid"): e.get("args", {}).get("name") for e in data["traceEvents"]
-             if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name"
-             and isinstance(e.get("args"), dict)}
+    names = {
+        e.get("pid"): e.get("args", {}).get("name")
+        for e in data["traceEvents"]
+        if isinstance(e, dict)
+        and e.get("ph") == "M"
+        and e.get("name") == "process_name"
+        and isinstance(e.get("args"), dict)
+    }
     numbers = {pid: _RANK_NAME.search(str(names.get(pid, ""))) for pid in pids}
     if all(numbers.values()):
         return sorted(pids, key=lambda pid: int(numbers[pid].group(1)))
@@ -152,8 +158,10 @@ def collect_labels(files: Sequence[tuple[str, dict[str, Any]]]) -> list[Label]:
     if not files:
         raise ValueError("give at least one trace file (one per rank, or one merged trace)")
     # Integers as Kineto writes them: ns since the epoch lose precision as floats (2^-52 of 1.8e18 is 256 ns).
-    bases = [base if isinstance(base := data.get("baseTimeNanoseconds"), int) and not isinstance(base, bool) else 0
-             for _, data in files]
+    bases = [
+        base if isinstance(base := data.get("baseTimeNanoseconds"), int) and not isinstance(base, bool) else 0
+        for _, data in files
+    ]
     lowest = min(bases)
     raw: list[tuple[int, str, float, float]] = []
     seen_ranks: dict[int, int] = {}  # rank -> index of the file it came from
@@ -161,10 +169,12 @@ def collect_labels(files: Sequence[tuple[str, dict[str, Any]]]) -> list[Label]:
     for index, ((path, data), base) in enumerate(zip(files, bases, strict=True)):
         by_pid = _labels_of(data, str(path)) or _labels_of(data, str(path), gpipe=True)
         if not by_pid:
-            raise ValueError(f"{path}: no {LABEL_PREFIX} labels: record with `python -m executor run "
-                             "--torch-profile`, or torch's multi-stage schedules (torch 2.13 labels actions only "
-                             "in _PipelineScheduleRuntime: interleaved 1F1B, looped BFS, zero bubble, ZBV, DualPipeV; "
-                             "ScheduleGPipe's 'Forward i' labels are read too, Schedule1F1B has none)")
+            raise ValueError(
+                f"{path}: no {LABEL_PREFIX} labels: record with `python -m executor run "
+                "--torch-profile`, or torch's multi-stage schedules (torch 2.13 labels actions only "
+                "in _PipelineScheduleRuntime: interleaved 1F1B, looped BFS, zero bubble, ZBV, DualPipeV; "
+                "ScheduleGPipe's 'Forward i' labels are read too, Schedule1F1B has none)"
+            )
         info = data.get("distributedInfo")
         given = info.get("rank") if isinstance(info, dict) else None
         if len(by_pid) == 1 and isinstance(given, int) and not isinstance(given, bool) and given >= 0:
@@ -176,14 +186,17 @@ def collect_labels(files: Sequence[tuple[str, dict[str, Any]]]) -> list[Label]:
         for pid, rows in by_pid.items():
             rank = ranks[pid]
             if rank in seen_ranks and seen_ranks[rank] != index:
-                raise ValueError(f"{path}: rank {rank} is also in {files[seen_ranks[rank]][0]}: give each rank's "
-                                 "trace once")
+                raise ValueError(
+                    f"{path}: rank {rank} is also in {files[seen_ranks[rank]][0]}: give each rank's trace once"
+                )
             seen_ranks[rank] = index
-            raw.extend((rank, text.replace(_RANK_STAGE, str(rank)), start + shift, end + shift)
-                       for text, start, end in rows)
+            raw.extend(
+                (rank, text.replace(_RANK_STAGE, str(rank)), start + shift, end + shift) for text, start, end in rows
+            )
         if len(raw) > MAX_ACTIONS or len(seen_ranks) > MAX_RANKS:
-            raise ValueError(f"the traces hold more than {MAX_ACTIONS:,} labels or {MAX_RANKS:,} ranks "
-                             "(pipesim/limits.py)")
+            raise ValueError(
+                f"the traces hold more than {MAX_ACTIONS:,} labels or {MAX_RANKS:,} ranks (pipesim/limits.py)"
+            )
     missing = [rank for rank in range(max(seen_ranks) + 1) if rank not in seen_ranks]
     if missing:
         raise ValueError(f"no trace for rank {missing[0]} (ranks found: {sorted(seen_ranks)}): give every rank's trace")
@@ -203,16 +216,20 @@ def _compute(label: Label) -> list[Span] | None:
         if not parts:
             raise ValueError(f"rank {label.rank}: {LABEL_PREFIX}{label.text} names no sub-actions")
         width = (label.end - label.start) / len(parts)
-        return [Span(label.rank, action, label.start + k * width, label.start + (k + 1) * width)
-                for k, action in enumerate(parts)]
+        return [
+            Span(label.rank, action, label.start + k * width, label.start + (k + 1) * width)
+            for k, action in enumerate(parts)
+        ]
     try:
         return [Span(label.rank, Action.parse(label.text), label.start, label.end)]
     except ValueError:
         pass
     if _COMM.match(label.text) or _OTHER.match(label.text):
         return None
-    raise ValueError(f"rank {label.rank}: cannot read label {LABEL_PREFIX}{label.text[:40]!r}: expected torch's "
-                     "action names such as PP:2F0, PP:1SEND_F0, PP:(0F7;7B3)OVERLAP_F_B")
+    raise ValueError(
+        f"rank {label.rank}: cannot read label {LABEL_PREFIX}{label.text[:40]!r}: expected torch's "
+        "action names such as PP:2F0, PP:1SEND_F0, PP:(0F7;7B3)OVERLAP_F_B"
+    )
 
 
 def _number_steps(rows: list[list[Span]]) -> tuple[list[list[Span]], int]:
@@ -227,8 +244,10 @@ def _number_steps(rows: list[list[Span]]) -> tuple[list[list[Span]], int]:
         counts = set(seen.values())
         if len(counts) > 1:
             few = min(seen, key=seen.__getitem__)
-            raise ValueError(f"rank {rank}: {few} ran {seen[few]} times but other actions {max(counts)}: the trace "
-                             "holds a partial step (record whole steps)")
+            raise ValueError(
+                f"rank {rank}: {few} ran {seen[few]} times but other actions {max(counts)}: the trace "
+                "holds a partial step (record whole steps)"
+            )
         count = counts.pop() if counts else 0
         if steps is not None and count != steps and count:
             raise ValueError(f"rank {rank} ran {count} steps but rank 0 {steps}: the traces are of different runs")
@@ -246,8 +265,10 @@ def _schedule(rows: list[list[Span]], steps: int, name: str) -> Schedule:
             again = [s.action for s in spans if s.step == step]
             if again != first:
                 index = next(i for i, (a, b) in enumerate(zip(first, again, strict=False)) if a != b)
-                raise ValueError(f"rank {rank}: step {step} runs {again[index]} at position {index + 1} where step 0 "
-                                 f"ran {first[index]}: a trace of one schedule runs the same order every step")
+                raise ValueError(
+                    f"rank {rank}: step {step} runs {again[index]} at position {index + 1} where step 0 "
+                    f"ran {first[index]}: a trace of one schedule runs the same order every step"
+                )
         orders.append(first)
     text = "\r\n".join(",".join(str(action) for action in order) for order in orders)
     try:  # the placement rule (a stage lives where its actions run) is the CSV reader's: read the orders as rows
@@ -275,13 +296,26 @@ def _comm_spans(labels: list[Label], schedule: Schedule) -> list[CommSpan]:
         source_stage = {"SEND_F": stage, "RECV_F": stage - 1, "SEND_B": stage, "RECV_B": stage + 1}[kind]
         peer_stage = {"SEND_F": stage + 1, "RECV_F": stage - 1, "SEND_B": stage - 1, "RECV_B": stage + 1}[kind]
         if not (0 <= source_stage < schedule.num_stages and 0 <= peer_stage < schedule.num_stages):
-            raise ValueError(f"rank {label.rank}: {LABEL_PREFIX}{label.text} names a stage outside "
-                             f"0..{schedule.num_stages - 1}")
-        producer = (Action(source_stage, F, microbatch) if kind.endswith("_F")
-                    else _first_backward(schedule, source_stage, microbatch))
+            raise ValueError(
+                f"rank {label.rank}: {LABEL_PREFIX}{label.text} names a stage outside 0..{schedule.num_stages - 1}"
+            )
+        producer = (
+            Action(source_stage, F, microbatch)
+            if kind.endswith("_F")
+            else _first_backward(schedule, source_stage, microbatch)
+        )
         key = (label.rank, label.text)
-        out.append(CommSpan(label.rank, "send" if kind.startswith("SEND") else "recv", place[peer_stage], producer,
-                            label.start, label.end, seen[key]))
+        out.append(
+            CommSpan(
+                label.rank,
+                "send" if kind.startswith("SEND") else "recv",
+                place[peer_stage],
+                producer,
+                label.start,
+                label.end,
+                seen[key],
+            )
+        )
         seen[key] += 1
     return out
 
@@ -309,7 +343,16 @@ def import_trace_data(files: Sequence[tuple[str, dict[str, Any]]], name: str = "
     for step in range(steps):
         of_step = [span for span in spans if span.step == step]
         step_times.append(max(s.end for s in of_step) - min(s.start for s in of_step))
-    timeline = Timeline(num_ranks, tuple(spans), "imported", name, tuple(_comm_spans(labels, schedule)),
-                        {"imported_from": [file_name for file_name, _ in files], "steps": steps,
-                         "label_extent": "torch's PP: slice: input wait, compute, posting the send"})
+    timeline = Timeline(
+        num_ranks,
+        tuple(spans),
+        "imported",
+        name,
+        tuple(_comm_spans(labels, schedule)),
+        {
+            "imported_from": [file_name for file_name, _ in files],
+            "steps": steps,
+            "label_extent": "torch's PP: slice: input wait, compute, posting the send",
+        },
+    )
     return ImportedRun(schedule, timeline, tuple(step_times))

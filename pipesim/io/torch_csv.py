@@ -96,8 +96,12 @@ def _parse_cell(text: str, row: int, column: int, csv_format: str) -> Entry | No
         )
     for stage, microbatch in _numbers(entry):
         if stage >= MAX_STAGES or (microbatch or 0) >= MAX_MICROBATCHES:
-            raise CsvError(f"{text.strip()}: stages are limited to {MAX_STAGES:,} and microbatches to "
-                           f"{MAX_MICROBATCHES:,} (pipesim/limits.py)", row, column)
+            raise CsvError(
+                f"{text.strip()}: stages are limited to {MAX_STAGES:,} and microbatches to "
+                f"{MAX_MICROBATCHES:,} (pipesim/limits.py)",
+                row,
+                column,
+            )
     return entry
 
 

@@ -39,8 +39,14 @@ def with_collectives(schedule: Schedule, cost: CostModel) -> Schedule:
         return schedule
     if any(isinstance(e, CommAction) and e.kind in _COLLECTIVES for row in schedule.order or () for e in row):
         return schedule
-    return schedule_from_order(schedule.name, schedule.num_ranks, schedule.num_microbatches, schedule.stage_to_rank,
-                               with_comms(schedule), **schedule.params)
+    return schedule_from_order(
+        schedule.name,
+        schedule.num_ranks,
+        schedule.num_microbatches,
+        schedule.stage_to_rank,
+        with_comms(schedule),
+        **schedule.params,
+    )
 
 
 _COLLECTIVES = (CommKind.UNSHARD, CommKind.RESHARD, CommKind.REDUCE_GRAD)
@@ -126,8 +132,11 @@ def _add_send_recv(rows: list[list[Entry]], placement: tuple[int, ...], num_stag
         if kind is F and stage != 0:
             return CommAction(stage, CommKind.RECV_F, mb) in seen or (stage - 1, F, mb) in seen
         if (kind is B or kind is I) and stage != num_stages - 1:
-            return (CommAction(stage, CommKind.RECV_B, mb) in seen or (stage + 1, I, mb) in seen
-                    or (stage + 1, B, mb) in seen)
+            return (
+                CommAction(stage, CommKind.RECV_B, mb) in seen
+                or (stage + 1, I, mb) in seen
+                or (stage + 1, B, mb) in seen
+            )
         return True
 
     out: list[list[Entry]] = [[] for _ in rows]
@@ -161,8 +170,10 @@ def _add_send_recv(rows: list[list[Entry]], placement: tuple[int, ...], num_stag
         pending = [rank for rank in pending if heads[rank] < len(rows[rank])]
         if not progress:
             stuck = "; ".join(f"rank {r} at {rows[r][heads[r]]}" for r in pending[:4])
-            raise ValueError(f"cannot place sends and receives: no rank can go on ({stuck}); the compute order "
-                             "deadlocks (see the DAG)")
+            raise ValueError(
+                f"cannot place sends and receives: no rank can go on ({stuck}); the compute order "
+                "deadlocks (see the DAG)"
+            )
         if work > _MAX_ROUND_WORK:
             raise ValueError("the schedule is too large to lower to torch's compute_comms form")
     return out

@@ -59,18 +59,23 @@ def why_lost(candidate: Candidate, best: Candidate, cap: float | None) -> Loss:
     """The main reason a runner-up lost: it does not fit, it idles more, its stages are less even, or it computes
     more (recomputation, a smaller microbatch's fixed costs)."""
     if not candidate.fits:
-        return Loss(candidate, "memory", f"needs {format_bytes(candidate.peak_memory_bytes)} per device, over the "
-                                         f"cap of {format_bytes(cap or 0)}")
+        return Loss(
+            candidate,
+            "memory",
+            f"needs {format_bytes(candidate.peak_memory_bytes)} per device, over the cap of {format_bytes(cap or 0)}",
+        )
     if candidate.makespan_ms <= best.makespan_ms * (1 + TIE):
         return Loss(candidate, "tie", f"within {TIE:.0%} of the best's step time: a tie within the model's accuracy")
     bubble = candidate.bubble_fraction - best.bubble_fraction
     imbalance = candidate.imbalance - best.imbalance
     if bubble >= imbalance and bubble > 0.005:
-        return Loss(candidate, "bubble", f"idles {candidate.bubble_fraction:.1%} of the time against "
-                                         f"{best.bubble_fraction:.1%}")
+        return Loss(
+            candidate, "bubble", f"idles {candidate.bubble_fraction:.1%} of the time against {best.bubble_fraction:.1%}"
+        )
     if imbalance > 0.005:
-        return Loss(candidate, "imbalance", f"slowest stage {candidate.imbalance:.2f}x the mean against "
-                                            f"{best.imbalance:.2f}x")
+        return Loss(
+            candidate, "imbalance", f"slowest stage {candidate.imbalance:.2f}x the mean against {best.imbalance:.2f}x"
+        )
     what = "recomputes every forward" if candidate.recompute and not best.recompute else "computes more"
     return Loss(candidate, "compute", f"{what} ({candidate.makespan_ms:.3g} ms against {best.makespan_ms:.3g} ms)")
 
@@ -88,16 +93,23 @@ def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
     failed = len(candidates) - len(built)
     best = best_candidate(candidates)
     fitting = sum(c.fits for c in built)
-    lines = [f"{len(candidates)} candidates: {len(built)} built, {fitting} fit"
-             + (f" the cap of {format_bytes(cap)}" if cap is not None else "") + f", {failed} cannot be built"]
+    lines = [
+        f"{len(candidates)} candidates: {len(built)} built, {fitting} fit"
+        + (f" the cap of {format_bytes(cap)}" if cap is not None else "")
+        + f", {failed} cannot be built"
+    ]
     if best is None:
         lowest = min(built, key=lambda c: c.peak_memory_bytes, default=None)
-        lines.append("no candidate fits" + (f"; the least memory is {format_bytes(lowest.peak_memory_bytes)} "
-                                            f"({lowest.label})" if lowest else ""))
+        lines.append(
+            "no candidate fits"
+            + (f"; the least memory is {format_bytes(lowest.peak_memory_bytes)} ({lowest.label})" if lowest else "")
+        )
         return lines
-    lines.append(f"best: {best.label}: {best.makespan_ms:.4g} ms per step, {best.throughput:.4g} samples/s, "
-                 f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
-                 f"split at {','.join(map(str, best.split)) or '-'}")
+    lines.append(
+        f"best: {best.label}: {best.makespan_ms:.4g} ms per step, {best.throughput:.4g} samples/s, "
+        f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
+        f"split at {','.join(map(str, best.split)) or '-'}"
+    )
     for loss in runners_up(candidates, best, cap):
         c = loss.candidate
         slower = c.makespan_ms / best.makespan_ms - 1

@@ -47,8 +47,11 @@ class PlanSpace:
             schedule_info(name)  # unknown names list the valid ones
         if not self.schedules:
             raise ValueError("give at least one schedule to search")
-        for label, values in (("microbatch sizes", self.microbatch_sizes), ("chunks", self.chunks),
-                              ("ranks", self.ranks or (1,))):
+        for label, values in (
+            ("microbatch sizes", self.microbatch_sizes),
+            ("chunks", self.chunks),
+            ("ranks", self.ranks or (1,)),
+        ):
             if not values or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
                 raise ValueError(f"{label} must be positive whole numbers, got {list(values)}")
         for share in self.w_shares:
@@ -91,15 +94,25 @@ class PlanInputs:
     @classmethod
     def from_description(cls, description: ModelDescription, **kwargs: Any) -> PlanInputs:
         link = LinkCost(description.link_latency_ms, description.link_bandwidth_gbps)
-        return cls(units=tuple(description.unit_costs()), link=link,
-                   unit_microbatch_size=description.microbatch_size, description=description, **kwargs)
+        return cls(
+            units=tuple(description.unit_costs()),
+            link=link,
+            unit_microbatch_size=description.microbatch_size,
+            description=description,
+            **kwargs,
+        )
 
     @classmethod
     def from_cost(cls, cost: CostModel, **kwargs: Any) -> PlanInputs:
         """A cost file's stages read as units (profile with one unit per stage to plan any split)."""
         overhead = cost.step_overhead_ms
-        return cls(units=cost.stages, link=cost.links[0], unit_microbatch_size=int(cost.meta.get("microbatch_size", 1)),
-                   step_overhead_ms=max(overhead, default=0.0), **kwargs)
+        return cls(
+            units=cost.stages,
+            link=cost.links[0],
+            unit_microbatch_size=int(cost.meta.get("microbatch_size", 1)),
+            step_overhead_ms=max(overhead, default=0.0),
+            **kwargs,
+        )
 
     def units_for(self, microbatch_size: int) -> tuple[StageCost, ...]:
         if self.description is not None:
@@ -107,12 +120,19 @@ class PlanInputs:
         factor = microbatch_size / self.unit_microbatch_size
         if factor == 1:
             return self.units
-        return tuple(replace(u, forward_ms=u.forward_ms * factor, backward_ms=u.backward_ms * factor,
-                             weight_ms=None if u.weight_ms is None else u.weight_ms * factor,
-                             activation_bytes=u.activation_bytes * factor,
-                             weight_grad_bytes=None if u.weight_grad_bytes is None else u.weight_grad_bytes * factor,
-                             input_bytes=u.input_bytes * factor, output_bytes=u.output_bytes * factor)
-                     for u in self.units)
+        return tuple(
+            replace(
+                u,
+                forward_ms=u.forward_ms * factor,
+                backward_ms=u.backward_ms * factor,
+                weight_ms=None if u.weight_ms is None else u.weight_ms * factor,
+                activation_bytes=u.activation_bytes * factor,
+                weight_grad_bytes=None if u.weight_grad_bytes is None else u.weight_grad_bytes * factor,
+                input_bytes=u.input_bytes * factor,
+                output_bytes=u.output_bytes * factor,
+            )
+            for u in self.units
+        )
 
 
 @dataclass
@@ -138,13 +158,24 @@ class Candidate:
     rank_memory: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schedule": self.schedule, "ranks": self.ranks, "microbatches": self.microbatches,
-                "virtual_stages": self.virtual_stages, "recompute": self.recompute, "split": list(self.split),
-                "makespan_ms": self.makespan_ms, "throughput": self.throughput,
-                "peak_memory_bytes": self.peak_memory_bytes, "fits": self.fits,
-                "microbatch_size": self.microbatch_size, "w_share": self.w_share,
-                "data_parallel": self.data_parallel, "bubble_fraction": self.bubble_fraction,
-                "imbalance": self.imbalance, "error": self.error}
+        return {
+            "schedule": self.schedule,
+            "ranks": self.ranks,
+            "microbatches": self.microbatches,
+            "virtual_stages": self.virtual_stages,
+            "recompute": self.recompute,
+            "split": list(self.split),
+            "makespan_ms": self.makespan_ms,
+            "throughput": self.throughput,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "fits": self.fits,
+            "microbatch_size": self.microbatch_size,
+            "w_share": self.w_share,
+            "data_parallel": self.data_parallel,
+            "bubble_fraction": self.bubble_fraction,
+            "imbalance": self.imbalance,
+            "error": self.error,
+        }
 
     @property
     def label(self) -> str:
@@ -171,8 +202,9 @@ def candidate_grid(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
     return grid
 
 
-def _blank(inputs: PlanInputs, name: str, ranks: int, mbs: int, chunks: int | None, recompute: bool,
-           share: float | None) -> Candidate:
+def _blank(
+    inputs: PlanInputs, name: str, ranks: int, mbs: int, chunks: int | None, recompute: bool, share: float | None
+) -> Candidate:
     fixed = V_SHAPES_CHUNKS if name in ("zbv", "dualpipev") else 1
     dp = inputs.devices // ranks if ranks <= inputs.devices else 0
     replica_batch = inputs.global_batch // dp if dp else 0
@@ -180,8 +212,9 @@ def _blank(inputs: PlanInputs, name: str, ranks: int, mbs: int, chunks: int | No
     if ranks > inputs.devices or inputs.devices % ranks:
         candidate.error = f"{ranks} ranks do not divide {inputs.devices} devices into pipelines"
     elif inputs.global_batch % (dp * mbs):
-        candidate.error = (f"global batch {inputs.global_batch} does not split into {dp} replica(s) x microbatches "
-                           f"of {mbs}")
+        candidate.error = (
+            f"global batch {inputs.global_batch} does not split into {dp} replica(s) x microbatches of {mbs}"
+        )
     return candidate
 
 
@@ -232,8 +265,9 @@ class Evaluator:
         if c.error is not None or c.makespan_ms is None:
             raise ValueError(f"{c.label} was not built: {c.error or 'not evaluated'}")
         schedule = self.shape(c.schedule, c.ranks, c.microbatches, c.virtual_stages)[0]
-        cost = stage_costs_from_units(list(self.units(c.microbatch_size, c.w_share)), c.split,
-                                      recompute=c.recompute, link=self.inputs.link)
+        cost = stage_costs_from_units(
+            list(self.units(c.microbatch_size, c.w_share)), c.split, recompute=c.recompute, link=self.inputs.link
+        )
         return schedule, cost
 
     def evaluate(self, c: Candidate) -> Candidate:
@@ -250,8 +284,12 @@ class Evaluator:
             c.error = str(split)
             return c
         c.split, c.imbalance = split.split_points, split.imbalance
-        cost = stage_costs_from_units(list(self.units(c.microbatch_size, c.w_share)), split.split_points,
-                                      recompute=c.recompute, link=self.inputs.link)
+        cost = stage_costs_from_units(
+            list(self.units(c.microbatch_size, c.w_share)),
+            split.split_points,
+            recompute=c.recompute,
+            link=self.inputs.link,
+        )
         durations = action_durations(deps, cost, schedule.num_stages)
         starts, ends, stuck = sweep(deps, durations, hop_times(deps, boundary_transfers(schedule, cost)))
         if stuck:

@@ -38,8 +38,13 @@ def _registry() -> dict[str, ScheduleInfo]:
     # package's ScheduleInfo without a cycle.
     from pipesim.schedules import basic, interleaved, looped, v_shapes, zero_bubble
 
-    families = [*basic.SCHEDULES, *interleaved.SCHEDULES, *zero_bubble.SCHEDULES, *v_shapes.SCHEDULES,
-                *looped.SCHEDULES]
+    families = [
+        *basic.SCHEDULES,
+        *interleaved.SCHEDULES,
+        *zero_bubble.SCHEDULES,
+        *v_shapes.SCHEDULES,
+        *looped.SCHEDULES,
+    ]
     return {info.name.lower(): info for info in families}
 
 
@@ -83,5 +88,9 @@ def _check_size(info: ScheduleInfo, num_ranks: object, num_microbatches: object,
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (num_ranks, num_microbatches, chunks)):
         return  # the builder names the bad value
     kinds = 3 if info.split_backward else 2  # F and B, or F, I and W
-    check_sizes(num_ranks=num_ranks, num_stages=num_ranks * chunks, num_microbatches=num_microbatches,
-                num_actions=kinds * num_ranks * chunks * num_microbatches)
+    check_sizes(
+        num_ranks=num_ranks,
+        num_stages=num_ranks * chunks,
+        num_microbatches=num_microbatches,
+        num_actions=kinds * num_ranks * chunks * num_microbatches,
+    )

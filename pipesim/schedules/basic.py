@@ -28,10 +28,7 @@ def naive(num_ranks: int, num_microbatches: int) -> Schedule:
     pipeline's backward of m).
     """
     check_counts(num_ranks, num_microbatches)
-    rows = [
-        [Action(rank, kind, mb) for mb in range(num_microbatches) for kind in (F, B)]
-        for rank in range(num_ranks)
-    ]
+    rows = [[Action(rank, kind, mb) for mb in range(num_microbatches) for kind in (F, B)] for rank in range(num_ranks)]
     return make_schedule("naive", num_ranks, num_microbatches, loop_placement(num_ranks, num_ranks), rows)
 
 

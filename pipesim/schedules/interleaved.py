@@ -76,9 +76,7 @@ def interleaved_1f1b(num_ranks: int, num_microbatches: int, num_virtual_stages: 
             row.append(backward(i))
         row.extend(backward(k) for k in range(total - warmup, total))  # cool-down
         rows.append(row)
-    return make_schedule(
-        "interleaved-1f1b", p, m, loop_placement(p, p * v), rows, num_virtual_stages=v
-    )
+    return make_schedule("interleaved-1f1b", p, m, loop_placement(p, p * v), rows, num_virtual_stages=v)
 
 
 SCHEDULES: list[ScheduleInfo] = [

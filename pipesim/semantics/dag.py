@@ -62,8 +62,12 @@ class Dependencies:
 class DeadlockError(ScheduleError):
     """The schedule's dependency graph has a cycle: some ranks wait on each other forever."""
 
-    def __init__(self, cycle: list[Action], waits: list[tuple[int, Action, Action, int]],
-                 sends: dict[tuple[Action, Action], str] | None = None) -> None:
+    def __init__(
+        self,
+        cycle: list[Action],
+        waits: list[tuple[int, Action, Action, int]],
+        sends: dict[tuple[Action, Action], str] | None = None,
+    ) -> None:
         self.cycle = cycle
         self.waits = waits  # (rank, its stuck action, the action it waits for, that action's rank)
         rank, head, _, _ = waits[0]
@@ -74,7 +78,7 @@ class DeadlockError(ScheduleError):
             + ("later in its own list" if dr == r else f"on rank {dr}")
             for r, h, d, dr in waits
         )
-        shown = cycle if len(cycle) <= _CYCLE_SHOWN else cycle[:_CYCLE_SHOWN - 1] + ["..."]  # type: ignore[list-item]
+        shown = cycle if len(cycle) <= _CYCLE_SHOWN else cycle[: _CYCLE_SHOWN - 1] + ["..."]  # type: ignore[list-item]
         path = " -> ".join(str(a) for a in [*shown, cycle[0]])
         super().__init__("deadlock", f"{said} (cycle: {path})", rank, None, head)
 
@@ -107,8 +111,16 @@ def dependencies(schedule: Schedule) -> Dependencies:
     return Dependencies(actions, ranks, offsets, index, deps, joined, sends)
 
 
-def _gated(deps: list[tuple[int, ...]], actions: list[Action], ranks: list[int], offsets: list[int],
-           index: dict[Action, int], gates: dict, num_stages: int, sends: dict) -> list[tuple[int, ...]]:
+def _gated(
+    deps: list[tuple[int, ...]],
+    actions: list[Action],
+    ranks: list[int],
+    offsets: list[int],
+    index: dict[Action, int],
+    gates: dict,
+    num_stages: int,
+    sends: dict,
+) -> list[tuple[int, ...]]:
     """Cross-rank producers replaced by the sender's last action before the message's SEND (recorded in
     `sends` where that is not the producer itself, so a deadlock can name the SEND)."""
     gated = []
@@ -120,8 +132,9 @@ def _gated(deps: list[tuple[int, ...]], actions: list[Action], ranks: list[int],
                 gate = gates.get(message, -1)
                 if gate is None or gate == -1:
                     rank = ranks[d]
-                    detail = (f"{actions[d]}'s output reaches {actions[i]} on rank {ranks[i]}, but rank {rank} "
-                              + ("has no SEND for it" if gate == -1 else "sends it before computing anything"))
+                    detail = f"{actions[d]}'s output reaches {actions[i]} on rank {ranks[i]}, but rank {rank} " + (
+                        "has no SEND for it" if gate == -1 else "sends it before computing anything"
+                    )
                     raise ScheduleError("missing send", detail, rank, d - offsets[rank], actions[d])
                 if gate != actions[d]:
                     sends[(i, index[gate])] = _send_text(actions[d], num_stages)
@@ -146,7 +159,9 @@ def _check_ranges(schedule: Schedule, actions: list[Action], ranks: list[int], o
             raise ScheduleError(
                 "out of range",
                 f"stages are 0..{schedule.num_stages - 1} and microbatches 0..{schedule.num_microbatches - 1}",
-                rank, i - offsets[rank], actions[i],
+                rank,
+                i - offsets[rank],
+                actions[i],
             )
 
 
@@ -201,7 +216,7 @@ def build_dag(schedule: Schedule, cost: CostModel | None = None) -> nx.DiGraph:
         nx.set_node_attributes(graph, {a: durations[a.stage, a.kind] for a in actions}, "duration")
     for rank in range(schedule.num_ranks):
         lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
-        graph.add_edges_from(zip(actions[lo:hi - 1], actions[lo + 1:hi], strict=True), kind="order")
+        graph.add_edges_from(zip(actions[lo : hi - 1], actions[lo + 1 : hi], strict=True), kind="order")
     graph.add_edges_from(
         (actions[d], actions[i], _data_edge(actions[d], actions[i], ranks[d] != ranks[i], cost))
         for i, producers in enumerate(deps.deps)

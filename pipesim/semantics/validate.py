@@ -107,28 +107,41 @@ def _scan_actions(
                 return position
             stage, _, mb = action
             if not (0 <= stage < num_stages and 0 <= mb < num_mb):
-                problems.append(ScheduleError(
-                    "out of range",
-                    f"stages are 0..{num_stages - 1} and microbatches 0..{num_mb - 1}",
-                    rank, index, action,
-                ))
+                problems.append(
+                    ScheduleError(
+                        "out of range",
+                        f"stages are 0..{num_stages - 1} and microbatches 0..{num_mb - 1}",
+                        rank,
+                        index,
+                        action,
+                    )
+                )
                 continue
             if placement[stage] != rank:
-                problems.append(ScheduleError(
-                    "stage on two ranks",
-                    f"stage {stage} lives on rank {placement[stage]} (stage_to_rank) but rank {rank} runs {action}; "
-                    "each stage lives on exactly one rank",
-                    rank, index, action,
-                ))
+                problems.append(
+                    ScheduleError(
+                        "stage on two ranks",
+                        f"stage {stage} lives on rank {placement[stage]} (stage_to_rank) "
+                        f"but rank {rank} runs {action}; "
+                        "each stage lives on exactly one rank",
+                        rank,
+                        index,
+                        action,
+                    )
+                )
                 misplaced.add(action)
                 continue
             if action in position:
-                problems.append(ScheduleError(
-                    f"duplicate {action.kind}",
-                    f"{action} already runs as its #{position[action] + 1}; each (stage, microbatch) "
-                    f"has exactly one {action.kind}",
-                    rank, index, action,
-                ))
+                problems.append(
+                    ScheduleError(
+                        f"duplicate {action.kind}",
+                        f"{action} already runs as its #{position[action] + 1}; each (stage, microbatch) "
+                        f"has exactly one {action.kind}",
+                        rank,
+                        index,
+                        action,
+                    )
+                )
                 continue
             position[action] = index
     return position
@@ -181,33 +194,57 @@ def _check_action(
     if kind is W:
         before = position.get((stage, I, mb))
         if before is None:
-            problems.append(ScheduleError(
-                "W without I", f"{action} needs {stage}I{mb} (the input-gradient half) on the same rank",
-                rank, index, action,
-            ))
+            problems.append(
+                ScheduleError(
+                    "W without I",
+                    f"{action} needs {stage}I{mb} (the input-gradient half) on the same rank",
+                    rank,
+                    index,
+                    action,
+                )
+            )
         elif before > index:
-            problems.append(ScheduleError(
-                "W before I", f"{action} runs before {stage}I{mb} (its #{before + 1}); W needs I's result",
-                rank, index, action,
-            ))
+            problems.append(
+                ScheduleError(
+                    "W before I",
+                    f"{action} runs before {stage}I{mb} (its #{before + 1}); W needs I's result",
+                    rank,
+                    index,
+                    action,
+                )
+            )
         return
     if kind is I and (stage, B, mb) in position:
-        problems.append(ScheduleError(
-            "both B and I", f"{stage}B{mb} and {action} both run; a backward is either B, or I then W",
-            rank, index, action,
-        ))
+        problems.append(
+            ScheduleError(
+                "both B and I",
+                f"{stage}B{mb} and {action} both run; a backward is either B, or I then W",
+                rank,
+                index,
+                action,
+            )
+        )
     if kind is I and (stage, W, mb) not in position:
-        problems.append(ScheduleError(
-            "I without W", f"{action} splits the backward but {stage}W{mb} never runs",
-            rank, index, action,
-        ))
+        problems.append(
+            ScheduleError(
+                "I without W",
+                f"{action} splits the backward but {stage}W{mb} never runs",
+                rank,
+                index,
+                action,
+            )
+        )
     forward = position.get((stage, F, mb))
     if forward is not None and forward > index:
-        problems.append(ScheduleError(
-            f"{kind} before F", f"{action} runs before {stage}F{mb} (its #{forward + 1}); "
-            "a backward needs its forward's activations",
-            rank, index, action,
-        ))
+        problems.append(
+            ScheduleError(
+                f"{kind} before F",
+                f"{action} runs before {stage}F{mb} (its #{forward + 1}); a backward needs its forward's activations",
+                rank,
+                index,
+                action,
+            )
+        )
 
 
 def _check_missing(
@@ -218,6 +255,7 @@ def _check_missing(
     cap: int,
 ) -> None:
     """Every (stage, microbatch) needs one F and one backward (B, or I then W)."""
+
     def present(key: tuple) -> bool:
         return key in position or key in misplaced
 
@@ -233,15 +271,25 @@ def _check_missing(
             if len(problems) >= cap:
                 return
             if not present((stage, F, mb)):
-                problems.append(ScheduleError(
-                    "missing forward", f"{stage}F{mb} never runs; rank {rank} holds stage {stage}",
-                    rank, None, Action(stage, F, mb),
-                ))
+                problems.append(
+                    ScheduleError(
+                        "missing forward",
+                        f"{stage}F{mb} never runs; rank {rank} holds stage {stage}",
+                        rank,
+                        None,
+                        Action(stage, F, mb),
+                    )
+                )
             if not present((stage, B, mb)) and not present((stage, I, mb)):
-                problems.append(ScheduleError(
-                    "missing backward", f"neither {stage}B{mb} nor {stage}I{mb} runs; rank {rank} holds stage {stage}",
-                    rank, None, Action(stage, B, mb),
-                ))
+                problems.append(
+                    ScheduleError(
+                        "missing backward",
+                        f"neither {stage}B{mb} nor {stage}I{mb} runs; rank {rank} holds stage {stage}",
+                        rank,
+                        None,
+                        Action(stage, B, mb),
+                    )
+                )
 
 
 # --- torch's full order ----------------------------------------------------------------------------------------
@@ -274,8 +322,17 @@ def _check_order(schedule: Schedule, problems: list[ScheduleError], cap: int) ->
         _check_every_transfer(schedule, seen, problems, cap)
 
 
-def _order_problem(entry: CommAction, index: int, rank: int, at: dict, last_backward: dict, seen: set,
-                   placement: tuple[int, ...], num_stages: int, num_mb: int) -> tuple[str, str] | None:
+def _order_problem(
+    entry: CommAction,
+    index: int,
+    rank: int,
+    at: dict,
+    last_backward: dict,
+    seen: set,
+    placement: tuple[int, ...],
+    num_stages: int,
+    num_mb: int,
+) -> tuple[str, str] | None:
     stage, kind, mb = entry
     if not 0 <= stage < num_stages or placement[stage] != rank:
         return "misplaced action", f"{entry}: stage {stage} does not live on rank {rank}"
@@ -295,8 +352,10 @@ def _order_problem(entry: CommAction, index: int, rank: int, at: dict, last_back
         return f"needless {kind}", f"{entry}: stage {stage} has no neighbour {peer} on another rank to talk to"
     served = [at[(stage, k, mb)] for k in kinds if (stage, k, mb) in at]
     if not served:
-        return f"{kind} without its action", f"{entry}: no {'/'.join(map(str, kinds))} of stage {stage} " \
-                                             f"microbatch {mb} on this rank"
+        return (
+            f"{kind} without its action",
+            f"{entry}: no {'/'.join(map(str, kinds))} of stage {stage} microbatch {mb} on this rank",
+        )
     if after and served[0] > index:
         return f"{kind} too early", f"{entry} comes before the action that produces what it sends"
     if not after and served[0] < index:
@@ -321,7 +380,12 @@ def _check_every_transfer(schedule: Schedule, seen: set, problems: list[Schedule
             for comm in needed:
                 if comm not in seen:
                     owner = placement[comm.stage]
-                    problems.append(ScheduleError(
-                        f"missing {comm.kind}", f"{action}'s output crosses ranks but rank {owner} has no {comm}",
-                        owner, None, None,
-                    ))
+                    problems.append(
+                        ScheduleError(
+                            f"missing {comm.kind}",
+                            f"{action}'s output crosses ranks but rank {owner} has no {comm}",
+                            owner,
+                            None,
+                            None,
+                        )
+                    )

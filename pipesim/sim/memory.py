@@ -54,9 +54,14 @@ class RankMemory:
         return self.static_bytes + self.peak_activation_bytes
 
     def to_dict(self) -> dict[str, float]:
-        return {"rank": self.rank, "param_bytes": self.param_bytes, "grad_bytes": self.grad_bytes,
-                "optimizer_bytes": self.optimizer_bytes, "peak_activation_bytes": self.peak_activation_bytes,
-                "peak_bytes": self.peak_bytes}
+        return {
+            "rank": self.rank,
+            "param_bytes": self.param_bytes,
+            "grad_bytes": self.grad_bytes,
+            "optimizer_bytes": self.optimizer_bytes,
+            "peak_activation_bytes": self.peak_activation_bytes,
+            "peak_bytes": self.peak_bytes,
+        }
 
 
 def static_bytes(schedule: Schedule, cost: CostModel, optimizer: str = "adam") -> list[tuple[float, float, float]]:
@@ -82,19 +87,23 @@ def peak_activations_by_order(schedule: Schedule, cost: CostModel) -> list[float
     return peaks
 
 
-def rank_memory(schedule: Schedule, cost: CostModel, optimizer: str = "adam",
-                timeline: Timeline | None = None) -> list[RankMemory]:
+def rank_memory(
+    schedule: Schedule, cost: CostModel, optimizer: str = "adam", timeline: Timeline | None = None
+) -> list[RankMemory]:
     """Every rank's memory at its peak; from a (simulated or measured) timeline's metrics when one is given."""
     if timeline is None:
         peaks = peak_activations_by_order(schedule, cost)
     else:
         peaks = [r.peak_activation_bytes for r in compute_metrics(timeline, cost).ranks]
-    return [RankMemory(rank, p, g, o, peak)
-            for rank, ((p, g, o), peak) in enumerate(zip(static_bytes(schedule, cost, optimizer), peaks, strict=True))]
+    return [
+        RankMemory(rank, p, g, o, peak)
+        for rank, ((p, g, o), peak) in enumerate(zip(static_bytes(schedule, cost, optimizer), peaks, strict=True))
+    ]
 
 
-def total_memory_over_time(timeline: Timeline, schedule: Schedule, cost: CostModel,
-                           optimizer: str = "adam") -> list[list[tuple[float, float]]]:
+def total_memory_over_time(
+    timeline: Timeline, schedule: Schedule, cost: CostModel, optimizer: str = "adam"
+) -> list[list[tuple[float, float]]]:
     """Per rank, (time, bytes) of static memory plus stashed activations (`timeline.memory_over_time`)."""
     static = [sum(parts) for parts in static_bytes(schedule, cost, optimizer)]
     return [[(t, static[r] + level) for t, level in row] for r, row in enumerate(memory_over_time(timeline, cost))]
@@ -111,8 +120,10 @@ class OrderWalk:
     def __init__(self, schedule: Schedule) -> None:
         self.num_stages = schedule.num_stages
         kind_index = {kind: i for i, kind in enumerate(_KINDS)}
-        self.codes = [np.array([stage * len(_KINDS) + kind_index[kind] for stage, kind, _ in actions], dtype=np.int64)
-                      for actions in schedule.actions]
+        self.codes = [
+            np.array([stage * len(_KINDS) + kind_index[kind] for stage, kind, _ in actions], dtype=np.int64)
+            for actions in schedule.actions
+        ]
 
     def peaks(self, cost: CostModel) -> list[float]:
         table = stash_table(stash_sizes(cost, range(self.num_stages)))

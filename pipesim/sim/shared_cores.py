@@ -25,7 +25,11 @@ _EPS = 1e-12
 
 
 def sweep_shared(
-    deps: Dependencies, durations: list[float], hops: list[float], gaps: list[float], slots: int,
+    deps: Dependencies,
+    durations: list[float],
+    hops: list[float],
+    gaps: list[float],
+    slots: int,
     rank_start: list[float] | None = None,
 ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
     """Every rank's list in order, each action started as soon as its inputs are there, computing at
@@ -82,8 +86,17 @@ def sweep_shared(
     return starts, ends, stuck
 
 
-def _ready_time(i: int, rank: int, free_at: list[float], gaps: list[float], dep_lists: list[tuple[int, ...]],
-                ends: list[float], ranks: list[int], hops: list[float], joined: dict) -> float | None:
+def _ready_time(
+    i: int,
+    rank: int,
+    free_at: list[float],
+    gaps: list[float],
+    dep_lists: list[tuple[int, ...]],
+    ends: list[float],
+    ranks: list[int],
+    hops: list[float],
+    joined: dict,
+) -> float | None:
     """When action i can start (its rank free plus the dispatch gap, its inputs arrived; the first member of an
     overlapped group waits for every member's inputs, as in `simulate.sweep`); None if an input has not been
     produced yet."""

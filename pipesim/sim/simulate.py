@@ -23,7 +23,10 @@ from pipesim.semantics.lower import collectives_before, crossing_stages, overlap
 
 
 def sweep(
-    deps: Dependencies, durations: list[float], hops: list[float], gaps: list[float] | None = None,
+    deps: Dependencies,
+    durations: list[float],
+    hops: list[float],
+    gaps: list[float] | None = None,
     rank_start: list[float] | None = None,
 ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
     """Run every rank's list in order, each action as soon as its inputs have arrived.
@@ -89,8 +92,13 @@ def sweep(
 
 
 def _group_start(
-    first: int, others: tuple[int, ...], dep_lists: list[tuple[int, ...]], ends: list[float], ranks: list[int],
-    hops: list[float], start: float,
+    first: int,
+    others: tuple[int, ...],
+    dep_lists: list[tuple[int, ...]],
+    ends: list[float],
+    ranks: list[int],
+    hops: list[float],
+    start: float,
 ) -> tuple[int, float]:
     """(blocking id or -1, start) of an overlapped group whose first member may start at `start`."""
     members = {first, *others}
@@ -126,7 +134,7 @@ def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> Dea
     while rank not in loop:
         loop.append(rank)
         rank = deps.ranks[head_of[rank][1]]
-    loop = loop[loop.index(rank):]
+    loop = loop[loop.index(rank) :]
     waits = [(r, deps.actions[head_of[r][0]], deps.actions[head_of[r][1]], deps.ranks[head_of[r][1]]) for r in loop]
     # Edges run producer -> consumer: the awaited action feeds the stuck head, and on
     # the awaited action's rank the order chain runs from that rank's head to it.
@@ -134,9 +142,12 @@ def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> Dea
     for r in reversed(loop):
         head, awaited = head_of[r]
         owner_head = head_of[deps.ranks[awaited]][0]
-        cycle.extend(deps.actions[owner_head:awaited + 1])
-    sends = {(deps.actions[h], deps.actions[a]): text for (h, a), text in (deps.sends or {}).items()
-             if head_of.get(deps.ranks[h], (None,))[0] == h}
+        cycle.extend(deps.actions[owner_head : awaited + 1])
+    sends = {
+        (deps.actions[h], deps.actions[a]): text
+        for (h, a), text in (deps.sends or {}).items()
+        if head_of.get(deps.ranks[h], (None,))[0] == h
+    }
     return DeadlockError(cycle, waits, sends)
 
 
@@ -147,7 +158,6 @@ def find_deadlock(schedule: Schedule) -> list[Action] | None:
     n = len(deps.actions)
     _, _, stuck = sweep(deps, [0.0] * n, [0.0] * n)
     return deadlock_error(deps, stuck).cycle if stuck else None
-
 
 
 @paused_gc()
@@ -181,14 +191,21 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
             "stage_to_rank": list(schedule.stage_to_rank),
             "cost_source": cost.source,
             "recompute": cost.recompute,
-            **({"overlap_groups": [[str(a) for a in g] for g in overlap_groups(schedule)],
-                "overlap_factor": cost.overlap_factor} if deps.joined else {}),
+            **(
+                {
+                    "overlap_groups": [[str(a) for a in g] for g in overlap_groups(schedule)],
+                    "overlap_factor": cost.overlap_factor,
+                }
+                if deps.joined
+                else {}
+            ),
         },
     )
 
 
-def _collective_spans(deps: Dependencies, cost: CostModel, before: dict, tails: list,
-                      ends: list[float]) -> tuple[CommSpan, ...]:
+def _collective_spans(
+    deps: Dependencies, cost: CostModel, before: dict, tails: list, ends: list[float]
+) -> tuple[CommSpan, ...]:
     """Each collective's time on its rank: back to back before the action it precedes, or after the rank's
     last action (peer -1: a collective has no single peer)."""
     spans: list[CommSpan] = []
@@ -243,14 +260,21 @@ def engine_inputs(schedule: Schedule, cost: CostModel, deps: Dependencies) -> En
         gaps[deps.index[action]] += sum(cost.collective_ms(c.stage, c.kind) for c in collectives)
     # The step time is at most this sum: finite sums, finite times.
     if not math.isfinite(sum(durations) + sum(hops) + sum(gaps)):
-        raise ValueError("the costs are too large: the step time would overflow to infinity; give times in ms "
-                         "that sum to a finite number (each below about 1e300)")
+        raise ValueError(
+            "the costs are too large: the step time would overflow to infinity; give times in ms "
+            "that sum to a finite number (each below about 1e300)"
+        )
     return EngineInputs(durations, hops, gaps, before, tails)
 
 
-def run_engine(deps: Dependencies, durations: list[float], hops: list[float], gaps: list[float],
-               shared_cores: int | None, rank_start: list[float] | None = None
-               ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
+def run_engine(
+    deps: Dependencies,
+    durations: list[float],
+    hops: list[float],
+    gaps: list[float],
+    shared_cores: int | None,
+    rank_start: list[float] | None = None,
+) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
     """`sweep`, or `sweep_shared` when the ranks share fewer cores than there are ranks."""
     if shared_cores is not None and shared_cores < deps.num_ranks:
         from pipesim.sim.shared_cores import sweep_shared

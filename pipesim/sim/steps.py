@@ -66,15 +66,20 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or not 1 <= num_steps <= MAX_STEPS:
         raise ValueError(f"the number of steps must be an integer from 1 to {MAX_STEPS}, got {num_steps!r}")
     if num_steps * schedule.num_actions > MAX_ACTIONS:
-        raise ValueError(f"{num_steps} steps of {schedule.num_actions} actions exceed the limit of {MAX_ACTIONS} "
-                         "actions (pipesim.limits): simulate fewer steps")
+        raise ValueError(
+            f"{num_steps} steps of {schedule.num_actions} actions exceed the limit of {MAX_ACTIONS} "
+            "actions (pipesim.limits): simulate fewer steps"
+        )
     overhead = cost.overhead_ms(schedule.num_ranks)
     if barrier:  # every step is the same step, shifted
         one = simulate(schedule, cost)
         overhead = step_tail_ms(one, cost)
         period = step_time_ms(one, overhead)
-        spans = tuple(s._replace(start=s.start + k * period, end=s.end + k * period, step=k)
-                      for k in range(num_steps) for s in one.spans)
+        spans = tuple(
+            s._replace(start=s.start + k * period, end=s.end + k * period, step=k)
+            for k in range(num_steps)
+            for s in one.spans
+        )
         return _timeline(schedule, cost, one, spans, [(k + 1) * period for k in range(num_steps)], overhead, barrier)
     cost.check_fits(schedule)
     deps = dependencies(schedule)
@@ -98,16 +103,37 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
     return _timeline(schedule, cost, None, tuple(spans), step_ends, overhead, barrier)
 
 
-def _timeline(schedule: Schedule, cost: CostModel, one: Timeline | None, spans: tuple[Span, ...],
-              step_ends: list[float], overhead: Sequence[float], barrier: bool) -> Timeline:
+def _timeline(
+    schedule: Schedule,
+    cost: CostModel,
+    one: Timeline | None,
+    spans: tuple[Span, ...],
+    step_ends: list[float],
+    overhead: Sequence[float],
+    barrier: bool,
+) -> Timeline:
     """Step k's time is from step k-1's completion (every rank done, overhead included) to its own: with
     overlapping steps, the period at which steps complete, which is what throughput sees."""
     previous = [0.0] + step_ends[:-1]
-    meta = dict(one.meta) if one is not None else {
-        "num_stages": schedule.num_stages, "num_microbatches": schedule.num_microbatches,
-        "stage_to_rank": list(schedule.stage_to_rank), "cost_source": cost.source, "recompute": cost.recompute}
-    meta.update(num_steps=len(step_ends), barrier=barrier, step_ends_ms=step_ends,
-                step_times_ms=[b - a for a, b in zip(previous, step_ends, strict=True)], total_ms=step_ends[-1],
-                overhead_ms=list(overhead))
-    return Timeline(num_ranks=schedule.num_ranks, spans=spans, source="simulated", schedule_name=schedule.name,
-                    meta=meta)
+    meta = (
+        dict(one.meta)
+        if one is not None
+        else {
+            "num_stages": schedule.num_stages,
+            "num_microbatches": schedule.num_microbatches,
+            "stage_to_rank": list(schedule.stage_to_rank),
+            "cost_source": cost.source,
+            "recompute": cost.recompute,
+        }
+    )
+    meta.update(
+        num_steps=len(step_ends),
+        barrier=barrier,
+        step_ends_ms=step_ends,
+        step_times_ms=[b - a for a, b in zip(previous, step_ends, strict=True)],
+        total_ms=step_ends[-1],
+        overhead_ms=list(overhead),
+    )
+    return Timeline(
+        num_ranks=schedule.num_ranks, spans=spans, source="simulated", schedule_name=schedule.name, meta=meta
+    )

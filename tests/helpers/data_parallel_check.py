@@ -54,19 +54,33 @@ def reference(num_stages: int) -> list[list[torch.Tensor]]:
 def run_case(name: str, options: dict, process: int, transport: Transport, groups: list) -> dict:
     rank, replica = process % RANKS, process // RANKS
     schedule = build_schedule(name, RANKS, MICROBATCHES, **options)
-    model = build_rank_model(schedule, MODEL, seed=SEED, microbatch_size=BATCH // MICROBATCHES, rank=rank,
-                             device=CPU)
+    model = build_rank_model(schedule, MODEL, seed=SEED, microbatch_size=BATCH // MICROBATCHES, rank=rank, device=CPU)
     sync = GradSync(schedule, rank, model.runners, groups[rank], REPLICAS)
-    runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, HostClock(), lookahead=2,
-                              stash_bytes=model.stash_bytes, grad_sync=sync)
+    runtime = PipelineRuntime(
+        schedule,
+        rank,
+        model.runners,
+        model.shapes,
+        transport,
+        HostClock(),
+        lookahead=2,
+        stash_bytes=model.stash_bytes,
+        grad_sync=sync,
+    )
     inputs, targets = make_batch(MODEL, BATCH * REPLICAS, SEED, 0)  # the global batch; this replica's rows
     rows = slice(replica * BATCH, (replica + 1) * BATCH)
     last = schedule.num_stages - 1
-    record = runtime.run_step(microbatches(inputs[rows], MICROBATCHES, CPU) if 0 in model.runners else None,
-                              microbatches(targets[rows], MICROBATCHES, CPU) if last in model.runners else None)
+    record = runtime.run_step(
+        microbatches(inputs[rows], MICROBATCHES, CPU) if 0 in model.runners else None,
+        microbatches(targets[rows], MICROBATCHES, CPU) if last in model.runners else None,
+    )
     allreduces = [c for c in record.comm if c[0] == "allreduce"]
-    return {"grads": {s: [p.grad.clone() for p in r.parameters()] for s, r in model.runners.items()},
-            "allreduces": len(allreduces), "stages": len(model.runners), "num_stages": schedule.num_stages}
+    return {
+        "grads": {s: [p.grad.clone() for p in r.parameters()] for s, r in model.runners.items()},
+        "allreduces": len(allreduces),
+        "stages": len(model.runners),
+        "num_stages": schedule.num_stages,
+    }
 
 
 def main(out_dir: Path) -> int:
@@ -74,8 +88,15 @@ def main(out_dir: Path) -> int:
     process, world = dist.get_rank(), dist.get_world_size()
     assert world == RANKS * REPLICAS, world
     links = [(a, b) for a in range(RANKS) for b in range(RANKS) if a != b]
-    transport = Transport(BackendChoice("gloo", CPU), process % RANKS, links, 120, replicas=REPLICAS,
-                          replica=process // RANKS, ranks=RANKS)
+    transport = Transport(
+        BackendChoice("gloo", CPU),
+        process % RANKS,
+        links,
+        120,
+        replicas=REPLICAS,
+        replica=process // RANKS,
+        ranks=RANKS,
+    )
     transport.warm_up()
     config = run_config(num_ranks=RANKS, data_parallel=REPLICAS, num_microbatches=MICROBATCHES, batch_size=BATCH)
     groups = data_parallel_groups(config, 120)
@@ -107,11 +128,14 @@ def compare(gathered: list[dict]) -> dict:
             for got, want in zip(grads, expected[stage], strict=True):
                 worst = max(worst, float((got - want).abs().max()))
                 checked += 1
-    return {"max_abs_diff": worst, "tensors_checked": checked,
-            "expected_tensors": REPLICAS * sum(len(s) for s in expected),
-            "grad_norm": max(float(g.abs().max()) for s in expected for g in s),
-            "allreduces": [g["result"]["allreduces"] for g in gathered],
-            "stages_per_rank": [g["result"]["stages"] for g in gathered]}
+    return {
+        "max_abs_diff": worst,
+        "tensors_checked": checked,
+        "expected_tensors": REPLICAS * sum(len(s) for s in expected),
+        "grad_norm": max(float(g.abs().max()) for s in expected for g in s),
+        "allreduces": [g["result"]["allreduces"] for g in gathered],
+        "stages_per_rank": [g["result"]["stages"] for g in gathered],
+    }
 
 
 if __name__ == "__main__":

@@ -24,30 +24,67 @@ def kineto_files(tmp_path, schedule, steps=2, merged=False, base_ms=1000.0):
             base = 0.0 if merged else (BASES[span.rank % 2] - BASES[0]) / 1e6  # ms the file's clock is ahead
             ts = (start - base) * 1000.0
             per_rank[span.rank] += [
-                {"ph": "X", "cat": "user_annotation", "name": f"PP:{span.action}", "pid": 100 + span.rank,
-                 "tid": 1, "ts": ts, "dur": span.duration * 1000.0},
-                {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 100 + span.rank, "tid": 1,
-                 "ts": ts + 1.0, "dur": span.duration * 500.0},
+                {
+                    "ph": "X",
+                    "cat": "user_annotation",
+                    "name": f"PP:{span.action}",
+                    "pid": 100 + span.rank,
+                    "tid": 1,
+                    "ts": ts,
+                    "dur": span.duration * 1000.0,
+                },
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::mm",
+                    "pid": 100 + span.rank,
+                    "tid": 1,
+                    "ts": ts + 1.0,
+                    "dur": span.duration * 500.0,
+                },
             ]
             expected.append((span.rank, str(span.action), step, start - base_ms, start - base_ms + span.duration))
-            message = next((m for (src, _), keys in plan.links.items() if src == span.rank for m in keys
-                            if plan.producer[m] == span.action), None)
+            message = next(
+                (
+                    m
+                    for (src, _), keys in plan.links.items()
+                    if src == span.rank
+                    for m in keys
+                    if plan.producer[m] == span.action
+                ),
+                None,
+            )
             if message is not None:
                 kind = "SEND_F" if message.what == "act" else "SEND_B"
-                per_rank[span.rank].append({"ph": "X", "cat": "user_annotation", "pid": 100 + span.rank, "tid": 1,
-                                            "name": f"PP:{span.action.stage}{kind}{span.action.microbatch}",
-                                            "ts": ts + span.duration * 1000.0 + 1.0, "dur": 5.0})
+                per_rank[span.rank].append(
+                    {
+                        "ph": "X",
+                        "cat": "user_annotation",
+                        "pid": 100 + span.rank,
+                        "tid": 1,
+                        "name": f"PP:{span.action.stage}{kind}{span.action.microbatch}",
+                        "ts": ts + span.duration * 1000.0 + 1.0,
+                        "dur": 5.0,
+                    }
+                )
     paths = []
     if merged:
         events = [e for rank in per_rank for e in per_rank[rank]]
-        events += [{"ph": "M", "name": "process_name", "pid": 100 + r, "args": {"name": f"rank {r}"}}
-                   for r in per_rank]
+        events += [{"ph": "M", "name": "process_name", "pid": 100 + r, "args": {"name": f"rank {r}"}} for r in per_rank]
         paths.append(tmp_path / "merged.json")
         paths[0].write_text(json.dumps({"traceEvents": events}))
     else:
         for rank, events in per_rank.items():
             path = tmp_path / f"rank{rank}.json"
-            path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 2},
-                                        "baseTimeNanoseconds": BASES[rank % 2], "traceEvents": events}))
+            path.write_text(
+                json.dumps(
+                    {
+                        "schemaVersion": 1,
+                        "distributedInfo": {"rank": rank, "world_size": 2},
+                        "baseTimeNanoseconds": BASES[rank % 2],
+                        "traceEvents": events,
+                    }
+                )
+            )
             paths.append(path)
     return paths, expected

@@ -42,8 +42,9 @@ def models(world: int) -> dict[str, ModelConfig]:
     """Tiny models with enough layers for 2 stages per rank (8 layers at 4 ranks)."""
     layers = max(2, 2 * world - 2)
     return {
-        "transformer": ModelConfig(kind="transformer", vocab_size=40, d_model=16, num_heads=2, ffn_size=32,
-                                   num_layers=layers, seq_len=8),
+        "transformer": ModelConfig(
+            kind="transformer", vocab_size=40, d_model=16, num_heads=2, ffn_size=32, num_layers=layers, seq_len=8
+        ),
         "cnn": ModelConfig(kind="cnn", cnn_channels=4, cnn_blocks=max(2, 2 * world - 3), cnn_fc_size=16),
     }
 
@@ -71,21 +72,33 @@ def reference_grads(config: ModelConfig, num_stages: int, batch_size: int) -> li
     return [[p.grad.clone() for p in stage.parameters()] for stage in stages]
 
 
-def run_case(rank: int, transport: Transport, schedule: Schedule, config: ModelConfig, recompute: bool,
-             batch_size: int, steps: int = 1, lr: float = 0.0) -> tuple[dict, list[float]]:
+def run_case(
+    rank: int,
+    transport: Transport,
+    schedule: Schedule,
+    config: ModelConfig,
+    recompute: bool,
+    batch_size: int,
+    steps: int = 1,
+    lr: float = 0.0,
+) -> tuple[dict, list[float]]:
     """`steps` pipelined steps on the batch of step 0; this rank's gradients after step 0 (per stage), and losses."""
     m = schedule.num_microbatches
-    model = build_rank_model(schedule, config, seed=SEED, microbatch_size=batch_size // m, rank=rank, device=CPU,
-                             recompute=recompute)
-    runtime = PipelineRuntime(schedule, rank, model.runners, model.shapes, transport, HostClock(),
-                              lookahead=2, stash_bytes=model.stash_bytes)
+    model = build_rank_model(
+        schedule, config, seed=SEED, microbatch_size=batch_size // m, rank=rank, device=CPU, recompute=recompute
+    )
+    runtime = PipelineRuntime(
+        schedule, rank, model.runners, model.shapes, transport, HostClock(), lookahead=2, stash_bytes=model.stash_bytes
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=lr) if lr else None
     grads, losses = {}, []
     last = schedule.num_stages - 1
     inputs, targets = make_batch(config, batch_size, SEED, step=0)  # one batch: the loss must fall on it
     for step in range(steps):
-        record = runtime.run_step(microbatches(inputs, m, CPU) if 0 in model.runners else None,
-                                  microbatches(targets, m, CPU) if last in model.runners else None)
+        record = runtime.run_step(
+            microbatches(inputs, m, CPU) if 0 in model.runners else None,
+            microbatches(targets, m, CPU) if last in model.runners else None,
+        )
         losses.append(None if record.loss is None else float(record.loss))
         if step == 0:
             grads = {s: [p.grad.clone() for p in r.parameters()] for s, r in model.runners.items()}
@@ -116,8 +129,13 @@ def check_gradients(rank: int, world: int, transport: Transport) -> list[dict]:
                 gathered = [None] * world if rank == 0 else None
                 dist.gather_object({"grads": grads, "losses": losses, "error": error}, gathered, dst=0)
                 if rank == 0:
-                    results.append({**case, **compare(gathered, config, schedule, batch_size),
-                                    "seconds": time.perf_counter() - started})
+                    results.append(
+                        {
+                            **case,
+                            **compare(gathered, config, schedule, batch_size),
+                            "seconds": time.perf_counter() - started,
+                        }
+                    )
     return results
 
 
@@ -134,8 +152,11 @@ def compare(gathered: list[dict], config: ModelConfig, schedule: Schedule, batch
         for a, b in zip(got[stage], expected, strict=True):
             worst = max(worst, float((a - b).abs().max()))
     losses = [l for g in gathered for l in g["losses"] if l is not None]
-    return {"max_abs_diff": worst, "grad_norm": max(float(g.abs().max()) for s in reference for g in s),
-            "loss": losses[0] if losses else None}
+    return {
+        "max_abs_diff": worst,
+        "grad_norm": max(float(g.abs().max()) for s in reference for g in s),
+        "loss": losses[0] if losses else None,
+    }
 
 
 def check_training(rank: int, world: int, transport: Transport) -> dict:

@@ -35,8 +35,10 @@ SMALL_GRID = [(p, m) for p in (1, 2, 3, 4) for m in (1, 2, 3, 4, 6, 8)]
 
 def must_build(name: str, num_ranks: int, num_microbatches: int) -> bool:
     if name not in MUST_BUILD:
-        raise AssertionError(f"schedule {name!r} is registered but tests/helpers/sizes.py does not say which sizes "
-                             "it must build: add it to MUST_BUILD")
+        raise AssertionError(
+            f"schedule {name!r} is registered but tests/helpers/sizes.py does not say which sizes "
+            "it must build: add it to MUST_BUILD"
+        )
     return MUST_BUILD[name](num_ranks, num_microbatches)
 
 
@@ -46,8 +48,10 @@ def build_checked(name: str, num_ranks: int, num_microbatches: int, chunks: int 
     try:
         return build_schedule(name, num_ranks, num_microbatches, **options)
     except Exception as error:  # noqa: BLE001 - a promised size that does not build is a test failure
-        raise AssertionError(f"{name} must build {num_ranks} ranks x {num_microbatches} microbatches "
-                             f"(options {options}) but raised {type(error).__name__}: {error}") from error
+        raise AssertionError(
+            f"{name} must build {num_ranks} ranks x {num_microbatches} microbatches "
+            f"(options {options}) but raised {type(error).__name__}: {error}"
+        ) from error
 
 
 def registered_at(num_ranks: int, num_microbatches: int, chunks: int = 2) -> Iterator[Schedule]:
