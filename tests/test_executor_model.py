@@ -344,7 +344,7 @@ def test_launcher_and_ranks_resolve_devices_alike(device, backend, gpus, monkeyp
     """The launcher's check and each rank's choice are one set of rules (executor.devices)."""
     from executor.host import checks
 
-    monkeypatch.setattr(checks, "cuda_device_count", lambda: gpus)
+    monkeypatch.setattr(checks, "gpu_probe", lambda: checks.GpuProbe(gpus))
     config = run_config(num_ranks=2, device=device, backend=backend)
     try:
         host = checks._resolve_device(config)

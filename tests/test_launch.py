@@ -145,7 +145,7 @@ REFUSALS = {
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 def test_bad_input_is_refused_before_anything_starts(case, tmp_path, monkeypatch):
     spy = PopenSpy(monkeypatch)
-    monkeypatch.setattr(checks, "cuda_device_count", lambda: 0)
+    monkeypatch.setattr(checks, "gpu_probe", lambda: checks.GpuProbe(0))
     make_config, make_schedule_, words = REFUSALS[case]
     with pytest.raises(ValueError, match=words):
         launch.start_run(make_config(), runs_root=tmp_path / "runs", schedule=make_schedule_ and make_schedule_())
@@ -159,7 +159,7 @@ def test_batch_that_does_not_split_is_refused_by_the_config():
 
 
 def test_nccl_with_too_few_gpus_suggests_staged(tmp_path, monkeypatch):
-    monkeypatch.setattr(checks, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(checks, "gpu_probe", lambda: checks.GpuProbe(1))
     with pytest.raises(ValueError, match="staged"):
         launch.start_run(cpu_config(device="cuda", backend="nccl"), runs_root=tmp_path)
     assert list(tmp_path.iterdir()) == []

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 from executor.config import CUSTOM, DeviceConfig, RunConfig, check_split_points, ranks_per_node
 from executor.devices import resolve_device
+from executor.host.gpu_probe import GpuProbe, probe_gpus
 from pipesim.ir import Schedule
 
 MAX_CPU_RANKS = 16
@@ -106,30 +105,30 @@ def _check_nodes(config: RunConfig) -> None:
         raise ValueError(f"rdzv_endpoint must look like HOST:PORT, got {config.nodes.rdzv_endpoint!r}")
 
 
-def cuda_device_count() -> int:
-    """CUDA devices torch would see, without importing torch into this process.
+def gpu_probe() -> GpuProbe:
+    """What torch sees of this machine's GPUs, without importing torch here (executor.host.gpu_probe)."""
+    return probe_gpus()
 
-    The app imports this module, and torch costs seconds and hundreds of MB
-    there. No NVIDIA device node means no GPU, answered at once; otherwise a
-    short subprocess asks torch itself (it also knows whether this torch build
-    has CUDA at all, and honours CUDA_VISIBLE_DEVICES).
-    """
-    if not any(Path("/dev").glob("nvidia[0-9]*")):
-        return 0
-    probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
-    try:
-        answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
-        return int(answer.stdout.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, ValueError, IndexError, OSError):
-        return 0
+
+def cuda_device_count() -> int:
+    """CUDA devices torch would see (0 at once without an NVIDIA device node), without importing torch here."""
+    return gpu_probe().count
 
 
 def _resolve_device(config: RunConfig) -> RunConfig:
-    """Resolve auto (executor.devices' rules); the GPU count is asked only when the run could use a GPU."""
+    """Resolve auto (executor.devices' rules); the GPUs are probed only when the run could use one.
+
+    A probe that finds no GPU where a device node says one may be is never silent: `--device cuda` is refused
+    naming the probe's reason, and `--device auto` runs on the CPU after a warning line on stderr.
+    """
     device, backend = config.devices.device, config.devices.backend
     could_use_gpu = device == "cuda" or (device == "auto" and backend != "gloo")
-    gpus = cuda_device_count() if could_use_gpu else 0
-    choice = resolve_device(device, backend, ranks_per_node(config), gpus)
+    probe = gpu_probe() if could_use_gpu else GpuProbe(0)
+    if probe.gpu_seems_present:
+        if device == "cuda":
+            raise ValueError(f"device cuda was asked for but {probe.reason()}; or use device cpu (backend gloo)")
+        print(f"warning: {probe.warning()}", file=sys.stderr, flush=True)
+    choice = resolve_device(device, backend, ranks_per_node(config), probe.count)
     return replace(config, devices=DeviceConfig(choice.device, choice.transport))
 
 

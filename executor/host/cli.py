@@ -4,22 +4,20 @@ Usage:
     python -m executor run --schedule 1f1b --ranks 2 --microbatches 8 --model transformer|cnn|package.module:factory \\
         [--layers 4 --d-model 128 --heads 4 --ffn 512 --seq-len 64 --vocab 1000 | --cnn-channels 32 ...] \\
         [--batch-size 16] [--steps 5] [--warmup-steps 1] [--virtual-stages V] [--recompute] \\
-        [--data-parallel D] [--dtype fp32|bf16] \\
+        [--data-parallel D] [--dtype fp32|bf16] [--torch-profile] \\
         [--device auto|cpu|cuda] [--backend auto|gloo|nccl|staged] [--profile] [--reference] [--timeout S] \\
-        [--torch-profile] \\
         [--nnodes N --node-rank K --rdzv-endpoint HOST:PORT] [--schedule-file custom.csv] [--out runs/NAME]
     python -m executor list [--runs-root runs]
     python -m executor show runs/NAME [--json]
     python -m executor cancel runs/NAME [--timeout S]   (a run of any process: its launcher stops it calmly)
     python -m executor verify-plan plan.json --top 3 [--steps 3] [--device cpu]   (executor/verify.py)
+    python -m executor doctor [--device auto|cpu|cuda] [--out D]   (executor/host/doctor.py: does this machine work?)
 
-`run` prints one JSON object per line while the run goes (progress events),
-then a human summary. Exit status: 0 ok, 1 the run failed or timed out,
-2 bad input (one line on stderr; nothing was started), 130 interrupted.
-`cancel` prints the run's status once it has ended: exit 0 when it ended, 1 when it
-was still running after the timeout.
-Multi-node: run the same command on every node with its own --node-rank and
-the same --out name (it is the rendezvous id); rank 0's node gets measured.json.
+`run` prints one JSON object per line while the run goes (progress events), then a human summary. Exit status: 0
+ok, 1 the run failed or timed out, 2 bad input (one line on stderr; nothing was started), 130 interrupted.
+`cancel` prints the run's status once it has ended: exit 0 when it ended, 1 when it was still running after the
+timeout. Multi-node: run the same command on every node with its own --node-rank and the same --out name (it is
+the rendezvous id); rank 0's node gets measured.json.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from executor.config import (
     RunConfig,
     run_config,
 )
+from executor.host import doctor
 from pipesim.io.formats import load_schedule
 
 # CLI flag -> ModelConfig field
@@ -128,7 +127,7 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m executor", description="Run pipeline schedules for real under torchrun.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,list,show,cancel,verify-plan}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,list,show,cancel,verify-plan,doctor}")
     _add_run_arguments(commands.add_parser("run", help="run a schedule under torchrun"))
     listing = commands.add_parser("list", help="earlier runs, newest first")
     listing.add_argument("--runs-root", type=Path, default=Path("runs"))
@@ -146,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--device", choices=DEVICES, default="cpu")
     verify.add_argument("--timeout", type=float, default=300.0, help="seconds per candidate's run")
     verify.add_argument("--runs-root", type=Path, default=Path("runs"))
+    doctor.add_arguments(commands.add_parser("doctor", help="check this machine with a few small runs (GPU or CPU)"))
     return parser
 
 
@@ -399,5 +399,5 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"run": cmd_run, "list": cmd_list, "show": cmd_show, "cancel": cmd_cancel,
-                "verify-plan": cmd_verify_plan}  # fmt: skip
+                "verify-plan": cmd_verify_plan, "doctor": doctor.main}  # fmt: skip
     return commands[args.command](args)

@@ -38,6 +38,17 @@ class Prediction:
     overhead_ms: tuple[float, ...]  # per rank, added after that rank's last action (all-reduce tail included)
     measured_step_ms: float | None = None
     error: float | None = None  # (predicted - measured) / measured
+    sharing: str | None = None  # how ranks sharing cores or a GPU were simulated, in words (None: they do not)
+
+
+def sharing_of(cost: CostModel) -> str | None:
+    """What the simulation assumes about ranks sharing a device: the profile's words (executor.rank.calibrate:
+    CPU cores, or a GPU that staged ranks take turns on), or None when every rank has its own."""
+    if cost.shared_cores is None:
+        return None
+    in_situ = cost.meta.get("in_situ") if isinstance(cost.meta, dict) else None
+    note = in_situ.get("sharing") if isinstance(in_situ, dict) else None
+    return note if isinstance(note, str) else f"ranks share {cost.shared_cores} slot(s): processor sharing"
 
 
 def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
@@ -53,7 +64,7 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
             simulated, comm=simulated.comm + sync.spans, meta={**simulated.meta, "data_parallel": cost.data_parallel}
         )
     overhead = step_tail_ms(simulated, cost, sync)  # per rank: unhidden all-reduce, then optimizer and zeroing
-    return Prediction(step_time_ms(simulated, overhead), simulated, overhead)
+    return Prediction(step_time_ms(simulated, overhead), simulated, overhead, sharing=sharing_of(cost))
 
 
 def measured_step_ms(step_times_ms: list[float]) -> float | None:
@@ -67,12 +78,8 @@ def compare(prediction: Prediction, step_times_ms: list[float]) -> Prediction:
     measured = measured_step_ms(step_times_ms)
     if measured is None or measured <= 0:
         return prediction
-    return Prediction(
-        prediction.predicted_step_ms,
-        prediction.simulated,
-        prediction.overhead_ms,
-        measured,
-        prediction_error(prediction.predicted_step_ms, measured),
+    return replace(
+        prediction, measured_step_ms=measured, error=prediction_error(prediction.predicted_step_ms, measured)
     )
 
 
@@ -90,6 +97,8 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
         cost = load_cost(cost_path)
         prediction = compare(predict_step(schedule, cost), step_times)
         summary = {"predicted_step_ms": prediction.predicted_step_ms, "overhead_ms": list(prediction.overhead_ms)}
+        if prediction.sharing:  # ranks on shared cores or a shared GPU: the prediction says how it modelled them
+            summary["sharing"] = prediction.sharing
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
     try:  # where every millisecond of a step went (pipesim.attribution); a problem here must not fail the run
@@ -118,6 +127,7 @@ def analysis(schedule: Schedule, measured: Timeline, step_times: list[float], pr
             "error": prediction.error,
             "action_error_median": median_abs_error(rows),
             "actions": rows,
+            "sharing": prediction.sharing,
         }
     return doc
 

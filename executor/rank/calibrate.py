@@ -15,7 +15,9 @@ warmed by a different action) and everything between the actions. On a 2-core ma
 CPU ranks that outnumber the cores (4 ranks on 2 cores) slow each other down by how many compute at once;
 then the durations are turned into full-speed work from every rank's spans (`full_speed_durations`) and the
 cost model says how many can run at once (`CostModel.shared_cores`), so the simulation shares the cores the
-same way (pipesim.shared_cores).
+same way (pipesim.shared_cores). Ranks that take turns on one GPU (staged) are the same case: CUDA time-slices
+the processes of a GPU, so two ranks computing at once each go at half speed; `shared_slots` counts the GPUs
+as the slots, and the cost file says which kind of sharing it models (`sharing_note`).
 
 The steps train for real, so the weights and the optimizer state are saved before and restored after: the
 measured steps and the losses start from the same state as a run without calibration.
@@ -57,14 +59,34 @@ def calibrate(r: Rank, steps: int = CALIBRATION_STEPS) -> dict[str, Any]:
     return summary
 
 
-def shared_slots(device_type: str, ranks_on_this_machine: int) -> int | None:
-    """How many of this machine's ranks can compute at full speed at once (cores / threads per rank), or None
-    when each has its own (a GPU each, or enough cores)."""
+def shared_slots(device_type: str, ranks_on_this_machine: int, gpus: int = 0) -> int | None:
+    """How many of this machine's ranks can compute at full speed at once, or None when each has its own device.
+
+    CPU: cores / threads per rank. GPU: the GPUs, when there are fewer than ranks (staged: each rank takes GPU
+    local_rank mod gpus, executor.rank.transport). One GPU shared by every rank, the usual staged case, is
+    exactly processor sharing with one slot; with several GPUs the pool of slots is an approximation (two ranks
+    busy on one GPU while another GPU idles count as full speed).
+    """
     if device_type != "cpu":
-        return None
+        return gpus if 0 < gpus < ranks_on_this_machine else None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     slots = max(1, cores // max(1, torch.get_num_threads()))
     return slots if slots < ranks_on_this_machine else None
+
+
+def sharing_note(device_type: str, ranks_on_this_machine: int, slots: int | None) -> str | None:
+    """What the prediction assumes about ranks sharing a device, in words (None: each rank has its own)."""
+    if slots is None:
+        return None
+    if device_type == "cpu":
+        return (
+            f"{ranks_on_this_machine} ranks share {slots} core slot(s): simulated as processor sharing "
+            "(pipesim.sim.shared_cores)"
+        )
+    return (
+        f"{ranks_on_this_machine} ranks take turns on {slots} GPU(s) (staged): simulated as processor sharing "
+        "(pipesim.sim.shared_cores), as CPU ranks share cores"
+    )
 
 
 def full_speed_durations(spans_by_rank: list[list[list]], slots: int) -> dict[str, dict[str, float]]:

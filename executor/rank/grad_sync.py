@@ -14,9 +14,17 @@ stages' all-reduces. As DDP does:
 
 Every replica issues the same collectives in the same order (the same schedule), so they always match.
 Each all-reduce is recorded like a transfer: ("allreduce", D, the stage's last backward action, start, end),
-from its launch to when the rank first saw it complete (polled before each later action, or waited at the
-end): measured.json shows it as a CommSpan of kind "allreduce" whose `peer` is the number of replicas, and the
-attribution counts the part of it the rank spent idle as communication wait.
+from its launch (its bucket flattened and ready) to its end: measured.json shows it as a CommSpan of kind
+"allreduce" whose `peer` is the number of replicas, and the attribution counts the part of it the rank spent
+idle as communication wait. Where the end comes from depends on the clock:
+
+* on the CPU (gloo) the end is when the rank first saw the work complete: polled before each later action,
+  or waited at the end of the step;
+* on a GPU (NCCL) that would be wrong: the host runs ahead of the GPU, so a poll that finds the work complete
+  is stamped with an event on the compute stream, which the GPU reaches only when it gets to the poll's place
+  in the stream, long after (or, where the compute stream is behind, the reduction's own end is unknown to
+  it). The end is an event on a side stream that waits for the collective itself
+  (`CudaClock.mark_when_done`): the reduction's end on the GPU.
 """
 
 from __future__ import annotations
@@ -92,14 +100,16 @@ class GradSync:
         if stage is None:
             return
         for bucket in self._buckets[stage]:
-            start = clock.mark()
             grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in bucket]
             flat = torch.cat([g.reshape(-1) for g in grads]).div_(self.replicas)
+            start = clock.mark()  # the bucket is ready: the collective may start
             work = dist.all_reduce(flat, group=self.group, async_op=True)
-            self._flight.append(_InFlight(work, flat, bucket, action, start))
+            # a GPU clock marks the reduction's own end now; the host clock leaves it to poll / finish
+            self._flight.append(_InFlight(work, flat, bucket, action, start, clock.mark_when_done(work)))
 
     def poll(self, clock: Any) -> None:
-        """Stamp the all-reduces that have completed since the last look (never blocks)."""
+        """Stamp the all-reduces that have completed since the last look (never blocks; the host clock only:
+        a GPU clock's ends are already marked)."""
         for item in self._flight:
             if item.end is None and item.work.is_completed():
                 item.end = clock.mark()
@@ -107,8 +117,9 @@ class GradSync:
     def finish(self, clock: Any, comm: list) -> None:
         """Wait for every all-reduce of the step, copy the averages into .grad, record each one in `comm`."""
         for item in self._flight:
+            # gloo: the host waits; NCCL: the compute stream waits (the copies below run after the reduction)
+            item.work.wait()
             if item.end is None:
-                item.work.wait()
                 item.end = clock.mark()
             offset = 0
             for param in item.params:

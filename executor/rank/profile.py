@@ -9,7 +9,9 @@ simulation needs to predict a measured step, and where it comes from here:
 * per-stage bytes: activations saved for backward, what W still needs after I,
   the stage input and output, the parameters;
 * per boundary between two ranks: a ping-pong through the run's own transport
-  with a tiny and with the real tensor (latency plus bandwidth);
+  with a tiny and with the real tensor (latency plus bandwidth); staged, from
+  host memory to host memory, as the runtime's copies to and from the GPU are
+  inside the actions' spans (executor.rank.transport);
 * per rank, the optimizer step and gradient zeroing that end every step,
   timed alone (kept in meta);
 * then a few real training steps of the run's own schedule (executor.calibrate):
@@ -41,7 +43,7 @@ import torch
 import torch.distributed as dist
 
 from executor.progress import emit
-from executor.rank.calibrate import calibrate, full_speed_durations, shared_slots
+from executor.rank.calibrate import calibrate, full_speed_durations, shared_slots, sharing_note
 from executor.rank.setup import Rank
 from executor.rank.stage import tensor_bytes
 from executor.rank.transport import env_int
@@ -115,7 +117,7 @@ def _ping_pong_ms(r: Rank, src: int, dst: int, shape: torch.Size, repeats: int) 
     transport, device, dtype = r.runtime.transport, r.choice.device, r.model.wire_dtype
     if r.pipe_rank not in (src, dst):
         return None
-    payload = torch.zeros(shape, device=device, dtype=dtype)
+    payload = torch.zeros(shape, device=transport.wire_device, dtype=dtype)
     round_trips = []
     # Receives are posted before the matching send can start, as the runtime's look-ahead does.
     pending = transport.irecv(shape, dtype, dst if r.pipe_rank == src else src, tag=0)
@@ -278,7 +280,9 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
     isolated = {int(s): m for g in gathered for s, m in g["stages"].items()}
     local_ranks = env_int("LOCAL_WORLD_SIZE", r.world_size)
     # The spans of all ranks share one clock only on one machine: across nodes, no sharing is modelled.
-    slots = shared_slots(r.choice.device.type, local_ranks) if local_ranks == r.world_size else None
+    device_type = r.choice.device.type
+    gpus = torch.cuda.device_count() if device_type == "cuda" else 0
+    slots = shared_slots(device_type, local_ranks, gpus) if local_ranks == r.world_size else None
     if slots is None:
         calibrated = {int(s): d for g in gathered for s, d in g["calibration"]["durations_ms"].items()}
     else:  # every replica's processes competed for the cores: all their spans give the full-speed work
@@ -297,6 +301,7 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
         "in_situ": {
             "steps": gathered[0]["calibration"]["steps"],
             "shared_cores": slots,
+            "sharing": sharing_note(device_type, local_ranks, slots),
             "durations_ms": {str(s): calibrated[s] for s in sorted(calibrated)},
             "optimizer_ms": [g["optimizer_ms"] for g in gathered],
         },

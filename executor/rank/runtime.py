@@ -222,8 +222,11 @@ class _Step:
 
     # --- actions ----------------------------------------------------------------------------------------------
     def run(self, action: Action) -> None:
-        """Wait for the input, compute, hand the result on. The span is the compute alone: it starts once the
-        input is here and ends before the send is posted, so a consumer always starts after its producer ended."""
+        """Wait for the input, compute, hand the result on. The span is the action's own work: the compute, and
+        where ranks share a GPU (staged) the copies of its input from host memory and of its output to host
+        memory, which occupy the rank's stream as the compute does (the link then carries the host-to-host part
+        alone: each copy is counted once, in the span of the action it serves). It starts once the input is
+        here and ends before the send is posted, so a consumer always starts after its producer ended."""
         rt = self.rt
         for inbox in self.inboxes.values():
             inbox.top_up()
@@ -234,9 +237,13 @@ class _Step:
         key = needed_message(action, rt.schedule.num_stages)
         received = self.receive(key) if key is not None else None
         start = rt.clock.mark()
+        if key is not None and rt.plan.source(key) != rt.rank:
+            received = rt.transport.to_compute(received)
         produced = self._compute[action.kind](action, received)
-        self.record.spans.append((action, start, rt.clock.mark()))
         out_key = produced_message(action, rt.schedule.num_stages)
+        if out_key is not None and produced is not None and rt.plan.destination(out_key) != rt.rank:
+            produced = rt.transport.to_wire(produced)
+        self.record.spans.append((action, start, rt.clock.mark()))
         if out_key is not None:
             self.deliver(out_key, produced, action)
         if rt.grad_sync is not None:  # after the hand-over: the next stage's work must not wait for it

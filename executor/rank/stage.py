@@ -105,12 +105,14 @@ def explicit_weight_grads(module: nn.Module, x: Tensor, g: Tensor) -> bool:
         _accumulate(module.bias, g.sum((0, 2, 3)))
     elif type(module) is nn.LayerNorm:
         # The same kernel autograd runs, told to skip the input gradient: identical numbers.
+        # The kernel wants weights in x's dtype (bf16 when autocast ran the norm on a bf16 input); the casts feed
+        # the kernel only: the gradients accumulate into the module's own fp32 parameters.
         shape, weight, bias = list(module.normalized_shape), module.weight, module.bias
-        if weight.dtype != x.dtype:
-            weight, bias = weight.to(x.dtype), None if bias is None else bias.to(x.dtype)
-        _, mean, rstd = torch.ops.aten.native_layer_norm(x, shape, weight, bias, module.eps)
+        kernel_weight = weight if weight.dtype == x.dtype else weight.to(x.dtype)
+        kernel_bias = bias if bias is None or bias.dtype == x.dtype else bias.to(x.dtype)
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x, shape, kernel_weight, kernel_bias, module.eps)
         _, dweight, dbias = torch.ops.aten.native_layer_norm_backward(
-            g, x, shape, mean, rstd, weight, bias, [False, True, bias is not None]
+            g, x, shape, mean, rstd, kernel_weight, kernel_bias, [False, True, bias is not None]
         )
         _accumulate(weight, dweight)
         _accumulate(bias, dbias)

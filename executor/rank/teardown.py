@@ -36,10 +36,25 @@ def release_distributed(*, synchronise: bool) -> None:
     if not dist.is_initialized():
         return
     if synchronise:
-        dist.barrier()
+        dist.barrier(**barrier_arguments())
     gc.collect()  # objects in reference cycles that hold groups (Transport, PipelineStage) go now, not at exit
     dist.destroy_process_group()
     gc.collect()
+
+
+def barrier_arguments() -> dict[str, list[int]]:
+    """The teardown barrier's arguments: on an NCCL default group, `device_ids` names this rank's own GPU.
+
+    A barrier on NCCL is an all-reduce on some GPU, and the world group has run no collective before it (the
+    ranks talk over per-link groups). Told no device, torch guesses one from the global rank (rank % visible
+    GPUs: right only where ranks and GPUs line up) and warns that it is guessing, at every rank's exit. The
+    rank's own GPU is the current device (executor.rank.transport.init_distributed set it). gloo needs nothing.
+    """
+    if dist.get_backend() != "nccl":
+        return {}
+    import torch
+
+    return {"device_ids": [torch.cuda.current_device()]}
 
 
 def finish(main: Callable[[], int]) -> NoReturn:

@@ -2,10 +2,11 @@
 
 On the CPU a mark is `time.perf_counter()` (CLOCK_MONOTONIC on Linux: one
 clock shared by every process on a machine). On a GPU a mark is a CUDA event
-on the compute stream, resolved after the step against an anchor event taken
-right after a synchronize, when host and device time agree: this times what
-the GPU did, not when the host queued it, without synchronising per action.
-Across machines each rank's offset to rank 0 comes from a ping-pong exchange.
+on the compute stream, resolved after the step against an anchor event whose
+GPU time is known on the host clock: this times what the GPU did, not when the
+host queued it, without synchronising per action (`CudaClock` says how the
+anchor is taken). Across machines each rank's offset to rank 0 comes from a
+ping-pong exchange.
 
 The assembly functions are pure Python (no torch) so that tests and the
 launcher can use them.
@@ -14,7 +15,7 @@ launcher can use them.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipesim.ir import Action
@@ -37,6 +38,11 @@ class HostClock:
     def mark(self) -> float:
         return now_ms()
 
+    def mark_when_done(self, work: Any) -> None:
+        """The host cannot be told when an async collective ends: None, and the caller stamps it with `mark` once
+        it sees the work complete (executor.rank.grad_sync polls)."""
+        return None
+
     def finish_step(self) -> None:
         pass
 
@@ -45,28 +51,59 @@ class HostClock:
 
 
 class CudaClock:
-    """Marks are CUDA events; `resolve` is valid after `finish_step` and until the next `begin_step`."""
+    """Marks are CUDA events; `resolve` is valid after `finish_step` and until the next `begin_step`.
 
-    def __init__(self, device: Any) -> None:
-        import torch
+    The anchor ties GPU time to the host clock once per step: the device is synchronised, an event recorded, and
+    the host clock read only after *that event* has completed. Reading it right after `record()` would assume the
+    GPU executes the event at once; on a GPU shared by several processes (staged ranks) the event can wait out
+    another process's time slice, up to about a millisecond, and every time of this rank's step would move by
+    that wait. After the event's own synchronize the host reading is late by the wake-up latency alone
+    (microseconds), whatever the other processes do.
 
-        self._torch, self._device = torch, device
-        self._anchor = None
+    `cuda` is the `torch.cuda` module (a fake one in tests); `host_ms` the host clock (`now_ms`).
+    """
+
+    def __init__(self, device: Any, cuda: Any = None, host_ms: Callable[[], float] = now_ms) -> None:
+        if cuda is None:
+            import torch
+
+            cuda = torch.cuda
+        self._cuda, self._device, self._host_ms = cuda, device, host_ms
+        self._anchor: Any = None
         self._anchor_ms = 0.0
+        self._side_stream: Any = None  # where collectives' end events are recorded (`mark_when_done`)
 
     def begin_step(self) -> None:
-        self._torch.cuda.synchronize(self._device)
-        self._anchor = self._torch.cuda.Event(enable_timing=True)
-        self._anchor.record()
-        self._anchor_ms = now_ms()
+        self._cuda.synchronize(self._device)
+        anchor = self._cuda.Event(enable_timing=True)
+        anchor.record()
+        anchor.synchronize()  # the host reads its clock once the GPU has passed the anchor, not when it queued it
+        self._anchor, self._anchor_ms = anchor, self._host_ms()
 
     def mark(self) -> Any:
-        event = self._torch.cuda.Event(enable_timing=True)
+        event = self._cuda.Event(enable_timing=True)
         event.record()
         return event
 
+    def mark_when_done(self, work: Any) -> Any:
+        """An event that completes when the async collective `work` does, on the GPU.
+
+        NCCL runs a collective on its own stream, and the host runs ahead of the GPU: the moment the host sees
+        the work complete says nothing of when it completed. A side stream is made to wait for the collective's
+        end (`work.wait()` inside a stream context makes that stream wait, not the host) and records an event
+        right after, so the event's time is the collective's end. Call it right after launching the collective:
+        the side stream holds nothing else, so its event cannot be delayed by other work.
+        """
+        if self._side_stream is None:
+            self._side_stream = self._cuda.Stream(self._device)
+        with self._cuda.stream(self._side_stream):
+            work.wait()
+            event = self._cuda.Event(enable_timing=True)
+            event.record()
+        return event
+
     def finish_step(self) -> None:
-        self._torch.cuda.synchronize(self._device)
+        self._cuda.synchronize(self._device)
 
     def resolve(self, marker: Any) -> float:
         return self._anchor_ms + self._anchor.elapsed_time(marker)

@@ -3,7 +3,11 @@
 * gloo: CPU tensors over gloo.
 * nccl: one GPU per rank; tensors go GPU to GPU.
 * staged: several ranks share a GPU (NCCL refuses two ranks on one device):
-  compute on the GPU, transfers through host memory over gloo.
+  compute on the GPU, transfers through host memory over gloo. The copies
+  between GPU and host memory are the actions' own work (`to_wire`,
+  `to_compute`, called by the runtime inside an action's span): they occupy
+  the rank's stream as its compute does, so the link carries, and the profile
+  prices, the host-to-host transfer alone (each copy counted once).
 
 Every directed link (src -> dst) gets its own two-member process group. Within
 one group only src sends and only dst receives, and the receiver posts its
@@ -84,15 +88,14 @@ class SendHandle:
 
 
 class PendingRecv:
-    """An irecv in flight; `wait` returns the tensor on the compute device."""
+    """An irecv in flight; `wait` returns the tensor as it arrived (in host memory when staged:
+    `Transport.to_compute` moves it to the GPU)."""
 
-    def __init__(self, work: dist.Work, buffer: Tensor, device: torch.device) -> None:
-        self._work, self._buffer, self._device = work, buffer, device
+    def __init__(self, work: dist.Work, buffer: Tensor) -> None:
+        self._work, self._buffer = work, buffer
 
     def wait(self) -> Tensor:
         self._work.wait()
-        if self._buffer.device != self._device:  # staged: host -> GPU
-            return self._buffer.to(self._device)
         return self._buffer
 
 
@@ -137,18 +140,30 @@ class Transport:
             raise RuntimeError(f"rank {self.rank}: no link {src}->{dst}; links: {self.links}")
         return group
 
+    @property
+    def wire_device(self) -> torch.device:
+        """Where a message travels from and arrives: host memory when staged, else the compute device."""
+        return torch.device("cpu") if self._staged else self.device
+
+    def to_wire(self, tensor: Tensor) -> Tensor:
+        """`tensor` where `isend` sends it from: staged, the copy to host memory (the caller times it as part of
+        the action that produced it); otherwise the tensor itself."""
+        return tensor.detach().to(self.wire_device) if self._staged else tensor
+
+    def to_compute(self, tensor: Tensor) -> Tensor:
+        """A received tensor on the compute device: staged, the copy from host memory (part of the consuming
+        action); otherwise the tensor itself."""
+        return tensor.to(self.device) if tensor.device != self.device else tensor
+
     def isend(self, tensor: Tensor, dst: int, tag: int) -> SendHandle:
-        tensor = tensor.detach()
-        if self._staged:
-            tensor = tensor.to("cpu")
-        tensor = tensor.contiguous()
+        tensor = tensor.detach().to(self.wire_device).contiguous()  # no copy when the caller did `to_wire`
         group = self._group(self.rank, dst)
         return SendHandle(dist.isend(tensor, dst=self._base + dst, group=group, tag=tag), tensor)
 
     def irecv(self, shape: torch.Size, dtype: torch.dtype, src: int, tag: int) -> PendingRecv:
-        buffer = torch.empty(shape, dtype=dtype, device="cpu" if self._staged else self.device)
+        buffer = torch.empty(shape, dtype=dtype, device=self.wire_device)
         work = dist.irecv(buffer, src=self._base + src, group=self._group(src, self.rank), tag=tag)
-        return PendingRecv(work, buffer, self.device)
+        return PendingRecv(work, buffer)
 
     def warm_up(self) -> None:
         """One tiny transfer per link, in one global order, so connections (NCCL communicators are
