@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 from pipesim.ir import Schedule
-from pipesim.records import Timeline
-from pipesim.semantics.dag import dependencies
+from pipesim.records import CommSpan, Timeline
+from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.sim.simulate import sweep
 
 # Above this coefficient of variation of the measured step times, a run is too noisy for its prediction error to
@@ -95,8 +95,15 @@ def attribute_step(schedule: Schedule, measured: Timeline, step: int, step_ms: f
     up to the time the rank was blocked there on a transfer; the rest overhead. Every interval is cut fully,
     so per rank compute + the three parts = `step_ms` by construction.
     """
-    deps = dependencies(schedule)
     spans = {span.action: span for span in measured.spans if span.step == step}
+    comm = [c for c in measured.comm if c.step == step]
+    return _attribute(schedule, dependencies(schedule), step, step_ms, spans, comm)
+
+
+def _attribute(
+    schedule: Schedule, deps: Dependencies, step: int, step_ms: float, spans: dict, comm: list[CommSpan]
+) -> StepAttribution:
+    """`attribute_step` on one step's spans (by action) and comm spans, with the schedule's dependencies."""
     missing = [a for a in deps.actions if a not in spans]
     if missing:
         raise ValueError(
@@ -108,9 +115,8 @@ def attribute_step(schedule: Schedule, measured: Timeline, step: int, step_ms: f
         raise ValueError("the schedule deadlocks; a measured step cannot have run it")
     replay_ms = max(replay_ends, default=0.0)
     blocked: list[list[tuple[float, float, str]]] = [[] for _ in range(schedule.num_ranks)]
-    for comm in measured.comm:
-        if comm.step == step:
-            blocked[comm.rank].append((comm.start, comm.end, comm.kind))
+    for transfer in comm:
+        blocked[transfer.rank].append((transfer.start, transfer.end, transfer.kind))
     shares, lost = [], []
     for rank in range(schedule.num_ranks):
         lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
@@ -157,7 +163,21 @@ def _cut(
 
 def attribute_run(schedule: Schedule, measured: Timeline, step_times_ms: Sequence[float]) -> dict:
     """Every measured step attributed, and per rank the medians over steps: the `analysis.json` document."""
-    steps = [attribute_step(schedule, measured, step, float(t)) for step, t in enumerate(step_times_ms)]
+    # One pass groups the spans by step, and the dependencies are built once: linear in the timeline, however
+    # many steps it holds (a profiler trace of hundreds of steps once took a pass over every span per step).
+    deps = dependencies(schedule)
+    spans_by_step: dict[int, dict] = {step: {} for step in range(len(step_times_ms))}
+    comm_by_step: dict[int, list[CommSpan]] = {step: [] for step in spans_by_step}
+    for span in measured.spans:
+        if span.step in spans_by_step:
+            spans_by_step[span.step][span.action] = span
+    for transfer in measured.comm:
+        if transfer.step in comm_by_step:
+            comm_by_step[transfer.step].append(transfer)
+    steps = [
+        _attribute(schedule, deps, step, float(t), spans_by_step[step], comm_by_step[step])
+        for step, t in enumerate(step_times_ms)
+    ]
     if not steps:
         raise ValueError("the measured timeline has no steps to attribute")
     # The summary is the median step's split (median_low: an actual step), so its parts still add up exactly;
