@@ -20,8 +20,10 @@ per rank the parts add up to T exactly and none is negative. The summary is the 
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from itertools import accumulate
 from typing import NamedTuple
 
 from pipesim.ir import Schedule
@@ -114,9 +116,10 @@ def _attribute(
     if stuck:
         raise ValueError("the schedule deadlocks; a measured step cannot have run it")
     replay_ms = max(replay_ends, default=0.0)
-    blocked: list[list[tuple[float, float, str]]] = [[] for _ in range(schedule.num_ranks)]
+    intervals: list[list[tuple[float, float]]] = [[] for _ in range(schedule.num_ranks)]
     for transfer in comm:
-        blocked[transfer.rank].append((transfer.start, transfer.end, transfer.kind))
+        intervals[transfer.rank].append((transfer.start, transfer.end))
+    blocked = [_Blocked(rank_intervals) for rank_intervals in intervals]
     shares, lost = [], []
     for rank in range(schedule.num_ranks):
         lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
@@ -141,16 +144,35 @@ def _attribute(
 _PARTS = ("schedule_idle", "comm_wait", "overhead")
 
 
-def _cut(
-    rank: int, g0: float, g1: float, replay_idle: float, blocked: list[tuple[float, float, str]]
-) -> list[LostTime]:
+class _Blocked:
+    """A rank's time blocked on transfers, asked for any window in O(log n): `before(t)` is the blocked time
+    (overlapping transfers counted each) up to t, the sum over transfers [s, e] of clamp(t - s, 0, e - s), which
+    is sum(t - s for s < t) - sum(t - e for e < t): two bisections into sorted starts and ends and their prefix
+    sums. A step of 10^4 transfers on a rank once cost 10^4 operations per idle interval."""
+
+    def __init__(self, intervals: list[tuple[float, float]]) -> None:
+        kept = [(start, end) for start, end in intervals if end > start]
+        self.starts = sorted(start for start, _ in kept)
+        self.ends = sorted(end for _, end in kept)
+        self.start_sums = [0.0, *accumulate(self.starts)]
+        self.end_sums = [0.0, *accumulate(self.ends)]
+
+    def before(self, t: float) -> float:
+        started, ended = bisect_left(self.starts, t), bisect_left(self.ends, t)
+        return (started * t - self.start_sums[started]) - (ended * t - self.end_sums[ended])
+
+    def within(self, g0: float, g1: float) -> float:
+        return max(self.before(g1) - self.before(g0), 0.0) if self.starts else 0.0
+
+
+def _cut(rank: int, g0: float, g1: float, replay_idle: float, blocked: _Blocked) -> list[LostTime]:
     """One idle interval [g0, g1] cut into its parts, laid out in the order they happen: overhead (dispatch)
     first, then the wait the schedule imposes, then the transfer's own wait at the end."""
     gap = g1 - g0
     if gap <= 0:
         return []
     schedule_idle = min(max(replay_idle, 0.0), gap)
-    waited = sum(max(min(end, g1) - max(start, g0), 0.0) for start, end, _ in blocked)
+    waited = blocked.within(g0, g1)
     comm = min(gap - schedule_idle, waited)
     overhead = gap - schedule_idle - comm
     marks, at = [], g0

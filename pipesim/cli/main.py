@@ -79,7 +79,7 @@ from pipesim.io.formats import (
     write_file,
     write_json,
 )
-from pipesim.io.torch_csv import CSV_FORMATS
+from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
 from pipesim.io.torch_order import with_collectives
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_SCHEDULE_BYTES
@@ -197,6 +197,7 @@ def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> li
     """Headline numbers; bytes only when the costs carry real sizes (a cost file), not the 1-per-microbatch default."""
     lines = [
         schedule.describe(),
+        *filter(None, [dialect_note(schedule)]),  # a file in torch's older dialect says so, in one line
         f"makespan {metrics.makespan:.3f} ms, bubble_fraction {metrics.bubble_fraction:.1%} "
         f"(idle/busy {metrics.bubble_ratio:.3f})",
     ]

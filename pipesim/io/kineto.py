@@ -165,47 +165,48 @@ def _step_extents(rows: list[list[Span]], steps: int) -> tuple[list[float], list
     return starts, ends
 
 
+def _transfer(text: str, rank: int, schedule: Schedule, split: set) -> tuple[str, int, Action] | None:
+    """A SEND_*/RECV_* label's (kind, peer rank, producer of the tensor moved); None for any other label."""
+    match = _COMM.match(text) if "_" in text else None
+    if match is None:
+        return None
+    stage, kind, microbatch = int(match.group(1)), match.group(2), int(match.group(3))
+    source_stage = {"SEND_F": stage, "RECV_F": stage - 1, "SEND_B": stage, "RECV_B": stage + 1}[kind]
+    peer_stage = {"SEND_F": stage + 1, "RECV_F": stage - 1, "SEND_B": stage - 1, "RECV_B": stage + 1}[kind]
+    if not (0 <= source_stage < schedule.num_stages and 0 <= peer_stage < schedule.num_stages):
+        raise ValueError(f"rank {rank}: {LABEL_PREFIX}{text} names a stage outside 0..{schedule.num_stages - 1}")
+    if kind.endswith("_F"):
+        producer = Action(source_stage, F, microbatch)
+    else:  # the first backward of the source stage: I where the schedule splits it, else B
+        producer = Action(source_stage, I if (source_stage, microbatch) in split else B, microbatch)
+    return ("send" if kind.startswith("SEND") else "recv"), schedule.stage_to_rank[peer_stage], producer
+
+
 def _comm_spans(labels: list[Label], schedule: Schedule, origins: list[float]) -> list[CommSpan]:
     """SEND_*/RECV_* labels as comm spans: `action` is the producer of the tensor moved, `peer` the other rank.
 
-    The k-th occurrence of a label on a rank is step k's; it is timed from that step's start (`origins`)."""
-    place, seen, out = schedule.stage_to_rank, Counter(), []
+    The k-th occurrence of a label on a rank is step k's; it is timed from that step's start (`origins`). Each
+    distinct (rank, label) is read once."""
     split = {(a.stage, a.microbatch) for row in schedule.actions for a in row if a.kind is I}
-    for label in labels:
-        match = _COMM.match(label.text)
-        if match is None:
+    read: dict[tuple[int, str], tuple[str, int, Action] | None] = {}
+    seen: Counter = Counter()
+    out = []
+    for rank, text, start, end in labels:
+        key = (rank, text)
+        if key not in read:
+            read[key] = _transfer(text, rank, schedule, split)
+        transfer = read[key]
+        if transfer is None:
             continue
-        stage, kind, microbatch = int(match.group(1)), match.group(2), int(match.group(3))
-        source_stage = {"SEND_F": stage, "RECV_F": stage - 1, "SEND_B": stage, "RECV_B": stage + 1}[kind]
-        peer_stage = {"SEND_F": stage + 1, "RECV_F": stage - 1, "SEND_B": stage - 1, "RECV_B": stage + 1}[kind]
-        if not (0 <= source_stage < schedule.num_stages and 0 <= peer_stage < schedule.num_stages):
-            raise ValueError(
-                f"rank {label.rank}: {LABEL_PREFIX}{label.text} names a stage outside 0..{schedule.num_stages - 1}"
-            )
-        if kind.endswith("_F"):
-            producer = Action(source_stage, F, microbatch)
-        else:  # the first backward of the source stage: I where the schedule splits it, else B
-            producer = Action(source_stage, I if (source_stage, microbatch) in split else B, microbatch)
-        key = (label.rank, label.text)
         step = seen[key]
         seen[key] += 1
         if step >= len(origins):
             raise ValueError(
-                f"rank {label.rank}: {LABEL_PREFIX}{label.text} occurs more often than the {len(origins)} "
-                "recorded steps: the trace holds a partial step (record whole steps)"
+                f"rank {rank}: {LABEL_PREFIX}{text} occurs more often than the {len(origins)} recorded steps: "
+                "the trace holds a partial step (record whole steps)"
             )
-        origin = origins[step]
-        out.append(
-            CommSpan(
-                label.rank,
-                "send" if kind.startswith("SEND") else "recv",
-                place[peer_stage],
-                producer,
-                label.start - origin,
-                label.end - origin,
-                step,
-            )
-        )
+        kind, peer, producer = transfer
+        out.append(CommSpan(rank, kind, peer, producer, start - origins[step], end - origins[step], step))
     return out
 
 

@@ -35,8 +35,8 @@ class Label(NamedTuple):
 
 
 class Slice(NamedTuple):
-    """A complete event ("ph": "X") that may be an action label, kept from a parsed trace (everything else is
-    dropped while parsing: `read_trace`)."""
+    """A complete event ("ph": "X") that may be an action label: what `read_trace` keeps of one (as a plain
+    tuple of these four fields while parsing, the cheapest thing to make a million of)."""
 
     name: str
     ts: Any
@@ -56,7 +56,7 @@ def _keep_event(obj: dict[str, Any]) -> Any:
         return obj
     name = obj.get("name")
     if phase == "X" and isinstance(name, str) and (name.startswith(LABEL_PREFIX) or name.startswith(_GPIPE_PREFIXES)):
-        return Slice(name, obj.get("ts"), obj.get("dur"), obj.get("pid"))
+        return (name, obj.get("ts"), obj.get("dur"), obj.get("pid"))
     if phase == "M" and name == "process_name":
         return obj
     return None
@@ -99,15 +99,15 @@ def _time(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _slices(data: dict[str, Any]) -> list[Slice]:
-    """The complete events of a parsed trace that may be labels: `Slice`s from `read_trace`, or the dicts of a
-    trace parsed some other way."""
+def _slices(data: dict[str, Any]) -> list[tuple[str, Any, Any, Any]]:
+    """The complete events of a parsed trace that may be labels, as `Slice` fields: the tuples `read_trace`
+    kept, or the dicts of a trace parsed some other way."""
     found = []
     for event in data["traceEvents"]:
-        if isinstance(event, Slice):
+        if isinstance(event, tuple):
             found.append(event)
         elif isinstance(event, dict) and event.get("ph") == "X" and isinstance(event.get("name"), str):
-            found.append(Slice(event["name"], event.get("ts"), event.get("dur"), event.get("pid")))
+            found.append((event["name"], event.get("ts"), event.get("dur"), event.get("pid")))
     return found
 
 
@@ -119,19 +119,18 @@ def _action_text(label: str, gpipe: bool) -> str | None:
     return None if match is None else f"{_RANK_STAGE}{match.group(1)[0]}{match.group(2)}"
 
 
-def _labels_of(slices: list[Slice], name: str, gpipe: bool = False) -> dict[Any, list[tuple[str, float, float]]]:
+def _labels_of(slices: list[tuple], name: str, gpipe: bool = False) -> dict[Any, list[tuple[str, float, float]]]:
     """The `PP:` complete events of one file (with `gpipe`: ScheduleGPipe's "Forward i" / "Backward i"), per
     process id: (action text, start us, end us). A label without finite times is an error naming it."""
     by_pid: dict[Any, list[tuple[str, float, float]]] = {}
-    for event in slices:
-        text = _action_text(event.name, gpipe)
+    for label, ts, dur, pid in slices:
+        text = _action_text(label, gpipe)
         if text is None:
             continue
-        start, duration = _time(event.ts), _time(event.dur)
+        start, duration = _time(ts), _time(dur)
         end = None if start is None or duration is None or duration < 0 else start + duration
         if end is None or not math.isfinite(end):
-            raise ValueError(f"{name}: event {event.name[:40]!r} has no valid ts/dur (finite microseconds)")
-        pid = event.pid
+            raise ValueError(f"{name}: event {label[:40]!r} has no valid ts/dur (finite microseconds)")
         by_pid.setdefault(pid if isinstance(pid, (int, str)) else str(pid), []).append((text, start, end))
     return by_pid
 
