@@ -97,3 +97,26 @@ def read_text(path: str | Path, limit: int, what: str = "file") -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}: not a UTF-8 text file (byte {error.start} cannot be decoded)") from None
+
+
+def read_tail(path: str | Path, max_bytes: int) -> str:
+    """The last `max_bytes` of regular file `path` as text (a log's latest lines, however long the log grew),
+    opened as `read_bytes` opens (a FIFO or a device is refused at once); undecodable bytes replaced."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise _open_error(path, error) from None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"cannot read {path}: it is {_kind(info.st_mode)}; give a regular file")
+        os.lseek(handle, max(info.st_size - max_bytes, 0), os.SEEK_SET)
+        chunks, total = [], 0
+        while total < max_bytes and (chunk := os.read(handle, min(_CHUNK, max_bytes - total))):
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
+    finally:
+        os.close(handle)
+    return b"".join(chunks).decode("utf-8", errors="replace")
