@@ -9,11 +9,12 @@ Trace import is what `python -m pipesim import-trace` does: read the files, reco
 the traces' own times, attribute every step. Kineto-like files (tests/helpers/kineto_traces.py: PP: labels with a
 torch op inside each, sends, one file per rank) are written for 10^4, 10^5 and 10^6 events in two shapes: more
 steps of one schedule (1f1b, 8 ranks x 128 microbatches: about 5,900 events a step), and one step of a growing
-schedule (1f1b, 8 ranks x M microbatches). Each size runs in a fresh process, which reports its wall time and its
-peak memory (VmHWM: the whole process, Python and the parsed JSON included, and how much of it came
-with the work). Balancing splits 10^4, 10^5 and
-10^6 random layer times into 4 and into 1,024 stages, each size in a fresh process likewise. Each series prints
-the growth per 10x more input: 10 is linear, 100 quadratic.
+schedule (1f1b, 8 ranks x M microbatches). Each size runs in a fresh process, which reports its wall time and
+its peak memory (VmHWM: the whole process, Python and the parsed JSON included, and how much of it came with the
+work). Balancing splits 10^4, 10^5 and 10^6 random layer times into 4 and into 1,024 stages, each size in a fresh
+process likewise. Each series prints its growth per 10x more input: 10 is linear, 100 quadratic. Beside them a
+control, plain Python work linear by construction on about as many objects, shows the machine's own growth at
+those sizes (caches, page faults, other work's load): on a shared 2-core machine it is well above 10 too.
 """
 
 from __future__ import annotations
@@ -89,6 +90,22 @@ def one_balance(layers: int, stages: int) -> dict:
     return {"seconds": seconds, "peak_mib": _peak_mib(), "base_mib": before, "stages": len(result.stage_costs)}
 
 
+def one_control(count: int) -> dict:
+    """The control: plain Python work linear in `count` by construction (make `count` small tuples, walk them,
+    index them), in a fresh process like the others. Its growth per 10x is what this machine's memory does to
+    any linear Python code at that size (caches, page faults, other work's load): read the import's growth
+    beside it, not beside 10."""
+    import gc
+
+    gc.disable()
+    start = time.perf_counter()
+    rows = [(k, str(k), float(k), float(k) + 1.0) for k in range(count)]
+    total = sum(row[2] for row in rows)
+    index = {row[1]: row for row in rows}
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_mib": _peak_mib(), "base_mib": 0.0, "check": total + len(index)}
+
+
 def _child(*argv: str) -> dict:
     done = subprocess.run(
         [sys.executable, __file__, *argv], capture_output=True, text=True, check=True, cwd=ROOT, timeout=1800
@@ -116,6 +133,13 @@ def _growth(rows: list[tuple[int, dict]]) -> str:
     for (n0, a), (n1, b) in zip(rows, rows[1:], strict=False):
         ratios.append(f"{(b['seconds'] / a['seconds']) / (n1 / n0) * 10:.1f}")
     return "growth per 10x: " + ", ".join(ratios) + " (10 = linear)"
+
+
+def control_growth(sizes: list[int]) -> None:
+    rows = [(count, _child("--one-control", str(count))) for count in sizes]
+    for count, result in rows:
+        print(f"control (plain linear Python work): {count:>9,} objects: {result['seconds']:7.2f} s")
+    print(f"control: {_growth(rows)}: this machine's own growth for linear work at these sizes")
 
 
 def import_growth(sizes: list[int]) -> None:
@@ -161,7 +185,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="sizes up to 10^5 only")
     parser.add_argument("--one-import", nargs="+", metavar="TRACE", help=argparse.SUPPRESS)
     parser.add_argument("--one-balance", nargs=2, type=int, metavar=("LAYERS", "STAGES"), help=argparse.SUPPRESS)
+    parser.add_argument("--one-control", type=int, metavar="COUNT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_control:
+        print(json.dumps(one_control(args.one_control)))
+        return
     if args.one_import:
         print(json.dumps(one_import(args.one_import)))
         return
@@ -169,6 +197,7 @@ def main() -> None:
         print(json.dumps(one_balance(*args.one_balance)))
         return
     sizes = [10**4, 10**5] if args.quick else [10**4, 10**5, 10**6]
+    control_growth([size // 3 for size in sizes])  # about as many objects as the import makes labels of
     import_growth(sizes)
     balance_growth(sizes)
     run_trace_speed()

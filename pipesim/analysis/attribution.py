@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from itertools import accumulate
 from typing import NamedTuple
 
+from pipesim._perf import paused_gc
 from pipesim.ir import Schedule
 from pipesim.records import CommSpan, Timeline
 from pipesim.semantics.dag import Dependencies, dependencies
@@ -183,6 +184,7 @@ def _cut(rank: int, g0: float, g1: float, replay_idle: float, blocked: _Blocked)
     return marks
 
 
+@paused_gc()  # every step's spans, gaps and marks: many small objects, no cycles (pipesim._perf)
 def attribute_run(schedule: Schedule, measured: Timeline, step_times_ms: Sequence[float]) -> dict:
     """Every measured step attributed, and per rank the medians over steps: the `analysis.json` document."""
     # One pass groups the spans by step, and the dependencies are built once: linear in the timeline, however

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipesim._perf import paused_gc
 from pipesim.io.formats import CsvError, schedule_from_csv
 from pipesim.io.trace_labels import LABEL_PREFIX, Label, Slice, collect_labels, parse_trace, read_trace
 from pipesim.ir import Action, B, F, I, Schedule
@@ -210,11 +211,13 @@ def _comm_spans(labels: list[Label], schedule: Schedule, origins: list[float]) -
     return out
 
 
+@paused_gc()  # a trace's million small objects hold no cycles: the collector's rescans only cost (pipesim._perf)
 def import_traces(paths: Sequence[str | Path], name: str = "imported") -> ImportedRun:
     """Read trace files (one per rank, or merged) into the schedule they ran and their imported Timeline."""
     return import_trace_data([(str(path), read_trace(path)) for path in paths], name)
 
 
+@paused_gc()
 def import_trace_data(files: Sequence[tuple[str, dict[str, Any]]], name: str = "imported") -> ImportedRun:
     """`import_traces` for traces already parsed (`parse_trace`): (name, trace) per file.
 
