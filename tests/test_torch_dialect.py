@@ -124,3 +124,25 @@ def test_the_cli_says_it_in_one_line_and_writes_the_current_dialect(tmp_path, ca
     printed = capsys.readouterr().out
     assert sum("torch's older dialect" in line for line in printed.splitlines()) == 1
     assert out.read_bytes().decode() == schedule_to_csv(compute) and "1I0" in out.read_text()
+
+
+def test_executor_run_says_it_once_and_keeps_the_current_dialect(tmp_path, monkeypatch, capsys):
+    import json
+    import sys
+
+    from executor.host import cli as executor_cli
+    from executor.host import launch
+
+    schedule = build_schedule("zb-h1", 2, 4)
+    path = tmp_path / "old.csv"
+    path.write_text(to_older(schedule_to_csv(schedule)))
+    monkeypatch.setattr(launch, "torchrun_command", lambda config, run_dir, **_: [sys.executable, "-c", "pass"])
+    tiny = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32"]
+    out = tmp_path / "runs" / "old"
+    executor_cli.main(["run", "--schedule-file", str(path), "--device", "cpu", *tiny, "--out", str(out)])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "read old as torch's older dialect (B then W = I then W, BW = B); it is written back in " + (
+        "the current one (I, W, B)"
+    )
+    saved = json.loads((out / "schedule.json").read_text())
+    assert saved["actions"] == schedule.text_rows()  # I and W: what the ranks run

@@ -46,7 +46,7 @@ from executor.config import (
     RunConfig,
     run_config,
 )
-from pipesim.io.formats import load_schedule
+from pipesim.io.formats import dialect_note, load_schedule
 
 # CLI flag -> ModelConfig field
 MODEL_FLAGS = {
@@ -229,6 +229,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         schedule = None if args.schedule_file is None else load_schedule(args.schedule_file)
+        if schedule is not None and (note := dialect_note(schedule)):
+            print(note, flush=True)  # a file in torch's older dialect says so, once
         if schedule is not None:  # the file says what runs: its name, ranks and microbatches
             pipeline = PipelineConfig(
                 schedule.name,

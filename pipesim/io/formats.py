@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.io.bounded import read_bytes, read_text
-from pipesim.io.torch_csv import CsvError, schedule_from_csv, schedule_to_csv  # noqa: F401 - the CSV's home; re-exported
+from pipesim.io.torch_csv import (  # noqa: F401 - the CSV's home; re-exported
+    CsvError,
+    dialect_note,
+    schedule_from_csv,
+    schedule_to_csv,
+)
 from pipesim.ir import Action, Overlap, Schedule, make_schedule, parse_entry
 from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, check_sizes
 from pipesim.records import CommSpan, Span, Timeline
