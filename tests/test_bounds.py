@@ -220,8 +220,9 @@ def test_balance_refuses_past_its_limits_before_reading_the_costs():
 
     with pytest.raises(ValueError, match=f"at most {MAX_LAYERS:,} layers"):
         balance(Huge(), 4)
-    with pytest.raises(ValueError, match="at most 1,000,000 layers"):
-        ModelDescription(num_layers=10_000_000)
+    with pytest.raises(ValueError, match="at most 999,998 \\(with the embedding and the head, 1,000,000 units"):
+        ModelDescription(num_layers=MAX_LAYERS - 1)
+    assert ModelDescription(num_layers=MAX_LAYERS - 2).num_units() == MAX_LAYERS
     with pytest.raises(ValueError, match="add up past the largest number a float holds"):
         balance([1e308, 1e308], 1)
 
@@ -232,4 +233,4 @@ def test_balance_cli_on_ten_thousand_layers_is_quick(capsys):
     assert cli.main(["balance", "--layers", "10000", "--stages", "4"]) == 0
     assert "--split-points" in capsys.readouterr().out
     assert cli.main(["balance", "--layers", "10000000", "--stages", "4"]) == 2
-    _one_line_error(capsys, "at most 1,000,000 layers")
+    _one_line_error(capsys, "num_layers 10000000 is more than pipesim handles")
