@@ -6,6 +6,7 @@ from app_pages import cached, cost_inputs, plot, state, widgets
 from app_pages import csv_table as table
 from pipesim.io import formats
 from pipesim.io.formats import CsvError
+from pipesim.io.torch_csv import dialect_note
 from pipesim.schedules import schedule_names
 
 state.init_state()
@@ -113,6 +114,8 @@ if problems or schedule is None:
     st.stop()
 
 st.success(f"Valid: {schedule.describe()}", icon=":material/check_circle:")
+if note := dialect_note(schedule):  # torch's older B/W/BW cells, read as I/W/B
+    st.caption(note)
 
 with st.sidebar:
     source = cost_inputs.cost_source_picker("custom")

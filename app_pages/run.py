@@ -8,9 +8,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app_pages import live_runs, plot, runs, state, trace_import, widgets
+from app_pages import live_runs, own_model, plot, runs, state, trace_import, widgets
 from executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, ModelConfig, run_config
-from executor.config import CUSTOM as CUSTOM_MODEL
 from executor.host import launch, predict, run_folder
 from executor.progress import readable_log
 from pipesim.analysis import attribution, overlay
@@ -111,8 +110,7 @@ with st.sidebar:
             "Your own model (optional)",
             key=state.kept("run-model-spec"),
             placeholder="examples.gpt_small:build",
-            help="package.module:factory; only that module is imported (executor/custom_model.py). "
-            "Replaces the model and size above",
+            help=own_model.field_help(),
         )
         replicas = left.number_input(
             "Data parallel",
@@ -158,7 +156,7 @@ if submitted and not running:
     use_custom = name == CUSTOM
     try:
         model = (
-            ModelConfig(kind=CUSTOM_MODEL, spec=own.strip())
+            own_model.custom_model_config(own.strip())
             if own.strip()
             else ModelConfig(kind=kind, num_layers=int(layers), cnn_blocks=int(layers), **MODEL_SIZES[size])
         )

@@ -12,6 +12,8 @@ from app_pages import cached, plot, widgets
 from pipesim.analysis import overlay
 from pipesim.charts import gantt as charts
 from pipesim.io import chrome_trace
+from pipesim.io.bounded import read_bytes
+from pipesim.limits import MAX_TRACE_BYTES
 
 UPLOAD = "uploaded files"
 
@@ -30,11 +32,11 @@ def show_import(run_traces: dict[str, list[Path]]) -> None:
         if source == UPLOAD:
             uploads = st.file_uploader("Trace files", type=["json"], accept_multiple_files=True, key="import-traces")
             files = tuple((u.name, u.getvalue()) for u in uploads or ())
-        else:
-            files = tuple((p.name, p.read_bytes()) for p in run_traces[sides[source]])
-        if not files:
-            return
+            if not files:
+                return
         try:
+            if source != UPLOAD:  # bounded: a regular file within the trace limit, never a wait on a FIFO
+                files = tuple((p.name, read_bytes(p, MAX_TRACE_BYTES, "trace file")) for p in run_traces[sides[source]])
             run, simulated, analysis = cached.imported_run(files)
         except ValueError as error:
             widgets.show_error(error, "Cannot import the traces")

@@ -18,20 +18,26 @@ The weights must depend only on the global RNG's seed: every rank calls the fact
 keeps its own stages. For the split backward (zero-bubble schedules) see executor.stage: parameterised leaves
 without a dW formula fall back to autograd.
 
-The launcher checks a spec (`check_custom_model`) before any process starts: it imports the module and calls
-the factory in the launcher's own process, lazily inside the check (the launcher imports no torch at module
-level; a custom model's module usually does). That is a deliberate choice over a probe subprocess: the same
-import the ranks will do, the same errors, one line each, and no second interpreter start (seconds) per check.
+The launcher checks a spec (`executor.host.model_check`) before any process of the run starts, and never in its
+own process: a module named by a user may do anything when imported or called (serve forever, exit, abort the
+interpreter, fill the memory), and the launcher is also the web page's server. The check runs this module as a
+child process (`python -m executor.custom_model SPEC VERDICT`): under a memory limit it imports the module, calls
+the factory, checks what it returned and one batch, and writes a small JSON verdict (the units, their parameter
+counts, or the error in one line); then it ends at once (`os._exit`, as the ranks do), whatever threads or exit
+handlers the user's module left. The ranks import the same module the same way (`load_custom_model`).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from executor.config import check_split_points, parse_spec
+from executor.config import parse_spec
 
 
 @dataclass(frozen=True)
@@ -76,10 +82,10 @@ def _parts(made: Any, spec: str) -> tuple[Any, Any, Any]:
 
 def load_custom_model(spec: str, seed: int) -> CustomModel:
     """Call the factory under `seed` (the caller's RNG state is left alone) and check what it returned."""
+    factory = load_factory(spec)  # the user's module first: a spec that names no module fails before torch loads
     import torch
     from torch import nn
 
-    factory = load_factory(spec)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
@@ -123,16 +129,69 @@ def custom_batch(model: CustomModel, spec: str, batch_size: int, seed: int, step
     return batch[0], batch[1]
 
 
-def check_custom_model(spec: str, num_stages: int, split_points: Sequence[int] | None) -> int:
-    """The launcher's check: the factory imports, runs and returns the right things, and the model has a layer
-    for every stage. Returns the number of layers."""
+# --- the check's child process ------------------------------------------------------------------------------------
+
+MAX_UNITS_REPORTED = 100_000  # per-unit parameter counts in a verdict; past this only the total
+
+
+def model_verdict(spec: str) -> dict[str, Any]:
+    """What the check reports of a factory that works: its units (layers) and their parameter counts."""
     model = load_custom_model(spec, seed=0)
     custom_batch(model, spec, 1, seed=0, step=0)
-    if num_stages > len(model.layers):
-        raise ValueError(
-            f"model {spec} has {len(model.layers)} layers but the schedule has {num_stages} stages and "
-            "every stage needs one; use fewer ranks or virtual stages, or a model with more layers"
+    counts = [sum(p.numel() for p in layer.parameters()) for layer in model.layers]
+    return {
+        "ok": True,
+        "units": len(counts),
+        "parameters": sum(counts),
+        "unit_parameters": counts if len(counts) <= MAX_UNITS_REPORTED else None,
+    }
+
+
+def _why(spec: str, error: BaseException) -> str:
+    """One line for whatever the factory did instead of returning a model."""
+    if isinstance(error, SystemExit):
+        return (
+            f"model {spec}: the factory tried to end the process (SystemExit {error.code!r}); a factory returns "
+            "(layers, make_batch, loss_fn) or an object with those attributes"
         )
-    if split_points is not None:
-        check_split_points(split_points, len(model.layers), num_stages)
-    return len(model.layers)
+    if isinstance(error, KeyboardInterrupt):
+        return f"model {spec}: the factory raised KeyboardInterrupt; a factory returns the model, it is not interrupted"
+    if isinstance(error, ValueError):
+        return str(error).splitlines()[0] if str(error) else f"model {spec}: ValueError"
+    return f"model {spec}: {type(error).__name__}: {error}".splitlines()[0]
+
+
+def _limit_memory(limit_bytes: int) -> None:
+    """Cap this process's address space where the OS lets us (Linux, macOS): a factory that allocates past it
+    fails with MemoryError here rather than taking the machine."""
+    try:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = limit_bytes if hard == resource.RLIM_INFINITY else min(limit_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def main(argv: Sequence[str]) -> None:
+    """The check's child: `SPEC VERDICT_PATH MEMORY_BYTES`. Writes the verdict and ends without running anything
+    else (no exit handlers, no waiting on threads the user's module started)."""
+    spec, verdict_path, memory = argv
+    _limit_memory(int(memory))
+    try:
+        verdict = model_verdict(spec)
+    except BaseException as error:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: the factory's doing
+        verdict = {"ok": False, "error": _why(spec, error)}
+    try:
+        data = json.dumps(verdict, allow_nan=False).encode()
+        handle = os.open(verdict_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        while data:
+            data = data[os.write(handle, data) :]
+        os.close(handle)
+    finally:
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -3,6 +3,9 @@
 The engine handles about 130,000 actions a second on one core (docs/benchmarks.md), so the largest schedule
 accepted here simulates in about fifteen seconds; anything beyond is refused at once with a one-line error
 naming the limit. The app draws far less (app_pages.state); these are the command line's and the files'.
+
+Every limit is documented in the README's "Limits" table; the costs of work that grows with them (balancing,
+trace import) are measured in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -11,7 +14,27 @@ MAX_RANKS = 1024
 MAX_STAGES = 8192
 MAX_MICROBATCHES = 65536
 MAX_ACTIONS = 2_000_000
+# Units to balance into stages (layers of a model description, per-layer times): balancing is linear in them
+# (pipesim.cost.balance) and a million take about a second; a model description's layers are bounded likewise.
+MAX_LAYERS = 1_000_000
+# Trace events in one import (every event of every file, torch ops included): a profiler trace of a training
+# step holds 10^5 to 10^6; import is linear in them (docs/benchmarks.md).
+MAX_TRACE_EVENTS = 4_000_000
+# Data-parallel replicas of one pipeline: far past any cluster built, small enough that every price stays finite.
+MAX_REPLICAS = 1_000_000
+# Any one time given in ms (a latency, a layer's time): 10^12 ms is 31 years. Bounded inputs give finite results.
+MAX_TIME_MS = 1e12
+# Bytes of one tensor, gradient or stage (an exabyte), and the slowest link (one byte a second): with the time and
+# replica limits, every transfer and collective priced from them stays a finite number of ms.
+MAX_BYTES = 1e18
+MIN_BANDWIDTH_GBPS = 1e-9
+
+# Files, checked by their size before a byte is read (pipesim.io.bounded): the largest thing each kind can hold.
 MAX_TRACE_BYTES = 256 * 1024**2  # one profiler trace file (pipesim.kineto): parsed JSON takes ~10x its size
+MAX_SCHEDULE_BYTES = 64 * 1024**2  # a schedule (CSV or JSON): MAX_ACTIONS actions with torch's transfers
+MAX_RESULT_BYTES = 256 * 1024**2  # a timeline, cost, plan or run-folder file (measured.json of a long run)
+MAX_SMALL_FILE_BYTES = 16 * 1024**2  # a run folder's config, result, progress: a few kB when sound
+
 MAX_PROBLEMS = 1000  # validation problems collected at most (the app marks each on its cell)
 MAX_PROBLEMS_SHOWN = 5  # validation errors listed in full before "and N more"
 
@@ -22,6 +45,8 @@ def check_sizes(
     num_stages: int | None = None,
     num_microbatches: int | None = None,
     num_actions: int | None = None,
+    num_layers: int | None = None,
+    num_replicas: int | None = None,
 ) -> None:
     """ValueError naming the first size over its limit."""
     for what, value, limit in (
@@ -29,10 +54,13 @@ def check_sizes(
         ("stages", num_stages, MAX_STAGES),
         ("microbatches", num_microbatches, MAX_MICROBATCHES),
         ("actions", num_actions, MAX_ACTIONS),
+        ("layers", num_layers, MAX_LAYERS),
+        ("data-parallel replicas", num_replicas, MAX_REPLICAS),
     ):
         if value is not None and value > limit:
+            shown = str(value) if value < 10**30 else "so many"  # a 5,000-digit count cannot even be printed
             raise ValueError(
-                f"{value} {what} is more than pipesim handles (at most {limit:,} {what}; see pipesim/limits.py)"
+                f"{shown} {what} is more than pipesim handles (at most {limit:,} {what}; see pipesim/limits.py)"
             )
 
 

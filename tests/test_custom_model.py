@@ -11,8 +11,9 @@ import torch
 
 from executor import processes
 from executor.config import ModelConfig, run_config
-from executor.custom_model import check_custom_model, load_custom_model, parse_spec
+from executor.custom_model import load_custom_model, model_verdict, parse_spec
 from executor.host import cli, launch
+from executor.host.model_check import check_custom_model
 from executor.rank.model import build_model, loss_fn, make_batch, model_parts, split_stages
 from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
 from executor.rank.stage import StageRunner
@@ -42,8 +43,17 @@ BF16_LOSS_TOLERANCE = 0.01  # relative, per step, bf16 against fp32 (README; mea
     ],
 )
 def test_bad_specs_are_one_clear_error(spec, match):
+    """What the check's child process reports (executor.custom_model.model_verdict, run here in-process for
+    speed: tests/test_model_check.py runs it as the launcher does, in a child)."""
     with pytest.raises(ValueError, match=match):
-        check_custom_model(spec, 2, None)
+        parse_spec(spec)
+        model_verdict(spec)
+
+
+def test_the_launchers_check_reports_the_childs_verdict():
+    with pytest.raises(ValueError, match="factory raised RuntimeError: the factory broke") as caught:
+        check_custom_model(f"{HELPERS}:raises", 2, None)
+    assert "\n" not in str(caught.value)
 
 
 def test_spec_text_is_checked_by_the_config_without_importing():
@@ -59,9 +69,21 @@ def test_spec_text_is_checked_by_the_config_without_importing():
 def test_too_few_layers_and_split_points_are_refused():
     with pytest.raises(ValueError, match="has 3 layers but the schedule has 4 stages"):
         check_custom_model(f"{HELPERS}:mlp", 4, None)
-    assert check_custom_model(f"{HELPERS}:mlp", 2, (1,)) == 3
+    assert check_custom_model(f"{HELPERS}:mlp", 2, (1,)).units == 3
     with pytest.raises(ValueError, match="split_points"):
         check_custom_model(f"{HELPERS}:mlp", 2, (3,))
+
+
+def _torchrun_spy(started: list):
+    """Popen that records every start but the model check's own child (executor.host.model_check), which runs."""
+    real = subprocess.Popen
+
+    def spy(argv, *args, **kwargs):
+        if "executor.custom_model" in argv:
+            return real(argv, *args, **kwargs)
+        started.append(argv)
+
+    return spy
 
 
 CLI_BAD = {
@@ -81,7 +103,7 @@ CLI_BAD = {
 def test_cli_refuses_before_anything_starts(case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     started = []
-    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(launch.subprocess, "Popen", _torchrun_spy(started))
     monkeypatch.syspath_prepend(str(processes.REPO_ROOT))
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["run", "--device", "cpu", *CLI_BAD[case]])

@@ -13,11 +13,12 @@ import pytest
 
 from pipesim.cli import main as cli
 from pipesim.cost.model import CostModel
-from pipesim.io import kineto
+from pipesim.io import kineto, trace_labels
 from pipesim.io.formats import load_schedule
 from pipesim.io.kineto import import_traces
 from pipesim.schedules import build_schedule, options_for
 from pipesim.semantics.lower import comm_plan
+from pipesim.sim.metrics import makespan
 from pipesim.sim.simulate import simulate
 from tests.helpers.kineto_traces import kineto_files
 
@@ -64,8 +65,13 @@ def test_cli_imports_overlays_and_writes(tmp_path, capsys):
     assert load_schedule(out / "s.json").actions == schedule.actions
     doc = json.loads((out / "t.json").read_text())
     assert doc["source"] == "imported" and len(doc["step_times_ms"]) == 3 and doc["analysis"]["ranks"]
-    # replayed with the traces' own times (uniform here), the simulation matches the imported step
-    assert doc["simulated_step_ms"] == pytest.approx(simulate(schedule, CostModel.uniform()).spans[-1].end, rel=0.5)
+    # The traces hold the simulation of F 1 ms, B 2 ms, transfers 0.2 ms: each imported step lasts exactly that
+    # step, and the replay with the traces' own times (F 1, B 2, transfers free) is exactly the schedule's
+    # makespan without transfers (up to the microsecond rounding of the trace's numbers).
+    recorded = makespan(simulate(schedule, CostModel.uniform(forward_ms=1.0, backward_ms=2.0, comm_ms=0.2)))
+    assert doc["step_times_ms"] == pytest.approx([recorded] * 3, abs=1e-9)
+    assert doc["simulated_step_ms"] == pytest.approx(makespan(simulate(schedule, CostModel.uniform())), abs=1e-9)
+    assert doc["simulated_step_ms"] < recorded
     views = json.loads((out / "both.json").read_text())["otherData"]["views"]
     assert views == ["simulated", "imported"] and (out / "o.html").stat().st_size > 1000
 
@@ -102,7 +108,7 @@ def test_traces_that_are_not_one_schedule_are_refused(tmp_path, monkeypatch):
         import_traces(paths[1:])
     with pytest.raises(ValueError, match="given each rank|also in"):
         import_traces([paths[0], paths[0]])
-    monkeypatch.setattr(kineto, "MAX_TRACE_BYTES", 10)
+    monkeypatch.setattr(trace_labels, "MAX_TRACE_BYTES", 10)
     with pytest.raises(ValueError, match="at most"):
         import_traces(paths)
 
@@ -156,3 +162,98 @@ def test_torch_gpipe_labels_are_read_where_there_are_no_pp_labels(tmp_path):
         path.write_text(json.dumps(data))
     run = import_traces(paths)
     assert run.schedule.actions == schedule.actions and len(run.timeline.spans) == len(expected)
+
+
+def test_every_imported_step_is_attributed_from_its_own_start(tmp_path, capsys):
+    """Issue 20 item 4. Catches spans of a multi-step trace timed from the trace's start rather than their own
+    step's: step k's parts then add up to k steps too many (the overhead grew by one step per step), and only
+    a median step 0 looked right."""
+    from pipesim.analysis.attribution import attribute_run
+
+    schedule = build_schedule("1f1b", 2, 4)
+    paths, _ = kineto_files(tmp_path, schedule, steps=3)
+    run = import_traces(paths)
+    assert sorted({s.step for s in run.timeline.spans}) == [0, 1, 2]
+    for step in range(3):  # every step starts at 0, as the executor's measured steps do
+        assert min(s.start for s in run.timeline.spans if s.step == step) == 0.0
+        assert min(c.start for c in run.timeline.comm if c.step == step) > 0.0
+    analysis = attribute_run(run.schedule, run.timeline, run.step_times_ms)
+    shares = [[r for r in step["ranks"]] for step in analysis["steps"]]
+    for step, ranks in zip(analysis["steps"], shares, strict=True):
+        for row in ranks:
+            parts = row["compute_ms"] + row["schedule_idle_ms"] + row["comm_wait_ms"] + row["overhead_ms"]
+            assert parts == pytest.approx(step["step_ms"], abs=1e-9)
+    # three identical steps: identical splits (the overhead does not grow with the step's number)
+    for later in shares[1:]:
+        for a, b in zip(shares[0], later, strict=True):
+            assert a["overhead_ms"] == pytest.approx(b["overhead_ms"], abs=1e-9)
+            assert a["schedule_idle_ms"] == pytest.approx(b["schedule_idle_ms"], abs=1e-9)
+    # and the printed summary adds up to the printed step
+    assert cli.main(["import-trace", *map(str, paths)]) == 0
+    printed = capsys.readouterr().out
+    step_ms = float(printed.split("imported step ")[1].split(" ms")[0])
+    for line in (line for line in printed.splitlines() if line.strip().startswith("rank ")):
+        numbers = [float(word) for word in line.replace("+", " ").split() if word.replace(".", "").isdigit()]
+        assert sum(numbers) == pytest.approx(step_ms, abs=0.01)
+
+
+def _one_label_trace(tmp_path, events, **top):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events, **top}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('{"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": NaN, "dur": 1}]}', "NaN is not a number JSON allows"),
+        ('{"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": 1, "dur": Infinity}]}', "Infinity is not a number"),
+        ('{"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": 1e308, "dur": 1e308}]}', "no valid ts/dur"),
+        ('{"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": 1, "dur": true}]}', "no valid ts/dur"),
+        ('{"traceEvents": [{"ph": "X", "name": "PP:0F0", "ts": 1, "dur": 1' + "0" * 5000 + "}]}", "not valid JSON"),
+    ],
+)
+def test_timestamps_that_are_not_numbers_are_refused(tmp_path, capsys, text, message):
+    """Issue 20 item 2: NaN timestamps once printed `compute nan` and exited 0."""
+    path = tmp_path / "nan.json"
+    path.write_text(text)
+    assert cli.main(["import-trace", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and str(path) in err
+
+
+@pytest.mark.parametrize("rank", [10**12, 1024])
+def test_a_trace_naming_a_huge_rank_is_refused_before_anything_is_allocated(tmp_path, capsys, rank):
+    """Issue 20 item 2: rank 10^12 once took 3.7 GB, then a MemoryError traceback."""
+    event = {"ph": "X", "name": "PP:0F0", "pid": 1, "ts": 1, "dur": 1}
+    path = _one_label_trace(tmp_path, [event], distributedInfo={"rank": rank})
+    assert cli.main(["import-trace", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"rank {rank} is past pipesim's limit of 1,024 ranks" in err and err.count("\n") == 1
+
+
+def test_trace_events_past_the_limit_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(trace_labels, "MAX_TRACE_EVENTS", 3)
+    events = [{"ph": "i", "name": "x", "ts": k} for k in range(4)]
+    with pytest.raises(ValueError, match="holds 4 events; pipesim imports at most 3"):
+        import_traces([_one_label_trace(tmp_path, events)])
+
+
+def test_only_label_events_are_kept_while_parsing(tmp_path):
+    """The object hook drops torch's ops as they are parsed (memory: about a third of the whole document)."""
+    schedule = build_schedule("1f1b", 2, 2)
+    paths, _ = kineto_files(tmp_path, schedule)
+    data = kineto.read_trace(paths[0])
+    kept = [e for e in data["traceEvents"] if e is not None]
+    assert kept and all(kineto.Slice(*e).name.startswith("PP:") for e in kept)
+    assert len(data["traceEvents"]) == len(json.loads(paths[0].read_text())["traceEvents"])
+
+
+def test_a_trace_that_is_a_fifo_or_a_folder_is_refused_at_once(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    assert cli.main(["import-trace", str(fifo), str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "it is a FIFO (named pipe)" in err and str(fifo) in err

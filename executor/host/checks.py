@@ -4,7 +4,8 @@ A bad run should cost the user nothing: unknown or invalid schedules,
 deadlocks, more stages than the model has layers, NCCL without a GPU per
 rank, more CPU ranks than the machine can sensibly time. Each message names
 the problem and what to do instead. Imports torch only to count GPUs, and
-only when the run could use one (the app imports this module).
+only when the run could use one (the app imports this module); a custom
+model is checked in a child process (executor.host.model_check).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import replace
 from executor.config import CUSTOM, DeviceConfig, RunConfig, check_split_points, ranks_per_node
 from executor.devices import resolve_device
 from executor.host.gpu_probe import GpuProbe, probe_gpus
+from executor.host.model_check import check_custom_model
 from pipesim.ir import Schedule
 
 MAX_CPU_RANKS = 16
@@ -64,10 +66,8 @@ def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
 
 def _check_model_fits(config: RunConfig, schedule: Schedule) -> None:
     if config.model.kind == CUSTOM:
-        # Imports the user's module and runs its factory here, in the launcher (see executor.custom_model for
-        # why not a probe subprocess); lazily, so a launcher without a custom model never imports torch.
-        from executor.custom_model import check_custom_model
-
+        # In a child process with a time and a memory limit (executor.host.model_check): the launcher, which may
+        # be the web page's server, never imports or calls a user-named module itself.
         check_custom_model(config.model.spec, schedule.num_stages, config.model.split_points)
         return
     units = config.model.num_units

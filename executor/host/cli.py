@@ -45,7 +45,7 @@ from executor.config import (
     run_config,
 )
 from executor.host import doctor
-from pipesim.io.formats import load_schedule
+from pipesim.io.formats import dialect_note, load_schedule
 
 # CLI flag -> ModelConfig field
 MODEL_FLAGS = {
@@ -229,6 +229,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         schedule = None if args.schedule_file is None else load_schedule(args.schedule_file)
+        if schedule is not None and (note := dialect_note(schedule)):
+            print(note, flush=True)  # a file in torch's older dialect says so, once
         if schedule is not None:  # the file says what runs: its name, ranks and microbatches
             pipeline = PipelineConfig(
                 schedule.name,
@@ -335,11 +337,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     for r in results:
         c = r.config.pipeline if r.config else None
         error = "-" if r.prediction_error is None else f"{100 * r.prediction_error:+.1f}%"
-        print(
-            f"{r.run_dir.name[:40]:40} {r.status:10} {(c.schedule if c else '?')[:18]:18} "
-            f"{(c.num_ranks if c else 0):>5} {(c.num_microbatches if c else 0):>4} "
-            f"{_fmt(r.measured_step_ms, ''):>9} {_fmt(r.predicted_step_ms, ''):>9} {error:>7}"
-        )
+        numbers = f"{_fmt(r.measured_step_ms, ''):>9} {_fmt(r.predicted_step_ms, ''):>9} {error:>7}"
+        setup = f"{c.schedule[:18]:18} {c.num_ranks:>5} {c.num_microbatches:>4} {numbers}" if c else r.message
+        print(f"{r.run_dir.name[:40]:40} {r.status:10} {setup}")  # a damaged folder: why, in place of figures
     return 0
 
 

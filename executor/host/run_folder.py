@@ -13,12 +13,17 @@
 A run is running while it has no result.json and a process of it (torchrun, a rank) or its launcher is alive.
 
 Making a folder never overwrites one; reading one that is damaged says why instead of failing the listing.
+Every file is read through `pipesim.io.bounded`: regular files only (a FIFO as result.json is refused at once,
+never waited on), each kind within its size limit (`pipesim.limits`: MAX_SMALL_FILE_BYTES for config, result and
+progress, MAX_SCHEDULE_BYTES for the schedule, MAX_RESULT_BYTES for the rest), checked before reading.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +37,7 @@ from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_from_dict
 from pipesim.io.formats import read_json, schedule_from_dict, timeline_from_dict, write_json
 from pipesim.ir import Schedule
+from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, MAX_SMALL_FILE_BYTES
 from pipesim.records import Timeline
 
 # --- making a run folder -----------------------------------------------------------------------------------------
@@ -134,7 +140,7 @@ def write_progress(run_dir: Path, state: dict[str, Any]) -> None:
 def read_progress(run_dir: Path) -> dict[str, Any]:
     """progress.json, or {} when there is none (yet) or it cannot be read (a reader never fails on it)."""
     try:
-        data = read_json(run_dir / PROGRESS_FILE)
+        data = read_json(run_dir / PROGRESS_FILE, MAX_SMALL_FILE_BYTES)
     except (ValueError, OSError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -173,12 +179,19 @@ def read_setup(run_dir: Path) -> tuple[RunConfig, Schedule]:
 
 
 STATUSES = ("ok", "partial", "failed", "timeout", "cancelled", "running", "damaged")
+# The bytes each file of a run folder may hold (pipesim.limits); any other file: MAX_RESULT_BYTES.
+_LIMITS = {
+    "config.json": MAX_SMALL_FILE_BYTES,
+    "result.json": MAX_SMALL_FILE_BYTES,
+    "schedule.json": MAX_SCHEDULE_BYTES,
+}
 
 
 def _read(run_dir: Path, name: str, parse: Callable[[Any], Any]) -> Any:
-    """Read and parse one file of a run folder; anything wrong with it is a ValueError naming the file."""
+    """Read and parse one file of a run folder (bounded: a regular file within its kind's size limit); anything
+    wrong with it is a ValueError naming the file."""
     try:
-        return parse(read_json(run_dir / name))
+        return parse(read_json(run_dir / name, _LIMITS.get(name, MAX_RESULT_BYTES)))
     except ValueError as error:
         raise ValueError(f"{name}: {error}") from None
     except (TypeError, KeyError, AttributeError, IndexError) as error:
@@ -209,9 +222,25 @@ def run_status(run_dir: Path) -> str:
     return status if status in STATUSES else "damaged"
 
 
+def run_folder(run_dir: str | Path) -> Path:
+    """`run_dir` resolved, once it is known to be a folder; ValueError saying what it is otherwise (no such
+    path, a symbolic link loop, a file)."""
+    try:
+        info = os.stat(run_dir)
+    except OSError as error:
+        if error.errno == errno.ENOENT:
+            raise ValueError(f"no such run folder: {run_dir}") from None
+        if error.errno == errno.ELOOP:
+            raise ValueError(f"{run_dir} is a symbolic link loop, not a run folder") from None
+        raise ValueError(f"cannot read run folder {run_dir}: {error.strerror or error}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{run_dir} is not a run folder (not a folder)")
+    return Path(os.path.realpath(run_dir))
+
+
 def load_run(run_dir: str | Path) -> RunResult:
     """Read a run folder; ValueError (naming the file and the fault) when it is not one or is damaged."""
-    run_dir = Path(run_dir).resolve()
+    run_dir = run_folder(run_dir)
     config, schedule = read_setup(run_dir)
     summary = _summary(run_dir)
     status = summary.get("status")
@@ -270,25 +299,36 @@ def profiler_trace_sets(run_dir: str | Path) -> dict[str, list[Path]]:
 
 
 def _started(run_dir: Path) -> float:
+    """When the run started (its config's time), else the folder's, else the link's own: never raises."""
+    for stat_of in (lambda: (run_dir / "config.json").stat(), run_dir.stat, run_dir.lstat):
+        try:
+            return stat_of().st_mtime
+        except OSError:
+            continue
+    return 0.0
+
+
+def _is_entry(path: Path) -> bool:
+    """A folder, or a symbolic link (one that leads nowhere, or in a loop, is listed as damaged)."""
     try:
-        return (run_dir / "config.json").stat().st_mtime
+        return path.is_symlink() or path.is_dir()
     except OSError:
-        return run_dir.stat().st_mtime
+        return False
 
 
 def list_runs(runs_root: str | Path = Path("runs")) -> list[RunResult]:
-    """Every run folder under `runs_root`, newest first; one that cannot be read is a failed entry saying why."""
+    """Every run folder under `runs_root`, newest first; one that cannot be read (a damaged file, a file too
+    large, a FIFO, a symbolic link loop) is a "damaged" entry saying why, and the others are still listed."""
     root = Path(runs_root)
     if not root.is_dir():
         return []
-    folders = sorted((p for p in root.iterdir() if p.is_dir()), key=_started, reverse=True)
+    folders = sorted((p for p in root.iterdir() if _is_entry(p)), key=_started, reverse=True)
     results = []
     for folder in folders:
         try:
             results.append(load_run(folder))
-        except (ValueError, OSError) as error:  # one damaged folder must not hide the others
-            started = time.time() if not folder.exists() else _started(folder)
-            results.append(
-                RunResult(folder.resolve(), "damaged", f"damaged run folder: {error}", None, None, started_at=started)
-            )
+        except (ValueError, OSError, RuntimeError) as error:  # one damaged folder must not hide the others
+            where = Path(os.path.abspath(folder))
+            message = f"damaged run folder: {error}".splitlines()[0]
+            results.append(RunResult(where, "damaged", message, None, None, started_at=_started(folder)))
     return results

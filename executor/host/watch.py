@@ -34,8 +34,10 @@ from executor.host.run_folder import (
     run_status,
 )
 from executor.processes import end_run_processes, run_processes
+from pipesim.io.bounded import read_tail
 
 READ_EVERY_S = 0.25  # progress.json is read at most this often per follower (the app asks several times a rerun)
+LOG_TAIL_BYTES = 64 * 1024  # of each rank's log, its end: the lines shown fit many times over
 LAUNCHER_GONE_S = 2.0  # the launcher must be seen gone this long before a cancel ends the processes itself
 
 
@@ -76,7 +78,10 @@ class FolderRun:
             return "\n".join(str(line) for line in log[-lines:])
         tails = []
         for path in sorted((self.run_dir / "logs").glob("rank*.log")):
-            text = path.read_text(errors="replace").splitlines()[-lines:]
+            try:  # the end of the log only, and never a wait on a FIFO
+                text = read_tail(path, LOG_TAIL_BYTES).splitlines()[-lines:]
+            except ValueError as error:
+                text = [str(error)]
             tails += [f"[{path.stem}] {line}" for line in text]
         return "\n".join(tails[-lines:])
 

@@ -11,6 +11,7 @@ from pipesim.charts.export import export_figures
 from pipesim.cost.model import CostModel, LinkCost, cost_from_times
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import write_file
+from pipesim.limits import check_sizes
 
 USAGE_ERROR = 2
 RUNTIME_ERROR = 1
@@ -125,6 +126,7 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
         latency = cost.dp_link.latency_ms if args.dp_latency is None else args.dp_latency
         bandwidth = cost.dp_link.bandwidth_gbps if args.dp_bandwidth is None else args.dp_bandwidth
         replicas = args.data_parallel or cost.data_parallel
+        check_sizes(num_replicas=replicas)  # before anything is priced or written
         try:
             extras["dp_link"] = LinkCost(latency_ms=latency, bandwidth_gbps=bandwidth)
         except ValueError as error:

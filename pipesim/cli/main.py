@@ -68,6 +68,7 @@ from pipesim.cli.common import (
     write_figures,
 )
 from pipesim.cost.model import CostModel
+from pipesim.io.bounded import read_text
 from pipesim.io.chrome_trace import save_chrome_trace
 from pipesim.io.cost_file import cost_to_dict
 from pipesim.io.formats import (
@@ -78,9 +79,10 @@ from pipesim.io.formats import (
     write_file,
     write_json,
 )
-from pipesim.io.torch_csv import CSV_FORMATS
+from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
 from pipesim.io.torch_order import with_collectives
 from pipesim.ir import Schedule
+from pipesim.limits import MAX_SCHEDULE_BYTES
 from pipesim.records import Timeline
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.semantics.validate import validate
@@ -180,7 +182,8 @@ def schedule_from_args(args: argparse.Namespace) -> Schedule:
                 "--csv-in takes ranks, microbatches and stages from the CSV: "
                 "drop --ranks, --microbatches and --virtual-stages"
             )
-        return schedule_from_csv(args.csv_in.read_text(), name=args.csv_in.stem, csv_format=args.csv_in_format)
+        text = read_text(args.csv_in, MAX_SCHEDULE_BYTES, "schedule file")  # bounded: size checked before reading
+        return schedule_from_csv(text, name=args.csv_in.stem, csv_format=args.csv_in_format)
     if args.ranks is None or args.microbatches is None:
         raise UsageError("--schedule needs --ranks and --microbatches")
     options = {} if args.virtual_stages is None else {"num_virtual_stages": args.virtual_stages}
@@ -194,6 +197,7 @@ def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> li
     """Headline numbers; bytes only when the costs carry real sizes (a cost file), not the 1-per-microbatch default."""
     lines = [
         schedule.describe(),
+        *filter(None, [dialect_note(schedule)]),  # a file in torch's older dialect says so, in one line
         f"makespan {metrics.makespan:.3f} ms, bubble_fraction {metrics.bubble_fraction:.1%} "
         f"(idle/busy {metrics.bubble_ratio:.3f})",
     ]

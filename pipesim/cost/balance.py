@@ -1,11 +1,18 @@
 """Stage balancing: cut L layers into S contiguous stages so that the slowest stage is as fast as possible.
 
-The classic linear partition problem, solved exactly: a binary search over the candidate bottlenecks (every
-contiguous sum is one, so the optimum is among them) with a greedy feasibility test, which is exact because
-packing layers greedily into a stage never hurts the stages after it. The split is returned as split points,
-the unit indices where each stage after the first starts: the convention of the executor's `--split-points`
-(executor.config.check_split_points). Among the optimal splits the greedy one (every stage as full as the
-bottleneck allows, the last stages taking the rest) is returned, so the result is deterministic.
+The classic linear partition problem, solved exactly in O(L + 64 S log L) time and O(L) memory. The optimum is
+one of the contiguous sums `prefix[j] - prefix[i]` (computed with exactly that subtraction, so comparisons are
+exact in floating point), and whether a bottleneck `limit` is feasible is a greedy test (packing layers greedily
+into a stage never hurts the stages after it), monotone in `limit`. So the optimum is the smallest double for
+which the greedy test passes: a binary search over the doubles themselves (their bit patterns order like their
+values, at most 64 halvings), never listing the L^2 sums. Each test finds every stage's end by bisection over
+the prefix sums with the same subtraction as the sums, so the result equals the exhaustive search over the sums
+bit for bit (tests/test_balance.py checks it against brute force and against that search).
+
+The split is returned as split points, the unit indices where each stage after the first starts: the convention
+of the executor's `--split-points` (executor.config.check_split_points). Among the optimal splits the greedy one
+(every stage as full as the bottleneck allows, the last stages taking the rest) is returned, so the result is
+deterministic.
 
 With several chunks per rank (interleaved, V shapes) the S stages are ranks x chunks; each is balanced alone,
 which is what the slowest stage, the quantity schedules are costed with, depends on.
@@ -13,9 +20,14 @@ which is what the slowest stage, the quantity schedules are costed with, depends
 
 from __future__ import annotations
 
+import math
+import struct
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
+
+from pipesim.limits import check_sizes
 
 
 @dataclass(frozen=True)
@@ -37,13 +49,18 @@ class Balance:
 
 
 def _check(costs: Sequence[float], num_stages: int) -> list[float]:
-    values = [float(c) for c in costs]
+    if not isinstance(num_stages, int) or isinstance(num_stages, bool) or num_stages < 1:
+        raise ValueError(f"the number of stages must be a positive integer, got {num_stages!r}")
+    check_sizes(num_layers=len(costs), num_stages=num_stages)  # before a float is made of them
+    try:
+        values = [float(c) for c in costs]
+    except (TypeError, ValueError):
+        raise ValueError("layer costs must be numbers (ms)") from None
     if not values:
         raise ValueError("give at least one layer cost")
-    if any(not (v >= 0 and v < float("inf")) for v in values):
-        raise ValueError(f"layer costs must be finite numbers >= 0, got {list(costs)}")
-    if not isinstance(num_stages, int) or num_stages < 1:
-        raise ValueError(f"the number of stages must be a positive integer, got {num_stages!r}")
+    bad = next((v for v in values if not (v >= 0 and v < math.inf)), None)
+    if bad is not None:
+        raise ValueError(f"layer costs must be finite numbers >= 0, got {bad!r}")
     if num_stages > len(values):
         raise ValueError(
             f"{num_stages} stages need at least {num_stages} layers; there are {len(values)}: "
@@ -62,15 +79,16 @@ def _greedy(prefix: list[float], num_stages: int, limit: float) -> tuple[int, ..
     """Split points that keep every stage at most `limit` with each stage holding >= 1 layer, or None.
 
     Each stage takes as many layers as fit under `limit` while leaving one layer for each stage still to come.
+    `prefix[e] - prefix[start]` grows with `e` (prefix sums of costs >= 0, and rounding is monotone), so the
+    furthest end that fits is found by bisection, comparing exactly the subtraction the candidates are made of.
     """
     count = len(prefix) - 1
     points = []
     start = 0
     for remaining in range(num_stages - 1, 0, -1):
-        # the furthest end such that sum(start:end) <= limit (the same subtraction as the candidates)
-        end, last = start, count - remaining
-        while end < last and prefix[end + 1] - prefix[start] <= limit:
-            end += 1
+        base = prefix[start]
+        # the furthest end in (start, count - remaining] with prefix[end] - base <= limit, else start
+        end = bisect_right(prefix, limit, start + 1, count - remaining + 1, key=lambda p, base=base: p - base) - 1
         if end <= start:
             return None
         points.append(end)
@@ -80,23 +98,40 @@ def _greedy(prefix: list[float], num_stages: int, limit: float) -> tuple[int, ..
     return tuple(points)
 
 
+def _bits(value: float) -> int:
+    """A double >= 0 as its bit pattern, an integer that orders like the value."""
+    return struct.unpack("<q", struct.pack("<d", value))[0]
+
+
+def _double(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
 def balance(costs: Sequence[float], num_stages: int) -> Balance:
-    """The split of layers with `costs` into `num_stages` contiguous stages minimising the slowest stage."""
+    """The split of layers with `costs` into `num_stages` contiguous stages minimising the slowest stage.
+
+    At most `pipesim.limits.MAX_LAYERS` layers and `MAX_STAGES` stages (checked before any work)."""
     values = _check(costs, num_stages)
     prefix = [0.0, *accumulate(values)]
-    n = len(values)
-    # Every stage cost is prefix[j] - prefix[i]: the optimum is one of these sums. Computing them with the same
-    # subtraction the greedy test uses keeps the comparison exact in floating point.
-    candidates = sorted({prefix[j] - prefix[i] for i in range(n) for j in range(i + 1, n + 1)})
-    lo, hi = 0, len(candidates) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _greedy(prefix, num_stages, candidates[mid]) is not None:
-            hi = mid
-        else:
-            lo = mid + 1
-    points = _greedy(prefix, num_stages, candidates[lo])
-    assert points is not None, "the largest candidate (the whole model) always fits"
+    if not math.isfinite(prefix[-1]):
+        raise ValueError("the layer costs add up past the largest number a float holds: give them in larger units")
+    count = len(values)
+    # A lower bound that is itself a sum: a stage holding layer k costs at least prefix[k+1] - prefix[k]. When it
+    # is feasible it is the optimum; else the optimum lies in (low, the whole model], which is feasible.
+    low = max(prefix[k + 1] - prefix[k] for k in range(count))
+    points = _greedy(prefix, num_stages, low)
+    if points is None:
+        # Invariant: _double(lo) infeasible, _double(hi) feasible. The answer is the smallest feasible double,
+        # which is a sum: feasibility changes only where the limit crosses one.
+        lo, hi = _bits(low), _bits(prefix[count] - prefix[0])
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _greedy(prefix, num_stages, _double(mid)) is None:
+                lo = mid
+            else:
+                hi = mid
+        points = _greedy(prefix, num_stages, _double(hi))
+        assert points is not None, "the whole model in one stage always fits"
     return Balance(points, stage_costs(values, points))
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from pipesim.cost.links import LinkCost
 from pipesim.ir import CommKind
+from pipesim.limits import MAX_BYTES, check_sizes
 
 # DDP's default bucket cap (torch.nn.parallel.DistributedDataParallel bucket_cap_mb=25).
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
@@ -39,8 +40,8 @@ DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 def _check(num_bytes: float, participants: int) -> None:
     if isinstance(participants, bool) or not isinstance(participants, int) or participants < 1:
         raise ValueError(f"participants must be a positive integer, got {participants!r}")
-    if not (isinstance(num_bytes, (int, float)) and math.isfinite(num_bytes) and num_bytes >= 0):
-        raise ValueError(f"bytes must be a finite number >= 0, got {num_bytes!r}")
+    if not (isinstance(num_bytes, (int, float)) and 0 <= num_bytes <= MAX_BYTES):
+        raise ValueError(f"bytes must be a number from 0 to {MAX_BYTES:g} (pipesim/limits.py), got {num_bytes!r}")
 
 
 def _ring(num_bytes: float, participants: int, link: LinkCost, passes: int) -> float:
@@ -79,9 +80,15 @@ def bucket_sizes(num_bytes: float, bucket_bytes: float = DEFAULT_BUCKET_BYTES) -
 def bucketed_allreduce_ms(
     num_bytes: float, participants: int, link: LinkCost, bucket_bytes: float = DEFAULT_BUCKET_BYTES
 ) -> float:
-    """All-reduce of `num_bytes` in buckets, one after the other: the latency term is paid per bucket."""
+    """All-reduce of `num_bytes` in buckets, one after the other: the latency term is paid per bucket.
+
+    The full buckets are counted, not listed (`bucket_sizes`): any number of bytes prices in constant time."""
     _check(num_bytes, participants)
-    return sum(allreduce_ms(size, participants, link) for size in bucket_sizes(num_bytes, bucket_bytes))
+    if not bucket_bytes > 0:
+        raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes!r}")
+    full, rest = divmod(float(num_bytes), float(bucket_bytes))
+    whole = full * allreduce_ms(float(bucket_bytes), participants, link) if full else 0.0
+    return whole + (allreduce_ms(rest, participants, link) if rest > 0 else 0.0)
 
 
 def fit_ring_link(
@@ -120,6 +127,7 @@ class CollectiveCost:
     def __post_init__(self) -> None:
         if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
             raise ValueError(f"data_parallel must be a whole number >= 1, got {self.data_parallel!r}")
+        check_sizes(num_replicas=self.data_parallel)  # bounded, so the ring formulas stay finite
         if not (isinstance(self.latency_ms, (int, float)) and math.isfinite(self.latency_ms) and self.latency_ms >= 0):
             raise ValueError(f"collective latency_ms must be a finite number >= 0, got {self.latency_ms!r}")
         if not (isinstance(self.bandwidth_gbps, (int, float)) and self.bandwidth_gbps > 0):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.limits import MAX_LAYERS
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
 
@@ -42,6 +43,11 @@ class ModelDescription:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.num_layers > MAX_LAYERS - 2:  # one unit cost per layer follows: bounded before it is made
+            raise ValueError(
+                f"num_layers {self.num_layers} is more than pipesim handles: at most {MAX_LAYERS - 2:,} (with the "
+                f"embedding and the head, {MAX_LAYERS:,} units to balance; see pipesim/limits.py)"
+            )
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
         if self.hidden_size % self.num_heads:

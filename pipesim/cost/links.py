@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pipesim.limits import MAX_TIME_MS, MIN_BANDWIDTH_GBPS
+
 
 @dataclass(frozen=True)
 class LinkCost:
@@ -18,10 +20,10 @@ class LinkCost:
     bandwidth_gbps: float = math.inf
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.latency_ms) and self.latency_ms >= 0):
-            raise ValueError(f"latency_ms must be a finite number >= 0, got {self.latency_ms!r}")
-        if not self.bandwidth_gbps > 0:
-            raise ValueError(f"bandwidth_gbps must be > 0, got {self.bandwidth_gbps!r}")
+        if not 0 <= self.latency_ms <= MAX_TIME_MS:  # bounded, so the prices built on it stay finite
+            raise ValueError(f"latency_ms must be a number from 0 to {MAX_TIME_MS:g}, got {self.latency_ms!r}")
+        if not self.bandwidth_gbps >= MIN_BANDWIDTH_GBPS:
+            raise ValueError(f"bandwidth_gbps must be at least {MIN_BANDWIDTH_GBPS:g}, got {self.bandwidth_gbps!r}")
 
     def transfer_ms(self, num_bytes: float) -> float:
         if math.isinf(self.bandwidth_gbps):

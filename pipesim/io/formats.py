@@ -10,12 +10,19 @@ import dataclasses
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipesim.io.torch_csv import CsvError, schedule_from_csv, schedule_to_csv  # noqa: F401 - the CSV's home; re-exported
+from pipesim.io.bounded import read_bytes, read_text
+from pipesim.io.torch_csv import (  # noqa: F401 - the CSV's home; re-exported
+    CsvError,
+    dialect_note,
+    schedule_from_csv,
+    schedule_to_csv,
+)
 from pipesim.ir import Action, Overlap, Schedule, make_schedule, parse_entry
-from pipesim.limits import check_sizes
+from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, check_sizes
 from pipesim.records import CommSpan, Span, Timeline
 
 SCHEDULE_FORMAT = "pipesim.schedule"
@@ -205,26 +212,33 @@ def write_file(content: str | bytes, path: str | Path) -> None:
             os.unlink(temporary)
 
 
-def read_json(path: str | Path) -> Any:
-    """Parse a JSON file; every way it can fail (missing, unreadable, not JSON, nested too deep) is a
-    ValueError that names the path."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as error:
-        raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
-    return parse_json(raw, str(path))
+def read_json(path: str | Path, limit: int = MAX_RESULT_BYTES, what: str = "JSON file") -> Any:
+    """Parse a JSON file of at most `limit` bytes, read through `pipesim.io.bounded` (regular files only, size
+    checked before reading); every way it can fail (missing, too large, not a file, not JSON, nested too deep)
+    is a ValueError that names the path."""
+    return parse_json(read_bytes(path, limit, what), str(path))
 
 
-def parse_json(raw: bytes | str, name: str) -> Any:
-    """Parse JSON already in memory (an upload, a file's bytes); every failure a ValueError naming `name`."""
+def parse_json(raw: bytes | str, name: str, object_hook: Callable[[dict], Any] | None = None) -> Any:
+    """Parse JSON already in memory (an upload, a file's bytes); every failure a ValueError naming `name`.
+
+    Strict JSON: NaN and Infinity (Python's extension, which pipesim never writes) are refused, so no reader
+    downstream meets a number that is not one. `object_hook` may replace each object as it is parsed (a reader
+    that keeps a few of a million objects drops the rest at once)."""
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_refuse_constant, object_hook=object_hook)
     except UnicodeDecodeError:
         raise ValueError(f"{name}: not a text file") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{name}: not valid JSON ({error})") from None
     except RecursionError:
         raise ValueError(f"{name}: JSON nested too deeply") from None
+    except ValueError as error:  # Python's 4,300-digit limit on integers, a non-finite constant
+        raise ValueError(f"{name}: not valid JSON ({error})") from None
+
+
+def _refuse_constant(word: str) -> Any:
+    raise ValueError(f"{word} is not a number JSON allows")
 
 
 # --- path-based helpers ----------------------------------------------------------
@@ -244,12 +258,8 @@ def load_schedule(path: str | Path) -> Schedule:
     """Read a schedule file: pipesim's JSON (`.json`), else torch's CSV, either format (named after the file)."""
     source = Path(path)
     if source.suffix.lower() == ".json":
-        return schedule_from_dict(read_json(source))
-    try:
-        text = source.read_text()
-    except OSError as error:
-        raise ValueError(f"cannot read schedule file {source}: {error.strerror}") from None
-    return schedule_from_csv(text, name=source.stem)
+        return schedule_from_dict(read_json(source, MAX_SCHEDULE_BYTES, "schedule file"))
+    return schedule_from_csv(read_text(source, MAX_SCHEDULE_BYTES, "schedule file"), name=source.stem)
 
 
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:

@@ -10,6 +10,12 @@ One row per rank, one cell per action in that rank's order; an empty cell is an 
   ``1SEND_B0``, ``0RECV_B0``) and the FSDP and data-parallel collectives (``0UNSHARD``, ``0RESHARD``,
   ``0REDUCE_GRAD``) in place.
 
+torch's older dialect (its own test artifacts, e.g. ``zb1p_2rank_2stagep_compute.csv``, still use it) wrote the
+input half of a split backward as ``B`` and the full backward as ``BW``: ``2B0`` followed (anywhere later) by
+``2W0`` is I then W, and ``2BW0`` is B (torch's ``_merge_bw`` joins the adjacent pairs). A file in that dialect
+(a ``BW`` cell, or a B and a W of one stage and microbatch with no I anywhere: never valid in the current one) is
+read as such, says so in `dialect_note`, and is written back in the current dialect.
+
 Reading keeps the file's full order (`Schedule.order`) so that writing it back gives the same cells; what the
 actions mean (the explicit transfer order, the collectives, overlapped groups) is `pipesim.lower`'s and the
 simulator's. Writing ``compute_comms`` from a schedule that has no transfers runs torch's own lowering
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Literal
 
 from pipesim.io.torch_order import with_comms
@@ -82,6 +89,49 @@ def schedule_to_csv(schedule: Schedule, csv_format: CsvFormat = "compute_only") 
     return buffer.getvalue()
 
 
+_COMPUTE_CELL = re.compile(r"^\s*(\d{1,9})\s*(BW|[BIW])\s*(\d{1,9})\s*$")
+OLDER_DIALECT = "torch's older dialect (B then W = I then W, BW = B)"
+
+
+def _from_older_dialect(rows: list[list[str]]) -> bool:
+    """Rewrite, in place, cells of torch's older dialect into the current one; whether the file was in it.
+
+    The older dialect is recognised only where the current one cannot hold: a ``BW`` cell, or a ``B`` and a
+    ``W`` of the same stage and microbatch in a file with no ``I``. A file mixing both is refused."""
+    cells: list[tuple[int, int, str, tuple[int, int]]] = []  # (row, column, kind, (stage, microbatch))
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(row):
+            match = _COMPUTE_CELL.match(cell) if "B" in cell or "W" in cell or "I" in cell else None
+            if match is not None:
+                cells.append((r, c, match.group(2), (int(match.group(1)), int(match.group(3)))))
+    kinds = {kind for _, _, kind, _ in cells}
+    weights = {key for _, _, kind, key in cells if kind == "W"}
+    paired = any(kind == "B" and key in weights for _, _, kind, key in cells)
+    if "BW" not in kinds and not (paired and "I" not in kinds):
+        return False
+    if "I" in kinds:
+        r, c = next((r, c) for r, c, kind, _ in cells if kind == "I")
+        raise CsvError(
+            f"{rows[r][c].strip()!r} is the current dialect's input backward, but the file also has BW cells of "
+            "torch's older dialect (B = input half, BW = full backward): write it in one dialect",
+            r,
+            c,
+        )
+    for r, c, kind, (stage, microbatch) in cells:
+        if kind == "BW":
+            rows[r][c] = f"{stage}B{microbatch}"
+        elif kind == "B" and (stage, microbatch) in weights:
+            rows[r][c] = f"{stage}I{microbatch}"
+    return True
+
+
+def dialect_note(schedule: Schedule) -> str | None:
+    """One line saying the schedule was read from torch's older dialect, None when it was not."""
+    if schedule.params.get("dialect") != "torch-older":
+        return None
+    return f"read {schedule.name} as {OLDER_DIALECT}; it is written back in the current one (I, W, B)"
+
+
 def _parse_cell(text: str, row: int, column: int, csv_format: str) -> Entry | None:
     try:
         entry = parse_entry(text)
@@ -129,6 +179,7 @@ def schedule_from_csv(text: str, name: str = "custom", csv_format: CsvFormat = "
     if not rows:
         raise CsvError("the CSV is empty: expected one row of actions per rank")
     check_sizes(num_ranks=len(rows), num_actions=sum(len(cells) for cells in rows))
+    older = _from_older_dialect(rows)
     order: list[list[Entry | None]] = []
     placement: dict[int, tuple[int, int]] = {}  # stage -> (rank, cell) where first seen
     last_microbatch = -1
@@ -160,4 +211,5 @@ def schedule_from_csv(text: str, name: str = "custom", csv_format: CsvFormat = "
             f"stages must be numbered 0..{num_stages - 1} without gaps"
         )
     stage_to_rank = [placement[stage][0] for stage in range(num_stages)]
-    return schedule_from_order(name, len(rows), last_microbatch + 1, stage_to_rank, order, source="csv")
+    dialect = {"dialect": "torch-older"} if older else {}
+    return schedule_from_order(name, len(rows), last_microbatch + 1, stage_to_rank, order, source="csv", **dialect)

@@ -33,3 +33,21 @@ def raises():
 
 def bad_batch():
     return [nn.Linear(6, 2)], lambda batch_size, step, seed: torch.zeros(3), nn.functional.mse_loss
+
+
+def returns_none():
+    """Returns nothing usable."""
+
+
+def interrupts():
+    raise KeyboardInterrupt
+
+
+def exits():
+    raise SystemExit(0)
+
+
+def exits_hard():
+    import os
+
+    os._exit(0)

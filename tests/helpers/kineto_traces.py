@@ -12,10 +12,16 @@ BASES = (1_790_000_000_000_000_000, 1_790_000_000_250_000_000)  # rank 1's file 
 
 
 def kineto_files(tmp_path, schedule, steps=2, merged=False, base_ms=1000.0):
-    """One Kineto-like file per rank (or one merged) of `steps` simulated steps of `schedule`, with sends."""
+    """One Kineto-like file per rank (or one merged) of `steps` simulated steps of `schedule`, with sends; and the
+    spans an import must give: (rank, action text, step, start, end), times from each step's start."""
     timeline = simulate(schedule, CostModel.uniform(forward_ms=1.0, backward_ms=2.0, comm_ms=0.2))
     step_ms = max(s.end for s in timeline.spans) + 5.0
+    first = min(s.start for s in timeline.spans)
     plan = comm_plan(schedule)
+    first_send = {}  # (rank, producer) -> the first message it sends, looked up once per span (linear in size)
+    for (src, _), keys in plan.links.items():
+        for m in keys:
+            first_send.setdefault((src, plan.producer[m]), m)
     per_rank = {rank: [] for rank in range(schedule.num_ranks)}
     expected = []
     for step in range(steps):
@@ -43,17 +49,9 @@ def kineto_files(tmp_path, schedule, steps=2, merged=False, base_ms=1000.0):
                     "dur": span.duration * 500.0,
                 },
             ]
-            expected.append((span.rank, str(span.action), step, start - base_ms, start - base_ms + span.duration))
-            message = next(
-                (
-                    m
-                    for (src, _), keys in plan.links.items()
-                    if src == span.rank
-                    for m in keys
-                    if plan.producer[m] == span.action
-                ),
-                None,
-            )
+            # imported times run from each step's start (its earliest label), as measured timelines do
+            expected.append((span.rank, str(span.action), step, span.start - first, span.end - first))
+            message = first_send.get((span.rank, span.action))
             if message is not None:
                 kind = "SEND_F" if message.what == "act" else "SEND_B"
                 per_rank[span.rank].append(
