@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 
 from app_pages.state import kept, runs_root
+from pipesim.cost.convert import cost_from_times
 from pipesim.cost.description import DTYPE_BYTES, ModelDescription
-from pipesim.cost.model import CostModel, cost_from_times
+from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_from_dict, load_cost
 
 if TYPE_CHECKING:  # pandas only for the per-stage table: half a second of a cold start otherwise

@@ -11,7 +11,7 @@ import pytest
 
 from pipesim.charts import export
 from pipesim.cli.main import main
-from pipesim.cost.model import CostModel
+from pipesim.cost.model import CostModel, RankRuntime
 from pipesim.io.cost_file import save_cost
 from pipesim.io.formats import load_schedule, schedule_to_csv
 from pipesim.schedules import build_schedule, schedule_names
@@ -395,7 +395,7 @@ def test_overhead_and_dispatch_per_rank_are_checked(capsys):
 
     from pipesim.sim.steps import step_time_ms
 
-    cost = replace(CostModel.uniform(1.0, 2.0), dispatch_ms=(0.1,))
+    cost = replace(CostModel.uniform(1.0, 2.0), runtime=RankRuntime(dispatch_ms=(0.1,)))
     expected = step_time_ms(simulate(build_schedule("1f1b", 4, 8), cost), (0.0,) * 4)
     assert expected > 33.0 + 1.0  # the gaps are paid on the critical path
     assert f"step time {expected:.3f} ms" in capsys.readouterr().out

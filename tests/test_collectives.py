@@ -14,7 +14,7 @@ from pipesim.cost.collectives import (
     fit_ring_link,
     reduce_scatter_ms,
 )
-from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, RankRuntime, StageCost
 from pipesim.io.cost_file import cost_from_dict, cost_to_dict
 from pipesim.schedules import build_schedule
 from pipesim.sim.data_parallel import ALLREDUCE, grad_sync
@@ -69,7 +69,7 @@ def test_fit_ring_link_inverts_the_all_reduce(p):
 
 def _dp_cost(d: int, overhead: float = 0.3) -> CostModel:
     stage = StageCost(forward_ms=1.0, backward_ms=2.0, param_bytes=2e6)
-    return CostModel(stages=(stage,), step_overhead_ms=(overhead,), data_parallel=d, dp_link=LINK)
+    return CostModel(stages=(stage,), runtime=RankRuntime((overhead,)), dp_group=DataParallelGroup(d, LINK))
 
 
 def test_data_parallel_step_is_the_step_without_plus_its_unhidden_all_reduce():
@@ -119,7 +119,7 @@ def test_cost_file_keeps_data_parallel_and_reads_old_files():
     with pytest.raises(ValueError, match="data_parallel"):
         cost_from_dict({**cost_to_dict(cost), "data_parallel": "2"})
     with pytest.raises(ValueError, match="data_parallel"):
-        CostModel(stages=cost.stages, data_parallel=0)
+        CostModel(stages=cost.stages, dp_group=DataParallelGroup(0))
 
 
 def test_steps_without_a_barrier_pay_the_all_reduce_before_each_optimizer_step():

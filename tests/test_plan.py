@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pipesim.cli.main import main
 from pipesim.cost.balance import balance, even_split, stage_costs
 from pipesim.cost.description import ModelDescription, stage_costs_from_units
-from pipesim.cost.model import CostModel, StageCost
+from pipesim.cost.model import CostModel, Provenance, StageCost
 from pipesim.plan.report import best_candidate, pareto_front, plan_document
 from pipesim.plan.search import Candidate, PlanInputs, PlanSpace, evaluate_all
 from pipesim.schedules import schedule_names
@@ -316,7 +316,7 @@ def test_plan_from_a_cost_file_reads_its_stages_as_units(tmp_path, capsys):
         for f in (1, 1, 1, 1, 1, 5)
     )
     path = tmp_path / "cost.json"
-    save_cost(CostModel(stages=stages, source="profile", meta={"microbatch_size": 2}), path)
+    save_cost(CostModel(stages=stages, provenance=Provenance("profile", meta={"microbatch_size": 2})), path)
     out = tmp_path / "plan.json"
     assert (
         main(

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from pipesim.cost.model import CostModel
+from pipesim.cost.model import CostModel, DataParallelGroup, RankRuntime
 from pipesim.io.cost_file import cost_from_dict, cost_to_dict
 from pipesim.ir import Action, make_schedule
 from pipesim.schedules import build_schedule
@@ -16,7 +16,7 @@ from pipesim.sim.steps import simulate_steps, step_time_ms
 
 
 def with_extras(cost: CostModel, overhead: float = 0.0, dispatch: float = 0.0) -> CostModel:
-    return replace(cost, step_overhead_ms=(overhead,), dispatch_ms=(dispatch,))
+    return replace(cost, runtime=RankRuntime((overhead,), (dispatch,)))
 
 
 def test_dispatch_gap_is_paid_before_each_action_and_hides_under_a_wait():
@@ -42,15 +42,15 @@ def test_dispatch_gap_on_one_rank_adds_up_over_its_actions():
 
 def test_dispatch_gap_per_rank_must_match_the_ranks():
     schedule = build_schedule("1f1b", 2, 4)
-    cost = replace(CostModel.uniform(), dispatch_ms=(0.1, 0.2, 0.3))
+    cost = replace(CostModel.uniform(), runtime=RankRuntime(dispatch_ms=(0.1, 0.2, 0.3)))
     with pytest.raises(ValueError, match="dispatch_ms has 3 values for 2 ranks"):
         simulate(schedule, cost)
     with pytest.raises(ValueError, match="dispatch_ms must hold finite numbers"):
-        replace(CostModel.uniform(), dispatch_ms=(-1.0,))
+        replace(CostModel.uniform(), runtime=RankRuntime(dispatch_ms=(-1.0,)))
 
 
 def test_cost_file_keeps_the_dispatch_gap_and_refuses_a_wrong_type():
-    cost = replace(CostModel.uniform(), dispatch_ms=(0.1, 0.2))
+    cost = replace(CostModel.uniform(), runtime=RankRuntime(dispatch_ms=(0.1, 0.2)))
     assert cost_from_dict(cost_to_dict(cost)).dispatch_ms == (0.1, 0.2)
     data = cost_to_dict(cost)
     data["dispatch_ms"] = "fast"
@@ -62,12 +62,12 @@ def test_cost_file_keeps_the_dispatch_gap_and_refuses_a_wrong_type():
 
 def test_step_time_is_the_makespan_plus_the_last_ranks_overhead():
     ranks, micro, f, b = 4, 8, 1.0, 2.0
-    cost = replace(CostModel.uniform(f, b), step_overhead_ms=(0.5, 0.5, 0.5, 3.0))
+    cost = replace(CostModel.uniform(f, b), runtime=RankRuntime((0.5, 0.5, 0.5, 3.0)))
     timeline = simulate(build_schedule("1f1b", ranks, micro), cost)
     # 1F1B: (m + p - 1)(f + b); rank 0 ends last, rank 3 ends 3(f+b)... earlier but pays a longer overhead.
     assert makespan(timeline) == pytest.approx((micro + ranks - 1) * (f + b))
     assert step_time_ms(timeline, cost.overhead_ms(ranks)) == pytest.approx((micro + ranks - 1) * (f + b) + 0.5)
-    late = replace(cost, step_overhead_ms=(0.5, 0.5, 0.5, 20.0))
+    late = replace(cost, runtime=RankRuntime((0.5, 0.5, 0.5, 20.0)))
     # rank 3's last action ends at (m + p - 1)(f + b) - 3(f + b) ... + its 20 ms overhead decides
     rank3_end = max(s.end for s in timeline.spans if s.rank == 3)
     assert step_time_ms(timeline, late.overhead_ms(ranks)) == pytest.approx(rank3_end + 20.0)
@@ -117,12 +117,10 @@ def test_number_of_steps_is_checked(steps):
 def test_cost_file_keeps_the_data_parallel_group_and_the_overlap_factor():
     from pipesim.cost.model import LinkCost
 
-    cost = replace(
-        CostModel.uniform(), data_parallel=4, sharded=True, dp_link=LinkCost(latency_ms=0.2), overlap_factor=0.7
-    )
+    group = DataParallelGroup(4, LinkCost(latency_ms=0.2), sharded=True, bucket_bytes=1e6)
+    cost = replace(CostModel.uniform(), dp_group=group, overlap_factor=0.7)
     back = cost_from_dict(cost_to_dict(cost))
-    assert (back.data_parallel, back.sharded, back.dp_link, back.overlap_factor) == (4, True, cost.dp_link, 0.7)
-    assert back.collectives == cost.collectives  # torch's collectives priced from the same group
+    assert (back.dp_group, back.overlap_factor) == (group, 0.7)  # torch's collectives priced from the same group
     data = cost_to_dict(cost)
     data["sharded"] = "yes"
     with pytest.raises(ValueError, match="sharded must be true or false"):

@@ -12,10 +12,11 @@ import csv
 import io
 import logging
 import re
+from dataclasses import replace
 
 import pytest
 
-from pipesim.cost.model import CostModel, LinkCost
+from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost
 from pipesim.io.torch_csv import CsvError, schedule_from_csv, schedule_to_csv
 from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import ScheduleError, find_problems, validate
@@ -200,7 +201,7 @@ def test_a_pair_waits_for_both_members_inputs():
 
 
 def test_collectives_cost_nothing_alone_and_all_reduce_time_with_data_parallelism():
-    from pipesim.cost.collectives import CollectiveCost
+    from pipesim.cost.collectives import bucket_sizes
     from pipesim.cost.model import StageCost
     from pipesim.ir import CommKind
 
@@ -209,19 +210,19 @@ def test_collectives_cost_nothing_alone_and_all_reduce_time_with_data_parallelis
     stage = StageCost(forward_ms=1.0, backward_ms=2.0, param_bytes=1e9)
     alone = simulate(schedule, CostModel(stages=(stage,)))
     assert makespan(alone) == pytest.approx(6.0)
-    ring = CollectiveCost(data_parallel=4, latency_ms=0.5, bandwidth_gbps=100.0)
-    reduced = simulate(
-        schedule, CostModel(stages=(stage,), data_parallel=4, dp_link=LinkCost(latency_ms=0.5, bandwidth_gbps=100.0))
-    )
-    all_reduce = 2 * 3 * 0.5 + 2 * 3 / 4 * 1e9 / 100e9 * 1e3  # 2(d-1) steps, 2(d-1)/d of the bytes
-    assert ring.time_ms(CommKind.REDUCE_GRAD, 1e9) == pytest.approx(all_reduce)
+    ring = DataParallelGroup(4, LinkCost(latency_ms=0.5, bandwidth_gbps=100.0))
+    reduced = simulate(schedule, CostModel(stages=(stage,), dp_group=ring))
+    # per bucket 2(d-1) steps of latency; 2(d-1)/d of all the bytes over the bandwidth
+    all_reduce = len(bucket_sizes(1e9)) * 2 * 3 * 0.5 + 2 * 3 / 4 * 1e9 / 100e9 * 1e3
+    assert ring.collective_ms(CommKind.REDUCE_GRAD, 1e9) == pytest.approx(all_reduce)
     assert makespan(reduced) == pytest.approx(6.0 + all_reduce)
     assert {c.kind for c in reduced.comm} == {"reduce_grad"}
-    sharded = CollectiveCost(data_parallel=4, sharded=True, bandwidth_gbps=100.0)
-    assert sharded.time_ms(CommKind.UNSHARD, 1e9) == pytest.approx(3 / 4 * 10.0)
-    assert sharded.time_ms(CommKind.RESHARD, 1e9) == 0.0 and ring.time_ms(CommKind.UNSHARD, 1e9) == 0.0
+    sharded = DataParallelGroup(4, LinkCost(bandwidth_gbps=100.0), sharded=True)
+    assert sharded.collective_ms(CommKind.UNSHARD, 1e9) == pytest.approx(3 / 4 * 10.0)
+    assert sharded.collective_ms(CommKind.REDUCE_GRAD, 1e9) == pytest.approx(3 / 4 * 10.0)  # a reduce-scatter
+    assert sharded.collective_ms(CommKind.RESHARD, 1e9) == 0.0 and ring.collective_ms(CommKind.UNSHARD, 1e9) == 0.0
     with pytest.raises(ValueError, match="data_parallel"):
-        CollectiveCost(data_parallel=0)
+        DataParallelGroup(0)
 
 
 def test_bad_cells_name_the_forms_and_stay_bounded():
@@ -302,9 +303,7 @@ def test_collective_spans_survive_the_timeline_file(tmp_path):
         schedule,
         CostModel(
             stages=(StageCost(1.0, 2.0, param_bytes=8.0),),
-            data_parallel=2,
-            sharded=True,
-            dp_link=LinkCost(latency_ms=1.0),
+            dp_group=DataParallelGroup(2, LinkCost(latency_ms=1.0), sharded=True),
         ),
     )
     assert {c.kind for c in timeline.comm} == {"unshard", "reduce_grad", "reshard"}
@@ -331,7 +330,7 @@ def test_the_gantt_chart_draws_collectives_on_their_rank():
         simulate(
             schedule,
             CostModel(
-                stages=(StageCost(1.0, 2.0, param_bytes=1.0),), data_parallel=2, dp_link=LinkCost(latency_ms=1.0)
+                stages=(StageCost(1.0, 2.0, param_bytes=1.0),), dp_group=DataParallelGroup(2, LinkCost(latency_ms=1.0))
             ),
         )
     )
@@ -348,7 +347,8 @@ def test_pipesims_own_schedules_get_torchs_collectives_under_data_parallelism():
     schedule = build_schedule("1f1b", 2, 2)
     plain = CostModel.uniform(1.0, 2.0)
     assert with_collectives(schedule, plain) is schedule  # nothing to price: nothing added
-    data_parallel = CostModel(stages=plain.stages, data_parallel=2, dp_link=LinkCost(latency_ms=1.0))
+    stages = (replace(plain.stages[0], param_bytes=1.0),)  # one byte of gradients: one bucket, latency only
+    data_parallel = CostModel(stages=stages, dp_group=DataParallelGroup(2, LinkCost(latency_ms=1.0)))
     lowered = with_collectives(schedule, data_parallel)
     assert lowered.actions == schedule.actions and schedule_to_csv(lowered, "compute_comms") == schedule_to_csv(
         schedule, "compute_comms"

@@ -8,7 +8,8 @@ import dataclasses
 from pathlib import Path
 
 from pipesim.charts.export import export_figures
-from pipesim.cost.model import CostModel, LinkCost, cost_from_times
+from pipesim.cost.convert import cost_from_times
+from pipesim.cost.model import CostModel, LinkCost
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import write_file
 
@@ -122,14 +123,15 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
     if args.data_parallel is not None or args.sharded or args.dp_bandwidth is not None or args.dp_latency is not None:
         # One data-parallel group: torch's stated collectives and the executor's bucketed all-reduce after each
         # stage's last backward are both priced from it (CostModel.collectives, pipesim.data_parallel).
-        latency = cost.dp_link.latency_ms if args.dp_latency is None else args.dp_latency
-        bandwidth = cost.dp_link.bandwidth_gbps if args.dp_bandwidth is None else args.dp_bandwidth
-        replicas = args.data_parallel or cost.data_parallel
+        group = cost.dp_group
+        latency = group.link.latency_ms if args.dp_latency is None else args.dp_latency
+        bandwidth = group.link.bandwidth_gbps if args.dp_bandwidth is None else args.dp_bandwidth
         try:
-            extras["dp_link"] = LinkCost(latency_ms=latency, bandwidth_gbps=bandwidth)
+            link = LinkCost(latency_ms=latency, bandwidth_gbps=bandwidth)
         except ValueError as error:
             raise UsageError(f"--dp-latency / --dp-bandwidth: {error}") from None
-        extras.update(data_parallel=replicas, sharded=args.sharded)
+        replicas = args.data_parallel or group.replicas
+        extras["dp_group"] = dataclasses.replace(group, replicas=replicas, link=link, sharded=args.sharded)
     return dataclasses.replace(cost, **extras) if extras else cost
 
 

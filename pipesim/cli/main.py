@@ -218,7 +218,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) -> CostModel:
     """--overhead, --dispatch and --shared-cores replace what the cost model (or cost file) says."""
-    changes = {}
+    changes: dict = {}
     for flag, field in (("overhead", "step_overhead_ms"), ("dispatch", "dispatch_ms")):
         values = getattr(args, flag)
         if values is None:
@@ -228,7 +228,7 @@ def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) 
         changes[field] = tuple(values)
     if args.shared_cores is not None:
         changes["shared_cores"] = args.shared_cores
-    cost = replace(cost, **changes) if changes else cost
+    cost = replace(cost, runtime=replace(cost.runtime, **changes)) if changes else cost
     return _with_data_parallel(cost, args)
 
 

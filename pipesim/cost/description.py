@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.cost.model import CostModel, LinkCost, Provenance, StageCost
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
 
@@ -61,7 +61,7 @@ class ModelDescription:
         for count in self.layers_per_stage(num_stages)[:-1]:
             at += count
             points.append(at)
-        return replace(self.split_cost_model(tuple(points), recompute), description=self)
+        return replace(self.split_cost_model(tuple(points), recompute), provenance=Provenance("model", self))
 
     def num_units(self) -> int:
         """Units that stages share out, as the executor cuts its model: embedding, the blocks, the output head."""
@@ -141,10 +141,5 @@ def stage_costs_from_units(
             if description is None
             else LinkCost(description.link_latency_ms, description.link_bandwidth_gbps)
         )
-    return CostModel(
-        stages=tuple(stages),
-        links=(link,),
-        recompute=recompute,
-        source="model" if description is not None else "units",
-        description=None,
-    )
+    source = "model" if description is not None else "units"
+    return CostModel(stages=tuple(stages), links=(link,), recompute=recompute, provenance=Provenance(source))
