@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # pandas only for the per-stage table: half a second of a col
 URL = "query-params"  # settings live in the page's URL, so a view can be shared and reloaded
 COST_SOURCES = ("Uniform", "Per stage", "Model", "Cost file")
 MIB = 2**20
-# One meaning of the uniform times on every page (Simulate, Compare), the same as pipesim.compare's.
+# One meaning of the uniform times on every page (Simulate, Compare), pipesim's (CostModel.for_pipeline), as the
+# command line's simulate and compare read them.
 COST_MEANING = (
     "Uniform times describe the model cut into one stage per rank. A schedule that holds several "
     "chunks per rank (interleaved, V shapes) runs the same model cut finer: each chunk takes its "
@@ -176,8 +177,7 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
             activation_bytes=[spec["activation_mib"] * MIB],
             recompute=recompute,
         )
-        stages, ranks = spec.get("num_stages", 1), spec.get("num_ranks", 1)
-        return cost.for_stages(stages, ranks) if stages != ranks and stages % ranks == 0 else cost
+        return cost.for_pipeline(spec.get("num_stages", 1), spec.get("num_ranks", 1))  # pipesim's one meaning
     if source == "Per stage":
         import pandas as pd
 

@@ -12,7 +12,7 @@ from pipesim.ir import Action, make_schedule
 from pipesim.schedules import build_schedule
 from pipesim.sim.metrics import makespan
 from pipesim.sim.simulate import simulate
-from pipesim.sim.steps import simulate_steps, step_time_ms
+from pipesim.sim.steps import rank_ends, simulate_steps, step_time_ms
 
 
 def with_extras(cost: CostModel, overhead: float = 0.0, dispatch: float = 0.0) -> CostModel:
@@ -27,16 +27,16 @@ def test_dispatch_gap_is_paid_before_each_action_and_hides_under_a_wait():
         "pair", 2, 1, [0, 1], [[Action.parse(t) for t in row] for row in (["0F0", "0B0"], ["1F0", "1B0"])]
     )
     timeline = simulate(schedule, with_extras(CostModel.uniform(f, b), dispatch=g))
-    assert step_time_ms(timeline, (0.0, 0.0)) == pytest.approx(2 * f + 2 * b + 2 * g)
+    assert step_time_ms(rank_ends(timeline), (0.0, 0.0)) == pytest.approx(2 * f + 2 * b + 2 * g)
     folded = simulate(schedule, CostModel.uniform(f + g, b + g))  # the gap as part of every action: paid 4 times
-    assert step_time_ms(folded, (0.0, 0.0)) == pytest.approx(2 * f + 2 * b + 4 * g)
+    assert step_time_ms(rank_ends(folded), (0.0, 0.0)) == pytest.approx(2 * f + 2 * b + 4 * g)
 
 
 def test_dispatch_gap_on_one_rank_adds_up_over_its_actions():
     schedule = build_schedule("gpipe", 1, 6)
     gap = 0.1
     timeline = simulate(schedule, with_extras(CostModel.uniform(1.0, 2.0), dispatch=gap))
-    assert step_time_ms(timeline, (0.0,)) == pytest.approx(6 * 3.0 + 12 * gap)
+    assert step_time_ms(rank_ends(timeline), (0.0,)) == pytest.approx(6 * 3.0 + 12 * gap)
     assert makespan(timeline) == pytest.approx(6 * 3.0 + 11 * gap)  # the chart's makespan starts at the first bar
 
 
@@ -66,11 +66,13 @@ def test_step_time_is_the_makespan_plus_the_last_ranks_overhead():
     timeline = simulate(build_schedule("1f1b", ranks, micro), cost)
     # 1F1B: (m + p - 1)(f + b); rank 0 ends last, rank 3 ends 3(f+b)... earlier but pays a longer overhead.
     assert makespan(timeline) == pytest.approx((micro + ranks - 1) * (f + b))
-    assert step_time_ms(timeline, cost.overhead_ms(ranks)) == pytest.approx((micro + ranks - 1) * (f + b) + 0.5)
+    assert step_time_ms(rank_ends(timeline), cost.overhead_ms(ranks)) == pytest.approx(
+        (micro + ranks - 1) * (f + b) + 0.5
+    )
     late = replace(cost, runtime=RankRuntime((0.5, 0.5, 0.5, 20.0)))
     # rank 3's last action ends at (m + p - 1)(f + b) - 3(f + b) ... + its 20 ms overhead decides
     rank3_end = max(s.end for s in timeline.spans if s.rank == 3)
-    assert step_time_ms(timeline, late.overhead_ms(ranks)) == pytest.approx(rank3_end + 20.0)
+    assert step_time_ms(rank_ends(timeline), late.overhead_ms(ranks)) == pytest.approx(rank3_end + 20.0)
 
 
 @pytest.mark.parametrize("name", ["1f1b", "gpipe", "zb-h1", "zb-h2", "zbv", "interleaved-1f1b"])
@@ -78,7 +80,7 @@ def test_with_a_barrier_every_step_takes_one_steps_time(name):
     schedule = build_schedule(name, 4, 8)
     cost = with_extras(CostModel.uniform(1.0, 2.0, 1.0 if schedule.uses_split_backward else None), 0.5, 0.05)
     one = simulate(schedule, cost)
-    period = step_time_ms(one, cost.overhead_ms(4))
+    period = step_time_ms(rank_ends(one), cost.overhead_ms(4))
     steps = simulate_steps(schedule, cost, 3, barrier=True)
     assert steps.meta["step_times_ms"] == pytest.approx([period] * 3)
     assert steps.meta["total_ms"] == pytest.approx(3 * period)

@@ -339,23 +339,37 @@ def test_the_gantt_chart_draws_collectives_on_their_rank():
     assert not [trace for trace in figure.data if trace.name == "blocked on transfer"]
 
 
-def test_pipesims_own_schedules_get_torchs_collectives_under_data_parallelism():
+def test_sharded_data_parallelism_gets_torchs_collectives_where_torchs_lowering_puts_them():
+    """simulate and compare alike (`simulate_step`): FSDP's UNSHARD / REDUCE_GRAD placed by torch's own lowering;
+    replicated parameters reduce after each stage's last backward, as the executor does; stated ones stand."""
     from pipesim.analysis.compare import compare_one
-    from pipesim.io.torch_order import with_collectives
     from pipesim.schedules import build_schedule
+    from pipesim.semantics.torch_order import torch_lowered
+    from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, STATED, TORCH_LOWERING, reduction_charge
+    from pipesim.sim.steps import simulate_step
 
     schedule = build_schedule("1f1b", 2, 2)
     plain = CostModel.uniform(1.0, 2.0)
-    assert with_collectives(schedule, plain) is schedule  # nothing to price: nothing added
     stages = (replace(plain.stages[0], param_bytes=1.0),)  # one byte of gradients: one bucket, latency only
-    data_parallel = CostModel(stages=stages, dp_group=DataParallelGroup(2, LinkCost(latency_ms=1.0)))
-    lowered = with_collectives(schedule, data_parallel)
+    group = DataParallelGroup(2, LinkCost(latency_ms=1.0))
+    replicated = CostModel(stages=stages, dp_group=group)
+    sharded = CostModel(stages=stages, dp_group=replace(group, sharded=True))
+    lowered = torch_lowered(schedule)
     assert lowered.actions == schedule.actions and schedule_to_csv(lowered, "compute_comms") == schedule_to_csv(
         schedule, "compute_comms"
     )  # exactly torch's lowering
-    timeline = simulate(lowered, data_parallel)
-    assert makespan(timeline) == pytest.approx(makespan(simulate(schedule, plain)) + 2.0)  # all-reduce: 2(d-1) x 1 ms
-    assert sorted(c.rank for c in timeline.comm if c.kind == "reduce_grad") == [0, 1]
-    assert with_collectives(lowered, data_parallel) is lowered  # stated collectives are kept as they are
-    row = compare_one("1f1b", 2, 2, data_parallel)
-    assert row.makespan == pytest.approx(makespan(timeline))
+    assert reduction_charge(schedule, plain) == NOTHING
+    assert reduction_charge(schedule, replicated) == AFTER_BACKWARD
+    assert reduction_charge(schedule, sharded) == TORCH_LOWERING
+    assert reduction_charge(lowered, replicated) == reduction_charge(lowered, sharded) == STATED
+    step = simulate_step(schedule, sharded)
+    # the all-gather (d-1) x 1 ms before the first forward (the makespan starts after it, the step before it),
+    # the reduce-scatter as long after each stage's last backward, blocking its rank as torch's order does
+    assert makespan(step.timeline) == pytest.approx(makespan(simulate(schedule, plain)) + 1.0)
+    assert sorted(c.rank for c in step.timeline.comm if c.kind == "reduce_grad") == [0, 1]
+    assert step.step_ms == pytest.approx(makespan(step.timeline) + 1.0)
+    assert compare_one("1f1b", 2, 2, sharded).step_ms == pytest.approx(step.step_ms)
+    after = simulate_step(schedule, replicated)  # the all-reduce, 2(d-1) x 1 ms, after the last backward
+    assert after.step_ms == pytest.approx(makespan(simulate(schedule, plain)) + 2.0)
+    assert {c.kind for c in after.timeline.comm} == {"allreduce"}
+    assert compare_one("1f1b", 2, 2, replicated).step_ms == pytest.approx(after.step_ms)

@@ -66,8 +66,17 @@ def name_list(text: str) -> list[str]:
 # --- parser ---------------------------------------------------------------------------
 
 
+COST_MEANING = (
+    "Times are ms per microbatch: one value, or a comma-separated list. One value, or one per rank, describes "
+    "the model cut into one stage per rank; a schedule that holds several chunks per rank (interleaved, V "
+    "shapes) runs the same model cut finer, each chunk taking its share of the time, the stash and the "
+    "gradients (interleaved-1f1b on 4 ranks with 2 chunks: --f 1 is 0.5 ms per chunk). One value per stage is "
+    "taken as given. simulate, compare and the app read costs so."
+)
+
+
 def add_cost_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("costs (ms per stage and microbatch; one value or one per stage)")
+    group = parser.add_argument_group("costs (per rank, cut per chunk; see below)", COST_MEANING)
     group.add_argument("--f", type=ms_list, metavar="T", help="forward time (default 1)")
     group.add_argument("--b", type=ms_list, metavar="T", help="full backward time (default 2)")
     group.add_argument("--w", type=ms_list, metavar="T", help="weight-gradient part of --b (default half of it)")
@@ -84,9 +93,9 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
         "--data-parallel",
         type=positive_int,
         metavar="D",
-        help="D replicas of the pipeline: each stage's gradients ring all-reduced across them, after "
-        "its last backward as pipesim's executor does (pipesim.data_parallel), or where the "
-        "schedule states REDUCE_GRAD (default 1: none)",
+        help="D replicas of the pipeline: each stage's gradients ring all-reduced across them in 25 MiB buckets "
+        "after its last backward, as pipesim's executor does, or where the schedule states REDUCE_GRAD "
+        "(pipesim.sim.data_parallel decides; default 1: none)",
     )
     group.add_argument(
         "--sharded",
@@ -95,6 +104,13 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--dp-latency", type=float, metavar="MS", help="ring latency per step (default 0)")
     group.add_argument("--dp-bandwidth", type=float, metavar="GB/S", help="ring bandwidth (default unlimited)")
+    group.add_argument(
+        "--grad-bytes",
+        type=ms_list,
+        metavar="BYTES",
+        help="with --data-parallel: gradient bytes (one value, or one per rank or per stage, cut as the times); "
+        "uniform times carry none, and no bytes reduce in no time",
+    )
 
 
 def add_figure_args(parser: argparse.ArgumentParser, what: str) -> None:
@@ -132,7 +148,24 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
             raise UsageError(f"--dp-latency / --dp-bandwidth: {error}") from None
         replicas = args.data_parallel or group.replicas
         extras["dp_group"] = dataclasses.replace(group, replicas=replicas, link=link, sharded=args.sharded)
-    return dataclasses.replace(cost, **extras) if extras else cost
+    cost = dataclasses.replace(cost, **extras) if extras else cost
+    return _with_grad_bytes(cost, args.grad_bytes)
+
+
+def _with_grad_bytes(cost: CostModel, values: list[float] | None) -> CostModel:
+    """--grad-bytes onto the cost model's stages (their `param_bytes`, which the reduction moves)."""
+    if values is None:
+        return cost
+    stages = cost.stages
+    if len(values) > 1 and len(stages) == 1:  # a uniform model, per-stage gradients: one entry per stage
+        stages = stages * len(values)
+    if len(values) not in (1, len(stages)):
+        raise UsageError(
+            f"--grad-bytes has {len(values)} values for {len(stages)} stage costs: give 1 or {len(stages)}"
+        )
+    values = values * len(stages) if len(values) == 1 else values
+    new = tuple(dataclasses.replace(stage, param_bytes=v) for stage, v in zip(stages, values, strict=True))
+    return dataclasses.replace(cost, stages=new)
 
 
 def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:

@@ -6,13 +6,14 @@ three stages prefetched), `_add_reduce_grad` (one gradient reduction per stage a
 `_add_send_recv` (each send right after its producer, and the receive placed on the receiving rank at the same
 moment, ranks advanced round by round in rank order). `with_comms` runs the same passes on a pipesim
 schedule, so that `--csv-format compute_comms` gives the file torch itself would run, cell for cell (a test
-compares every torch schedule class over a grid). The passes are written for bounded work: the prefetch look-
-ahead is computed backwards once per rank, and the send/receive rounds stop at a work limit.
+compares every torch schedule class over a grid), and `torch_lowered` gives the schedule torch would run, which
+is how a sharded (FSDP) data-parallel step is simulated (`pipesim.sim.data_parallel` decides when). The
+passes are written for bounded work: the prefetch look-ahead is computed backwards once per rank, and the
+send/receive rounds stop at a work limit.
 """
 
 from __future__ import annotations
 
-from pipesim.cost.model import CostModel
 from pipesim.ir import B, CommAction, CommKind, Entry, F, I, Overlap, Schedule, W, entry_actions, schedule_from_order
 from pipesim.limits import MAX_ACTIONS
 
@@ -28,17 +29,9 @@ def with_comms(schedule: Schedule) -> list[list[Entry]]:
     return _add_send_recv(lowered, schedule.stage_to_rank, schedule.num_stages)
 
 
-def with_collectives(schedule: Schedule, cost: CostModel) -> Schedule:
-    """The schedule as torch runs it, where the cost model prices collectives the schedule does not state.
-
-    torch's lowering gives every schedule its UNSHARD, RESHARD and REDUCE_GRAD (and its sends right after their
-    producers, which changes no time), so a schedule built by pipesim simulated with data parallelism gets them
-    here. Unchanged when the collectives would cost nothing or the schedule already states some.
-    """
-    if cost.data_parallel == 1:
-        return schedule
-    if any(isinstance(e, CommAction) and e.kind in _COLLECTIVES for row in schedule.order or () for e in row):
-        return schedule
+def torch_lowered(schedule: Schedule) -> Schedule:
+    """The schedule as torch runs it: its compute order with torch's UNSHARD, RESHARD and REDUCE_GRAD, and its
+    sends right after their producers (which changes no time)."""
     return schedule_from_order(
         schedule.name,
         schedule.num_ranks,
@@ -47,9 +40,6 @@ def with_collectives(schedule: Schedule, cost: CostModel) -> Schedule:
         with_comms(schedule),
         **schedule.params,
     )
-
-
-_COLLECTIVES = (CommKind.UNSHARD, CommKind.RESHARD, CommKind.REDUCE_GRAD)
 
 
 def _stages(entry: Entry) -> list[int]:
