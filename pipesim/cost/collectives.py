@@ -80,9 +80,15 @@ def bucket_sizes(num_bytes: float, bucket_bytes: float = DEFAULT_BUCKET_BYTES) -
 def bucketed_allreduce_ms(
     num_bytes: float, participants: int, link: LinkCost, bucket_bytes: float = DEFAULT_BUCKET_BYTES
 ) -> float:
-    """All-reduce of `num_bytes` in buckets, one after the other: the latency term is paid per bucket."""
+    """All-reduce of `num_bytes` in buckets, one after the other: the latency term is paid per bucket.
+
+    The full buckets are counted, not listed (`bucket_sizes`): any number of bytes prices in constant time."""
     _check(num_bytes, participants)
-    return sum(allreduce_ms(size, participants, link) for size in bucket_sizes(num_bytes, bucket_bytes))
+    if not bucket_bytes > 0:
+        raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes!r}")
+    full, rest = divmod(float(num_bytes), float(bucket_bytes))
+    whole = full * allreduce_ms(float(bucket_bytes), participants, link) if full else 0.0
+    return whole + (allreduce_ms(rest, participants, link) if rest > 0 else 0.0)
 
 
 def fit_ring_link(

@@ -59,6 +59,26 @@ def rank_tails_ms(
     )
 
 
+def step_tails(
+    finished: Sequence[float],
+    ends: Sequence[float],
+    last: list[list[tuple[int, int]]] | None,
+    cost: CostModel,
+    charge: str,
+) -> tuple[tuple[float, ...], list[list[tuple[int, float, float]]]]:
+    """Per rank, its tail after `finished` (its last action, or the collectives stated after it), and the
+    reduction windows behind it: under AFTER_BACKWARD each stage's all-reduce after its last backward (`last`:
+    `last_gradients` of the engine's action order, whose ends are `ends`), then the overhead. What every
+    simulated step (`simulate_step`, `simulate_steps`, the planner) hands to `step_time_ms`."""
+    windows: list[list[tuple[int, float, float]]] = []
+    done = [-math.inf] * len(finished)
+    if charge == AFTER_BACKWARD:
+        assert last is not None, "AFTER_BACKWARD needs each rank's last backward per stage"
+        windows = reduction_windows(last, ends, cost)
+        done = [row[-1][2] if row else -math.inf for row in windows]
+    return rank_tails_ms(finished, done, cost.overhead_ms(len(finished))), windows
+
+
 def rank_ends(timeline: Timeline) -> list[float]:
     """Per rank, when its last action of the timeline ends, or its last stated collective (torch's REDUCE_GRAD
     after the last backward); 0 when it has none."""
@@ -88,17 +108,14 @@ def simulate_step(schedule: Schedule, cost: CostModel) -> SimulatedStep:
     `reduction_charge` says, the step time by `step_time_ms`. Raises DeadlockError / ValueError as `simulate`."""
     charge = reduction_charge(schedule, cost)
     timeline = simulate(charged_schedule(schedule, charge), cost)
-    ends = rank_ends(timeline)
-    done = [-math.inf] * timeline.num_ranks
-    extra_comm = ()
-    if charge == AFTER_BACKWARD:  # spans are in the engine's order: each rank's actions as it runs them
-        actions = [span.action for span in timeline.spans]
+    finished = rank_ends(timeline)
+    actions = [span.action for span in timeline.spans]  # spans are in the engine's order: each rank's, as it runs
+    last = None
+    if charge == AFTER_BACKWARD:
         last = last_gradients([span.rank for span in timeline.spans], actions, timeline.num_ranks)
-        windows = reduction_windows(last, [span.end for span in timeline.spans], cost)
-        done = [row[-1][2] if row else -math.inf for row in windows]
-        extra_comm = reduction_spans(windows, actions, cost.dp_group.replicas)
-    tails = rank_tails_ms(ends, done, cost.overhead_ms(timeline.num_ranks))
-    step = step_time_ms(ends, tails)
+    tails, windows = step_tails(finished, [span.end for span in timeline.spans], last, cost, charge)
+    extra_comm = reduction_spans(windows, actions, cost.dp_group.replicas) if windows else ()
+    step = step_time_ms(finished, tails)
     meta = {**timeline.meta, "step_ms": step, "tail_ms": list(tails)}
     if cost.dp_group.replicas > 1:
         meta.update(data_parallel=cost.dp_group.replicas, reduction=charge)
@@ -150,10 +167,7 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
             ends[deps.offsets[r + 1] - 1] + after_last[r] if deps.offsets[r + 1] > deps.offsets[r] else clock[r]
             for r in range(num_ranks)
         ]
-        done = [-math.inf] * num_ranks
-        if last is not None:  # each rank's unhidden gradient reduction comes before its optimizer step
-            done = [row[-1][2] if row else -math.inf for row in reduction_windows(last, ends, cost)]
-        tails = rank_tails_ms(finished, done, overhead)
+        tails, _ = step_tails(finished, ends, last, cost, charge)  # an unhidden reduction, then the optimizer
         clock = [end + tail for end, tail in zip(finished, tails, strict=True)]
         step_ends.append(step_time_ms(finished, tails))
     return _timeline(schedule, cost, None, tuple(spans), step_ends, overhead, barrier)
