@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from pipesim.cost.description import ModelDescription
+from pipesim.cost.description import ModelDescription, balance_units
 from pipesim.cost.model import CostModel, LinkCost, StageCost
 from pipesim.io.cost_file import cost_from_dict, cost_to_dict, load_cost, save_cost
 from pipesim.ir import ActionKind
@@ -65,8 +65,10 @@ def test_model_description_forward_time_is_flops_over_rate():
         num_layers=8, hidden_size=1024, ffn_size=4096, num_heads=8, seq_len=512, device_tflops=100.0
     )
     cost = desc.to_cost_model(4)
-    middle = cost.stage(1)
-    assert middle.forward_ms == pytest.approx(2 * _layer_forward_flops(desc) / (100.0 * 1e9))
+    # units: embedding, 8 blocks, head (3.8 blocks of compute here): the balanced cut gives the head a stage alone
+    assert balance_units(desc.unit_costs(), 4).split_points == (4, 7, 9)
+    middle = cost.stage(1)  # blocks 4, 5 and 6
+    assert middle.forward_ms == pytest.approx(3 * _layer_forward_flops(desc) / (100.0 * 1e9))
     assert middle.backward_ms == pytest.approx(2 * middle.forward_ms)
     assert middle.w_ms == pytest.approx(middle.forward_ms)
     assert cost.stage(3).forward_ms > middle.forward_ms  # the output projection sits on the last stage
@@ -84,10 +86,15 @@ def test_model_description_scales_as_expected():
         assert faster.stage(s).forward_ms == pytest.approx(costs.stage(s).forward_ms / 2)
         assert bigger.stage(s).forward_ms == pytest.approx(costs.stage(s).forward_ms * 2)
     for s in range(3):  # stages without the vocabulary projection
-        assert deeper.stage(s).forward_ms == pytest.approx(costs.stage(s).forward_ms * 2)
         assert bigger.stage(s).activation_bytes == pytest.approx(costs.stage(s).activation_bytes * 2)
         assert fp32.stage(s).activation_bytes == pytest.approx(costs.stage(s).activation_bytes * 2)
-    assert base.layers_per_stage(3) == [3, 3, 2]
+
+    head_ms = base.unit_costs()[-1].forward_ms  # the same vocabulary projection, however deep
+
+    def blocks_ms(cost: CostModel) -> float:
+        return sum(stage.forward_ms for stage in cost.stages) - head_ms
+
+    assert blocks_ms(deeper) == pytest.approx(2 * blocks_ms(costs))
 
 
 def test_model_description_refuses_bad_values():
@@ -95,8 +102,8 @@ def test_model_description_refuses_bad_values():
         ModelDescription(dtype="int3")
     with pytest.raises(ValueError, match="divisible by num_heads"):
         ModelDescription(hidden_size=100, num_heads=3)
-    with pytest.raises(ValueError, match="at least 9 layers"):
-        ModelDescription(num_layers=8).to_cost_model(9)
+    with pytest.raises(ValueError, match="at least 11 layers; there are 10"):  # 8 blocks, the embedding, the head
+        ModelDescription(num_layers=8).to_cost_model(11)
 
 
 def test_cost_file_round_trip(tmp_path):

@@ -22,8 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipesim.cost.balance import balance
-from pipesim.cost.description import ModelDescription, stage_costs_from_units
+from pipesim.cost.description import ModelDescription, balance_units, stage_costs_from_units
 from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, RankRuntime, StageCost
 from pipesim.ir import Schedule
 from pipesim.schedules import build_schedule, options_for, schedule_info
@@ -265,10 +264,8 @@ class Evaluator:
     def split(self, mbs: int, num_stages: int, recompute: bool):
         key = (mbs, num_stages, recompute)
         if key not in self._splits:
-            extra = 1.0 if recompute else 0.0  # recomputation pays the forward again in the backward
-            weights = [u.forward_ms * (1 + extra) + u.backward_ms for u in self.units(mbs, None)]
             try:
-                self._splits[key] = balance(weights, num_stages)
+                self._splits[key] = balance_units(self.units(mbs, None), num_stages, recompute)
             except ValueError as error:
                 self._splits[key] = error
         return self._splits[key]

@@ -14,8 +14,9 @@ send/receive rounds stop at a work limit.
 
 from __future__ import annotations
 
-from pipesim.ir import B, CommAction, CommKind, Entry, F, I, Overlap, Schedule, W, entry_actions, schedule_from_order
+from pipesim.ir import B, CommAction, CommKind, Entry, Overlap, Schedule, W, entry_actions, schedule_from_order
 from pipesim.limits import MAX_ACTIONS
+from pipesim.semantics.lower import needed_message, produced_message, producers_of, transfers_of
 
 MAX_ACTIVE_STAGES = 3  # torch's `max_active_stages` default: stages prefetched (unsharded) at once
 _MAX_ROUND_WORK = 10 * MAX_ACTIONS  # rank visits before giving up (a sound schedule: about ranks x longest row)
@@ -110,24 +111,13 @@ def _add_send_recv(rows: list[list[Entry]], placement: tuple[int, ...], num_stag
     """torch's `_add_send_recv`: ranks take turns in rank order; an entry goes in once its inputs were sent to
     (or produced on) its rank, its sends right after it and the matching receives on the receiving ranks."""
 
-    def crosses(action) -> bool:
-        if action.kind is F:
-            return action.stage != num_stages - 1 and placement[action.stage + 1] != placement[action.stage]
-        if action.kind is B or action.kind is I:
-            return action.stage != 0 and placement[action.stage - 1] != placement[action.stage]
-        return False
-
     def ready(action, seen: set) -> bool:
-        stage, kind, mb = action
-        if kind is F and stage != 0:
-            return CommAction(stage, CommKind.RECV_F, mb) in seen or (stage - 1, F, mb) in seen
-        if (kind is B or kind is I) and stage != num_stages - 1:
-            return (
-                CommAction(stage, CommKind.RECV_B, mb) in seen
-                or (stage + 1, I, mb) in seen
-                or (stage + 1, B, mb) in seen
-            )
-        return True
+        """Its input was received on this rank, or produced here (the message's producer ran on this rank)."""
+        message = needed_message(action, num_stages)
+        if message is None:
+            return True
+        producer = producers_of(action, num_stages)[-1]  # the alternatives that produce the message
+        return transfers_of(message)[1] in seen or any(p in seen for p in producer)
 
     out: list[list[Entry]] = [[] for _ in rows]
     seen: list[set] = [set() for _ in rows]
@@ -146,15 +136,13 @@ def _add_send_recv(rows: list[list[Entry]], placement: tuple[int, ...], num_stag
             seen[rank].add(entry)
             for action in actions:
                 seen[rank].add(action)
-                if crosses(action):
-                    forward = action.kind is F
-                    send = CommAction(action.stage, CommKind.SEND_F if forward else CommKind.SEND_B, action.microbatch)
-                    to_stage = action.stage + 1 if forward else action.stage - 1
-                    recv = CommAction(to_stage, CommKind.RECV_F if forward else CommKind.RECV_B, action.microbatch)
+                message = produced_message(action, num_stages)
+                if message is not None and placement[message.stage] != rank:  # it crosses to another rank
+                    send, recv = transfers_of(message)
                     out[rank].append(send)
                     seen[rank].add(send)
-                    out[placement[to_stage]].append(recv)
-                    seen[placement[to_stage]].add(recv)
+                    out[placement[recv.stage]].append(recv)
+                    seen[placement[recv.stage]].add(recv)
             heads[rank] += 1
             progress = True
         pending = [rank for rank in pending if heads[rank] < len(rows[rank])]
