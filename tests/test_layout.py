@@ -43,7 +43,6 @@ MAX_LINES = 400
 OVER_LIMIT = {
     "executor.host.launch": 438,
     "executor.host.cli": 403,
-    "pipesim.charts.gantt": 487,
 }
 
 
