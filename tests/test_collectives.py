@@ -142,7 +142,7 @@ def test_cost_file_keeps_data_parallel_and_reads_old_files():
         cost_from_dict({**cost_to_dict(cost), "dp_bucket_bytes": 0})
     with pytest.raises(ValueError, match="data_parallel"):
         CostModel(stages=cost.stages, dp_group=DataParallelGroup(0))
-    for bad in (0, -1.0, math.inf, math.nan, True, "25MiB"):
+    for bad in (0, 0.5, -1.0, math.inf, math.nan, True, "25MiB"):
         with pytest.raises(ValueError, match="bucket_bytes"):
             DataParallelGroup(2, bucket_bytes=bad)
 
@@ -199,6 +199,12 @@ def test_pipesim_simulate_predicts_data_parallel_as_the_step_plus_its_all_reduce
     assert cli.main([*base, "--data-parallel", "2", "--dp-bandwidth", "0"]) == 2
     assert cli.main([*base, "--data-parallel", "2", "--grad-bytes", "inf"]) == 2
     assert "Traceback" not in capsys.readouterr().err
+    assert cli.main([*base, "--grad-bytes", "6e7"]) == 2  # no replicas: nothing would reduce them
+    assert "add --data-parallel" in capsys.readouterr().err
+    overflow = ["--data-parallel", "4", "--grad-bytes", "1e308", "--dp-latency", "1e300"]
+    assert cli.main([*base, *overflow]) == 2
+    err = capsys.readouterr().err
+    assert "overflow to infinity" in err and len(err.strip().splitlines()) == 1
 
 
 def test_attribution_counts_a_measured_all_reduce_wait_as_communication_wait():

@@ -149,6 +149,8 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
         replicas = args.data_parallel or group.replicas
         extras["dp_group"] = dataclasses.replace(group, replicas=replicas, link=link, sharded=args.sharded)
     cost = dataclasses.replace(cost, **extras) if extras else cost
+    if args.grad_bytes is not None and cost.dp_group.replicas == 1:
+        raise UsageError("--grad-bytes are the gradients reduced across replicas: add --data-parallel D (D > 1)")
     return _with_grad_bytes(cost, args.grad_bytes)
 
 

@@ -136,8 +136,8 @@ class DataParallelGroup:
         if not isinstance(self.sharded, bool):
             raise ValueError(f"sharded must be true or false, got {self.sharded!r}")
         bucket = self.bucket_bytes
-        if isinstance(bucket, bool) or not isinstance(bucket, (int, float)) or not (0 < bucket < math.inf):
-            raise ValueError(f"bucket_bytes must be a finite number of bytes > 0, got {bucket!r}")
+        if isinstance(bucket, bool) or not isinstance(bucket, (int, float)) or not (1 <= bucket < math.inf):
+            raise ValueError(f"bucket_bytes must be a finite number of bytes, at least 1, got {bucket!r}")
 
     def grad_allreduce_ms(self, grad_bytes: float) -> float:
         """The one price of reducing `grad_bytes` of gradients across the replicas: a ring all-reduce per

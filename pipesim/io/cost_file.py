@@ -157,8 +157,8 @@ def cost_from_dict(data: Any) -> CostModel:
     if not isinstance(sharded, bool):
         raise ValueError(f"cost file: sharded must be true or false, got {sharded!r}")
     bucket_bytes = _number(data.get("dp_bucket_bytes", DEFAULT_BUCKET_BYTES), "dp_bucket_bytes")
-    if not 0 < bucket_bytes < math.inf:
-        raise ValueError(f"cost file: dp_bucket_bytes must be a number of bytes > 0, got {bucket_bytes!r}")
+    if not 1 <= bucket_bytes < math.inf:
+        raise ValueError(f"cost file: dp_bucket_bytes must be a number of bytes, at least 1, got {bucket_bytes!r}")
     overlap_factor = data.get("overlap_factor", 1.0)
     if isinstance(overlap_factor, bool) or not isinstance(overlap_factor, (int, float)):
         raise ValueError(f"cost file: overlap_factor must be a number in (0, 1], got {overlap_factor!r}")

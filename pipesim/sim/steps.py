@@ -46,7 +46,13 @@ MAX_STEPS = 1000
 def step_time_ms(rank_ends: Sequence[float], tails_ms: Sequence[float]) -> float:
     """The step time: from the step's start (0 on the simulation's clock, before the first dispatch gap, as the
     executor's step starts before its first action) to the latest rank's end of its actions plus its tail."""
-    return max(end + tail for end, tail in zip(rank_ends, tails_ms, strict=True))
+    step = max(end + tail for end, tail in zip(rank_ends, tails_ms, strict=True))
+    if not math.isfinite(step):
+        raise ValueError(
+            "the step would take forever: its times (actions, collectives, overhead) overflow to infinity; "
+            "give sizes and times that sum to a finite number"
+        )
+    return step
 
 
 def rank_tails_ms(
@@ -76,6 +82,11 @@ def step_tails(
         assert last is not None, "AFTER_BACKWARD needs each rank's last backward per stage"
         windows = reduction_windows(last, ends, cost)
         done = [row[-1][2] if row else -math.inf for row in windows]
+        if not all(math.isfinite(end) for end in done if end > -math.inf):
+            raise ValueError(
+                "the gradient all-reduce would take forever: its bytes over the data-parallel link (bandwidth, "
+                "latency, replicas) overflow to infinity; give sizes and times that sum to a finite number"
+            )
     return rank_tails_ms(finished, done, cost.overhead_ms(len(finished))), windows
 
 
