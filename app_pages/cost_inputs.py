@@ -64,14 +64,13 @@ def stage_table_default(num_stages: int) -> pd.DataFrame:
     )
 
 
-def cost_fields(prefix: str, source: str, num_stages: int, num_ranks: int | None = None) -> dict[str, Any]:
+def cost_fields(prefix: str, source: str, num_stages: int) -> dict[str, Any]:
     """Draw the fields of one cost source (inside a form); returns a plain spec for `cost_model`.
 
-    Uniform times are per rank (`COST_MEANING`): with `num_ranks` below `num_stages` they are cut finer.
+    Uniform times are per rank (`COST_MEANING`): the pages cut them per chunk (`CostModel.for_pipeline`).
     """
     spec: dict[str, Any] = {"source": source}
     if source == "Uniform":
-        spec["num_stages"], spec["num_ranks"] = num_stages, num_ranks or num_stages
         left, right = st.columns(2)
         spec["forward_ms"] = left.number_input("F (ms)", 0.0, 1e6, 1.0, 0.1, key=kept(f"{prefix}-f"), bind=URL)
         spec["backward_ms"] = right.number_input(
@@ -166,10 +165,11 @@ def _cost_file_fields(prefix: str) -> dict[str, Any]:
 
 
 def cost_model(spec: dict[str, Any]) -> CostModel:
-    """The CostModel a spec describes; ValueError names the field at fault."""
+    """The CostModel a spec describes, per rank as the user gave it (the pages cut it for their schedule with
+    `CostModel.for_pipeline`, once); ValueError names the field at fault."""
     source, recompute = spec["source"], bool(spec.get("recompute"))
     if source == "Uniform":
-        cost = cost_from_times(
+        return cost_from_times(
             [spec["forward_ms"]],
             [spec["backward_ms"]],
             [spec["weight_ms"]],
@@ -177,7 +177,6 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
             activation_bytes=[spec["activation_mib"] * MIB],
             recompute=recompute,
         )
-        return cost.for_pipeline(spec.get("num_stages", 1), spec.get("num_ranks", 1))  # pipesim's one meaning
     if source == "Per stage":
         import pandas as pd
 
