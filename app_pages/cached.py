@@ -32,6 +32,7 @@ from pipesim.records import Timeline
 from pipesim.semantics.dag import DeadlockError, build_dag, dag_positions
 from pipesim.sim.metrics import Metrics, compute_metrics, inner_bubble_fraction
 from pipesim.sim.simulate import find_deadlock, simulate
+from pipesim.sim.steps import simulate_step
 
 
 def schedule_key(schedule: Schedule) -> tuple:
@@ -67,9 +68,10 @@ def csv_schedule(text: str, name: str = "custom") -> Schedule:
 
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
 def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
-    """Simulated timeline and its metrics (raises DeadlockError / ValueError on bad input)."""
+    """Simulated step and its metrics, as `pipesim simulate` gives them (raises DeadlockError / ValueError on bad
+    input)."""
     cost.check_fits(schedule)
-    timeline = simulate(schedule, cost)
+    timeline = simulate_step(schedule, cost).timeline
     return timeline, compute_metrics(timeline, cost)
 
 

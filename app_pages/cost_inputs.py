@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 
 from app_pages.state import kept, runs_root
+from pipesim.cost.convert import cost_from_times
 from pipesim.cost.description import DTYPE_BYTES, ModelDescription
-from pipesim.cost.model import CostModel, cost_from_times
+from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_from_dict, load_cost
 
 if TYPE_CHECKING:  # pandas only for the per-stage table: half a second of a cold start otherwise
@@ -24,7 +25,8 @@ if TYPE_CHECKING:  # pandas only for the per-stage table: half a second of a col
 URL = "query-params"  # settings live in the page's URL, so a view can be shared and reloaded
 COST_SOURCES = ("Uniform", "Per stage", "Model", "Cost file")
 MIB = 2**20
-# One meaning of the uniform times on every page (Simulate, Compare), the same as pipesim.compare's.
+# One meaning of the uniform times on every page (Simulate, Compare), pipesim's (CostModel.for_pipeline), as the
+# command line's simulate and compare read them.
 COST_MEANING = (
     "Uniform times describe the model cut into one stage per rank. A schedule that holds several "
     "chunks per rank (interleaved, V shapes) runs the same model cut finer: each chunk takes its "
@@ -62,14 +64,13 @@ def stage_table_default(num_stages: int) -> pd.DataFrame:
     )
 
 
-def cost_fields(prefix: str, source: str, num_stages: int, num_ranks: int | None = None) -> dict[str, Any]:
+def cost_fields(prefix: str, source: str, num_stages: int) -> dict[str, Any]:
     """Draw the fields of one cost source (inside a form); returns a plain spec for `cost_model`.
 
-    Uniform times are per rank (`COST_MEANING`): with `num_ranks` below `num_stages` they are cut finer.
+    Uniform times are per rank (`COST_MEANING`): the pages cut them per chunk (`CostModel.for_pipeline`).
     """
     spec: dict[str, Any] = {"source": source}
     if source == "Uniform":
-        spec["num_stages"], spec["num_ranks"] = num_stages, num_ranks or num_stages
         left, right = st.columns(2)
         spec["forward_ms"] = left.number_input("F (ms)", 0.0, 1e6, 1.0, 0.1, key=kept(f"{prefix}-f"), bind=URL)
         spec["backward_ms"] = right.number_input(
@@ -164,10 +165,11 @@ def _cost_file_fields(prefix: str) -> dict[str, Any]:
 
 
 def cost_model(spec: dict[str, Any]) -> CostModel:
-    """The CostModel a spec describes; ValueError names the field at fault."""
+    """The CostModel a spec describes, per rank as the user gave it (the pages cut it for their schedule with
+    `CostModel.for_pipeline`, once); ValueError names the field at fault."""
     source, recompute = spec["source"], bool(spec.get("recompute"))
     if source == "Uniform":
-        cost = cost_from_times(
+        return cost_from_times(
             [spec["forward_ms"]],
             [spec["backward_ms"]],
             [spec["weight_ms"]],
@@ -175,8 +177,6 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
             activation_bytes=[spec["activation_mib"] * MIB],
             recompute=recompute,
         )
-        stages, ranks = spec.get("num_stages", 1), spec.get("num_ranks", 1)
-        return cost.for_stages(stages, ranks) if stages != ranks and stages % ranks == 0 else cost
     if source == "Per stage":
         import pandas as pd
 

@@ -122,9 +122,10 @@ with st.sidebar:
     with st.form("custom-cost-form"):
         spec = cost_inputs.cost_fields("custom", source, schedule.num_stages)
         st.form_submit_button("Simulate", type="primary", width="stretch")
+st.caption(cost_inputs.COST_MEANING)
 
-try:
-    cost = cost_inputs.cost_model(spec)
+try:  # per-rank costs cut per chunk, as `pipesim simulate --csv-in` reads them
+    cost = cost_inputs.cost_model(spec).for_pipeline(schedule.num_stages, schedule.num_ranks)
     timeline, metrics = cached.simulation(schedule, cost)
 except ValueError as error:
     widgets.show_error(error, "Cannot simulate")

@@ -130,7 +130,7 @@ table = pd.DataFrame(
     [
         {
             "candidate": c.label,
-            "step ms": round(c.makespan_ms, 4),
+            "step ms": round(c.step_ms, 4),
             "samples/s": round(c.throughput, 3),
             "peak memory": format_bytes(c.peak_memory_bytes),
             "fits": c.fits,

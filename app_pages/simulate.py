@@ -66,9 +66,7 @@ with st.sidebar:
         if schedule is not None and not info.takes_chunks and schedule.num_stages > schedule.num_ranks:
             st.caption(f"{name} always holds {schedule.num_stages // schedule.num_ranks} chunks per rank.")
         st.divider()
-        spec = cost_inputs.cost_fields(
-            "sim", source, schedule.num_stages if schedule else int(ranks), num_ranks=int(ranks)
-        )
+        spec = cost_inputs.cost_fields("sim", source, schedule.num_stages if schedule else int(ranks))
         st.form_submit_button("Simulate", type="primary", width="stretch")
 
 st.caption(info.summary)
@@ -78,7 +76,8 @@ if schedule_error is not None:
 st.caption(cost_inputs.COST_MEANING)
 
 try:
-    cost = cost_inputs.cost_model(spec)
+    # per-rank costs cut per chunk, as `pipesim simulate` and the Compare page read them
+    cost = cost_inputs.cost_model(spec).for_pipeline(schedule.num_stages, schedule.num_ranks)
     timeline, metrics = cached.simulation(schedule, cost)
 except ValueError as error:  # bad costs, a cost file for another pipeline, a deadlock
     widgets.show_error(error, "Cannot simulate")

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from executor.config import ModelConfig, run_config  # noqa: E402
 from executor.host.launch import run  # noqa: E402
 from executor.host.predict import predict_step  # noqa: E402
+from pipesim.cost.runtime import RankRuntime  # noqa: E402
 from pipesim.schedules import options_for, schedule_names  # noqa: E402
 
 PARTS = ("compute_ms", "schedule_idle_ms", "comm_wait_ms", "overhead_ms")
@@ -58,7 +59,7 @@ def isolated_prediction(result) -> float | None:
     stages = tuple(
         stage_cost(measured[str(s)], split, result.cost.recompute) for s in range(result.schedule.num_stages)
     )
-    cost = replace(result.cost, stages=stages, step_overhead_ms=tuple(optimizer), dispatch_ms=(), shared_cores=None)
+    cost = replace(result.cost, stages=stages, runtime=RankRuntime(step_overhead_ms=tuple(optimizer)))
     return predict_step(result.schedule, cost).predicted_step_ms
 
 

@@ -3,6 +3,11 @@
 Usage:
     python bench/bench_plan.py            # the two grids below, best of 3
     python bench/bench_plan.py --quick    # one repeat of the typical grid (a smoke test)
+    python bench/bench_plan.py --against /work/main   # this tree against another checkout, side by side
+
+With --against, each grid runs in fresh processes that alternate between the other checkout's pipesim and this
+one's (best of --repeat each), and the ratio is printed: a before/after comparison measured in one run, so a
+busy machine slows both sides alike.
 
 Grids (a 24-layer, 2048-wide model description, 8 devices, global batch 64, 80 GiB cap, Adam):
   typical: every registered schedule, pipeline depths 2/4/8 (the rest data parallel), microbatch sizes
@@ -15,13 +20,16 @@ Every candidate is simulated with the simulator's own sweep and its memory walke
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# PIPESIM_TREE: the checkout whose pipesim is measured (--against runs this script once per tree)
+sys.path.insert(0, os.environ.get("PIPESIM_TREE", str(Path(__file__).resolve().parents[1])))
 
 from pipesim.cost.description import ModelDescription  # noqa: E402
 from pipesim.plan.report import best_candidate, pareto_front  # noqa: E402
@@ -59,15 +67,59 @@ def run(name: str, space: PlanSpace, repeat: int) -> None:
     )
 
 
+GRIDS = {
+    "typical": lambda: grid((0.3, 0.4, 0.5, 0.6, 0.7)),
+    "10k": lambda: grid(tuple(round(0.2 + 0.005 * i, 3) for i in range(121))),
+}
+
+
+def child(name: str, repeat: int) -> None:
+    """The best of `repeat` timed evaluations of a grid in this process, printed as JSON for --against's parent."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        candidates = evaluate_all(INPUTS, GRIDS[name]())
+        best_candidate(candidates)
+        pareto_front(candidates)
+        best = min(best, time.perf_counter() - start)
+    print(json.dumps({"seconds": best, "candidates": len(candidates)}))
+
+
+def against(other: Path, names: list[str], repeat: int) -> None:
+    """Each grid in fresh processes alternating three times between the other checkout's pipesim and this one's,
+    each process timing `repeat` evaluations; the best of each side."""
+    here = Path(__file__).resolve().parents[1]
+    for name in names:
+        best = {"other": float("inf"), "this": float("inf")}
+        for _ in range(3):
+            for side, tree in (("other", other), ("this", here)):
+                env = {**os.environ, "PIPESIM_TREE": str(tree)}
+                command = [sys.executable, __file__, "--child", name, "--repeat", str(repeat)]
+                out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+                best[side] = min(best[side], json.loads(out.stdout)["seconds"])
+        print(
+            f"{name:8} {other}: {best['other']:.3f} s, this tree: {best['this']:.3f} s, "
+            f"this / other = {best['this'] / best['other']:.2f} (best of 3 x {repeat} each, alternating)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--against", type=Path, metavar="TREE", help="another checkout to compare with")
+    parser.add_argument("--child", choices=sorted(GRIDS), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(args.child, args.repeat)
+        return
     repeat = 1 if args.quick else args.repeat
-    run("typical", grid((0.3, 0.4, 0.5, 0.6, 0.7)), repeat)
-    if not args.quick:
-        run("10k", grid(tuple(round(0.2 + 0.005 * i, 3) for i in range(121))), repeat)
+    names = ["typical"] if args.quick else ["typical", "10k"]
+    if args.against is not None:
+        against(args.against.resolve(), names, repeat)
+        return
+    for name in names:
+        run(name, GRIDS[name](), repeat)
 
 
 if __name__ == "__main__":

@@ -294,23 +294,11 @@ def run_config(*, model: ModelConfig | dict | None = None, **flat: Any) -> RunCo
 
 
 def check_split_points(split_points: Sequence[int], num_layers: int, num_stages: int) -> tuple[int, ...]:
-    """The one check of explicit stage boundaries (layer indices where a stage starts), for the launcher and
-    for the ranks that cut the model."""
-    points = tuple(int(p) for p in split_points)
-    if len(points) != num_stages - 1:
-        raise ValueError(
-            f"split_points {list(points)} give {len(points) + 1} stages but the schedule has {num_stages}: "
-            f"give {num_stages - 1} layer indices"
-        )
-    previous = 0
-    for point in points:
-        if not previous < point < num_layers:
-            raise ValueError(
-                f"split_points {list(points)} must increase strictly and lie in 1..{num_layers - 1} "
-                f"(the model has {num_layers} layers); every stage needs at least one layer"
-            )
-        previous = point
-    return points
+    """Explicit stage boundaries, checked by the one check that lives with the splitter
+    (`pipesim.cost.balance.check_split_points`; the model description uses it too)."""
+    from pipesim.cost.balance import check_split_points as check
+
+    return check(split_points, num_layers, num_stages)
 
 
 def ranks_per_node(config: RunConfig) -> int:

@@ -164,3 +164,20 @@ def test_torchs_compute_comms_file_is_read_and_its_problems_point_at_cells(app: 
     styled = problem_table(app)
     assert highlighted_cells(styled) == {(1, 1)}
     assert "RECV_F too late" in styled.value["problem"].iloc[1]
+
+
+def test_uniform_times_are_per_rank_on_a_schedule_with_chunks(app: AppTest) -> None:
+    """The Custom page reads uniform times as `pipesim simulate --csv-in` does: per rank, cut per chunk.
+
+    Catches the page taking them per stage (a 2-chunk schedule would run twice as long as the CLI says)."""
+    schedule = build_schedule("interleaved-1f1b", 2, 4, num_virtual_stages=2)
+    paste(app, formats.schedule_to_csv(schedule))
+    app.number_input(key="custom-f").set_value(2.0)
+    app.button(key="FormSubmitter:custom-cost-form-Simulate").click().run()
+    makespan = next(m.value for m in app.metric if m.label == "Makespan")
+    from pipesim.cost.model import CostModel
+    from pipesim.sim.metrics import makespan as span
+    from pipesim.sim.simulate import simulate
+
+    per_chunk = CostModel.uniform(1.0, 1.0, weight_ms=0.5)  # F 2, B 2, W 1 per rank, two chunks per rank
+    assert makespan == f"{span(simulate(schedule, per_chunk)):,.3f} ms"

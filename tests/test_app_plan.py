@@ -91,7 +91,7 @@ def test_verify_button_writes_the_plan_and_shows_the_comparison(app: AppTest, mo
         plan = json.loads(path.read_text())
         seen.update(top=top, best=plan["best"]["schedule"], steps=kwargs["steps"])
         rows = [
-            verify.VerifyRow(c["schedule"], c, c["makespan_ms"], c["makespan_ms"] * 1.1)
+            verify.VerifyRow(c["schedule"], c, c["step_ms"], c["step_ms"] * 1.1)
             for c in verify.plan_candidates(plan, top)
         ]
         return verify.compare(rows)

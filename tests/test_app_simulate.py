@@ -15,7 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from pipesim.cost.description import ModelDescription
-from pipesim.cost.model import CostModel, StageCost
+from pipesim.cost.model import CostModel, Provenance, StageCost
 from pipesim.io.cost_file import cost_from_dict, cost_to_dict
 from pipesim.schedules import build_schedule
 from pipesim.sim.metrics import compute_metrics
@@ -158,7 +158,7 @@ def test_model_description_costs(app: AppTest) -> None:
 
 def _cost_file(num_stages: int) -> bytes:
     stages = tuple(StageCost(forward_ms=1.0 + s, backward_ms=2.0 + s, activation_bytes=MIB) for s in range(num_stages))
-    return json.dumps(cost_to_dict(CostModel(stages=stages, source="profile"))).encode()
+    return json.dumps(cost_to_dict(CostModel(stages=stages, provenance=Provenance("profile")))).encode()
 
 
 def test_uploaded_cost_file(app: AppTest) -> None:

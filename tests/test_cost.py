@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 
-from pipesim.cost.description import ModelDescription
+from pipesim.cost.description import ModelDescription, balance_units
 from pipesim.cost.model import CostModel, LinkCost, StageCost
 from pipesim.io.cost_file import cost_from_dict, cost_to_dict, load_cost, save_cost
 from pipesim.ir import ActionKind
@@ -64,8 +65,10 @@ def test_model_description_forward_time_is_flops_over_rate():
         num_layers=8, hidden_size=1024, ffn_size=4096, num_heads=8, seq_len=512, device_tflops=100.0
     )
     cost = desc.to_cost_model(4)
-    middle = cost.stage(1)
-    assert middle.forward_ms == pytest.approx(2 * _layer_forward_flops(desc) / (100.0 * 1e9))
+    # units: embedding, 8 blocks, head (3.8 blocks of compute here): the balanced cut gives the head a stage alone
+    assert balance_units(desc.unit_costs(), 4).split_points == (4, 7, 9)
+    middle = cost.stage(1)  # blocks 4, 5 and 6
+    assert middle.forward_ms == pytest.approx(3 * _layer_forward_flops(desc) / (100.0 * 1e9))
     assert middle.backward_ms == pytest.approx(2 * middle.forward_ms)
     assert middle.w_ms == pytest.approx(middle.forward_ms)
     assert cost.stage(3).forward_ms > middle.forward_ms  # the output projection sits on the last stage
@@ -83,10 +86,15 @@ def test_model_description_scales_as_expected():
         assert faster.stage(s).forward_ms == pytest.approx(costs.stage(s).forward_ms / 2)
         assert bigger.stage(s).forward_ms == pytest.approx(costs.stage(s).forward_ms * 2)
     for s in range(3):  # stages without the vocabulary projection
-        assert deeper.stage(s).forward_ms == pytest.approx(costs.stage(s).forward_ms * 2)
         assert bigger.stage(s).activation_bytes == pytest.approx(costs.stage(s).activation_bytes * 2)
         assert fp32.stage(s).activation_bytes == pytest.approx(costs.stage(s).activation_bytes * 2)
-    assert base.layers_per_stage(3) == [3, 3, 2]
+
+    head_ms = base.unit_costs()[-1].forward_ms  # the same vocabulary projection, however deep
+
+    def blocks_ms(cost: CostModel) -> float:
+        return sum(stage.forward_ms for stage in cost.stages) - head_ms
+
+    assert blocks_ms(deeper) == pytest.approx(2 * blocks_ms(costs))
 
 
 def test_model_description_refuses_bad_values():
@@ -94,8 +102,8 @@ def test_model_description_refuses_bad_values():
         ModelDescription(dtype="int3")
     with pytest.raises(ValueError, match="divisible by num_heads"):
         ModelDescription(hidden_size=100, num_heads=3)
-    with pytest.raises(ValueError, match="at least 9 layers"):
-        ModelDescription(num_layers=8).to_cost_model(9)
+    with pytest.raises(ValueError, match="at least 11 layers; there are 10"):  # 8 blocks, the embedding, the head
+        ModelDescription(num_layers=8).to_cost_model(11)
 
 
 def test_cost_file_round_trip(tmp_path):
@@ -166,7 +174,7 @@ def test_overhead_and_description_are_fields_and_old_files_still_load():
 
 
 def test_cost_from_times_refuses_w_above_b_and_mismatched_lists():
-    from pipesim.cost.model import cost_from_times
+    from pipesim.cost.convert import cost_from_times
 
     assert cost_from_times([1.0], [3.0], [1.0]).duration_ms(0, I) == 2.0
     per_stage = cost_from_times([1.0, 2.0], [2.0], comm_ms=[0.5])
@@ -182,7 +190,7 @@ def test_save_cost_is_atomic_and_refuses_non_finite(tmp_path):
     save_cost(CostModel.uniform(), path)
     before = path.read_text()
     bad = CostModel.uniform()
-    object.__setattr__(bad, "meta", {"x": float("inf")})
+    object.__setattr__(bad.provenance, "meta", {"x": float("inf")})
     with pytest.raises(ValueError, match="non-finite"):
         save_cost(bad, path)
     assert path.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["cost.json"]
@@ -216,6 +224,92 @@ def test_for_stages_recuts_a_model_description_layer_by_layer() -> None:
     model = ModelDescription(num_layers=8, hidden_size=256, ffn_size=1024, num_heads=4, seq_len=128, vocab_size=1000)
     cut = model.to_cost_model(2).for_stages(4, 2)
     assert cut.stages == model.to_cost_model(4).stages
+
+
+# A value unlike the default for every field of the cost model and of the values it holds, by dotted name. A field
+# added to CostModel, RankRuntime, DataParallelGroup or Provenance without a value here fails the test below.
+NON_DEFAULT = {
+    "recompute": True,
+    "overlap_factor": 0.7,
+    "runtime.step_overhead_ms": (0.5, 1.5),
+    "runtime.dispatch_ms": (0.05, 0.07),
+    "runtime.shared_cores": 3,
+    "dp_group.replicas": 4,
+    "dp_group.link": LinkCost(latency_ms=0.2, bandwidth_gbps=12.5),
+    "dp_group.sharded": True,
+    "dp_group.bucket_bytes": 1e6,
+    "provenance.source": "profile",
+    "provenance.meta": {"where": "a test"},
+}
+RECUT = {"stages", "links"}  # what re-cutting is there to change
+DESCRIPTION = ModelDescription(num_layers=8, hidden_size=256, ffn_size=1024, num_heads=4, seq_len=128, vocab_size=1000)
+
+
+def _leaves(value: object, prefix: str = "") -> dict[str, object]:
+    """Every field of a cost model, the fields of its concern values (runtime, dp_group, provenance) by dotted name."""
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(value):
+        inner = getattr(value, f.name)
+        if f.name in ("runtime", "dp_group", "provenance"):
+            out.update(_leaves(inner, f"{prefix}{f.name}."))
+        else:
+            out[prefix + f.name] = inner
+    return out
+
+
+def _carrying_every_field(stages: tuple[StageCost, ...], description: ModelDescription | None) -> CostModel:
+    changes: dict[str, dict] = {"": {}, "runtime": {}, "dp_group": {}, "provenance": {}}
+    for name, value in NON_DEFAULT.items():
+        owner, _, field = name.rpartition(".")
+        changes[owner][field] = value
+    changes["provenance"]["description"] = description
+    plain = CostModel(stages=stages)
+    return dataclasses.replace(
+        plain,
+        **changes[""],
+        runtime=dataclasses.replace(plain.runtime, **changes["runtime"]),
+        dp_group=dataclasses.replace(plain.dp_group, **changes["dp_group"]),
+        provenance=dataclasses.replace(plain.provenance, **changes["provenance"]),
+    )
+
+
+@pytest.mark.parametrize("described", [False, True])
+def test_recutting_keeps_every_field_it_does_not_mean_to_change(described: bool) -> None:
+    """Re-cutting a cost model (for_stages, for_pipeline) changes its stages and links, nothing else.
+
+    Catches a re-cut that lists the fields it keeps by hand and forgets one (it once dropped `sharded` and
+    `overlap_factor`), and a field added to the cost model without a value in NON_DEFAULT."""
+    plain_leaves = _leaves(CostModel(stages=(StageCost(1.0, 2.0),)))
+    assert set(plain_leaves) - RECUT == set(NON_DEFAULT) | {"provenance.description"}, "give new fields a value"
+    stages = (StageCost(2.0, 4.0, param_bytes=8.0), StageCost(3.0, 6.0, param_bytes=8.0))
+    cost = _carrying_every_field(
+        DESCRIPTION.to_cost_model(2).stages if described else stages, DESCRIPTION if described else None
+    )
+    original = _leaves(cost)
+    for name in set(original) - RECUT - {"provenance.description"}:
+        assert original[name] != plain_leaves[name], f"{name} is not set to a non-default value"
+    for recut in (cost.for_stages(4, 2), cost.for_pipeline(4, 2)):
+        assert len(recut.stages) == 4
+        leaves = _leaves(recut)
+        for name, value in original.items():
+            if name == "provenance.meta":
+                assert value.items() <= leaves[name].items(), name  # the cut is noted, nothing is lost
+            elif name not in RECUT:
+                assert leaves[name] == value, f"re-cutting changed {name}: {value!r} -> {leaves[name]!r}"
+
+
+def test_for_pipeline_is_the_one_meaning_of_per_rank_costs() -> None:
+    """One cost, or one per rank, is per rank and cut per chunk; one per stage is used as given."""
+    uniform = CostModel.uniform(2.0, 4.0)
+    assert uniform.for_pipeline(4, 4) is uniform
+    assert [s.forward_ms for s in uniform.for_pipeline(8, 4).stages] == [1.0]
+    per_rank = CostModel.per_stage([2.0, 4.0], [4.0, 8.0])
+    assert [s.forward_ms for s in per_rank.for_pipeline(4, 2).stages] == [1.0, 1.0, 2.0, 2.0]
+    per_stage = CostModel.per_stage([1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0])
+    assert per_stage.for_pipeline(4, 2) is per_stage
+    assert uniform.for_pipeline(3, 2) is uniform  # no even cut (a hand-written placement): per stage, as given
+    described = DESCRIPTION.to_cost_model(2)
+    assert described.for_pipeline(4, 4).stages == DESCRIPTION.to_cost_model(4).stages  # re-cut exactly
 
 
 def test_for_stages_refuses_a_cut_that_does_not_divide() -> None:

@@ -10,7 +10,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from executor.config import ModelConfig, RunConfig, run_config
 from executor.rank.model import (
-    balanced_split_points,
     build_model,
     loss_fn,
     make_batch,
@@ -23,6 +22,7 @@ from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatche
 from executor.rank.stage import StageRunner, measure_stash_bytes
 from executor.rank.timing import HostClock, assemble_measured, offset_from_samples
 from executor.rank.transport import resolve_backend
+from pipesim.cost.balance import balance
 from pipesim.ir import Action, make_schedule
 
 TINY = {
@@ -73,18 +73,24 @@ def test_stage_weights_do_not_depend_on_the_split(kind):
         assert all(torch.equal(x, y) for x, y in zip(flat, split, strict=True))
 
 
-def test_balanced_split_is_optimal():
-    sizes = [5, 1, 1, 8, 2, 2, 9, 1]
-    for stages in range(1, len(sizes) + 1):
-        points = balanced_split_points(sizes, stages)
-        bounds = (0, *points, len(sizes))
-        worst = max(sum(sizes[bounds[i] : bounds[i + 1]]) for i in range(stages))
+@pytest.mark.parametrize("kind", MODELS)
+def test_the_default_split_is_pipesims_one_splitter_over_parameter_counts(kind):
+    """The executor cuts a model with pipesim.cost.balance (optimal, its tie rule), not a splitter of its own.
+
+    Catches a second splitter: the executor once had a dynamic programme whose ties went to the earliest cut,
+    so equal layers (a Transformer's blocks) were cut unlike the planner and the description cut them."""
+    layers = build_model(TINY[kind], 1)
+    sizes = [param_count(layer) for layer in layers]
+    for stages in range(1, len(layers) + 1):
+        expected = balance(sizes, stages).split_points
+        got = list(itertools.accumulate(len(stage) for stage in split_stages(layers, stages)))[:-1]
+        assert tuple(got) == expected, (stages, got, expected)
         best = min(
             max(sum(sizes[b[i] : b[i + 1]]) for i in range(stages))
             for cut in itertools.combinations(range(1, len(sizes)), stages - 1)
             for b in [(0, *cut, len(sizes))]
         )
-        assert len(points) == stages - 1 and worst == best
+        assert balance(sizes, stages).bottleneck == best
 
 
 @pytest.mark.parametrize("kind", MODELS)

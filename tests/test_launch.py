@@ -22,7 +22,7 @@ from executor import processes
 from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig, run_config
 from executor.host import checks, launch, predict, run_folder
 from executor.host.run_folder import list_runs, load_run
-from pipesim.cost.model import CostModel
+from pipesim.cost.model import CostModel, RankRuntime
 from pipesim.io.cost_file import save_cost
 from pipesim.io.formats import timeline_to_dict, write_json
 from pipesim.io.kineto import import_traces
@@ -257,7 +257,7 @@ def test_failing_command_reports_the_rank_and_its_log(tmp_path, monkeypatch):
 def test_prediction_adds_each_ranks_overhead_after_its_last_action():
     # 1F1B, 2 ranks, 4 microbatches, F=1, B=2: rank 0 ends at (4+1)*3 = 15, rank 1 (its last B
     # precedes rank 0's last B) at 13. Overheads 1 and 10: the step ends at max(15+1, 13+10) = 23.
-    cost = replace(CostModel.uniform(1.0, 2.0), step_overhead_ms=(1.0, 10.0))
+    cost = replace(CostModel.uniform(1.0, 2.0), runtime=RankRuntime((1.0, 10.0)))
     prediction = predict.predict_step(build_schedule("1f1b", 2, 4), cost)
     assert prediction.predicted_step_ms == pytest.approx(23.0)
     assert prediction.overhead_ms == (1.0, 10.0)

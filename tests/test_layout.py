@@ -43,8 +43,6 @@ MAX_LINES = 400
 OVER_LIMIT = {
     "executor.host.launch": 438,
     "executor.host.cli": 403,
-    "pipesim.cost.model": 421,
-    "pipesim.charts.gantt": 487,
 }
 
 

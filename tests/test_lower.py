@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipesim.ir import Action, B, F, I, W
+from pipesim.ir import Action, B, CommAction, CommKind, F, I, W
 from pipesim.schedules import build_schedule, schedule_names
 from pipesim.semantics.lower import (
     ACT,
@@ -14,10 +14,15 @@ from pipesim.semantics.lower import (
     changes_at_start,
     comm_plan,
     needed_message,
+    peer_stage,
     produced_message,
     producer_ids,
+    producer_stage,
     producers_of,
+    served_kinds,
     stash_change,
+    transfer_message,
+    transfers_of,
 )
 from tests.helpers.sizes import built_schedules
 
@@ -88,3 +93,35 @@ def test_liveness_rules():
     assert changes_at_start(F) and not any(changes_at_start(k) for k in (B, I, W))
     # a split backward frees exactly what a full one does
     assert stash_change(I, sizes)[1] + stash_change(W, sizes)[1] == stash_change(B, sizes)[1]
+
+
+def test_which_stage_a_send_or_receive_talks_to():
+    """The one statement of a transfer's direction (validate, torch's lowering and the trace import use it):
+    activations go on to the next stage, gradients back to the previous one. Catches a flipped direction."""
+    assert peer_stage(CommAction(2, CommKind.SEND_F, 0)) == 3
+    assert peer_stage(CommAction(2, CommKind.RECV_F, 0)) == 1
+    assert peer_stage(CommAction(2, CommKind.SEND_B, 0)) == 1
+    assert peer_stage(CommAction(2, CommKind.RECV_B, 0)) == 3
+    assert transfer_message(CommAction(2, CommKind.SEND_B, 5)) == Message(GRAD, 1, 5)
+    assert transfer_message(CommAction(2, CommKind.RECV_F, 5)) == Message(ACT, 2, 5)
+    assert served_kinds(CommAction(2, CommKind.RECV_F, 0)) == (F,)
+    assert served_kinds(CommAction(2, CommKind.SEND_B, 0)) == (B, I)
+
+
+@pytest.mark.parametrize("name", schedule_names())
+def test_every_message_of_every_schedule_has_a_send_and_a_receive_that_agree(name):
+    for schedule in built_schedules(name):
+        plan = comm_plan(schedule)
+        for messages in plan.links.values():
+            for message in messages:
+                send, recv = transfers_of(message)
+                assert transfer_message(send) == transfer_message(recv) == message
+                assert send.stage == producer_stage(message) == plan.producer[message].stage
+                assert peer_stage(send) == recv.stage and peer_stage(recv) == send.stage
+                assert plan.producer[message].kind in served_kinds(send)
+                consumer = next(
+                    a
+                    for a in schedule.actions[plan.destination(message)]
+                    if needed_message(a, schedule.num_stages) == message
+                )
+                assert consumer.kind in served_kinds(recv) and consumer.stage == recv.stage

@@ -63,10 +63,31 @@ def test_comm_delays_cross_rank_hops_only():
     assert makespan(simulate(one_f_one_b(2, 1), cost)) == 7.0
 
 
-def test_simulation_is_deterministic():
-    cost = CostModel.per_stage([1.0, 3.0, 2.0, 1.5], [2.0, 5.0, 4.0, 3.0], comm_ms=[0.2, 0.7, 0.1])
-    schedule = one_f_one_b(4, 9)
-    assert simulate(schedule, cost) == simulate(schedule, cost)
+# Heterogeneous stages and links: stage `slowest` is the slowest in both F and B (the others faster in both).
+UNEVEN = [
+    ([3.0, 1.0, 2.0, 1.5], [5.0, 2.0, 4.0, 3.0], 0),
+    ([1.0, 3.0, 2.0, 1.5], [2.0, 5.0, 4.0, 3.0], 1),
+    ([1.0, 2.0, 1.5, 3.0], [2.0, 4.0, 3.0, 5.0], 3),
+]
+
+
+@pytest.mark.parametrize("forward, backward, slowest", UNEVEN)
+@pytest.mark.parametrize("microbatches", [1, 2, 5, 9])
+def test_uneven_stages_and_links_against_closed_forms(forward, backward, slowest, microbatches):
+    """Values, not only determinism, on stages and links that all differ (per-stage costs, per-boundary links).
+
+    GPipe: the first microbatch crosses every stage and link both ways, the slowest stage adds (m - 1) (F + B):
+    sum(F + B) + 2 sum(links) + (m - 1)(F_k + B_k). Naive (one microbatch in flight): m (sum(F + B) + 2 sum(links)).
+    Catches a cost model read at the wrong stage (one stage's cost for all), a transfer charged at the wrong
+    boundary or on one direction only, and a deterministic but wrong engine."""
+    links = [0.2, 0.7, 0.1]
+    cost = CostModel.per_stage(forward, backward, comm_ms=links)
+    m, through = microbatches, sum(forward) + sum(backward) + 2 * sum(links)
+    expected = through + (m - 1) * (forward[slowest] + backward[slowest])
+    assert makespan(simulate(gpipe(4, m), cost)) == pytest.approx(expected, abs=1e-9)
+    assert makespan(simulate(naive(4, m), cost)) == pytest.approx(m * through, abs=1e-9)
+    schedule = one_f_one_b(4, m)
+    assert simulate(schedule, cost) == simulate(schedule, cost)  # and the same every time
 
 
 def test_cost_model_must_fit_the_schedule():

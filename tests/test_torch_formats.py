@@ -12,10 +12,11 @@ import csv
 import io
 import logging
 import re
+from dataclasses import replace
 
 import pytest
 
-from pipesim.cost.model import CostModel, LinkCost
+from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost
 from pipesim.io.torch_csv import CsvError, schedule_from_csv, schedule_to_csv
 from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import ScheduleError, find_problems, validate
@@ -200,7 +201,7 @@ def test_a_pair_waits_for_both_members_inputs():
 
 
 def test_collectives_cost_nothing_alone_and_all_reduce_time_with_data_parallelism():
-    from pipesim.cost.collectives import CollectiveCost
+    from pipesim.cost.collectives import bucket_sizes
     from pipesim.cost.model import StageCost
     from pipesim.ir import CommKind
 
@@ -209,19 +210,19 @@ def test_collectives_cost_nothing_alone_and_all_reduce_time_with_data_parallelis
     stage = StageCost(forward_ms=1.0, backward_ms=2.0, param_bytes=1e9)
     alone = simulate(schedule, CostModel(stages=(stage,)))
     assert makespan(alone) == pytest.approx(6.0)
-    ring = CollectiveCost(data_parallel=4, latency_ms=0.5, bandwidth_gbps=100.0)
-    reduced = simulate(
-        schedule, CostModel(stages=(stage,), data_parallel=4, dp_link=LinkCost(latency_ms=0.5, bandwidth_gbps=100.0))
-    )
-    all_reduce = 2 * 3 * 0.5 + 2 * 3 / 4 * 1e9 / 100e9 * 1e3  # 2(d-1) steps, 2(d-1)/d of the bytes
-    assert ring.time_ms(CommKind.REDUCE_GRAD, 1e9) == pytest.approx(all_reduce)
+    ring = DataParallelGroup(4, LinkCost(latency_ms=0.5, bandwidth_gbps=100.0))
+    reduced = simulate(schedule, CostModel(stages=(stage,), dp_group=ring))
+    # per bucket 2(d-1) steps of latency; 2(d-1)/d of all the bytes over the bandwidth
+    all_reduce = len(bucket_sizes(1e9)) * 2 * 3 * 0.5 + 2 * 3 / 4 * 1e9 / 100e9 * 1e3
+    assert ring.collective_ms(CommKind.REDUCE_GRAD, 1e9) == pytest.approx(all_reduce)
     assert makespan(reduced) == pytest.approx(6.0 + all_reduce)
     assert {c.kind for c in reduced.comm} == {"reduce_grad"}
-    sharded = CollectiveCost(data_parallel=4, sharded=True, bandwidth_gbps=100.0)
-    assert sharded.time_ms(CommKind.UNSHARD, 1e9) == pytest.approx(3 / 4 * 10.0)
-    assert sharded.time_ms(CommKind.RESHARD, 1e9) == 0.0 and ring.time_ms(CommKind.UNSHARD, 1e9) == 0.0
+    sharded = DataParallelGroup(4, LinkCost(bandwidth_gbps=100.0), sharded=True)
+    assert sharded.collective_ms(CommKind.UNSHARD, 1e9) == pytest.approx(3 / 4 * 10.0)
+    assert sharded.collective_ms(CommKind.REDUCE_GRAD, 1e9) == pytest.approx(3 / 4 * 10.0)  # a reduce-scatter
+    assert sharded.collective_ms(CommKind.RESHARD, 1e9) == 0.0 and ring.collective_ms(CommKind.UNSHARD, 1e9) == 0.0
     with pytest.raises(ValueError, match="data_parallel"):
-        CollectiveCost(data_parallel=0)
+        DataParallelGroup(0)
 
 
 def test_bad_cells_name_the_forms_and_stay_bounded():
@@ -302,9 +303,7 @@ def test_collective_spans_survive_the_timeline_file(tmp_path):
         schedule,
         CostModel(
             stages=(StageCost(1.0, 2.0, param_bytes=8.0),),
-            data_parallel=2,
-            sharded=True,
-            dp_link=LinkCost(latency_ms=1.0),
+            dp_group=DataParallelGroup(2, LinkCost(latency_ms=1.0), sharded=True),
         ),
     )
     assert {c.kind for c in timeline.comm} == {"unshard", "reduce_grad", "reshard"}
@@ -331,7 +330,7 @@ def test_the_gantt_chart_draws_collectives_on_their_rank():
         simulate(
             schedule,
             CostModel(
-                stages=(StageCost(1.0, 2.0, param_bytes=1.0),), data_parallel=2, dp_link=LinkCost(latency_ms=1.0)
+                stages=(StageCost(1.0, 2.0, param_bytes=1.0),), dp_group=DataParallelGroup(2, LinkCost(latency_ms=1.0))
             ),
         )
     )
@@ -340,22 +339,37 @@ def test_the_gantt_chart_draws_collectives_on_their_rank():
     assert not [trace for trace in figure.data if trace.name == "blocked on transfer"]
 
 
-def test_pipesims_own_schedules_get_torchs_collectives_under_data_parallelism():
+def test_sharded_data_parallelism_gets_torchs_collectives_where_torchs_lowering_puts_them():
+    """simulate and compare alike (`simulate_step`): FSDP's UNSHARD / REDUCE_GRAD placed by torch's own lowering;
+    replicated parameters reduce after each stage's last backward, as the executor does; stated ones stand."""
     from pipesim.analysis.compare import compare_one
-    from pipesim.io.torch_order import with_collectives
     from pipesim.schedules import build_schedule
+    from pipesim.semantics.torch_order import torch_lowered
+    from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, STATED, TORCH_LOWERING, reduction_charge
+    from pipesim.sim.steps import simulate_step
 
     schedule = build_schedule("1f1b", 2, 2)
     plain = CostModel.uniform(1.0, 2.0)
-    assert with_collectives(schedule, plain) is schedule  # nothing to price: nothing added
-    data_parallel = CostModel(stages=plain.stages, data_parallel=2, dp_link=LinkCost(latency_ms=1.0))
-    lowered = with_collectives(schedule, data_parallel)
+    stages = (replace(plain.stages[0], param_bytes=1.0),)  # one byte of gradients: one bucket, latency only
+    group = DataParallelGroup(2, LinkCost(latency_ms=1.0))
+    replicated = CostModel(stages=stages, dp_group=group)
+    sharded = CostModel(stages=stages, dp_group=replace(group, sharded=True))
+    lowered = torch_lowered(schedule)
     assert lowered.actions == schedule.actions and schedule_to_csv(lowered, "compute_comms") == schedule_to_csv(
         schedule, "compute_comms"
     )  # exactly torch's lowering
-    timeline = simulate(lowered, data_parallel)
-    assert makespan(timeline) == pytest.approx(makespan(simulate(schedule, plain)) + 2.0)  # all-reduce: 2(d-1) x 1 ms
-    assert sorted(c.rank for c in timeline.comm if c.kind == "reduce_grad") == [0, 1]
-    assert with_collectives(lowered, data_parallel) is lowered  # stated collectives are kept as they are
-    row = compare_one("1f1b", 2, 2, data_parallel)
-    assert row.makespan == pytest.approx(makespan(timeline))
+    assert reduction_charge(schedule, plain) == NOTHING
+    assert reduction_charge(schedule, replicated) == AFTER_BACKWARD
+    assert reduction_charge(schedule, sharded) == TORCH_LOWERING
+    assert reduction_charge(lowered, replicated) == reduction_charge(lowered, sharded) == STATED
+    step = simulate_step(schedule, sharded)
+    # the all-gather (d-1) x 1 ms before the first forward (the makespan starts after it, the step before it),
+    # the reduce-scatter as long after each stage's last backward, blocking its rank as torch's order does
+    assert makespan(step.timeline) == pytest.approx(makespan(simulate(schedule, plain)) + 1.0)
+    assert sorted(c.rank for c in step.timeline.comm if c.kind == "reduce_grad") == [0, 1]
+    assert step.step_ms == pytest.approx(makespan(step.timeline) + 1.0)
+    assert compare_one("1f1b", 2, 2, sharded).step_ms == pytest.approx(step.step_ms)
+    after = simulate_step(schedule, replicated)  # the all-reduce, 2(d-1) x 1 ms, after the last backward
+    assert after.step_ms == pytest.approx(makespan(simulate(schedule, plain)) + 2.0)
+    assert {c.kind for c in after.timeline.comm} == {"allreduce"}
+    assert compare_one("1f1b", 2, 2, replicated).step_ms == pytest.approx(after.step_ms)

@@ -76,8 +76,8 @@ def plan_file(tmp_path):
 def test_top_candidates_become_executor_runs_with_their_split_points(plan_file):
     plan = json.loads(plan_file.read_text())
     top = plan_candidates(plan, 3)
-    assert len(top) == 3 and top[0]["makespan_ms"] == plan["best"]["makespan_ms"]
-    assert [c["makespan_ms"] for c in top] == sorted(c["makespan_ms"] for c in top)
+    assert len(top) == 3 and top[0]["step_ms"] == plan["best"]["step_ms"]
+    assert [c["step_ms"] for c in top] == sorted(c["step_ms"] for c in top)
     for c in top:
         config = candidate_config(plan, c, steps=2, warmup_steps=1, device="cpu", timeout_s=60)
         assert config.pipeline.schedule == c["schedule"] and config.pipeline.num_microbatches == c["microbatches"]
@@ -123,7 +123,7 @@ def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
     rows = written["rows"]
     assert len(rows) == 2 and all(r["measured_ms"] > 0 and r["error"] is None for r in rows), rows
     plan = json.loads(plan_file.read_text())
-    assert rows[0]["candidate"]["makespan_ms"] == plan["best"]["makespan_ms"]  # the recommendation runs first
+    assert rows[0]["candidate"]["step_ms"] == plan["best"]["step_ms"]  # the recommendation runs first
     assert written["spearman"] in (-1.0, 1.0)  # two measured rows: the same order or the reverse
     assert written["recommended_gap"] >= 0 and written["measured_best"] in {r["label"] for r in rows}
     assert "Spearman" in out

@@ -52,19 +52,13 @@ def sharing_of(cost: CostModel) -> str | None:
 
 
 def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
-    """Simulate one step; the step ends when the last rank has finished its actions and its overhead."""
-    from pipesim.sim.data_parallel import grad_sync
-    from pipesim.sim.simulate import simulate
-    from pipesim.sim.steps import step_tail_ms, step_time_ms
+    """Simulate one step as `pipesim simulate` does (`simulate_step`: the gradient all-reduces drawn on the
+    simulated timeline, as the measured one has them); the step ends when the last rank has finished its
+    actions, its unhidden all-reduce and its overhead."""
+    from pipesim.sim.steps import simulate_step
 
-    simulated = simulate(schedule, cost)
-    sync = grad_sync(simulated, cost)
-    if sync.spans:  # the all-reduces drawn on the simulated timeline, as the measured one has them
-        simulated = replace(
-            simulated, comm=simulated.comm + sync.spans, meta={**simulated.meta, "data_parallel": cost.data_parallel}
-        )
-    overhead = step_tail_ms(simulated, cost, sync)  # per rank: unhidden all-reduce, then optimizer and zeroing
-    return Prediction(step_time_ms(simulated, overhead), simulated, overhead, sharing=sharing_of(cost))
+    step = simulate_step(schedule, cost)
+    return Prediction(step.step_ms, step.timeline, step.tail_ms, sharing=sharing_of(cost))
 
 
 def measured_step_ms(step_times_ms: list[float]) -> float | None:

@@ -101,14 +101,19 @@ def compare(rows: list[VerifyRow]) -> Verification:
     return Verification(rows, rho, gap, best.label, notes)
 
 
+def predicted_step_ms(c: dict[str, Any]) -> Any:
+    """A plan entry's predicted step time: `step_ms`, or `makespan_ms` in plans written before issue 19."""
+    return c.get("step_ms", c.get("makespan_ms"))
+
+
 def plan_candidates(plan: dict[str, Any], top: int) -> list[dict[str, Any]]:
     """The plan's top `top` buildable candidates: those that fit, fastest first, then the others."""
     built = [
         c
         for c in plan.get("candidates", [])
-        if isinstance(c, dict) and c.get("error") is None and isinstance(c.get("makespan_ms"), (int, float))
+        if isinstance(c, dict) and c.get("error") is None and isinstance(predicted_step_ms(c), (int, float))
     ]
-    built.sort(key=lambda c: (not c.get("fits"), c["makespan_ms"], c.get("peak_memory_bytes") or 0))
+    built.sort(key=lambda c: (not c.get("fits"), predicted_step_ms(c), c.get("peak_memory_bytes") or 0))
     return built[:top]
 
 
@@ -187,7 +192,7 @@ def verify_plan(
     model_config(plan)  # refuse a plan without a model before anything runs
     rows = []
     for index, c in enumerate(plan_candidates(plan, top)):
-        row = VerifyRow(label(c), c, float(c["makespan_ms"]))
+        row = VerifyRow(label(c), c, float(predicted_step_ms(c)))
         try:
             config = candidate_config(
                 plan, c, steps=steps, warmup_steps=warmup_steps, device=device, timeout_s=timeout_s

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from executor.config import CUSTOM, ModelConfig, check_split_points
+from pipesim.cost.balance import balance
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
@@ -162,40 +163,15 @@ def param_count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def balanced_split_points(sizes: Sequence[int], num_stages: int) -> tuple[int, ...]:
-    """Cut points into `num_stages` contiguous non-empty groups minimising the largest group sum.
-
-    Dynamic programme over prefixes; ties go to the earliest cut so the result is deterministic.
-    """
-    n = len(sizes)
-    prefix = [0]
-    for size in sizes:
-        prefix.append(prefix[-1] + size)
-    inf = float("inf")
-    # best[k][i]: smallest max-group-sum splitting the first i layers into k groups
-    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(num_stages + 1)]
-    best[0][0] = 0
-    for k in range(1, num_stages + 1):
-        for i in range(k, n - (num_stages - k) + 1):
-            for j in range(k - 1, i):
-                value = max(best[k - 1][j], prefix[i] - prefix[j])
-                if value < best[k][i]:
-                    best[k][i], cut[k][i] = value, j
-    points, i = [], n
-    for k in range(num_stages, 1, -1):
-        i = cut[k][i]
-        points.append(i)
-    return tuple(reversed(points))
-
-
 def split_stages(
     layers: Sequence[nn.Module], num_stages: int, split_points: Sequence[int] | None = None
 ) -> list[nn.Module]:
     """Cut the layer list into `num_stages` nn.Sequential stages.
 
     Balanced by parameter count unless `split_points` (layer indices where a new stage
-    starts) are given. More stages than layers is a ValueError naming both counts.
+    starts) are given: pipesim's one splitter (`pipesim.cost.balance.balance`, its tie rule: every stage as
+    full as the bottleneck allows) over the layers' parameter counts. More stages than layers is a ValueError
+    naming both counts.
     """
     if num_stages < 1:
         raise ValueError(f"num_stages must be at least 1, got {num_stages}")
@@ -205,7 +181,7 @@ def split_stages(
             "use fewer ranks or virtual stages, or a deeper model (num_layers / cnn_blocks)"
         )
     if split_points is None:
-        points = balanced_split_points([param_count(layer) for layer in layers], num_stages)
+        points = balance([param_count(layer) for layer in layers], num_stages).split_points
     else:
         points = check_split_points(split_points, len(layers), num_stages)
     bounds = (0, *points, len(layers))

@@ -48,7 +48,8 @@ from executor.rank.setup import Rank
 from executor.rank.stage import tensor_bytes
 from executor.rank.transport import env_int
 from pipesim.cost.collectives import fit_ring_link
-from pipesim.cost.model import CostModel, LinkCost, StageCost, measured_stage_cost
+from pipesim.cost.convert import measured_stage_cost
+from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, Provenance, RankRuntime, StageCost
 from pipesim.io.cost_file import save_cost
 
 PROFILE_REPEATS = 7  # measured repetitions per quantity (one more runs first, untimed)
@@ -325,13 +326,13 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
         stages=costs,
         links=link_costs,
         recompute=config.training.recompute,
-        source="profile",
-        step_overhead_ms=tuple(g["calibration"]["tail_ms"] for g in gathered),
-        dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered),
-        shared_cores=replica_slots if replicas > 1 else slots,
-        data_parallel=replicas,
-        dp_link=allreduce_link([g.get("allreduce") for g in gathered]),
-        meta=meta,
+        runtime=RankRuntime(
+            step_overhead_ms=tuple(g["calibration"]["tail_ms"] for g in gathered),
+            dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered),
+            shared_cores=replica_slots if replicas > 1 else slots,
+        ),
+        dp_group=DataParallelGroup(replicas, allreduce_link([g.get("allreduce") for g in gathered])),
+        provenance=Provenance("profile", meta=meta),
     )
 
 

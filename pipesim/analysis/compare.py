@@ -2,8 +2,11 @@
 
 The cost model describes the model cut into one stage per rank; a schedule
 that holds several chunks per rank (interleaved, V shapes) gets the same model
-cut finer (`CostModel.for_stages`), so every row trains the same model on the
-same ranks and the numbers compare like for like.
+cut finer (`CostModel.for_pipeline`, the meaning `simulate` and the app give
+costs too), so every row trains the same model on the same ranks and the
+numbers compare like for like. Each row is `pipesim.sim.steps.simulate_step`'s
+step, the one `simulate` reports for the same schedule and costs: the
+data-parallel reduction charged where `pipesim.sim.data_parallel` decides.
 
 The comparison table and the trade-off chart read the same rows. A schedule whose
 constraints are not met (say, interleaving with microbatches not a multiple of the
@@ -17,10 +20,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipesim.cost.model import CostModel
-from pipesim.io.torch_order import with_collectives
 from pipesim.schedules import build_schedule, options_for
 from pipesim.sim.metrics import compute_metrics
-from pipesim.sim.simulate import simulate
+from pipesim.sim.steps import simulate_step
 from pipesim.units import format_bytes
 
 
@@ -29,11 +31,12 @@ class ComparisonRow:
     """One schedule's headline numbers; the metric fields are None when `error` is set."""
 
     schedule: str
-    makespan: float | None = None
+    makespan: float | None = None  # the actions (and stated collectives): first start to last end
     bubble_fraction: float | None = None
     bubble_ratio: float | None = None
     peak_activations: int | None = None  # stashed microbatches, max over ranks
     peak_activation_bytes: float | None = None  # max over ranks
+    step_ms: float | None = None  # the step as a training loop runs it: reduction tail and overhead included
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -47,15 +50,15 @@ def compare_one(
     try:
         options = options_for(name, num_virtual_stages=num_virtual_stages)
         schedule = build_schedule(name, num_ranks, num_microbatches, **options)
-        cost = cost.for_stages(schedule.num_stages, num_ranks)
-        cost.check_fits(schedule)
-        timeline = simulate(with_collectives(schedule, cost), cost)
+        cost = cost.for_pipeline(schedule.num_stages, num_ranks)
+        step = simulate_step(schedule, cost)
     except ValueError as error:  # includes ScheduleError and DeadlockError
         return ComparisonRow(schedule=name, error=str(error))
-    metrics = compute_metrics(timeline, cost)
+    metrics = compute_metrics(step.timeline, cost)
     return ComparisonRow(
         schedule=schedule.name,
         makespan=metrics.makespan,
+        step_ms=step.step_ms,
         bubble_fraction=metrics.bubble_fraction,
         bubble_ratio=metrics.bubble_ratio,
         peak_activations=max(rank.peak_activations for rank in metrics.ranks),
@@ -76,17 +79,25 @@ def compare_schedules(
 
 def format_table(rows: list[ComparisonRow]) -> str:
     """A plain-text table for terminals and logs."""
-    header = f"{'schedule':<18} {'makespan ms':>12} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} {'peak memory':>12}"
+    header = (
+        f"{'schedule':<18} {'makespan ms':>12} {'step ms':>10} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} "
+        f"{'peak memory':>12}"
+    )
     lines = [header, "-" * len(header)]
     for row in rows:
         if row.error is not None:
             lines.append(f"{row.schedule:<18} error: {row.error}")
             continue
         lines.append(
-            f"{row.schedule:<18} {row.makespan:>12.3f} {row.bubble_fraction:>8.1%} {row.bubble_ratio:>9.3f} "
+            f"{row.schedule:<18} {row.makespan:>12.3f} {_ms(row.step_ms):>10} {row.bubble_fraction:>8.1%} "
+            f"{row.bubble_ratio:>9.3f} "
             f"{row.peak_activations:>8d} {format_bytes(row.peak_activation_bytes or 0.0):>12}"
         )
     return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def pareto_front(rows: list[ComparisonRow]) -> list[ComparisonRow]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from pipesim.cost.model import CostModel, measured_stage_cost
+from pipesim.cost.convert import measured_stage_cost
+from pipesim.cost.model import CostModel
 from pipesim.ir import Action
 from pipesim.records import Timeline, select_step
 
@@ -152,4 +153,4 @@ def replay_cost(measured: Timeline, cost: CostModel) -> CostModel:
             if (stage, "B") in durations or (stage, "I") in durations
             else base
         )
-    return replace(cost, stages=tuple(stages), source="replay")
+    return replace(cost, stages=tuple(stages), provenance=replace(cost.provenance, source="replay"))

@@ -1,8 +1,9 @@
-"""Where a measured step lost its time, drawn on the timeline: thin marks under each measured lane.
+"""Where a measured step went: a stacked bar per rank (`attribution_figure`), and the lost time drawn on the
+timeline as thin marks under each measured lane.
 
-The attribution (`pipesim.attribution`) cuts every idle interval of a measured step into schedule idle,
-communication wait and overhead; these marks put each piece where it happened, so the overlay shows not only
-how much time each kind took but where (the stacked bar per rank is `charts.attribution_figure`).
+The attribution (`pipesim.analysis.attribution`) cuts every idle interval of a measured step into schedule idle,
+communication wait and overhead; the marks put each piece where it happened, so the overlay shows not only how
+much time each kind took but where.
 """
 
 from __future__ import annotations
@@ -13,7 +14,44 @@ import numpy as np
 import plotly.graph_objects as go
 
 from pipesim.analysis.attribution import LostTime
-from pipesim.charts.gantt import ATTRIBUTION_PARTS
+from pipesim.charts.lanes import COMM_COLOR, IDLE_COLOR
+
+ATTRIBUTION_PARTS = (
+    ("compute_ms", "compute", "#4C78A8"),
+    ("schedule_idle_ms", "schedule idle", IDLE_COLOR),
+    ("comm_wait_ms", "communication wait", COMM_COLOR),
+    ("overhead_ms", "overhead (optimizer, gaps)", "#F58518"),
+)
+
+
+def attribution_figure(analysis: dict) -> go.Figure:
+    """Where the median measured step went on each rank: one stacked bar per rank (pipesim.attribution)."""
+    rows = analysis["ranks"]
+    labels = [f"rank {row['rank']}" for row in rows]
+    fig = go.Figure(
+        [
+            go.Bar(
+                y=labels,
+                x=[row[key] for row in rows],
+                name=name,
+                orientation="h",
+                marker_color=color,
+                hovertemplate=f"%{{y}}: {name} %{{x:.3f}} ms<extra></extra>",
+            )
+            for key, name, color in ATTRIBUTION_PARTS
+        ]
+    )
+    fig.update_layout(
+        barmode="stack",
+        plot_bgcolor="white",
+        height=120 + 40 * len(rows),
+        title=f"where the step went: {analysis['step_ms']:.2f} ms (step {analysis.get('median_step')}, the median)",
+        xaxis={"title": "ms"},
+        yaxis={"autorange": "reversed"},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+    )
+    return fig
+
 
 _PART_STYLE = {key.removesuffix("_ms"): (name, color) for key, name, color in ATTRIBUTION_PARTS}
 MARK_OFFSET = 0.46  # below the lane's bar (bars are 0.8 high around the row)
@@ -46,7 +84,7 @@ def lost_time_bars(lost: Sequence[LostTime], row_of_rank: Callable[[int], float]
 
 def overlay_with_lost_time(simulated, measured, lost: Sequence[LostTime], step: int | None = None) -> go.Figure:
     """`charts.overlay_figure` with the lost-time marks under each measured lane (row 2r + 1 there)."""
-    from pipesim.charts.gantt import overlay_figure
+    from pipesim.charts.overlay import overlay_figure
 
     figure = overlay_figure(simulated, measured, step=step)
     figure.add_traces(lost_time_bars(lost, lambda rank: 2 * rank + 1))

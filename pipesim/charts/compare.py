@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from pipesim.analysis.compare import ComparisonRow, pareto_front
-from pipesim.charts.gantt import RANK_COLORS
+from pipesim.charts.lanes import RANK_COLORS
 from pipesim.units import binary_unit, format_bytes
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from pipesim.charts.gantt import CRITICAL_COLOR, CYCLE_COLOR, KIND_COLORS, KIND_NAMES
+from pipesim.charts.lanes import CRITICAL_COLOR, CYCLE_COLOR, KIND_COLORS, KIND_NAMES
 from pipesim.ir import Action
 from pipesim.semantics.dag import DagPositions
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from pipesim.charts.gantt import RANK_COLORS
+from pipesim.charts.lanes import RANK_COLORS
 from pipesim.cost.model import CostModel
 from pipesim.records import Timeline
 from pipesim.sim.metrics import memory_over_time, stash_counts

@@ -16,7 +16,7 @@ BEST_COLOR = "#111111"
 
 def _points(candidates: list[Candidate], name: str, color: str, size: int, symbol: str = "circle") -> go.Scatter:
     return go.Scatter(
-        x=[c.makespan_ms for c in candidates],
+        x=[c.step_ms for c in candidates],
         y=[c.peak_memory_bytes for c in candidates],
         mode="markers",
         name=name,
@@ -43,7 +43,7 @@ def pareto_figure(
     fig.add_trace(
         _points([c for c in built if id(c) not in on_front and not c.fits], "over the cap", OVER_CAP_COLOR, 7)
     )
-    ordered = sorted(front, key=lambda c: c.makespan_ms)
+    ordered = sorted(front, key=lambda c: c.step_ms)
     line = _points(ordered, "Pareto front", FRONT_COLOR, 10)
     line.mode = "lines+markers"
     line.line = {"shape": "hv", "color": FRONT_COLOR, "width": 1.5}

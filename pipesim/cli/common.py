@@ -8,7 +8,8 @@ import dataclasses
 from pathlib import Path
 
 from pipesim.charts.export import export_figures
-from pipesim.cost.model import CostModel, LinkCost, cost_from_times
+from pipesim.cost.convert import cost_from_times
+from pipesim.cost.model import CostModel, LinkCost
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import write_file
 from pipesim.limits import check_sizes
@@ -66,8 +67,17 @@ def name_list(text: str) -> list[str]:
 # --- parser ---------------------------------------------------------------------------
 
 
+COST_MEANING = (
+    "Times are ms per microbatch: one value, or a comma-separated list. One value, or one per rank, describes "
+    "the model cut into one stage per rank; a schedule that holds several chunks per rank (interleaved, V "
+    "shapes) runs the same model cut finer, each chunk taking its share of the time, the stash and the "
+    "gradients (interleaved-1f1b on 4 ranks with 2 chunks: --f 1 is 0.5 ms per chunk). One value per stage is "
+    "taken as given. simulate, compare and the app read costs so."
+)
+
+
 def add_cost_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("costs (ms per stage and microbatch; one value or one per stage)")
+    group = parser.add_argument_group("costs (per rank, cut per chunk; see below)", COST_MEANING)
     group.add_argument("--f", type=ms_list, metavar="T", help="forward time (default 1)")
     group.add_argument("--b", type=ms_list, metavar="T", help="full backward time (default 2)")
     group.add_argument("--w", type=ms_list, metavar="T", help="weight-gradient part of --b (default half of it)")
@@ -84,9 +94,9 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
         "--data-parallel",
         type=positive_int,
         metavar="D",
-        help="D replicas of the pipeline: each stage's gradients ring all-reduced across them, after "
-        "its last backward as pipesim's executor does (pipesim.data_parallel), or where the "
-        "schedule states REDUCE_GRAD (default 1: none)",
+        help="D replicas of the pipeline: each stage's gradients ring all-reduced across them in 25 MiB buckets "
+        "after its last backward, as pipesim's executor does, or where the schedule states REDUCE_GRAD "
+        "(pipesim.sim.data_parallel decides; default 1: none)",
     )
     group.add_argument(
         "--sharded",
@@ -95,6 +105,13 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--dp-latency", type=float, metavar="MS", help="ring latency per step (default 0)")
     group.add_argument("--dp-bandwidth", type=float, metavar="GB/S", help="ring bandwidth (default unlimited)")
+    group.add_argument(
+        "--grad-bytes",
+        type=ms_list,
+        metavar="BYTES",
+        help="with --data-parallel: gradient bytes (one value, or one per rank or per stage, cut as the times); "
+        "uniform times carry none, and no bytes reduce in no time",
+    )
 
 
 def add_figure_args(parser: argparse.ArgumentParser, what: str) -> None:
@@ -123,16 +140,36 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
     if args.data_parallel is not None or args.sharded or args.dp_bandwidth is not None or args.dp_latency is not None:
         # One data-parallel group: torch's stated collectives and the executor's bucketed all-reduce after each
         # stage's last backward are both priced from it (CostModel.collectives, pipesim.data_parallel).
-        latency = cost.dp_link.latency_ms if args.dp_latency is None else args.dp_latency
-        bandwidth = cost.dp_link.bandwidth_gbps if args.dp_bandwidth is None else args.dp_bandwidth
-        replicas = args.data_parallel or cost.data_parallel
-        check_sizes(num_replicas=replicas)  # before anything is priced or written
+        group = cost.dp_group
+        latency = group.link.latency_ms if args.dp_latency is None else args.dp_latency
+        bandwidth = group.link.bandwidth_gbps if args.dp_bandwidth is None else args.dp_bandwidth
         try:
-            extras["dp_link"] = LinkCost(latency_ms=latency, bandwidth_gbps=bandwidth)
+            link = LinkCost(latency_ms=latency, bandwidth_gbps=bandwidth)
         except ValueError as error:
             raise UsageError(f"--dp-latency / --dp-bandwidth: {error}") from None
-        extras.update(data_parallel=replicas, sharded=args.sharded)
-    return dataclasses.replace(cost, **extras) if extras else cost
+        replicas = args.data_parallel or group.replicas
+        check_sizes(num_replicas=replicas)  # before anything is priced or written
+        extras["dp_group"] = dataclasses.replace(group, replicas=replicas, link=link, sharded=args.sharded)
+    cost = dataclasses.replace(cost, **extras) if extras else cost
+    if args.grad_bytes is not None and cost.dp_group.replicas == 1:
+        raise UsageError("--grad-bytes are the gradients reduced across replicas: add --data-parallel D (D > 1)")
+    return _with_grad_bytes(cost, args.grad_bytes)
+
+
+def _with_grad_bytes(cost: CostModel, values: list[float] | None) -> CostModel:
+    """--grad-bytes onto the cost model's stages (their `param_bytes`, which the reduction moves)."""
+    if values is None:
+        return cost
+    stages = cost.stages
+    if len(values) > 1 and len(stages) == 1:  # a uniform model, per-stage gradients: one entry per stage
+        stages = stages * len(values)
+    if len(values) not in (1, len(stages)):
+        raise UsageError(
+            f"--grad-bytes has {len(values)} values for {len(stages)} stage costs: give 1 or {len(stages)}"
+        )
+    values = values * len(stages) if len(values) == 1 else values
+    new = tuple(dataclasses.replace(stage, param_bytes=v) for stage, v in zip(stages, values, strict=True))
+    return dataclasses.replace(cost, stages=new)
 
 
 def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:

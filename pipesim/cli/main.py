@@ -14,14 +14,17 @@ Usage:
   python -m pipesim import-trace runs/NAME/traces/torch-rank0.json runs/NAME/traces/torch-rank1.json \\
       --schedule-out sched.json --json imported.json --trace both.json --html overlay.html
 
-Times are milliseconds per stage and microbatch (per chunk when a rank holds several
-stages); give one number for every stage or a comma-separated list, one per stage.
-`--b` is the full backward, `--w` its weight-gradient part (so I = B - W; without
---w, half of B). `--comm` is the time of one cross-rank transfer. `--cost FILE` reads
+Times are milliseconds per microbatch, per rank: one number, or a comma-separated list with one per
+rank; a schedule holding several chunks per rank cuts each rank's share into its chunks (a list with
+one per stage is taken as given). `simulate`, `compare` and the app read them alike
+(`CostModel.for_pipeline`). `--b` is the full backward, `--w` its weight-gradient part (so I = B - W;
+without --w, half of B). `--comm` is the time of one cross-rank transfer. `--cost FILE` reads
 a pipesim cost file instead (e.g. from an executor profile run). `--overlap-factor`
 prices torch's overlapped forward-backward pairs (pair = factor x (F + B)); `--data-parallel`,
-`--sharded`, `--dp-latency` and `--dp-bandwidth` price REDUCE_GRAD and UNSHARD (ring
-all-reduce / all-gather of each stage's parameter bytes; zero with one replica).
+`--sharded`, `--dp-latency`, `--dp-bandwidth` and `--grad-bytes` describe the data-parallel group:
+each stage's gradients all-reduced in 25 MiB buckets after its last backward, as the executor does, or
+where the schedule states REDUCE_GRAD; with --sharded, torch's UNSHARD and reduce-scatter where torch's
+lowering puts them (pipesim.sim.data_parallel decides which, for every command).
 
 `--csv-in` reads torch's CSV in either of its formats (compute_only, or compute_comms with
 every send and receive; detected, or named with --csv-in-format); stated transfers set when
@@ -80,14 +83,13 @@ from pipesim.io.formats import (
     write_json,
 )
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
-from pipesim.io.torch_order import with_collectives
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_SCHEDULE_BYTES
-from pipesim.records import Timeline
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.semantics.validate import validate
+from pipesim.sim.data_parallel import ALLREDUCE
 from pipesim.sim.metrics import Metrics, compute_metrics
-from pipesim.sim.simulate import simulate
+from pipesim.sim.steps import SimulatedStep, simulate_step
 
 # --- parser ---------------------------------------------------------------------------
 
@@ -131,12 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_int,
         metavar="N",
         help="the ranks share N cores (CPU ranks on one machine): at most N compute at full speed",
-    )
-    steps.add_argument(
-        "--grad-bytes",
-        type=ms_list,
-        metavar="BYTES",
-        help="with --data-parallel: gradient bytes per stage (one value or per stage)",
     )
     steps.add_argument("--steps", type=positive_int, default=1, metavar="N", help="simulate N steps in a row")
     steps.add_argument(
@@ -222,7 +218,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) -> CostModel:
     """--overhead, --dispatch and --shared-cores replace what the cost model (or cost file) says."""
-    changes = {}
+    changes: dict = {}
     for flag, field in (("overhead", "step_overhead_ms"), ("dispatch", "dispatch_ms")):
         values = getattr(args, flag)
         if values is None:
@@ -232,43 +228,25 @@ def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) 
         changes[field] = tuple(values)
     if args.shared_cores is not None:
         changes["shared_cores"] = args.shared_cores
-    cost = replace(cost, **changes) if changes else cost
-    return _with_data_parallel(cost, args)
+    return replace(cost, runtime=replace(cost.runtime, **changes)) if changes else cost
 
 
-def _with_data_parallel(cost: CostModel, args: argparse.Namespace) -> CostModel:
-    """--grad-bytes onto the cost model (the data-parallel group itself comes from `cost_from_args`)."""
-    changes: dict = {}
-    if args.grad_bytes is not None:
-        values, stages = list(args.grad_bytes), cost.stages
-        if len(values) > 1 and len(stages) == 1:  # a uniform model, per-stage gradients: one entry per stage
-            stages = stages * len(values)
-        if len(values) not in (1, len(stages)):
-            raise UsageError(
-                f"--grad-bytes has {len(values)} values for {len(stages)} stage costs: give 1 or {len(stages)}"
-            )
-        values = values * len(stages) if len(values) == 1 else values
-        changes["stages"] = tuple(replace(stage, param_bytes=v) for stage, v in zip(stages, values, strict=True))
-    return replace(cost, **changes) if changes else cost
-
-
-def _steps_lines(schedule: Schedule, timeline: Timeline, cost: CostModel, args: argparse.Namespace) -> list[str]:
-    """The step time as a training loop sees it (overhead included), and over --steps N steps in a row;
-    `timeline` is the schedule's one simulated step."""
-    from pipesim.sim.data_parallel import grad_sync
+def _steps_lines(schedule: Schedule, step: SimulatedStep, cost: CostModel, args: argparse.Namespace) -> list[str]:
+    """The step time as a training loop sees it (overhead included), and over --steps N steps in a row."""
     from pipesim.sim.steps import simulate_steps
 
-    several = simulate_steps(schedule, cost, args.steps, barrier=not args.no_barrier).meta
-    times = several["step_times_ms"]
-    lines = [f"step time {times[0]:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
-    sync = grad_sync(timeline, cost)
-    if sync.spans:
+    lines = [f"step time {step.step_ms:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
+    reductions = [c for c in step.timeline.comm if c.kind == ALLREDUCE]
+    if reductions:
+        overhead = cost.overhead_ms(schedule.num_ranks)
         lines.append(
-            f"data parallel x{cost.data_parallel}: {len(sync.spans)} stage all-reduces, "
-            f"{sum(s.end - s.start for s in sync.spans):.3f} ms in all; not hidden by the backward: "
-            + ", ".join(f"rank {r} {x:.3f} ms" for r, x in enumerate(sync.extra_ms))
+            f"data parallel x{cost.data_parallel}: {len(reductions)} stage all-reduces, "
+            f"{sum(c.end - c.start for c in reductions):.3f} ms in all; not hidden by the backward: "
+            + ", ".join(f"rank {r} {t - o:.3f} ms" for r, (t, o) in enumerate(zip(step.tail_ms, overhead, strict=True)))
         )
     if args.steps > 1:
+        several = simulate_steps(schedule, cost, args.steps, barrier=not args.no_barrier).meta
+        times = several["step_times_ms"]
         between = "no barrier: ranks run into the next step" if args.no_barrier else "a barrier opens every step"
         lines.append(
             f"{args.steps} steps ({between}): {several['total_ms']:.3f} ms in all, "
@@ -279,15 +257,14 @@ def _steps_lines(schedule: Schedule, timeline: Timeline, cost: CostModel, args: 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     schedule = schedule_from_args(args)
+    # per-rank costs cut per chunk (CostModel.for_pipeline), as compare and the app read them
     cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
+    cost = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)
     validate(schedule)
-    # Sharded parameters: torch's UNSHARD / REDUCE_GRAD placed as torch places them. Replicated: the gradient
-    # all-reduce is priced after each stage's last backward, as the executor runs it (pipesim.data_parallel),
-    # unless the schedule states its REDUCE_GRAD (then that is the price, once).
-    scheduled = with_collectives(schedule, cost) if args.sharded else schedule
-    timeline = simulate(scheduled, cost)
+    step = simulate_step(schedule, cost)  # where the gradient reduction is charged: pipesim.sim.data_parallel
+    timeline = step.timeline
     metrics = compute_metrics(timeline, cost)
-    written = _write_simulation_files(args, schedule, cost, timeline, metrics)
+    written = _write_simulation_files(args, schedule, cost, step, metrics)
     print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
     if (
         args.steps > 1
@@ -295,20 +272,26 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         or any(cost.dispatch_per_rank(schedule.num_ranks))
         or cost.data_parallel > 1
     ):
-        print("\n".join(_steps_lines(scheduled, timeline, cost, args)))
+        print("\n".join(_steps_lines(schedule, step, cost, args)))
     for path in written:
         print(f"wrote {path}")
     return 0
 
 
 def _write_simulation_files(
-    args: argparse.Namespace, schedule: Schedule, cost: CostModel, timeline: Timeline, metrics: Metrics
+    args: argparse.Namespace, schedule: Schedule, cost: CostModel, step: SimulatedStep, metrics: Metrics
 ) -> list[str]:
     from pipesim.charts.gantt import gantt_figure  # plotly only when a figure is asked for
 
+    timeline = step.timeline
     written = []
     if args.json is not None:
-        summary = {**metrics.to_dict(), "schedule": schedule_to_dict(schedule), "cost": cost_to_dict(cost)}
+        summary = {
+            **metrics.to_dict(),
+            "step_ms": step.step_ms,
+            "schedule": schedule_to_dict(schedule),
+            "cost": cost_to_dict(cost),
+        }
         save_timeline(timeline, args.json, summary)
         written.append(str(args.json))
     if args.csv is not None:

@@ -75,7 +75,7 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     if args.trace is not None:
         save_run_trace(run.schedule, {"simulated": simulated, "imported": pick_step(run.timeline, None)}, args.trace)
         written.append(str(args.trace))
-    from pipesim.charts.gantt import overlay_figure
+    from pipesim.charts.overlay import overlay_figure
 
     written += write_figures(lambda: overlay_figure(simulated, run.timeline), args)
     for path in written:

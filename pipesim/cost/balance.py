@@ -135,18 +135,27 @@ def balance(costs: Sequence[float], num_stages: int) -> Balance:
     return Balance(points, stage_costs(values, points))
 
 
-def even_split(num_layers: int, num_stages: int) -> tuple[int, ...]:
-    """Split points giving every stage the same number of layers (the first ones one more when it does not divide)."""
-    if not 1 <= num_stages <= num_layers:
-        raise ValueError(f"{num_stages} stages need at least {num_stages} layers; there are {num_layers}")
-    base, extra = divmod(num_layers, num_stages)
-    points, at = [], 0
-    for stage in range(num_stages - 1):
-        at += base + (1 if stage < extra else 0)
-        points.append(at)
-    return tuple(points)
-
-
 def format_split_points(points: Sequence[int]) -> str:
     """The text `executor run --split-points` takes: comma-separated unit indices."""
     return ",".join(str(p) for p in points)
+
+
+def check_split_points(split_points: Sequence[int], num_layers: int, num_stages: int) -> tuple[int, ...]:
+    """The one check of explicit stage boundaries (layer indices where a stage starts), with the splitter that
+    makes them: for the executor's launcher and the ranks that cut the model (executor.config delegates here),
+    and for a model description cut at a plan's split (pipesim.cost.description)."""
+    points = tuple(int(p) for p in split_points)
+    if len(points) != num_stages - 1:
+        raise ValueError(
+            f"split_points {list(points)} give {len(points) + 1} stages but the schedule has {num_stages}: "
+            f"give {num_stages - 1} layer indices"
+        )
+    previous = 0
+    for point in points:
+        if not previous < point < num_layers:
+            raise ValueError(
+                f"split_points {list(points)} must increase strictly and lie in 1..{num_layers - 1} "
+                f"(the model has {num_layers} layers); every stage needs at least one layer"
+            )
+        previous = point
+    return points

@@ -1,5 +1,6 @@
 """What collectives cost, from a link's latency and bandwidth: all-reduce, all-gather, reduce-scatter; and
-torch's per-stage collectives (REDUCE_GRAD, UNSHARD, RESHARD) priced with them (`CollectiveCost`).
+the data-parallel group that prices a pipeline's gradient reduction and torch's per-stage collectives
+(REDUCE_GRAD, UNSHARD, RESHARD) with them (`DataParallelGroup`).
 
 The ring algorithms (what gloo and NCCL use for large messages), over `p` participants joined by links of
 latency `a` (ms) and bandwidth `bw` (GB/s), for a message of `n` bytes:
@@ -16,8 +17,8 @@ Bucketing (what DDP does: gradients are reduced in buckets of at most `bucket_by
 pays the latency once per bucket. `fit_ring_link` turns two timed all-reduces (a tiny and a real-sized one)
 back into the link that explains them, as executor.profile measures it.
 
-torch's per-stage collectives, on a stage's `param_bytes`: REDUCE_GRAD is an all-reduce (a reduce-scatter when
-the parameters are sharded, FSDP), UNSHARD an all-gather when sharded; nothing is moved with one replica, for
+torch's per-stage collectives, on a stage's `param_bytes`: REDUCE_GRAD is the bucketed all-reduce (a reduce-scatter
+when the parameters are sharded, FSDP), UNSHARD an all-gather when sharded; nothing is moved with one replica, for
 UNSHARD when nothing is sharded, and for RESHARD always. Transfers between pipeline stages (SEND/RECV) are the
 links' business (`pipesim.cost.LinkCost`), not this module's.
 
@@ -112,35 +113,49 @@ def fit_ring_link(
 
 
 @dataclass(frozen=True)
-class CollectiveCost:
-    """The data-parallel group a pipeline stage's torch collectives run in.
+class DataParallelGroup:
+    """The data-parallel group around a pipeline, described once: the cost model's third concern.
 
-    `data_parallel` replicas of every stage, joined by a ring of `latency_ms` per step and `bandwidth_gbps`
-    (10^9 bytes/s); `sharded` is FSDP (parameters sharded across the replicas).
+    `replicas` copies of every stage train together, joined by a ring over `link` (latency per step, bandwidth);
+    `sharded` is FSDP (parameters sharded across the replicas); gradients go out in buckets of at most
+    `bucket_bytes` (DDP's default, which the executor's grad sync uses too), each its own all-reduce. Every
+    price of the group's collectives comes from here: the executor's all-reduce after a stage's last backward
+    (`pipesim.sim.data_parallel`) and torch's REDUCE_GRAD, UNSHARD and RESHARD where a schedule states them.
+    Which of those a step pays is decided in one place, `pipesim.sim.data_parallel.reduction_charge`.
     """
 
-    data_parallel: int = 1
+    replicas: int = 1
+    link: LinkCost = LinkCost()
     sharded: bool = False
-    latency_ms: float = 0.0
-    bandwidth_gbps: float = math.inf
+    bucket_bytes: float = DEFAULT_BUCKET_BYTES
 
     def __post_init__(self) -> None:
-        if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
-            raise ValueError(f"data_parallel must be a whole number >= 1, got {self.data_parallel!r}")
-        check_sizes(num_replicas=self.data_parallel)  # bounded, so the ring formulas stay finite
-        if not (isinstance(self.latency_ms, (int, float)) and math.isfinite(self.latency_ms) and self.latency_ms >= 0):
-            raise ValueError(f"collective latency_ms must be a finite number >= 0, got {self.latency_ms!r}")
-        if not (isinstance(self.bandwidth_gbps, (int, float)) and self.bandwidth_gbps > 0):
-            raise ValueError(f"collective bandwidth_gbps must be > 0, got {self.bandwidth_gbps!r}")
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"data_parallel (the replicas) must be a whole number >= 1, got {self.replicas!r}")
+        check_sizes(num_replicas=self.replicas)  # bounded, so the ring formulas stay finite
+        if not isinstance(self.link, LinkCost):
+            raise ValueError(f"the data-parallel link must be a LinkCost, got {self.link!r}")
+        if not isinstance(self.sharded, bool):
+            raise ValueError(f"sharded must be true or false, got {self.sharded!r}")
+        bucket = self.bucket_bytes
+        if isinstance(bucket, bool) or not isinstance(bucket, (int, float)) or not (1 <= bucket < math.inf):
+            raise ValueError(f"bucket_bytes must be a finite number of bytes, at least 1, got {bucket!r}")
 
-    def time_ms(self, kind: CommKind, param_bytes: float) -> float:
-        """Time of one collective of `kind` over a stage holding `param_bytes` of parameters (the ring formulas
-        above)."""
-        d, link = self.data_parallel, LinkCost(latency_ms=self.latency_ms, bandwidth_gbps=self.bandwidth_gbps)
-        if d == 1 or kind is CommKind.RESHARD:
+    def grad_allreduce_ms(self, grad_bytes: float) -> float:
+        """The one price of reducing `grad_bytes` of gradients across the replicas: a ring all-reduce per
+        bucket, the buckets one after the other (0 with one replica, and for no bytes: nothing goes out)."""
+        return bucketed_allreduce_ms(grad_bytes, self.replicas, self.link, self.bucket_bytes)
+
+    def collective_ms(self, kind: CommKind, param_bytes: float) -> float:
+        """Time of torch's per-stage collective `kind` over a stage holding `param_bytes` of parameters:
+        REDUCE_GRAD is the gradient all-reduce (`grad_allreduce_ms`), a reduce-scatter when sharded; UNSHARD
+        an all-gather when sharded; RESHARD frees memory and moves nothing."""
+        if self.replicas == 1 or kind is CommKind.RESHARD:
             return 0.0
         if kind is CommKind.UNSHARD:
-            return allgather_ms(param_bytes, d, link) if self.sharded else 0.0
+            return allgather_ms(param_bytes, self.replicas, self.link) if self.sharded else 0.0
         if kind is CommKind.REDUCE_GRAD:
-            return reduce_scatter_ms(param_bytes, d, link) if self.sharded else allreduce_ms(param_bytes, d, link)
+            if self.sharded:
+                return reduce_scatter_ms(param_bytes, self.replicas, self.link)
+            return self.grad_allreduce_ms(param_bytes)
         return 0.0  # sends and receives: priced per stage boundary by the links

@@ -6,9 +6,11 @@ formula for memory. A profile run (executor.profile) measures the same quantitie
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.cost.balance import Balance, balance, check_split_points
+from pipesim.cost.model import CostModel, LinkCost, Provenance, StageCost
 from pipesim.limits import MAX_LAYERS
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
@@ -55,19 +57,11 @@ class ModelDescription:
         if not self.device_tflops > 0 or not self.link_bandwidth_gbps > 0 or self.link_latency_ms < 0:
             raise ValueError("device_tflops and link_bandwidth_gbps must be > 0, link_latency_ms >= 0")
 
-    def layers_per_stage(self, num_stages: int) -> list[int]:
-        if num_stages > self.num_layers:
-            raise ValueError(f"{num_stages} stages need at least {num_stages} layers; the model has {self.num_layers}")
-        base, extra = divmod(self.num_layers, num_stages)
-        return [base + (1 if s < extra else 0) for s in range(num_stages)]
-
     def to_cost_model(self, num_stages: int, recompute: bool = False) -> CostModel:
-        """Blocks shared out evenly (`layers_per_stage`), the embedding on the first stage, the head on the last."""
-        points, at = [], 1
-        for count in self.layers_per_stage(num_stages)[:-1]:
-            at += count
-            points.append(at)
-        return replace(self.split_cost_model(tuple(points), recompute), description=self)
+        """The model cut into `num_stages` stages as the planner cuts it (`balance_units`: the units, embedding,
+        blocks and head, shared out so that the slowest stage is as fast as it can be)."""
+        split = balance_units(self.unit_costs(), num_stages, recompute).split_points
+        return replace(self.split_cost_model(split, recompute), provenance=Provenance("model", self))
 
     def num_units(self) -> int:
         """Units that stages share out, as the executor cuts its model: embedding, the blocks, the output head."""
@@ -123,9 +117,7 @@ def stage_costs_from_units(
 ) -> CostModel:
     """Sum per-unit costs into per-stage costs: compute, stash and parameters add up; boundary tensors are the
     first unit's input and the last unit's output."""
-    bounds = [0, *split_points, len(units)]
-    if any(b <= a for a, b in zip(bounds, bounds[1:], strict=False)) or bounds[-2] >= len(units):
-        raise ValueError(f"split points {list(split_points)} must increase strictly within 1..{len(units) - 1}")
+    bounds = [0, *check_split_points(split_points, len(units), len(split_points) + 1), len(units)]
     stages = []
     for start, stop in zip(bounds, bounds[1:], strict=False):
         part = units[start:stop]
@@ -147,10 +139,13 @@ def stage_costs_from_units(
             if description is None
             else LinkCost(description.link_latency_ms, description.link_bandwidth_gbps)
         )
-    return CostModel(
-        stages=tuple(stages),
-        links=(link,),
-        recompute=recompute,
-        source="model" if description is not None else "units",
-        description=None,
-    )
+    source = "model" if description is not None else "units"
+    return CostModel(stages=tuple(stages), links=(link,), recompute=recompute, provenance=Provenance(source))
+
+
+def balance_units(units: Sequence[StageCost], num_stages: int, recompute: bool = False) -> Balance:
+    """The split of a model's units into `num_stages` contiguous stages that makes the slowest stage's F + B (with
+    recomputation, F again) as small as it can be: `pipesim.cost.balance`, the one splitter, over the units'
+    compute times. The planner and a description's default cut (`ModelDescription.to_cost_model`) both use it."""
+    extra = 1.0 if recompute else 0.0  # recomputation pays the forward again in the backward
+    return balance([u.forward_ms * (1 + extra) + u.backward_ms for u in units], num_stages)

@@ -3,7 +3,12 @@
     {"format": "pipesim.cost", "version": 1, "units": {...}, "source": "profile", "recompute": false,
      "stages": [{"forward_ms": ..., "backward_ms": ..., ...}], "links": [{"latency_ms": ..., "bandwidth_gbps": ...}],
      "step_overhead_ms": [...], "dispatch_ms": [...], "shared_cores": n | null,
-     "description": {...} | null, "meta": {...}}
+     "description": {...} | null, "data_parallel": D, "dp_link": {...}, "sharded": false,
+     "dp_bucket_bytes": 26214400, "overlap_factor": 1.0, "meta": {...}}
+
+The layout is flat: the cost model's concerns (`CostModel.runtime`, `dp_group`, `provenance`) are grouped in
+memory, not in the file, so files of every version of this format read both ways (an older pipesim ignores
+the keys it does not know, such as `dp_bucket_bytes`; a missing key is its default).
 
 Reading is strict: every field has one type, and a wrong one is a ValueError naming the field (a string
 "false" is not a boolean, a list is not a link). Files written before `step_overhead_ms` and
@@ -17,8 +22,9 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from pipesim.cost.collectives import DEFAULT_BUCKET_BYTES
 from pipesim.cost.description import ModelDescription
-from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, Provenance, RankRuntime, StageCost
 from pipesim.io.formats import read_json, write_json
 
 COST_FORMAT = "pipesim.cost"
@@ -43,6 +49,7 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
         "data_parallel": cost.data_parallel,
         "dp_link": _link_dict(cost.dp_link),
         "sharded": cost.sharded,
+        "dp_bucket_bytes": cost.dp_group.bucket_bytes,
         "overlap_factor": cost.overlap_factor,
         "meta": cost.meta,
     }
@@ -149,6 +156,9 @@ def cost_from_dict(data: Any) -> CostModel:
     sharded = data.get("sharded", False)
     if not isinstance(sharded, bool):
         raise ValueError(f"cost file: sharded must be true or false, got {sharded!r}")
+    bucket_bytes = _number(data.get("dp_bucket_bytes", DEFAULT_BUCKET_BYTES), "dp_bucket_bytes")
+    if not 1 <= bucket_bytes < math.inf:
+        raise ValueError(f"cost file: dp_bucket_bytes must be a number of bytes, at least 1, got {bucket_bytes!r}")
     overlap_factor = data.get("overlap_factor", 1.0)
     if isinstance(overlap_factor, bool) or not isinstance(overlap_factor, (int, float)):
         raise ValueError(f"cost file: overlap_factor must be a number in (0, 1], got {overlap_factor!r}")
@@ -157,16 +167,10 @@ def cost_from_dict(data: Any) -> CostModel:
             stages=stages,
             links=links,
             recompute=recompute,
-            source=source,
-            step_overhead_ms=overhead_ms,
-            dispatch_ms=dispatch_ms,
-            shared_cores=shared_cores,
-            description=description,
-            data_parallel=data_parallel,
-            dp_link=dp_link,
-            sharded=sharded,
             overlap_factor=float(overlap_factor),
-            meta=dict(meta),
+            runtime=RankRuntime(overhead_ms, dispatch_ms, shared_cores),
+            dp_group=DataParallelGroup(data_parallel, dp_link, sharded, bucket_bytes),
+            provenance=Provenance(source, description, dict(meta)),
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

@@ -36,8 +36,9 @@ from typing import Any
 from pipesim._perf import paused_gc
 from pipesim.io.formats import CsvError, schedule_from_csv
 from pipesim.io.trace_labels import LABEL_PREFIX, Label, Slice, collect_labels, parse_trace, read_trace
-from pipesim.ir import Action, B, F, I, Schedule
+from pipesim.ir import Action, B, CommAction, CommKind, F, I, Schedule
 from pipesim.records import CommSpan, Span, Timeline
+from pipesim.semantics.lower import peer_stage, producer_stage, transfer_message
 from pipesim.semantics.validate import validate
 
 __all__ = ["ImportedRun", "Label", "Slice", "import_trace_data", "import_traces", "parse_trace", "read_trace"]
@@ -172,15 +173,15 @@ def _transfer(text: str, rank: int, schedule: Schedule, split: set) -> tuple[str
     if match is None:
         return None
     stage, kind, microbatch = int(match.group(1)), match.group(2), int(match.group(3))
-    source_stage = {"SEND_F": stage, "RECV_F": stage - 1, "SEND_B": stage, "RECV_B": stage + 1}[kind]
-    peer_stage = {"SEND_F": stage + 1, "RECV_F": stage - 1, "SEND_B": stage - 1, "RECV_B": stage + 1}[kind]
-    if not (0 <= source_stage < schedule.num_stages and 0 <= peer_stage < schedule.num_stages):
+    transfer = CommAction(stage, CommKind(kind), microbatch)  # the direction rules are the lowering's
+    source_stage, peer = producer_stage(transfer_message(transfer)), peer_stage(transfer)
+    if not (0 <= source_stage < schedule.num_stages and 0 <= peer < schedule.num_stages):
         raise ValueError(f"rank {rank}: {LABEL_PREFIX}{text} names a stage outside 0..{schedule.num_stages - 1}")
     if kind.endswith("_F"):
         producer = Action(source_stage, F, microbatch)
     else:  # the first backward of the source stage: I where the schedule splits it, else B
         producer = Action(source_stage, I if (source_stage, microbatch) in split else B, microbatch)
-    return ("send" if kind.startswith("SEND") else "recv"), schedule.stage_to_rank[peer_stage], producer
+    return ("send" if kind.startswith("SEND") else "recv"), schedule.stage_to_rank[peer], producer
 
 
 def _comm_spans(labels: list[Label], schedule: Schedule, origins: list[float]) -> list[CommSpan]:

@@ -19,7 +19,7 @@ read as such, says so in `dialect_note`, and is written back in the current dial
 Reading keeps the file's full order (`Schedule.order`) so that writing it back gives the same cells; what the
 actions mean (the explicit transfer order, the collectives, overlapped groups) is `pipesim.lower`'s and the
 simulator's. Writing ``compute_comms`` from a schedule that has no transfers runs torch's own lowering
-(`pipesim.torch_order.with_comms`).
+(`pipesim.semantics.torch_order.with_comms`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import io
 import re
 from typing import Literal
 
-from pipesim.io.torch_order import with_comms
 from pipesim.ir import TRANSFER_KINDS, CommAction, Entry, Schedule, entry_actions, parse_entry, schedule_from_order
 from pipesim.limits import MAX_MICROBATCHES, MAX_STAGES, check_sizes
+from pipesim.semantics.torch_order import with_comms
 
 CsvFormat = Literal["auto", "compute_only", "compute_comms"]
 CSV_FORMATS = ("auto", "compute_only", "compute_comms")

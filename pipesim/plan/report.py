@@ -2,11 +2,13 @@
 
     {"candidates": [...], "pareto": [...], "best": {...} | null, "inputs": {...}, "summary": [...]}
 
-Every entry carries schedule, ranks, microbatches, virtual_stages, recompute, split, makespan_ms, throughput,
+Every entry carries schedule, ranks, microbatches, virtual_stages, recompute, split, step_ms, throughput,
 peak_memory_bytes and fits (plus the microbatch size, W share, bubble, imbalance and, for a candidate that
-could not be built, its error). makespan_ms is the step time (pipeline, per-step overhead from a cost file, and the
-data-parallel all-reduce); throughput is samples per second of the global batch; peak_memory_bytes is the fullest
-device's parameters, gradients, optimizer state and activation peak.
+could not be built, its error). step_ms is the step time (`pipesim.sim.steps.step_time_ms`: the pipeline, the
+part of the data-parallel all-reduce its backward does not hide, and the per-step overhead from a cost file);
+`makespan_ms` repeats it under its name before issue 19, for one version (deprecated: read step_ms).
+throughput is samples per second of the global batch; peak_memory_bytes is the fullest device's parameters,
+gradients, optimizer state and activation peak.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ TIE = 0.01  # step times closer than this are not told apart
 def pareto_front(candidates: list[Candidate]) -> list[Candidate]:
     """The built candidates that no other beats on both step time and memory (at least as good on both, better on
     one), fastest first. Candidates with identical numbers do not beat each other: all of them stay."""
-    built = sorted((c for c in candidates if c.error is None), key=lambda c: (c.makespan_ms, c.peak_memory_bytes))
+    built = sorted((c for c in candidates if c.error is None), key=lambda c: (c.step_ms, c.peak_memory_bytes))
     front: list[Candidate] = []
     best_before = float("inf")  # lowest memory among strictly faster candidates
     i = 0
     while i < len(built):
         j = i
-        while j < len(built) and built[j].makespan_ms == built[i].makespan_ms:
+        while j < len(built) and built[j].step_ms == built[i].step_ms:
             j += 1
         group = built[i:j]
         lowest = group[0].peak_memory_bytes  # sorted by memory within a time
@@ -43,7 +45,7 @@ def pareto_front(candidates: list[Candidate]) -> list[Candidate]:
 def best_candidate(candidates: list[Candidate]) -> Candidate | None:
     """The fastest candidate that fits the cap (less memory breaks a tie); None when none fits."""
     fitting = [c for c in candidates if c.error is None and c.fits]
-    return min(fitting, key=lambda c: (c.makespan_ms, c.peak_memory_bytes), default=None)
+    return min(fitting, key=lambda c: (c.step_ms, c.peak_memory_bytes), default=None)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def why_lost(candidate: Candidate, best: Candidate, cap: float | None) -> Loss:
             "memory",
             f"needs {format_bytes(candidate.peak_memory_bytes)} per device, over the cap of {format_bytes(cap or 0)}",
         )
-    if candidate.makespan_ms <= best.makespan_ms * (1 + TIE):
+    if candidate.step_ms <= best.step_ms * (1 + TIE):
         return Loss(candidate, "tie", f"within {TIE:.0%} of the best's step time: a tie within the model's accuracy")
     bubble = candidate.bubble_fraction - best.bubble_fraction
     imbalance = candidate.imbalance - best.imbalance
@@ -77,14 +79,14 @@ def why_lost(candidate: Candidate, best: Candidate, cap: float | None) -> Loss:
             candidate, "imbalance", f"slowest stage {candidate.imbalance:.2f}x the mean against {best.imbalance:.2f}x"
         )
     what = "recomputes every forward" if candidate.recompute and not best.recompute else "computes more"
-    return Loss(candidate, "compute", f"{what} ({candidate.makespan_ms:.3g} ms against {best.makespan_ms:.3g} ms)")
+    return Loss(candidate, "compute", f"{what} ({candidate.step_ms:.3g} ms against {best.step_ms:.3g} ms)")
 
 
 def runners_up(candidates: list[Candidate], best: Candidate | None, cap: float | None, count: int = 5) -> list[Loss]:
     """The next `count` fastest candidates (fitting or not) and why each lost to `best`."""
     if best is None:
         return []
-    others = sorted((c for c in candidates if c.error is None and c is not best), key=lambda c: c.makespan_ms)
+    others = sorted((c for c in candidates if c.error is None and c is not best), key=lambda c: c.step_ms)
     return [why_lost(c, best, cap) for c in others[:count]]
 
 
@@ -106,13 +108,13 @@ def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
         )
         return lines
     lines.append(
-        f"best: {best.label}: {best.makespan_ms:.4g} ms per step, {best.throughput:.4g} samples/s, "
+        f"best: {best.label}: {best.step_ms:.4g} ms per step, {best.throughput:.4g} samples/s, "
         f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
         f"split at {','.join(map(str, best.split)) or '-'}"
     )
     for loss in runners_up(candidates, best, cap):
         c = loss.candidate
-        slower = c.makespan_ms / best.makespan_ms - 1
+        slower = c.step_ms / best.step_ms - 1
         lines.append(f"  {c.label}: {slower:+.1%} time; lost on {loss.reason}: {loss.detail}")
     return lines
 
@@ -134,7 +136,7 @@ def plan_document(candidates: list[Candidate], inputs: dict[str, Any], cap: floa
 def ranked(candidates: list[Candidate]) -> list[Candidate]:
     """Built candidates that fit, fastest first (then the others): the order `verify` runs the top K in."""
     built = [c for c in candidates if c.error is None]
-    return sorted(built, key=lambda c: (not c.fits, c.makespan_ms, c.peak_memory_bytes))
+    return sorted(built, key=lambda c: (not c.fits, c.step_ms, c.peak_memory_bytes))
 
 
 def torchtitan_settings(candidate: Candidate, csv_name: str, num_blocks: int | None = None) -> dict[str, Any]:

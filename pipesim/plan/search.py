@@ -1,17 +1,20 @@
 """The planner: every schedule x pipeline depth x microbatch size x chunks x recompute x W share, costed.
 
 Each candidate is evaluated exactly, with the simulator's own engine: the split comes from stage balancing
-(`pipesim.balance`) over per-unit costs, the per-stage costs from `stage_costs_from_units`, the step time from
-`simulate.sweep` over the schedule's dependencies (the very sweep `simulate` runs, without building a Timeline),
-the memory from `pipesim.memory` (static parts plus the activation peak of each rank's action order).
+(`pipesim.balance`) over per-unit costs, the per-stage costs from `stage_costs_from_units`, the actions' times
+from `simulate.sweep` over the schedule's dependencies (the very sweep `simulate` runs, without building a
+Timeline) and the step time from `pipesim.sim.steps` (`step_tails`, `step_time_ms`: the one definition
+`simulate`, `compare` and the executor's prediction use), the memory from `pipesim.memory` (static parts plus
+the activation peak of each rank's action order).
 What makes ten thousand candidates a second affordable is sharing, not approximation: a schedule's
 dependencies and order arrays are built once per shape (name, ranks, microbatches, chunks) and reused by every
 cost variant, and candidates that differ only in a choice their schedule ignores (a W share for a schedule
 that never splits its backward) are not generated twice.
 
 Data parallelism: `devices` are cut into `devices / ranks` replicas of a `ranks`-deep pipeline, each replica
-taking its share of the global batch; the gradients' ring all-reduce (2 (d-1)/d of the fullest rank's
-gradient bytes over the link) is added to the step. Ranks 0..ranks-1 of a replica are what `ranks` counts.
+taking its share of the global batch; each stage's gradients are all-reduced across the replicas over the link
+after its last backward, as the executor does (`pipesim.sim.data_parallel`: bucketed, hidden behind the rank's
+remaining backward where it can be). Ranks 0..ranks-1 of a replica are what `ranks` counts.
 """
 
 from __future__ import annotations
@@ -19,14 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipesim.cost.balance import balance
-from pipesim.cost.description import ModelDescription, stage_costs_from_units
-from pipesim.cost.model import CostModel, LinkCost, StageCost
+from pipesim.cost.description import ModelDescription, balance_units, stage_costs_from_units
+from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, RankRuntime, StageCost
 from pipesim.ir import Schedule
 from pipesim.schedules import build_schedule, options_for, schedule_info
 from pipesim.semantics.dag import dependencies
+from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, last_gradients, reduction_charge
 from pipesim.sim.memory import OrderWalk, check_optimizer, static_bytes
 from pipesim.sim.simulate import action_durations, boundary_transfers, hop_times, sweep
+from pipesim.sim.steps import step_tails, step_time_ms
 
 V_SHAPES_CHUNKS = 2
 
@@ -137,7 +141,12 @@ class PlanInputs:
 
 @dataclass
 class Candidate:
-    """One point of the space and what it costs; `error` says why it could not be built (then no numbers)."""
+    """One point of the space and what it costs; `error` says why it could not be built (then no numbers).
+
+    `step_ms` is the step time as a training loop runs it (`pipesim.sim.steps.step_time_ms`: the actions, the
+    unhidden gradient all-reduce, the overhead); the plan JSON also writes it as `makespan_ms`, its name before
+    issue 19, for one version (deprecated: read `step_ms`).
+    """
 
     schedule: str
     ranks: int
@@ -148,7 +157,7 @@ class Candidate:
     w_share: float | None
     data_parallel: int = 1
     split: tuple[int, ...] = ()
-    makespan_ms: float | None = None
+    step_ms: float | None = None
     throughput: float | None = None
     peak_memory_bytes: float | None = None
     fits: bool = False
@@ -165,7 +174,8 @@ class Candidate:
             "virtual_stages": self.virtual_stages,
             "recompute": self.recompute,
             "split": list(self.split),
-            "makespan_ms": self.makespan_ms,
+            "step_ms": self.step_ms,
+            "makespan_ms": self.step_ms,  # deprecated (issue 19): the same value under its old name, for one version
             "throughput": self.throughput,
             "peak_memory_bytes": self.peak_memory_bytes,
             "fits": self.fits,
@@ -229,6 +239,8 @@ class Evaluator:
         self._shapes: dict[tuple, Any] = {}
         self._units: dict[tuple, tuple[StageCost, ...]] = {}
         self._splits: dict[tuple, Any] = {}
+        self._last_gradients: dict[tuple, list[list[tuple[int, int]]]] = {}
+        self._runtime = RankRuntime((inputs.step_overhead_ms,))
 
     def shape(self, name: str, ranks: int, microbatches: int, chunks: int) -> tuple:
         key = (name, ranks, microbatches, chunks)
@@ -252,28 +264,39 @@ class Evaluator:
     def split(self, mbs: int, num_stages: int, recompute: bool):
         key = (mbs, num_stages, recompute)
         if key not in self._splits:
-            extra = 1.0 if recompute else 0.0  # recomputation pays the forward again in the backward
-            weights = [u.forward_ms * (1 + extra) + u.backward_ms for u in self.units(mbs, None)]
             try:
-                self._splits[key] = balance(weights, num_stages)
+                self._splits[key] = balance_units(self.units(mbs, None), num_stages, recompute)
             except ValueError as error:
                 self._splits[key] = error
         return self._splits[key]
 
+    def cost_model(self, c: Candidate, split_points: tuple[int, ...]) -> CostModel:
+        """The cost model of a candidate cut at `split_points`: its stages, the link, each rank's overhead, and
+        the data-parallel group of its replicas (over the same link)."""
+        cost = stage_costs_from_units(
+            list(self.units(c.microbatch_size, c.w_share)), split_points, recompute=c.recompute, link=self.inputs.link
+        )
+        return replace(cost, runtime=self._runtime, dp_group=DataParallelGroup(c.data_parallel, self.inputs.link))
+
     def materialise(self, c: Candidate) -> tuple[Schedule, CostModel]:
-        """The schedule and cost model an evaluated candidate stands for (to draw it, export it, simulate it)."""
-        if c.error is not None or c.makespan_ms is None:
+        """The schedule and cost model an evaluated candidate stands for (to draw it, export it, simulate it:
+        `pipesim.sim.steps.simulate_step` gives its `step_ms`)."""
+        if c.error is not None or c.step_ms is None:
             raise ValueError(f"{c.label} was not built: {c.error or 'not evaluated'}")
         schedule = self.shape(c.schedule, c.ranks, c.microbatches, c.virtual_stages)[0]
-        cost = stage_costs_from_units(
-            list(self.units(c.microbatch_size, c.w_share)), c.split, recompute=c.recompute, link=self.inputs.link
-        )
-        return schedule, cost
+        return schedule, self.cost_model(c, c.split)
+
+    def last_gradients(self, key: tuple, deps: Any) -> list[list[tuple[int, int]]]:
+        """Per shape, each rank's last backward per stage (where its all-reduce starts), found once."""
+        if key not in self._last_gradients:
+            self._last_gradients[key] = last_gradients(deps.ranks, deps.actions, deps.num_ranks)
+        return self._last_gradients[key]
 
     def evaluate(self, c: Candidate) -> Candidate:
         if c.error is not None:
             return c
-        shape = self.shape(c.schedule, c.ranks, c.microbatches, c.virtual_stages)
+        shape_key = (c.schedule, c.ranks, c.microbatches, c.virtual_stages)
+        shape = self.shape(*shape_key)
         if isinstance(shape, Exception):
             c.error = str(shape)
             return c
@@ -284,12 +307,7 @@ class Evaluator:
             c.error = str(split)
             return c
         c.split, c.imbalance = split.split_points, split.imbalance
-        cost = stage_costs_from_units(
-            list(self.units(c.microbatch_size, c.w_share)),
-            split.split_points,
-            recompute=c.recompute,
-            link=self.inputs.link,
-        )
+        cost = self.cost_model(c, split.split_points)
         durations = action_durations(deps, cost, schedule.num_stages)
         starts, ends, stuck = sweep(deps, durations, hop_times(deps, boundary_transfers(schedule, cost)))
         if stuck:
@@ -300,22 +318,18 @@ class Evaluator:
         pipeline_ms = max(finish)
         statics = static_bytes(schedule, cost, self.inputs.optimizer)
         memory = [sum(s) + peak for s, peak in zip(statics, walk.peaks(cost), strict=True)]
-        allreduce = _allreduce_ms(max(s[1] for s in statics), c.data_parallel, self.inputs.link)
-        c.makespan_ms = max(finish) + self.inputs.step_overhead_ms + allreduce
-        c.throughput = self.inputs.global_batch / c.makespan_ms * 1e3  # > 0: PlanInputs refuses a model of no time
+        charge = reduction_charge(schedule, cost)  # the one decision: the planner's compute-only schedules
+        assert charge in (NOTHING, AFTER_BACKWARD), f"the planner cannot charge {charge}"
+        last = self.last_gradients(shape_key, deps) if charge == AFTER_BACKWARD else None
+        tails, _ = step_tails(finish, ends, last, cost, charge)
+        c.step_ms = step_time_ms(finish, tails)
+        c.throughput = self.inputs.global_batch / c.step_ms * 1e3  # > 0: PlanInputs refuses a model of no time
         c.rank_memory = memory
         c.peak_memory_bytes = max(memory)
         cap = self.inputs.memory_cap_bytes
         c.fits = cap is None or c.peak_memory_bytes <= cap
         c.bubble_fraction = 1 - sum(durations) / (schedule.num_ranks * pipeline_ms) if pipeline_ms > 0 else 0.0
         return c
-
-
-def _allreduce_ms(grad_bytes: float, replicas: int, link: LinkCost) -> float:
-    """Ring all-reduce of one rank's gradients across `replicas` pipelines (0 without data parallelism)."""
-    if replicas <= 1:
-        return 0.0
-    return link.transfer_ms(2 * (replicas - 1) / replicas * grad_bytes)
 
 
 def evaluate_all(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:

@@ -205,16 +205,41 @@ def compute_only(schedule: Schedule) -> Schedule:
     return schedule if schedule.order is None else dataclasses.replace(schedule, order=None)
 
 
-def sent_message(send: CommAction) -> Message:
-    """The message a SEND_F or SEND_B moves."""
-    if send.kind is CommKind.SEND_F:
-        return Message(ACT, send.stage + 1, send.microbatch)
-    return Message(GRAD, send.stage - 1, send.microbatch)
+# Which stage a send or a receive talks to, written once (validate, torch's lowering and the trace import read
+# it here): a stage sends activations on to the next stage and gradients back to the previous one.
+SENDS = (CommKind.SEND_F, CommKind.SEND_B)
+_FORWARD_TRANSFERS = (CommKind.SEND_F, CommKind.RECV_F)
 
 
-def received_message(recv: CommAction) -> Message:
-    """The message a RECV_F or RECV_B waits for."""
-    return Message(ACT if recv.kind is CommKind.RECV_F else GRAD, recv.stage, recv.microbatch)
+def transfer_message(transfer: CommAction) -> Message:
+    """The message a SEND_F, SEND_B, RECV_F or RECV_B moves: a send names the stage it sends from, a receive
+    the stage it receives for."""
+    stage, kind, mb = transfer
+    if kind is CommKind.SEND_F:
+        return Message(ACT, stage + 1, mb)
+    if kind is CommKind.SEND_B:
+        return Message(GRAD, stage - 1, mb)
+    return Message(ACT if kind is CommKind.RECV_F else GRAD, stage, mb)
+
+
+def peer_stage(transfer: CommAction) -> int:
+    """The stage at the other end of a SEND or RECV: a send's destination, a receive's producer."""
+    message = transfer_message(transfer)
+    return message.stage if transfer.kind in SENDS else producer_stage(message)
+
+
+def served_kinds(transfer: CommAction) -> tuple[ActionKind, ...]:
+    """The compute action a transfer serves on its own stage: F for SEND_F / RECV_F (produces, needs the
+    activation), the first backward, B or I, for SEND_B / RECV_B."""
+    return (F,) if transfer.kind in _FORWARD_TRANSFERS else (B, I)
+
+
+def transfers_of(message: Message) -> tuple[CommAction, CommAction]:
+    """The SEND on the producing stage and the RECV on the receiving stage that move `message`."""
+    activation = message.what == ACT
+    send = CommAction(producer_stage(message), CommKind.SEND_F if activation else CommKind.SEND_B, message.microbatch)
+    recv = CommAction(message.stage, CommKind.RECV_F if activation else CommKind.RECV_B, message.microbatch)
+    return send, recv
 
 
 def send_gates(schedule: Schedule) -> dict[Message, Action | None] | None:
@@ -228,7 +253,7 @@ def send_gates(schedule: Schedule) -> dict[Message, Action | None] | None:
         for entry in row:
             if isinstance(entry, CommAction):
                 if entry.kind in (CommKind.SEND_F, CommKind.SEND_B):
-                    gates[sent_message(entry)] = last
+                    gates[transfer_message(entry)] = last
             elif entry is not None:
                 last = entry_actions(entry)[-1]
     return gates

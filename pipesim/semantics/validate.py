@@ -27,8 +27,9 @@ from itertools import compress, repeat
 from operator import is_, itemgetter, lt
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, B, CommAction, CommKind, F, I, Schedule, W, entry_actions
+from pipesim.ir import TRANSFER_KINDS, Action, B, CommAction, CommKind, F, I, Schedule, W, entry_actions
 from pipesim.limits import MAX_PROBLEMS, summarize
+from pipesim.semantics.lower import SENDS, peer_stage, produced_message, served_kinds, transfers_of
 
 
 class ScheduleError(ValueError):
@@ -294,13 +295,6 @@ def _check_missing(
 
 # --- torch's full order ----------------------------------------------------------------------------------------
 
-_SEND_RECV = {  # kind -> (compute kinds it pairs with, +1 when it talks to the next stage, sent after them)
-    CommKind.SEND_F: ((F,), +1, True),
-    CommKind.RECV_F: ((F,), -1, False),
-    CommKind.SEND_B: ((B, I), -1, True),
-    CommKind.RECV_B: ((B, I), +1, False),
-}
-
 
 def _check_order(schedule: Schedule, problems: list[ScheduleError], cap: int) -> None:
     """Transfers and collectives of torch's order: where they stand relative to the compute they serve."""
@@ -342,12 +336,13 @@ def _order_problem(
         if last_backward.get(stage, -1) > index:
             return "REDUCE_GRAD too early", f"{entry} comes before stage {stage}'s last backward; it reduces them all"
         return None
-    if kind not in _SEND_RECV:
+    if kind not in TRANSFER_KINDS:
         return None
-    kinds, step, after = _SEND_RECV[kind]
+    # a send comes after the action that produces what it moves, a receive before the one that needs it
+    kinds, after = served_kinds(entry), kind in SENDS
     if mb is None or not 0 <= mb < num_mb:
         return "out of range", f"{entry}: a transfer names a microbatch in 0..{num_mb - 1}"
-    peer = stage + step
+    peer = peer_stage(entry)
     if not 0 <= peer < num_stages or placement[peer] == rank:
         return f"needless {kind}", f"{entry}: stage {stage} has no neighbour {peer} on another rank to talk to"
     served = [at[(stage, k, mb)] for k in kinds if (stage, k, mb) in at]
@@ -365,19 +360,15 @@ def _order_problem(
 
 def _check_every_transfer(schedule: Schedule, seen: set, problems: list[ScheduleError], cap: int) -> None:
     """When the order states transfers, every message between ranks is sent once and received once."""
-    placement, last = schedule.stage_to_rank, schedule.num_stages - 1
+    placement, num_stages = schedule.stage_to_rank, schedule.num_stages
     for rank, row in enumerate(schedule.actions):
         for action in row:
             if len(problems) >= cap:
                 return
-            stage, kind, mb = action
-            if kind is F and stage < last and placement[stage + 1] != rank:
-                needed = (CommAction(stage, CommKind.SEND_F, mb), CommAction(stage + 1, CommKind.RECV_F, mb))
-            elif kind in (B, I) and stage > 0 and placement[stage - 1] != rank:
-                needed = (CommAction(stage, CommKind.SEND_B, mb), CommAction(stage - 1, CommKind.RECV_B, mb))
-            else:
+            message = produced_message(action, num_stages)
+            if message is None or placement[message.stage] == rank:
                 continue
-            for comm in needed:
+            for comm in transfers_of(message):
                 if comm not in seen:
                     owner = placement[comm.stage]
                     problems.append(

@@ -1,71 +1,104 @@
-"""Data parallelism around a pipeline: each stage's gradient all-reduce, placed on the simulated step.
+"""Data parallelism around a pipeline: where a step pays for its gradient reduction, decided here and only here,
+and the executor's all-reduce after each stage's last backward, placed on the simulated step.
 
-With `CostModel.data_parallel` = D > 1, D replicas of the pipeline train on different slices of the batch and
-every stage's gradients are averaged over its D copies before the optimizer steps. The executor does it as
-DDP does: once a stage's last backward action of the step (its last B, or its last W when the backward is
-split) has ended, that stage's gradients go out in buckets, asynchronously, so the all-reduce overlaps
-whatever backward work the rank still has; the rank waits for them all before its optimizer step.
+With `CostModel.dp_group.replicas` = D > 1, D replicas of the pipeline train on different slices of the batch and
+every stage's gradients are reduced over its D copies before the optimizer steps. Where that is charged
+(`reduction_charge`), for `simulate`, `compare`, the app, the executor's prediction and the planner alike:
 
-The model here is that, and nothing more (the simulation is per replica: every replica runs the same
-schedule at the same speed):
+* one replica: nowhere (`NOTHING`);
+* the schedule states torch's REDUCE_GRAD (a compute_comms CSV): where it stands, on its rank (`STATED`);
+* the parameters are sharded (FSDP) and the schedule states no collective: torch's own lowering places its
+  UNSHARD, RESHARD and REDUCE_GRAD (`TORCH_LOWERING`, `pipesim.semantics.torch_order.torch_lowered`);
+* otherwise, as the executor does it (`AFTER_BACKWARD`), which is DDP's way: once a stage's last backward action
+  of the step (its last B, or its last W when the backward is split) has ended, that stage's gradients go out in
+  buckets, asynchronously, so the reduction overlaps whatever backward work the rank still has; the rank waits
+  for them all before its optimizer step.
 
-* stage s's all-reduce starts when its last backward ends, or when the rank's previous all-reduce ends
-  (a rank's collectives run one after the other) and takes `bucketed_allreduce_ms(param_bytes, D, dp_link)`;
-* it uses the network, not the rank's compute, so the rank's later actions are not delayed by it;
-* the rank's step ends after its last action and its last all-reduce, whichever is later, plus its overhead.
-
-So a step with data parallelism is predicted as the same step without it, with each rank's tail lengthened by
-the part of its all-reduces that the remaining backward did not hide. `grad_sync` returns the all-reduce spans
-(drawn on the simulated timeline as CommSpans of kind "allreduce") and that extra tail per rank.
+The model of the last, and nothing more (the simulation is per replica: every replica runs the same schedule
+at the same speed): stage s's reduction starts when its last backward ends, or when the rank's previous
+reduction ends (a rank's collectives run one after the other), and takes the group's price of it
+(`CostModel.collective_ms(s, REDUCE_GRAD)`: the bucketed ring all-reduce, `pipesim.cost.collectives`); it uses
+the network, not the rank's compute, so the rank's later actions are not delayed by it; the rank's step ends
+after its last action and its last reduction, whichever is later, plus its overhead (`pipesim.sim.steps`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from pipesim.cost.collectives import bucketed_allreduce_ms
 from pipesim.cost.model import CostModel
-from pipesim.ir import ActionKind
-from pipesim.records import CommSpan, Timeline
+from pipesim.ir import Action, ActionKind, CommAction, CommKind, Schedule
+from pipesim.records import CommSpan
+from pipesim.semantics.torch_order import torch_lowered
 
 ALLREDUCE = "allreduce"  # CommSpan.kind of a gradient all-reduce; its `peer` is the number of participants
+NOTHING, STATED, TORCH_LOWERING, AFTER_BACKWARD = "nothing", "stated", "torch lowering", "after backward"
 _GRAD_DONE = (ActionKind.BACKWARD, ActionKind.BACKWARD_WEIGHT)
+_COLLECTIVES = (CommKind.UNSHARD, CommKind.RESHARD, CommKind.REDUCE_GRAD)
 
 
-@dataclass(frozen=True)
-class GradSync:
-    """The simulated all-reduces of one step and what they add to each rank's tail."""
-
-    spans: tuple[CommSpan, ...]
-    extra_ms: tuple[float, ...]  # per rank: last all-reduce end minus last action end, at least 0
-
-
-def last_backwards(timeline: Timeline) -> dict[tuple[int, int], tuple[float, object]]:
-    """(rank, stage) -> (end, action) of the stage's last weight-gradient action (B or W) on that rank."""
-    last: dict[tuple[int, int], tuple[float, object]] = {}
-    for span in timeline.spans:
-        if span.action.kind in _GRAD_DONE:
-            key = (span.rank, span.action.stage)
-            if key not in last or span.end > last[key][0]:
-                last[key] = (span.end, span.action)
-    return last
+def reduction_charge(schedule: Schedule, cost: CostModel) -> str:
+    """Where `schedule` under `cost` pays for its gradient reduction: NOTHING, STATED, TORCH_LOWERING or
+    AFTER_BACKWARD (the module docstring says when). The one decision; every caller goes through it."""
+    if cost.dp_group.replicas == 1:
+        return NOTHING
+    stated = {
+        e.kind for row in schedule.order or () for e in row if isinstance(e, CommAction) and e.kind in _COLLECTIVES
+    }
+    if CommKind.REDUCE_GRAD in stated:
+        return STATED
+    if cost.dp_group.sharded and not stated:
+        return TORCH_LOWERING
+    return AFTER_BACKWARD
 
 
-def grad_sync(timeline: Timeline, cost: CostModel) -> GradSync:
-    """Each stage's all-reduce after its last backward, serial per rank; none when data_parallel is 1."""
-    ends = [-math.inf] * timeline.num_ranks
-    for span in timeline.spans:
-        ends[span.rank] = max(ends[span.rank], span.end)
-    if cost.data_parallel < 2 or any(c.kind == "reduce_grad" for c in timeline.comm):
-        # none, or the schedule states torch's REDUCE_GRAD, which the simulation priced where it stands
-        return GradSync((), (0.0,) * timeline.num_ranks)
-    free = [-math.inf] * timeline.num_ranks  # when each rank's previous all-reduce is done
-    spans = []
-    for (rank, stage), (end, action) in sorted(last_backwards(timeline).items(), key=lambda item: item[1][0]):
-        start = max(end, free[rank])
-        duration = bucketed_allreduce_ms(cost.stage(stage).param_bytes, cost.data_parallel, cost.dp_link)
-        free[rank] = start + duration
-        spans.append(CommSpan(rank, ALLREDUCE, cost.data_parallel, action, start, start + duration))
-    extra = tuple(max(free[r] - ends[r], 0.0) if free[r] > -math.inf else 0.0 for r in range(timeline.num_ranks))
-    return GradSync(tuple(spans), extra)
+def charged_schedule(schedule: Schedule, charge: str) -> Schedule:
+    """The schedule to simulate for `charge`: torch's lowering under TORCH_LOWERING, else the schedule itself."""
+    return torch_lowered(schedule) if charge == TORCH_LOWERING else schedule
+
+
+def last_gradients(ranks: Sequence[int], actions: Sequence[Action], num_ranks: int) -> list[list[tuple[int, int]]]:
+    """Per rank, (position, stage) of each of its stages' last B or W, in the rank's order (positions index
+    `actions`, which lists each rank's actions in the order it runs them, as `Dependencies` and simulated
+    timelines do)."""
+    last: dict[tuple[int, int], int] = {}
+    for position, (rank, (stage, kind, _)) in enumerate(zip(ranks, actions, strict=True)):
+        if kind in _GRAD_DONE:
+            last[(rank, stage)] = position
+    per_rank: list[list[tuple[int, int]]] = [[] for _ in range(num_ranks)]
+    for (rank, stage), position in last.items():
+        per_rank[rank].append((position, stage))
+    for row in per_rank:
+        row.sort()
+    return per_rank
+
+
+def reduction_windows(
+    last: list[list[tuple[int, int]]], ends: Sequence[float], cost: CostModel
+) -> list[list[tuple[int, float, float]]]:
+    """Per rank, (position of the stage's last backward, start, end) of each stage's reduction after it: serial
+    per rank, each starting when its backward has ended and the rank's previous reduction is done."""
+    windows: list[list[tuple[int, float, float]]] = []
+    for row in last:
+        free = -math.inf
+        mine = []
+        for position, stage in row:
+            start = max(ends[position], free)
+            free = start + cost.collective_ms(stage, CommKind.REDUCE_GRAD)
+            mine.append((position, start, free))
+        windows.append(mine)
+    return windows
+
+
+def reduction_spans(
+    windows: list[list[tuple[int, float, float]]], actions: Sequence[Action], replicas: int
+) -> tuple[CommSpan, ...]:
+    """The reductions as the timeline draws them: CommSpans of kind ALLREDUCE, `peer` the number of replicas,
+    `action` the stage's last backward (as the executor records its own)."""
+    spans = [
+        CommSpan(rank, ALLREDUCE, replicas, actions[position], start, end)
+        for rank, row in enumerate(windows)
+        for position, start, end in row
+    ]
+    return tuple(sorted(spans, key=lambda span: (span.start, span.rank)))

@@ -1,9 +1,12 @@
-"""Several training steps in a row: the step time as a user measures it, and gains that show only across steps.
+"""One training step as a training loop sees it, and several in a row: the step time, written once.
 
-One simulated step ends, on each rank, when its last action has ended and its per-step work outside the
-schedule (`CostModel.step_overhead_ms`: optimizer step and gradient zeroing) is done; the step time is the
-latest of those ends, counted from the earliest start. That is the definition the executor measures
-(`step_times_ms` in measured.json), and `step_time_ms` is its one home on the simulated side.
+One simulated step ends, on each rank, when its last action has ended (or its last collective torch states
+after it), its gradient reduction is done (`pipesim.sim.data_parallel`: the part the remaining backward did not
+hide) and its per-step work outside the schedule (`CostModel.runtime.step_overhead_ms`: optimizer step and
+gradient zeroing) is done; the step time is the latest of those ends, counted from the step's start. That is the
+definition the executor measures (`step_times_ms` in measured.json), and `step_time_ms` is its one home on the
+simulated side: `simulate_step` (the CLI's simulate and compare, the app, the executor's prediction) and the
+planner's search (`pipesim.plan.search`, over the engine's arrays) both end in it.
 
 Between steps there are two ways to go on:
 * `barrier=True` (what pipesim's executor does: a barrier opens every step): every rank starts step k+1 when
@@ -16,7 +19,9 @@ Between steps there are two ways to go on:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from itertools import repeat
 
 from pipesim._perf import paused_gc
@@ -25,10 +30,64 @@ from pipesim.ir import Schedule
 from pipesim.limits import MAX_ACTIONS
 from pipesim.records import COLLECTIVE_KINDS, Span, Timeline
 from pipesim.semantics.dag import dependencies
-from pipesim.sim.data_parallel import GradSync, grad_sync
+from pipesim.sim.data_parallel import (
+    AFTER_BACKWARD,
+    charged_schedule,
+    last_gradients,
+    reduction_charge,
+    reduction_spans,
+    reduction_windows,
+)
 from pipesim.sim.simulate import deadlock_error, engine_inputs, run_engine, simulate
 
 MAX_STEPS = 1000
+
+
+def step_time_ms(rank_ends: Sequence[float], tails_ms: Sequence[float]) -> float:
+    """The step time: from the step's start (0 on the simulation's clock, before the first dispatch gap, as the
+    executor's step starts before its first action) to the latest rank's end of its actions plus its tail."""
+    step = max(end + tail for end, tail in zip(rank_ends, tails_ms, strict=True))
+    if not math.isfinite(step):
+        raise ValueError(
+            "the step would take forever: its times (actions, collectives, overhead) overflow to infinity; "
+            "give sizes and times that sum to a finite number"
+        )
+    return step
+
+
+def rank_tails_ms(
+    rank_ends: Sequence[float], reductions_done: Sequence[float], overhead_ms: Sequence[float]
+) -> tuple[float, ...]:
+    """Per rank, what follows its last action in a step: the part of its gradient reduction still running
+    (done at `reductions_done`, -inf for none), then its overhead (optimizer step, zeroing)."""
+    return tuple(
+        max(done - end, 0.0) + extra for end, done, extra in zip(rank_ends, reductions_done, overhead_ms, strict=True)
+    )
+
+
+def step_tails(
+    finished: Sequence[float],
+    ends: Sequence[float],
+    last: list[list[tuple[int, int]]] | None,
+    cost: CostModel,
+    charge: str,
+) -> tuple[tuple[float, ...], list[list[tuple[int, float, float]]]]:
+    """Per rank, its tail after `finished` (its last action, or the collectives stated after it), and the
+    reduction windows behind it: under AFTER_BACKWARD each stage's all-reduce after its last backward (`last`:
+    `last_gradients` of the engine's action order, whose ends are `ends`), then the overhead. What every
+    simulated step (`simulate_step`, `simulate_steps`, the planner) hands to `step_time_ms`."""
+    windows: list[list[tuple[int, float, float]]] = []
+    done = [-math.inf] * len(finished)
+    if charge == AFTER_BACKWARD:
+        assert last is not None, "AFTER_BACKWARD needs each rank's last backward per stage"
+        windows = reduction_windows(last, ends, cost)
+        done = [row[-1][2] if row else -math.inf for row in windows]
+        if not all(math.isfinite(end) for end in done if end > -math.inf):
+            raise ValueError(
+                "the gradient all-reduce would take forever: its bytes over the data-parallel link (bandwidth, "
+                "latency, replicas) overflow to infinity; give sizes and times that sum to a finite number"
+            )
+    return rank_tails_ms(finished, done, cost.overhead_ms(len(finished))), windows
 
 
 def rank_ends(timeline: Timeline) -> list[float]:
@@ -44,19 +103,34 @@ def rank_ends(timeline: Timeline) -> list[float]:
     return ends
 
 
-def step_tail_ms(timeline: Timeline, cost: CostModel, sync: GradSync | None = None) -> tuple[float, ...]:
-    """Per rank, what follows its last action in a step: the gradient all-reduce's unhidden part when the
-    pipeline is replicated (pipesim.data_parallel; `sync` when the caller already has it), then the overhead
-    (optimizer step, zeroing)."""
-    extra = (sync or grad_sync(timeline, cost)).extra_ms
-    return tuple(a + b for a, b in zip(extra, cost.overhead_ms(timeline.num_ranks), strict=True))
+@dataclass(frozen=True)
+class SimulatedStep:
+    """One simulated step: its timeline (the data-parallel reductions among its comm spans; meta holds
+    `step_ms` and `tail_ms`), each rank's tail after its last action, and the step time."""
+
+    timeline: Timeline
+    tail_ms: tuple[float, ...]
+    step_ms: float
+    charge: str  # where the gradient reduction was charged (pipesim.sim.data_parallel.reduction_charge)
 
 
-def step_time_ms(timeline: Timeline, overhead_ms: Sequence[float]) -> float:
-    """One simulated step's time: from the step's start (0 on the simulation's clock, before the first dispatch
-    gap, as the executor's step starts before its first action) to the latest rank's end of its actions plus
-    its overhead."""
-    return max(end + extra for end, extra in zip(rank_ends(timeline), overhead_ms, strict=True))
+def simulate_step(schedule: Schedule, cost: CostModel) -> SimulatedStep:
+    """One step of `schedule` under `cost`, as a training loop runs it: the reduction charged where
+    `reduction_charge` says, the step time by `step_time_ms`. Raises DeadlockError / ValueError as `simulate`."""
+    charge = reduction_charge(schedule, cost)
+    timeline = simulate(charged_schedule(schedule, charge), cost)
+    finished = rank_ends(timeline)
+    actions = [span.action for span in timeline.spans]  # spans are in the engine's order: each rank's, as it runs
+    last = None
+    if charge == AFTER_BACKWARD:
+        last = last_gradients([span.rank for span in timeline.spans], actions, timeline.num_ranks)
+    tails, windows = step_tails(finished, [span.end for span in timeline.spans], last, cost, charge)
+    extra_comm = reduction_spans(windows, actions, cost.dp_group.replicas) if windows else ()
+    step = step_time_ms(finished, tails)
+    meta = {**timeline.meta, "step_ms": step, "tail_ms": list(tails)}
+    if cost.dp_group.replicas > 1:
+        meta.update(data_parallel=cost.dp_group.replicas, reduction=charge)
+    return SimulatedStep(replace(timeline, comm=timeline.comm + extra_comm, meta=meta), tails, step, charge)
 
 
 @paused_gc()
@@ -70,36 +144,43 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
             f"{num_steps} steps of {schedule.num_actions} actions exceed the limit of {MAX_ACTIONS} "
             "actions (pipesim.limits): simulate fewer steps"
         )
-    overhead = cost.overhead_ms(schedule.num_ranks)
     if barrier:  # every step is the same step, shifted
-        one = simulate(schedule, cost)
-        overhead = step_tail_ms(one, cost)
-        period = step_time_ms(one, overhead)
+        one = simulate_step(schedule, cost)
+        period = one.step_ms
         spans = tuple(
             s._replace(start=s.start + k * period, end=s.end + k * period, step=k)
             for k in range(num_steps)
-            for s in one.spans
+            for s in one.timeline.spans
         )
-        return _timeline(schedule, cost, one, spans, [(k + 1) * period for k in range(num_steps)], overhead, barrier)
+        step_ends = [(k + 1) * period for k in range(num_steps)]
+        return _timeline(schedule, cost, one.timeline, spans, step_ends, one.tail_ms, barrier)
     cost.check_fits(schedule)
-    deps = dependencies(schedule)
-    durations, hops, gaps, _, _ = engine_inputs(schedule, cost, deps)
-    clock = [0.0] * schedule.num_ranks
+    charge = reduction_charge(schedule, cost)
+    scheduled = charged_schedule(schedule, charge)
+    deps = dependencies(scheduled)
+    inputs = engine_inputs(scheduled, cost, deps)
+    num_ranks = schedule.num_ranks
+    overhead = cost.overhead_ms(num_ranks)
+    # torch's collectives stated after a rank's last action run back to back there (simulate's `tails`)
+    after_last = [sum(cost.collective_ms(c.stage, c.kind) for c in row) for row in inputs.tails] or [0.0] * num_ranks
+    last = last_gradients(deps.ranks, deps.actions, num_ranks) if charge == AFTER_BACKWARD else None
+    clock = [0.0] * num_ranks
     spans: list[Span] = []
     step_ends = []
     for step in range(num_steps):
-        starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores, rank_start=clock)
+        starts, ends, stuck = run_engine(
+            deps, inputs.durations, inputs.hops, inputs.gaps, cost.shared_cores, rank_start=clock
+        )
         if stuck:
             raise deadlock_error(deps, stuck)
-        step_spans = list(map(tuple.__new__, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(step))))
-        spans.extend(step_spans)
-        tail = overhead
-        if cost.data_parallel > 1:  # each rank's unhidden gradient all-reduce comes before its optimizer step
-            tail = step_tail_ms(Timeline(schedule.num_ranks, tuple(step_spans)), cost)
-        for rank in range(schedule.num_ranks):  # a rank with no action in the step only pays its overhead
-            lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
-            clock[rank] = (ends[hi - 1] if hi > lo else clock[rank]) + tail[rank]
-        step_ends.append(max(clock))
+        spans.extend(map(tuple.__new__, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(step))))
+        finished = [  # a rank with no action in the step only pays its overhead
+            ends[deps.offsets[r + 1] - 1] + after_last[r] if deps.offsets[r + 1] > deps.offsets[r] else clock[r]
+            for r in range(num_ranks)
+        ]
+        tails, _ = step_tails(finished, ends, last, cost, charge)  # an unhidden reduction, then the optimizer
+        clock = [end + tail for end, tail in zip(finished, tails, strict=True)]
+        step_ends.append(step_time_ms(finished, tails))
     return _timeline(schedule, cost, None, tuple(spans), step_ends, overhead, barrier)
 
 

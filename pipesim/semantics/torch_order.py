@@ -6,15 +6,17 @@ three stages prefetched), `_add_reduce_grad` (one gradient reduction per stage a
 `_add_send_recv` (each send right after its producer, and the receive placed on the receiving rank at the same
 moment, ranks advanced round by round in rank order). `with_comms` runs the same passes on a pipesim
 schedule, so that `--csv-format compute_comms` gives the file torch itself would run, cell for cell (a test
-compares every torch schedule class over a grid). The passes are written for bounded work: the prefetch look-
-ahead is computed backwards once per rank, and the send/receive rounds stop at a work limit.
+compares every torch schedule class over a grid), and `torch_lowered` gives the schedule torch would run, which
+is how a sharded (FSDP) data-parallel step is simulated (`pipesim.sim.data_parallel` decides when). The
+passes are written for bounded work: the prefetch look-ahead is computed backwards once per rank, and the
+send/receive rounds stop at a work limit.
 """
 
 from __future__ import annotations
 
-from pipesim.cost.model import CostModel
-from pipesim.ir import B, CommAction, CommKind, Entry, F, I, Overlap, Schedule, W, entry_actions, schedule_from_order
+from pipesim.ir import B, CommAction, CommKind, Entry, Overlap, Schedule, W, entry_actions, schedule_from_order
 from pipesim.limits import MAX_ACTIONS
+from pipesim.semantics.lower import needed_message, produced_message, producers_of, transfers_of
 
 MAX_ACTIVE_STAGES = 3  # torch's `max_active_stages` default: stages prefetched (unsharded) at once
 _MAX_ROUND_WORK = 10 * MAX_ACTIONS  # rank visits before giving up (a sound schedule: about ranks x longest row)
@@ -28,17 +30,9 @@ def with_comms(schedule: Schedule) -> list[list[Entry]]:
     return _add_send_recv(lowered, schedule.stage_to_rank, schedule.num_stages)
 
 
-def with_collectives(schedule: Schedule, cost: CostModel) -> Schedule:
-    """The schedule as torch runs it, where the cost model prices collectives the schedule does not state.
-
-    torch's lowering gives every schedule its UNSHARD, RESHARD and REDUCE_GRAD (and its sends right after their
-    producers, which changes no time), so a schedule built by pipesim simulated with data parallelism gets them
-    here. Unchanged when the collectives would cost nothing or the schedule already states some.
-    """
-    if cost.data_parallel == 1:
-        return schedule
-    if any(isinstance(e, CommAction) and e.kind in _COLLECTIVES for row in schedule.order or () for e in row):
-        return schedule
+def torch_lowered(schedule: Schedule) -> Schedule:
+    """The schedule as torch runs it: its compute order with torch's UNSHARD, RESHARD and REDUCE_GRAD, and its
+    sends right after their producers (which changes no time)."""
     return schedule_from_order(
         schedule.name,
         schedule.num_ranks,
@@ -47,9 +41,6 @@ def with_collectives(schedule: Schedule, cost: CostModel) -> Schedule:
         with_comms(schedule),
         **schedule.params,
     )
-
-
-_COLLECTIVES = (CommKind.UNSHARD, CommKind.RESHARD, CommKind.REDUCE_GRAD)
 
 
 def _stages(entry: Entry) -> list[int]:
@@ -120,24 +111,13 @@ def _add_send_recv(rows: list[list[Entry]], placement: tuple[int, ...], num_stag
     """torch's `_add_send_recv`: ranks take turns in rank order; an entry goes in once its inputs were sent to
     (or produced on) its rank, its sends right after it and the matching receives on the receiving ranks."""
 
-    def crosses(action) -> bool:
-        if action.kind is F:
-            return action.stage != num_stages - 1 and placement[action.stage + 1] != placement[action.stage]
-        if action.kind is B or action.kind is I:
-            return action.stage != 0 and placement[action.stage - 1] != placement[action.stage]
-        return False
-
     def ready(action, seen: set) -> bool:
-        stage, kind, mb = action
-        if kind is F and stage != 0:
-            return CommAction(stage, CommKind.RECV_F, mb) in seen or (stage - 1, F, mb) in seen
-        if (kind is B or kind is I) and stage != num_stages - 1:
-            return (
-                CommAction(stage, CommKind.RECV_B, mb) in seen
-                or (stage + 1, I, mb) in seen
-                or (stage + 1, B, mb) in seen
-            )
-        return True
+        """Its input was received on this rank, or produced here (the message's producer ran on this rank)."""
+        message = needed_message(action, num_stages)
+        if message is None:
+            return True
+        producer = producers_of(action, num_stages)[-1]  # the alternatives that produce the message
+        return transfers_of(message)[1] in seen or any(p in seen for p in producer)
 
     out: list[list[Entry]] = [[] for _ in rows]
     seen: list[set] = [set() for _ in rows]
@@ -156,15 +136,13 @@ def _add_send_recv(rows: list[list[Entry]], placement: tuple[int, ...], num_stag
             seen[rank].add(entry)
             for action in actions:
                 seen[rank].add(action)
-                if crosses(action):
-                    forward = action.kind is F
-                    send = CommAction(action.stage, CommKind.SEND_F if forward else CommKind.SEND_B, action.microbatch)
-                    to_stage = action.stage + 1 if forward else action.stage - 1
-                    recv = CommAction(to_stage, CommKind.RECV_F if forward else CommKind.RECV_B, action.microbatch)
+                message = produced_message(action, num_stages)
+                if message is not None and placement[message.stage] != rank:  # it crosses to another rank
+                    send, recv = transfers_of(message)
                     out[rank].append(send)
                     seen[rank].add(send)
-                    out[placement[to_stage]].append(recv)
-                    seen[placement[to_stage]].add(recv)
+                    out[placement[recv.stage]].append(recv)
+                    seen[placement[recv.stage]].add(recv)
             heads[rank] += 1
             progress = True
         pending = [rank for rank in pending if heads[rank] < len(rows[rank])]

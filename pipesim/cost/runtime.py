@@ -1,0 +1,60 @@
+"""What each rank spends outside the schedule's actions: the gap before each action, the step's tail, and the
+cores ranks share. The second of a cost model's concerns (`CostModel.runtime`), which a profile run measures
+(executor.rank.calibrate) and the CLI's --dispatch, --overhead and --shared-cores set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RankRuntime:
+    """Per-rank time outside the actions.
+
+    `step_overhead_ms` is each rank's time per step after its last action (optimizer step, gradient zeroing;
+    one value for every rank, or one per rank). `dispatch_ms` is the gap a rank's runtime leaves before each
+    action it starts (Python dispatch, posting receives, timing marks; one value or one per rank): small per
+    action, but paid once per action on the critical path, so a step of hundreds of actions feels it.
+    `shared_cores` is how many ranks can compute at full speed at once when the ranks share one machine's
+    cores (CPU ranks: cores / threads per rank); None means one device per rank. With fewer than the ranks,
+    the simulation shares them (pipesim.sim.shared_cores) and the stage costs are full-speed times.
+    """
+
+    step_overhead_ms: tuple[float, ...] = ()
+    dispatch_ms: tuple[float, ...] = ()
+    shared_cores: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("step_overhead_ms", "dispatch_ms"):
+            values = getattr(self, name)
+            if not isinstance(values, tuple) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in values
+            ):
+                raise ValueError(
+                    f"{name} must hold finite numbers >= 0 (a tuple, one per rank or one for all), got {values!r}"
+                )
+        if self.shared_cores is not None and (
+            isinstance(self.shared_cores, bool) or not isinstance(self.shared_cores, int) or self.shared_cores < 1
+        ):
+            raise ValueError(f"shared_cores must be a positive integer or None, got {self.shared_cores!r}")
+
+    def overhead_ms(self, num_ranks: int) -> tuple[float, ...]:
+        """Per rank, the step's time after its last action (zeros when none was measured)."""
+        return per_rank(self.step_overhead_ms, num_ranks, "step_overhead_ms")
+
+    def dispatch_per_rank(self, num_ranks: int) -> tuple[float, ...]:
+        """Per rank, the gap before each action (zeros when none was measured)."""
+        return per_rank(self.dispatch_ms, num_ranks, "dispatch_ms")
+
+
+def per_rank(values: tuple[float, ...], num_ranks: int, name: str) -> tuple[float, ...]:
+    """One value for every rank, or one per rank; none means zero."""
+    if not values:
+        return (0.0,) * num_ranks
+    if len(values) == 1:
+        return (float(values[0]),) * num_ranks
+    if len(values) != num_ranks:
+        raise ValueError(f"{name} has {len(values)} values for {num_ranks} ranks: give 1 or {num_ranks}")
+    return tuple(float(v) for v in values)

@@ -1,0 +1,75 @@
+"""What one stage costs per microbatch: its F/B/W times and the bytes it stashes, sends and holds.
+
+The first of a cost model's concerns (`pipesim.cost.model.CostModel.stages`); a stage split into equal pieces
+(`piece`) is how a model cut into one stage per rank is cut finer for schedules holding several chunks per rank.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Per-microbatch costs of one stage.
+
+    `backward_ms` is the full backward B. `weight_ms` is the part of it that
+    computes weight gradients (W); the input-gradient part is I = B - W.
+    `activation_bytes` is what F stashes until the backward frees it;
+    `weight_grad_bytes` is the part of it that only W still needs (freed by W
+    when the backward is split). `input_bytes` is the stage input, the only
+    thing stashed under recomputation. `output_bytes` crosses the boundary to
+    the next stage (and the same size of gradient comes back). `param_bytes` is
+    the stage's parameters, which is also the size of the gradients its
+    data-parallel replicas reduce.
+    """
+
+    forward_ms: float
+    backward_ms: float
+    weight_ms: float | None = None
+    activation_bytes: float = 0.0
+    weight_grad_bytes: float | None = None
+    input_bytes: float = 0.0
+    output_bytes: float = 0.0
+    param_bytes: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("forward_ms", "backward_ms", "activation_bytes", "input_bytes", "output_bytes", "param_bytes"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self.weight_ms is not None and not 0 <= self.weight_ms <= self.backward_ms:
+            raise ValueError(
+                f"weight_ms ({self.weight_ms}) must lie between 0 and backward_ms ({self.backward_ms}): "
+                "W is the weight-gradient part of the full backward"
+            )
+        if self.weight_grad_bytes is not None and not 0 <= self.weight_grad_bytes <= self.activation_bytes:
+            raise ValueError("weight_grad_bytes must lie between 0 and activation_bytes")
+
+    @property
+    def w_ms(self) -> float:
+        """W time; without a measured split, half the backward (the usual estimate)."""
+        return self.backward_ms / 2 if self.weight_ms is None else self.weight_ms
+
+    @property
+    def i_ms(self) -> float:
+        return self.backward_ms - self.w_ms
+
+    @property
+    def w_bytes(self) -> float:
+        """Bytes held from the end of I until W; half the activations unless measured."""
+        return self.activation_bytes / 2 if self.weight_grad_bytes is None else self.weight_grad_bytes
+
+
+def piece(stage: StageCost, pieces: int) -> StageCost:
+    """One of `pieces` equal parts of a stage: compute, stash and parameters divide; boundary tensors do not."""
+    return replace(
+        stage,
+        forward_ms=stage.forward_ms / pieces,
+        backward_ms=stage.backward_ms / pieces,
+        weight_ms=None if stage.weight_ms is None else stage.weight_ms / pieces,
+        activation_bytes=stage.activation_bytes / pieces,
+        weight_grad_bytes=None if stage.weight_grad_bytes is None else stage.weight_grad_bytes / pieces,
+        param_bytes=stage.param_bytes / pieces,
+    )
