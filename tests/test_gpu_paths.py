@@ -18,7 +18,8 @@ import pytest
 from executor.host.predict import predict_step, sharing_of
 from executor.rank import teardown
 from executor.rank.calibrate import shared_slots, sharing_note
-from pipesim.cost.model import CostModel
+from pipesim.cost.model import CostModel, Provenance
+from pipesim.cost.runtime import RankRuntime
 from pipesim.schedules import build_schedule
 from pipesim.semantics.lower import comm_plan
 from tests.helpers.fake_transport import run_pipeline
@@ -58,11 +59,18 @@ def test_the_prediction_simulates_a_shared_gpu_and_says_so() -> None:
     schedule = build_schedule("1f1b", 2, 4)
     note = sharing_note("cuda", 2, 1)
     own = CostModel.uniform()
-    shared = replace(CostModel.uniform(), shared_cores=1, meta={"in_situ": {"sharing": note}})
+    shared = replace(
+        CostModel.uniform(),
+        runtime=RankRuntime(shared_cores=1),
+        provenance=Provenance(meta={"in_situ": {"sharing": note}}),
+    )
     alone, together = predict_step(schedule, own), predict_step(schedule, shared)
     assert alone.sharing is None and together.sharing == note
     assert together.predicted_step_ms > alone.predicted_step_ms * 1.2
-    assert sharing_of(replace(CostModel.uniform(), shared_cores=2)) == "ranks share 2 slot(s): processor sharing"
+    assert (
+        sharing_of(replace(CostModel.uniform(), runtime=RankRuntime(shared_cores=2)))
+        == "ranks share 2 slot(s): processor sharing"
+    )
 
 
 class _FakeDist:

@@ -141,14 +141,14 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
         # One data-parallel group: torch's stated collectives and the executor's bucketed all-reduce after each
         # stage's last backward are both priced from it (CostModel.collectives, pipesim.data_parallel).
         group = cost.dp_group
+        replicas = args.data_parallel or group.replicas
+        check_sizes(num_replicas=replicas)  # before anything is priced or written
         latency = group.link.latency_ms if args.dp_latency is None else args.dp_latency
         bandwidth = group.link.bandwidth_gbps if args.dp_bandwidth is None else args.dp_bandwidth
         try:
             link = LinkCost(latency_ms=latency, bandwidth_gbps=bandwidth)
         except ValueError as error:
             raise UsageError(f"--dp-latency / --dp-bandwidth: {error}") from None
-        replicas = args.data_parallel or group.replicas
-        check_sizes(num_replicas=replicas)  # before anything is priced or written
         extras["dp_group"] = dataclasses.replace(group, replicas=replicas, link=link, sharded=args.sharded)
     cost = dataclasses.replace(cost, **extras) if extras else cost
     if args.grad_bytes is not None and cost.dp_group.replicas == 1:
