@@ -7,47 +7,39 @@ refuse bad values with a ValueError the page shows).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import streamlit as st
 
 from app_pages import state
-from executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, ModelConfig, RunConfig, run_config
+from executor.config import (
+    BACKENDS,
+    DEVICES,
+    DTYPES,
+    MODEL_KINDS,
+    SMALL_TRANSFORMER,
+    CNNConfig,
+    ModelConfig,
+    RunConfig,
+    run_config,
+)
 from executor.config import CUSTOM as CUSTOM_MODEL
+from pipesim.cost.shape import TransformerShape
 from pipesim.ir import Schedule
 from pipesim.schedules import options_for, schedule_info, schedule_names
 
-# Widths of the reference models; the number of layers (blocks) is a separate input
-# because it must be at least the number of stages.
-MODEL_SIZES = {
-    "tiny": {
-        "d_model": 64,
-        "num_heads": 4,
-        "ffn_size": 256,
-        "seq_len": 32,
-        "vocab_size": 512,
-        "cnn_channels": 16,
-        "cnn_fc_size": 128,
-    },
-    "small": {
-        "d_model": 128,
-        "num_heads": 4,
-        "ffn_size": 512,
-        "seq_len": 64,
-        "vocab_size": 1000,
-        "cnn_channels": 32,
-        "cnn_fc_size": 256,
-    },
-    "medium": {
-        "d_model": 256,
-        "num_heads": 8,
-        "ffn_size": 1024,
-        "seq_len": 128,
-        "vocab_size": 4000,
-        "cnn_channels": 64,
-        "cnn_fc_size": 512,
-    },
+# Size presets of the built-in models (their configs' own types); the number of layers (blocks) is a separate
+# input because it must be at least the number of stages.
+TRANSFORMER_SIZES = {
+    "tiny": TransformerShape(num_layers=4, hidden_size=64, ffn_size=256, num_heads=4, seq_len=32, vocab_size=512),
+    "small": SMALL_TRANSFORMER,
+    "medium": TransformerShape(num_layers=4, hidden_size=256, ffn_size=1024, num_heads=8, seq_len=128, vocab_size=4000),
+}
+CNN_SIZES = {
+    "tiny": CNNConfig(channels=16, fc_size=128),
+    "small": CNNConfig(channels=32, fc_size=256),
+    "medium": CNNConfig(channels=64, fc_size=512),
 }
 CUSTOM = state.CUSTOM_SCHEDULE_LABEL
 
@@ -87,7 +79,9 @@ class RunRequest:
             ModelConfig(kind=CUSTOM_MODEL, spec=self.own.strip())
             if self.own.strip()
             else ModelConfig(
-                kind=self.kind, num_layers=int(self.layers), cnn_blocks=int(self.layers), **MODEL_SIZES[self.size]
+                kind=self.kind,
+                transformer=replace(TRANSFORMER_SIZES[self.size], num_layers=int(self.layers)),
+                cnn=replace(CNN_SIZES[self.size], blocks=int(self.layers)),
             )
         )
         options: dict[str, Any] = {} if sent else options_for(self.name, num_virtual_stages=int(self.chunks))
@@ -138,7 +132,7 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
         kind = right.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"))
         size = left.selectbox(
             "Size",
-            list(MODEL_SIZES),
+            list(TRANSFORMER_SIZES),
             index=1,
             key=state.kept("run-size"),
             help="tiny runs are dominated by Python overhead per action; small and up "

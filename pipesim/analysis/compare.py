@@ -21,7 +21,7 @@ from pipesim.io.torch_order import with_collectives
 from pipesim.schedules import build_schedule, options_for
 from pipesim.sim.metrics import compute_metrics
 from pipesim.sim.simulate import simulate
-from pipesim.units import format_bytes
+from pipesim.units import format_memory
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,10 @@ def compare_schedules(
     return [compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages) for name in names]
 
 
-def format_table(rows: list[ComparisonRow]) -> str:
-    """A plain-text table for terminals and logs."""
-    header = f"{'schedule':<18} {'makespan ms':>12} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} {'peak memory':>12}"
+def format_table(rows: list[ComparisonRow], bytes_known: bool = True) -> str:
+    """A plain-text table for terminals and logs; peak memory in bytes when the costs carry sizes, else in
+    microbatches stashed (`units.format_memory`)."""
+    header = f"{'schedule':<18} {'makespan ms':>12} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} {'peak memory':>16}"
     lines = [header, "-" * len(header)]
     for row in rows:
         if row.error is not None:
@@ -84,7 +85,8 @@ def format_table(rows: list[ComparisonRow]) -> str:
             continue
         lines.append(
             f"{row.schedule:<18} {row.makespan:>12.3f} {row.bubble_fraction:>8.1%} {row.bubble_ratio:>9.3f} "
-            f"{row.peak_activations:>8d} {format_bytes(row.peak_activation_bytes or 0.0):>12}"
+            f"{row.peak_activations:>8d} "
+            f"{format_memory(row.peak_activation_bytes, row.peak_activations, bytes_known):>16}"
         )
     return "\n".join(lines)
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -55,12 +54,11 @@ from pipesim.charts.export import ExportUnavailable
 from pipesim.cli import plan as cli_plan
 from pipesim.cli import trace as cli_trace
 from pipesim.cli.common import (
-    RUNTIME_ERROR,
-    USAGE_ERROR,
     Parser,
     UsageError,
     add_cost_args,
     add_figure_args,
+    check_outputs,
     cost_from_args,
     ms_list,
     name_list,
@@ -68,11 +66,13 @@ from pipesim.cli.common import (
     write_figures,
 )
 from pipesim.cost.model import CostModel
+from pipesim.flags import EXIT_STATUS_HELP, FAILURE, run_main
 from pipesim.io.chrome_trace import save_chrome_trace
 from pipesim.io.cost_file import cost_to_dict
 from pipesim.io.formats import (
+    UnwritableOutput,
     save_timeline,
-    schedule_from_csv,
+    schedule_from_csv_file,
     schedule_to_csv,
     schedule_to_dict,
     write_file,
@@ -83,15 +83,22 @@ from pipesim.io.torch_order import with_collectives
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
+from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import validate
 from pipesim.sim.metrics import Metrics, compute_metrics
 from pipesim.sim.simulate import simulate
+from pipesim.units import format_memory
 
 # --- parser ---------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="pipesim", description="Plan and explain pipeline-parallel schedules.", allow_abbrev=False)
+    parser = Parser(
+        prog="python -m pipesim",
+        description="Plan and explain pipeline-parallel schedules.",
+        epilog=EXIT_STATUS_HELP,
+        allow_abbrev=False,
+    )
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan}"
     )
@@ -180,7 +187,7 @@ def schedule_from_args(args: argparse.Namespace) -> Schedule:
                 "--csv-in takes ranks, microbatches and stages from the CSV: "
                 "drop --ranks, --microbatches and --virtual-stages"
             )
-        return schedule_from_csv(args.csv_in.read_text(), name=args.csv_in.stem, csv_format=args.csv_in_format)
+        return schedule_from_csv_file(args.csv_in, args.csv_in_format)
     if args.ranks is None or args.microbatches is None:
         raise UsageError("--schedule needs --ranks and --microbatches")
     options = {} if args.virtual_stages is None else {"num_virtual_stages": args.virtual_stages}
@@ -198,12 +205,9 @@ def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> li
         f"(idle/busy {metrics.bubble_ratio:.3f})",
     ]
     for rank in metrics.ranks:
-        plural = "" if rank.peak_activations == 1 else "es"
-        size = f" ({rank.peak_activation_bytes:,.0f} bytes)" if show_bytes else ""
-        lines.append(
-            f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, "
-            f"peak memory {rank.peak_activations} stashed microbatch{plural}{size}"
-        )
+        memory = format_memory(rank.peak_activation_bytes, rank.peak_activations, show_bytes)
+        stashed = f" ({format_memory(None, rank.peak_activations, False)} stashed)" if show_bytes else " stashed"
+        lines.append(f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, peak memory {memory}{stashed}")
     return lines
 
 
@@ -274,6 +278,7 @@ def _steps_lines(schedule: Schedule, timeline: Timeline, cost: CostModel, args: 
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    check_outputs(args, ("json", "csv", "trace"))
     schedule = schedule_from_args(args)
     cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
     validate(schedule)
@@ -283,17 +288,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scheduled = with_collectives(schedule, cost) if args.sharded else schedule
     timeline = simulate(scheduled, cost)
     metrics = compute_metrics(timeline, cost)
-    written = _write_simulation_files(args, schedule, cost, timeline, metrics)
-    print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
+    lines = _summary_lines(schedule, metrics, show_bytes=args.cost is not None)
     if (
         args.steps > 1
         or any(cost.overhead_ms(schedule.num_ranks))
         or any(cost.dispatch_per_rank(schedule.num_ranks))
         or cost.data_parallel > 1
     ):
-        print("\n".join(_steps_lines(scheduled, timeline, cost, args)))
-    for path in written:
-        print(f"wrote {path}")
+        lines += _steps_lines(scheduled, timeline, cost, args)  # every refusal comes before any file is written
+    written = _write_simulation_files(args, schedule, cost, timeline, metrics)
+    print("\n".join(lines + [f"wrote {path}" for path in written]))  # after the files: a closed stdout loses none
     return 0
 
 
@@ -318,29 +322,29 @@ def _write_simulation_files(
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    check_outputs(args, ("json",))
     for name in args.schedules:
         schedule_info(name)  # unknown names are a usage error, not a failed row
     cost = cost_from_args(args)
     rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages)
-    print(format_table(rows))
+    written = []
     if args.json is not None:
-        write_json(
-            {
-                "format": "pipesim.comparison",
-                "version": 1,
-                "ranks": args.ranks,
-                "microbatches": args.microbatches,
-                "rows": [row.to_dict() for row in rows],
-            },
-            args.json,
-        )
-        print(f"wrote {args.json}")
+        document = {
+            "format": "pipesim.comparison",
+            "version": 1,
+            "ranks": args.ranks,
+            "microbatches": args.microbatches,
+            "rows": [row.to_dict() for row in rows],
+        }
+        write_json(document, args.json)
+        written.append(str(args.json))
 
     from pipesim.charts.compare import comparison_figure
 
-    for path in write_figures(lambda: comparison_figure(rows), args):
-        print(f"wrote {path}")
-    return 0 if any(row.error is None for row in rows) else RUNTIME_ERROR
+    written += write_figures(lambda: comparison_figure(rows), args)
+    table = format_table(rows, bytes_known=args.cost is not None)  # typed times carry no sizes
+    print("\n".join([table, *(f"wrote {path}" for path in written)]))
+    return 0 if any(row.error is None for row in rows) else FAILURE
 
 
 COMMANDS = MappingProxyType(
@@ -348,18 +352,12 @@ COMMANDS = MappingProxyType(
 )
 
 
-def _one_line(error: BaseException) -> str:
-    return " | ".join(line.strip() for line in str(error).splitlines() if line.strip())
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse, build, run; user mistakes become one line on stderr and exit status 2."""
-    try:
+    """Parse, build, run; every way it ends is an exit status and at most one line on stderr (pipesim.flags:
+    2 a usage error, 1 a deadlocked schedule, an unwritable output or an image that cannot be rendered)."""
+
+    def command() -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
-    except (UsageError, ValueError, OSError) as error:
-        print(f"pipesim: error: {_one_line(error)}", file=sys.stderr)
-        return USAGE_ERROR
-    except ExportUnavailable as error:
-        print(f"pipesim: error: {_one_line(error)}", file=sys.stderr)
-        return RUNTIME_ERROR
+
+    return run_main("pipesim", command, failures=(DeadlockError, UnwritableOutput, ExportUnavailable))

@@ -25,19 +25,15 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pipesim.cost.balance import balance, format_split_points
-from pipesim.cost.description import DTYPE_BYTES, ModelDescription
+from pipesim.cost.description import ModelDescription
+from pipesim.flags import FAILURE, UsageError, add_flags, given, given_flags
 from pipesim.io.cost_file import load_cost
-from pipesim.io.formats import write_json
+from pipesim.io.formats import check_output, write_json
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
 from pipesim.schedules import schedule_names
 
-# flag -> ModelDescription field
-MODEL_FLAGS = MappingProxyType({
-    "layers": "num_layers", "hidden": "hidden_size", "ffn": "ffn_size", "heads": "num_heads", "seq_len": "seq_len",
-    "vocab": "vocab_size", "dtype": "dtype", "tflops": "device_tflops", "bandwidth": "link_bandwidth_gbps",
-    "latency": "link_latency_ms",
-})  # fmt: skip
+MODEL_SECTION = "model"  # the flags of ModelDescription's fields (pipesim.flags), under this section
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _FACTORS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -75,18 +71,11 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("model (a decoder-only Transformer description, or --cost)")
-    number = {"dtype": str, "tflops": float, "bandwidth": float, "latency": float}
-    for flag, name in MODEL_FLAGS.items():
-        default = next(f.default for f in fields(ModelDescription) if f.name == name)
-        group.add_argument(
-            f"--{flag.replace('_', '-')}",
-            dest=flag,
-            type=number.get(flag, int),
-            metavar="N",
-            help=f"{name} (default {default})",
-        )
-    group.add_argument("--cost", type=Path, metavar="FILE", help="a profile's cost file: its stages are the units")
+    """The model's flags, generated from ModelDescription's fields (their docstrings are the help)."""
+    add_flags(parser, ModelDescription, MODEL_SECTION)
+    parser.add_argument(
+        "--cost", type=Path, metavar="FILE", help="a profile's cost file instead of a model: its stages are the units"
+    )
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -125,14 +114,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def description_from_args(args: argparse.Namespace) -> ModelDescription:
-    given = {name: getattr(args, flag) for flag, name in MODEL_FLAGS.items() if getattr(args, flag) is not None}
-    if given.get("dtype") is not None and given["dtype"] not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {given['dtype']!r}; valid: {', '.join(DTYPE_BYTES)}")
-    return ModelDescription(**given)
+    return ModelDescription(**given(args, MODEL_SECTION))
 
 
 def _model_given(args: argparse.Namespace) -> list[str]:
-    return ["--" + flag.replace("_", "-") for flag in MODEL_FLAGS if getattr(args, flag) is not None]
+    return given_flags(args, ModelDescription, MODEL_SECTION)
 
 
 def cmd_balance(args: argparse.Namespace) -> int:
@@ -183,24 +169,27 @@ def space_from_args(args: argparse.Namespace) -> PlanSpace:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.verify is not None and (args.json is None or args.verify < 1):
-        raise ValueError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
+        raise UsageError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
+    if args.json is not None:
+        check_output(args.json)
     inputs, recorded = inputs_from_args(args)
     space = space_from_args(args)
     candidates = evaluate_all(inputs, space)
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
-    print("\n".join(document["summary"]))
+    lines = list(document["summary"])
     failed = [c for c in candidates if c.error is not None]
     reasons = sorted({c.error for c in failed})
     for reason in reasons[:5]:
-        print(f"  cannot be built ({sum(c.error == reason for c in failed)}): {reason}")
-    if args.json is not None:
+        lines.append(f"  cannot be built ({sum(c.error == reason for c in failed)}): {reason}")
+    if args.json is not None:  # before printing: a closed stdout (| head) must not lose the plan
         write_json(document, args.json)
-        print(f"wrote {args.json}")
+        lines.append(f"wrote {args.json}")
+    print("\n".join(lines), flush=True)
     if args.verify:
         command = [sys.executable, "-m", "executor", "verify-plan", str(args.json), "--top", str(args.verify)]
         print("verifying: " + " ".join(command[1:]), flush=True)
         return subprocess.run(command, check=False).returncode
-    return 0 if document["best"] is not None else 1
+    return 0 if document["best"] is not None else FAILURE
 
 
 def _space_dict(space: PlanSpace) -> dict:
