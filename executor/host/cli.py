@@ -66,15 +66,15 @@ COMMANDS = MappingProxyType(
             "one run's results",
             cli_runs.add_show_arguments,
             cli_runs.cmd_show,
-            f"Exit status: 0 shown; 2 no such run, or a folder that is not a run (no readable config.json or "
-            f"{RESULT_FILE}).",
+            f"Exit status: 0 shown; 2 a usage error: no such run, or a folder that is not a run (no readable "
+            f"config.json or {RESULT_FILE}).",
         ),
         "cancel": Command(
             "cancel a running run, whoever started it",
             cli_runs.add_cancel_arguments,
             cli_runs.cmd_cancel,
             "Exit status: 0 the run has ended (or was not running); 1 it was still running after the timeout; "
-            "2 no such run.",
+            "2 a usage error, such as no such run.",
         ),
         "verify-plan": Command(
             "run a plan's top K candidates and compare with the prediction",

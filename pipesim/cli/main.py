@@ -102,14 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan}"
     )
-    commands.add_parser("list", allow_abbrev=False, help="registered schedules, what they are and their options")
+    commands.add_parser(
+        "list",
+        allow_abbrev=False,
+        help="registered schedules, what they are and their options",
+        epilog=EXIT_STATUS_HELP,
+    )
 
-    sim = commands.add_parser("simulate", allow_abbrev=False, help="simulate one schedule and write its timeline")
+    sim = commands.add_parser(
+        "simulate", allow_abbrev=False, help="simulate one schedule and write its timeline", epilog=EXIT_STATUS_HELP
+    )
     source = sim.add_mutually_exclusive_group(required=True)
     source.add_argument("--schedule", metavar="NAME", help="registered schedule (see `list`)")
     source.add_argument("--csv-in", type=Path, metavar="FILE", help="torch's schedule CSV (either format)")
-    sim.add_argument("--ranks", type=positive_int, metavar="P")
-    sim.add_argument("--microbatches", type=positive_int, metavar="M")
+    sim.add_argument("--ranks", type=positive_int, metavar="P", help="pipeline ranks (with --schedule)")
+    sim.add_argument("--microbatches", type=positive_int, metavar="M", help="microbatches per step (with --schedule)")
     sim.add_argument("--virtual-stages", type=positive_int, metavar="V", help="stages per rank (interleaved)")
     sim.add_argument(
         "--csv-in-format",
@@ -163,10 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto)")
     add_figure_args(outputs, "Gantt chart")
 
-    cmp = commands.add_parser("compare", allow_abbrev=False, help="simulate several schedules under one cost model")
-    cmp.add_argument("--schedules", type=name_list, required=True, metavar="A,B,C")
-    cmp.add_argument("--ranks", type=positive_int, required=True, metavar="P")
-    cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M")
+    cmp = commands.add_parser(
+        "compare", allow_abbrev=False, help="simulate several schedules under one cost model", epilog=EXIT_STATUS_HELP
+    )
+    cmp.add_argument("--schedules", type=name_list, required=True, metavar="A,B,C", help="registered schedules (list)")
+    cmp.add_argument("--ranks", type=positive_int, required=True, metavar="P", help="pipeline ranks")
+    cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")
     cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
     add_cost_args(cmp)
     cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows")

@@ -26,13 +26,17 @@ from types import MappingProxyType
 
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
-from pipesim.flags import FAILURE, UsageError, add_flags, given, given_flags
+from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import check_output, write_json
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
 from pipesim.schedules import schedule_names
 
+UNITS_HELP = (
+    "Split points are unit indices, as `executor run --split-points` takes them: a model's units are its embedding "
+    "(unit 0), its blocks (1 to --layers) and its output head (the last); a cost file's units are its stages."
+)
 MODEL_SECTION = "model"  # the flags of ModelDescription's fields (pipesim.flags), under this section
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _FACTORS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -79,21 +83,47 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    bal = commands.add_parser("balance", allow_abbrev=False, help="split layers into stages, slowest stage fastest")
+    bal = commands.add_parser(
+        "balance",
+        allow_abbrev=False,
+        help="split layers into stages, slowest stage fastest",
+        description=UNITS_HELP,
+        epilog=EXIT_STATUS_HELP,
+    )
     bal.add_argument("--layer-ms", type=_floats, metavar="T,T,..", help="per-layer (unit) time, instead of a model")
     bal.add_argument("--stages", type=_ints, required=True, metavar="S", help="number of stages (ranks x chunks)")
     _add_model_args(bal)
 
-    plan = commands.add_parser("plan", allow_abbrev=False, help="search schedules and sizes under a memory cap")
+    plan = commands.add_parser(
+        "plan",
+        allow_abbrev=False,
+        help="search schedules and sizes under a memory cap",
+        description=UNITS_HELP,
+        epilog=EXIT_STATUS_HELP + " plan: 1 also when no candidate fits.",
+    )
     _add_model_args(plan)
-    plan.add_argument("--devices", type=int, required=True, metavar="D")
+    plan.add_argument(
+        "--devices", type=int, required=True, metavar="D", help="devices in all: pipeline ranks x replicas"
+    )
     plan.add_argument("--global-batch", type=int, required=True, metavar="B", help="samples per step")
     plan.add_argument("--memory-cap", type=parse_bytes, metavar="SIZE", help="per device, e.g. 80GiB (default none)")
     plan.add_argument("--optimizer", default="adam", help="sgd, sgd-momentum or adam (state bytes per parameter)")
     space = plan.add_argument_group("what to search")
     defaults = PlanSpace()
-    space.add_argument("--schedules", type=_names, default=defaults.schedules, metavar="A,B")
-    space.add_argument("--microbatch-sizes", type=_ints, default=defaults.microbatch_sizes, metavar="N,N")
+    space.add_argument(
+        "--schedules",
+        type=_names,
+        default=defaults.schedules,
+        metavar="A,B",
+        help=f"registered schedules to try (default {','.join(defaults.schedules)})",
+    )
+    space.add_argument(
+        "--microbatch-sizes",
+        type=_ints,
+        default=defaults.microbatch_sizes,
+        metavar="N,N",
+        help=f"samples per microbatch to try (default {','.join(map(str, defaults.microbatch_sizes))})",
+    )
     space.add_argument(
         "--chunks",
         type=_ints,
@@ -101,7 +131,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="V,V",
         help="chunks per rank for the families that take them",
     )
-    space.add_argument("--recompute", choices=("off", "on", "both"), default="both")
+    space.add_argument(
+        "--recompute", choices=("off", "on", "both"), default="both", help="activation recomputation (default both)"
+    )
     space.add_argument("--w-shares", type=_floats, metavar="X,X", help="W share of the backward (default: the model's)")
     space.add_argument(
         "--ranks",

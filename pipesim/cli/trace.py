@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pipesim.cli.common import add_cost_args, add_figure_args, check_outputs, cost_from_args, write_figures
+from pipesim.flags import EXIT_STATUS_HELP
 from pipesim.io.formats import save_schedule, save_timeline, schedule_to_dict
 from pipesim.sim.metrics import makespan
 
@@ -25,6 +26,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "import-trace",
         allow_abbrev=False,
         help="torch.profiler traces (PP: labels) -> timeline, overlaid on the simulation",
+        epilog=EXIT_STATUS_HELP,
     )
     imp.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="Kineto traces: one per rank, or merged")
     imp.add_argument("--name", default="imported", help="the recovered schedule's name")
