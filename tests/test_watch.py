@@ -119,9 +119,14 @@ def test_the_cancel_command(tmp_path, capsys):
 
     folder = make_folder(tmp_path)
     run_folder.write_progress(folder, {"status": "running", "progress": 0.5})
-    thread = threading.Thread(
-        target=lambda: (time.sleep(0.3), write_json({"status": "cancelled", "message": ""}, folder / "result.json"))
-    )
+
+    def launcher() -> None:  # answers the cancel file, however long the command takes to write it (a busy machine)
+        deadline = time.monotonic() + 60
+        while not (folder / CANCEL_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        write_json({"status": "cancelled", "message": ""}, folder / "result.json")
+
+    thread = threading.Thread(target=launcher)
     thread.start()
     assert cli.main(["cancel", str(folder), "--timeout", "30"]) == 0
     thread.join()

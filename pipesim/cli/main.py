@@ -31,7 +31,10 @@ Outputs: --json the timeline document with a metrics summary, --csv the schedule
 torch.distributed.pipelining's CSV format (--csv-format compute_only or compute_comms;
 by default the form the schedule has), --trace a Chrome trace
 (open in https://ui.perfetto.dev), --html/--png/--svg/--pdf the Gantt chart
-(images need Chromium). Bad arguments print one line on stderr and exit with 2.
+(images need Chromium). Every output is checked before any work and written before anything is printed, with
+the umask's mode (a replaced file keeps its own). Exit status: 0 done; 1 the work failed or was refused (a
+deadlocked schedule, an output that cannot be written, an image that cannot be rendered); 2 a usage error (one
+line on stderr, nothing written); 141 stdout closed early (`| head`; the files were written).
 
 `import-trace` reads torch.profiler (Kineto) traces whose actions carry torch's `PP:<action>` labels
 (torch.distributed.pipelining's multi-stage runtime, or `python -m executor run --torch-profile`),
