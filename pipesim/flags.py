@@ -149,18 +149,23 @@ def _parts(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
+def shown(text: str, limit: int = 60) -> str:
+    """A user's text quoted in an error, cut short: a 5000-digit number must not make the one line 5000 long."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
 def _whole_number(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}") from None
 
 
 def _number(text: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
 
 
 def whole_numbers(text: str) -> tuple[int, ...]:
@@ -168,7 +173,7 @@ def whole_numbers(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {shown(text)}") from None
 
 
 def _argument(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:

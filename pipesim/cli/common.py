@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipesim.charts.export import export_figures
 from pipesim.cost.model import CostModel, LinkCost, cost_from_times
-from pipesim.flags import Parser, UsageError  # noqa: F401 - the commands' parser and usage error, shared with the executor
+from pipesim.flags import Parser, UsageError, shown  # noqa: F401 - the commands' parser and usage error, shared with the executor
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import check_output, write_file
 
@@ -25,7 +25,7 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
@@ -37,10 +37,10 @@ def ms_list(text: str) -> list[float]:
         values = [float(part) for part in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected milliseconds as a number or a comma-separated list (one per stage), got {text!r}"
+            f"expected milliseconds as a number or a comma-separated list (one per stage), got {shown(text)}"
         ) from None
     if any(not value >= 0 for value in values):
-        raise argparse.ArgumentTypeError(f"times must be >= 0 ms, got {text!r}")
+        raise argparse.ArgumentTypeError(f"times must be >= 0 ms, got {shown(text)}")
     return values
 
 

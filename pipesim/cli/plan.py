@@ -26,7 +26,7 @@ from types import MappingProxyType
 
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
-from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags
+from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags, shown
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import check_output, write_json
 from pipesim.plan.report import plan_document
@@ -46,7 +46,7 @@ def parse_bytes(text: str) -> float:
     """`80GiB`, `40GB`, `1.5e9` -> bytes."""
     match = _SIZE.match(text)
     if not match:
-        raise argparse.ArgumentTypeError(f"expected a size such as 80GiB, 40GB or 1e9 (bytes), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a size such as 80GiB, 40GB or 1e9 (bytes), got {shown(text)}")
     return float(match.group(1)) * _FACTORS[(match.group(2) or "B").lower()]
 
 
@@ -54,9 +54,9 @@ def _ints(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(p) for p in text.split(",") if p.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {shown(text)}") from None
     if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {shown(text)}")
     return values
 
 
@@ -64,7 +64,7 @@ def _floats(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(p) for p in text.split(",") if p.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {shown(text)}") from None
 
 
 def _names(text: str) -> tuple[str, ...]:
