@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def config_for(args: argparse.Namespace, schedule: str) -> RunConfig:
-    model = ModelConfig(num_layers=args.layers, d_model=args.d_model, num_heads=4, ffn_size=args.ffn,
+    model = ModelConfig.of_transformer(num_layers=args.layers, hidden_size=args.d_model, num_heads=4, ffn_size=args.ffn,
                         seq_len=args.seq_len, vocab_size=args.vocab)  # fmt: skip
     return run_config(
         schedule=schedule, num_ranks=args.ranks, num_microbatches=args.microbatches,

@@ -64,7 +64,9 @@ def isolated_prediction(result) -> float | None:
 
 
 def measure(args: argparse.Namespace, schedule: str, ranks: int, runs_root: Path) -> dict:
-    model = ModelConfig(num_layers=args.layers, d_model=args.d_model, num_heads=4, ffn_size=4 * args.d_model)
+    model = ModelConfig.of_transformer(
+        num_layers=args.layers, hidden_size=args.d_model, num_heads=4, ffn_size=4 * args.d_model
+    )
     config = run_config(
         schedule=schedule, num_ranks=ranks, num_microbatches=args.microbatches,
         num_virtual_stages=options_for(schedule, num_virtual_stages=2).get("num_virtual_stages"),

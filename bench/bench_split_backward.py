@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from executor.config import ModelConfig  # noqa: E402
+from executor.config import SMALL_TRANSFORMER, ModelConfig  # noqa: E402
 from executor.rank.model import build_model, loss_fn, make_batch, split_stages, stage_io_shapes  # noqa: E402
 from executor.rank.stage import StageRunner  # noqa: E402
 
@@ -64,14 +64,18 @@ def measure(config: ModelConfig, microbatch_size: int, repeats: int) -> list[tup
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--microbatch-size", type=int, default=4)
-    parser.add_argument("--d-model", type=int, default=ModelConfig.d_model)
-    parser.add_argument("--ffn", type=int, default=ModelConfig.ffn_size)
+    parser.add_argument("--d-model", type=int, default=SMALL_TRANSFORMER.hidden_size)
+    parser.add_argument("--ffn", type=int, default=SMALL_TRANSFORMER.ffn_size)
     parser.add_argument("--repeats", type=int, default=25)
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), microbatch {args.microbatch_size}")
     for kind in ("transformer", "cnn"):
-        config = ModelConfig(kind=kind, d_model=args.d_model, ffn_size=args.ffn)
+        config = (
+            ModelConfig.of_transformer(hidden_size=args.d_model, ffn_size=args.ffn)
+            if kind == "transformer"
+            else ModelConfig.of_cnn()
+        )
         for stage, b, i, w in measure(config, args.microbatch_size, args.repeats):
             print(f"{kind:11s} stage {stage}: B {b:8.2f} ms   I {i:8.2f}   W {w:8.2f}   (I+W)/B = {(i + w) / b:.3f}")
     return 0

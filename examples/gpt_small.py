@@ -2,7 +2,7 @@
 
 Token and learned position embeddings, N pre-norm blocks (causal multi-head self-attention, then a GELU
 MLP, each around a residual), a final layer norm and a linear head to the vocabulary; next-token
-cross-entropy on synthetic sequences. Small by default (4 blocks, d_model 64, sequence 32, vocabulary 256) so a
+cross-entropy on synthetic sequences. Small by default (`SMALL`: 4 blocks, width 64, sequence 32, vocabulary 256) so a
 CPU run takes seconds.
 
 The factory contract (executor.custom_model): `build()` returns an object with `layers` (the ordered list
@@ -14,28 +14,23 @@ nn.Embedding), so zero-bubble schedules' split backward computes weight gradient
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pipesim.cost.shape import TransformerShape
 
-@dataclass(frozen=True)
-class GPTConfig:
-    vocab_size: int = 256
-    d_model: int = 64
-    num_heads: int = 4
-    num_blocks: int = 4
-    seq_len: int = 32
-    mlp_ratio: int = 4
+# The example's sizes: a TransformerShape (pipesim.cost.shape), the one declaration of a Transformer's sizes.
+SMALL = TransformerShape(num_layers=4, hidden_size=64, ffn_size=256, num_heads=4, seq_len=32, vocab_size=256)
 
 
 class Embeddings(nn.Module):
-    def __init__(self, c: GPTConfig) -> None:
+    def __init__(self, c: TransformerShape) -> None:
         super().__init__()
-        self.tokens = nn.Embedding(c.vocab_size, c.d_model)
-        self.positions = nn.Embedding(c.seq_len, c.d_model)
+        self.tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.positions = nn.Embedding(c.seq_len, c.hidden_size)
         for table in (self.tokens, self.positions):
             nn.init.normal_(table.weight, std=0.02)
 
@@ -47,15 +42,15 @@ class Embeddings(nn.Module):
 class Block(nn.Module):
     """Pre-norm: x + attention(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, c: GPTConfig) -> None:
+    def __init__(self, c: TransformerShape) -> None:
         super().__init__()
         self.num_heads = c.num_heads
-        self.norm1 = nn.LayerNorm(c.d_model)
-        self.qkv = nn.Linear(c.d_model, 3 * c.d_model)
-        self.proj = nn.Linear(c.d_model, c.d_model)
-        self.norm2 = nn.LayerNorm(c.d_model)
-        self.fc1 = nn.Linear(c.d_model, c.mlp_ratio * c.d_model)
-        self.fc2 = nn.Linear(c.mlp_ratio * c.d_model, c.d_model)
+        self.norm1 = nn.LayerNorm(c.hidden_size)
+        self.qkv = nn.Linear(c.hidden_size, 3 * c.hidden_size)
+        self.proj = nn.Linear(c.hidden_size, c.hidden_size)
+        self.norm2 = nn.LayerNorm(c.hidden_size)
+        self.fc1 = nn.Linear(c.hidden_size, c.ffn_size)
+        self.fc2 = nn.Linear(c.ffn_size, c.hidden_size)
         for linear in (self.qkv, self.proj, self.fc1, self.fc2):
             nn.init.normal_(linear.weight, std=0.02)
             nn.init.zeros_(linear.bias)
@@ -70,10 +65,10 @@ class Block(nn.Module):
 
 
 class Head(nn.Module):
-    def __init__(self, c: GPTConfig) -> None:
+    def __init__(self, c: TransformerShape) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(c.d_model)
-        self.out = nn.Linear(c.d_model, c.vocab_size)
+        self.norm = nn.LayerNorm(c.hidden_size)
+        self.out = nn.Linear(c.hidden_size, c.vocab_size)
         nn.init.normal_(self.out.weight, std=0.02)
         nn.init.zeros_(self.out.bias)
 
@@ -85,7 +80,7 @@ class Head(nn.Module):
 class GPTSmall:
     """What the factory returns (executor.custom_model's contract)."""
 
-    config: GPTConfig
+    config: TransformerShape
     layers: list[nn.Module] = field(default_factory=list)
 
     def make_batch(self, batch_size: int, step: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -108,13 +103,11 @@ def _cross_entropy(output: Tensor, target: Tensor) -> Tensor:
 
 
 def build(**overrides: int) -> GPTSmall:
-    """The model; keyword arguments override GPTConfig's fields (e.g. build(num_blocks=2) in Python)."""
-    c = GPTConfig(**overrides)
-    if c.d_model % c.num_heads:
-        raise ValueError(f"d_model {c.d_model} must be divisible by num_heads {c.num_heads}")
-    return GPTSmall(c, [Embeddings(c), *(Block(c) for _ in range(c.num_blocks)), Head(c)])
+    """The model; keyword arguments override SMALL's sizes (e.g. build(num_layers=2) in Python)."""
+    c = replace(SMALL, **overrides)  # TransformerShape checks the sizes
+    return GPTSmall(c, [Embeddings(c), *(Block(c) for _ in range(c.num_layers)), Head(c)])
 
 
 def build_tiny() -> GPTSmall:
     """A tiny variant for tests: 2 blocks, d_model 16, sequence 8, vocabulary 32."""
-    return build(num_blocks=2, d_model=16, num_heads=2, seq_len=8, vocab_size=32)
+    return build(num_layers=2, hidden_size=16, ffn_size=64, num_heads=2, seq_len=8, vocab_size=32)

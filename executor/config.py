@@ -1,24 +1,8 @@
-"""Typed configs of a real run, shared by the launcher (parent) and the workers (torchrun ranks).
+"""Typed configs of a real run, one per concern, shared by the launcher (parent) and the workers (torchrun ranks).
 
-The run folder is the contract between them:
-
-    runs/NAME/
-      config.json      RunConfig.to_dict()            (launcher writes, workers read)
-      schedule.json    pipesim.formats schedule doc   (launcher writes, workers read)
-      measured.json    measured Timeline doc + step_times_ms, losses, peak_memory_bytes (rank 0 writes;
-                       with data parallelism, replica 0's ranks)
-      cost.json        pipesim cost file from the profile phase (rank 0 writes, with --profile)
-      reference.json   torch.distributed.pipelining step times and losses (with --reference)
-      trace.json       Chrome trace: simulated and measured step, flows per message (launcher writes)
-      traces/          torch.profiler (Kineto) traces of the measured steps, rankR.json and, from the
-                       reference run, torch-rankR.json (with --torch-profile)
-      result.json      status, message, timings, prediction error (launcher writes last)
-      progress.json    the launcher's pid, progress, latest events and log lines (launcher, while it runs)
-      cancel           written by whoever cancels the run; the launcher watches for it
-      logs/            one log per rank
-
-Workers report progress on stdout as single lines `PIPESIM {json}` (see
-`PROGRESS_PREFIX`), e.g. {"event": "step", "rank": 0, "step": 3, "steps": 10}.
+Each field's docstring is its help, and `python -m executor run`'s flags are generated from the fields
+(pipesim.flags; a field's metadata names its flag where it is not the field's own name): the configs are the one
+source of the flags, their defaults and their help. What the run folder holds is executor.run_files'.
 """
 
 from __future__ import annotations
@@ -26,27 +10,23 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-PROGRESS_PREFIX = "PIPESIM "
-TRACES_DIR = "traces"  # the run folder's torch.profiler traces (executor.torch_profile writes them)
-# A file the launcher writes into the run folder to ask the ranks to stop after the step in progress and write
-# what they measured (a cancel); the ranks agree on it at each step boundary.
-STOP_FILE = "stop"
-# A file anyone may write into the run folder to cancel the run (`python -m executor cancel`, the app of another
-# server): the launcher's watch loop takes it as its own cancel (executor.launch, executor.watch).
-CANCEL_FILE = "cancel"
-# The launcher's view of its run, rewritten atomically about every PROGRESS_EVERY_S while it runs: its pid, the
-# progress fraction, the latest events and log lines (executor.run_folder writes and reads it).
-PROGRESS_FILE = "progress.json"
-PROGRESS_EVERY_S = 0.5
+from pipesim.cost.shape import TransformerShape
+
 MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
 CUSTOM = "custom"
 DTYPES = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "staged")
 OPTIMIZERS = ("sgd", "adam")
+# The executor's Transformer: small enough that a CPU run takes seconds (the classic PyTorch tutorial model).
+SMALL_TRANSFORMER = TransformerShape(
+    num_layers=4, hidden_size=128, ffn_size=512, num_heads=4, seq_len=64, vocab_size=1000
+)
+# Without --batch-size: the smallest multiple of the microbatches that is at least this.
+DEFAULT_MIN_BATCH = 16
 
 
 # dotted module path, a colon, a function name: nothing else can reach importlib
@@ -62,29 +42,53 @@ def parse_spec(spec: object) -> tuple[str, str]:
     return module, function
 
 
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CNNConfig:
+    """The CNN: the classic CIFAR-10 examples' conv blocks and three fully connected layers (3x32x32 images)."""
+
+    channels: int = field(default=32, metadata={"flag": "cnn-channels"})
+    """Channels of the first conv block; they double every two blocks, up to 4x."""
+    blocks: int = field(default=4, metadata={"flag": "cnn-blocks"})
+    """Conv blocks; stages share out these plus the 3 fully connected layers."""
+    fc_size: int = field(default=256, metadata={"flag": "cnn-fc"})
+    """Width of the two hidden fully connected layers."""
+
+    def __post_init__(self) -> None:
+        for name in ("channels", "blocks", "fc_size"):
+            _positive_int(f"cnn {name}", getattr(self, name))
+
+    def num_units(self) -> int:
+        return self.blocks + 3
+
+
+# Field names of the flat model section that run folders written before the split hold.
+_LEGACY_MODEL_FIELDS = {
+    "num_layers": ("transformer", "num_layers"), "d_model": ("transformer", "hidden_size"),
+    "num_heads": ("transformer", "num_heads"), "ffn_size": ("transformer", "ffn_size"),
+    "seq_len": ("transformer", "seq_len"), "vocab_size": ("transformer", "vocab_size"),
+    "cnn_channels": ("cnn", "channels"), "cnn_blocks": ("cnn", "blocks"), "cnn_fc_size": ("cnn", "fc_size"),
+}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """The reference model and its size. Transformer fields and CNN fields are separate.
+    """The model: a built-in Transformer or CNN and its sizes, or your own factory, and where its stages start."""
 
-    kind "custom" is the user's own model: `spec` names its factory as "package.module:function"
-    (executor.custom_model says what the factory returns); the size fields do not apply to it.
-    """
-
-    kind: Literal["transformer", "cnn", "custom"] = "transformer"
-    spec: str | None = None
-    # Transformer (the classic PyTorch tutorial model)
-    vocab_size: int = 1000
-    d_model: int = 128
-    num_heads: int = 4
-    ffn_size: int = 512
-    num_layers: int = 4
-    seq_len: int = 64
-    # CNN (the classic CIFAR-10 examples): 3x32x32 images, 10 classes
-    cnn_channels: int = 32
-    cnn_blocks: int = 4
-    cnn_fc_size: int = 256
-    # Explicit stage boundaries as layer indices; None balances by parameter count.
-    split_points: tuple[int, ...] | None = None
+    kind: Literal["transformer", "cnn", "custom"] = field(default="transformer", metadata={"cli": False})
+    """transformer, cnn, or custom: your own model, built by the factory `spec` names."""
+    spec: str | None = field(default=None, metadata={"cli": False})
+    """A custom model's factory, package.module:function (executor.custom_model says what it returns)."""
+    transformer: TransformerShape = SMALL_TRANSFORMER
+    """The Transformer's sizes (kind transformer)."""
+    cnn: CNNConfig = CNNConfig()
+    """The CNN's sizes (kind cnn)."""
+    split_points: tuple[int, ...] | None = field(default=None, metadata={"metavar": "A,B,.."})
+    """Unit indices where each stage after the first starts, e.g. 2,4,6 (default: balanced by parameter count)."""
 
     def __post_init__(self) -> None:
         if self.kind not in (*MODEL_KINDS, CUSTOM):
@@ -92,46 +96,83 @@ class ModelConfig:
         if (self.kind == CUSTOM) != (self.spec is not None):
             raise ValueError("a custom model needs spec 'package.module:factory', and only a custom model takes one")
         if self.spec is not None:
-            parse_spec(self.spec)  # the text form only; importing waits for executor.checks
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
-                raise ValueError(f"{f.name} must be a positive integer, got {value}")
-        if self.kind == "transformer" and self.d_model % self.num_heads:
-            raise ValueError(f"d_model {self.d_model} must be divisible by num_heads {self.num_heads}")
+            parse_spec(self.spec)  # the text form only; importing waits for executor.host.checks
+        if not isinstance(self.transformer, TransformerShape) or not isinstance(self.cnn, CNNConfig):
+            raise ValueError("model: transformer must be a TransformerShape and cnn a CNNConfig")
+
+    @classmethod
+    def of_transformer(cls, split_points: tuple[int, ...] | None = None, **sizes: int) -> ModelConfig:
+        """The built-in Transformer with the given sizes (TransformerShape's fields) over the executor's small one."""
+        return cls("transformer", transformer=replace(SMALL_TRANSFORMER, **sizes), split_points=split_points)
+
+    @classmethod
+    def of_cnn(cls, split_points: tuple[int, ...] | None = None, **sizes: int) -> ModelConfig:
+        """The built-in CNN with the given sizes (CNNConfig's fields)."""
+        return cls("cnn", cnn=CNNConfig(**sizes), split_points=split_points)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ModelConfig:
+        """The model section of config.json: nested (transformer, cnn) or the flat one of older run folders."""
+        if not isinstance(data, dict):
+            raise ValueError(f"run config: model must be an object, got {data!r:.60}")
+        sections: dict[str, dict[str, Any]] = {"transformer": {}, "cnn": {}}
+        top: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in _LEGACY_MODEL_FIELDS:
+                section, name = _LEGACY_MODEL_FIELDS[key]
+                sections[section][name] = value
+            elif key in sections:
+                if not isinstance(value, dict):
+                    raise ValueError(f"run config: model {key} must be an object, got {value!r:.60}")
+                sections[key].update(value)
+            else:
+                top[key] = value
+        valid = {f.name for f in fields(cls)}
+        unknown = set(top) - valid
+        if unknown:
+            raise ValueError(f"unknown model fields {sorted(unknown)}; valid: {sorted(valid)}")
+        if top.get("split_points") is not None:
+            if not isinstance(top["split_points"], (list, tuple)):
+                raise ValueError(f"model split_points must be a list of unit indices, got {top['split_points']!r:.60}")
+            top["split_points"] = tuple(top["split_points"])
+        try:
+            shape = replace(SMALL_TRANSFORMER, **sections["transformer"])
+            cnn = CNNConfig(**sections["cnn"])
+        except TypeError as error:  # an unknown size field
+            raise ValueError(f"run config: model sizes: {error}") from None
+        return cls(**top, transformer=shape, cnn=cnn)
 
     @property
     def num_units(self) -> int:
-        """Layers that stages share out (executor.model builds exactly these): a Transformer's embedding,
-        num_layers blocks and output projection; a CNN's cnn_blocks conv blocks and 3 FC layers. A custom model's
-        count is known once its factory ran (executor.custom_model.check_custom_model)."""
+        """Layers that stages share out (executor.rank.model builds exactly these): a Transformer's embedding,
+        num_layers blocks and output projection; a CNN's conv blocks and 3 FC layers. A custom model's count is
+        known once its factory ran (executor.custom_model.check_custom_model)."""
         if self.kind == CUSTOM:
-            raise ValueError("a custom model's layers are counted by running its factory (executor.checks)")
-        return self.num_layers + 2 if self.kind == "transformer" else self.cnn_blocks + 3
+            raise ValueError("a custom model's layers are counted by running its factory (executor.host.checks)")
+        return self.transformer.num_units() if self.kind == "transformer" else self.cnn.num_units()
 
     def describe_units(self) -> str:
         if self.kind == CUSTOM:
             return f"the layers of {self.spec}"
         if self.kind == "transformer":
-            return f"embedding + {self.num_layers} blocks + output"
-        return f"{self.cnn_blocks} conv blocks + 3 FC layers"
-
-
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            return f"embedding + {self.transformer.num_layers} blocks + output"
+        return f"{self.cnn.blocks} conv blocks + 3 FC layers"
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """What runs: a registered schedule (or a custom one's name) and its sizes."""
+    """The pipeline: a registered schedule (or a custom one's name) and its sizes."""
 
-    schedule: str = "1f1b"
-    num_ranks: int = 2
-    num_microbatches: int = 4
-    num_virtual_stages: int | None = None
-    # Replicas of the whole pipeline (data parallel): num_ranks x data_parallel processes in all.
+    schedule: str = field(default="1f1b", metadata={"metavar": "NAME"})
+    """A registered schedule's name (python -m pipesim list)."""
+    num_ranks: int = field(default=2, metadata={"flag": "ranks"})
+    """Pipeline ranks: one process (one device) each."""
+    num_microbatches: int = field(default=4, metadata={"flag": "microbatches"})
+    """Microbatches per step: the batch is split into this many."""
+    num_virtual_stages: int | None = field(default=None, metadata={"flag": "virtual-stages"})
+    """Stages per rank, for the schedules that take a choice of it (interleaved, looped)."""
     data_parallel: int = 1
+    """Replicas of the whole pipeline: ranks x this many processes, gradients all-reduced between replicas."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.schedule, str) or not self.schedule.strip():
@@ -145,26 +186,33 @@ class PipelineConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """How the model trains: batch, steps, optimizer, recomputation, precision; and whether torch.profiler records
-    the measured steps (Kineto traces in the run folder's traces/, actions labelled PP:<action> as torch labels
-    them)."""
+    """Training: batch, steps, optimizer, recomputation, precision, and the torch.profiler capture."""
 
-    # Per step and per pipeline replica, split into num_microbatches; with data_parallel D the global batch is
-    # batch_size x D, replica d taking rows d*batch_size..(d+1)*batch_size-1 of it.
-    batch_size: int = 16
-    steps: int = 5  # measured steps
-    warmup_steps: int = 1  # not measured
+    batch_size: int | None = None
+    """Samples per step and per replica, split into the microbatches; with data parallel D the global batch is
+    D times this (default: the smallest multiple of the microbatches that is at least 16)."""
+    steps: int = 5
+    """Measured steps."""
+    warmup_steps: int = 1
+    """Steps run before the measured ones, not measured."""
     seed: int = 0
+    """Seed of the model's weights and of the synthetic data."""
     optimizer: Literal["sgd", "adam"] = "sgd"
+    """The optimizer."""
     lr: float = 0.01
+    """Learning rate."""
     recompute: bool = False
+    """Recompute each stage's activations in its backward instead of stashing them."""
     torch_profile: bool = False
-    # Compute precision: "bf16" runs forward (and recompute) under torch.autocast with bfloat16 and sends
-    # activations and their gradients between ranks in bfloat16; weights, gradients and the optimizer stay fp32.
+    """Record a torch.profiler (Kineto) trace of the measured steps on every rank (the run folder's traces/),
+    actions labelled PP:<action> as torch labels them."""
     dtype: Literal["fp32", "bf16"] = "fp32"
+    """Compute precision; bf16: forward and recompute under autocast, activations and their gradients sent in
+    bf16, fp32 master weights, gradients and optimizer."""
 
     def __post_init__(self) -> None:
-        _positive_int("batch_size", self.batch_size)
+        if self.batch_size is not None:
+            _positive_int("batch_size", self.batch_size)
         if not isinstance(self.torch_profile, bool):
             raise ValueError(f"torch_profile must be true or false, got {self.torch_profile!r}")
         if self.dtype not in DTYPES:
@@ -181,10 +229,12 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class DeviceConfig:
-    """Where it runs: cpu, cuda or auto, and the transport between ranks (resolved by executor.devices)."""
+    """Devices: where the ranks run and how they talk (resolved by executor.devices)."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    """cpu, cuda, or auto: CUDA when torch sees GPUs, else CPU."""
     backend: Literal["auto", "gloo", "nccl", "staged"] = "auto"
+    """Transport between ranks; auto: gloo on CPU, nccl with one GPU per rank, else staged through host memory."""
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
@@ -195,38 +245,52 @@ class DeviceConfig:
 
 @dataclass(frozen=True)
 class NodesConfig:
-    """Multi-node runs: passed through to torchrun's rendezvous."""
+    """Nodes: a multi-node run, passed through to torchrun's rendezvous (the same --out on every node)."""
 
     nnodes: int = 1
+    """Nodes taking part."""
     node_rank: int = 0
-    rdzv_endpoint: str | None = None
+    """This node's index, 0 to nnodes - 1; node 0 writes result.json."""
+    rdzv_endpoint: str | None = field(default=None, metadata={"metavar": "HOST:PORT"})
+    """torchrun's rendezvous endpoint, on node 0."""
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs, one typed config per concern; checked so bad input is refused before anything
-    starts. Build it from flat keyword arguments with `run_config(...)`."""
+    """The run as a whole: a profile first, the torch reference, the time limit. One typed config per concern beside
+    these; checked so bad input is refused before anything starts. Build it from flat keyword arguments with
+    `run_config(...)`."""
 
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     devices: DeviceConfig = field(default_factory=DeviceConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
-    profile: bool = False  # measure per-stage costs first, write cost.json, predict
-    reference: bool = False  # also run torch.distributed.pipelining's own schedule
-    timeout_s: float = 600.0
+    profile: bool = False
+    """Measure each stage's costs first (cost.json), then predict the step time and compare."""
+    reference: bool = False
+    """Also run torch.distributed.pipelining's own schedule on the same model, for comparison."""
+    timeout_s: float = field(default=600.0, metadata={"flag": "timeout", "metavar": "S"})
+    """Seconds before every process of the run is ended (the reference run included)."""
 
     def __post_init__(self) -> None:
-        if self.training.batch_size % self.pipeline.num_microbatches:
+        microbatches = self.pipeline.num_microbatches
+        if self.training.batch_size is None:  # the default: one that splits
+            batch_size = -(-DEFAULT_MIN_BATCH // microbatches) * microbatches
+            object.__setattr__(self, "training", replace(self.training, batch_size=batch_size))
+        elif self.training.batch_size % microbatches:
+            low = self.training.batch_size // microbatches * microbatches
+            choices = " or ".join(str(b) for b in (low, low + microbatches) if b > 0)
             raise ValueError(
-                f"batch_size {self.training.batch_size} does not split into {self.pipeline.num_microbatches} "
-                f"microbatches; choose a batch size that is a multiple of {self.pipeline.num_microbatches}"
+                f"batch_size {self.training.batch_size} does not split into {microbatches} microbatches; "
+                f"choose a multiple of {microbatches}, e.g. {choices}"
             )
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
 
     @property
     def microbatch_size(self) -> int:
+        assert self.training.batch_size is not None  # resolved in __post_init__
         return self.training.batch_size // self.pipeline.num_microbatches
 
     @property
@@ -280,15 +344,8 @@ def run_config(*, model: ModelConfig | dict | None = None, **flat: Any) -> RunCo
         else:
             valid = sorted([*_FIELDS, "model", "profile", "reference", "timeout_s"])
             raise ValueError(f"unknown run config field {name!r}; valid: {', '.join(valid)}")
-    if isinstance(model, dict):
-        model = dict(model)
-        if model.get("split_points") is not None:
-            model["split_points"] = tuple(model["split_points"])
-        valid = sorted(f.name for f in fields(ModelConfig))
-        unknown = set(model) - set(valid)
-        if unknown:
-            raise ValueError(f"unknown model fields {sorted(unknown)}; valid: {valid}")
-        model = ModelConfig(**model)
+    if model is not None and not isinstance(model, ModelConfig):
+        model = ModelConfig.from_dict(model)
     built = {name: _SECTIONS[name](**values) for name, values in sections.items()}
     return RunConfig(model=model or ModelConfig(), **built, **top)
 

@@ -12,7 +12,9 @@ import json
 import sys
 from typing import Any
 
-from executor.config import PROGRESS_PREFIX, RunConfig
+from executor.config import RunConfig
+
+PROGRESS_PREFIX = "PIPESIM "  # a rank's progress line: this prefix, then one JSON object
 
 
 def emit(event: str, **fields: Any) -> None:

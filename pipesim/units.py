@@ -12,6 +12,16 @@ def format_bytes(value: float) -> str:
     return f"{value} B"  # unreachable
 
 
+def format_memory(peak_bytes: float | None, stashed: int | None, bytes_known: bool) -> str:
+    """Peak memory as every surface prints it: binary bytes when the costs carry real sizes (a cost file, a model
+    description, the app's MiB per microbatch), else the microbatches stashed: times typed on the command line carry
+    no sizes (1 per microbatch), where "8 B" would mean nothing."""
+    if bytes_known and peak_bytes is not None:
+        return format_bytes(peak_bytes)
+    count = stashed or 0
+    return f"{count} microbatch{'' if count == 1 else 'es'}"
+
+
 BINARY_UNITS = (("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40))
 
 

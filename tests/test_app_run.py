@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from executor.config import CANCEL_FILE, PROGRESS_PREFIX, run_config
+from executor.config import run_config
 from executor.host import launch, run_folder
+from executor.progress import PROGRESS_PREFIX
+from executor.run_files import CANCEL_FILE
 from pipesim.analysis.attribution import attribute_run
 from pipesim.analysis.overlay import prediction_error
 from pipesim.cost.model import CostModel

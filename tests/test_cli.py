@@ -81,7 +81,7 @@ def test_simulate_writes_json_csv_trace_and_html(capsys, tmp_path):
     metrics = compute_metrics(simulate(schedule, cost), cost)
     assert f"makespan {metrics.makespan:.3f} ms" in out
     assert f"bubble_fraction {metrics.bubble_fraction:.1%}" in out
-    assert "rank 2: bubble" in out and "peak memory 1 stashed microbatch" in out
+    assert "rank 2: bubble" in out and "peak memory 1 microbatch stashed" in out
 
     doc = json.loads((tmp_path / "t.json").read_text())
     assert doc["makespan"] == pytest.approx(metrics.makespan)
@@ -170,7 +170,7 @@ def test_cost_file_and_its_conflicts(capsys, tmp_path):
     assert code == 0, err
     expected = compute_metrics(simulate(build_schedule("gpipe", 2, 2), cost)).makespan
     assert f"makespan {expected:.3f} ms" in out
-    assert "stashed microbatches (2 bytes)" in out  # a cost file carries real sizes: 1 byte per activation here
+    assert "peak memory 2 B (2 microbatches stashed)" in out  # a cost file carries real sizes: 1 byte each here
     assert_usage_error(
         run(
             capsys,

@@ -28,7 +28,14 @@ from pipesim.sim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = doctor.DoctorConfig(
-    model=replace(doctor.TINY, vocab_size=32, d_model=16, num_heads=2, ffn_size=32, seq_len=8), batch_size=8, steps=2
+    model=replace(
+        doctor.TINY,
+        transformer=replace(
+            doctor.TINY.transformer, vocab_size=32, hidden_size=16, num_heads=2, ffn_size=32, seq_len=8
+        ),
+    ),
+    batch_size=8,
+    steps=2,
 )
 
 

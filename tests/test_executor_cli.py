@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from executor import processes
-from executor.config import PROGRESS_PREFIX
-from executor.host import cli, launch
+from executor.host import cli, launch, phase
+from executor.progress import PROGRESS_PREFIX
 
 TINY_FLAGS = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32"]
 
@@ -41,12 +41,11 @@ BAD_INPUTS = {
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     started = []
-    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: started.append(a))
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(BAD_INPUTS[case])
-    assert exit_info.value.code == 2
+    monkeypatch.setattr(phase.subprocess, "Popen", lambda *a, **k: started.append(a))
+    exit_info = cli.main(BAD_INPUTS[case])
+    assert exit_info == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("python -m executor: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert started == [] and list(tmp_path.iterdir()) == []
 
 
@@ -69,7 +68,8 @@ def test_run_prints_json_progress_then_a_summary(tmp_path, monkeypatch, capsys):
     assert (out_dir / "result.json").exists()
     config = json.loads((out_dir / "config.json").read_text())
     model = config["model"]
-    assert (config["pipeline"]["schedule"], model["num_layers"], model["d_model"]) == ("gpipe", 2, 16)
+    shape = model["transformer"]
+    assert (config["pipeline"]["schedule"], shape["num_layers"], shape["hidden_size"]) == ("gpipe", 2, 16)
 
 
 def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
@@ -79,14 +79,14 @@ def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
 
 
 def test_an_out_folder_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, capsys):
-    """issue 9 item 5: --out under a file (as on a read-only or full disk): one line, exit 2, no half-made folder."""
+    """issue 9 item 5: --out under a file (as on a read-only or full disk): one line, no half-made folder; exit 1,
+    an output that cannot be written, not a usage error (issue 19 item 8)."""
     started = []
-    monkeypatch.setattr(launch.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(phase.subprocess, "Popen", lambda *a, **k: started.append(a))
     (tmp_path / "file").write_text("x")
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["run", "--device", "cpu", *TINY_FLAGS, "--out", str(tmp_path / "file" / "runs" / "r")])
+    exit_info = cli.main(["run", "--device", "cpu", *TINY_FLAGS, "--out", str(tmp_path / "file" / "runs" / "r")])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert exit_info == 1 and err.count("\n") == 1 and "Traceback" not in err
     assert str(tmp_path / "file" / "runs") in err and started == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
@@ -137,6 +137,5 @@ def test_list_and_show(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["profiler_traces"] == [str(root.resolve() / "first/traces/rank0.json")]
     assert cli.main(["show", str(root / "first")]) == 0
     assert "status   ok" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["show", str(tmp_path / "nothing")])
-    assert exit_info.value.code == 2
+    exit_info = cli.main(["show", str(tmp_path / "nothing")])
+    assert exit_info == 2

@@ -11,7 +11,7 @@ from executor.rank.model import build_model
 from executor.rank.train_loop import gradient_bytes, optimizer_state_bytes
 from pipesim.sim.memory import OPTIMIZER_STATES
 
-TINY = ModelConfig(num_layers=2, d_model=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
+TINY = ModelConfig.of_transformer(num_layers=2, hidden_size=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
 
 
 @pytest.mark.parametrize(

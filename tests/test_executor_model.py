@@ -26,10 +26,10 @@ from pipesim.cost.balance import balance
 from pipesim.ir import Action, make_schedule
 
 TINY = {
-    "transformer": ModelConfig(
-        kind="transformer", vocab_size=30, d_model=16, num_heads=2, ffn_size=24, num_layers=3, seq_len=6
+    "transformer": ModelConfig.of_transformer(
+        vocab_size=30, hidden_size=16, num_heads=2, ffn_size=24, num_layers=3, seq_len=6
     ),
-    "cnn": ModelConfig(kind="cnn", cnn_channels=3, cnn_blocks=3, cnn_fc_size=12),
+    "cnn": ModelConfig.of_cnn(channels=3, blocks=3, fc_size=12),
 }
 MODELS = sorted(TINY)
 
@@ -124,7 +124,7 @@ def test_make_batch_is_deterministic_per_step(kind):
     x1, _ = make_batch(config, 4, seed=1, step=1)
     assert torch.equal(x0, x0b) and torch.equal(y0, y0b) and not torch.equal(x0, x1)
     if kind == "transformer":
-        assert x0.shape == y0.shape == (4, config.seq_len)
+        assert x0.shape == y0.shape == (4, config.transformer.seq_len)
         assert torch.equal(x0[:, 1:], y0[:, :-1])  # next-token targets
     else:
         assert x0.shape == (4, 3, 32, 32) and y0.shape == (4,) and int(y0.max()) < 10

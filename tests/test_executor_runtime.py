@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig, run_config
+from executor.config import ModelConfig, RunConfig, run_config
+from executor.progress import PROGRESS_PREFIX
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import read_json, schedule_to_dict, timeline_from_dict, write_json
 from pipesim.schedules import build_schedule, schedule_names
@@ -104,8 +105,8 @@ def start_worker_run(run_dir: Path, config: RunConfig, schedule) -> subprocess.C
 @pytest.fixture(scope="module")
 def worker_run(tmp_path_factory):
     """zbv on 2 ranks: split backward, a local hand-over (stages 1-2) and cross-rank transfers; with profile."""
-    model = ModelConfig(
-        kind="transformer", vocab_size=64, d_model=32, num_heads=2, ffn_size=64, num_layers=4, seq_len=16
+    model = ModelConfig.of_transformer(
+        vocab_size=64, hidden_size=32, num_heads=2, ffn_size=64, num_layers=4, seq_len=16
     )
     config = run_config(
         schedule="zbv",
@@ -246,8 +247,8 @@ def test_torchs_compute_comms_order_runs_and_its_pairs_run_back_to_back(tmp_path
     csv.writer(text).writerows(rows)
     schedule = schedule_from_csv(text.getvalue(), name="dualpipev")
     assert schedule.has_transfers
-    model = ModelConfig(
-        kind="transformer", vocab_size=64, d_model=32, num_heads=2, ffn_size=64, num_layers=4, seq_len=16
+    model = ModelConfig.of_transformer(
+        vocab_size=64, hidden_size=32, num_heads=2, ffn_size=64, num_layers=4, seq_len=16
     )
     config = run_config(
         schedule="dualpipev",

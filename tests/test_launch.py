@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from executor import processes
-from executor.config import PROGRESS_PREFIX, ModelConfig, RunConfig, run_config
-from executor.host import checks, launch, predict, run_folder
+from executor.config import ModelConfig, RunConfig, run_config
+from executor.host import checks, cli_runs, launch, phase, predict, run_folder
 from executor.host.run_folder import list_runs, load_run
+from executor.progress import PROGRESS_PREFIX
+from executor.run_files import TRACE_FILE
 from pipesim.cost.model import CostModel, RankRuntime
 from pipesim.io.cost_file import save_cost
 from pipesim.io.formats import timeline_to_dict, write_json
@@ -32,7 +34,7 @@ from pipesim.sim.memory import rank_memory
 from pipesim.sim.metrics import makespan
 from pipesim.sim.simulate import simulate
 
-TINY = ModelConfig(num_layers=2, d_model=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
+TINY = ModelConfig.of_transformer(num_layers=2, hidden_size=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
 
 
 def cpu_config(**changes) -> RunConfig:
@@ -54,7 +56,7 @@ class PopenSpy:
             self.procs.append(real(args, **kwargs))
             return self.procs[-1]
 
-        monkeypatch.setattr(launch.subprocess, "Popen", spy)
+        monkeypatch.setattr(phase.subprocess, "Popen", spy)
 
 
 def fake_command(monkeypatch, script: str) -> None:
@@ -121,9 +123,15 @@ def missing_action_schedule():
 
 REFUSALS = {
     "unknown schedule": (lambda: cpu_config(schedule="nope"), None, "valid schedules"),
-    "too many stages": (lambda: cpu_config(num_ranks=4, model=ModelConfig(num_layers=1)), None, "every stage needs"),
+    "too many stages": (
+        lambda: cpu_config(num_ranks=4, model=ModelConfig.of_transformer(num_layers=1)),
+        None,
+        "every stage needs",
+    ),
     "too many cpu ranks": (
-        lambda: cpu_config(num_ranks=32, num_microbatches=32, batch_size=32, model=ModelConfig(num_layers=40)),
+        lambda: cpu_config(
+            num_ranks=32, num_microbatches=32, batch_size=32, model=ModelConfig.of_transformer(num_layers=40)
+        ),
         None,
         "the limit is",
     ),  # fmt: skip
@@ -131,7 +139,7 @@ REFUSALS = {
     "nccl on cpu": (lambda: cpu_config(backend="nccl"), None, "gloo"),
     "multi-node without endpoint": (lambda: cpu_config(nnodes=2), None, "rdzv_endpoint"),
     "ranks over nodes": (
-        lambda: cpu_config(num_ranks=3, nnodes=2, rdzv_endpoint="h:1", model=ModelConfig(num_layers=2)),
+        lambda: cpu_config(num_ranks=3, nnodes=2, rdzv_endpoint="h:1", model=ModelConfig.of_transformer(num_layers=2)),
         None,
         "split evenly",
     ),  # fmt: skip
@@ -154,8 +162,17 @@ def test_bad_input_is_refused_before_anything_starts(case, tmp_path, monkeypatch
 
 
 def test_batch_that_does_not_split_is_refused_by_the_config():
-    with pytest.raises(ValueError, match="multiple of 4"):
+    with pytest.raises(ValueError, match="choose a multiple of 4, e.g. 8 or 12"):
         cpu_config(batch_size=10)
+
+
+@pytest.mark.parametrize(("microbatches", "batch"), [(4, 16), (8, 16), (5, 20), (3, 18), (32, 32)])
+def test_the_default_batch_splits_into_the_microbatches(microbatches, batch):
+    """Issue 20 item 5: without --batch-size the batch is the smallest multiple of the microbatches from 16 up (16
+    wherever 16 already split), so the README's zb-h1 2 x 5 runs as given."""
+    config = run_config(num_microbatches=microbatches)
+    assert config.training.batch_size == batch and config.microbatch_size == batch // microbatches
+    assert RunConfig.from_dict(config.to_dict()) == config  # the file holds the batch size it ran
 
 
 def test_nccl_with_too_few_gpus_suggests_staged(tmp_path, monkeypatch):
@@ -286,7 +303,7 @@ def test_analyse_run_writes_the_simulated_timeline(tmp_path):
     assert out["prediction_error"] == pytest.approx((expected - 22.0) / 22.0)
     simulated = json.loads((tmp_path / "simulated.json").read_text())
     assert simulated["source"] == "simulated" and simulated["predicted_step_ms"] == pytest.approx(expected)
-    trace = json.loads((tmp_path / predict.TRACE_FILE).read_text())  # the one-file Perfetto view (issue 14)
+    trace = json.loads((tmp_path / TRACE_FILE).read_text())  # the one-file Perfetto view (issue 14)
     assert trace["otherData"]["views"] == ["simulated", "measured"]
     assert sum(e["ph"] == "s" for e in trace["traceEvents"]) == 2 * 4  # gpipe 2x2: 2 activations + 2 gradients
     # the timeline holds one step but three step times were claimed: no analysis, and the reason is kept
@@ -326,9 +343,8 @@ def test_list_runs_newest_first_and_damaged_folders_said_so(tmp_path, monkeypatc
     assert cli.main(["list", "--runs-root", str(tmp_path)]) == 0
     listing = capsys.readouterr().out
     assert "damaged" in listing and "Traceback" not in listing and "new" in listing
-    with pytest.raises(SystemExit) as shown:
-        cli.main(["show", str(tmp_path / "list-result")])
-    assert shown.value.code == 2 and "result.json" in capsys.readouterr().err
+    shown = cli.main(["show", str(tmp_path / "list-result")])
+    assert shown == 2 and "result.json" in capsys.readouterr().err
     assert runs["unfinished"].status == "failed" and "no result.json" in runs["unfinished"].message
     names = [r.run_dir.name for r in list_runs(tmp_path) if r.run_dir.name in ("old", "new")]
     assert names == ["new", "old"]
@@ -365,9 +381,7 @@ def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     assert imported.schedule.actions == result.schedule.actions and len(imported.step_times_ms) == 3
     trace = json.loads((result.run_dir / "trace.json").read_text())
     assert trace["otherData"]["views"] == ["simulated", "measured"]
-    from executor.host import cli
-
-    assert any(line.startswith("profiler 4 torch.profiler traces") for line in cli.summary_lines(result))
+    assert any(line.startswith("profiler 4 torch.profiler traces") for line in cli_runs.summary_lines(result))
     assert {"rank0.log", "rank1.log"} <= {p.name for p in (result.run_dir / "logs").iterdir()}
     assert len(result.step_times_ms) == 3 and len(result.losses) == 1 + 3  # losses include the warm-up step
     assert result.measured is not None and {s.rank for s in result.measured.spans} == {0, 1}
@@ -419,18 +433,6 @@ def test_crash_in_one_rank_is_reported_and_nothing_is_left(tmp_path, monkeypatch
     assert_no_process_left(result.run_dir, pgid=spy.procs[0].pid)
 
 
-@pytest.mark.torchrun
-def test_cancel_really_ends_a_real_run(tmp_path):
-    handle = launch.start_run(cpu_config(steps=10_000, timeout_s=240), runs_root=tmp_path)
-    deadline = time.monotonic() + 200
-    while not any(e.get("event") == "step" for e in handle.events()) and time.monotonic() < deadline:
-        assert not handle.done(), handle.wait().message
-        time.sleep(0.2)
-    handle.cancel()
-    assert handle.status == "cancelled"
-    assert_no_process_left(handle.run_dir)
-
-
 def test_gpu_probe_keeps_torch_out_of_the_calling_process() -> None:
     """The app imports the launcher; asking for the GPU count must not pull torch into it."""
     code = (
@@ -456,7 +458,8 @@ def test_gpu_probe_keeps_torch_out_of_the_calling_process() -> None:
 
 @pytest.mark.torchrun
 def test_a_cancel_keeps_the_steps_already_measured(tmp_path):
-    """Issue 13 item 4: the ranks stop after the step in progress and write what they measured."""
+    """Issue 13 item 4: the ranks stop after the step in progress and write what they measured; and a cancel really
+    ends a real run (every process gone). One launch serves both (issue 19 item 9: one start-up less)."""
     handle = launch.start_run(cpu_config(steps=10_000, timeout_s=240), runs_root=tmp_path)
     deadline = time.monotonic() + 200
     while time.monotonic() < deadline:

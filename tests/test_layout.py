@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # from itself). `pipesim` alone is the package's public face and sits on top (it may re-export anything).
 PIPESIM_ORDER = [
     "pipesim._perf",
+    "pipesim.flags",
     "pipesim.ir",
     "pipesim.limits",
     "pipesim.units",
@@ -37,13 +38,11 @@ EXECUTOR_SHARED = {
     "executor.custom_model",
     "executor.progress",
     "executor.processes",
+    "executor.run_files",
 }
 MAX_LINES = 400
 # Over the limit today, each to be split by concern (issue 19): the list only shrinks.
-OVER_LIMIT = {
-    "executor.host.launch": 438,
-    "executor.host.cli": 403,
-}
+OVER_LIMIT = {}
 
 
 def _modules(package: str) -> dict[str, Path]:

@@ -17,7 +17,7 @@ from pipesim.io.formats import schedule_to_dict, write_json
 from pipesim.ir import make_schedule
 from pipesim.schedules import build_schedule, options_for, schedule_names
 
-TINY = ModelConfig(num_layers=2, d_model=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)
+TINY = ModelConfig.of_transformer(num_layers=2, hidden_size=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)
 
 
 def options(name: str) -> dict:
@@ -72,11 +72,11 @@ def test_a_failed_reference_makes_the_run_partial(tmp_path, monkeypatch):
     config = run_config(schedule="1f1b", num_ranks=2, num_microbatches=2, batch_size=4, device="cpu", reference=True)
     result = launch.run(config, runs_root=tmp_path)
     assert result.status == "partial" and "reference run failed" in result.message
-    from executor.host import cli
+    from executor.host import cli_runs
     from executor.host.run_folder import list_runs
 
     assert [r.status for r in list_runs(tmp_path)] == ["partial"]
-    assert any("status   partial" in line for line in cli.summary_lines(result))
+    assert any("status   partial" in line for line in cli_runs.summary_lines(result))
 
 
 def plain_training_losses(config: RunConfig) -> list[float]:

@@ -27,10 +27,10 @@ from executor.rank.stage import StageRunner
 
 SEED = 5
 MODELS = {
-    "transformer": ModelConfig(
-        kind="transformer", vocab_size=32, d_model=16, num_heads=2, ffn_size=32, num_layers=2, seq_len=8
+    "transformer": ModelConfig.of_transformer(
+        vocab_size=32, hidden_size=16, num_heads=2, ffn_size=32, num_layers=2, seq_len=8
     ),
-    "cnn": ModelConfig(kind="cnn", cnn_channels=4, cnn_blocks=2, cnn_fc_size=16),
+    "cnn": ModelConfig.of_cnn(channels=4, blocks=2, fc_size=16),
     "gpt_small": ModelConfig(kind=CUSTOM, spec="examples.gpt_small:build"),
     "norm_after_linear": None,  # built below: a LayerNorm whose input is a Linear's (bf16 under autocast)
 }

@@ -22,14 +22,15 @@ from pipesim.io.formats import schedule_to_dict, write_json
 from pipesim.io.kineto import import_traces
 from pipesim.schedules import build_schedule
 
-TINY = ModelConfig(num_layers=2, d_model=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)
+TINY = ModelConfig.of_transformer(num_layers=2, hidden_size=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)
 
 
 def test_torch_profile_is_a_checked_training_option():
     assert run_config(torch_profile=True).training.torch_profile is True
     with pytest.raises(ValueError, match="torch_profile must be true or false"):
         run_config(torch_profile="yes")
-    from executor.host.cli import build_parser, config_from_args
+    from executor.host.cli import build_parser
+    from executor.host.cli_run import config_from_args
 
     args = build_parser().parse_args(
         ["run", "--torch-profile", "--ranks", "2", "--microbatches", "2", "--batch-size", "4"]

@@ -92,6 +92,6 @@ def test_out_of_range():
 
 def test_find_problems_lists_them_all_in_rank_order():
     problems = find_problems(schedule_of(["0F0 0F0 0B0 0B1", "1F0 1B0 1W1"]))
-    assert [p.rule for p in problems][:2] == ["duplicate F", "W without I"]
+    assert [(p.rank, p.rule) for p in problems][:3] == [(0, "duplicate F"), (0, "missing forward"), (1, "W without I")]
     assert len(problems) >= 3  # and the missing forwards of microbatch 1
     assert all(isinstance(p, ValueError) for p in problems)

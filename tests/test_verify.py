@@ -81,7 +81,7 @@ def test_top_candidates_become_executor_runs_with_their_split_points(plan_file):
     for c in top:
         config = candidate_config(plan, c, steps=2, warmup_steps=1, device="cpu", timeout_s=60)
         assert config.pipeline.schedule == c["schedule"] and config.pipeline.num_microbatches == c["microbatches"]
-        assert config.model.split_points == tuple(c["split"]) and config.model.d_model == 32
+        assert config.model.split_points == tuple(c["split"]) and config.model.transformer.hidden_size == 32
         assert config.microbatch_size == c["microbatch_size"]
     with pytest.raises(ValueError, match="data-parallel"):
         candidate_config(plan, {**top[0], "data_parallel": 2}, steps=2, warmup_steps=1, device="cpu", timeout_s=60)
@@ -92,9 +92,8 @@ def test_a_plan_without_a_model_is_refused_before_anything_runs(tmp_path, capsys
     path.write_text(json.dumps({"candidates": [], "inputs": {"cost_file": "cost.json"}}))
     with pytest.raises(ValueError, match="no model description"):
         verify.verify_plan(path, 2, runs_root=tmp_path / "runs")
-    with pytest.raises(SystemExit) as exit_:
-        executor_main(["verify-plan", str(path), "--top", "2", "--runs-root", str(tmp_path / "runs")])
-    assert exit_.value.code == 2 and "no model description" in capsys.readouterr().err
+    exit_ = executor_main(["verify-plan", str(path), "--top", "2", "--runs-root", str(tmp_path / "runs")])
+    assert exit_ == 2 and "no model description" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 

@@ -40,7 +40,7 @@ from executor.host import doctor_checks as checks
 from executor.processes import REPO_ROOT
 from pipesim.io.formats import read_json, write_file, write_json
 
-TINY = ModelConfig(kind="transformer", vocab_size=128, d_model=64, num_heads=4, ffn_size=128, num_layers=2, seq_len=32)
+TINY = ModelConfig.of_transformer(vocab_size=128, hidden_size=64, num_heads=4, ffn_size=128, num_layers=2, seq_len=32)
 FP32_SCHEDULES = ("1f1b", "zbv", "interleaved-1f1b")
 
 
@@ -236,14 +236,11 @@ def main(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    try:
+    try:  # a ValueError (bad input) goes to the CLI's one usage-error path (pipesim.flags.run_main): exit 2
         doctor = DoctorConfig(timeout_s=args.timeout)
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise ValueError(f"--out {out} already exists and is not an empty folder; name a new one")
         outcome = run_doctor(out, args.device, doctor, say)
-    except ValueError as error:
-        print(f"error: {error}".splitlines()[0], file=sys.stderr)
-        return 2
     except KeyboardInterrupt:  # the launcher has ended the run in progress
         print("interrupted: the doctor's runs were ended", file=sys.stderr)
         return 130

@@ -10,9 +10,8 @@ Why it is built this way:
 * The run folder is executor.run_folder's, the command line and ending a
   process tree executor.processes', reading torchrun's output
   executor.torchrun_log's; this module supervises.
-* torchrun relays each rank's output line by line with a `[rankN]:` prefix
-  (`--tee 3`); the launcher splits it into logs/rankN.log and parses the
-  `PIPESIM {json}` progress lines into events.
+* One torchrun launch (spawn, relay its lines into logs and events, wait, end every process) is
+  executor.host.phase's `Phase`; the run and its torch reference are one each.
 * A run's timeout covers the whole launch, the reference run included.
 * Any process can follow and cancel the run from its folder (executor.watch): the launcher rewrites
   progress.json while it runs and takes a `cancel` file in the folder as a cancel; `RunHandle.cancel` writes
@@ -24,35 +23,37 @@ from __future__ import annotations
 
 import atexit
 import collections
-import json
 import shutil
-import subprocess
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from executor.config import PROGRESS_EVERY_S, PROGRESS_PREFIX, STOP_FILE, RunConfig
-from executor.host import predict, run_folder, torchrun_log
+from executor.config import RunConfig
+from executor.host import predict, run_folder
 from executor.host.checks import check_run
+from executor.host.phase import STOP_GRACE_S, Phase
 from executor.host.run_folder import RunResult, check_name, load_run, make_run_dir
 from executor.processes import (
     GRACE_S,
     REFERENCE_MODULE,
-    REPO_ROOT,
-    end_process_tree,
     run_environment,
-    run_processes,
     torchrun_command,
 )
 from executor.progress import measured_so_far, step_fraction
-from pipesim.io.formats import save_schedule, write_json
+from executor.run_files import (
+    CONFIG_FILE,
+    LOGS_DIR,
+    PROGRESS_EVERY_S,
+    REFERENCE_FILE,
+    SCHEDULE_FILE,
+    result_file,
+)
+from pipesim.io.formats import UnwritableOutput, save_schedule, write_json
 from pipesim.ir import Schedule
 
 EventCallback = Callable[[dict], None]
-STOP_GRACE_S = 20.0  # a cancel waits this long for the ranks to finish their step and write measured.json
 CANCEL_WAIT_S = STOP_GRACE_S + 4 * GRACE_S + 10  # the longest a cancel takes, end to end
 
 # Runs this process started and that have not ended. The one piece of module state here, and on purpose: when
@@ -66,124 +67,6 @@ _LIVE: weakref.WeakSet[RunHandle] = weakref.WeakSet()
 def _cancel_live_runs() -> None:
     for handle in list(_LIVE):
         handle.cancel()
-
-
-def _rank_deque() -> collections.deque[str]:
-    return collections.deque(maxlen=200)
-
-
-@dataclass
-class _Outcome:
-    status: str  # ok | failed | timeout | cancelled
-    returncode: int | None
-    message: str = ""
-
-
-class _Phase:
-    """One torchrun launch: spawn, relay lines, wait with timeout and cancellation, end every process."""
-
-    def __init__(
-        self, argv: list[str], env: dict[str, str], handle: RunHandle, log_prefix: str, part: str = "run"
-    ) -> None:
-        self.argv, self.env, self.handle, self.log_prefix, self.part = argv, env, handle, log_prefix, part
-        self.launcher_lines: collections.deque[str] = collections.deque(maxlen=400)
-        self.rank_lines: dict[int, collections.deque[str]] = collections.defaultdict(_rank_deque)
-        self.error_events: list[tuple[int, str]] = []  # (rank, message); rank -1: torchrun saw a failure
-
-    def run(self, deadline: float, cancelled: threading.Event) -> _Outcome:
-        logs = self.handle.run_dir / "logs"
-        proc = subprocess.Popen(
-            self.argv, env=self.env, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        reader = threading.Thread(target=self._relay, args=(proc, logs), daemon=True)
-        reader.start()
-        outcome = self._watch(proc, deadline, cancelled)
-        if outcome.status == "cancelled" and self.part == "run" and self._training():
-            self._stop_gracefully(proc)
-        node = self.handle.config.nodes.node_rank
-        if outcome.status != "ok" or run_processes(self.handle.run_dir, node):
-            end_process_tree(proc, self.handle.run_dir, node)
-        reader.join(timeout=10)
-        return outcome
-
-    def _training(self) -> bool:
-        """Whether the ranks are in their training steps (where they look for the stop file)."""
-        return any(e.get("event") == "step" and e.get("phase") in ("warmup", "measure") for e in self.handle.events())
-
-    def _stop_gracefully(self, proc: subprocess.Popen) -> None:
-        """Ask the ranks to stop after the step in progress and write what they measured; the caller ends
-        whatever is still there after STOP_GRACE_S."""
-        try:
-            (self.handle.run_dir / STOP_FILE).write_text("cancelled\n")
-            proc.wait(timeout=STOP_GRACE_S)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-
-    def _watch(self, proc: subprocess.Popen, deadline: float, cancelled: threading.Event) -> _Outcome:
-        failure_seen: float | None = None
-        while True:
-            try:
-                code = proc.wait(timeout=0.1)
-            except subprocess.TimeoutExpired:
-                code = None
-            if code is not None:
-                return _Outcome("ok" if code == 0 else "failed", code)
-            self.handle._publish()
-            if cancelled.is_set() or run_folder.cancel_requested(self.handle.run_dir):  # ours, or the folder's
-                cancelled.set()
-                return _Outcome("cancelled", None, "cancelled by the caller")
-            if time.monotonic() > deadline:
-                return _Outcome("timeout", None, f"timed out after {self.handle.config.timeout_s:g} s")
-            if self.error_events and failure_seen is None:
-                failure_seen = time.monotonic()
-            if failure_seen is not None and time.monotonic() - failure_seen > GRACE_S:
-                return _Outcome("failed", None)  # a rank died and torchrun did not end the rest in time
-
-    def _relay(self, proc: subprocess.Popen, logs: Path) -> None:
-        files: dict[str, object] = {}
-        try:
-            for raw in proc.stdout:  # type: ignore[union-attr]
-                line = raw.decode("utf-8", "replace").rstrip("\n")
-                match = torchrun_log.RANK_LINE.match(line)
-                if match is None:
-                    self._write(files, logs / f"{self.log_prefix}launcher.log", line)
-                    self.launcher_lines.append(line)
-                    self.handle._add_line(f"[torchrun] {line}")
-                    if "exitcode" in line and "local_rank" in line:
-                        self.error_events.append((-1, line))
-                    continue
-                rank, text = int(match.group(1)), match.group(2)
-                self._write(files, logs / f"{self.log_prefix}rank{rank}.log", text)
-                self.rank_lines[rank].append(text)
-                self.handle._add_line(f"[rank{rank}] {text}")
-                if text.startswith(PROGRESS_PREFIX):
-                    self._progress(rank, text[len(PROGRESS_PREFIX) :])
-        finally:
-            for handle in files.values():
-                handle.close()  # type: ignore[attr-defined]
-
-    def _write(self, files: dict, path: Path, line: str) -> None:
-        if str(path) not in files:
-            files[str(path)] = open(path, "a", encoding="utf-8", buffering=1)
-        files[str(path)].write(line + "\n")
-
-    def _progress(self, rank: int, payload: str) -> None:
-        try:
-            event, _ = json.JSONDecoder().raw_decode(payload.strip())
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        event.setdefault("rank", rank)
-        if event.get("event") == "error":
-            self.error_events.append((rank, str(event.get("message", ""))))
-        self.handle._add_event(event, part=self.part)
-
-    def failure_message(self, outcome: _Outcome) -> tuple[str, int | None]:
-        return torchrun_log.failure_message(
-            outcome.message, outcome.returncode, self.rank_lines, list(self.launcher_lines), self.error_events
-        )
 
 
 # --- the handle ------------------------------------------------------------------------------------------------
@@ -315,7 +198,7 @@ class RunHandle:
         started = time.time()
         deadline = time.monotonic() + self.config.timeout_s
         env = run_environment(self.config)
-        main = _Phase(torchrun_command(self.config, self.run_dir), env, self, self._node_prefix)
+        main = Phase(torchrun_command(self.config, self.run_dir), env, self, self._node_prefix)
         self._launch_event("launch", command=main.argv)
         self._publish(force=True)
         try:
@@ -346,9 +229,11 @@ class RunHandle:
             self._result = RunResult(self.run_dir, "failed", summary["message"], self.config, self.schedule)
         self._status = summary["status"]
         self._publish(force=True)
-        self._finished.set()
+        # The finished event before the wait ends: a caller that prints the summary once `wait` returns (the CLI)
+        # must never have its line glued to the event's.
         self._launch_event("finished", status=self._status, message=summary.get("message", ""),
                            failed_rank=summary.get("failed_rank"))  # fmt: skip
+        self._finished.set()
 
     @property
     def _node_prefix(self) -> str:
@@ -358,7 +243,7 @@ class RunHandle:
 
     @property
     def _result_name(self) -> str:
-        return "result.json" if self.config.nodes.node_rank == 0 else f"result-node{self.config.nodes.node_rank}.json"
+        return result_file(self.config.nodes.node_rank)
 
     def _after_success(self, env: dict[str, str], deadline: float) -> dict:
         """Prediction (with profile) and the torch.distributed.pipelining reference (with reference)."""
@@ -373,10 +258,10 @@ class RunHandle:
         reason = unavailable_reason(self.config, self.schedule)
         if reason is not None:
             write_json({"torch_schedule": None, "error": reason, "step_times_ms": [], "losses": []},
-                       self.run_dir / "reference.json")  # fmt: skip
+                       self.run_dir / REFERENCE_FILE)  # fmt: skip
             return {"status": "partial", "reference_status": "unavailable", "message": f"no reference run: {reason}"}
         command = torchrun_command(self.config, self.run_dir, module=REFERENCE_MODULE)
-        phase = _Phase(command, env, self, f"reference-{self._node_prefix}", part="reference")
+        phase = Phase(command, env, self, f"reference-{self._node_prefix}", part="reference")
         self._launch_event("launch", command=phase.argv, part="reference")
         outcome = phase.run(deadline, self._cancelled)
         if outcome.status == "ok":
@@ -386,7 +271,7 @@ class RunHandle:
             status = outcome.status
             return {"status": status, "message": f"reference run: {message}", "reference_status": status}
         write_json({"torch_schedule": None, "error": message, "step_times_ms": [], "losses": []},
-                   self.run_dir / "reference.json")  # fmt: skip
+                   self.run_dir / REFERENCE_FILE)  # fmt: skip
         return {"status": "partial", "reference_status": "failed", "message": f"reference run failed: {message}"}
 
 
@@ -407,14 +292,14 @@ def start_run(
     config, schedule = check_run(config, schedule)
     run_dir = make_run_dir(Path(runs_root), name, config)
     try:  # every node of a multi-node run writes the same two files; the writes are atomic
-        (run_dir / "logs").mkdir(exist_ok=config.nodes.nnodes > 1)
-        write_json(config.to_dict(), run_dir / "config.json")
-        save_schedule(schedule, run_dir / "schedule.json")
+        (run_dir / LOGS_DIR).mkdir(exist_ok=config.nodes.nnodes > 1)
+        write_json(config.to_dict(), run_dir / CONFIG_FILE)
+        save_schedule(schedule, run_dir / SCHEDULE_FILE)
     except (OSError, ValueError) as error:  # a full disk, say: leave no half-made folder behind
         if config.nodes.nnodes == 1:
             shutil.rmtree(run_dir, ignore_errors=True)
         reason = getattr(error, "strerror", None) or error
-        raise ValueError(f"cannot write the run folder {run_dir}: {reason}") from None
+        raise UnwritableOutput(f"cannot write the run folder {run_dir}: {reason}") from None
     handle = RunHandle(run_dir, config, schedule, on_event)
     _LIVE.add(handle)
     handle._thread.start()

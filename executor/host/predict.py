@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from executor.run_files import TRACE_FILE
 from pipesim.analysis.attribution import attribute_run
 from pipesim.analysis.overlay import replay_cost  # noqa: F401 - the replay lives with the overlay; callers use it here too
 from pipesim.cost.model import CostModel
@@ -25,8 +26,6 @@ from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import read_json, timeline_from_dict, timeline_to_dict, write_json
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
-
-TRACE_FILE = "trace.json"  # the run's Perfetto view: simulated and measured of the last step, with flows
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor.config import CANCEL_FILE, PROGRESS_FILE, TRACES_DIR, RunConfig
+from executor.config import RunConfig
 from executor.host.predict import measured_step_ms
 from executor.processes import run_processes
+from executor.run_files import CANCEL_FILE, PROGRESS_FILE, TRACES_DIR
 from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_from_dict
-from pipesim.io.formats import read_json, schedule_from_dict, timeline_from_dict, write_json
+from pipesim.io.formats import UnwritableOutput, read_json, schedule_from_dict, timeline_from_dict, write_json
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, MAX_SMALL_FILE_BYTES
 from pipesim.records import Timeline
@@ -65,7 +66,7 @@ def make_run_dir(runs_root: Path, name: str | None, config: RunConfig) -> Path:
     try:
         runs_root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise ValueError(f"cannot create the runs folder {runs_root}: {error.strerror or error}") from None
+        raise UnwritableOutput(f"cannot create the runs folder {runs_root}: {error.strerror or error}") from None
     shared = config.nodes.nnodes > 1
     if shared and name is None:
         raise ValueError("a multi-node run needs a run folder name (--out), the same on every node")
@@ -75,7 +76,7 @@ def make_run_dir(runs_root: Path, name: str | None, config: RunConfig) -> Path:
         except FileExistsError:
             raise ValueError(f"run folder {runs_root / name} already exists; choose another name") from None
         except OSError as error:
-            raise ValueError(f"cannot create run folder {runs_root / name}: {error.strerror or error}") from None
+            raise UnwritableOutput(f"cannot create run folder {runs_root / name}: {error.strerror or error}") from None
         return (runs_root / name).resolve()
     base = default_name(config)
     for suffix in range(1, 1000):
@@ -85,7 +86,7 @@ def make_run_dir(runs_root: Path, name: str | None, config: RunConfig) -> Path:
         except FileExistsError:
             continue
         except OSError as error:
-            raise ValueError(f"cannot create run folder {candidate}: {error.strerror or error}") from None
+            raise UnwritableOutput(f"cannot create run folder {candidate}: {error.strerror or error}") from None
         return candidate.resolve()
     raise ValueError(f"no free run folder name under {runs_root} for {base}")
 

@@ -9,7 +9,7 @@ import re
 import signal
 from collections.abc import Iterable, Mapping, Sequence
 
-from executor.config import PROGRESS_PREFIX
+from executor.progress import PROGRESS_PREFIX
 
 RANK_LINE = re.compile(r"^\[(?:rank|default)(\d+)\]:(.*)$")
 _FAILURE_ENTRY = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")

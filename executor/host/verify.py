@@ -17,11 +17,12 @@ recommended candidate (the plan's first) is from the measured best. The comparis
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from executor.config import ModelConfig, RunConfig, run_config
+from pipesim.cost.shape import TransformerShape
 from pipesim.io.formats import read_json, write_json
 from pipesim.schedules import schedule_info
 
@@ -124,15 +125,10 @@ def model_config(plan: dict[str, Any]) -> ModelConfig:
             "the plan has no model description (inputs.model): plan from model flags, not a cost file, "
             "to verify it with the executor's Transformer"
         )
-    return ModelConfig(
-        kind="transformer",
-        vocab_size=model["vocab_size"],
-        d_model=model["hidden_size"],
-        num_heads=model["num_heads"],
-        ffn_size=model["ffn_size"],
-        num_layers=model["num_layers"],
-        seq_len=model["seq_len"],
-    )
+    try:  # the plan's description and the executor's Transformer share their shape's fields (TransformerShape)
+        return ModelConfig(transformer=TransformerShape(**{f.name: model[f.name] for f in fields(TransformerShape)}))
+    except KeyError as missing:
+        raise ValueError(f"the plan's model description has no {missing}") from None
 
 
 def candidate_config(
@@ -145,7 +141,7 @@ def candidate_config(
     optimizer = EXECUTOR_OPTIMIZERS.get(inputs.get("optimizer", "sgd"), "sgd")
     chunks = c["virtual_stages"] if schedule_info(c["schedule"]).takes_chunks else None
     model = model_config(plan)
-    model = ModelConfig(**{**vars(model), "split_points": tuple(c["split"]) or None})
+    model = replace(model, split_points=tuple(c["split"]) or None)
     return run_config(
         schedule=c["schedule"],
         num_ranks=c["ranks"],

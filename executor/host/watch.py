@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from executor.config import STOP_FILE
 from executor.host.launch import CANCEL_WAIT_S, STOP_GRACE_S
 from executor.host.run_folder import (
     RunResult,
@@ -34,6 +33,7 @@ from executor.host.run_folder import (
     run_status,
 )
 from executor.processes import end_run_processes, run_processes
+from executor.run_files import STOP_FILE
 from pipesim.io.bounded import read_tail
 
 READ_EVERY_S = 0.25  # progress.json is read at most this often per follower (the app asks several times a rerun)

@@ -89,9 +89,10 @@ class TransformerBlock(nn.Module):
 
 
 def transformer_layers(config: ModelConfig) -> list[nn.Module]:
-    layers: list[nn.Module] = [TokenEmbedding(config.vocab_size, config.d_model, config.seq_len)]
-    layers += [TransformerBlock(config.d_model, config.num_heads, config.ffn_size) for _ in range(config.num_layers)]
-    head = nn.Linear(config.d_model, config.vocab_size)
+    shape = config.transformer
+    layers: list[nn.Module] = [TokenEmbedding(shape.vocab_size, shape.hidden_size, shape.seq_len)]
+    layers += [TransformerBlock(shape.hidden_size, shape.num_heads, shape.ffn_size) for _ in range(shape.num_layers)]
+    head = nn.Linear(shape.hidden_size, shape.vocab_size)
     nn.init.zeros_(head.bias)
     nn.init.uniform_(head.weight, -0.1, 0.1)
     layers.append(head)
@@ -130,14 +131,15 @@ class FCLayer(nn.Module):
 def cnn_layers(config: ModelConfig) -> list[nn.Module]:
     layers: list[nn.Module] = []
     channels, size = IMAGE_SHAPE[0], IMAGE_SHAPE[1]
-    for index in range(config.cnn_blocks):
-        out_channels = config.cnn_channels * 2 ** min(index // 2, 2)
+    cnn = config.cnn
+    for index in range(cnn.blocks):
+        out_channels = cnn.channels * 2 ** min(index // 2, 2)
         pool = size > 4
         layers.append(ConvBlock(channels, out_channels, pool))
         channels, size = out_channels, size // 2 if pool else size
-    layers.append(FCLayer(channels * size * size, config.cnn_fc_size, relu=True))
-    layers.append(FCLayer(config.cnn_fc_size, config.cnn_fc_size, relu=True))
-    layers.append(FCLayer(config.cnn_fc_size, NUM_CLASSES, relu=False))
+    layers.append(FCLayer(channels * size * size, cnn.fc_size, relu=True))
+    layers.append(FCLayer(cnn.fc_size, cnn.fc_size, relu=True))
+    layers.append(FCLayer(cnn.fc_size, NUM_CLASSES, relu=False))
     return layers
 
 
@@ -178,7 +180,7 @@ def split_stages(
     if num_stages > len(layers):
         raise ValueError(
             f"cannot split a model of {len(layers)} layers into {num_stages} stages: every stage needs a layer; "
-            "use fewer ranks or virtual stages, or a deeper model (num_layers / cnn_blocks)"
+            "use fewer ranks or virtual stages, or a deeper model (--layers / --cnn-blocks)"
         )
     if split_points is None:
         points = balance([param_count(layer) for layer in layers], num_stages).split_points
@@ -199,9 +201,10 @@ def make_batch(config: ModelConfig, batch_size: int, seed: int, step: int) -> tu
         return model_parts(config, seed)[1](batch_size, seed, step)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
     if config.kind == "transformer":
-        start = torch.randint(0, config.vocab_size, (batch_size, 1), generator=generator)
+        shape = config.transformer
+        start = torch.randint(0, shape.vocab_size, (batch_size, 1), generator=generator)
         stride = torch.randint(1, 4, (batch_size, 1), generator=generator)
-        sequence = (start + stride * torch.arange(config.seq_len + 1)) % config.vocab_size
+        sequence = (start + stride * torch.arange(shape.seq_len + 1)) % shape.vocab_size
         return sequence[:, :-1].contiguous(), sequence[:, 1:].contiguous()
     templates = torch.randn(NUM_CLASSES, *IMAGE_SHAPE, generator=torch.Generator().manual_seed(seed))
     labels = torch.randint(0, NUM_CLASSES, (batch_size,), generator=generator)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from executor.config import TRACES_DIR
+from executor.run_files import TRACES_DIR
 from pipesim.ir import Action
 
 

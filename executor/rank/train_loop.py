@@ -13,13 +13,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from executor.config import STOP_FILE
 from executor.processes import launcher_gone
 from executor.progress import emit
 from executor.rank.setup import Rank
 from executor.rank.timing import assemble_measured
 from executor.rank.torch_profile import profiled
 from executor.rank.transport import env_int
+from executor.run_files import MEASURED_FILE, STOP_FILE
 from pipesim.io.formats import timeline_to_dict, write_json
 
 
@@ -205,4 +205,4 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         summary["allreduce_replica_lag_ms"] = replica_lag(gathered, ranks, offsets if multi_node else None)
         summary["replicas_recorded"] = f"replica 0 of {replicas} (processes 0..{ranks - 1})"
         summary["losses_note"] = "replica 0's loss on its own rows of the global batch"
-    write_json(timeline_to_dict(timeline, summary), run_dir / "measured.json")
+    write_json(timeline_to_dict(timeline, summary), run_dir / MEASURED_FILE)

@@ -23,7 +23,7 @@ from pipesim.cost.model import CostModel
 from pipesim.schedules import build_schedule, options_for
 from pipesim.sim.metrics import compute_metrics
 from pipesim.sim.steps import simulate_step
-from pipesim.units import format_bytes
+from pipesim.units import format_memory
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,12 @@ def compare_schedules(
     return [compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages) for name in names]
 
 
-def format_table(rows: list[ComparisonRow]) -> str:
-    """A plain-text table for terminals and logs."""
+def format_table(rows: list[ComparisonRow], bytes_known: bool = True) -> str:
+    """A plain-text table for terminals and logs; peak memory in bytes when the costs carry sizes, else in
+    microbatches stashed (`units.format_memory`)."""
     header = (
         f"{'schedule':<18} {'makespan ms':>12} {'step ms':>10} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} "
-        f"{'peak memory':>12}"
+        f"{'peak memory':>16}"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -90,8 +91,8 @@ def format_table(rows: list[ComparisonRow]) -> str:
             continue
         lines.append(
             f"{row.schedule:<18} {row.makespan:>12.3f} {_ms(row.step_ms):>10} {row.bubble_fraction:>8.1%} "
-            f"{row.bubble_ratio:>9.3f} "
-            f"{row.peak_activations:>8d} {format_bytes(row.peak_activation_bytes or 0.0):>12}"
+            f"{row.bubble_ratio:>9.3f} {row.peak_activations:>8d} "
+            f"{format_memory(row.peak_activation_bytes, row.peak_activations, bytes_known):>16}"
         )
     return "\n".join(lines)
 

@@ -160,10 +160,20 @@ def _render_images(jobs: Sequence[tuple[go.Figure, str]]) -> list[bytes]:
         raise ExportUnavailable(
             f"PNG/SVG/PDF export needs the kaleido package ({error}); HTML export still works"
         ) from None
-    except Exception as error:
+    except Exception as error:  # kaleido and choreographer raise their own types, or a bare one of the loop's
         if type(error).__name__ == "ChromeNotFoundError":
             raise ExportUnavailable(NO_BROWSER_MESSAGE) from None
-        raise
+        raise ExportUnavailable(
+            f"PNG/SVG/PDF export failed: the browser {find_browser()} did not render the figure "
+            f"({type(error).__name__}: {_first_line(error)}); set BROWSER_PATH to a working Chrome/Chromium; "
+            "HTML export still works"
+        ) from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = error.args[0] if error.args and isinstance(error.args[0], str) else str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:200] if lines else "no message"
 
 
 def export_figures(figs: Sequence[go.Figure], fmts: Iterable[str]) -> list[dict[str, bytes]]:

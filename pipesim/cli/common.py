@@ -5,30 +5,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
+import os
 from pathlib import Path
 
 from pipesim.charts.export import export_figures
 from pipesim.cost.convert import cost_from_times
 from pipesim.cost.model import CostModel, LinkCost
+from pipesim.flags import Parser, UsageError, shown  # noqa: F401 - the commands' parser and usage error, shared with the executor
 from pipesim.io.cost_file import load_cost
-from pipesim.io.formats import write_file
+from pipesim.io.formats import check_output, write_file
 from pipesim.limits import check_sizes
 
-USAGE_ERROR = 2
-RUNTIME_ERROR = 1
 FIGURE_FORMATS = ("html", "png", "svg", "pdf")
-
-
-class UsageError(Exception):
-    """A mistake in the command line; reported in one line, exit status 2."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting, so main() reports one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        command = " ".join(self.prog.split()[1:])
-        raise UsageError(f"{message} (see: python -m pipesim {command + ' ' if command else ''}--help)")
 
 
 # --- argument types --------------------------------------------------------------------
@@ -38,7 +27,7 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
@@ -50,10 +39,10 @@ def ms_list(text: str) -> list[float]:
         values = [float(part) for part in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected milliseconds as a number or a comma-separated list (one per stage), got {text!r}"
+            f"expected milliseconds as a number or a comma-separated list (one per stage), got {shown(text)}"
         ) from None
     if any(not value >= 0 for value in values):
-        raise argparse.ArgumentTypeError(f"times must be >= 0 ms, got {text!r}")
+        raise argparse.ArgumentTypeError(f"times must be >= 0 ms, got {shown(text)}")
     return values
 
 
@@ -172,6 +161,21 @@ def _with_grad_bytes(cost: CostModel, values: list[float] | None) -> CostModel:
     return dataclasses.replace(cost, stages=new)
 
 
+def check_outputs(args: argparse.Namespace, flags: tuple[str, ...]) -> None:
+    """Refuse every output the flags name that cannot be written (a folder, a FIFO, a missing folder), and the same
+    file named twice, before any work is done or any file written."""
+    seen: dict[str, str] = {}
+    for flag in (*flags, *FIGURE_FORMATS):
+        path = getattr(args, flag, None)
+        if path is None:
+            continue
+        check_output(path)
+        key = os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"--{seen[key]} and --{flag.replace('_', '-')} name the same file {path}")
+        seen[key] = flag.replace("_", "-")
+
+
 def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:
     """Write the requested figure files; images go through one kaleido session."""
     wanted = {fmt: getattr(args, fmt) for fmt in FIGURE_FORMATS if getattr(args, fmt) is not None}
@@ -185,6 +189,11 @@ def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:
         written.append(str(path))
     images = [fmt for fmt in wanted if fmt != "html"]
     if images:
+        # The browser's driver logs its own warnings ("Wait expired, Browser is being closed by watchdog.") through
+        # logging's last-resort handler onto stderr; a failure is this command's one line, so they go nowhere.
+        for logger in (logging.getLogger("choreographer"), logging.getLogger("kaleido")):
+            if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
+                logger.addHandler(logging.NullHandler())
         rendered = export_figures([fig], images)[0]
         for fmt in images:
             write_file(rendered[fmt], wanted[fmt])

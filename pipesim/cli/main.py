@@ -34,7 +34,10 @@ Outputs: --json the timeline document with a metrics summary, --csv the schedule
 torch.distributed.pipelining's CSV format (--csv-format compute_only or compute_comms;
 by default the form the schedule has), --trace a Chrome trace
 (open in https://ui.perfetto.dev), --html/--png/--svg/--pdf the Gantt chart
-(images need Chromium). Bad arguments print one line on stderr and exit with 2.
+(images need Chromium). Every output is checked before any work and written before anything is printed, with
+the umask's mode (a replaced file keeps its own). Exit status: 0 done; 1 the work failed or was refused (a
+deadlocked schedule, an output that cannot be written, an image that cannot be rendered); 2 a usage error (one
+line on stderr, nothing written); 141 stdout closed early (`| head`; the files were written).
 
 `import-trace` reads torch.profiler (Kineto) traces whose actions carry torch's `PP:<action>` labels
 (torch.distributed.pipelining's multi-stage runtime, or `python -m executor run --torch-profile`),
@@ -47,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -58,12 +60,11 @@ from pipesim.charts.export import ExportUnavailable
 from pipesim.cli import plan as cli_plan
 from pipesim.cli import trace as cli_trace
 from pipesim.cli.common import (
-    RUNTIME_ERROR,
-    USAGE_ERROR,
     Parser,
     UsageError,
     add_cost_args,
     add_figure_args,
+    check_outputs,
     cost_from_args,
     ms_list,
     name_list,
@@ -71,12 +72,13 @@ from pipesim.cli.common import (
     write_figures,
 )
 from pipesim.cost.model import CostModel
-from pipesim.io.bounded import read_text
+from pipesim.flags import EXIT_STATUS_HELP, FAILURE, run_main
 from pipesim.io.chrome_trace import save_chrome_trace
 from pipesim.io.cost_file import cost_to_dict
 from pipesim.io.formats import (
+    UnwritableOutput,
     save_timeline,
-    schedule_from_csv,
+    schedule_from_csv_file,
     schedule_to_csv,
     schedule_to_dict,
     write_file,
@@ -84,29 +86,42 @@ from pipesim.io.formats import (
 )
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
 from pipesim.ir import Schedule
-from pipesim.limits import MAX_SCHEDULE_BYTES
 from pipesim.schedules import build_schedule, schedule_info, schedule_names
+from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import validate
 from pipesim.sim.data_parallel import ALLREDUCE
 from pipesim.sim.metrics import Metrics, compute_metrics
 from pipesim.sim.steps import SimulatedStep, simulate_step
+from pipesim.units import format_memory
 
 # --- parser ---------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="pipesim", description="Plan and explain pipeline-parallel schedules.", allow_abbrev=False)
+    parser = Parser(
+        prog="python -m pipesim",
+        description="Plan and explain pipeline-parallel schedules.",
+        epilog=EXIT_STATUS_HELP,
+        allow_abbrev=False,
+    )
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan}"
     )
-    commands.add_parser("list", allow_abbrev=False, help="registered schedules, what they are and their options")
+    commands.add_parser(
+        "list",
+        allow_abbrev=False,
+        help="registered schedules, what they are and their options",
+        epilog=EXIT_STATUS_HELP,
+    )
 
-    sim = commands.add_parser("simulate", allow_abbrev=False, help="simulate one schedule and write its timeline")
+    sim = commands.add_parser(
+        "simulate", allow_abbrev=False, help="simulate one schedule and write its timeline", epilog=EXIT_STATUS_HELP
+    )
     source = sim.add_mutually_exclusive_group(required=True)
     source.add_argument("--schedule", metavar="NAME", help="registered schedule (see `list`)")
     source.add_argument("--csv-in", type=Path, metavar="FILE", help="torch's schedule CSV (either format)")
-    sim.add_argument("--ranks", type=positive_int, metavar="P")
-    sim.add_argument("--microbatches", type=positive_int, metavar="M")
+    sim.add_argument("--ranks", type=positive_int, metavar="P", help="pipeline ranks (with --schedule)")
+    sim.add_argument("--microbatches", type=positive_int, metavar="M", help="microbatches per step (with --schedule)")
     sim.add_argument("--virtual-stages", type=positive_int, metavar="V", help="stages per rank (interleaved)")
     sim.add_argument(
         "--csv-in-format",
@@ -154,10 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto)")
     add_figure_args(outputs, "Gantt chart")
 
-    cmp = commands.add_parser("compare", allow_abbrev=False, help="simulate several schedules under one cost model")
-    cmp.add_argument("--schedules", type=name_list, required=True, metavar="A,B,C")
-    cmp.add_argument("--ranks", type=positive_int, required=True, metavar="P")
-    cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M")
+    cmp = commands.add_parser(
+        "compare", allow_abbrev=False, help="simulate several schedules under one cost model", epilog=EXIT_STATUS_HELP
+    )
+    cmp.add_argument("--schedules", type=name_list, required=True, metavar="A,B,C", help="registered schedules (list)")
+    cmp.add_argument("--ranks", type=positive_int, required=True, metavar="P", help="pipeline ranks")
+    cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")
     cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
     add_cost_args(cmp)
     cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows")
@@ -178,8 +195,7 @@ def schedule_from_args(args: argparse.Namespace) -> Schedule:
                 "--csv-in takes ranks, microbatches and stages from the CSV: "
                 "drop --ranks, --microbatches and --virtual-stages"
             )
-        text = read_text(args.csv_in, MAX_SCHEDULE_BYTES, "schedule file")  # bounded: size checked before reading
-        return schedule_from_csv(text, name=args.csv_in.stem, csv_format=args.csv_in_format)
+        return schedule_from_csv_file(args.csv_in, args.csv_in_format)
     if args.ranks is None or args.microbatches is None:
         raise UsageError("--schedule needs --ranks and --microbatches")
     options = {} if args.virtual_stages is None else {"num_virtual_stages": args.virtual_stages}
@@ -198,12 +214,9 @@ def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> li
         f"(idle/busy {metrics.bubble_ratio:.3f})",
     ]
     for rank in metrics.ranks:
-        plural = "" if rank.peak_activations == 1 else "es"
-        size = f" ({rank.peak_activation_bytes:,.0f} bytes)" if show_bytes else ""
-        lines.append(
-            f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, "
-            f"peak memory {rank.peak_activations} stashed microbatch{plural}{size}"
-        )
+        memory = format_memory(rank.peak_activation_bytes, rank.peak_activations, show_bytes)
+        stashed = f" ({format_memory(None, rank.peak_activations, False)} stashed)" if show_bytes else " stashed"
+        lines.append(f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, peak memory {memory}{stashed}")
     return lines
 
 
@@ -256,6 +269,7 @@ def _steps_lines(schedule: Schedule, step: SimulatedStep, cost: CostModel, args:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    check_outputs(args, ("json", "csv", "trace"))
     schedule = schedule_from_args(args)
     # per-rank costs cut per chunk (CostModel.for_pipeline), as compare and the app read them
     cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
@@ -264,17 +278,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     step = simulate_step(schedule, cost)  # where the gradient reduction is charged: pipesim.sim.data_parallel
     timeline = step.timeline
     metrics = compute_metrics(timeline, cost)
-    written = _write_simulation_files(args, schedule, cost, step, metrics)
-    print("\n".join(_summary_lines(schedule, metrics, show_bytes=args.cost is not None)))
+    lines = _summary_lines(schedule, metrics, show_bytes=args.cost is not None)
     if (
         args.steps > 1
         or any(cost.overhead_ms(schedule.num_ranks))
         or any(cost.dispatch_per_rank(schedule.num_ranks))
         or cost.data_parallel > 1
     ):
-        print("\n".join(_steps_lines(schedule, step, cost, args)))
-    for path in written:
-        print(f"wrote {path}")
+        lines += _steps_lines(schedule, step, cost, args)  # every refusal comes before any file is written
+    written = _write_simulation_files(args, schedule, cost, step, metrics)
+    print("\n".join(lines + [f"wrote {path}" for path in written]))  # after the files: a closed stdout loses none
     return 0
 
 
@@ -305,29 +318,29 @@ def _write_simulation_files(
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    check_outputs(args, ("json",))
     for name in args.schedules:
         schedule_info(name)  # unknown names are a usage error, not a failed row
     cost = cost_from_args(args)
     rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages)
-    print(format_table(rows))
+    written = []
     if args.json is not None:
-        write_json(
-            {
-                "format": "pipesim.comparison",
-                "version": 1,
-                "ranks": args.ranks,
-                "microbatches": args.microbatches,
-                "rows": [row.to_dict() for row in rows],
-            },
-            args.json,
-        )
-        print(f"wrote {args.json}")
+        document = {
+            "format": "pipesim.comparison",
+            "version": 1,
+            "ranks": args.ranks,
+            "microbatches": args.microbatches,
+            "rows": [row.to_dict() for row in rows],
+        }
+        write_json(document, args.json)
+        written.append(str(args.json))
 
     from pipesim.charts.compare import comparison_figure
 
-    for path in write_figures(lambda: comparison_figure(rows), args):
-        print(f"wrote {path}")
-    return 0 if any(row.error is None for row in rows) else RUNTIME_ERROR
+    written += write_figures(lambda: comparison_figure(rows), args)
+    table = format_table(rows, bytes_known=args.cost is not None)  # typed times carry no sizes
+    print("\n".join([table, *(f"wrote {path}" for path in written)]))
+    return 0 if any(row.error is None for row in rows) else FAILURE
 
 
 COMMANDS = MappingProxyType(
@@ -335,18 +348,12 @@ COMMANDS = MappingProxyType(
 )
 
 
-def _one_line(error: BaseException) -> str:
-    return " | ".join(line.strip() for line in str(error).splitlines() if line.strip())
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse, build, run; user mistakes become one line on stderr and exit status 2."""
-    try:
+    """Parse, build, run; every way it ends is an exit status and at most one line on stderr (pipesim.flags:
+    2 a usage error, 1 a deadlocked schedule, an unwritable output or an image that cannot be rendered)."""
+
+    def command() -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
-    except (UsageError, ValueError, OSError) as error:
-        print(f"pipesim: error: {_one_line(error)}", file=sys.stderr)
-        return USAGE_ERROR
-    except ExportUnavailable as error:
-        print(f"pipesim: error: {_one_line(error)}", file=sys.stderr)
-        return RUNTIME_ERROR
+
+    return run_main("pipesim", command, failures=(DeadlockError, UnwritableOutput, ExportUnavailable))

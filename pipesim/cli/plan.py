@@ -25,19 +25,19 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pipesim.cost.balance import balance, format_split_points
-from pipesim.cost.description import DTYPE_BYTES, ModelDescription
+from pipesim.cost.description import ModelDescription
+from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags, shown
 from pipesim.io.cost_file import load_cost
-from pipesim.io.formats import write_json
+from pipesim.io.formats import check_output, write_json
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
 from pipesim.schedules import schedule_names
 
-# flag -> ModelDescription field
-MODEL_FLAGS = MappingProxyType({
-    "layers": "num_layers", "hidden": "hidden_size", "ffn": "ffn_size", "heads": "num_heads", "seq_len": "seq_len",
-    "vocab": "vocab_size", "dtype": "dtype", "tflops": "device_tflops", "bandwidth": "link_bandwidth_gbps",
-    "latency": "link_latency_ms",
-})  # fmt: skip
+UNITS_HELP = (
+    "Split points are unit indices, as `executor run --split-points` takes them: a model's units are its embedding "
+    "(unit 0), its blocks (1 to --layers) and its output head (the last); a cost file's units are its stages."
+)
+MODEL_SECTION = "model"  # the flags of ModelDescription's fields (pipesim.flags), under this section
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _FACTORS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -46,7 +46,7 @@ def parse_bytes(text: str) -> float:
     """`80GiB`, `40GB`, `1.5e9` -> bytes."""
     match = _SIZE.match(text)
     if not match:
-        raise argparse.ArgumentTypeError(f"expected a size such as 80GiB, 40GB or 1e9 (bytes), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a size such as 80GiB, 40GB or 1e9 (bytes), got {shown(text)}")
     return float(match.group(1)) * _FACTORS[(match.group(2) or "B").lower()]
 
 
@@ -54,9 +54,9 @@ def _ints(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(p) for p in text.split(",") if p.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {shown(text)}") from None
     if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {shown(text)}")
     return values
 
 
@@ -64,7 +64,7 @@ def _floats(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(p) for p in text.split(",") if p.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {shown(text)}") from None
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -75,36 +75,55 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("model (a decoder-only Transformer description, or --cost)")
-    number = {"dtype": str, "tflops": float, "bandwidth": float, "latency": float}
-    for flag, name in MODEL_FLAGS.items():
-        default = next(f.default for f in fields(ModelDescription) if f.name == name)
-        group.add_argument(
-            f"--{flag.replace('_', '-')}",
-            dest=flag,
-            type=number.get(flag, int),
-            metavar="N",
-            help=f"{name} (default {default})",
-        )
-    group.add_argument("--cost", type=Path, metavar="FILE", help="a profile's cost file: its stages are the units")
+    """The model's flags, generated from ModelDescription's fields (their docstrings are the help)."""
+    add_flags(parser, ModelDescription, MODEL_SECTION)
+    parser.add_argument(
+        "--cost", type=Path, metavar="FILE", help="a profile's cost file instead of a model: its stages are the units"
+    )
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    bal = commands.add_parser("balance", allow_abbrev=False, help="split layers into stages, slowest stage fastest")
+    bal = commands.add_parser(
+        "balance",
+        allow_abbrev=False,
+        help="split layers into stages, slowest stage fastest",
+        description=UNITS_HELP,
+        epilog=EXIT_STATUS_HELP,
+    )
     bal.add_argument("--layer-ms", type=_floats, metavar="T,T,..", help="per-layer (unit) time, instead of a model")
     bal.add_argument("--stages", type=_ints, required=True, metavar="S", help="number of stages (ranks x chunks)")
     _add_model_args(bal)
 
-    plan = commands.add_parser("plan", allow_abbrev=False, help="search schedules and sizes under a memory cap")
+    plan = commands.add_parser(
+        "plan",
+        allow_abbrev=False,
+        help="search schedules and sizes under a memory cap",
+        description=UNITS_HELP,
+        epilog=EXIT_STATUS_HELP + " plan: 1 also when no candidate fits.",
+    )
     _add_model_args(plan)
-    plan.add_argument("--devices", type=int, required=True, metavar="D")
+    plan.add_argument(
+        "--devices", type=int, required=True, metavar="D", help="devices in all: pipeline ranks x replicas"
+    )
     plan.add_argument("--global-batch", type=int, required=True, metavar="B", help="samples per step")
     plan.add_argument("--memory-cap", type=parse_bytes, metavar="SIZE", help="per device, e.g. 80GiB (default none)")
     plan.add_argument("--optimizer", default="adam", help="sgd, sgd-momentum or adam (state bytes per parameter)")
     space = plan.add_argument_group("what to search")
     defaults = PlanSpace()
-    space.add_argument("--schedules", type=_names, default=defaults.schedules, metavar="A,B")
-    space.add_argument("--microbatch-sizes", type=_ints, default=defaults.microbatch_sizes, metavar="N,N")
+    space.add_argument(
+        "--schedules",
+        type=_names,
+        default=defaults.schedules,
+        metavar="A,B",
+        help=f"registered schedules to try (default {','.join(defaults.schedules)})",
+    )
+    space.add_argument(
+        "--microbatch-sizes",
+        type=_ints,
+        default=defaults.microbatch_sizes,
+        metavar="N,N",
+        help=f"samples per microbatch to try (default {','.join(map(str, defaults.microbatch_sizes))})",
+    )
     space.add_argument(
         "--chunks",
         type=_ints,
@@ -112,7 +131,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="V,V",
         help="chunks per rank for the families that take them",
     )
-    space.add_argument("--recompute", choices=("off", "on", "both"), default="both")
+    space.add_argument(
+        "--recompute", choices=("off", "on", "both"), default="both", help="activation recomputation (default both)"
+    )
     space.add_argument("--w-shares", type=_floats, metavar="X,X", help="W share of the backward (default: the model's)")
     space.add_argument(
         "--ranks",
@@ -125,14 +146,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def description_from_args(args: argparse.Namespace) -> ModelDescription:
-    given = {name: getattr(args, flag) for flag, name in MODEL_FLAGS.items() if getattr(args, flag) is not None}
-    if given.get("dtype") is not None and given["dtype"] not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {given['dtype']!r}; valid: {', '.join(DTYPE_BYTES)}")
-    return ModelDescription(**given)
+    return ModelDescription(**given(args, MODEL_SECTION))
 
 
 def _model_given(args: argparse.Namespace) -> list[str]:
-    return ["--" + flag.replace("_", "-") for flag in MODEL_FLAGS if getattr(args, flag) is not None]
+    return given_flags(args, ModelDescription, MODEL_SECTION)
 
 
 def cmd_balance(args: argparse.Namespace) -> int:
@@ -183,24 +201,27 @@ def space_from_args(args: argparse.Namespace) -> PlanSpace:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.verify is not None and (args.json is None or args.verify < 1):
-        raise ValueError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
+        raise UsageError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
+    if args.json is not None:
+        check_output(args.json)
     inputs, recorded = inputs_from_args(args)
     space = space_from_args(args)
     candidates = evaluate_all(inputs, space)
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
-    print("\n".join(document["summary"]))
+    lines = list(document["summary"])
     failed = [c for c in candidates if c.error is not None]
     reasons = sorted({c.error for c in failed})
     for reason in reasons[:5]:
-        print(f"  cannot be built ({sum(c.error == reason for c in failed)}): {reason}")
-    if args.json is not None:
+        lines.append(f"  cannot be built ({sum(c.error == reason for c in failed)}): {reason}")
+    if args.json is not None:  # before printing: a closed stdout (| head) must not lose the plan
         write_json(document, args.json)
-        print(f"wrote {args.json}")
+        lines.append(f"wrote {args.json}")
+    print("\n".join(lines), flush=True)
     if args.verify:
         command = [sys.executable, "-m", "executor", "verify-plan", str(args.json), "--top", str(args.verify)]
         print("verifying: " + " ".join(command[1:]), flush=True)
         return subprocess.run(command, check=False).returncode
-    return 0 if document["best"] is not None else 1
+    return 0 if document["best"] is not None else FAILURE
 
 
 def _space_dict(space: PlanSpace) -> dict:

@@ -15,7 +15,8 @@ import statistics
 from pathlib import Path
 from types import MappingProxyType
 
-from pipesim.cli.common import add_cost_args, add_figure_args, cost_from_args, write_figures
+from pipesim.cli.common import add_cost_args, add_figure_args, check_outputs, cost_from_args, write_figures
+from pipesim.flags import EXIT_STATUS_HELP
 from pipesim.io.formats import save_schedule, save_timeline, schedule_to_dict
 from pipesim.sim.metrics import makespan
 
@@ -25,6 +26,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "import-trace",
         allow_abbrev=False,
         help="torch.profiler traces (PP: labels) -> timeline, overlaid on the simulation",
+        epilog=EXIT_STATUS_HELP,
     )
     imp.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="Kineto traces: one per rank, or merged")
     imp.add_argument("--name", default="imported", help="the recovered schedule's name")
@@ -44,18 +46,19 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     from pipesim.io.chrome_trace import save_run_trace
     from pipesim.io.kineto import import_traces
 
+    check_outputs(args, ("schedule_out", "json", "trace"))
     run = import_traces(args.traces, args.name)
     own_times = not any(getattr(args, flag) is not None for flag in ("f", "b", "w", "comm", "cost"))
     simulated = replay(run, None if own_times else cost_from_args(args))
     analysis = attribute_run(run.schedule, run.timeline, run.step_times_ms)
-    print(f"{run.schedule.describe()}; {len(run.step_times_ms)} steps recorded")
     costs = "with the traces' own median action times" if own_times else "with the given costs"
-    print(
+    lines = [
+        f"{run.schedule.describe()}; {len(run.step_times_ms)} steps recorded",
         f"imported step {statistics.median(run.step_times_ms):.3f} ms (median); simulated "
-        f"{makespan(simulated):.3f} ms ({costs})"
-    )
+        f"{makespan(simulated):.3f} ms ({costs})",
+    ]
     for row in analysis["ranks"]:
-        print(
+        lines.append(
             f"  rank {row['rank']}: compute {row['compute_ms']:.3f} + schedule idle {row['schedule_idle_ms']:.3f} "
             f"+ comm {row['comm_wait_ms']:.3f} + other {row['overhead_ms']:.3f} ms"
         )
@@ -78,8 +81,7 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     from pipesim.charts.overlay import overlay_figure
 
     written += write_figures(lambda: overlay_figure(simulated, run.timeline), args)
-    for path in written:
-        print(f"wrote {path}")
+    print("\n".join(lines + [f"wrote {path}" for path in written]))  # after the files: a closed stdout loses none
     return 0
 
 

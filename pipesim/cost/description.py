@@ -7,18 +7,18 @@ formula for memory. A profile run (executor.profile) measures the same quantitie
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pipesim.cost.balance import Balance, balance, check_split_points
 from pipesim.cost.model import CostModel, LinkCost, Provenance, StageCost
-from pipesim.limits import MAX_LAYERS
+from pipesim.cost.shape import TransformerShape
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
 
 
 @dataclass(frozen=True)
-class ModelDescription:
-    """A decoder-only Transformer, turned into per-stage costs by counting FLOPs.
+class ModelDescription(TransformerShape):
+    """A decoder-only Transformer on a device, priced by counting FLOPs. Its sizes are a `TransformerShape`.
 
     Matmul FLOPs: 2 per multiply-add. Per layer and token, forward is
     2*(4h^2 + 2h*ffn) for the projections plus 4*s*h for attention scores and
@@ -28,32 +28,24 @@ class ModelDescription:
     `device_tflops` is the achieved (not peak) rate.
     """
 
-    num_layers: int = 24
-    hidden_size: int = 2048
-    ffn_size: int = 8192
-    num_heads: int = 16
-    seq_len: int = 2048
-    microbatch_size: int = 1
-    vocab_size: int = 50257
+    microbatch_size: int = field(default=1, metadata={"cli": False})  # the planner searches it
+    """Sequences per microbatch."""
     dtype: str = "bf16"
-    device_tflops: float = 400.0
-    link_bandwidth_gbps: float = 50.0
-    link_latency_ms: float = 0.01
+    """Bytes per value of the activations and parameters: fp32, bf16, fp16 or fp8."""
+    device_tflops: float = field(default=400.0, metadata={"flag": "tflops"})
+    """The device's achieved (not peak) matmul rate, in TFLOP/s."""
+    link_bandwidth_gbps: float = field(default=50.0, metadata={"flag": "bandwidth"})
+    """Bandwidth between neighbouring stages, in GB/s."""
+    link_latency_ms: float = field(default=0.01, metadata={"flag": "latency"})
+    """Latency of one transfer between neighbouring stages, in ms."""
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size", "vocab_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.num_layers > MAX_LAYERS - 2:  # one unit cost per layer follows: bounded before it is made
-            raise ValueError(
-                f"num_layers {self.num_layers} is more than pipesim handles: at most {MAX_LAYERS - 2:,} (with the "
-                f"embedding and the head, {MAX_LAYERS:,} units to balance; see pipesim/limits.py)"
-            )
+        super().__post_init__()  # the shape's own checks
+        size = self.microbatch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"microbatch_size must be a positive integer, got {self.microbatch_size!r}")
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
         if not self.device_tflops > 0 or not self.link_bandwidth_gbps > 0 or self.link_latency_ms < 0:
             raise ValueError("device_tflops and link_bandwidth_gbps must be > 0, link_latency_ms >= 0")
 
@@ -62,10 +54,6 @@ class ModelDescription:
         blocks and head, shared out so that the slowest stage is as fast as it can be)."""
         split = balance_units(self.unit_costs(), num_stages, recompute).split_points
         return replace(self.split_cost_model(split, recompute), provenance=Provenance("model", self))
-
-    def num_units(self) -> int:
-        """Units that stages share out, as the executor cuts its model: embedding, the blocks, the output head."""
-        return self.num_layers + 2
 
     def unit_costs(self) -> list[StageCost]:
         """Per unit (embedding, each block, the output head with the loss), its costs for one microbatch.

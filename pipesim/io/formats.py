@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -174,30 +175,54 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
 
 def write_json(data: Any, path: str | Path) -> None:
     """Write JSON atomically (see `write_file`); infinities and NaN are refused, not written as bare words."""
+    write_file(json_text(data, path), path)
+
+
+def json_text(data: Any, path: str | Path) -> str:
+    """The JSON text `write_json` writes to `path` (named in the refusal of a non-finite number)."""
     try:
-        text = json.dumps(data, indent=1, allow_nan=False)
+        return json.dumps(data, indent=1, allow_nan=False)
     except ValueError:
         raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs") from None
-    write_file(text, path)
+
+
+def check_output(path: str | Path) -> None:
+    """Refuse an output path `write_file` would refuse (a folder, a FIFO, a missing folder) before any work is
+    done or any other file written; what can only fail in the write itself (permissions, a full disk) fails there."""
+    given = Path(path)
+    target = Path(os.path.realpath(given))
+    if target.exists() and not target.is_file():
+        kind = "a folder" if target.is_dir() else "not a regular file (a FIFO, socket or device)"
+        raise UnwritableOutput(f"cannot write {given}: it is {kind}; give the path of a file")
+    if not target.parent.is_dir():
+        raise UnwritableOutput(f"cannot write {given}: folder {target.parent} does not exist")
+    if not os.access(target.parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UnwritableOutput(f"cannot write {given}: permission denied")
+
+
+class UnwritableOutput(ValueError):
+    """An output file that cannot be written (a folder, a FIFO, a missing folder, no permission, a full disk): the
+    inputs were fine, the output was not (the command lines' exit status 1, not a usage error)."""
 
 
 def write_file(content: str | bytes, path: str | Path) -> None:
     """Write a file atomically: a reader never sees half of it, a failed write keeps the old one and leaves no
     temporary file behind.
 
-    A symbolic link is written through to its target (the link stays). A path that exists but is not a regular
-    file (a folder, a FIFO, a device such as /dev/null) is refused rather than replaced. Every failure is a
-    ValueError that names the path the user gave.
+    The file gets the mode any new file would (0666 less the umask), or keeps the mode of the file it replaces, so a
+    run folder or an exported chart is as readable to a teammate or a web server as the user's other files. A
+    symbolic link is written through to its target (the link stays, the target keeps its mode). A path that exists
+    but is not a regular file (a folder, a FIFO, a device such as /dev/null) is refused rather than replaced. Every
+    failure is an UnwritableOutput (a ValueError) that names the path the user gave, never the temporary file.
     """
     given = Path(path)
     target = Path(os.path.realpath(given))
-    if target.exists() and not target.is_file():
-        kind = "a folder" if target.is_dir() else "not a regular file (a FIFO, socket or device)"
-        raise ValueError(f"cannot write {given}: it is {kind}; give the path of a file")
-    if not target.parent.is_dir():
-        raise ValueError(f"cannot write {given}: folder {target.parent} does not exist")
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    check_output(given)
+    temporary = None
     try:
+        mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~current_umask()
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.fchmod(handle, mode)  # mkstemp makes it 0600 whatever the umask
         if isinstance(content, bytes):
             with os.fdopen(handle, "wb") as out:
                 out.write(content)
@@ -206,10 +231,25 @@ def write_file(content: str | bytes, path: str | Path) -> None:
                 out.write(content)
         os.replace(temporary, target)
     except OSError as error:
-        raise ValueError(f"cannot write {given}: {error.strerror or error}") from None
+        raise UnwritableOutput(f"cannot write {given}: {error.strerror or error}") from None
     finally:
-        if os.path.exists(temporary):
+        if temporary is not None and os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (/proc on Linux): setting it to read it back, as os.umask
+    must, would give another thread's new files the wrong mode meanwhile (the app writes from several)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no /proc: the only other way, briefly
+    os.umask(mask)
+    return mask
 
 
 def read_json(path: str | Path, limit: int = MAX_RESULT_BYTES, what: str = "JSON file") -> Any:
@@ -227,8 +267,8 @@ def parse_json(raw: bytes | str, name: str, object_hook: Callable[[dict], Any] |
     that keeps a few of a million objects drops the rest at once)."""
     try:
         return json.loads(raw, parse_constant=_refuse_constant, object_hook=object_hook)
-    except UnicodeDecodeError:
-        raise ValueError(f"{name}: not a text file") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{name}: not a UTF-8 text file ({error.reason} at byte {error.start})") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{name}: not valid JSON ({error})") from None
     except RecursionError:
@@ -247,11 +287,14 @@ def _refuse_constant(word: str) -> Any:
 def save_schedule(schedule: Schedule, path: str | Path) -> None:
     """Write a schedule: torch's CSV when the name ends in .csv (compute_comms when the schedule states its
     transfers, else compute_only), else the JSON document."""
-    target = Path(path)
-    if target.suffix.lower() == ".csv":
-        write_file(schedule_to_csv(schedule, "auto"), target)
-    else:
-        write_json(schedule_to_dict(schedule), target)
+    write_file(schedule_file_text(schedule, path), path)
+
+
+def schedule_file_text(schedule: Schedule, path: str | Path) -> str:
+    """What `save_schedule` writes to `path`: CSV for a .csv name, else the JSON document."""
+    if Path(path).suffix.lower() == ".csv":
+        return schedule_to_csv(schedule, "auto")
+    return json_text(schedule_to_dict(schedule), path)
 
 
 def load_schedule(path: str | Path) -> Schedule:
@@ -259,7 +302,17 @@ def load_schedule(path: str | Path) -> Schedule:
     source = Path(path)
     if source.suffix.lower() == ".json":
         return schedule_from_dict(read_json(source, MAX_SCHEDULE_BYTES, "schedule file"))
-    return schedule_from_csv(read_text(source, MAX_SCHEDULE_BYTES, "schedule file"), name=source.stem)
+    return schedule_from_csv_file(source)
+
+
+def schedule_from_csv_file(path: str | Path, csv_format: str = "auto") -> Schedule:
+    """A torch schedule CSV file (named after the file), read bounded; a refusal names the file."""
+    source = Path(path)
+    text = read_text(source, MAX_SCHEDULE_BYTES, "schedule file")
+    try:
+        return schedule_from_csv(text, name=source.stem, csv_format=csv_format)
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from None
 
 
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:

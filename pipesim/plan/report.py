@@ -110,7 +110,8 @@ def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
     lines.append(
         f"best: {best.label}: {best.step_ms:.4g} ms per step, {best.throughput:.4g} samples/s, "
         f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
-        f"split at {','.join(map(str, best.split)) or '-'}"
+        f"stages start at units {','.join(map(str, best.split)) or '-'} (units count the embedding and the head; "
+        "executor run --split-points takes them)"
     )
     for loss in runners_up(candidates, best, cap):
         c = loss.candidate

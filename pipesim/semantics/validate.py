@@ -74,7 +74,7 @@ def find_problems(schedule: Schedule, limit: int | None = None) -> list[Schedule
     cap = MAX_PROBLEMS if limit is None else min(limit, MAX_PROBLEMS)  # work stops at the cap, whatever the sizes
     position = _scan_actions(schedule, problems, misplaced, cap)
     if len(problems) < cap:
-        _check_pairs(schedule, position, problems)
+        _check_pairs(schedule, position, misplaced, problems)
         if not problems or limit is None:
             _check_missing(schedule, position, misplaced, problems, cap)
     if schedule.order is not None and len(problems) < cap and (not problems or limit is None):
@@ -161,14 +161,34 @@ def _row_is_clean(row: tuple[Action, ...], own_stages: set[int], num_mb: int) ->
     )
 
 
-def _check_pairs(schedule: Schedule, position: dict[Action, int], problems: list[ScheduleError]) -> None:
-    """Order on the rank: F before its backward, I before W; B and I never both."""
+def _check_pairs(
+    schedule: Schedule, position: dict[Action, int], misplaced: set[Action], problems: list[ScheduleError]
+) -> None:
+    """Order on the rank: F before its backward, I before W; B and I never both. A backward whose forward runs
+    nowhere is named here, on its own rank, before other ranks' missing actions: a row off by one (torch 2.13's
+    1F1B dump on its last rank: 3F1 .. 3F8, no 3F0) is the row to fix, not the ranks that lack 0F8."""
     for rank, row in enumerate(schedule.actions):
         if _forwards_first(row):
             continue
         for index, action in enumerate(row):
             if action[1] is not F and position.get(action) == index:
                 _check_action(action, index, rank, position, problems)
+                forward = Action(action[0], F, action[2])
+                if action[1] is not W and forward not in position and forward not in misplaced:
+                    problems.append(_orphan_backward(row, rank, index, action))
+                    misplaced.add(forward)  # reported here, not again as missing
+
+
+def _orphan_backward(row: tuple[Action, ...], rank: int, index: int, action: Action) -> ScheduleError:
+    """A backward whose forward runs nowhere, named on its own rank (saying so when the rank's forwards of the
+    stage do not start at microbatch 0)."""
+    stage, _, mb = action
+    firsts = [a[2] for a in row if a[0] == stage and a[1] is F] or [0]
+    hint = f"; its forwards of stage {stage} run microbatches {min(firsts)}..{max(firsts)}: is its row off by one?"
+    detail = f"{stage}F{mb} never runs, but {action} (rank {rank}'s #{index + 1}) does"
+    return ScheduleError(
+        "missing forward", detail + (hint if min(firsts) > 0 else ""), rank, None, Action(stage, F, mb)
+    )
 
 
 def _forwards_first(row: tuple[Action, ...]) -> bool:
@@ -271,26 +291,13 @@ def _check_missing(
         for mb in range(schedule.num_microbatches):
             if len(problems) >= cap:
                 return
+            holder = f"rank {rank} holds stage {stage}"
             if not present((stage, F, mb)):
-                problems.append(
-                    ScheduleError(
-                        "missing forward",
-                        f"{stage}F{mb} never runs; rank {rank} holds stage {stage}",
-                        rank,
-                        None,
-                        Action(stage, F, mb),
-                    )
-                )
+                detail = f"{stage}F{mb} never runs; {holder}"
+                problems.append(ScheduleError("missing forward", detail, rank, None, Action(stage, F, mb)))
             if not present((stage, B, mb)) and not present((stage, I, mb)):
-                problems.append(
-                    ScheduleError(
-                        "missing backward",
-                        f"neither {stage}B{mb} nor {stage}I{mb} runs; rank {rank} holds stage {stage}",
-                        rank,
-                        None,
-                        Action(stage, B, mb),
-                    )
-                )
+                detail = f"neither {stage}B{mb} nor {stage}I{mb} runs; {holder}"
+                problems.append(ScheduleError("missing backward", detail, rank, None, Action(stage, B, mb)))
 
 
 # --- torch's full order ----------------------------------------------------------------------------------------

@@ -191,8 +191,8 @@ def run_ranks(num_ranks: int, work: Callable[[int], Any], hub: Hub) -> list[Any]
 
 def _config(world: int) -> ModelConfig:
     """Enough layers for two stages per rank (8 units at 4 ranks)."""
-    return ModelConfig(
-        kind="transformer", vocab_size=24, d_model=8, num_heads=2, ffn_size=16, num_layers=2 * world - 2, seq_len=4
+    return ModelConfig.of_transformer(
+        vocab_size=24, hidden_size=8, num_heads=2, ffn_size=16, num_layers=2 * world - 2, seq_len=4
     )
 
 

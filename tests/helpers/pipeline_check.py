@@ -42,10 +42,10 @@ def models(world: int) -> dict[str, ModelConfig]:
     """Tiny models with enough layers for 2 stages per rank (8 layers at 4 ranks)."""
     layers = max(2, 2 * world - 2)
     return {
-        "transformer": ModelConfig(
-            kind="transformer", vocab_size=40, d_model=16, num_heads=2, ffn_size=32, num_layers=layers, seq_len=8
+        "transformer": ModelConfig.of_transformer(
+            vocab_size=40, hidden_size=16, num_heads=2, ffn_size=32, num_layers=layers, seq_len=8
         ),
-        "cnn": ModelConfig(kind="cnn", cnn_channels=4, cnn_blocks=max(2, 2 * world - 3), cnn_fc_size=16),
+        "cnn": ModelConfig.of_cnn(channels=4, blocks=max(2, 2 * world - 3), fc_size=16),
     }
 
 

@@ -1,0 +1,199 @@
+"""The Run page's form: what to run, on what model and devices, and the run config it describes.
+
+`draw` shows the form in the sidebar and hands back the values of a submitted form (`RunRequest`); the
+request's `config()` is the one place the page turns them into an `executor.config.RunConfig` (whose checks
+refuse bad values with a ValueError the page shows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import streamlit as st
+
+from app_pages import own_model, state
+from executor.config import (
+    BACKENDS,
+    DEVICES,
+    DTYPES,
+    MODEL_KINDS,
+    SMALL_TRANSFORMER,
+    CNNConfig,
+    ModelConfig,
+    RunConfig,
+    run_config,
+)
+from pipesim.cost.shape import TransformerShape
+from pipesim.ir import Schedule
+from pipesim.schedules import options_for, schedule_info, schedule_names
+
+# Size presets of the built-in models (their configs' own types); the number of layers (blocks) is a separate
+# input because it must be at least the number of stages.
+TRANSFORMER_SIZES = {
+    "tiny": TransformerShape(num_layers=4, hidden_size=64, ffn_size=256, num_heads=4, seq_len=32, vocab_size=512),
+    "small": SMALL_TRANSFORMER,
+    "medium": TransformerShape(num_layers=4, hidden_size=256, ffn_size=1024, num_heads=8, seq_len=128, vocab_size=4000),
+}
+CNN_SIZES = {
+    "tiny": CNNConfig(channels=16, fc_size=128),
+    "small": CNNConfig(channels=32, fc_size=256),
+    "medium": CNNConfig(channels=64, fc_size=512),
+}
+CUSTOM = state.CUSTOM_SCHEDULE_LABEL
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A submitted form's values, as the widgets gave them."""
+
+    name: str
+    ranks: int
+    microbatches: int
+    chunks: int
+    kind: str
+    size: str
+    layers: int
+    own: str
+    replicas: int
+    dtype: str
+    batch: int
+    steps: int
+    warmup: int
+    timeout: float
+    device: str
+    backend: str
+    profile: bool
+    reference: bool
+    recompute: bool
+
+    def schedule(self, custom: Schedule | None) -> Schedule | None:
+        """The custom schedule sent from the Custom page when it is the one chosen, else None (a registered one)."""
+        return custom if self.name == CUSTOM else None
+
+    def config(self, custom: Schedule | None) -> RunConfig:
+        """The run config these values describe; ValueError (the configs' own checks) on bad ones."""
+        sent = self.schedule(custom)
+        model = (
+            own_model.custom_model_config(self.own.strip())
+            if self.own.strip()
+            else ModelConfig(
+                kind=self.kind,
+                transformer=replace(TRANSFORMER_SIZES[self.size], num_layers=int(self.layers)),
+                cnn=replace(CNN_SIZES[self.size], blocks=int(self.layers)),
+            )
+        )
+        options: dict[str, Any] = {} if sent else options_for(self.name, num_virtual_stages=int(self.chunks))
+        return run_config(
+            schedule=sent.name if sent else self.name,
+            num_ranks=sent.num_ranks if sent else int(self.ranks),
+            num_microbatches=sent.num_microbatches if sent else int(self.microbatches),
+            num_virtual_stages=options.get("num_virtual_stages"),
+            model=model,
+            data_parallel=int(self.replicas),
+            dtype=self.dtype,
+            batch_size=int(self.batch),
+            steps=int(self.steps),
+            warmup_steps=int(self.warmup),
+            recompute=self.recompute,
+            device=self.device,
+            backend=self.backend,
+            profile=self.profile,
+            reference=self.reference,
+            timeout_s=float(self.timeout),
+        )
+
+
+def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
+    """The form in the sidebar; the request when it was submitted (and no run is going), else None."""
+    with st.sidebar, st.form("run-form"):
+        names = [*schedule_names(), *([CUSTOM] if custom is not None else [])]
+        name = st.selectbox(
+            "Schedule",
+            names,
+            index=len(names) - 1 if custom is not None else names.index("1f1b"),
+            key=state.kept("run-schedule"),
+        )
+        left, right = st.columns(2)
+        ranks = left.number_input("Ranks", 1, 64, 2, key=state.kept("run-ranks"))
+        microbatches = right.number_input("Microbatches", 1, 256, 8, key=state.kept("run-microbatches"))
+        chunks = left.number_input(
+            "Chunks per rank",
+            1,
+            8,
+            2,
+            key=state.kept("run-chunks"),
+            help="For the schedules that let you choose it: "
+            + ", ".join(n for n in schedule_names() if schedule_info(n).takes_chunks),
+        )
+        if custom is not None:
+            st.caption(f"The custom schedule sets its own ranks and microbatches: {custom.describe()}")
+        kind = right.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"))
+        size = left.selectbox(
+            "Size",
+            list(TRANSFORMER_SIZES),
+            index=1,
+            key=state.kept("run-size"),
+            help="tiny runs are dominated by Python overhead per action; small and up "
+            "are what the profile-then-predict figures in docs/benchmarks.md use",
+        )
+        layers = right.number_input(
+            "Layers / blocks",
+            1,
+            256,
+            4,
+            key=state.kept("run-layers"),
+            help="Transformer blocks (CNN: conv blocks). Stages share out these plus the "
+            "embedding and output layer (CNN: 3 FC layers): at least one per stage",
+        )
+        own = st.text_input(
+            "Your own model (optional)",
+            key=state.kept("run-model-spec"),
+            placeholder="examples.gpt_small:build",
+            help=own_model.field_help(),
+        )
+        replicas = left.number_input(
+            "Data parallel",
+            1,
+            16,
+            1,
+            key=state.kept("run-data-parallel"),
+            help="Replicas of the pipeline: ranks x this many processes",
+        )
+        dtype = right.selectbox(
+            "Precision", DTYPES, key=state.kept("run-dtype"), help="bf16: autocast, fp32 master weights"
+        )
+        batch = left.number_input(
+            "Batch size", 1, 4096, 32, key=state.kept("run-batch"), help="Per step; split into the microbatches"
+        )
+        steps = right.number_input("Steps", 1, 1000, 5, key=state.kept("run-steps"), help="Measured steps")
+        warmup = left.number_input("Warm-up steps", 0, 100, 1, key=state.kept("run-warmup"))
+        timeout = right.number_input("Timeout (s)", 10, 7200, 600, key=state.kept("run-timeout"))
+        device = left.selectbox(
+            "Device", DEVICES, key=state.kept("run-device"), help="auto: CUDA when torch sees GPUs, otherwise CPU"
+        )
+        backend = right.selectbox(
+            "Backend",
+            BACKENDS,
+            key=state.kept("run-backend"),
+            help="auto: gloo on CPU; nccl with one GPU per rank, else staged",
+        )
+        profile = st.toggle(
+            "Profile first, then predict",
+            value=True,
+            key=state.kept("run-profile"),
+            help="Measure per-stage costs, write cost.json and simulate the step with them",
+        )
+        reference = st.toggle(
+            "Also run torch.distributed.pipelining",
+            key=state.kept("run-reference"),
+            help="The same model on torch's own schedule, for comparison",
+        )
+        recompute = st.toggle("Activation recomputation", key=state.kept("run-recompute"))
+        submitted = st.form_submit_button("Launch run", type="primary", disabled=running, width="stretch")
+    if not submitted or running:
+        return None
+    return RunRequest(
+        name, ranks, microbatches, chunks, kind, size, layers, own, replicas, dtype, batch, steps, warmup,
+        timeout, device, backend, profile, reference, recompute,
+    )  # fmt: skip

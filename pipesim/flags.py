@@ -1,0 +1,284 @@
+"""What both command lines (`python -m pipesim`, `python -m executor`) share: flags generated from configs, the
+one usage error, and the one way a command ends (`run_main`: an exit status, a one-line error, never a traceback).
+
+Configs are the one source of their flags and help: a docstring under each dataclass field, read from the
+source, and command-line flags generated from the fields (torchtitan's `config/` does the same with tyro).
+
+    @dataclass(frozen=True)
+    class Training:
+        steps: int = field(default=5, metadata={"flag": "steps"})
+        \"\"\"Measured steps.\"\"\"
+
+    add_flags(parser, Training, "training")   # --steps N, help "Measured steps. (default 5)"
+    given(parser.parse_args(argv), "training")   # {"steps": 7} for the flags the user gave
+
+A field's metadata may name its `flag` (default: the field's name with dashes), `aliases` (more flags),
+`metavar`, and `cli=False` to leave it out (a flag the command writes by hand). Flags default to nothing
+(argparse.SUPPRESS): the config's own default applies, so defaults are written once, in the config, and `--help`
+shows them from there. A field whose type is a dataclass is a section of its own: its fields get flags too, with
+defaults from the parent's default value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import os
+import sys
+import textwrap
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+
+class UsageError(Exception):
+    """A mistake in the command line (a flag, a value, an input file): one line on stderr, exit status 2."""
+
+
+class Failure(Exception):
+    """Good inputs, but the work failed or was refused: one line on stderr, exit status 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing its usage and exiting, so `run_main` reports it in one
+    line; the line says which `--help` to read."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see: {self.prog} --help)")
+
+
+def one_line(error: BaseException) -> str:
+    return " | ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+
+
+def run_main(
+    name: str,
+    command: Callable[[], int],
+    failures: tuple[type[BaseException], ...] = (),
+) -> int:
+    """Run a command and turn every way it can end into an exit status (USAGE_ERROR, FAILURE, BROKEN_PIPE), with
+    one line on stderr: the one usage-error path of both command lines.
+
+    `failures` are the exception types that mean good inputs that could not be carried out (FAILURE); any other
+    ValueError or OSError is a usage error (a flag, a value, an input file). Order matters: a failure type may
+    subclass ValueError (a deadlock is a ScheduleError).
+    """
+    try:
+        return command()
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE
+    except (Failure, *failures) as error:
+        _error_line(name, error)
+        return FAILURE
+    except (UsageError, ValueError, OSError) as error:
+        _error_line(name, error)
+        return USAGE_ERROR
+
+
+def _error_line(name: str, error: BaseException) -> None:
+    try:
+        print(f"{name}: error: {one_line(error)}", file=sys.stderr, flush=True)
+    except OSError:  # stderr is gone too: the exit status still says it
+        pass
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not raise Broken pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+USAGE_ERROR = 2  # the command line is wrong: a flag, a value, an input file; nothing was done
+FAILURE = 1  # the inputs were good but the work failed or was refused: a run failed, a schedule deadlocks, an
+# output could not be written, an image could not be rendered
+BROKEN_PIPE = 141  # stdout was closed early (`| head`), as a Unix tool killed by SIGPIPE; every file was written
+EXIT_STATUS_HELP = (
+    "Exit status: 0 done; 1 the work failed or was refused (a failed run, a deadlocked schedule, an output that "
+    "cannot be written); 2 a usage error (a flag, a value or an input file; one line on stderr, nothing written); "
+    "141 stdout closed early (| head; the files were written)."
+)
+SEPARATOR = "."  # argparse dest of a generated flag: "section.field" (and deeper for nested sections)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """{field name: its docstring} for a dataclass and its dataclass bases, read from their source."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):  # no source (a frozen binary): flags still work, with shorter help
+            continue
+        body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+        for node, after in zip(body, body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def summary(cls: type) -> str:
+    """The first sentence of a class's docstring: a section's title in `--help`."""
+    doc = " ".join((cls.__doc__ or cls.__name__).split())
+    return doc.split(". ")[0].rstrip(".")
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    return "--" + field.metadata.get("flag", field.name).replace("_", "-")
+
+
+def _parts(annotation: Any) -> tuple[Any, bool]:
+    """(the type without None, whether None is allowed)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return (inner[0] if len(inner) == 1 else annotation), len(inner) < len(typing.get_args(annotation))
+    return annotation, False
+
+
+def shown(text: str, limit: int = 60) -> str:
+    """A user's text quoted in an error, cut short: a 5000-digit number must not make the one line 5000 long."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
+
+
+def whole_numbers(text: str) -> tuple[int, ...]:
+    """`2,4,6` -> (2, 4, 6)."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {shown(text)}") from None
+
+
+def _argument(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
+    """argparse keywords for one field's type: a parser, choices, or a switch."""
+    kind, _ = _parts(annotation)
+    if kind is bool:
+        return {"action": "store_true"}
+    if typing.get_origin(kind) is typing.Literal:
+        return {"choices": typing.get_args(kind)}
+    parsers: dict[Any, Callable[[str], Any]] = {int: _whole_number, float: _number, str: str}
+    if kind in parsers:
+        metavar = {int: "N", float: "X", str: "TEXT"}[kind]
+        return {"type": parsers[kind], "metavar": field.metadata.get("metavar", metavar)}
+    if typing.get_origin(kind) is tuple and typing.get_args(kind)[:1] == (int,):
+        return {"type": whole_numbers, "metavar": field.metadata.get("metavar", "A,B,..")}
+    raise TypeError(f"no flag for field {field.name} of type {annotation!r}: give it metadata cli=False")
+
+
+def _default_text(value: Any) -> str:
+    if value is None or value is False:
+        return ""
+    if isinstance(value, tuple):
+        return f" (default {','.join(map(str, value))})"
+    if isinstance(value, float):
+        return f" (default {value:g})"
+    return " (default: on)" if value is True else f" (default {value})"
+
+
+def add_flags(
+    parser: argparse.ArgumentParser, cls: type, section: str, defaults: Any = None
+) -> dict[str, argparse._ArgumentGroup]:
+    """One flag per field of the dataclass `cls` (in a group titled by its docstring's first sentence), help from
+    the field's docstring and the default from `defaults` (an instance; default: `cls()`); nested dataclass fields
+    recurse into groups of their own. Returns the groups by section, for flags a command adds by hand."""
+    defaults = cls() if defaults is None else defaults
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    groups = {section: parser.add_argument_group(summary(cls))}
+    nested = []
+    for field in dataclasses.fields(cls):
+        if not field.metadata.get("cli", True):
+            continue
+        if dataclasses.is_dataclass(_parts(hints[field.name])[0]):
+            nested.append(field)
+            continue
+        keywords = {k: v for k, v in _argument(field, hints[field.name]).items() if v is not None}
+        flags = [flag_of(field), *("--" + alias for alias in field.metadata.get("aliases", ()))]
+        doc = docs.get(field.name, field.name.replace("_", " ")).rstrip(".")
+        help_text = doc + _default_text(getattr(defaults, field.name))
+        groups[section].add_argument(
+            *flags,
+            dest=f"{section}{SEPARATOR}{field.name}",
+            default=argparse.SUPPRESS,
+            help=help_text.replace("%", "%%"),
+            **keywords,
+        )
+    for field in nested:
+        kind = _parts(hints[field.name])[0]
+        # the field's own default, not the parent instance's value (a config may resolve a default in
+        # __post_init__ from other sections, such as RunConfig's batch size from the microbatches)
+        groups.update(add_flags(parser, kind, f"{section}{SEPARATOR}{field.name}", _default_of(field)))
+    return groups
+
+
+def from_flags(cls: type, args: argparse.Namespace, section: str, base: Any = None) -> Any:
+    """The config the flags given for `section` describe: `base` (default: the class's defaults) with each given
+    field replaced, nested sections built the same way. The config's own checks run (ValueError on bad values)."""
+    hints = typing.get_type_hints(cls)
+    values = given(args, section)
+    for field in dataclasses.fields(cls):
+        kind = _parts(hints[field.name])[0]
+        if dataclasses.is_dataclass(kind):
+            inner = getattr(base, field.name) if base is not None else _default_of(field)
+            values[field.name] = from_flags(kind, args, f"{section}{SEPARATOR}{field.name}", inner)
+    if base is None:
+        return cls(**values)
+    return dataclasses.replace(base, **values)
+
+
+def _default_of(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
+def given(args: argparse.Namespace, section: str) -> dict[str, Any]:
+    """{field: value} of the flags given for `section` (its own fields, not its nested sections')."""
+    prefix = section + SEPARATOR
+    return {
+        key[len(prefix) :]: value
+        for key, value in vars(args).items()
+        if key.startswith(prefix) and SEPARATOR not in key[len(prefix) :]
+    }
+
+
+def given_flags(args: argparse.Namespace, cls: type, section: str) -> list[str]:
+    """The flags the user gave for `section` and its nested sections, as they are spelled on the command line."""
+    flags = []
+    for field in dataclasses.fields(cls):
+        key = f"{section}{SEPARATOR}{field.name}"
+        if key in vars(args):
+            flags.append(flag_of(field))
+        kind = _parts(typing.get_type_hints(cls)[field.name])[0]
+        if dataclasses.is_dataclass(kind):
+            flags += given_flags(args, kind, key)
+    return flags
