@@ -25,6 +25,7 @@ PIPESIM_ORDER = [
     "pipesim.cost",
     "pipesim.semantics",
     "pipesim.sim",
+    "pipesim.synth",
     "pipesim.io",
     "pipesim.analysis",
     "pipesim.plan",
