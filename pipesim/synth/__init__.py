@@ -146,16 +146,20 @@ def synthesize(
             if score < best_score:
                 best_score, best_orders, method = score, orders, "list scheduling"
     use_exact = exact if exact is not None else len(free_pairs(inst)[0]) <= MAX_EXACT_PAIRS
-    search_deadline = started + (time_limit_s / 2 if use_exact else time_limit_s)
+    # with the solver to come, local search only polishes (the solver improves or proves what it gets)
+    search_deadline = min(deadline, time.monotonic() + time_limit_s / 10) if use_exact else deadline
     candidates.sort(key=lambda c: c[0])
     starts = candidates[:3]
     for k, (score, orders) in enumerate(starts):
         if close_enough(best_score):
             break
         share = (search_deadline - time.monotonic()) / (len(starts) - k)
-        orders, score = improve(inst, orders, score, time.monotonic() + share, bound, rng)
+        patience = 50 * len(inst.actions) if use_exact else None
+        orders, score = improve(inst, orders, score, time.monotonic() + share, bound, rng, patience)
         if score < best_score:
-            best_score, best_orders, method = score, orders, "local search"
+            shorter = score.makespan < best_score.makespan * (1 - TIME_TOLERANCE)
+            tie = method if method.startswith("local search") else f"local search (the step of {method})"
+            best_score, best_orders, method = score, orders, "local search" if shorter else tie
     optimal = close_enough(best_score)
     if use_exact and not optimal and time.monotonic() < deadline:
         result = solve_exact(inst, best_orders, best_score.makespan, deadline - time.monotonic())

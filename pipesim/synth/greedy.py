@@ -36,6 +36,7 @@ class Policy:
 
     warmup: tuple[float, ...]
     w_policy: str = "fit"  # "fit" or "eager"
+    w_lag: tuple[int, ...] | None = None  # rank r runs W right after an I once more than w_lag[r] are pending
 
     def __post_init__(self) -> None:
         assert self.w_policy in ("fit", "eager"), self.w_policy
@@ -43,19 +44,22 @@ class Policy:
 
 def policies(inst: Instance) -> Iterator[Policy]:
     """Warm-ups from 1F1B's (p-1-r forwards) past ZB-H2's (2(p-1-r)) up to the memory limit, each with both W
-    rules; the most promising first, so a short time budget still tries them."""
+    rules, first with W free to fill gaps, then also run right after an I once k*r are pending (ZB-H1's k = 1,
+    ZB-H2's 2); the most promising first, so a short time budget still tries them."""
     p = inst.num_ranks
     capacity = [limit / unit if unit > 0 else math.inf for limit, unit in zip(inst.limit, inst.unit, strict=True)]
     seen = set()
     shapes = [(1.0, 1.0), (2.0, 1.0), (1.0, 0.0), (2.0, 0.0), (1.5, 1.0), (1.0, 2.0), (3.0, 1.0), (0.5, 1.0)]
     shapes += [(a, b) for a in (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0) for b in (0.0, 1.0, 2.0, 3.0)]
     shapes.append((0.0, math.inf))  # fill the memory
-    for slope, offset in shapes:
-        warmup = tuple(min(capacity[r], max(1.0, slope * (p - 1 - r) + offset)) for r in range(p))
-        for w_policy in ("fit", "eager"):
-            if (warmup, w_policy) not in seen:
-                seen.add((warmup, w_policy))
-                yield Policy(warmup, w_policy)
+    lags: list[tuple[int, ...] | None] = [None, *(tuple(k * r for r in range(p)) for k in (1, 2, 0, 3))]
+    for w_lag in lags:
+        for slope, offset in shapes:
+            warmup = tuple(min(capacity[r], max(1.0, slope * (p - 1 - r) + offset)) for r in range(p))
+            for w_policy in ("fit", "eager"):
+                if (warmup, w_policy, w_lag) not in seen:
+                    seen.add((warmup, w_policy, w_lag))
+                    yield Policy(warmup, w_policy, w_lag)
 
 
 class _State:
@@ -85,6 +89,7 @@ class _State:
             sum(self.stash[t] for t in stages_of[inst.stage_to_rank[stage]] if t > stage) for stage in range(s)
         ]
         self.first_stage = [min(stages) for stages in stages_of]
+        self.after_i = [False] * inst.num_ranks  # whether the rank's last action was an I
         self.done = 0
 
     def arrival(self, i: int) -> float:
@@ -116,6 +121,7 @@ class _State:
         self.orders[rank].append(i)
         self.level[rank] += inst.delta[i]
         stage, kind = action.stage, action.kind
+        self.after_i[rank] = kind is I
         if kind is F:
             self.next_f[stage] += 1
             if stage == self.first_stage[rank]:
@@ -135,6 +141,9 @@ def _choose(state: _State, rank: int, policy: Policy) -> tuple[int, float] | Non
     inst = state.inst
     m = inst.num_microbatches
     ready_at = state.clock[rank] + inst.gap[rank]
+    pending = state.pending_w[rank]
+    if policy.w_lag is not None and state.after_i[rank] and len(pending) > policy.w_lag[rank]:
+        return pending[0], ready_at  # the W that lags this I by w_lag microbatches, as ZB-H1 and ZB-H2 do
     forwards, backwards = [], []
     for stage in state.stages_of[rank]:
         k = state.next_f[stage]
@@ -165,7 +174,6 @@ def _choose(state: _State, rank: int, policy: Policy) -> tuple[int, float] | Non
         return b_now[-1], ready_at
     if f_now:
         return f_now[2], ready_at
-    pending = state.pending_w[rank]
     upcoming = min([c[0] for c in forwards] + [c[0] for c in backwards], default=math.inf)
     if pending:
         w = pending[0]

@@ -60,15 +60,14 @@ class SynthesisProblem:
         if chunks is not None:
             if self.placement != "interleaved":
                 raise ValueError(
-                    f"--virtual-stages applies to the interleaved placement only ({self.placement!r} holds "
+                    f"num_virtual_stages applies to the interleaved placement only ({self.placement!r} holds "
                     f"{2 if self.placement == 'v' else 1} stage(s) per rank)"
                 )
             if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
                 raise ValueError(f"num_virtual_stages must be a whole number >= 1, got {chunks!r}")
         limits = [v for v in (self.memory_limit, self.memory_limit_bytes) if v is not None]
         if len(limits) != 1:
-            raise ValueError("give exactly one memory limit: in microbatches (--memory-limit N) or bytes "
-                             "(--memory-limit-bytes B)")  # fmt: skip
+            raise ValueError("give exactly one memory limit: memory_limit (microbatches) or memory_limit_bytes")
         value = limits[0]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"the memory limit must be a finite number > 0, got {value!r}")
@@ -178,11 +177,15 @@ class Instance:
         needs exactly that, and every order needs it: a microbatch's forwards on a rank all run before its
         first backward there)."""
         for rank, (unit, limit) in enumerate(zip(self.unit, self.limit, strict=True)):
+            if not self.fits(unit, rank) and self.problem.memory_limit is not None:
+                raise ValueError(
+                    f"the memory limit ({self.problem.memory_limit:g} microbatches) is below one microbatch's "
+                    "activations: no order fits; give at least 1"
+                )
             if not self.fits(unit, rank):
                 raise ValueError(
                     f"the memory limit ({limit:,.6g} bytes on rank {rank}) is below one microbatch's activations "
-                    f"there ({unit:,.6g} bytes): no order fits; give at least 1 microbatch (--memory-limit 1) "
-                    f"or {unit:,.6g} bytes"
+                    f"there ({unit:,.6g} bytes): no order fits; give at least 1 microbatch's worth ({unit:,.6g} bytes)"
                 )
 
     @cached_property

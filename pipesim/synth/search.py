@@ -97,16 +97,19 @@ def improve(
     deadline: float,
     target: float,
     rng: random.Random,
+    patience: int | None = None,
 ) -> tuple[list[list[int]], Score]:
-    """Local search until `deadline` (time.monotonic) or the step time reaches `target` (a lower bound)."""
+    """Local search until `deadline` (time.monotonic), the step time reaches `target` (a lower bound), or
+    `patience` moves in a row found nothing better."""
     orders = [list(order) for order in orders]
     ranks = [r for r in range(inst.num_ranks) if len(orders[r]) > 1]
     if not ranks:
         return orders, score
-    checks = 0
+    checks = since_better = 0
     while score.makespan > target * (1 + TIME_TOLERANCE) + 1e-12:
         checks += 1
-        if checks % 16 == 0 and time.monotonic() >= deadline:
+        since_better += 1
+        if checks % 16 == 0 and time.monotonic() >= deadline or (patience is not None and since_better > patience):
             break
         rank = rng.choice(ranks)
         order = orders[rank]
@@ -124,5 +127,6 @@ def improve(
         trial = orders[:rank] + [moved] + orders[rank + 1 :]
         result = evaluate(inst, trial)
         if result is not None and result <= score:
+            since_better = 0 if result < score else since_better
             orders, score = trial, result
     return orders, score
