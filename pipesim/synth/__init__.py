@@ -104,94 +104,106 @@ class Synthesis:
         }
 
 
+class _Best:
+    """The best order so far, what found it, and every starting point's step time."""
+
+    def __init__(self, inst: Instance, bound: float) -> None:
+        self.inst, self.bound = inst, bound
+        plain = list(inst.by_rank)  # the all-actions order: one microbatch at a time, fits any feasible limit
+        score = evaluate(inst, plain)
+        assert score is not None, "the plainest order must fit once check_feasible passed"
+        self.score, self.orders, self.method = score, plain, "one microbatch at a time"
+        self.tried: dict[str, float] = {self.method: score.makespan}
+        self.candidates: list[tuple[Score, list[list[int]]]] = [(score, plain)]
+
+    @property
+    def reached_bound(self) -> bool:
+        return self.score.makespan <= self.bound * (1 + TIME_TOLERANCE) + 1e-12
+
+    def offer(self, orders: list[list[int]], score: Score | None, method: str) -> None:
+        if score is None:
+            return
+        self.candidates.append((score, orders))
+        self.tried[method] = min(score.makespan, self.tried.get(method, score.makespan))
+        if score < self.score:
+            self.score, self.orders, self.method = score, orders, method
+
+    def polish(self, orders: list[list[int]], score: Score, deadline: float, rng, patience: int | None) -> None:
+        """Local search from one order; a better step is "local search", a tie keeps the step's origin."""
+        orders, score = improve(self.inst, orders, score, deadline, self.bound, rng, patience)
+        if score < self.score:
+            shorter = score.makespan < self.score.makespan * (1 - TIME_TOLERANCE)
+            tie = self.method if self.method.startswith("local search") else f"local search (the step of {self.method})"
+            self.score, self.orders, self.method = score, orders, "local search" if shorter else tie
+
+
 def synthesize(
     problem: SynthesisProblem, time_limit_s: float = 10.0, *, exact: bool | None = None, seed: int = 0
 ) -> Synthesis:
     """The fastest order found within `time_limit_s` seconds (`exact`: None tries the solver where the size
-    allows, False never, True whatever the size). ValueError when no order fits the memory limit."""
+    allows, False never, True whatever the size). ValueError when no order fits the memory limit.
+
+    Time: list scheduling up to a third of the budget; with the solver, a short polish, the solver up to 60%
+    of what is left, local search for the rest; without it, local search from the three best starts."""
     if not (isinstance(time_limit_s, (int, float)) and time_limit_s > 0 and time_limit_s < float("inf")):
         raise ValueError(f"the time limit must be a finite number of seconds > 0, got {time_limit_s!r}")
     started = time.monotonic()
     deadline = started + time_limit_s
     inst = Instance(problem)
     inst.check_feasible()
-    bound = lower_bound(inst)
+    best = _Best(inst, lower_bound(inst))
     rng = random.Random(seed)
-
-    def close_enough(score: Score) -> bool:
-        return score.makespan <= bound * (1 + TIME_TOLERANCE) + 1e-12
-
-    plain = list(inst.by_rank)  # the all-actions order: one microbatch at a time, fits any feasible limit
-    best_score, best_orders, method = evaluate(inst, plain), plain, "one microbatch at a time"
-    assert best_score is not None, "the plainest order must fit once check_feasible passed"
-    tried: dict[str, float] = {method: best_score.makespan}
-    candidates: list[tuple[Score, list[list[int]]]] = [(best_score, plain)]
     for name, orders in registry_orders(inst):
-        score = evaluate(inst, orders)
-        if score is not None:
-            tried[name] = score.makespan
-            candidates.append((score, orders))
-            if score < best_score:
-                best_score, best_orders, method = score, orders, name
-    # list scheduling gets up to a third of the budget; local search and the solver the rest
-    policy_deadline = started + time_limit_s / 3
+        best.offer(orders, evaluate(inst, orders), name)
     for policy in policies(inst):
-        if close_enough(best_score) or time.monotonic() >= policy_deadline:
+        if best.reached_bound or time.monotonic() >= started + time_limit_s / 3:
             break
         orders = list_schedule(inst, policy)
-        score = None if orders is None else evaluate(inst, orders)
-        if score is not None:
-            candidates.append((score, orders))
-            tried["list scheduling"] = min(score.makespan, tried.get("list scheduling", score.makespan))
-            if score < best_score:
-                best_score, best_orders, method = score, orders, "list scheduling"
+        best.offer(orders, None if orders is None else evaluate(inst, orders), "list scheduling")
     use_exact = exact if exact is not None else len(free_pairs(inst)[0]) <= MAX_EXACT_PAIRS
-    # with the solver to come, local search only polishes (the solver improves or proves what it gets)
+    # with the solver to come, local search first only polishes (the solver improves or proves what it gets)
     search_deadline = min(deadline, time.monotonic() + time_limit_s / 10) if use_exact else deadline
-    candidates.sort(key=lambda c: c[0])
-    starts = candidates[:3]
+    starts = sorted(best.candidates, key=lambda c: c[0])[:3]
     for k, (score, orders) in enumerate(starts):
-        if close_enough(best_score):
+        if best.reached_bound:
             break
         share = (search_deadline - time.monotonic()) / (len(starts) - k)
-        patience = 50 * len(inst.actions) if use_exact else None
-        orders, score = improve(inst, orders, score, time.monotonic() + share, bound, rng, patience)
-        if score < best_score:
-            shorter = score.makespan < best_score.makespan * (1 - TIME_TOLERANCE)
-            tie = method if method.startswith("local search") else f"local search (the step of {method})"
-            best_score, best_orders, method = score, orders, "local search" if shorter else tie
-    optimal = close_enough(best_score)
+        best.polish(orders, score, time.monotonic() + share, rng, 50 * len(inst.actions) if use_exact else None)
+    optimal = best.reached_bound
     if use_exact and not optimal and time.monotonic() < deadline:
-        result = solve_exact(inst, best_orders, best_score.makespan, deadline - time.monotonic())
-        bound = max(bound, min(result.bound, best_score.makespan))
+        result = solve_exact(inst, best.orders, best.score.makespan, 0.6 * (deadline - time.monotonic()))
+        best.bound = max(best.bound, min(result.bound, best.score.makespan))
         if result.orders is not None:
             score = evaluate(inst, result.orders)
-            if score is not None and score.makespan < best_score.makespan * (1 - TIME_TOLERANCE):
-                best_score, best_orders, method = score, result.orders, "exact"
-            optimal = result.proven and score is not None and score.makespan <= best_score.makespan
+            if score is not None and score.makespan < best.score.makespan * (1 - TIME_TOLERANCE):
+                best.score, best.orders, best.method = score, result.orders, "exact"
+            optimal = (
+                result.proven and score is not None and score.makespan <= best.score.makespan * (1 + TIME_TOLERANCE)
+            )
         if optimal:
-            bound = best_score.makespan
+            best.bound = best.score.makespan
+        elif time.monotonic() < deadline:
+            best.polish(best.orders, best.score, deadline, rng, None)
     schedule = inst.schedule(
-        best_orders,
+        best.orders,
         placement=problem.placement,
         stages_per_rank=problem.chunks,
         memory_limit=problem.memory_limit,
         memory_limit_bytes=problem.memory_limit_bytes,
     )
     timeline, metrics = check(schedule, inst)
-    optimal = optimal or metrics.makespan <= bound * (1 + TIME_TOLERANCE) + 1e-12
     return Synthesis(
         problem=problem,
         schedule=schedule,
         timeline=timeline,
         metrics=metrics,
-        lower_bound=min(bound, metrics.makespan),
-        optimal=optimal,
-        method=method,
+        lower_bound=min(best.bound, metrics.makespan),
+        optimal=optimal or metrics.makespan <= best.bound * (1 + TIME_TOLERANCE) + 1e-12,
+        method=best.method,
         seconds=time.monotonic() - started,
         limit_bytes=tuple(inst.limit),
         unit_bytes=tuple(inst.unit),
-        tried=tried,
+        tried=best.tried,
     )
 
 
