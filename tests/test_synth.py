@@ -293,6 +293,8 @@ BAD = [
     (["--memory-limit", "2", "--time-limit", "1e9"], "at most"),
     (["--memory-limit", "2", "--f", "1,2,3"], "stages"),
     (["--memory-limit", "2", "--w", "5"], "exceeds"),
+    (["--memory-limit", "2", "--microbatches", "5000"], "more than synthesis takes"),
+    (["--memory-limit", "2", "--microbatches", "10**9"], "whole number"),
     ([], "one of the arguments --memory-limit --memory-limit-bytes is required"),
 ]
 

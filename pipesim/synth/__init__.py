@@ -33,7 +33,7 @@ from pipesim.semantics.validate import validate
 from pipesim.sim.metrics import Metrics, compute_metrics
 from pipesim.sim.simulate import find_deadlock, simulate
 from pipesim.synth.bounds import lower_bound
-from pipesim.synth.exact import MAX_EXACT_PAIRS, free_pairs, solve_exact
+from pipesim.synth.exact import MAX_EXACT_PAIRS, free_pairs, same_rank_pairs, solve_exact
 from pipesim.synth.greedy import list_schedule, policies
 from pipesim.synth.problem import Instance, SynthesisProblem
 from pipesim.synth.search import TIME_TOLERANCE, Score, evaluate, improve, registry_orders
@@ -141,7 +141,7 @@ def synthesize(
     problem: SynthesisProblem, time_limit_s: float = 10.0, *, exact: bool | None = None, seed: int = 0
 ) -> Synthesis:
     """The fastest order found within `time_limit_s` seconds (`exact`: None tries the solver where the size
-    allows, False never, True whatever the size). ValueError when no order fits the memory limit.
+    allows, False never, True up to 25 times that size). ValueError when no order fits the memory limit.
 
     Time: list scheduling up to a third of the budget; with the solver, a short polish, the solver up to 60%
     of what is left, local search for the rest; without it, local search from the three best starts."""
@@ -158,9 +158,13 @@ def synthesize(
     for policy in policies(inst):
         if best.reached_bound or time.monotonic() >= started + time_limit_s / 3:
             break
-        orders = list_schedule(inst, policy)
+        orders = list_schedule(inst, policy, deadline)
         best.offer(orders, None if orders is None else evaluate(inst, orders), "list scheduling")
-    use_exact = exact if exact is not None else len(free_pairs(inst)[0]) <= MAX_EXACT_PAIRS
+    # counted first: listing the pairs is quadratic in a rank's actions
+    listable = same_rank_pairs(inst) <= 25 * MAX_EXACT_PAIRS
+    if exact is None:
+        exact = listable and len(free_pairs(inst)[0]) <= MAX_EXACT_PAIRS
+    use_exact = exact and listable
     # with the solver to come, local search first only polishes (the solver improves or proves what it gets)
     search_deadline = min(deadline, time.monotonic() + time_limit_s / 10) if use_exact else deadline
     starts = sorted(best.candidates, key=lambda c: c[0])[:3]

@@ -43,6 +43,11 @@ from pipesim.synth.problem import Instance
 MAX_EXACT_PAIRS = 4000
 
 
+def same_rank_pairs(inst: Instance) -> int:
+    """Pairs of actions on one rank: what `free_pairs` would walk (quadratic), counted without walking."""
+    return sum(len(ids) * (len(ids) - 1) // 2 for ids in inst.by_rank)
+
+
 @dataclass(frozen=True)
 class ExactResult:
     orders: list[list[int]] | None  # the solver's best order (None: none found in time)

@@ -21,6 +21,7 @@ afterwards by the simulator. Orders are returned as per-rank lists of action ids
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -185,11 +186,14 @@ def _choose(state: _State, rank: int, policy: Policy) -> tuple[int, float] | Non
     return None
 
 
-def list_schedule(inst: Instance, policy: Policy) -> list[list[int]] | None:
-    """Per-rank orders by `policy`; None when the ranks got stuck (no order within the memory limit found)."""
+def list_schedule(inst: Instance, policy: Policy, deadline: float = math.inf) -> list[list[int]] | None:
+    """Per-rank orders by `policy`; None when the ranks got stuck (no order within the memory limit found) or
+    `deadline` (time.monotonic) passed first."""
     state = _State(inst)
     total = len(inst.actions)
     while state.done < total:
+        if state.done % 256 == 255 and time.monotonic() > deadline:
+            return None
         best: tuple[float, int, int] | None = None
         for rank in range(inst.num_ranks):
             choice = _choose(state, rank, policy)

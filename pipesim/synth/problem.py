@@ -30,6 +30,9 @@ from pipesim.sim.metrics import stash_sizes
 from pipesim.sim.simulate import engine_inputs
 
 SYNTH_NAME = "synthesized"
+# Actions (3 x stages x microbatches) synthesis takes: list scheduling visits every rank per action placed, and
+# 20,000 actions take seconds per policy; past that the search could not try enough orders in any sensible time.
+MAX_SYNTH_ACTIONS = 20_000
 # Relative slack on memory comparisons: a limit quoted in microbatches is a product of floats.
 MEMORY_TOLERANCE = 1e-9
 
@@ -82,6 +85,12 @@ class SynthesisProblem:
             num_microbatches=self.num_microbatches,
             num_actions=3 * self.num_stages * self.num_microbatches,
         )
+        actions = 3 * self.num_stages * self.num_microbatches
+        if actions > MAX_SYNTH_ACTIONS:
+            raise ValueError(
+                f"{actions:,} actions (3 x {self.num_stages} stages x {self.num_microbatches} microbatches) is more "
+                f"than synthesis takes (at most {MAX_SYNTH_ACTIONS:,}; pipesim/synth/problem.py)"
+            )
         self.cost.check_fits(self.all_actions_schedule())
 
     @property
