@@ -16,6 +16,8 @@ The model (a disjunctive job shop with a memory budget):
 * Memory: at the start of each forward a of rank r, what every earlier action of r stashed or freed plus a's
   own stash is within r's limit: `delta_a + sum_b delta_b [b before a] <= limit_r`, linear in y (the
   liveness of `pipesim.semantics.lower`, through `Instance.delta`).
+* Position rows: an action starts after everything its rank runs before it, and the step ends after
+  everything the rank runs after it, linear in y without big-M; they give the relaxation each rank's load.
 * Microbatches are interchangeable, so stage 0's forwards are fixed to run in microbatch order (any order can
   be relabelled so; the optimum is unchanged).
 * When some action takes no time, y could order a rank cyclically at equal start times; transitivity rows then
@@ -153,6 +155,7 @@ def solve_exact(inst: Instance, incumbent: list[list[int]], upper: float, time_l
         rows.add([(a, 1.0), (b, -1.0), (col, big_ba)], inst.duration[b] + g, inf)
         zero_time |= min(inst.duration[a], inst.duration[b]) + g <= 0
     _memory_rows(inst, rows, free, fixed, y_col)
+    _position_rows(inst, rows, free, fixed, y_col, c_col)
     if zero_time:
         _transitivity_rows(inst, rows, free, y_col)
     for k in range(inst.num_microbatches - 1):  # symmetry: stage 0's forwards in microbatch order
@@ -217,6 +220,32 @@ def _memory_rows(inst: Instance, rows: _Rows, free: list, fixed: list, y_col: di
                 terms.append((col, -inst.delta[b]))
         terms = [(col, coef) for col, coef in terms if coef != 0.0]
         rows.add(terms, -math.inf, inst.limit[inst.rank[i]] * (1 + 1e-9) - constant)
+
+
+def _position_rows(inst: Instance, rows: _Rows, free: list, fixed: list, y_col: dict, c_col: int) -> None:
+    """What runs before an action on its rank delays its start; what runs after it delays the end. Valid for
+    every order, and without big-M: they give the relaxation each rank's load, which the disjunctions lose."""
+    before: dict[int, list[tuple[int, float]]] = {i: [] for i in range(len(inst.actions))}
+    after: dict[int, list[tuple[int, float]]] = {i: [] for i in range(len(inst.actions))}
+    start_const = [inst.gap[inst.rank[i]] for i in range(len(inst.actions))]
+    end_const = [inst.duration[i] for i in range(len(inst.actions))]
+    for first, second in fixed:
+        g = inst.gap[inst.rank[first]]
+        start_const[second] += inst.duration[first] + g
+        end_const[first] += inst.duration[second] + g
+    for a, b in free:
+        g = inst.gap[inst.rank[a]]
+        col = y_col[(a, b)]
+        before[b].append((col, inst.duration[a] + g))  # a before b (y = 1) delays b's start
+        after[a].append((col, inst.duration[b] + g))  # ... and follows a
+        before[a].append((col, -(inst.duration[b] + g)))  # b before a (y = 0): (1 - y)
+        start_const[a] += inst.duration[b] + g
+        after[b].append((col, -(inst.duration[a] + g)))
+        end_const[b] += inst.duration[a] + g
+    for i in range(len(inst.actions)):
+        # S_i >= start_const + sum(coef y)   and   C >= S_i + end_const + sum(coef y)
+        rows.add([(i, 1.0)] + [(col, -coef) for col, coef in before[i]], start_const[i], math.inf)
+        rows.add([(c_col, 1.0), (i, -1.0)] + [(col, -coef) for col, coef in after[i]], end_const[i], math.inf)
 
 
 def _transitivity_rows(inst: Instance, rows: _Rows, free: list, y_col: dict) -> None:
