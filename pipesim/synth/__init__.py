@@ -29,6 +29,7 @@ from typing import Any
 
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
+from pipesim.semantics.lower import comm_plan, needed_message
 from pipesim.semantics.validate import validate
 from pipesim.sim.metrics import Metrics, compute_metrics
 from pipesim.sim.simulate import find_deadlock, simulate
@@ -216,6 +217,13 @@ def check(schedule: Schedule, inst: Instance) -> tuple[Timeline, Metrics]:
     per rank (read off the simulated timeline) within the limit. AssertionError on any breach: a bug here."""
     validate(schedule)
     assert find_deadlock(schedule) is None, "a synthesized schedule deadlocks"
+    # the comms lowering: every message a consumer needs is produced and sent on its link in the producer's
+    # order, which the executor receives in; with no cycle above, no rank waits on a message never sent
+    plan = comm_plan(schedule)
+    for row in schedule.actions:
+        for action in row:
+            needed = needed_message(action, schedule.num_stages)
+            assert needed is None or needed in plan.producer, f"{action} needs {needed}, which nothing sends"
     timeline = simulate(schedule, inst.problem.cost)
     metrics = compute_metrics(timeline, inst.problem.cost)
     for rank in metrics.ranks:
