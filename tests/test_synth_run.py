@@ -42,7 +42,7 @@ def single_process_losses(num_stages: int) -> list[float]:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses
 
 
