@@ -26,6 +26,7 @@ PIPESIM_ORDER = [
     "pipesim.cost",
     "pipesim.semantics",
     "pipesim.sim",
+    "pipesim.synth",
     "pipesim.io",
     "pipesim.analysis",
     "pipesim.plan",

@@ -11,6 +11,8 @@ Usage:
   python -m pipesim compare --schedules 1f1b,zb-h1,zbv --ranks 4 --microbatches 8 --json rows.json --html cmp.html
   python -m pipesim balance --layer-ms 1,4,4,4,4,6 --stages 2          (see pipesim/cli_plan.py)
   python -m pipesim plan --layers 24 --devices 8 --memory-cap 80GiB --global-batch 64 --json plan.json
+  python -m pipesim synthesize --ranks 4 --microbatches 8 --f 1 --b 2 --w 1 --memory-limit 4 \\
+      --csv synth.csv --json synth.json                                  (see pipesim/cli/synthesize.py)
   python -m pipesim import-trace runs/NAME/traces/torch-rank0.json runs/NAME/traces/torch-rank1.json \\
       --schedule-out sched.json --json imported.json --trace both.json --html overlay.html
 
@@ -58,6 +60,7 @@ from types import MappingProxyType
 from pipesim.analysis.compare import compare_schedules, format_table
 from pipesim.charts.export import ExportUnavailable
 from pipesim.cli import plan as cli_plan
+from pipesim.cli import synthesize as cli_synthesize
 from pipesim.cli import trace as cli_trace
 from pipesim.cli.common import (
     Parser,
@@ -105,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan}"
+        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan,synthesize}"
     )
     commands.add_parser(
         "list",
@@ -182,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_trace.add_commands(commands)
     cli_plan.add_commands(commands)
+    cli_synthesize.add_commands(commands)
     return parser
 
 
@@ -344,7 +348,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 COMMANDS = MappingProxyType(
-    {"list": cmd_list, "simulate": cmd_simulate, "compare": cmd_compare, **cli_trace.COMMANDS, **cli_plan.COMMANDS}
+    {
+        "list": cmd_list,
+        "simulate": cmd_simulate,
+        "compare": cmd_compare,
+        **cli_trace.COMMANDS,
+        **cli_plan.COMMANDS,
+        **cli_synthesize.COMMANDS,
+    }
 )
 
 

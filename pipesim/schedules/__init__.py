@@ -10,10 +10,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipesim.ir import Schedule
+from pipesim.ir import Schedule, loop_placement, v_placement
 from pipesim.limits import check_sizes
 
 Builder = Callable[..., Schedule]
+
+# Where a family puts its stages: one per rank, v chunks per rank in a loop (stage s on rank s mod p), or two
+# per rank in a V (stage s and 2p-1-s on one rank). Synthesis takes the same names (`stage_placement`).
+PLACEMENTS = ("linear", "interleaved", "v")
+
+
+def stage_placement(placement: str, num_ranks: int, num_virtual_stages: int = 1) -> tuple[int, ...]:
+    """`stage_to_rank` of `placement` (one of PLACEMENTS) for `num_ranks` ranks; only "interleaved" takes
+    `num_virtual_stages` (chunks per rank; "linear" holds 1, "v" 2)."""
+    if placement == "linear":
+        return loop_placement(num_ranks, num_ranks)
+    if placement == "interleaved":
+        return loop_placement(num_ranks, num_ranks * num_virtual_stages)
+    if placement == "v":
+        return v_placement(num_ranks)
+    raise ValueError(f"unknown placement {placement!r}; valid placements: {', '.join(PLACEMENTS)}")
 
 
 @dataclass(frozen=True)
@@ -26,6 +42,10 @@ class ScheduleInfo:
     # Options the builder takes beyond (num_ranks, num_microbatches), e.g. ("num_virtual_stages",).
     options: tuple[str, ...] = ()
     split_backward: bool = False
+    placement: str = "linear"  # one of PLACEMENTS
+
+    def __post_init__(self) -> None:
+        assert self.placement in PLACEMENTS, self.placement
 
     @property
     def takes_chunks(self) -> bool:
@@ -84,7 +104,7 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, **options: 
 
 def _check_size(info: ScheduleInfo, num_ranks: object, num_microbatches: object, options: dict) -> None:
     """Refuse sizes over pipesim.limits before the builder allocates anything (builders check the rest)."""
-    chunks = options.get("num_virtual_stages", 2 if info.name in ("zbv", "dualpipev") else 1)
+    chunks = options.get("num_virtual_stages", 2 if info.placement == "v" else 1)
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (num_ranks, num_microbatches, chunks)):
         return  # the builder names the bad value
     kinds = 3 if info.split_backward else 2  # F and B, or F, I and W

@@ -86,5 +86,6 @@ SCHEDULES: list[ScheduleInfo] = [
         "Megatron interleaved 1F1B: v chunks per rank (stage s on rank s mod p); bubble (p-1)/(v*m+p-1) "
         "for v times the transfers. Needs num_microbatches a multiple of max(1, m // p) (torch's rule).",
         options=("num_virtual_stages",),
+        placement="interleaved",
     ),
 ]

@@ -38,5 +38,6 @@ SCHEDULES: list[ScheduleInfo] = [
         "Looped breadth-first: v chunks per rank (stage s on rank s mod p), all microbatches of a chunk "
         "before the next; stashes every microbatch.",
         options=("num_virtual_stages",),
+        placement="interleaved",
     ),
 ]

@@ -194,6 +194,7 @@ SCHEDULES: list[ScheduleInfo] = [
         "Zero Bubble V: two chunks per rank in a V (stage s and 2p-1-s on one rank); zero bubble "
         "at 1F1B's activation memory when F = I = W.",
         split_backward=True,
+        placement="v",
     ),
     ScheduleInfo(
         "dualpipev",
@@ -202,5 +203,6 @@ SCHEDULES: list[ScheduleInfo] = [
         "(OVERLAP_F_B pairs, priced by the overlap factor), zero-bubble W at the edges. "
         "Needs num_microbatches >= 2*num_ranks - 1.",
         split_backward=True,
+        placement="v",
     ),
 ]

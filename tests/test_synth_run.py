@@ -1,0 +1,73 @@
+"""A synthesized schedule run for real (issue 22, item 5): `python -m pipesim synthesize` writes torch's CSV, and
+`python -m executor run --schedule-file` trains with it under torchrun on CPU, with the losses of one process
+training the whole model on the whole batch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipesim.cli.main import main as pipesim_main
+from pipesim.io.formats import load_schedule, read_json
+
+pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_FLAGS = ["--layers", "2", "--d-model", "32", "--heads", "2", "--ffn", "64", "--seq-len", "16", "--vocab", "64"]
+BATCH, STEPS, WARMUP, LR, SEED = 8, 3, 1, 0.1, 0
+TOLERANCE = 1e-5  # fp32: the same sums in another order
+
+
+def single_process_losses(num_stages: int) -> list[float]:
+    """The whole model on one process: the same weights, batches, loss and SGD steps as the executor's."""
+    torch = pytest.importorskip("torch")
+    from executor.config import ModelConfig
+    from executor.rank.model import build_model, loss_fn, make_batch, split_stages
+
+    config = ModelConfig.of_transformer(
+        num_layers=2, hidden_size=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64
+    )
+    stages = split_stages(build_model(config, SEED), num_stages, config.split_points)
+    params = [p for stage in stages for p in stage.parameters()]
+    optimizer = torch.optim.SGD(params, lr=LR)
+    losses = []
+    for step in range(WARMUP + STEPS):
+        inputs, targets = make_batch(config, BATCH, SEED, step)
+        out = inputs
+        for stage in stages:
+            out = stage(out)
+        loss = loss_fn(config)(out, targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
+def test_synthesized_csv_trains_in_the_executor_with_single_process_losses(tmp_path):
+    csv_out, json_out = tmp_path / "synth.csv", tmp_path / "synth.json"
+    code = pipesim_main(
+        ["synthesize", "--ranks", "2", "--microbatches", "4", "--f", "1", "--b", "2", "--w", "1.5",
+         "--comm", "0.2", "--memory-limit", "2", "--time-limit", "2", "--csv", str(csv_out), "--json", str(json_out)]
+    )  # fmt: skip
+    assert code == 0
+    schedule = load_schedule(csv_out)
+    assert schedule.uses_split_backward  # I and W run as separate actions
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "executor", "run", "--schedule-file", str(csv_out), "--model", "transformer",
+               *MODEL_FLAGS, "--batch-size", str(BATCH), "--steps", str(STEPS), "--warmup-steps", str(WARMUP),
+               "--optimizer", "sgd", "--lr", str(LR), "--seed", str(SEED), "--device", "cpu", "--timeout", "400",
+               "--out", str(run_dir)]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    measured = read_json(run_dir / "measured.json")
+    ran = load_schedule(run_dir / "schedule.json")
+    assert ran.actions == schedule.actions  # the executor ran exactly the synthesized order
+    expected = single_process_losses(schedule.num_stages)
+    assert len(measured["losses"]) == len(expected)
+    for got, want in zip(measured["losses"], expected, strict=True):
+        assert abs(got - want) <= TOLERANCE, (measured["losses"], expected)
+    assert expected[-1] < expected[0]  # training moved: the comparison is not of a frozen model
