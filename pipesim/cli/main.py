@@ -55,6 +55,7 @@ from types import MappingProxyType
 
 from pipesim.analysis.compare import compare_schedules, format_table
 from pipesim.charts.export import ExportUnavailable
+from pipesim.cli import app as cli_app
 from pipesim.cli import plan as cli_plan
 from pipesim.cli import trace as cli_trace
 from pipesim.cli.common import (
@@ -97,7 +98,7 @@ from pipesim.sim.steps import SimulatedStep, simulate_step
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="pipesim", description="Plan and explain pipeline-parallel schedules.", allow_abbrev=False)
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan}"
+        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan,app}"
     )
     commands.add_parser("list", allow_abbrev=False, help="registered schedules, what they are and their options")
 
@@ -165,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_trace.add_commands(commands)
     cli_plan.add_commands(commands)
+    cli_app.add_commands(commands)
     return parser
 
 
@@ -331,7 +333,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 COMMANDS = MappingProxyType(
-    {"list": cmd_list, "simulate": cmd_simulate, "compare": cmd_compare, **cli_trace.COMMANDS, **cli_plan.COMMANDS}
+    {
+        "list": cmd_list,
+        "simulate": cmd_simulate,
+        "compare": cmd_compare,
+        **cli_trace.COMMANDS,
+        **cli_plan.COMMANDS,
+        **cli_app.COMMANDS,
+    }
 )
 
 
