@@ -1,7 +1,7 @@
 """Plan: which schedule, microbatch size, chunks and recomputation for this model on these devices, under a cap.
 
 The search, the memory model and the balancing are pipesim's (pipesim.plan); a real check of the top candidates
-is the executor's (pipesim_executor.verify), run as separate processes.
+is the executor's (executor.verify), run as separate processes.
 """
 
 import json
@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import cached, plot, state, widgets
+from executor.host import verify
 from pipesim.charts import plan as charts_plan
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import DTYPE_BYTES, ModelDescription
@@ -19,10 +20,9 @@ from pipesim.plan.search import PlanInputs, PlanSpace
 from pipesim.schedules import schedule_names
 from pipesim.sim.memory import rank_memory
 from pipesim.units import format_bytes
-from pipesim_executor.host import verify
 
 state.init_state()
-st.session_state.setdefault("plan_verification", None)  # (plan signature, pipesim_executor.verify.Verification)
+st.session_state.setdefault("plan_verification", None)  # (plan signature, executor.verify.Verification)
 st.title("Plan a pipeline")
 st.caption(
     "Searches schedules, microbatch sizes, chunks per rank, recomputation and W shares for one model on "

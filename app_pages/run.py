@@ -1,6 +1,6 @@
 """Launch a real run (torchrun), follow it live, then lay the measured timeline over the simulated one.
 
-torch is never imported here: pipesim_executor.launch starts the ranks as separate processes.
+torch is never imported here: executor.launch starts the ranks as separate processes.
 """
 
 import json
@@ -9,14 +9,14 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import live_runs, own_model, plot, runs, state, trace_import, widgets
+from executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, ModelConfig, run_config
+from executor.host import launch, predict, run_folder
+from executor.progress import readable_log
 from pipesim.analysis import attribution, overlay
 from pipesim.charts import attribution as charts_attribution
 from pipesim.charts import gantt as charts
 from pipesim.schedules import options_for, schedule_info, schedule_names
 from pipesim.units import format_bytes
-from pipesim_executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, ModelConfig, run_config
-from pipesim_executor.host import launch, predict, run_folder
-from pipesim_executor.progress import readable_log
 
 state.init_state()
 st.title("Run a schedule for real")

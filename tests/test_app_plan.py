@@ -83,7 +83,7 @@ def test_balancing_on_its_own(app: AppTest) -> None:
 
 
 def test_verify_button_writes_the_plan_and_shows_the_comparison(app: AppTest, monkeypatch, tmp_path) -> None:
-    from pipesim_executor.host import verify
+    from executor.host import verify
 
     seen = {}
 

@@ -1,8 +1,8 @@
 """AppTest of the Run page with a stand-in launcher: launch, live progress, cancel, results, errors.
 
 Real runs are covered by tests/test_launch.py (torchrun) and tests/test_browser.py (from
-the UI); here a fake RunHandle follows pipesim_executor.launch's contract, and finished runs
-are real run folders read by the real pipesim_executor.run_folder.load_run / list_runs.
+the UI); here a fake RunHandle follows executor.launch's contract, and finished runs
+are real run folders read by the real executor.run_folder.load_run / list_runs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from executor.config import CANCEL_FILE, PROGRESS_PREFIX, run_config
+from executor.host import launch, run_folder
 from pipesim.analysis.attribution import attribute_run
 from pipesim.analysis.overlay import prediction_error
 from pipesim.cost.model import CostModel
@@ -24,8 +26,6 @@ from pipesim.records import Span, Timeline
 from pipesim.schedules import build_schedule
 from pipesim.sim.metrics import makespan
 from pipesim.sim.simulate import simulate
-from pipesim_executor.config import CANCEL_FILE, PROGRESS_PREFIX, run_config
-from pipesim_executor.host import launch, run_folder
 from tests.helpers.app_charts import chart_figures, chart_titles
 
 SUBMIT = "FormSubmitter:run-form-Launch run"
@@ -34,7 +34,7 @@ SUBMIT = "FormSubmitter:run-form-Launch run"
 def write_run(
     root: Path, name: str, status: str = "ok", message: str = "", measured: bool = True, reference: dict | None = None
 ) -> Path:
-    """A run folder as the launcher and rank 0 leave it (see pipesim_executor/config.py)."""
+    """A run folder as the launcher and rank 0 leave it (see executor/config.py)."""
     folder = root / name
     (folder / "logs").mkdir(parents=True)
     config = run_config(
@@ -85,7 +85,7 @@ def write_run(
 
 
 class FakeHandle:
-    """pipesim_executor.launch.RunHandle's interface; the test decides when the run ends."""
+    """executor.launch.RunHandle's interface; the test decides when the run ends."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -354,7 +354,7 @@ def test_run_page_labels(runs: Path, open_page, monkeypatch: pytest.MonkeyPatch)
 
 def test_a_cancel_says_what_was_measured() -> None:
     """Item 4: a cancelled run keeps what it measured, from its step events (the slowest rank per step)."""
-    from pipesim_executor.progress import measured_so_far
+    from executor.progress import measured_so_far
 
     events = [
         {"event": "step", "rank": r, "step": s, "steps": 5, "phase": "measure", "ms": ms}
@@ -393,7 +393,7 @@ def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open
         },
     )
 
-    def launcher() -> None:  # obeys the cancel file as pipesim_executor.launch does, a moment later
+    def launcher() -> None:  # obeys the cancel file as executor.launch does, a moment later
         deadline = time.monotonic() + 60
         while not (folder / CANCEL_FILE).exists() and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from pipesim_executor import processes
-from pipesim_executor.config import PROGRESS_PREFIX
-from pipesim_executor.host import cli, launch
+from executor import processes
+from executor.config import PROGRESS_PREFIX
+from executor.host import cli, launch
 
 TINY_FLAGS = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32"]
 

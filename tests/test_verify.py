@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from executor.host import verify
+from executor.host.cli import main as executor_main
+from executor.host.verify import VerifyRow, candidate_config, compare, plan_candidates, spearman
 from pipesim.cli.main import main as pipesim_main
-from pipesim_executor.host import verify
-from pipesim_executor.host.cli import main as executor_main
-from pipesim_executor.host.verify import VerifyRow, candidate_config, compare, plan_candidates, spearman
 
 
 def test_spearman_on_known_orders():

@@ -197,7 +197,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         write_json(document, args.json)
         print(f"wrote {args.json}")
     if args.verify:
-        command = [sys.executable, "-m", "pipesim_executor", "verify-plan", str(args.json), "--top", str(args.verify)]
+        command = [sys.executable, "-m", "executor", "verify-plan", str(args.json), "--top", str(args.verify)]
         print("verifying: " + " ".join(command[1:]), flush=True)
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else 1
