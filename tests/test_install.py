@@ -8,6 +8,7 @@ again with the `run` extra over a torch installed first, as a user with their ow
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -26,7 +27,18 @@ from pipesim.cli.main import main as pipesim_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-EXECUTOR = "executor"  # the executor's import name, as installed
+# The executor's import name, as installed: the package pipesim-run's entry point is in.
+EXECUTOR = PYPROJECT["project"]["scripts"]["pipesim-run"].split(".")[0]
+# Top-level packages of the checkout; only some ship (the rest are never installed).
+FIRST_PARTY = {"pipesim", "executor", "pipesim_executor", "app_pages", "pipesim_app", "examples", "tests", "bench"}
+# What each shipped part may import of them: pipesim stays below the executor and the app; the app's pages are
+# top-level inside the app's own process (streamlit puts the app's folder on the path).
+MAY_IMPORT = {
+    "pipesim": {"pipesim"},
+    EXECUTOR: {"pipesim", EXECUTOR},
+    "app_pages": {"pipesim", EXECUTOR, "app_pages"},
+    "app.py": {"app_pages"},
+}
 HEAVY = ("torch", "streamlit", "plotly", "networkx", "pandas", "kaleido")
 NOT_SHIPPED = shutil.ignore_patterns(
     ".git", ".venv", "runs", "out", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache",
@@ -66,6 +78,39 @@ def test_every_package_of_the_checkout_ships() -> None:
     assert set(setuptools["packages"]) == found | app, "pyproject.toml [tool.setuptools] packages"
     assert setuptools["package-dir"] == {"pipesim_app": ".", "pipesim_app.app_pages": "app_pages"}
     assert (ROOT / "app.py").is_file() and (ROOT / "app_pages" / "__init__.py").is_file()
+
+
+def _named_modules(node: ast.AST) -> list[str]:
+    """The modules a node names: imported (lazily too), started (`"-m", "name"`), or held as a dotted string."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [node.module]
+    if isinstance(node, ast.List | ast.Tuple):
+        items = [elt.value if isinstance(elt, ast.Constant) else None for elt in node.elts]
+        return [name for flag, name in zip(items, items[1:], strict=False) if flag == "-m" and isinstance(name, str)]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value] if re.fullmatch(r"[a-z_]+(\.[a-z_]+)+", node.value) else []
+    return []
+
+
+def test_shipped_code_names_only_shipped_packages() -> None:
+    """Catches code that works in the checkout and fails installed: an import of a package that is not shipped
+    (tests, examples, bench), of the executor by another name than the installed one (the checkout's
+    `executor/` shim once the package is `pipesim_executor`), or a module started by name (`-m ...`, a constant
+    like WORKER_MODULE) that is not shipped. Lazy imports count."""
+    wrong = []
+    for part, allowed in MAY_IMPORT.items():
+        paths = [ROOT / part] if part.endswith(".py") else sorted((ROOT / part).rglob("*.py"))
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text())):
+                for name in _named_modules(node):
+                    top = name.split(".")[0]
+                    if top in FIRST_PARTY and top not in allowed | {"pipesim", EXECUTOR}:
+                        wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+                    elif top in FIRST_PARTY and top not in allowed and not isinstance(node, ast.List | ast.Tuple):
+                        wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name} (only started as a process)")
+    assert not wrong, "names what is not installed, or what this part may not import: " + ", ".join(wrong)
 
 
 def test_one_version_and_the_declared_dependencies() -> None:
