@@ -59,7 +59,7 @@ git add executor pipesim_executor
 
 "$ruff" check --quiet --fix --select I . || true # pipesim_executor now sorts after pipesim
 "$ruff" format --quiet .
-git rm -q scripts/rename_executor.sh
+git rm -qf scripts/rename_executor.sh
 git add -u
 echo "rename_executor: done; what ruff still reports (lines the longer name made too long) is below, if anything"
 "$ruff" check --quiet . || true
