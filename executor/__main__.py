@@ -7,9 +7,10 @@ folders and work without torch.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Sequence
+
+from executor.devices import torch_missing
 
 # The commands that import torch (in this process or in the ranks they start).
 NEEDS_TORCH = ("run", "verify-plan", "doctor")
@@ -17,14 +18,10 @@ USAGE_ERROR = 2
 
 
 def missing_torch(argv: Sequence[str]) -> str | None:
-    """Why the command cannot run here (torch is not installed), or None."""
+    """Why the command cannot run here (it needs torch, which is not installed), or None."""
     command = next((arg for arg in argv if not arg.startswith("-")), None)
-    if command not in NEEDS_TORCH or importlib.util.find_spec("torch") is not None:
-        return None
-    return (
-        f"{command} needs torch, which is not installed here: pip install 'pipesim[run]' (torch 2.11 to 2.13; "
-        "a torch you installed yourself is kept)"
-    )
+    missing = torch_missing() if command in NEEDS_TORCH else None
+    return None if missing is None else f"{command} needs torch, and {missing}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,8 @@ again with the `run` extra over a torch installed first, as a user with their ow
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import os
 import re
 import shutil
@@ -152,6 +154,28 @@ def test_app_command_refuses_bad_input_in_one_line(tmp_path: Path, capsys: pytes
         cli_app.config_flags(broken)
     os.mkfifo(tmp_path / "fifo")
     assert cli_app.config_flags(tmp_path / "fifo") == []  # not a regular file: never opened, never blocks
+
+
+def test_without_torch_runs_are_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Catches `pipesim-run run|doctor|verify-plan` or a launch (the app's Run page) going ahead where only the
+    core is installed: torchrun would fail in the run's log, the doctor with a traceback. Reading run folders
+    needs no torch."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "torch" else real(name, *rest))
+    entry = importlib.import_module(f"{EXECUTOR}.__main__")
+    for command in (["doctor"], ["run", "--schedule", "1f1b"], ["verify-plan", "plan.json"]):
+        assert entry.main(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {command[0]} needs torch") and err.count("\n") == 1 and "pipesim[run]" in err
+    assert entry.main(["list", "--runs-root", str(tmp_path)]) == 0
+    checks = importlib.import_module(f"{EXECUTOR}.host.checks")
+    run_config = importlib.import_module(f"{EXECUTOR}.config").run_config
+    with pytest.raises(
+        ValueError, match=r"a run needs torch, and torch is not installed here: pip install 'pipesim\[run\]'"
+    ):
+        checks.check_run(run_config(device="cpu"))
 
 
 def test_readme_example_runs() -> None:
