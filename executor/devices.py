@@ -7,6 +7,7 @@ says how many GPUs there are (the launcher asks without loading torch, a rank as
 
 from __future__ import annotations
 
+import importlib.util
 from typing import NamedTuple
 
 
@@ -46,3 +47,14 @@ def resolve_device(device: str, backend: str, ranks_per_node: int, gpus: int) ->
     if backend == "auto":
         return DeviceChoice("cuda", "nccl" if gpus >= ranks_per_node else "staged")
     return DeviceChoice("cuda", "nccl" if backend == "nccl" else "staged")
+
+
+def torch_missing() -> str | None:
+    """Why nothing that runs can start here, or None. pipesim installs without torch (`pipesim[run]` adds it):
+    the launcher says so before a process starts, rather than torchrun failing in a run's log."""
+    if importlib.util.find_spec("torch") is not None:
+        return None
+    return (
+        "torch is not installed here: pip install 'pipesim[run]' (torch 2.11 to 2.13; a torch you installed "
+        "yourself is kept)"
+    )

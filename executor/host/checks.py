@@ -16,7 +16,7 @@ import sys
 from dataclasses import replace
 
 from executor.config import CUSTOM, DeviceConfig, RunConfig, check_split_points, ranks_per_node
-from executor.devices import resolve_device
+from executor.devices import resolve_device, torch_missing
 from executor.host.gpu_probe import GpuProbe, probe_gpus
 from executor.host.model_check import check_custom_model
 from pipesim.ir import Schedule
@@ -26,6 +26,9 @@ MAX_CPU_RANKS = 16
 
 def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunConfig, Schedule]:
     """Return the config with device and backend resolved, and the schedule; ValueError on any user mistake."""
+    missing = torch_missing()
+    if missing is not None:
+        raise ValueError(f"a run needs torch, and {missing}")
     schedule = _checked_schedule(config, schedule)
     _check_model_fits(config, schedule)
     _check_combinations(config)

@@ -59,6 +59,7 @@ from types import MappingProxyType
 
 from pipesim.analysis.compare import compare_schedules, format_table
 from pipesim.charts.export import ExportUnavailable
+from pipesim.cli import app as cli_app
 from pipesim.cli import plan as cli_plan
 from pipesim.cli import synthesize as cli_synthesize
 from pipesim.cli import trace as cli_trace
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan,synthesize}"
+        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan,synthesize,app}"
     )
     commands.add_parser(
         "list",
@@ -186,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_trace.add_commands(commands)
     cli_plan.add_commands(commands)
     cli_synthesize.add_commands(commands)
+    cli_app.add_commands(commands)
     return parser
 
 
@@ -355,6 +357,7 @@ COMMANDS = MappingProxyType(
         **cli_trace.COMMANDS,
         **cli_plan.COMMANDS,
         **cli_synthesize.COMMANDS,
+        **cli_app.COMMANDS,
     }
 )
 
