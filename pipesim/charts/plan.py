@@ -28,6 +28,15 @@ def _points(candidates: list[Candidate], name: str, color: str, size: int, symbo
     )
 
 
+def _cap_line(fig: go.Figure, cap: float) -> None:
+    fig.add_hline(
+        y=cap,
+        line={"color": FRONT_COLOR, "dash": "dash", "width": 1.5},
+        annotation_text="memory cap",
+        annotation_position="top left",
+    )
+
+
 def pareto_figure(
     candidates: list[Candidate],
     front: list[Candidate],
@@ -53,12 +62,7 @@ def pareto_figure(
     if selected is not None and selected is not best:
         fig.add_trace(_points([selected], "selected", "#1F77B4", 18, "diamond-open"))
     if cap is not None:
-        fig.add_hline(
-            y=cap,
-            line={"color": FRONT_COLOR, "dash": "dash", "width": 1.5},
-            annotation_text="memory cap",
-            annotation_position="top left",
-        )
+        _cap_line(fig, cap)
     fig.update_layout(
         title="candidates: step time against memory of the fullest device",
         xaxis={"title": "step time (ms)", "rangemode": "tozero"},
@@ -93,12 +97,7 @@ def memory_parts_figure(ranks: list[RankMemory], cap: float | None = None, title
             )
         )
     if cap is not None:
-        fig.add_hline(
-            y=cap,
-            line={"color": FRONT_COLOR, "dash": "dash", "width": 1.5},
-            annotation_text="memory cap",
-            annotation_position="top left",
-        )
+        _cap_line(fig, cap)
     fig.update_layout(
         barmode="stack",
         title=title or "memory per rank at its peak",

@@ -64,14 +64,19 @@ def _check(path: str | Path, info: os.stat_result, limit: int, what: str) -> Non
         )
 
 
+def _open(path: str | Path) -> int:
+    """A read-only descriptor that never blocks on opening (a FIFO with no writer would hang a plain open)."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise _open_error(path, error) from None
+
+
 def read_bytes(path: str | Path, limit: int, what: str = "file") -> bytes:
     """The whole content of regular file `path`, at most `limit` bytes; ValueError naming `path` otherwise.
 
     `what` names the kind of file in the messages ("schedule file", "trace")."""
-    try:
-        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as error:
-        raise _open_error(path, error) from None
+    handle = _open(path)
     try:
         _check(path, os.fstat(handle), limit, what)
         chunks, total = [], 0
@@ -102,10 +107,7 @@ def read_text(path: str | Path, limit: int, what: str = "file") -> str:
 def read_tail(path: str | Path, max_bytes: int) -> str:
     """The last `max_bytes` of regular file `path` as text (a log's latest lines, however long the log grew),
     opened as `read_bytes` opens (a FIFO or a device is refused at once); undecodable bytes replaced."""
-    try:
-        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as error:
-        raise _open_error(path, error) from None
+    handle = _open(path)
     try:
         info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode):
