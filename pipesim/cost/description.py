@@ -102,18 +102,21 @@ def stage_costs_from_units(
     *,
     recompute: bool = False,
     link: LinkCost | None = None,
+    per_stage: StageCost | None = None,
 ) -> CostModel:
     """Sum per-unit costs into per-stage costs: compute, stash and parameters add up; boundary tensors are the
-    first unit's input and the last unit's output."""
+    first unit's input and the last unit's output. `per_stage` is what every stage's actions cost beyond their
+    units (a profile's `ActionConstants`: the stage runner's own work, paid once per action)."""
     bounds = [0, *check_split_points(split_points, len(units), len(split_points) + 1), len(units)]
+    extra = per_stage or StageCost(0.0, 0.0, 0.0)
     stages = []
     for start, stop in zip(bounds, bounds[1:], strict=False):
         part = units[start:stop]
         stages.append(
             StageCost(
-                forward_ms=sum(u.forward_ms for u in part),
-                backward_ms=sum(u.backward_ms for u in part),
-                weight_ms=sum(u.w_ms for u in part),
+                forward_ms=extra.forward_ms + sum(u.forward_ms for u in part),
+                backward_ms=extra.backward_ms + sum(u.backward_ms for u in part),
+                weight_ms=extra.w_ms + sum(u.w_ms for u in part),
                 activation_bytes=sum(u.activation_bytes for u in part),
                 weight_grad_bytes=sum(u.w_bytes for u in part),
                 input_bytes=part[0].input_bytes,

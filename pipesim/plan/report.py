@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipesim.plan.inputs import TIE
 from pipesim.plan.search import Candidate
 from pipesim.units import format_bytes
 
 PLAN_FORMAT = "pipesim.plan"
-TIE = 0.01  # step times closer than this are not told apart
 
 
 def pareto_front(candidates: list[Candidate]) -> list[Candidate]:

@@ -1,0 +1,217 @@
+"""A model profiled unit by unit (`python -m executor profile`): what the planner prices any split, microbatch size
+and optimizer of it with.
+
+Units are the pieces stages are cut from (a Transformer's embedding, each block and its head; a custom model's
+layers), so a plan's split points pass unchanged to `executor run --split-points`. Per unit and profiled microbatch
+size, the profile holds:
+
+* F, B, F with the leaf calls recorded for a split backward, I and W: each unit's share of a stage's action,
+  timed inside one stage holding every unit (boundary stamps), so that a unit is timed in the company it keeps
+  in a run, not alone in a loop where its weights never leave the cache. The last unit carries the loss;
+* the bytes F stashes (all, and the part only W needs), the bytes entering and leaving it, its parameter bytes.
+
+Then what a stage and a rank pay beyond the units (`ActionConstants`, `RuntimeTerms`): per action kind the
+constant a stage pays once per action whatever units it holds (the stage runner's own work: detaching the input,
+entering autocast, starting the autograd engine), fitted from stages of several cuts; per rank the dispatch gap
+before each action and the step's tail after the last, measured in real steps of the executor's runtime (in
+situ), and each optimizer's step as fixed plus per-parameter-byte time. `pipesim.cost.runtime.RuntimeTerms`
+turns them into a candidate's `RankRuntime`, which `pipesim.sim.steps` ends every step with.
+
+Other microbatch sizes: `SizeCurve.at` reads a profiled size's median as measured and any other size off the line
+through its two nearest profiled sizes (the end segments extended); the affine least-squares fit a + b x size over
+every profiled size and its residual are reported with it, to say how far from a straight line a unit's time is
+(small models on a CPU: cache effects and per-call costs bend it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pipesim.cost.links import LinkCost
+from pipesim.cost.runtime import OptimizerTime, RuntimeTerms, check_finite_non_negative
+from pipesim.cost.stage import StageCost
+
+TIME_KINDS = ("forward_ms", "backward_ms", "forward_split_ms", "input_ms", "weight_ms")
+BYTE_KINDS = ("activation_bytes", "weight_grad_bytes", "input_bytes", "output_bytes")
+
+
+@dataclass(frozen=True)
+class SizeCurve:
+    """One quantity (a time in ms, or bytes) measured at each profiled microbatch size."""
+
+    sizes: tuple[int, ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.sizes or len(self.sizes) != len(self.values):
+            raise ValueError(f"a size curve needs one value per size, got sizes {self.sizes} and values {self.values}")
+        whole = all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in self.sizes)
+        if not whole or list(self.sizes) != sorted(set(self.sizes)):
+            raise ValueError(f"microbatch sizes must be increasing whole numbers >= 1, got {list(self.sizes)}")
+        for value in self.values:
+            check_finite_non_negative("a measured value", value)
+
+    def at(self, size: int) -> float:
+        """The value at `size`: measured where profiled, else on the line through the two nearest profiled sizes
+        (never below 0); one profiled size scales in proportion."""
+        sizes, values = self.sizes, self.values
+        if size in sizes:
+            return float(values[sizes.index(size)])
+        if len(sizes) == 1:
+            return float(values[0]) * size / sizes[0]
+        right = next((i for i, s in enumerate(sizes) if s > size), len(sizes) - 1)
+        right = max(right, 1)
+        left = right - 1
+        slope = (values[right] - values[left]) / (sizes[right] - sizes[left])
+        return max(0.0, values[left] + slope * (size - sizes[left]))
+
+    def affine(self) -> tuple[float, float]:
+        """(a, b) of the least-squares line a + b x size; through the origin with one size."""
+        n = len(self.sizes)
+        if n == 1:
+            return 0.0, self.values[0] / self.sizes[0]
+        mean_x, mean_y = sum(self.sizes) / n, sum(self.values) / n
+        sxx = sum((x - mean_x) ** 2 for x in self.sizes)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(self.sizes, self.values, strict=True)) / sxx
+        return mean_y - slope * mean_x, slope
+
+    def residual(self) -> float:
+        """The affine fit's root-mean-square error relative to the mean value (0: a straight line)."""
+        a, b = self.affine()
+        mean = sum(self.values) / len(self.values)
+        if mean <= 0:
+            return 0.0
+        squares = [(a + b * x - y) ** 2 for x, y in zip(self.sizes, self.values, strict=True)]
+        return math.sqrt(sum(squares) / len(squares)) / mean
+
+
+@dataclass(frozen=True)
+class ProfiledUnit:
+    """One unit's measurements: `curves` maps each of TIME_KINDS and BYTE_KINDS to its SizeCurve."""
+
+    name: str
+    param_bytes: float
+    curves: Mapping[str, SizeCurve]
+
+    def __post_init__(self) -> None:
+        missing = [k for k in (*TIME_KINDS, *BYTE_KINDS) if k not in self.curves]
+        if missing:
+            raise ValueError(f"unit {self.name!r}: no measurement of {', '.join(missing)}")
+        check_finite_non_negative(f"unit {self.name!r}: param_bytes", self.param_bytes)
+
+    def cost_at(self, size: int, split: bool) -> StageCost:
+        """This unit's costs for one microbatch of `size`: with `split` (schedules that run I and W) the forward
+        that records leaf calls and B = I + W; otherwise the plain F and B, W its share measured by the split."""
+        at = {kind: curve.at(size) for kind, curve in self.curves.items()}
+        activation = at["activation_bytes"]
+        sizes = dict(
+            activation_bytes=activation,
+            weight_grad_bytes=min(at["weight_grad_bytes"], activation),
+            input_bytes=at["input_bytes"],
+            output_bytes=at["output_bytes"],
+            param_bytes=self.param_bytes,
+        )
+        i_ms, w_ms = at["input_ms"], at["weight_ms"]
+        if split:
+            return StageCost(forward_ms=at["forward_split_ms"], backward_ms=i_ms + w_ms, weight_ms=w_ms, **sizes)
+        share = w_ms / (i_ms + w_ms) if i_ms + w_ms > 0 else 0.5
+        backward = at["backward_ms"]
+        return StageCost(forward_ms=at["forward_ms"], backward_ms=backward, weight_ms=backward * share, **sizes)
+
+
+@dataclass(frozen=True)
+class ActionConstants:
+    """What a stage pays once per action beyond its units' shares, per kind (ms): fitted by the profile from
+    stages of several cuts, so a stage of k units costs the constant plus the k shares."""
+
+    forward_ms: float = 0.0
+    backward_ms: float = 0.0
+    forward_split_ms: float = 0.0
+    input_ms: float = 0.0
+    weight_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in TIME_KINDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"action constant {name} must be a finite number, got {value!r}")
+
+    def stage_extra(self, split: bool) -> StageCost:
+        """The constants as the costs of one stage (negative constants are clipped at 0: a stage never costs less
+        than its units)."""
+        c = {name: max(0.0, getattr(self, name)) for name in TIME_KINDS}
+        if split:
+            return StageCost(c["forward_split_ms"], c["input_ms"] + c["weight_ms"], c["weight_ms"])
+        return StageCost(c["forward_ms"], c["backward_ms"], 0.0)
+
+
+@dataclass(frozen=True)
+class UnitProfile:
+    """A model profiled per unit on one kind of device (see the module docstring).
+
+    `optimizers` maps each optimizer the profile timed (sgd, sgd-momentum, adam) to its step time; `core_slots` is
+    how many ranks of one machine compute at full speed at once (CPU: cores / threads per rank; None: one device
+    per rank). `model` is the executor's description of the model (kind, spec, sizes), which a verification
+    rebuilds it from; `provenance` says where and how it was measured; `fits` the affine fit of every curve.
+    """
+
+    units: tuple[ProfiledUnit, ...]
+    microbatch_sizes: tuple[int, ...]
+    action: ActionConstants = ActionConstants()
+    dispatch_ms: float = 0.0
+    tail_ms: float = 0.0
+    optimizers: Mapping[str, OptimizerTime] = field(default_factory=dict)
+    link: LinkCost = LinkCost()
+    core_slots: int | None = None
+    model: Mapping = field(default_factory=dict)
+    provenance: Mapping = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.units:
+            raise ValueError("a unit profile needs at least one unit")
+        for unit in self.units:
+            for kind, curve in unit.curves.items():
+                if curve.sizes != self.microbatch_sizes:
+                    raise ValueError(
+                        f"unit {unit.name!r}: {kind} was measured at sizes {list(curve.sizes)}, the profile at "
+                        f"{list(self.microbatch_sizes)}"
+                    )
+        for name in ("dispatch_ms", "tail_ms"):
+            check_finite_non_negative(name, getattr(self, name))
+        if self.core_slots is not None and (
+            isinstance(self.core_slots, bool) or not isinstance(self.core_slots, int) or self.core_slots < 1
+        ):
+            raise ValueError(f"core_slots must be a positive integer or None, got {self.core_slots!r}")
+
+    def unit_costs(self, size: int, split: bool = False) -> tuple[StageCost, ...]:
+        """Every unit's costs for one microbatch of `size` (see `ProfiledUnit.cost_at`)."""
+        return tuple(unit.cost_at(size, split) for unit in self.units)
+
+    def runtime_terms(self, optimizer: str) -> RuntimeTerms:
+        """The per-rank terms of a run with `optimizer`: refused when the profile did not time it (an optimizer is
+        never silently replaced by another)."""
+        if optimizer not in self.optimizers:
+            timed = ", ".join(sorted(self.optimizers)) or "none"
+            raise ValueError(
+                f"the profile timed no {optimizer!r} optimizer step (it timed: {timed}); profile again with "
+                f"--optimizers {optimizer}, or plan with --optimizer one of those"
+            )
+        return RuntimeTerms(self.dispatch_ms, self.tail_ms, self.optimizers[optimizer], self.core_slots)
+
+    def fits(self) -> list[dict]:
+        """Per unit and kind, the affine fit a + b x size and its relative residual (what the file reports)."""
+        out = []
+        for unit in self.units:
+            row: dict = {"name": unit.name}
+            for kind in (*TIME_KINDS, *BYTE_KINDS):
+                curve = unit.curves[kind]
+                a, b = curve.affine()
+                row[kind] = {"a": a, "b": b, "residual": curve.residual()}
+            out.append(row)
+        return out
+
+    def worst_residual(self, kinds: Sequence[str] = TIME_KINDS) -> float:
+        """The largest affine residual over the units' times: how bent the worst size curve is."""
+        return max((u.curves[k].residual() for u in self.units for k in kinds), default=0.0)
