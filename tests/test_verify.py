@@ -90,10 +90,10 @@ def test_top_candidates_become_executor_runs_with_their_split_points(plan_file):
 def test_a_plan_without_a_model_is_refused_before_anything_runs(tmp_path, capsys):
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"candidates": [], "inputs": {"cost_file": "cost.json"}}))
-    with pytest.raises(ValueError, match="no model description"):
+    with pytest.raises(ValueError, match="has no model"):
         verify.verify_plan(path, 2, runs_root=tmp_path / "runs")
     exit_ = executor_main(["verify-plan", str(path), "--top", "2", "--runs-root", str(tmp_path / "runs")])
-    assert exit_ == 2 and "no model description" in capsys.readouterr().err
+    assert exit_ == 2 and "has no model" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 

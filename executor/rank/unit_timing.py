@@ -28,8 +28,9 @@ import torch
 from torch import Tensor, nn
 
 from executor.rank.stage import StageRunner, explicit_weight_grads, own_parameters, parameterised_leaves, tensor_bytes
+from pipesim.cost.profile import TIME_KINDS
 
-KINDS = ("forward_ms", "backward_ms", "forward_split_ms", "input_ms", "weight_ms")
+KINDS = TIME_KINDS  # F, B, F with capture, I, W; F without a graph, B and I recomputing (pipesim.cost.profile)
 WARMUP_REPEATS = 3
 
 
@@ -69,7 +70,7 @@ class ModelParts:
     autocast_dtype: torch.dtype | None = None
     wire_dtype: torch.dtype = torch.float32
 
-    def runner(self, start: int, stop: int) -> StageRunner:
+    def runner(self, start: int, stop: int, recompute: bool = False) -> StageRunner:
         """A StageRunner over units start..stop-1, as the runtime builds one."""
         module = nn.Sequential(*self.layers[start:stop])
         return StageRunner(
@@ -79,6 +80,7 @@ class ModelParts:
             stop == len(self.layers),
             self.loss_fn,
             1.0 / self.num_microbatches,
+            recompute,
             autocast_dtype=self.autocast_dtype,
             wire_dtype=self.wire_dtype,
         )
@@ -115,29 +117,33 @@ def _output_gradient(runner: StageRunner, x: Tensor, target: Tensor) -> Tensor |
 
 
 def stage_times(parts: ModelParts, start: int, stop: int, size: int, repeats: int, marks: Marks) -> dict[str, float]:
-    """Median F, B, F with capture, I and W of the stage holding units start..stop-1, each action timed as a whole."""
-    runner = parts.runner(start, stop)
+    """Median of every kind (KINDS) of the stage holding units start..stop-1, each action timed as a whole."""
+    plain, recomputing = parts.runner(start, stop), parts.runner(start, stop, recompute=True)
     x, target = parts.inputs(start, size)
-    target = target if runner.is_last else None
-    grad = _output_gradient(runner, x, target)
+    target = target if plain.is_last else None
+    grad = _output_gradient(plain, x, target)
     samples: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    order = ("forward_ms", "backward_ms", "forward_split_ms", "input_ms", "weight_ms")
+    redo = ("forward_recompute_ms", "backward_recompute_ms", None, "input_recompute_ms", None)
     for rep in range(repeats + WARMUP_REPEATS):
-        m = [marks.mark()]
-        _, stash = runner.forward(x, target, split=False)
-        m.append(marks.mark())
-        runner.backward(stash, grad)
-        m.append(marks.mark())
-        _, stash = runner.forward(x, target, split=True)
-        m.append(marks.mark())
-        _, work = runner.backward_input(stash, grad)
-        m.append(marks.mark())
-        runner.backward_weight(work)
-        m.append(marks.mark())
-        marks.sync()
-        parts.clear_grads()
-        if rep >= WARMUP_REPEATS:
-            for kind, begin, end in zip(KINDS, m, m[1:], strict=False):
-                samples[kind].append(marks.ms(begin, end))
+        for runner, names in ((plain, order), (recomputing, redo)):
+            m = [marks.mark()]
+            _, stash = runner.forward(x, target, split=False)
+            m.append(marks.mark())
+            runner.backward(stash, grad)
+            m.append(marks.mark())
+            _, stash = runner.forward(x, target, split=True)
+            m.append(marks.mark())
+            _, work = runner.backward_input(stash, grad)
+            m.append(marks.mark())
+            runner.backward_weight(work)
+            m.append(marks.mark())
+            marks.sync()
+            parts.clear_grads()
+            if rep >= WARMUP_REPEATS:
+                for kind, begin, end in zip(names, m, m[1:], strict=False):
+                    if kind is not None:
+                        samples[kind].append(marks.ms(begin, end))
     return {kind: statistics.median(values) for kind, values in samples.items()}
 
 
@@ -202,38 +208,71 @@ class _Boundaries:
         return shares
 
 
+def _recompute_shares(boundaries: _Boundaries, begin: Any, end: Any, n: int) -> list[float]:
+    """Unit k's share of a recomputing backward call: its share of the forward run again (pre-hook stamps, unit 0
+    from the call's start) plus its share of the backward that follows (as `backward_shares`); the last unit's
+    two parts run back to back and are read together, from its forward's start to the gradient of its input."""
+    ms, forward = boundaries.marks.ms, boundaries.forward
+    starts = [begin, *(forward[k] for k in range(1, n))]
+    backward = boundaries.backward_shares(begin, end, n)
+    if n == 1:
+        return [max(0.0, ms(begin, end))]
+    shares = [max(0.0, ms(starts[k], starts[k + 1])) + backward[k] for k in range(n - 1)]
+    last_end = boundaries.backward.get(n - 2)
+    shares.append(max(0.0, ms(starts[n - 1], end if last_end is None else last_end)))
+    return shares
+
+
 def unit_shares(parts: ModelParts, size: int, repeats: int, marks: Marks) -> dict[str, list[float]]:
-    """Per kind, each unit's median share of the whole model's action (see the module docstring)."""
+    """Per kind (KINDS), each unit's median share of the whole model's action (see the module docstring)."""
     n = len(parts.layers)
-    runner = parts.runner(0, n)
+    runner, recomputing = parts.runner(0, n), parts.runner(0, n, recompute=True)
     x, target = parts.inputs(0, size)
     owner = {id(leaf): k for k, layer in enumerate(parts.layers) for leaf in parameterised_leaves(layer)}
     boundaries = _Boundaries(parts.layers, marks)
     samples: dict[str, list[list[float]]] = {kind: [] for kind in KINDS}
+
+    def timed(call: Callable[[], Any]) -> tuple[Any, Any, Any]:
+        begin = marks.mark()
+        result = call()
+        return begin, marks.mark(), result
+
     try:
         for rep in range(repeats + WARMUP_REPEATS):
+            shares: dict[str, list[float]] = {}
             boundaries.clear()
-            t0 = marks.mark()
-            _, stash = runner.forward(x, target, split=False)
-            t1 = marks.mark()
-            runner.backward(stash, None)
-            t2 = marks.mark()
+            t0, t1, (_, stash) = timed(lambda: runner.forward(x, target, split=False))
+            _, t2, _ = timed(lambda stash=stash: runner.backward(stash, None))
             marks.sync()
-            plain = (boundaries.forward_shares(t0, t1, n), boundaries.backward_shares(t1, t2, n))
+            shares["forward_ms"] = boundaries.forward_shares(t0, t1, n)
+            shares["backward_ms"] = boundaries.backward_shares(t1, t2, n)
             boundaries.clear()
-            t3 = marks.mark()
-            _, stash = runner.forward(x, target, split=True)
-            t4 = marks.mark()
-            _, work = runner.backward_input(stash, None)
-            t5 = marks.mark()
+            t0, t1, (_, stash) = timed(lambda: runner.forward(x, target, split=True))
+            _, t2, (_, work) = timed(lambda stash=stash: runner.backward_input(stash, None))
             weight_marks = _weight_by_unit(work, owner, n, marks)
             marks.sync()
-            split = (boundaries.forward_shares(t3, t4, n), boundaries.backward_shares(t4, t5, n))
-            weight = [marks.ms(a, b) for a, b in zip(weight_marks, weight_marks[1:], strict=False)]
+            shares["forward_split_ms"] = boundaries.forward_shares(t0, t1, n)
+            shares["input_ms"] = boundaries.backward_shares(t1, t2, n)
+            shares["weight_ms"] = [marks.ms(a, b) for a, b in zip(weight_marks, weight_marks[1:], strict=False)]
+            parts.clear_grads()
+            boundaries.clear()
+            t0, t1, (_, stash) = timed(lambda: recomputing.forward(x, target, split=False))
+            marks.sync()
+            shares["forward_recompute_ms"] = boundaries.forward_shares(t0, t1, n)
+            boundaries.clear()
+            t1, t2, _ = timed(lambda stash=stash: recomputing.backward(stash, None))
+            marks.sync()
+            shares["backward_recompute_ms"] = _recompute_shares(boundaries, t1, t2, n)
+            _, stash = recomputing.forward(x, target, split=True)
+            boundaries.clear()
+            t1, t2, (_, work) = timed(lambda stash=stash: recomputing.backward_input(stash, None))
+            marks.sync()
+            shares["input_recompute_ms"] = _recompute_shares(boundaries, t1, t2, n)
+            recomputing.backward_weight(work)
             parts.clear_grads()
             if rep >= WARMUP_REPEATS:
-                for kind, shares in zip(KINDS, (*plain, *split, weight), strict=True):
-                    samples[kind].append(shares)
+                for kind in KINDS:
+                    samples[kind].append(shares[kind])
     finally:
         boundaries.remove()
     return {kind: [statistics.median(rep[k] for rep in reps) for k in range(n)] for kind, reps in samples.items()}

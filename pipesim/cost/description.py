@@ -6,7 +6,7 @@ formula for memory. A profile run (executor.profile) measures the same quantitie
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pipesim.cost.balance import Balance, balance, check_split_points
@@ -102,21 +102,25 @@ def stage_costs_from_units(
     *,
     recompute: bool = False,
     link: LinkCost | None = None,
-    per_stage: StageCost | None = None,
+    per_cut_end: Mapping[str, float] | None = None,
 ) -> CostModel:
     """Sum per-unit costs into per-stage costs: compute, stash and parameters add up; boundary tensors are the
-    first unit's input and the last unit's output. `per_stage` is what every stage's actions cost beyond their
-    units (a profile's `ActionConstants`: the stage runner's own work, paid once per action)."""
+    first unit's input and the last unit's output. `per_cut_end` (forward_ms, backward_ms, weight_ms; a unit
+    profile's `ActionConstants`) is what a stage's actions pay for each end at which it was cut out of the model:
+    the units' shares were measured inside one stage holding them all, whose entry and exit the first and the last
+    unit carry, so a stage starting after unit 0 pays an entry and one ending before the last unit an exit."""
     bounds = [0, *check_split_points(split_points, len(units), len(split_points) + 1), len(units)]
-    extra = per_stage or StageCost(0.0, 0.0, 0.0)
+    extra = per_cut_end or {}
     stages = []
     for start, stop in zip(bounds, bounds[1:], strict=False):
         part = units[start:stop]
+        ends = (start > 0) + (stop < len(units))
+        backward = max(0.0, sum(u.backward_ms for u in part) + ends * extra.get("backward_ms", 0.0))
         stages.append(
             StageCost(
-                forward_ms=extra.forward_ms + sum(u.forward_ms for u in part),
-                backward_ms=extra.backward_ms + sum(u.backward_ms for u in part),
-                weight_ms=extra.w_ms + sum(u.w_ms for u in part),
+                forward_ms=max(0.0, sum(u.forward_ms for u in part) + ends * extra.get("forward_ms", 0.0)),
+                backward_ms=backward,
+                weight_ms=min(backward, max(0.0, sum(u.w_ms for u in part) + ends * extra.get("weight_ms", 0.0))),
                 activation_bytes=sum(u.activation_bytes for u in part),
                 weight_grad_bytes=sum(u.w_bytes for u in part),
                 input_bytes=part[0].input_bytes,

@@ -33,7 +33,18 @@ from pipesim.cost.links import LinkCost
 from pipesim.cost.runtime import OptimizerTime, RuntimeTerms, check_finite_non_negative
 from pipesim.cost.stage import StageCost
 
-TIME_KINDS = ("forward_ms", "backward_ms", "forward_split_ms", "input_ms", "weight_ms")
+# F, B, F recording leaf calls (split backward), I, W; and under recomputation F without a graph, B and I with
+# the forward they run again first.
+TIME_KINDS = (
+    "forward_ms",
+    "backward_ms",
+    "forward_split_ms",
+    "input_ms",
+    "weight_ms",
+    "forward_recompute_ms",
+    "backward_recompute_ms",
+    "input_recompute_ms",
+)
 BYTE_KINDS = ("activation_bytes", "weight_grad_bytes", "input_bytes", "output_bytes")
 
 
@@ -101,9 +112,12 @@ class ProfiledUnit:
             raise ValueError(f"unit {self.name!r}: no measurement of {', '.join(missing)}")
         check_finite_non_negative(f"unit {self.name!r}: param_bytes", self.param_bytes)
 
-    def cost_at(self, size: int, split: bool) -> StageCost:
+    def cost_at(self, size: int, split: bool, recompute: bool = False) -> StageCost:
         """This unit's costs for one microbatch of `size`: with `split` (schedules that run I and W) the forward
-        that records leaf calls and B = I + W; otherwise the plain F and B, W its share measured by the split."""
+        that records leaf calls and B = I + W; otherwise the plain F and B, W its share measured by the split.
+        With `recompute` the forward is the one without a graph, and B (or I) is what remains of the measured
+        backward once that forward is taken out: the cost model adds F back to every B and I under
+        recomputation (`CostModel.duration_ms`), which gives the measured recomputing backward."""
         at = {kind: curve.at(size) for kind, curve in self.curves.items()}
         activation = at["activation_bytes"]
         sizes = dict(
@@ -114,9 +128,16 @@ class ProfiledUnit:
             param_bytes=self.param_bytes,
         )
         i_ms, w_ms = at["input_ms"], at["weight_ms"]
+        share = w_ms / (i_ms + w_ms) if i_ms + w_ms > 0 else 0.5
+        if recompute:
+            forward = at["forward_recompute_ms"]
+            if split:
+                i_ms = max(0.0, at["input_recompute_ms"] - forward)
+                return StageCost(forward_ms=forward, backward_ms=i_ms + w_ms, weight_ms=w_ms, **sizes)
+            backward = max(0.0, at["backward_recompute_ms"] - forward)
+            return StageCost(forward_ms=forward, backward_ms=backward, weight_ms=backward * share, **sizes)
         if split:
             return StageCost(forward_ms=at["forward_split_ms"], backward_ms=i_ms + w_ms, weight_ms=w_ms, **sizes)
-        share = w_ms / (i_ms + w_ms) if i_ms + w_ms > 0 else 0.5
         backward = at["backward_ms"]
         return StageCost(forward_ms=at["forward_ms"], backward_ms=backward, weight_ms=backward * share, **sizes)
 
@@ -131,6 +152,9 @@ class ActionConstants:
     forward_split_ms: float = 0.0
     input_ms: float = 0.0
     weight_ms: float = 0.0
+    forward_recompute_ms: float = 0.0
+    backward_recompute_ms: float = 0.0
+    input_recompute_ms: float = 0.0
 
     def __post_init__(self) -> None:
         for name in TIME_KINDS:
@@ -138,13 +162,16 @@ class ActionConstants:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"action constant {name} must be a finite number, got {value!r}")
 
-    def stage_extra(self, split: bool) -> StageCost:
-        """The constants as the costs of one stage (negative constants are clipped at 0: a stage never costs less
-        than its units)."""
-        c = {name: max(0.0, getattr(self, name)) for name in TIME_KINDS}
+    def per_cut_end(self, split: bool, recompute: bool = False) -> dict[str, float]:
+        """The constants a stage pays per cut end, as F, B and W of the cost model (B and I under recomputation
+        without the forward the cost model adds back, as `ProfiledUnit.cost_at`)."""
+        c = {name: getattr(self, name) for name in TIME_KINDS}
+        forward = c["forward_recompute_ms"] if recompute else c["forward_split_ms" if split else "forward_ms"]
         if split:
-            return StageCost(c["forward_split_ms"], c["input_ms"] + c["weight_ms"], c["weight_ms"])
-        return StageCost(c["forward_ms"], c["backward_ms"], 0.0)
+            i_ms = c["input_recompute_ms"] - forward if recompute else c["input_ms"]
+            return {"forward_ms": forward, "backward_ms": i_ms + c["weight_ms"], "weight_ms": c["weight_ms"]}
+        backward = c["backward_recompute_ms"] - forward if recompute else c["backward_ms"]
+        return {"forward_ms": forward, "backward_ms": backward, "weight_ms": 0.0}
 
 
 @dataclass(frozen=True)
@@ -185,9 +212,9 @@ class UnitProfile:
         ):
             raise ValueError(f"core_slots must be a positive integer or None, got {self.core_slots!r}")
 
-    def unit_costs(self, size: int, split: bool = False) -> tuple[StageCost, ...]:
+    def unit_costs(self, size: int, split: bool = False, recompute: bool = False) -> tuple[StageCost, ...]:
         """Every unit's costs for one microbatch of `size` (see `ProfiledUnit.cost_at`)."""
-        return tuple(unit.cost_at(size, split) for unit in self.units)
+        return tuple(unit.cost_at(size, split, recompute) for unit in self.units)
 
     def runtime_terms(self, optimizer: str) -> RuntimeTerms:
         """The per-rank terms of a run with `optimizer`: refused when the profile did not time it (an optimizer is

@@ -139,11 +139,12 @@ class PlanInputs:
             "uncertainty": TIE,
         }
 
-    def units_for(self, microbatch_size: int, split: bool = False) -> tuple[StageCost, ...]:
+    def units_for(self, microbatch_size: int, split: bool = False, recompute: bool = False) -> tuple[StageCost, ...]:
         """The units' costs for one microbatch of `microbatch_size`; with a profile, `split` gives the costs of
-        the schedules that run I and W (the forward recording leaf calls, B = I + W)."""
+        the schedules that run I and W (the forward recording leaf calls, B = I + W) and `recompute` those of a
+        recomputing run (the forward without a graph, the backward that runs it again)."""
         if self.profile is not None:
-            return self.profile.unit_costs(microbatch_size, split)
+            return self.profile.unit_costs(microbatch_size, split, recompute)
         if self.description is not None:
             return tuple(replace(self.description, microbatch_size=microbatch_size).unit_costs())
         factor = microbatch_size / self.unit_microbatch_size
@@ -163,9 +164,10 @@ class PlanInputs:
             for u in self.units
         )
 
-    def per_stage(self, split: bool) -> StageCost | None:
-        """What every stage's actions cost beyond their units (a profile's action constants), or None."""
-        return None if self.profile is None else self.profile.action.stage_extra(split)
+    def per_cut_end(self, split: bool, recompute: bool) -> dict[str, float] | None:
+        """What a stage's actions pay per end at which it was cut out of the model (a profile's action
+        constants, `pipesim.cost.description.stage_costs_from_units`), or None."""
+        return None if self.profile is None else self.profile.action.per_cut_end(split, recompute)
 
     def rank_runtime(self, schedule: Schedule, stages: tuple[StageCost, ...], replicas: int) -> RankRuntime:
         """Each rank's time outside its actions for this cut: with `runtime`, its tail and the optimizer's step on

@@ -177,10 +177,12 @@ class Evaluator:
                 self._shapes[key] = error
         return self._shapes[key]
 
-    def units(self, mbs: int, share: float | None, split: bool = False) -> tuple[StageCost, ...]:
-        key = (mbs, share, split)
+    def units(
+        self, mbs: int, share: float | None, split: bool = False, recompute: bool = False
+    ) -> tuple[StageCost, ...]:
+        key = (mbs, share, split, recompute)
         if key not in self._units:
-            units = self.inputs.units_for(mbs, split)
+            units = self.inputs.units_for(mbs, split, recompute)
             if share is not None:
                 units = tuple(replace(u, weight_ms=u.backward_ms * share) for u in units)
             self._units[key] = units
@@ -190,7 +192,7 @@ class Evaluator:
         key = (mbs, num_stages, recompute)
         if key not in self._splits:
             try:
-                self._splits[key] = balance_units(self.units(mbs, None), num_stages, recompute)
+                self._splits[key] = balance_units(self.units(mbs, None, recompute=recompute), num_stages, recompute)
             except ValueError as error:
                 self._splits[key] = error
         return self._splits[key]
@@ -202,11 +204,11 @@ class Evaluator:
         data-parallel group of its replicas (over the same link)."""
         split = schedule.uses_split_backward
         cost = stage_costs_from_units(
-            list(self.units(c.microbatch_size, c.w_share, split)),
+            list(self.units(c.microbatch_size, c.w_share, split, c.recompute)),
             split_points,
             recompute=c.recompute,
             link=self.inputs.link,
-            per_stage=self.inputs.per_stage(split),
+            per_cut_end=self.inputs.per_cut_end(split, c.recompute),
         )
         runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
         return replace(cost, runtime=runtime, dp_group=DataParallelGroup(c.data_parallel, self.inputs.link))
