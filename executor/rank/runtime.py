@@ -319,6 +319,7 @@ class RankModel:
     stash_bytes: dict[int, tuple[int, int, int]]
     make_batch: Any = None  # (batch_size, seed, step) -> (inputs, targets): executor.model.model_parts' maker
     wire_dtype: torch.dtype = torch.float32  # of the tensors that cross between ranks
+    split_points: tuple[int, ...] = ()  # where each stage after the first starts (unit indices)
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for stage in sorted(self.runners) for p in self.runners[stage].parameters()]
@@ -338,11 +339,12 @@ def build_rank_model(
     """Build the full layer list (same weights on every rank), keep this rank's stages, move them to `device`.
 
     dtype "bf16": the stages compute under autocast and hand bfloat16 tensors to other ranks (executor.stage)."""
-    from executor.rank.model import model_parts, split_stages, stage_io_shapes
+    from executor.rank.model import model_parts, split_stages, stage_io_shapes, stage_starts
     from executor.rank.stage import measure_stash_bytes, tensor_bytes
 
     layers, make_batch, loss = model_parts(model_config, seed)
-    stages = split_stages(layers, schedule.num_stages, model_config.split_points)
+    starts = stage_starts(layers, schedule.num_stages, model_config.split_points)
+    stages = split_stages(layers, schedule.num_stages, starts)
     shapes = stage_io_shapes(stages, model_config, microbatch_size, make_batch)
     sample, target = make_batch(microbatch_size, seed, 0)
     last = schedule.num_stages - 1
@@ -367,7 +369,7 @@ def build_rank_model(
         stash_bytes[stage] = (activation, weight, tensor_bytes(x))
         runners[stage] = runner
     del stages
-    return RankModel(runners, shapes, stash_bytes, make_batch, wire)
+    return RankModel(runners, shapes, stash_bytes, make_batch, wire, starts)
 
 
 def microbatches(batch: Tensor, num_microbatches: int, device: torch.device) -> list[Tensor]:

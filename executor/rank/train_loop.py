@@ -174,6 +174,7 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "clock_offsets_ms": offsets,
         "clock_offsets_applied": multi_node,
         "clock": "cuda events" if r.choice.device.type == "cuda" else "perf_counter",
+        "split_points": list(r.model.split_points),  # the units each stage holds (pipesim plan --calibrate-from)
     }
     if r.overlap_groups:  # run back to back: one device stream cannot overlap them
         meta["overlap_groups"] = r.overlap_groups

@@ -246,10 +246,9 @@ def in_situ_check(profile: UnitProfile, replica: list[dict[str, Any]], sizes: li
     """Each calibration stage's in-situ F and B against what the profile predicts for it (shares plus constants):
     the ratio's median per kind and its range, the dispatch gaps and tails measured."""
     n = len(profile.units)
-    weights = [u.param_bytes for u in profile.units]  # the executor's default split: balanced parameters
-    bounds = [0, *balance(weights, r.schedule.num_stages).split_points, n] if r.schedule.num_stages <= n else None
+    bounds = [0, *r.model.split_points, n]  # the calibration steps' own split
     ratios: dict[str, list[float]] = {"F": [], "B": []}
-    if bounds is not None:
+    if len(bounds) == r.schedule.num_stages + 1:
         for size in sizes:
             costs = profile.unit_costs(size)
             for stage, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):

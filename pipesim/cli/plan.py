@@ -24,6 +24,7 @@ from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
 
+from pipesim.analysis.calibration import calibrate_from_run
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.profile import UnitProfile
@@ -147,6 +148,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="P,P",
         help="pipeline depths (default: all devices); the rest of the devices are data-parallel replicas",
     )
+    plan.add_argument(
+        "--calibrate-from",
+        type=Path,
+        metavar="RUN_DIR",
+        help="fit the description's device speed (--tflops) and per-action overhead to a measured run of the "
+        "executor's Transformer on these devices (executor run --model transformer ...)",
+    )
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan")
     plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
 
@@ -185,6 +193,8 @@ def inputs_from_args(args: argparse.Namespace) -> tuple[PlanInputs, dict]:
     if args.cost is not None:
         if _model_given(args):
             raise ValueError(f"--cost replaces the model description: drop {', '.join(_model_given(args))}")
+        if args.calibrate_from is not None:
+            raise UsageError("--calibrate-from calibrates a model description; a cost file is measured already")
         loaded = load_cost_file(args.cost)
         if isinstance(loaded, UnitProfile):  # a model profiled per unit: what verify-plan rebuilds and runs
             run = {key: loaded.provenance.get(key) for key in ("device", "dtype")}
@@ -192,6 +202,11 @@ def inputs_from_args(args: argparse.Namespace) -> tuple[PlanInputs, dict]:
             return PlanInputs.from_profile(loaded, **common), recorded
         return PlanInputs.from_cost(loaded, **common), {**common, "cost_file": str(args.cost)}
     description = description_from_args(args)
+    if args.calibrate_from is not None:
+        calibration = calibrate_from_run(args.calibrate_from)
+        description, runtime = calibration.apply(description)
+        recorded = {**common, "model": vars_of(description), "calibrated_from": calibration.to_dict()}
+        return PlanInputs.from_description(description, runtime=runtime, **common), recorded
     return PlanInputs.from_description(description, **common), {**common, "model": vars_of(description)}
 
 
