@@ -46,7 +46,16 @@ from executor.rank.runtime import PipelineRuntime, build_rank_model
 from executor.rank.setup import Rank, make_optimizer, optimizer_for, setup
 from executor.rank.teardown import finish
 from executor.rank.transport import env_int
-from executor.rank.unit_timing import KINDS, Marks, ModelParts, optimizer_times, stage_times, unit_bytes, unit_shares
+from executor.rank.unit_timing import (
+    KINDS,
+    Marks,
+    ModelParts,
+    medians,
+    optimizer_times,
+    stage_times,
+    unit_bytes,
+    unit_shares,
+)
 from executor.run_files import COST_FILE, PROFILE_REQUEST_FILE
 from pipesim.cost.balance import balance
 from pipesim.cost.profile import BYTE_KINDS, TIME_KINDS, ActionConstants, ProfiledUnit, SizeCurve, UnitProfile
@@ -57,6 +66,7 @@ from pipesim.schedules import build_schedule
 
 CALIBRATION_STEPS = 8  # in-situ steps per size (the first is dropped)
 MAX_CUT_STAGES = 4  # the constants are fitted from the model cut evenly into 2..this many stages
+ROUNDS = 3  # the repetitions of each size are spread over this many rounds of every measurement
 
 
 def read_request(run_dir: Path) -> dict[str, Any]:
@@ -129,11 +139,24 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     slots = core_slots(device) or r.world_size
     mine: dict[str, Any] = {"shares": {}, "stages": {}, "bytes": {}, "optimizers": {}, "calibration": {}}
     for size in sizes:
+        shares: dict[str, list[list[float]]] = {kind: [] for kind in KINDS}
+        stages: list[dict[str, list[float]]] = [{kind: [] for kind in KINDS} for _ in ranges]
         for turn in range(-(-r.world_size // slots)):  # at most `slots` processes time at once
             if r.rank // slots == turn:
-                mine["shares"][size] = unit_shares(parts, size, repeats, marks)
-                mine["stages"][size] = [(a, b, stage_times(parts, a, b, size, repeats, marks)) for a, b in ranges]
+                # In rounds, the whole model and every cut in turn: a burst of other work on the machine then
+                # falls on every measurement alike instead of on one of them.
+                for _ in range(ROUNDS):
+                    for kind, samples in unit_shares(parts, size, -(-repeats // ROUNDS), marks).items():
+                        shares[kind] += samples
+                    for index, (a, b) in enumerate(ranges):
+                        for kind, samples in stage_times(parts, a, b, size, -(-repeats // ROUNDS), marks).items():
+                            stages[index][kind] += samples
             dist.barrier(group=r.control)
+        if shares["forward_ms"]:
+            mine["shares"][size] = medians(shares)
+            mine["stages"][size] = [
+                (a, b, {k: statistics.median(v) for k, v in stages[i].items()}) for i, (a, b) in enumerate(ranges)
+            ]
         if r.rank == 0:
             mine["bytes"][size] = unit_bytes(parts, size)
         progress.advance(f"units at microbatch size {size}")

@@ -116,8 +116,11 @@ def _output_gradient(runner: StageRunner, x: Tensor, target: Tensor) -> Tensor |
     return torch.randn(out.shape, device=out.device) * 1e-3
 
 
-def stage_times(parts: ModelParts, start: int, stop: int, size: int, repeats: int, marks: Marks) -> dict[str, float]:
-    """Median of every kind (KINDS) of the stage holding units start..stop-1, each action timed as a whole."""
+def stage_times(
+    parts: ModelParts, start: int, stop: int, size: int, repeats: int, marks: Marks
+) -> dict[str, list[float]]:
+    """`repeats` samples of every kind (KINDS) of the stage holding units start..stop-1, each action timed as a
+    whole."""
     plain, recomputing = parts.runner(start, stop), parts.runner(start, stop, recompute=True)
     x, target = parts.inputs(start, size)
     target = target if plain.is_last else None
@@ -144,7 +147,7 @@ def stage_times(parts: ModelParts, start: int, stop: int, size: int, repeats: in
                 for kind, begin, end in zip(names, m, m[1:], strict=False):
                     if kind is not None:
                         samples[kind].append(marks.ms(begin, end))
-    return {kind: statistics.median(values) for kind, values in samples.items()}
+    return samples
 
 
 class _Boundaries:
@@ -223,8 +226,9 @@ def _recompute_shares(boundaries: _Boundaries, begin: Any, end: Any, n: int) -> 
     return shares
 
 
-def unit_shares(parts: ModelParts, size: int, repeats: int, marks: Marks) -> dict[str, list[float]]:
-    """Per kind (KINDS), each unit's median share of the whole model's action (see the module docstring)."""
+def unit_shares(parts: ModelParts, size: int, repeats: int, marks: Marks) -> dict[str, list[list[float]]]:
+    """Per kind (KINDS), `repeats` samples of every unit's share of the whole model's action (a list of shares
+    per sample; see the module docstring)."""
     n = len(parts.layers)
     runner, recomputing = parts.runner(0, n), parts.runner(0, n, recompute=True)
     x, target = parts.inputs(0, size)
@@ -275,7 +279,14 @@ def unit_shares(parts: ModelParts, size: int, repeats: int, marks: Marks) -> dic
                     samples[kind].append(shares[kind])
     finally:
         boundaries.remove()
-    return {kind: [statistics.median(rep[k] for rep in reps) for k in range(n)] for kind, reps in samples.items()}
+    return samples
+
+
+def medians(samples: dict[str, list[list[float]]]) -> dict[str, list[float]]:
+    """Per kind, each unit's median over the samples of `unit_shares`."""
+    return {
+        kind: [statistics.median(rep[k] for rep in reps) for k in range(len(reps[0]))] for kind, reps in samples.items()
+    }
 
 
 def _weight_by_unit(work: Any, owner: dict[int, int], n: int, marks: Marks) -> list[Any]:
