@@ -59,7 +59,10 @@ def profile(**changes) -> UnitProfile:
     base = UnitProfile(
         units=units,
         microbatch_sizes=SIZES,
-        action=ActionConstants(0.05, 0.08, 0.05, 0.06, 0.02, 0.04, 0.1, 0.07),
+        action=ActionConstants(
+            start=dict(zip(TIME_KINDS, (0.05, 0.08, 0.05, 0.06, 0.02, 0.04, 0.1, 0.07), strict=True)),
+            end=dict(zip(TIME_KINDS, (-0.02, 0.2, -0.01, 0.15, 0.01, 0.0, 0.2, 0.12), strict=True)),
+        ),
         dispatch_ms=0.1,
         tail_ms=0.4,
         optimizers={"sgd": OptimizerTime(0.05, 1e-7), "adam": OptimizerTime(0.1, 5e-7)},
@@ -189,7 +192,7 @@ def test_every_candidate_equals_simulate_step_on_a_cost_model_built_here():
         split = schedule.uses_split_backward
         units = [u.cost_at(c.microbatch_size, split, c.recompute) for u in p.units]
         cost = stage_costs_from_units(
-            units, c.split, recompute=c.recompute, link=p.link, per_cut_end=p.action.per_cut_end(split, c.recompute)
+            units, c.split, recompute=c.recompute, link=p.link, cuts=p.action.cut_costs(split, c.recompute)
         )
         params = [sum(cost.stages[s].param_bytes for s in schedule.stages_of_rank(r)) for r in range(c.ranks)]
         runtime = RuntimeTerms(0.1, 0.4, OptimizerTime(0.1, 5e-7), 2).rank_runtime(params)

@@ -203,7 +203,9 @@ def summary_lines(result: ProfileResult) -> list[str]:
         + ", ".join(f"{total[s]:.3g} ms at {s}" for s in profile.microbatch_sizes)
         + f"; worst affine-fit residual {profile.worst_residual():.1%}",
         f"runtime  dispatch gap {profile.dispatch_ms:.3f} ms per action, tail {profile.tail_ms:.3f} ms per step, "
-        f"stage constant {profile.action.forward_ms:+.3f} / {profile.action.backward_ms:+.3f} ms (F / B per cut end)",
+        f"cut stages pay F {profile.action.start.get('forward_ms', 0):+.3f} / B "
+        f"{profile.action.start.get('backward_ms', 0):+.3f} ms at a cut start, F "
+        f"{profile.action.end.get('forward_ms', 0):+.3f} / B {profile.action.end.get('backward_ms', 0):+.3f} at an end",
         "optim    "
         + ", ".join(
             f"{n} {t.fixed_ms:.3f} ms + {t.ms_per_byte * 1e6:.4f} ms/MB" for n, t in profile.optimizers.items()

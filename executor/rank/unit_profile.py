@@ -58,7 +58,17 @@ from executor.rank.unit_timing import (
 )
 from executor.run_files import COST_FILE, PROFILE_REQUEST_FILE
 from pipesim.cost.balance import balance
-from pipesim.cost.profile import BYTE_KINDS, TIME_KINDS, ActionConstants, ProfiledUnit, SizeCurve, UnitProfile
+from pipesim.cost.description import balance_units
+from pipesim.cost.model import StageCost
+from pipesim.cost.profile import (
+    BYTE_KINDS,
+    TIME_KINDS,
+    ActionConstants,
+    ProfiledUnit,
+    SizeCurve,
+    UnitProfile,
+    action_costs,
+)
 from pipesim.cost.runtime import OptimizerTime
 from pipesim.io.cost_file import save_profile
 from pipesim.io.formats import read_json
@@ -86,14 +96,22 @@ def core_slots(device: torch.device) -> int | None:
     return max(1, cores // max(1, torch.get_num_threads()))
 
 
-def cuts(num_units: int, weights: list[float]) -> list[tuple[int, int]]:
-    """The stages of the model cut evenly (pipesim's balance over `weights`) into 2 .. MAX_CUT_STAGES stages: the
-    stages whose whole times fit the action constants."""
-    ranges = []
-    for stages in range(2, min(MAX_CUT_STAGES, num_units) + 1):
-        bounds = [0, *balance(weights, stages).split_points, num_units]
-        ranges += [(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
-    return sorted(set(ranges))
+def planned_cuts(shares: dict[str, list[float]], num_stages: list[int]) -> list[tuple[int, int]]:
+    """The stages of the cuts the planner picks at this size: pipesim's balance of the units' times (plain and
+    recomputing, `pipesim.cost.description.balance_units` over the very costs a plan computes from this profile)
+    into each of `num_stages` stages; the profile times them whole."""
+    n = len(shares["forward_ms"])
+    ranges = set()
+    for recompute in (False, True):
+        units = [
+            StageCost(**action_costs({k: max(0.0, v[u]) for k, v in shares.items()}, False, recompute))
+            for u in range(n)
+        ]
+        for stages in num_stages:
+            if 2 <= stages <= n:
+                bounds = [0, *balance_units(units, stages, recompute).split_points, n]
+                ranges.update(zip(bounds, bounds[1:], strict=False))
+    return sorted(ranges)
 
 
 def at_size(r: Rank, size: int) -> Rank:
@@ -134,29 +152,37 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     marks = Marks(device)
     names = [type(layer).__name__ for layer in layers]
     n = len(parts.layers)
-    ranges = cuts(n, [float(param_count(layer)) for layer in parts.layers])
     progress = Progress(r.rank, 2 * len(sizes) + 2)
     slots = core_slots(device) or r.world_size
+    cut_counts = sorted({2, 3, MAX_CUT_STAGES, r.num_ranks, 2 * r.num_ranks})
     mine: dict[str, Any] = {"shares": {}, "stages": {}, "bytes": {}, "optimizers": {}, "calibration": {}}
     for size in sizes:
+        # 1. each unit's shares, every process in its turn (at most `slots` at once), in rounds: a burst of other
+        # work on the machine then falls on many measurements a little instead of on one of them whole
         shares: dict[str, list[list[float]]] = {kind: [] for kind in KINDS}
-        stages: list[dict[str, list[float]]] = [{kind: [] for kind in KINDS} for _ in ranges]
-        for turn in range(-(-r.world_size // slots)):  # at most `slots` processes time at once
+        for turn in range(-(-r.world_size // slots)):
             if r.rank // slots == turn:
-                # In rounds, the whole model and every cut in turn: a burst of other work on the machine then
-                # falls on every measurement alike instead of on one of them.
                 for _ in range(ROUNDS):
                     for kind, samples in unit_shares(parts, size, -(-repeats // ROUNDS), marks).items():
                         shares[kind] += samples
+            dist.barrier(group=r.control)
+        mine["shares"][size] = medians(shares)
+        everyone: list[Any] = [None] * r.world_size
+        dist.all_gather_object(everyone, mine["shares"][size], group=r.control)
+        common = {k: [_median([e[k][u] for e in everyone]) for u in range(n)] for k in KINDS}
+        # 2. the stages of the cuts the planner will pick, timed whole, the same way
+        ranges = planned_cuts(common, cut_counts)
+        stages: list[dict[str, list[float]]] = [{kind: [] for kind in KINDS} for _ in ranges]
+        for turn in range(-(-r.world_size // slots)):
+            if r.rank // slots == turn:
+                for _ in range(ROUNDS):
                     for index, (a, b) in enumerate(ranges):
                         for kind, samples in stage_times(parts, a, b, size, -(-repeats // ROUNDS), marks).items():
                             stages[index][kind] += samples
             dist.barrier(group=r.control)
-        if shares["forward_ms"]:
-            mine["shares"][size] = medians(shares)
-            mine["stages"][size] = [
-                (a, b, {k: statistics.median(v) for k, v in stages[i].items()}) for i, (a, b) in enumerate(ranges)
-            ]
+        mine["stages"][size] = [
+            (a, b, {k: statistics.median(v) for k, v in stages[i].items()}) for i, (a, b) in enumerate(ranges)
+        ]
         if r.rank == 0:
             mine["bytes"][size] = unit_bytes(parts, size)
         progress.advance(f"units at microbatch size {size}")
@@ -184,7 +210,6 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
         mine["calibration"][size] = summary
         del sized
         progress.advance(f"in-situ steps at microbatch size {size}")
-    mine["ranges"] = ranges
     mine["names"] = names
     return mine
 
@@ -204,6 +229,25 @@ def fit_optimizer(points: list[tuple[float, float]]) -> OptimizerTime:
     return OptimizerTime(max(0.0, mean_t - slope * mean_b), slope)
 
 
+def fit_cuts(rows: list[tuple[bool, bool, float]]) -> tuple[float, float, float]:
+    """(at a cut start, at a cut end, RMS residual) of residual = start x [cut at the start] + end x [cut at the
+    end], least squares over the measured stages (each a row: cut at its start, cut at its end, its time less its
+    units' shares)."""
+    ss = sum(1 for s, _, _ in rows if s)
+    ee = sum(1 for _, e, _ in rows if e)
+    se = sum(1 for s, e, _ in rows if s and e)
+    sd = sum(d for s, _, d in rows if s)
+    ed = sum(d for _, e, d in rows if e)
+    det = ss * ee - se * se
+    if det == 0:  # one kind of cut only: one constant for both
+        both = _median([d / max(1, s + e) for s, e, d in rows if s or e])
+        start, end = both, both
+    else:
+        start, end = (sd * ee - ed * se) / det, (ed * ss - sd * se) / det
+    residuals = [d - start * s - end * e for s, e, d in rows]
+    return start, end, (sum(r * r for r in residuals) / len(residuals)) ** 0.5 if residuals else 0.0
+
+
 def assemble(config: RunConfig, request: dict[str, Any], everyone: list[dict[str, Any]], r: Rank) -> UnitProfile:
     """Rank 0: the medians over the processes, the fits, the in-situ terms and the provenance."""
     sizes = request["sizes"]
@@ -212,19 +256,18 @@ def assemble(config: RunConfig, request: dict[str, Any], everyone: list[dict[str
     shares = {
         s: {k: [_median([e["shares"][s][k][u] for e in everyone]) for u in range(n)] for k in KINDS} for s in sizes
     }
-    ranges = first["ranges"]
-    stage_ms = {s: [{k: _median([e["stages"][s][i][2][k] for e in everyone]) for k in KINDS}
-                    for i in range(len(ranges))] for s in sizes}  # fmt: skip
-    constants, spread = {}, {}
+    stage_ms = {
+        s: [(a, b, {k: _median([e["stages"][s][i][2][k] for e in everyone]) for k in KINDS})
+            for i, (a, b, _) in enumerate(first["stages"][s])]
+        for s in sizes
+    }  # fmt: skip
+    start, end, spread = {}, {}, {}
     for kind in KINDS:
-        per_cut = [
-            (stage_ms[s][i][kind] - sum(shares[s][kind][a:b])) / ((a > 0) + (b < n))
-            for s in sizes
-            for i, (a, b) in enumerate(ranges)
+        rows = [
+            ((a > 0), (b < n), times[kind] - sum(shares[s][kind][a:b])) for s in sizes for a, b, times in stage_ms[s]
         ]
-        constants[kind] = _median(per_cut)
-        spread[kind] = statistics.pstdev(per_cut) if len(per_cut) > 1 else 0.0
-    action = ActionConstants(**constants)
+        start[kind], end[kind], spread[kind] = fit_cuts(rows)
+    action = ActionConstants(start, end)
     optimizers = {
         name: fit_optimizer([p for e in everyone for p in e["optimizers"][name]]) for name in request["optimizers"]
     }
@@ -243,6 +286,7 @@ def assemble(config: RunConfig, request: dict[str, Any], everyone: list[dict[str
         units=tuple(units), microbatch_sizes=tuple(sizes), action=action, dispatch_ms=dispatch, tail_ms=tail,
         optimizers=optimizers, link=link_cost(links.get(0)), core_slots=core_slots(r.choice.device),
         model=asdict(config.model),
+        stages={(s, a, b): times for s in sizes for a, b, times in stage_ms[s]},
     )  # fmt: skip
     provenance = {
         "source": "python -m executor profile",
@@ -258,7 +302,7 @@ def assemble(config: RunConfig, request: dict[str, Any], everyone: list[dict[str
         "torch_version": torch.__version__,
         "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "links": "a ping-pong between ranks 0 and 1 through the run's own transport (tiny and real tensor)",
-        "action_constants": {"per_cut_end_ms": constants, "spread_ms": spread, "stages": [list(x) for x in ranges]},
+        "action_constants": {"rms_residual_ms": spread},
         "in_situ": in_situ_check(profile, everyone[: r.num_ranks], sizes, r),
         "process_spread": _process_spread(everyone, sizes, n),
     }
@@ -266,31 +310,26 @@ def assemble(config: RunConfig, request: dict[str, Any], everyone: list[dict[str
 
 
 def in_situ_check(profile: UnitProfile, replica: list[dict[str, Any]], sizes: list[int], r: Rank) -> dict[str, Any]:
-    """Each calibration stage's in-situ F and B against what the profile predicts for it (shares plus constants):
-    the ratio's median per kind and its range, the dispatch gaps and tails measured."""
-    n = len(profile.units)
-    bounds = [0, *r.model.split_points, n]  # the calibration steps' own split
-    ratios: dict[str, list[float]] = {"F": [], "B": []}
-    if len(bounds) == r.schedule.num_stages + 1:
-        for size in sizes:
-            costs = profile.unit_costs(size)
-            for stage, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
-                ends = (a > 0) + (b < n)
-                predicted = {
-                    "F": sum(c.forward_ms for c in costs[a:b]) + ends * profile.action.forward_ms,
-                    "B": sum(c.backward_ms for c in costs[a:b]) + ends * profile.action.backward_ms,
-                }
-                rank = r.schedule.stage_to_rank[stage]
-                measured = replica[rank]["calibration"][size]["durations_ms"].get(str(stage), {})
-                for kind in ratios:
-                    if kind in measured and predicted[kind] > 0:
-                        ratios[kind].append(measured[kind] / predicted[kind])
+    """Each calibration stage's in-situ F and B against what a plan from this profile prices it at (the planner's
+    own cut, `PlanInputs.cut`): per stage and size the ratio, its median per kind, the dispatch gaps and tails."""
+    from pipesim.plan.inputs import PlanInputs
+
+    inputs = PlanInputs.from_profile(
+        profile, devices=r.num_ranks, global_batch=1, optimizer=r.config.training.optimizer
+    )
+    points = tuple(r.model.split_points)  # the calibration steps' own split
+    rows = []
+    for size in sizes:
+        cut = inputs.cut(inputs.units_for(size), points, microbatch_size=size, split=False, recompute=False)
+        for stage, cost in enumerate(cut.stages):
+            measured = replica[r.schedule.stage_to_rank[stage]]["calibration"][size]["durations_ms"].get(str(stage), {})
+            for kind, predicted in (("F", cost.forward_ms), ("B", cost.backward_ms)):
+                if kind in measured and predicted > 0:
+                    rows.append({"size": size, "stage": stage, "kind": kind, "ratio": measured[kind] / predicted})
     return {
-        "schedule": f"1f1b on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches",
-        "ratio_in_situ_over_profile": {
-            k: {"median": _median(v), "min": min(v, default=None), "max": max(v, default=None)}
-            for k, v in ratios.items()
-        },  # fmt: skip
+        "schedule": f"1f1b on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches, split {list(points)}",
+        "ratio_in_situ_over_profile": rows,
+        "median_ratio": {k: _median([x["ratio"] for x in rows if x["kind"] == k]) for k in ("F", "B")},
         "dispatch_ms": [[e["calibration"][s]["dispatch_ms"] for s in sizes] for e in replica],
         "tail_ms": [[e["calibration"][s]["tail_ms"] for s in sizes] for e in replica],
     }

@@ -10,8 +10,11 @@ the cache and pays the runner's entry and exit on its own; measured on this mach
 isolated units missed a stage's time by 5-25% in both directions, the shares by 2-5%.
 
 The shares add up to the whole call, so the first unit's share holds the call's entry and the last unit's its exit
-(and the loss). A stage cut out of the middle pays an entry and an exit of its own: `ActionConstants`, fitted here
-per kind from stages of several cuts as the median of (stage's time - its shares) per cut end.
+(and the loss). A stage cut out of the model pays an entry where it starts after unit 0 and an exit where it ends
+before the last unit: `ActionConstants`, fitted per kind from stages of several cuts (executor.rank.unit_profile).
+
+Each runner built here takes its hooks off the model's layers once measured (`StageRunner.remove_hooks`): hooks left
+behind by earlier runners made every later forward slower, the more the longer a profile ran.
 
 On a GPU the stamps are CUDA events, resolved after the call (no synchronisation inside it).
 """
@@ -147,6 +150,8 @@ def stage_times(
                 for kind, begin, end in zip(names, m, m[1:], strict=False):
                     if kind is not None:
                         samples[kind].append(marks.ms(begin, end))
+    plain.remove_hooks()
+    recomputing.remove_hooks()
     return samples
 
 
@@ -279,6 +284,8 @@ def unit_shares(parts: ModelParts, size: int, repeats: int, marks: Marks) -> dic
                     samples[kind].append(shares[kind])
     finally:
         boundaries.remove()
+        runner.remove_hooks()
+        recomputing.remove_hooks()
     return samples
 
 
@@ -322,6 +329,7 @@ def unit_bytes(parts: ModelParts, size: int) -> list[dict[str, float]]:
         runner = parts.runner(k, k + 1)
         x, target = parts.inputs(k, size)
         activation, weight = measure_stash_bytes(runner, x, target if k == n - 1 else None)
+        runner.remove_hooks()
         with torch.no_grad(), parts._autocast():
             y = parts.layers[k](x)
         wire = torch.empty(0, dtype=parts.wire_dtype).element_size() if y.is_floating_point() else y.element_size()

@@ -10,9 +10,10 @@ size, the profile holds:
   in a run, not alone in a loop where its weights never leave the cache. The last unit carries the loss;
 * the bytes F stashes (all, and the part only W needs), the bytes entering and leaving it, its parameter bytes.
 
-Then what a stage and a rank pay beyond the units (`ActionConstants`, `RuntimeTerms`): per action kind the
-constant a stage pays once per action whatever units it holds (the stage runner's own work: detaching the input,
-entering autocast, starting the autograd engine), fitted from stages of several cuts; per rank the dispatch gap
+Then what a stage and a rank pay beyond the units (`ActionConstants`, `RuntimeTerms`): per action kind what a stage
+cut out of the model pays at each cut (a stage starting after unit 0 pays an entry into the runner's call, one
+ending before the last unit an exit: the shares of the whole model's call hold its entry in the first unit and its
+exit in the last), fitted from stages of several cuts; per rank the dispatch gap
 before each action and the step's tail after the last, measured in real steps of the executor's runtime (in
 situ), and each optimizer's step as fixed plus per-parameter-byte time. `pipesim.cost.runtime.RuntimeTerms`
 turns them into a candidate's `RankRuntime`, which `pipesim.sim.steps` ends every step with.
@@ -120,58 +121,75 @@ class ProfiledUnit:
         recomputation (`CostModel.duration_ms`), which gives the measured recomputing backward."""
         at = {kind: curve.at(size) for kind, curve in self.curves.items()}
         activation = at["activation_bytes"]
-        sizes = dict(
+        return StageCost(
+            **action_costs(at, split, recompute),
             activation_bytes=activation,
             weight_grad_bytes=min(at["weight_grad_bytes"], activation),
             input_bytes=at["input_bytes"],
             output_bytes=at["output_bytes"],
             param_bytes=self.param_bytes,
         )
-        i_ms, w_ms = at["input_ms"], at["weight_ms"]
-        share = w_ms / (i_ms + w_ms) if i_ms + w_ms > 0 else 0.5
-        if recompute:
-            forward = at["forward_recompute_ms"]
-            if split:
-                i_ms = max(0.0, at["input_recompute_ms"] - forward)
-                return StageCost(forward_ms=forward, backward_ms=i_ms + w_ms, weight_ms=w_ms, **sizes)
-            backward = max(0.0, at["backward_recompute_ms"] - forward)
-            return StageCost(forward_ms=forward, backward_ms=backward, weight_ms=backward * share, **sizes)
-        if split:
-            return StageCost(forward_ms=at["forward_split_ms"], backward_ms=i_ms + w_ms, weight_ms=w_ms, **sizes)
-        backward = at["backward_ms"]
-        return StageCost(forward_ms=at["forward_ms"], backward_ms=backward, weight_ms=backward * share, **sizes)
+
+
+def action_costs(at: Mapping[str, float], split: bool, recompute: bool) -> dict[str, float]:
+    """`action_times` clamped as a StageCost needs them (never below 0, W within B): a unit's or a stage's
+    forward_ms, backward_ms and weight_ms, the one conversion the planner and the profile's cuts use."""
+    return _clamped(action_times(at, split, recompute))
+
+
+def action_times(at: Mapping[str, float], split: bool, recompute: bool, weight_share: bool = True) -> dict[str, float]:
+    """The measured kinds (TIME_KINDS) of a unit or a stage as the cost model's forward_ms, backward_ms and
+    weight_ms for a plain, split (I and W: B = I + W) or recomputing candidate (B and I less the forward the cost
+    model adds back under recomputation). A plain candidate's W is its share of B measured by the split
+    (`weight_share`), or 0 for constants that only add to a stage."""
+
+    def get(name: str) -> float:
+        return float(at.get(name, 0.0))
+
+    i_ms, w_ms = get("input_ms"), get("weight_ms")
+    forward = get("forward_recompute_ms") if recompute else get("forward_split_ms" if split else "forward_ms")
+    if split:
+        i_ms = get("input_recompute_ms") - forward if recompute else i_ms
+        return {"forward_ms": forward, "backward_ms": i_ms + w_ms, "weight_ms": w_ms}
+    backward = get("backward_recompute_ms") - forward if recompute else get("backward_ms")
+    share = (w_ms / (i_ms + w_ms) if i_ms + w_ms > 0 else 0.5) if weight_share else 0.0
+    return {"forward_ms": forward, "backward_ms": backward, "weight_ms": backward * share}
+
+
+def _clamped(times: dict[str, float]) -> dict[str, float]:
+    """A unit's or a stage's times, never below 0 and W within B (StageCost's rule)."""
+    backward = max(0.0, times["backward_ms"])
+    return {
+        "forward_ms": max(0.0, times["forward_ms"]),
+        "backward_ms": backward,
+        "weight_ms": min(backward, max(0.0, times["weight_ms"])),
+    }
 
 
 @dataclass(frozen=True)
 class ActionConstants:
-    """What a stage pays once per action beyond its units' shares, per kind (ms): fitted by the profile from
-    stages of several cuts, so a stage of k units costs the constant plus the k shares."""
+    """What a stage cut out of the model pays per action beyond its units' shares, per kind (ms): `start` when it
+    starts after unit 0 (its first unit's share was measured without the call's entry, which unit 0 carries),
+    `end` when it ends before the last unit (its last unit's share without the call's exit and the loss, which the
+    last unit carries). Fitted by the profile from stages of several cuts (least squares); a missing kind is 0."""
 
-    forward_ms: float = 0.0
-    backward_ms: float = 0.0
-    forward_split_ms: float = 0.0
-    input_ms: float = 0.0
-    weight_ms: float = 0.0
-    forward_recompute_ms: float = 0.0
-    backward_recompute_ms: float = 0.0
-    input_recompute_ms: float = 0.0
+    start: Mapping[str, float] = field(default_factory=dict)
+    end: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in TIME_KINDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"action constant {name} must be a finite number, got {value!r}")
+        for side in (self.start, self.end):
+            for name, value in side.items():
+                if name not in TIME_KINDS:
+                    raise ValueError(f"unknown action constant {name!r}; valid: {', '.join(TIME_KINDS)}")
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise ValueError(f"action constant {name} must be a finite number, got {value!r}")
 
-    def per_cut_end(self, split: bool, recompute: bool = False) -> dict[str, float]:
-        """The constants a stage pays per cut end, as F, B and W of the cost model (B and I under recomputation
-        without the forward the cost model adds back, as `ProfiledUnit.cost_at`)."""
-        c = {name: getattr(self, name) for name in TIME_KINDS}
-        forward = c["forward_recompute_ms"] if recompute else c["forward_split_ms" if split else "forward_ms"]
-        if split:
-            i_ms = c["input_recompute_ms"] - forward if recompute else c["input_ms"]
-            return {"forward_ms": forward, "backward_ms": i_ms + c["weight_ms"], "weight_ms": c["weight_ms"]}
-        backward = c["backward_recompute_ms"] - forward if recompute else c["backward_ms"]
-        return {"forward_ms": forward, "backward_ms": backward, "weight_ms": 0.0}
+    def cut_costs(self, split: bool, recompute: bool = False) -> tuple[dict[str, float], dict[str, float]]:
+        """(at a cut start, at a cut end) as F, B and W of the cost model (`action_times`)."""
+        return (
+            action_times(self.start, split, recompute, weight_share=False),
+            action_times(self.end, split, recompute, weight_share=False),
+        )
 
 
 @dataclass(frozen=True)
@@ -194,10 +212,23 @@ class UnitProfile:
     core_slots: int | None = None
     model: Mapping = field(default_factory=dict)
     provenance: Mapping = field(default_factory=dict)
+    stages: Mapping[tuple[int, int, int], Mapping[str, float]] = field(default_factory=dict)
+    """Stages the profile timed whole (the balanced cuts the planner picks): (microbatch size, first unit, the unit
+    past the last) -> every kind's median (TIME_KINDS)."""
 
     def __post_init__(self) -> None:
         if not self.units:
             raise ValueError("a unit profile needs at least one unit")
+        for (size, start, stop), times in self.stages.items():
+            if size not in self.microbatch_sizes or not 0 <= start < stop <= len(self.units):
+                raise ValueError(
+                    f"a measured stage must be units start..stop-1 of the {len(self.units)} at a profiled size "
+                    f"{list(self.microbatch_sizes)}, got size {size}, units {start}..{stop - 1}"
+                )
+            if set(times) != set(TIME_KINDS):
+                raise ValueError(f"the measured stage {start}..{stop - 1} at size {size} needs every kind {TIME_KINDS}")
+            for value in times.values():
+                check_finite_non_negative("a measured stage's time", value)
         for unit in self.units:
             for kind, curve in unit.curves.items():
                 if curve.sizes != self.microbatch_sizes:
@@ -215,6 +246,21 @@ class UnitProfile:
     def unit_costs(self, size: int, split: bool = False, recompute: bool = False) -> tuple[StageCost, ...]:
         """Every unit's costs for one microbatch of `size` (see `ProfiledUnit.cost_at`)."""
         return tuple(unit.cost_at(size, split, recompute) for unit in self.units)
+
+    def measured_stage(
+        self, size: int, start: int, stop: int, split: bool, recompute: bool = False
+    ) -> dict[str, float] | None:
+        """The times of the stage holding units start..stop-1 as the profile timed it whole (`action_times`): at a
+        profiled size as measured, at another on the line through the nearest two when it was timed at every
+        profiled size; None when it was not timed."""
+        times = self.stages.get((size, start, stop))
+        if times is None:
+            timed = [self.stages.get((s, start, stop)) for s in self.microbatch_sizes]
+            if any(t is None for t in timed):
+                return None
+            sizes = self.microbatch_sizes
+            times = {k: SizeCurve(sizes, tuple(t[k] for t in timed)).at(size) for k in TIME_KINDS}  # type: ignore[index]
+        return action_costs(times, split, recompute)
 
     def runtime_terms(self, optimizer: str) -> RuntimeTerms:
         """The per-rank terms of a run with `optimizer`: refused when the profile did not time it (an optimizer is

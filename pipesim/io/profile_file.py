@@ -7,11 +7,12 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
      "units": [{"name": "TokenEmbedding", "param_bytes": ..., "forward_ms": [per size], "backward_ms": [...],
                 "forward_split_ms": [...], "input_ms": [...], "weight_ms": [...], "activation_bytes": [...],
                 "weight_grad_bytes": [...], "input_bytes": [...], "output_bytes": [...]}, ...],
-     "action_ms": {"forward_ms": c, "backward_ms": c, "forward_split_ms": c, "input_ms": c, "weight_ms": c},
+     "action_ms": {"start": {"forward_ms": c, "backward_ms": c, ...}, "end": {...}},  (per kind, at a cut start / end)
      "dispatch_ms": x, "tail_ms": x,
      "optimizers": {"sgd": {"fixed_ms": a, "ms_per_byte": b}, "sgd-momentum": {...}, "adam": {...}},
      "link": {"latency_ms": x, "bandwidth_gbps": x | null}, "core_slots": n | null,
      "model": {...the executor's model section...}, "provenance": {...},
+     "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
 
 `fits` is derived from the units (`UnitProfile.fits`: the affine fit of every size curve and its residual),
@@ -51,7 +52,7 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
         "measures": {"time": "ms", "size": "bytes", "bandwidth": "GB/s"},
         "microbatch_sizes": list(profile.microbatch_sizes),
         "units": units,
-        "action_ms": {name: getattr(profile.action, name) for name in TIME_KINDS},
+        "action_ms": {"start": dict(profile.action.start), "end": dict(profile.action.end)},
         "dispatch_ms": profile.dispatch_ms,
         "tail_ms": profile.tail_ms,
         "optimizers": {
@@ -64,6 +65,10 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
         "core_slots": profile.core_slots,
         "model": dict(profile.model),
         "provenance": dict(profile.provenance),
+        "stages": [
+            {"microbatch_size": size, "start": start, "stop": stop, **dict(times)}
+            for (size, start, stop), times in sorted(profile.stages.items())
+        ],
         "fits": profile.fits(),
     }
 
@@ -136,6 +141,25 @@ def _optimizers(raw: Any) -> dict[str, OptimizerTime]:
     return out
 
 
+def _stages(raw: Any) -> dict[tuple[int, int, int], dict[str, float]]:
+    """The stages the profile timed whole: each record's size, units and every kind's time."""
+    if not isinstance(raw, list) or len(raw) > MAX_LAYERS:
+        raise ValueError(f"cost file: stages must be a list of at most {MAX_LAYERS:,} stage records")
+    known = {"microbatch_size", "start", "stop", *TIME_KINDS}
+    out = {}
+    for index, record in enumerate(raw):
+        where = f"stages[{index}]"
+        record = _object(record, where, known)
+        key = []
+        for name in ("microbatch_size", "start", "stop"):
+            value = record[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAYERS:
+                raise ValueError(f"cost file: {where}.{name} must be a whole number >= 0, got {value!r:.40}")
+            key.append(value)
+        out[tuple(key)] = {k: _number(record[k], f"{where}.{k}", MAX_TIME_MS) for k in TIME_KINDS}
+    return out  # type: ignore[return-value]
+
+
 def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
     """Read version 2 (the caller checked format and version); every error names the field at fault."""
     if data.get("kind") != PROFILE_KIND:
@@ -147,10 +171,12 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
     if not isinstance(raw_units, list) or not 1 <= len(raw_units) <= MAX_LAYERS:
         raise ValueError(f"cost file: units must be a list of 1 to {MAX_LAYERS:,} unit records")
     units = tuple(_unit(raw, i, sizes) for i, raw in enumerate(raw_units))
-    action = _object(data.get("action_ms", {}), "action_ms", set(TIME_KINDS), set())
-    constants = ActionConstants(
-        **{k: _number(v, f"action_ms.{k}", MAX_TIME_MS, signed=True) for k, v in action.items()}
-    )
+    action = _object(data.get("action_ms", {}), "action_ms", {"start", "end"}, set())
+    sides = {}
+    for side in ("start", "end"):
+        values = _object(action.get(side, {}), f"action_ms.{side}", set(TIME_KINDS), set())
+        sides[side] = {k: _number(v, f"action_ms.{side}.{k}", MAX_TIME_MS, signed=True) for k, v in values.items()}
+    constants = ActionConstants(sides["start"], sides["end"])
     link = _object(data.get("link", {}), "link", {"latency_ms", "bandwidth_gbps"}, set())
     bandwidth = link.get("bandwidth_gbps")
     try:
@@ -166,6 +192,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
     for key in ("model", "provenance"):
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"cost file: {key} must be an object, got {data.get(key)!r:.60}")
+    stages = _stages(data.get("stages", []))
     try:
         return UnitProfile(
             units=units,
@@ -178,6 +205,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             core_slots=slots,
             model=dict(data.get("model", {})),
             provenance=dict(data.get("provenance", {})),
+            stages=stages,
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

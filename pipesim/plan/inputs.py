@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pipesim.cost.description import ModelDescription
+from pipesim.cost.description import ModelDescription, stage_costs_from_units
 from pipesim.cost.model import CostModel, LinkCost, RankRuntime, StageCost
 from pipesim.cost.profile import UnitProfile
 from pipesim.cost.runtime import RuntimeTerms
@@ -164,10 +164,37 @@ class PlanInputs:
             for u in self.units
         )
 
-    def per_cut_end(self, split: bool, recompute: bool) -> dict[str, float] | None:
-        """What a stage's actions pay per end at which it was cut out of the model (a profile's action
-        constants, `pipesim.cost.description.stage_costs_from_units`), or None."""
-        return None if self.profile is None else self.profile.action.per_cut_end(split, recompute)
+    def cut(
+        self,
+        units: tuple[StageCost, ...],
+        split_points: tuple[int, ...],
+        *,
+        microbatch_size: int,
+        split: bool,
+        recompute: bool,
+        w_share: float | None = None,
+    ) -> CostModel:
+        """The stages of a cut: the units summed (and what a cut stage pays at its start and its end), each stage a
+        profile timed whole taking its own times instead (`UnitProfile.measured_stage`)."""
+        cost = stage_costs_from_units(
+            list(units), split_points, recompute=recompute, link=self.link, cuts=self.cuts(split, recompute)
+        )
+        if self.profile is None:
+            return cost
+        bounds = [0, *split_points, len(units)]
+        stages = list(cost.stages)
+        for index, (start, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            times = self.profile.measured_stage(microbatch_size, start, stop, split, recompute)
+            if times is not None:
+                if w_share is not None:
+                    times["weight_ms"] = times["backward_ms"] * w_share
+                stages[index] = replace(stages[index], **times)
+        return replace(cost, stages=tuple(stages))
+
+    def cuts(self, split: bool, recompute: bool) -> tuple[dict[str, float], dict[str, float]] | None:
+        """What a stage's actions pay at a cut start and at a cut end (a profile's action constants,
+        `pipesim.cost.description.stage_costs_from_units`), or None."""
+        return None if self.profile is None else self.profile.action.cut_costs(split, recompute)
 
     def rank_runtime(self, schedule: Schedule, stages: tuple[StageCost, ...], replicas: int) -> RankRuntime:
         """Each rank's time outside its actions for this cut: with `runtime`, its tail and the optimizer's step on

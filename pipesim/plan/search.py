@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipesim.cost.description import balance_units, stage_costs_from_units
+from pipesim.cost.description import balance_units
 from pipesim.cost.model import CostModel, DataParallelGroup, StageCost
 from pipesim.ir import Schedule
 from pipesim.plan.inputs import PlanInputs
@@ -203,12 +203,14 @@ class Evaluator:
         tail and optimizer step on its parameters, shared cores: `PlanInputs.rank_runtime`), and the
         data-parallel group of its replicas (over the same link)."""
         split = schedule.uses_split_backward
-        cost = stage_costs_from_units(
-            list(self.units(c.microbatch_size, c.w_share, split, c.recompute)),
+        units = self.units(c.microbatch_size, c.w_share, split, c.recompute)
+        cost = self.inputs.cut(
+            units,
             split_points,
+            microbatch_size=c.microbatch_size,
+            split=split,
             recompute=c.recompute,
-            link=self.inputs.link,
-            per_cut_end=self.inputs.per_cut_end(split, c.recompute),
+            w_share=c.w_share,
         )
         runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
         return replace(cost, runtime=runtime, dp_group=DataParallelGroup(c.data_parallel, self.inputs.link))
