@@ -174,26 +174,66 @@ def test_nan_in_a_profile_is_refused(tmp_path):
 # --- the planner prices every candidate through the one step function ------------------------------------------
 
 
-def test_every_candidate_equals_simulate_step_on_a_cost_model_built_here():
-    """Each candidate's step against `simulate_step` on the profile's units summed here, the per-cut constants,
-    and each rank's tail plus its optimizer step on its own parameters, with the dispatch gap.
+def stage_kinds_here(p: UnitProfile, size: int, start: int, stop: int) -> dict[str, float]:
+    """A stage's times by the rule written out here: timed whole where the profile did, else the units' shares at
+    the size plus the constants of a cut start and a cut end; scaled by the in-situ factors."""
+    if (size, start, stop) in p.stages:
+        times = dict(p.stages[(size, start, stop)])
+    else:
+        times = {
+            k: sum(u.curves[k].at(size) for u in p.units[start:stop])
+            + (p.action.start.get(k, 0.0) if start > 0 else 0.0)
+            + (p.action.end.get(k, 0.0) if stop < len(p.units) else 0.0)
+            for k in TIME_KINDS
+        }
+    return {k: v * p.in_situ_scale.get(k, 1.0) for k, v in times.items()}
+
+
+def as_action_times(t: dict[str, float], split: bool, recompute: bool) -> dict[str, float]:
+    forward = t["forward_recompute_ms"] if recompute else t["forward_split_ms" if split else "forward_ms"]
+    if split:
+        i_ms = t["input_recompute_ms"] - forward if recompute else t["input_ms"]
+        return {"forward_ms": forward, "backward_ms": i_ms + t["weight_ms"], "weight_ms": t["weight_ms"]}
+    backward = t["backward_recompute_ms"] - forward if recompute else t["backward_ms"]
+    return {
+        "forward_ms": forward,
+        "backward_ms": backward,
+        "weight_ms": backward * t["weight_ms"] / (t["input_ms"] + t["weight_ms"]),
+    }
+
+
+@pytest.mark.parametrize("timed_whole", [False, True])
+def test_every_candidate_equals_simulate_step_on_a_cost_model_built_here(timed_whole):
+    """Each candidate's step against `simulate_step` on stage times summed here from the profile's units, the
+    constants at cut starts and ends and the in-situ factors (or a stage's own times where the profile timed it
+    whole), and each rank's tail plus its optimizer step on its own parameters, with the dispatch gap.
 
     Catches a planner that prices a profiled candidate without the runtime terms (the dispatch gap, the
-    per-rank optimizer), with the plain forward for a split schedule, or with a second step formula."""
-    p = profile()
+    per-rank optimizer), without the in-situ factors, with the plain forward for a split schedule, ignoring a stage
+    the profile timed whole, or with a second step formula."""
+    p = profile(in_situ_scale={"backward_ms": 1.2, "input_ms": 1.1, "forward_split_ms": 0.95})
+    if timed_whole:  # the balanced 2-stage cut at size 2 and the 4-stage one at size 1, timed whole
+        bumped = {k: 10.0 + i for i, k in enumerate(TIME_KINDS)}
+        p = replace(p, stages={(2, 0, 3): bumped, (2, 3, 6): bumped, (1, 2, 3): bumped})
     inputs = PlanInputs.from_profile(p, devices=2, global_batch=8, optimizer="adam")
     space = PlanSpace(schedules=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv"), microbatch_sizes=(1, 2, 3))
     candidates = [c for c in evaluate_all(inputs, space) if c.error is None]
     assert len(candidates) >= 20
+    used = 0
     for c in candidates:
         schedule = build_schedule(
             c.schedule, c.ranks, c.microbatches, **options_for(c.schedule, num_virtual_stages=c.virtual_stages)
         )
         split = schedule.uses_split_backward
         units = [u.cost_at(c.microbatch_size, split, c.recompute) for u in p.units]
-        cost = stage_costs_from_units(
-            units, c.split, recompute=c.recompute, link=p.link, cuts=p.action.cut_costs(split, c.recompute)
-        )
+        cost = stage_costs_from_units(units, c.split, recompute=c.recompute, link=p.link)
+        bounds = [0, *c.split, len(units)]
+        stages = []
+        for stage, (a, b) in zip(cost.stages, zip(bounds, bounds[1:], strict=False), strict=True):
+            used += (c.microbatch_size, a, b) in p.stages
+            times = as_action_times(stage_kinds_here(p, c.microbatch_size, a, b), split, c.recompute)
+            stages.append(replace(stage, **{k: max(0.0, v) for k, v in times.items()}))
+        cost = replace(cost, stages=tuple(stages))
         params = [sum(cost.stages[s].param_bytes for s in schedule.stages_of_rank(r)) for r in range(c.ranks)]
         runtime = RuntimeTerms(0.1, 0.4, OptimizerTime(0.1, 5e-7), 2).rank_runtime(params)
         assert runtime.dispatch_ms == (0.1,) and runtime.step_overhead_ms[0] == pytest.approx(
@@ -201,9 +241,10 @@ def test_every_candidate_equals_simulate_step_on_a_cost_model_built_here():
         )
         cost = replace(cost, runtime=runtime, dp_group=DataParallelGroup(1, p.link))
         step = simulate_step(schedule, cost)
-        assert c.step_ms == pytest.approx(step.step_ms, rel=1e-12), c.label
+        assert c.step_ms == pytest.approx(step.step_ms, rel=1e-9), c.label
         memory = rank_memory(schedule, cost, "adam", step.timeline)
         assert c.rank_memory == pytest.approx([m.peak_bytes for m in memory], rel=1e-12), c.label
+    assert bool(used) == timed_whole
     # the materialised candidate is the same cost model (what the app draws and exports)
     evaluator = Evaluator(inputs)
     best = evaluator.evaluate(candidates[0])

@@ -7,15 +7,18 @@ Usage (the launcher, executor.host.unit_profile, starts it; never by hand):
 Every one of the P processes (the ranks of the runs being planned, sharing this machine as they will) measures at
 once, so each sees the contention of the others (taking turns when they outnumber the cores):
 
-1. each unit's share of F, B, F with capture, I and W at every microbatch size asked for, and stages of several
-   cuts timed whole, for the constants a stage pays per action (executor.rank.unit_timing);
+1. each unit's share of F, B, F with capture, I, W and recomputation's own F, B and I at every microbatch size asked
+   for; then the stages of the cuts the planner will pick (balanced over those shares), timed whole, which a plan
+   uses as they are and which fit the constants a cut stage pays at its start and its end
+   (executor.rank.unit_timing, executor.rank.unit_fit);
 2. each optimizer's step on several sets of parameters (fixed plus per-byte time);
 3. the link between ranks 0 and 1: a ping-pong through the run's own transport with a tiny and a real boundary
    tensor (latency plus bandwidth, executor.rank.profile.link_cost), as a run's profile measures it;
-4. in situ, at every size: real training steps of 1F1B on the P ranks through the executor's runtime
-   (executor.rank.calibrate, state restored), for the dispatch gap before each action and each rank's tail after
-   its last (less its optimizer step, which is priced per parameter byte), and to check the per-unit prediction of
-   each stage against its in-situ time (the provenance keeps the ratio).
+4. in situ, at every size: real training steps through the executor's runtime (executor.rank.calibrate, state
+   restored) of 1F1B and of ZB-H1 (I and W), plain and recomputing, on the P ranks: the dispatch gap before each
+   action and each rank's tail after its last (less its optimizer step, which is priced per parameter byte), and
+   per kind what an action took there against what the profile prices the same stage at (`in_situ_scale`:
+   actions in a pipeline run with colder caches than in a loop, a backward long after its forward).
 
 Rank 0 takes the median over the processes of every timing and writes D/cost.json (pipesim.io.cost_file, version
 2). Bytes are measured once (they are the same on every rank). Progress: `step` events of phase "profile".
@@ -25,11 +28,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import time
 import traceback
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +42,12 @@ from executor.processes import exit_when_launcher_gone
 from executor.progress import emit
 from executor.rank.calibrate import calibrate
 from executor.rank.model import model_parts, param_count
-from executor.rank.profile import link_cost, profile_links
+from executor.rank.profile import profile_links
 from executor.rank.runtime import PipelineRuntime, build_rank_model
 from executor.rank.setup import Rank, make_optimizer, optimizer_for, setup
 from executor.rank.teardown import finish
 from executor.rank.transport import env_int
+from executor.rank.unit_fit import CALIBRATION_STEPS, IN_SITU, assemble
 from executor.rank.unit_timing import (
     KINDS,
     Marks,
@@ -61,20 +63,12 @@ from pipesim.cost.balance import balance
 from pipesim.cost.description import balance_units
 from pipesim.cost.model import StageCost
 from pipesim.cost.profile import (
-    BYTE_KINDS,
-    TIME_KINDS,
-    ActionConstants,
-    ProfiledUnit,
-    SizeCurve,
-    UnitProfile,
     action_costs,
 )
-from pipesim.cost.runtime import OptimizerTime
 from pipesim.io.cost_file import save_profile
 from pipesim.io.formats import read_json
 from pipesim.schedules import build_schedule
 
-CALIBRATION_STEPS = 8  # in-situ steps per size (the first is dropped)
 MAX_CUT_STAGES = 4  # the constants are fitted from the model cut evenly into 2..this many stages
 ROUNDS = 3  # the repetitions of each size are spread over this many rounds of every measurement
 
@@ -114,18 +108,26 @@ def planned_cuts(shares: dict[str, list[float]], num_stages: list[int]) -> list[
     return sorted(ranges)
 
 
-def at_size(r: Rank, size: int) -> Rank:
-    """The rank with its stages rebuilt for microbatches of `size` (same schedule, transport, clock)."""
-    config = replace(r.config, training=replace(r.config.training, batch_size=size * r.schedule.num_microbatches))
+def variant(r: Rank, size: int, schedule_name: str, recompute: bool) -> Rank:
+    """The rank with its stages rebuilt for `schedule_name` on the same ranks and microbatches, at microbatches of
+    `size`, recomputing or not (same transport and clock: the profile's schedules all use the same links)."""
+    pipeline, training = r.config.pipeline, r.config.training
+    schedule = build_schedule(schedule_name, r.num_ranks, pipeline.num_microbatches)
+    config = replace(
+        r.config,
+        pipeline=replace(pipeline, schedule=schedule_name),
+        training=replace(training, batch_size=size * pipeline.num_microbatches, recompute=recompute),
+    )
     model = build_rank_model(
-        r.schedule, config.model, seed=config.training.seed, microbatch_size=size, rank=r.pipe_rank,
-        device=r.choice.device, dtype=config.training.dtype,
+        schedule, config.model, seed=training.seed, microbatch_size=size, rank=r.pipe_rank,
+        device=r.choice.device, recompute=recompute, dtype=training.dtype,
     )  # fmt: skip
     runtime = PipelineRuntime(
-        r.schedule, r.pipe_rank, model.runners, model.shapes, r.runtime.transport, r.clock,
+        schedule, r.pipe_rank, model.runners, model.shapes, r.runtime.transport, r.clock,
         dtype=model.wire_dtype, stash_bytes=model.stash_bytes,
     )  # fmt: skip
-    return replace(r, config=config, model=model, runtime=runtime, optimizer=make_optimizer(config, model.parameters()))
+    optimizer = make_optimizer(config, model.parameters())
+    return replace(r, config=config, schedule=schedule, model=model, runtime=runtime, optimizer=optimizer)
 
 
 class Progress:
@@ -202,13 +204,17 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     del parts, layers
     mine["links"] = profile_links(r, repeats) if r.world_size > 1 else {}
     progress.advance("link")
+    shared = slots < r.world_size
     for size in sizes:
-        sized = at_size(r, size)
-        summary = calibrate(sized, CALIBRATION_STEPS)
-        summary.pop("spans", None)
-        summary["param_bytes"] = float(sum(p.numel() * p.element_size() for p in sized.model.parameters()))
-        mine["calibration"][size] = summary
-        del sized
+        for name, recompute in IN_SITU:
+            sized = variant(r, size, name, recompute)
+            summary = calibrate(sized, CALIBRATION_STEPS)
+            if not shared:  # the spans serve only to turn shared-core durations into full-speed work
+                summary.pop("spans", None)
+            summary["param_bytes"] = float(sum(p.numel() * p.element_size() for p in sized.model.parameters()))
+            summary["split_points"] = list(sized.model.split_points)
+            mine["calibration"][(size, name, recompute)] = summary
+            del sized
         progress.advance(f"in-situ steps at microbatch size {size}")
     mine["names"] = names
     return mine
@@ -216,137 +222,6 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
 
 def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
-
-
-def fit_optimizer(points: list[tuple[float, float]]) -> OptimizerTime:
-    """Least squares of time against parameter bytes (fixed + per byte), both clamped at 0."""
-    if len(points) == 1 or len({b for b, _ in points}) == 1:
-        return OptimizerTime(0.0, max(0.0, _median([t for _, t in points]) / max(points[0][0], 1.0)))
-    n = len(points)
-    mean_b, mean_t = sum(b for b, _ in points) / n, sum(t for _, t in points) / n
-    sxx = sum((b - mean_b) ** 2 for b, _ in points)
-    slope = max(0.0, sum((b - mean_b) * (t - mean_t) for b, t in points) / sxx)
-    return OptimizerTime(max(0.0, mean_t - slope * mean_b), slope)
-
-
-def fit_cuts(rows: list[tuple[bool, bool, float]]) -> tuple[float, float, float]:
-    """(at a cut start, at a cut end, RMS residual) of residual = start x [cut at the start] + end x [cut at the
-    end], least squares over the measured stages (each a row: cut at its start, cut at its end, its time less its
-    units' shares)."""
-    ss = sum(1 for s, _, _ in rows if s)
-    ee = sum(1 for _, e, _ in rows if e)
-    se = sum(1 for s, e, _ in rows if s and e)
-    sd = sum(d for s, _, d in rows if s)
-    ed = sum(d for _, e, d in rows if e)
-    det = ss * ee - se * se
-    if det == 0:  # one kind of cut only: one constant for both
-        both = _median([d / max(1, s + e) for s, e, d in rows if s or e])
-        start, end = both, both
-    else:
-        start, end = (sd * ee - ed * se) / det, (ed * ss - sd * se) / det
-    residuals = [d - start * s - end * e for s, e, d in rows]
-    return start, end, (sum(r * r for r in residuals) / len(residuals)) ** 0.5 if residuals else 0.0
-
-
-def assemble(config: RunConfig, request: dict[str, Any], everyone: list[dict[str, Any]], r: Rank) -> UnitProfile:
-    """Rank 0: the medians over the processes, the fits, the in-situ terms and the provenance."""
-    sizes = request["sizes"]
-    first = everyone[0]
-    n = len(first["shares"][sizes[0]]["forward_ms"])
-    shares = {
-        s: {k: [_median([e["shares"][s][k][u] for e in everyone]) for u in range(n)] for k in KINDS} for s in sizes
-    }
-    stage_ms = {
-        s: [(a, b, {k: _median([e["stages"][s][i][2][k] for e in everyone]) for k in KINDS})
-            for i, (a, b, _) in enumerate(first["stages"][s])]
-        for s in sizes
-    }  # fmt: skip
-    start, end, spread = {}, {}, {}
-    for kind in KINDS:
-        rows = [
-            ((a > 0), (b < n), times[kind] - sum(shares[s][kind][a:b])) for s in sizes for a, b, times in stage_ms[s]
-        ]
-        start[kind], end[kind], spread[kind] = fit_cuts(rows)
-    action = ActionConstants(start, end)
-    optimizers = {
-        name: fit_optimizer([p for e in everyone for p in e["optimizers"][name]]) for name in request["optimizers"]
-    }
-    own = optimizers[config.training.optimizer]
-    calibrations = [e["calibration"][s] for e in everyone[: r.num_ranks] for s in sizes]
-    dispatch = _median([c["dispatch_ms"] for c in calibrations])
-    tail = max(0.0, _median([c["tail_ms"] - own.step_ms(c["param_bytes"]) for c in calibrations]))
-    links = {int(b): m for e in everyone for b, m in e["links"].items()}
-    bytes_ = first["bytes"]
-    units = []
-    for u in range(n):
-        curves = {k: SizeCurve(tuple(sizes), tuple(max(0.0, shares[s][k][u]) for s in sizes)) for k in TIME_KINDS}
-        curves.update({k: SizeCurve(tuple(sizes), tuple(bytes_[s][u][k] for s in sizes)) for k in BYTE_KINDS})
-        units.append(ProfiledUnit(first["names"][u], bytes_[sizes[0]][u]["param_bytes"], curves))
-    profile = UnitProfile(
-        units=tuple(units), microbatch_sizes=tuple(sizes), action=action, dispatch_ms=dispatch, tail_ms=tail,
-        optimizers=optimizers, link=link_cost(links.get(0)), core_slots=core_slots(r.choice.device),
-        model=asdict(config.model),
-        stages={(s, a, b): times for s in sizes for a, b, times in stage_ms[s]},
-    )  # fmt: skip
-    provenance = {
-        "source": "python -m executor profile",
-        "model": config.model.spec or config.model.kind,
-        "device": r.choice.device.type,
-        "backend": r.choice.transport,
-        "dtype": config.training.dtype,
-        "processes": r.world_size,
-        "threads_per_process": torch.get_num_threads(),
-        "repeats": request["repeats"],
-        "host": socket.gethostname(),
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "torch_version": torch.__version__,
-        "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "links": "a ping-pong between ranks 0 and 1 through the run's own transport (tiny and real tensor)",
-        "action_constants": {"rms_residual_ms": spread},
-        "in_situ": in_situ_check(profile, everyone[: r.num_ranks], sizes, r),
-        "process_spread": _process_spread(everyone, sizes, n),
-    }
-    return replace(profile, provenance=provenance)
-
-
-def in_situ_check(profile: UnitProfile, replica: list[dict[str, Any]], sizes: list[int], r: Rank) -> dict[str, Any]:
-    """Each calibration stage's in-situ F and B against what a plan from this profile prices it at (the planner's
-    own cut, `PlanInputs.cut`): per stage and size the ratio, its median per kind, the dispatch gaps and tails."""
-    from pipesim.plan.inputs import PlanInputs
-
-    inputs = PlanInputs.from_profile(
-        profile, devices=r.num_ranks, global_batch=1, optimizer=r.config.training.optimizer
-    )
-    points = tuple(r.model.split_points)  # the calibration steps' own split
-    rows = []
-    for size in sizes:
-        cut = inputs.cut(inputs.units_for(size), points, microbatch_size=size, split=False, recompute=False)
-        for stage, cost in enumerate(cut.stages):
-            measured = replica[r.schedule.stage_to_rank[stage]]["calibration"][size]["durations_ms"].get(str(stage), {})
-            for kind, predicted in (("F", cost.forward_ms), ("B", cost.backward_ms)):
-                if kind in measured and predicted > 0:
-                    rows.append({"size": size, "stage": stage, "kind": kind, "ratio": measured[kind] / predicted})
-    return {
-        "schedule": f"1f1b on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches, split {list(points)}",
-        "ratio_in_situ_over_profile": rows,
-        "median_ratio": {k: _median([x["ratio"] for x in rows if x["kind"] == k]) for k in ("F", "B")},
-        "dispatch_ms": [[e["calibration"][s]["dispatch_ms"] for s in sizes] for e in replica],
-        "tail_ms": [[e["calibration"][s]["tail_ms"] for s in sizes] for e in replica],
-    }
-
-
-def _process_spread(everyone: list[dict[str, Any]], sizes: list[int], n: int) -> float | None:
-    """How much the processes disagreed on the units' F and B shares: the median relative spread (max - min over
-    the processes, over their mean) of the units that take at least a tenth of the mean unit's time."""
-    if len(everyone) < 2:
-        return None
-    spreads = []
-    for s in sizes:
-        for kind in ("forward_ms", "backward_ms"):
-            values = [[e["shares"][s][kind][u] for e in everyone] for u in range(n)]
-            mean_unit = sum(statistics.mean(v) for v in values) / n
-            spreads += [(max(v) - min(v)) / statistics.mean(v) for v in values if statistics.mean(v) > 0.1 * mean_unit]
-    return _median(spreads) if spreads else None
 
 
 def run(run_dir: Path) -> None:
@@ -362,7 +237,7 @@ def run(run_dir: Path) -> None:
     dist.gather_object(mine, gathered, dst=0, group=r.control)
     if r.rank == 0:
         assert gathered is not None
-        profile = assemble(config, request, gathered, r)
+        profile = assemble(config, request, gathered, r, core_slots(r.choice.device))
         save_profile(profile, run_dir / COST_FILE)
     dist.barrier(group=r.control)
     emit("done", rank=r.rank)

@@ -6,7 +6,7 @@ formula for memory. A profile run (executor.profile) measures the same quantitie
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pipesim.cost.balance import Balance, balance, check_split_points
@@ -102,30 +102,18 @@ def stage_costs_from_units(
     *,
     recompute: bool = False,
     link: LinkCost | None = None,
-    cuts: tuple[Mapping[str, float], Mapping[str, float]] | None = None,
 ) -> CostModel:
     """Sum per-unit costs into per-stage costs: compute, stash and parameters add up; boundary tensors are the
-    first unit's input and the last unit's output. `cuts` (forward_ms, backward_ms, weight_ms at a cut start and at
-    a cut end; a unit profile's `ActionConstants`) is what a stage's actions pay for being cut out of the model:
-    the units' shares were measured inside one stage holding them all, whose entry and exit the first and the last
-    unit carry, so a stage starting after unit 0 pays an entry and one ending before the last unit an exit."""
+    first unit's input and the last unit's output."""
     bounds = [0, *check_split_points(split_points, len(units), len(split_points) + 1), len(units)]
-    at_start, at_end = cuts or ({}, {})
     stages = []
     for start, stop in zip(bounds, bounds[1:], strict=False):
         part = units[start:stop]
-
-        def extra(name: str, start: int = start, stop: int = stop) -> float:
-            return (at_start.get(name, 0.0) if start > 0 else 0.0) + (
-                at_end.get(name, 0.0) if stop < len(units) else 0.0
-            )
-
-        backward = max(0.0, sum(u.backward_ms for u in part) + extra("backward_ms"))
         stages.append(
             StageCost(
-                forward_ms=max(0.0, sum(u.forward_ms for u in part) + extra("forward_ms")),
-                backward_ms=backward,
-                weight_ms=min(backward, max(0.0, sum(u.w_ms for u in part) + extra("weight_ms"))),
+                forward_ms=sum(u.forward_ms for u in part),
+                backward_ms=sum(u.backward_ms for u in part),
+                weight_ms=sum(u.w_ms for u in part),
                 activation_bytes=sum(u.activation_bytes for u in part),
                 weight_grad_bytes=sum(u.w_bytes for u in part),
                 input_bytes=part[0].input_bytes,

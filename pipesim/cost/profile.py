@@ -137,11 +137,10 @@ def action_costs(at: Mapping[str, float], split: bool, recompute: bool) -> dict[
     return _clamped(action_times(at, split, recompute))
 
 
-def action_times(at: Mapping[str, float], split: bool, recompute: bool, weight_share: bool = True) -> dict[str, float]:
+def action_times(at: Mapping[str, float], split: bool, recompute: bool) -> dict[str, float]:
     """The measured kinds (TIME_KINDS) of a unit or a stage as the cost model's forward_ms, backward_ms and
     weight_ms for a plain, split (I and W: B = I + W) or recomputing candidate (B and I less the forward the cost
-    model adds back under recomputation). A plain candidate's W is its share of B measured by the split
-    (`weight_share`), or 0 for constants that only add to a stage."""
+    model adds back under recomputation). A plain candidate's W is its share of B measured by the split."""
 
     def get(name: str) -> float:
         return float(at.get(name, 0.0))
@@ -152,7 +151,7 @@ def action_times(at: Mapping[str, float], split: bool, recompute: bool, weight_s
         i_ms = get("input_recompute_ms") - forward if recompute else i_ms
         return {"forward_ms": forward, "backward_ms": i_ms + w_ms, "weight_ms": w_ms}
     backward = get("backward_recompute_ms") - forward if recompute else get("backward_ms")
-    share = (w_ms / (i_ms + w_ms) if i_ms + w_ms > 0 else 0.5) if weight_share else 0.0
+    share = w_ms / (i_ms + w_ms) if i_ms + w_ms > 0 else 0.5
     return {"forward_ms": forward, "backward_ms": backward, "weight_ms": backward * share}
 
 
@@ -184,13 +183,6 @@ class ActionConstants:
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                     raise ValueError(f"action constant {name} must be a finite number, got {value!r}")
 
-    def cut_costs(self, split: bool, recompute: bool = False) -> tuple[dict[str, float], dict[str, float]]:
-        """(at a cut start, at a cut end) as F, B and W of the cost model (`action_times`)."""
-        return (
-            action_times(self.start, split, recompute, weight_share=False),
-            action_times(self.end, split, recompute, weight_share=False),
-        )
-
 
 @dataclass(frozen=True)
 class UnitProfile:
@@ -215,6 +207,10 @@ class UnitProfile:
     stages: Mapping[tuple[int, int, int], Mapping[str, float]] = field(default_factory=dict)
     """Stages the profile timed whole (the balanced cuts the planner picks): (microbatch size, first unit, the unit
     past the last) -> every kind's median (TIME_KINDS)."""
+    in_situ_scale: Mapping[str, float] = field(default_factory=dict)
+    """Per kind, what real steps of the executor's runtime took against what the profile prices the same stages at
+    (the median ratio over the in-situ steps' stages and sizes; 1 where not measured): an action in a pipeline
+    runs with colder caches than one timed in a loop (a backward long after its forward, inputs just received)."""
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -229,6 +225,10 @@ class UnitProfile:
                 raise ValueError(f"the measured stage {start}..{stop - 1} at size {size} needs every kind {TIME_KINDS}")
             for value in times.values():
                 check_finite_non_negative("a measured stage's time", value)
+        for name, factor in self.in_situ_scale.items():
+            if name not in TIME_KINDS:
+                raise ValueError(f"in_situ_scale: unknown kind {name!r}; valid: {', '.join(TIME_KINDS)}")
+            check_finite_non_negative(f"in_situ_scale.{name}", factor)
         for unit in self.units:
             for kind, curve in unit.curves.items():
                 if curve.sizes != self.microbatch_sizes:
@@ -247,20 +247,33 @@ class UnitProfile:
         """Every unit's costs for one microbatch of `size` (see `ProfiledUnit.cost_at`)."""
         return tuple(unit.cost_at(size, split, recompute) for unit in self.units)
 
-    def measured_stage(
-        self, size: int, start: int, stop: int, split: bool, recompute: bool = False
-    ) -> dict[str, float] | None:
-        """The times of the stage holding units start..stop-1 as the profile timed it whole (`action_times`): at a
-        profiled size as measured, at another on the line through the nearest two when it was timed at every
-        profiled size; None when it was not timed."""
+    def stage_kinds(self, size: int, start: int, stop: int, in_situ: bool = True) -> dict[str, float]:
+        """Every kind's time (TIME_KINDS) of the stage holding units start..stop-1 for one microbatch of `size`:
+        as the profile timed it whole where it did (at a profiled size as measured, at another on the line through
+        the nearest two when it was timed at every profiled size), else its units' shares plus what a stage pays at
+        a cut start and a cut end; then, with `in_situ`, each kind scaled by `in_situ_scale` (what real steps of
+        the runtime took against the same prediction)."""
         times = self.stages.get((size, start, stop))
         if times is None:
             timed = [self.stages.get((s, start, stop)) for s in self.microbatch_sizes]
-            if any(t is None for t in timed):
-                return None
-            sizes = self.microbatch_sizes
-            times = {k: SizeCurve(sizes, tuple(t[k] for t in timed)).at(size) for k in TIME_KINDS}  # type: ignore[index]
-        return action_costs(times, split, recompute)
+            if all(t is not None for t in timed):
+                sizes = self.microbatch_sizes
+                times = {k: SizeCurve(sizes, tuple(t[k] for t in timed)).at(size) for k in TIME_KINDS}  # type: ignore[index]
+        if times is None:
+            cut_start, cut_end = start > 0, stop < len(self.units)
+            times = {
+                k: sum(u.curves[k].at(size) for u in self.units[start:stop])
+                + (self.action.start.get(k, 0.0) if cut_start else 0.0)
+                + (self.action.end.get(k, 0.0) if cut_end else 0.0)
+                for k in TIME_KINDS
+            }
+        scale = self.in_situ_scale if in_situ else {}
+        return {k: v * scale.get(k, 1.0) for k, v in times.items()}
+
+    def stage_costs(self, size: int, start: int, stop: int, split: bool, recompute: bool = False) -> dict[str, float]:
+        """The stage's forward_ms, backward_ms and weight_ms for a plain, split or recomputing candidate
+        (`stage_kinds` through `action_costs`): what the planner prices a stage of a cut with."""
+        return action_costs(self.stage_kinds(size, start, stop), split, recompute)
 
     def runtime_terms(self, optimizer: str) -> RuntimeTerms:
         """The per-rank terms of a run with `optimizer`: refused when the profile did not time it (an optimizer is

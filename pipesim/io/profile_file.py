@@ -12,6 +12,7 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
      "optimizers": {"sgd": {"fixed_ms": a, "ms_per_byte": b}, "sgd-momentum": {...}, "adam": {...}},
      "link": {"latency_ms": x, "bandwidth_gbps": x | null}, "core_slots": n | null,
      "model": {...the executor's model section...}, "provenance": {...},
+     "in_situ_scale": {"backward_ms": 1.1, ...per kind, in-situ steps over the profile's price},
      "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
 
@@ -65,6 +66,7 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
         "core_slots": profile.core_slots,
         "model": dict(profile.model),
         "provenance": dict(profile.provenance),
+        "in_situ_scale": dict(profile.in_situ_scale),
         "stages": [
             {"microbatch_size": size, "start": start, "stop": stop, **dict(times)}
             for (size, start, stop), times in sorted(profile.stages.items())
@@ -141,6 +143,11 @@ def _optimizers(raw: Any) -> dict[str, OptimizerTime]:
     return out
 
 
+def _scale(raw: Any) -> dict[str, float]:
+    record = _object(raw, "in_situ_scale", set(TIME_KINDS), set())
+    return {kind: _number(value, f"in_situ_scale.{kind}", 1e6) for kind, value in record.items()}
+
+
 def _stages(raw: Any) -> dict[tuple[int, int, int], dict[str, float]]:
     """The stages the profile timed whole: each record's size, units and every kind's time."""
     if not isinstance(raw, list) or len(raw) > MAX_LAYERS:
@@ -206,6 +213,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             model=dict(data.get("model", {})),
             provenance=dict(data.get("provenance", {})),
             stages=stages,
+            in_situ_scale=_scale(data.get("in_situ_scale", {})),
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

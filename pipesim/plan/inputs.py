@@ -174,27 +174,20 @@ class PlanInputs:
         recompute: bool,
         w_share: float | None = None,
     ) -> CostModel:
-        """The stages of a cut: the units summed (and what a cut stage pays at its start and its end), each stage a
-        profile timed whole taking its own times instead (`UnitProfile.measured_stage`)."""
-        cost = stage_costs_from_units(
-            list(units), split_points, recompute=recompute, link=self.link, cuts=self.cuts(split, recompute)
-        )
+        """The stages of a cut: the units summed; with a profile, each stage's times are the profile's for that
+        stage (`UnitProfile.stage_costs`: timed whole where it was, else its units' shares plus what a cut stage
+        pays at its start and its end, scaled to the in-situ steps)."""
+        cost = stage_costs_from_units(list(units), split_points, recompute=recompute, link=self.link)
         if self.profile is None:
             return cost
         bounds = [0, *split_points, len(units)]
-        stages = list(cost.stages)
-        for index, (start, stop) in enumerate(zip(bounds, bounds[1:], strict=False)):
-            times = self.profile.measured_stage(microbatch_size, start, stop, split, recompute)
-            if times is not None:
-                if w_share is not None:
-                    times["weight_ms"] = times["backward_ms"] * w_share
-                stages[index] = replace(stages[index], **times)
+        stages = []
+        for stage, (start, stop) in zip(cost.stages, zip(bounds, bounds[1:], strict=False), strict=True):
+            times = self.profile.stage_costs(microbatch_size, start, stop, split, recompute)
+            if w_share is not None:
+                times["weight_ms"] = times["backward_ms"] * w_share
+            stages.append(replace(stage, **times))
         return replace(cost, stages=tuple(stages))
-
-    def cuts(self, split: bool, recompute: bool) -> tuple[dict[str, float], dict[str, float]] | None:
-        """What a stage's actions pay at a cut start and at a cut end (a profile's action constants,
-        `pipesim.cost.description.stage_costs_from_units`), or None."""
-        return None if self.profile is None else self.profile.action.cut_costs(split, recompute)
 
     def rank_runtime(self, schedule: Schedule, stages: tuple[StageCost, ...], replicas: int) -> RankRuntime:
         """Each rank's time outside its actions for this cut: with `runtime`, its tail and the optimizer's step on
