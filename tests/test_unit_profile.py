@@ -13,7 +13,15 @@ from pipesim.cli.main import main
 from pipesim.cost.description import stage_costs_from_units
 from pipesim.cost.links import LinkCost
 from pipesim.cost.model import DataParallelGroup
-from pipesim.cost.profile import BYTE_KINDS, TIME_KINDS, ActionConstants, ProfiledUnit, SizeCurve, UnitProfile
+from pipesim.cost.profile import (
+    BYTE_KINDS,
+    TIME_KINDS,
+    ActionConstants,
+    InSituTerms,
+    ProfiledUnit,
+    SizeCurve,
+    UnitProfile,
+)
 from pipesim.cost.runtime import OptimizerTime, RuntimeTerms
 from pipesim.io.cost_file import load_cost, load_cost_file, save_profile
 from pipesim.plan.inputs import PlanInputs
@@ -70,6 +78,11 @@ def profile(**changes) -> UnitProfile:
         core_slots=2,
         model={"kind": "transformer"},
         provenance={"device": "cpu", "process_spread": 0.04},
+        in_situ={  # "split-chunked" left out: it takes "split"'s
+            "plain": InSituTerms(0.1, 0.4, {"backward_ms": 1.2, "forward_recompute_ms": 1.05}),
+            "split": InSituTerms(0.08, 0.45, {"input_ms": 1.1, "forward_split_ms": 0.95}),
+            "plain-chunked": InSituTerms(0.12, 0.5, {"backward_ms": 1.3, "forward_ms": 1.25}),
+        },
     )
     return replace(base, **changes)
 
@@ -174,9 +187,14 @@ def test_nan_in_a_profile_is_refused(tmp_path):
 # --- the planner prices every candidate through the one step function ------------------------------------------
 
 
-def stage_kinds_here(p: UnitProfile, size: int, start: int, stop: int) -> dict[str, float]:
+IN_SITU_OF = {  # a candidate's class (split backward, chunked) -> the class whose in-situ terms it takes
+    (False, False): "plain", (True, False): "split", (False, True): "plain-chunked", (True, True): "split",
+}  # fmt: skip
+
+
+def stage_kinds_here(p: UnitProfile, size: int, start: int, stop: int, scale: dict) -> dict[str, float]:
     """A stage's times by the rule written out here: timed whole where the profile did, else the units' shares at
-    the size plus the constants of a cut start and a cut end; scaled by the in-situ factors."""
+    the size plus the constants of a cut start and a cut end; scaled by its class's in-situ factors."""
     if (size, start, stop) in p.stages:
         times = dict(p.stages[(size, start, stop)])
     else:
@@ -186,7 +204,7 @@ def stage_kinds_here(p: UnitProfile, size: int, start: int, stop: int) -> dict[s
             + (p.action.end.get(k, 0.0) if stop < len(p.units) else 0.0)
             for k in TIME_KINDS
         }
-    return {k: v * p.in_situ_scale.get(k, 1.0) for k, v in times.items()}
+    return {k: v * scale.get(k, 1.0) for k, v in times.items()}
 
 
 def as_action_times(t: dict[str, float], split: bool, recompute: bool) -> dict[str, float]:
@@ -209,9 +227,9 @@ def test_every_candidate_equals_simulate_step_on_a_cost_model_built_here(timed_w
     whole), and each rank's tail plus its optimizer step on its own parameters, with the dispatch gap.
 
     Catches a planner that prices a profiled candidate without the runtime terms (the dispatch gap, the
-    per-rank optimizer), without the in-situ factors, with the plain forward for a split schedule, ignoring a stage
-    the profile timed whole, or with a second step formula."""
-    p = profile(in_situ_scale={"backward_ms": 1.2, "input_ms": 1.1, "forward_split_ms": 0.95})
+    per-rank optimizer), without the in-situ factors and terms of the candidate's class of schedule, with the plain
+    forward for a split schedule, ignoring a stage the profile timed whole, or with a second step formula."""
+    p = profile()
     if timed_whole:  # the balanced 2-stage cut at size 2 and the 4-stage one at size 1, timed whole
         bumped = {k: 10.0 + i for i, k in enumerate(TIME_KINDS)}
         p = replace(p, stages={(2, 0, 3): bumped, (2, 3, 6): bumped, (1, 2, 3): bumped})
@@ -225,20 +243,20 @@ def test_every_candidate_equals_simulate_step_on_a_cost_model_built_here(timed_w
             c.schedule, c.ranks, c.microbatches, **options_for(c.schedule, num_virtual_stages=c.virtual_stages)
         )
         split = schedule.uses_split_backward
+        terms = p.in_situ[IN_SITU_OF[split, schedule.num_stages > schedule.num_ranks]]
         units = [u.cost_at(c.microbatch_size, split, c.recompute) for u in p.units]
         cost = stage_costs_from_units(units, c.split, recompute=c.recompute, link=p.link)
         bounds = [0, *c.split, len(units)]
         stages = []
         for stage, (a, b) in zip(cost.stages, zip(bounds, bounds[1:], strict=False), strict=True):
             used += (c.microbatch_size, a, b) in p.stages
-            times = as_action_times(stage_kinds_here(p, c.microbatch_size, a, b), split, c.recompute)
+            times = as_action_times(stage_kinds_here(p, c.microbatch_size, a, b, terms.scale), split, c.recompute)
             stages.append(replace(stage, **{k: max(0.0, v) for k, v in times.items()}))
         cost = replace(cost, stages=tuple(stages))
         params = [sum(cost.stages[s].param_bytes for s in schedule.stages_of_rank(r)) for r in range(c.ranks)]
-        runtime = RuntimeTerms(0.1, 0.4, OptimizerTime(0.1, 5e-7), 2).rank_runtime(params)
-        assert runtime.dispatch_ms == (0.1,) and runtime.step_overhead_ms[0] == pytest.approx(
-            0.4 + 0.1 + 5e-7 * params[0]
-        )
+        runtime = RuntimeTerms(terms.dispatch_ms, terms.tail_ms, OptimizerTime(0.1, 5e-7), 2).rank_runtime(params)
+        overhead = terms.tail_ms + 0.1 + 5e-7 * params[0]
+        assert runtime.dispatch_ms == (terms.dispatch_ms,) and runtime.step_overhead_ms[0] == pytest.approx(overhead)
         cost = replace(cost, runtime=runtime, dp_group=DataParallelGroup(1, p.link))
         step = simulate_step(schedule, cost)
         assert c.step_ms == pytest.approx(step.step_ms, rel=1e-9), c.label

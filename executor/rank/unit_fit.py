@@ -21,15 +21,31 @@ from executor.rank.calibrate import full_speed_durations
 from executor.rank.profile import link_cost
 from executor.rank.setup import Rank
 from executor.rank.unit_timing import KINDS
-from pipesim.cost.profile import BYTE_KINDS, TIME_KINDS, ActionConstants, ProfiledUnit, SizeCurve, UnitProfile
+from pipesim.cost.profile import (
+    BYTE_KINDS,
+    TIME_KINDS,
+    ActionConstants,
+    InSituTerms,
+    ProfiledUnit,
+    SizeCurve,
+    UnitProfile,
+)
 from pipesim.cost.runtime import OptimizerTime
 
-# The in-situ steps: (schedule, recomputation) and which profile kind each of its action kinds is timed against.
+# The in-situ steps, one schedule per class (pipesim.cost.profile.IN_SITU_CLASSES), each plain and recomputing:
+# (schedule, chunks per rank) -> its class.
 IN_SITU = {
-    ("1f1b", False): {"F": "forward_ms", "B": "backward_ms"},
-    ("zb-h1", False): {"F": "forward_split_ms", "I": "input_ms", "W": "weight_ms"},
-    ("1f1b", True): {"F": "forward_recompute_ms", "B": "backward_recompute_ms"},
-    ("zb-h1", True): {"F": "forward_recompute_ms", "I": "input_recompute_ms", "W": "weight_ms"},
+    ("1f1b", 1): "plain",
+    ("zb-h1", 1): "split",
+    ("interleaved-1f1b", 2): "plain-chunked",
+    ("zbv", 2): "split-chunked",
+}
+# Which profile kind each action kind of an in-situ step is timed against, by (split backward, recomputation).
+IN_SITU_KINDS = {
+    (False, False): {"F": "forward_ms", "B": "backward_ms"},
+    (True, False): {"F": "forward_split_ms", "I": "input_ms", "W": "weight_ms"},
+    (False, True): {"F": "forward_recompute_ms", "B": "backward_recompute_ms"},
+    (True, True): {"F": "forward_recompute_ms", "I": "input_recompute_ms", "W": "weight_ms"},
 }
 CALIBRATION_STEPS = 8  # in-situ steps per size and schedule (the first is dropped)
 
@@ -94,9 +110,14 @@ def assemble(
         name: fit_optimizer([p for e in everyone for p in e["optimizers"][name]]) for name in request["optimizers"]
     }
     own = optimizers[config.training.optimizer]
-    calibrations = [c for e in everyone[: r.num_ranks] for c in e["calibration"].values()]
-    dispatch = _median([c["dispatch_ms"] for c in calibrations])
-    tail = max(0.0, _median([c["tail_ms"] - own.step_ms(c["param_bytes"]) for c in calibrations]))
+    calibrations = [(key, c) for e in everyone[: r.num_ranks] for key, c in e["calibration"].items()]
+
+    def runtime_of(chosen: list[dict[str, Any]]) -> tuple[float, float]:
+        """(dispatch gap, tail less the optimizer's step): medians over the chosen in-situ steps' ranks."""
+        tails = [c["tail_ms"] - own.step_ms(c["param_bytes"]) for c in chosen]
+        return _median([c["dispatch_ms"] for c in chosen]), max(0.0, _median(tails))
+
+    dispatch, tail = runtime_of([c for _, c in calibrations])
     links = {int(b): m for e in everyone for b, m in e["links"].items()}
     bytes_ = first["bytes"]
     units = []
@@ -110,8 +131,12 @@ def assemble(
         model=asdict(config.model),
         stages={(s, a, b): times for s in sizes for a, b, times in stage_ms[s]},
     )  # fmt: skip
-    scale, ratios = in_situ_scale(profile, everyone, r, slots or r.world_size)
-    profile = replace(profile, in_situ_scale=scale)
+    scales, ratios = in_situ_scales(profile, everyone, r, slots or r.world_size)
+    in_situ = {}
+    for name in scales:
+        chosen = [c for key, c in calibrations if IN_SITU[key[1:3]] == name]
+        in_situ[name] = InSituTerms(*runtime_of(chosen), scales[name])
+    profile = replace(profile, in_situ=in_situ)
     provenance = {
         "source": "python -m executor profile",
         "model": config.model.spec or config.model.kind,
@@ -128,47 +153,49 @@ def assemble(
         "links": "a ping-pong between ranks 0 and 1 through the run's own transport (tiny and real tensor)",
         "action_constants": {"rms_residual_ms": spread},
         "in_situ": {
-            "steps": ", ".join(name + (" recomputing" if recompute else "") for name, recompute in IN_SITU)
-            + f" on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches at every size, "
-            f"{CALIBRATION_STEPS - 1} steps each",
+            "steps": ", ".join(f"{name} ({v} chunks per rank)" for name, v in IN_SITU)
+            + f", each plain and recomputing, on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches "
+            f"at every size, {CALIBRATION_STEPS - 1} steps each",
             "ratios": ratios,
-            "dispatch_ms": [c["dispatch_ms"] for c in calibrations],
-            "tail_ms": [c["tail_ms"] for c in calibrations],
+            "dispatch_ms": [[*key, c["dispatch_ms"]] for key, c in calibrations],
+            "tail_ms": [[*key, c["tail_ms"]] for key, c in calibrations],
         },
         "process_spread": _process_spread(everyone, sizes, n),
     }
     return replace(profile, provenance=provenance)
 
 
-def in_situ_scale(
+def in_situ_scales(
     profile: UnitProfile, everyone: list[dict[str, Any]], r: Rank, slots: int
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Per profile kind, the median over the in-situ steps' stages and sizes of (in-situ duration / what the profile
-    prices the same stage at, `UnitProfile.stage_kinds` before any scaling); and every ratio, for the provenance.
-    When the processes outnumber the cores, the in-situ durations are first turned into full-speed work
-    (executor.rank.calibrate.full_speed_durations), as the simulation shares the cores itself."""
+) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """Per class of schedule and profile kind, the median over its in-situ steps' stages and sizes of (in-situ
+    duration / what the profile prices the same stage at, `UnitProfile.stage_kinds` before any scaling); and every
+    ratio, for the provenance. When the processes outnumber the cores, the in-situ durations are first turned into
+    full-speed work (executor.rank.calibrate.full_speed_durations), as the simulation shares the cores itself."""
     rows = []
-    for key, kinds in IN_SITU.items():
-        for size in profile.microbatch_sizes:
-            first = everyone[0]["calibration"][(size, *key)]
-            bounds = [0, *first["split_points"], len(profile.units)]
-            if slots < r.world_size:
-                spans = [e["calibration"][(size, *key)]["spans"] for e in everyone]
-                durations = full_speed_durations(spans, slots)
-            else:
-                durations = {}
-                for e in everyone[: r.num_ranks]:
-                    durations.update(e["calibration"][(size, *key)]["durations_ms"])
-            for stage, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
-                predicted = profile.stage_kinds(size, a, b, in_situ=False)
-                for kind, measured in (durations.get(str(stage)) or {}).items():
-                    name = kinds.get(kind)
-                    if name is not None and predicted[name] > 0:
-                        ratio = measured / predicted[name]
-                        rows.append({"schedule": key[0], "recompute": key[1], "size": size, "stage": stage,
-                                     "kind": name, "ratio": ratio})  # fmt: skip
-    scale = {k: _median([x["ratio"] for x in rows if x["kind"] == k]) for k in {x["kind"] for x in rows}}
-    return scale, rows
+    for key, summary in everyone[0]["calibration"].items():
+        size, name, chunks, recompute, split = key
+        kinds = IN_SITU_KINDS[(split, recompute)]
+        bounds = [0, *summary["split_points"], len(profile.units)]
+        if slots < r.world_size:
+            durations = full_speed_durations([e["calibration"][key]["spans"] for e in everyone], slots)
+        else:
+            durations = {}
+            for e in everyone[: r.num_ranks]:
+                durations.update(e["calibration"][key]["durations_ms"])
+        for stage, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            predicted = profile.stage_kinds(size, a, b)
+            for kind, measured in (durations.get(str(stage)) or {}).items():
+                target = kinds.get(kind)
+                if target is not None and predicted[target] > 0:
+                    rows.append({"class": IN_SITU[(name, chunks)], "schedule": name, "recompute": recompute,
+                                 "size": size, "stage": stage, "kind": target,
+                                 "ratio": measured / predicted[target]})  # fmt: skip
+    scales: dict[str, dict[str, float]] = {}
+    for row in rows:
+        scales.setdefault(row["class"], {}).setdefault(row["kind"], [])  # type: ignore[arg-type]
+        scales[row["class"]][row["kind"]].append(row["ratio"])  # type: ignore[attr-defined]
+    return {c: {k: _median(v) for k, v in kinds.items()} for c, kinds in scales.items()}, rows  # type: ignore[arg-type]
 
 
 def _process_spread(everyone: list[dict[str, Any]], sizes: list[int], n: int) -> float | None:

@@ -67,7 +67,7 @@ from pipesim.cost.profile import (
 )
 from pipesim.io.cost_file import save_profile
 from pipesim.io.formats import read_json
-from pipesim.schedules import build_schedule
+from pipesim.schedules import build_schedule, options_for
 
 MAX_CUT_STAGES = 4  # the constants are fitted from the model cut evenly into 2..this many stages
 ROUNDS = 3  # the repetitions of each size are spread over this many rounds of every measurement
@@ -90,32 +90,44 @@ def core_slots(device: torch.device) -> int | None:
     return max(1, cores // max(1, torch.get_num_threads()))
 
 
-def planned_cuts(shares: dict[str, list[float]], num_stages: list[int]) -> list[tuple[int, int]]:
-    """The stages of the cuts the planner picks at this size: pipesim's balance of the units' times (plain and
-    recomputing, `pipesim.cost.description.balance_units` over the very costs a plan computes from this profile)
-    into each of `num_stages` stages; the profile times them whole."""
+def planned_splits(shares: dict[str, list[float]], num_stages: list[int]) -> dict[tuple[bool, int], tuple[int, ...]]:
+    """The split points the planner picks at this size, per (recomputation, number of stages): pipesim's balance of
+    the units' times (`pipesim.cost.description.balance_units` over the very costs a plan computes from this
+    profile's shares); the profile times their stages whole and runs its in-situ steps on them."""
     n = len(shares["forward_ms"])
-    ranges = set()
+    splits = {}
     for recompute in (False, True):
         units = [
             StageCost(**action_costs({k: max(0.0, v[u]) for k, v in shares.items()}, False, recompute))
             for u in range(n)
         ]
         for stages in num_stages:
-            if 2 <= stages <= n:
-                bounds = [0, *balance_units(units, stages, recompute).split_points, n]
-                ranges.update(zip(bounds, bounds[1:], strict=False))
+            if 1 <= stages <= n:
+                splits[(recompute, stages)] = tuple(balance_units(units, stages, recompute).split_points)
+    return splits
+
+
+def stages_of(splits: dict[tuple[bool, int], tuple[int, ...]], num_units: int) -> list[tuple[int, int]]:
+    """Every stage (first unit, the unit past the last) of the splits, once each, whole model left out."""
+    ranges = set()
+    for points in splits.values():
+        bounds = [0, *points, num_units]
+        ranges.update(zip(bounds, bounds[1:], strict=False))
+    ranges.discard((0, num_units))
     return sorted(ranges)
 
 
-def variant(r: Rank, size: int, schedule_name: str, recompute: bool) -> Rank:
-    """The rank with its stages rebuilt for `schedule_name` on the same ranks and microbatches, at microbatches of
-    `size`, recomputing or not (same transport and clock: the profile's schedules all use the same links)."""
+def variant(r: Rank, size: int, schedule_name: str, chunks: int, recompute: bool, points: tuple[int, ...]) -> Rank:
+    """The rank with its stages rebuilt for `schedule_name` (`chunks` stages per rank) on the same ranks and
+    microbatches, at microbatches of `size`, recomputing or not, cut at `points` (same transport and clock: `run`
+    set the transport up with every link these schedules use)."""
     pipeline, training = r.config.pipeline, r.config.training
-    schedule = build_schedule(schedule_name, r.num_ranks, pipeline.num_microbatches)
+    options = options_for(schedule_name, num_virtual_stages=chunks)
+    schedule = build_schedule(schedule_name, r.num_ranks, pipeline.num_microbatches, **options)
     config = replace(
         r.config,
-        pipeline=replace(pipeline, schedule=schedule_name),
+        pipeline=replace(pipeline, schedule=schedule_name, num_virtual_stages=options.get("num_virtual_stages")),
+        model=replace(r.config.model, split_points=points or None),
         training=replace(training, batch_size=size * pipeline.num_microbatches, recompute=recompute),
     )
     model = build_rank_model(
@@ -157,6 +169,7 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     progress = Progress(r.rank, 2 * len(sizes) + 2)
     slots = core_slots(device) or r.world_size
     cut_counts = sorted({2, 3, MAX_CUT_STAGES, r.num_ranks, 2 * r.num_ranks})
+    splits: dict[int, dict[tuple[bool, int], tuple[int, ...]]] = {}
     mine: dict[str, Any] = {"shares": {}, "stages": {}, "bytes": {}, "optimizers": {}, "calibration": {}}
     for size in sizes:
         # 1. each unit's shares, every process in its turn (at most `slots` at once), in rounds: a burst of other
@@ -173,7 +186,8 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
         dist.all_gather_object(everyone, mine["shares"][size], group=r.control)
         common = {k: [_median([e[k][u] for e in everyone]) for u in range(n)] for k in KINDS}
         # 2. the stages of the cuts the planner will pick, timed whole, the same way
-        ranges = planned_cuts(common, cut_counts)
+        splits[size] = planned_splits(common, cut_counts)
+        ranges = stages_of(splits[size], n)
         stages: list[dict[str, list[float]]] = [{kind: [] for kind in KINDS} for _ in ranges]
         for turn in range(-(-r.world_size // slots)):
             if r.rank // slots == turn:
@@ -206,15 +220,23 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     progress.advance("link")
     shared = slots < r.world_size
     for size in sizes:
-        for name, recompute in IN_SITU:
-            sized = variant(r, size, name, recompute)
-            summary = calibrate(sized, CALIBRATION_STEPS)
-            if not shared:  # the spans serve only to turn shared-core durations into full-speed work
-                summary.pop("spans", None)
-            summary["param_bytes"] = float(sum(p.numel() * p.element_size() for p in sized.model.parameters()))
-            summary["split_points"] = list(sized.model.split_points)
-            mine["calibration"][(size, name, recompute)] = summary
-            del sized
+        for (name, chunks), _ in IN_SITU.items():
+            for recompute in (False, True):
+                points = splits[size].get((recompute, r.num_ranks * chunks))
+                try:
+                    if points is None:
+                        raise ValueError("more stages than units")
+                    sized = variant(r, size, name, chunks, recompute, points)
+                except ValueError:  # a schedule this many ranks or units cannot build: its class falls back
+                    continue
+                summary = calibrate(sized, CALIBRATION_STEPS)
+                if not shared:  # the spans serve only to turn shared-core durations into full-speed work
+                    summary.pop("spans", None)
+                summary["param_bytes"] = float(sum(p.numel() * p.element_size() for p in sized.model.parameters()))
+                summary["split_points"] = list(sized.model.split_points)
+                key = (size, name, chunks, recompute, sized.schedule.uses_split_backward)
+                mine["calibration"][key] = summary
+                del sized
         progress.advance(f"in-situ steps at microbatch size {size}")
     mine["names"] = names
     return mine
@@ -228,7 +250,14 @@ def run(run_dir: Path) -> None:
     config = RunConfig.from_dict(read_json(run_dir / "config.json"))
     request = read_request(run_dir)
     pipeline = config.pipeline
-    schedule = build_schedule(pipeline.schedule, pipeline.num_ranks, pipeline.num_microbatches)
+    # Set up on the schedule with every link the in-situ schedules use (interleaved: each neighbour both ways, and
+    # the last rank to the first); one rank has no links.
+    name = "interleaved-1f1b" if pipeline.num_ranks > 1 else pipeline.schedule
+    options = options_for(name, num_virtual_stages=2)
+    schedule = build_schedule(name, pipeline.num_ranks, pipeline.num_microbatches, **options)
+    config = replace(
+        config, pipeline=replace(pipeline, schedule=name, num_virtual_stages=options.get("num_virtual_stages"))
+    )
     exit_when_launcher_gone()  # the whole profile is "before training": a launcher gone ends the rank
     r = setup(config, schedule)
     emit("started", rank=r.rank, backend=r.choice.transport, device=str(r.choice.device))

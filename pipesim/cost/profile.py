@@ -184,6 +184,37 @@ class ActionConstants:
                     raise ValueError(f"action constant {name} must be a finite number, got {value!r}")
 
 
+# Kinds of schedule whose runs differ in what the profile's loops cannot see (which actions run, how many chunks
+# share a rank's caches): a plain or a split backward, one stage per rank or several.
+IN_SITU_CLASSES = ("plain", "split", "plain-chunked", "split-chunked")
+
+
+def schedule_class(split: bool, chunked: bool) -> str:
+    """The in-situ class of a schedule: its backward (plain B, or I and W) and whether a rank holds several stages."""
+    return ("split" if split else "plain") + ("-chunked" if chunked else "")
+
+
+@dataclass(frozen=True)
+class InSituTerms:
+    """What real steps of one class of schedule took through the executor's runtime (the profile's in-situ steps):
+    the dispatch gap before each action, the step's tail after the last action less the optimizer's step, and per
+    kind the ratio of an action's in-situ time to what the profile prices its stage at (`scale`; 1 where not
+    measured): in a pipeline an action runs with colder caches than in a loop (a backward long after its forward,
+    two chunks' weights taking turns in a rank's cache, inputs just received)."""
+
+    dispatch_ms: float = 0.0
+    tail_ms: float = 0.0
+    scale: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_finite_non_negative("dispatch_ms", self.dispatch_ms)
+        check_finite_non_negative("tail_ms", self.tail_ms)
+        for name, factor in self.scale.items():
+            if name not in TIME_KINDS:
+                raise ValueError(f"in-situ scale: unknown kind {name!r}; valid: {', '.join(TIME_KINDS)}")
+            check_finite_non_negative(f"in-situ scale of {name}", factor)
+
+
 @dataclass(frozen=True)
 class UnitProfile:
     """A model profiled per unit on one kind of device (see the module docstring).
@@ -207,10 +238,9 @@ class UnitProfile:
     stages: Mapping[tuple[int, int, int], Mapping[str, float]] = field(default_factory=dict)
     """Stages the profile timed whole (the balanced cuts the planner picks): (microbatch size, first unit, the unit
     past the last) -> every kind's median (TIME_KINDS)."""
-    in_situ_scale: Mapping[str, float] = field(default_factory=dict)
-    """Per kind, what real steps of the executor's runtime took against what the profile prices the same stages at
-    (the median ratio over the in-situ steps' stages and sizes; 1 where not measured): an action in a pipeline
-    runs with colder caches than one timed in a loop (a backward long after its forward, inputs just received)."""
+    in_situ: Mapping[str, InSituTerms] = field(default_factory=dict)
+    """Per class of schedule (IN_SITU_CLASSES), its in-situ terms; a class not measured takes its unchunked
+    sibling's, then `dispatch_ms` and `tail_ms` with no scaling."""
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -225,10 +255,9 @@ class UnitProfile:
                 raise ValueError(f"the measured stage {start}..{stop - 1} at size {size} needs every kind {TIME_KINDS}")
             for value in times.values():
                 check_finite_non_negative("a measured stage's time", value)
-        for name, factor in self.in_situ_scale.items():
-            if name not in TIME_KINDS:
-                raise ValueError(f"in_situ_scale: unknown kind {name!r}; valid: {', '.join(TIME_KINDS)}")
-            check_finite_non_negative(f"in_situ_scale.{name}", factor)
+        unknown = set(self.in_situ) - set(IN_SITU_CLASSES)
+        if unknown:
+            raise ValueError(f"unknown in-situ class {sorted(unknown)[0]!r}; valid: {', '.join(IN_SITU_CLASSES)}")
         for unit in self.units:
             for kind, curve in unit.curves.items():
                 if curve.sizes != self.microbatch_sizes:
@@ -247,11 +276,19 @@ class UnitProfile:
         """Every unit's costs for one microbatch of `size` (see `ProfiledUnit.cost_at`)."""
         return tuple(unit.cost_at(size, split, recompute) for unit in self.units)
 
-    def stage_kinds(self, size: int, start: int, stop: int, in_situ: bool = True) -> dict[str, float]:
+    def in_situ_terms(self, split: bool, chunked: bool) -> InSituTerms:
+        """The in-situ terms of a schedule's class (its unchunked sibling's when not measured, else the profile's
+        overall dispatch gap and tail, unscaled)."""
+        for name in (schedule_class(split, chunked), schedule_class(split, False)):
+            if name in self.in_situ:
+                return self.in_situ[name]
+        return InSituTerms(self.dispatch_ms, self.tail_ms)
+
+    def stage_kinds(self, size: int, start: int, stop: int, in_situ: InSituTerms | None = None) -> dict[str, float]:
         """Every kind's time (TIME_KINDS) of the stage holding units start..stop-1 for one microbatch of `size`:
         as the profile timed it whole where it did (at a profiled size as measured, at another on the line through
         the nearest two when it was timed at every profiled size), else its units' shares plus what a stage pays at
-        a cut start and a cut end; then, with `in_situ`, each kind scaled by `in_situ_scale` (what real steps of
+        a cut start and a cut end; then, with `in_situ`, each kind scaled by its in-situ factor (what real steps of
         the runtime took against the same prediction)."""
         times = self.stages.get((size, start, stop))
         if times is None:
@@ -267,24 +304,29 @@ class UnitProfile:
                 + (self.action.end.get(k, 0.0) if cut_end else 0.0)
                 for k in TIME_KINDS
             }
-        scale = self.in_situ_scale if in_situ else {}
+        scale = {} if in_situ is None else in_situ.scale
         return {k: v * scale.get(k, 1.0) for k, v in times.items()}
 
-    def stage_costs(self, size: int, start: int, stop: int, split: bool, recompute: bool = False) -> dict[str, float]:
-        """The stage's forward_ms, backward_ms and weight_ms for a plain, split or recomputing candidate
-        (`stage_kinds` through `action_costs`): what the planner prices a stage of a cut with."""
-        return action_costs(self.stage_kinds(size, start, stop), split, recompute)
+    def stage_costs(
+        self, size: int, start: int, stop: int, split: bool, recompute: bool = False, chunked: bool = False
+    ) -> dict[str, float]:
+        """The stage's forward_ms, backward_ms and weight_ms for a plain, split or recomputing candidate, one stage
+        per rank or chunked (`stage_kinds` with its class's in-situ factors, through `action_costs`): what the
+        planner prices a stage of a cut with."""
+        kinds = self.stage_kinds(size, start, stop, self.in_situ_terms(split, chunked))
+        return action_costs(kinds, split, recompute)
 
-    def runtime_terms(self, optimizer: str) -> RuntimeTerms:
-        """The per-rank terms of a run with `optimizer`: refused when the profile did not time it (an optimizer is
-        never silently replaced by another)."""
+    def runtime_terms(self, optimizer: str, split: bool = False, chunked: bool = False) -> RuntimeTerms:
+        """The per-rank terms of a run with `optimizer` (refused when the profile did not time it: an optimizer is
+        never silently replaced by another) of a schedule of this class: its in-situ dispatch gap and tail."""
         if optimizer not in self.optimizers:
             timed = ", ".join(sorted(self.optimizers)) or "none"
             raise ValueError(
                 f"the profile timed no {optimizer!r} optimizer step (it timed: {timed}); profile again with "
                 f"--optimizers {optimizer}, or plan with --optimizer one of those"
             )
-        return RuntimeTerms(self.dispatch_ms, self.tail_ms, self.optimizers[optimizer], self.core_slots)
+        terms = self.in_situ_terms(split, chunked)
+        return RuntimeTerms(terms.dispatch_ms, terms.tail_ms, self.optimizers[optimizer], self.core_slots)
 
     def fits(self) -> list[dict]:
         """Per unit and kind, the affine fit a + b x size and its relative residual (what the file reports)."""

@@ -12,7 +12,8 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
      "optimizers": {"sgd": {"fixed_ms": a, "ms_per_byte": b}, "sgd-momentum": {...}, "adam": {...}},
      "link": {"latency_ms": x, "bandwidth_gbps": x | null}, "core_slots": n | null,
      "model": {...the executor's model section...}, "provenance": {...},
-     "in_situ_scale": {"backward_ms": 1.1, ...per kind, in-situ steps over the profile's price},
+     "in_situ": {"plain": {"dispatch_ms": x, "tail_ms": x, "scale": {"backward_ms": 1.1, ...}}, "split": ...,
+                 "plain-chunked": ..., "split-chunked": ...},  (per class of schedule: its in-situ steps)
      "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
 
@@ -27,7 +28,16 @@ import math
 from typing import Any
 
 from pipesim.cost.links import LinkCost
-from pipesim.cost.profile import BYTE_KINDS, TIME_KINDS, ActionConstants, ProfiledUnit, SizeCurve, UnitProfile
+from pipesim.cost.profile import (
+    BYTE_KINDS,
+    IN_SITU_CLASSES,
+    TIME_KINDS,
+    ActionConstants,
+    InSituTerms,
+    ProfiledUnit,
+    SizeCurve,
+    UnitProfile,
+)
 from pipesim.cost.runtime import OptimizerTime
 from pipesim.limits import MAX_BYTES, MAX_LAYERS, MAX_TIME_MS
 from pipesim.sim.memory import OPTIMIZER_STATES
@@ -66,7 +76,10 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
         "core_slots": profile.core_slots,
         "model": dict(profile.model),
         "provenance": dict(profile.provenance),
-        "in_situ_scale": dict(profile.in_situ_scale),
+        "in_situ": {
+            name: {"dispatch_ms": t.dispatch_ms, "tail_ms": t.tail_ms, "scale": dict(t.scale)}
+            for name, t in profile.in_situ.items()
+        },
         "stages": [
             {"microbatch_size": size, "start": start, "stop": stop, **dict(times)}
             for (size, start, stop), times in sorted(profile.stages.items())
@@ -143,9 +156,20 @@ def _optimizers(raw: Any) -> dict[str, OptimizerTime]:
     return out
 
 
-def _scale(raw: Any) -> dict[str, float]:
-    record = _object(raw, "in_situ_scale", set(TIME_KINDS), set())
-    return {kind: _number(value, f"in_situ_scale.{kind}", 1e6) for kind, value in record.items()}
+def _in_situ(raw: Any) -> dict[str, InSituTerms]:
+    """Each class's in-situ terms: dispatch gap, tail, and the factor of every kind measured."""
+    classes = _object(raw, "in_situ", set(IN_SITU_CLASSES), set())
+    out = {}
+    for name, record in classes.items():
+        where = f"in_situ.{name}"
+        record = _object(record, where, {"dispatch_ms", "tail_ms", "scale"})
+        scale = _object(record["scale"], f"{where}.scale", set(TIME_KINDS), set())
+        out[name] = InSituTerms(
+            _number(record["dispatch_ms"], f"{where}.dispatch_ms", MAX_TIME_MS),
+            _number(record["tail_ms"], f"{where}.tail_ms", MAX_TIME_MS),
+            {kind: _number(value, f"{where}.scale.{kind}", 1e6) for kind, value in scale.items()},
+        )
+    return out
 
 
 def _stages(raw: Any) -> dict[tuple[int, int, int], dict[str, float]]:
@@ -213,7 +237,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             model=dict(data.get("model", {})),
             provenance=dict(data.get("provenance", {})),
             stages=stages,
-            in_situ_scale=_scale(data.get("in_situ_scale", {})),
+            in_situ=_in_situ(data.get("in_situ", {})),
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

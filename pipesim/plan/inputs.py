@@ -172,6 +172,7 @@ class PlanInputs:
         microbatch_size: int,
         split: bool,
         recompute: bool,
+        chunked: bool = False,
         w_share: float | None = None,
     ) -> CostModel:
         """The stages of a cut: the units summed; with a profile, each stage's times are the profile's for that
@@ -183,18 +184,23 @@ class PlanInputs:
         bounds = [0, *split_points, len(units)]
         stages = []
         for stage, (start, stop) in zip(cost.stages, zip(bounds, bounds[1:], strict=False), strict=True):
-            times = self.profile.stage_costs(microbatch_size, start, stop, split, recompute)
+            times = self.profile.stage_costs(microbatch_size, start, stop, split, recompute, chunked)
             if w_share is not None:
                 times["weight_ms"] = times["backward_ms"] * w_share
             stages.append(replace(stage, **times))
         return replace(cost, stages=tuple(stages))
 
     def rank_runtime(self, schedule: Schedule, stages: tuple[StageCost, ...], replicas: int) -> RankRuntime:
-        """Each rank's time outside its actions for this cut: with `runtime`, its tail and the optimizer's step on
-        the parameters it holds, the dispatch gap and the shared cores; else `step_overhead_ms` alone."""
+        """Each rank's time outside its actions for this cut: with `runtime` (a profile's: of the schedule's class),
+        its tail and the optimizer's step on the parameters it holds, the dispatch gap and the shared cores; else
+        `step_overhead_ms` alone."""
         if self.runtime is None:
             return RankRuntime((self.step_overhead_ms,))
         params = [0.0] * schedule.num_ranks
         for stage, rank in enumerate(schedule.stage_to_rank):
             params[rank] += stages[stage].param_bytes
-        return self.runtime.rank_runtime(params, replicas)
+        terms = self.runtime
+        if self.profile is not None:  # the in-situ terms of the schedule's class
+            chunked = schedule.num_stages > schedule.num_ranks
+            terms = self.profile.runtime_terms(self.optimizer, schedule.uses_split_backward, chunked)
+        return terms.rank_runtime(params, replicas)

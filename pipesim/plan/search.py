@@ -198,10 +198,10 @@ class Evaluator:
         return self._splits[key]
 
     def cost_model(self, c: Candidate, split_points: tuple[int, ...], schedule: Schedule) -> CostModel:
-        """The cost model of a candidate cut at `split_points`: its stages (the units' costs for the schedule's
-        kind of backward, plus what every stage pays per action), the link, each rank's runtime (dispatch gap,
-        tail and optimizer step on its parameters, shared cores: `PlanInputs.rank_runtime`), and the
-        data-parallel group of its replicas (over the same link)."""
+        """The cost model of a candidate cut at `split_points`: its stages (`PlanInputs.cut`: the units' costs for
+        the schedule's kind of backward and recomputation; with a profile, its stage prices for the schedule's
+        class), the link, each rank's runtime (dispatch gap, tail and optimizer step on its parameters, shared
+        cores: `PlanInputs.rank_runtime`), and the data-parallel group of its replicas (over the same link)."""
         split = schedule.uses_split_backward
         units = self.units(c.microbatch_size, c.w_share, split, c.recompute)
         cost = self.inputs.cut(
@@ -210,6 +210,7 @@ class Evaluator:
             microbatch_size=c.microbatch_size,
             split=split,
             recompute=c.recompute,
+            chunked=schedule.num_stages > schedule.num_ranks,
             w_share=c.w_share,
         )
         runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
