@@ -12,7 +12,14 @@ from datetime import timedelta
 import torch
 
 from executor.config import OPTIMIZERS, SGD_MOMENTUM, RunConfig
-from executor.rank.runtime import PipelineRuntime, RankModel, build_rank_model, microbatches, schedule_links
+from executor.rank.runtime import (
+    PipelineRuntime,
+    RankModel,
+    ahead_for,
+    build_rank_model,
+    microbatches,
+    schedule_links,
+)
 from executor.rank.timing import CudaClock, HostClock, make_clock
 from executor.rank.transport import BackendChoice, Transport, env_int, init_distributed, resolve_backend
 from pipesim.ir import Schedule
@@ -159,6 +166,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         stash_bytes=model.stash_bytes,
         grad_sync=sync,
         label_actions=config.training.torch_profile,
+        lookahead=ahead_for(choice.transport),
     )
     return Rank(
         config,

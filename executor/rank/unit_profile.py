@@ -136,7 +136,7 @@ def variant(r: Rank, size: int, schedule_name: str, chunks: int, recompute: bool
     )  # fmt: skip
     runtime = PipelineRuntime(
         schedule, r.pipe_rank, model.runners, model.shapes, r.runtime.transport, r.clock,
-        dtype=model.wire_dtype, stash_bytes=model.stash_bytes,
+        dtype=model.wire_dtype, stash_bytes=model.stash_bytes, lookahead=r.runtime.lookahead,
     )  # fmt: skip
     optimizer = make_optimizer(config, model.parameters())
     return replace(r, config=config, schedule=schedule, model=model, runtime=runtime, optimizer=optimizer)
