@@ -61,7 +61,7 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
         profile.units[1].curves["activation_bytes"].values[1]
         == 2 * profile.units[1].curves["activation_bytes"].values[0]
     )
-    assert profile.in_situ["plain"].scale["backward_ms"] > 0 and profile.provenance["in_situ"]["ratios"]
+    assert profile.in_situ["plain"].factor("backward_ms", 2) > 0 and profile.provenance["in_situ"]["ratios"]
     assert set(profile.in_situ) == {"plain", "split", "plain-chunked", "split-chunked"}
     assert profile.stages and all(size in (1, 2) for size, _, _ in profile.stages)  # the planner's cuts, timed whole
     plan = tmp_path / "plan.json"

@@ -58,6 +58,11 @@ def unit(name: str, scale: float, params: float, bend: float = 0.0) -> ProfiledU
     return ProfiledUnit(name, params, {**times, **sizes})
 
 
+def factors(*values: float) -> SizeCurve:
+    """In-situ factors at the sizes 1, 2, 4 (one value: the same at every size)."""
+    return SizeCurve(SIZES, values if len(values) == 3 else values * 3)
+
+
 def profile(**changes) -> UnitProfile:
     units = (
         unit("embedding", 0.2, 4e5),
@@ -79,9 +84,13 @@ def profile(**changes) -> UnitProfile:
         model={"kind": "transformer"},
         provenance={"device": "cpu", "process_spread": 0.04},
         in_situ={  # "split-chunked" left out: it takes "split"'s
-            "plain": InSituTerms(0.1, 0.4, {"backward_ms": 1.2, "forward_recompute_ms": 1.05}),
-            "split": InSituTerms(0.08, 0.45, {"input_ms": 1.1, "forward_split_ms": 0.95}),
-            "plain-chunked": InSituTerms(0.12, 0.5, {"backward_ms": 1.3, "forward_ms": 1.25}),
+            "plain": InSituTerms(
+                0.1, 0.4, {"backward_ms": factors(1.2, 1.1, 1.0), "forward_recompute_ms": factors(1.05)}
+            ),
+            "split": InSituTerms(0.08, 0.45, {"input_ms": factors(1.1), "forward_split_ms": factors(0.95, 1.0, 1.05)}),
+            "plain-chunked": InSituTerms(
+                0.12, 0.5, {"backward_ms": factors(1.3), "forward_ms": factors(1.25, 1.2, 1.3)}
+            ),
         },
     )
     return replace(base, **changes)
@@ -204,7 +213,7 @@ def stage_kinds_here(p: UnitProfile, size: int, start: int, stop: int, scale: di
             + (p.action.end.get(k, 0.0) if stop < len(p.units) else 0.0)
             for k in TIME_KINDS
         }
-    return {k: v * scale.get(k, 1.0) for k, v in times.items()}
+    return {k: v * (scale[k].at(size) if k in scale else 1.0) for k, v in times.items()}
 
 
 def as_action_times(t: dict[str, float], split: bool, recompute: bool) -> dict[str, float]:

@@ -70,7 +70,8 @@ def plan_candidates(plan: dict[str, Any], top: int) -> list[dict[str, Any]]:
         for c in plan.get("candidates", [])
         if isinstance(c, dict) and c.get("error") is None and isinstance(predicted_step_ms(c), (int, float))
     ]
-    built.sort(key=lambda c: (not c.get("fits"), predicted_step_ms(c), c.get("peak_memory_bytes") or 0))
+    # ordered as the plan ranks them (pipesim.plan.report.ranked: step times to the nanosecond, less memory first)
+    built.sort(key=lambda c: (not c.get("fits"), round(predicted_step_ms(c), 6), c.get("peak_memory_bytes") or 0))
     return built[:top]
 
 

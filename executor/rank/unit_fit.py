@@ -167,8 +167,8 @@ def assemble(
 
 def in_situ_scales(
     profile: UnitProfile, everyone: list[dict[str, Any]], r: Rank, slots: int
-) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
-    """Per class of schedule and profile kind, the median over its in-situ steps' stages and sizes of (in-situ
+) -> tuple[dict[str, dict[str, SizeCurve]], list[dict[str, Any]]]:
+    """Per class of schedule, profile kind and profiled size, the median over its in-situ steps' stages of (in-situ
     duration / what the profile prices the same stage at, `UnitProfile.stage_kinds` before any scaling); and every
     ratio, for the provenance. When the processes outnumber the cores, the in-situ durations are first turned into
     full-speed work (executor.rank.calibrate.full_speed_durations), as the simulation shares the cores itself."""
@@ -191,11 +191,19 @@ def in_situ_scales(
                     rows.append({"class": IN_SITU[(name, chunks)], "schedule": name, "recompute": recompute,
                                  "size": size, "stage": stage, "kind": target,
                                  "ratio": measured / predicted[target]})  # fmt: skip
-    scales: dict[str, dict[str, float]] = {}
+    grouped: dict[str, dict[str, dict[int, list[float]]]] = {}
     for row in rows:
-        scales.setdefault(row["class"], {}).setdefault(row["kind"], [])  # type: ignore[arg-type]
-        scales[row["class"]][row["kind"]].append(row["ratio"])  # type: ignore[attr-defined]
-    return {c: {k: _median(v) for k, v in kinds.items()} for c, kinds in scales.items()}, rows  # type: ignore[arg-type]
+        grouped.setdefault(row["class"], {}).setdefault(row["kind"], {}).setdefault(row["size"], []).append(
+            row["ratio"]
+        )
+    sizes = profile.microbatch_sizes
+    scales: dict[str, dict[str, SizeCurve]] = {}
+    for name, kinds in grouped.items():
+        for kind, by_size in kinds.items():
+            overall = _median([ratio for values in by_size.values() for ratio in values])
+            factors = tuple(_median(by_size[s]) if s in by_size else overall for s in sizes)
+            scales.setdefault(name, {})[kind] = SizeCurve(sizes, factors)
+    return scales, rows
 
 
 def _process_spread(everyone: list[dict[str, Any]], sizes: list[int], n: int) -> float | None:

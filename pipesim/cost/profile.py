@@ -198,21 +198,27 @@ def schedule_class(split: bool, chunked: bool) -> str:
 class InSituTerms:
     """What real steps of one class of schedule took through the executor's runtime (the profile's in-situ steps):
     the dispatch gap before each action, the step's tail after the last action less the optimizer's step, and per
-    kind the ratio of an action's in-situ time to what the profile prices its stage at (`scale`; 1 where not
-    measured): in a pipeline an action runs with colder caches than in a loop (a backward long after its forward,
-    two chunks' weights taking turns in a rank's cache, inputs just received)."""
+    kind the ratio of an action's in-situ time to what the profile prices its stage at, at each profiled size
+    (`scale`; 1 where not measured): in a pipeline an action runs with colder caches than in a loop (a backward
+    long after its forward, two chunks' weights taking turns in a rank's cache, inputs just received)."""
 
     dispatch_ms: float = 0.0
     tail_ms: float = 0.0
-    scale: Mapping[str, float] = field(default_factory=dict)
+    scale: Mapping[str, SizeCurve] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_finite_non_negative("dispatch_ms", self.dispatch_ms)
         check_finite_non_negative("tail_ms", self.tail_ms)
-        for name, factor in self.scale.items():
+        for name, factors in self.scale.items():
             if name not in TIME_KINDS:
                 raise ValueError(f"in-situ scale: unknown kind {name!r}; valid: {', '.join(TIME_KINDS)}")
-            check_finite_non_negative(f"in-situ scale of {name}", factor)
+            if not isinstance(factors, SizeCurve):
+                raise ValueError(f"in-situ scale of {name} must be a SizeCurve, got {factors!r:.60}")
+
+    def factor(self, kind: str, size: int) -> float:
+        """The in-situ factor of `kind` at `size` (between profiled sizes on the line through the nearest two)."""
+        curve = self.scale.get(kind)
+        return 1.0 if curve is None else curve.at(size)
 
 
 @dataclass(frozen=True)
@@ -258,6 +264,10 @@ class UnitProfile:
         unknown = set(self.in_situ) - set(IN_SITU_CLASSES)
         if unknown:
             raise ValueError(f"unknown in-situ class {sorted(unknown)[0]!r}; valid: {', '.join(IN_SITU_CLASSES)}")
+        for name, terms in self.in_situ.items():
+            for kind, curve in terms.scale.items():
+                if curve.sizes != self.microbatch_sizes:
+                    raise ValueError(f"in-situ {name}: the scale of {kind} must give one factor per profiled size")
         for unit in self.units:
             for kind, curve in unit.curves.items():
                 if curve.sizes != self.microbatch_sizes:
@@ -304,8 +314,9 @@ class UnitProfile:
                 + (self.action.end.get(k, 0.0) if cut_end else 0.0)
                 for k in TIME_KINDS
             }
-        scale = {} if in_situ is None else in_situ.scale
-        return {k: v * scale.get(k, 1.0) for k, v in times.items()}
+        if in_situ is None:
+            return dict(times)
+        return {k: v * in_situ.factor(k, size) for k, v in times.items()}
 
     def stage_costs(
         self, size: int, start: int, stop: int, split: bool, recompute: bool = False, chunked: bool = False

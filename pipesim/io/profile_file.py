@@ -12,7 +12,7 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
      "optimizers": {"sgd": {"fixed_ms": a, "ms_per_byte": b}, "sgd-momentum": {...}, "adam": {...}},
      "link": {"latency_ms": x, "bandwidth_gbps": x | null}, "core_slots": n | null,
      "model": {...the executor's model section...}, "provenance": {...},
-     "in_situ": {"plain": {"dispatch_ms": x, "tail_ms": x, "scale": {"backward_ms": 1.1, ...}}, "split": ...,
+     "in_situ": {"plain": {"dispatch_ms": x, "tail_ms": x, "scale": {"backward_ms": [per size], ...}}, "split": ...,
                  "plain-chunked": ..., "split-chunked": ...},  (per class of schedule: its in-situ steps)
      "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
@@ -77,7 +77,11 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
         "model": dict(profile.model),
         "provenance": dict(profile.provenance),
         "in_situ": {
-            name: {"dispatch_ms": t.dispatch_ms, "tail_ms": t.tail_ms, "scale": dict(t.scale)}
+            name: {
+                "dispatch_ms": t.dispatch_ms,
+                "tail_ms": t.tail_ms,
+                "scale": {kind: list(curve.values) for kind, curve in t.scale.items()},
+            }
             for name, t in profile.in_situ.items()
         },
         "stages": [
@@ -156,8 +160,8 @@ def _optimizers(raw: Any) -> dict[str, OptimizerTime]:
     return out
 
 
-def _in_situ(raw: Any) -> dict[str, InSituTerms]:
-    """Each class's in-situ terms: dispatch gap, tail, and the factor of every kind measured."""
+def _in_situ(raw: Any, sizes: tuple[int, ...]) -> dict[str, InSituTerms]:
+    """Each class's in-situ terms: dispatch gap, tail, and the factor of every kind measured at each size."""
     classes = _object(raw, "in_situ", set(IN_SITU_CLASSES), set())
     out = {}
     for name, record in classes.items():
@@ -167,9 +171,15 @@ def _in_situ(raw: Any) -> dict[str, InSituTerms]:
         out[name] = InSituTerms(
             _number(record["dispatch_ms"], f"{where}.dispatch_ms", MAX_TIME_MS),
             _number(record["tail_ms"], f"{where}.tail_ms", MAX_TIME_MS),
-            {kind: _number(value, f"{where}.scale.{kind}", 1e6) for kind, value in scale.items()},
+            {kind: _factors(values, f"{where}.scale.{kind}", sizes) for kind, values in scale.items()},
         )
     return out
+
+
+def _factors(raw: Any, where: str, sizes: tuple[int, ...]) -> SizeCurve:
+    if not isinstance(raw, list) or len(raw) != len(sizes):
+        raise ValueError(f"cost file: {where} must list one factor per microbatch size ({len(sizes)}), got {raw!r:.60}")
+    return SizeCurve(sizes, tuple(_number(v, f"{where}[{i}]", 1e6) for i, v in enumerate(raw)))
 
 
 def _stages(raw: Any) -> dict[tuple[int, int, int], dict[str, float]]:
@@ -237,7 +247,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             model=dict(data.get("model", {})),
             provenance=dict(data.get("provenance", {})),
             stages=stages,
-            in_situ=_in_situ(data.get("in_situ", {})),
+            in_situ=_in_situ(data.get("in_situ", {}), sizes),
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None
