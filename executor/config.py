@@ -20,7 +20,8 @@ CUSTOM = "custom"
 DTYPES = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "staged")
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam")  # the planner's names (pipesim.sim.memory.OPTIMIZER_STATES)
+SGD_MOMENTUM = 0.9  # sgd-momentum's momentum: one buffer per parameter, as the planner counts it
 # The executor's Transformer: small enough that a CPU run takes seconds (the classic PyTorch tutorial model).
 SMALL_TRANSFORMER = TransformerShape(
     num_layers=4, hidden_size=128, ffn_size=512, num_heads=4, seq_len=64, vocab_size=1000
@@ -197,8 +198,8 @@ class TrainingConfig:
     """Steps run before the measured ones, not measured."""
     seed: int = 0
     """Seed of the model's weights and of the synthetic data."""
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    """The optimizer."""
+    optimizer: Literal["sgd", "sgd-momentum", "adam"] = "sgd"
+    """The optimizer: sgd, sgd-momentum (momentum 0.9: one buffer per parameter) or adam."""
     lr: float = 0.01
     """Learning rate."""
     recompute: bool = False

@@ -6,7 +6,9 @@ follows a run from its folder. Both sides import these names; executor.host.run_
       schedule.json    pipesim.io.formats schedule doc (launcher writes, workers read)
       measured.json    measured Timeline doc + step_times_ms, losses, peak_memory_bytes (rank 0 writes;
                        with data parallelism, replica 0's ranks)
-      cost.json        pipesim cost file from the profile phase (rank 0 writes, with --profile)
+      cost.json        pipesim cost file from the profile phase (rank 0 writes, with --profile); in the folder of
+                       `executor profile`, the model profiled per unit (version 2)
+      profile_request.json  `executor profile`'s sizes, optimizers and repetitions (launcher writes, ranks read)
       simulated.json   the prediction: the schedule simulated with cost.json (launcher writes)
       analysis.json    where the measured step went, per rank (launcher writes)
       reference.json   torch.distributed.pipelining step times and losses (with --reference)
@@ -27,6 +29,7 @@ CONFIG_FILE = "config.json"
 SCHEDULE_FILE = "schedule.json"
 MEASURED_FILE = "measured.json"
 COST_FILE = "cost.json"
+PROFILE_REQUEST_FILE = "profile_request.json"
 SIMULATED_FILE = "simulated.json"
 ANALYSIS_FILE = "analysis.json"
 REFERENCE_FILE = "reference.json"

@@ -19,7 +19,9 @@ COLLECTIVE_KINDS = frozenset({"unshard", "reshard", "reduce_grad"})
 class Span(NamedTuple):
     """One action on one rank, from `start` to `end` (milliseconds).
 
-    `step` numbers the training step for measured timelines that hold several.
+    `step` numbers the training step for measured timelines that hold several. `replica` is the data-parallel
+    replica the rank belongs to (a measured run with `--data-parallel D` holds every replica's ranks: `rank` is
+    the pipeline rank, 0 to num_ranks - 1, in each); 0 without data parallelism and in simulations (one replica).
     """
 
     rank: int
@@ -27,6 +29,7 @@ class Span(NamedTuple):
     start: float
     end: float
     step: int = 0
+    replica: int = 0
 
     @property
     def duration(self) -> float:
@@ -48,6 +51,7 @@ class CommSpan(NamedTuple):
     start: float
     end: float
     step: int = 0
+    replica: int = 0  # as Span.replica
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,42 @@ class Timeline:
     schedule_name: str = ""
     comm: tuple[CommSpan, ...] = ()
     meta: dict = field(default_factory=dict, compare=False)
+
+
+def replicas(tl: Timeline) -> int:
+    """How many data-parallel replicas the timeline holds spans of (1 unless a measured run kept them all)."""
+    return 1 + max((s.replica for s in tl.spans), default=0)
+
+
+def select_replica(tl: Timeline, replica: int) -> Timeline:
+    """The spans of one replica (what a per-replica simulation is compared with); the timeline itself when it
+    holds one replica."""
+    if replicas(tl) == 1 and replica == 0:
+        return tl
+    spans = tuple(s for s in tl.spans if s.replica == replica)
+    if not spans:
+        raise ValueError(f"the timeline has no replica {replica}; it holds replicas 0 to {replicas(tl) - 1}")
+    comm = tuple(c for c in tl.comm if c.replica == replica)
+    return Timeline(tl.num_ranks, spans, tl.source, tl.schedule_name, comm, {**tl.meta, "replica": replica})
+
+
+def replica_lanes(tl: Timeline) -> tuple[Timeline, list[str]]:
+    """Every replica's ranks as lanes of their own, for a figure or a trace that draws one lane per rank: lane
+    replica x num_ranks + rank (replica 0's ranks first), with their labels ("replica d · rank r"). One replica:
+    the timeline as it is, labelled "rank r"."""
+    count = replicas(tl)
+    if count == 1:
+        return tl, [f"rank {r}" for r in range(tl.num_ranks)]
+    n = tl.num_ranks
+    spans = tuple(s._replace(rank=s.replica * n + s.rank) for s in tl.spans)
+    comm = tuple(
+        c._replace(
+            rank=c.replica * n + c.rank, peer=c.peer if c.kind == "allreduce" or c.peer < 0 else c.replica * n + c.peer
+        )
+        for c in tl.comm
+    )
+    labels = [f"replica {d} · rank {r}" for d in range(count) for r in range(n)]
+    return Timeline(n * count, spans, tl.source, tl.schedule_name, comm, {**tl.meta, "replica_lanes": count}), labels
 
 
 def select_step(tl: Timeline, step: int) -> Timeline:

@@ -26,11 +26,14 @@ def record(offset: float) -> dict:
 
 
 def test_summarise_takes_medians_and_nets_out_receive_waits():
+    """The dispatch gap is each kind's median weighted by its count: catches the median over every action, which a
+    split backward's W (a 15 us gap) sets for the F and I gaps too (issue 18)."""
     summary = summarise([record(0.0), record(100.0), record(200.0)])
     assert summary["durations_ms"]["0"]["F"] == pytest.approx(1.0)
     assert summary["durations_ms"]["0"]["B"] == pytest.approx(3.6)
-    # gaps: 0.1, 0.2 - 0.15 = 0.05, 0.1 -> median 0.1
-    assert summary["dispatch_ms"] == pytest.approx(0.1)
+    # gaps: F 0.1 and 0.2 - 0.15 = 0.05 (median 0.075 over the steps), B 0.1; weighted by count: (2 x 0.075 + 0.1) / 3
+    assert summary["dispatch_by_kind_ms"] == {"F": pytest.approx(0.075), "B": pytest.approx(0.1)}
+    assert summary["dispatch_ms"] == pytest.approx((2 * 0.075 + 0.1) / 3)
     assert summary["tail_ms"] == pytest.approx(1.5)
     assert summary["steps"] == 3
 

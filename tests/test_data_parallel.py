@@ -83,11 +83,20 @@ def test_issue_command_writes_the_timeline_with_the_all_reduce_the_prediction_an
     measured = read_json(out / "measured.json")
     assert measured["data_parallel"] == 2 and measured["dtype"] == "bf16"
     timeline = timeline_from_dict(measured)
-    assert timeline.num_ranks == 2  # replica 0's ranks
-    for rank in (0, 1):
-        for step in range(3):
-            syncs = [c for c in timeline.comm if c.kind == "allreduce" and c.rank == rank and c.step == step]
-            assert len(syncs) == 1 and syncs[0].peer == 2 and syncs[0].end >= syncs[0].start
+    assert timeline.num_ranks == 2  # pipeline ranks, each span tagged with its replica (issue 18)
+    assert {(s.replica, s.rank) for s in timeline.spans} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    for replica in (0, 1):
+        for rank in (0, 1):
+            for step in range(3):
+                syncs = [
+                    c
+                    for c in timeline.comm
+                    if c.kind == "allreduce" and (c.replica, c.rank, c.step) == (replica, rank, step)
+                ]
+                assert len(syncs) == 1 and syncs[0].peer == 2 and syncs[0].end >= syncs[0].start
+    trace = read_json(out / "trace.json")  # the Perfetto view shows every replica's ranks
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"replica 0 · rank 0 compute", "replica 1 · rank 1 compute"} <= names
     lags = measured["allreduce_replica_lag_ms"]
     assert len(lags) == 2 and all(len(row) == 3 and min(row) >= 0 for row in lags)
     cost = read_json(out / "cost.json")

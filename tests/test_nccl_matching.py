@@ -83,3 +83,21 @@ def test_fifo_rule_catches_a_receive_order_that_tags_hide(monkeypatch: pytest.Mo
         for stage in right_grads
         for a, b in zip(fifo_grads[stage], right_grads[stage], strict=True)
     )
+
+
+GLOO_CASES = [s for s in registered_at(2, 4)]
+
+
+@pytest.mark.parametrize("schedule", GLOO_CASES, ids=[s.name for s in GLOO_CASES])
+def test_every_receive_posted_at_the_start_gives_the_same_step(schedule: Schedule) -> None:
+    """Over gloo a rank posts every receive of its step when the step starts (`ahead_for`: posting mid-step waited
+    on gloo's I/O thread for milliseconds on busy cores): the step computes what a window of 2 computes, under
+    either matching rule."""
+    assert runtime_module.ahead_for("gloo") is None and runtime_module.ahead_for("staged") is None
+    assert runtime_module.ahead_for("nccl") == 4
+    window_grads, window_losses, _, _ = run_pipeline(schedule, "fp32", "tag")
+    for matching in ("tag", "fifo"):
+        all_grads, all_losses, hub, _ = run_pipeline(schedule, "fp32", matching, lookahead=None)
+        assert not hub.tag_mismatches and all_losses == window_losses
+        for stage, expected in window_grads.items():
+            assert all(torch.equal(a, b) for a, b in zip(all_grads[stage], expected, strict=True))

@@ -214,7 +214,9 @@ def test_front_and_best_equal_brute_force(cap):
     if not fitting:
         assert best is None
     else:
-        assert best.fits and best.step_ms == min(c.step_ms for c in fitting)
+        assert best.fits and best.step_ms == pytest.approx(min(c.step_ms for c in fitting), abs=1e-6)
+        tied = [c for c in fitting if round(c.step_ms, 6) == round(best.step_ms, 6)]
+        assert best.peak_memory_bytes == min(c.peak_memory_bytes for c in tied)  # less memory breaks a tie
 
 
 def test_a_tighter_cap_moves_the_best_to_less_memory():
@@ -358,3 +360,11 @@ def test_plan_from_a_cost_file_reads_its_stages_as_units(tmp_path, capsys):
     assert best["split"] == [5]  # the heavy last unit alone on the second rank
     assert main(["plan", "--cost", str(path), "--layers", "4", "--devices", "2", "--global-batch", "8"]) == 2
     assert "--cost replaces the model description" in capsys.readouterr().err
+
+
+def test_steps_equal_but_for_the_last_bits_tie_and_less_memory_wins():
+    """GPipe and 1F1B on 2 ranks have the same step, which float rounding once made 51.891833181710126 against
+    51.89183318171015: the plan recommended GPipe with three times the memory (issue 18's bench)."""
+    gpipe = Candidate("gpipe", 2, 8, 1, False, 2, None, step_ms=51.891833181710126, peak_memory_bytes=20e6, fits=True)
+    onef = Candidate("1f1b", 2, 8, 1, False, 2, None, step_ms=51.89183318171015, peak_memory_bytes=7e6, fits=True)
+    assert best_candidate([gpipe, onef]) is onef and best_candidate([onef, gpipe]) is onef

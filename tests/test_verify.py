@@ -90,10 +90,10 @@ def test_top_candidates_become_executor_runs_with_their_split_points(plan_file):
 def test_a_plan_without_a_model_is_refused_before_anything_runs(tmp_path, capsys):
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"candidates": [], "inputs": {"cost_file": "cost.json"}}))
-    with pytest.raises(ValueError, match="no model description"):
+    with pytest.raises(ValueError, match="has no model"):
         verify.verify_plan(path, 2, runs_root=tmp_path / "runs")
     exit_ = executor_main(["verify-plan", str(path), "--top", "2", "--runs-root", str(tmp_path / "runs")])
-    assert exit_ == 2 and "no model description" in capsys.readouterr().err
+    assert exit_ == 2 and "has no model" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 
@@ -119,14 +119,140 @@ def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     written = json.loads(plan_file.with_name("plan-verify.json").read_text())
-    rows = written["rows"]
+    rows = written["candidates"]
     assert len(rows) == 2 and all(r["measured_ms"] > 0 and r["error"] is None for r in rows), rows
     plan = json.loads(plan_file.read_text())
     assert rows[0]["candidate"]["step_ms"] == plan["best"]["step_ms"]  # the recommendation runs first
-    assert written["spearman"] in (-1.0, 1.0)  # two measured rows: the same order or the reverse
+    if written["indistinguishable"]:  # two predictions within the model's uncertainty: not ranked
+        assert written["spearman"] is None
+    else:  # two measured rows: the same order or the reverse
+        assert written["spearman"] in (-1.0, 1.0)
     assert written["recommended_gap"] >= 0 and written["measured_best"] in {r["label"] for r in rows}
     assert "Spearman" in out
     for row in rows:  # each candidate ran with its own schedule and split
         config = json.loads((Path(row["run_dir"]) / "config.json").read_text())
         assert config["pipeline"]["schedule"] == row["candidate"]["schedule"]
         assert list(config["model"]["split_points"]) == row["candidate"]["split"]
+
+
+# --- issue 18: the tie rule, the plan's own optimizer and model, the JSON a verification writes ------------------
+
+
+def test_predictions_within_their_uncertainty_are_indistinguishable_not_ranked():
+    """The README's old example printed three predictions that differed by 0.004 ms and a Spearman of -1.00 over
+    them: catches a comparison that ranks predictions closer than their own uncertainty."""
+    rows = [VerifyRow("a", {}, 340.39, 450.5), VerifyRow("b", {}, 340.392, 388.1), VerifyRow("c", {}, 340.394, 187.3)]
+    tied = compare(rows, uncertainty=0.01)
+    assert tied.indistinguishable and tied.spearman is None
+    assert any("indistinguishable" in note for note in tied.notes)
+    assert "none (the predictions are indistinguishable" in "\n".join(verify.summary_lines(tied))
+    apart = compare([VerifyRow("a", {}, 10.0, 10.5), VerifyRow("b", {}, 12.0, 12.2)], uncertainty=0.01)
+    assert not apart.indistinguishable and apart.spearman == pytest.approx(1.0)
+    close = compare([VerifyRow("a", {}, 10.0, 10.5), VerifyRow("b", {}, 10.05, 10.2), VerifyRow("c", {}, 13, 13)])
+    assert close.spearman is not None and any("a tie to the model" in note for note in close.notes)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "sgd-momentum", "adam"])
+def test_each_candidate_runs_with_the_plans_own_optimizer(plan_file, optimizer):
+    """Catches the old mapping that ran a plan priced for sgd-momentum with plain SGD."""
+    plan = json.loads(plan_file.read_text())
+    plan["inputs"]["optimizer"] = optimizer
+    config = candidate_config(plan, plan_candidates(plan, 1)[0], steps=2, warmup_steps=1, device="cpu", timeout_s=60)
+    assert config.training.optimizer == optimizer
+
+
+def test_the_executors_sgd_momentum_is_sgd_with_momentum():
+    import torch
+
+    from executor.rank.setup import optimizer_for
+
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    momentum = optimizer_for("sgd-momentum", params, 0.1)
+    assert isinstance(momentum, torch.optim.SGD) and momentum.defaults["momentum"] == 0.9
+    assert optimizer_for("sgd", params, 0.1).defaults["momentum"] == 0
+    assert isinstance(optimizer_for("adam", params, 0.1), torch.optim.Adam)
+    with pytest.raises(ValueError, match="unknown optimizer 'lion'"):
+        optimizer_for("lion", params, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda p: p["inputs"].update(optimizer="lion"), "optimizer 'lion', which the executor does not run"),
+        (lambda p: p["inputs"]["model"].update(dtype="fp8"), "dtype 'fp8', which the executor does not run"),
+    ],
+)
+def test_settings_the_executor_cannot_run_are_refused_not_replaced(plan_file, change, message):
+    plan = json.loads(plan_file.read_text())
+    change(plan)
+    with pytest.raises(ValueError, match=message):
+        candidate_config(plan, plan_candidates(plan, 1)[0], steps=2, warmup_steps=1, device="cpu", timeout_s=60)
+
+
+def test_a_profiled_plan_runs_its_own_model(plan_file):
+    plan = json.loads(plan_file.read_text())
+    plan["inputs"]["executor_model"] = {"kind": "custom", "spec": "examples.gpt_small:build_tiny"}
+    plan["inputs"]["run"] = {"device": "cpu", "dtype": "bf16"}
+    config = candidate_config(plan, plan_candidates(plan, 1)[0], steps=2, warmup_steps=1, device="cpu", timeout_s=60)
+    assert config.model.spec == "examples.gpt_small:build_tiny" and config.training.dtype == "bf16"
+
+
+class _FakeRun:
+    """What `start_run` returns, already finished: a measured median, its steps and the tracked memory."""
+
+    def __init__(self, run_dir: Path, step_ms: float, memory: list[float]) -> None:
+        from executor.host.run_folder import RunResult
+
+        run_dir.mkdir(parents=True)
+        (run_dir / "measured.json").write_text(json.dumps({"tracked_peak_bytes": memory}))
+        times = [step_ms * 0.98, step_ms, step_ms * 1.02]
+        self.result = RunResult(run_dir, "ok", "", None, None, step_times_ms=times, measured_step_ms=step_ms)
+        self.progress = 1.0
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self, timeout: float | None = None):
+        return self.result
+
+
+def test_verify_writes_the_promised_json_with_measured_cv_and_memory(plan_file, tmp_path, monkeypatch):
+    from executor.host import launch
+
+    started = []
+
+    def fake_start(config, runs_root, name):
+        started.append(config)
+        candidate = plan_candidates(json.loads(plan_file.read_text()), 3)[len(started) - 1]
+        return _FakeRun(runs_root / name, candidate["step_ms"] * 1.05, list(candidate["rank_memory_bytes"]))
+
+    monkeypatch.setattr(launch, "start_run", fake_start)
+    out = tmp_path / "verify.json"
+    progress = []
+    result = verify.verify_plan(plan_file, 3, runs_root=tmp_path / "runs", json_out=out, on_progress=progress.append)
+    written = json.loads(out.read_text())
+    assert {"candidates", "spearman", "recommended_gap"} <= set(written)
+    for row in written["candidates"]:
+        assert {"predicted_ms", "measured_ms", "measured_cv"} <= set(row)
+        assert row["error_fraction"] == pytest.approx(1 / 1.05 - 1) and row["memory_error"] == pytest.approx(0.0)
+        assert row["measured_cv"] == pytest.approx(0.0163, abs=1e-3)
+    assert written["spearman"] == pytest.approx(1.0) and result.recommended_gap == pytest.approx(0.0)
+    assert progress[-1].fraction == 1.0 and len(started) == 3
+    assert all(c.training.steps == verify.DEFAULT_STEPS for c in started)
+
+
+def test_a_cancelled_verification_skips_the_candidates_left(plan_file, tmp_path, monkeypatch):
+    import threading
+
+    from executor.host import launch
+
+    cancel = threading.Event()
+
+    def fake_start(config, runs_root, name):
+        cancel.set()  # the user cancels while the first candidate runs
+        return _FakeRun(runs_root / name, 10.0, [])
+
+    monkeypatch.setattr(launch, "start_run", fake_start)
+    result = verify.verify_plan(plan_file, 3, runs_root=tmp_path / "runs", cancel=cancel)
+    assert result.rows[0].measured_ms == 10.0
+    assert [r.error for r in result.rows[1:]] == ["cancelled before it ran"] * 2

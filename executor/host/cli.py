@@ -11,7 +11,9 @@ Usage:
     python -m executor list [--runs-root runs]
     python -m executor show runs/NAME [--json]
     python -m executor cancel runs/NAME [--timeout S]   (a run of any process: its launcher stops it calmly)
-    python -m executor verify-plan plan.json --top 3 [--steps 3] [--device cpu]   (executor/host/verify.py)
+    python -m executor profile --model transformer|cnn|package.module:factory --microbatch-sizes 1,2 --out D
+        (executor/host/unit_profile.py: the model timed unit by unit, D/cost.json for pipesim plan --cost)
+    python -m executor verify-plan plan.json --top 3 [--steps 30] [--device cpu] [--json OUT] (executor/host/verify.py)
     python -m executor doctor [--device auto|cpu|cuda] [--out D]   (executor/host/doctor.py: does this machine work?)
 
 `run`'s flags are generated from the run's configs (executor/config.py: each field's docstring is its help;
@@ -30,7 +32,7 @@ from collections.abc import Callable, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
-from executor.host import cli_run, cli_runs, doctor
+from executor.host import cli_profile, cli_run, cli_runs, doctor
 from executor.run_files import RESULT_FILE
 from pipesim.flags import Parser, run_main
 from pipesim.io.formats import UnwritableOutput
@@ -82,6 +84,13 @@ COMMANDS = MappingProxyType(
             cli_runs.add_verify_arguments,
             cli_runs.cmd_verify_plan,
             "Exit status: 0 at least one candidate ran; 1 none did; 2 a usage error (the plan cannot be read).",
+        ),
+        "profile": Command(
+            "time a model unit by unit for the planner (D/cost.json)",
+            cli_profile.add_arguments,
+            cli_profile.cmd_profile,
+            "Exit status: 0 the profile was written; 1 it failed, timed out or could not be written; 2 a usage "
+            "error (one line on stderr; nothing was started); 130 interrupted (every process ended).",
         ),
         "doctor": Command(
             "check this machine with a few small runs (GPU or CPU)",

@@ -38,7 +38,7 @@ OK_STATUSES = ("ok", "partial")
 INTERRUPTED, TERMINATED = 130, 143
 
 
-def _model_choice(text: str) -> str:
+def model_choice(text: str) -> str:
     if text in MODEL_KINDS or ":" in text:
         return text
     raise argparse.ArgumentTypeError(f"unknown model {text!r}; valid: {', '.join(MODEL_KINDS)} or {SPEC_HELP}")
@@ -56,7 +56,7 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     )
     groups[f"{SECTION}.model"].add_argument(
         "--model",
-        type=_model_choice,
+        type=model_choice,
         default="transformer",
         metavar="MODEL",
         help=f"{' or '.join(MODEL_KINDS)} (sized by the flags below), or your own: {SPEC_HELP} "

@@ -167,12 +167,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_plan(args: argparse.Namespace) -> int:
+    import threading
+
     from executor.host import verify
+    from pipesim.io.formats import check_output
 
     def progress(row: verify.VerifyRow) -> None:
         measured = "failed" if row.measured_ms is None else f"{row.measured_ms:.2f} ms"
         print(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}", flush=True)
 
+    if args.json is not None:
+        check_output(args.json)  # before any run: an unwritable output must not cost the user the runs
+    cancel = threading.Event()
     try:
         result = verify.verify_plan(
             args.plan,
@@ -183,9 +189,14 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
             device=args.device,
             timeout_s=args.timeout,
             on_row=progress,
+            cancel=cancel,
+            json_out=args.json,
         )
     except (ValueError, OSError, KeyError) as error:
         raise UsageError(str(error)) from None
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
     print("\n".join(verify.summary_lines(result)), flush=True)
     return 0 if any(r.measured_ms is not None for r in result.rows) else 1
 
@@ -223,16 +234,47 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    from executor.host.verify import DEFAULT_STEPS, DEFAULT_WARMUP
+
     parser.add_argument("plan", type=Path, metavar="PLAN", help="a plan file from python -m pipesim plan --json")
-    parser.add_argument("--top", type=int, default=3, metavar="K", help="run the K best candidates (default 3)")
-    parser.add_argument("--steps", type=int, default=3, metavar="N", help="measured steps per run (default 3)")
+    parser.add_argument("--top", type=_positive, default=3, metavar="K", help="run the K best candidates (default 3)")
     parser.add_argument(
-        "--warmup-steps", type=int, default=1, metavar="N", help="unmeasured steps before them (default 1)"
+        "--steps",
+        type=_positive,
+        default=DEFAULT_STEPS,
+        metavar="N",
+        help=f"measured steps per run, their median compared (default {DEFAULT_STEPS})",
     )
-    parser.add_argument("--device", choices=DEVICES, default="cpu", help="where the runs go (default cpu)")
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=DEFAULT_WARMUP,
+        metavar="N",
+        help=f"unmeasured steps before them (default {DEFAULT_WARMUP})",
+    )
+    parser.add_argument(
+        "--device", choices=DEVICES, default=None, help="where the runs go (default: the plan's profile's, else cpu)"
+    )
     parser.add_argument(
         "--timeout", type=float, default=300.0, metavar="S", help="seconds per candidate's run (default 300)"
     )
     parser.add_argument(
         "--runs-root", type=Path, default=Path("runs"), metavar="DIR", help="where the runs go (default runs)"
     )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="OUT",
+        help="write the comparison: candidates (predicted_ms, measured_ms, measured_cv, memory), spearman, "
+        "recommended_gap",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r:.40}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value

@@ -97,14 +97,14 @@ def order_problems(run: DoctorRun) -> tuple[int, list[str]]:
     if timeline is None or schedule is None:
         return 0, [f"{run.name}: no measured timeline"]
     plan, stages = comm_plan(schedule), schedule.num_stages
-    ends = {(s.step, s.action): s.end for s in timeline.spans}
+    ends = {(s.step, s.replica, s.action): s.end for s in timeline.spans}  # every replica is its own pipeline
     checked, problems = 0, []
     for span in timeline.spans:
         key = needed_message(span.action, stages)
         if key is None or plan.source(key) == span.rank:
             continue
         producer = plan.producer[key]
-        end = ends.get((span.step, producer))
+        end = ends.get((span.step, span.replica, producer))
         checked += 1
         if end is None:
             problems.append(f"{run.name} step {span.step}: {span.action} has no producer {producer} on the timeline")

@@ -300,7 +300,11 @@ def start_run(
             shutil.rmtree(run_dir, ignore_errors=True)
         reason = getattr(error, "strerror", None) or error
         raise UnwritableOutput(f"cannot write the run folder {run_dir}: {reason}") from None
-    handle = RunHandle(run_dir, config, schedule, on_event)
+    return start_handle(RunHandle(run_dir, config, schedule, on_event))
+
+
+def start_handle(handle: RunHandle) -> RunHandle:
+    """Start a handle's supervising thread; it is ended with this process if it has not ended (`_LIVE`)."""
     _LIVE.add(handle)
     handle._thread.start()
     return handle

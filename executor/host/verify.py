@@ -1,105 +1,61 @@
-"""Verify a plan for real: run its top K candidates with the executor, compare predicted with measured step times.
+"""Verify a plan for real: run its top K candidates with the executor, compare predicted with measured step times
+and peak memory.
 
-    python -m executor verify-plan plan.json --top 3 [--steps 3 --warmup-steps 1 --device cpu --runs-root runs]
+    python -m executor verify-plan plan.json --top 3 [--steps 30 --warmup-steps 3 --device cpu --json OUT]
 
-The plan (`python -m pipesim plan --json`) must come from a model description: it maps onto the executor's
-Transformer (hidden_size -> d_model, the same layers, heads, ffn, sequence and vocabulary), and each candidate's
-split points are unit indices of that very model (embedding, blocks, head), so they pass to `--split-points`
-unchanged. Candidates run one after another (they would share the machine's cores otherwise), in the plan's
-order: fitting candidates fastest first.
+Each candidate runs on the model the plan was made for: the executor's model section a unit profile recorded
+(`executor profile`: the built-in Transformer or CNN, or your own factory, checked in its sandbox before it runs),
+or the model description mapped onto the executor's Transformer (hidden_size -> d_model, the same layers, heads,
+ffn, sequence and vocabulary). Split points, microbatch size, chunks, recomputation, the optimizer and the dtype
+are the plan's, unchanged; an optimizer or dtype the executor cannot run is refused, never replaced. Candidates run
+one after another (they would share the machine's cores otherwise), in the plan's order: fitting candidates
+fastest first.
 
-What is reported: per candidate the predicted and the measured (median) step time; the Spearman rank
-correlation between the two orders (does the planner rank them as the machine does?); and how far the
-recommended candidate (the plan's first) is from the measured best. The comparison is pure arithmetic
-(`compare`), so the app and the tests use it on results from anywhere. No torch import: the app imports this.
+What is reported, per candidate: the predicted step and the measured one (the median of `steps` steps, after
+`warmup_steps` unmeasured ones) with the coefficient of variation of the measured steps (`measured_cv`: how far
+the machine's noise lets the comparison go), and the predicted peak memory per rank against the measured one
+(tracked tensor bytes on the CPU: parameters, gradients, optimizer state and the stashed activations;
+`torch.cuda.max_memory_allocated` on a GPU). Over the candidates: the Spearman rank correlation between predicted
+and measured order, and how far the recommended candidate (the plan's first) is from the measured best. When the
+predictions differ by no more than their own uncertainty (the plan's `calibration.uncertainty`), the candidates are
+indistinguishable to the model: no rank correlation is reported (it would rank noise).
+
+The comparison is pure arithmetic (`compare`), and no torch is imported here: the app imports this module and calls
+`verify_plan` (or `start_verify`, in the background) with progress and cancel (docs/design.md).
 """
 
 from __future__ import annotations
 
+import statistics
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from executor.config import ModelConfig, RunConfig, run_config
+from executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
+from executor.host.verify_compare import (
+    DEFAULT_UNCERTAINTY,
+    Verification,
+    VerifyRow,
+    compare,
+    indistinguishable,
+    ranks_of,
+    spearman,
+    summary_lines,
+)
+from executor.run_files import MEASURED_FILE
 from pipesim.cost.shape import TransformerShape
 from pipesim.io.formats import read_json, write_json
 from pipesim.schedules import schedule_info
 
-EXECUTOR_OPTIMIZERS = {"sgd": "sgd", "adam": "adam"}
-
-
-@dataclass
-class VerifyRow:
-    """One candidate: what the plan predicted and what the run measured (None when it failed: `error` says why)."""
-
-    label: str
-    candidate: dict[str, Any]
-    predicted_ms: float
-    measured_ms: float | None = None
-    run_dir: str | None = None
-    error: str | None = None
-
-
-@dataclass
-class Verification:
-    rows: list[VerifyRow]
-    spearman: float | None  # None with fewer than 2 measured rows
-    recommended_gap: float | None  # measured(recommended) / measured best - 1
-    measured_best: str | None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rows": [vars(r) for r in self.rows],
-            "spearman": self.spearman,
-            "recommended_gap": self.recommended_gap,
-            "measured_best": self.measured_best,
-            "notes": self.notes,
-        }
-
-
-def ranks_of(values: list[float]) -> list[float]:
-    """Ranks 1..n, ties sharing their mean rank (Spearman's convention)."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def spearman(xs: list[float], ys: list[float]) -> float | None:
-    """Spearman's rank correlation: Pearson's on the ranks; None with < 2 values or when one side is all ties."""
-    if len(xs) != len(ys) or len(xs) < 2:
-        return None
-    rx, ry = ranks_of(xs), ranks_of(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    vx = sum((a - mx) ** 2 for a in rx)
-    vy = sum((b - my) ** 2 for b in ry)
-    return None if vx == 0 or vy == 0 else cov / (vx * vy) ** 0.5
-
-
-def compare(rows: list[VerifyRow]) -> Verification:
-    """Rank correlation over the measured rows and the gap of the recommended (first) row to the measured best."""
-    done = [r for r in rows if r.measured_ms is not None]
-    rho = spearman([r.predicted_ms for r in done], [r.measured_ms for r in done])
-    notes = [f"{r.label}: {r.error}" for r in rows if r.error]
-    if not done:
-        return Verification(rows, rho, None, None, notes + ["no candidate was measured"])
-    best = min(done, key=lambda r: r.measured_ms)
-    gap = None
-    if rows[0].measured_ms is not None:
-        gap = rows[0].measured_ms / best.measured_ms - 1
-    else:
-        notes.append("the recommended candidate did not run: no gap to the measured best")
-    return Verification(rows, rho, gap, best.label, notes)
+DEFAULT_STEPS = 30  # measured steps per candidate: on a busy 2-core machine the median of 30 holds to 1-2%
+DEFAULT_WARMUP = 3
+__all__ = [  # the comparison lives in verify_compare; callers (the app, the CLI, tests) find it here too
+    "Verification", "VerifyRow", "compare", "indistinguishable", "ranks_of", "spearman", "summary_lines",
+    "VerifyProgress", "VerifyHandle", "start_verify", "verify_plan", "plan_candidates", "candidate_config",
+]  # fmt: skip
+RUN_DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16"}
 
 
 def predicted_step_ms(c: dict[str, Any]) -> Any:
@@ -114,16 +70,24 @@ def plan_candidates(plan: dict[str, Any], top: int) -> list[dict[str, Any]]:
         for c in plan.get("candidates", [])
         if isinstance(c, dict) and c.get("error") is None and isinstance(predicted_step_ms(c), (int, float))
     ]
-    built.sort(key=lambda c: (not c.get("fits"), predicted_step_ms(c), c.get("peak_memory_bytes") or 0))
+    # ordered as the plan ranks them (pipesim.plan.report.ranked: step times to the nanosecond, less memory first)
+    built.sort(key=lambda c: (not c.get("fits"), round(predicted_step_ms(c), 6), c.get("peak_memory_bytes") or 0))
     return built[:top]
 
 
 def model_config(plan: dict[str, Any]) -> ModelConfig:
-    model = (plan.get("inputs") or {}).get("model")
+    """The model the plan was made for: a unit profile's own model section, or the description's Transformer."""
+    inputs = plan.get("inputs") or {}
+    if inputs.get("executor_model") is not None:
+        try:
+            return ModelConfig.from_dict(inputs["executor_model"])
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"the plan's model (inputs.executor_model) cannot be read: {error}") from None
+    model = inputs.get("model")
     if not isinstance(model, dict):
         raise ValueError(
-            "the plan has no model description (inputs.model): plan from model flags, not a cost file, "
-            "to verify it with the executor's Transformer"
+            "the plan has no model (inputs.model or inputs.executor_model): plan from model flags or from a unit "
+            "profile (executor profile --out D; pipesim plan --cost D/cost.json) to verify it with the executor"
         )
     try:  # the plan's description and the executor's Transformer share their shape's fields (TransformerShape)
         return ModelConfig(transformer=TransformerShape(**{f.name: model[f.name] for f in fields(TransformerShape)}))
@@ -131,17 +95,35 @@ def model_config(plan: dict[str, Any]) -> ModelConfig:
         raise ValueError(f"the plan's model description has no {missing}") from None
 
 
+def run_settings(plan: dict[str, Any]) -> tuple[str, str, str | None]:
+    """(optimizer, dtype, device or None) the plan was priced for; ValueError for one the executor cannot run."""
+    inputs = plan.get("inputs") or {}
+    optimizer = inputs.get("optimizer", "adam")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(
+            f"the plan was priced for optimizer {optimizer!r:.40}, which the executor does not run (it runs "
+            f"{', '.join(OPTIMIZERS)}); a run with another optimizer would not verify this plan"
+        )
+    run = inputs.get("run") if isinstance(inputs.get("run"), dict) else {}
+    dtype = run.get("dtype") or (inputs.get("model") or {}).get("dtype") or "fp32"
+    if dtype not in RUN_DTYPES:
+        raise ValueError(
+            f"the plan was priced for dtype {dtype!r:.20}, which the executor does not run (fp32 or bf16); plan with "
+            "--dtype fp32 or bf16 to verify it"
+        )
+    device = run.get("device")
+    return optimizer, RUN_DTYPES[dtype], device if device in ("cpu", "cuda") else None
+
+
 def candidate_config(
     plan: dict[str, Any], c: dict[str, Any], *, steps: int, warmup_steps: int, device: str, timeout_s: float
 ) -> RunConfig:
     """The executor run of one candidate (ValueError when the executor cannot run it, e.g. data parallelism)."""
     if c.get("data_parallel", 1) != 1:
-        raise ValueError(f"{c['data_parallel']} data-parallel replicas: the executor runs one pipeline")
-    inputs = plan.get("inputs") or {}
-    optimizer = EXECUTOR_OPTIMIZERS.get(inputs.get("optimizer", "sgd"), "sgd")
+        raise ValueError(f"{c['data_parallel']} data-parallel replicas: verify-plan runs one pipeline per candidate")
+    optimizer, dtype, _ = run_settings(plan)
     chunks = c["virtual_stages"] if schedule_info(c["schedule"]).takes_chunks else None
-    model = model_config(plan)
-    model = replace(model, split_points=tuple(c["split"]) or None)
+    model = replace(model_config(plan), split_points=tuple(c["split"]) or None)
     return run_config(
         schedule=c["schedule"],
         num_ranks=c["ranks"],
@@ -152,6 +134,7 @@ def candidate_config(
         steps=steps,
         warmup_steps=warmup_steps,
         optimizer=optimizer,
+        dtype=dtype,
         recompute=c["recompute"],
         device=device,
         timeout_s=timeout_s,
@@ -166,18 +149,42 @@ def label(c: dict[str, Any]) -> str:
     )
 
 
+def measured_memory(run_dir: Path, device: str) -> tuple[list[float], str]:
+    """Per rank, the measured peak memory the plan's prediction is compared with, and what it is."""
+    measured = read_json(run_dir / MEASURED_FILE)
+    if device == "cuda":
+        return [float(x) for x in measured.get("peak_memory_bytes", [])], "cuda max_memory_allocated"
+    return [float(x) for x in measured.get("tracked_peak_bytes", [])], "tracked tensor bytes"
+
+
+@dataclass(frozen=True)
+class VerifyProgress:
+    """Where a verification is: `fraction` of it done, the candidate running (`index` of `total`), in words."""
+
+    fraction: float
+    index: int
+    total: int
+    text: str
+
+
 def verify_plan(
     plan_path: Path,
     top: int,
     *,
     runs_root: Path = Path("runs"),
-    steps: int = 3,
-    warmup_steps: int = 1,
-    device: str = "cpu",
+    steps: int = DEFAULT_STEPS,
+    warmup_steps: int = DEFAULT_WARMUP,
+    device: str | None = None,
     timeout_s: float = 300.0,
     on_row: Callable[[VerifyRow], None] | None = None,
+    on_progress: Callable[[VerifyProgress], None] | None = None,
+    cancel: threading.Event | None = None,
+    json_out: Path | None = None,
 ) -> Verification:
-    """Run the plan's top `top` candidates one after another and compare; writes verify.json beside the plan."""
+    """Run the plan's top `top` candidates one after another and compare; writes PLAN-verify.json beside the plan
+    (and `json_out`). `device` None: the device the plan was profiled on, else the CPU. `cancel` set: the running
+    candidate is cancelled and the rest are not started (their rows say so). ValueError before anything runs
+    for a plan that cannot be verified."""
     from executor.host.launch import start_run
 
     if top < 1:
@@ -185,37 +192,102 @@ def verify_plan(
     plan = read_json(plan_path)
     if not isinstance(plan, dict):
         raise ValueError(f"{plan_path}: not a plan (expected a JSON object from python -m pipesim plan --json)")
-    model_config(plan)  # refuse a plan without a model before anything runs
+    model_config(plan)  # refuse a plan without a model, or with settings the executor cannot run, before any run
+    device = device or run_settings(plan)[2] or "cpu"
+    uncertainty = (plan.get("calibration") or {}).get("uncertainty", DEFAULT_UNCERTAINTY)
+    chosen = plan_candidates(plan, top)
     rows = []
-    for index, c in enumerate(plan_candidates(plan, top)):
-        row = VerifyRow(label(c), c, float(predicted_step_ms(c)))
+    for index, c in enumerate(chosen):
+        row = VerifyRow(label(c), c, float(predicted_step_ms(c)), predicted_memory_bytes=c.get("rank_memory_bytes", []))
+        rows.append(row)
+        if cancel is not None and cancel.is_set():
+            row.error = "cancelled before it ran"
+            continue
+        if on_progress is not None:
+            on_progress(VerifyProgress(index / len(chosen), index, len(chosen), f"running {row.label}"))
         try:
             config = candidate_config(
                 plan, c, steps=steps, warmup_steps=warmup_steps, device=device, timeout_s=timeout_s
             )
-            result = start_run(config, runs_root=runs_root, name=f"verify-{plan_path.stem}-{index}").wait()
+            handle = start_run(config, runs_root=runs_root, name=f"verify-{plan_path.stem}-{index}")
+            while not handle.done():
+                if cancel is not None and cancel.is_set():
+                    handle.cancel()
+                    break
+                if on_progress is not None:
+                    fraction = (index + handle.progress) / len(chosen)
+                    on_progress(VerifyProgress(fraction, index, len(chosen), f"running {row.label}"))
+                try:
+                    handle.wait(0.25)
+                except TimeoutError:
+                    pass
+            result = handle.wait()
             row.run_dir = str(result.run_dir)
             if result.status == "ok" and result.measured_step_ms is not None:
                 row.measured_ms = result.measured_step_ms
+                times = result.step_times_ms
+                row.measured_cv = statistics.pstdev(times) / statistics.mean(times) if len(times) > 1 else None
+                row.measured_memory_bytes, row.memory_kind = measured_memory(result.run_dir, config.devices.device)
             else:
                 row.error = f"run {result.status}: {result.message}".splitlines()[0]
         except ValueError as error:
             row.error = str(error).splitlines()[0]
-        rows.append(row)
         if on_row is not None:
             on_row(row)
-    verification = compare(rows)
+    verification = compare(rows, uncertainty)
     write_json(verification.to_dict(), plan_path.with_name(plan_path.stem + "-verify.json"))
+    if json_out is not None:
+        write_json(verification.to_dict(), json_out)
+    if on_progress is not None:
+        on_progress(VerifyProgress(1.0, len(chosen), len(chosen), "done"))
     return verification
 
 
-def summary_lines(v: Verification) -> list[str]:
-    lines = [f"{'candidate':44} {'predicted ms':>12} {'measured ms':>12}"]
-    for r in v.rows:
-        measured = "-" if r.measured_ms is None else f"{r.measured_ms:12.2f}"
-        lines.append(f"{r.label[:44]:44} {r.predicted_ms:12.2f} {measured:>12}" + (f"  ({r.error})" if r.error else ""))
-    rho = "-" if v.spearman is None else f"{v.spearman:+.2f}"
-    gap = "-" if v.recommended_gap is None else f"{v.recommended_gap:+.1%}"
-    lines.append(f"Spearman rank correlation (predicted vs measured order): {rho}")
-    lines.append(f"recommended candidate vs the measured best ({v.measured_best}): {gap}")
-    return lines + [f"note: {n}" for n in v.notes]
+class VerifyHandle:
+    """A verification in the background (for the app): `progress`, `rows` so far, `cancel()`, `wait()`."""
+
+    def __init__(self, plan_path: Path, top: int, **kwargs: Any) -> None:
+        self._cancel = threading.Event()
+        self._done = threading.Event()
+        self.progress = VerifyProgress(0.0, 0, top, "starting")
+        self.rows: list[VerifyRow] = []
+        self.result: Verification | None = None
+        self.error: Exception | None = None
+
+        def work() -> None:
+            try:
+                self.result = verify_plan(
+                    plan_path, top, on_row=self.rows.append, on_progress=self._set, cancel=self._cancel, **kwargs
+                )
+            except Exception as error:  # noqa: BLE001 - handed to the caller through `wait`
+                self.error = error
+            finally:
+                self._done.set()
+
+        self._thread = threading.Thread(target=work, name=f"verify {plan_path.name}", daemon=True)
+        self._thread.start()
+
+    def _set(self, progress: VerifyProgress) -> None:
+        self.progress = progress
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Cancel the running candidate (every process of its run ends) and skip the rest; returns at once."""
+        self._cancel.set()
+
+    def wait(self, timeout: float | None = None) -> Verification:
+        """The verification; re-raises what stopped it before any run (a plan that cannot be verified)."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the verification is still running after {timeout} s")
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+def start_verify(plan_path: Path, top: int, **kwargs: Any) -> VerifyHandle:
+    """`verify_plan` in a background thread (keyword arguments as verify_plan's, but on_row, on_progress and
+    cancel, which the handle holds)."""
+    return VerifyHandle(plan_path, top, **kwargs)

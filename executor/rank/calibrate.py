@@ -8,7 +8,10 @@ warmed by a different action) and everything between the actions. On a 2-core ma
 * each action kind's median duration per stage, under the schedule's real interleaving;
 * the dispatch gap before each action (`CostModel.dispatch_ms`): the time from the previous action's end (or
   the step's start) to this action's start, minus the time blocked in a receive, which the simulation
-  models separately (transfers and data dependencies);
+  models separately (transfers and data dependencies). One value per rank, the mean over the step's actions of
+  each kind's median gap: the gaps differ by kind (a W, which receives nothing, follows its I within 15 us; an
+  F or I that completes a receive waits about 0.1 ms), so the median over all actions, which a split
+  backward's W alone can set, priced ZB-H1's F and I gaps at the W's (issue 18: 10-15% short on 2 CPU ranks);
 * the tail after the last action (`CostModel.step_overhead_ms`): waiting for the last sends, the loss, the
   optimizer step and gradient zeroing.
 
@@ -107,7 +110,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     ([kind, peer, action text, start, end]) on one clock, as `train_loop.train_step` returns them.
     """
     durations: dict[str, dict[str, list[float]]] = {}
-    gaps: list[float] = []
+    gaps: dict[str, list[float]] = {}
     tails: list[float] = []
     for record in records:
         waits = sorted((c[3], c[4]) for c in record["comm"] if c[0] == "recv")
@@ -115,7 +118,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         for text, start, end in record["spans"]:
             action = Action.parse(text)
             durations.setdefault(str(action.stage), {}).setdefault(action.kind.value, []).append(end - start)
-            gaps.append(max(start - previous - _blocked(waits, previous, start), 0.0))
+            gaps.setdefault(action.kind.value, []).append(max(start - previous - _blocked(waits, previous, start), 0.0))
             previous = end
         if record["spans"]:
             # The gradient all-reduce's wait is not overhead: the cost model has it (pipesim.data_parallel).
@@ -125,10 +128,18 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "durations_ms": {
             stage: {kind: statistics.median(v) for kind, v in kinds.items()} for stage, kinds in durations.items()
         },
-        "dispatch_ms": statistics.median(gaps) if gaps else 0.0,
+        "dispatch_ms": _gap_per_action(gaps),
+        "dispatch_by_kind_ms": {kind: statistics.median(values) for kind, values in gaps.items()},
         "tail_ms": statistics.median(tails) if tails else 0.0,
         "steps": len(records),
     }
+
+
+def _gap_per_action(gaps: dict[str, list[float]]) -> float:
+    """The dispatch gap the simulation charges every action: each kind's median gap, weighted by how many actions
+    of that kind the steps ran (so the gaps of a step add up as they did)."""
+    count = sum(len(values) for values in gaps.values())
+    return sum(statistics.median(values) * len(values) for values in gaps.values()) / count if count else 0.0
 
 
 def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

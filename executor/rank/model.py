@@ -168,12 +168,19 @@ def param_count(module: nn.Module) -> int:
 def split_stages(
     layers: Sequence[nn.Module], num_stages: int, split_points: Sequence[int] | None = None
 ) -> list[nn.Module]:
-    """Cut the layer list into `num_stages` nn.Sequential stages.
+    """Cut the layer list into `num_stages` nn.Sequential stages at `stage_starts` (see there)."""
+    bounds = (0, *stage_starts(layers, num_stages, split_points), len(layers))
+    return [nn.Sequential(*layers[bounds[s] : bounds[s + 1]]) for s in range(num_stages)]
 
-    Balanced by parameter count unless `split_points` (layer indices where a new stage
-    starts) are given: pipesim's one splitter (`pipesim.cost.balance.balance`, its tie rule: every stage as
-    full as the bottleneck allows) over the layers' parameter counts. More stages than layers is a ValueError
-    naming both counts.
+
+def stage_starts(
+    layers: Sequence[nn.Module], num_stages: int, split_points: Sequence[int] | None = None
+) -> tuple[int, ...]:
+    """Where each stage after the first starts (unit indices, the `--split-points` convention).
+
+    Balanced by parameter count unless `split_points` are given: pipesim's one splitter
+    (`pipesim.cost.balance.balance`, its tie rule: every stage as full as the bottleneck allows) over the layers'
+    parameter counts. More stages than layers is a ValueError naming both counts.
     """
     if num_stages < 1:
         raise ValueError(f"num_stages must be at least 1, got {num_stages}")
@@ -183,11 +190,8 @@ def split_stages(
             "use fewer ranks or virtual stages, or a deeper model (--layers / --cnn-blocks)"
         )
     if split_points is None:
-        points = balance([param_count(layer) for layer in layers], num_stages).split_points
-    else:
-        points = check_split_points(split_points, len(layers), num_stages)
-    bounds = (0, *points, len(layers))
-    return [nn.Sequential(*layers[bounds[s] : bounds[s + 1]]) for s in range(num_stages)]
+        return tuple(balance([param_count(layer) for layer in layers], num_stages).split_points)
+    return tuple(check_split_points(split_points, len(layers), num_stages))
 
 
 def make_batch(config: ModelConfig, batch_size: int, seed: int, step: int) -> tuple[Tensor, Tensor]:

@@ -12,9 +12,18 @@ flow. Each rank walks `schedule.actions[rank]` in order:
 "Hand to" is a local hand-over when both stages live on this rank, an isend
 otherwise. Receives are posted ahead: from the schedule every rank knows the
 exact order in which each peer sends to it, so it posts irecvs in that order,
-at most `lookahead` per peer beyond what it has consumed, and transfers
-overlap compute. Nothing synchronises per transfer: sends are waited for at
-the end of the step (or reaped once complete).
+at most `lookahead` per peer beyond what it has consumed (None: every receive of
+the step when it starts), and transfers overlap compute. Nothing synchronises
+per transfer: sends are waited for at the end of the step (or reaped once
+complete).
+
+Over gloo (CPU ranks, and GPU ranks staged through host memory) every receive of a
+step is posted when it starts (`ahead_for`): posting one mid-step waits on gloo's
+I/O thread, which on busy cores is descheduled for milliseconds at a time. Measured
+on 2 CPU cores (issue 18): GPipe, 16 microbatches of examples.gpt_small on 2 ranks,
+took 40-43 ms a step with 4 posted ahead (three or four 1-5 ms stalls in posting)
+and 28-29 ms with all posted at the start, as the simulation predicts; 1F1B 31-33 ms
+against 29-31. NCCL keeps a window of 4 (each posted receive holds a GPU buffer).
 """
 
 from __future__ import annotations
@@ -71,8 +80,14 @@ class StepRecord:
         }
 
 
+def ahead_for(transport: str) -> int | None:
+    """How many receives per peer a rank keeps posted beyond those it consumed: all of the step's over gloo
+    (see the module docstring), 4 over NCCL."""
+    return None if transport in ("gloo", "staged") else 4
+
+
 class _Inbox:
-    """Receives from one peer, posted in the peer's send order, at most `lookahead` ahead."""
+    """Receives from one peer, posted in the peer's send order, at most `lookahead` ahead (None: all)."""
 
     def __init__(self, runtime: PipelineRuntime, src: int, keys: tuple[Message, ...]) -> None:
         self.runtime, self.src, self.keys = runtime, src, keys
@@ -89,7 +104,8 @@ class _Inbox:
         self.next += 1
 
     def top_up(self) -> None:
-        while self.next < len(self.keys) and self.next - self.consumed < self.runtime.lookahead:
+        window = self.runtime.lookahead
+        while self.next < len(self.keys) and (window is None or self.next - self.consumed < window):
             self._post()
 
     def take(self, key: Message) -> PendingRecv:
@@ -120,7 +136,7 @@ class PipelineRuntime:
         transport: Any,
         clock: Any,
         dtype: torch.dtype = torch.float32,
-        lookahead: int = 4,
+        lookahead: int | None = 4,
         stash_bytes: dict[int, tuple[int, int, int]] | None = None,
         label_actions: bool = False,
         grad_sync: Any = None,
@@ -135,8 +151,8 @@ class PipelineRuntime:
             raise ValueError(
                 f"rank {rank} holds stages {schedule.stages_of_rank(rank)} but got runners for {sorted(runners)}"
             )
-        if lookahead < 1:
-            raise ValueError(f"lookahead must be at least 1, got {lookahead}")
+        if lookahead is not None and lookahead < 1:
+            raise ValueError(f"lookahead must be at least 1 (or None: all), got {lookahead}")
         self.schedule, self.rank, self.runners = schedule, rank, runners
         self.shapes, self.transport, self.clock = list(shapes), transport, clock
         self.dtype, self.lookahead = dtype, lookahead
@@ -319,6 +335,7 @@ class RankModel:
     stash_bytes: dict[int, tuple[int, int, int]]
     make_batch: Any = None  # (batch_size, seed, step) -> (inputs, targets): executor.model.model_parts' maker
     wire_dtype: torch.dtype = torch.float32  # of the tensors that cross between ranks
+    split_points: tuple[int, ...] = ()  # where each stage after the first starts (unit indices)
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for stage in sorted(self.runners) for p in self.runners[stage].parameters()]
@@ -338,11 +355,12 @@ def build_rank_model(
     """Build the full layer list (same weights on every rank), keep this rank's stages, move them to `device`.
 
     dtype "bf16": the stages compute under autocast and hand bfloat16 tensors to other ranks (executor.stage)."""
-    from executor.rank.model import model_parts, split_stages, stage_io_shapes
+    from executor.rank.model import model_parts, split_stages, stage_io_shapes, stage_starts
     from executor.rank.stage import measure_stash_bytes, tensor_bytes
 
     layers, make_batch, loss = model_parts(model_config, seed)
-    stages = split_stages(layers, schedule.num_stages, model_config.split_points)
+    starts = stage_starts(layers, schedule.num_stages, model_config.split_points)
+    stages = split_stages(layers, schedule.num_stages, starts)
     shapes = stage_io_shapes(stages, model_config, microbatch_size, make_batch)
     sample, target = make_batch(microbatch_size, seed, 0)
     last = schedule.num_stages - 1
@@ -367,7 +385,7 @@ def build_rank_model(
         stash_bytes[stage] = (activation, weight, tensor_bytes(x))
         runners[stage] = runner
     del stages
-    return RankModel(runners, shapes, stash_bytes, make_batch, wire)
+    return RankModel(runners, shapes, stash_bytes, make_batch, wire, starts)
 
 
 def microbatches(batch: Tensor, num_microbatches: int, device: torch.device) -> list[Tensor]:

@@ -11,8 +11,15 @@ from datetime import timedelta
 
 import torch
 
-from executor.config import RunConfig
-from executor.rank.runtime import PipelineRuntime, RankModel, build_rank_model, microbatches, schedule_links
+from executor.config import OPTIMIZERS, SGD_MOMENTUM, RunConfig
+from executor.rank.runtime import (
+    PipelineRuntime,
+    RankModel,
+    ahead_for,
+    build_rank_model,
+    microbatches,
+    schedule_links,
+)
 from executor.rank.timing import CudaClock, HostClock, make_clock
 from executor.rank.transport import BackendChoice, Transport, env_int, init_distributed, resolve_backend
 from pipesim.ir import Schedule
@@ -21,9 +28,19 @@ from pipesim.semantics.lower import overlap_groups
 
 def make_optimizer(config: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """The run's optimizer over `params` (ours and torch's reference use this same factory)."""
-    if config.training.optimizer == "adam":
-        return torch.optim.Adam(params, lr=config.training.lr)
-    return torch.optim.SGD(params, lr=config.training.lr)
+    return optimizer_for(config.training.optimizer, params, config.training.lr)
+
+
+def optimizer_for(name: str, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """The optimizer `name` (executor.config.OPTIMIZERS) over `params`: the one mapping of the names the planner
+    prices (sgd, sgd-momentum, adam) onto torch's optimizers, which the profile times too."""
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
 
 
 @dataclass
@@ -149,6 +166,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         stash_bytes=model.stash_bytes,
         grad_sync=sync,
         label_actions=config.training.torch_profile,
+        lookahead=ahead_for(choice.transport),
     )
     return Rank(
         config,

@@ -166,8 +166,14 @@ class StageRunner:
         self.leaves = parameterised_leaves(module)
         self._needs_graph = not all(supports_explicit(m) for m in self.leaves)
         self._calls: list[LeafCall] | None = None
-        for leaf in self.leaves:
-            leaf.register_forward_hook(self._record_call)
+        self._hooks = [leaf.register_forward_hook(self._record_call) for leaf in self.leaves]
+
+    def remove_hooks(self) -> None:
+        """Take this runner's hooks off its leaves: a profile builds many runners over one model's layers, and
+        every hook left behind would slow each later forward of those layers."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
 
     def parameters(self) -> list[nn.Parameter]:
         return [p for p in self.module.parameters() if p.requires_grad]

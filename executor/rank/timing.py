@@ -163,28 +163,33 @@ def assemble_measured(
 ) -> tuple[Timeline, list[float]]:
     """The measured Timeline (steps 0..n-1, ms from each step's start) and each step's time.
 
-    `per_rank_steps[r]` lists rank r's measured steps in order, each a dict with
-    absolute times on rank r's clock: "start", "end" (step), "spans" as
+    `per_rank_steps[p]` lists process p's measured steps in order, each a dict with
+    absolute times on its clock: "start", "end" (step), "spans" as
     [action text, start, end] and "comm" as [kind, peer, action text, start, end].
-    A step starts at the earliest rank's start and ends at the latest rank's end.
+    With data parallelism there are num_ranks x replicas processes: process p is pipeline rank p mod num_ranks of
+    replica p // num_ranks, and its spans carry both (`Span.rank`, `Span.replica`).
+    A step starts at the earliest process's start and ends at the latest process's end.
     """
     counts = {len(steps) for steps in per_rank_steps}
     if len(counts) != 1:
         raise ValueError(f"ranks recorded different numbers of steps: {sorted(counts)}")
+    if len(per_rank_steps) % num_ranks:
+        raise ValueError(f"{len(per_rank_steps)} processes are not whole replicas of {num_ranks} ranks")
     spans: list[Span] = []
     comm: list[CommSpan] = []
     step_times: list[float] = []
     for step in range(counts.pop()):
         records = [steps[step] for steps in per_rank_steps]
-        origin = min(rec["start"] + offsets[r] for r, rec in enumerate(records))
-        step_times.append(max(rec["end"] + offsets[r] for r, rec in enumerate(records)) - origin)
-        for rank, rec in enumerate(records):
-            shift = offsets[rank] - origin
+        origin = min(rec["start"] + offsets[p] for p, rec in enumerate(records))
+        step_times.append(max(rec["end"] + offsets[p] for p, rec in enumerate(records)) - origin)
+        for process, rec in enumerate(records):
+            rank, replica = process % num_ranks, process // num_ranks
+            shift = offsets[process] - origin
             for text, start, end in rec["spans"]:
-                spans.append(Span(rank, Action.parse(text), start + shift, end + shift, step))
+                spans.append(Span(rank, Action.parse(text), start + shift, end + shift, step, replica))
             for kind, peer, text, start, end in rec["comm"]:
                 if kind == "send" and end - start < MIN_SEND_WAIT_MS:
                     continue
-                comm.append(CommSpan(rank, kind, peer, Action.parse(text), start + shift, end + shift, step))
+                comm.append(CommSpan(rank, kind, peer, Action.parse(text), start + shift, end + shift, step, replica))
     timeline = Timeline(num_ranks, tuple(spans), "measured", schedule_name, tuple(comm), dict(meta or {}))
     return timeline, step_times

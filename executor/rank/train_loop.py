@@ -152,8 +152,11 @@ def replica_lag(gathered: list[dict[str, Any]], ranks: int, offsets: list[float]
 def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float], run_dir: Path) -> None:
     """Gather every process's records on process 0 and write measured.json (atomically).
 
-    With data parallelism the timeline holds replica 0's ranks (processes 0..num_ranks-1): every replica runs the
-    same schedule, and the simulation it is compared with is of one replica. Their all-reduces are on it.
+    With data parallelism the timeline holds every replica's ranks, each span tagged with its replica
+    (`Span.replica`): a straggling replica shows in the trace and the charts. Step times run from the earliest
+    process's start to the latest one's end (replicas meet at each gradient all-reduce, so one slow replica
+    slows the step). The per-rank lists (peak memory, optimizer times) are replica 0's, which the per-replica
+    simulation is compared with; `static_memory_bytes` and `tracked_peak_bytes` list every process.
     """
     mine = {"records": records, "peak": peak_memory(r, records), "static": static_memory(r, records)}
     gathered: list[Any] | None = [None] * r.world_size if r.rank == 0 else None
@@ -162,15 +165,16 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         return
     ranks = r.num_ranks
     replica0 = gathered[:ranks]
-    measured = [[rec for rec in g["records"] if rec["phase"] == "measure"] for g in replica0]
-    if not all(measured):  # stopped before a measured step ended on every rank: nothing to write
+    measured = [[rec for rec in g["records"] if rec["phase"] == "measure"] for g in gathered]
+    if not all(measured):  # stopped before a measured step ended on every process: nothing to write
         return
     multi_node = env_int("LOCAL_WORLD_SIZE", r.world_size) != r.world_size
-    applied = offsets[:ranks] if multi_node else [0.0] * ranks
+    applied = offsets if multi_node else [0.0] * r.world_size
     meta = {
         "clock_offsets_ms": offsets,
         "clock_offsets_applied": multi_node,
         "clock": "cuda events" if r.choice.device.type == "cuda" else "perf_counter",
+        "split_points": list(r.model.split_points),  # the units each stage holds (pipesim plan --calibrate-from)
     }
     if r.overlap_groups:  # run back to back: one device stream cannot overlap them
         meta["overlap_groups"] = r.overlap_groups
@@ -186,7 +190,7 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "loss_phases": [rec["phase"] for rec in all_steps],
         "warmup_steps": r.config.training.warmup_steps,
         "steps": r.config.training.steps,
-        "optimizer_ms": [[rec["optimizer_ms"] for rec in m] for m in measured],
+        "optimizer_ms": [[rec["optimizer_ms"] for rec in m] for m in measured[:ranks]],
         "peak_memory_bytes": [g["peak"] for g in replica0],
         "peak_memory_kind": "cuda max_memory_allocated" if cuda else "tracked stashed activations",
         # tracked tensor bytes: parameters, gradients, optimizer state, plus the tracked activation peak
@@ -203,6 +207,8 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
     }
     if replicas > 1:
         summary["allreduce_replica_lag_ms"] = replica_lag(gathered, ranks, offsets if multi_node else None)
-        summary["replicas_recorded"] = f"replica 0 of {replicas} (processes 0..{ranks - 1})"
+        summary["replicas_recorded"] = (
+            f"all {replicas} replicas (processes 0..{r.world_size - 1}; each span's replica is tagged)"
+        )
         summary["losses_note"] = "replica 0's loss on its own rows of the global batch"
     write_json(timeline_to_dict(timeline, summary), run_dir / MEASURED_FILE)

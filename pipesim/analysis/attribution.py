@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from pipesim._perf import paused_gc
 from pipesim.ir import Schedule
-from pipesim.records import CommSpan, Timeline
+from pipesim.records import CommSpan, Timeline, select_replica
 from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.sim.simulate import sweep
 
@@ -186,7 +186,9 @@ def _cut(rank: int, g0: float, g1: float, replay_idle: float, blocked: _Blocked)
 
 @paused_gc()  # every step's spans, gaps and marks: many small objects, no cycles (pipesim._perf)
 def attribute_run(schedule: Schedule, measured: Timeline, step_times_ms: Sequence[float]) -> dict:
-    """Every measured step attributed, and per rank the medians over steps: the `analysis.json` document."""
+    """Every measured step attributed, and per rank the medians over steps: the `analysis.json` document. A run
+    that kept every data-parallel replica is attributed by its replica 0 (the schedule's replay is of one)."""
+    measured = select_replica(measured, 0)
     # One pass groups the spans by step, and the dependencies are built once: linear in the timeline, however
     # many steps it holds (a profiler trace of hundreds of steps once took a pass over every span per step).
     deps = dependencies(schedule)

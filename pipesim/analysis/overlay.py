@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pipesim.cost.convert import measured_stage_cost
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action
-from pipesim.records import Timeline, select_step
+from pipesim.records import Timeline, select_replica, select_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +57,10 @@ def pick_step(timeline: Timeline, step: int | None) -> Timeline:
 def align(simulated: Timeline, measured: Timeline, step: int | None = None) -> list[ActionDiff]:
     """Pair spans by (rank, action); actions missing from either side are left out.
 
-    Rows come in the simulated timeline's order of rank, then start time.
+    Rows come in the simulated timeline's order of rank, then start time. A measured run that kept every
+    data-parallel replica is compared by its replica 0 (the simulation is of one replica).
     """
-    return align_step(simulated, pick_step(measured, step))
+    return align_step(simulated, pick_step(select_replica(measured, 0), step))
 
 
 def align_step(simulated: Timeline, measured_step: Timeline) -> list[ActionDiff]:
@@ -95,7 +96,7 @@ def action_errors(simulated: Timeline, measured: Timeline) -> list[dict]:
     """Per (rank, action): the simulated duration against the median measured over every step, and the
     relative error (simulated - measured) / measured, the same definition as the step's `prediction_error`."""
     durations: dict[tuple[int, Action], list[float]] = {}
-    for span in measured.spans:
+    for span in select_replica(measured, 0).spans:  # the simulation is of one replica
         durations.setdefault((span.rank, span.action), []).append(span.end - span.start)
     rows = []
     for sim in sorted(simulated.spans, key=lambda s: (s.rank, s.start, s.end)):

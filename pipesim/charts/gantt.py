@@ -36,7 +36,7 @@ from pipesim.charts.lanes import (
 )
 from pipesim.charts.overlay import overlay_figure
 from pipesim.ir import Action, ActionKind
-from pipesim.records import COLLECTIVE_KINDS, Span, Timeline
+from pipesim.records import COLLECTIVE_KINDS, Span, Timeline, replica_lanes
 from pipesim.sim.metrics import idle_intervals, makespan
 
 # The colours, and the overlay and attribution figures, are read through this module too (the app's pages, the
@@ -98,9 +98,10 @@ def gantt_figure(
     """
     if color_by not in COLOR_BY:
         raise ValueError(f"unknown colouring {color_by!r}; choose one of {', '.join(COLOR_BY)}")
+    tl, names = replica_lanes(tl)  # a run that kept every data-parallel replica: a lane per replica's rank
     intervals = idle_intervals(tl) if tl.spans else [[] for _ in range(tl.num_ranks)]
     total = makespan(tl)
-    labels = rank_labels(intervals, total)
+    labels = rank_labels(intervals, total, names)
     spans = tl.spans if window is None else tuple(s for s in tl.spans if s.end > window[0] and s.start < window[1])
     groups, legend = _color_groups(tl.spans, spans, color_by)
     headline = ""

@@ -152,11 +152,15 @@ def idle_bars(intervals: list[list[tuple[float, float]]], window: tuple[float, f
     )
 
 
-def rank_labels(intervals: list[list[tuple[float, float]]], total: float) -> list[str]:
-    """'rank r · idle x%': each rank's bubble fraction (idle / makespan) in its axis label."""
+def rank_labels(
+    intervals: list[list[tuple[float, float]]], total: float, names: Sequence[str] | None = None
+) -> list[str]:
+    """'rank r · idle x%': each rank's bubble fraction (idle / makespan) in its axis label (`names` instead of
+    'rank r': a lane per replica's rank, 'replica d · rank r')."""
+    names = names or [f"rank {r}" for r in range(len(intervals))]
     if total <= 0:
-        return [f"rank {r}" for r in range(len(intervals))]
-    return [f"rank {r} · idle {sum(b - a for a, b in gaps) / total:.0%}" for r, gaps in enumerate(intervals)]
+        return list(names)
+    return [f"{names[r]} · idle {sum(b - a for a, b in gaps) / total:.0%}" for r, gaps in enumerate(intervals)]
 
 
 def lane_layout(fig: go.Figure, labels: Sequence[str], title: str) -> go.Figure:

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from pipesim.analysis.overlay import align_step, pick_step, prediction_error
 from pipesim.charts.lanes import KIND_COLORS, by_kind, lane_layout, lane_rows, lighten, span_bars
-from pipesim.records import Timeline
+from pipesim.records import Timeline, select_replica
 from pipesim.sim.metrics import makespan
 
 
@@ -20,7 +20,7 @@ def overlay_figure(simulated: Timeline, measured: Timeline, step: int | None = N
     `step` picks one measured step (None: the last, past warm-up); its times are
     shifted to start at 0 like the simulation's.
     """
-    real = pick_step(measured, step)
+    real = pick_step(select_replica(measured, 0), step)  # the simulation is of one replica
     num_ranks = max(simulated.num_ranks, real.num_ranks)
     labels = [f"rank {r} · {which}" for r in range(num_ranks) for which in ("simulated", "measured")]
     deltas = {(d.rank, d.action): d for d in align_step(simulated, real)}

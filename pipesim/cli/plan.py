@@ -24,10 +24,12 @@ from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
 
+from pipesim.analysis.calibration import calibrate_from_run
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
+from pipesim.cost.profile import UnitProfile
 from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags, shown
-from pipesim.io.cost_file import load_cost
+from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
@@ -78,7 +80,12 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     """The model's flags, generated from ModelDescription's fields (their docstrings are the help)."""
     add_flags(parser, ModelDescription, MODEL_SECTION)
     parser.add_argument(
-        "--cost", type=Path, metavar="FILE", help="a profile's cost file instead of a model: its stages are the units"
+        "--cost",
+        type=Path,
+        metavar="FILE",
+        help="a cost file instead of a model: a model profiled unit by unit (executor profile: any split, any "
+        "microbatch size, measured runtime terms), or a run's stage costs (executor run --profile: its stages "
+        "are the units)",
     )
 
 
@@ -141,6 +148,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="P,P",
         help="pipeline depths (default: all devices); the rest of the devices are data-parallel replicas",
     )
+    plan.add_argument(
+        "--calibrate-from",
+        type=Path,
+        metavar="RUN_DIR",
+        help="fit the description's device speed (--tflops) and per-action overhead to a measured run of the "
+        "executor's Transformer on these devices (executor run --model transformer ...)",
+    )
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan")
     plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
 
@@ -159,7 +173,9 @@ def cmd_balance(args: argparse.Namespace) -> int:
             raise ValueError("--layer-ms replaces the model: drop --cost and the model flags")
         weights = list(args.layer_ms)
     elif args.cost is not None:
-        weights = [s.forward_ms + s.backward_ms for s in load_cost(args.cost).stages]
+        loaded = load_cost_file(args.cost)
+        units = loaded.unit_costs(loaded.microbatch_sizes[0]) if isinstance(loaded, UnitProfile) else loaded.stages
+        weights = [u.forward_ms + u.backward_ms for u in units]
     else:
         weights = [u.forward_ms + u.backward_ms for u in description_from_args(args).unit_costs()]
     for stages in args.stages:
@@ -177,9 +193,20 @@ def inputs_from_args(args: argparse.Namespace) -> tuple[PlanInputs, dict]:
     if args.cost is not None:
         if _model_given(args):
             raise ValueError(f"--cost replaces the model description: drop {', '.join(_model_given(args))}")
-        cost = load_cost(args.cost)
-        return PlanInputs.from_cost(cost, **common), {**common, "cost_file": str(args.cost)}
+        if args.calibrate_from is not None:
+            raise UsageError("--calibrate-from calibrates a model description; a cost file is measured already")
+        loaded = load_cost_file(args.cost)
+        if isinstance(loaded, UnitProfile):  # a model profiled per unit: what verify-plan rebuilds and runs
+            run = {key: loaded.provenance.get(key) for key in ("device", "dtype")}
+            recorded = {**common, "cost_file": str(args.cost), "executor_model": dict(loaded.model), "run": run}
+            return PlanInputs.from_profile(loaded, **common), recorded
+        return PlanInputs.from_cost(loaded, **common), {**common, "cost_file": str(args.cost)}
     description = description_from_args(args)
+    if args.calibrate_from is not None:
+        calibration = calibrate_from_run(args.calibrate_from)
+        description, runtime = calibration.apply(description)
+        recorded = {**common, "model": vars_of(description), "calibrated_from": calibration.to_dict()}
+        return PlanInputs.from_description(description, runtime=runtime, **common), recorded
     return PlanInputs.from_description(description, **common), {**common, "model": vars_of(description)}
 
 
@@ -208,7 +235,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     space = space_from_args(args)
     candidates = evaluate_all(inputs, space)
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
+    document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
+    if not document["calibration"]["calibrated"]:
+        lines.insert(1, "note: " + document["calibration"]["note"])
     failed = [c for c in candidates if c.error is not None]
     reasons = sorted({c.error for c in failed})
     for reason in reasons[:5]:

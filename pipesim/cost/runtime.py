@@ -6,6 +6,7 @@ cores ranks share. The second of a cost model's concerns (`CostModel.runtime`), 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -58,3 +59,59 @@ def per_rank(values: tuple[float, ...], num_ranks: int, name: str) -> tuple[floa
     if len(values) != num_ranks:
         raise ValueError(f"{name} has {len(values)} values for {num_ranks} ranks: give 1 or {num_ranks}")
     return tuple(float(v) for v in values)
+
+
+def check_finite_non_negative(name: str, value: object) -> None:
+    """A ValueError naming `name` unless `value` is a finite number >= 0 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class OptimizerTime:
+    """One optimizer's step (and gradient zeroing) on a rank: `fixed_ms` plus `ms_per_byte` per parameter byte it
+    updates, fitted by the profile over several parameter sets."""
+
+    fixed_ms: float = 0.0
+    ms_per_byte: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_finite_non_negative("fixed_ms", self.fixed_ms)
+        check_finite_non_negative("ms_per_byte", self.ms_per_byte)
+
+    def step_ms(self, param_bytes: float) -> float:
+        """The step of a rank holding `param_bytes` of parameters (none: nothing to step)."""
+        return self.fixed_ms + self.ms_per_byte * param_bytes if param_bytes > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class RuntimeTerms:
+    """What a rank spends outside its actions as a function of what it holds, for pricing any cut of a model: the
+    dispatch gap before each action, the step's fixed tail after the last action (the wait for the last sends,
+    the loss, the barrier's way out), the optimizer's step on the rank's parameters, and the cores ranks share.
+    A profile (`pipesim.cost.profile.UnitProfile.runtime_terms`) or a calibration from a run gives them."""
+
+    dispatch_ms: float = 0.0
+    tail_ms: float = 0.0
+    optimizer: OptimizerTime | None = None
+    core_slots: int | None = None
+
+    def __post_init__(self) -> None:
+        check_finite_non_negative("dispatch_ms", self.dispatch_ms)
+        check_finite_non_negative("tail_ms", self.tail_ms)
+        if self.core_slots is not None and (
+            isinstance(self.core_slots, bool) or not isinstance(self.core_slots, int) or self.core_slots < 1
+        ):
+            raise ValueError(f"core_slots must be a positive integer or None, got {self.core_slots!r}")
+
+    def rank_runtime(self, param_bytes: Sequence[float], replicas: int = 1) -> RankRuntime:
+        """The `RankRuntime` of one replica whose ranks hold `param_bytes` each: every rank's tail plus its
+        optimizer step, the dispatch gap, and the cores shared when the processes of all replicas outnumber them
+        (each replica simulated on its share, as the executor's prediction does)."""
+        optimizer = self.optimizer or OptimizerTime()
+        overhead = tuple(self.tail_ms + optimizer.step_ms(b) for b in param_bytes)
+        slots = None
+        if self.core_slots is not None:
+            share = max(1, self.core_slots // max(1, replicas))
+            slots = share if share < len(param_bytes) else None
+        return RankRuntime(overhead, (self.dispatch_ms,), slots)

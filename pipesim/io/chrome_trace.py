@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from pipesim.io.formats import write_json
 from pipesim.ir import Action, B, F, I, Schedule
-from pipesim.records import CommSpan, Span, Timeline
+from pipesim.records import CommSpan, Span, Timeline, replica_lanes, replicas, select_replica
 from pipesim.semantics.lower import ACT, CommPlan, Message, comm_plan
 
 US_PER_MS = 1000.0
@@ -30,10 +30,10 @@ _COMM_TID = 1
 # --- one timeline ----------------------------------------------------------------------------------------------
 
 
-def _metadata_events(num_ranks: int, with_comm: bool) -> list[dict[str, Any]]:
+def _metadata_events(num_ranks: int, with_comm: bool, labels: list[str]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for rank in range(num_ranks):
-        events.append(_meta("process_name", rank, _COMPUTE_TID, name=f"rank {rank}"))
+        events.append(_meta("process_name", rank, _COMPUTE_TID, name=labels[rank]))
         events.append(_meta("process_sort_index", rank, _COMPUTE_TID, sort_index=rank))
         events.append(_meta("thread_name", rank, _COMPUTE_TID, name="compute"))
         if with_comm:
@@ -55,7 +55,8 @@ def _span_event(span: Span, pid: int, tid: int) -> dict[str, Any]:
         "dur": span.duration * US_PER_MS,
         "pid": pid,
         "tid": tid,
-        "args": {"stage": action.stage, "microbatch": action.microbatch, "kind": action.kind.value, "step": span.step},
+        "args": {"stage": action.stage, "microbatch": action.microbatch, "kind": action.kind.value, "step": span.step}
+        | ({"replica": span.replica} if span.replica else {}),
     }
 
 
@@ -73,8 +74,10 @@ def _comm_event(comm: CommSpan) -> dict[str, Any]:
 
 
 def timeline_to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
-    """Trace Event Format: one process per rank, compute on thread 0 and transfers on thread 1."""
-    events = _metadata_events(timeline.num_ranks, bool(timeline.comm))
+    """Trace Event Format: one process per rank, compute on thread 0 and transfers on thread 1 (with several
+    data-parallel replicas, one process per replica's rank, named "replica d · rank r")."""
+    timeline, labels = replica_lanes(timeline)
+    events = _metadata_events(timeline.num_ranks, bool(timeline.comm), labels)
     events.extend(_span_event(span, span.rank, _COMPUTE_TID) for span in timeline.spans)
     events.extend(_comm_event(comm) for comm in timeline.comm)
     return {
@@ -198,12 +201,16 @@ def _message_lanes(moved: list[Transfer], num_ranks: int) -> tuple[list[int], li
     return send_lanes, recv_lanes
 
 
-def _view_events(pid: int, label: str, timeline: Timeline, plan: CommPlan, first_flow: int) -> list[dict[str, Any]]:
-    events = [_meta("process_name", pid, 0, name=label), _meta("process_sort_index", pid, 0, sort_index=pid)]
+def _view_events(
+    pid: int, timeline: Timeline, plan: CommPlan, first_flow: int, lane_base: int = 0, prefix: str = ""
+) -> list[dict[str, Any]]:
+    """One replica's spans and messages as threads of process `pid`: rank r's threads start at tid
+    (lane_base + r) x RANK_STRIDE and are named with `prefix` ("replica d · " when a run kept several)."""
+    events = []
     threads: dict[int, str] = {}
     for span in timeline.spans:
-        tid = span.rank * RANK_STRIDE
-        threads[tid] = f"rank {span.rank} compute"
+        tid = (lane_base + span.rank) * RANK_STRIDE
+        threads[tid] = f"{prefix}rank {span.rank} compute"
         events.append(_span_event(span, pid, tid))
     moved = transfers(plan, timeline)
     send_lanes, recv_lanes = _message_lanes(moved, timeline.num_ranks)
@@ -212,10 +219,10 @@ def _view_events(pid: int, label: str, timeline: Timeline, plan: CommPlan, first
     ):
         what = "activation" if t.message.what == ACT else "gradient"
         text = f"{what} {t.message.stage}:{t.message.microbatch} of {t.producer}"
-        send_tid = t.src * RANK_STRIDE + SEND_BASE + send_lane
-        recv_tid = t.dst * RANK_STRIDE + RECV_BASE + recv_lane
-        threads[send_tid] = f"rank {t.src} send" + (f" #{send_lane + 1}" if send_lane else "")
-        threads[recv_tid] = f"rank {t.dst} recv" + (f" #{recv_lane + 1}" if recv_lane else "")
+        send_tid = (lane_base + t.src) * RANK_STRIDE + SEND_BASE + send_lane
+        recv_tid = (lane_base + t.dst) * RANK_STRIDE + RECV_BASE + recv_lane
+        threads[send_tid] = f"{prefix}rank {t.src} send" + (f" #{send_lane + 1}" if send_lane else "")
+        threads[recv_tid] = f"{prefix}rank {t.dst} recv" + (f" #{recv_lane + 1}" if recv_lane else "")
         send = _slice(
             f"send {text} to rank {t.dst}",
             "send",
@@ -252,7 +259,8 @@ def run_trace(schedule: Schedule, views: dict[str, Timeline]) -> dict[str, Any]:
     """One file with every view of one step (e.g. {"simulated": ..., "measured": ...}), each a process.
 
     Each timeline must hold one step starting at 0 (`pipesim.overlay.pick_step` cuts a measured one), so the
-    views line up at 0 and read side by side.
+    views line up at 0 and read side by side. A measured run that kept every data-parallel replica shows each
+    replica's ranks as threads of their own ("replica d · rank r"), so a straggling replica stands out.
     """
     if not views:
         raise ValueError("a run trace needs at least one timeline (simulated or measured)")
@@ -262,9 +270,19 @@ def run_trace(schedule: Schedule, views: dict[str, Timeline]) -> dict[str, Any]:
     for pid, (label, timeline) in enumerate(views.items(), start=1):
         if timeline.num_ranks != schedule.num_ranks:
             raise ValueError(f"the {label} timeline has {timeline.num_ranks} ranks, the schedule {schedule.num_ranks}")
-        view = _view_events(pid, label, timeline, plan, flows)
-        flows += sum(1 for event in view if event["ph"] == "s")
-        events += view
+        events += [_meta("process_name", pid, 0, name=label), _meta("process_sort_index", pid, 0, sort_index=pid)]
+        count = replicas(timeline)
+        for replica in range(count):
+            view = _view_events(
+                pid,
+                select_replica(timeline, replica),
+                plan,
+                flows,
+                lane_base=replica * schedule.num_ranks,
+                prefix=f"replica {replica} · " if count > 1 else "",
+            )
+            flows += sum(1 for event in view if event["ph"] == "s")
+            events += view
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",

@@ -1,5 +1,9 @@
 """The cost file (`cost.json`): what a profile run measured, in a versioned format that pipesim reads back.
 
+Version 1 (below) holds a run's stages as its profile cut them (`executor run --profile`); version 2 a model
+profiled unit by unit (`executor profile`, `pipesim.io.profile_file`), which the planner cuts into any split.
+`load_cost_file` reads both; `load_cost` the first alone (what simulate, compare and synthesize price with).
+
     {"format": "pipesim.cost", "version": 1, "units": {...}, "source": "profile", "recompute": false,
      "stages": [{"forward_ms": ..., "backward_ms": ..., ...}], "links": [{"latency_ms": ..., "bandwidth_gbps": ...}],
      "step_overhead_ms": [...], "dispatch_ms": [...], "shared_cores": n | null,
@@ -25,7 +29,9 @@ from typing import Any
 from pipesim.cost.collectives import DEFAULT_BUCKET_BYTES
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, Provenance, RankRuntime, StageCost
+from pipesim.cost.profile import UnitProfile
 from pipesim.io.formats import read_json, write_json
+from pipesim.io.profile_file import PROFILE_VERSION, profile_from_dict, profile_to_dict
 
 COST_FORMAT = "pipesim.cost"
 COST_FORMAT_VERSION = 1
@@ -117,8 +123,17 @@ def cost_from_dict(data: Any) -> CostModel:
     if not isinstance(data, dict) or data.get("format") != COST_FORMAT:
         raise ValueError(f'not a pipesim cost file: expected "format": "{COST_FORMAT}"')
     version = data.get("version")
+    if version == PROFILE_VERSION and not isinstance(version, bool):
+        raise ValueError(
+            "this cost file is a model profiled unit by unit (python -m executor profile): python -m pipesim plan "
+            "--cost cuts it into any split; simulate, compare and synthesize take a run's stage costs "
+            "(executor run --profile writes them)"
+        )
     if isinstance(version, bool) or version != COST_FORMAT_VERSION:
-        raise ValueError(f"unsupported cost file version {version!r}; this pipesim reads version {COST_FORMAT_VERSION}")
+        raise ValueError(
+            f"unsupported cost file version {version!r:.20}; this pipesim reads versions {COST_FORMAT_VERSION} "
+            f"(a run's stage costs) and {PROFILE_VERSION} (a model profiled per unit)"
+        )
     recompute = data.get("recompute", False)
     if not isinstance(recompute, bool):
         raise ValueError(f"cost file: recompute must be true or false, got {recompute!r}")
@@ -194,3 +209,17 @@ def save_cost(cost: CostModel, path: str | Path) -> None:
 
 def load_cost(path: str | Path) -> CostModel:
     return cost_from_dict(read_json(path))
+
+
+def load_cost_file(path: str | Path) -> CostModel | UnitProfile:
+    """Either version: a run's stage costs (version 1, a `CostModel`) or a model profiled per unit (version 2, a
+    `UnitProfile`); what `plan --cost` reads."""
+    data = read_json(path)
+    if isinstance(data, dict) and data.get("format") == COST_FORMAT and data.get("version") == PROFILE_VERSION:
+        return profile_from_dict(data)
+    return cost_from_dict(data)
+
+
+def save_profile(profile: UnitProfile, path: str | Path) -> None:
+    """Write a unit profile (version 2) atomically."""
+    write_json(profile_to_dict(profile, COST_FORMAT), path)

@@ -115,8 +115,9 @@ def timeline_to_dict(timeline: Timeline, summary: dict[str, Any] | None = None) 
     }
     data.update(summary or {})
     data["meta"] = timeline.meta
-    data["spans"] = [
+    data["spans"] = [  # "replica" only where it is not 0: files of one replica read as they always did
         {"rank": s.rank, "action": str(s.action), "start": s.start, "end": s.end, "step": s.step}
+        | ({"replica": s.replica} if s.replica else {})
         for s in timeline.spans
     ]
     data["comm"] = [
@@ -128,6 +129,7 @@ def timeline_to_dict(timeline: Timeline, summary: dict[str, Any] | None = None) 
             "start": c.start,
             "end": c.end,
             "step": c.step,
+            **({"replica": c.replica} if c.replica else {}),
         }
         for c in timeline.comm
     ]
@@ -146,7 +148,14 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
     _check_header(data, TIMELINE_FORMAT)
     try:
         spans = tuple(
-            Span(int(s["rank"]), Action.parse(s["action"]), float(s["start"]), float(s["end"]), int(s.get("step", 0)))
+            Span(
+                int(s["rank"]),
+                Action.parse(s["action"]),
+                float(s["start"]),
+                float(s["end"]),
+                int(s.get("step", 0)),
+                int(s.get("replica", 0)),
+            )
             for s in data["spans"]
         )
         comm = tuple(
@@ -158,6 +167,7 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
                 float(c["start"]),
                 float(c["end"]),
                 int(c.get("step", 0)),
+                int(c.get("replica", 0)),
             )
             for c in data.get("comm") or []
         )

@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipesim.plan.inputs import TIE
 from pipesim.plan.search import Candidate
 from pipesim.units import format_bytes
 
 PLAN_FORMAT = "pipesim.plan"
-TIE = 0.01  # step times closer than this are not told apart
 
 
 def pareto_front(candidates: list[Candidate]) -> list[Candidate]:
@@ -42,10 +42,16 @@ def pareto_front(candidates: list[Candidate]) -> list[Candidate]:
     return front
 
 
+def time_key(step_ms: float) -> float:
+    """A step time as candidates are ordered by it: to the nanosecond, so that two schedules with the same step
+    but for rounding in the last bits (GPipe and 1F1B on 2 ranks) tie, and less memory decides."""
+    return round(step_ms, 6)
+
+
 def best_candidate(candidates: list[Candidate]) -> Candidate | None:
-    """The fastest candidate that fits the cap (less memory breaks a tie); None when none fits."""
+    """The fastest candidate that fits the cap (less memory breaks a tie: `time_key`); None when none fits."""
     fitting = [c for c in candidates if c.error is None and c.fits]
-    return min(fitting, key=lambda c: (c.step_ms, c.peak_memory_bytes), default=None)
+    return min(fitting, key=lambda c: (time_key(c.step_ms), c.peak_memory_bytes), default=None)
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ def plan_document(candidates: list[Candidate], inputs: dict[str, Any], cap: floa
 def ranked(candidates: list[Candidate]) -> list[Candidate]:
     """Built candidates that fit, fastest first (then the others): the order `verify` runs the top K in."""
     built = [c for c in candidates if c.error is None]
-    return sorted(built, key=lambda c: (not c.fits, c.step_ms, c.peak_memory_bytes))
+    return sorted(built, key=lambda c: (not c.fits, time_key(c.step_ms), c.peak_memory_bytes))
 
 
 def torchtitan_settings(candidate: Candidate, csv_name: str, num_blocks: int | None = None) -> dict[str, Any]:

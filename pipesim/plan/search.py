@@ -22,14 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pipesim.cost.description import ModelDescription, balance_units, stage_costs_from_units
-from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, RankRuntime, StageCost
+from pipesim.cost.description import balance_units
+from pipesim.cost.model import CostModel, DataParallelGroup, StageCost
 from pipesim.ir import Schedule
+from pipesim.plan.inputs import PlanInputs
 from pipesim.schedules import build_schedule, options_for, schedule_info
 from pipesim.semantics.dag import dependencies
 from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, last_gradients, reduction_charge
-from pipesim.sim.memory import OrderWalk, check_optimizer, static_bytes
-from pipesim.sim.simulate import action_durations, boundary_transfers, hop_times, sweep
+from pipesim.sim.memory import OrderWalk, static_bytes
+from pipesim.sim.simulate import action_durations, boundary_transfers, dispatch_gaps, hop_times, run_engine
 from pipesim.sim.steps import step_tails, step_time_ms
 
 V_SHAPES_CHUNKS = 2
@@ -61,82 +62,6 @@ class PlanSpace:
         for share in self.w_shares:
             if share is not None and not 0 <= share <= 1:
                 raise ValueError(f"a W share is the weight-gradient part of the backward, in 0..1; got {share}")
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    """The model (per-unit costs at a reference microbatch size), the devices, the cap, the batch, the optimizer.
-
-    `units` are the pieces stages are cut from (e.g. a model description's embedding, blocks and head), costed
-    for one microbatch of `unit_microbatch_size` samples; other microbatch sizes scale time and bytes linearly
-    unless `description` is given, which re-costs the model exactly for each size.
-    """
-
-    units: tuple[StageCost, ...]
-    devices: int
-    global_batch: int
-    memory_cap_bytes: float | None = None
-    optimizer: str = "adam"
-    link: LinkCost = LinkCost()
-    unit_microbatch_size: int = 1
-    step_overhead_ms: float = 0.0
-    description: ModelDescription | None = None
-
-    def __post_init__(self) -> None:
-        if not self.units:
-            raise ValueError("the model needs at least one unit (layer) to split")
-        if not sum(u.forward_ms + u.backward_ms for u in self.units) > 0:
-            raise ValueError("the model's units take no time (all forward and backward times are 0): nothing to plan")
-        if not isinstance(self.devices, int) or self.devices < 1:
-            raise ValueError(f"devices must be a positive whole number, got {self.devices!r}")
-        if not isinstance(self.global_batch, int) or self.global_batch < 1:
-            raise ValueError(f"the global batch size must be a positive whole number, got {self.global_batch!r}")
-        if self.memory_cap_bytes is not None and not self.memory_cap_bytes > 0:
-            raise ValueError(f"the memory cap must be > 0 bytes, got {self.memory_cap_bytes!r}")
-        check_optimizer(self.optimizer)
-
-    @classmethod
-    def from_description(cls, description: ModelDescription, **kwargs: Any) -> PlanInputs:
-        link = LinkCost(description.link_latency_ms, description.link_bandwidth_gbps)
-        return cls(
-            units=tuple(description.unit_costs()),
-            link=link,
-            unit_microbatch_size=description.microbatch_size,
-            description=description,
-            **kwargs,
-        )
-
-    @classmethod
-    def from_cost(cls, cost: CostModel, **kwargs: Any) -> PlanInputs:
-        """A cost file's stages read as units (profile with one unit per stage to plan any split)."""
-        overhead = cost.step_overhead_ms
-        return cls(
-            units=cost.stages,
-            link=cost.links[0],
-            unit_microbatch_size=int(cost.meta.get("microbatch_size", 1)),
-            step_overhead_ms=max(overhead, default=0.0),
-            **kwargs,
-        )
-
-    def units_for(self, microbatch_size: int) -> tuple[StageCost, ...]:
-        if self.description is not None:
-            return tuple(replace(self.description, microbatch_size=microbatch_size).unit_costs())
-        factor = microbatch_size / self.unit_microbatch_size
-        if factor == 1:
-            return self.units
-        return tuple(
-            replace(
-                u,
-                forward_ms=u.forward_ms * factor,
-                backward_ms=u.backward_ms * factor,
-                weight_ms=None if u.weight_ms is None else u.weight_ms * factor,
-                activation_bytes=u.activation_bytes * factor,
-                weight_grad_bytes=None if u.weight_grad_bytes is None else u.weight_grad_bytes * factor,
-                input_bytes=u.input_bytes * factor,
-                output_bytes=u.output_bytes * factor,
-            )
-            for u in self.units
-        )
 
 
 @dataclass
@@ -185,6 +110,7 @@ class Candidate:
             "bubble_fraction": self.bubble_fraction,
             "imbalance": self.imbalance,
             "error": self.error,
+            "rank_memory_bytes": list(self.rank_memory),  # per rank of a replica: what verify-plan compares
         }
 
     @property
@@ -240,7 +166,6 @@ class Evaluator:
         self._units: dict[tuple, tuple[StageCost, ...]] = {}
         self._splits: dict[tuple, Any] = {}
         self._last_gradients: dict[tuple, list[list[tuple[int, int]]]] = {}
-        self._runtime = RankRuntime((inputs.step_overhead_ms,))
 
     def shape(self, name: str, ranks: int, microbatches: int, chunks: int) -> tuple:
         key = (name, ranks, microbatches, chunks)
@@ -252,10 +177,12 @@ class Evaluator:
                 self._shapes[key] = error
         return self._shapes[key]
 
-    def units(self, mbs: int, share: float | None) -> tuple[StageCost, ...]:
-        key = (mbs, share)
+    def units(
+        self, mbs: int, share: float | None, split: bool = False, recompute: bool = False
+    ) -> tuple[StageCost, ...]:
+        key = (mbs, share, split, recompute)
         if key not in self._units:
-            units = self.inputs.units_for(mbs)
+            units = self.inputs.units_for(mbs, split, recompute)
             if share is not None:
                 units = tuple(replace(u, weight_ms=u.backward_ms * share) for u in units)
             self._units[key] = units
@@ -265,18 +192,29 @@ class Evaluator:
         key = (mbs, num_stages, recompute)
         if key not in self._splits:
             try:
-                self._splits[key] = balance_units(self.units(mbs, None), num_stages, recompute)
+                self._splits[key] = balance_units(self.units(mbs, None, recompute=recompute), num_stages, recompute)
             except ValueError as error:
                 self._splits[key] = error
         return self._splits[key]
 
-    def cost_model(self, c: Candidate, split_points: tuple[int, ...]) -> CostModel:
-        """The cost model of a candidate cut at `split_points`: its stages, the link, each rank's overhead, and
-        the data-parallel group of its replicas (over the same link)."""
-        cost = stage_costs_from_units(
-            list(self.units(c.microbatch_size, c.w_share)), split_points, recompute=c.recompute, link=self.inputs.link
+    def cost_model(self, c: Candidate, split_points: tuple[int, ...], schedule: Schedule) -> CostModel:
+        """The cost model of a candidate cut at `split_points`: its stages (`PlanInputs.cut`: the units' costs for
+        the schedule's kind of backward and recomputation; with a profile, its stage prices for the schedule's
+        class), the link, each rank's runtime (dispatch gap, tail and optimizer step on its parameters, shared
+        cores: `PlanInputs.rank_runtime`), and the data-parallel group of its replicas (over the same link)."""
+        split = schedule.uses_split_backward
+        units = self.units(c.microbatch_size, c.w_share, split, c.recompute)
+        cost = self.inputs.cut(
+            units,
+            split_points,
+            microbatch_size=c.microbatch_size,
+            split=split,
+            recompute=c.recompute,
+            chunked=schedule.num_stages > schedule.num_ranks,
+            w_share=c.w_share,
         )
-        return replace(cost, runtime=self._runtime, dp_group=DataParallelGroup(c.data_parallel, self.inputs.link))
+        runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
+        return replace(cost, runtime=runtime, dp_group=DataParallelGroup(c.data_parallel, self.inputs.link))
 
     def materialise(self, c: Candidate) -> tuple[Schedule, CostModel]:
         """The schedule and cost model an evaluated candidate stands for (to draw it, export it, simulate it:
@@ -284,7 +222,7 @@ class Evaluator:
         if c.error is not None or c.step_ms is None:
             raise ValueError(f"{c.label} was not built: {c.error or 'not evaluated'}")
         schedule = self.shape(c.schedule, c.ranks, c.microbatches, c.virtual_stages)[0]
-        return schedule, self.cost_model(c, c.split)
+        return schedule, self.cost_model(c, c.split, schedule)
 
     def last_gradients(self, key: tuple, deps: Any) -> list[list[tuple[int, int]]]:
         """Per shape, each rank's last backward per stage (where its all-reduce starts), found once."""
@@ -307,9 +245,10 @@ class Evaluator:
             c.error = str(split)
             return c
         c.split, c.imbalance = split.split_points, split.imbalance
-        cost = self.cost_model(c, split.split_points)
+        cost = self.cost_model(c, split.split_points, schedule)
         durations = action_durations(deps, cost, schedule.num_stages)
-        starts, ends, stuck = sweep(deps, durations, hop_times(deps, boundary_transfers(schedule, cost)))
+        hops = hop_times(deps, boundary_transfers(schedule, cost))
+        starts, ends, stuck = run_engine(deps, durations, hops, dispatch_gaps(deps, cost), cost.shared_cores)
         if stuck:
             c.error = "the schedule deadlocks"
             return c

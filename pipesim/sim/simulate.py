@@ -178,7 +178,7 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     before, tails = inputs.before, inputs.tails
     collective_spans = _collective_spans(deps, cost, before, tails, ends) if before or any(tails) else ()
     new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up
-    spans = tuple(map(new, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(0))))
+    spans = tuple(map(new, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(0), repeat(0))))
     return Timeline(
         num_ranks=schedule.num_ranks,
         spans=spans,

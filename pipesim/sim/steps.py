@@ -173,7 +173,8 @@ def simulate_steps(schedule: Schedule, cost: CostModel, num_steps: int, *, barri
         )
         if stuck:
             raise deadlock_error(deps, stuck)
-        spans.extend(map(tuple.__new__, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(step))))
+        rows = zip(deps.ranks, deps.actions, starts, ends, repeat(step), repeat(0))  # every Span field: replica 0
+        spans.extend(map(tuple.__new__, repeat(Span), rows))
         finished = [  # a rank with no action in the step only pays its overhead
             ends[deps.offsets[r + 1] - 1] + after_last[r] if deps.offsets[r + 1] > deps.offsets[r] else clock[r]
             for r in range(num_ranks)

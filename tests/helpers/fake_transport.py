@@ -197,7 +197,7 @@ def _config(world: int) -> ModelConfig:
 
 
 def run_pipeline(
-    schedule: Schedule, dtype: str, matching: str, staged: bool = False
+    schedule: Schedule, dtype: str, matching: str, staged: bool = False, lookahead: int | None = 2
 ) -> tuple[dict, list, Hub, list[tuple]]:
     """One training step of `schedule` on in-process ranks: every stage's gradients, the losses, the hub, and per
     rank (its StepRecord, its transport)."""
@@ -216,7 +216,7 @@ def run_pipeline(
         transport, clock = hub.endpoint(rank, staged), CountingClock()
         transport.clock = clock
         runtime = PipelineRuntime(
-            schedule, rank, model.runners, model.shapes, transport, clock, dtype=model.wire_dtype, lookahead=2
+            schedule, rank, model.runners, model.shapes, transport, clock, dtype=model.wire_dtype, lookahead=lookahead
         )
         inputs, targets = model.make_batch(batch_size, SEED, 0)
         m, last = schedule.num_microbatches, schedule.num_stages - 1

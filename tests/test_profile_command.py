@@ -1,0 +1,70 @@
+"""`python -m executor profile` (issue 18): refusals before anything starts, and one real profile of a tiny model
+that `pipesim plan --cost` plans from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from executor.host.cli import main as executor_main
+from pipesim.cli.main import main as pipesim_main
+from pipesim.cost.profile import UnitProfile
+from pipesim.io.cost_file import load_cost_file
+
+TINY = ["--model", "examples.gpt_small:build_tiny"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--microbatch-sizes", "2"], "give 2 to 16 different whole numbers"),
+        (["--microbatch-sizes", "1,1"], "give 2 to 16 different whole numbers"),
+        (["--microbatch-sizes", "1,99999"], "from 1 to 4096"),
+        (["--optimizers", "lion"], "unknown optimizer 'lion'"),
+        (["--ranks", "0"], "ranks must be a whole number from 1 to 16"),
+        (["--repeats", "1"], "repeats must be a whole number from 3"),
+        (["--layers", "2"], "--layers size the built-in transformer model"),
+        (["--model", "examples.gpt_small:nothing"], "has no attribute 'nothing'"),
+    ],
+)
+def test_bad_input_is_one_line_and_starts_nothing(tmp_path, capsys, argv, message):
+    out = tmp_path / "prof"
+    assert executor_main(["profile", *TINY, "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_an_existing_folder_is_never_overwritten(tmp_path, capsys):
+    out = tmp_path / "prof"
+    out.mkdir()
+    (out / "cost.json").write_text("{}")
+    assert executor_main(["profile", *TINY, "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err and (out / "cost.json").read_text() == "{}"
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(600)
+def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
+    out = tmp_path / "prof"
+    argv = ["profile", *TINY, "--microbatch-sizes", "1,2", "--repeats", "3", "--device", "cpu", "--out", str(out)]
+    assert executor_main(argv) == 0, capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "units    4 (Embeddings, Block, Block, Head)" in printed
+    profile = load_cost_file(out / "cost.json")
+    assert isinstance(profile, UnitProfile) and profile.microbatch_sizes == (1, 2)
+    assert set(profile.optimizers) == {"sgd", "sgd-momentum", "adam"} and profile.dispatch_ms > 0
+    assert profile.model["spec"] == "examples.gpt_small:build_tiny" and profile.link.latency_ms > 0
+    assert all(u.cost_at(2, False).forward_ms > 0 for u in profile.units[1:])
+    assert (
+        profile.units[1].curves["activation_bytes"].values[1]
+        == 2 * profile.units[1].curves["activation_bytes"].values[0]
+    )
+    assert profile.in_situ["plain"].factor("backward_ms", 2) > 0 and profile.provenance["in_situ"]["ratios"]
+    assert set(profile.in_situ) == {"plain", "split", "plain-chunked", "split-chunked"}
+    assert profile.stages and all(size in (1, 2) for size, _, _ in profile.stages)  # the planner's cuts, timed whole
+    plan = tmp_path / "plan.json"
+    assert pipesim_main(["plan", "--cost", str(out / "cost.json"), "--devices", "2", "--global-batch", "8",
+                         "--optimizer", "sgd-momentum", "--json", str(plan)]) == 0  # fmt: skip
+    assert json.loads(plan.read_text())["inputs"]["executor_model"]["spec"] == "examples.gpt_small:build_tiny"
