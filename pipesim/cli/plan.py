@@ -17,6 +17,7 @@ with --json, the whole plan. `--verify K` then runs the top K candidates for rea
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pipesim.analysis.calibration import calibrate_from_run
+from pipesim.cli.common import positive_int
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.profile import UnitProfile
@@ -155,6 +157,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="fit the description's device speed (--tflops) and per-action overhead to a measured run of the "
         "executor's Transformer on these devices (executor run --model transformer ...)",
     )
+    plan.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help="processes that evaluate candidates (default: one per core, for spaces of more than 200 candidates)",
+    )
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan")
     plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
 
@@ -226,6 +234,14 @@ def space_from_args(args: argparse.Namespace) -> PlanSpace:
     )
 
 
+def _workers(given: int | None, space: PlanSpace) -> int:
+    """--workers, or one per core for a space large enough to repay starting processes (about 0.1 s each)."""
+    if given is not None:
+        return given
+    size = len(space.schedules) * len(space.microbatch_sizes) * len(space.chunks) * len(space.w_shares)
+    return (os.cpu_count() or 1) if size * len(space.ranks or (1,)) * len(space.recompute) > 200 else 1
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.verify is not None and (args.json is None or args.verify < 1):
         raise UsageError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
@@ -233,7 +249,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_output(args.json)
     inputs, recorded = inputs_from_args(args)
     space = space_from_args(args)
-    candidates = evaluate_all(inputs, space)
+    candidates = evaluate_all(inputs, space, workers=_workers(args.workers, space))
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])

@@ -19,6 +19,7 @@ remaining backward where it can be). Ranks 0..ranks-1 of a replica are what `ran
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -230,6 +231,15 @@ class Evaluator:
             self._last_gradients[key] = last_gradients(deps.ranks, deps.actions, deps.num_ranks)
         return self._last_gradients[key]
 
+    def evaluate_shape(self, group: list[tuple[int, Candidate]]) -> None:
+        """The candidates of one shape (with their places in the grid), evaluated; the shape's schedule, dependencies,
+        order walk and last gradients dropped afterwards (`materialise` builds them again when asked)."""
+        for _, candidate in group:
+            self.evaluate(candidate)
+        key = shape_key(group[0][1])
+        self._shapes.pop(key, None)
+        self._last_gradients.pop(key, None)
+
     def evaluate(self, c: Candidate) -> Candidate:
         if c.error is not None:
             return c
@@ -271,7 +281,76 @@ class Evaluator:
         return c
 
 
-def evaluate_all(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
-    """Every candidate of the space, evaluated (those that cannot be built carry their reason)."""
+def shape_key(candidate: Candidate) -> tuple[str, int, int, int]:
+    """What a candidate's schedule is built from (name, ranks, microbatches, chunks): candidates sharing it share the
+    schedule, its dependencies and its order walk."""
+    return (candidate.schedule, candidate.ranks, candidate.microbatches, candidate.virtual_stages)
+
+
+def evaluate_all(
+    inputs: PlanInputs,
+    space: PlanSpace,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int = 1,
+) -> list[Candidate]:
+    """Every candidate of the space, evaluated (those that cannot be built carry their reason), in grid order.
+
+    Candidates are evaluated shape by shape, and a shape's schedule is dropped after its last candidate (the
+    2,232-candidate space of issue 21 held 2.0 GB of schedules at once). `progress(done, total)` is called as
+    shapes finish (the Plan page's progress bar). `workers` > 1 spreads the shapes over that many processes (each
+    shape's work is independent: the same numbers come back); a pool that cannot start falls back to this one.
+    """
+    grid = candidate_grid(inputs, space)
+    by_shape: dict[tuple, list[tuple[int, Candidate]]] = {}
+    for place, candidate in enumerate(grid):
+        by_shape.setdefault(shape_key(candidate), []).append((place, candidate))
+    # the largest shapes first, so that a pool's last tasks are small ones
+    groups = sorted(by_shape.values(), key=lambda g: -(g[0][1].ranks * g[0][1].microbatches * g[0][1].virtual_stages))
+    if workers > 1 and len(groups) > 1:
+        pooled = _evaluate_in_pool(inputs, groups, workers, progress, len(grid))
+        if pooled is not None:
+            for place, candidate in pooled:
+                grid[place] = candidate
+            return grid
+    evaluator, done = Evaluator(inputs), 0
+    for group in groups:
+        evaluator.evaluate_shape(group)
+        done += len(group)
+        if progress is not None:
+            progress(done, len(grid))
+    return grid
+
+
+def _evaluate_shapes(inputs: PlanInputs, groups: list[list[tuple[int, Candidate]]]) -> list[tuple[int, Candidate]]:
+    """A pool's unit of work: the groups evaluated by one evaluator, with their places in the grid."""
     evaluator = Evaluator(inputs)
-    return [evaluator.evaluate(c) for c in candidate_grid(inputs, space)]
+    for group in groups:
+        evaluator.evaluate_shape(group)
+    return [pair for group in groups for pair in group]
+
+
+def _evaluate_in_pool(
+    inputs: PlanInputs,
+    groups: list[list[tuple[int, Candidate]]],
+    workers: int,
+    progress: Callable[[int, int], None] | None,
+    total: int,
+) -> list[tuple[int, Candidate]] | None:
+    """The groups evaluated by `workers` processes (forked where the platform can), or None when no pool starts."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    tasks = workers * 4
+    chunks = [groups[i::tasks] for i in range(tasks)]  # interleaved: each task gets large shapes and small ones
+    evaluated: list[tuple[int, Candidate]] = []
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            futures = [pool.submit(_evaluate_shapes, inputs, chunk) for chunk in chunks if chunk]
+            for future in as_completed(futures):
+                evaluated += future.result()
+                if progress is not None:
+                    progress(len(evaluated), total)
+    except (OSError, RuntimeError):  # no processes here (a sandbox, a full process table): one process does it
+        return None
+    return evaluated

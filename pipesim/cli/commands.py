@@ -1,0 +1,365 @@
+"""pipesim on the command line: list schedules, simulate one, compare several.
+
+Usage:
+  python -m pipesim list
+  python -m pipesim simulate --schedule 1f1b --ranks 4 --microbatches 8
+  python -m pipesim simulate --schedule interleaved-1f1b --ranks 4 --microbatches 8 --virtual-stages 2 \\
+      --f 1.0 --b 2.0 --w 1.0 --comm 0.1 --json tl.json --csv sched.csv --trace trace.json --html gantt.html
+  python -m pipesim simulate --csv-in my_schedule.csv --cost cost.json --png gantt.png
+  python -m pipesim simulate --csv-in torch_dump.csv --overlap-factor 0.7 --data-parallel 8 --dp-bandwidth 50 \
+      --csv comms.csv --csv-format compute_comms
+  python -m pipesim compare --schedules 1f1b,zb-h1,zbv --ranks 4 --microbatches 8 --json rows.json --html cmp.html
+  python -m pipesim balance --layer-ms 1,4,4,4,4,6 --stages 2          (see pipesim/cli_plan.py)
+  python -m pipesim plan --layers 24 --devices 8 --memory-cap 80GiB --global-batch 64 --json plan.json
+  python -m pipesim synthesize --ranks 4 --microbatches 8 --f 1 --b 2 --w 1 --memory-limit 4 \\
+      --csv synth.csv --json synth.json                                  (see pipesim/cli/synthesize.py)
+  python -m pipesim import-trace runs/NAME/traces/torch-rank0.json runs/NAME/traces/torch-rank1.json \\
+      --schedule-out sched.json --json imported.json --trace both.json --html overlay.html
+
+Times are milliseconds per microbatch, per rank: one number, or a comma-separated list with one per
+rank; a schedule holding several chunks per rank cuts each rank's share into its chunks (a list with
+one per stage is taken as given). `simulate`, `compare` and the app read them alike
+(`CostModel.for_pipeline`). `--b` is the full backward, `--w` its weight-gradient part (so I = B - W;
+without --w, half of B). `--comm` is the time of one cross-rank transfer. `--cost FILE` reads
+a pipesim cost file instead (e.g. from an executor profile run). `--overlap-factor`
+prices torch's overlapped forward-backward pairs (pair = factor x (F + B)); `--data-parallel`,
+`--sharded`, `--dp-latency`, `--dp-bandwidth` and `--grad-bytes` describe the data-parallel group:
+each stage's gradients all-reduced in 25 MiB buckets after its last backward, as the executor does, or
+where the schedule states REDUCE_GRAD; with --sharded, torch's UNSHARD and reduce-scatter where torch's
+lowering puts them (pipesim.sim.data_parallel decides which, for every command).
+
+`--csv-in` reads torch's CSV in either of its formats (compute_only, or compute_comms with
+every send and receive; detected, or named with --csv-in-format); stated transfers set when
+each message leaves its rank.
+
+Outputs: --json the timeline document with a metrics summary, --csv the schedule in
+torch.distributed.pipelining's CSV format (--csv-format compute_only or compute_comms;
+by default the form the schedule has), --trace a Chrome trace
+(open in https://ui.perfetto.dev), --html/--png/--svg/--pdf the Gantt chart
+(images need Chromium). Every output is checked before any work and written before anything is printed, with
+the umask's mode (a replaced file keeps its own). Exit status: 0 done; 1 the work failed or was refused (a
+deadlocked schedule, an output that cannot be written, an image that cannot be rendered); 2 a usage error (one
+line on stderr, nothing written); 141 stdout closed early (`| head`; the files were written).
+
+`import-trace` reads torch.profiler (Kineto) traces whose actions carry torch's `PP:<action>` labels
+(torch.distributed.pipelining's multi-stage runtime, or `python -m executor run --torch-profile`),
+recovers the schedule each rank ran and its timeline (source "imported"), simulates that schedule (with
+the given costs, else the traces' own median action times) and overlays the two; --trace writes both
+into one Chrome trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+
+from pipesim.analysis.compare import compare_schedules, format_table
+from pipesim.charts.export import ExportUnavailable
+from pipesim.cli import app as cli_app
+from pipesim.cli import plan as cli_plan
+from pipesim.cli import synthesize as cli_synthesize
+from pipesim.cli import trace as cli_trace
+from pipesim.cli.common import (
+    Parser,
+    UsageError,
+    add_cost_args,
+    add_figure_args,
+    check_outputs,
+    cost_from_args,
+    ms_list,
+    name_list,
+    positive_int,
+    write_figures,
+)
+from pipesim.cli.listing import cmd_list
+from pipesim.cost.model import CostModel
+from pipesim.flags import EXIT_STATUS_HELP, FAILURE, run_main
+from pipesim.io.chrome_trace import save_chrome_trace
+from pipesim.io.cost_file import cost_to_dict
+from pipesim.io.formats import (
+    UnwritableOutput,
+    save_timeline,
+    schedule_from_csv_file,
+    schedule_to_csv,
+    schedule_to_dict,
+    write_file,
+    write_json,
+)
+from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
+from pipesim.ir import Schedule
+from pipesim.schedules import build_schedule, schedule_info
+from pipesim.semantics.dag import DeadlockError
+from pipesim.semantics.validate import validate
+from pipesim.sim.data_parallel import ALLREDUCE
+from pipesim.sim.metrics import Metrics, compute_metrics
+from pipesim.sim.steps import SimulatedStep, simulate_step
+from pipesim.units import format_memory
+
+# --- parser ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="python -m pipesim",
+        description="Plan and explain pipeline-parallel schedules.",
+        epilog=EXIT_STATUS_HELP,
+        allow_abbrev=False,
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan,synthesize,app}"
+    )
+    commands.add_parser(
+        "list",
+        allow_abbrev=False,
+        help="registered schedules, what they are and their options",
+        epilog=EXIT_STATUS_HELP,
+    )
+
+    sim = commands.add_parser(
+        "simulate", allow_abbrev=False, help="simulate one schedule and write its timeline", epilog=EXIT_STATUS_HELP
+    )
+    source = sim.add_mutually_exclusive_group(required=True)
+    source.add_argument("--schedule", metavar="NAME", help="registered schedule (see `list`)")
+    source.add_argument("--csv-in", type=Path, metavar="FILE", help="torch's schedule CSV (either format)")
+    sim.add_argument("--ranks", type=positive_int, metavar="P", help="pipeline ranks (with --schedule)")
+    sim.add_argument("--microbatches", type=positive_int, metavar="M", help="microbatches per step (with --schedule)")
+    sim.add_argument("--virtual-stages", type=positive_int, metavar="V", help="stages per rank (interleaved)")
+    sim.add_argument(
+        "--csv-in-format",
+        choices=CSV_FORMATS,
+        default="auto",
+        help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)",
+    )
+    add_cost_args(sim)
+    steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.steady_state)")
+    steps.add_argument(
+        "--overhead",
+        type=ms_list,
+        metavar="T",
+        help="per-step time after each rank's last action: optimizer, zeroing (one value or per rank)",
+    )
+    steps.add_argument(
+        "--dispatch",
+        type=ms_list,
+        metavar="T",
+        help="gap before each action a rank starts (one value or per rank; default 0)",
+    )
+    steps.add_argument(
+        "--shared-cores",
+        type=positive_int,
+        metavar="N",
+        help="the ranks share N cores (CPU ranks on one machine): at most N compute at full speed",
+    )
+    steps.add_argument("--steps", type=positive_int, default=1, metavar="N", help="simulate N steps in a row")
+    steps.add_argument(
+        "--no-barrier",
+        action="store_true",
+        help="with --steps: a rank starts the next step when its own optimizer is done (default: "
+        "every rank waits for the last, as pipesim's executor does)",
+    )
+    outputs = sim.add_argument_group("outputs")
+    outputs.add_argument("--json", type=Path, metavar="OUT", help="timeline document with a metrics summary")
+    outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as torch's CSV")
+    outputs.add_argument(
+        "--csv-format",
+        choices=CSV_FORMATS,
+        default="auto",
+        help="format of --csv: compute_only, or compute_comms with torch's sends, receives "
+        "and collectives (default: auto, the form the schedule has)",
+    )
+    outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto)")
+    add_figure_args(outputs, "Gantt chart")
+
+    cmp = commands.add_parser(
+        "compare", allow_abbrev=False, help="simulate several schedules under one cost model", epilog=EXIT_STATUS_HELP
+    )
+    cmp.add_argument("--schedules", type=name_list, required=True, metavar="A,B,C", help="registered schedules (list)")
+    cmp.add_argument("--ranks", type=positive_int, required=True, metavar="P", help="pipeline ranks")
+    cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")
+    cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
+    add_cost_args(cmp)
+    cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows")
+    add_figure_args(cmp, "comparison chart")
+
+    cli_trace.add_commands(commands)
+    cli_plan.add_commands(commands)
+    cli_synthesize.add_commands(commands)
+    cli_app.add_commands(commands)
+    return parser
+
+
+# --- building inputs ----------------------------------------------------------------
+
+
+def schedule_from_args(args: argparse.Namespace) -> Schedule:
+    if args.csv_in is not None:
+        if args.ranks or args.microbatches or args.virtual_stages:
+            raise UsageError(
+                "--csv-in takes ranks, microbatches and stages from the CSV: "
+                "drop --ranks, --microbatches and --virtual-stages"
+            )
+        return schedule_from_csv_file(args.csv_in, args.csv_in_format)
+    if args.ranks is None or args.microbatches is None:
+        raise UsageError("--schedule needs --ranks and --microbatches")
+    options = {} if args.virtual_stages is None else {"num_virtual_stages": args.virtual_stages}
+    return build_schedule(args.schedule, args.ranks, args.microbatches, **options)
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> list[str]:
+    """Headline numbers; bytes only when the costs carry real sizes (a cost file), not the 1-per-microbatch default."""
+    lines = [
+        schedule.describe(),
+        *filter(None, [dialect_note(schedule)]),  # a file in torch's older dialect says so, in one line
+        f"makespan {metrics.makespan:.3f} ms, bubble_fraction {metrics.bubble_fraction:.1%} "
+        f"(idle/busy {metrics.bubble_ratio:.3f})",
+    ]
+    for rank in metrics.ranks:
+        memory = format_memory(rank.peak_activation_bytes, rank.peak_activations, show_bytes)
+        stashed = f" ({format_memory(None, rank.peak_activations, False)} stashed)" if show_bytes else " stashed"
+        lines.append(f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, peak memory {memory}{stashed}")
+    return lines
+
+
+def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) -> CostModel:
+    """--overhead, --dispatch and --shared-cores replace what the cost model (or cost file) says."""
+    changes: dict = {}
+    for flag, field in (("overhead", "step_overhead_ms"), ("dispatch", "dispatch_ms")):
+        values = getattr(args, flag)
+        if values is None:
+            continue
+        if len(values) not in (1, num_ranks):
+            raise UsageError(f"--{flag} has {len(values)} values for {num_ranks} ranks: give 1 or {num_ranks}")
+        changes[field] = tuple(values)
+    if args.shared_cores is not None:
+        changes["shared_cores"] = args.shared_cores
+    return replace(cost, runtime=replace(cost.runtime, **changes)) if changes else cost
+
+
+def _steps_lines(schedule: Schedule, step: SimulatedStep, cost: CostModel, args: argparse.Namespace) -> list[str]:
+    """The step time as a training loop sees it (overhead included), and over --steps N steps in a row."""
+    from pipesim.sim.steps import simulate_steps
+
+    lines = [f"step time {step.step_ms:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
+    reductions = [c for c in step.timeline.comm if c.kind == ALLREDUCE]
+    if reductions:
+        overhead = cost.overhead_ms(schedule.num_ranks)
+        lines.append(
+            f"data parallel x{cost.data_parallel}: {len(reductions)} stage all-reduces, "
+            f"{sum(c.end - c.start for c in reductions):.3f} ms in all; not hidden by the backward: "
+            + ", ".join(f"rank {r} {t - o:.3f} ms" for r, (t, o) in enumerate(zip(step.tail_ms, overhead, strict=True)))
+        )
+    if args.steps > 1:
+        several = simulate_steps(schedule, cost, args.steps, barrier=not args.no_barrier).meta
+        times = several["step_times_ms"]
+        between = "no barrier: ranks run into the next step" if args.no_barrier else "a barrier opens every step"
+        lines.append(
+            f"{args.steps} steps ({between}): {several['total_ms']:.3f} ms in all, "
+            f"steady step {statistics.median(times[1:]):.3f} ms"
+        )
+    return lines
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    check_outputs(args, ("json", "csv", "trace"))
+    schedule = schedule_from_args(args)
+    # per-rank costs cut per chunk (CostModel.for_pipeline), as compare and the app read them
+    cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
+    cost = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)
+    validate(schedule)
+    step = simulate_step(schedule, cost)  # where the gradient reduction is charged: pipesim.sim.data_parallel
+    timeline = step.timeline
+    metrics = compute_metrics(timeline, cost)
+    lines = _summary_lines(schedule, metrics, show_bytes=args.cost is not None)
+    if (
+        args.steps > 1
+        or any(cost.overhead_ms(schedule.num_ranks))
+        or any(cost.dispatch_per_rank(schedule.num_ranks))
+        or cost.data_parallel > 1
+    ):
+        lines += _steps_lines(schedule, step, cost, args)  # every refusal comes before any file is written
+    written = _write_simulation_files(args, schedule, cost, step, metrics)
+    print("\n".join(lines + [f"wrote {path}" for path in written]))  # after the files: a closed stdout loses none
+    return 0
+
+
+def _write_simulation_files(
+    args: argparse.Namespace, schedule: Schedule, cost: CostModel, step: SimulatedStep, metrics: Metrics
+) -> list[str]:
+    from pipesim.charts.gantt import gantt_figure  # plotly only when a figure is asked for
+
+    timeline = step.timeline
+    written = []
+    if args.json is not None:
+        summary = {
+            **metrics.to_dict(),
+            "step_ms": step.step_ms,
+            "schedule": schedule_to_dict(schedule),
+            "cost": cost_to_dict(cost),
+        }
+        save_timeline(timeline, args.json, summary)
+        written.append(str(args.json))
+    if args.csv is not None:
+        write_file(schedule_to_csv(schedule, args.csv_format), args.csv)  # CSV whatever the file's suffix
+        written.append(str(args.csv))
+    if args.trace is not None:
+        save_chrome_trace(timeline, args.trace)
+        written.append(str(args.trace))
+    written += write_figures(lambda: gantt_figure(timeline, title=schedule.name), args)
+    return written
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    check_outputs(args, ("json",))
+    for name in args.schedules:
+        schedule_info(name)  # unknown names are a usage error, not a failed row
+    cost = cost_from_args(args)
+    rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages)
+    written = []
+    if args.json is not None:
+        document = {
+            "format": "pipesim.comparison",
+            "version": 1,
+            "ranks": args.ranks,
+            "microbatches": args.microbatches,
+            "rows": [row.to_dict() for row in rows],
+        }
+        write_json(document, args.json)
+        written.append(str(args.json))
+
+    from pipesim.charts.compare import comparison_figure
+
+    written += write_figures(lambda: comparison_figure(rows), args)
+    table = format_table(rows, bytes_known=args.cost is not None)  # typed times carry no sizes
+    print("\n".join([table, *(f"wrote {path}" for path in written)]))
+    return 0 if any(row.error is None for row in rows) else FAILURE
+
+
+COMMANDS = MappingProxyType(
+    {
+        "list": cmd_list,
+        "simulate": cmd_simulate,
+        "compare": cmd_compare,
+        **cli_trace.COMMANDS,
+        **cli_plan.COMMANDS,
+        **cli_synthesize.COMMANDS,
+        **cli_app.COMMANDS,
+    }
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, build, run; every way it ends is an exit status and at most one line on stderr (pipesim.flags:
+    2 a usage error, 1 a deadlocked schedule, an unwritable output or an image that cannot be rendered)."""
+
+    def command() -> int:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+
+    return run_main("pipesim", command, failures=(DeadlockError, UnwritableOutput, ExportUnavailable))
