@@ -52,8 +52,8 @@ def test_every_page_draws_through_the_bundle_with_trace_types_it_holds(open_page
         assert figures, page
         shown |= {trace.get("type", "scatter") for figure in figures for trace in figure["data"]}
     at = open_page()  # a binned Gantt: its hover cells are a heatmap
-    at.number_input(key="sim-ranks").set_value(32)
-    at.number_input(key="sim-microbatches").set_value(400)
+    at.number_input(key="ranks").set_value(32)
+    at.number_input(key="microbatches").set_value(400)
     at.button(key=SUBMIT).click().run()
     shown |= {trace.get("type", "scatter") for trace in chart_figures(at)[0]["data"]}
     assert {"bar", "scatter", "heatmap"} <= shown
@@ -91,8 +91,8 @@ def test_the_bundle_url_follows_the_server_base_path(static_serving) -> None:
 def test_a_binned_gantt_is_drawn_for_a_drag_select(open_page, static_serving) -> None:
     static_serving(True)
     at = open_page()
-    at.number_input(key="sim-ranks").set_value(32)
-    at.number_input(key="sim-microbatches").set_value(400)
+    at.number_input(key="ranks").set_value(32)
+    at.number_input(key="microbatches").set_value(400)
     at.button(key=SUBMIT).click().run()
     data = json.loads(at.get("bidi_component")[0].proto.json)
     layout = json.loads(data["figure"])["layout"]

@@ -1,6 +1,7 @@
-"""Figures that compare schedules: makespan, bubble and memory side by side, and the time-memory trade-off.
+"""Figures that compare schedules: step time, bubble and memory side by side, and the time-memory trade-off.
 
-Memory is drawn in one binary unit chosen for the largest value (pipesim.units), named in the axis title.
+Memory is drawn in one binary unit chosen for the largest value (pipesim.units), named in the axis title; every
+number in a hover is formatted as the app's cards and tables print it (pipesim.units).
 """
 
 from __future__ import annotations
@@ -8,9 +9,11 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pipesim.analysis.compare import ComparisonRow, pareto_front
+from pipesim.analysis.compare import ComparisonRow, pareto_front, step_time
 from pipesim.charts.lanes import RANK_COLORS
-from pipesim.units import binary_unit, format_bytes
+from pipesim.units import binary_unit, format_bytes, format_count, hover_ms, hover_percent, quantity
+
+FRONT_COLOR = "#555555"
 
 
 def _peak(row: ComparisonRow) -> float:
@@ -20,29 +23,36 @@ def _peak(row: ComparisonRow) -> float:
 def _memory_axis(good: list[ComparisonRow]) -> tuple[str, float]:
     """Axis title and divisor: bytes in a binary unit, or stashed microbatches without a byte size."""
     if any(row.peak_activation_bytes is None for row in good):
-        return "peak stashed microbatches", 1.0
+        return "peak microbatches stashed", 1.0
     unit, size = binary_unit(max((_peak(row) for row in good), default=0.0))
-    return f"peak activation memory ({unit})", float(size)
+    return f"{quantity('peak_activations').name} ({unit})", float(size)
 
 
 def _peak_text(row: ComparisonRow) -> str:
     size = "" if row.peak_activation_bytes is None else f"{format_bytes(row.peak_activation_bytes)}, "
-    return f"{size}{row.peak_activations} stashed microbatches"
+    return f"{size}{format_count(row.peak_activations or 0, 'microbatch')} stashed"
 
 
 def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> go.Figure:
-    """Makespan, bubble fraction and peak memory per schedule, side by side.
+    """Step time, bubble and peak memory per schedule, side by side (drawn full width: three panels of half a
+    page ran their titles into each other).
 
     Schedules that could not be built are named under the title with their reason. `log_scale` draws
-    makespan and memory on log axes, so that one slow schedule (naive) does not flatten the others.
+    step time and memory on log axes, so that one slow schedule (naive) does not flatten the others.
     """
     good = [row for row in rows if row.error is None]
     names = [row.schedule for row in good]
     memory_title, divisor = _memory_axis(good)
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("makespan (ms)", "bubble fraction", memory_title))
+    step_title = quantity("step_time").heading
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=(step_title, quantity("bubble_fraction").name, memory_title),
+        horizontal_spacing=0.08,
+    )
     panels = [
-        ([row.makespan for row in good], "makespan", "%{x}: %{y:.3f} ms<extra></extra>", None),
-        ([row.bubble_fraction for row in good], "bubble fraction", "%{x}: %{y:.1%}<extra></extra>", None),
+        ([step_time(row) for row in good], "step time", f"%{{x}}: {hover_ms('y')}<extra></extra>", None),
+        ([row.bubble_fraction for row in good], "bubble", f"%{{x}}: {hover_percent('y')}<extra></extra>", None),
         (
             [_peak(row) / divisor for row in good],
             "peak memory",
@@ -72,45 +82,51 @@ def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> 
     title = "schedule comparison" + (" (log scale)" if log_scale else "")
     if failed:
         title += "<br><sup>not built: " + "; ".join(failed) + "</sup>"
-    fig.update_layout(title=title, height=420, plot_bgcolor="white")
+    fig.update_layout(title=title, height=400, plot_bgcolor="white", margin={"t": 90})
+    fig.update_annotations(font_size=13)  # the panel titles
     return fig
 
 
 def tradeoff_figure(rows: list[ComparisonRow]) -> go.Figure:
-    """Makespan against peak memory, one legend entry per schedule (labels on the points overlapped), and the
-    Pareto front: the schedules no other beats on both."""
+    """Step time against peak memory, one legend entry per schedule (labels on the points overlapped), and the
+    Pareto front: the schedules no other beats on both, ringed and joined by a dashed line (a front of one
+    schedule is that one ringed: it beats every other on both)."""
     good = [row for row in rows if row.error is None]
     memory_title, divisor = _memory_axis(good)
     fig = go.Figure()
     for i, row in enumerate(good):
         fig.add_trace(
             go.Scatter(
-                x=[row.makespan],
+                x=[step_time(row)],
                 y=[_peak(row) / divisor],
                 mode="markers",
                 name=row.schedule,
                 marker={"size": 13, "color": RANK_COLORS[i % len(RANK_COLORS)], "line": {"width": 1, "color": "white"}},
                 customdata=[[row.bubble_fraction, _peak_text(row)]],
-                hovertemplate=f"<b>{row.schedule}</b><br>makespan %{{x:.3f}} ms<br>peak %{{customdata[1]}}<br>"
-                "bubble %{customdata[0]:.1%}<extra></extra>",
+                hovertemplate=f"<b>{row.schedule}</b><br>step time {hover_ms('x')}<br>peak %{{customdata[1]}}<br>"
+                f"bubble {hover_percent('customdata[0]')}<extra></extra>",
             )
         )
     front = pareto_front(good)
-    if len(front) > 1:
+    if front:
         fig.add_trace(
             go.Scatter(
-                x=[row.makespan for row in front],
+                x=[step_time(row) for row in front],
                 y=[_peak(row) / divisor for row in front],
-                mode="lines",
+                mode="lines+markers" if len(front) > 1 else "markers",
                 name="Pareto front",
-                line={"color": "#555555", "dash": "dash", "shape": "hv", "width": 1.5},
+                line={"color": FRONT_COLOR, "dash": "dash", "shape": "hv", "width": 1.5},
+                marker={"size": 22, "symbol": "circle-open", "color": FRONT_COLOR, "line": {"width": 1.5}},
                 hoverinfo="skip",
             )
         )
+    if len(front) == 1:
+        note = f"ringed: the Pareto front, here {front[0].schedule} alone (as fast and as light as any other)"
+    else:
+        note = "ringed and dashed: the Pareto front, the schedules no other beats on both"
     fig.update_layout(
-        title="trade-off: step time vs peak activation memory<br><sup>dashed: the Pareto front, "
-        "schedules no other beats on both</sup>",
-        xaxis={"title": "makespan (ms)"},
+        title=f"trade-off: step time against peak activation memory<br><sup>{note}</sup>",
+        xaxis={"title": quantity("step_time").heading},
         yaxis={"title": memory_title, "rangemode": "tozero"},
         plot_bgcolor="white",
         height=420,
