@@ -11,7 +11,7 @@ from app_pages import cached, cost_inputs, guide, plot, state, widgets
 from app_pages import schedule_inputs as inputs
 from pipesim.charts import compare as charts_compare
 from pipesim.schedules import schedule_info, schedule_names
-from pipesim.units import binary_unit, quantity
+from pipesim.units import PERCENT_DECIMALS, binary_unit, quantity
 
 state.init_state()
 st.title("Compare schedules")
@@ -67,6 +67,7 @@ table = pd.DataFrame([row.to_dict() for row in good]).set_index("schedule")
 table = table[["step_ms", "bubble_fraction", "bubble_ratio", "peak_activations", "peak_activation_bytes"]]
 unit, size = binary_unit(max(row.peak_activation_bytes or 0.0 for row in good))
 table["peak_activation_bytes"] = table["peak_activation_bytes"] / size
+table["bubble_fraction"] = 100 * table["bubble_fraction"]  # in percent, shown with the app's one decimal
 st.dataframe(
     table,
     width="stretch",
@@ -75,8 +76,8 @@ st.dataframe(
         "bubble_fraction": st.column_config.ProgressColumn(
             quantity("bubble_fraction").name,
             min_value=0.0,
-            max_value=1.0,
-            format="percent",
+            max_value=100.0,
+            format=f"%.{PERCENT_DECIMALS}f%%",
             help=quantity("bubble_fraction").meaning,
         ),
         "bubble_ratio": widgets.ratio_column("bubble_ratio"),
@@ -100,7 +101,15 @@ plot.show(tradeoff, "cmp-tradeoff")
 widgets.figure_downloads(tradeoff, "tradeoff", "cmp-tradeoff-export", sig)
 
 st.subheader("Gantt chart of one of them")
-pick = st.selectbox("Schedule", [row.schedule for row in good], key=state.kept("cmp-gantt-pick"), bind=state.URL)
+built = [row.schedule for row in good]
+shared = st.session_state.get(state.SCHEDULE)  # Simulate's schedule first, when it is among these
+pick = st.selectbox(
+    "Schedule",
+    built,
+    index=built.index(shared) if shared in built else 0,
+    key=state.kept("cmp-gantt-pick"),
+    bind=state.URL,
+)
 try:
     schedule = cached.registered_schedule(pick, ranks, microbatches, chunks)
     pick_cost = cost.for_pipeline(schedule.num_stages, ranks)  # the cut the comparison used

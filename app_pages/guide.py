@@ -112,7 +112,9 @@ def landing() -> None:
     st.session_state["landing_seen"] = True
     with st.expander("New here? What each page is for, and a tour", expanded=first, icon=":material/explore:"):
         for number, (page, title, text) in enumerate(WORKFLOW, start=1):
-            st.page_link(PAGE_PATHS[page], label=f"{number}. {title}: {text}")
+            link, words = st.columns([1, 6], vertical_alignment="center")
+            link.page_link(PAGE_PATHS[page], label=f"{number}. {title}")
+            words.markdown(text)
         st.caption(ALSO)
         st.button(
             "Take the tour (five stops, no typing)",

@@ -124,9 +124,9 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             ranks, microbatches, chunks = custom.num_ranks, custom.num_microbatches, state.DEFAULT_CHUNKS
         else:
             ranks, microbatches, chunks = schedule_inputs.size_fields(schedule_inputs.chunks_unused(info))
+        kind = st.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"), bind=state.URL)
         left, right = st.columns(2)
-        kind = left.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"), bind=state.URL)
-        size = right.selectbox(
+        size = left.selectbox(
             "Size",
             list(TRANSFORMER_SIZES),
             index=1,
@@ -135,7 +135,7 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             help="tiny runs are dominated by Python overhead per action; small and up "
             "are what the profile-then-predict figures in docs/benchmarks.md use",
         )
-        layers = left.number_input(
+        layers = right.number_input(
             "Layers / blocks",
             1,
             256,
@@ -145,7 +145,7 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             help="Transformer blocks (CNN: conv blocks). Stages share out these plus the "
             "embedding and output layer (CNN: 3 FC layers): at least one per stage",
         )
-        replicas = right.number_input(
+        replicas = left.number_input(
             "Data parallel",
             1,
             16,
@@ -154,20 +154,21 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             bind=state.URL,
             help="Replicas of the pipeline: ranks x this many processes",
         )
-        own = st.text_input(
-            "Your own model (optional)",
-            key=state.kept("run-model-spec"),
-            placeholder="examples.gpt_small:build",
-            help=own_model.field_help(),
-        )
-        dtype = left.selectbox(
+        dtype = right.selectbox(
             "Precision",
             DTYPES,
             key=state.kept("run-dtype"),
             bind=state.URL,
             help="bf16: autocast, fp32 master weights",
         )
-        batch = right.number_input(
+        own = st.text_input(
+            "Your own model (optional)",
+            key=state.kept("run-model-spec"),
+            placeholder="examples.gpt_small:build",
+            help=own_model.field_help(),
+        )
+        left, right = st.columns(2)
+        batch = left.number_input(
             "Batch size",
             1,
             4096,
@@ -176,19 +177,19 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             bind=state.URL,
             help="Per step; split into the microbatches",
         )
-        steps = left.number_input(
+        steps = right.number_input(
             "Steps", 1, 1000, 5, key=state.kept("run-steps"), bind=state.URL, help="Measured steps"
         )
-        warmup = right.number_input("Warm-up steps", 0, 100, 1, key=state.kept("run-warmup"), bind=state.URL)
-        timeout = left.number_input("Timeout (s)", 10, 7200, 600, key=state.kept("run-timeout"), bind=state.URL)
-        device = right.selectbox(
+        warmup = left.number_input("Warm-up steps", 0, 100, 1, key=state.kept("run-warmup"), bind=state.URL)
+        timeout = right.number_input("Timeout (s)", 10, 7200, 600, key=state.kept("run-timeout"), bind=state.URL)
+        device = left.selectbox(
             "Device",
             DEVICES,
             key=state.kept("run-device"),
             bind=state.URL,
             help="auto: CUDA when torch sees GPUs, otherwise CPU",
         )
-        backend = left.selectbox(
+        backend = right.selectbox(
             "Backend",
             BACKENDS,
             key=state.kept("run-backend"),
@@ -203,10 +204,10 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             help="Measure per-stage costs, write cost.json and simulate the step with them",
         )
         reference = st.toggle(
-            "Also run torch.distributed.pipelining",
+            "Also run torch's own schedule",
             key=state.kept("run-reference"),
             bind=state.URL,
-            help="The same model on torch's own schedule, for comparison",
+            help="The same model on torch.distributed.pipelining's own schedule class, for comparison",
         )
         recompute = st.toggle("Activation recomputation", key=state.kept("run-recompute"), bind=state.URL)
         submitted = st.form_submit_button("Launch run", type="primary", disabled=running, width="stretch")

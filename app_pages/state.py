@@ -52,7 +52,6 @@ def init_state() -> None:
     st.session_state.setdefault("run_handle", None)  # executor.launch.RunHandle of the run in progress
     st.session_state.setdefault("run_schedule", None)  # a custom Schedule sent from the Custom page
     st.session_state.setdefault("selected_run", None)  # run folder shown on the Run page
-    st.session_state.setdefault("exports", {})  # key -> (signature, {fmt: bytes} or a message)
 
 
 def kept(key: str) -> str:

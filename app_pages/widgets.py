@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -27,45 +28,55 @@ from pipesim.units import (
 )
 
 
-def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
-    """HTML at once (built on click); PNG/SVG/PDF only when asked, since Chromium takes seconds."""
+@st.cache_resource(show_spinner=False)
+def _export_browser() -> bool:
+    """One Chromium for every image this server renders (kaleido's shared server), started on the first image a
+    user asks for: a browser per image cost seconds each. True once it runs."""
     from pipesim.charts import export
 
+    export.start_export_server()
+    return True
+
+
+def image_bytes(fig: go.Figure, fmt: str) -> bytes:
+    """`fig` as a PNG, SVG or PDF, rendered when the user clicks its download (the button's deferred data)."""
+    from pipesim.charts import export
+
+    _export_browser()
+    return export.figure_bytes(fig, fmt)
+
+
+def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
+    """The chart as the user sees it (the page's template: title, fonts, colours), as HTML (plotly.js's cartesian
+    bundle inlined once) or as an image; each file is made only when its button is clicked. `sig` is kept for the
+    callers' signature of what is drawn."""
+    from pipesim.charts import export
+
+    shown = plot.styled(fig)
     with st.popover("Export chart", icon=":material/download:"):
         st.download_button(
             "Interactive HTML",
-            data=lambda: export.html_bytes(fig),
+            data=lambda: export.html_bytes(shown, plot.bundle_text()),
             file_name=f"{name}.html",
             mime="text/html",
             on_click="ignore",
             key=f"{key}-html",
             width="stretch",
         )
-        stored = st.session_state["exports"].get(key)
-        if stored is None or stored[0] != sig:
-            if st.button("Prepare PNG, SVG and PDF", key=f"{key}-prepare", width="stretch"):
-                with st.spinner("Rendering images in Chromium…"):
-                    try:
-                        files: dict[str, bytes] | str = export.export_figures([fig], export.IMAGE_FORMATS)[0]
-                    except export.ExportUnavailable as error:
-                        files = str(error)
-                stored = (sig, files)
-                st.session_state["exports"][key] = stored
-        if stored is not None and stored[0] == sig:
-            files = stored[1]
-            if isinstance(files, str):
-                st.warning(files)
-            else:
-                for fmt, data in files.items():
-                    st.download_button(
-                        fmt.upper(),
-                        data=data,
-                        file_name=f"{name}.{fmt}",
-                        mime=export.MIME_TYPES[fmt],
-                        on_click="ignore",
-                        key=f"{key}-{fmt}",
-                        width="stretch",
-                    )
+        if not export.images_available():
+            st.warning(export.NO_BROWSER_MESSAGE, icon=":material/warning:")
+            return
+        st.caption("Images are drawn when clicked (a few seconds for the first one).")
+        for column, fmt in zip(st.columns(len(export.IMAGE_FORMATS)), export.IMAGE_FORMATS, strict=True):
+            column.download_button(
+                fmt.upper(),
+                data=functools.partial(image_bytes, shown, fmt),
+                file_name=f"{name}.{fmt}",
+                mime=export.MIME_TYPES[fmt],
+                on_click="ignore",
+                key=f"{key}-{fmt}",
+                width="stretch",
+            )
 
 
 def data_downloads(
@@ -164,9 +175,9 @@ def metric_cards(metrics: Metrics, step_ms: float, inner_bubble: float | None = 
 
 
 def rank_table(metrics: Metrics) -> None:
-    """Each rank's idle share, peak activations and the microbatches stashed at that peak: open up to 8 ranks,
-    in a closed expander past that (a markdown table, not st.dataframe: the data grid's code and pandas cost a
-    32-rank page about half a second in the browser, bench/bench_app_load_ab.py --large)."""
+    """Each rank's idle share, peak activations and the microbatches stashed at that peak, in a closed expander
+    under the cards (a markdown table, not st.dataframe: the data grid's code and pandas cost a 32-rank page
+    about half a second in the browser, bench/bench_app_load_ab.py --large)."""
     worst = max(metrics.ranks, key=lambda r: r.bubble_fraction)
     rows = [
         f"| {r.rank} | {format_percent(r.bubble_fraction)} | {format_bytes(r.peak_activation_bytes)} | "
@@ -177,7 +188,6 @@ def rank_table(metrics: Metrics) -> None:
     with st.expander(
         f"Each rank: idle share and peak activations ({format_count(len(metrics.ranks), 'rank')}; most idle: "
         f"rank {worst.rank}, {format_percent(worst.bubble_fraction)})",
-        expanded=len(metrics.ranks) <= 8,
     ):
         st.markdown("\n".join([header, "|---:|---:|---:|---:|", *rows]))
 

@@ -123,3 +123,22 @@ def test_figure_json_leaves_the_cached_figure_alone() -> None:
     spec = json.loads(plot.figure_json(fig, select=True))
     assert spec["layout"]["template"] == plot.LIGHT_TEMPLATE and spec["layout"]["dragmode"] == "select"
     assert fig.to_json() == before
+
+
+def test_html_export_inlines_the_cartesian_bundle_once_styled_as_the_page() -> None:
+    """Issue 23 item 16: the HTML export of a 256-action Gantt holds plotly.js once, the 1.4 MB cartesian bundle
+    the app serves (not plotly's full 4.6 MB one), and the page's template (its title and fonts).
+
+    Catches the 4.9 MB export (the full bundle inlined) and an export in plotly's default look."""
+    from pipesim.charts import export
+    from pipesim.charts.gantt import gantt_figure
+    from pipesim.cost.model import CostModel
+    from pipesim.schedules import build_schedule
+    from pipesim.sim.steps import simulate_step
+
+    timeline = simulate_step(build_schedule("1f1b", 4, 32), CostModel.uniform()).timeline
+    assert len(timeline.spans) == 256
+    page = export.html_bytes(plot.styled(gantt_figure(timeline)), plot.bundle_text()).decode()
+    assert len(page) < 1.6e6, len(page)
+    assert page.count("plotly.js (cartesian - minified)") == 1 and page.count("<script") == 2  # bundle, figure
+    assert '"xanchor":"left"' in page and "Source Sans" in page  # the page's title placement and font

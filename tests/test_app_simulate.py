@@ -201,34 +201,41 @@ def test_cost_file_picked_from_a_profile_run(tmp_path: Path, open_page) -> None:
 def test_image_export_without_a_browser_says_so(app: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:
     from pipesim.charts import export
 
-    def unavailable(figs, fmts):
-        raise export.ExportUnavailable(export.NO_BROWSER_MESSAGE)
-
-    monkeypatch.setattr(export, "export_figures", unavailable)
-    app.button(key="sim-gantt-export-prepare").click().run()
+    monkeypatch.setattr(export, "images_available", lambda: False)
+    app.run()
     assert any("HTML export still works" in w.value for w in app.warning)
     assert app.get_by_key("sim-gantt-export-html") is not None  # HTML stays available
+    assert "PNG" not in [b.label for b in app.get("download_button")]
     assert not app.exception
 
 
-def test_prepared_images_become_downloads(app: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_images_are_made_only_when_asked_one_format_each(app: AppTest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23 item 16: drawing the page renders no image; a click renders its one format (the button's deferred
+    data), through one browser kept for the server, of the figure styled as on screen.
+
+    Catches images rendered before anyone asks (seconds per chart), all three formats rendered for one, and a
+    browser started per image."""
+    from app_pages import plot, widgets
     from pipesim.charts import export
 
     calls = []
+    monkeypatch.setattr(export, "figure_bytes", lambda fig, fmt: calls.append((fig, fmt)) or b"image")
+    monkeypatch.setattr(export, "start_export_server", lambda: calls.append("browser started"))
+    monkeypatch.setattr(export, "images_available", lambda: True)
+    app.run()
+    assert not calls  # nothing rendered before it is asked for
+    assert {"PNG", "SVG", "PDF"} <= {b.label for b in app.get("download_button")}
+    widgets._export_browser.clear()
+    figure = plot.styled(chart_figures_as_plotly(app)[0])
+    assert widgets.image_bytes(figure, "svg") == b"image" and widgets.image_bytes(figure, "png") == b"image"
+    assert calls[0] == "browser started" and [fmt for _, fmt in calls[1:]] == ["svg", "png"]  # one browser
+    assert calls[1][0].layout.template.layout.title.xanchor == "left"  # the page's template: its title, fonts
 
-    def fake(figs, fmts):
-        calls.append(list(fmts))
-        return [{fmt: f"{fmt} bytes".encode() for fmt in fmts} for _ in figs]
 
-    monkeypatch.setattr(export, "export_figures", fake)
-    labels = [b.label for b in app.get("download_button")]
-    assert "PNG" not in labels  # nothing rendered before it is asked for
-    app.button(key="sim-gantt-export-prepare").click().run()
-    assert calls == [["png", "svg", "pdf"]]
-    labels = [b.label for b in app.get("download_button")]
-    assert {"PNG", "SVG", "PDF"} <= set(labels)
-    submit(app, schedule="gpipe")  # a new chart: the prepared images no longer match it
-    assert "PNG" not in [b.label for b in app.get("download_button")]
+def chart_figures_as_plotly(at: AppTest) -> list:
+    import plotly.graph_objects as go
+
+    return [go.Figure(figure) for figure in chart_figures(at)]
 
 
 def test_data_downloads_are_offered(app: AppTest) -> None:

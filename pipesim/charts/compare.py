@@ -13,7 +13,7 @@ from pipesim.analysis.compare import ComparisonRow, pareto_front, step_time
 from pipesim.charts.lanes import RANK_COLORS
 from pipesim.units import binary_unit, format_bytes, format_count, hover_ms, hover_percent, quantity
 
-FRONT_COLOR = "#555555"
+FRONT_COLOR = "#8A8A8A"  # a mid grey, seen on a light and a dark page alike
 
 
 def _peak(row: ComparisonRow) -> float:
