@@ -110,7 +110,7 @@ if deadlock:
         icon=":material/account_tree:",
     ):
         st.session_state["dag-origin"] = DAG_CUSTOM_SOURCE
-        st.switch_page("app_pages/dag.py")
+        st.switch_page("app_pages/dag.py", query_params={})  # {}: bound settings forbid a clear
 elif problems:
     st.error(
         f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule: the cells at fault "
@@ -151,7 +151,7 @@ except ValueError as error:
 if st.button("Run this schedule for real", icon=":material/play_circle:", key="custom-send"):
     st.session_state["run_schedule"] = schedule
     st.session_state["run-use-custom"] = True  # the Run page runs it
-    st.switch_page("app_pages/run.py")
+    st.switch_page("app_pages/run.py", query_params={})
 
 widgets.metric_cards(metrics, timeline.meta["step_ms"])
 gantt = cached.gantt_chart(schedule, cost)

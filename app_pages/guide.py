@@ -95,11 +95,13 @@ TOUR = (
 
 
 def _go(index: int | None) -> None:
-    """A tour button's callback: settings first (before the next page draws its widgets), then the stop."""
+    """A tour button's callback: settings first (before the next page draws its widgets), then the stop's page
+    (opened by `tour_banner` on the rerun this click causes: a callback cannot switch pages)."""
     st.session_state["tour"] = index
     if index is not None:
         for key, value in TOUR[index].settings.items():
             st.session_state[key] = value
+        st.session_state["tour_page"] = TOUR[index].page
 
 
 def start_tour() -> None:
@@ -127,6 +129,9 @@ def landing() -> None:
 
 def tour_banner(page: str) -> None:
     """The tour's text on its current stop, with Next and End; nothing when no tour runs or it is elsewhere."""
+    target = st.session_state.pop("tour_page", None)
+    if target is not None and target != page:
+        st.switch_page(PAGE_PATHS[target], query_params={})  # {}: the bound settings rewrite it
     index = st.session_state.get("tour")
     if index is None or not 0 <= index < len(TOUR) or TOUR[index].page != page:
         return
@@ -135,10 +140,9 @@ def tour_banner(page: str) -> None:
         st.markdown(f"**Tour, stop {index + 1} of {len(TOUR)}: {stop.title}.** {stop.text}")
         left, right = st.columns([3, 1])
         if index + 1 < len(TOUR):
-            after = TOUR[index + 1]
-            if left.button(f"Next: {after.title}", key="tour-next", on_click=_go, args=(index + 1,), type="primary"):
-                if after.page != page:
-                    st.switch_page(PAGE_PATHS[after.page])
+            left.button(
+                f"Next: {TOUR[index + 1].title}", key="tour-next", on_click=_go, args=(index + 1,), type="primary"
+            )
         else:
             left.markdown("That is the whole loop: simulate, compare, plan, run, and the overlay.")
         right.button("End the tour", key="tour-end", on_click=_go, args=(None,))

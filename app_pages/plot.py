@@ -35,6 +35,7 @@ _AXIS = {
     "zerolinecolor": _GRID,
     "automargin": True,
     "ticks": "",
+    "ticklabelstandoff": 4,  # the x and y axes' "0" labels would touch at the origin
     "tickfont": {"color": _MUTED},
     "title": {"font": {"color": _MUTED}, "standoff": 10},
 }

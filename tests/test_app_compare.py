@@ -82,10 +82,10 @@ def test_tradeoff_has_a_legend_and_the_pareto_front_and_bars_a_log_scale(app: Ap
     names = [t["name"] for t in tradeoff["data"]]
     assert names[:4] == ["naive", "gpipe", "1f1b", "zb-h1"] and "Pareto front" in names
     assert all("text" not in t for t in tradeoff["data"])
-    assert bars["layout"]["yaxis"].get("type") != "log"
+    assert bars["layout"]["xaxis"].get("type") != "log"
     app.toggle(key="cmp-log").set_value(True).run()
-    bars = chart_figures(app)[0]
-    assert bars["layout"]["yaxis"]["type"] == "log" and bars["layout"]["yaxis3"]["type"] == "log"
+    bars = chart_figures(app)[0]  # horizontal bars: the values run along the x axes
+    assert bars["layout"]["xaxis"]["type"] == "log" and bars["layout"]["xaxis3"]["type"] == "log"
 
 
 def test_nothing_buildable_is_an_error(app: AppTest) -> None:

@@ -181,13 +181,13 @@ def test_comparison_and_tradeoff_figures():
     good = [row for row in rows if row.error is None]
     fig = charts_compare.comparison_figure(rows)
     assert len(fig.data) == 3
-    for trace in fig.data:
-        assert list(trace.x) == [row.schedule for row in good]
-    assert list(fig.data[0].y) == pytest.approx([row.makespan for row in good])
-    assert list(fig.data[1].y) == pytest.approx([row.bubble_fraction for row in good])
+    for trace in fig.data:  # horizontal bars, a row per schedule
+        assert list(trace.y) == [row.schedule for row in good]
+    assert list(fig.data[0].x) == pytest.approx([row.step_ms for row in good])
+    assert list(fig.data[1].x) == pytest.approx([row.bubble_fraction for row in good])
     assert "interleaved-1f1b" in fig.layout.title.text  # the failed one is named with its reason
     tradeoff = charts_compare.tradeoff_figure(rows)
-    points = [t for t in tradeoff.data if t.mode == "markers"]
+    points = [t for t in tradeoff.data if t.mode == "markers" and t.name != "Pareto front"]
     assert [t.name for t in points] == [row.schedule for row in good]  # a legend entry each: no labels to overlap
     unit, size = binary_unit(max(row.peak_activation_bytes for row in good))
     assert [t.x[0] for t in points] == pytest.approx([row.makespan for row in good])

@@ -34,8 +34,8 @@ def _peak_text(row: ComparisonRow) -> str:
 
 
 def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> go.Figure:
-    """Step time, bubble and peak memory per schedule, side by side (drawn full width: three panels of half a
-    page ran their titles into each other).
+    """Step time, bubble and peak memory per schedule, side by side: horizontal bars, one row per schedule named
+    once on the left (names under narrow vertical bars were slanted into each other), a panel per quantity.
 
     Schedules that could not be built are named under the title with their reason. `log_scale` draws
     step time and memory on log axes, so that one slow schedule (naive) does not flatten the others.
@@ -43,29 +43,28 @@ def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> 
     good = [row for row in rows if row.error is None]
     names = [row.schedule for row in good]
     memory_title, divisor = _memory_axis(good)
-    step_title = quantity("step_time").heading
     fig = make_subplots(
         rows=1,
         cols=3,
-        subplot_titles=(step_title, quantity("bubble_fraction").name, memory_title),
-        horizontal_spacing=0.08,
+        shared_yaxes=True,
+        subplot_titles=(quantity("step_time").heading, quantity("bubble_fraction").name, memory_title),
+        horizontal_spacing=0.05,
     )
     panels = [
-        ([step_time(row) for row in good], "step time", f"%{{x}}: {hover_ms('y')}<extra></extra>", None),
-        ([row.bubble_fraction for row in good], "bubble", f"%{{x}}: {hover_percent('y')}<extra></extra>", None),
+        ([step_time(row) for row in good], f"%{{y}}: {hover_ms('x')}<extra></extra>", None),
+        ([row.bubble_fraction for row in good], f"%{{y}}: {hover_percent('x')}<extra></extra>", None),
         (
             [_peak(row) / divisor for row in good],
-            "peak memory",
-            "%{x}: %{customdata}<extra></extra>",
+            "%{y}: %{customdata}<extra></extra>",
             [_peak_text(row) for row in good],
         ),
     ]
-    for col, (values, name, template, custom) in enumerate(panels, start=1):
+    for col, (values, template, custom) in enumerate(panels, start=1):
         fig.add_trace(
             go.Bar(
-                x=names,
-                y=values,
-                name=name,
+                y=names,
+                x=values,
+                orientation="h",
                 customdata=custom,
                 hovertemplate=template,
                 marker={"color": [RANK_COLORS[i % len(RANK_COLORS)] for i in range(len(good))]},
@@ -74,15 +73,16 @@ def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> 
             row=1,
             col=col,
         )
-    fig.update_yaxes(tickformat=".0%", row=1, col=2)
+    fig.update_xaxes(tickformat=".0%", row=1, col=2)
+    fig.update_yaxes(autorange="reversed")  # the first schedule on top, as in the table
     if log_scale:
-        fig.update_yaxes(type="log", row=1, col=1)
-        fig.update_yaxes(type="log", row=1, col=3)
+        fig.update_xaxes(type="log", row=1, col=1)
+        fig.update_xaxes(type="log", row=1, col=3)
     failed = [f"{row.schedule}: {row.error}" for row in rows if row.error is not None]
     title = "schedule comparison" + (" (log scale)" if log_scale else "")
     if failed:
         title += "<br><sup>not built: " + "; ".join(failed) + "</sup>"
-    fig.update_layout(title=title, height=400, plot_bgcolor="white", margin={"t": 90})
+    fig.update_layout(title=title, height=160 + 36 * len(good), plot_bgcolor="white", margin={"t": 90})
     fig.update_annotations(font_size=13)  # the panel titles
     return fig
 
