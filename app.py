@@ -6,7 +6,7 @@ calls pipesim or the executor and shows pipesim.charts figures.
 
 import streamlit as st
 
-from app_pages import state
+from app_pages import guide, state
 
 st.set_page_config(page_title="pipesim", page_icon=":material/view_timeline:", layout="wide")
 
@@ -15,9 +15,11 @@ PAGES = [
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("app_pages/dag.py", title="DAG", icon=":material/account_tree:"),
     st.Page("app_pages/custom.py", title="Custom schedule", icon=":material/edit_note:"),
-    st.Page("app_pages/run.py", title="Run", icon=":material/play_circle:"),
     st.Page("app_pages/plan.py", title="Plan", icon=":material/insights:"),
+    st.Page("app_pages/run.py", title="Run", icon=":material/play_circle:"),
 ]
 
 state.keep_settings()  # a page's settings outlive a visit to another page
-st.navigation(PAGES).run()
+page = st.navigation(PAGES)
+guide.glossary()
+page.run()

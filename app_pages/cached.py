@@ -10,7 +10,7 @@ cost more than the simulation of a small schedule.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -27,12 +27,15 @@ from pipesim.charts import memory as charts_memory
 from pipesim.cost.model import CostModel
 from pipesim.io import formats, kineto
 from pipesim.ir import Action, Schedule
-from pipesim.plan.search import Candidate, Evaluator, PlanInputs, PlanSpace, evaluate_all
+from pipesim.plan.search import Candidate, Evaluator, PlanInputs, PlanSpace, candidate_grid
 from pipesim.records import Timeline
 from pipesim.semantics.dag import DeadlockError, build_dag, dag_positions
 from pipesim.sim.metrics import Metrics, compute_metrics, inner_bubble_fraction
 from pipesim.sim.simulate import find_deadlock, simulate
 from pipesim.sim.steps import simulate_step
+
+if TYPE_CHECKING:
+    from pipesim.synth import Synthesis
 
 
 def schedule_key(schedule: Schedule) -> tuple:
@@ -73,6 +76,24 @@ def simulation(schedule: Schedule, cost: CostModel) -> tuple[Timeline, Metrics]:
     cost.check_fits(schedule)
     timeline = simulate_step(schedule, cost).timeline
     return timeline, compute_metrics(timeline, cost)
+
+
+@st.cache_data(max_entries=8, show_spinner=False, hash_funcs=HASH_FUNCS)
+def synthesis(named: Schedule, cost: CostModel, memory_limit: float, time_limit_s: float) -> Synthesis:
+    """The fastest order found in `time_limit_s` with `named`'s placement and size, for `cost` (cut for `named`'s
+    stages) under `memory_limit` microbatches' worth of activations per rank (pipesim.synth)."""
+    from pipesim.synth import SynthesisProblem, synthesize  # loaded when asked: not on the first page's path
+
+    info = schedules.schedule_info(named.name)
+    problem = SynthesisProblem(
+        named.num_ranks,
+        named.num_microbatches,
+        cost,
+        placement=info.placement,
+        num_virtual_stages=named.num_stages // named.num_ranks if info.placement == "interleaved" else None,
+        memory_limit=memory_limit,
+    )
+    return synthesize(problem, time_limit_s)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
@@ -147,8 +168,21 @@ def deadlock_explanation(schedule: Schedule) -> str | None:
 
 @st.cache_data(max_entries=8, show_spinner=False, hash_funcs={PlanInputs: hash, PlanSpace: hash})
 def plan(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
-    """Every candidate of the space, evaluated (pipesim.plan)."""
-    return evaluate_all(inputs, space)
+    """Every candidate of the space, evaluated (pipesim.plan: `evaluate_all`'s loop, one candidate at a time), with
+    a progress bar while it runs. The bar is made inside the function (a cached function's elements are replayed on
+    a hit) and ends empty, so a cached plan draws nothing. A planner that reports its own progress (a callback, a
+    partial front) plugs in here."""
+    grid = candidate_grid(inputs, space)
+    evaluator = Evaluator(inputs)
+    bar = st.empty()
+    every = max(1, len(grid) // 50)
+    candidates = []
+    for index, candidate in enumerate(grid):
+        candidates.append(evaluator.evaluate(candidate))
+        if index % every == 0:
+            bar.progress((index + 1) / len(grid), text=f"Evaluating candidates: {index + 1:,} of {len(grid):,}")
+    bar.empty()
+    return candidates
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs={PlanInputs: hash, Candidate: lambda c: c.label})

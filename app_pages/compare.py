@@ -1,48 +1,44 @@
-"""Compare several schedules on the same costs: table, bars, and time against memory."""
+"""Compare several schedules on the same costs: table, bars, and time against memory.
+
+Ranks, microbatches, chunks and costs are the ones every page shares (state.RANKS, ...); every setting is in the
+URL, so a view can be shared and reloaded.
+"""
 
 import pandas as pd
 import streamlit as st
 
-from app_pages import cached, cost_inputs, plot, state, widgets
+from app_pages import cached, cost_inputs, guide, plot, state, widgets
+from app_pages import schedule_inputs as inputs
 from pipesim.charts import compare as charts_compare
 from pipesim.schedules import schedule_info, schedule_names
-from pipesim.units import binary_unit
+from pipesim.units import PERCENT_DECIMALS, binary_unit, quantity
 
 state.init_state()
 st.title("Compare schedules")
-URL = "query-params"  # the page's settings live in its URL: a view can be shared and reloaded
+guide.tour_banner("compare")
 
 PREFERRED = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
 
 with st.sidebar:
-    source = cost_inputs.cost_source_picker("cmp")
+    source = cost_inputs.cost_source_picker()
+    names = schedule_names()
+    # Outside the form: which fields apply (chunks, the W share) depends on the schedules chosen.
+    chosen = st.multiselect(
+        "Schedules",
+        names,
+        default=[n for n in PREFERRED if n in names],
+        key=state.kept("cmp-schedules"),
+        bind=state.URL,
+        help="naive is left out by default: its step dwarfs the others (or use log scale)",
+    )
+    infos = [schedule_info(n) for n in chosen]
     with st.form("cmp-form"):
-        names = schedule_names()
-        chosen = st.multiselect(
-            "Schedules",
-            names,
-            default=[n for n in PREFERRED if n in names],
-            key=state.kept("cmp-schedules"),
-            bind=URL,
-            help="naive is left out by default: its step dwarfs the others (or use log scale)",
-        )
-        left, right = st.columns(2)
-        ranks = left.number_input("Ranks", 1, None, state.DEFAULT_RANKS, key=state.kept("cmp-ranks"), bind=URL)
-        microbatches = right.number_input(
-            "Microbatches", 1, None, state.DEFAULT_MICROBATCHES, key=state.kept("cmp-microbatches"), bind=URL
-        )
-        takers = [n for n in names if schedule_info(n).takes_chunks]
-        chunks = st.number_input(
-            "Chunks per rank",
-            2,
-            16,
-            state.DEFAULT_CHUNKS,
-            key=state.kept("cmp-chunks"),
-            bind=URL,
-            help="For " + ", ".join(takers) + " (the others hold what they hold)",
+        takers = [info.name for info in infos if info.takes_chunks]
+        ranks, microbatches, chunks = inputs.size_fields(
+            None if takers else "None of the chosen schedules lets you choose its chunks per rank"
         )
         st.divider()
-        spec = cost_inputs.cost_fields("cmp", source, int(ranks))
+        spec = cost_inputs.cost_fields(source, ranks, inputs.w_unused(infos))
         st.form_submit_button("Compare", type="primary", width="stretch")
 
 st.caption(cost_inputs.COST_MEANING)
@@ -52,7 +48,7 @@ if not chosen:
 
 try:
     cost = cost_inputs.cost_model(spec)
-    rows = cached.comparison(tuple(chosen), int(ranks), int(microbatches), cost, int(chunks))
+    rows = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks)
 except ValueError as error:
     widgets.show_error(error, "Cannot compare")
     st.stop()
@@ -65,46 +61,58 @@ if not good:
     st.error("None of the chosen schedules can be built with these settings; see the reasons above.")
     st.stop()
 
-# Built rows only (the failed ones are named above with their full reason): no empty cells.
-table = pd.DataFrame([row.to_dict() for row in good]).set_index("schedule").drop(columns="error")
+# Built rows only (the failed ones are named above with their full reason): no empty cells. One name per
+# quantity (pipesim.units): the step time is what Simulate's card shows for the same schedule.
+table = pd.DataFrame([row.to_dict() for row in good]).set_index("schedule")
+table = table[["step_ms", "bubble_fraction", "bubble_ratio", "peak_activations", "peak_activation_bytes"]]
 unit, size = binary_unit(max(row.peak_activation_bytes or 0.0 for row in good))
 table["peak_activation_bytes"] = table["peak_activation_bytes"] / size
+table["bubble_fraction"] = 100 * table["bubble_fraction"]  # in percent, shown with the app's one decimal
 st.dataframe(
     table,
     width="stretch",
     column_config={
-        "makespan": st.column_config.NumberColumn("makespan (ms)", format="%.3f"),
+        "step_ms": widgets.time_column("step_time"),
         "bubble_fraction": st.column_config.ProgressColumn(
-            "bubble fraction", min_value=0.0, max_value=1.0, format="percent"
+            quantity("bubble_fraction").name,
+            min_value=0.0,
+            max_value=100.0,
+            format=f"%.{PERCENT_DECIMALS}f%%",
+            help=quantity("bubble_fraction").meaning,
         ),
-        "bubble_ratio": st.column_config.NumberColumn("idle / busy", format="%.3f"),
-        "peak_activations": st.column_config.NumberColumn("peak stashed microbatches"),
-        "peak_activation_bytes": st.column_config.NumberColumn(f"peak activation memory ({unit})", format="%.2f"),
+        "bubble_ratio": widgets.ratio_column("bubble_ratio"),
+        "peak_activations": st.column_config.NumberColumn(quantity("stashed").name, help=quantity("stashed").meaning),
+        "peak_activation_bytes": widgets.bytes_column("peak_activations", unit),
     },
 )
 log_scale = st.toggle(
-    "Log scale for makespan and memory",
+    "Log scale for step time and memory",
     key=state.kept("cmp-log"),
-    bind=URL,
+    bind=state.URL,
     help="So that one slow schedule (naive) does not flatten the others",
 )
 
-sig = state.signature(tuple(chosen), int(ranks), int(microbatches), int(chunks), hash(cost), log_scale)
-left, right = st.columns(2)
-with left:
-    bars = charts_compare.comparison_figure(rows, log_scale=log_scale)
-    plot.show(bars, "cmp-bars")
-    widgets.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
-with right:
-    tradeoff = charts_compare.tradeoff_figure(rows)
-    plot.show(tradeoff, "cmp-tradeoff")
-    widgets.figure_downloads(tradeoff, "tradeoff", "cmp-tradeoff-export", sig)
+sig = state.signature(tuple(chosen), ranks, microbatches, chunks, hash(cost), log_scale)
+bars = charts_compare.comparison_figure(rows, log_scale=log_scale)
+plot.show(bars, "cmp-bars")
+widgets.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
+tradeoff = charts_compare.tradeoff_figure(rows)
+plot.show(tradeoff, "cmp-tradeoff")
+widgets.figure_downloads(tradeoff, "tradeoff", "cmp-tradeoff-export", sig)
 
 st.subheader("Gantt chart of one of them")
-pick = st.selectbox("Schedule", [row.schedule for row in good], key="cmp-gantt-pick")
+built = [row.schedule for row in good]
+shared = st.session_state.get(state.SCHEDULE)  # Simulate's schedule first, when it is among these
+pick = st.selectbox(
+    "Schedule",
+    built,
+    index=built.index(shared) if shared in built else 0,
+    key=state.kept("cmp-gantt-pick"),
+    bind=state.URL,
+)
 try:
-    schedule = cached.registered_schedule(pick, int(ranks), int(microbatches), int(chunks))
-    pick_cost = cost.for_stages(schedule.num_stages, int(ranks))  # the cut the comparison used
+    schedule = cached.registered_schedule(pick, ranks, microbatches, chunks)
+    pick_cost = cost.for_pipeline(schedule.num_stages, ranks)  # the cut the comparison used
     cached.simulation(schedule, pick_cost)  # a clear error before drawing
 except ValueError as error:
     widgets.show_error(error, f"Cannot simulate {pick}")

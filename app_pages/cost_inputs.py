@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from app_pages.state import kept, runs_root
+from app_pages.state import COST, URL, kept, runs_root
 from pipesim.cost.convert import cost_from_times
 from pipesim.cost.description import DTYPE_BYTES, ModelDescription
 from pipesim.cost.model import CostModel
@@ -22,7 +22,6 @@ from pipesim.io.cost_file import cost_from_dict, load_cost
 if TYPE_CHECKING:  # pandas only for the per-stage table: half a second of a cold start otherwise
     import pandas as pd
 
-URL = "query-params"  # settings live in the page's URL, so a view can be shared and reloaded
 COST_SOURCES = ("Uniform", "Per stage", "Model", "Cost file")
 MIB = 2**20
 # One meaning of the uniform times on every page (Simulate, Compare), pipesim's (CostModel.for_pipeline), as the
@@ -35,12 +34,12 @@ COST_MEANING = (
 )
 
 
-def cost_source_picker(prefix: str, sources: Sequence[str] = COST_SOURCES) -> str:
-    """Outside the form, so choosing a source swaps the fields at once."""
+def cost_source_picker(sources: Sequence[str] = COST_SOURCES) -> str:
+    """Outside the form, so choosing a source swaps the fields at once. One choice for every page (state.COST)."""
     return st.radio(
         "Cost source",
         sources,
-        key=kept(f"{prefix}-cost-source"),
+        key=kept(f"{COST}-source"),
         horizontal=True,
         bind=URL,
         help="Uniform numbers, a per-stage table, a model description, or a cost file "
@@ -64,11 +63,15 @@ def stage_table_default(num_stages: int) -> pd.DataFrame:
     )
 
 
-def cost_fields(prefix: str, source: str, num_stages: int) -> dict[str, Any]:
+def cost_fields(source: str, num_stages: int, w_unused: str | None = None) -> dict[str, Any]:
     """Draw the fields of one cost source (inside a form); returns a plain spec for `cost_model`.
 
-    Uniform times are per rank (`COST_MEANING`): the pages cut them per chunk (`CostModel.for_pipeline`).
+    Every page shares these fields (their keys start with state.COST): the costs set on Simulate are those of
+    Compare, Custom and the DAG. Uniform times are per rank (`COST_MEANING`): the pages cut them per chunk
+    (`CostModel.for_pipeline`). `w_unused` says why the W share does not apply to what the page draws (a
+    schedule that runs each backward whole): the field is then disabled with that reason.
     """
+    prefix = COST
     spec: dict[str, Any] = {"source": source}
     if source == "Uniform":
         left, right = st.columns(2)
@@ -84,7 +87,9 @@ def cost_fields(prefix: str, source: str, num_stages: int) -> dict[str, Any]:
             0.1,
             key=kept(f"{prefix}-w"),
             bind=URL,
-            help="Only used by zero-bubble schedules (I = B - W); above B is refused",
+            disabled=w_unused is not None,
+            help=w_unused
+            or "The weight part of the backward, which zero-bubble schedules run apart (I = B - W); above B is refused",
         )
         spec["comm_ms"] = right.number_input(
             "Transfer (ms)",
@@ -104,7 +109,9 @@ def cost_fields(prefix: str, source: str, num_stages: int) -> dict[str, Any]:
         spec["table"] = st.data_editor(
             stage_table_default(num_stages), key=f"{prefix}-stages-{num_stages}", num_rows="fixed", width="stretch"
         )
-        spec["comm_ms"] = st.number_input("Transfer (ms)", 0.0, 1e6, 0.0, 0.05, key=f"{prefix}-stages-comm")
+        spec["comm_ms"] = st.number_input(
+            "Transfer (ms)", 0.0, 1e6, 0.0, 0.05, key=kept(f"{prefix}-stages-comm"), bind=URL
+        )
     elif source == "Model":
         spec["model"] = _model_fields(prefix)
         spec["num_stages"] = num_stages
@@ -112,7 +119,8 @@ def cost_fields(prefix: str, source: str, num_stages: int) -> dict[str, Any]:
         spec.update(_cost_file_fields(prefix))
     spec["recompute"] = st.toggle(
         "Activation recomputation",
-        key=f"{prefix}-recompute",
+        key=kept(f"{prefix}-recompute"),
+        bind=URL,
         help="Backward pays its forward again; only stage inputs stay stashed",
     )
     return spec
@@ -125,18 +133,30 @@ def _model_fields(prefix: str) -> dict[str, Any]:
     ints = ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size")
     for i, name in enumerate(ints):
         column = left if i % 2 == 0 else right
-        values[name] = column.number_input(name.replace("_", " "), 1, 10**7, defaults[name], key=f"{prefix}-m-{name}")
+        values[name] = column.number_input(
+            name.replace("_", " "), 1, 10**7, defaults[name], key=kept(f"{prefix}-m-{name}"), bind=URL
+        )
     values["dtype"] = left.selectbox(
-        "dtype", list(DTYPE_BYTES), index=list(DTYPE_BYTES).index(defaults["dtype"]), key=f"{prefix}-m-dtype"
+        "dtype",
+        list(DTYPE_BYTES),
+        index=list(DTYPE_BYTES).index(defaults["dtype"]),
+        key=kept(f"{prefix}-m-dtype"),
+        bind=URL,
     )
     values["device_tflops"] = right.number_input(
-        "achieved TFLOP/s", 0.001, 1e5, defaults["device_tflops"], key=f"{prefix}-m-tflops"
+        "achieved TFLOP/s", 0.001, 1e5, defaults["device_tflops"], key=kept(f"{prefix}-m-tflops"), bind=URL
     )
     values["link_bandwidth_gbps"] = left.number_input(
-        "link GB/s", 0.001, 1e5, defaults["link_bandwidth_gbps"], key=f"{prefix}-m-bw"
+        "link GB/s", 0.001, 1e5, defaults["link_bandwidth_gbps"], key=kept(f"{prefix}-m-bw"), bind=URL
     )
     values["link_latency_ms"] = right.number_input(
-        "link latency (ms)", 0.0, 1e4, defaults["link_latency_ms"], format="%.3f", key=f"{prefix}-m-lat"
+        "link latency (ms)",
+        0.0,
+        1e4,
+        defaults["link_latency_ms"],
+        format="%.3f",
+        key=kept(f"{prefix}-m-lat"),
+        bind=URL,
     )
     return values
 
@@ -149,12 +169,13 @@ def run_cost_files() -> list[str]:
 
 
 def _cost_file_fields(prefix: str) -> dict[str, Any]:
-    upload = st.file_uploader("Upload a cost.json", type=["json"], key=f"{prefix}-cost-upload")
+    upload = st.file_uploader("Upload a cost.json", type=["json"], key=f"{prefix}-upload")
     found = run_cost_files()
     picked = st.selectbox(
         "…or pick one from a profile run",
         ["(none)", *found],
-        key=f"{prefix}-cost-pick",
+        key=kept(f"{prefix}-pick"),
+        bind=URL,
         help=f"cost.json files under {runs_root()}/",
     )
     if upload is not None:

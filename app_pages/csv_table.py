@@ -104,17 +104,41 @@ def csv_grid(text: str, spare: int = 0, spare_rows: int = 0) -> pd.DataFrame:
     return frame
 
 
+CELL_MARK = "⚠ "  # written before a cell's text where a problem points (Streamlit styles no editable cell)
+
+
+def _cell_text(value: object) -> str:
+    """A cell's CSV text: stripped, and without the problem mark the table showed on it."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return ""
+    return str(value).strip().removeprefix(CELL_MARK.strip()).strip()
+
+
 def grid_csv(grid: pd.DataFrame) -> str:
-    """Back from the table to CSV text: trailing empty cells dropped, rows kept in order."""
+    """Back from the table to CSV text: trailing empty cells dropped, rows kept in order, problem marks dropped."""
     lines = []
     for _, row in grid.iterrows():
-        cells = ["" if (value is None or pd.isna(value)) else str(value).strip() for value in row]
+        cells = [_cell_text(value) for value in row]
         while cells and not cells[-1]:
             cells.pop()
         lines.append(",".join(cells))
     while lines and not lines[-1]:
         lines.pop()
     return "\r\n".join(lines) + ("\r\n" if lines else "")
+
+
+SPARE_COLUMNS = 2  # empty columns after the longest row: room to append actions (an editor adds no columns)
+SPARE_ROWS = 2  # empty rows: room to add ranks
+
+
+def editor_grid(base: str) -> pd.DataFrame:
+    """The table the Custom page edits: `base`'s cells and the spare columns and rows."""
+    return csv_grid(base, spare=SPARE_COLUMNS, spare_rows=SPARE_ROWS)
+
+
+def committed_text(base: str, edits: dict | None) -> str:
+    """The CSV text of `base` with a table editor's edits applied (marks dropped): what an edit commits."""
+    return grid_csv(apply_edits(editor_grid(base), edits))
 
 
 def apply_edits(grid: pd.DataFrame, edits: dict | None) -> pd.DataFrame:
@@ -132,22 +156,23 @@ PROBLEM_MARK = " ⚠"
 
 
 def editor_table(grid: pd.DataFrame, problems: Sequence[Problem]):
-    """The editable table itself, marked: a read-only "problem" column beside each row (coloured) and a mark on
-    the rows' names; returns (styled table, column labels with a mark on the offending columns).
-
-    Streamlit colours only read-only columns of an editor, so the offending cell is named in the message and
-    its column header marked rather than filled.
+    """The editable table itself, marked: the offending cell's own text starts with `CELL_MARK` (Streamlit colours
+    only read-only columns of an editor), a read-only "problem" column (first, so it is on screen however wide
+    the table is) says what is wrong in each row, and the rows' names and the offending columns' headers carry a
+    mark; returns (styled table, column labels with a mark on the offending columns).
     """
     notes: dict[int, list[str]] = {}
     bad_columns: set[int] = set()
+    shown = grid.copy()
     for problem in problems:
         if problem.rank is not None and problem.rank < len(grid):
             notes.setdefault(problem.rank, []).append(problem.message)
             if problem.column is not None and problem.column < grid.shape[1]:
                 bad_columns.add(problem.column)
-    shown = grid.copy()
+                text = _cell_text(shown.iat[problem.rank, problem.column])
+                shown.iat[problem.rank, problem.column] = CELL_MARK + text if text else CELL_MARK.strip()
     shown.index = [f"{name}{PROBLEM_MARK if r in notes else ''}" for r, name in enumerate(grid.index)]
-    shown["problem"] = ["; ".join(dict.fromkeys(notes.get(r, []))) for r in range(len(grid))]
+    shown.insert(0, "problem", ["; ".join(dict.fromkeys(notes.get(r, []))) for r in range(len(grid))])
     labels = {name: f"{name}{PROBLEM_MARK}" for c, name in enumerate(grid.columns) if c in bad_columns}
     kind = {p.rank: p.kind for p in problems}
     colour = {"error": "background-color: #ffb3b3; color: #7a0000", "deadlock": "background-color: #ffe08a"}

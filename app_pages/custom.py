@@ -61,11 +61,22 @@ with paste_col.popover("Paste CSV text", icon=":material/content_paste:", width=
         if st.form_submit_button("Use this text", type="primary"):
             _replace_schedule(pasted)
 
-# Fixed rows (spare ones to add ranks): Streamlit then keeps edits across reruns although the problem column
-# changes. The pending edits are applied first, so the problems are found and shown on the table being edited.
-grid = table.csv_grid(st.session_state["custom_base"], spare=2, spare_rows=2)
+
+def _commit_edits(grid_key: str) -> None:
+    """An edit of the table (its on_change callback, before the rerun) becomes the schedule's text at once, and the
+    next table is drawn from it: what the user typed is what the table shows and what is checked, even when it
+    makes the schedule invalid (a table kept from an earlier run would show the old cell over the new problem)."""
+    text = table.committed_text(st.session_state["custom_base"], st.session_state.get(grid_key))
+    st.session_state["custom_csv"] = text
+    st.session_state["custom_base"] = text
+    st.session_state["custom_version"] += 1
+
+
 grid_key = f"custom-grid-{st.session_state['custom_version']}"
-text = table.grid_csv(table.apply_edits(grid, st.session_state.get(grid_key)))
+# Edits not yet committed (none after `_commit_edits`; a test's) are applied first, so the problems are found on,
+# and the table drawn from, what the user sees.
+text = table.committed_text(st.session_state["custom_base"], st.session_state.get(grid_key))
+grid = table.editor_grid(text)
 st.session_state["custom_csv"] = text  # the edited table is the schedule every page sees
 
 try:
@@ -76,6 +87,14 @@ except CsvError as error:
 except ValueError as error:  # too large for the app
     widgets.show_error(error, "Cannot use this schedule")
     schedule, problems = None, []
+
+# The costs stay in the sidebar whatever the table holds (a schedule being fixed keeps its costs).
+with st.sidebar:
+    source = cost_inputs.cost_source_picker()
+    with st.form("custom-cost-form"):
+        rows_given = max(1, len([line for line in text.splitlines() if line.strip()]))
+        spec = cost_inputs.cost_fields(source, schedule.num_stages if schedule is not None else rows_given)
+        st.form_submit_button("Simulate", type="primary", width="stretch")
 
 deadlock = bool(problems) and all(p.kind == "deadlock" for p in problems)
 if deadlock:
@@ -91,11 +110,12 @@ if deadlock:
         icon=":material/account_tree:",
     ):
         st.session_state["dag-origin"] = DAG_CUSTOM_SOURCE
-        st.switch_page("app_pages/dag.py")
+        st.switch_page("app_pages/dag.py", query_params={})  # {}: bound settings forbid a clear
 elif problems:
     st.error(
-        f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule; the rows and "
-        f"columns at fault are marked{table.PROBLEM_MARK}, the messages are beside each row.",
+        f"**{len(problems)} problem{'s' if len(problems) > 1 else ''}** in this schedule: the cells at fault "
+        f"start with {table.CELL_MARK.strip()}, the rows and columns at fault are marked{table.PROBLEM_MARK}, and "
+        "the problem column (first) says what is wrong.",
         icon=":material/error:",
     )
 styled, labels = table.editor_table(grid, problems)
@@ -105,7 +125,9 @@ st.data_editor(
     num_rows="fixed",
     width="stretch",
     disabled=["problem"],
-    column_config={**labels, "problem": st.column_config.TextColumn("problem", width="large")},
+    on_change=_commit_edits,
+    args=(grid_key,),
+    column_config={**labels, "problem": st.column_config.TextColumn("problem", width="medium")},
 )
 if problems or schedule is None:
     if not deadlock:
@@ -117,11 +139,6 @@ st.success(f"Valid: {schedule.describe()}", icon=":material/check_circle:")
 if note := dialect_note(schedule):  # torch's older B/W/BW cells, read as I/W/B
     st.caption(note)
 
-with st.sidebar:
-    source = cost_inputs.cost_source_picker("custom")
-    with st.form("custom-cost-form"):
-        spec = cost_inputs.cost_fields("custom", source, schedule.num_stages)
-        st.form_submit_button("Simulate", type="primary", width="stretch")
 st.caption(cost_inputs.COST_MEANING)
 
 try:  # per-rank costs cut per chunk, as `pipesim simulate --csv-in` reads them
@@ -133,10 +150,10 @@ except ValueError as error:
 
 if st.button("Run this schedule for real", icon=":material/play_circle:", key="custom-send"):
     st.session_state["run_schedule"] = schedule
-    st.session_state["run-schedule"] = state.CUSTOM_SCHEDULE_LABEL  # preselected on the Run page
-    st.switch_page("app_pages/run.py")
+    st.session_state["run-use-custom"] = True  # the Run page runs it
+    st.switch_page("app_pages/run.py", query_params={})
 
-widgets.metric_cards(metrics)
+widgets.metric_cards(metrics, timeline.meta["step_ms"])
 gantt = cached.gantt_chart(schedule, cost)
 plot.show(gantt, "custom-gantt")
 sig = state.signature(cached.schedule_key(schedule), hash(cost))

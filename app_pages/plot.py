@@ -35,6 +35,7 @@ _AXIS = {
     "zerolinecolor": _GRID,
     "automargin": True,
     "ticks": "",
+    "ticklabelstandoff": 4,  # the x and y axes' "0" labels would touch at the origin
     "tickfont": {"color": _MUTED},
     "title": {"font": {"color": _MUTED}, "standoff": 10},
 }
@@ -93,27 +94,48 @@ const FULL_SCREEN = {
 function followFullScreen(div, Plotly) {
   div.addEventListener('fullscreenchange', () => {
     const full = document.fullscreenElement === div;
-    div.style.background = full ? 'white' : '';
+    div.style.background = full ? getComputedStyle(appOf(div)).backgroundColor : '';
     Plotly.relayout(div, full ? {width: window.innerWidth, height: window.innerHeight}
                               : {width: null, height: div.pipesimHeight});  // null: the container's width again
   });
 }
-// LIGHT_TEMPLATE's colours for a page a user switched to Streamlit's dark theme (read from its background
-// when the chart is drawn).
-const DARK = {text: '#FAFAFA', muted: '#A3A8B8', grid: '#3D4150'};
+// LIGHT_TEMPLATE's colours for a page in Streamlit's dark theme (the browser's preference, or the menu's choice),
+// read from the page's background each time the chart is drawn, and again whenever the theme changes.
+const DARK = {text: '#FAFAFA', muted: '#A3A8B8', grid: '#3D4150', idle: '#4A4E5A', hover: '#262730'};
+const LIGHT_IDLE = '#E6E6E6';
+function appOf(element) { return element.closest('[data-testid="stApp"]') || document.body; }
 function onDarkPage(element) {
-  const app = element.closest('[data-testid="stApp"]') || document.body;
-  const [r, g, b] = (getComputedStyle(app).backgroundColor.match(/[0-9.]+/g) || [255, 255, 255]).map(Number);
+  const [r, g, b] = (getComputedStyle(appOf(element)).backgroundColor.match(/[0-9.]+/g) || [255, 255, 255])
+    .map(Number);
   return 0.299 * r + 0.587 * g + 0.114 * b < 128;
 }
-function darken(layout) {
+function isWhite(color) { return color === 'white' || color === '#fff' || color === '#ffffff' || color === '#FFFFFF'; }
+function darken(figure) {
+  const layout = figure.layout;
   const t = layout.template.layout;
   t.font.color = t.hoverlabel.font.color = DARK.text;
-  t.hoverlabel.bgcolor = '#262730';
+  t.hoverlabel.bgcolor = DARK.hover;
+  t.annotationdefaults = {font: {color: DARK.text}};
   for (const axis of [t.xaxis, t.yaxis]) {
     axis.gridcolor = axis.linecolor = axis.zerolinecolor = DARK.grid;
     axis.tickfont.color = axis.title.font.color = DARK.muted;
   }
+  // figures that set a white plot area (pipesim's charts do, for exports) get the page's background instead
+  for (const key of ['plot_bgcolor', 'paper_bgcolor']) if (isWhite(layout[key])) layout[key] = 'rgba(0,0,0,0)';
+  for (const name of Object.keys(layout)) {  // the axes of subplots (xaxis2, yaxis3...) too
+    if (/^[xy]axis[0-9]*$/.test(name) && layout[name]) {
+      const axis = layout[name];
+      axis.gridcolor = axis.gridcolor || DARK.grid;
+      if (axis.title && axis.title.font && axis.title.font.color === undefined) axis.title.font.color = DARK.muted;
+    }
+  }
+  for (const annotation of layout.annotations || []) {
+    if (!annotation.font || !annotation.font.color) annotation.font = {...(annotation.font || {}), color: DARK.text};
+  }
+  for (const trace of figure.data) {  // idle bands: a dark grey on a dark page
+    if (trace.marker && trace.marker.color === LIGHT_IDLE) trace.marker.color = DARK.idle;
+  }
+  return figure;
 }
 export default function ({ parentElement, data, setTriggerValue }) {
   let div = parentElement.querySelector(':scope > div.pipesim-plot');
@@ -124,15 +146,23 @@ export default function ({ parentElement, data, setTriggerValue }) {
     parentElement.appendChild(div);
   }
   div.pipesimSelect = data.select ? setTriggerValue : null;
-  const figure = JSON.parse(data.figure);
-  div.pipesimHeight = figure.layout.height || null;
-  if (figure.layout.template && onDarkPage(parentElement)) darken(figure.layout);
+  const pristine = data.figure;
   const config = {...data.config, modeBarButtonsToAdd: [FULL_SCREEN]};
   let current = true;
   let observer = null;
+  let themeWatch = null;
+  let dark = null;
+  function draw(Plotly) {
+    const figure = JSON.parse(pristine);
+    dark = onDarkPage(parentElement);
+    div.pipesimHeight = figure.layout.height || null;
+    div.dataset.theme = dark ? 'dark' : 'light';
+    if (figure.layout.template && dark) darken(figure);
+    return Plotly.react(div, figure.data, figure.layout, config);
+  }
   loadPlotly(data.src).then(Plotly => {
     if (!current) return;
-    Plotly.react(div, figure.data, figure.layout, config).then(() => {
+    draw(Plotly).then(() => {
       if (!div.pipesimListening) {  // plotly keeps its handlers across Plotly.react
         div.pipesimListening = true;
         followFullScreen(div, Plotly);
@@ -144,8 +174,15 @@ export default function ({ parentElement, data, setTriggerValue }) {
     });
     observer = new ResizeObserver(() => { if (div._fullLayout) Plotly.Plots.resize(div); });
     observer.observe(parentElement);
+    // A theme change (the menu's Settings, or the system's preference) restyles the app without a rerun: draw again.
+    themeWatch = new MutationObserver(() => { if (current && onDarkPage(parentElement) !== dark) draw(Plotly); });
+    themeWatch.observe(appOf(parentElement), {attributes: true, attributeFilter: ['class', 'style']});
   }).catch(error => { div.textContent = 'The chart could not be drawn: ' + error.message; });
-  return () => { current = false; if (observer) observer.disconnect(); };
+  return () => {
+    current = false;
+    if (observer) observer.disconnect();
+    if (themeWatch) themeWatch.disconnect();
+  };
 }
 """
 
@@ -171,6 +208,22 @@ def figure_json(fig: go.Figure, select: bool = False) -> str:
     if select:
         spec["layout"].update(dragmode="select", selectdirection="h")
     return pio.to_json(spec, validate=False)
+
+
+def styled(fig: go.Figure) -> go.Figure:
+    """A copy of `fig` as the page shows it (the app's light template: its title, fonts, colours and margins), for
+    an export that looks like the screen. `fig` itself is left as it is (it may be cached)."""
+    copy = go.Figure(fig)
+    copy.update_layout(template=LIGHT_TEMPLATE)
+    return copy
+
+
+@functools.cache
+def bundle_text() -> str | None:
+    """The cartesian plotly.js bundle the app serves (static/), inlined into HTML exports instead of plotly's full
+    bundle (1.4 MB against 4.6 MB); None when the file is gone (the export then inlines the full one)."""
+    path = STATIC_DIR / PLOTLY_JS
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def show(fig: go.Figure, key: str, *, select: bool = False, on_select: Callable[[], None] | None = None) -> None:

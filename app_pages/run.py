@@ -3,16 +3,29 @@
 torch is never imported here: executor.host.launch starts the ranks as separate processes. The page is its
 parts, one concern each: `run_form` (the form and the run config it describes), `run_launch` (starting the
 run), `run_live` (progress, log, Cancel), `run_result` (a finished run), `run_reference` (torch's own run and
-the losses), `run_history` (earlier runs); `trace_import` imports profiler traces.
+the losses), `run_history` (earlier runs); `trace_import` imports profiler traces. The run shown is in the URL
+(`?run=FOLDER`), so a reload or a shared link opens it again.
 """
 
 import streamlit as st
 
-from app_pages import live_runs, run_form, run_history, run_launch, run_live, run_result, state, trace_import, widgets
+from app_pages import (
+    guide,
+    live_runs,
+    run_form,
+    run_history,
+    run_launch,
+    run_live,
+    run_result,
+    state,
+    trace_import,
+    widgets,
+)
 from executor.host import run_folder
 
 state.init_state()
 st.title("Run a schedule for real")
+guide.tour_banner("run")
 st.caption(
     "Runs the very same schedule under torchrun (CPU with gloo, or CUDA GPUs) and lays the measured "
     "timeline over the simulated one. A profile run measures each stage first, so the simulation "
@@ -20,10 +33,18 @@ st.caption(
 )
 
 if st.session_state["run_handle"] is None:  # a reload (a new session) finds a run still going, from its folder
-    st.session_state["run_handle"] = live_runs.running(state.runs_root())
+    found = live_runs.running(state.runs_root())
+    if getattr(found, "config", None) is not None:
+        # the form shows the run's own settings, not this session's defaults
+        for key, value in run_form.form_values(found.config).items():
+            st.session_state[key] = value
+    st.session_state["run_handle"] = found
 handle = st.session_state["run_handle"]
 custom = st.session_state["run_schedule"]
 running = handle is not None and not handle.done()
+
+if st.session_state["selected_run"] is None and st.query_params.get("run"):
+    st.session_state["selected_run"] = run_history.folder_of(st.query_params["run"])
 
 request = run_form.draw(custom, running)
 if request is not None:
@@ -32,14 +53,20 @@ if request is not None:
 if st.session_state["run_handle"] is not None:
     run_live.show(running)
 
-if st.session_state["selected_run"]:
+selected = st.session_state["selected_run"]
+if selected:
+    st.query_params["run"] = run_history.name_of(selected)
     try:
-        run_result.show(run_folder.load_run(st.session_state["selected_run"]))
+        run_result.show(run_folder.load_run(selected))
     except ValueError as error:
         widgets.show_error(error, "Cannot open the run")
+elif st.session_state["run_handle"] is None:
+    st.info(
+        "Nothing shown yet: set the schedule, model and devices in the sidebar and press **Launch run** at its "
+        "bottom (a 2-rank CPU run of the tiny model takes about a minute here), or open an earlier run below.",
+        icon=":material/arrow_back:",
+    )
 
-trace_import.show_import(
-    run_folder.profiler_trace_sets(st.session_state["selected_run"]) if st.session_state["selected_run"] else {}
-)
+trace_import.show_import(run_folder.profiler_trace_sets(selected) if selected else {})
 st.divider()
 run_history.show()

@@ -12,7 +12,7 @@ from typing import Any
 
 import streamlit as st
 
-from app_pages import own_model, state
+from app_pages import own_model, schedule_inputs, state
 from executor.config import (
     BACKENDS,
     DEVICES,
@@ -26,7 +26,7 @@ from executor.config import (
 )
 from pipesim.cost.shape import TransformerShape
 from pipesim.ir import Schedule
-from pipesim.schedules import options_for, schedule_info, schedule_names
+from pipesim.schedules import options_for, schedule_info
 
 # Size presets of the built-in models (their configs' own types); the number of layers (blocks) is a separate
 # input because it must be at least the number of stages.
@@ -105,35 +105,33 @@ class RunRequest:
 
 
 def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
-    """The form in the sidebar; the request when it was submitted (and no run is going), else None."""
+    """The form in the sidebar; the request when it was submitted (and no run is going), else None.
+
+    The schedule, ranks, microbatches and chunks are the ones every page shares (what Simulate drew is what
+    runs); the rest is the Run page's own, in the URL like every page's settings."""
+    with st.sidebar:
+        use_custom = custom is not None and st.toggle(
+            "Run the custom schedule",
+            value=True,
+            key="run-use-custom",
+            help=f"The schedule sent from the Custom page ({custom.describe()}); off: a registered one",
+        )
+        name = CUSTOM if use_custom else schedule_inputs.schedule_picker(disabled=running)
+        info = None if use_custom else schedule_info(name)
     with st.sidebar, st.form("run-form"):
-        names = [*schedule_names(), *([CUSTOM] if custom is not None else [])]
-        name = st.selectbox(
-            "Schedule",
-            names,
-            index=len(names) - 1 if custom is not None else names.index("1f1b"),
-            key=state.kept("run-schedule"),
-        )
-        left, right = st.columns(2)
-        ranks = left.number_input("Ranks", 1, 64, 2, key=state.kept("run-ranks"))
-        microbatches = right.number_input("Microbatches", 1, 256, 8, key=state.kept("run-microbatches"))
-        chunks = left.number_input(
-            "Chunks per rank",
-            1,
-            8,
-            2,
-            key=state.kept("run-chunks"),
-            help="For the schedules that let you choose it: "
-            + ", ".join(n for n in schedule_names() if schedule_info(n).takes_chunks),
-        )
-        if custom is not None:
+        if use_custom:
             st.caption(f"The custom schedule sets its own ranks and microbatches: {custom.describe()}")
-        kind = right.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"))
+            ranks, microbatches, chunks = custom.num_ranks, custom.num_microbatches, state.DEFAULT_CHUNKS
+        else:
+            ranks, microbatches, chunks = schedule_inputs.size_fields(schedule_inputs.chunks_unused(info))
+        kind = st.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"), bind=state.URL)
+        left, right = st.columns(2)
         size = left.selectbox(
             "Size",
             list(TRANSFORMER_SIZES),
             index=1,
             key=state.kept("run-size"),
+            bind=state.URL,
             help="tiny runs are dominated by Python overhead per action; small and up "
             "are what the profile-then-predict figures in docs/benchmarks.md use",
         )
@@ -143,14 +141,9 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             256,
             4,
             key=state.kept("run-layers"),
+            bind=state.URL,
             help="Transformer blocks (CNN: conv blocks). Stages share out these plus the "
             "embedding and output layer (CNN: 3 FC layers): at least one per stage",
-        )
-        own = st.text_input(
-            "Your own model (optional)",
-            key=state.kept("run-model-spec"),
-            placeholder="examples.gpt_small:build",
-            help=own_model.field_help(),
         )
         replicas = left.number_input(
             "Data parallel",
@@ -158,38 +151,65 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             16,
             1,
             key=state.kept("run-data-parallel"),
+            bind=state.URL,
             help="Replicas of the pipeline: ranks x this many processes",
         )
         dtype = right.selectbox(
-            "Precision", DTYPES, key=state.kept("run-dtype"), help="bf16: autocast, fp32 master weights"
+            "Precision",
+            DTYPES,
+            key=state.kept("run-dtype"),
+            bind=state.URL,
+            help="bf16: autocast, fp32 master weights",
         )
+        own = st.text_input(
+            "Your own model (optional)",
+            key=state.kept("run-model-spec"),
+            placeholder="examples.gpt_small:build",
+            help=own_model.field_help(),
+        )
+        left, right = st.columns(2)
         batch = left.number_input(
-            "Batch size", 1, 4096, 32, key=state.kept("run-batch"), help="Per step; split into the microbatches"
+            "Batch size",
+            1,
+            4096,
+            32,
+            key=state.kept("run-batch"),
+            bind=state.URL,
+            help="Per step; split into the microbatches",
         )
-        steps = right.number_input("Steps", 1, 1000, 5, key=state.kept("run-steps"), help="Measured steps")
-        warmup = left.number_input("Warm-up steps", 0, 100, 1, key=state.kept("run-warmup"))
-        timeout = right.number_input("Timeout (s)", 10, 7200, 600, key=state.kept("run-timeout"))
+        steps = right.number_input(
+            "Steps", 1, 1000, 5, key=state.kept("run-steps"), bind=state.URL, help="Measured steps"
+        )
+        warmup = left.number_input("Warm-up steps", 0, 100, 1, key=state.kept("run-warmup"), bind=state.URL)
+        timeout = right.number_input("Timeout (s)", 10, 7200, 600, key=state.kept("run-timeout"), bind=state.URL)
         device = left.selectbox(
-            "Device", DEVICES, key=state.kept("run-device"), help="auto: CUDA when torch sees GPUs, otherwise CPU"
+            "Device",
+            DEVICES,
+            key=state.kept("run-device"),
+            bind=state.URL,
+            help="auto: CUDA when torch sees GPUs, otherwise CPU",
         )
         backend = right.selectbox(
             "Backend",
             BACKENDS,
             key=state.kept("run-backend"),
+            bind=state.URL,
             help="auto: gloo on CPU; nccl with one GPU per rank, else staged",
         )
         profile = st.toggle(
             "Profile first, then predict",
             value=True,
             key=state.kept("run-profile"),
+            bind=state.URL,
             help="Measure per-stage costs, write cost.json and simulate the step with them",
         )
         reference = st.toggle(
-            "Also run torch.distributed.pipelining",
+            "Also run torch's own schedule",
             key=state.kept("run-reference"),
-            help="The same model on torch's own schedule, for comparison",
+            bind=state.URL,
+            help="The same model on torch.distributed.pipelining's own schedule class, for comparison",
         )
-        recompute = st.toggle("Activation recomputation", key=state.kept("run-recompute"))
+        recompute = st.toggle("Activation recomputation", key=state.kept("run-recompute"), bind=state.URL)
         submitted = st.form_submit_button("Launch run", type="primary", disabled=running, width="stretch")
     if not submitted or running:
         return None
@@ -197,3 +217,26 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
         name, ranks, microbatches, chunks, kind, size, layers, own, replicas, dtype, batch, steps, warmup,
         timeout, device, backend, profile, reference, recompute,
     )  # fmt: skip
+
+
+def form_values(config: RunConfig) -> dict[str, Any]:
+    """The form's widget values that describe `config`: a reload during a run shows the run's own settings."""
+    values: dict[str, Any] = {
+        state.SCHEDULE: config.pipeline.schedule,
+        state.RANKS: config.pipeline.num_ranks,
+        state.MICROBATCHES: config.pipeline.num_microbatches,
+        "run-steps": config.training.steps,
+        "run-warmup": config.training.warmup_steps,
+        "run-batch": config.training.batch_size or 32,
+        "run-data-parallel": config.pipeline.data_parallel,
+        "run-dtype": config.training.dtype,
+        "run-device": config.devices.device,
+        "run-backend": config.devices.backend,
+        "run-profile": config.profile,
+        "run-reference": config.reference,
+        "run-recompute": config.training.recompute,
+        "run-timeout": int(config.timeout_s),
+    }
+    if config.pipeline.num_virtual_stages:
+        values[state.CHUNKS] = config.pipeline.num_virtual_stages
+    return values

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
-from app_pages import live_runs, runs, state
+from app_pages import live_runs, runs, state, widgets
+
+
+def folder_of(name: str) -> str | None:
+    """The run folder a URL's `run=NAME` names, under the runs folder; None for anything but a plain name (a
+    path in a URL must not open a folder elsewhere)."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return None
+    return str(state.runs_root() / name)
+
+
+def name_of(folder: str) -> str:
+    return Path(folder).name
 
 
 def show() -> None:
@@ -20,11 +34,17 @@ def show() -> None:
         width="stretch",
         column_config={
             "started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
-            "error": st.column_config.NumberColumn("prediction error", format="percent"),
+            "measured step (ms)": widgets.time_column("measured_step"),
+            "predicted step (ms)": widgets.time_column("predicted_step"),
+            "error": widgets.percent_column("prediction_error", signed=True),
         },
     )
+    # Runs that can be opened first (the newest first), damaged folders last: the one picked by default is a run.
+    folders = [r["folder"] for r in listed if r["status"] != "damaged"] + [
+        r["folder"] for r in listed if r["status"] == "damaged"
+    ]
     with st.form("run-open"):
-        chosen = st.selectbox("Open a run", [r["folder"] for r in listed], key="run-open-pick")
+        chosen = st.selectbox("Open a run", folders, key="run-open-pick")
         if st.form_submit_button("Open"):
             live = live_runs.running(state.runs_root(), str(state.runs_root() / chosen))
             if live is not None:  # still going: follow it live, with Cancel, rather than a half-written folder

@@ -13,7 +13,8 @@ from executor.host import predict, run_folder
 from pipesim.analysis import attribution, overlay
 from pipesim.charts import attribution as charts_attribution
 from pipesim.charts import gantt as charts
-from pipesim.units import format_bytes
+from pipesim.io.bounded import read_tail
+from pipesim.units import format_bytes, format_ms, format_percent
 
 
 def show(result) -> None:
@@ -43,49 +44,56 @@ def show(result) -> None:
         _log_files(result)
         return
     cards = st.columns(4)
-    predicted = result.predicted_step_ms
-    cards[0].metric("Predicted step", "n/a" if predicted is None else f"{predicted:,.2f} ms")
-    cards[1].metric(
-        "Measured step",
-        "n/a" if result.measured_step_ms is None else f"{result.measured_step_ms:,.2f} ms",
-        help="Median over the measured steps",
-    )
+    widgets.card(cards[0], "predicted_step", format_ms(result.predicted_step_ms))
+    widgets.card(cards[1], "measured_step", format_ms(result.measured_step_ms))
     noise = (result.analysis or {}).get("spread") or {}
     noisy = noise.get("reliable") is False
-    error_text = "n/a" if result.prediction_error is None else f"{result.prediction_error:+.1%}"
+    error_text = format_percent(result.prediction_error, signed=True)
     if noisy and result.prediction_error is not None:
         error_text += " (noisy)"
-    cards[2].metric(
-        "Prediction error", error_text, help="(predicted - measured) / measured, against the median measured step"
-    )
+    widgets.card(cards[2], "prediction_error", error_text)
     if noisy:
         st.warning(
-            f"This run was too noisy to judge the prediction: its step times vary {noise['step_cv']:.1%} "
-            f"(more than {noise['threshold_step_cv']:.0%}). Other work shared the machine; run again on a "
-            "quiet one before trusting the error.",
+            f"This run was too noisy to judge the prediction: its step times vary {format_percent(noise['step_cv'])} "
+            f"(more than {format_percent(noise['threshold_step_cv'])}). Other work shared the machine; run again on "
+            "a quiet one before trusting the error.",
             icon=":material/warning:",
         )
     if result.peak_memory_bytes:
-        cards[3].metric("Peak memory (max rank)", format_bytes(max(result.peak_memory_bytes)))
+        widgets.card(cards[3], "peak_memory", format_bytes(max(result.peak_memory_bytes)))
 
     steps = overlay.steps_of(measured)
-    step = None
+    step = steps[-1] if steps else None
     if len(steps) > 1:
+        # One step per screen: the overlay, its lost-time marks, the attribution bars and the per-action table all
+        # show the step picked here, by default the median one (the attribution's summary step).
+        median = (result.analysis or {}).get("median_step")
+        if st.session_state.get("run-step-of") != result.run_dir.name:  # another run: its own median step again
+            st.session_state.pop("run-step", None)
+            st.session_state["run-step-of"] = result.run_dir.name
         step = st.columns(4)[0].selectbox(
-            "Step drawn in the chart",
+            "Step drawn (overlay, bars and table)",
             steps,
-            index=len(steps) - 1,
-            key=f"run-step-{result.run_dir.name}",
-            help="The first step usually pays warm-up costs",
+            index=steps.index(median) if median in steps else len(steps) - 1,
+            key="run-step",
+            bind=state.URL,
+            help="The median step by default; the first step usually pays warm-up costs",
         )
     sig = state.signature(str(result.run_dir), step)
     if result.simulated is not None:
         figure = charts_attribution.overlay_with_lost_time(
-            result.simulated, measured, _lost_time(result, steps, step), step=step
+            result.simulated, measured, _lost_time(result, step), step=step
         )
     else:
-        st.info("No simulation to compare with: launch with 'Profile first, then predict' to get one.")
-        figure = charts.gantt_figure(overlay.pick_step(measured, step), title=f"{result.run_dir.name} (measured)")
+        profiled = result.config is not None and result.config.profile
+        st.info(
+            f"No simulation to compare with: this run was profiled, but it ended ({result.status}) before its "
+            "prediction was made; its measured steps are drawn alone."
+            if profiled
+            else "No simulation to compare with: launch with 'Profile first, then predict' to get one.",
+            icon=":material/info:",
+        )
+        figure = charts.gantt_figure(overlay.pick_step(measured, step), title=result.run_dir.name)
     plot.show(figure, "run-overlay")
     widgets.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
     widgets.data_downloads(
@@ -98,51 +106,61 @@ def show(result) -> None:
     )
     _trace_downloads(result, step)
     if result.analysis is not None:
-        plot.show(charts.attribution_figure(result.analysis), "run-attribution")
+        plot.show(charts.attribution_figure(result.analysis, step), "run-attribution")
         st.caption(
             "Each rank's step = compute + schedule idle (what the schedule imposes with this step's own "
             "action times) + communication wait + overhead (optimizer, gaps, skew). The thin marks under "
-            "each measured lane of the overlay show where each kind of lost time sits in the drawn step."
+            "each measured lane of the overlay show where each kind of lost time sits in the same step."
         )
 
     left, right = st.columns(2)
     with left:
         if result.simulated is not None:
-            st.markdown("**Per-action differences** (measured - simulated)")
-            diffs = overlay.align(result.simulated, measured, step)
-            figure_of_merit = ((result.analysis or {}).get("prediction") or {}).get("action_error_median")
-            if figure_of_merit is not None:
-                st.caption(
-                    f"Median |error| over the actions, against each action's median over all measured "
-                    f"steps: {figure_of_merit:.1%}. The table shows the drawn step."
-                )
-            st.dataframe(
-                pd.DataFrame(
-                    [
-                        {
-                            "rank": d.rank,
-                            "action": str(d.action),
-                            "simulated ms": d.simulated_ms,
-                            "measured ms": d.measured_ms,
-                            "delta ms": d.delta_ms,
-                            "error %": 100 * d.error if d.measured_ms > 0 else None,
-                        }
-                        for d in diffs
-                    ]
-                ),
-                hide_index=True,
-                width="stretch",
-                height=320,
-                column_config={"error %": st.column_config.NumberColumn(format="%+.1f%%")},
-            )
+            _action_table(result, measured, step)
     with right:
         run_reference.show(result)
     _log_files(result)
 
 
-def _lost_time(result, steps: list[int], step: int | None) -> list:
+def _action_table(result, measured, step: int | None) -> None:
+    """Each action of the drawn step, simulated against measured, with the run's one sign convention: predicted -
+    measured, positive where the simulation is slower (as the prediction error on the cards)."""
+    st.markdown(f"**Per action, step {step}**: predicted - measured")
+    diffs = overlay.align(result.simulated, measured, step)
+    median_error = ((result.analysis or {}).get("prediction") or {}).get("action_error_median")
+    if median_error is not None:
+        st.caption(
+            f"Median action error, |predicted - measured| / measured over every action and every measured step "
+            f"(each action's median): {format_percent(median_error)}. The table shows step {step}."
+        )
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "rank": d.rank,
+                    "action": str(d.action),
+                    "simulated": d.simulated_ms,
+                    "measured": d.measured_ms,
+                    "difference": d.simulated_ms - d.measured_ms,
+                    "error": 100 * d.error if d.measured_ms > 0 else None,
+                }
+                for d in diffs
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+        height=320,
+        column_config={
+            "simulated": widgets.time_column("predicted_step", "simulated (ms)"),
+            "measured": widgets.time_column("measured_step", "measured (ms)"),
+            "difference": widgets.time_column("action_difference"),
+            "error": widgets.percent_column("prediction_error", signed=True),
+        },
+    )
+
+
+def _lost_time(result, shown: int | None) -> list:
     """Where the drawn step lost its time (pipesim.attribution); none when the run cannot say."""
-    shown = steps[-1] if step is None and steps else step
     times = result.step_times_ms or []
     if shown is None or not 0 <= shown < len(times):
         return []
@@ -185,12 +203,21 @@ def _trace_downloads(result, step: int | None) -> None:
                 )
 
 
+LOG_TAIL_BYTES = 16_384  # the end of each log: its last 40 lines, however long it grew
+
+
 def _log_files(result) -> None:
+    """Each log's last lines, read from its end (pipesim.io.bounded.read_tail): a huge log is not read whole, and a
+    FIFO or a device named like a log is refused at once, never waited on."""
     logs = sorted((result.run_dir / "logs").glob("*.log")) if (result.run_dir / "logs").is_dir() else []
     if not logs:
         return
     with st.expander("Logs"):
         for path in logs:
-            lines = path.read_text(errors="replace").splitlines()[-40:]
             st.markdown(f"`{path.name}`")
+            try:
+                lines = read_tail(path, LOG_TAIL_BYTES).splitlines()[-40:]
+            except ValueError as error:
+                st.caption(str(error))
+                continue
             st.code("\n".join(lines) or "(empty)", language=None)

@@ -37,7 +37,7 @@ def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
                 "microbatches": config.pipeline.num_microbatches if config is not None else None,
                 "measured step (ms)": result.measured_step_ms,
                 "predicted step (ms)": result.predicted_step_ms,
-                "error": result.prediction_error,
+                "error": None if result.prediction_error is None else 100 * result.prediction_error,  # in percent
                 "started": datetime.datetime.fromtimestamp(result.started_at) if result.started_at else None,
                 "message": result.message,
             }

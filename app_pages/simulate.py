@@ -1,72 +1,75 @@
-"""Simulate one schedule: the Gantt chart of ranks over time, its bubbles, metrics and memory.
+"""Simulate one schedule: the Gantt chart of ranks over time, its bubbles, metrics and memory; or synthesize the
+fastest order for these costs under a memory limit (pipesim.synth), with its lower bound and the gap to it.
 
-Settings stay for the session (state.kept) and live in the URL (bind="query-params"), so a view can be shared
-and reloaded.
+The schedule, sizes and costs are the ones every page shares (state.SCHEDULE, ...); every setting, the time
+window included, lives in the URL, so a view can be shared and reloaded.
 """
 
 import functools
 
 import streamlit as st
 
-from app_pages import cached, cost_inputs, plot, state, widgets
+from app_pages import cached, cost_inputs, guide, plot, state, widgets
+from app_pages import schedule_inputs as inputs
 from pipesim.charts.gantt import COLOR_BY, MAX_EXACT_BARS
-from pipesim.schedules import schedule_info, schedule_names
+from pipesim.cost.model import CostModel
+from pipesim.ir import Schedule
+from pipesim.records import Timeline
+from pipesim.schedules import schedule_info
 from pipesim.sim.metrics import makespan
+from pipesim.units import format_ms, format_percent
 
 state.init_state()
 st.title("Simulate a pipeline schedule")
-URL = "query-params"
+guide.landing()
+guide.tour_banner("simulate")
 
 with st.sidebar:
-    source = cost_inputs.cost_source_picker("sim")
-    names = schedule_names()
-    # Outside the form: the options below depend on the schedule (the registry says which it takes).
-    name = st.selectbox(
-        "Schedule", names, index=names.index(state.DEFAULT_SCHEDULE), key=state.kept("sim-schedule"), bind=URL
-    )
+    source = cost_inputs.cost_source_picker()
+    name = inputs.schedule_picker()
     info = schedule_info(name)
+    synthesize = st.toggle(
+        "Synthesize a better order",
+        key=state.kept("synth"),
+        bind=state.URL,
+        help=f"Search for the fastest order with {name}'s placement ({info.placement}) for these costs under a "
+        "memory limit per rank, with a lower bound no order can beat (pipesim synthesize)",
+    )
     with st.form("sim-form"):
-        left, right = st.columns(2)
-        ranks = left.number_input(
-            "Ranks",
-            1,
-            None,
-            state.DEFAULT_RANKS,
-            key=state.kept("sim-ranks"),
-            bind=URL,
-            help=f"At most {state.MAX_RANKS} in the app",
-        )
-        microbatches = right.number_input(
-            "Microbatches",
-            1,
-            None,
-            state.DEFAULT_MICROBATCHES,
-            key=state.kept("sim-microbatches"),
-            bind=URL,
-            help=f"At most {state.MAX_MICROBATCHES} in the app, and {state.MAX_ACTIONS:,} actions",
-        )
-        chunks = None
-        if info.takes_chunks:
-            chunks = st.number_input(
-                "Chunks per rank",
+        ranks, microbatches, chunks = inputs.size_fields(inputs.chunks_unused(info))
+        limit, budget = None, None
+        if synthesize:
+            left, right = st.columns([3, 2])
+            limit = left.slider(
+                "Memory limit (microbatches)",
                 1,
-                16,
-                state.DEFAULT_CHUNKS,
-                key=state.kept("sim-chunks"),
-                bind=URL,
-                help="Virtual stages per rank",
+                max(2, 2 * ranks),
+                min(ranks, 2 * ranks),
+                key=state.kept("synth-limit"),
+                bind=state.URL,
+                help="Stashed activations per rank, in microbatches' worth: ZB-H1 holds as many as there are "
+                "ranks, ZB-H2 twice as many less one",
+            )
+            budget = right.number_input(
+                "Search (s)",
+                1,
+                30,
+                2,
+                key=state.kept("synth-budget"),
+                bind=state.URL,
+                help="Time the search may take; a gap of 0 proves the order optimal before then",
             )
         schedule, schedule_error = None, None
         try:
-            schedule = cached.registered_schedule(
-                name, int(ranks), int(microbatches), None if chunks is None else int(chunks)
-            )
+            schedule = cached.registered_schedule(name, ranks, microbatches, chunks if info.takes_chunks else None)
         except ValueError as error:
             schedule_error = error
-        if schedule is not None and not info.takes_chunks and schedule.num_stages > schedule.num_ranks:
-            st.caption(f"{name} always holds {schedule.num_stages // schedule.num_ranks} chunks per rank.")
         st.divider()
-        spec = cost_inputs.cost_fields("sim", source, schedule.num_stages if schedule else int(ranks))
+        spec = cost_inputs.cost_fields(
+            source,
+            schedule.num_stages if schedule else ranks,
+            None if synthesize else inputs.w_unused([info]),
+        )
         st.form_submit_button("Simulate", type="primary", width="stretch")
 
 st.caption(info.summary)
@@ -78,57 +81,96 @@ st.caption(cost_inputs.COST_MEANING)
 try:
     # per-rank costs cut per chunk, as `pipesim simulate` and the Compare page read them
     cost = cost_inputs.cost_model(spec).for_pipeline(schedule.num_stages, schedule.num_ranks)
-    timeline, metrics = cached.simulation(schedule, cost)
+    named_timeline, named_metrics = cached.simulation(schedule, cost)
 except ValueError as error:  # bad costs, a cost file for another pipeline, a deadlock
     widgets.show_error(error, "Cannot simulate")
     st.stop()
 
-widgets.metric_cards(metrics, inner_bubble=cached.inner_bubble(schedule, cost))
-left, middle, right = st.columns([1, 1, 2])
-show_path = left.toggle(
-    "Show the critical path",
-    key=state.kept("sim-critical"),
-    bind=URL,
-    help="The chain of actions that sets the step time (outlined in black)",
-)
-color_by = middle.selectbox(
-    "Colour by",
-    COLOR_BY,
-    key=state.kept("sim-color"),
-    bind=URL,
-    help="Action kind, chunk (the stage's place on its rank) or microbatch",
-)
-window = None
-if len(timeline.spans) > MAX_EXACT_BARS:
-    total = makespan(timeline)
-    picked = right.slider(
-        "Time window (ms)",
-        0.0,
-        float(total),
-        (0.0, float(total)),
-        key="sim-window",
-        help=f"Past {MAX_EXACT_BARS:,} actions the chart is binned; drag across it or pick a "
-        f"window here: one holding fewer actions shows every action",
+if synthesize:
+    with st.status(f"Searching for the fastest order (up to {budget} s)…", expanded=False) as searching:
+        try:
+            found = cached.synthesis(schedule, cost, float(limit), float(budget))
+        except ValueError as error:
+            searching.update(label="No order found", state="error")
+            widgets.show_error(error, "Cannot synthesize")
+            st.stop()
+        searching.update(label=f"Searched in {found.seconds:.1f} s ({found.method})", state="complete")
+    schedule = found.schedule
+    named_step = named_timeline.meta["step_ms"]
+    timeline, metrics = cached.simulation(schedule, cost)
+    step = timeline.meta["step_ms"]
+    proof = "optimal (proven)" if found.optimal else f"gap {format_percent(found.gap)} to the bound"
+    st.info(
+        f"**Synthesized** under {limit} microbatches' worth of activations per rank: step time "
+        f"{format_ms(step)}, lower bound {format_ms(found.lower_bound)} ({proof}); {name} takes "
+        f"{format_ms(named_step)} here ({format_percent(step / named_step - 1, signed=True)}). The gap is "
+        "(step time - bound) / step time: no order can beat the bound, so 0 proves the order optimal.",
+        icon=":material/auto_awesome:",
     )
-    window = None if picked == (0.0, float(total)) else (float(picked[0]), float(picked[1]))
-    if window is not None:
-        right.button("Whole step", key="sim-whole-step", on_click=widgets.reset_window, args=("sim-window", total))
-sig = state.signature(cached.schedule_key(schedule), hash(cost), show_path, color_by, window)
+    bound_cards = st.columns(4)
+    widgets.card(bound_cards[0], "lower_bound", format_ms(found.lower_bound))
+    widgets.card(bound_cards[1], "gap", format_percent(found.gap))
+else:
+    timeline, metrics = named_timeline, named_metrics
 
-gantt = cached.gantt_chart(schedule, cost, show_path, color_by, window)
-binned = bool(gantt.layout.images)  # then a drag selects a time window, and the page redraws it
-take_window = functools.partial(widgets.take_selected_window, "sim-gantt", "sim-window", total) if binned else None
-plot.show(gantt, "sim-gantt", select=binned, on_select=take_window)
-if binned:
-    st.caption(
-        f"Binned view: drag across the chart to draw that stretch of the step in detail (every action as "
-        f"its own bar once it holds at most {MAX_EXACT_BARS:,})."
+widgets.metric_cards(metrics, timeline.meta["step_ms"], inner_bubble=cached.inner_bubble(schedule, cost))
+
+
+@st.fragment
+def gantt_section(schedule: Schedule, cost: CostModel, timeline: Timeline) -> None:
+    """The Gantt chart and its controls, rerun on their own: a drag across a binned chart redraws this part of
+    the page only (the cards and the memory chart above and below stay as they are)."""
+    left, middle, right = st.columns([1, 1, 2])
+    show_path = left.toggle(
+        "Show the critical path",
+        key=state.kept("sim-critical"),
+        bind=state.URL,
+        help="The chain of actions that sets the step time (outlined in black)",
     )
-widgets.figure_downloads(gantt, f"{schedule.name}-gantt", "sim-gantt-export", sig)
+    color_by = middle.selectbox(
+        "Colour by",
+        COLOR_BY,
+        key=state.kept("sim-color"),
+        bind=state.URL,
+        help="Action kind, chunk (the stage's place on its rank) or microbatch",
+    )
+    window, total = None, makespan(timeline)
+    if len(timeline.spans) > MAX_EXACT_BARS:
+        picked = right.slider(
+            "Time window (ms)",
+            0.0,
+            float(total),
+            (0.0, float(total)),
+            key=state.kept("sim-window"),
+            bind=state.URL,
+            format="%.2f",
+            help=f"Past {MAX_EXACT_BARS:,} actions the chart is binned; drag across it or pick a "
+            f"window here: one holding fewer actions shows every action",
+        )
+        window = None if picked == (0.0, float(total)) else (float(picked[0]), float(picked[1]))
+        if window is not None:
+            right.button("Whole step", key="sim-whole-step", on_click=widgets.reset_window, args=("sim-window", total))
+    sig = state.signature(cached.schedule_key(schedule), hash(cost), show_path, color_by, window)
+    gantt = cached.gantt_chart(schedule, cost, show_path, color_by, window)
+    # binned, or a window of it: a drag selects a time window, and the fragment redraws it
+    select = bool(gantt.layout.images) or window is not None
+    take = functools.partial(widgets.take_selected_window, "sim-gantt", "sim-window", total) if select else None
+    plot.show(gantt, "sim-gantt", select=select, on_select=take)
+    if select:
+        st.caption(
+            f"Drag across the chart to draw that stretch of the step in detail (every action as its own bar "
+            f"once it holds at most {MAX_EXACT_BARS:,}); Whole step goes back."
+        )
+    widgets.figure_downloads(gantt, f"{schedule.name}-gantt", "sim-gantt-export", sig)
+
+
+gantt_section(schedule, cost, timeline)
 
 memory = cached.memory_chart(schedule, cost)
 plot.show(memory, "sim-memory")
-widgets.figure_downloads(memory, f"{schedule.name}-memory", "sim-memory-export", sig)
+widgets.figure_downloads(
+    memory, f"{schedule.name}-memory", "sim-memory-export", state.signature(cached.schedule_key(schedule), hash(cost))
+)
 
 st.subheader("Data")
 widgets.data_downloads(timeline, schedule, metrics, schedule.name, "sim-data")

@@ -24,7 +24,18 @@ DEFAULT_RANKS = 4
 DEFAULT_MICROBATCHES = 8
 DEFAULT_CHUNKS = 2
 
+# The settings every page shares (issue 23 item 12), one widget key each: the schedule chosen on Simulate is the
+# one the DAG draws and the Run page runs, with the same ranks, microbatches and costs; each key is also the
+# setting's URL parameter (`URL`), so a view can be shared and reloaded.
+SCHEDULE = "schedule"
+RANKS = "ranks"
+MICROBATCHES = "microbatches"
+CHUNKS = "chunks"
+COST = "cost"  # the cost widgets' key prefix (app_pages.cost_inputs)
+URL = "query-params"  # `bind=URL`: the widget's value lives in the page's URL
+
 RUNS_ROOT_ENV = "PIPESIM_RUNS_ROOT"
+PLANS_ROOT_ENV = "PIPESIM_PLANS_ROOT"
 CUSTOM_SCHEDULE_LABEL = "custom (from the Custom page)"  # the Run page's entry for a schedule sent to it
 # A deadlock the DAG and Custom pages can show: each rank's order is fine on its own,
 # but rank 1 starts with microbatch 1 while rank 0 waits for microbatch 0's backward.
@@ -41,7 +52,6 @@ def init_state() -> None:
     st.session_state.setdefault("run_handle", None)  # executor.launch.RunHandle of the run in progress
     st.session_state.setdefault("run_schedule", None)  # a custom Schedule sent from the Custom page
     st.session_state.setdefault("selected_run", None)  # run folder shown on the Run page
-    st.session_state.setdefault("exports", {})  # key -> (signature, {fmt: bytes} or a message)
 
 
 def kept(key: str) -> str:
@@ -62,6 +72,14 @@ def keep_settings() -> None:
 def runs_root() -> Path:
     """Where runs live: ./runs, or $PIPESIM_RUNS_ROOT (tests point it at a temporary folder)."""
     return Path(os.environ.get(RUNS_ROOT_ENV) or "runs")
+
+
+def plans_root() -> Path:
+    """Where the Plan page writes the plans it verifies: beside the runs folder, never inside it (a plan's folder
+    there would be listed as a damaged run): ./plans, $PIPESIM_PLANS_ROOT, or plans/ next to $PIPESIM_RUNS_ROOT."""
+    if os.environ.get(PLANS_ROOT_ENV):
+        return Path(os.environ[PLANS_ROOT_ENV])
+    return runs_root().parent / "plans"
 
 
 def check_limits(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from typing import Any
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -12,48 +14,69 @@ from pipesim.io import chrome_trace, formats
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
 from pipesim.sim.metrics import Metrics
-from pipesim.units import format_bytes
+from pipesim.units import (
+    BYTES_DECIMALS,
+    PERCENT_DECIMALS,
+    RATIO_DECIMALS,
+    TIME_DECIMALS,
+    format_bytes,
+    format_count,
+    format_ms,
+    format_percent,
+    format_ratio,
+    quantity,
+)
+
+
+@st.cache_resource(show_spinner=False)
+def _export_browser() -> bool:
+    """One Chromium for every image this server renders (kaleido's shared server), started on the first image a
+    user asks for: a browser per image cost seconds each. True once it runs."""
+    from pipesim.charts import export
+
+    export.start_export_server()
+    return True
+
+
+def image_bytes(fig: go.Figure, fmt: str) -> bytes:
+    """`fig` as a PNG, SVG or PDF, rendered when the user clicks its download (the button's deferred data)."""
+    from pipesim.charts import export
+
+    _export_browser()
+    return export.figure_bytes(fig, fmt)
 
 
 def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
-    """HTML at once (built on click); PNG/SVG/PDF only when asked, since Chromium takes seconds."""
+    """The chart as the user sees it (the page's template: title, fonts, colours), as HTML (plotly.js's cartesian
+    bundle inlined once) or as an image; each file is made only when its button is clicked. `sig` is kept for the
+    callers' signature of what is drawn."""
     from pipesim.charts import export
 
+    shown = plot.styled(fig)
     with st.popover("Export chart", icon=":material/download:"):
         st.download_button(
             "Interactive HTML",
-            data=lambda: export.html_bytes(fig),
+            data=lambda: export.html_bytes(shown, plot.bundle_text()),
             file_name=f"{name}.html",
             mime="text/html",
             on_click="ignore",
             key=f"{key}-html",
             width="stretch",
         )
-        stored = st.session_state["exports"].get(key)
-        if stored is None or stored[0] != sig:
-            if st.button("Prepare PNG, SVG and PDF", key=f"{key}-prepare", width="stretch"):
-                with st.spinner("Rendering images in Chromium…"):
-                    try:
-                        files: dict[str, bytes] | str = export.export_figures([fig], export.IMAGE_FORMATS)[0]
-                    except export.ExportUnavailable as error:
-                        files = str(error)
-                stored = (sig, files)
-                st.session_state["exports"][key] = stored
-        if stored is not None and stored[0] == sig:
-            files = stored[1]
-            if isinstance(files, str):
-                st.warning(files)
-            else:
-                for fmt, data in files.items():
-                    st.download_button(
-                        fmt.upper(),
-                        data=data,
-                        file_name=f"{name}.{fmt}",
-                        mime=export.MIME_TYPES[fmt],
-                        on_click="ignore",
-                        key=f"{key}-{fmt}",
-                        width="stretch",
-                    )
+        if not export.images_available():
+            st.warning(export.NO_BROWSER_MESSAGE, icon=":material/warning:")
+            return
+        st.caption("Images are drawn when clicked (a few seconds for the first one).")
+        for column, fmt in zip(st.columns(len(export.IMAGE_FORMATS)), export.IMAGE_FORMATS, strict=True):
+            column.download_button(
+                fmt.upper(),
+                data=functools.partial(image_bytes, shown, fmt),
+                file_name=f"{name}.{fmt}",
+                mime=export.MIME_TYPES[fmt],
+                on_click="ignore",
+                key=f"{key}-{fmt}",
+                width="stretch",
+            )
 
 
 def data_downloads(
@@ -101,53 +124,72 @@ def data_downloads(
     )
 
 
-def metric_cards(metrics: Metrics, max_rank_cards: int = 8, inner_bubble: float | None = None) -> None:
-    """Headline numbers, then each rank's bubble and peak activation memory."""
+def time_column(key: str, label: str | None = None) -> Any:
+    """A table column of milliseconds, titled and formatted as every page shows the quantity `key`."""
+    what = quantity(key)
+    return st.column_config.NumberColumn(label or what.heading, format=f"%.{TIME_DECIMALS}f", help=what.meaning)
+
+
+def ratio_column(key: str) -> Any:
+    what = quantity(key)
+    return st.column_config.NumberColumn(what.heading, format=f"%.{RATIO_DECIMALS}f", help=what.meaning)
+
+
+def bytes_column(key: str, unit: str) -> Any:
+    """A column of byte values already divided into `unit` (pipesim.units.binary_unit)."""
+    what = quantity(key)
+    return st.column_config.NumberColumn(f"{what.name} ({unit})", format=f"%.{BYTES_DECIMALS}f", help=what.meaning)
+
+
+def percent_column(key: str, label: str | None = None, signed: bool = False) -> Any:
+    """A column of percentages (the caller multiplies fractions by 100) with the app's decimals: "11.9%"."""
+    what = quantity(key)
+    return st.column_config.NumberColumn(
+        label or what.name, format=f"%{'+' if signed else ''}.{PERCENT_DECIMALS}f%%", help=what.meaning
+    )
+
+
+def card(column: Any, key: str, value: str, note: str = "") -> None:
+    """One headline number under its glossary name (pipesim.units.QUANTITIES), its meaning as the help."""
+    what = quantity(key)
+    column.metric(what.label, value, help=what.meaning + (f" {note}" if note else ""))
+
+
+def metric_cards(metrics: Metrics, step_ms: float, inner_bubble: float | None = None) -> None:
+    """Headline numbers, then each rank's bubble and peak activation memory in a table (cards truncate past a
+    handful of ranks; a table keeps each number whole with its unit and its words)."""
     peak = max(metrics.ranks, key=lambda r: r.peak_activation_bytes)
     top = st.columns(4 if inner_bubble is None else 5)
-    top[0].metric("Makespan", f"{metrics.makespan:,.3f} ms")
-    top[1].metric(
-        "Bubble fraction",
-        f"{metrics.bubble_fraction:.1%}",
-        help="idle / (ranks × makespan): the whole step, with the start ramp and the drain",
-    )
-    top[2].metric("Bubble ratio", f"{metrics.bubble_ratio:.3f}", help="idle / busy")
+    card(top[0], "step_time", format_ms(step_ms))
+    card(top[1], "bubble_fraction", format_percent(metrics.bubble_fraction))
+    card(top[2], "bubble_ratio", format_ratio(metrics.bubble_ratio))
     if inner_bubble is not None:
-        top[4].metric(
-            "Per-stage bubble",
-            f"{inner_bubble:.1%}",
-            help="idle between each rank's first and last action / the time between them: the "
-            "zero-bubble paper's per-stage bubble, which leaves out the ramp and the drain",
-        )
-    top[3].metric(
-        "Peak activations",
+        card(top[3], "inner_bubble", format_percent(inner_bubble))
+    card(
+        top[-1],
+        "peak_activations",
         format_bytes(peak.peak_activation_bytes),
-        help=f"highest on rank {peak.rank}: {peak.peak_activations} microbatches stashed",
+        f"Highest on rank {peak.rank}: {format_count(peak.peak_activations, 'microbatch')} stashed.",
     )
-    if len(metrics.ranks) <= max_rank_cards:
-        cards = st.columns(len(metrics.ranks))
-        for card, rank in zip(cards, metrics.ranks, strict=True):
-            card.metric(
-                f"Rank {rank.rank} peak",
-                format_bytes(rank.peak_activation_bytes),
-                f"{rank.peak_activations} stashed · idle {rank.bubble_fraction:.0%}",
-                delta_color="off",
-                delta_arrow="off",
-            )
-    else:
-        # A markdown table in a closed expander, not st.dataframe: the data grid's code and pandas cost a
-        # 32-rank page about half a second in the browser (bench/bench_app_load_ab.py --large).
-        worst = max(metrics.ranks, key=lambda r: r.bubble_fraction)
-        with st.expander(
-            f"Each rank's bubble and peak memory ({len(metrics.ranks)} ranks; most idle: rank "
-            f"{worst.rank}, {worst.bubble_fraction:.1%})"
-        ):
-            rows = [
-                f"| {r.rank} | {r.bubble_fraction:.1%} | {r.peak_activations} | "
-                f"{format_bytes(r.peak_activation_bytes)} |"
-                for r in metrics.ranks
-            ]
-            st.markdown("\n".join(["| rank | bubble | peak stashed | peak memory |", "|---:|---:|---:|---:|", *rows]))
+    rank_table(metrics)
+
+
+def rank_table(metrics: Metrics) -> None:
+    """Each rank's idle share, peak activations and the microbatches stashed at that peak, in a closed expander
+    under the cards (a markdown table, not st.dataframe: the data grid's code and pandas cost a 32-rank page
+    about half a second in the browser, bench/bench_app_load_ab.py --large)."""
+    worst = max(metrics.ranks, key=lambda r: r.bubble_fraction)
+    rows = [
+        f"| {r.rank} | {format_percent(r.bubble_fraction)} | {format_bytes(r.peak_activation_bytes)} | "
+        f"{format_count(r.peak_activations, 'microbatch')} |"
+        for r in metrics.ranks
+    ]
+    header = "| rank | idle | peak activations | stashed at that peak |"
+    with st.expander(
+        f"Each rank: idle share and peak activations ({format_count(len(metrics.ranks), 'rank')}; most idle: "
+        f"rank {worst.rank}, {format_percent(worst.bubble_fraction)})",
+    ):
+        st.markdown("\n".join([header, "|---:|---:|---:|---:|", *rows]))
 
 
 def show_error(error: Exception, what: str = "") -> None:

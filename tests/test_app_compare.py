@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from pipesim.analysis.compare import compare_schedules
 from pipesim.cost.model import CostModel
 from tests.helpers.app_charts import chart_figures, chart_titles
+from tests.helpers.app_keys import widget_key
 
 SUBMIT = "FormSubmitter:cmp-form-Compare"
 MIB = 2**20
@@ -26,7 +27,7 @@ def table(at: AppTest):
 
 def submit(at: AppTest, **values) -> AppTest:
     for key, value in values.items():
-        at.get_by_key(f"cmp-{key}").set_value(value)
+        at.get_by_key(widget_key("cmp", key)).set_value(value)
     at.button(key=SUBMIT).click()
     return at.run()
 
@@ -38,7 +39,8 @@ def test_default_compares_five_schedules(app: AppTest) -> None:
     assert list(frame.index) == chosen and len(chosen) == 5
     assert "naive" not in chosen  # its step would dwarf every other bar (issue 13 item 13)
     expected = compare_schedules(chosen, 4, 8, CostModel.uniform(activation_bytes=MIB), num_virtual_stages=2)
-    assert list(frame["makespan"]) == pytest.approx([row.makespan for row in expected])
+    assert list(frame["step_ms"]) == pytest.approx([row.step_ms for row in expected])
+    assert "makespan" not in frame.columns  # one name per quantity: the step time, as Simulate's card
     assert list(frame["peak_activations"]) == [row.peak_activations for row in expected]
     names = chart_titles(app)
     assert names[0].startswith("schedule comparison") and names[1].startswith("trade-off")
@@ -67,10 +69,10 @@ def test_units_are_binary_bytes_and_named(app: AppTest) -> None:
     expected = compare_schedules(["gpipe", "1f1b"], 4, 8, CostModel.uniform(activation_bytes=MIB))
     assert list(frame["peak_activation_bytes"]) == pytest.approx([row.peak_activation_bytes / MIB for row in expected])
     config = json.loads(app.dataframe[0].proto.columns)  # the column is titled with its unit
-    assert config["peak_activation_bytes"]["label"] == "peak activation memory (MiB)"
+    assert config["peak_activation_bytes"]["label"] == "peak activations (MiB)"
     bars, tradeoff = chart_figures(app)[:2]
-    assert "peak activation memory (MiB)" in json.dumps(bars["layout"])
-    assert tradeoff["layout"]["yaxis"]["title"]["text"] == "peak activation memory (MiB)"
+    assert "peak activations (MiB)" in json.dumps(bars["layout"])
+    assert tradeoff["layout"]["yaxis"]["title"]["text"] == "peak activations (MiB)"
 
 
 def test_tradeoff_has_a_legend_and_the_pareto_front_and_bars_a_log_scale(app: AppTest) -> None:
@@ -80,10 +82,10 @@ def test_tradeoff_has_a_legend_and_the_pareto_front_and_bars_a_log_scale(app: Ap
     names = [t["name"] for t in tradeoff["data"]]
     assert names[:4] == ["naive", "gpipe", "1f1b", "zb-h1"] and "Pareto front" in names
     assert all("text" not in t for t in tradeoff["data"])
-    assert bars["layout"]["yaxis"].get("type") != "log"
+    assert bars["layout"]["xaxis"].get("type") != "log"
     app.toggle(key="cmp-log").set_value(True).run()
-    bars = chart_figures(app)[0]
-    assert bars["layout"]["yaxis"]["type"] == "log" and bars["layout"]["yaxis3"]["type"] == "log"
+    bars = chart_figures(app)[0]  # horizontal bars: the values run along the x axes
+    assert bars["layout"]["xaxis"]["type"] == "log" and bars["layout"]["xaxis3"]["type"] == "log"
 
 
 def test_nothing_buildable_is_an_error(app: AppTest) -> None:
@@ -99,9 +101,9 @@ def test_empty_selection_asks_for_one(app: AppTest) -> None:
 
 
 def test_recompute_changes_the_numbers(app: AppTest) -> None:
-    before = list(table(app)["makespan"])
+    before = list(table(app)["step_ms"])
     submit(app, recompute=True)
-    after = list(table(app)["makespan"])
+    after = list(table(app)["step_ms"])
     assert all(b > a for a, b in zip(before, after, strict=True))
 
 

@@ -30,17 +30,20 @@ def problem_table(at: AppTest):
 
 
 def highlighted_cells(styled) -> set[tuple[int, int]]:
-    """(row, column) of the cells the problems name, on the edited table itself (issue 13 item 11): each marked
-    row's "problem" note names "cell N"; the row's name and that column's header carry the mark."""
+    """(row, column) of the cells the problems name, on the edited table itself (issue 13 item 11, issue 23 item
+    1): each marked row's "problem" note (the first column, on screen however wide the table) names "cell N";
+    the cell's own text starts with the mark, and the row's name and that column's header carry it too."""
     frame = styled.value
     labels = json.loads(styled.proto.columns)
+    assert frame.columns[0] == "problem"
     cells = set()
     for row, note in enumerate(frame["problem"]):
         for number in re.findall(r"cell (\d+)", note or ""):
-            column = int(number) - 1
+            name = f"cell {number}"
             assert frame.index[row].endswith("⚠"), frame.index[row]  # the row is marked
-            assert labels[frame.columns[column]]["label"].endswith("⚠")  # and the column's header
-            cells.add((row, column))
+            assert labels[name]["label"].endswith("⚠")  # and the column's header
+            assert frame.loc[frame.index[row], name].startswith("⚠"), frame.loc[frame.index[row], name]  # the cell
+            cells.add((row, int(number) - 1))
     assert styled.proto.editing_mode, "the problems must be shown on the editable table"
     return cells
 
@@ -86,8 +89,8 @@ def test_cells_count_from_1_as_the_messages_and_empty_cells_are_blank(app: AppTe
     paste(app, "0F0,,0F0,0B0\r\n1F0,1B0\r\n")  # the duplicate 0F0 is in the third cell
     styled = problem_table(app)
     frame = styled.value
-    assert list(frame.columns[:3]) == ["cell 1", "cell 2", "cell 3"]
-    assert frame.iloc[0, 1] == "" and "None" not in frame.to_string()
+    assert list(frame.columns[1:4]) == ["cell 1", "cell 2", "cell 3"]
+    assert frame.loc[frame.index[0], "cell 2"] == "" and "None" not in frame.to_string()
     message = frame["problem"].iloc[0]
     assert message.startswith("cell 3: ") and "#2" in message and "position" not in message
 
@@ -122,19 +125,19 @@ def test_valid_schedule_goes_to_the_run_page(app: AppTest) -> None:
     app.button(key="custom-send").click().run()
     sent = app.session_state["run_schedule"]
     assert sent.num_ranks == 2 and sent.actions == build_schedule("gpipe", 2, 4).actions
-    assert app.selectbox(key="run-schedule").value == "custom (from the Custom page)"
+    assert app.toggle(key="run-use-custom").value is True  # the Run page runs it
 
 
 def test_simulation_uses_the_cost_inputs(app: AppTest) -> None:
-    app.number_input(key="custom-f").set_value(2.0)
+    app.number_input(key="cost-f").set_value(2.0)
     app.button(key="FormSubmitter:custom-cost-form-Simulate").click().run()
-    makespan = next(m.value for m in app.metric if m.label == "Makespan")
+    step = next(m.value for m in app.metric if m.label == "Step time")
     from pipesim.cost.model import CostModel
-    from pipesim.sim.metrics import makespan as span
-    from pipesim.sim.simulate import simulate
+    from pipesim.sim.steps import simulate_step
+    from pipesim.units import format_ms
 
-    expected = span(simulate(build_schedule("1f1b", 2, 4), CostModel.uniform(2.0, 2.0, weight_ms=1.0)))
-    assert makespan == f"{expected:,.3f} ms"
+    expected = simulate_step(build_schedule("1f1b", 2, 4), CostModel.uniform(2.0, 2.0, weight_ms=1.0)).step_ms
+    assert step == format_ms(expected)
 
 
 def test_too_large_csv_is_refused(app: AppTest) -> None:
@@ -172,12 +175,36 @@ def test_uniform_times_are_per_rank_on_a_schedule_with_chunks(app: AppTest) -> N
     Catches the page taking them per stage (a 2-chunk schedule would run twice as long as the CLI says)."""
     schedule = build_schedule("interleaved-1f1b", 2, 4, num_virtual_stages=2)
     paste(app, formats.schedule_to_csv(schedule))
-    app.number_input(key="custom-f").set_value(2.0)
+    app.number_input(key="cost-f").set_value(2.0)
     app.button(key="FormSubmitter:custom-cost-form-Simulate").click().run()
-    makespan = next(m.value for m in app.metric if m.label == "Makespan")
+    step = next(m.value for m in app.metric if m.label == "Step time")
     from pipesim.cost.model import CostModel
-    from pipesim.sim.metrics import makespan as span
-    from pipesim.sim.simulate import simulate
+    from pipesim.sim.steps import simulate_step
+    from pipesim.units import format_ms
 
     per_chunk = CostModel.uniform(1.0, 1.0, weight_ms=0.5)  # F 2, B 2, W 1 per rank, two chunks per rank
-    assert makespan == f"{span(simulate(schedule, per_chunk)):,.3f} ms"
+    assert step == format_ms(simulate_step(schedule, per_chunk).step_ms)
+
+
+def test_an_edit_that_breaks_the_schedule_shows_the_new_value_marked_and_keeps_the_costs(app: AppTest) -> None:
+    """Issue 23 item 1: after an edit that makes the schedule invalid, the table shows what was typed (marked), not
+    the old cell under a message naming the new one; the problem column is the first; the costs stay.
+
+    Catches the table drawn from the text before the edit (0F1 shown while the error names 0X1), a bad cell left
+    unmarked (only its row and column headers), and the cost sidebar dropped while the schedule is invalid."""
+    text = formats.schedule_to_csv(build_schedule("1f1b", 2, 4))  # torch's compute_only CSV
+    app.file_uploader(key="custom-upload").set_value(("1f1b.csv", text.encode(), "text/csv")).run()
+    for row, cell, typed, replaced in ((0, "cell 2", "0X1", "0F1"), (1, "cell 1", "1B0", "1F0")):
+        key = f"custom-grid-{app.session_state['custom_version']}"
+        app.session_state[key] = {"edited_rows": {row: {cell: typed}}, "added_rows": [], "deleted_rows": []}
+        app.run()
+        assert app.error and not app.exception
+        styled = problem_table(app)
+        shown = styled.value.iloc[row][cell]
+        assert shown == f"⚠ {typed}" and replaced not in styled.value.iloc[row].tolist()[1:3], styled.value
+        assert (row, int(cell.split()[1]) - 1) in highlighted_cells(styled)
+        assert app.button(key="FormSubmitter:custom-cost-form-Simulate") is not None  # the costs stay
+        assert app.sidebar.radio(key="cost-source") is not None
+        app.session_state[key] = {"edited_rows": {}, "added_rows": [], "deleted_rows": []}
+        app.run()
+        assert not app.error

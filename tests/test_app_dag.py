@@ -6,7 +6,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from pipesim.analysis.critical_path import critical_path
-from pipesim.cost.model import CostModel
+from pipesim.cost.convert import cost_from_times
 from pipesim.schedules import build_schedule
 from pipesim.sim.simulate import simulate
 from tests.helpers.app_charts import chart_figures
@@ -33,12 +33,12 @@ def test_default_graph_with_critical_path(app: AppTest) -> None:
     names = trace_names(app)
     assert "data dependency" in names and "order (same rank)" in names  # edge kinds told apart
     assert "critical path" in names
-    schedule = build_schedule("1f1b", 3, 4)
-    cost = CostModel.uniform()
+    schedule = build_schedule("1f1b", 4, 8)  # the schedule and costs every page shares (Simulate's)
+    cost = cost_from_times([1.0], [2.0], [1.0], [0.0], activation_bytes=[2**20]).for_pipeline(4, 4)
     expected = critical_path(schedule, simulate(schedule, cost), cost)
     assert any(c.value == "Critical path: " + " → ".join(map(str, expected)) for c in app.caption)
     lanes = figure(app)["layout"]["yaxis"]["ticktext"]
-    assert lanes == ["rank 0", "rank 1", "rank 2"]
+    assert lanes == ["rank 0", "rank 1", "rank 2", "rank 3"]
 
 
 def test_critical_path_can_be_hidden(app: AppTest) -> None:
@@ -47,7 +47,7 @@ def test_critical_path_can_be_hidden(app: AppTest) -> None:
 
 
 def test_changing_the_schedule(app: AppTest) -> None:
-    app.selectbox(key="dag-schedule").set_value("zb-h1")
+    app.selectbox(key="schedule").set_value("zb-h1")
     app.button(key=SUBMIT).click().run()
     assert figure(app)["layout"]["title"]["text"].startswith("zb-h1")
     assert any("W" in (n or "") for n in trace_names(app))  # split backward nodes drawn
@@ -76,26 +76,26 @@ def test_malformed_custom_schedule_is_explained(app: AppTest) -> None:
 
 
 def test_large_schedules_are_capped(app: AppTest) -> None:
-    app.number_input(key="dag-ranks").set_value(16)
-    app.number_input(key="dag-microbatches").set_value(64)
+    app.number_input(key="ranks").set_value(16)
+    app.number_input(key="microbatches").set_value(64)
     app.button(key=SUBMIT).click().run()
-    assert any("1500 actions" in w.value for w in app.warning)
+    assert any("1,500 actions" in w.value for w in app.warning)
     assert not chart_figures(app) and not app.exception
 
 
 def test_impossible_parameters(app: AppTest) -> None:
-    app.selectbox(key="dag-schedule").set_value("interleaved-1f1b")
-    app.number_input(key="dag-microbatches").set_value(7)  # 3 ranks: 2 rounds of 3.5, which torch refuses too
+    app.selectbox(key="schedule").set_value("interleaved-1f1b")
+    app.number_input(key="microbatches").set_value(9)  # 4 ranks: 2 rounds of 4.5, which torch refuses too
     app.button(key=SUBMIT).click().run()
     assert "multiple of its number of rounds" in app.error[0].value
     assert not app.exception
 
 
 def test_chunks_only_for_the_schedules_that_take_them(app: AppTest) -> None:
-    """Issue 13 item 10 on the DAG page: no "Chunks per rank" beside 1f1b."""
-    assert not any(w.key == "dag-chunks" for w in app.number_input)
-    app.selectbox(key="dag-schedule").set_value("interleaved-1f1b")
-    app.number_input(key="dag-ranks").set_value(2)  # 4 microbatches: a multiple of the ranks
+    """Issue 13 item 10 on the DAG page: "Chunks per rank" disabled beside 1f1b, with the reason."""
+    assert app.number_input(key="chunks").disabled and "one stage per rank" in app.number_input(key="chunks").help
+    app.selectbox(key="schedule").set_value("interleaved-1f1b")
+    app.number_input(key="ranks").set_value(2)
     app.button(key="FormSubmitter:dag-form-Draw").click().run()
-    assert any(w.key == "dag-chunks" for w in app.number_input)
+    assert not app.number_input(key="chunks").disabled
     assert not app.error

@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_simulate_page_modules_load_no_heavy_extras() -> None:
     code = (
         "import sys; import app_pages.cached, app_pages.widgets, app_pages.cost_inputs, app_pages.state, "
+        "app_pages.guide, app_pages.schedule_inputs, app_pages.plot, "
         "pipesim.charts.gantt, pipesim.charts.lod, pipesim.sim.simulate, pipesim.analysis.critical_path; "
-        "print(sorted(m for m in ('networkx', 'executor', 'kaleido', 'torch', 'pandas') if m in sys.modules))"
+        "print(sorted(m for m in ('networkx', 'executor', 'kaleido', 'torch', 'pandas', 'highspy', 'pipesim.synth')"
+        " if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -40,9 +41,9 @@ def test_default_plan_shows_front_cap_table_and_the_best_candidates_charts(app: 
     pareto, gantt, memory, parts = chart_figures(app)
     stacked = sum(trace["y"][0] for trace in parts["data"])  # rank 0's four parts add up to its peak
     assert {t["name"] for t in parts["data"]} == {"parameters", "gradients", "optimizer state", "activations (peak)"}
-    assert max(sum(t["y"][r] for t in parts["data"]) for r in range(4)) == pytest.approx(best.peak_memory_bytes)
+    peak = max(sum(t["y"][r] for t in parts["data"]) for r in range(4))
+    assert peak == pytest.approx(best.peak_memory_bytes / 2**30)  # in GiB, as the axis says
     assert stacked > 0
-    assert pareto["layout"]["shapes"][0]["y0"] == pytest.approx(40 * 2**30)  # the cap, drawn as a line
     assert {t["name"] for t in pareto["data"]} >= {"Pareto front", "best that fits"}
     assert gantt["layout"]["title"]["text"].startswith(best.schedule)
     assert "memory" in memory["layout"]["title"]["text"]
@@ -82,23 +83,91 @@ def test_balancing_on_its_own(app: AppTest) -> None:
     assert any("Cannot balance" in e.value and "at least 9 layers" in e.value for e in app.error)
 
 
-def test_verify_button_writes_the_plan_and_shows_the_comparison(app: AppTest, monkeypatch, tmp_path) -> None:
+def _fake_verify(seen: dict, gate=None, tie: bool = False):
+    """A stand-in for verify.verify_plan (the real one launches torchrun: tests/test_verify.py runs it): it makes
+    each candidate's run folder as start_run does (never over an existing one) and reports rows through on_row."""
     from executor.host import verify
 
-    seen = {}
-
-    def fake_verify(path, top, **kwargs):  # the real one launches torchrun: tests/test_verify.py runs it
+    def fake(path, top, *, runs_root, steps, on_row=None, **kwargs):
         plan = json.loads(path.read_text())
-        seen.update(top=top, best=plan["best"]["schedule"], steps=kwargs["steps"])
-        rows = [
-            verify.VerifyRow(c["schedule"], c, c["step_ms"], c["step_ms"] * 1.1)
-            for c in verify.plan_candidates(plan, top)
-        ]
+        seen.setdefault("paths", []).append(path)
+        seen.update(top=top, best=plan["best"]["schedule"], steps=steps)
+        rows = []
+        for index, c in enumerate(verify.plan_candidates(plan, top)):
+            folder = runs_root / f"verify-{path.stem}-{index}"
+            folder.mkdir(parents=True)  # FileExistsError, as start_run refuses: "already exists"
+            predicted = 340.39 if tie else c["step_ms"]
+            if gate is not None:  # the run of this candidate, until the test lets it end
+                gate.wait(30)
+            rows.append(verify.VerifyRow(c["schedule"], c, predicted, predicted * 1.1, run_dir=str(folder)))
+            if on_row is not None:
+                on_row(rows[-1])
         return verify.compare(rows)
 
-    monkeypatch.setattr(verify, "verify_plan", fake_verify)
-    app.button(key="plan-verify").click().run()
-    assert not app.exception and not app.error
+    return fake
+
+
+def _finish(app: AppTest) -> AppTest:
+    """Wait for the verification thread, then draw the page as the fragment's poll would."""
+    from app_pages import plan_verify
+
+    deadline = time.monotonic() + 60
+    for job in list(plan_verify._jobs().values()):
+        while not job.done():
+            assert time.monotonic() < deadline, "the verification never ended"
+            time.sleep(0.05)
+    return app.run()
+
+
+def test_verify_runs_again_for_the_same_plan_and_shows_the_comparison(app: AppTest, monkeypatch) -> None:
+    """Issue 23 item 6: the same plan verified twice, each time in run folders of its own, then the comparison.
+
+    Catches one plan file (plan-<signature>.json) per plan: its run folders (verify-plan-<signature>-0) exist on
+    the second click, and the launcher refuses them ("already exists; choose another name")."""
+    from executor.host import verify
+
+    seen: dict = {}
+    monkeypatch.setattr(verify, "verify_plan", _fake_verify(seen))
+    for _ in range(2):
+        app.button(key="plan-verify").click().run()
+        _finish(app)
+        assert not app.exception and not app.error, [e.value for e in app.error]
+    first, second = seen["paths"]
+    assert first.stem != second.stem and first.parent == second.parent
     assert seen["top"] == 2 and seen["steps"] == 3
+    assert "runs" not in first.parts[-2:]  # beside the runs folder, not in it (issue 23 item 5)
     cards = {m.label: m.value for m in app.metric}
     assert cards["Rank correlation (Spearman)"] == "+1.00" and cards["Recommended vs measured best"] == "+0.0%"
+    frame = app.dataframe[-1].value
+    assert list(frame["error"]) == pytest.approx([100 * (1 / 1.1 - 1)] * 2)  # (predicted - measured) / measured
+
+
+def test_verify_of_a_tie_says_indistinguishable(app: AppTest, monkeypatch) -> None:
+    """Issue 23 item 6: two candidates predicted at 340.39 ms: no Spearman of their noise, the tie said."""
+    from executor.host import verify
+
+    monkeypatch.setattr(verify, "verify_plan", _fake_verify({}, tie=True))
+    app.button(key="plan-verify").click().run()
+    _finish(app)
+    cards = {m.label: m.value for m in app.metric}
+    assert cards.get("Planner's order") == "indistinguishable" and "Rank correlation (Spearman)" not in cards
+
+
+def test_verify_shows_progress_and_cancels(app: AppTest, monkeypatch) -> None:
+    """Issue 23 item 6: while the candidates run, a progress bar and Cancel; a cancel ends after the candidate
+    going (the launcher's cancel for a real run) and shows what was measured."""
+    import threading
+
+    from executor.host import verify
+
+    gate = threading.Event()
+    monkeypatch.setattr(verify, "verify_plan", _fake_verify({}, gate=gate))
+    app.button(key="plan-verify").click().run()
+    bars = app.get("progress")
+    assert bars and "Verifying: candidate" in bars[-1].proto.text
+    assert app.button(key="plan-verify").disabled  # one verification of a plan at a time
+    app.button(key="plan-verify-cancel").click().run()
+    gate.set()
+    _finish(app)
+    assert any("cancelled after 1 of 2" in i.value for i in app.info)
+    assert len(app.dataframe[-1].value) == 1

@@ -52,8 +52,8 @@ def test_every_page_draws_through_the_bundle_with_trace_types_it_holds(open_page
         assert figures, page
         shown |= {trace.get("type", "scatter") for figure in figures for trace in figure["data"]}
     at = open_page()  # a binned Gantt: its hover cells are a heatmap
-    at.number_input(key="sim-ranks").set_value(32)
-    at.number_input(key="sim-microbatches").set_value(400)
+    at.number_input(key="ranks").set_value(32)
+    at.number_input(key="microbatches").set_value(400)
     at.button(key=SUBMIT).click().run()
     shown |= {trace.get("type", "scatter") for trace in chart_figures(at)[0]["data"]}
     assert {"bar", "scatter", "heatmap"} <= shown
@@ -91,8 +91,8 @@ def test_the_bundle_url_follows_the_server_base_path(static_serving) -> None:
 def test_a_binned_gantt_is_drawn_for_a_drag_select(open_page, static_serving) -> None:
     static_serving(True)
     at = open_page()
-    at.number_input(key="sim-ranks").set_value(32)
-    at.number_input(key="sim-microbatches").set_value(400)
+    at.number_input(key="ranks").set_value(32)
+    at.number_input(key="microbatches").set_value(400)
     at.button(key=SUBMIT).click().run()
     data = json.loads(at.get("bidi_component")[0].proto.json)
     layout = json.loads(data["figure"])["layout"]
@@ -123,3 +123,22 @@ def test_figure_json_leaves_the_cached_figure_alone() -> None:
     spec = json.loads(plot.figure_json(fig, select=True))
     assert spec["layout"]["template"] == plot.LIGHT_TEMPLATE and spec["layout"]["dragmode"] == "select"
     assert fig.to_json() == before
+
+
+def test_html_export_inlines_the_cartesian_bundle_once_styled_as_the_page() -> None:
+    """Issue 23 item 16: the HTML export of a 256-action Gantt holds plotly.js once, the 1.4 MB cartesian bundle
+    the app serves (not plotly's full 4.6 MB one), and the page's template (its title and fonts).
+
+    Catches the 4.9 MB export (the full bundle inlined) and an export in plotly's default look."""
+    from pipesim.charts import export
+    from pipesim.charts.gantt import gantt_figure
+    from pipesim.cost.model import CostModel
+    from pipesim.schedules import build_schedule
+    from pipesim.sim.steps import simulate_step
+
+    timeline = simulate_step(build_schedule("1f1b", 4, 32), CostModel.uniform()).timeline
+    assert len(timeline.spans) == 256
+    page = export.html_bytes(plot.styled(gantt_figure(timeline)), plot.bundle_text()).decode()
+    assert len(page) < 1.6e6, len(page)
+    assert page.count("plotly.js (cartesian - minified)") == 1 and page.count("<script") == 2  # bundle, figure
+    assert '"xanchor":"left"' in page and "Source Sans" in page  # the page's title placement and font

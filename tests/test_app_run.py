@@ -15,75 +15,16 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from executor.config import run_config
 from executor.host import launch, run_folder
 from executor.progress import PROGRESS_PREFIX
 from executor.run_files import CANCEL_FILE
-from pipesim.analysis.attribution import attribute_run
-from pipesim.analysis.overlay import prediction_error
-from pipesim.cost.model import CostModel
-from pipesim.io.cost_file import save_cost
-from pipesim.io.formats import schedule_to_dict, timeline_to_dict, write_json
-from pipesim.records import Span, Timeline
+from pipesim.io.formats import write_json
 from pipesim.schedules import build_schedule
-from pipesim.sim.metrics import makespan
-from pipesim.sim.simulate import simulate
+from pipesim.units import format_ms
 from tests.helpers.app_charts import chart_figures, chart_titles
+from tests.helpers.run_folders import write_run
 
 SUBMIT = "FormSubmitter:run-form-Launch run"
-
-
-def write_run(
-    root: Path, name: str, status: str = "ok", message: str = "", measured: bool = True, reference: dict | None = None
-) -> Path:
-    """A run folder as the launcher and rank 0 leave it (see executor/config.py)."""
-    folder = root / name
-    (folder / "logs").mkdir(parents=True)
-    config = run_config(
-        schedule="1f1b",
-        num_ranks=2,
-        num_microbatches=4,
-        steps=2,
-        device="cpu",
-        profile=True,
-        reference=reference is not None,
-    )
-    schedule = build_schedule("1f1b", 2, 4)
-    write_json(config.to_dict(), folder / "config.json")
-    write_json(schedule_to_dict(schedule), folder / "schedule.json")
-    cost = CostModel.uniform(2.0, 4.0)
-    simulated = simulate(schedule, cost)
-    summary: dict = {"status": status, "message": message, "started_at": time.time()}
-    if measured:
-        spans = tuple(
-            Span(s.rank, s.action, base + 1.25 * s.start, base + 1.25 * s.end, step)
-            for step, base in ((0, 0.0), (1, 0.0))
-            for s in simulated.spans
-        )  # step-relative times
-        timeline = Timeline(2, spans, source="measured", schedule_name="1f1b")
-        step_ms = 1.25 * makespan(simulated)
-        write_json(
-            {
-                **timeline_to_dict(timeline),
-                "step_times_ms": [step_ms * 1.5, step_ms],
-                "losses": [2.5, 2.25],
-                "peak_memory_bytes": [4096, 2048],
-            },
-            folder / "measured.json",
-        )
-        save_cost(cost, folder / "cost.json")
-        write_json(attribute_run(schedule, timeline, [step_ms * 1.5, step_ms]), folder / "analysis.json")
-        write_json(timeline_to_dict(simulated), folder / "simulated.json")
-        summary.update(
-            predicted_step_ms=makespan(simulated),
-            measured_step_ms=step_ms,
-            prediction_error=prediction_error(makespan(simulated), step_ms),
-        )
-    if reference is not None:
-        write_json(reference, folder / "reference.json")
-    (folder / "logs" / "rank0.log").write_text("rank 0 says hello\n")
-    write_json(summary, folder / "result.json")
-    return folder
 
 
 class FakeHandle:
@@ -150,7 +91,7 @@ def test_config_that_fails_validation_is_a_plain_error(app: AppTest, runs: Path)
 
 
 def test_launcher_refusal_starts_nothing(app: AppTest, runs: Path) -> None:
-    app.number_input(key="run-ranks").set_value(8)
+    app.number_input(key="ranks").set_value(8)
     app.selectbox(key="run-device").set_value("cpu")
     app.button(key=SUBMIT).click().run()
     assert "8 stages" in app.error[0].value and "4" in app.error[0].value
@@ -161,9 +102,10 @@ def test_launcher_refusal_starts_nothing(app: AppTest, runs: Path) -> None:
 def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher: list) -> None:
     app.button(key=SUBMIT).click().run()
     ((config, schedule, handle),) = fake_launcher
+    # the schedule and size every page shares (Simulate's 1f1b on 4 ranks with 8 microbatches): what is drawn runs
     assert (config.pipeline.schedule, config.pipeline.num_ranks, config.pipeline.num_microbatches, config.profile) == (
         "1f1b",
-        2,
+        4,
         8,
         True,
     )
@@ -183,10 +125,11 @@ def test_live_progress_then_the_overlay(app: AppTest, runs: Path, fake_launcher:
     # the fixture's two steps differ by half (CV 20%): too noisy to judge, and the page says so
     assert cards["Prediction error"] == f"{result.prediction_error:+.1%} (noisy)"
     assert any("too noisy to judge" in w.value for w in app.warning)
-    assert cards["Measured step"] == f"{result.measured_step_ms:,.2f} ms"
-    diffs = next(d.value for d in app.dataframe if "delta ms" in d.value.columns)
-    assert len(diffs) == 2 * 8 and diffs["delta ms"].gt(0).all()  # measured runs 25% slower
-    assert diffs["error %"].sub(-20.0).abs().max() < 1e-6  # simulated / measured - 1 = 1 / 1.25 - 1
+    assert cards["Measured step time"] == format_ms(result.measured_step_ms)
+    diffs = next(d.value for d in app.dataframe if "difference" in d.value.columns)
+    # one sign for both: predicted - measured, negative where the run was slower than predicted (25% here)
+    assert len(diffs) == 2 * 8 and diffs["difference"].lt(0).all()
+    assert diffs["error"].sub(-20.0).abs().max() < 1e-6  # simulated / measured - 1 = 1 / 1.25 - 1
     overlay = next(
         figure for figure in chart_figures(app) if "simulated vs measured" in figure["layout"]["title"]["text"]
     )
@@ -237,9 +180,7 @@ def test_custom_schedule_is_launched_as_sent(app: AppTest, runs: Path, fake_laun
     custom = build_schedule("gpipe", 3, 6)
     app.session_state["run_schedule"] = custom  # what the Custom page's button leaves behind
     app.run()
-    picker = app.selectbox(key="run-schedule")
-    assert "custom (from the Custom page)" in picker.options
-    picker.set_value("custom (from the Custom page)")
+    assert app.toggle(key="run-use-custom").value is True  # sent from the Custom page: it is what runs
     app.number_input(key="run-batch").set_value(12)  # a multiple of the custom schedule's 6 microbatches
     app.button(key=SUBMIT).click().run()
     ((config, schedule, _),) = fake_launcher
@@ -345,11 +286,11 @@ def test_run_page_labels(runs: Path, open_page, monkeypatch: pytest.MonkeyPatch)
     write_run(runs, "older")
     at = open_page("run")
     config = json.loads(at.dataframe[0].proto.columns)
-    assert config["error"]["label"] == "prediction error" and config["error"]["type_config"]["format"] == "percent"
+    assert config["error"]["label"] == "prediction error" and config["error"]["type_config"]["format"] == "%+.1f%%"
     assert "embedding" in at.number_input(key="run-layers").help
     at.selectbox(key="run-open-pick").set_value("older")
     at.button(key="FormSubmitter:run-open-Open").click().run()
-    assert [s.label for s in at.selectbox if s.key.startswith("run-step-")] == ["Step drawn in the chart"]
+    assert [s.label for s in at.selectbox if s.key == "run-step"] == ["Step drawn (overlay, bars and table)"]
     assert {"older-measured-timeline.json", "older-measured-trace.json", "older.csv"} <= set(names)
     assert not any(n.endswith("-measured.csv") for n in names)
 
@@ -429,4 +370,4 @@ def test_a_cancelled_run_shows_what_it_measured(runs: Path, open_page) -> None:
     at.selectbox(key="run-open-pick").set_value("stopped")
     at.button(key="FormSubmitter:run-open-Open").click().run()
     assert not at.error and any("2 of 5 measured steps done" in i.value for i in at.info)
-    assert chart_figures(at) and any(m.label == "Measured step" for m in at.metric)
+    assert chart_figures(at) and any(m.label == "Measured step time" for m in at.metric)

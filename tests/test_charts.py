@@ -19,7 +19,7 @@ from pipesim.schedules import build_schedule
 from pipesim.semantics.dag import build_dag, dag_positions
 from pipesim.sim.metrics import bubble_fraction, idle_intervals, memory_over_time, stash_counts
 from pipesim.sim.simulate import find_deadlock, simulate
-from pipesim.units import binary_unit
+from pipesim.units import binary_unit, format_ms, format_percent
 
 COST = CostModel.uniform(forward_ms=1.0, backward_ms=2.0, weight_ms=1.0, comm_ms=0.2)
 KIND_TRACES = {name: kind for kind, name in charts.KIND_NAMES.items()}
@@ -73,8 +73,8 @@ def test_gantt_hover_names_action_stage_microbatch_and_times():
             text = _hover(trace, i)
             assert f"<b>{span.action}</b>" in text
             assert f"stage {span.action.stage}, microbatch {span.action.microbatch}" in text
-            assert f"start {span.start:.3f} ms" in text and f"end {span.end:.3f} ms" in text
-            assert f"duration {span.end - span.start:.3f} ms" in text
+            assert f"start {format_ms(span.start)}" in text and f"end {format_ms(span.end)}" in text
+            assert f"duration {format_ms(span.end - span.start)}" in text
 
 
 def test_all_four_kinds_have_distinct_colours():
@@ -92,7 +92,7 @@ def test_gantt_shows_idle_time_and_bubble_fraction_per_rank():
     ticks = fig.layout.yaxis.ticktext
     assert len(ticks) == 3
     for rank, label in enumerate(ticks):
-        assert label == f"rank {rank} · idle {bubble_fraction(tl, rank):.0%}"
+        assert label == f"rank {rank} · idle {format_percent(bubble_fraction(tl, rank))}"
     assert "gp" in fig.layout.title.text and f"{bubble_fraction(tl):.1%}" in fig.layout.title.text
 
 
@@ -156,8 +156,9 @@ def test_overlay_puts_simulated_and_measured_on_alternate_rows():
     spans = _spans_of(sim, "F")
     text = _hover(measured_f, 0)
     duration = spans[0].end - spans[0].start
-    assert str(spans[0].action) in text and f"measured - simulated {0.5 * duration:+.3f} ms" in text
-    assert "(+" not in fig.layout.title.text and "(-33.3%)" in fig.layout.title.text
+    # predicted - measured: the sign of the run's prediction error (the simulation was faster here)
+    assert str(spans[0].action) in text and f"predicted - measured {format_ms(-0.5 * duration, signed=True)}" in text
+    assert "error +" not in fig.layout.title.text and "(makespan error -33.3%)" in fig.layout.title.text
 
 
 # --- memory, comparison, trade-off ---------------------------------------------------------
@@ -180,18 +181,18 @@ def test_comparison_and_tradeoff_figures():
     good = [row for row in rows if row.error is None]
     fig = charts_compare.comparison_figure(rows)
     assert len(fig.data) == 3
-    for trace in fig.data:
-        assert list(trace.x) == [row.schedule for row in good]
-    assert list(fig.data[0].y) == pytest.approx([row.makespan for row in good])
-    assert list(fig.data[1].y) == pytest.approx([row.bubble_fraction for row in good])
+    for trace in fig.data:  # horizontal bars, a row per schedule
+        assert list(trace.y) == [row.schedule for row in good]
+    assert list(fig.data[0].x) == pytest.approx([row.step_ms for row in good])
+    assert list(fig.data[1].x) == pytest.approx([row.bubble_fraction for row in good])
     assert "interleaved-1f1b" in fig.layout.title.text  # the failed one is named with its reason
     tradeoff = charts_compare.tradeoff_figure(rows)
-    points = [t for t in tradeoff.data if t.mode == "markers"]
+    points = [t for t in tradeoff.data if t.mode == "markers" and t.name != "Pareto front"]
     assert [t.name for t in points] == [row.schedule for row in good]  # a legend entry each: no labels to overlap
     unit, size = binary_unit(max(row.peak_activation_bytes for row in good))
     assert [t.x[0] for t in points] == pytest.approx([row.makespan for row in good])
     assert [t.y[0] for t in points] == pytest.approx([row.peak_activation_bytes / size for row in good])
-    assert tradeoff.layout.yaxis.title.text == f"peak activation memory ({unit})"
+    assert tradeoff.layout.yaxis.title.text == f"peak activations ({unit})"
     counts_only = [ComparisonRow("a", 1.0, 0.1, 0.2, 3, None)]
     assert list(charts_compare.tradeoff_figure(counts_only).data[0].y) == [3.0]
 

@@ -20,6 +20,7 @@ from pipesim.records import Timeline
 from pipesim.schedules import build_schedule
 from pipesim.sim.metrics import idle_intervals
 from pipesim.sim.simulate import simulate
+from pipesim.units import format_ms
 from tests.test_charts import _hover, _kind_traces
 
 COST = CostModel.uniform(forward_ms=1.0, backward_ms=2.0, weight_ms=1.0, comm_ms=0.2)
@@ -45,7 +46,7 @@ def test_idle_hover_names_the_rank_and_the_gap_length():
     for i, (rank, start, end) in enumerate(gaps):
         text = _hover(idle, i)
         assert text.startswith(f"idle on rank {rank}<br>")
-        assert f"from {start:.3f} ms to {end:.3f} ms" in text and f"for {end - start:.3f} ms" in text
+        assert f"from {format_ms(start)} to {format_ms(end)}" in text and f"for {format_ms(end - start)}" in text
 
 
 def test_bar_labels_stay_horizontal_and_hide_when_they_do_not_fit():

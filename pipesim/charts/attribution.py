@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from pipesim.analysis.attribution import LostTime
 from pipesim.charts.lanes import COMM_COLOR, IDLE_COLOR
+from pipesim.units import format_ms, hover_ms
 
 ATTRIBUTION_PARTS = (
     ("compute_ms", "compute", "#4C78A8"),
@@ -24,9 +25,14 @@ ATTRIBUTION_PARTS = (
 )
 
 
-def attribution_figure(analysis: dict) -> go.Figure:
-    """Where the median measured step went on each rank: one stacked bar per rank (pipesim.attribution)."""
-    rows = analysis["ranks"]
+def attribution_figure(analysis: dict, step: int | None = None) -> go.Figure:
+    """Where a measured step went on each rank: one stacked bar per rank (pipesim.attribution). `step` picks one of
+    the analysis's steps (the one the overlay draws, so one screen shows one step); None: its median step."""
+    median = analysis.get("median_step")
+    chosen = next((s for s in analysis.get("steps") or () if s["step"] == step), None) if step is not None else None
+    rows = chosen["ranks"] if chosen is not None else analysis["ranks"]
+    step_ms = chosen["step_ms"] if chosen is not None else analysis["step_ms"]
+    shown = chosen["step"] if chosen is not None else median
     labels = [f"rank {row['rank']}" for row in rows]
     fig = go.Figure(
         [
@@ -36,19 +42,20 @@ def attribution_figure(analysis: dict) -> go.Figure:
                 name=name,
                 orientation="h",
                 marker_color=color,
-                hovertemplate=f"%{{y}}: {name} %{{x:.3f}} ms<extra></extra>",
+                hovertemplate=f"%{{y}}: {name} {hover_ms('x')}<extra></extra>",
             )
             for key, name, color in ATTRIBUTION_PARTS
         ]
     )
+    which = f"step {shown}" + (", the median" if shown == median else "")
     fig.update_layout(
         barmode="stack",
         plot_bgcolor="white",
-        height=120 + 40 * len(rows),
-        title=f"where the step went: {analysis['step_ms']:.2f} ms (step {analysis.get('median_step')}, the median)",
-        xaxis={"title": "ms"},
+        height=150 + 40 * len(rows),
+        title=f"where the step went: {format_ms(step_ms)} ({which})",
+        xaxis={"title": "time (ms)"},
         yaxis={"autorange": "reversed"},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
     )
     return fig
 
@@ -65,7 +72,9 @@ def lost_time_bars(lost: Sequence[LostTime], row_of_rank: Callable[[int], float]
         marks = [m for m in lost if m.part == part]
         if part == "compute" or not marks:
             continue
-        data = np.array([(row_of_rank(m.rank) + MARK_OFFSET, m.start, m.end - m.start) for m in marks], dtype=float)
+        data = np.array(
+            [(row_of_rank(m.rank) + MARK_OFFSET, m.start, m.end - m.start, m.end) for m in marks], dtype=float
+        )
         traces.append(
             go.Bar(
                 name=f"lost: {name}",
@@ -75,7 +84,10 @@ def lost_time_bars(lost: Sequence[LostTime], row_of_rank: Callable[[int], float]
                 x=data[:, 2],
                 width=MARK_HEIGHT,
                 marker={"color": color, "line": {"width": 0.5, "color": "#555555"}},
-                hovertemplate=f"{name}<br>from %{{base:.3f}} ms for %{{x:.3f}} ms<extra></extra>",
+                # start, length and end from customdata: a based bar's %{x} in a hover is where it ends
+                customdata=data[:, 1:],
+                hovertemplate=f"{name}<br>{hover_ms('customdata[1]')} from {hover_ms('customdata[0]')} to "
+                f"{hover_ms('customdata[2]')}<extra></extra>",
                 legendgroup="lost",
             )
         )

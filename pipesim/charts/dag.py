@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ import plotly.graph_objects as go
 from pipesim.charts.lanes import CRITICAL_COLOR, CYCLE_COLOR, KIND_COLORS, KIND_NAMES
 from pipesim.ir import Action
 from pipesim.semantics.dag import DagPositions
+from pipesim.units import format_ms
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -59,7 +61,7 @@ def _node_trace(kind: str, nodes: list[Action], graph: nx.DiGraph, pos, show_tex
         textfont={"size": 9},
         marker={"size": 14, "color": KIND_COLORS[kind], "line": {"width": 1, "color": "white"}},
         customdata=[
-            [str(a), graph.nodes[a]["rank"], a.stage, a.microbatch, "n/a" if d is None else f"{d:.3f} ms"]
+            [str(a), graph.nodes[a]["rank"], a.stage, a.microbatch, format_ms(d)]
             for a, d in zip(nodes, durations, strict=True)
         ],
         hovertemplate="<b>%{customdata[0]}</b><br>rank %{customdata[1]}, stage %{customdata[2]}, "
@@ -139,11 +141,15 @@ def dag_figure(
     if cycle:
         title += "<br><sup>deadlock: " + " → ".join(map(str, [*cycle, cycle[0]])) + "</sup>"
     num_ranks = positions.num_ranks
+    xaxis = {"title": positions.x_title, "showgrid": False, "zeroline": False}
+    xs = [x for x, _ in pos.values()]
+    if xs and all(float(x).is_integer() for x in xs):  # depth or position: whole steps, never "0.5"
+        xaxis.update(tickmode="linear", tick0=0, dtick=max(1, math.ceil((max(xs) - min(xs)) / 12)), tickformat="d")
     fig.update_layout(
         title=title,
         plot_bgcolor="white",
         height=max(300, 90 * num_ranks + 140),
-        xaxis={"title": positions.x_title, "showgrid": False, "zeroline": False},
+        xaxis=xaxis,
         yaxis={
             "tickvals": list(range(num_ranks)),
             "ticktext": [f"rank {r}" for r in range(num_ranks)],
@@ -151,6 +157,7 @@ def dag_figure(
             "showgrid": False,
             "zeroline": False,
         },
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        # On the right, as the Gantt's: above the plot it sat on the title's second line.
+        legend={"orientation": "v", "yanchor": "top", "y": 1, "xanchor": "left", "x": 1.01},
     )
     return fig

@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 
 from pipesim.ir import ActionKind
 from pipesim.records import Span
+from pipesim.units import format_percent, hover_ms
 
 KIND_COLORS = MappingProxyType({"F": "#4C78A8", "B": "#D62728", "I": "#FF9F1C", "W": "#2CA02C"})
 KIND_NAMES = MappingProxyType(
@@ -44,7 +45,8 @@ def span_hover(kind: str) -> str:
     return (
         f"<b>%{{customdata[1]}}{kind}%{{customdata[2]}}</b> on rank %{{customdata[0]}}<br>"
         "stage %{customdata[1]}, microbatch %{customdata[2]}<br>"
-        "start %{customdata[3]:.3f} ms<br>end %{customdata[4]:.3f} ms<br>duration %{customdata[5]:.3f} ms"
+        f"start {hover_ms('customdata[3]')}<br>end {hover_ms('customdata[4]')}<br>"
+        f"duration {hover_ms('customdata[5]')}"
     )
 
 
@@ -147,8 +149,8 @@ def idle_bars(intervals: list[list[tuple[float, float]]], window: tuple[float, f
         width=0.8,
         marker={"color": IDLE_COLOR, "line": {"width": 0}},
         customdata=np.column_stack([data, data[:, 2] - data[:, 1]]),
-        hovertemplate="idle on rank %{customdata[0]}<br>from %{customdata[1]:.3f} ms to %{customdata[2]:.3f} ms"
-        "<br>for %{customdata[3]:.3f} ms<extra>idle</extra>",
+        hovertemplate=f"idle on rank %{{customdata[0]}}<br>from {hover_ms('customdata[1]')} to "
+        f"{hover_ms('customdata[2]')}<br>for {hover_ms('customdata[3]')}<extra>idle</extra>",
     )
 
 
@@ -160,7 +162,21 @@ def rank_labels(
     names = names or [f"rank {r}" for r in range(len(intervals))]
     if total <= 0:
         return list(names)
-    return [f"{names[r]} · idle {sum(b - a for a, b in gaps) / total:.0%}" for r, gaps in enumerate(intervals)]
+    return [
+        f"{names[r]} · idle {format_percent(sum(b - a for a, b in gaps) / total)}" for r, gaps in enumerate(intervals)
+    ]
+
+
+LANE_PX = 34  # a lane's height up to a dozen lanes
+LANES_PX = 560  # past that the lanes share this height (at least MIN_LANE_PX each), so the time axis stays on screen
+MIN_LANE_PX = 14
+
+
+def lanes_height(num_lanes: int) -> int:
+    """The plot's height for `num_lanes` lanes: 34 px each up to 16 lanes, then 560 px shared (14 px at least),
+    so a 32-rank chart and its time axis fit a laptop's screen."""
+    per_lane = LANE_PX if num_lanes * LANE_PX <= LANES_PX else max(MIN_LANE_PX, LANES_PX / max(num_lanes, 1))
+    return max(280, round(per_lane * num_lanes) + 170)
 
 
 def lane_layout(fig: go.Figure, labels: Sequence[str], title: str) -> go.Figure:
@@ -169,7 +185,7 @@ def lane_layout(fig: go.Figure, labels: Sequence[str], title: str) -> go.Figure:
         title=title,
         barmode="overlay",
         bargap=0.15,
-        height=max(280, 34 * len(labels) + 170),
+        height=lanes_height(len(labels)),
         xaxis={"title": "time (ms)", "rangemode": "tozero", "showgrid": True},
         yaxis={
             "tickvals": list(range(len(labels))),

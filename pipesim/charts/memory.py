@@ -18,7 +18,7 @@ from pipesim.charts.lanes import RANK_COLORS
 from pipesim.cost.model import CostModel
 from pipesim.records import Timeline
 from pipesim.sim.metrics import memory_over_time, stash_counts
-from pipesim.units import binary_unit
+from pipesim.units import BYTES_SPEC, binary_unit, hover_ms
 
 MAX_MEMORY_POINTS = 20_000  # in all ranks together: about what plotly draws in a tenth of a second
 MIN_BINS = 100  # per rank, however many ranks: below this the line loses its shape
@@ -54,22 +54,26 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None, *, max_points: in
     total_points = sum(len(points) for points in series)
     bins = max(MIN_BINS, max_points // (4 * max(1, len(series)))) if total_points > max_points else None
     fig = go.Figure()
+    group_of = _legend_groups(len(series))
     for rank, points in enumerate(series):
         times, values = _columns(points)
         if bins is not None:
             keep = m4_reduce(times, values, bins)
             times, values = times[keep], values[keep]
+        group, first, label = group_of[rank]
         fig.add_trace(
             go.Scatter(
-                name=f"rank {rank}",
+                name=label,
+                legendgroup=label,
+                showlegend=first,
                 # numpy arrays go to the browser as binary: long lines stay light
                 x=times,
                 y=values / size,
                 mode="lines",
-                line={"shape": "hv", "width": 2, "color": RANK_COLORS[rank % len(RANK_COLORS)]},
-                hovertemplate=f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y:,.3f}} {unit}<extra></extra>"
+                line={"shape": "hv", "width": 2, "color": RANK_COLORS[group % len(RANK_COLORS)]},
+                hovertemplate=f"rank {rank}<br>{hover_ms('x')}<br>%{{y:{BYTES_SPEC}}} {unit}<extra></extra>"
                 if cost is not None
-                else f"rank {rank}<br>%{{x:.3f}} ms<br>%{{y}} stashed<extra></extra>",
+                else f"rank {rank}<br>{hover_ms('x')}<br>%{{y}} stashed<extra></extra>",
             )
         )
     heading = f"{tl.schedule_name or 'schedule'}: activation memory per rank"
@@ -87,6 +91,25 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None, *, max_points: in
         height=380,
     )
     return fig
+
+
+MAX_LEGEND_RANKS = 12  # past this many ranks the legend lists groups of ranks, not every rank
+
+
+def _legend_groups(num_ranks: int) -> list[tuple[int, bool, str]]:
+    """Per rank: its legend group, whether it is the group's first (the one listed), and the group's name. Up to
+    a dozen ranks, each rank is its own entry; past that, consecutive ranks share one of at most 8 entries and
+    colours ("ranks 0-3"), so a 32-rank legend fits the chart instead of scrolling past rank 13."""
+    if num_ranks <= MAX_LEGEND_RANKS:
+        return [(rank, True, f"rank {rank}") for rank in range(num_ranks)]
+    size = -(-num_ranks // 8)
+    out = []
+    for rank in range(num_ranks):
+        group = rank // size
+        last = min(num_ranks, (group + 1) * size) - 1
+        name = f"ranks {group * size}-{last}" if last > group * size else f"rank {last}"
+        out.append((group, rank == group * size, name))
+    return out
 
 
 def _columns(points: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:

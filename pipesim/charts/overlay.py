@@ -12,6 +12,7 @@ from pipesim.analysis.overlay import align_step, pick_step, prediction_error
 from pipesim.charts.lanes import KIND_COLORS, by_kind, lane_layout, lane_rows, lighten, span_bars
 from pipesim.records import Timeline, select_replica
 from pipesim.sim.metrics import makespan
+from pipesim.units import SIGNED_TIME_SPEC, format_ms, format_percent, hover_ms, hover_percent
 
 
 def overlay_figure(simulated: Timeline, measured: Timeline, step: int | None = None) -> go.Figure:
@@ -41,6 +42,7 @@ def overlay_figure(simulated: Timeline, measured: Timeline, step: int | None = N
         if not spans:
             continue
         extra = np.array([_delta_cells(deltas.get((s.rank, s.action))) for s in spans], dtype=float)
+        extra = extra.reshape(len(spans), 3)
         traces.append(
             span_bars(
                 spans,
@@ -48,18 +50,21 @@ def overlay_figure(simulated: Timeline, measured: Timeline, step: int | None = N
                 kind,
                 f"{kind} measured",
                 legendgroup=kind,
-                extra_data=extra.reshape(len(spans), 2),
-                extra_hover="<br>simulated %{customdata[6]:.3f} ms<br>measured - simulated %{customdata[7]:+.3f} ms",
+                extra_data=extra,
+                extra_hover=f"<br>simulated {hover_ms('customdata[6]')}<br>predicted - measured "
+                f"%{{customdata[7]:{SIGNED_TIME_SPEC}}} ms ({hover_percent('customdata[8]', signed=True)})",
             )
         )
     return lane_layout(go.Figure(data=traces), labels, _overlay_title(simulated, real))
 
 
-def _delta_cells(diff) -> tuple[float, float]:
-    """Simulated duration and the difference; NaN where the action was not simulated."""
+def _delta_cells(diff) -> tuple[float, float, float]:
+    """Simulated duration, predicted - measured and the prediction error (the sign of the run's prediction error:
+    positive where the simulation is slower); NaN where the action was not simulated or took no time."""
     if diff is None:
-        return (math.nan, math.nan)
-    return (diff.simulated_ms, diff.delta_ms)
+        return (math.nan, math.nan, math.nan)
+    error = diff.error if diff.measured_ms > 0 else math.nan
+    return (diff.simulated_ms, diff.simulated_ms - diff.measured_ms, error)
 
 
 def _overlay_title(simulated: Timeline, real: Timeline) -> str:
@@ -68,9 +73,9 @@ def _overlay_title(simulated: Timeline, real: Timeline) -> str:
         return f"{name}: simulated vs measured"
     predicted, actual = makespan(simulated), makespan(real)
     error = prediction_error(predicted, actual) if actual > 0 else float("nan")
-    # The makespan of the drawn step's actions, not the run's median step time
-    # (which adds the optimizer step): say so, so the two figures are not confused.
+    # The makespan of the drawn step's actions, not the run's median step time (which adds the optimizer step):
+    # named as such, with its own error, so it is not taken for the step's prediction error on the cards.
     return (
-        f"{name}: simulated vs measured<br><sup>actions of this step span {predicted:.3f} ms simulated, "
-        f"{actual:.3f} ms measured ({error:+.1%})</sup>"
+        f"{name}: simulated vs measured<br><sup>makespan of this step's actions: {format_ms(predicted)} simulated, "
+        f"{format_ms(actual)} measured (makespan error {format_percent(error, signed=True)})</sup>"
     )

@@ -1,5 +1,11 @@
-"""The planner's figure: every candidate's step time against the memory of its fullest device, the Pareto front
-joined, the memory cap drawn as a line, the best candidate ringed. Draws the candidates it is given."""
+"""The planner's figures: every candidate's step time against the memory of its fullest device (the Pareto front
+joined, the memory cap drawn as a line, the best candidate ringed), and each rank's memory by part. Draws the
+candidates it is given.
+
+Memory is drawn in one binary unit (pipesim.units.binary_unit, named in the axis title, as the text around the
+chart says it); the axes fit the candidates, and a cap far above them is named at the top rather than drawn
+where it would squash every candidate against the floor.
+"""
 
 from __future__ import annotations
 
@@ -7,34 +13,57 @@ import plotly.graph_objects as go
 
 from pipesim.plan.search import Candidate
 from pipesim.sim.memory import RankMemory
+from pipesim.units import BYTES_SPEC, binary_unit, format_bytes, hover_ms, hover_percent, quantity
 
 FRONT_COLOR = "#D62728"
 OTHER_COLOR = "#9E9E9E"
 OVER_CAP_COLOR = "#F5C2C2"
 BEST_COLOR = "#111111"
+CAP_IN_VIEW = 1.5  # the cap is drawn inside the plot when it is at most this many times the highest value
 
 
-def _points(candidates: list[Candidate], name: str, color: str, size: int, symbol: str = "circle") -> go.Scatter:
+def _points(
+    candidates: list[Candidate], name: str, color: str, size: int, divisor: float, unit: str, symbol: str = "circle"
+) -> go.Scatter:
     return go.Scatter(
         x=[c.step_ms for c in candidates],
-        y=[c.peak_memory_bytes for c in candidates],
+        y=[c.peak_memory_bytes / divisor for c in candidates],
         mode="markers",
         name=name,
         marker={"color": color, "size": size, "symbol": symbol, "line": {"width": 0}},
         text=[c.label for c in candidates],
         customdata=[[c.bubble_fraction, c.imbalance, "fits" if c.fits else "over the cap"] for c in candidates],
-        hovertemplate="<b>%{text}</b><br>step %{x:.4g} ms<br>memory %{y:,.4~s}B<br>bubble %{customdata[0]:.1%}"
-        "<br>slowest stage %{customdata[1]:.2f}x the mean<br>%{customdata[2]}<extra></extra>",
+        hovertemplate=f"<b>%{{text}}</b><br>step time {hover_ms('x')}<br>peak memory %{{y:{BYTES_SPEC}}} {unit}"
+        f"<br>bubble {hover_percent('customdata[0]')}<br>slowest stage %{{customdata[1]:.2f}}x the mean"
+        "<br>%{customdata[2]}<extra></extra>",
     )
 
 
-def _cap_line(fig: go.Figure, cap: float) -> None:
-    fig.add_hline(
-        y=cap,
-        line={"color": FRONT_COLOR, "dash": "dash", "width": 1.5},
-        annotation_text="memory cap",
-        annotation_position="top left",
+def _cap(fig: go.Figure, cap: float | None, highest: float, divisor: float) -> float:
+    """The cap as a dashed line when it is near the values, else named at the top; the y range's top."""
+    top = max(highest, 1.0) * 1.15
+    if cap is None:
+        return top / divisor
+    if cap <= CAP_IN_VIEW * highest:
+        fig.add_hline(
+            y=cap / divisor,
+            line={"color": FRONT_COLOR, "dash": "dash", "width": 1.5},
+            annotation_text=f"memory cap {format_bytes(cap)}",
+            annotation_position="top left",
+        )
+        return max(top, cap * 1.08) / divisor
+    fig.add_annotation(
+        text=f"memory cap {format_bytes(cap)}: above every value here",
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=1,
+        xanchor="left",
+        yanchor="bottom",
+        showarrow=False,
+        font={"color": FRONT_COLOR, "size": 12},
     )
+    return top / divisor
 
 
 def pareto_figure(
@@ -46,30 +75,29 @@ def pareto_figure(
 ) -> go.Figure:
     """Step time (x) against peak memory per device (y); lower left is better."""
     built = [c for c in candidates if c.error is None]
+    highest = max((c.peak_memory_bytes for c in built), default=0.0)
+    unit, size = binary_unit(max(highest, cap or 0.0) if cap is not None and cap <= CAP_IN_VIEW * highest else highest)
     on_front = {id(c) for c in front}
     fig = go.Figure()
-    fig.add_trace(_points([c for c in built if id(c) not in on_front and c.fits], "fits", OTHER_COLOR, 7))
-    fig.add_trace(
-        _points([c for c in built if id(c) not in on_front and not c.fits], "over the cap", OVER_CAP_COLOR, 7)
-    )
-    ordered = sorted(front, key=lambda c: c.step_ms)
-    line = _points(ordered, "Pareto front", FRONT_COLOR, 10)
+    others = [c for c in built if id(c) not in on_front]
+    fig.add_trace(_points([c for c in others if c.fits], "fits", OTHER_COLOR, 7, size, unit))
+    fig.add_trace(_points([c for c in others if not c.fits], "over the cap", OVER_CAP_COLOR, 7, size, unit))
+    line = _points(sorted(front, key=lambda c: c.step_ms), "Pareto front", FRONT_COLOR, 10, size, unit)
     line.mode = "lines+markers"
     line.line = {"shape": "hv", "color": FRONT_COLOR, "width": 1.5}
     fig.add_trace(line)
     if best is not None:
-        fig.add_trace(_points([best], "best that fits", BEST_COLOR, 18, "circle-open"))
+        fig.add_trace(_points([best], "best that fits", BEST_COLOR, 18, size, unit, "circle-open"))
     if selected is not None and selected is not best:
-        fig.add_trace(_points([selected], "selected", "#1F77B4", 18, "diamond-open"))
-    if cap is not None:
-        _cap_line(fig, cap)
+        fig.add_trace(_points([selected], "selected", "#1F77B4", 18, size, unit, "diamond-open"))
+    top = _cap(fig, cap, highest, size)
     fig.update_layout(
         title="candidates: step time against memory of the fullest device",
-        xaxis={"title": "step time (ms)", "rangemode": "tozero"},
-        yaxis={"title": "peak memory per device (bytes)", "tickformat": "~s", "ticksuffix": "B", "rangemode": "tozero"},
+        xaxis={"title": quantity("step_time").heading},
+        yaxis={"title": f"peak memory per device ({unit})", "range": [0, top]},
         plot_bgcolor="white",
         height=440,
-        legend={"orientation": "h", "y": -0.2},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
     )
     return fig
 
@@ -83,27 +111,29 @@ MEMORY_PARTS = (
 
 
 def memory_parts_figure(ranks: list[RankMemory], cap: float | None = None, title: str = "") -> go.Figure:
-    """Each rank's memory at its peak, stacked by part; the cap as a line."""
+    """Each rank's memory at its peak, stacked by part, in one binary unit; the cap as a line when it is near."""
+    totals = [sum(getattr(r, attr) for attr, _, _ in MEMORY_PARTS) for r in ranks]
+    highest = max(totals, default=0.0)
+    unit, size = binary_unit(max(highest, cap or 0.0) if cap is not None and cap <= CAP_IN_VIEW * highest else highest)
     fig = go.Figure()
     names = [f"rank {r.rank}" for r in ranks]
     for attr, label, color in MEMORY_PARTS:
         fig.add_trace(
             go.Bar(
                 x=names,
-                y=[getattr(r, attr) for r in ranks],
+                y=[getattr(r, attr) / size for r in ranks],
                 name=label,
                 marker={"color": color},
-                hovertemplate=f"%{{x}}<br>{label} %{{y:,.4~s}}B<extra></extra>",
+                hovertemplate=f"%{{x}}<br>{label} %{{y:{BYTES_SPEC}}} {unit}<extra></extra>",
             )
         )
-    if cap is not None:
-        _cap_line(fig, cap)
+    top = _cap(fig, cap, highest, size)
     fig.update_layout(
         barmode="stack",
         title=title or "memory per rank at its peak",
-        yaxis={"title": "bytes", "tickformat": "~s", "ticksuffix": "B", "rangemode": "tozero"},
+        yaxis={"title": f"memory ({unit})", "range": [0, top]},
         plot_bgcolor="white",
         height=360,
-        legend={"orientation": "h", "y": -0.2},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0},
     )
     return fig

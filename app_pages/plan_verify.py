@@ -1,0 +1,134 @@
+"""The Plan page's Verify: the plan's top K candidates run for real one after another, in the background, with
+progress and Cancel; the page's one door to `executor.host.verify` (its public `verify_plan`, `compare`).
+
+A `VerifyJob` runs `verify.verify_plan` on a thread of the server, collecting each candidate's row as it ends
+(`on_row`). Each job writes its plan to a file of its own (plans_root()/plan-<signature>-<time>.json), so its run
+folders are new ones and the same plan can be verified again. Cancel is the launcher's own: the run going is
+cancelled through its folder (`executor.host.watch`, the `cancel` file), and the job stops before the next
+candidate. Jobs are kept per server process (st.cache_resource), so a reload finds one still going.
+
+Whether two candidates can be told apart is verify's to say; until it does (issue 18's tie rule), predictions
+within `PREDICTION_TIE` of each other are called indistinguishable here, and no rank correlation is shown for them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from executor.host import verify
+
+PREDICTION_TIE = 0.01  # relative: predictions closer than this rank no candidate above another
+
+
+class _Cancelled(Exception):
+    """Raised from `on_row` to end verify_plan's loop once the user cancelled."""
+
+
+@dataclass
+class VerifyJob:
+    """One verification in progress or done: rows as they end, the comparison at the end."""
+
+    plan_path: Path
+    top: int
+    steps: int
+    runs_root: Path
+    rows: list[Any] = field(default_factory=list)
+    result: Any = None  # executor.host.verify.Verification
+    error: str | None = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.time)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> VerifyJob:
+        self._thread = threading.Thread(target=self._run, name=f"verify {self.plan_path.stem}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.result = verify.verify_plan(
+                self.plan_path,
+                self.top,
+                runs_root=self.runs_root,
+                steps=self.steps,
+                on_row=self._row,
+                cancel=self.cancelled,  # verify cancels the running candidate's run and skips the rest
+            )
+        except _Cancelled:
+            self.result = verify.compare(self.rows)
+        except (ValueError, OSError) as error:
+            self.error = str(error).splitlines()[0]
+
+    def _row(self, row: Any) -> None:
+        self.rows.append(row)
+        if self.cancelled.is_set():
+            raise _Cancelled
+
+    def done(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    def current_run(self) -> Any | None:
+        """The candidate's run going now, followed from its folder (None between runs)."""
+        from executor.host import watch
+
+        prefix = f"verify-{self.plan_path.stem}-"
+        going = [run for run in watch.running_runs(self.runs_root) if run.run_dir.name.startswith(prefix)]
+        return going[0] if going else None
+
+    def cancel(self) -> None:
+        """Stop after the run going now, and cancel that run (the launcher's cancel, through its folder)."""
+        self.cancelled.set()
+        run = self.current_run()
+        if run is not None:
+            run.cancel()
+
+    def progress(self) -> tuple[float, str]:
+        """The share done (candidates ended, and the running one's progress) and a line saying where it is."""
+        run = self.current_run()
+        if run is not None and self.cancelled.is_set():  # a candidate started just as the user cancelled
+            run.cancel()
+        index = len(self.rows)
+        within = float(run.progress) if run is not None else 0.0
+        text = f"candidate {min(index + 1, self.top)} of {self.top}"
+        if run is not None:
+            steps = [e for e in run.events() if e.get("event") == "step"]
+            if steps:
+                text += f": step {steps[-1].get('step', 0) + 1} of {steps[-1].get('steps', '?')}"
+            else:
+                text += ": starting"
+        return min(1.0, (index + within) / max(self.top, 1)), text
+
+
+@st.cache_resource(show_spinner=False)
+def _jobs() -> dict[str, VerifyJob]:
+    return {}
+
+
+def start(plan_path: Path, signature: str, top: int, steps: int, runs_root: Path) -> VerifyJob:
+    """Start verifying the plan at `plan_path` (a file of its own), remembered under the plan's `signature`."""
+    job = VerifyJob(plan_path, top, steps, runs_root).start()
+    _jobs()[signature] = job
+    return job
+
+
+def job_for(signature: str) -> VerifyJob | None:
+    """The latest job of the plan with `signature` in this server (a reload finds it), or None."""
+    return _jobs().get(signature)
+
+
+def predictions_tie(result: Any) -> bool:
+    """Whether the measured candidates' predictions are too close to rank one above another: verify's own verdict
+    where it gives one, else predictions within PREDICTION_TIE of each other."""
+    own = getattr(result, "indistinguishable", None)
+    if isinstance(own, bool):
+        return own
+    predicted = [r.predicted_ms for r in result.rows if r.measured_ms is not None]
+    if len(predicted) < 2:
+        return False
+    return max(predicted) - min(predicted) <= PREDICTION_TIE * min(predicted)
