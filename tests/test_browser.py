@@ -269,6 +269,7 @@ def test_settings_survive_a_page_switch_and_a_reload(page, app_url: str) -> None
     sidebar.get_by_role("link", name="Compare").click()
     page.get_by_role("heading", name="Compare schedules").wait_for()
     sidebar.get_by_role("link", name="Simulate").click()
+    page.get_by_role("heading", name="Simulate a pipeline schedule").wait_for()  # Compare draws the same Gantt
     page.wait_for_function(zbv_title)
     assert sidebar.get_by_role("spinbutton", name="Ranks").input_value() == "6"
     page.reload()

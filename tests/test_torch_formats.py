@@ -335,7 +335,7 @@ def test_the_gantt_chart_draws_collectives_on_their_rank():
         )
     )
     [bar] = [trace for trace in figure.data if trace.name == "collective"]
-    assert list(bar.y) == [0] and list(bar.customdata[0]) == ["0REDUCE_GRAD"] and list(bar.x) == [2.0]
+    assert list(bar.y) == [0] and bar.customdata[0][0] == "0REDUCE_GRAD" and list(bar.x) == [2.0]
     assert not [trace for trace in figure.data if trace.name == "blocked on transfer"]
 
 
