@@ -32,6 +32,7 @@ PIPESIM_ORDER = [
     "pipesim.plan",
     "pipesim.charts",
     "pipesim.cli",
+    "pipesim.api",
 ]
 EXECUTOR_SHARED = {
     "executor.config",

@@ -13,7 +13,6 @@ back is executor.run_folder's job.
 from __future__ import annotations
 
 import os
-import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from pipesim.analysis.overlay import replay_cost  # noqa: F401 - the replay live
 from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import read_json, timeline_from_dict, timeline_to_dict, write_json
+from pipesim.io.run_record import median_step_ms
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
 
@@ -61,8 +61,8 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
 
 
 def measured_step_ms(step_times_ms: list[float]) -> float | None:
-    """The median: robust to the odd slow step a shared machine produces."""
-    return statistics.median(step_times_ms) if step_times_ms else None
+    """The median: robust to the odd slow step a shared machine produces (the one definition is pipesim's)."""
+    return median_step_ms(step_times_ms)
 
 
 def compare(prediction: Prediction, step_times_ms: list[float]) -> Prediction:

@@ -20,25 +20,28 @@ progress, MAX_SCHEDULE_BYTES for the schedule, MAX_RESULT_BYTES for the rest), c
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import stat
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from executor.config import RunConfig
-from executor.host.predict import measured_step_ms
 from executor.processes import run_processes
 from executor.run_files import CANCEL_FILE, PROGRESS_FILE, TRACES_DIR
 from pipesim.cost.model import CostModel
-from pipesim.io.cost_file import cost_from_dict
-from pipesim.io.formats import UnwritableOutput, read_json, schedule_from_dict, timeline_from_dict, write_json
+from pipesim.io.formats import UnwritableOutput, read_json, schedule_from_dict, write_json
+from pipesim.io.run_record import (
+    json_object,
+    median_step_ms,
+    read_outputs,
+    read_run_file,
+    result_numbers,
+    run_folder,
+)
 from pipesim.ir import Schedule
-from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, MAX_SMALL_FILE_BYTES
+from pipesim.limits import MAX_SMALL_FILE_BYTES
 from pipesim.records import Timeline
 
 # --- making a run folder -----------------------------------------------------------------------------------------
@@ -175,40 +178,17 @@ def read_setup(run_dir: Path) -> tuple[RunConfig, Schedule]:
     """A run folder's config and schedule (written before any process starts); ValueError naming the fault."""
     if not (run_dir / "config.json").exists():
         raise ValueError(f"{run_dir} is not a run folder: it has no config.json")
-    config = _read(run_dir, "config.json", lambda d: RunConfig.from_dict(_object(d)))
-    return config, _read(run_dir, "schedule.json", schedule_from_dict)
+    config = read_run_file(run_dir, "config.json", lambda d: RunConfig.from_dict(json_object(d)))
+    return config, read_run_file(run_dir, "schedule.json", schedule_from_dict)
 
 
 STATUSES = ("ok", "partial", "failed", "timeout", "cancelled", "running", "damaged")
-# The bytes each file of a run folder may hold (pipesim.limits); any other file: MAX_RESULT_BYTES.
-_LIMITS = {
-    "config.json": MAX_SMALL_FILE_BYTES,
-    "result.json": MAX_SMALL_FILE_BYTES,
-    "schedule.json": MAX_SCHEDULE_BYTES,
-}
-
-
-def _read(run_dir: Path, name: str, parse: Callable[[Any], Any]) -> Any:
-    """Read and parse one file of a run folder (bounded: a regular file within its kind's size limit); anything
-    wrong with it is a ValueError naming the file."""
-    try:
-        return parse(read_json(run_dir / name, _LIMITS.get(name, MAX_RESULT_BYTES)))
-    except ValueError as error:
-        raise ValueError(f"{name}: {error}") from None
-    except (TypeError, KeyError, AttributeError, IndexError) as error:
-        raise ValueError(f"{name} is malformed ({type(error).__name__}: {error})") from None
-
-
-def _object(data: Any) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, found {type(data).__name__}")
-    return data
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
     """result.json, or what the folder says without one: running, or failed (nothing of the run is left)."""
     if (run_dir / "result.json").exists():
-        return _read(run_dir, "result.json", _object)
+        return read_run_file(run_dir, "result.json", json_object)
     if run_alive(run_dir):
         return {"status": "running", "message": "still running"}
     return {"status": "failed", "message": "no result.json: the launcher was killed before the run ended"}
@@ -223,22 +203,6 @@ def run_status(run_dir: Path) -> str:
     return status if status in STATUSES else "damaged"
 
 
-def run_folder(run_dir: str | Path) -> Path:
-    """`run_dir` resolved, once it is known to be a folder; ValueError saying what it is otherwise (no such
-    path, a symbolic link loop, a file)."""
-    try:
-        info = os.stat(run_dir)
-    except OSError as error:
-        if error.errno == errno.ENOENT:
-            raise ValueError(f"no such run folder: {run_dir}") from None
-        if error.errno == errno.ELOOP:
-            raise ValueError(f"{run_dir} is a symbolic link loop, not a run folder") from None
-        raise ValueError(f"cannot read run folder {run_dir}: {error.strerror or error}") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise ValueError(f"{run_dir} is not a run folder (not a folder)")
-    return Path(os.path.realpath(run_dir))
-
-
 def load_run(run_dir: str | Path) -> RunResult:
     """Read a run folder; ValueError (naming the file and the fault) when it is not one or is damaged."""
     run_dir = run_folder(run_dir)
@@ -247,40 +211,20 @@ def load_run(run_dir: str | Path) -> RunResult:
     status = summary.get("status")
     if status not in STATUSES:
         raise ValueError(f"result.json: status {status!r} is not one of {', '.join(STATUSES)}")
-    numbers = {
-        key: summary.get(key) for key in ("predicted_step_ms", "measured_step_ms", "prediction_error", "started_at")
-    }
-    for key, value in numbers.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ValueError(f"result.json: {key} must be a number, got {value!r}")
+    numbers = result_numbers(summary)
     result = RunResult(run_dir, status, str(summary.get("message", "")), config, schedule, **numbers)
     _load_outputs(result)
     return result
 
 
-def _measured(data: Any) -> tuple[Timeline, list[float], list[float], list[int]]:
-    data = _object(data)
-    step_times = [float(t) for t in data.get("step_times_ms", [])]
-    losses = [float(x) for x in data.get("losses", [])]
-    return timeline_from_dict(data), step_times, losses, [int(x) for x in data.get("peak_memory_bytes", [])]
-
-
 def _load_outputs(result: RunResult) -> None:
-    run_dir = result.run_dir
-    if (run_dir / "measured.json").exists():
-        result.measured, result.step_times_ms, result.losses, result.peak_memory_bytes = _read(
-            run_dir, "measured.json", _measured
-        )
-        if result.measured_step_ms is None:
-            result.measured_step_ms = measured_step_ms(result.step_times_ms)
-    if (run_dir / "cost.json").exists():
-        result.cost = _read(run_dir, "cost.json", cost_from_dict)
-    if (run_dir / "simulated.json").exists():
-        result.simulated = _read(run_dir, "simulated.json", lambda d: timeline_from_dict(_object(d)))
-    if (run_dir / "reference.json").exists():
-        result.reference = _read(run_dir, "reference.json", _object)
-    if (run_dir / "analysis.json").exists():
-        result.analysis = _read(run_dir, "analysis.json", _object)
+    outputs = read_outputs(result.run_dir)  # pipesim's reader: one for the folder's files
+    result.measured, result.step_times_ms = outputs.measured, outputs.step_times_ms
+    result.losses, result.peak_memory_bytes = outputs.losses, outputs.peak_memory_bytes
+    result.cost, result.simulated = outputs.cost, outputs.simulated
+    result.reference, result.analysis = outputs.reference, outputs.analysis
+    if result.measured_step_ms is None:
+        result.measured_step_ms = median_step_ms(result.step_times_ms)
 
 
 def profiler_traces(run_dir: str | Path) -> list[Path]:

@@ -335,5 +335,10 @@ def schedule_from_csv_file(path: str | Path, csv_format: str = "auto") -> Schedu
         raise ValueError(f"{source}: {error}") from None
 
 
+def load_timeline(path: str | Path) -> Timeline:
+    """A timeline document (`save_timeline`'s, a run's measured.json or simulated.json) read back."""
+    return timeline_from_dict(read_json(path, what="timeline"))
+
+
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
     write_json(timeline_to_dict(timeline, summary), path)
