@@ -4,7 +4,7 @@ A RunHandle lives in the Streamlit server process (its supervising thread); a br
 session whose session state is empty. This registry is one dict per server process (st.cache_resource), run
 folder -> handle, so the Run page of any session can reattach to a run that is still going: live progress and
 Cancel again. A run this server did not start (the command line, another app server) is followed from its
-folder instead (executor.watch.FolderRun: the same interface, read from the launcher's progress.json).
+folder instead (pipesim_executor.watch.FolderRun: the same interface, read from the launcher's progress.json).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def remember(handle: Any) -> None:
 def running(root: Path, run_dir: str | None = None) -> Any | None:
     """The handle of the run in `run_dir` while it runs (None: the latest running one under `root`): this
     server's own RunHandle when it has one, else one that follows the run from its folder."""
-    from executor.host import watch
+    from pipesim_executor.host import watch
 
     registry = _registry()
     for key in [k for k, handle in registry.items() if handle.done()]:

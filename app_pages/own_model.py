@@ -1,14 +1,14 @@
 """The Run page's "Your own model" field: which factories the page accepts, and the model config it makes.
 
-UI glue only: the rules are executor.host.model_check's. The page never imports a user's module; it accepts a
+UI glue only: the rules are pipesim_executor.host.model_check's. The page never imports a user's module; it accepts a
 factory only from the places the app was started to accept (`examples`, plus PIPESIM_APP_MODELS), and the launch
-checks it in a child process (executor.host.model_check.check_custom_model).
+checks it in a child process (pipesim_executor.host.model_check.check_custom_model).
 """
 
 from __future__ import annotations
 
-from executor.config import CUSTOM, ModelConfig
-from executor.host.model_check import APP_MODELS_ENV, app_model_sources, check_app_model
+from pipesim_executor.config import CUSTOM, ModelConfig
+from pipesim_executor.host.model_check import APP_MODELS_ENV, app_model_sources, check_app_model
 
 
 def field_help() -> str:

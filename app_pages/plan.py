@@ -1,7 +1,7 @@
 """Plan: which schedule, microbatch size, chunks and recomputation for this model on these devices, under a cap.
 
 The search, the memory model and the balancing are pipesim's (pipesim.plan); a real check of the top candidates
-is the executor's (executor.host.verify, through app_pages.plan_verify), run as separate processes. Every
+is the executor's (pipesim_executor.host.verify, through app_pages.plan_verify), run as separate processes. Every
 setting is in the URL; presets fill the form with a small model that runs here, a 7B-class and a 70B-class one.
 """
 

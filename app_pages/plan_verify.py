@@ -1,10 +1,10 @@
 """The Plan page's Verify: the plan's top K candidates run for real one after another, in the background, with
-progress and Cancel; the page's one door to `executor.host.verify` (its public `verify_plan`, `compare`).
+progress and Cancel; the page's one door to `pipesim_executor.host.verify` (its public `verify_plan`, `compare`).
 
 A `VerifyJob` runs `verify.verify_plan` on a thread of the server, collecting each candidate's row as it ends
 (`on_row`). Each job writes its plan to a file of its own (plans_root()/plan-<signature>-<time>.json), so its run
 folders are new ones and the same plan can be verified again. Cancel is the launcher's own: the run going is
-cancelled through its folder (`executor.host.watch`, the `cancel` file), and the job stops before the next
+cancelled through its folder (`pipesim_executor.host.watch`, the `cancel` file), and the job stops before the next
 candidate. Jobs are kept per server process (st.cache_resource), so a reload finds one still going.
 
 Whether two candidates can be told apart is verify's to say; until it does (issue 18's tie rule), predictions
@@ -21,7 +21,7 @@ from typing import Any
 
 import streamlit as st
 
-from executor.host import verify
+from pipesim_executor.host import verify
 
 PREDICTION_TIE = 0.01  # relative: predictions closer than this rank no candidate above another
 
@@ -39,7 +39,7 @@ class VerifyJob:
     steps: int
     runs_root: Path
     rows: list[Any] = field(default_factory=list)
-    result: Any = None  # executor.host.verify.Verification
+    result: Any = None  # pipesim_executor.host.verify.Verification
     error: str | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.time)
@@ -75,7 +75,7 @@ class VerifyJob:
 
     def current_run(self) -> Any | None:
         """The candidate's run going now, followed from its folder (None between runs)."""
-        from executor.host import watch
+        from pipesim_executor.host import watch
 
         prefix = f"verify-{self.plan_path.stem}-"
         going = [run for run in watch.running_runs(self.runs_root) if run.run_dir.name.startswith(prefix)]

@@ -1,6 +1,6 @@
 """Launch a real run (torchrun), follow it live, then lay the measured timeline over the simulated one.
 
-torch is never imported here: executor.host.launch starts the ranks as separate processes. The page is its
+torch is never imported here: pipesim_executor.host.launch starts the ranks as separate processes. The page is its
 parts, one concern each: `run_form` (the form and the run config it describes), `run_launch` (starting the
 run), `run_live` (progress, log, Cancel), `run_result` (a finished run), `run_reference` (torch's own run and
 the losses), `run_history` (earlier runs); `trace_import` imports profiler traces. The run shown is in the URL
@@ -21,7 +21,7 @@ from app_pages import (
     trace_import,
     widgets,
 )
-from executor.host import run_folder
+from pipesim_executor.host import run_folder
 
 state.init_state()
 st.title("Run a schedule for real")

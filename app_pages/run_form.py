@@ -1,7 +1,7 @@
 """The Run page's form: what to run, on what model and devices, and the run config it describes.
 
 `draw` shows the form in the sidebar and hands back the values of a submitted form (`RunRequest`); the
-request's `config()` is the one place the page turns them into an `executor.config.RunConfig` (whose checks
+request's `config()` is the one place the page turns them into an `pipesim_executor.config.RunConfig` (whose checks
 refuse bad values with a ValueError the page shows).
 """
 
@@ -13,7 +13,10 @@ from typing import Any
 import streamlit as st
 
 from app_pages import own_model, schedule_inputs, state
-from executor.config import (
+from pipesim.cost.shape import TransformerShape
+from pipesim.ir import Schedule
+from pipesim.schedules import options_for, schedule_info
+from pipesim_executor.config import (
     BACKENDS,
     DEVICES,
     DTYPES,
@@ -24,9 +27,6 @@ from executor.config import (
     RunConfig,
     run_config,
 )
-from pipesim.cost.shape import TransformerShape
-from pipesim.ir import Schedule
-from pipesim.schedules import options_for, schedule_info
 
 # Size presets of the built-in models (their configs' own types); the number of layers (blocks) is a separate
 # input because it must be at least the number of stages.

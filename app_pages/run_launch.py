@@ -6,8 +6,8 @@ import streamlit as st
 
 from app_pages import live_runs, state, widgets
 from app_pages.run_form import RunRequest
-from executor.host import launch
 from pipesim.ir import Schedule
+from pipesim_executor.host import launch
 
 
 def start(request: RunRequest, custom: Schedule | None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from executor.progress import readable_log
+from pipesim_executor.progress import readable_log
 
 
 def show(running: bool) -> None:

@@ -9,12 +9,12 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import plot, run_reference, state, widgets
-from executor.host import predict, run_folder
 from pipesim.analysis import attribution, overlay
 from pipesim.charts import attribution as charts_attribution
 from pipesim.charts import gantt as charts
 from pipesim.io.bounded import read_tail
 from pipesim.units import format_bytes, format_ms, format_percent
+from pipesim_executor.host import predict, run_folder
 
 
 def show(result) -> None:

@@ -23,7 +23,7 @@ def _runs_stamp(root: Path) -> tuple:
 def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
     import datetime
 
-    from executor.host.run_folder import list_runs
+    from pipesim_executor.host.run_folder import list_runs
 
     rows = []
     for result in list_runs(Path(root)):

@@ -49,7 +49,7 @@ def init_state() -> None:
     st.session_state.setdefault("kept_keys", set())  # widget keys whose values outlive their page (`kept`)
     st.session_state.setdefault("custom_csv", None)  # filled from the default template on first use
     st.session_state.setdefault("custom_version", 0)  # bumps when a template or an upload replaces the table
-    st.session_state.setdefault("run_handle", None)  # executor.launch.RunHandle of the run in progress
+    st.session_state.setdefault("run_handle", None)  # pipesim_executor.launch.RunHandle of the run in progress
     st.session_state.setdefault("run_schedule", None)  # a custom Schedule sent from the Custom page
     st.session_state.setdefault("selected_run", None)  # run folder shown on the Run page
 

@@ -28,15 +28,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from executor.config import (  # noqa: E402, run_config
+from pipesim.schedules import options_for  # noqa: E402
+from pipesim_executor.config import (  # noqa: E402, run_config
     ModelConfig,
     RunConfig,
     run_config,  # noqa: E402
 )
-from executor.host.launch import run  # noqa: E402
-from executor.host.predict import predict_step, replay_cost  # noqa: E402
-from executor.rank.reference import SIDE_BY_SIDE_ENV  # noqa: E402
-from pipesim.schedules import options_for  # noqa: E402
+from pipesim_executor.host.launch import run  # noqa: E402
+from pipesim_executor.host.predict import predict_step, replay_cost  # noqa: E402
+from pipesim_executor.rank.reference import SIDE_BY_SIDE_ENV  # noqa: E402
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 

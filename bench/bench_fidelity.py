@@ -6,7 +6,7 @@ Usage:
 
 For each schedule and rank count, one real run with the profile phase (executor run --profile): the
 measured median step, the prediction (simulated with cost.json: in-situ calibrated action times, dispatch
-gaps and per-rank tails; see executor/calibrate.py), its error, the same prediction from the isolated
+gaps and per-rank tails; see pipesim_executor/calibrate.py), its error, the same prediction from the isolated
 profile alone (each stage timed on its own, optimizer timed on its own, no gaps: what the profile gave
 before the calibration steps), the median |error| over actions, the run's noise (step-time CV; more than 5%
 and the error is marked unreliable) and the machine's 1-minute load at the end, and the attribution of the
@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from executor.config import ModelConfig, run_config  # noqa: E402
-from executor.host.launch import run  # noqa: E402
-from executor.host.predict import predict_step  # noqa: E402
 from pipesim.cost.runtime import RankRuntime  # noqa: E402
 from pipesim.schedules import options_for, schedule_names  # noqa: E402
+from pipesim_executor.config import ModelConfig, run_config  # noqa: E402
+from pipesim_executor.host.launch import run  # noqa: E402
+from pipesim_executor.host.predict import predict_step  # noqa: E402
 
 PARTS = ("compute_ms", "schedule_idle_ms", "comm_wait_ms", "overhead_ms")
 
@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def isolated_prediction(result) -> float | None:
     """The step the isolated profile alone predicts (stages and optimizer timed on their own, no gaps)."""
-    from executor.rank.profile import stage_cost
+    from pipesim_executor.rank.profile import stage_cost
 
     measured = result.cost.meta.get("measured") or {}
     optimizer = (result.cost.meta.get("in_situ") or {}).get("optimizer_ms")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from executor.host.run_folder import load_run  # noqa: E402
 from pipesim.sim.memory import rank_memory  # noqa: E402
 from pipesim.units import format_bytes  # noqa: E402
+from pipesim_executor.host.run_folder import load_run  # noqa: E402
 
 
 def main(run_dir: str) -> None:

@@ -35,13 +35,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from executor.config import ModelConfig  # noqa: E402
-from executor.host.unit_profile import ProfileConfig, start_profile  # noqa: E402
-from executor.host.verify import VerifyRow, compare, verify_plan  # noqa: E402
 from pipesim.io.formats import write_json  # noqa: E402
 from pipesim.plan.inputs import PlanInputs  # noqa: E402
 from pipesim.plan.report import plan_document  # noqa: E402
 from pipesim.plan.search import PlanSpace, evaluate_all  # noqa: E402
+from pipesim_executor.config import ModelConfig  # noqa: E402
+from pipesim_executor.host.unit_profile import ProfileConfig, start_profile  # noqa: E402
+from pipesim_executor.host.verify import VerifyRow, compare, verify_plan  # noqa: E402
 
 MODELS = {"gpt_small": "examples.gpt_small:build", "transformer": "transformer"}
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")

@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from executor.config import SMALL_TRANSFORMER, ModelConfig  # noqa: E402
-from executor.rank.model import build_model, loss_fn, make_batch, split_stages, stage_io_shapes  # noqa: E402
-from executor.rank.stage import StageRunner  # noqa: E402
+from pipesim_executor.config import SMALL_TRANSFORMER, ModelConfig  # noqa: E402
+from pipesim_executor.rank.model import build_model, loss_fn, make_batch, split_stages, stage_io_shapes  # noqa: E402
+from pipesim_executor.rank.stage import StageRunner  # noqa: E402
 
 
 def measure(config: ModelConfig, microbatch_size: int, repeats: int) -> list[tuple[int, float, float, float]]:

@@ -123,8 +123,8 @@ def grid_summary(rows: list[dict]) -> str:
 
 
 def measure(ranks: int, args: argparse.Namespace, runs_root: Path) -> dict:
-    from executor.config import ModelConfig, run_config
-    from executor.host.launch import run
+    from pipesim_executor.config import ModelConfig, run_config
+    from pipesim_executor.host.launch import run
 
     # a small vocabulary keeps the head light, so the stages are balanced and the order matters
     model = ModelConfig.of_transformer(

@@ -1,1 +1,1 @@
-"""Example models for `python -m executor run --model package.module:factory` (see executor.custom_model)."""
+"""Example models for `python -m executor run --model package.module:factory` (see pipesim_executor.custom_model)."""

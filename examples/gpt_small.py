@@ -5,7 +5,7 @@ MLP, each around a residual), a final layer norm and a linear head to the vocabu
 cross-entropy on synthetic sequences. Small by default (`SMALL`: 4 blocks, width 64, sequence 32, vocabulary 256) so a
 CPU run takes seconds.
 
-The factory contract (executor.custom_model): `build()` returns an object with `layers` (the ordered list
+The factory contract (pipesim_executor.custom_model): `build()` returns an object with `layers` (the ordered list
 pipesim cuts into stages: embeddings, each block, the head), `make_batch(batch_size=, step=, seed=)` and
 `loss_fn(output, targets)`. Every parameterised operation is its own leaf module (nn.Linear, nn.LayerNorm,
 nn.Embedding), so zero-bubble schedules' split backward computes weight gradients without autograd fallbacks.
@@ -78,7 +78,7 @@ class Head(nn.Module):
 
 @dataclass
 class GPTSmall:
-    """What the factory returns (executor.custom_model's contract)."""
+    """What the factory returns (pipesim_executor.custom_model's contract)."""
 
     config: TransformerShape
     layers: list[nn.Module] = field(default_factory=list)

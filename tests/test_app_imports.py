@@ -18,7 +18,8 @@ def test_simulate_page_modules_load_no_heavy_extras() -> None:
         "import sys; import app_pages.cached, app_pages.widgets, app_pages.cost_inputs, app_pages.state, "
         "app_pages.guide, app_pages.schedule_inputs, app_pages.plot, "
         "pipesim.charts.gantt, pipesim.charts.lod, pipesim.sim.simulate, pipesim.analysis.critical_path; "
-        "print(sorted(m for m in ('networkx', 'executor', 'kaleido', 'torch', 'pandas', 'highspy', 'pipesim.synth')"
+        "print(sorted(m for m in ('networkx', 'pipesim_executor', 'kaleido', 'torch', 'pandas', 'highspy', "
+        "'pipesim.synth')"
         " if m in sys.modules))"
     )
     out = subprocess.run(

@@ -86,7 +86,7 @@ def test_balancing_on_its_own(app: AppTest) -> None:
 def _fake_verify(seen: dict, gate=None, tie: bool = False):
     """A stand-in for verify.verify_plan (the real one launches torchrun: tests/test_verify.py runs it): it makes
     each candidate's run folder as start_run does (never over an existing one) and reports rows through on_row."""
-    from executor.host import verify
+    from pipesim_executor.host import verify
 
     def fake(path, top, *, runs_root, steps, on_row=None, **kwargs):
         plan = json.loads(path.read_text())
@@ -124,7 +124,7 @@ def test_verify_runs_again_for_the_same_plan_and_shows_the_comparison(app: AppTe
 
     Catches one plan file (plan-<signature>.json) per plan: its run folders (verify-plan-<signature>-0) exist on
     the second click, and the launcher refuses them ("already exists; choose another name")."""
-    from executor.host import verify
+    from pipesim_executor.host import verify
 
     seen: dict = {}
     monkeypatch.setattr(verify, "verify_plan", _fake_verify(seen))
@@ -144,7 +144,7 @@ def test_verify_runs_again_for_the_same_plan_and_shows_the_comparison(app: AppTe
 
 def test_verify_of_a_tie_says_indistinguishable(app: AppTest, monkeypatch) -> None:
     """Issue 23 item 6: two candidates predicted at 340.39 ms: no Spearman of their noise, the tie said."""
-    from executor.host import verify
+    from pipesim_executor.host import verify
 
     monkeypatch.setattr(verify, "verify_plan", _fake_verify({}, tie=True))
     app.button(key="plan-verify").click().run()
@@ -158,7 +158,7 @@ def test_verify_shows_progress_and_cancels(app: AppTest, monkeypatch) -> None:
     going (the launcher's cancel for a real run) and shows what was measured."""
     import threading
 
-    from executor.host import verify
+    from pipesim_executor.host import verify
 
     gate = threading.Event()
     monkeypatch.setattr(verify, "verify_plan", _fake_verify({}, gate=gate))

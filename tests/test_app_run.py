@@ -1,8 +1,8 @@
 """AppTest of the Run page with a stand-in launcher: launch, live progress, cancel, results, errors.
 
 Real runs are covered by tests/test_launch.py (torchrun) and tests/test_browser.py (from
-the UI); here a fake RunHandle follows executor.launch's contract, and finished runs
-are real run folders read by the real executor.run_folder.load_run / list_runs.
+the UI); here a fake RunHandle follows pipesim_executor.launch's contract, and finished runs
+are real run folders read by the real pipesim_executor.run_folder.load_run / list_runs.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from executor.host import launch, run_folder
-from executor.progress import PROGRESS_PREFIX
-from executor.run_files import CANCEL_FILE
 from pipesim.io.formats import write_json
 from pipesim.schedules import build_schedule
 from pipesim.units import format_ms
+from pipesim_executor.host import launch, run_folder
+from pipesim_executor.progress import PROGRESS_PREFIX
+from pipesim_executor.run_files import CANCEL_FILE
 from tests.helpers.app_charts import chart_figures, chart_titles
 from tests.helpers.run_folders import write_run
 
@@ -28,7 +28,7 @@ SUBMIT = "FormSubmitter:run-form-Launch run"
 
 
 class FakeHandle:
-    """executor.launch.RunHandle's interface; the test decides when the run ends."""
+    """pipesim_executor.launch.RunHandle's interface; the test decides when the run ends."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -297,7 +297,7 @@ def test_run_page_labels(runs: Path, open_page, monkeypatch: pytest.MonkeyPatch)
 
 def test_a_cancel_says_what_was_measured() -> None:
     """Item 4: a cancelled run keeps what it measured, from its step events (the slowest rank per step)."""
-    from executor.progress import measured_so_far
+    from pipesim_executor.progress import measured_so_far
 
     events = [
         {"event": "step", "rank": r, "step": s, "steps": 5, "phase": "measure", "ms": ms}
@@ -336,7 +336,7 @@ def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open
         },
     )
 
-    def launcher() -> None:  # obeys the cancel file as executor.launch does, a moment later
+    def launcher() -> None:  # obeys the cancel file as pipesim_executor.launch does, a moment later
         deadline = time.monotonic() + 60
         while not (folder / CANCEL_FILE).exists() and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from executor.host import run_folder
+from pipesim_executor.host import run_folder
 from tests.helpers.app_charts import chart_figures, chart_titles
 from tests.helpers.run_folders import write_run
 

@@ -13,8 +13,6 @@ import time
 
 import pytest
 
-from executor.host import cli as executor_cli
-from executor.host.run_folder import list_runs, load_run
 from pipesim.cli import main as cli
 from pipesim.cost.balance import balance, stage_costs
 from pipesim.cost.collectives import bucketed_allreduce_ms
@@ -23,6 +21,8 @@ from pipesim.cost.links import LinkCost
 from pipesim.io.bounded import read_bytes, read_tail, read_text
 from pipesim.io.formats import read_json
 from pipesim.limits import MAX_LAYERS, MAX_REPLICAS, MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES
+from pipesim_executor.host import cli as executor_cli
+from pipesim_executor.host.run_folder import list_runs, load_run
 from tests.helpers.balance_reference import exhaustive_balance
 from tests.test_app_run import write_run
 

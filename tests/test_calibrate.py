@@ -1,4 +1,5 @@
-"""executor.calibrate.summarise on records built by hand: durations, dispatch gaps net of receive waits, tails."""
+"""pipesim_executor.calibrate.summarise on records built by hand: durations, dispatch gaps net of receive waits,
+tails."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from executor.rank.calibrate import summarise  # noqa: E402
-from executor.rank.profile import in_situ  # noqa: E402
+from pipesim_executor.rank.calibrate import summarise  # noqa: E402
+from pipesim_executor.rank.profile import in_situ  # noqa: E402
 
 
 def record(offset: float) -> dict:
@@ -51,7 +52,7 @@ def test_in_situ_replaces_the_kinds_the_steps_ran():
 
 
 def test_full_speed_durations_take_out_the_sharing():
-    from executor.rank.calibrate import full_speed_durations
+    from pipesim_executor.rank.calibrate import full_speed_durations
 
     # two ranks on one core: 0F0 alone [0, 1]; 0F1 and 1F0 together [1, 3]: each did 1 ms of work
     spans = [[["0F0", 0.0, 1.0], ["0F1", 1.0, 3.0]], [["1F0", 1.0, 3.0]]]

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from executor.config import ModelConfig, run_config
 from pipesim.analysis.calibration import calibrate_from_run
 from pipesim.cli.main import main
 from pipesim.cost.description import ModelDescription
@@ -17,6 +16,7 @@ from pipesim.io.formats import timeline_to_dict
 from pipesim.records import CommSpan
 from pipesim.schedules import build_schedule
 from pipesim.sim.steps import simulate_step
+from pipesim_executor.config import ModelConfig, run_config
 
 TRUE_TFLOPS, ACTION_MS, DISPATCH_MS, TAIL_MS = 0.05, 0.3, 0.1, 0.5
 

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from executor.config import CNNConfig, ModelConfig, RunConfig
-from executor.host import cli as executor_cli
-from executor.host import cli_run, launch
 from pipesim.cli.main import build_parser as pipesim_parser
 from pipesim.cli.main import main as pipesim_main
 from pipesim.cost.shape import TransformerShape
 from pipesim.flags import BROKEN_PIPE, field_docs
 from pipesim.io.formats import write_file
 from pipesim.schedules import build_schedule
+from pipesim_executor.config import CNNConfig, ModelConfig, RunConfig
+from pipesim_executor.host import cli as executor_cli
+from pipesim_executor.host import cli_run, launch
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32"]
@@ -145,7 +145,11 @@ def test_a_partial_run_exits_0(tmp_path, monkeypatch, capsys):
     """Issue 20 item 5: partial (the run went well, its torch reference did not) is not a failed run."""
 
     def command(config, run_dir, module=None, **_):
-        return [sys.executable, "-c", "import sys; sys.exit(3 if %r else 0)" % (module == "executor.rank.reference")]
+        return [
+            sys.executable,
+            "-c",
+            "import sys; sys.exit(3 if %r else 0)" % (module == "pipesim_executor.rank.reference"),
+        ]
 
     monkeypatch.setattr(launch, "torchrun_command", command)
     argv = ["run", "--device", "cpu", "--reference", *TINY, "--out", str(tmp_path / "r")]

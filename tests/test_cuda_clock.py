@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from executor.rank import grad_sync as grad_sync_module
-from executor.rank.grad_sync import GradSync
-from executor.rank.stage import StageRunner
-from executor.rank.timing import CudaClock, HostClock
 from pipesim.ir import Action
 from pipesim.schedules import build_schedule
+from pipesim_executor.rank import grad_sync as grad_sync_module
+from pipesim_executor.rank.grad_sync import GradSync
+from pipesim_executor.rank.stage import StageRunner
+from pipesim_executor.rank.timing import CudaClock, HostClock
 from tests.helpers.fake_cuda import FakeCollective, FakeGpu
 
 WAKE_MS = 0.005

@@ -9,16 +9,16 @@ import sys
 import pytest
 import torch
 
-from executor import processes
-from executor.config import ModelConfig, run_config
-from executor.custom_model import load_custom_model, model_verdict, parse_spec
-from executor.host import cli, phase
-from executor.host.model_check import check_custom_model
-from executor.rank.model import build_model, loss_fn, make_batch, model_parts, split_stages
-from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
-from executor.rank.stage import StageRunner
-from executor.rank.timing import HostClock
 from pipesim.ir import Action, make_schedule
+from pipesim_executor import processes
+from pipesim_executor.config import ModelConfig, run_config
+from pipesim_executor.custom_model import load_custom_model, model_verdict, parse_spec
+from pipesim_executor.host import cli, phase
+from pipesim_executor.host.model_check import check_custom_model
+from pipesim_executor.rank.model import build_model, loss_fn, make_batch, model_parts, split_stages
+from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
+from pipesim_executor.rank.stage import StageRunner
+from pipesim_executor.rank.timing import HostClock
 
 GPT = "examples.gpt_small:build"
 TINY_GPT = "examples.gpt_small:build_tiny"
@@ -43,7 +43,7 @@ BF16_LOSS_TOLERANCE = 0.01  # relative, per step, bf16 against fp32 (README; mea
     ],
 )
 def test_bad_specs_are_one_clear_error(spec, match):
-    """What the check's child process reports (executor.custom_model.model_verdict, run here in-process for
+    """What the check's child process reports (pipesim_executor.custom_model.model_verdict, run here in-process for
     speed: tests/test_model_check.py runs it as the launcher does, in a child)."""
     with pytest.raises(ValueError, match=match):
         parse_spec(spec)
@@ -75,11 +75,12 @@ def test_too_few_layers_and_split_points_are_refused():
 
 
 def _torchrun_spy(started: list):
-    """Popen that records every start but the model check's own child (executor.host.model_check), which runs."""
+    """Popen that records every start but the model check's own child (pipesim_executor.host.model_check), which
+    runs."""
     real = subprocess.Popen
 
     def spy(argv, *args, **kwargs):
-        if "executor.custom_model" in argv:
+        if "pipesim_executor.custom_model" in argv:
             return real(argv, *args, **kwargs)
         started.append(argv)
 
@@ -114,7 +115,7 @@ def test_cli_refuses_before_anything_starts(case, tmp_path, monkeypatch, capsys)
 
 def test_launcher_imports_no_torch_without_a_custom_model():
     probe = (
-        "import sys; from executor.host import checks, cli; from executor.config import run_config; "
+        "import sys; from pipesim_executor.host import checks, cli; from pipesim_executor.config import run_config; "
         "checks.check_run(run_config(device='cpu')); print('torch' in sys.modules)"
     )
     done = subprocess.run(
@@ -282,8 +283,8 @@ def test_ranks_can_import_a_model_from_where_the_user_launched(tmp_path, monkeyp
 
 
 def test_gradient_buckets_and_when_a_stage_is_done():
-    from executor.rank.grad_sync import buckets, last_grad_actions
     from pipesim.schedules import build_schedule
+    from pipesim_executor.rank.grad_sync import buckets, last_grad_actions
 
     params = [torch.nn.Parameter(torch.zeros(n)) for n in (4, 4, 10, 2)]  # 16, 16, 40, 8 bytes
     cut = buckets(params, bucket_bytes=32)

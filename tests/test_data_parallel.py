@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from executor import processes
 from pipesim.io.formats import read_json, timeline_from_dict
+from pipesim_executor import processes
 from tests.test_executor_runtime import torchrun
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.timeout(900)]  # start-up on a loaded 2-core machine

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from executor.config import run_config
-from executor.host import checks as host_checks
-from executor.host import doctor
-from executor.host import doctor_checks as dc
-from executor.host.gpu_probe import GpuProbe
-from executor.host.run_folder import RunResult
-from executor.rank.single import parameter_bytes_per_rank, reference_losses
 from pipesim.cost.model import CostModel
 from pipesim.records import CommSpan, Span
 from pipesim.schedules import build_schedule, options_for
 from pipesim.sim.simulate import simulate
+from pipesim_executor.config import run_config
+from pipesim_executor.host import checks as host_checks
+from pipesim_executor.host import doctor
+from pipesim_executor.host import doctor_checks as dc
+from pipesim_executor.host.gpu_probe import GpuProbe
+from pipesim_executor.host.run_folder import RunResult
+from pipesim_executor.rank.single import parameter_bytes_per_rank, reference_losses
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = doctor.DoctorConfig(

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from executor import processes
-from executor.host import cli, launch, phase
-from executor.progress import PROGRESS_PREFIX
+from pipesim_executor import processes
+from pipesim_executor.host import cli, launch, phase
+from pipesim_executor.progress import PROGRESS_PREFIX
 
 TINY_FLAGS = ["--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32"]
 

@@ -1,4 +1,5 @@
-"""The rank side's byte counts (executor.train_loop) against pipesim.memory's optimizer-state rule, on real torch
+"""The rank side's byte counts (pipesim_executor.train_loop) against pipesim.memory's optimizer-state rule, on real
+torch
 optimizers: what a run records in measured.json is what the planner's memory model predicts."""
 
 from __future__ import annotations
@@ -6,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from executor.config import ModelConfig
-from executor.rank.model import build_model
-from executor.rank.train_loop import gradient_bytes, optimizer_state_bytes
 from pipesim.sim.memory import OPTIMIZER_STATES
+from pipesim_executor.config import ModelConfig
+from pipesim_executor.rank.model import build_model
+from pipesim_executor.rank.train_loop import gradient_bytes, optimizer_state_bytes
 
 TINY = ModelConfig.of_transformer(num_layers=2, hidden_size=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
 

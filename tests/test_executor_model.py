@@ -8,8 +8,10 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from executor.config import ModelConfig, RunConfig, run_config
-from executor.rank.model import (
+from pipesim.cost.balance import balance
+from pipesim.ir import Action, make_schedule
+from pipesim_executor.config import ModelConfig, RunConfig, run_config
+from pipesim_executor.rank.model import (
     build_model,
     loss_fn,
     make_batch,
@@ -17,13 +19,11 @@ from executor.rank.model import (
     split_stages,
     stage_io_shapes,
 )
-from executor.rank.profile import link_cost, stage_cost
-from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
-from executor.rank.stage import StageRunner, measure_stash_bytes
-from executor.rank.timing import HostClock, assemble_measured, offset_from_samples
-from executor.rank.transport import resolve_backend
-from pipesim.cost.balance import balance
-from pipesim.ir import Action, make_schedule
+from pipesim_executor.rank.profile import link_cost, stage_cost
+from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
+from pipesim_executor.rank.stage import StageRunner, measure_stash_bytes
+from pipesim_executor.rank.timing import HostClock, assemble_measured, offset_from_samples
+from pipesim_executor.rank.transport import resolve_backend
 
 TINY = {
     "transformer": ModelConfig.of_transformer(
@@ -347,8 +347,8 @@ def test_resolve_backend():
 @pytest.mark.parametrize("backend", ["auto", "gloo", "nccl", "staged"])
 @pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
 def test_launcher_and_ranks_resolve_devices_alike(device, backend, gpus, monkeypatch):
-    """The launcher's check and each rank's choice are one set of rules (executor.devices)."""
-    from executor.host import checks
+    """The launcher's check and each rank's choice are one set of rules (pipesim_executor.devices)."""
+    from pipesim_executor.host import checks
 
     monkeypatch.setattr(checks, "gpu_probe", lambda: checks.GpuProbe(gpus))
     config = run_config(num_ranks=2, device=device, backend=backend)

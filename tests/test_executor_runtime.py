@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from executor.config import ModelConfig, RunConfig, run_config
-from executor.progress import PROGRESS_PREFIX
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import read_json, schedule_to_dict, timeline_from_dict, write_json
 from pipesim.schedules import build_schedule, schedule_names
 from pipesim.semantics.lower import comm_plan, needed_message
+from pipesim_executor.config import ModelConfig, RunConfig, run_config
+from pipesim_executor.progress import PROGRESS_PREFIX
 
 pytestmark = pytest.mark.torchrun
 
@@ -99,7 +99,9 @@ def start_worker_run(run_dir: Path, config: RunConfig, schedule) -> subprocess.C
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(config.to_dict(), run_dir / "config.json")
     write_json(schedule_to_dict(schedule), run_dir / "schedule.json")
-    return torchrun(config.pipeline.num_ranks, ["-m", "executor.rank.worker", "--run-dir", str(run_dir)], timeout=300)
+    return torchrun(
+        config.pipeline.num_ranks, ["-m", "pipesim_executor.rank.worker", "--run-dir", str(run_dir)], timeout=300
+    )
 
 
 @pytest.fixture(scope="module")

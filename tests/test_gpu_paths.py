@@ -15,13 +15,13 @@ from dataclasses import replace
 
 import pytest
 
-from executor.host.predict import predict_step, sharing_of
-from executor.rank import teardown
-from executor.rank.calibrate import shared_slots, sharing_note
 from pipesim.cost.model import CostModel, Provenance
 from pipesim.cost.runtime import RankRuntime
 from pipesim.schedules import build_schedule
 from pipesim.semantics.lower import comm_plan
+from pipesim_executor.host.predict import predict_step, sharing_of
+from pipesim_executor.rank import teardown
+from pipesim_executor.rank.calibrate import shared_slots, sharing_note
 from tests.helpers.fake_transport import run_pipeline
 
 

@@ -2,7 +2,7 @@
 
 A probe that failed, timed out or looked only for /dev/nvidiaN (WSL2 has /dev/dxg) used to count as zero GPUs:
 `--device auto` ran on the CPU without a word, `--device cuda` said "torch sees no CUDA GPU". Now the probe says
-why (executor.host.gpu_probe), auto warns on stderr naming it, and cuda is refused naming it.
+why (pipesim_executor.host.gpu_probe), auto warns on stderr naming it, and cuda is refused naming it.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from executor.config import run_config
-from executor.devices import resolve_device
-from executor.host import checks
-from executor.host.gpu_probe import GpuProbe, device_nodes, probe_gpus
-from executor.rank.transport import resolve_backend
+from pipesim_executor.config import run_config
+from pipesim_executor.devices import resolve_device
+from pipesim_executor.host import checks
+from pipesim_executor.host.gpu_probe import GpuProbe, device_nodes, probe_gpus
+from pipesim_executor.rank.transport import resolve_backend
 
 # (device, backend, ranks on the node, GPUs) -> (device, transport), or the words of the refusal
 CHOICES = {

@@ -14,12 +14,12 @@ import itertools
 import pytest
 import torch
 
-from executor.rank import grad_sync
-from executor.rank.grad_sync import ALLREDUCE, GradSync
 from pipesim.cost.collectives import DEFAULT_BUCKET_BYTES, bucket_sizes
 from pipesim.ir import Action
 from pipesim.schedules import build_schedule
 from pipesim.sim.data_parallel import ALLREDUCE as SIMULATED_ALLREDUCE
+from pipesim_executor.rank import grad_sync
+from pipesim_executor.rank.grad_sync import ALLREDUCE, GradSync
 
 REPLICAS = 4
 LAYER_BYTES = 16 * 16 * 4  # one bias-free Linear(16, 16) in fp32

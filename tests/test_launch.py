@@ -18,12 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from executor import processes
-from executor.config import ModelConfig, RunConfig, run_config
-from executor.host import checks, cli_runs, launch, phase, predict, run_folder
-from executor.host.run_folder import list_runs, load_run
-from executor.progress import PROGRESS_PREFIX
-from executor.run_files import TRACE_FILE
 from pipesim.cost.model import CostModel, RankRuntime
 from pipesim.io.cost_file import save_cost
 from pipesim.io.formats import timeline_to_dict, write_json
@@ -33,6 +27,12 @@ from pipesim.schedules import build_schedule
 from pipesim.sim.memory import rank_memory
 from pipesim.sim.metrics import makespan
 from pipesim.sim.simulate import simulate
+from pipesim_executor import processes
+from pipesim_executor.config import ModelConfig, RunConfig, run_config
+from pipesim_executor.host import checks, cli_runs, launch, phase, predict, run_folder
+from pipesim_executor.host.run_folder import list_runs, load_run
+from pipesim_executor.progress import PROGRESS_PREFIX
+from pipesim_executor.run_files import TRACE_FILE
 
 TINY = ModelConfig.of_transformer(num_layers=2, hidden_size=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64)
 
@@ -86,7 +86,7 @@ def test_torchrun_command_is_an_argument_list(tmp_path):
     pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     assert pairs["--nproc-per-node"] == "2" and pairs["--nnodes"] == "1"
     assert pairs["--rdzv-backend"] == "c10d" and pairs["--rdzv-endpoint"] == "127.0.0.1:29512"
-    assert argv[-6:] == ["-m", "executor.rank.worker", "--run-dir", str(tmp_path / "run"), "--launch-node", "0"]
+    assert argv[-6:] == ["-m", "pipesim_executor.rank.worker", "--run-dir", str(tmp_path / "run"), "--launch-node", "0"]
 
 
 def test_multi_node_command_passes_rendezvous_through(tmp_path):
@@ -338,7 +338,7 @@ def test_list_runs_newest_first_and_damaged_folders_said_so(tmp_path, monkeypatc
     assert runs["list-result"].status == "damaged" and "result.json" in runs["list-result"].message
     assert runs["bad-cost"].status == "damaged" and "links[0] must be an object" in runs["bad-cost"].message
     assert runs["old"].status == "ok"  # the others still show
-    from executor.host import cli
+    from pipesim_executor.host import cli
 
     assert cli.main(["list", "--runs-root", str(tmp_path)]) == 0
     listing = capsys.readouterr().out
@@ -366,7 +366,7 @@ def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     assert {"config.json", "schedule.json", "measured.json", "cost.json", "simulated.json", "reference.json",
             "result.json", "logs", "trace.json", "traces"} <= files  # fmt: skip
     # Kineto traces of the measured steps: ours labelled PP:<action> once per measured step; torch's Schedule1F1B,
-    # which torch 2.13 does not label, labelled by the reference run (executor.reference.label_single_stage)
+    # which torch 2.13 does not label, labelled by the reference run (pipesim_executor.reference.label_single_stage)
     assert [p.name for p in run_folder.profiler_traces(result.run_dir)] == [
         "rank0.json",
         "rank1.json",
@@ -436,7 +436,7 @@ def test_crash_in_one_rank_is_reported_and_nothing_is_left(tmp_path, monkeypatch
 def test_gpu_probe_keeps_torch_out_of_the_calling_process() -> None:
     """The app imports the launcher; asking for the GPU count must not pull torch into it."""
     code = (
-        "import sys; from executor.host import checks, launch; n = checks.cuda_device_count(); "
+        "import sys; from pipesim_executor.host import checks, launch; n = checks.cuda_device_count(); "
         "print(n, 'torch' in sys.modules)"
     )
     out = subprocess.run(

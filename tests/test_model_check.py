@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from executor import processes
-from executor.host import cli, phase
-from executor.host.model_check import APP_MODELS_ENV, TIMEOUT_ENV, app_model_sources, check_app_model
+from pipesim_executor import processes
+from pipesim_executor.host import cli, phase
+from pipesim_executor.host.model_check import APP_MODELS_ENV, TIMEOUT_ENV, app_model_sources, check_app_model
 
 SUBMIT = "FormSubmitter:run-form-Launch run"
 HELPERS = "tests.helpers.custom_models"
@@ -43,7 +43,7 @@ def _spy(started: list):
     real = subprocess.Popen
 
     def spy(argv, *args, **kwargs):
-        if "executor.custom_model" in argv:
+        if "pipesim_executor.custom_model" in argv:
             return real(argv, *args, **kwargs)
         started.append(argv)
         return real([processes.sys.executable, "-c", "pass"], *args, **kwargs)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from executor.rank import runtime as runtime_module
-from executor.rank.runtime import PipelineRuntime
 from pipesim.ir import Schedule
 from pipesim.schedules import build_schedule
+from pipesim_executor.rank import runtime as runtime_module
+from pipesim_executor.rank.runtime import PipelineRuntime
 from tests.helpers.fake_transport import run_pipeline
 from tests.helpers.sizes import registered_at
 

@@ -318,7 +318,7 @@ def test_plan_verify_hands_the_plan_to_the_executor(tmp_path, monkeypatch, capsy
         )
         == 0
     )
-    assert calls and calls[0][1:] == ["-m", "executor", "verify-plan", str(out), "--top", "2"]
+    assert calls and calls[0][1:] == ["-m", "pipesim_executor", "verify-plan", str(out), "--top", "2"]
     assert out.exists()
 
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from executor.host.cli import main as executor_main
 from pipesim.cli.main import main as pipesim_main
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.cost_file import load_cost_file
+from pipesim_executor.host.cli import main as executor_main
 
 TINY = ["--model", "examples.gpt_small:build_tiny"]
 

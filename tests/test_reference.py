@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from executor import processes
-from executor.config import ModelConfig, RunConfig, run_config
-from executor.host import launch
-from executor.rank.reference import TORCH_SCHEDULES, torch_schedule_name, unavailable_reason
 from pipesim.io.formats import schedule_to_dict, write_json
 from pipesim.ir import make_schedule
 from pipesim.schedules import build_schedule, options_for, schedule_names
+from pipesim_executor import processes
+from pipesim_executor.config import ModelConfig, RunConfig, run_config
+from pipesim_executor.host import launch
+from pipesim_executor.rank.reference import TORCH_SCHEDULES, torch_schedule_name, unavailable_reason
 
 TINY = ModelConfig.of_transformer(num_layers=2, hidden_size=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)
 
@@ -66,14 +66,18 @@ def test_launcher_records_when_there_is_no_reference(tmp_path, monkeypatch):
 
 def test_a_failed_reference_makes_the_run_partial(tmp_path, monkeypatch):
     def command(config, run_dir, module=None, **_):
-        return [sys.executable, "-c", "import sys; sys.exit(3 if %r else 0)" % (module == "executor.rank.reference")]
+        return [
+            sys.executable,
+            "-c",
+            "import sys; sys.exit(3 if %r else 0)" % (module == "pipesim_executor.rank.reference"),
+        ]
 
     monkeypatch.setattr(launch, "torchrun_command", command)
     config = run_config(schedule="1f1b", num_ranks=2, num_microbatches=2, batch_size=4, device="cpu", reference=True)
     result = launch.run(config, runs_root=tmp_path)
     assert result.status == "partial" and "reference run failed" in result.message
-    from executor.host import cli_runs
-    from executor.host.run_folder import list_runs
+    from pipesim_executor.host import cli_runs
+    from pipesim_executor.host.run_folder import list_runs
 
     assert [r.status for r in list_runs(tmp_path)] == ["partial"]
     assert any("status   partial" in line for line in cli_runs.summary_lines(result))
@@ -87,7 +91,7 @@ def plain_training_losses(config: RunConfig) -> list[float]:
     import torch
     from torch import nn
 
-    from executor.rank.model import build_model, loss_fn, make_batch, microbatch
+    from pipesim_executor.rank.model import build_model, loss_fn, make_batch, microbatch
 
     model = nn.Sequential(*build_model(config.model, config.training.seed))
     optimizer = torch.optim.SGD(model.parameters(), lr=config.training.lr)
@@ -111,7 +115,8 @@ def test_reference_trains_like_the_plain_model(tmp_path):
     write_json(schedule_to_dict(build_schedule("gpipe", 1, 2)), tmp_path / "schedule.json")
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(processes.free_port()), "PYTHONPATH": str(processes.REPO_ROOT)}  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "executor.rank.reference", "--run-dir", str(tmp_path)], env=env,
+    done = subprocess.run([sys.executable, "-m", "pipesim_executor.rank.reference", "--run-dir", str(tmp_path)],
+                          env=env,
                           capture_output=True, text=True, timeout=240)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     reference = json.loads((tmp_path / "reference.json").read_text())

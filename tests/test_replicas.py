@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import fields
 
-from executor.rank.timing import assemble_measured
 from pipesim.analysis.overlay import action_errors, align
 from pipesim.charts.gantt import gantt_figure
 from pipesim.cost.model import CostModel
@@ -16,6 +15,7 @@ from pipesim.ir import Action
 from pipesim.records import CommSpan, Span, Timeline, replica_lanes, replicas, select_replica, select_step
 from pipesim.schedules import build_schedule
 from pipesim.sim.simulate import simulate
+from pipesim_executor.rank.timing import assemble_measured
 
 
 def process_steps(num_ranks: int, replicas_: int, slow_replica: int | None = None) -> list[list[dict]]:

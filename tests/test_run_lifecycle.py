@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.host.run_folder import load_run
-from executor.processes import free_port, run_processes
+from pipesim_executor.host.run_folder import load_run
+from pipesim_executor.processes import free_port, run_processes
 
 pytestmark = pytest.mark.torchrun
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,8 +157,8 @@ def test_runs_end_with_the_process_that_started_them(tmp_path):
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from executor.host import launch\n"
-        "from executor.config import ModelConfig, run_config\n"
+        "from pipesim_executor.host import launch\n"
+        "from pipesim_executor.config import ModelConfig, run_config\n"
         "model = ModelConfig.of_transformer(num_layers=2, hidden_size=16, num_heads=2, ffn_size=32, seq_len=8,\n"
         "                                   vocab_size=32)\n"
         "config = run_config(num_ranks=2, num_microbatches=2, batch_size=4, steps=100000, device='cpu',\n"
@@ -216,7 +216,7 @@ def test_a_launcher_killed_outright_leaves_no_run_behind(tmp_path):
 
 
 def test_process_gone_sees_exits_and_zombies():
-    from executor.processes import process_gone
+    from pipesim_executor.processes import process_gone
 
     assert not process_gone(os.getpid())
     child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -231,11 +231,11 @@ def test_process_gone_sees_exits_and_zombies():
 def test_a_rank_ends_itself_when_its_launcher_is_gone_before_training():
     """Before the training loop's per-step check (setup, clock offsets, the profile) a watch thread ends the
     rank; while the launcher lives, or once the watch is stopped, it does nothing."""
-    from executor.processes import LAUNCHER_GONE_EXIT, LAUNCHER_PID_ENV
+    from pipesim_executor.processes import LAUNCHER_GONE_EXIT, LAUNCHER_PID_ENV
 
     rank = (
         "import sys, time\n"
-        "from executor.processes import exit_when_launcher_gone\n"
+        "from pipesim_executor.processes import exit_when_launcher_gone\n"
         "watch = exit_when_launcher_gone(0.05)\n"
         "if sys.argv[1] == 'stop':\n"
         "    watch.set()\n"

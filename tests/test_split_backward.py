@@ -21,9 +21,9 @@ import pytest
 import torch
 from torch import nn
 
-from executor.config import CUSTOM, ModelConfig
-from executor.rank.model import model_parts, split_stages
-from executor.rank.stage import StageRunner
+from pipesim_executor.config import CUSTOM, ModelConfig
+from pipesim_executor.rank.model import model_parts, split_stages
+from pipesim_executor.rank.stage import StageRunner
 
 SEED = 5
 MODELS = {

@@ -24,8 +24,8 @@ TOLERANCE = 1e-5  # fp32: the same sums in another order
 def single_process_losses(num_stages: int) -> list[float]:
     """The whole model on one process: the same weights, batches, loss and SGD steps as the executor's."""
     torch = pytest.importorskip("torch")
-    from executor.config import ModelConfig
-    from executor.rank.model import build_model, loss_fn, make_batch, split_stages
+    from pipesim_executor.config import ModelConfig
+    from pipesim_executor.rank.model import build_model, loss_fn, make_batch, split_stages
 
     config = ModelConfig.of_transformer(
         num_layers=2, hidden_size=32, num_heads=2, ffn_size=64, seq_len=16, vocab_size=64

@@ -130,8 +130,8 @@ def test_executor_run_says_it_once_and_keeps_the_current_dialect(tmp_path, monke
     import json
     import sys
 
-    from executor.host import cli as executor_cli
-    from executor.host import launch
+    from pipesim_executor.host import cli as executor_cli
+    from pipesim_executor.host import launch
 
     schedule = build_schedule("zb-h1", 2, 4)
     path = tmp_path / "old.csv"

@@ -13,14 +13,14 @@ import subprocess
 
 import pytest
 
-from executor import processes
-from executor.config import ModelConfig, run_config
-from executor.rank.reference import SIDE_BY_SIDE_ENV
-from executor.rank.torch_profile import action_label, trace_path
 from pipesim.cli import main as cli
 from pipesim.io.formats import schedule_to_dict, write_json
 from pipesim.io.kineto import import_traces
 from pipesim.schedules import build_schedule
+from pipesim_executor import processes
+from pipesim_executor.config import ModelConfig, run_config
+from pipesim_executor.rank.reference import SIDE_BY_SIDE_ENV
+from pipesim_executor.rank.torch_profile import action_label, trace_path
 
 TINY = ModelConfig.of_transformer(num_layers=2, hidden_size=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)
 
@@ -29,8 +29,8 @@ def test_torch_profile_is_a_checked_training_option():
     assert run_config(torch_profile=True).training.torch_profile is True
     with pytest.raises(ValueError, match="torch_profile must be true or false"):
         run_config(torch_profile="yes")
-    from executor.host.cli import build_parser
-    from executor.host.cli_run import config_from_args
+    from pipesim_executor.host.cli import build_parser
+    from pipesim_executor.host.cli_run import config_from_args
 
     args = build_parser().parse_args(
         ["run", "--torch-profile", "--ranks", "2", "--microbatches", "2", "--batch-size", "4"]
@@ -58,11 +58,11 @@ def test_the_runtime_labels_actions_only_when_asked(monkeypatch, labelled):
 
     import torch
 
-    from executor.rank import runtime as runtime_module
-    from executor.rank.model import make_batch
-    from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
-    from executor.rank.timing import HostClock
     from pipesim.ir import Action, make_schedule
+    from pipesim_executor.rank import runtime as runtime_module
+    from pipesim_executor.rank.model import make_batch
+    from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
+    from pipesim_executor.rank.timing import HostClock
 
     order = ("0F0", "1F0", "0F1", "1F1", "1B0", "0B0", "1B1", "0B1")
     schedule = make_schedule("local", 1, 2, [0, 0], [[Action.parse(text) for text in order]])

@@ -1,6 +1,6 @@
 """Every size torch builds, pipesim builds, in torch's order; where torch refuses, the reference check says why.
 
-For each pipesim family with a torch.distributed.pipelining counterpart (executor.reference.TORCH_SCHEDULES),
+For each pipesim family with a torch.distributed.pipelining counterpart (pipesim_executor.reference.TORCH_SCHEDULES),
 over a grid of ranks, microbatches and chunks: torch's class is constructed on mocked stages (no process group).
 Where it builds, pipesim's builder must build the same size and give the same compute order per rank. 1F1B is
 compared with what torch runs (`Schedule1F1B._step_microbatches`, driven here with a recording stage), not with
@@ -15,9 +15,9 @@ from unittest import mock
 
 import pytest
 
-from executor.config import run_config
-from executor.rank.reference import TORCH_SCHEDULES, torch_refusal, unavailable_reason
 from pipesim.schedules import build_schedule, options_for, schedule_info
+from pipesim_executor.config import run_config
+from pipesim_executor.rank.reference import TORCH_SCHEDULES, torch_refusal, unavailable_reason
 
 torch_schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402 - after the importorskip

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from executor.host import verify
-from executor.host.cli import main as executor_main
-from executor.host.verify import VerifyRow, candidate_config, compare, plan_candidates, spearman
 from pipesim.cli.main import main as pipesim_main
+from pipesim_executor.host import verify
+from pipesim_executor.host.cli import main as executor_main
+from pipesim_executor.host.verify import VerifyRow, candidate_config, compare, plan_candidates, spearman
 
 
 def test_spearman_on_known_orders():
@@ -164,7 +164,7 @@ def test_each_candidate_runs_with_the_plans_own_optimizer(plan_file, optimizer):
 def test_the_executors_sgd_momentum_is_sgd_with_momentum():
     import torch
 
-    from executor.rank.setup import optimizer_for
+    from pipesim_executor.rank.setup import optimizer_for
 
     params = [torch.nn.Parameter(torch.zeros(3))]
     momentum = optimizer_for("sgd-momentum", params, 0.1)
@@ -201,7 +201,7 @@ class _FakeRun:
     """What `start_run` returns, already finished: a measured median, its steps and the tracked memory."""
 
     def __init__(self, run_dir: Path, step_ms: float, memory: list[float]) -> None:
-        from executor.host.run_folder import RunResult
+        from pipesim_executor.host.run_folder import RunResult
 
         run_dir.mkdir(parents=True)
         (run_dir / "measured.json").write_text(json.dumps({"tracked_peak_bytes": memory}))
@@ -217,7 +217,7 @@ class _FakeRun:
 
 
 def test_verify_writes_the_promised_json_with_measured_cv_and_memory(plan_file, tmp_path, monkeypatch):
-    from executor.host import launch
+    from pipesim_executor.host import launch
 
     started = []
 
@@ -244,7 +244,7 @@ def test_verify_writes_the_promised_json_with_measured_cv_and_memory(plan_file, 
 def test_a_cancelled_verification_skips_the_candidates_left(plan_file, tmp_path, monkeypatch):
     import threading
 
-    from executor.host import launch
+    from pipesim_executor.host import launch
 
     cancel = threading.Event()
 

@@ -1,4 +1,4 @@
-"""Runs followed from their folder (executor.watch), whoever launched them (issue 13: reattach after a reload).
+"""Runs followed from their folder (pipesim_executor.watch), whoever launched them (issue 13: reattach after a reload).
 
 Fast tests build run folders by hand or launch a stand-in command (no torch); the `torchrun` test starts a real
 run with `python -m executor run` in another process, follows it, and cancels it through the folder.
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from executor.config import run_config
-from executor.host import launch, run_folder, watch
-from executor.processes import run_processes
-from executor.progress import PROGRESS_PREFIX
-from executor.run_files import CANCEL_FILE, PROGRESS_FILE, STOP_FILE
 from pipesim.io.formats import schedule_to_dict, write_json
 from pipesim.schedules import build_schedule
+from pipesim_executor.config import run_config
+from pipesim_executor.host import launch, run_folder, watch
+from pipesim_executor.processes import run_processes
+from pipesim_executor.progress import PROGRESS_PREFIX
+from pipesim_executor.run_files import CANCEL_FILE, PROGRESS_FILE, STOP_FILE
 from tests.test_launch import PopenSpy, assert_no_process_left, cpu_config, fake_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def test_cancel_writes_the_file_and_waits_for_the_launchers_result(tmp_path):
 
 
 def test_the_cancel_command(tmp_path, capsys):
-    from executor.host import cli
+    from pipesim_executor.host import cli
 
     folder = make_folder(tmp_path)
     run_folder.write_progress(folder, {"status": "running", "progress": 0.5})

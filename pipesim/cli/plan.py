@@ -264,7 +264,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         lines.append(f"wrote {args.json}")
     print("\n".join(lines), flush=True)
     if args.verify:
-        command = [sys.executable, "-m", "executor", "verify-plan", str(args.json), "--top", str(args.verify)]
+        command = [sys.executable, "-m", "pipesim_executor", "verify-plan", str(args.json), "--top", str(args.verify)]
         print("verifying: " + " ".join(command[1:]), flush=True)
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE

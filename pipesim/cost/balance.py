@@ -10,7 +10,7 @@ the prefix sums with the same subtraction as the sums, so the result equals the 
 bit for bit (tests/test_balance.py checks it against brute force and against that search).
 
 The split is returned as split points, the unit indices where each stage after the first starts: the convention
-of the executor's `--split-points` (executor.config.check_split_points). Among the optimal splits the greedy one
+of the executor's `--split-points` (pipesim_executor.config.check_split_points). Among the optimal splits the greedy one
 (every stage as full as the bottleneck allows, the last stages taking the rest) is returned, so the result is
 deterministic.
 
@@ -142,7 +142,7 @@ def format_split_points(points: Sequence[int]) -> str:
 
 def check_split_points(split_points: Sequence[int], num_layers: int, num_stages: int) -> tuple[int, ...]:
     """The one check of explicit stage boundaries (layer indices where a stage starts), with the splitter that
-    makes them: for the executor's launcher and the ranks that cut the model (executor.config delegates here),
+    makes them: for the executor's launcher and the ranks that cut the model (pipesim_executor.config delegates here),
     and for a model description cut at a plan's split (pipesim.cost.description)."""
     points = tuple(int(p) for p in split_points)
     if len(points) != num_stages - 1:

@@ -15,7 +15,7 @@ Gropp, "Optimization of collective communication operations in MPICH", 2005); th
 
 Bucketing (what DDP does: gradients are reduced in buckets of at most `bucket_bytes`, each its own collective)
 pays the latency once per bucket. `fit_ring_link` turns two timed all-reduces (a tiny and a real-sized one)
-back into the link that explains them, as executor.profile measures it.
+back into the link that explains them, as pipesim_executor.profile measures it.
 
 torch's per-stage collectives, on a stage's `param_bytes`: REDUCE_GRAD is the bucketed all-reduce (a reduce-scatter
 when the parameters are sharded, FSDP), UNSHARD an all-gather when sharded; nothing is moved with one replica, for

@@ -1,7 +1,7 @@
 """Cost models from numbers as people and runs give them: times a user typed, and action times a run measured.
 
 `cost_from_times` serves the CLI's --f/--b/--w/--comm and the app's tables; `measured_stage_cost` the profile
-phase (executor.rank.profile) and the replay of a run (pipesim.analysis.overlay).
+phase (pipesim_executor.rank.profile) and the replay of a run (pipesim.analysis.overlay).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What each rank spends outside the schedule's actions: the gap before each action, the step's tail, and the
 cores ranks share. The second of a cost model's concerns (`CostModel.runtime`), which a profile run measures
-(executor.rank.calibrate) and the CLI's --dispatch, --overhead and --shared-cores set.
+(pipesim_executor.rank.calibrate) and the CLI's --dispatch, --overhead and --shared-cores set.
 """
 
 from __future__ import annotations

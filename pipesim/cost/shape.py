@@ -1,5 +1,5 @@
 """The sizes of a decoder-only Transformer, declared once: the planner prices them (`ModelDescription` is a shape
-plus a microbatch, a dtype and a device), the executor builds them (`executor.config.ModelConfig.transformer`),
+plus a microbatch, a dtype and a device), the executor builds them (`pipesim_executor.config.ModelConfig.transformer`),
 the example GPT and the Run page's size presets are shapes too.
 
 Each field's docstring is its help text, and its metadata its flag, on both command lines (pipesim.flags).

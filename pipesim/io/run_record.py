@@ -1,7 +1,7 @@
 """Reading a run folder's files, without the executor: what `pipesim.read_run` returns, and what the executor's
-own reader (`executor.host.run_folder.load_run`) is built on, so that the folder has one reader.
+own reader (`pipesim_executor.host.run_folder.load_run`) is built on, so that the folder has one reader.
 
-The folder's layout is the executor's contract (executor/host/run_folder.py's docstring): config.json and
+The folder's layout is the executor's contract (pipesim_executor/host/run_folder.py's docstring): config.json and
 schedule.json written before any process starts, measured.json, cost.json, simulated.json, reference.json and
 analysis.json by the run, result.json last. Every file is read through `pipesim.io.bounded` (a regular file within
 its kind's size limit); anything wrong with one is a ValueError naming it.

@@ -5,7 +5,7 @@
 
 2 pipeline ranks x 2 replicas. For a few schedules (1F1B; ZB-H1, whose gradients are complete after a W;
 interleaved 1F1B, two stages per rank whose all-reduces overlap the other stage's backward) on the tiny GPT
-example: one step through the runtime with the gradient all-reduce (executor.grad_sync), each replica on its own
+example: one step through the runtime with the gradient all-reduce (pipesim_executor.grad_sync), each replica on its own
 rows of the global batch; process 0 compares every replica's every gradient with one process running the full
 model on the whole global batch. Writes OUT_DIR/data_parallel.json; tests/test_data_parallel.py asserts on it.
 """
@@ -24,15 +24,15 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from executor.config import ModelConfig, run_config  # noqa: E402
-from executor.rank.grad_sync import GradSync  # noqa: E402
-from executor.rank.model import build_model, loss_fn, make_batch, split_stages  # noqa: E402
-from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches  # noqa: E402
-from executor.rank.setup import data_parallel_groups  # noqa: E402
-from executor.rank.teardown import finish  # noqa: E402
-from executor.rank.timing import HostClock  # noqa: E402
-from executor.rank.transport import BackendChoice, Transport  # noqa: E402
 from pipesim.schedules import build_schedule  # noqa: E402
+from pipesim_executor.config import ModelConfig, run_config  # noqa: E402
+from pipesim_executor.rank.grad_sync import GradSync  # noqa: E402
+from pipesim_executor.rank.model import build_model, loss_fn, make_batch, split_stages  # noqa: E402
+from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches  # noqa: E402
+from pipesim_executor.rank.setup import data_parallel_groups  # noqa: E402
+from pipesim_executor.rank.teardown import finish  # noqa: E402
+from pipesim_executor.rank.timing import HostClock  # noqa: E402
+from pipesim_executor.rank.transport import BackendChoice, Transport  # noqa: E402
 
 RANKS, REPLICAS, MICROBATCHES, BATCH, SEED = 2, 2, 4, 8, 5  # BATCH rows per replica
 CPU = torch.device("cpu")

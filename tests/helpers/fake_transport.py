@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from executor.config import ModelConfig
-from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
 from pipesim.ir import Schedule
+from pipesim_executor.config import ModelConfig
+from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches
 
 WAIT_S = 60.0  # generous: the machine is shared; a correct run never waits more than a moment
 SEED = 11

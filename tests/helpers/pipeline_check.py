@@ -25,14 +25,14 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from executor.config import ModelConfig  # noqa: E402
-from executor.rank.model import build_model, loss_fn, make_batch, split_stages  # noqa: E402
-from executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches  # noqa: E402
-from executor.rank.teardown import finish  # noqa: E402
-from executor.rank.timing import HostClock  # noqa: E402
-from executor.rank.transport import BackendChoice, Transport  # noqa: E402
 from pipesim.ir import Schedule  # noqa: E402
 from pipesim.schedules import build_schedule, options_for, schedule_names  # noqa: E402
+from pipesim_executor.config import ModelConfig  # noqa: E402
+from pipesim_executor.rank.model import build_model, loss_fn, make_batch, split_stages  # noqa: E402
+from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model, microbatches  # noqa: E402
+from pipesim_executor.rank.teardown import finish  # noqa: E402
+from pipesim_executor.rank.timing import HostClock  # noqa: E402
+from pipesim_executor.rank.transport import BackendChoice, Transport  # noqa: E402
 
 SEED = 3
 CPU = torch.device("cpu")

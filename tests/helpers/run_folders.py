@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from executor.config import run_config
 from pipesim.analysis.attribution import attribute_run
 from pipesim.analysis.overlay import prediction_error
 from pipesim.cost.model import CostModel
@@ -15,6 +14,7 @@ from pipesim.records import Span, Timeline
 from pipesim.schedules import build_schedule
 from pipesim.sim.metrics import makespan
 from pipesim.sim.simulate import simulate
+from pipesim_executor.config import run_config
 
 
 def write_run(
@@ -27,7 +27,8 @@ def write_run(
     step_factors: tuple[float, ...] = (1.5, 1.0),
     predicted: bool = True,
 ) -> Path:
-    """A run folder as the launcher and rank 0 leave it (see executor/config.py): 1f1b on 2 ranks, profiled; each
+    """A run folder as the launcher and rank 0 leave it (see pipesim_executor/config.py): 1f1b on 2 ranks,
+    profiled; each
     measured step is the simulated one stretched by 1.25, and step k's time is `step_factors[k]` times that
     (the attribution's median step is the median of those); `predicted` False leaves no simulation (a profiled
     run that ended before its prediction)."""

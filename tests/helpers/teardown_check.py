@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc-per-node 2 tests/helpers/teardown_check.py OUT_DIR [raise]
 
-Checks executor.teardown's contract: after `release_distributed`, no process group of this process is alive
+Checks pipesim_executor.teardown's contract: after `release_distributed`, no process group of this process is alive
 (weak references to the WORLD group and every link group are dead), so no gloo destructor is left for the
 interpreter's exit. Rank 0 writes OUT_DIR/teardown_RANK.json with the groups still alive. With `raise`, rank 1
 raises from its main: `finish` must report it and exit 1 without waiting at the teardown barrier.
@@ -22,8 +22,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from executor.rank.teardown import finish, release_distributed  # noqa: E402
-from executor.rank.transport import BackendChoice, Transport  # noqa: E402
+from pipesim_executor.rank.teardown import finish, release_distributed  # noqa: E402
+from pipesim_executor.rank.transport import BackendChoice, Transport  # noqa: E402
 
 
 class _Holder:

@@ -1,0 +1,366 @@
+"""Typed configs of a real run, one per concern, shared by the launcher (parent) and the workers (torchrun ranks).
+
+Each field's docstring is its help, and `python -m executor run`'s flags are generated from the fields
+(pipesim.flags; a field's metadata names its flag where it is not the field's own name): the configs are the one
+source of the flags, their defaults and their help. What the run folder holds is pipesim_executor.run_files'.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
+
+from pipesim.cost.shape import TransformerShape
+
+MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
+CUSTOM = "custom"
+DTYPES = ("fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl", "staged")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam")  # the planner's names (pipesim.sim.memory.OPTIMIZER_STATES)
+SGD_MOMENTUM = 0.9  # sgd-momentum's momentum: one buffer per parameter, as the planner counts it
+# The executor's Transformer: small enough that a CPU run takes seconds (the classic PyTorch tutorial model).
+SMALL_TRANSFORMER = TransformerShape(
+    num_layers=4, hidden_size=128, ffn_size=512, num_heads=4, seq_len=64, vocab_size=1000
+)
+# Without --batch-size: the smallest multiple of the microbatches that is at least this.
+DEFAULT_MIN_BATCH = 16
+
+
+# dotted module path, a colon, a function name: nothing else can reach importlib
+SPEC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+SPEC_HELP = "package.module:factory, e.g. examples.gpt_small:build"
+
+
+def parse_spec(spec: object) -> tuple[str, str]:
+    """(module, function) of a spec; ValueError naming the expected form otherwise."""
+    if not isinstance(spec, str) or len(spec) > 300 or not SPEC_PATTERN.fullmatch(spec):
+        raise ValueError(f"model spec must look like {SPEC_HELP}, got {spec!r}")
+    module, function = spec.split(":")
+    return module, function
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CNNConfig:
+    """The CNN: the classic CIFAR-10 examples' conv blocks and three fully connected layers (3x32x32 images)."""
+
+    channels: int = field(default=32, metadata={"flag": "cnn-channels"})
+    """Channels of the first conv block; they double every two blocks, up to 4x."""
+    blocks: int = field(default=4, metadata={"flag": "cnn-blocks"})
+    """Conv blocks; stages share out these plus the 3 fully connected layers."""
+    fc_size: int = field(default=256, metadata={"flag": "cnn-fc"})
+    """Width of the two hidden fully connected layers."""
+
+    def __post_init__(self) -> None:
+        for name in ("channels", "blocks", "fc_size"):
+            _positive_int(f"cnn {name}", getattr(self, name))
+
+    def num_units(self) -> int:
+        return self.blocks + 3
+
+
+# Field names of the flat model section that run folders written before the split hold.
+_LEGACY_MODEL_FIELDS = {
+    "num_layers": ("transformer", "num_layers"), "d_model": ("transformer", "hidden_size"),
+    "num_heads": ("transformer", "num_heads"), "ffn_size": ("transformer", "ffn_size"),
+    "seq_len": ("transformer", "seq_len"), "vocab_size": ("transformer", "vocab_size"),
+    "cnn_channels": ("cnn", "channels"), "cnn_blocks": ("cnn", "blocks"), "cnn_fc_size": ("cnn", "fc_size"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The model: a built-in Transformer or CNN and its sizes, or your own factory, and where its stages start."""
+
+    kind: Literal["transformer", "cnn", "custom"] = field(default="transformer", metadata={"cli": False})
+    """transformer, cnn, or custom: your own model, built by the factory `spec` names."""
+    spec: str | None = field(default=None, metadata={"cli": False})
+    """A custom model's factory, package.module:function (pipesim_executor.custom_model says what it returns)."""
+    transformer: TransformerShape = SMALL_TRANSFORMER
+    """The Transformer's sizes (kind transformer)."""
+    cnn: CNNConfig = CNNConfig()
+    """The CNN's sizes (kind cnn)."""
+    split_points: tuple[int, ...] | None = field(default=None, metadata={"metavar": "A,B,.."})
+    """Unit indices where each stage after the first starts, e.g. 2,4,6 (default: balanced by parameter count)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in (*MODEL_KINDS, CUSTOM):
+            raise ValueError(f"unknown model {self.kind!r}; valid: {', '.join(MODEL_KINDS)} or package.module:factory")
+        if (self.kind == CUSTOM) != (self.spec is not None):
+            raise ValueError("a custom model needs spec 'package.module:factory', and only a custom model takes one")
+        if self.spec is not None:
+            parse_spec(self.spec)  # the text form only; importing waits for pipesim_executor.host.checks
+        if not isinstance(self.transformer, TransformerShape) or not isinstance(self.cnn, CNNConfig):
+            raise ValueError("model: transformer must be a TransformerShape and cnn a CNNConfig")
+
+    @classmethod
+    def of_transformer(cls, split_points: tuple[int, ...] | None = None, **sizes: int) -> ModelConfig:
+        """The built-in Transformer with the given sizes (TransformerShape's fields) over the executor's small one."""
+        return cls("transformer", transformer=replace(SMALL_TRANSFORMER, **sizes), split_points=split_points)
+
+    @classmethod
+    def of_cnn(cls, split_points: tuple[int, ...] | None = None, **sizes: int) -> ModelConfig:
+        """The built-in CNN with the given sizes (CNNConfig's fields)."""
+        return cls("cnn", cnn=CNNConfig(**sizes), split_points=split_points)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ModelConfig:
+        """The model section of config.json: nested (transformer, cnn) or the flat one of older run folders."""
+        if not isinstance(data, dict):
+            raise ValueError(f"run config: model must be an object, got {data!r:.60}")
+        sections: dict[str, dict[str, Any]] = {"transformer": {}, "cnn": {}}
+        top: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in _LEGACY_MODEL_FIELDS:
+                section, name = _LEGACY_MODEL_FIELDS[key]
+                sections[section][name] = value
+            elif key in sections:
+                if not isinstance(value, dict):
+                    raise ValueError(f"run config: model {key} must be an object, got {value!r:.60}")
+                sections[key].update(value)
+            else:
+                top[key] = value
+        valid = {f.name for f in fields(cls)}
+        unknown = set(top) - valid
+        if unknown:
+            raise ValueError(f"unknown model fields {sorted(unknown)}; valid: {sorted(valid)}")
+        if top.get("split_points") is not None:
+            if not isinstance(top["split_points"], (list, tuple)):
+                raise ValueError(f"model split_points must be a list of unit indices, got {top['split_points']!r:.60}")
+            top["split_points"] = tuple(top["split_points"])
+        try:
+            shape = replace(SMALL_TRANSFORMER, **sections["transformer"])
+            cnn = CNNConfig(**sections["cnn"])
+        except TypeError as error:  # an unknown size field
+            raise ValueError(f"run config: model sizes: {error}") from None
+        return cls(**top, transformer=shape, cnn=cnn)
+
+    @property
+    def num_units(self) -> int:
+        """Layers that stages share out (pipesim_executor.rank.model builds exactly these): a Transformer's embedding,
+        num_layers blocks and output projection; a CNN's conv blocks and 3 FC layers. A custom model's count is
+        known once its factory ran (pipesim_executor.custom_model.check_custom_model)."""
+        if self.kind == CUSTOM:
+            raise ValueError(
+                "a custom model's layers are counted by running its factory (pipesim_executor.host.checks)"
+            )
+        return self.transformer.num_units() if self.kind == "transformer" else self.cnn.num_units()
+
+    def describe_units(self) -> str:
+        if self.kind == CUSTOM:
+            return f"the layers of {self.spec}"
+        if self.kind == "transformer":
+            return f"embedding + {self.transformer.num_layers} blocks + output"
+        return f"{self.cnn.blocks} conv blocks + 3 FC layers"
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The pipeline: a registered schedule (or a custom one's name) and its sizes."""
+
+    schedule: str = field(default="1f1b", metadata={"metavar": "NAME"})
+    """A registered schedule's name (python -m pipesim list)."""
+    num_ranks: int = field(default=2, metadata={"flag": "ranks"})
+    """Pipeline ranks: one process (one device) each."""
+    num_microbatches: int = field(default=4, metadata={"flag": "microbatches"})
+    """Microbatches per step: the batch is split into this many."""
+    num_virtual_stages: int | None = field(default=None, metadata={"flag": "virtual-stages"})
+    """Stages per rank, for the schedules that take a choice of it (interleaved, looped)."""
+    data_parallel: int = 1
+    """Replicas of the whole pipeline: ranks x this many processes, gradients all-reduced between replicas."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.schedule, str) or not self.schedule.strip():
+            raise ValueError(f"schedule must be a schedule name, got {self.schedule!r}")
+        _positive_int("num_ranks", self.num_ranks)
+        _positive_int("data_parallel", self.data_parallel)
+        _positive_int("num_microbatches", self.num_microbatches)
+        if self.num_virtual_stages is not None:
+            _positive_int("num_virtual_stages", self.num_virtual_stages)
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Training: batch, steps, optimizer, recomputation, precision, and the torch.profiler capture."""
+
+    batch_size: int | None = None
+    """Samples per step and per replica, split into the microbatches; with data parallel D the global batch is
+    D times this (default: the smallest multiple of the microbatches that is at least 16)."""
+    steps: int = 5
+    """Measured steps."""
+    warmup_steps: int = 1
+    """Steps run before the measured ones, not measured."""
+    seed: int = 0
+    """Seed of the model's weights and of the synthetic data."""
+    optimizer: Literal["sgd", "sgd-momentum", "adam"] = "sgd"
+    """The optimizer: sgd, sgd-momentum (momentum 0.9: one buffer per parameter) or adam."""
+    lr: float = 0.01
+    """Learning rate."""
+    recompute: bool = False
+    """Recompute each stage's activations in its backward instead of stashing them."""
+    torch_profile: bool = False
+    """Record a torch.profiler (Kineto) trace of the measured steps on every rank (the run folder's traces/),
+    actions labelled PP:<action> as torch labels them."""
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    """Compute precision; bf16: forward and recompute under autocast, activations and their gradients sent in
+    bf16, fp32 master weights, gradients and optimizer."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size is not None:
+            _positive_int("batch_size", self.batch_size)
+        if not isinstance(self.torch_profile, bool):
+            raise ValueError(f"torch_profile must be true or false, got {self.torch_profile!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
+        _positive_int("steps", self.steps)
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+        number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
+        if not (number and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """Devices: where the ranks run and how they talk (resolved by pipesim_executor.devices)."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """cpu, cuda, or auto: CUDA when torch sees GPUs, else CPU."""
+    backend: Literal["auto", "gloo", "nccl", "staged"] = "auto"
+    """Transport between ranks; auto: gloo on CPU, nccl with one GPU per rank, else staged through host memory."""
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"unknown device {self.device!r}; valid: {', '.join(DEVICES)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
+
+
+@dataclass(frozen=True)
+class NodesConfig:
+    """Nodes: a multi-node run, passed through to torchrun's rendezvous (the same --out on every node)."""
+
+    nnodes: int = 1
+    """Nodes taking part."""
+    node_rank: int = 0
+    """This node's index, 0 to nnodes - 1; node 0 writes result.json."""
+    rdzv_endpoint: str | None = field(default=None, metadata={"metavar": "HOST:PORT"})
+    """torchrun's rendezvous endpoint, on node 0."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The run as a whole: a profile first, the torch reference, the time limit. One typed config per concern beside
+    these; checked so bad input is refused before anything starts. Build it from flat keyword arguments with
+    `run_config(...)`."""
+
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    devices: DeviceConfig = field(default_factory=DeviceConfig)
+    nodes: NodesConfig = field(default_factory=NodesConfig)
+    profile: bool = False
+    """Measure each stage's costs first (cost.json), then predict the step time and compare."""
+    reference: bool = False
+    """Also run torch.distributed.pipelining's own schedule on the same model, for comparison."""
+    timeout_s: float = field(default=600.0, metadata={"flag": "timeout", "metavar": "S"})
+    """Seconds before every process of the run is ended (the reference run included)."""
+
+    def __post_init__(self) -> None:
+        microbatches = self.pipeline.num_microbatches
+        if self.training.batch_size is None:  # the default: one that splits
+            batch_size = -(-DEFAULT_MIN_BATCH // microbatches) * microbatches
+            object.__setattr__(self, "training", replace(self.training, batch_size=batch_size))
+        elif self.training.batch_size % microbatches:
+            low = self.training.batch_size // microbatches * microbatches
+            choices = " or ".join(str(b) for b in (low, low + microbatches) if b > 0)
+            raise ValueError(
+                f"batch_size {self.training.batch_size} does not split into {microbatches} microbatches; "
+                f"choose a multiple of {microbatches}, e.g. {choices}"
+            )
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+
+    @property
+    def microbatch_size(self) -> int:
+        assert self.training.batch_size is not None  # resolved in __post_init__
+        return self.training.batch_size // self.pipeline.num_microbatches
+
+    @property
+    def world_size(self) -> int:
+        """Processes of the run: every pipeline rank of every data-parallel replica."""
+        return self.pipeline.num_ranks * self.pipeline.data_parallel
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Read config.json: the nested layout, or the flat one of run folders written before it."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a run config must be a JSON object, got {type(data).__name__}")
+        if any(key in data for key in _SECTIONS if key != "model"):
+            known = set(_SECTIONS) | {"profile", "reference", "timeout_s"}
+            unknown = set(data) - known
+            if unknown:
+                raise ValueError(f"unknown run config fields {sorted(unknown)}; valid: {sorted(known)}")
+            flat = {k: v for k, v in data.items() if k not in _SECTIONS}
+            for section in _SECTIONS:
+                value = data.get(section) or {}
+                if not isinstance(value, dict):
+                    raise ValueError(f"run config: {section} must be an object, got {value!r}")
+                flat.update(value) if section != "model" else flat.update(model=value)
+            return run_config(**flat)
+        return run_config(**data)
+
+
+_SECTIONS = {
+    "pipeline": PipelineConfig,
+    "model": ModelConfig,
+    "training": TrainingConfig,
+    "devices": DeviceConfig,
+    "nodes": NodesConfig,
+}
+_FIELDS = {f.name: section for section, cls in _SECTIONS.items() if section != "model" for f in fields(cls)}
+
+
+def run_config(*, model: ModelConfig | dict | None = None, **flat: Any) -> RunConfig:
+    """A RunConfig from flat keyword arguments (schedule=..., num_ranks=..., batch_size=..., device=...),
+    as the CLI, the app and the tests give them; unknown names are refused with the valid ones."""
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTIONS if name != "model"}
+    top: dict[str, Any] = {}
+    for name, value in flat.items():
+        if name in _FIELDS:
+            sections[_FIELDS[name]][name] = value
+        elif name in ("profile", "reference", "timeout_s"):
+            top[name] = value
+        else:
+            valid = sorted([*_FIELDS, "model", "profile", "reference", "timeout_s"])
+            raise ValueError(f"unknown run config field {name!r}; valid: {', '.join(valid)}")
+    if model is not None and not isinstance(model, ModelConfig):
+        model = ModelConfig.from_dict(model)
+    built = {name: _SECTIONS[name](**values) for name, values in sections.items()}
+    return RunConfig(model=model or ModelConfig(), **built, **top)
+
+
+def check_split_points(split_points: Sequence[int], num_layers: int, num_stages: int) -> tuple[int, ...]:
+    """Explicit stage boundaries, checked by the one check that lives with the splitter
+    (`pipesim.cost.balance.check_split_points`; the model description uses it too)."""
+    from pipesim.cost.balance import check_split_points as check
+
+    return check(split_points, num_layers, num_stages)
+
+
+def ranks_per_node(config: RunConfig) -> int:
+    """Processes per node: every pipeline rank of every data-parallel replica, shared out over the nodes."""
+    return config.world_size // config.nodes.nnodes

@@ -1,0 +1,145 @@
+"""`python -m executor run`: its flags, generated from the run's configs (pipesim_executor.config; each field's
+docstring is
+its help), the config they describe, and the run itself: JSON progress events, then a summary.
+
+Exit status: 0 the run ended ok, or partial (it went well; a part asked for, the torch reference, did not run:
+the summary says why); 1 it failed, timed out or was refused (a deadlocked schedule, a run folder that cannot be
+written); 2 a usage error (one line on stderr; nothing was started); 130 / 143 interrupted by Ctrl-C / SIGTERM
+(every process of the run ended, result.json says cancelled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+from pathlib import Path
+
+from pipesim.cost.shape import TransformerShape
+from pipesim.flags import UsageError, add_flags, from_flags, given, given_flags
+from pipesim.io.formats import dialect_note, load_schedule
+from pipesim_executor.config import (
+    CUSTOM,
+    MODEL_KINDS,
+    SPEC_HELP,
+    CNNConfig,
+    DeviceConfig,
+    ModelConfig,
+    NodesConfig,
+    PipelineConfig,
+    RunConfig,
+    TrainingConfig,
+)
+from pipesim_executor.host.cli_runs import summary_lines
+
+SECTION = "run"  # the argparse dests of the generated flags: run.pipeline.num_ranks, run.model.transformer.num_layers
+OK_STATUSES = ("ok", "partial")
+INTERRUPTED, TERMINATED = 130, 143
+
+
+def model_choice(text: str) -> str:
+    if text in MODEL_KINDS or ":" in text:
+        return text
+    raise argparse.ArgumentTypeError(f"unknown model {text!r}; valid: {', '.join(MODEL_KINDS)} or {SPEC_HELP}")
+
+
+def add_arguments(run: argparse.ArgumentParser) -> None:
+    """Every field of RunConfig is a flag (pipesim.flags); the model's kind, a custom schedule file and where the
+    run folder goes are added by hand."""
+    groups = add_flags(run, RunConfig, SECTION)
+    groups[f"{SECTION}.pipeline"].add_argument(
+        "--schedule-file",
+        type=Path,
+        metavar="FILE",
+        help="a custom schedule instead of --schedule: pipesim JSON or torch's CSV (it sets ranks and microbatches)",
+    )
+    groups[f"{SECTION}.model"].add_argument(
+        "--model",
+        type=model_choice,
+        default="transformer",
+        metavar="MODEL",
+        help=f"{' or '.join(MODEL_KINDS)} (sized by the flags below), or your own: {SPEC_HELP} "
+        "(pipesim_executor/custom_model.py says what it returns) (default transformer)",
+    )
+    groups[SECTION].add_argument(
+        "--out", type=Path, metavar="DIR", help="the run folder, e.g. runs/NAME (default: a new one under --runs-root)"
+    )
+    groups[SECTION].add_argument(
+        "--runs-root",
+        type=Path,
+        default=Path("runs"),
+        metavar="DIR",
+        help="where run folders without --out are made (default runs)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The RunConfig the flags describe; ValueError (the configs' own checks) or UsageError on bad values."""
+    sizes = {
+        "transformer": given_flags(args, TransformerShape, f"{SECTION}.model.transformer"),
+        "cnn": given_flags(args, CNNConfig, f"{SECTION}.model.cnn"),
+    }
+    kind = args.model if args.model in MODEL_KINDS else CUSTOM
+    for sized, flags in sizes.items():
+        if flags and sized != kind:
+            model = args.model if kind == CUSTOM else f"the {kind}"
+            raise UsageError(f"{', '.join(flags)} size the built-in {sized} model; {model} does not take them")
+    base = ModelConfig(kind=kind, spec=args.model if kind == CUSTOM else None)
+    sections = {
+        "pipeline": from_flags(PipelineConfig, args, f"{SECTION}.pipeline"),
+        "model": from_flags(ModelConfig, args, f"{SECTION}.model", base),
+        "training": from_flags(TrainingConfig, args, f"{SECTION}.training"),
+        "devices": from_flags(DeviceConfig, args, f"{SECTION}.devices"),
+        "nodes": from_flags(NodesConfig, args, f"{SECTION}.nodes"),
+    }
+    return RunConfig(**sections, **given(args, SECTION))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pipesim_executor.host import launch
+
+    config = config_from_args(args)
+    schedule = None if args.schedule_file is None else load_schedule(args.schedule_file)
+    if schedule is not None and (note := dialect_note(schedule)):
+        print(note, flush=True)  # a file in torch's older dialect says so, once
+    if schedule is not None:  # the file says what runs: its name, ranks and microbatches
+        pipeline = PipelineConfig(
+            schedule.name,
+            schedule.num_ranks,
+            schedule.num_microbatches,
+            data_parallel=config.pipeline.data_parallel,
+        )
+        training = config.training
+        if "run.training.batch_size" not in vars(args):  # the default batch for the file's microbatches
+            training = dataclasses.replace(training, batch_size=None)
+        config = dataclasses.replace(config, pipeline=pipeline, training=training)
+    runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
+    handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=print_event)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)  # SIGTERM ends the run as Ctrl-C does
+    try:
+        result = handle.wait()
+    except (KeyboardInterrupt, Terminated) as stop:
+        handle.cancel()  # returns once every process of the run is gone and result.json says cancelled
+        print("interrupted: every process of the run was ended (result.json: cancelled)", file=sys.stderr)
+        return TERMINATED if isinstance(stop, Terminated) else INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print("\n".join(summary_lines(result)), flush=True)
+    return 0 if result.status in OK_STATUSES else 1
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a run was in progress (a BaseException, like KeyboardInterrupt)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def print_event(event: dict) -> None:
+    """One progress event as one JSON line, in one write: events come from the launcher's threads, and a line must
+    never be split by another (print writes the text and its newline separately)."""
+    sys.stdout.write(json.dumps(event, default=str) + "\n")
+    sys.stdout.flush()

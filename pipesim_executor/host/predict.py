@@ -1,0 +1,138 @@
+"""Profile-then-predict: simulate the run's schedule with its profiled costs and compare with the measured step.
+
+Prediction: the profile phase of a run measures per-stage F/B/W times and
+transfer costs (cost.json); simulating the run's schedule with them, plus the
+per-step work outside the schedule's actions (optimizer step, gradient
+zeroing), predicts the step time. Comparing with the measured median step
+time tells how far the simulator can be trusted on this hardware.
+
+Pure functions of files and values (no torch), so the app can call them too. Reading a whole run folder
+back is pipesim_executor.run_folder's job.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pipesim.analysis.attribution import attribute_run
+from pipesim.analysis.overlay import replay_cost  # noqa: F401 - the replay lives with the overlay; callers use it here too
+from pipesim.cost.model import CostModel
+from pipesim.io.cost_file import load_cost
+from pipesim.io.formats import read_json, timeline_from_dict, timeline_to_dict, write_json
+from pipesim.io.run_record import median_step_ms
+from pipesim.ir import Schedule
+from pipesim.records import Timeline
+from pipesim_executor.run_files import TRACE_FILE
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted step time from a simulated timeline; measured and error once compared."""
+
+    predicted_step_ms: float
+    simulated: Timeline
+    overhead_ms: tuple[float, ...]  # per rank, added after that rank's last action (all-reduce tail included)
+    measured_step_ms: float | None = None
+    error: float | None = None  # (predicted - measured) / measured
+    sharing: str | None = None  # how ranks sharing cores or a GPU were simulated, in words (None: they do not)
+
+
+def sharing_of(cost: CostModel) -> str | None:
+    """What the simulation assumes about ranks sharing a device: the profile's words (pipesim_executor.rank.calibrate:
+    CPU cores, or a GPU that staged ranks take turns on), or None when every rank has its own."""
+    if cost.shared_cores is None:
+        return None
+    in_situ = cost.meta.get("in_situ") if isinstance(cost.meta, dict) else None
+    note = in_situ.get("sharing") if isinstance(in_situ, dict) else None
+    return note if isinstance(note, str) else f"ranks share {cost.shared_cores} slot(s): processor sharing"
+
+
+def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
+    """Simulate one step as `pipesim simulate` does (`simulate_step`: the gradient all-reduces drawn on the
+    simulated timeline, as the measured one has them); the step ends when the last rank has finished its
+    actions, its unhidden all-reduce and its overhead."""
+    from pipesim.sim.steps import simulate_step
+
+    step = simulate_step(schedule, cost)
+    return Prediction(step.step_ms, step.timeline, step.tail_ms, sharing=sharing_of(cost))
+
+
+def measured_step_ms(step_times_ms: list[float]) -> float | None:
+    """The median: robust to the odd slow step a shared machine produces (the one definition is pipesim's)."""
+    return median_step_ms(step_times_ms)
+
+
+def compare(prediction: Prediction, step_times_ms: list[float]) -> Prediction:
+    from pipesim.analysis.overlay import prediction_error
+
+    measured = measured_step_ms(step_times_ms)
+    if measured is None or measured <= 0:
+        return prediction
+    return replace(
+        prediction, measured_step_ms=measured, error=prediction_error(prediction.predicted_step_ms, measured)
+    )
+
+
+def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
+    """After a successful run: median step time, and with cost.json the prediction (writes simulated.json)."""
+    measured_path, cost_path = run_dir / "measured.json", run_dir / "cost.json"
+    if not measured_path.exists():
+        return {"message": "no measured.json on this node (rank 0 writes it)"}
+    measured = read_json(measured_path)
+    step_times = [float(t) for t in measured.get("step_times_ms", [])]
+    timeline = timeline_from_dict(measured)
+    out: dict[str, Any] = {"measured_step_ms": measured_step_ms(step_times)}
+    prediction = None
+    if cost_path.exists():
+        cost = load_cost(cost_path)
+        prediction = compare(predict_step(schedule, cost), step_times)
+        summary = {"predicted_step_ms": prediction.predicted_step_ms, "overhead_ms": list(prediction.overhead_ms)}
+        if prediction.sharing:  # ranks on shared cores or a shared GPU: the prediction says how it modelled them
+            summary["sharing"] = prediction.sharing
+        write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
+        out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
+    try:  # where every millisecond of a step went (pipesim.attribution); a problem here must not fail the run
+        write_json(analysis(schedule, timeline, step_times, prediction), run_dir / "analysis.json")
+    except ValueError as error:
+        out["analysis_error"] = str(error)
+    simulated = None if prediction is None else prediction.simulated
+    try:  # a view for Perfetto; like the analysis, a problem here must not fail the run
+        write_json(combined_trace(schedule, simulated, timeline), run_dir / TRACE_FILE)
+    except ValueError as error:
+        out["trace_error"] = str(error)
+    return out
+
+
+def analysis(schedule: Schedule, measured: Timeline, step_times: list[float], prediction: Prediction | None) -> dict:
+    """analysis.json: the attribution, the machine's load as the run ended, and with a prediction its error
+    step by step and action by action (pipesim.overlay's definitions, the ones the CLI and the app show)."""
+    from pipesim.analysis.overlay import action_errors, median_abs_error
+
+    doc = attribute_run(schedule, measured, step_times)
+    doc["spread"]["load_1min"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if prediction is not None:
+        rows = action_errors(prediction.simulated, measured)
+        doc["prediction"] = {
+            "predicted_step_ms": prediction.predicted_step_ms,
+            "error": prediction.error,
+            "action_error_median": median_abs_error(rows),
+            "actions": rows,
+            "sharing": prediction.sharing,
+        }
+    return doc
+
+
+def combined_trace(
+    schedule: Schedule, simulated: Timeline | None, measured: Timeline, step: int | None = None
+) -> dict[str, Any]:
+    """One Chrome trace with the simulated step (when there is one) and a measured step (the last by default,
+    past the warm-up, as the overlay shows), each as a process with compute, send and recv tracks per rank."""
+    from pipesim.analysis.overlay import pick_step
+    from pipesim.io.chrome_trace import run_trace
+
+    views = {} if simulated is None else {"simulated": simulated}
+    views["measured"] = pick_step(measured, step)
+    return run_trace(schedule, views)

@@ -1,0 +1,219 @@
+"""`python -m executor profile`: profile a model unit by unit on this machine and write a unit profile (`D/cost.json`,
+pipesim.cost.profile) that `python -m pipesim plan --cost D/cost.json` cuts into any split.
+
+    handle = start_profile(ProfileConfig(model=ModelConfig(), microbatch_sizes=(1, 2)), Path("out/prof"))
+    handle.progress, handle.events()        # while it runs
+    result = handle.wait()                  # ProfileResult: status, message, the profile (D/cost.json)
+
+The ranks (pipesim_executor.rank.unit_profile) run under torchrun as a run's do, supervised the same way (a RunHandle:
+timeout, cancel from the handle or the folder's `cancel` file, logs, progress.json), with the profile's own entry
+module. Everything that can be refused is refused before a process starts or the folder is made (the run's own
+checks, `pipesim_executor.host.checks.check_run`, the custom model's sandboxed check among them). No torch import here.
+
+How the link between ranks is priced: a ping-pong between ranks 0 and 1 through the run's own transport (gloo on
+the CPU, NCCL or staged on GPUs), a tiny and a real boundary tensor, as a run's `--profile` does; with `--ranks 1`
+there is no link (a free hand-over), and a plan for more ranks prices its transfers as free.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from pipesim.cost.profile import UnitProfile
+from pipesim.io.cost_file import load_cost_file
+from pipesim.io.formats import UnwritableOutput, write_json
+from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
+from pipesim_executor.host.checks import check_run
+from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle
+from pipesim_executor.host.phase import Phase
+from pipesim_executor.host.run_folder import check_name, make_run_dir
+from pipesim_executor.processes import run_environment, torchrun_command
+from pipesim_executor.run_files import CONFIG_FILE, COST_FILE, LOGS_DIR, PROFILE_REQUEST_FILE, result_file
+
+PROFILE_MODULE = "pipesim_executor.rank.unit_profile"
+MAX_SIZE = 4096  # samples per microbatch
+MAX_SIZES = 16
+MAX_REPEATS = 1000
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """A unit profile: the model, the microbatch sizes and the optimizers to time, on how many processes and where."""
+
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"cli": False})
+    """The model (pipesim_executor.config.ModelConfig: built-in or your own factory)."""
+    microbatch_sizes: tuple[int, ...] = field(default=(1, 2), metadata={"metavar": "N,N"})
+    """Samples per microbatch to time every unit at: at least two, how each unit's time grows with the size is
+    read off them (the planner plans these sizes as measured, others on the line through the nearest two)."""
+    optimizers: tuple[str, ...] = field(default=OPTIMIZERS, metadata={"cli": False})
+    """Optimizers whose step to time (sgd, sgd-momentum, adam): a plan may use only those."""
+    ranks: int = 2
+    """Processes that time at once, as the ranks of the runs you plan will share this machine; 2 or more also time
+    the link between two of them and run the in-situ steps on that many ranks."""
+    repeats: int = 20
+    """Timed repetitions of every measurement (the median is kept; 3 untimed ones run first)."""
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    """Compute precision, as executor run --dtype."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """cpu, cuda, or auto: CUDA when torch sees GPUs, else CPU."""
+    seed: int = 0
+    """Seed of the weights and the synthetic data."""
+    timeout_s: float = field(default=1800.0, metadata={"flag": "timeout", "metavar": "S"})
+    """Seconds before every process of the profile is ended."""
+
+    def __post_init__(self) -> None:
+        sizes = self.microbatch_sizes
+        whole = all(isinstance(s, int) and not isinstance(s, bool) for s in sizes)
+        if not whole or len(sizes) < 2 or len(sizes) > MAX_SIZES or len(set(sizes)) != len(sizes):
+            raise ValueError(
+                f"microbatch sizes: give 2 to {MAX_SIZES} different whole numbers (how a unit's time grows with the "
+                f"size is fitted from them), got {list(sizes)}"
+            )
+        if not all(1 <= s <= MAX_SIZE for s in sizes):
+            raise ValueError(f"microbatch sizes must lie from 1 to {MAX_SIZE}, got {list(sizes)}")
+        object.__setattr__(self, "microbatch_sizes", tuple(sorted(sizes)))
+        unknown = [name for name in self.optimizers if name not in OPTIMIZERS]
+        if unknown or not self.optimizers:
+            named = unknown[0] if unknown else "(none)"
+            raise ValueError(f"unknown optimizer {named!r}; valid: {', '.join(OPTIMIZERS)}")
+        for name, value, low, high in (("ranks", self.ranks, 1, 16), ("repeats", self.repeats, 3, MAX_REPEATS)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
+            raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout_s!r}")
+        if not math.isfinite(self.timeout_s):
+            raise ValueError("timeout must be finite")
+
+    def run_config(self) -> RunConfig:
+        """The run the ranks are started as: 1F1B on `ranks` ranks (the in-situ steps' schedule), at the first
+        size, with the first optimizer asked for."""
+        microbatches = 4 * self.ranks
+        return run_config(
+            schedule="1f1b", num_ranks=self.ranks, num_microbatches=microbatches, model=self.model,
+            batch_size=microbatches * self.microbatch_sizes[0], steps=1, warmup_steps=0,
+            optimizer=self.optimizers[0], dtype=self.dtype, device=self.device, seed=self.seed,
+            timeout_s=float(self.timeout_s),
+        )  # fmt: skip
+
+
+@dataclass
+class ProfileResult:
+    """What a profile left: its status (ok, failed, timeout, cancelled), a message, and the profile when ok."""
+
+    run_dir: Path
+    status: str
+    message: str
+    profile: UnitProfile | None = None
+
+    @property
+    def cost_file(self) -> Path:
+        return self.run_dir / COST_FILE
+
+
+class ProfileHandle(RunHandle):
+    """A profile in progress: a RunHandle (events, log, cancel, wait) whose launch is the profile's ranks."""
+
+    @property
+    def progress(self) -> float:
+        """Fraction done: the slowest rank's parts (units at each size, optimizers, link, in-situ steps)."""
+        if self._status != "running":
+            return 1.0
+        latest: dict[int, float] = {}
+        for event in self.events():
+            step, steps = event.get("step"), event.get("steps")
+            if event.get("event") == "step" and isinstance(step, int) and isinstance(steps, int) and steps > 0:
+                latest[event.get("rank", 0)] = min(1.0, (step + 1) / steps)
+        done = min(latest.values(), default=0.0) if len(latest) == self.config.world_size else 0.0
+        return min(done, 0.99)
+
+    def _supervise_run(self) -> None:
+        started = time.time()
+        deadline = time.monotonic() + self.config.timeout_s
+        command = torchrun_command(self.config, self.run_dir, module=PROFILE_MODULE)
+        phase = Phase(command, run_environment(self.config), self, "")
+        self._launch_event("launch", command=phase.argv)
+        self._publish(force=True)
+        try:
+            outcome = phase.run(deadline, self._cancelled)
+            message = "" if outcome.status == "ok" else phase.failure_message(outcome)[0]
+            status = outcome.status
+            profile = None
+            if status == "ok":
+                try:
+                    loaded = load_cost_file(self.run_dir / COST_FILE)
+                    profile = loaded if isinstance(loaded, UnitProfile) else None
+                except ValueError as error:
+                    status, message = "failed", f"the ranks wrote no readable profile: {error}"
+        except Exception as error:  # the launcher itself broke: still leave a result behind
+            status, message, profile = "failed", f"launcher error: {error!r}", None
+        summary = {"status": status, "message": message, "command": phase.argv, "started_at": started,
+                   "finished_at": time.time(), "wall_s": round(time.time() - started, 3)}  # fmt: skip
+        try:
+            write_json(summary, self.run_dir / result_file(0))
+        except (OSError, ValueError) as error:
+            summary["message"] = f"{message}\ncannot write {result_file(0)}: {error}".strip()
+        self._result = ProfileResult(self.run_dir, status, summary["message"], profile)  # type: ignore[assignment]
+        self._status = status
+        self._publish(force=True)
+        self._launch_event("finished", status=status, message=summary["message"])
+        self._finished.set()
+
+
+def start_profile(config: ProfileConfig, out: Path, on_event: EventCallback | None = None) -> ProfileHandle:
+    """Check everything (ValueError before anything starts), make the folder `out` (never an existing one), write
+    the run's config and the request, and start the ranks in the background."""
+    check_name(out.name)
+    run, schedule = check_run(config.run_config())
+    config = replace(config, device=run.devices.device)
+    run_dir = make_run_dir(out.parent, out.name, run)
+    try:
+        (run_dir / LOGS_DIR).mkdir()
+        write_json(run.to_dict(), run_dir / CONFIG_FILE)
+        write_json(
+            {"microbatch_sizes": list(config.microbatch_sizes), "optimizers": list(config.optimizers),
+             "repeats": config.repeats},
+            run_dir / PROFILE_REQUEST_FILE,
+        )  # fmt: skip
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise UnwritableOutput(f"cannot write the profile folder {run_dir}: {reason}") from None
+    return start_handle(ProfileHandle(run_dir, run, schedule, on_event))
+
+
+def summary_lines(result: ProfileResult) -> list[str]:
+    """The profile in words: what was measured, the fits' worst residual, the runtime terms, where it is."""
+    lines = [f"profile  {result.run_dir}", f"status   {result.status}"]
+    if result.message:
+        lines.append("message  " + result.message.replace("\n", "\n         "))
+    profile = result.profile
+    if profile is None:
+        return lines
+    sizes = ",".join(map(str, profile.microbatch_sizes))
+    total = {s: sum(u.cost_at(s, False).forward_ms + u.cost_at(s, False).backward_ms for u in profile.units)
+             for s in profile.microbatch_sizes}  # fmt: skip
+    lines += [
+        f"units    {len(profile.units)} ({', '.join(u.name for u in profile.units[:6])}"
+        + (", ..." if len(profile.units) > 6 else "")
+        + f") at microbatch sizes {sizes}",
+        "model    F+B of every unit: "
+        + ", ".join(f"{total[s]:.3g} ms at {s}" for s in profile.microbatch_sizes)
+        + f"; worst affine-fit residual {profile.worst_residual():.1%}",
+        f"runtime  dispatch gap {profile.dispatch_ms:.3f} ms per action, tail {profile.tail_ms:.3f} ms per step, "
+        f"cut stages pay F {profile.action.start.get('forward_ms', 0):+.3f} / B "
+        f"{profile.action.start.get('backward_ms', 0):+.3f} ms at a cut start, F "
+        f"{profile.action.end.get('forward_ms', 0):+.3f} / B {profile.action.end.get('backward_ms', 0):+.3f} at an end",
+        "optim    "
+        + ", ".join(
+            f"{n} {t.fixed_ms:.3f} ms + {t.ms_per_byte * 1e6:.4f} ms/MB" for n, t in profile.optimizers.items()
+        ),  # fmt: skip
+        f"link     {profile.link.latency_ms:.3f} ms + bytes / {profile.link.bandwidth_gbps:.3g} GB/s "
+        f"(ping-pong between ranks 0 and 1)"
+        if profile.link.latency_ms or math.isfinite(profile.link.bandwidth_gbps)
+        else "link     none measured (one rank)",
+        f"wrote    {result.cost_file} (python -m pipesim plan --cost {result.cost_file} ...)",
+    ]
+    return lines

@@ -1,0 +1,90 @@
+"""Progress lines from a rank to the launcher (`PIPESIM {json}` on stdout, one write each), and what they mean
+for the progress bar.
+
+Ranks share torchrun's relay, so a line must never be split by another rank's output: it is written and
+flushed in one call. The launcher (pipesim_executor.launch) parses these lines into events. No torch import: the
+reference run emits before torch is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from pipesim_executor.config import RunConfig
+
+PROGRESS_PREFIX = "PIPESIM "  # a rank's progress line: this prefix, then one JSON object
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One progress event, e.g. emit("step", rank=0, step=3, steps=5, phase="measure")."""
+    sys.stdout.write(PROGRESS_PREFIX + json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+PROFILE_SHARE = 0.2  # of the progress bar, when the run profiles first
+
+
+def step_fraction(event: dict, config: RunConfig) -> float | None:
+    """How far one rank is, from its latest `step` event: profile, then warm-up, then measured steps.
+
+    Workers count steps from 0 within each phase ("profile", "warmup", "measure"); other phases
+    (the reference run's) count over the whole launch.
+    """
+    step, steps, phase = event.get("step"), event.get("steps"), event.get("phase")
+    if not (isinstance(step, int) and isinstance(steps, int) and steps > 0 and isinstance(event.get("rank"), int)):
+        return None
+    within = min(1.0, (step + 1) / steps)
+    profile = PROFILE_SHARE if config.profile else 0.0
+    warmup = config.training.warmup_steps
+    total = warmup + config.training.steps
+    segments = {
+        "profile": (0.0, profile),
+        "warmup": (profile, (1 - profile) * warmup / total),
+        "measure": (profile + (1 - profile) * warmup / total, (1 - profile) * config.training.steps / total),
+    }
+    start, width = segments.get(phase, (0.0, 1.0))
+    return start + width * within
+
+
+def readable_event(event: dict) -> str:
+    """One progress event in words, e.g. "step 3/5 (measure)"; unknown events keep their fields."""
+    kind = event.get("event", "?")
+    if kind == "step" and isinstance(event.get("step"), int):
+        return f"step {event['step'] + 1}/{event.get('steps', '?')} ({event.get('phase', 'run')})"
+    rest = ", ".join(f"{k} {v}" for k, v in event.items() if k not in ("event", "rank"))
+    return f"{kind}{': ' + rest if rest else ''}"
+
+
+def readable_log(text: str, lines: int = 40) -> str:
+    """The launcher's log (`[rankN] ...` lines) with each `PIPESIM {json}` line written in words; the last
+    `lines` lines. The raw log stays in the run folder's logs/ and behind the Run page's download."""
+    out = []
+    for line in text.splitlines():
+        head, sep, rest = line.partition(f"] {PROGRESS_PREFIX}")
+        if sep:
+            try:
+                event, _ = json.JSONDecoder().raw_decode(rest.strip())
+            except ValueError:
+                event = None
+            if isinstance(event, dict):
+                line = f"{head}] {readable_event(event)}"
+        out.append(line)
+    return "\n".join(out[-lines:])
+
+
+def measured_so_far(events: list[dict]) -> str:
+    """What a run had measured when it was cancelled, in words, from its step events (each rank's own step time,
+    `ms`; a step takes as long as its slowest rank). Empty when no measured step had finished."""
+    steps: dict[int, float] = {}
+    total = None
+    for event in events:
+        if event.get("event") == "step" and event.get("phase") == "measure" and isinstance(event.get("ms"), float):
+            steps[event["step"]] = max(steps.get(event["step"], 0.0), event["ms"])
+            total = event.get("steps", total)
+    if not steps:
+        return ""
+    times = sorted(steps.values())
+    median = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
+    return f"{len(steps)} of {total or '?'} measured steps done, median step {median:.2f} ms"

@@ -1,0 +1,158 @@
+"""In-situ calibration: a few real training steps through the runtime, measured as the run measures them.
+
+The isolated profile (pipesim_executor.profile) times each stage's F/B/I/W alone, which misses what the schedule's
+own interleaving does to them (other ranks computing at the same time on shared cores and memory, caches
+warmed by a different action) and everything between the actions. On a 2-core machine those were the
+3-5% by which profile-then-predict fell short every time. These steps give, per rank:
+
+* each action kind's median duration per stage, under the schedule's real interleaving;
+* the dispatch gap before each action (`CostModel.dispatch_ms`): the time from the previous action's end (or
+  the step's start) to this action's start, minus the time blocked in a receive, which the simulation
+  models separately (transfers and data dependencies). One value per rank, the mean over the step's actions of
+  each kind's median gap: the gaps differ by kind (a W, which receives nothing, follows its I within 15 us; an
+  F or I that completes a receive waits about 0.1 ms), so the median over all actions, which a split
+  backward's W alone can set, priced ZB-H1's F and I gaps at the W's (issue 18: 10-15% short on 2 CPU ranks);
+* the tail after the last action (`CostModel.step_overhead_ms`): waiting for the last sends, the loss, the
+  optimizer step and gradient zeroing.
+
+CPU ranks that outnumber the cores (4 ranks on 2 cores) slow each other down by how many compute at once;
+then the durations are turned into full-speed work from every rank's spans (`full_speed_durations`) and the
+cost model says how many can run at once (`CostModel.shared_cores`), so the simulation shares the cores the
+same way (pipesim.shared_cores). Ranks that take turns on one GPU (staged) are the same case: CUDA time-slices
+the processes of a GPU, so two ranks computing at once each go at half speed; `shared_slots` counts the GPUs
+as the slots, and the cost file says which kind of sharing it models (`sharing_note`).
+
+The steps train for real, so the weights and the optimizer state are saved before and restored after: the
+measured steps and the losses start from the same state as a run without calibration.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import statistics
+from typing import Any
+
+import torch
+
+from pipesim.ir import Action
+from pipesim.sim.shared_cores import work_of_spans
+from pipesim_executor.rank.setup import Rank
+from pipesim_executor.rank.train_loop import train_step
+
+CALIBRATION_STEPS = 4  # the first is dropped: it pays first-touch costs the measured steps do not
+
+
+def calibrate(r: Rank, steps: int = CALIBRATION_STEPS) -> dict[str, Any]:
+    """Run `steps` training steps on every rank (collective), restore the state, summarise this rank's share."""
+    params = r.model.parameters()
+    saved_params = [p.detach().clone() for p in params]
+    saved_state = copy.deepcopy(r.optimizer.state_dict())
+    records = [train_step(r, 0) for _ in range(steps)]
+    with torch.no_grad():
+        for p, saved in zip(params, saved_params, strict=True):
+            p.copy_(saved)
+    r.optimizer.load_state_dict(saved_state)
+    r.optimizer.zero_grad(set_to_none=True)
+    kept = records[1:] if len(records) > 1 else records
+    summary = summarise(kept)
+    # The compute spans themselves, on this machine's clock: rank 0 turns them into full-speed work when the
+    # ranks share cores (shared_slots), which needs every rank's spans at once.
+    summary["spans"] = [span for record in kept for span in record["spans"]]
+    return summary
+
+
+def shared_slots(device_type: str, ranks_on_this_machine: int, gpus: int = 0) -> int | None:
+    """How many of this machine's ranks can compute at full speed at once, or None when each has its own device.
+
+    CPU: cores / threads per rank. GPU: the GPUs, when there are fewer than ranks (staged: each rank takes GPU
+    local_rank mod gpus, pipesim_executor.rank.transport). One GPU shared by every rank, the usual staged case, is
+    exactly processor sharing with one slot; with several GPUs the pool of slots is an approximation (two ranks
+    busy on one GPU while another GPU idles count as full speed).
+    """
+    if device_type != "cpu":
+        return gpus if 0 < gpus < ranks_on_this_machine else None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    slots = max(1, cores // max(1, torch.get_num_threads()))
+    return slots if slots < ranks_on_this_machine else None
+
+
+def sharing_note(device_type: str, ranks_on_this_machine: int, slots: int | None) -> str | None:
+    """What the prediction assumes about ranks sharing a device, in words (None: each rank has its own)."""
+    if slots is None:
+        return None
+    if device_type == "cpu":
+        return (
+            f"{ranks_on_this_machine} ranks share {slots} core slot(s): simulated as processor sharing "
+            "(pipesim.sim.shared_cores)"
+        )
+    return (
+        f"{ranks_on_this_machine} ranks take turns on {slots} GPU(s) (staged): simulated as processor sharing "
+        "(pipesim.sim.shared_cores), as CPU ranks share cores"
+    )
+
+
+def full_speed_durations(spans_by_rank: list[list[list]], slots: int) -> dict[str, dict[str, float]]:
+    """Per stage and kind, the median full-speed work of the calibration spans of every rank, given that the
+    ranks shared `slots` cores while they ran (pipesim.shared_cores.work_of_spans)."""
+    flat = [(Action.parse(text), start, end) for spans in spans_by_rank for text, start, end in spans]
+    work = work_of_spans([(start, end) for _, start, end in flat], slots)
+    grouped: dict[str, dict[str, list[float]]] = {}
+    for (action, _, _), amount in zip(flat, work, strict=True):
+        grouped.setdefault(str(action.stage), {}).setdefault(action.kind.value, []).append(amount)
+    return {stage: {kind: statistics.median(v) for kind, v in kinds.items()} for stage, kinds in grouped.items()}
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median durations per (stage, kind), the median dispatch gap and the median tail of one rank's steps.
+
+    Each record holds `start`, `end`, `spans` ([action text, start, end], in run order) and `comm`
+    ([kind, peer, action text, start, end]) on one clock, as `train_loop.train_step` returns them.
+    """
+    durations: dict[str, dict[str, list[float]]] = {}
+    gaps: dict[str, list[float]] = {}
+    tails: list[float] = []
+    for record in records:
+        waits = sorted((c[3], c[4]) for c in record["comm"] if c[0] == "recv")
+        previous = record["start"]
+        for text, start, end in record["spans"]:
+            action = Action.parse(text)
+            durations.setdefault(str(action.stage), {}).setdefault(action.kind.value, []).append(end - start)
+            gaps.setdefault(action.kind.value, []).append(max(start - previous - _blocked(waits, previous, start), 0.0))
+            previous = end
+        if record["spans"]:
+            # The gradient all-reduce's wait is not overhead: the cost model has it (pipesim.data_parallel).
+            syncs = _merged(sorted((c[3], c[4]) for c in record["comm"] if c[0] == "allreduce"))
+            tails.append(max(record["end"] - previous - _blocked(syncs, previous, record["end"]), 0.0))
+    return {
+        "durations_ms": {
+            stage: {kind: statistics.median(v) for kind, v in kinds.items()} for stage, kinds in durations.items()
+        },
+        "dispatch_ms": _gap_per_action(gaps),
+        "dispatch_by_kind_ms": {kind: statistics.median(values) for kind, values in gaps.items()},
+        "tail_ms": statistics.median(tails) if tails else 0.0,
+        "steps": len(records),
+    }
+
+
+def _gap_per_action(gaps: dict[str, list[float]]) -> float:
+    """The dispatch gap the simulation charges every action: each kind's median gap, weighted by how many actions
+    of that kind the steps ran (so the gaps of a step add up as they did)."""
+    count = sum(len(values) for values in gaps.values())
+    return sum(statistics.median(values) * len(values) for values in gaps.values()) / count if count else 0.0
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted intervals with the overlapping ones joined (buckets in flight together count once)."""
+    out: list[tuple[float, float]] = []
+    for start, end in intervals:
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _blocked(waits: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Time inside [lo, hi] spent blocked in receives."""
+    return sum(max(min(end, hi) - max(start, lo), 0.0) for start, end in waits)

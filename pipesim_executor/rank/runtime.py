@@ -1,0 +1,393 @@
+"""Interprets one rank's action list of a pipesim Schedule, timing every action.
+
+The schedule is data; this module does not re-encode any schedule as control
+flow. Each rank walks `schedule.actions[rank]` in order:
+
+* F(s, m): take the input (the microbatch on stage 0, else from stage s-1),
+  forward, hand the output to stage s+1 (the last stage computes the loss).
+* B(s, m): take the output gradient (unless last), backward, hand the input
+  gradient to stage s-1 (unless first).
+* I(s, m) / W(s, m): the split backward (see pipesim_executor.stage).
+
+"Hand to" is a local hand-over when both stages live on this rank, an isend
+otherwise. Receives are posted ahead: from the schedule every rank knows the
+exact order in which each peer sends to it, so it posts irecvs in that order,
+at most `lookahead` per peer beyond what it has consumed (None: every receive of
+the step when it starts), and transfers overlap compute. Nothing synchronises
+per transfer: sends are waited for at the end of the step (or reaped once
+complete).
+
+Over gloo (CPU ranks, and GPU ranks staged through host memory) every receive of a
+step is posted when it starts (`ahead_for`): posting one mid-step waits on gloo's
+I/O thread, which on busy cores is descheduled for milliseconds at a time. Measured
+on 2 CPU cores (issue 18): GPipe, 16 microbatches of examples.gpt_small on 2 ranks,
+took 40-43 ms a step with 4 posted ahead (three or four 1-5 ms stalls in posting)
+and 28-29 ms with all posted at the start, as the simulation predicts; 1F1B 31-33 ms
+against 29-31. NCCL keeps a window of 4 (each posted receive holds a GPU buffer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.profiler import record_function
+
+from pipesim.ir import Action, ActionKind, Schedule
+from pipesim.semantics.lower import (
+    ACT,
+    Message,
+    StashSizes,
+    comm_plan,
+    compute_only,
+    needed_message,
+    produced_message,
+    stash_change,
+)
+from pipesim.semantics.validate import validate
+from pipesim_executor.config import ModelConfig
+from pipesim_executor.rank.stage import StageRunner, WeightWork
+from pipesim_executor.rank.torch_profile import action_label
+from pipesim_executor.rank.transport import PendingRecv, SendHandle
+
+F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
+
+
+def schedule_links(schedule: Schedule) -> list[tuple[int, int]]:
+    """The directed links that carry messages (every rank creates the same groups, in this order)."""
+    return comm_plan(schedule).sorted_links()
+
+
+# --- records ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepRecord:
+    """One step on one rank; times are clock markers until `resolve`d."""
+
+    spans: list[tuple[Action, Any, Any]] = field(default_factory=list)
+    comm: list[tuple[str, int, Action, Any, Any]] = field(default_factory=list)
+    loss: Tensor | None = None
+    peak_stash_bytes: int = 0
+
+    def resolved(self, clock: Any) -> dict[str, Any]:
+        return {
+            "spans": [[str(a), clock.resolve(s), clock.resolve(e)] for a, s, e in self.spans],
+            "comm": [[k, p, str(a), clock.resolve(s), clock.resolve(e)] for k, p, a, s, e in self.comm],
+        }
+
+
+def ahead_for(transport: str) -> int | None:
+    """How many receives per peer a rank keeps posted beyond those it consumed: all of the step's over gloo
+    (see the module docstring), 4 over NCCL."""
+    return None if transport in ("gloo", "staged") else 4
+
+
+class _Inbox:
+    """Receives from one peer, posted in the peer's send order, at most `lookahead` ahead (None: all)."""
+
+    def __init__(self, runtime: PipelineRuntime, src: int, keys: tuple[Message, ...]) -> None:
+        self.runtime, self.src, self.keys = runtime, src, keys
+        self.next = 0
+        self.consumed = 0
+        self.posted: dict[Message, PendingRecv] = {}
+
+    def _post(self) -> None:
+        if self.next >= len(self.keys):
+            raise RuntimeError(f"rank {self.runtime.rank}: waiting for more messages than rank {self.src} sends")
+        key = self.keys[self.next]
+        shape = self.runtime.message_shape(key)
+        self.posted[key] = self.runtime.transport.irecv(shape, self.runtime.dtype, self.src, tag=self.next)
+        self.next += 1
+
+    def top_up(self) -> None:
+        window = self.runtime.lookahead
+        while self.next < len(self.keys) and (window is None or self.next - self.consumed < window):
+            self._post()
+
+    def take(self, key: Message) -> PendingRecv:
+        while key not in self.posted:
+            self._post()
+        self.consumed += 1
+        return self.posted.pop(key)
+
+    def check_done(self) -> None:
+        if self.next != len(self.keys) or self.posted:
+            raise RuntimeError(f"rank {self.runtime.rank}: messages from rank {self.src} left unconsumed")
+
+
+class PipelineRuntime:
+    """Runs rank `rank`'s actions of `schedule` over `runners` (its stages), one step per `run_step`.
+
+    `shapes[s]` is (input shape, output shape) of stage s for one microbatch.
+    `stash_bytes[s]` is (activation bytes, weight-gradient bytes, input bytes) per
+    microbatch, for the tracked peak of stashed activations (what the CPU reports).
+    """
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        rank: int,
+        runners: dict[int, StageRunner],
+        shapes: Sequence[tuple[torch.Size, torch.Size]],
+        transport: Any,
+        clock: Any,
+        dtype: torch.dtype = torch.float32,
+        lookahead: int | None = 4,
+        stash_bytes: dict[int, tuple[int, int, int]] | None = None,
+        label_actions: bool = False,
+        grad_sync: Any = None,
+    ) -> None:
+        validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
+        # torch's full order (transfers, collectives, overlapped pairs) is not executed as written: the compute
+        # actions run with pipesim's plan (the same messages, in the producers' order); nothing is sharded or
+        # replicated, so UNSHARD, RESHARD and REDUCE_GRAD have nothing to do; an overlapped pair's members run
+        # back to back (a CPU cannot overlap them), which the measured timeline's meta says.
+        schedule = compute_only(schedule)
+        if set(runners) != set(schedule.stages_of_rank(rank)):
+            raise ValueError(
+                f"rank {rank} holds stages {schedule.stages_of_rank(rank)} but got runners for {sorted(runners)}"
+            )
+        if lookahead is not None and lookahead < 1:
+            raise ValueError(f"lookahead must be at least 1 (or None: all), got {lookahead}")
+        self.schedule, self.rank, self.runners = schedule, rank, runners
+        self.shapes, self.transport, self.clock = list(shapes), transport, clock
+        self.dtype, self.lookahead = dtype, lookahead
+        self.stash_bytes = stash_bytes or {}
+        self.grad_sync = grad_sync  # pipesim_executor.grad_sync.GradSync with data parallelism, else None
+        self.plan = comm_plan(schedule)
+        self._incoming = self.plan.incoming(rank)
+        self._send_tag = self.plan.send_tags(rank)
+        self._split = {(a.stage, a.microbatch) for a in schedule.actions[rank] if a.kind is I}
+        # --torch-profile: each action inside record_function("PP:2F0"), as torch's runtime does. Only then: the
+        # unprofiled loop stays free of profiler calls.
+        self._labels = {a: action_label(a) for a in schedule.actions[rank]} if label_actions else None
+
+    def message_shape(self, key: Message) -> torch.Size:
+        """ACT is the stage's input, GRAD has the shape of the stage's output."""
+        return self.shapes[key.stage][0 if key.what == ACT else 1]
+
+    # --- one step -------------------------------------------------------------------------------------------
+    def run_step(self, inputs: Sequence[Tensor] | None, targets: Sequence[Tensor] | None) -> StepRecord:
+        """Run this rank's actions once. Gradients accumulate into .grad; the caller steps the optimizer.
+
+        `inputs[m]` (rank of stage 0) and `targets[m]` (rank of the last stage) are microbatch m on the device.
+        """
+        step = _Step(self, inputs, targets)
+        if self._labels is None:
+            for action in self.schedule.actions[self.rank]:
+                step.run(action)
+        else:
+            for action in self.schedule.actions[self.rank]:
+                with record_function(self._labels[action]):  # like torch's: the wait, the compute, the send
+                    step.run(action)
+        step.finish()
+        return step.record
+
+
+class _Step:
+    """The mutable state of one step: stashes, hand-overs, receives and sends in flight."""
+
+    def __init__(self, runtime: PipelineRuntime, inputs: Sequence[Tensor] | None, targets: Sequence[Tensor] | None):
+        self.rt, self.inputs, self.targets = runtime, inputs, targets
+        self.record = StepRecord()
+        self.inboxes = {src: _Inbox(runtime, src, keys) for src, keys in runtime._incoming.items()}
+        self.local: dict[Message, Tensor] = {}
+        self.stashes: dict[tuple[int, int], Any] = {}
+        self.weight_work: dict[tuple[int, int], WeightWork] = {}
+        self.sends: list[tuple[SendHandle, int, Action]] = []
+        self.losses: list[Tensor] = []
+        self.stash_now = 0
+        self._compute = {F: self._forward, B: self._backward, I: self._backward_input, W: self._backward_weight}
+        for inbox in self.inboxes.values():
+            inbox.top_up()
+
+    # --- data movement ----------------------------------------------------------------------------------------
+    def receive(self, key: Message) -> Tensor:
+        rt = self.rt
+        src = rt.plan.source(key)
+        if src == rt.rank:
+            return self.local.pop(key)
+        pending = self.inboxes[src].take(key)
+        before = rt.clock.mark()
+        tensor = pending.wait()
+        self.record.comm.append(("recv", src, rt.plan.producer[key], before, rt.clock.mark()))
+        return tensor
+
+    def deliver(self, key: Message, tensor: Tensor | None, action: Action) -> None:
+        rt = self.rt
+        if tensor is None:
+            raise RuntimeError(f"rank {rt.rank}: {action} produced no tensor for {key}")
+        dst = rt.plan.destination(key)
+        if dst == rt.rank:
+            self.local[key] = tensor
+            return
+        self.sends.append((rt.transport.isend(tensor, dst, tag=rt._send_tag[key]), dst, action))
+
+    def reap_sends(self) -> None:
+        """Drop sends that have completed, so their tensors can be freed; never blocks."""
+        self.sends = [entry for entry in self.sends if not entry[0].is_completed()]
+
+    def track(self, action: Action) -> None:
+        """Stashed bytes after `action`, by pipesim's liveness rules (the simulator's memory metrics use the same)."""
+        self.stash_now += int(stash_change(action.kind, self._stash_sizes(action.stage))[1])
+        self.record.peak_stash_bytes = max(self.record.peak_stash_bytes, self.stash_now)
+
+    # --- actions ----------------------------------------------------------------------------------------------
+    def run(self, action: Action) -> None:
+        """Wait for the input, compute, hand the result on. The span is the action's own work: the compute, and
+        where ranks share a GPU (staged) the copies of its input from host memory and of its output to host
+        memory, which occupy the rank's stream as the compute does (the link then carries the host-to-host part
+        alone: each copy is counted once, in the span of the action it serves). It starts once the input is
+        here and ends before the send is posted, so a consumer always starts after its producer ended."""
+        rt = self.rt
+        for inbox in self.inboxes.values():
+            inbox.top_up()
+        if self.sends:
+            self.reap_sends()
+        if rt.grad_sync is not None:
+            rt.grad_sync.poll(rt.clock)
+        key = needed_message(action, rt.schedule.num_stages)
+        received = self.receive(key) if key is not None else None
+        start = rt.clock.mark()
+        if key is not None and rt.plan.source(key) != rt.rank:
+            received = rt.transport.to_compute(received)
+        produced = self._compute[action.kind](action, received)
+        out_key = produced_message(action, rt.schedule.num_stages)
+        if out_key is not None and produced is not None and rt.plan.destination(out_key) != rt.rank:
+            produced = rt.transport.to_wire(produced)
+        self.record.spans.append((action, start, rt.clock.mark()))
+        if out_key is not None:
+            self.deliver(out_key, produced, action)
+        if rt.grad_sync is not None:  # after the hand-over: the next stage's work must not wait for it
+            rt.grad_sync.after(action, rt.clock)
+
+    def _stash_sizes(self, stage: int) -> StashSizes:
+        """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""
+        activation, weight, inputs = self.rt.stash_bytes.get(stage, (0, 0, 0))
+        stash = inputs if self.rt.runners[stage].recompute else activation
+        return StashSizes(stash, min(weight, stash))
+
+    def _forward(self, action: Action, received: Tensor | None) -> Tensor | None:
+        stage, mb = action.stage, action.microbatch
+        runner = self.rt.runners[stage]
+        x = received if received is not None else self.inputs[mb]
+        target = self.targets[mb] if runner.is_last else None
+        out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
+        self.stashes[(stage, mb)] = stash
+        self.track(action)
+        if runner.is_last:
+            self.losses.append(out)
+            return None
+        return out
+
+    def _backward(self, action: Action, received: Tensor | None) -> Tensor | None:
+        stage, mb = action.stage, action.microbatch
+        grad = self.rt.runners[stage].backward(self.stashes.pop((stage, mb)), received)
+        self.track(action)
+        return grad
+
+    def _backward_input(self, action: Action, received: Tensor | None) -> Tensor | None:
+        stage, mb = action.stage, action.microbatch
+        grad, work = self.rt.runners[stage].backward_input(self.stashes.pop((stage, mb)), received)
+        self.weight_work[(stage, mb)] = work
+        self.track(action)
+        return grad
+
+    def _backward_weight(self, action: Action, received: Tensor | None) -> None:
+        self.rt.runners[action.stage].backward_weight(self.weight_work.pop((action.stage, action.microbatch)))
+        self.track(action)
+        return None
+
+    # --- end of step ------------------------------------------------------------------------------------------
+    def finish(self) -> None:
+        rt = self.rt
+        for handle, dst, action in self.sends:
+            before = rt.clock.mark()
+            handle.wait()
+            self.record.comm.append(("send", dst, action, before, rt.clock.mark()))
+        self.sends.clear()
+        if rt.grad_sync is not None:  # every all-reduce of the step, before the optimizer
+            rt.grad_sync.finish(rt.clock, self.record.comm)
+        for inbox in self.inboxes.values():
+            inbox.check_done()
+        if self.local or self.stashes or self.weight_work:
+            raise RuntimeError(
+                f"rank {rt.rank}: step ended with unconsumed work: hand-overs {sorted(self.local)}, "
+                f"stashes {sorted(self.stashes)}, pending W {sorted(self.weight_work)}"
+            )
+        if self.losses:
+            self.record.loss = torch.stack(self.losses).sum()
+
+
+# --- building a rank's share of the model ------------------------------------------------------------------
+
+
+@dataclass
+class RankModel:
+    """This rank's stages, the boundary shapes of all stages, and per-stage stash sizes."""
+
+    runners: dict[int, StageRunner]
+    shapes: list[tuple[torch.Size, torch.Size]]
+    stash_bytes: dict[int, tuple[int, int, int]]
+    make_batch: Any = None  # (batch_size, seed, step) -> (inputs, targets): pipesim_executor.model.model_parts' maker
+    wire_dtype: torch.dtype = torch.float32  # of the tensors that cross between ranks
+    split_points: tuple[int, ...] = ()  # where each stage after the first starts (unit indices)
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [p for stage in sorted(self.runners) for p in self.runners[stage].parameters()]
+
+
+def build_rank_model(
+    schedule: Schedule,
+    model_config: ModelConfig,
+    *,
+    seed: int,
+    microbatch_size: int,
+    rank: int,
+    device: torch.device,
+    recompute: bool = False,
+    dtype: str = "fp32",
+) -> RankModel:
+    """Build the full layer list (same weights on every rank), keep this rank's stages, move them to `device`.
+
+    dtype "bf16": the stages compute under autocast and hand bfloat16 tensors to other ranks
+    (pipesim_executor.stage)."""
+    from pipesim_executor.rank.model import model_parts, split_stages, stage_io_shapes, stage_starts
+    from pipesim_executor.rank.stage import measure_stash_bytes, tensor_bytes
+
+    layers, make_batch, loss = model_parts(model_config, seed)
+    starts = stage_starts(layers, schedule.num_stages, model_config.split_points)
+    stages = split_stages(layers, schedule.num_stages, starts)
+    shapes = stage_io_shapes(stages, model_config, microbatch_size, make_batch)
+    sample, target = make_batch(microbatch_size, seed, 0)
+    last = schedule.num_stages - 1
+    runners, stash_bytes = {}, {}
+    half = torch.bfloat16 if dtype == "bf16" else None
+    wire = half or torch.float32
+    for stage in schedule.stages_of_rank(rank):
+        module = stages[stage].to(device)
+        runner = StageRunner(
+            stage,
+            module,
+            stage == 0,
+            stage == last,
+            loss,
+            1.0 / schedule.num_microbatches,
+            recompute,
+            autocast_dtype=half,
+            wire_dtype=wire,
+        )
+        x = sample.to(device) if stage == 0 else torch.zeros(shapes[stage][0], device=device)
+        activation, weight = measure_stash_bytes(runner, x, target.to(device) if stage == last else None)
+        stash_bytes[stage] = (activation, weight, tensor_bytes(x))
+        runners[stage] = runner
+    del stages
+    return RankModel(runners, shapes, stash_bytes, make_batch, wire, starts)
+
+
+def microbatches(batch: Tensor, num_microbatches: int, device: torch.device) -> list[Tensor]:
+    return [chunk.to(device) for chunk in batch.chunk(num_microbatches)]

@@ -1,0 +1,182 @@
+"""One rank of a run, set up: its process groups, transport, stages, runtime, optimizer and clock.
+
+`setup` is the only place a rank is assembled; the worker's training loop, the profile phase
+(pipesim_executor.profile) and the side-by-side reference run all take the `Rank` it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+
+from pipesim.ir import Schedule
+from pipesim.semantics.lower import overlap_groups
+from pipesim_executor.config import OPTIMIZERS, SGD_MOMENTUM, RunConfig
+from pipesim_executor.rank.runtime import (
+    PipelineRuntime,
+    RankModel,
+    ahead_for,
+    build_rank_model,
+    microbatches,
+    schedule_links,
+)
+from pipesim_executor.rank.timing import CudaClock, HostClock, make_clock
+from pipesim_executor.rank.transport import BackendChoice, Transport, env_int, init_distributed, resolve_backend
+
+
+def make_optimizer(config: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """The run's optimizer over `params` (ours and torch's reference use this same factory)."""
+    return optimizer_for(config.training.optimizer, params, config.training.lr)
+
+
+def optimizer_for(name: str, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """The optimizer `name` (pipesim_executor.config.OPTIMIZERS) over `params`: the one mapping of the names the planner
+    prices (sgd, sgd-momentum, adam) onto torch's optimizers, which the profile times too."""
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=SGD_MOMENTUM)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
+
+
+@dataclass
+class Rank:
+    """Everything one rank holds for a run.
+
+    `rank` and `world_size` count processes (torchrun's RANK and WORLD_SIZE); with data parallelism process
+    `rank` is pipeline rank `pipe_rank` of replica `replica` (rank = replica x num_ranks + pipe_rank), and
+    replica 0's processes are 0..num_ranks-1.
+    """
+
+    config: RunConfig
+    schedule: Schedule
+    rank: int
+    world_size: int
+    choice: BackendChoice
+    control: torch.distributed.ProcessGroup  # gloo group over all ranks
+    model: RankModel
+    runtime: PipelineRuntime
+    optimizer: torch.optim.Optimizer
+    clock: HostClock | CudaClock
+
+    @property
+    def num_ranks(self) -> int:
+        return self.schedule.num_ranks
+
+    @property
+    def pipe_rank(self) -> int:
+        return self.rank % self.schedule.num_ranks
+
+    @property
+    def replica(self) -> int:
+        return self.rank // self.schedule.num_ranks
+
+    @property
+    def overlap_groups(self) -> list[list[str]]:
+        """The schedule's overlapped groups (torch's OVERLAP_F_B), as action texts."""
+        return [[str(a) for a in group] for group in overlap_groups(self.schedule)]
+
+    def batch(self, step: int) -> tuple[list | None, list | None]:
+        """This step's microbatches: inputs where stage 0 lives, targets where the last stage lives.
+
+        With D replicas the step's global batch is batch_size x D rows and this replica takes its own
+        batch_size rows of it (D = 1: the batch itself)."""
+        stages = self.runtime.runners
+        if 0 not in stages and self.schedule.num_stages - 1 not in stages:
+            return None, None
+        training, replicas = self.config.training, self.config.pipeline.data_parallel
+        size = training.batch_size
+        inputs, targets = self.model.make_batch(size * replicas, training.seed, step)
+        if replicas > 1:
+            rows = slice(self.replica * size, (self.replica + 1) * size)
+            inputs, targets = inputs[rows], targets[rows]
+        m, device = self.config.pipeline.num_microbatches, self.choice.device
+        return (
+            microbatches(inputs, m, device) if 0 in stages else None,
+            microbatches(targets, m, device) if self.schedule.num_stages - 1 in stages else None,
+        )
+
+
+def data_parallel_groups(config: RunConfig, timeout_s: float) -> list:
+    """One group per pipeline rank over its replicas (created by every process, in one order)."""
+    ranks, replicas = config.pipeline.num_ranks, config.pipeline.data_parallel
+    timeout = timedelta(seconds=timeout_s)
+    return [
+        torch.distributed.new_group([d * ranks + p for d in range(replicas)], backend=None, timeout=timeout)
+        for p in range(ranks)
+    ]
+
+
+def setup(config: RunConfig, schedule: Schedule) -> Rank:
+    process, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
+    replicas = config.pipeline.data_parallel
+    if world != schedule.num_ranks * replicas or schedule.num_ranks != config.pipeline.num_ranks:
+        raise ValueError(
+            f"torchrun started {world} processes but the schedule has {schedule.num_ranks} ranks "
+            f"and the config {config.pipeline.num_ranks} ranks x {replicas} replicas"
+        )
+    rank, replica = process % schedule.num_ranks, process // schedule.num_ranks
+    if schedule.num_microbatches != config.pipeline.num_microbatches:
+        raise ValueError(
+            f"the schedule has {schedule.num_microbatches} microbatches, the config {config.pipeline.num_microbatches}"
+        )
+    local_world, local_rank = env_int("LOCAL_WORLD_SIZE", world), env_int("LOCAL_RANK", process)
+    choice = resolve_backend(config.devices.device, config.devices.backend, local_world, local_rank)
+    control = init_distributed(choice, config.timeout_s)
+    transport = Transport(
+        choice,
+        rank,
+        schedule_links(schedule),
+        config.timeout_s,
+        replicas=replicas,
+        replica=replica,
+        ranks=schedule.num_ranks,
+    )
+    transport.warm_up()
+    model = build_rank_model(
+        schedule,
+        config.model,
+        seed=config.training.seed,
+        microbatch_size=config.microbatch_size,
+        rank=rank,
+        device=choice.device,
+        recompute=config.training.recompute,
+        dtype=config.training.dtype,
+    )
+    sync = None
+    if replicas > 1:
+        from pipesim_executor.rank.grad_sync import GradSync
+
+        group = data_parallel_groups(config, config.timeout_s)[rank]
+        torch.distributed.all_reduce(torch.zeros(1, device=choice.device), group=group)  # connect before timing
+        sync = GradSync(schedule, rank, model.runners, group, replicas)
+    clock = make_clock(choice.device)
+    runtime = PipelineRuntime(
+        schedule,
+        rank,
+        model.runners,
+        model.shapes,
+        transport,
+        clock,
+        dtype=model.wire_dtype,
+        stash_bytes=model.stash_bytes,
+        grad_sync=sync,
+        label_actions=config.training.torch_profile,
+        lookahead=ahead_for(choice.transport),
+    )
+    return Rank(
+        config,
+        schedule,
+        process,
+        world,
+        choice,
+        control,
+        model,
+        runtime,
+        make_optimizer(config, model.parameters()),
+        clock,
+    )

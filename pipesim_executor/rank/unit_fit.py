@@ -1,0 +1,221 @@
+"""`executor profile`'s fits, on rank 0: every process's measurements (pipesim_executor.rank.unit_profile) into one unit
+profile (pipesim.cost.profile.UnitProfile): medians over the processes, the constants a cut stage pays at its
+start and its end (least squares), each optimizer's fixed and per-byte time, the dispatch gap and the tail from the
+in-situ steps, and the in-situ factor of every kind (what real steps of the runtime took against the profile's own
+price of the same stages).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+from dataclasses import asdict, replace
+from typing import Any
+
+import torch
+
+from pipesim.cost.profile import (
+    BYTE_KINDS,
+    TIME_KINDS,
+    ActionConstants,
+    InSituTerms,
+    ProfiledUnit,
+    SizeCurve,
+    UnitProfile,
+)
+from pipesim.cost.runtime import OptimizerTime
+from pipesim_executor.config import RunConfig
+from pipesim_executor.rank.calibrate import full_speed_durations
+from pipesim_executor.rank.profile import link_cost
+from pipesim_executor.rank.setup import Rank
+from pipesim_executor.rank.unit_timing import KINDS
+
+# The in-situ steps, one schedule per class (pipesim.cost.profile.IN_SITU_CLASSES), each plain and recomputing:
+# (schedule, chunks per rank) -> its class.
+IN_SITU = {
+    ("1f1b", 1): "plain",
+    ("zb-h1", 1): "split",
+    ("interleaved-1f1b", 2): "plain-chunked",
+    ("zbv", 2): "split-chunked",
+}
+# Which profile kind each action kind of an in-situ step is timed against, by (split backward, recomputation).
+IN_SITU_KINDS = {
+    (False, False): {"F": "forward_ms", "B": "backward_ms"},
+    (True, False): {"F": "forward_split_ms", "I": "input_ms", "W": "weight_ms"},
+    (False, True): {"F": "forward_recompute_ms", "B": "backward_recompute_ms"},
+    (True, True): {"F": "forward_recompute_ms", "I": "input_recompute_ms", "W": "weight_ms"},
+}
+CALIBRATION_STEPS = 8  # in-situ steps per size and schedule (the first is dropped)
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def fit_optimizer(points: list[tuple[float, float]]) -> OptimizerTime:
+    """Least squares of time against parameter bytes (fixed + per byte), both clamped at 0."""
+    if len(points) == 1 or len({b for b, _ in points}) == 1:
+        return OptimizerTime(0.0, max(0.0, _median([t for _, t in points]) / max(points[0][0], 1.0)))
+    n = len(points)
+    mean_b, mean_t = sum(b for b, _ in points) / n, sum(t for _, t in points) / n
+    sxx = sum((b - mean_b) ** 2 for b, _ in points)
+    slope = max(0.0, sum((b - mean_b) * (t - mean_t) for b, t in points) / sxx)
+    return OptimizerTime(max(0.0, mean_t - slope * mean_b), slope)
+
+
+def fit_cuts(rows: list[tuple[bool, bool, float]]) -> tuple[float, float, float]:
+    """(at a cut start, at a cut end, RMS residual) of residual = start x [cut at the start] + end x [cut at the
+    end], least squares over the measured stages (each a row: cut at its start, cut at its end, its time less its
+    units' shares)."""
+    ss = sum(1 for s, _, _ in rows if s)
+    ee = sum(1 for _, e, _ in rows if e)
+    se = sum(1 for s, e, _ in rows if s and e)
+    sd = sum(d for s, _, d in rows if s)
+    ed = sum(d for _, e, d in rows if e)
+    det = ss * ee - se * se
+    if det == 0:  # one kind of cut only: one constant for both
+        both = _median([d / max(1, s + e) for s, e, d in rows if s or e])
+        start, end = both, both
+    else:
+        start, end = (sd * ee - ed * se) / det, (ed * ss - sd * se) / det
+    residuals = [d - start * s - end * e for s, e, d in rows]
+    return start, end, (sum(r * r for r in residuals) / len(residuals)) ** 0.5 if residuals else 0.0
+
+
+def assemble(
+    config: RunConfig, request: dict[str, Any], everyone: list[dict[str, Any]], r: Rank, slots: int | None
+) -> UnitProfile:
+    """Rank 0: the medians over the processes, the fits, the in-situ terms and the provenance."""
+    sizes = request["sizes"]
+    first = everyone[0]
+    n = len(first["shares"][sizes[0]]["forward_ms"])
+    shares = {
+        s: {k: [_median([e["shares"][s][k][u] for e in everyone]) for u in range(n)] for k in KINDS} for s in sizes
+    }
+    stage_ms = {
+        s: [(a, b, {k: _median([e["stages"][s][i][2][k] for e in everyone]) for k in KINDS})
+            for i, (a, b, _) in enumerate(first["stages"][s])]
+        for s in sizes
+    }  # fmt: skip
+    start, end, spread = {}, {}, {}
+    for kind in KINDS:
+        rows = [
+            ((a > 0), (b < n), times[kind] - sum(shares[s][kind][a:b])) for s in sizes for a, b, times in stage_ms[s]
+        ]
+        start[kind], end[kind], spread[kind] = fit_cuts(rows)
+    action = ActionConstants(start, end)
+    optimizers = {
+        name: fit_optimizer([p for e in everyone for p in e["optimizers"][name]]) for name in request["optimizers"]
+    }
+    own = optimizers[config.training.optimizer]
+    calibrations = [(key, c) for e in everyone[: r.num_ranks] for key, c in e["calibration"].items()]
+
+    def runtime_of(chosen: list[dict[str, Any]]) -> tuple[float, float]:
+        """(dispatch gap, tail less the optimizer's step): medians over the chosen in-situ steps' ranks."""
+        tails = [c["tail_ms"] - own.step_ms(c["param_bytes"]) for c in chosen]
+        return _median([c["dispatch_ms"] for c in chosen]), max(0.0, _median(tails))
+
+    dispatch, tail = runtime_of([c for _, c in calibrations])
+    links = {int(b): m for e in everyone for b, m in e["links"].items()}
+    bytes_ = first["bytes"]
+    units = []
+    for u in range(n):
+        curves = {k: SizeCurve(tuple(sizes), tuple(max(0.0, shares[s][k][u]) for s in sizes)) for k in TIME_KINDS}
+        curves.update({k: SizeCurve(tuple(sizes), tuple(bytes_[s][u][k] for s in sizes)) for k in BYTE_KINDS})
+        units.append(ProfiledUnit(first["names"][u], bytes_[sizes[0]][u]["param_bytes"], curves))
+    profile = UnitProfile(
+        units=tuple(units), microbatch_sizes=tuple(sizes), action=action, dispatch_ms=dispatch, tail_ms=tail,
+        optimizers=optimizers, link=link_cost(links.get(0)), core_slots=slots,
+        model=asdict(config.model),
+        stages={(s, a, b): times for s in sizes for a, b, times in stage_ms[s]},
+    )  # fmt: skip
+    scales, ratios = in_situ_scales(profile, everyone, r, slots or r.world_size)
+    in_situ = {}
+    for name in scales:
+        chosen = [c for key, c in calibrations if IN_SITU[key[1:3]] == name]
+        in_situ[name] = InSituTerms(*runtime_of(chosen), scales[name])
+    profile = replace(profile, in_situ=in_situ)
+    provenance = {
+        "source": "python -m executor profile",
+        "model": config.model.spec or config.model.kind,
+        "device": r.choice.device.type,
+        "backend": r.choice.transport,
+        "dtype": config.training.dtype,
+        "processes": r.world_size,
+        "threads_per_process": torch.get_num_threads(),
+        "repeats": request["repeats"],
+        "host": socket.gethostname(),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "torch_version": torch.__version__,
+        "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "links": "a ping-pong between ranks 0 and 1 through the run's own transport (tiny and real tensor)",
+        "action_constants": {"rms_residual_ms": spread},
+        "in_situ": {
+            "steps": ", ".join(f"{name} ({v} chunks per rank)" for name, v in IN_SITU)
+            + f", each plain and recomputing, on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches "
+            f"at every size, {CALIBRATION_STEPS - 1} steps each",
+            "ratios": ratios,
+            "dispatch_ms": [[*key, c["dispatch_ms"]] for key, c in calibrations],
+            "tail_ms": [[*key, c["tail_ms"]] for key, c in calibrations],
+        },
+        "process_spread": _process_spread(everyone, sizes, n),
+    }
+    return replace(profile, provenance=provenance)
+
+
+def in_situ_scales(
+    profile: UnitProfile, everyone: list[dict[str, Any]], r: Rank, slots: int
+) -> tuple[dict[str, dict[str, SizeCurve]], list[dict[str, Any]]]:
+    """Per class of schedule, profile kind and profiled size, the median over its in-situ steps' stages of (in-situ
+    duration / what the profile prices the same stage at, `UnitProfile.stage_kinds` before any scaling); and every
+    ratio, for the provenance. When the processes outnumber the cores, the in-situ durations are first turned into
+    full-speed work (pipesim_executor.rank.calibrate.full_speed_durations), as the simulation shares the cores
+    itself."""
+    rows = []
+    for key, summary in everyone[0]["calibration"].items():
+        size, name, chunks, recompute, split = key
+        kinds = IN_SITU_KINDS[(split, recompute)]
+        bounds = [0, *summary["split_points"], len(profile.units)]
+        if slots < r.world_size:
+            durations = full_speed_durations([e["calibration"][key]["spans"] for e in everyone], slots)
+        else:
+            durations = {}
+            for e in everyone[: r.num_ranks]:
+                durations.update(e["calibration"][key]["durations_ms"])
+        for stage, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            predicted = profile.stage_kinds(size, a, b)
+            for kind, measured in (durations.get(str(stage)) or {}).items():
+                target = kinds.get(kind)
+                if target is not None and predicted[target] > 0:
+                    rows.append({"class": IN_SITU[(name, chunks)], "schedule": name, "recompute": recompute,
+                                 "size": size, "stage": stage, "kind": target,
+                                 "ratio": measured / predicted[target]})  # fmt: skip
+    grouped: dict[str, dict[str, dict[int, list[float]]]] = {}
+    for row in rows:
+        grouped.setdefault(row["class"], {}).setdefault(row["kind"], {}).setdefault(row["size"], []).append(
+            row["ratio"]
+        )
+    sizes = profile.microbatch_sizes
+    scales: dict[str, dict[str, SizeCurve]] = {}
+    for name, kinds in grouped.items():
+        for kind, by_size in kinds.items():
+            overall = _median([ratio for values in by_size.values() for ratio in values])
+            factors = tuple(_median(by_size[s]) if s in by_size else overall for s in sizes)
+            scales.setdefault(name, {})[kind] = SizeCurve(sizes, factors)
+    return scales, rows
+
+
+def _process_spread(everyone: list[dict[str, Any]], sizes: list[int], n: int) -> float | None:
+    """How much the processes disagreed on the units' F and B shares: the median relative spread (max - min over
+    the processes, over their mean) of the units that take at least a tenth of the mean unit's time."""
+    if len(everyone) < 2:
+        return None
+    spreads = []
+    for s in sizes:
+        for kind in ("forward_ms", "backward_ms"):
+            values = [[e["shares"][s][kind][u] for e in everyone] for u in range(n)]
+            mean_unit = sum(statistics.mean(v) for v in values) / n
+            spreads += [(max(v) - min(v)) / statistics.mean(v) for v in values if statistics.mean(v) > 0.1 * mean_unit]
+    return _median(spreads) if spreads else None

@@ -1,0 +1,292 @@
+"""`python -m executor profile`'s ranks: profile a model unit by unit and write a unit profile (pipesim.cost.profile).
+
+Usage (the launcher, pipesim_executor.host.unit_profile, starts it; never by hand):
+
+    python -m torch.distributed.run --nproc-per-node P -m pipesim_executor.rank.unit_profile --run-dir D
+
+Every one of the P processes (the ranks of the runs being planned, sharing this machine as they will) measures at
+once, so each sees the contention of the others (taking turns when they outnumber the cores):
+
+1. each unit's share of F, B, F with capture, I, W and recomputation's own F, B and I at every microbatch size asked
+   for; then the stages of the cuts the planner will pick (balanced over those shares), timed whole, which a plan
+   uses as they are and which fit the constants a cut stage pays at its start and its end
+   (pipesim_executor.rank.unit_timing, pipesim_executor.rank.unit_fit);
+2. each optimizer's step on several sets of parameters (fixed plus per-byte time);
+3. the link between ranks 0 and 1: a ping-pong through the run's own transport with a tiny and a real boundary
+   tensor (latency plus bandwidth, pipesim_executor.rank.profile.link_cost), as a run's profile measures it;
+4. in situ, at every size: real training steps through the executor's runtime (pipesim_executor.rank.calibrate, state
+   restored) of 1F1B and of ZB-H1 (I and W), plain and recomputing, on the P ranks: the dispatch gap before each
+   action and each rank's tail after its last (less its optimizer step, which is priced per parameter byte), and
+   per kind what an action took there against what the profile prices the same stage at (`in_situ_scale`:
+   actions in a pipeline run with colder caches than in a loop, a backward long after its forward).
+
+Rank 0 takes the median over the processes of every timing and writes D/cost.json (pipesim.io.cost_file, version
+2). Bytes are measured once (they are the same on every rank). Progress: `step` events of phase "profile".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import traceback
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipesim.cost.balance import balance
+from pipesim.cost.description import balance_units
+from pipesim.cost.model import StageCost
+from pipesim.cost.profile import (
+    action_costs,
+)
+from pipesim.io.cost_file import save_profile
+from pipesim.io.formats import read_json
+from pipesim.schedules import build_schedule, options_for
+from pipesim_executor.config import RunConfig
+from pipesim_executor.processes import exit_when_launcher_gone
+from pipesim_executor.progress import emit
+from pipesim_executor.rank.calibrate import calibrate
+from pipesim_executor.rank.model import model_parts, param_count
+from pipesim_executor.rank.profile import profile_links
+from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model
+from pipesim_executor.rank.setup import Rank, make_optimizer, optimizer_for, setup
+from pipesim_executor.rank.teardown import finish
+from pipesim_executor.rank.transport import env_int
+from pipesim_executor.rank.unit_fit import CALIBRATION_STEPS, IN_SITU, assemble
+from pipesim_executor.rank.unit_timing import (
+    KINDS,
+    Marks,
+    ModelParts,
+    medians,
+    optimizer_times,
+    stage_times,
+    unit_bytes,
+    unit_shares,
+)
+from pipesim_executor.run_files import COST_FILE, PROFILE_REQUEST_FILE
+
+MAX_CUT_STAGES = 4  # the constants are fitted from the model cut evenly into 2..this many stages
+ROUNDS = 3  # the repetitions of each size are spread over this many rounds of every measurement
+
+
+def read_request(run_dir: Path) -> dict[str, Any]:
+    """The launcher's request: microbatch sizes, optimizers, repetitions (checked there; trusted here)."""
+    request = read_json(run_dir / PROFILE_REQUEST_FILE)
+    return {"sizes": list(request["microbatch_sizes"]), "optimizers": list(request["optimizers"]),
+            "repeats": int(request["repeats"])}  # fmt: skip
+
+
+def core_slots(device: torch.device) -> int | None:
+    """How many ranks of this machine compute at full speed at once: CPU cores / threads per rank; on a GPU, None
+    (a device per rank) unless the GPUs are fewer than the ranks."""
+    if device.type != "cpu":
+        gpus = torch.cuda.device_count()
+        return gpus if 0 < gpus < env_int("LOCAL_WORLD_SIZE", 1) else None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, torch.get_num_threads()))
+
+
+def planned_splits(shares: dict[str, list[float]], num_stages: list[int]) -> dict[tuple[bool, int], tuple[int, ...]]:
+    """The split points the planner picks at this size, per (recomputation, number of stages): pipesim's balance of
+    the units' times (`pipesim.cost.description.balance_units` over the very costs a plan computes from this
+    profile's shares); the profile times their stages whole and runs its in-situ steps on them."""
+    n = len(shares["forward_ms"])
+    splits = {}
+    for recompute in (False, True):
+        units = [
+            StageCost(**action_costs({k: max(0.0, v[u]) for k, v in shares.items()}, False, recompute))
+            for u in range(n)
+        ]
+        for stages in num_stages:
+            if 1 <= stages <= n:
+                splits[(recompute, stages)] = tuple(balance_units(units, stages, recompute).split_points)
+    return splits
+
+
+def stages_of(splits: dict[tuple[bool, int], tuple[int, ...]], num_units: int) -> list[tuple[int, int]]:
+    """Every stage (first unit, the unit past the last) of the splits, once each, whole model left out."""
+    ranges = set()
+    for points in splits.values():
+        bounds = [0, *points, num_units]
+        ranges.update(zip(bounds, bounds[1:], strict=False))
+    ranges.discard((0, num_units))
+    return sorted(ranges)
+
+
+def variant(r: Rank, size: int, schedule_name: str, chunks: int, recompute: bool, points: tuple[int, ...]) -> Rank:
+    """The rank with its stages rebuilt for `schedule_name` (`chunks` stages per rank) on the same ranks and
+    microbatches, at microbatches of `size`, recomputing or not, cut at `points` (same transport and clock: `run`
+    set the transport up with every link these schedules use)."""
+    pipeline, training = r.config.pipeline, r.config.training
+    options = options_for(schedule_name, num_virtual_stages=chunks)
+    schedule = build_schedule(schedule_name, r.num_ranks, pipeline.num_microbatches, **options)
+    config = replace(
+        r.config,
+        pipeline=replace(pipeline, schedule=schedule_name, num_virtual_stages=options.get("num_virtual_stages")),
+        model=replace(r.config.model, split_points=points or None),
+        training=replace(training, batch_size=size * pipeline.num_microbatches, recompute=recompute),
+    )
+    model = build_rank_model(
+        schedule, config.model, seed=training.seed, microbatch_size=size, rank=r.pipe_rank,
+        device=r.choice.device, recompute=recompute, dtype=training.dtype,
+    )  # fmt: skip
+    runtime = PipelineRuntime(
+        schedule, r.pipe_rank, model.runners, model.shapes, r.runtime.transport, r.clock,
+        dtype=model.wire_dtype, stash_bytes=model.stash_bytes, lookahead=r.runtime.lookahead,
+    )  # fmt: skip
+    optimizer = make_optimizer(config, model.parameters())
+    return replace(r, config=config, schedule=schedule, model=model, runtime=runtime, optimizer=optimizer)
+
+
+class Progress:
+    """`step` events of phase "profile" over the parts this rank measures."""
+
+    def __init__(self, rank: int, parts: int) -> None:
+        self.rank, self.parts, self.done = rank, parts, 0
+
+    def advance(self, what: str) -> None:
+        emit("step", rank=self.rank, step=self.done, steps=self.parts, phase="profile", what=what)
+        self.done += 1
+
+
+def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
+    """This process's measurements (see the module docstring); collective where it must be."""
+    config, device = r.config, r.choice.device
+    sizes, repeats = request["sizes"], request["repeats"]
+    layers, make_batch, loss = model_parts(config.model, config.training.seed)
+    bf16 = config.training.dtype == "bf16"
+    parts = ModelParts(
+        [layer.to(device) for layer in layers], make_batch, loss, device, config.training.seed,
+        r.schedule.num_microbatches, torch.bfloat16 if bf16 else None, torch.bfloat16 if bf16 else torch.float32,
+    )  # fmt: skip
+    marks = Marks(device)
+    names = [type(layer).__name__ for layer in layers]
+    n = len(parts.layers)
+    progress = Progress(r.rank, 2 * len(sizes) + 2)
+    slots = core_slots(device) or r.world_size
+    cut_counts = sorted({2, 3, MAX_CUT_STAGES, r.num_ranks, 2 * r.num_ranks})
+    splits: dict[int, dict[tuple[bool, int], tuple[int, ...]]] = {}
+    mine: dict[str, Any] = {"shares": {}, "stages": {}, "bytes": {}, "optimizers": {}, "calibration": {}}
+    for size in sizes:
+        # 1. each unit's shares, every process in its turn (at most `slots` at once), in rounds: a burst of other
+        # work on the machine then falls on many measurements a little instead of on one of them whole
+        shares: dict[str, list[list[float]]] = {kind: [] for kind in KINDS}
+        for turn in range(-(-r.world_size // slots)):
+            if r.rank // slots == turn:
+                for _ in range(ROUNDS):
+                    for kind, samples in unit_shares(parts, size, -(-repeats // ROUNDS), marks).items():
+                        shares[kind] += samples
+            dist.barrier(group=r.control)
+        mine["shares"][size] = medians(shares)
+        everyone: list[Any] = [None] * r.world_size
+        dist.all_gather_object(everyone, mine["shares"][size], group=r.control)
+        common = {k: [_median([e[k][u] for e in everyone]) for u in range(n)] for k in KINDS}
+        # 2. the stages of the cuts the planner will pick, timed whole, the same way
+        splits[size] = planned_splits(common, cut_counts)
+        ranges = stages_of(splits[size], n)
+        stages: list[dict[str, list[float]]] = [{kind: [] for kind in KINDS} for _ in ranges]
+        for turn in range(-(-r.world_size // slots)):
+            if r.rank // slots == turn:
+                for _ in range(ROUNDS):
+                    for index, (a, b) in enumerate(ranges):
+                        for kind, samples in stage_times(parts, a, b, size, -(-repeats // ROUNDS), marks).items():
+                            stages[index][kind] += samples
+            dist.barrier(group=r.control)
+        mine["stages"][size] = [
+            (a, b, {k: statistics.median(v) for k, v in stages[i].items()}) for i, (a, b) in enumerate(ranges)
+        ]
+        if r.rank == 0:
+            mine["bytes"][size] = unit_bytes(parts, size)
+        progress.advance(f"units at microbatch size {size}")
+    groups = [[p for p in layer.parameters() if p.requires_grad] for layer in parts.layers]
+    halves = balance([float(param_count(layer)) for layer in parts.layers], min(2, n)).split_points
+    bound = halves[0] if halves else n
+    groups += [
+        [p for g in groups[:bound] for p in g],
+        [p for g in groups[bound:] for p in g],
+        [p for g in groups for p in g],
+    ]
+    for name in request["optimizers"]:
+        mine["optimizers"][name] = optimizer_times(
+            lambda params, name=name: optimizer_for(name, params, config.training.lr), groups, repeats, marks
+        )
+    progress.advance("optimizers")
+    del parts, layers
+    mine["links"] = profile_links(r, repeats) if r.world_size > 1 else {}
+    progress.advance("link")
+    shared = slots < r.world_size
+    for size in sizes:
+        for (name, chunks), _ in IN_SITU.items():
+            for recompute in (False, True):
+                points = splits[size].get((recompute, r.num_ranks * chunks))
+                try:
+                    if points is None:
+                        raise ValueError("more stages than units")
+                    sized = variant(r, size, name, chunks, recompute, points)
+                except ValueError:  # a schedule this many ranks or units cannot build: its class falls back
+                    continue
+                summary = calibrate(sized, CALIBRATION_STEPS)
+                if not shared:  # the spans serve only to turn shared-core durations into full-speed work
+                    summary.pop("spans", None)
+                summary["param_bytes"] = float(sum(p.numel() * p.element_size() for p in sized.model.parameters()))
+                summary["split_points"] = list(sized.model.split_points)
+                key = (size, name, chunks, recompute, sized.schedule.uses_split_backward)
+                mine["calibration"][key] = summary
+                del sized
+        progress.advance(f"in-situ steps at microbatch size {size}")
+    mine["names"] = names
+    return mine
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def run(run_dir: Path) -> None:
+    config = RunConfig.from_dict(read_json(run_dir / "config.json"))
+    request = read_request(run_dir)
+    pipeline = config.pipeline
+    # Set up on the schedule with every link the in-situ schedules use (interleaved: each neighbour both ways, and
+    # the last rank to the first); one rank has no links.
+    name = "interleaved-1f1b" if pipeline.num_ranks > 1 else pipeline.schedule
+    options = options_for(name, num_virtual_stages=2)
+    schedule = build_schedule(name, pipeline.num_ranks, pipeline.num_microbatches, **options)
+    config = replace(
+        config, pipeline=replace(pipeline, schedule=name, num_virtual_stages=options.get("num_virtual_stages"))
+    )
+    exit_when_launcher_gone()  # the whole profile is "before training": a launcher gone ends the rank
+    r = setup(config, schedule)
+    emit("started", rank=r.rank, backend=r.choice.transport, device=str(r.choice.device))
+    mine = measure(r, request)
+    gathered: list[Any] | None = [None] * r.world_size if r.rank == 0 else None
+    dist.gather_object(mine, gathered, dst=0, group=r.control)
+    if r.rank == 0:
+        assert gathered is not None
+        profile = assemble(config, request, gathered, r, core_slots(r.choice.device))
+        save_profile(profile, run_dir / COST_FILE)
+    dist.barrier(group=r.control)
+    emit("done", rank=r.rank)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipesim_executor.rank.unit_profile", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--run-dir", required=True, type=Path, help="the profile's folder (config and request)")
+    parser.add_argument("--launch-node", type=int, default=0, help="this node's rank (names the launch's processes)")
+    args = parser.parse_args(argv)
+    try:
+        run(args.run_dir)
+    except Exception as error:  # report, then fail this rank; torchrun ends the others
+        emit("error", rank=env_int("RANK", 0), message=f"{type(error).__name__}: {error}")
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    finish(main)
