@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pipesim.cost.collectives import DataParallelGroup
 from pipesim.cost.links import LinkCost
@@ -31,8 +31,14 @@ from pipesim.cost.runtime import RankRuntime
 from pipesim.cost.stage import StageCost, piece
 from pipesim.ir import ActionKind, CommKind, Schedule
 
-if TYPE_CHECKING:  # a cost model remembers the description it came from; the description builds cost models
-    from pipesim.cost.description import ModelDescription
+
+class StageRecutter(Protocol):
+    """What a cost model keeps of the description it came from: a way to cut the model into any number of stages
+    (`ModelDescription` is one). A protocol, not the class, because the description builds cost models: naming it
+    here would make each module import the other."""
+
+    def to_cost_model(self, num_stages: int, recompute: bool = False) -> CostModel: ...
+
 
 __all__ = ["CostModel", "DataParallelGroup", "LinkCost", "Provenance", "RankRuntime", "StageCost"]
 
@@ -44,7 +50,7 @@ class Provenance:
     and `meta`: what was measured, where; nothing reads meta to compute."""
 
     source: str = "uniform"
-    description: ModelDescription | None = None
+    description: StageRecutter | None = None
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -123,7 +129,7 @@ class CostModel:
         return self.provenance.source
 
     @property
-    def description(self) -> ModelDescription | None:
+    def description(self) -> StageRecutter | None:
         return self.provenance.description
 
     @property

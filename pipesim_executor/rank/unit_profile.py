@@ -26,10 +26,8 @@ Rank 0 takes the median over the processes of every timing and writes D/cost.jso
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +48,7 @@ from pipesim_executor.config import RunConfig
 from pipesim_executor.processes import exit_when_launcher_gone
 from pipesim_executor.progress import emit
 from pipesim_executor.rank.calibrate import calibrate
+from pipesim_executor.rank.entry import rank_main
 from pipesim_executor.rank.model import model_parts, param_count
 from pipesim_executor.rank.profile import profile_links
 from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model
@@ -273,19 +272,13 @@ def run(run_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipesim_executor.rank.unit_profile", description=__doc__.splitlines()[0]
+    return rank_main(
+        run,
+        "python -m pipesim_executor.rank.unit_profile",
+        __doc__.splitlines()[0],
+        "the profile's folder (config and request)",
+        argv,
     )
-    parser.add_argument("--run-dir", required=True, type=Path, help="the profile's folder (config and request)")
-    parser.add_argument("--launch-node", type=int, default=0, help="this node's rank (names the launch's processes)")
-    args = parser.parse_args(argv)
-    try:
-        run(args.run_dir)
-    except Exception as error:  # report, then fail this rank; torchrun ends the others
-        emit("error", rank=env_int("RANK", 0), message=f"{type(error).__name__}: {error}")
-        traceback.print_exc()
-        return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -30,21 +30,19 @@ trace of the measured steps (see pipesim_executor.torch_profile).
 
 from __future__ import annotations
 
-import argparse
 import time
-import traceback
 from pathlib import Path
 
 from pipesim.io.formats import read_json, schedule_from_dict
 from pipesim_executor.config import RunConfig
 from pipesim_executor.processes import exit_when_launcher_gone
 from pipesim_executor.progress import emit
+from pipesim_executor.rank.entry import rank_main
 from pipesim_executor.rank.setup import setup
 from pipesim_executor.rank.teardown import finish
 from pipesim_executor.rank.timing import estimate_clock_offsets
 from pipesim_executor.rank.torch_profile import trace_path
 from pipesim_executor.rank.train_loop import train, write_measured
-from pipesim_executor.rank.transport import env_int
 
 
 def run(run_dir: Path) -> None:
@@ -67,17 +65,13 @@ def run(run_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipesim_executor.worker", description=__doc__.splitlines()[0])
-    parser.add_argument("--run-dir", required=True, type=Path, help="run folder with config.json and schedule.json")
-    parser.add_argument("--launch-node", type=int, default=0, help="this node's rank (names the launch's processes)")
-    args = parser.parse_args(argv)
-    try:
-        run(args.run_dir)
-    except Exception as error:  # report, then fail this rank; torchrun ends the others
-        emit("error", rank=env_int("RANK", 0), message=f"{type(error).__name__}: {error}")
-        traceback.print_exc()
-        return 1
-    return 0
+    return rank_main(
+        run,
+        "python -m pipesim_executor.rank.worker",
+        __doc__.splitlines()[0],
+        "run folder with config.json and schedule.json",
+        argv,
+    )
 
 
 if __name__ == "__main__":
