@@ -3,17 +3,17 @@
 Two representations, for two jobs:
 
 * `dependencies` - flat Python lists indexed by action id. The simulator
-  (`pipesim.simulate`), deadlock detection and the critical path run on it:
+  (`pipesim.sim.simulate`), deadlock detection and the critical path run on it:
   schedules of 10^5 actions are swept in well under a second, which networkx
   cannot do.
 * `build_dag` - a networkx DiGraph for people and charts (nodes are
   `Action`s with attributes, edges say "data" or "order").
 
-Data edges are the producers of `pipesim.lower` (the one statement of what
+Data edges are the producers of `pipesim.semantics.lower` (the one statement of what
 an action needs). Order edges join consecutive actions of a rank. A cycle is
 a deadlock. Where a schedule states its transfers (torch's compute_comms
 order), a cross-rank edge starts at the sender's last action before the
-SEND (`pipesim.lower.send_gates`), and an overlapped group waits for every
+SEND (`pipesim.semantics.lower.send_gates`), and an overlapped group waits for every
 member's inputs before it starts (`Dependencies.joined`).
 """
 
@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING
 
 from pipesim._perf import paused_gc
 from pipesim.ir import Action, Schedule
-from pipesim.semantics.lower import overlap_groups, produced_message, producer_ids, producers_of, send_gates
+from pipesim.semantics.lower import (
+    overlap_groups,
+    produced_message,
+    producer_ids,
+    producers_of,
+    send_gates,
+    transfers_of,
+)
 from pipesim.semantics.validate import ScheduleError
 
 if TYPE_CHECKING:  # a cost only labels the figure's nodes and edges; a timeline only places them
@@ -188,8 +195,7 @@ def _raise_missing(
 
 def _send_text(producer: Action, num_stages: int) -> str:
     """The SEND that moves `producer`'s output, in torch's text form (2SEND_F0, 3SEND_B1)."""
-    message = produced_message(producer, num_stages)
-    return f"{producer.stage}SEND_{'F' if message.what == 'act' else 'B'}{producer.microbatch}"
+    return str(transfers_of(produced_message(producer, num_stages))[0])
 
 
 @paused_gc()

@@ -2,11 +2,11 @@
 
 A `Schedule` only lists each rank's actions. Everything that follows from it is lowered here, as pure
 functions of the schedule, and read by every consumer: the dependency graph and the simulator
-(`pipesim.dag`, `pipesim.simulate`), the memory metrics (`pipesim.timeline`) and the executor's runtime,
+(`pipesim.semantics.dag`, `pipesim.sim.simulate`), the memory metrics (`pipesim.sim.memory`) and the executor's runtime,
 which moves exactly the messages of `comm_plan` in exactly its order. This is the role of
 torch.distributed.pipelining's `_add_send_recv` pass: communication made explicit, then trusted.
 
-The rules:
+The rules (what crosses a rank is the table `CROSSINGS`; messages and dependencies are both read off it):
 
 * F(s, m) needs the activation that F(s-1, m) produces (stage 0 reads the microbatch).
 * The first backward of (s, m), B or I, needs F(s, m)'s stash on its own rank and the gradient that the first
@@ -23,7 +23,7 @@ torch's full order (`Schedule.order`, read from its compute_comms CSV) adds, whe
   ends: the consumer waits for the last compute action before the SEND (`send_gates`), plus the transfer.
   A SEND placed after work that waits on the peer therefore deadlocks, and the cycle names that work.
 * A RECV is posted where it stands and waited on by the action that needs it (torch's runtime: `irecv` at
-  RECV, wait at the compute), so its place only has to come before that action (`pipesim.validate`).
+  RECV, wait at the compute), so its place only has to come before that action (`pipesim.semantics.validate`).
 * An overlapped group (OVERLAP_F_B) starts when every member's inputs are in, and runs as one.
 * UNSHARD, RESHARD and REDUCE_GRAD occupy their rank for their collective's time (`collectives_before`).
 
@@ -54,47 +54,75 @@ class Message(NamedTuple):
     microbatch: int
 
 
-# --- the rules, one action at a time ------------------------------------------------------------------------
+# --- the rules, one table -----------------------------------------------------------------------------------
+
+
+class Crossing(NamedTuple):
+    """One tensor that passes from a stage to its neighbour, for every microbatch: the single statement of what
+    crosses a rank. Messages (`produced_message`, `needed_message`, `comm_plan`: what the executor moves) and
+    dependencies (`producers_of`, `producer_ids`: what the simulator, planner and synthesizer wait for) are
+    both read off this table, so the two cannot disagree.
+
+    `step` is the consumer's stage minus the producer's; `producers` are the kinds on the producing stage that
+    hand it on, as alternatives in order of preference (B, or I when the backward is split); `consumers` the
+    kinds that need it; `send` and `recv` torch's transfers that move it.
+    """
+
+    what: str
+    step: int
+    producers: tuple[ActionKind, ...]
+    consumers: tuple[ActionKind, ...]
+    send: CommKind
+    recv: CommKind
+
+
+CROSSINGS: tuple[Crossing, ...] = (
+    Crossing(ACT, +1, (F,), (F,), CommKind.SEND_F, CommKind.RECV_F),  # F's output feeds the next stage's F
+    Crossing(GRAD, -1, (B, I), (B, I), CommKind.SEND_B, CommKind.RECV_B),  # the first backward's input gradient
+)
+# What an action needs from its own stage (its rank): each entry is one need, as its alternatives.
+LOCAL_NEEDS: dict[ActionKind, tuple[tuple[ActionKind, ...], ...]] = {B: ((F,),), I: ((F,),), W: ((I,),)}
+
+_BY_WHAT = {c.what: c for c in CROSSINGS}
+_PRODUCES = {kind: c for c in CROSSINGS for kind in c.producers}
+_NEEDS = {kind: c for c in CROSSINGS for kind in c.consumers}
+_BY_TRANSFER = {kind: c for c in CROSSINGS for kind in (c.send, c.recv)}
 
 
 def produced_message(action: Action, num_stages: int) -> Message | None:
     """The tensor `action` hands on: F's output to the next stage, a first backward's input gradient back."""
     stage, kind, mb = action
-    if kind is F and stage < num_stages - 1:
-        return Message(ACT, stage + 1, mb)
-    if (kind is B or kind is I) and stage > 0:
-        return Message(GRAD, stage - 1, mb)
+    crossing = _PRODUCES.get(kind)
+    if crossing is not None and 0 <= stage + crossing.step < num_stages:
+        return Message(crossing.what, stage + crossing.step, mb)
     return None
 
 
 def needed_message(action: Action, num_stages: int) -> Message | None:
     """The tensor `action` needs from another stage before it can start."""
     stage, kind, mb = action
-    if kind is F and stage > 0:
-        return Message(ACT, stage, mb)
-    if (kind is B or kind is I) and stage < num_stages - 1:
-        return Message(GRAD, stage, mb)
+    crossing = _NEEDS.get(kind)
+    if crossing is not None and 0 <= stage - crossing.step < num_stages:
+        return Message(crossing.what, stage, mb)
     return None
 
 
 def producer_stage(message: Message) -> int:
     """The stage whose action produces `message`."""
-    return message.stage - 1 if message.what == ACT else message.stage + 1
+    return message.stage - _BY_WHAT[message.what].step
 
 
 def producers_of(action: Action, num_stages: int) -> list[tuple[Action, ...]]:
-    """The producers `action` needs, each as its alternatives (B or I of the next stage start the gradient).
+    """The producers `action` needs, each as its alternatives: its own stage's first, the message's last.
 
     The readable form of the rules; `producer_ids` is the same rules over a whole schedule at list speed.
     """
     stage, kind, mb = action
-    if kind is F:
-        return [(Action(stage - 1, F, mb),)] if stage else []
-    if kind is W:
-        return [(Action(stage, I, mb),)]
-    needs: list[tuple[Action, ...]] = [(Action(stage, F, mb),)]
-    if stage < num_stages - 1:
-        needs.append((Action(stage + 1, B, mb), Action(stage + 1, I, mb)))
+    needs = [tuple(Action(stage, k, mb) for k in options) for options in LOCAL_NEEDS.get(kind, ())]
+    message = needed_message(action, num_stages)
+    if message is not None:
+        source = producer_stage(message)
+        needs.append(tuple(Action(source, k, mb) for k in _BY_WHAT[message.what].producers))
     return needs
 
 
@@ -102,28 +130,45 @@ def producer_ids(actions: list[Action], num_stages: int, num_microbatches: int) 
     """Per action (by position in `actions`), the positions of its producers; -1 where one is missing.
 
     Hot loop (10^5 actions): ids live in [kind][stage][microbatch] lists, several times cheaper than hashing
-    a key per lookup. Must agree with `producers_of`, which a test checks on every registered schedule.
+    a key per lookup, and each (kind, stage) gets its producers' rows once, from the same table as
+    `producers_of` (which a test checks it against on every registered schedule).
     """
-    table = {kind: [[-1] * num_microbatches for _ in range(num_stages + 1)] for kind in ActionKind}
+    table = {kind: [[-1] * num_microbatches for _ in range(num_stages)] for kind in ActionKind}
     for i, (stage, kind, mb) in enumerate(actions):
         table[kind][stage][mb] = i
-    forward, backward_input = table[F], table[I]
-    # The backward that sends the gradient on: B, or I when the backward is split.
-    first_backward = [
-        [b if b >= 0 else x for b, x in zip(bs, xs, strict=True)] for bs, xs in zip(table[B], table[I], strict=True)
-    ]
-    last_stage = num_stages - 1
+    merged: dict[tuple[ActionKind, ...], list[list[int]]] = {}
+
+    def rows_of(options: tuple[ActionKind, ...]) -> list[list[int]]:
+        """Per stage, per microbatch: the first of `options` present (B, or I when the backward is split)."""
+        if options not in merged:
+            rows = table[options[0]]
+            for other in options[1:]:
+                pairs = zip(rows, table[other], strict=True)
+                rows = [[a if a >= 0 else b for a, b in zip(xs, ys, strict=True)] for xs, ys in pairs]
+            merged[options] = rows
+        return merged[options]
+
+    needs: dict[ActionKind, list[tuple[list[int], ...]]] = {}
+    for kind in ActionKind:
+        per_stage = []
+        for stage in range(num_stages):
+            found = [rows_of(options)[stage] for options in LOCAL_NEEDS.get(kind, ())]
+            message = needed_message(Action(stage, kind, 0), num_stages)
+            if message is not None:
+                found.append(rows_of(_BY_WHAT[message.what].producers)[producer_stage(message)])
+            per_stage.append(tuple(found))
+        needs[kind] = per_stage
     deps: list[tuple[int, ...]] = []
     append = deps.append
     for stage, kind, mb in actions:
-        if kind is F:
-            append((forward[stage - 1][mb],) if stage else ())
-        elif kind is W:
-            append((backward_input[stage][mb],))
-        elif stage < last_stage:
-            append((forward[stage][mb], first_backward[stage + 1][mb]))
+        rows = needs[kind][stage]
+        count = len(rows)
+        if count == 2:
+            append((rows[0][mb], rows[1][mb]))
+        elif count == 1:
+            append((rows[0][mb],))
         else:
-            append((forward[stage][mb],))
+            append(tuple(row[mb] for row in rows))
     return deps
 
 
@@ -133,13 +178,17 @@ def crossing_stage(action: Action) -> int:
     F(s) hears from F(s-1) across boundary s-1; a backward of s hears from s+1 across boundary s (its other
     producers share its stage, hence its rank).
     """
-    stage, kind, _ = action
-    return stage - 1 if kind is F else stage
+    return action.stage + _BOUNDARY_OFFSET[action.kind]
 
 
 def crossing_stages(actions: list[Action]) -> list[int]:
     """`crossing_stage` of every action, at list speed (the simulator asks for 10^5 at once)."""
-    return [stage - 1 if kind is F else stage for stage, kind, _ in actions]
+    offset = _BOUNDARY_OFFSET
+    return [stage + offset[kind] for stage, kind, _ in actions]
+
+
+# The boundary b (between stages b and b+1) an action's message crosses, as an offset from its stage.
+_BOUNDARY_OFFSET = {kind: min(0, -_NEEDS[kind].step) if kind in _NEEDS else 0 for kind in ActionKind}
 
 
 # --- the communication plan ---------------------------------------------------------------------------------
@@ -205,21 +254,17 @@ def compute_only(schedule: Schedule) -> Schedule:
     return schedule if schedule.order is None else dataclasses.replace(schedule, order=None)
 
 
-# Which stage a send or a receive talks to, written once (validate, torch's lowering and the trace import read
-# it here): a stage sends activations on to the next stage and gradients back to the previous one.
-SENDS = (CommKind.SEND_F, CommKind.SEND_B)
-_FORWARD_TRANSFERS = (CommKind.SEND_F, CommKind.RECV_F)
+# Which stage a send or a receive talks to, read off CROSSINGS (validate, torch's lowering and the trace import
+# read it here): a stage sends activations on to the next stage and gradients back to the previous one.
+SENDS = tuple(c.send for c in CROSSINGS)
 
 
 def transfer_message(transfer: CommAction) -> Message:
     """The message a SEND_F, SEND_B, RECV_F or RECV_B moves: a send names the stage it sends from, a receive
     the stage it receives for."""
     stage, kind, mb = transfer
-    if kind is CommKind.SEND_F:
-        return Message(ACT, stage + 1, mb)
-    if kind is CommKind.SEND_B:
-        return Message(GRAD, stage - 1, mb)
-    return Message(ACT if kind is CommKind.RECV_F else GRAD, stage, mb)
+    crossing = _BY_TRANSFER[kind]
+    return Message(crossing.what, stage + crossing.step if kind is crossing.send else stage, mb)
 
 
 def peer_stage(transfer: CommAction) -> int:
@@ -231,15 +276,15 @@ def peer_stage(transfer: CommAction) -> int:
 def served_kinds(transfer: CommAction) -> tuple[ActionKind, ...]:
     """The compute action a transfer serves on its own stage: F for SEND_F / RECV_F (produces, needs the
     activation), the first backward, B or I, for SEND_B / RECV_B."""
-    return (F,) if transfer.kind in _FORWARD_TRANSFERS else (B, I)
+    crossing = _BY_TRANSFER[transfer.kind]
+    return crossing.producers if transfer.kind is crossing.send else crossing.consumers
 
 
 def transfers_of(message: Message) -> tuple[CommAction, CommAction]:
     """The SEND on the producing stage and the RECV on the receiving stage that move `message`."""
-    activation = message.what == ACT
-    send = CommAction(producer_stage(message), CommKind.SEND_F if activation else CommKind.SEND_B, message.microbatch)
-    recv = CommAction(message.stage, CommKind.RECV_F if activation else CommKind.RECV_B, message.microbatch)
-    return send, recv
+    crossing = _BY_WHAT[message.what]
+    send = CommAction(producer_stage(message), crossing.send, message.microbatch)
+    return send, CommAction(message.stage, crossing.recv, message.microbatch)
 
 
 def send_gates(schedule: Schedule) -> dict[Message, Action | None] | None:
@@ -252,7 +297,7 @@ def send_gates(schedule: Schedule) -> dict[Message, Action | None] | None:
         last: Action | None = None
         for entry in row:
             if isinstance(entry, CommAction):
-                if entry.kind in (CommKind.SEND_F, CommKind.SEND_B):
+                if entry.kind in SENDS:
                     gates[transfer_message(entry)] = last
             elif entry is not None:
                 last = entry_actions(entry)[-1]
