@@ -10,14 +10,12 @@ import streamlit as st
 from app_pages import cached, cost_inputs, guide, plot, state, widgets
 from app_pages import schedule_inputs as inputs
 from pipesim.charts import compare as charts_compare
-from pipesim.schedules import schedule_info, schedule_names
+from pipesim.schedules import planned_schedule_names, schedule_info, schedule_names
 from pipesim.units import PERCENT_DECIMALS, binary_unit, quantity
 
 state.init_state()
 st.title("Compare schedules")
 guide.tour_banner("compare")
-
-PREFERRED = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
 
 with st.sidebar:
     source = cost_inputs.cost_source_picker()
@@ -26,10 +24,10 @@ with st.sidebar:
     chosen = st.multiselect(
         "Schedules",
         names,
-        default=[n for n in PREFERRED if n in names],
+        default=list(planned_schedule_names()),
         key=state.kept("cmp-schedules"),
         bind=state.URL,
-        help="naive is left out by default: its step dwarfs the others (or use log scale)",
+        help="the planner's schedules by default (naive's step dwarfs the others: add it with log scale)",
     )
     infos = [schedule_info(n) for n in chosen]
     with st.form("cmp-form"):

@@ -18,7 +18,7 @@ from pipesim.cost.description import DTYPE_BYTES, ModelDescription
 from pipesim.io import formats
 from pipesim.plan.report import best_candidate, pareto_front, plan_document, ranked, summary_lines, torchtitan_settings
 from pipesim.plan.search import PlanInputs, PlanSpace
-from pipesim.schedules import schedule_names
+from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
 from pipesim.sim.memory import rank_memory
 from pipesim.units import format_bytes, format_ms, format_percent, quantity
 
@@ -94,13 +94,13 @@ with st.sidebar, st.form("plan-form"):
     names = st.multiselect(
         "Schedules",
         schedule_names(),
-        default=["1f1b", "interleaved-1f1b", "zb-h1", "zbv"],
+        default=list(planned_schedule_names()),
         key=_kept("plan-schedules"),
         bind=URL,
     )
     sizes_text = st.text_input("Microbatch sizes", "1,2,4", key=_kept("plan-mbs"), bind=URL)
     chunks_text = st.text_input(
-        "Chunks per rank", "2", key=_kept("plan-chunks"), bind=URL, help="for interleaved-1f1b, looped-bfs"
+        "Chunks per rank", "2", key=_kept("plan-chunks"), bind=URL, help=f"for {', '.join(names_taking_chunks())}"
     )
     recompute = st.segmented_control(
         "Recompute", ["off", "on", "both"], default="both", key=_kept("plan-recompute"), bind=URL

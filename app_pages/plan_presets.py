@@ -2,12 +2,14 @@
 here), and descriptions of a 7B-class and a 70B-class model on the devices they are usually planned for.
 
 Plain data: each preset is the Plan form's widget values by key (the page sets them when a preset is picked,
-the tour when it opens the page).
+the tour when it opens the page); the schedules searched are the registry's planned ones.
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
+
+from pipesim.schedules import planned_schedule_names
 
 CUSTOM = "(your own)"
 
@@ -27,7 +29,7 @@ PRESETS = MappingProxyType(
                 "plan-batch": 16,
                 "plan-cap": 0.0,
                 "plan-optimizer": "sgd",
-                "plan-schedules": ["1f1b", "zb-h1", "interleaved-1f1b"],
+                "plan-schedules": list(planned_schedule_names()),
                 "plan-mbs": "1,2,4",
                 "plan-chunks": "2",
             }
@@ -46,7 +48,7 @@ PRESETS = MappingProxyType(
                 "plan-batch": 64,
                 "plan-cap": 80.0,
                 "plan-optimizer": "adam",
-                "plan-schedules": ["1f1b", "interleaved-1f1b", "zb-h1", "zbv"],
+                "plan-schedules": list(planned_schedule_names()),
                 "plan-mbs": "1,2",
                 "plan-chunks": "2",
             }
@@ -65,7 +67,7 @@ PRESETS = MappingProxyType(
                 "plan-batch": 256,
                 "plan-cap": 80.0,
                 "plan-optimizer": "adam",
-                "plan-schedules": ["1f1b", "interleaved-1f1b", "zb-h1", "zbv"],
+                "plan-schedules": list(planned_schedule_names()),
                 "plan-mbs": "1",
                 "plan-chunks": "2",
             }

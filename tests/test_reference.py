@@ -15,7 +15,7 @@ from pipesim.schedules import build_schedule, options_for, schedule_names
 from pipesim_executor import processes
 from pipesim_executor.config import ModelConfig, RunConfig, run_config
 from pipesim_executor.host import launch
-from pipesim_executor.rank.reference import TORCH_SCHEDULES, torch_schedule_name, unavailable_reason
+from pipesim_executor.rank.reference import torch_counterparts, torch_schedule_name, unavailable_reason
 
 TINY = ModelConfig.of_transformer(num_layers=2, hidden_size=16, num_heads=2, ffn_size=32, seq_len=8, vocab_size=32)
 
@@ -28,7 +28,7 @@ def options(name: str) -> dict:
 def test_every_schedule_has_a_reference_or_says_why_not(name):
     schedule = build_schedule(name, 2, 4, **options(name))
     reason = unavailable_reason(run_config(schedule=name, device="cpu"), schedule)
-    if name in TORCH_SCHEDULES:
+    if name in torch_counterparts():
         assert reason is None
         assert torch_schedule_name(name.upper()).startswith("Schedule")
     else:
@@ -44,7 +44,7 @@ def test_classic_schedules_map_to_their_torch_classes():
 def test_torch_classes_exist_in_this_torch():
     from torch.distributed.pipelining import schedules
 
-    missing = [c for c in TORCH_SCHEDULES.values() if not hasattr(schedules, c)]
+    missing = [c for c in torch_counterparts().values() if not hasattr(schedules, c)]
     assert missing in ([], ["ScheduleDualPipeV"])  # DualPipeV is newer than torch 2.11's oldest schedules
 
 

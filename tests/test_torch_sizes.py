@@ -1,6 +1,6 @@
 """Every size torch builds, pipesim builds, in torch's order; where torch refuses, the reference check says why.
 
-For each pipesim family with a torch.distributed.pipelining counterpart (pipesim_executor.reference.TORCH_SCHEDULES),
+For each pipesim family with a torch.distributed.pipelining counterpart (the registry entry's torch_class),
 over a grid of ranks, microbatches and chunks: torch's class is constructed on mocked stages (no process group).
 Where it builds, pipesim's builder must build the same size and give the same compute order per rank. 1F1B is
 compared with what torch runs (`Schedule1F1B._step_microbatches`, driven here with a recording stage), not with
@@ -17,7 +17,7 @@ import pytest
 
 from pipesim.schedules import build_schedule, options_for, schedule_info
 from pipesim_executor.config import run_config
-from pipesim_executor.rank.reference import TORCH_SCHEDULES, torch_refusal, unavailable_reason
+from pipesim_executor.rank.reference import torch_counterparts, torch_refusal, unavailable_reason
 
 torch_schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
 from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402 - after the importorskip
@@ -83,9 +83,9 @@ def _runtime_1f1b_rows(p: int, m: int) -> list[list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("name", sorted(TORCH_SCHEDULES))
+@pytest.mark.parametrize("name", sorted(torch_counterparts()))
 def test_every_size_torch_builds_pipesim_builds_in_torchs_order(name):
-    class_name = TORCH_SCHEDULES[name]
+    class_name = torch_counterparts()[name]
     built = refused = 0
     logging.disable(logging.WARNING)
     try:

@@ -27,21 +27,19 @@ from pipesim.cost.description import balance_units
 from pipesim.cost.model import CostModel, DataParallelGroup, StageCost
 from pipesim.ir import Schedule
 from pipesim.plan.inputs import PlanInputs
-from pipesim.schedules import build_schedule, options_for, schedule_info
+from pipesim.schedules import build_schedule, options_for, planned_schedule_names, schedule_info
 from pipesim.semantics.dag import dependencies
 from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, last_gradients, reduction_charge
 from pipesim.sim.memory import OrderWalk, static_bytes
 from pipesim.sim.simulate import action_durations, boundary_transfers, dispatch_gaps, hop_times, run_engine
 from pipesim.sim.steps import step_tails, step_time_ms
 
-V_SHAPES_CHUNKS = 2
-
 
 @dataclass(frozen=True)
 class PlanSpace:
     """What to search. `w_shares` None means the costs' own W share (used only by split-backward schedules)."""
 
-    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
+    schedules: tuple[str, ...] = field(default_factory=planned_schedule_names)  # the registry's `planned`
     microbatch_sizes: tuple[int, ...] = (1, 2, 4)
     chunks: tuple[int, ...] = (1, 2)
     recompute: tuple[bool, ...] = (False, True)
@@ -142,7 +140,7 @@ def candidate_grid(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
 def _blank(
     inputs: PlanInputs, name: str, ranks: int, mbs: int, chunks: int | None, recompute: bool, share: float | None
 ) -> Candidate:
-    fixed = V_SHAPES_CHUNKS if name in ("zbv", "dualpipev") else 1
+    fixed = schedule_info(name).chunks_per_rank()
     dp = inputs.devices // ranks if ranks <= inputs.devices else 0
     replica_batch = inputs.global_batch // dp if dp else 0
     candidate = Candidate(name, ranks, max(replica_batch // mbs, 1), chunks or fixed, recompute, mbs, share, dp)

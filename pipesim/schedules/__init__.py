@@ -1,12 +1,15 @@
-"""Schedule builders behind a case-insensitive registry.
+"""Schedule builders behind a case-insensitive registry, with every fact about a family in its entry.
 
-Each family lives in its own module and registers pure builders
-`(num_ranks, num_microbatches, **options) -> Schedule`. `build_schedule`
-answers an unknown name with the list of valid ones.
+Each family lives in its own module, whose `SCHEDULES` lists its `ScheduleInfo` entries: a pure builder
+`(num_ranks, num_microbatches, **options) -> Schedule` and the facts every surface reads (placement, split
+backward, chunks per rank, torch's counterpart class, the in-situ class it represents, whether the planner tries
+it by default). Registering a family is one line, its module's name in `FAMILY_MODULES` (docs/design.md has a
+worked example). `build_schedule` answers an unknown name with the list of valid ones.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,6 +46,15 @@ class ScheduleInfo:
     options: tuple[str, ...] = ()
     split_backward: bool = False
     placement: str = "linear"  # one of PLACEMENTS
+    # Chunks per rank when the caller names none (a V always holds 2, a linear placement 1).
+    default_chunks: int = 2
+    # torch.distributed.pipelining's class for the same order (the executor's reference runs), None: none.
+    torch_class: str | None = None
+    # Whether `executor profile` runs this family's in-situ steps for its class (split_backward x chunked): one
+    # family per class.
+    in_situ: bool = False
+    # Whether the planner, `compare`'s and the Plan page's defaults include it.
+    planned: bool = True
 
     def __post_init__(self) -> None:
         assert self.placement in PLACEMENTS, self.placement
@@ -52,25 +64,65 @@ class ScheduleInfo:
         """Whether the caller chooses the chunks per rank (`num_virtual_stages`); V shapes always hold 2."""
         return "num_virtual_stages" in self.options
 
+    def chunks_per_rank(self, requested: int | None = None) -> int:
+        """Stages per rank of a build: `requested` where the family takes chunks, else its fixed count."""
+        if self.placement == "linear":
+            return 1
+        if self.placement == "v":
+            return 2
+        return self.default_chunks if requested is None else requested
+
+    def build_options(self, requested: int | None = None) -> dict[str, object]:
+        """The keyword options of a build with `requested` chunks per rank (its default where None)."""
+        return {"num_virtual_stages": self.chunks_per_rank(requested)} if self.takes_chunks else {}
+
+    def stage_to_rank(self, num_ranks: int, requested: int | None = None) -> tuple[int, ...]:
+        """Where this family puts its stages (what torch's counterpart class expects too)."""
+        return stage_placement(self.placement, num_ranks, self.chunks_per_rank(requested))
+
+    @property
+    def chunked(self) -> bool:
+        """Whether a rank holds several stages (with `split_backward`, the profile's in-situ class:
+        `pipesim.cost.profile.schedule_class`)."""
+        return self.placement != "linear"
+
+
+# The modules that register families, in the order `list` shows them: each holds `SCHEDULES`, a list of
+# ScheduleInfo. Registering a family is adding its module here.
+FAMILY_MODULES: list[str] = [
+    "pipesim.schedules.basic",
+    "pipesim.schedules.interleaved",
+    "pipesim.schedules.zero_bubble",
+    "pipesim.schedules.v_shapes",
+    "pipesim.schedules.looped",
+]
+
 
 def _registry() -> dict[str, ScheduleInfo]:
     # Imported here, not at module top, so each family module can import this
     # package's ScheduleInfo without a cycle.
-    from pipesim.schedules import basic, interleaved, looped, v_shapes, zero_bubble
-
-    families = [
-        *basic.SCHEDULES,
-        *interleaved.SCHEDULES,
-        *zero_bubble.SCHEDULES,
-        *v_shapes.SCHEDULES,
-        *looped.SCHEDULES,
-    ]
+    families = [info for module in FAMILY_MODULES for info in importlib.import_module(module).SCHEDULES]
     return {info.name.lower(): info for info in families}
 
 
 def schedule_names() -> list[str]:
     """Registered schedule names, in registration order."""
     return [info.name for info in _registry().values()]
+
+
+def planned_schedule_names() -> tuple[str, ...]:
+    """The families the planner, the comparison page and the Plan page try unless told otherwise."""
+    return tuple(info.name for info in _registry().values() if info.planned)
+
+
+def names_taking_chunks() -> list[str]:
+    """The families whose chunks per rank the caller chooses (the help of every chunks field names them)."""
+    return [info.name for info in _registry().values() if info.takes_chunks]
+
+
+def in_situ_representatives() -> list[ScheduleInfo]:
+    """The family that stands for each in-situ class in `executor profile`'s steps, in registration order."""
+    return [info for info in _registry().values() if info.in_situ]
 
 
 def schedule_info(name: str) -> ScheduleInfo:
@@ -85,9 +137,8 @@ def schedule_info(name: str) -> ScheduleInfo:
 def options_for(name: str, *, num_virtual_stages: int | None = None) -> dict[str, object]:
     """The options among those a caller offers that family `name` takes (chunks per rank only where the
     family lets the caller choose them). Every page, the CLI and the comparison ask here."""
-    if num_virtual_stages is not None and schedule_info(name).takes_chunks:
-        return {"num_virtual_stages": num_virtual_stages}
-    return {}
+    info = schedule_info(name)
+    return info.build_options(num_virtual_stages) if num_virtual_stages is not None else {}
 
 
 def build_schedule(name: str, num_ranks: int, num_microbatches: int, **options: object) -> Schedule:
@@ -104,7 +155,7 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, **options: 
 
 def _check_size(info: ScheduleInfo, num_ranks: object, num_microbatches: object, options: dict) -> None:
     """Refuse sizes over pipesim.limits before the builder allocates anything (builders check the rest)."""
-    chunks = options.get("num_virtual_stages", 2 if info.placement == "v" else 1)
+    chunks = info.chunks_per_rank(options.get("num_virtual_stages"))
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (num_ranks, num_microbatches, chunks)):
         return  # the builder names the bad value
     kinds = 3 if info.split_backward else 2  # F and B, or F, I and W

@@ -80,16 +80,20 @@ SCHEDULES: list[ScheduleInfo] = [
         "naive",
         naive,
         "Plain model parallelism: one microbatch at a time through every stage and back; bubble (p-1)/p.",
+        planned=False,
     ),
     ScheduleInfo(
         "gpipe",
         gpipe,
         "GPipe: all forwards, then all backwards; bubble (p-1)/(m+p-1), stashes all m microbatches.",
+        torch_class="ScheduleGPipe",
     ),
     ScheduleInfo(
         "1f1b",
         one_f_one_b,
         "1F1B (PipeDream-flush): warm-up forwards, steady one-forward-one-backward, cool-down; "
         "GPipe's bubble with at most p-r microbatches stashed on rank r.",
+        torch_class="Schedule1F1B",
+        in_situ=True,
     ),
 ]

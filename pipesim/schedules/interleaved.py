@@ -87,5 +87,7 @@ SCHEDULES: list[ScheduleInfo] = [
         "for v times the transfers. Needs num_microbatches a multiple of max(1, m // p) (torch's rule).",
         options=("num_virtual_stages",),
         placement="interleaved",
+        torch_class="ScheduleInterleaved1F1B",
+        in_situ=True,
     ),
 ]

@@ -39,5 +39,7 @@ SCHEDULES: list[ScheduleInfo] = [
         "before the next; stashes every microbatch.",
         options=("num_virtual_stages",),
         placement="interleaved",
+        torch_class="ScheduleLoopedBFS",
+        planned=False,
     ),
 ]

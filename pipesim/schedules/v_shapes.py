@@ -195,6 +195,8 @@ SCHEDULES: list[ScheduleInfo] = [
         "at 1F1B's activation memory when F = I = W.",
         split_backward=True,
         placement="v",
+        torch_class="ScheduleZBVZeroBubble",
+        in_situ=True,
     ),
     ScheduleInfo(
         "dualpipev",
@@ -204,5 +206,7 @@ SCHEDULES: list[ScheduleInfo] = [
         "Needs num_microbatches >= 2*num_ranks - 1.",
         split_backward=True,
         placement="v",
+        torch_class="ScheduleDualPipeV",
+        planned=False,
     ),
 ]

@@ -122,6 +122,8 @@ SCHEDULES: list[ScheduleInfo] = [
         "Zero Bubble H1: 1F1B's warm-up and memory, backward split into I and W, W deferred "
         "into the cool-down; bubble (p-1)(F+I-W) instead of (p-1)(F+I+W).",
         split_backward=True,
+        torch_class="ScheduleInterleavedZeroBubble",  # ZB1P; with one stage per rank it is ZB-H1
+        in_situ=True,
     ),
     ScheduleInfo(
         "zb-h2",
@@ -130,5 +132,6 @@ SCHEDULES: list[ScheduleInfo] = [
         "its first and last action (the paper's per-stage bubble is 0; the step still has the start ramp), "
         "for 2p-1 stashed microbatches (about twice 1F1B's memory).",
         split_backward=True,
+        planned=False,
     ),
 ]

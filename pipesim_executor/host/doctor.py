@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipesim.io.formats import read_json, write_file, write_json
+from pipesim.schedules import schedule_info
 from pipesim_executor.config import DEVICES, ModelConfig, RunConfig, run_config
 from pipesim_executor.host import doctor_checks as checks
 from pipesim_executor.processes import REPO_ROOT
@@ -68,7 +69,7 @@ class DoctorConfig:
         """run_config's keywords for one run."""
         return dict(
             schedule=schedule, num_ranks=2, num_microbatches=self.num_microbatches,
-            num_virtual_stages=2 if schedule == "interleaved-1f1b" else None, model=self.model,
+            num_virtual_stages=schedule_info(schedule).build_options().get("num_virtual_stages"), model=self.model,
             batch_size=self.batch_size, steps=self.steps, warmup_steps=self.warmup_steps, seed=self.seed,
             optimizer="adam", lr=self.lr, device=device, timeout_s=self.timeout_s, **extra,
         )  # fmt: skip

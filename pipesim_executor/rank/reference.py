@@ -1,6 +1,6 @@
 """The same model, batch and microbatches on torch.distributed.pipelining's own schedules.
 
-    torchrun --nproc-per-node 2 -m pipesim_executor.reference --run-dir runs/NAME   (the launcher starts it)
+    torchrun --nproc-per-node 2 -m pipesim_executor.rank.reference --run-dir runs/NAME   (the launcher starts it)
 
 Why: our executor interprets a pipesim Schedule; torch ships hand-written
 schedules for the classic ones. Running both on the same stage modules
@@ -27,29 +27,26 @@ import statistics
 import time
 from pathlib import Path
 
-from pipesim.ir import Schedule, loop_placement, v_placement
+from pipesim.ir import Schedule
+from pipesim.schedules import schedule_info, schedule_names
 from pipesim_executor.config import RunConfig
 from pipesim_executor.processes import exit_when_launcher_gone
 from pipesim_executor.progress import emit
 
-# pipesim schedule name -> torch.distributed.pipelining class name
-TORCH_SCHEDULES = {
-    "gpipe": "ScheduleGPipe",
-    "1f1b": "Schedule1F1B",
-    "interleaved-1f1b": "ScheduleInterleaved1F1B",
-    "looped-bfs": "ScheduleLoopedBFS",
-    "zb-h1": "ScheduleInterleavedZeroBubble",  # ZB1P; with one stage per rank it is ZB-H1
-    "zbv": "ScheduleZBVZeroBubble",
-    "dualpipev": "ScheduleDualPipeV",
-}
-V_SHAPED = ("zbv", "dualpipev")
 # Set to 1 (the bench does) to run our executor in the same processes, alternating step by step
 # with torch's: both then see the same machine at the same time, which a busy host needs for a fair ratio.
 SIDE_BY_SIDE_ENV = "PIPESIM_REFERENCE_SIDE_BY_SIDE"
 
 
+def torch_counterparts() -> dict[str, str]:
+    """pipesim family -> torch.distributed.pipelining class name, for every registered family that has one
+    (the registry entry's `torch_class`)."""
+    return {info.name: info.torch_class for info in map(schedule_info, schedule_names()) if info.torch_class}
+
+
 def torch_schedule_name(name: str) -> str | None:
-    return TORCH_SCHEDULES.get(name.strip().lower())
+    """torch's class for family `name`, None where it has none (or no family has that name)."""
+    return torch_counterparts().get(name.strip().lower())
 
 
 def unavailable_reason(config: RunConfig, schedule: Schedule) -> str | None:
@@ -58,12 +55,9 @@ def unavailable_reason(config: RunConfig, schedule: Schedule) -> str | None:
     if torch_schedule_name(name) is None:
         return (
             f"torch.distributed.pipelining has no schedule equivalent to {schedule.name!r}; "
-            f"reference runs exist for: {', '.join(TORCH_SCHEDULES)}"
+            f"reference runs exist for: {', '.join(torch_counterparts())}"
         )
-    if name in V_SHAPED:
-        expected = v_placement(schedule.num_ranks)
-    else:
-        expected = loop_placement(schedule.num_ranks, schedule.num_stages)
+    expected = schedule_info(name).stage_to_rank(schedule.num_ranks, schedule.num_stages // schedule.num_ranks)
     if tuple(schedule.stage_to_rank) != expected:
         placed = list(schedule.stage_to_rank)
         return f"schedule {schedule.name!r} places stages as {placed}, unlike torch's {list(expected)}"

@@ -24,22 +24,27 @@ from pipesim.cost.profile import (
     ProfiledUnit,
     SizeCurve,
     UnitProfile,
+    schedule_class,
 )
 from pipesim.cost.runtime import OptimizerTime
+from pipesim.schedules import in_situ_representatives
 from pipesim_executor.config import RunConfig
 from pipesim_executor.rank.calibrate import full_speed_durations
 from pipesim_executor.rank.profile import link_cost
 from pipesim_executor.rank.setup import Rank
 from pipesim_executor.rank.unit_timing import KINDS
 
-# The in-situ steps, one schedule per class (pipesim.cost.profile.IN_SITU_CLASSES), each plain and recomputing:
-# (schedule, chunks per rank) -> its class.
-IN_SITU = {
-    ("1f1b", 1): "plain",
-    ("zb-h1", 1): "split",
-    ("interleaved-1f1b", 2): "plain-chunked",
-    ("zbv", 2): "split-chunked",
-}
+
+def in_situ_steps() -> dict[tuple[str, int], str]:
+    """The in-situ steps, one schedule per class (pipesim.cost.profile.IN_SITU_CLASSES), each run plain and
+    recomputing: (schedule, chunks per rank) -> its class. The registry names each class's representative
+    (`ScheduleInfo.in_situ`)."""
+    return {
+        (info.name, info.chunks_per_rank()): schedule_class(info.split_backward, info.chunked)
+        for info in in_situ_representatives()
+    }
+
+
 # Which profile kind each action kind of an in-situ step is timed against, by (split backward, recomputation).
 IN_SITU_KINDS = {
     (False, False): {"F": "forward_ms", "B": "backward_ms"},
@@ -132,9 +137,9 @@ def assemble(
         stages={(s, a, b): times for s in sizes for a, b, times in stage_ms[s]},
     )  # fmt: skip
     scales, ratios = in_situ_scales(profile, everyone, r, slots or r.world_size)
-    in_situ = {}
+    in_situ, steps = {}, in_situ_steps()
     for name in scales:
-        chosen = [c for key, c in calibrations if IN_SITU[key[1:3]] == name]
+        chosen = [c for key, c in calibrations if steps[key[1:3]] == name]
         in_situ[name] = InSituTerms(*runtime_of(chosen), scales[name])
     profile = replace(profile, in_situ=in_situ)
     provenance = {
@@ -153,7 +158,7 @@ def assemble(
         "links": "a ping-pong between ranks 0 and 1 through the run's own transport (tiny and real tensor)",
         "action_constants": {"rms_residual_ms": spread},
         "in_situ": {
-            "steps": ", ".join(f"{name} ({v} chunks per rank)" for name, v in IN_SITU)
+            "steps": ", ".join(f"{name} ({v} chunks per rank)" for name, v in in_situ_steps())
             + f", each plain and recomputing, on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches "
             f"at every size, {CALIBRATION_STEPS - 1} steps each",
             "ratios": ratios,
@@ -173,7 +178,7 @@ def in_situ_scales(
     ratio, for the provenance. When the processes outnumber the cores, the in-situ durations are first turned into
     full-speed work (pipesim_executor.rank.calibrate.full_speed_durations), as the simulation shares the cores
     itself."""
-    rows = []
+    rows, steps = [], in_situ_steps()
     for key, summary in everyone[0]["calibration"].items():
         size, name, chunks, recompute, split = key
         kinds = IN_SITU_KINDS[(split, recompute)]
@@ -189,7 +194,7 @@ def in_situ_scales(
             for kind, measured in (durations.get(str(stage)) or {}).items():
                 target = kinds.get(kind)
                 if target is not None and predicted[target] > 0:
-                    rows.append({"class": IN_SITU[(name, chunks)], "schedule": name, "recompute": recompute,
+                    rows.append({"class": steps[(name, chunks)], "schedule": name, "recompute": recompute,
                                  "size": size, "stage": stage, "kind": target,
                                  "ratio": measured / predicted[target]})  # fmt: skip
     grouped: dict[str, dict[str, dict[int, list[float]]]] = {}

@@ -43,7 +43,9 @@ from pipesim.cost.profile import (
 )
 from pipesim.io.cost_file import save_profile
 from pipesim.io.formats import read_json
+from pipesim.ir import Schedule
 from pipesim.schedules import build_schedule, options_for
+from pipesim.semantics.lower import comm_plan
 from pipesim_executor.config import RunConfig
 from pipesim_executor.processes import exit_when_launcher_gone
 from pipesim_executor.progress import emit
@@ -55,7 +57,7 @@ from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model
 from pipesim_executor.rank.setup import Rank, make_optimizer, optimizer_for, setup
 from pipesim_executor.rank.teardown import finish
 from pipesim_executor.rank.transport import env_int
-from pipesim_executor.rank.unit_fit import CALIBRATION_STEPS, IN_SITU, assemble
+from pipesim_executor.rank.unit_fit import CALIBRATION_STEPS, assemble, in_situ_steps
 from pipesim_executor.rank.unit_timing import (
     KINDS,
     Marks,
@@ -219,7 +221,7 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     progress.advance("link")
     shared = slots < r.world_size
     for size in sizes:
-        for (name, chunks), _ in IN_SITU.items():
+        for name, chunks in in_situ_steps():
             for recompute in (False, True):
                 points = splits[size].get((recompute, r.num_ranks * chunks))
                 try:
@@ -245,15 +247,29 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
+def linking_step(num_ranks: int, num_microbatches: int, fallback: str) -> tuple[str, Schedule]:
+    """The in-situ step whose schedule uses the most links (an interleaved one: each neighbour both ways, and the
+    last rank to the first): the rank sets its transport up on it, for every in-situ step to find its links. One
+    rank has no links: the run's own schedule then."""
+    built = []
+    for name, chunks in in_situ_steps() if num_ranks > 1 else ():
+        try:
+            schedule = build_schedule(name, num_ranks, num_microbatches, **options_for(name, num_virtual_stages=chunks))
+        except ValueError:  # sizes this family cannot build
+            continue
+        built.append((len(comm_plan(schedule).links), schedule.num_stages, name, schedule))
+    if not built:
+        return fallback, build_schedule(fallback, num_ranks, num_microbatches)
+    *_, name, schedule = max(built, key=lambda entry: entry[:2])  # the first of the widest
+    return name, schedule
+
+
 def run(run_dir: Path) -> None:
     config = RunConfig.from_dict(read_json(run_dir / "config.json"))
     request = read_request(run_dir)
     pipeline = config.pipeline
-    # Set up on the schedule with every link the in-situ schedules use (interleaved: each neighbour both ways, and
-    # the last rank to the first); one rank has no links.
-    name = "interleaved-1f1b" if pipeline.num_ranks > 1 else pipeline.schedule
-    options = options_for(name, num_virtual_stages=2)
-    schedule = build_schedule(name, pipeline.num_ranks, pipeline.num_microbatches, **options)
+    name, schedule = linking_step(pipeline.num_ranks, pipeline.num_microbatches, pipeline.schedule)
+    options = options_for(name, num_virtual_stages=schedule.num_stages // schedule.num_ranks)
     config = replace(
         config, pipeline=replace(pipeline, schedule=name, num_virtual_stages=options.get("num_virtual_stages"))
     )
