@@ -7,6 +7,7 @@ so a difference in how either reads the costs, cuts them per chunk, or charges t
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,34 @@ def test_both_commands_state_the_meaning_of_uniform_times_in_their_help(command:
     text = " ".join(capsys.readouterr().out.split())
     assert "One value, or one per rank, describes the model cut into one stage per rank" in text
     assert "--f 1 is 0.5 ms per chunk" in text
+
+
+def test_the_planner_prices_the_all_reduce_with_the_cost_files_link_and_bucket(tmp_path, capsys) -> None:
+    """One source for the all-reduce's inputs: given a cost file, the planner reads its `dp_link` and
+    `dp_bucket_bytes` as `simulate --cost` does. Catches the planner feeding the formula the pipeline's link or
+    the default bucket (the same cost file priced the same all-reduce two ways)."""
+    from pipesim.io.cost_file import load_cost_file
+    from pipesim.plan.inputs import PlanInputs
+    from pipesim.plan.search import PlanSpace, evaluate_all
+
+    path = tmp_path / "cost.json"
+    stage = StageCost(1.0, 2.0, activation_bytes=1e6, param_bytes=2e8)
+    dp_link = LinkCost(latency_ms=0.5, bandwidth_gbps=1.0)  # far slower than the pipeline's link
+    cost = CostModel(
+        stages=(stage,),
+        links=(LinkCost(latency_ms=0.01, bandwidth_gbps=100.0),),
+        dp_group=DataParallelGroup(2, dp_link, bucket_bytes=1e6),  # 200 buckets: 200 latencies
+    )
+    save_cost(cost, path)
+    simulated = tmp_path / "simulate.json"
+    _run(capsys, "simulate", "--schedule", "1f1b", "--ranks", "1", "--microbatches", "4", "--cost", str(path),
+         "--json", str(simulated))  # fmt: skip
+    expected = json.loads(simulated.read_text())["step_ms"]
+    inputs = PlanInputs.from_cost(load_cost_file(path), devices=2, global_batch=8)
+    space = PlanSpace(schedules=("1f1b",), microbatch_sizes=(1,), chunks=(1,), recompute=(False,), ranks=(1,))
+    [candidate] = evaluate_all(inputs, space)
+    assert candidate.error is None and candidate.data_parallel == 2 and candidate.microbatches == 4
+    assert candidate.step_ms == pytest.approx(expected, rel=1e-9)
+    # the inputs matter here: the pipeline's link, or the default bucket, give another step
+    for group in (DataParallelGroup(2, cost.links[0], bucket_bytes=1e6), DataParallelGroup(2, dp_link)):
+        assert evaluate_all(replace(inputs, dp_group=group), space)[0].step_ms != pytest.approx(expected, rel=1e-6)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pipesim.cost.description import ModelDescription, stage_costs_from_units
-from pipesim.cost.model import CostModel, LinkCost, RankRuntime, StageCost
+from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, RankRuntime, StageCost
 from pipesim.cost.profile import UnitProfile
 from pipesim.cost.runtime import RuntimeTerms
 from pipesim.ir import Schedule
@@ -48,6 +48,9 @@ class PlanInputs:
     description: ModelDescription | None = None
     profile: UnitProfile | None = None
     runtime: RuntimeTerms | None = None
+    # The data-parallel ring a cost file describes (its dp_link and dp_bucket_bytes, as `simulate --cost` reads
+    # them); None: the pipeline's link and the default bucket.
+    dp_group: DataParallelGroup | None = None
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -82,8 +85,16 @@ class PlanInputs:
             link=cost.links[0],
             unit_microbatch_size=int(cost.meta.get("microbatch_size", 1)),
             step_overhead_ms=max(overhead, default=0.0),
+            dp_group=cost.dp_group,
             **kwargs,
         )
+
+    def replica_group(self, replicas: int) -> DataParallelGroup:
+        """The data-parallel group of a candidate's `replicas`: one source for the all-reduce's link and bucket
+        (the cost file's where one is given, like `simulate --cost`; else the pipeline's link)."""
+        if self.dp_group is None:
+            return DataParallelGroup(replicas, self.link)
+        return DataParallelGroup(replicas, self.dp_group.link, bucket_bytes=self.dp_group.bucket_bytes)
 
     @classmethod
     def from_profile(cls, profile: UnitProfile, **kwargs: Any) -> PlanInputs:

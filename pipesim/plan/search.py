@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pipesim.cost.description import balance_units
-from pipesim.cost.model import CostModel, DataParallelGroup, StageCost
+from pipesim.cost.model import CostModel, StageCost
 from pipesim.ir import Schedule
 from pipesim.plan.inputs import PlanInputs
 from pipesim.schedules import build_schedule, options_for, planned_schedule_names, schedule_info
@@ -200,7 +200,7 @@ class Evaluator:
         """The cost model of a candidate cut at `split_points`: its stages (`PlanInputs.cut`: the units' costs for
         the schedule's kind of backward and recomputation; with a profile, its stage prices for the schedule's
         class), the link, each rank's runtime (dispatch gap, tail and optimizer step on its parameters, shared
-        cores: `PlanInputs.rank_runtime`), and the data-parallel group of its replicas (over the same link)."""
+        cores: `PlanInputs.rank_runtime`), and the data-parallel group of its replicas (`PlanInputs.replica_group`)."""
         split = schedule.uses_split_backward
         units = self.units(c.microbatch_size, c.w_share, split, c.recompute)
         cost = self.inputs.cut(
@@ -213,7 +213,7 @@ class Evaluator:
             w_share=c.w_share,
         )
         runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
-        return replace(cost, runtime=runtime, dp_group=DataParallelGroup(c.data_parallel, self.inputs.link))
+        return replace(cost, runtime=runtime, dp_group=self.inputs.replica_group(c.data_parallel))
 
     def materialise(self, c: Candidate) -> tuple[Schedule, CostModel]:
         """The schedule and cost model an evaluated candidate stands for (to draw it, export it, simulate it:
