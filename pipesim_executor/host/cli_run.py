@@ -20,6 +20,7 @@ from pathlib import Path
 from pipesim.cost.shape import TransformerShape
 from pipesim.flags import UsageError, add_flags, from_flags, given, given_flags
 from pipesim.io.formats import dialect_note, load_schedule
+from pipesim.ir import Schedule
 from pipesim_executor.config import (
     CUSTOM,
     MODEL_KINDS,
@@ -54,6 +55,14 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="a custom schedule instead of --schedule: pipesim JSON or torch's CSV (it sets ranks and microbatches)",
+    )
+    groups[f"{SECTION}.model"].add_argument(
+        "--split-from",
+        type=Path,
+        metavar="FILE",
+        help="cut the model where the planner would: a plan (pipesim plan --json: its best candidate for this run) "
+        "or a unit profile (executor profile: balanced over F+B at the run's microbatch size); default: balanced "
+        "parameter counts",
     )
     groups[f"{SECTION}.model"].add_argument(
         "--model",
@@ -115,6 +124,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if "run.training.batch_size" not in vars(args):  # the default batch for the file's microbatches
             training = dataclasses.replace(training, batch_size=None)
         config = dataclasses.replace(config, pipeline=pipeline, training=training)
+    if args.split_from is not None:
+        config = _split_from(args.split_from, config, schedule)
     runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
     handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=print_event)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)  # SIGTERM ends the run as Ctrl-C does
@@ -128,6 +139,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
     print("\n".join(summary_lines(result)), flush=True)
     return 0 if result.status in OK_STATUSES else 1
+
+
+def _split_from(path: Path, config: RunConfig, schedule: Schedule | None) -> RunConfig:
+    """The config with the planner's split read off `path` (pipesim_executor.host.split_from)."""
+    from pipesim.schedules import schedule_info
+    from pipesim_executor.host.split_from import split_from_file
+
+    if config.model.split_points is not None:
+        raise UsageError("--split-points and --split-from both say where stages start: give one")
+    pipeline = config.pipeline
+    if schedule is not None:
+        stages = schedule.num_stages
+    else:
+        stages = pipeline.num_ranks * schedule_info(pipeline.schedule).chunks_per_rank(pipeline.num_virtual_stages)
+    split = split_from_file(path, config, stages)
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, split_points=split))
 
 
 class Terminated(BaseException):
