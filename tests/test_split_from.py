@@ -31,7 +31,8 @@ def test_a_unit_profile_gives_the_planners_split(tmp_path, recompute):
     save_profile(measured, path)
     for stages in (2, 3):
         config = _config(ranks=stages, recompute=recompute)
-        planner = Evaluator(PlanInputs.from_profile(measured, devices=stages, global_batch=8)).split(config.microbatch_size, stages, recompute)
+        inputs = PlanInputs.from_profile(measured, devices=stages, global_batch=8)
+        planner = Evaluator(inputs).split(config.microbatch_size, stages, recompute)
         assert split_from_file(path, config, stages) == tuple(planner.split_points)
 
 
