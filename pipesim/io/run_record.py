@@ -35,9 +35,12 @@ FILE_LIMITS = {
 }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunOutputs:
-    """What a run wrote besides its config and result (each None or empty when the run did not write it)."""
+    """What a run wrote besides its config and result (each None or empty when the run did not write it).
+
+    Declared once: the executor's `RunResult` extends it (keyword-only, so its own positional fields come first)
+    and copies every field (`dataclasses.fields`), so a new output reaches both."""
 
     measured: Timeline | None = None
     step_times_ms: list[float] = field(default_factory=list)

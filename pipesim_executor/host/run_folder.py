@@ -23,13 +23,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from pipesim.cost.model import CostModel
 from pipesim.io.formats import UnwritableOutput, read_json, schedule_from_dict, write_json
 from pipesim.io.run_record import (
+    RunOutputs,
     json_object,
     median_step_ms,
     read_outputs,
@@ -39,7 +39,6 @@ from pipesim.io.run_record import (
 )
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_SMALL_FILE_BYTES
-from pipesim.records import Timeline
 from pipesim_executor.config import RunConfig
 from pipesim_executor.processes import run_processes
 from pipesim_executor.run_files import CANCEL_FILE, PROGRESS_FILE, TRACES_DIR
@@ -98,25 +97,18 @@ def make_run_dir(runs_root: Path, name: str | None, config: RunConfig) -> Path:
 
 
 @dataclass
-class RunResult:
-    """Everything a run left in its folder. `config`/`schedule` are None only for a broken folder."""
+class RunResult(RunOutputs):
+    """Everything a run left in its folder: its outputs (pipesim.io.run_record.RunOutputs' fields, keyword-only)
+    and its config, schedule and result. `config`/`schedule` are None only for a broken folder."""
 
     run_dir: Path
     status: str  # one of STATUSES
     message: str
     config: RunConfig | None
     schedule: Schedule | None
-    measured: Timeline | None = None
-    step_times_ms: list[float] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
-    peak_memory_bytes: list[int] = field(default_factory=list)
-    cost: CostModel | None = None
-    simulated: Timeline | None = None
     predicted_step_ms: float | None = None
     measured_step_ms: float | None = None
     prediction_error: float | None = None
-    reference: dict | None = None
-    analysis: dict | None = None  # pipesim.attribution's split of the measured step (analysis.json)
     started_at: float | None = None
 
 
@@ -219,10 +211,8 @@ def load_run(run_dir: str | Path) -> RunResult:
 
 def _load_outputs(result: RunResult) -> None:
     outputs = read_outputs(result.run_dir)  # pipesim's reader: one for the folder's files
-    result.measured, result.step_times_ms = outputs.measured, outputs.step_times_ms
-    result.losses, result.peak_memory_bytes = outputs.losses, outputs.peak_memory_bytes
-    result.cost, result.simulated = outputs.cost, outputs.simulated
-    result.reference, result.analysis = outputs.reference, outputs.analysis
+    for output in fields(RunOutputs):
+        setattr(result, output.name, getattr(outputs, output.name))
     if result.measured_step_ms is None:
         result.measured_step_ms = median_step_ms(result.step_times_ms)
 
