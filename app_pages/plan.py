@@ -14,7 +14,9 @@ import streamlit as st
 from app_pages import cached, guide, plan_presets, plan_verify, plot, state, widgets
 from pipesim.charts import plan as charts_plan
 from pipesim.cost.balance import balance, format_split_points
-from pipesim.cost.description import DTYPE_BYTES, ModelDescription
+from pipesim.cost.description import ModelDescription
+from pipesim.cost.runtime import OPTIMIZERS
+from pipesim.flags import form_fields
 from pipesim.io import formats
 from pipesim.plan.report import best_candidate, pareto_front, plan_document, ranked, summary_lines, torchtitan_settings
 from pipesim.plan.search import PlanInputs, PlanSpace
@@ -55,6 +57,17 @@ def _apply_preset() -> None:
             st.session_state[key] = value
 
 
+# The form's model when the page opens (a mid-size model on a mid-range device); other fields: the dataclass's.
+FORM_DEFAULTS = {
+    "num_layers": 8,
+    "hidden_size": 1024,
+    "ffn_size": 4096,
+    "seq_len": 1024,
+    "vocab_size": 32000,
+    "device_tflops": 200.0,
+}
+
+
 def _kept(key: str) -> str:
     return state.kept(key)
 
@@ -70,18 +83,18 @@ with st.sidebar:
         "of a 7B-class or 70B-class model on the devices it is usually planned for",
     )
 with st.sidebar, st.form("plan-form"):
-    st.markdown("**Model** (decoder-only Transformer)")
-    left, right = st.columns(2)
-    layers = left.number_input("Layers", 1, 512, 8, key=_kept("plan-layers"), bind=URL)
-    hidden = right.number_input("Hidden size", 8, 65536, 1024, step=64, key=_kept("plan-hidden"), bind=URL)
-    ffn = left.number_input("FFN size", 8, 262144, 4096, step=64, key=_kept("plan-ffn"), bind=URL)
-    heads = right.number_input("Heads", 1, 512, 16, key=_kept("plan-heads"), bind=URL)
-    seq_len = left.number_input("Sequence length", 1, 1 << 20, 1024, key=_kept("plan-seq"), bind=URL)
-    vocab = right.number_input("Vocabulary", 1, 1 << 22, 32000, key=_kept("plan-vocab"), bind=URL)
-    dtype = left.selectbox(
-        "dtype", list(DTYPE_BYTES), index=list(DTYPE_BYTES).index("bf16"), key=_kept("plan-dtype"), bind=URL
-    )
-    tflops = right.number_input("Achieved TFLOP/s", 0.001, 10000.0, 200.0, key=_kept("plan-tflops"), bind=URL)
+    st.markdown("**Model** (decoder-only Transformer; the fields are `pipesim plan`'s flags)")
+    columns = st.columns(2)
+    model_values = {}
+    for i, spec in enumerate(form_fields(ModelDescription)):  # generated from the dataclass, as the CLI's flags
+        default = FORM_DEFAULTS.get(spec.name, spec.default)
+        where, key = columns[i % 2], _kept(f"plan-{spec.flag}")
+        if spec.choices:
+            index = spec.choices.index(default)
+            value = where.selectbox(spec.flag, spec.choices, index=index, key=key, bind=URL, help=spec.help)
+        else:
+            value = where.number_input(spec.flag, value=default, key=key, bind=URL, help=spec.help)
+        model_values[spec.name] = spec.kind(value)
     st.markdown("**Devices and batch**")
     left, right = st.columns(2)
     devices = left.number_input("Devices", 1, state.MAX_RANKS, 4, key=_kept("plan-devices"), bind=URL)
@@ -89,7 +102,9 @@ with st.sidebar, st.form("plan-form"):
     cap_gib = left.number_input(
         "Memory cap (GiB)", 0.0, 4096.0, 40.0, key=_kept("plan-cap"), bind=URL, help="Per device; 0: no cap"
     )
-    optimizer = right.selectbox("Optimizer", ["adam", "sgd-momentum", "sgd"], key=_kept("plan-optimizer"), bind=URL)
+    optimizer = right.selectbox(
+        "Optimizer", OPTIMIZERS, index=OPTIMIZERS.index("adam"), key=_kept("plan-optimizer"), bind=URL
+    )
     st.markdown("**Search**")
     names = st.multiselect(
         "Schedules",
@@ -115,16 +130,7 @@ with st.sidebar, st.form("plan-form"):
     st.form_submit_button("Plan", type="primary", width="stretch")
 
 try:
-    description = ModelDescription(
-        num_layers=int(layers),
-        hidden_size=int(hidden),
-        ffn_size=int(ffn),
-        num_heads=int(heads),
-        seq_len=int(seq_len),
-        vocab_size=int(vocab),
-        dtype=dtype,
-        device_tflops=float(tflops),
-    )
+    description = ModelDescription(**model_values)
     cap = float(cap_gib) * 2**30 or None
     inputs = PlanInputs.from_description(
         description, devices=int(devices), global_batch=int(batch), memory_cap_bytes=cap, optimizer=optimizer

@@ -141,6 +141,39 @@ def flag_of(field: dataclasses.Field) -> str:
     return "--" + field.metadata.get("flag", field.name).replace("_", "-")
 
 
+@dataclasses.dataclass(frozen=True)
+class FormField:
+    """One field of a config dataclass as a form draws it (the app's twin of a generated flag): its name, its
+    flag's name (the label, so the app and the command line say the same), its help, default and type, and its
+    choices where the field names them (metadata "choices")."""
+
+    name: str
+    flag: str
+    help: str
+    default: Any
+    kind: type
+    choices: tuple[Any, ...] | None = None
+
+
+def form_fields(cls: type) -> list[FormField]:
+    """The fields of `cls` the command line makes flags of (metadata cli=False left out), in declaration order:
+    a form built from these asks for exactly what the command line asks for."""
+    hints = typing.get_type_hints(cls)
+    docs = field_docs(cls)
+    return [
+        FormField(
+            field.name,
+            flag_of(field)[2:],
+            docs.get(field.name, field.name.replace("_", " ")),
+            _default_of(field),
+            _parts(hints[field.name])[0],
+            field.metadata.get("choices"),
+        )
+        for field in dataclasses.fields(cls)
+        if field.metadata.get("cli", True)
+    ]
+
+
 def _parts(annotation: Any) -> tuple[Any, bool]:
     """(the type without None, whether None is allowed)."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
@@ -183,6 +216,8 @@ def _argument(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
         return {"action": "store_true"}
     if typing.get_origin(kind) is typing.Literal:
         return {"choices": typing.get_args(kind)}
+    if "choices" in field.metadata:
+        return {"choices": field.metadata["choices"]}
     parsers: dict[Any, Callable[[str], Any]] = {int: _whole_number, float: _number, str: str}
     if kind in parsers:
         metavar = {int: "N", float: "X", str: "TEXT"}[kind]

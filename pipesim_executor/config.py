@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
+from pipesim.cost.runtime import OPTIMIZERS
 from pipesim.cost.shape import TransformerShape
 
 MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
@@ -20,7 +21,7 @@ CUSTOM = "custom"
 DTYPES = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "staged")
-OPTIMIZERS = ("sgd", "sgd-momentum", "adam")  # the planner's names (pipesim.sim.memory.OPTIMIZER_STATES)
+OptimizerName = Literal[OPTIMIZERS]  # type: ignore[valid-type]  # the flag's choices: pipesim's one list
 SGD_MOMENTUM = 0.9  # sgd-momentum's momentum: one buffer per parameter, as the planner counts it
 # The executor's Transformer: small enough that a CPU run takes seconds (the classic PyTorch tutorial model).
 SMALL_TRANSFORMER = TransformerShape(
@@ -200,7 +201,7 @@ class TrainingConfig:
     """Steps run before the measured ones, not measured."""
     seed: int = 0
     """Seed of the model's weights and of the synthetic data."""
-    optimizer: Literal["sgd", "sgd-momentum", "adam"] = "sgd"
+    optimizer: OptimizerName = "sgd"
     """The optimizer: sgd, sgd-momentum (momentum 0.9: one buffer per parameter) or adam."""
     lr: float = 0.01
     """Learning rate."""

@@ -30,6 +30,7 @@ from pipesim.cli.common import positive_int
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.profile import UnitProfile
+from pipesim.cost.runtime import OPTIMIZERS
 from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags, shown
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
@@ -116,7 +117,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     plan.add_argument("--global-batch", type=int, required=True, metavar="B", help="samples per step")
     plan.add_argument("--memory-cap", type=parse_bytes, metavar="SIZE", help="per device, e.g. 80GiB (default none)")
-    plan.add_argument("--optimizer", default="adam", help="sgd, sgd-momentum or adam (state bytes per parameter)")
+    plan.add_argument(
+        "--optimizer", default="adam", help=f"{', '.join(OPTIMIZERS)} (state bytes per parameter; default adam)"
+    )
     space = plan.add_argument_group("what to search")
     defaults = PlanSpace()
     space.add_argument(

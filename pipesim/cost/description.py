@@ -30,7 +30,7 @@ class ModelDescription(TransformerShape):
 
     microbatch_size: int = field(default=1, metadata={"cli": False})  # the planner searches it
     """Sequences per microbatch."""
-    dtype: str = "bf16"
+    dtype: str = field(default="bf16", metadata={"choices": tuple(DTYPE_BYTES)})
     """Bytes per value of the activations and parameters: fp32, bf16, fp16 or fp8."""
     device_tflops: float = field(default=400.0, metadata={"flag": "tflops"})
     """The device's achieved (not peak) matmul rate, in TFLOP/s."""

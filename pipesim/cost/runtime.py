@@ -9,6 +9,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# The optimizers pipesim prices and the executor runs, with the state each keeps per parameter (SGD none, SGD with
+# momentum one buffer, Adam two): the one list of their names (the planner, the profile, the executor, the app).
+OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
+OPTIMIZERS = tuple(OPTIMIZER_STATES)
+
 
 @dataclass(frozen=True)
 class RankRuntime:

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipesim.cost.model import CostModel
+from pipesim.cost.runtime import OPTIMIZER_STATES
 from pipesim.ir import ActionKind, Schedule
 from pipesim.records import Timeline
 from pipesim.semantics.lower import stash_table
 from pipesim.sim.metrics import compute_metrics, memory_over_time, stash_sizes
 
-OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2}
 _KINDS = tuple(ActionKind)
 
 

@@ -70,6 +70,19 @@ def _idle_per_rank(tl: Timeline) -> list[float]:
     return [sum(end - start for start, end in gaps) for gaps in idle_intervals(tl)]
 
 
+def _fraction(idle_ms: float, num_ranks: int, makespan_ms: float) -> float:
+    """The bubble fraction's one formula: idle / (ranks x makespan); 0 for a step that takes no time."""
+    return idle_ms / (num_ranks * makespan_ms) if makespan_ms > 0 else 0.0
+
+
+def _ratio(idle_ms: float, num_ranks: int, makespan_ms: float) -> float:
+    """The bubble ratio's one formula: idle / busy (inf when nothing is busy but time passes)."""
+    busy = num_ranks * makespan_ms - idle_ms
+    if busy <= 0:
+        return math.inf if idle_ms > 0 else 0.0
+    return idle_ms / busy
+
+
 def bubble_fraction(tl: Timeline, rank: int | None = None) -> float:
     """Idle / (ranks x makespan); with `rank`, that rank's idle / makespan."""
     total = makespan(tl)
@@ -79,17 +92,13 @@ def bubble_fraction(tl: Timeline, rank: int | None = None) -> float:
     if rank is not None:
         if not 0 <= rank < tl.num_ranks:
             raise ValueError(f"rank {rank} is outside 0..{tl.num_ranks - 1}")
-        return idle[rank] / total
-    return sum(idle) / (tl.num_ranks * total)
+        return _fraction(idle[rank], 1, total)
+    return _fraction(sum(idle), tl.num_ranks, total)
 
 
 def bubble_ratio(tl: Timeline) -> float:
     """Idle / busy, summed over ranks (inf when nothing is busy but time passes)."""
-    idle = sum(_idle_per_rank(tl))
-    busy = tl.num_ranks * makespan(tl) - idle
-    if busy <= 0:
-        return math.inf if idle > 0 else 0.0
-    return idle / busy
+    return _ratio(sum(_idle_per_rank(tl)), tl.num_ranks, makespan(tl))
 
 
 def inner_bubble_fraction(tl: Timeline) -> float:
@@ -282,17 +291,16 @@ def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
             rank=r,
             busy_ms=total - idle,
             idle_ms=idle,
-            bubble_fraction=idle / total if total > 0 else 0.0,
+            bubble_fraction=_fraction(idle, 1, total),
             peak_activations=peak_count,
             peak_activation_bytes=float(peak_size),
         )
         for r, (idle, peak_count, peak_size) in enumerate(summaries)
     )
     idle_sum = sum(r.idle_ms for r in ranks)
-    busy_sum = tl.num_ranks * total - idle_sum
     return Metrics(
         makespan=total,
-        bubble_fraction=idle_sum / (tl.num_ranks * total) if total > 0 else 0.0,
-        bubble_ratio=idle_sum / busy_sum if busy_sum > 0 else (math.inf if idle_sum > 0 else 0.0),
+        bubble_fraction=_fraction(idle_sum, tl.num_ranks, total),
+        bubble_ratio=_ratio(idle_sum, tl.num_ranks, total),
         ranks=ranks,
     )

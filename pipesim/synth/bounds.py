@@ -22,7 +22,7 @@ from pipesim.synth.problem import Instance
 def heads_and_tails(inst: Instance) -> tuple[list[float], list[float]]:
     """Per action, (earliest start, least time that must follow its end) over the dependency graph."""
     n = len(inst.actions)
-    order = _topological(inst)
+    order = topological(inst)
     head = [0.0] * n
     for i in order:
         rank = inst.rank[i]
@@ -44,8 +44,9 @@ def heads_and_tails(inst: Instance) -> tuple[list[float], list[float]]:
     return head, tail
 
 
-def _topological(inst: Instance) -> list[int]:
-    """Action ids with every producer before its consumers."""
+def topological(inst: Instance) -> list[int]:
+    """Action ids with every producer before its consumers (Kahn's sort; the bound's heads and tails and the
+    exact model's reachability walk it)."""
     remaining = [len(p) for p in inst.producers]
     ready = [i for i, count in enumerate(remaining) if count == 0]
     order = []

@@ -38,7 +38,7 @@ from itertools import combinations
 import numpy as np
 
 from pipesim.ir import Action, F
-from pipesim.synth.bounds import heads_and_tails
+from pipesim.synth.bounds import heads_and_tails, topological
 from pipesim.synth.problem import Instance
 
 # Free pairs above which the model is not tried (the heuristic's answer stands, with its bound).
@@ -59,19 +59,8 @@ class ExactResult:
 
 def _reach(inst: Instance) -> list[int]:
     """Per action, its descendants as a bit set (transitive closure of the dependencies)."""
-    n = len(inst.actions)
-    remaining = [len(p) for p in inst.producers]
-    stack = [i for i in range(n) if remaining[i] == 0]
-    order = []
-    while stack:
-        i = stack.pop()
-        order.append(i)
-        for c in inst.consumers[i]:
-            remaining[c] -= 1
-            if remaining[c] == 0:
-                stack.append(c)
-    reach = [0] * n
-    for i in reversed(order):
+    reach = [0] * len(inst.actions)
+    for i in reversed(topological(inst)):
         bits = 0
         for c in inst.consumers[i]:
             bits |= reach[c] | (1 << c)
