@@ -1,7 +1,7 @@
 """A CSV schedule as an editable table, and its problems located in the table's cells.
 
 The Custom page edits torch.distributed.pipelining's compute_only CSV as a ranks x
-cells table; validation errors (pipesim.validate) and deadlock cycles (pipesim.dag)
+cells table; validation errors (pipesim.semantics.validate) and deadlock cycles (pipesim.semantics.dag)
 name a rank and a position in that rank's action list, which this module turns into
 the cell to highlight (empty cells are idle slots and count as cells, not actions).
 """

@@ -4,7 +4,7 @@ A RunHandle lives in the Streamlit server process (its supervising thread); a br
 session whose session state is empty. This registry is one dict per server process (st.cache_resource), run
 folder -> handle, so the Run page of any session can reattach to a run that is still going: live progress and
 Cancel again. A run this server did not start (the command line, another app server) is followed from its
-folder instead (pipesim_executor.watch.FolderRun: the same interface, read from the launcher's progress.json).
+folder instead (pipesim_executor.host.watch.FolderRun: the same interface, read from the launcher's progress.json).
 """
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ def _action_table(result, measured, step: int | None) -> None:
 
 
 def _lost_time(result, shown: int | None) -> list:
-    """Where the drawn step lost its time (pipesim.attribution); none when the run cannot say."""
+    """Where the drawn step lost its time (pipesim.analysis.attribution); none when the run cannot say."""
     times = result.step_times_ms or []
     if shown is None or not 0 <= shown < len(times):
         return []

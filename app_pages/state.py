@@ -1,7 +1,7 @@
 """The app's session state, limits and defaults: what every page may read, set once per session.
 
 Limits keep a browser tab responsive and reruns fast; the command line has none of them. Past 10,000 actions the
-Gantt chart is binned (pipesim.charts_lod), so the Simulate page's limit is what the core simulates in about a
+Gantt chart is binned (pipesim.charts.lod), so the Simulate page's limit is what the core simulates in about a
 second (docs/benchmarks.md: ~130k actions in 0.8 s), not what plotly draws as bars.
 """
 
@@ -49,7 +49,7 @@ def init_state() -> None:
     st.session_state.setdefault("kept_keys", set())  # widget keys whose values outlive their page (`kept`)
     st.session_state.setdefault("custom_csv", None)  # filled from the default template on first use
     st.session_state.setdefault("custom_version", 0)  # bumps when a template or an upload replaces the table
-    st.session_state.setdefault("run_handle", None)  # pipesim_executor.launch.RunHandle of the run in progress
+    st.session_state.setdefault("run_handle", None)  # pipesim_executor.host.launch.RunHandle of the run in progress
     st.session_state.setdefault("run_schedule", None)  # a custom Schedule sent from the Custom page
     st.session_state.setdefault("selected_run", None)  # run folder shown on the Run page
 

@@ -1,5 +1,5 @@
 """Import a real run: torch.profiler (Kineto) traces uploaded, their actions laid over the simulation of the
-schedule they ran (pipesim.kineto does the reading; this is UI only)."""
+schedule they ran (pipesim.io.kineto does the reading; this is UI only)."""
 
 from __future__ import annotations
 

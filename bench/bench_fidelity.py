@@ -6,7 +6,7 @@ Usage:
 
 For each schedule and rank count, one real run with the profile phase (executor run --profile): the
 measured median step, the prediction (simulated with cost.json: in-situ calibrated action times, dispatch
-gaps and per-rank tails; see pipesim_executor/calibrate.py), its error, the same prediction from the isolated
+gaps and per-rank tails; see pipesim_executor/rank/calibrate.py), its error, the same prediction from the isolated
 profile alone (each stage timed on its own, optimizer timed on its own, no gaps: what the profile gave
 before the calibration steps), the median |error| over actions, the run's noise (step-time CV; more than 5%
 and the error is marked unreliable) and the machine's 1-minute load at the end, and the attribution of the

@@ -1,4 +1,4 @@
-"""The memory model against a real run: pipesim.memory fed the run's profiled sizes (cost.json) against the bytes
+"""The memory model against a real run: pipesim.sim.memory fed the run's profiled sizes (cost.json) against the bytes
 each rank tracked tensor by tensor (measured.json: parameters, gradients, optimizer state, activation peak).
 
 Usage:

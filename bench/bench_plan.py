@@ -1,4 +1,4 @@
-"""Speed of the planner: candidates evaluated per second (`pipesim.plan.evaluate_all`), each one exact.
+"""Speed of the planner: candidates evaluated per second (`pipesim.plan.search.evaluate_all`), each one exact.
 
 Usage:
     python bench/bench_plan.py            # the two grids below, best of 3

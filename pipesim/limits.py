@@ -30,7 +30,7 @@ MAX_BYTES = 1e18
 MIN_BANDWIDTH_GBPS = 1e-9
 
 # Files, checked by their size before a byte is read (pipesim.io.bounded): the largest thing each kind can hold.
-MAX_TRACE_BYTES = 256 * 1024**2  # one profiler trace file (pipesim.kineto): parsed JSON takes ~10x its size
+MAX_TRACE_BYTES = 256 * 1024**2  # one profiler trace file (pipesim.io.kineto): parsed JSON takes ~10x its size
 MAX_SCHEDULE_BYTES = 64 * 1024**2  # a schedule (CSV or JSON): MAX_ACTIONS actions with torch's transfers
 MAX_RESULT_BYTES = 256 * 1024**2  # a timeline, cost, plan or run-folder file (measured.json of a long run)
 MAX_SMALL_FILE_BYTES = 16 * 1024**2  # a run folder's config, result, progress: a few kB when sound

@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 
 from pipesim.ir import Action, CommAction
 
-Source = Literal["simulated", "measured", "imported"]  # imported: read from a profiler trace (pipesim.kineto)
+Source = Literal["simulated", "measured", "imported"]  # imported: read from a profiler trace (pipesim.io.kineto)
 COLLECTIVE_KINDS = frozenset({"unshard", "reshard", "reduce_grad"})
 
 

@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     problem = missing_torch(args)
     if problem is not None:
-        print(f"error: {problem}", file=sys.stderr)  # the form pipesim_executor.host.cli.fail prints
+        print(f"error: {problem}", file=sys.stderr)  # one line, as pipesim.flags.run_main prints errors
         return USAGE_ERROR
     from pipesim_executor.host.cli import main as cli_main  # after the check: its imports are the executor's own
 

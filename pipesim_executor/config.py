@@ -148,7 +148,7 @@ class ModelConfig:
     def num_units(self) -> int:
         """Layers that stages share out (pipesim_executor.rank.model builds exactly these): a Transformer's embedding,
         num_layers blocks and output projection; a CNN's conv blocks and 3 FC layers. A custom model's count is
-        known once its factory ran (pipesim_executor.custom_model.check_custom_model)."""
+        known once its factory ran (pipesim_executor.host.model_check.check_custom_model)."""
         if self.kind == CUSTOM:
             raise ValueError(
                 "a custom model's layers are counted by running its factory (pipesim_executor.host.checks)"

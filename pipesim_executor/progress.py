@@ -2,7 +2,7 @@
 for the progress bar.
 
 Ranks share torchrun's relay, so a line must never be split by another rank's output: it is written and
-flushed in one call. The launcher (pipesim_executor.launch) parses these lines into events. No torch import: the
+flushed in one call. The launcher (pipesim_executor.host.launch) parses these lines into events. No torch import: the
 reference run emits before torch is loaded.
 """
 

@@ -1,8 +1,8 @@
 """AppTest of the Run page with a stand-in launcher: launch, live progress, cancel, results, errors.
 
 Real runs are covered by tests/test_launch.py (torchrun) and tests/test_browser.py (from
-the UI); here a fake RunHandle follows pipesim_executor.launch's contract, and finished runs
-are real run folders read by the real pipesim_executor.run_folder.load_run / list_runs.
+the UI); here a fake RunHandle follows pipesim_executor.host.launch's contract, and finished runs
+are real run folders read by the real pipesim_executor.host.run_folder.load_run / list_runs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ SUBMIT = "FormSubmitter:run-form-Launch run"
 
 
 class FakeHandle:
-    """pipesim_executor.launch.RunHandle's interface; the test decides when the run ends."""
+    """pipesim_executor.host.launch.RunHandle's interface; the test decides when the run ends."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -336,7 +336,7 @@ def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open
         },
     )
 
-    def launcher() -> None:  # obeys the cancel file as pipesim_executor.launch does, a moment later
+    def launcher() -> None:  # obeys the cancel file as pipesim_executor.host.launch does, a moment later
         deadline = time.monotonic() + 60
         while not (folder / CANCEL_FILE).exists() and time.monotonic() < deadline:
             time.sleep(0.02)

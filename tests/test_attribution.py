@@ -1,4 +1,4 @@
-"""pipesim.attribution on synthetic measured steps whose split is known by construction."""
+"""pipesim.analysis.attribution on synthetic measured steps whose split is known by construction."""
 
 from __future__ import annotations
 

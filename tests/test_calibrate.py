@@ -1,4 +1,4 @@
-"""pipesim_executor.calibrate.summarise on records built by hand: durations, dispatch gaps net of receive waits,
+"""pipesim_executor.rank.calibrate.summarise on records built by hand: durations, dispatch gaps net of receive waits,
 tails."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The rank side's byte counts (pipesim_executor.train_loop) against pipesim.memory's optimizer-state rule, on real
+"""The rank side's byte counts (pipesim_executor.rank.train_loop) against pipesim.sim.memory's optimizer-state rule, on real
 torch
 optimizers: what a run records in measured.json is what the planner's memory model predicts."""
 

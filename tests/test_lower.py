@@ -1,4 +1,4 @@
-"""pipesim.lower: the one statement of what a schedule means for data (messages, producers, liveness)."""
+"""pipesim.semantics.lower: the one statement of what a schedule means for data (messages, producers, liveness)."""
 
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ def attribute_run(schedule: Schedule, measured: Timeline, step_times_ms: Sequenc
         "format": "pipesim.analysis",
         "version": 1,
         "units": {"time": "ms"},
-        "definition": "compute + schedule_idle + comm_wait + overhead = step time, per rank (pipesim.attribution)",
+        "definition": "compute + schedule_idle + comm_wait + overhead = step time, per rank (pipesim.analysis.attribution)",
         "step_ms": typical.step_ms,
         "median_step": typical.step,
         "replay_ms": typical.replay_ms,

@@ -1,7 +1,7 @@
 """The critical path: the chain of actions that sets the step time, read off a timeline.
 
 Works on simulated and measured timelines alike (arrivals need not meet starts exactly in a measured one),
-over the dependencies of `pipesim.dag` and the transfer times of a cost model.
+over the dependencies of `pipesim.semantics.dag` and the transfer times of a cost model.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def dag_figure(
 ) -> go.Figure:
     """The dependency graph with ranks as lanes: data edges solid, rank-order edges dashed grey.
 
-    `graph` is `pipesim.dag.build_dag`'s, `positions` `pipesim.dag.dag_positions`'s. `critical_path` is drawn
+    `graph` is `pipesim.semantics.dag.build_dag`'s, `positions` `pipesim.semantics.dag.dag_positions`'s. `critical_path` is drawn
     thick and dark; `cycle` (a deadlock, as returned by `pipesim.simulate.find_deadlock`) in red, closing back
     to its first action.
     """

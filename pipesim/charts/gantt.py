@@ -61,7 +61,7 @@ __all__ = [
     "overlay_figure",
 ]
 
-# Past this many actions in view a Gantt is drawn binned (pipesim.charts_lod): a browser draws ~10^4 SVG bars
+# Past this many actions in view a Gantt is drawn binned (pipesim.charts.lod): a browser draws ~10^4 SVG bars
 # in about half a second, 10^5 in several (docs/benchmarks.md, large schedules).
 MAX_EXACT_BARS = 10_000
 AGGREGATE_BINS = 1600  # about one bin per screen pixel of a wide chart
@@ -95,7 +95,7 @@ def gantt_figure(
     `critical_path`, the actions on it get a thick dark outline (one extra trace).
     `color_by` colours bars by action kind (default), chunk (the stage's place among its rank's stages) or
     microbatch. `window` (start, end in ms) draws only that part of the step. Past `max_bars` actions in view
-    the chart is binned (`pipesim.charts_lod`): one picture, drawn at once, with a hover per bin.
+    the chart is binned (`pipesim.charts.lod`): one picture, drawn at once, with a hover per bin.
     """
     if color_by not in COLOR_BY:
         raise ValueError(f"unknown colouring {color_by!r}; choose one of {', '.join(COLOR_BY)}")

@@ -9,7 +9,7 @@ Usage:
   python -m pipesim simulate --csv-in torch_dump.csv --overlap-factor 0.7 --data-parallel 8 --dp-bandwidth 50 \
       --csv comms.csv --csv-format compute_comms
   python -m pipesim compare --schedules 1f1b,zb-h1,zbv --ranks 4 --microbatches 8 --json rows.json --html cmp.html
-  python -m pipesim balance --layer-ms 1,4,4,4,4,6 --stages 2          (see pipesim/cli_plan.py)
+  python -m pipesim balance --layer-ms 1,4,4,4,4,6 --stages 2          (see pipesim/cli/plan.py)
   python -m pipesim plan --layers 24 --devices 8 --memory-cap 80GiB --global-batch 64 --json plan.json
   python -m pipesim synthesize --ranks 4 --microbatches 8 --f 1 --b 2 --w 1 --memory-limit 4 \\
       --csv synth.csv --json synth.json                                  (see pipesim/cli/synthesize.py)
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)",
     )
     add_cost_args(sim)
-    steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.steady_state)")
+    steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.sim.steps)")
     steps.add_argument(
         "--overhead",
         type=ms_list,

@@ -128,7 +128,7 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
         extras["overlap_factor"] = args.overlap_factor
     if args.data_parallel is not None or args.sharded or args.dp_bandwidth is not None or args.dp_latency is not None:
         # One data-parallel group: torch's stated collectives and the executor's bucketed all-reduce after each
-        # stage's last backward are both priced from it (CostModel.collectives, pipesim.data_parallel).
+        # stage's last backward are both priced from it (CostModel.collectives, pipesim.sim.data_parallel).
         group = cost.dp_group
         replicas = args.data_parallel or group.replicas
         check_sizes(num_replicas=replicas)  # before anything is priced or written

@@ -5,7 +5,7 @@ Usage:
       --schedule-out sched.json --json imported.json --trace both.json --html overlay.html
 
 The schedule each rank ran is recovered from the labels (and validated), simulated with the traces' own median
-action times (or --f/--b/--cost), laid over the imported timeline and attributed (pipesim.kineto).
+action times (or --f/--b/--cost), laid over the imported timeline and attributed (pipesim.io.kineto).
 """
 
 from __future__ import annotations

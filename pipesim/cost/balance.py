@@ -7,7 +7,7 @@ into a stage never hurts the stages after it), monotone in `limit`. So the optim
 which the greedy test passes: a binary search over the doubles themselves (their bit patterns order like their
 values, at most 64 halvings), never listing the L^2 sums. Each test finds every stage's end by bisection over
 the prefix sums with the same subtraction as the sums, so the result equals the exhaustive search over the sums
-bit for bit (tests/test_balance.py checks it against brute force and against that search).
+bit for bit (tests/test_bounds.py checks it against brute force and against that search).
 
 The split is returned as split points, the unit indices where each stage after the first starts: the convention
 of the executor's `--split-points` (pipesim_executor.config.check_split_points). Among the optimal splits the greedy one

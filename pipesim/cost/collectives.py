@@ -15,12 +15,12 @@ Gropp, "Optimization of collective communication operations in MPICH", 2005); th
 
 Bucketing (what DDP does: gradients are reduced in buckets of at most `bucket_bytes`, each its own collective)
 pays the latency once per bucket. `fit_ring_link` turns two timed all-reduces (a tiny and a real-sized one)
-back into the link that explains them, as pipesim_executor.profile measures it.
+back into the link that explains them, as pipesim_executor.rank.profile measures it.
 
 torch's per-stage collectives, on a stage's `param_bytes`: REDUCE_GRAD is the bucketed all-reduce (a reduce-scatter
 when the parameters are sharded, FSDP), UNSHARD an all-gather when sharded; nothing is moved with one replica, for
 UNSHARD when nothing is sharded, and for RESHARD always. Transfers between pipeline stages (SEND/RECV) are the
-links' business (`pipesim.cost.LinkCost`), not this module's.
+links' business (`pipesim.cost.links.LinkCost`), not this module's.
 
 Pure functions; times in ms, sizes in bytes, bandwidth in GB/s (10^9 bytes/s), as everywhere in pipesim.
 """

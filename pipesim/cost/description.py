@@ -1,7 +1,7 @@
 """A model description (a decoder-only Transformer's sizes and the device's speed) turned into a cost model.
 
 For planning before anything runs: FLOPs over an achieved rate for time, Korthikanti et al.'s activation
-formula for memory. A profile run (pipesim_executor.profile) measures the same quantities on real hardware instead.
+formula for memory. A profile run (pipesim_executor.rank.profile) measures the same quantities on real hardware instead.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Two views:
 * `run_trace`: one step of a run seen several ways (simulated and measured) in one file, so a user opens one
   file and compares. Each view is a process ("simulated", "measured"); each rank has one thread per kind
   (compute, send, recv), and every message between ranks is a flow arrow (`ph: s` / `ph: f`, bound to the
-  enclosing slices) from its send slice to its receive slice. The messages are `pipesim.lower.comm_plan`'s,
+  enclosing slices) from its send slice to its receive slice. The messages are `pipesim.semantics.lower.comm_plan`'s,
   so the arrows are exactly the transfers the executor makes.
 
 Times: the format's unit is the microsecond; pipesim's timelines are in ms.
@@ -258,7 +258,7 @@ def _view_events(
 def run_trace(schedule: Schedule, views: dict[str, Timeline]) -> dict[str, Any]:
     """One file with every view of one step (e.g. {"simulated": ..., "measured": ...}), each a process.
 
-    Each timeline must hold one step starting at 0 (`pipesim.overlay.pick_step` cuts a measured one), so the
+    Each timeline must hold one step starting at 0 (`pipesim.analysis.overlay.pick_step` cuts a measured one), so the
     views line up at 0 and read side by side. A measured run that kept every data-parallel replica shows each
     replica's ranks as threads of their own ("replica d · rank r"), so a straggling replica stands out.
     """

@@ -1,4 +1,4 @@
-"""Files: JSON for schedules, costs and timelines (versioned); CSV. (Chrome traces: pipesim.chrome_trace.)
+"""Files: JSON for schedules, costs and timelines (versioned); CSV. (Chrome traces: pipesim.io.chrome_trace.)
 
 Every JSON document carries `format` and `version` so a reader can refuse a
 file it does not understand with a clear message instead of a KeyError.

@@ -17,7 +17,7 @@ input half of a split backward as ``B`` and the full backward as ``BW``: ``2B0``
 read as such, says so in `dialect_note`, and is written back in the current dialect.
 
 Reading keeps the file's full order (`Schedule.order`) so that writing it back gives the same cells; what the
-actions mean (the explicit transfer order, the collectives, overlapped groups) is `pipesim.lower`'s and the
+actions mean (the explicit transfer order, the collectives, overlapped groups) is `pipesim.semantics.lower`'s and the
 simulator's. Writing ``compute_comms`` from a schedule that has no transfers runs torch's own lowering
 (`pipesim.semantics.torch_order.with_comms`).
 """
@@ -167,7 +167,7 @@ def schedule_from_csv(text: str, name: str = "custom", csv_format: CsvFormat = "
     The number of ranks is the number of rows, the number of stages the highest stage number plus one and the
     number of microbatches the highest microbatch plus one. ``auto`` accepts both formats (a file with sends
     or receives is compute_comms); ``compute_only`` refuses transfers. Structural checks (every F has its
-    backward, every transfer its partner, ...) are left to `pipesim.validate`.
+    backward, every transfer its partner, ...) are left to `pipesim.semantics.validate`.
     """
     _check_format(csv_format)
     try:

@@ -1,10 +1,10 @@
 """The planner: every schedule x pipeline depth x microbatch size x chunks x recompute x W share, costed.
 
 Each candidate is evaluated exactly, with the simulator's own engine: the split comes from stage balancing
-(`pipesim.balance`) over per-unit costs, the per-stage costs from `stage_costs_from_units`, the actions' times
+(`pipesim.cost.balance`) over per-unit costs, the per-stage costs from `stage_costs_from_units`, the actions' times
 from `simulate.sweep` over the schedule's dependencies (the very sweep `simulate` runs, without building a
 Timeline) and the step time from `pipesim.sim.steps` (`step_tails`, `step_time_ms`: the one definition
-`simulate`, `compare` and the executor's prediction use), the memory from `pipesim.memory` (static parts plus
+`simulate`, `compare` and the executor's prediction use), the memory from `pipesim.sim.memory` (static parts plus
 the activation peak of each rank's action order).
 What makes ten thousand candidates a second affordable is sharing, not approximation: a schedule's
 dependencies and order arrays are built once per shape (name, ranks, microbatches, chunks) and reused by every

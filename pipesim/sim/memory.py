@@ -1,7 +1,7 @@
 """The full memory of each rank: parameters, gradients, optimizer state and stashed activations.
 
-Activations follow `pipesim.lower`'s liveness (what F stashes, what B, I and W free), read through the metrics of
-`pipesim.timeline` (`memory_over_time`, `compute_metrics`) or, for the planner, walked over each rank's action
+Activations follow `pipesim.semantics.lower`'s liveness (what F stashes, what B, I and W free), read through the metrics of
+`pipesim.sim.metrics` (`memory_over_time`, `compute_metrics`) or, for the planner, walked over each rank's action
 list: a rank runs its actions one after another, so its stash level after each action depends only on that
 order, never on the times, and the peak of that walk is the peak the simulated timeline shows (a test checks it).
 
@@ -74,7 +74,7 @@ def static_bytes(schedule: Schedule, cost: CostModel, optimizer: str = "adam") -
 
 
 def peak_activations_by_order(schedule: Schedule, cost: CostModel) -> list[float]:
-    """Per rank, the peak stashed bytes, walking its actions in order with `pipesim.lower`'s liveness."""
+    """Per rank, the peak stashed bytes, walking its actions in order with `pipesim.semantics.lower`'s liveness."""
     table = stash_table(stash_sizes(cost, range(schedule.num_stages)))
     peaks = []
     for actions in schedule.actions:

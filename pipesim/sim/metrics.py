@@ -121,7 +121,7 @@ def inner_bubble_fraction(tl: Timeline) -> float:
 def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[float, int, float]]]:
     """Per rank, (time, stashed-count delta, bytes delta) events, sorted so frees come first at equal times.
 
-    What each action stashes or frees, and whether at its start or end, is `pipesim.lower`'s liveness.
+    What each action stashes or frees, and whether at its start or end, is `pipesim.semantics.lower`'s liveness.
     """
     table = stash_table(_stash_sizes(tl, cost))
     at_start = {kind: changes_at_start(kind) for kind in ActionKind}

@@ -121,7 +121,7 @@ def hop_times(deps: Dependencies, transfer: list[float]) -> list[float]:
 
     `transfer[b]` crosses the boundary between stages b and b+1 (one entry per
     stage; the last, and transfer[-1] for stage 0's F, are never used); which
-    boundary an action hears across is `pipesim.lower.crossing_stage`.
+    boundary an action hears across is `pipesim.semantics.lower.crossing_stage`.
     """
     return [transfer[b] for b in crossing_stages(deps.actions)]
 

@@ -7,13 +7,13 @@
 Why it is built this way:
 * Everything that can be refused is refused before a process starts or a
   folder is made (`check_run`): a bad run costs the user nothing.
-* The run folder is pipesim_executor.run_folder's, the command line and ending a
+* The run folder is pipesim_executor.host.run_folder's, the command line and ending a
   process tree pipesim_executor.processes', reading torchrun's output
-  pipesim_executor.torchrun_log's; this module supervises.
+  pipesim_executor.host.torchrun_log's; this module supervises.
 * One torchrun launch (spawn, relay its lines into logs and events, wait, end every process) is
   pipesim_executor.host.phase's `Phase`; the run and its torch reference are one each.
 * A run's timeout covers the whole launch, the reference run included.
-* Any process can follow and cancel the run from its folder (pipesim_executor.watch): the launcher rewrites
+* Any process can follow and cancel the run from its folder (pipesim_executor.host.watch): the launcher rewrites
   progress.json while it runs and takes a `cancel` file in the folder as a cancel; `RunHandle.cancel` writes
   that very file, so there is one way to cancel.
 * No torch import at module level: the Streamlit app imports this module.

@@ -7,7 +7,7 @@ zeroing), predicts the step time. Comparing with the measured median step
 time tells how far the simulator can be trusted on this hardware.
 
 Pure functions of files and values (no torch), so the app can call them too. Reading a whole run folder
-back is pipesim_executor.run_folder's job.
+back is pipesim_executor.host.run_folder's job.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
             summary["sharing"] = prediction.sharing
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
-    try:  # where every millisecond of a step went (pipesim.attribution); a problem here must not fail the run
+    try:  # where every millisecond of a step went (pipesim.analysis.attribution); a problem here must not fail the run
         write_json(analysis(schedule, timeline, step_times, prediction), run_dir / "analysis.json")
     except ValueError as error:
         out["analysis_error"] = str(error)
@@ -108,7 +108,7 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
 
 def analysis(schedule: Schedule, measured: Timeline, step_times: list[float], prediction: Prediction | None) -> dict:
     """analysis.json: the attribution, the machine's load as the run ended, and with a prediction its error
-    step by step and action by action (pipesim.overlay's definitions, the ones the CLI and the app show)."""
+    step by step and action by action (pipesim.analysis.overlay's definitions, the ones the CLI and the app show)."""
     from pipesim.analysis.overlay import action_errors, median_abs_error
 
     doc = attribute_run(schedule, measured, step_times)

@@ -6,9 +6,9 @@
     result = run.wait()                          # RunResult
 
 Why it is built this way:
-* A `FolderRun` has the interface of pipesim_executor.launch.RunHandle, so the app shows a run the same way whether
+* A `FolderRun` has the interface of pipesim_executor.host.launch.RunHandle, so the app shows a run the same way whether
   its own server started it or not. It only reads the folder and writes one file: the launcher stays the one
-  process that supervises, stops and reports the run (pipesim_executor.run_folder holds the files' contract).
+  process that supervises, stops and reports the run (pipesim_executor.host.run_folder holds the files' contract).
 * Cancel writes the folder's cancel file, which the launcher takes exactly as `RunHandle.cancel`: the ranks
   finish their step, write what they measured, result.json says cancelled. Only when the launcher is gone (it
   was killed) does the follower end the run's processes itself; it then writes no result.json, since it knows

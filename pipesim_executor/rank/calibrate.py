@@ -1,6 +1,6 @@
 """In-situ calibration: a few real training steps through the runtime, measured as the run measures them.
 
-The isolated profile (pipesim_executor.profile) times each stage's F/B/I/W alone, which misses what the schedule's
+The isolated profile (pipesim_executor.rank.profile) times each stage's F/B/I/W alone, which misses what the schedule's
 own interleaving does to them (other ranks computing at the same time on shared cores and memory, caches
 warmed by a different action) and everything between the actions. On a 2-core machine those were the
 3-5% by which profile-then-predict fell short every time. These steps give, per rank:
@@ -18,7 +18,7 @@ warmed by a different action) and everything between the actions. On a 2-core ma
 CPU ranks that outnumber the cores (4 ranks on 2 cores) slow each other down by how many compute at once;
 then the durations are turned into full-speed work from every rank's spans (`full_speed_durations`) and the
 cost model says how many can run at once (`CostModel.shared_cores`), so the simulation shares the cores the
-same way (pipesim.shared_cores). Ranks that take turns on one GPU (staged) are the same case: CUDA time-slices
+same way (pipesim.sim.shared_cores). Ranks that take turns on one GPU (staged) are the same case: CUDA time-slices
 the processes of a GPU, so two ranks computing at once each go at half speed; `shared_slots` counts the GPUs
 as the slots, and the cost file says which kind of sharing it models (`sharing_note`).
 
@@ -94,7 +94,7 @@ def sharing_note(device_type: str, ranks_on_this_machine: int, slots: int | None
 
 def full_speed_durations(spans_by_rank: list[list[list]], slots: int) -> dict[str, dict[str, float]]:
     """Per stage and kind, the median full-speed work of the calibration spans of every rank, given that the
-    ranks shared `slots` cores while they ran (pipesim.shared_cores.work_of_spans)."""
+    ranks shared `slots` cores while they ran (pipesim.sim.shared_cores.work_of_spans)."""
     flat = [(Action.parse(text), start, end) for spans in spans_by_rank for text, start, end in spans]
     work = work_of_spans([(start, end) for _, start, end in flat], slots)
     grouped: dict[str, dict[str, list[float]]] = {}
@@ -121,7 +121,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
             gaps.setdefault(action.kind.value, []).append(max(start - previous - _blocked(waits, previous, start), 0.0))
             previous = end
         if record["spans"]:
-            # The gradient all-reduce's wait is not overhead: the cost model has it (pipesim.data_parallel).
+            # The gradient all-reduce's wait is not overhead: the cost model has it (pipesim.sim.data_parallel).
             syncs = _merged(sorted((c[3], c[4]) for c in record["comm"] if c[0] == "allreduce"))
             tails.append(max(record["end"] - previous - _blocked(syncs, previous, record["end"]), 0.0))
     return {

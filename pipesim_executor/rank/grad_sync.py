@@ -5,7 +5,7 @@ every replica holds the same stages, so one process group per pipeline rank (its
 stages' all-reduces. As DDP does:
 
 * a stage's gradients are complete after its last B (or its last W when the backward is split) of the step;
-  right then they go out, in buckets of at most `bucket_bytes` (pipesim.collectives.DEFAULT_BUCKET_BYTES, DDP's
+  right then they go out, in buckets of at most `bucket_bytes` (pipesim.cost.collectives.DEFAULT_BUCKET_BYTES, DDP's
   25 MiB; the last parameters first, as they became ready), each one flattened, divided by D and all-reduced
   with `async_op=True`;
 * the rank carries on with its remaining actions while the collectives run (gloo's own threads, NCCL's
@@ -40,7 +40,7 @@ from pipesim.cost.collectives import DEFAULT_BUCKET_BYTES
 from pipesim.ir import Action, ActionKind, Schedule
 from pipesim_executor.rank.stage import StageRunner
 
-ALLREDUCE = "allreduce"  # the comm record's kind (pipesim.data_parallel.ALLREDUCE)
+ALLREDUCE = "allreduce"  # the comm record's kind (pipesim.sim.data_parallel.ALLREDUCE)
 
 
 def last_grad_actions(schedule: Schedule, rank: int) -> dict[Action, int]:

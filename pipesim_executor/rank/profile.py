@@ -14,7 +14,7 @@ simulation needs to predict a measured step, and where it comes from here:
   inside the actions' spans (pipesim_executor.rank.transport);
 * per rank, the optimizer step and gradient zeroing that end every step,
   timed alone (kept in meta);
-* then a few real training steps of the run's own schedule (pipesim_executor.calibrate):
+* then a few real training steps of the run's own schedule (pipesim_executor.rank.calibrate):
   F/B/I/W medians under the schedule's real interleaving replace the isolated
   ones, and they give the dispatch gap before each action
   (CostModel.dispatch_ms) and the tail after each rank's last action
@@ -239,7 +239,7 @@ def profile_optimizer(r: Rank, repeats: int, watch: Stopwatch) -> float:
 
 
 def stage_cost(measure: dict[str, float], split: bool, recompute: bool) -> StageCost:
-    """One stage's measurements in the cost model's terms (pipesim.cost.measured_stage_cost converts)."""
+    """One stage's measurements in the cost model's terms (pipesim.cost.convert.measured_stage_cost converts)."""
     sizes = StageCost(
         forward_ms=0.0, backward_ms=0.0,
         activation_bytes=measure["activation_bytes"],
@@ -256,7 +256,7 @@ def stage_cost(measure: dict[str, float], split: bool, recompute: bool) -> Stage
     )
 
 
-# Which isolated measurement an in-situ median replaces (pipesim_executor.calibrate): F is the plain forward, or the
+# Which isolated measurement an in-situ median replaces (pipesim_executor.rank.calibrate): F is the plain forward, or the
 # forward that keeps W's inputs when the schedule splits its backward.
 _IN_SITU_KEYS = {"B": ("b",), "I": ("i",), "W": ("w",)}
 

@@ -4,7 +4,7 @@
 
 Why: our executor interprets a pipesim Schedule; torch ships hand-written
 schedules for the classic ones. Running both on the same stage modules
-(pipesim_executor.model, same seed -> same weights), the same batches and the same
+(pipesim_executor.rank.model, same seed -> same weights), the same batches and the same
 optimizer says whether ours is as fast and computes the same losses.
 Writes runs/NAME/reference.json: {"torch_schedule", "step_times_ms", "losses", "torch_order", ...}; with
 PIPESIM_REFERENCE_SIDE_BY_SIDE=1 also "ours_step_times_ms" and "ours_losses" (see SIDE_BY_SIDE_ENV).
@@ -108,7 +108,7 @@ def torch_refusal(class_name: str, num_ranks: int, num_stages: int, num_microbat
 
 
 def _build_pipeline(config: RunConfig, schedule: Schedule, rank: int, device):
-    """PipelineStage per local stage around pipesim_executor.model's stage modules, and torch's schedule over them."""
+    """PipelineStage per local stage around pipesim_executor.rank.model's stage modules, and torch's schedule over them."""
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules as torch_schedules
 
@@ -195,7 +195,7 @@ class TorchSide:
 
 
 class OursSide:
-    """Our executor (pipesim_executor.worker's rank setup and timed step) in the same processes."""
+    """Our executor (pipesim_executor.rank.worker's rank setup and timed step) in the same processes."""
 
     def __init__(self, rank_state) -> None:
         self.r = rank_state
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pipesim.io.formats import read_json, schedule_from_dict, write_json
 
-    parser = argparse.ArgumentParser(prog="python -m pipesim_executor.reference")
+    parser = argparse.ArgumentParser(prog="python -m pipesim_executor.rank.reference")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--launch-node", type=int, default=0, help="this node's rank (names the launch's processes)")
     run_dir = parser.parse_args(argv).run_dir
@@ -353,4 +353,4 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     from pipesim_executor.rank.teardown import finish
 
-    finish(main)  # releases the process groups, then exits without finalisation (see pipesim_executor.teardown)
+    finish(main)  # releases the process groups, then exits without finalisation (see pipesim_executor.rank.teardown)

@@ -7,7 +7,7 @@ flow. Each rank walks `schedule.actions[rank]` in order:
   forward, hand the output to stage s+1 (the last stage computes the loss).
 * B(s, m): take the output gradient (unless last), backward, hand the input
   gradient to stage s-1 (unless first).
-* I(s, m) / W(s, m): the split backward (see pipesim_executor.stage).
+* I(s, m) / W(s, m): the split backward (see pipesim_executor.rank.stage).
 
 "Hand to" is a local hand-over when both stages live on this rank, an isend
 otherwise. Receives are posted ahead: from the schedule every rank knows the
@@ -157,7 +157,7 @@ class PipelineRuntime:
         self.shapes, self.transport, self.clock = list(shapes), transport, clock
         self.dtype, self.lookahead = dtype, lookahead
         self.stash_bytes = stash_bytes or {}
-        self.grad_sync = grad_sync  # pipesim_executor.grad_sync.GradSync with data parallelism, else None
+        self.grad_sync = grad_sync  # pipesim_executor.rank.grad_sync.GradSync with data parallelism, else None
         self.plan = comm_plan(schedule)
         self._incoming = self.plan.incoming(rank)
         self._send_tag = self.plan.send_tags(rank)
@@ -333,7 +333,9 @@ class RankModel:
     runners: dict[int, StageRunner]
     shapes: list[tuple[torch.Size, torch.Size]]
     stash_bytes: dict[int, tuple[int, int, int]]
-    make_batch: Any = None  # (batch_size, seed, step) -> (inputs, targets): pipesim_executor.model.model_parts' maker
+    make_batch: Any = (
+        None  # (batch_size, seed, step) -> (inputs, targets): pipesim_executor.rank.model.model_parts' maker
+    )
     wire_dtype: torch.dtype = torch.float32  # of the tensors that cross between ranks
     split_points: tuple[int, ...] = ()  # where each stage after the first starts (unit indices)
 
@@ -355,7 +357,7 @@ def build_rank_model(
     """Build the full layer list (same weights on every rank), keep this rank's stages, move them to `device`.
 
     dtype "bf16": the stages compute under autocast and hand bfloat16 tensors to other ranks
-    (pipesim_executor.stage)."""
+    (pipesim_executor.rank.stage)."""
     from pipesim_executor.rank.model import model_parts, split_stages, stage_io_shapes, stage_starts
     from pipesim_executor.rank.stage import measure_stash_bytes, tensor_bytes
 

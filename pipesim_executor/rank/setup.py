@@ -1,7 +1,7 @@
 """One rank of a run, set up: its process groups, transport, stages, runtime, optimizer and clock.
 
 `setup` is the only place a rank is assembled; the worker's training loop, the profile phase
-(pipesim_executor.profile) and the side-by-side reference run all take the `Rank` it returns.
+(pipesim_executor.rank.profile) and the side-by-side reference run all take the `Rank` it returns.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How a rank process ends: every process group released while Python is alive, then an exit without finalisation.
 
-Every entry point that joins a process group (pipesim_executor.worker, pipesim_executor.reference, the test
+Every entry point that joins a process group (pipesim_executor.rank.worker, pipesim_executor.rank.reference, the test
 helpers) ends
 through `finish`. Why it is built this way:
 

@@ -64,7 +64,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 def static_memory(r: Rank, records: list[dict[str, Any]]) -> dict[str, int]:
-    """Parameters, gradients and optimizer state of this rank, counted tensor by tensor (pipesim.memory models
+    """Parameters, gradients and optimizer state of this rank, counted tensor by tensor (pipesim.sim.memory models
     the same three parts)."""
     params = sum(p.numel() * p.element_size() for p in r.model.parameters())
     return {

@@ -2,7 +2,7 @@
 
 Usage (the launcher starts it; see pipesim_executor/config.py for the run folder):
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 -m pipesim_executor.worker --run-dir runs/NAME
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m pipesim_executor.rank.worker --run-dir runs/NAME
 
 Reads config.json and schedule.json; optionally profiles (cost.json); runs the
 warm-up steps, then the measured steps, timing every action; rank 0 gathers
@@ -25,7 +25,7 @@ With data parallelism (processes = ranks x replicas) the timeline is replica 0's
 ranks, each gradient all-reduce a comm span of kind "allreduce" (peer: the number
 of replicas), and allreduce_replica_lag_ms says how far the other replicas lagged.
 With --torch-profile each rank also writes traces/rankR.json, the torch.profiler
-trace of the measured steps (see pipesim_executor.torch_profile).
+trace of the measured steps (see pipesim_executor.rank.torch_profile).
 """
 
 from __future__ import annotations
@@ -75,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    finish(main)  # releases the process groups, then exits without finalisation (see pipesim_executor.teardown)
+    finish(main)  # releases the process groups, then exits without finalisation (see pipesim_executor.rank.teardown)

@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc-per-node 2 tests/helpers/teardown_check.py OUT_DIR [raise]
 
-Checks pipesim_executor.teardown's contract: after `release_distributed`, no process group of this process is alive
+Checks pipesim_executor.rank.teardown's contract: after `release_distributed`, no process group of this process is alive
 (weak references to the WORLD group and every link group are dead), so no gloo destructor is left for the
 interpreter's exit. Rank 0 writes OUT_DIR/teardown_RANK.json with the groups still alive. With `raise`, rank 1
 raises from its main: `finish` must report it and exit 1 without waiting at the teardown barrier.

@@ -1,0 +1,128 @@
+"""Find the module references a text makes and say whether each resolves (tests/test_module_references.py).
+
+A reference is a dotted name (`pipesim.sim.steps`, `pipesim_executor.rank.worker.main`, `app_pages.state`), a
+module run with `-m`, or a path in the checkout (`pipesim/cli/plan.py`). A dotted name resolves when its longest
+prefix is a module of the checkout and the rest names something that module defines (read from its source, so
+nothing is imported: the executor's modules import torch); a class's member is checked one level down.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = ("pipesim", "pipesim_executor", "app_pages", "executor")
+DOTTED = re.compile(r"(?<![\w./-])((?:pipesim_executor|pipesim|app_pages|executor)(?:\.[A-Za-z_]\w*)+)")
+RUN_MODULE = re.compile(r"(?<![\w-])-m\s+([A-Za-z_][\w.]*)")
+PATH = re.compile(
+    r"(?<![\w./-])((?:pipesim_executor|pipesim|app_pages|executor|tests|docs|bench|scripts|examples)/[\w/.-]*\w)"
+)
+
+
+def module_file(parts: list[str]) -> Path | None:
+    base = ROOT.joinpath(*parts)
+    if (base / "__init__.py").exists():
+        return base / "__init__.py"
+    return base.with_suffix(".py") if base.with_suffix(".py").exists() else None
+
+
+@cache
+def _defined(path: Path) -> dict[str, ast.AST | None]:
+    """The names a module defines at its top (functions, classes, assignments, imports, also under `if`); a
+    package's `__init__` adds the identifiers it spells as strings (lazy exports: `pipesim.__getattr__`)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: dict[str, ast.AST | None] = {}
+    for node in tree.body:
+        for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else (node,):
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names[sub.name] = sub
+            elif isinstance(sub, (ast.Assign, ast.AnnAssign)):
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                for target in targets:
+                    names.update({n.id: sub for n in ast.walk(target) if isinstance(n, ast.Name)})
+            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+                names.update({(a.asname or a.name).split(".")[0]: sub for a in sub.names})
+    if path.name == "__init__.py":
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
+                names.setdefault(n.value, None)
+    return names
+
+
+def _members(node: ast.ClassDef) -> set[str]:
+    found = set()
+    for sub in node.body:
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(sub.name)
+        elif isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name):
+            found.add(sub.target.id)
+        elif isinstance(sub, ast.Assign):
+            found.update(t.id for t in sub.targets if isinstance(t, ast.Name))
+    return found
+
+
+def dotted_resolves(name: str) -> bool:
+    parts = name.split(".")
+    if parts[-1].startswith("__") and parts[-1].endswith("__"):  # pipesim.__file__, pipesim.__all__
+        parts = parts[:-1]
+    for k in range(len(parts), 0, -1):
+        path = module_file(parts[:k])
+        if path is None:
+            continue
+        rest = parts[k:]
+        if not rest:
+            return True
+        names = _defined(path)
+        if rest[0] not in names:
+            return False
+        node = names[rest[0]]
+        return len(rest) == 1 or not isinstance(node, ast.ClassDef) or rest[1] in _members(node)
+    return False
+
+
+def module_resolves(name: str) -> bool:
+    """A module `python -m` can run: the checkout's own, or one installed (pytest, torch.distributed.run)."""
+    parts = name.split(".")
+    if parts[0] in PROJECT:
+        return module_file(parts) is not None
+    try:
+        spec = importlib.util.find_spec(parts[0])  # the top package only: importing torch to find a file is slow
+    except (ImportError, ValueError):
+        return False
+    if spec is None or len(parts) == 1:
+        return spec is not None
+    for location in spec.submodule_search_locations or ():
+        base = Path(location).joinpath(*parts[1:])
+        if (base / "__init__.py").exists() or base.with_suffix(".py").exists():
+            return True
+    return False
+
+
+def path_resolves(text: str) -> bool:
+    return (ROOT / text).exists()
+
+
+def references(text: str) -> list[tuple[int, str, str]]:
+    """(line, kind, reference) of every reference in `text`; a quoted JSON format name ("pipesim.plan", on a
+    line about formats) is a name, not a module."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for match in DOTTED.finditer(line):
+            start, end = match.span(1)
+            quoted = line[start - 1 : start] == '"' and line[end : end + 1] == '"'
+            if not (quoted and "format" in line.lower()):
+                found.append((number, "dotted", match.group(1)))
+        found += [(number, "module", m.group(1)) for m in RUN_MODULE.finditer(line)]
+        found += [(number, "path", m.group(1).rstrip(".")) for m in PATH.finditer(line)]
+    return found
+
+
+RESOLVERS = {"dotted": dotted_resolves, "module": module_resolves, "path": path_resolves}
+
+
+def unresolved(text: str) -> list[tuple[int, str, str]]:
+    return [(n, kind, ref) for n, kind, ref in references(text) if not RESOLVERS[kind](ref)]
