@@ -15,8 +15,8 @@ the tuple `(layers, make_batch, loss_fn)`:
   1/num_microbatches, replicas averaged: the gradients equal those of one process on the global batch).
 
 The weights must depend only on the global RNG's seed: every rank calls the factory under the same seed and
-keeps its own stages. For the split backward (zero-bubble schedules) see pipesim_executor.rank.stage: parameterised leaves
-without a dW formula fall back to autograd.
+keeps its own stages. For the split backward (zero-bubble schedules) see pipesim_executor.rank.stage: parameterised
+leaves without a dW formula fall back to autograd.
 
 The launcher checks a spec (`pipesim_executor.host.model_check`) before any process of the run starts, and never in its
 own process: a module named by a user may do anything when imported or called (serve forever, exit, abort the

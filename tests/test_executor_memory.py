@@ -1,5 +1,5 @@
-"""The rank side's byte counts (pipesim_executor.rank.train_loop) against pipesim.sim.memory's optimizer-state rule, on real
-torch
+"""The rank side's byte counts (pipesim_executor.rank.train_loop) against pipesim.sim.memory's optimizer-state rule,
+on real torch
 optimizers: what a run records in measured.json is what the planner's memory model predicts."""
 
 from __future__ import annotations

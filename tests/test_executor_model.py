@@ -281,7 +281,8 @@ def test_runtime_on_one_rank_matches_the_full_model(kind, split, recompute):
 
 
 def test_runtime_validates_the_schedule_with_pipesim_once():
-    """The runtime trusts a schedule only after pipesim.semantics.validate: a bad one is refused before anything runs."""
+    """The runtime trusts a schedule only after pipesim.semantics.validate: a bad one is refused before anything
+    runs."""
     from pipesim.semantics.validate import ScheduleError
 
     good = _one_rank_schedule(split=False)

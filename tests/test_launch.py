@@ -366,7 +366,8 @@ def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     assert {"config.json", "schedule.json", "measured.json", "cost.json", "simulated.json", "reference.json",
             "result.json", "logs", "trace.json", "traces"} <= files  # fmt: skip
     # Kineto traces of the measured steps: ours labelled PP:<action> once per measured step; torch's Schedule1F1B,
-    # which torch 2.13 does not label, labelled by the reference run (pipesim_executor.rank.reference.label_single_stage)
+    # which torch 2.13 does not label, labelled by the reference run
+    # (pipesim_executor.rank.reference.label_single_stage)
     assert [p.name for p in run_folder.profiler_traces(result.run_dir)] == [
         "rank0.json",
         "rank1.json",

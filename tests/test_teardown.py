@@ -2,8 +2,8 @@
 
 A rank that aborted at exit with "terminate called without an active exception" had finished its work; the
 gloo groups it still referenced were destroyed during interpreter finalisation. These tests check the contract
-of pipesim_executor.rank.teardown under torchrun: nothing of the groups outlives `release_distributed`, a clean run exits 0,
-and a failing rank exits 1 at once (no wait at the teardown barrier) with its traceback.
+of pipesim_executor.rank.teardown under torchrun: nothing of the groups outlives `release_distributed`, a clean run
+exits 0, and a failing rank exits 1 at once (no wait at the teardown barrier) with its traceback.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Runs followed from their folder (pipesim_executor.host.watch), whoever launched them (issue 13: reattach after a reload).
+"""Runs followed from their folder (pipesim_executor.host.watch), whoever launched them (issue 13: reattach after a
+reload).
 
 Fast tests build run folders by hand or launch a stand-in command (no torch); the `torchrun` test starts a real
 run with `python -m executor run` in another process, follows it, and cancels it through the folder.

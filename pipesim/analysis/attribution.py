@@ -6,7 +6,7 @@ the optimizer step). It splits into four parts that add up to T exactly:
 
 * compute: the time inside the rank's own actions (the sum of its spans' durations);
 * schedule idle: the idle the schedule itself imposes given this step's own action durations. The step is
-  replayed (`pipesim.simulate.sweep`) with every action taking exactly its measured time and transfers taking
+  replayed (`pipesim.sim.simulate.sweep`) with every action taking exactly its measured time and transfers taking
   none; wherever the rank idles (before its first action, between two, after its last), the replay's idle at
   the same place is what no implementation could avoid;
 * communication wait: of the idle beyond that, the time the rank was blocked in a receive or send there (the
@@ -214,7 +214,8 @@ def attribute_run(schedule: Schedule, measured: Timeline, step_times_ms: Sequenc
         "format": "pipesim.analysis",
         "version": 1,
         "units": {"time": "ms"},
-        "definition": "compute + schedule_idle + comm_wait + overhead = step time, per rank (pipesim.analysis.attribution)",
+        "definition": "compute + schedule_idle + comm_wait + overhead = step time, per rank "
+        "(pipesim.analysis.attribution)",
         "step_ms": typical.step_ms,
         "median_step": typical.step,
         "replay_ms": typical.replay_ms,

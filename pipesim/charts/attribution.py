@@ -26,8 +26,8 @@ ATTRIBUTION_PARTS = (
 
 
 def attribution_figure(analysis: dict, step: int | None = None) -> go.Figure:
-    """Where a measured step went on each rank: one stacked bar per rank (pipesim.analysis.attribution). `step` picks one of
-    the analysis's steps (the one the overlay draws, so one screen shows one step); None: its median step."""
+    """Where a measured step went on each rank: one stacked bar per rank (pipesim.analysis.attribution). `step` picks
+    one of the analysis's steps (the one the overlay draws, so one screen shows one step); None: its median step."""
     median = analysis.get("median_step")
     chosen = next((s for s in analysis.get("steps") or () if s["step"] == step), None) if step is not None else None
     rows = chosen["ranks"] if chosen is not None else analysis["ranks"]

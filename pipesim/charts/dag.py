@@ -98,9 +98,9 @@ def dag_figure(
 ) -> go.Figure:
     """The dependency graph with ranks as lanes: data edges solid, rank-order edges dashed grey.
 
-    `graph` is `pipesim.semantics.dag.build_dag`'s, `positions` `pipesim.semantics.dag.dag_positions`'s. `critical_path` is drawn
-    thick and dark; `cycle` (a deadlock, as returned by `pipesim.simulate.find_deadlock`) in red, closing back
-    to its first action.
+    `graph` is `pipesim.semantics.dag.build_dag`'s, `positions` `pipesim.semantics.dag.dag_positions`'s.
+    `critical_path` is drawn thick and dark; `cycle` (a deadlock, as returned by
+    `pipesim.sim.simulate.find_deadlock`) in red, closing back to its first action.
     """
     if graph.number_of_nodes() > MAX_DAG_ACTIONS:
         raise ValueError(

@@ -18,7 +18,7 @@ cross-rank message sent and received when the order states transfers at all,
 and REDUCE_GRAD after its stage's last backward.
 
 Cross-rank ordering problems are not structural: they show up as a cycle in
-the dependency graph (`pipesim.simulate.find_deadlock`).
+the dependency graph (`pipesim.sim.simulate.find_deadlock`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The full memory of each rank: parameters, gradients, optimizer state and stashed activations.
 
-Activations follow `pipesim.semantics.lower`'s liveness (what F stashes, what B, I and W free), read through the metrics of
-`pipesim.sim.metrics` (`memory_over_time`, `compute_metrics`) or, for the planner, walked over each rank's action
-list: a rank runs its actions one after another, so its stash level after each action depends only on that
+Activations follow `pipesim.semantics.lower`'s liveness (what F stashes, what B, I and W free), read through the
+metrics of `pipesim.sim.metrics` (`memory_over_time`, `compute_metrics`) or, for the planner, walked over each rank's
+action list: a rank runs its actions one after another, so its stash level after each action depends only on that
 order, never on the times, and the peak of that walk is the peak the simulated timeline shows (a test checks it).
 
 Static memory per rank: the parameters of its stages, one gradient of the same size, and the optimizer's state

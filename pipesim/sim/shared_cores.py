@@ -7,7 +7,7 @@ The model is processor sharing: with k actions computing and `slots` of them abl
 (cores / threads per rank), each progresses at min(1, slots / k) of its full speed. Waiting ranks (blocked in a
 receive, idle in a bubble) use no core.
 
-* `sweep_shared` is `pipesim.simulate.sweep` under that model (event by event; with slots >= ranks it gives
+* `sweep_shared` is `pipesim.sim.simulate.sweep` under that model (event by event; with slots >= ranks it gives
   exactly sweep's times);
 * `work_of_spans` inverts it for a measured timeline: an action's full-speed duration is the integral of its
   rate over its measured span, so durations measured under sharing (the executor's in-situ calibration) turn

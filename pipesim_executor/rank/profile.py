@@ -256,8 +256,8 @@ def stage_cost(measure: dict[str, float], split: bool, recompute: bool) -> Stage
     )
 
 
-# Which isolated measurement an in-situ median replaces (pipesim_executor.rank.calibrate): F is the plain forward, or the
-# forward that keeps W's inputs when the schedule splits its backward.
+# Which isolated measurement an in-situ median replaces (pipesim_executor.rank.calibrate): F is the plain forward, or
+# the forward that keeps W's inputs when the schedule splits its backward.
 _IN_SITU_KEYS = {"B": ("b",), "I": ("i",), "W": ("w",)}
 
 

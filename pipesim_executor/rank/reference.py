@@ -108,7 +108,8 @@ def torch_refusal(class_name: str, num_ranks: int, num_stages: int, num_microbat
 
 
 def _build_pipeline(config: RunConfig, schedule: Schedule, rank: int, device):
-    """PipelineStage per local stage around pipesim_executor.rank.model's stage modules, and torch's schedule over them."""
+    """PipelineStage per local stage around pipesim_executor.rank.model's stage modules, and torch's schedule over
+    them."""
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining import schedules as torch_schedules
 

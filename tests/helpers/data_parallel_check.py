@@ -5,8 +5,8 @@
 
 2 pipeline ranks x 2 replicas. For a few schedules (1F1B; ZB-H1, whose gradients are complete after a W;
 interleaved 1F1B, two stages per rank whose all-reduces overlap the other stage's backward) on the tiny GPT
-example: one step through the runtime with the gradient all-reduce (pipesim_executor.rank.grad_sync), each replica on its own
-rows of the global batch; process 0 compares every replica's every gradient with one process running the full
+example: one step through the runtime with the gradient all-reduce (pipesim_executor.rank.grad_sync), each replica on
+its own rows of the global batch; process 0 compares every replica's every gradient with one process running the full
 model on the whole global batch. Writes OUT_DIR/data_parallel.json; tests/test_data_parallel.py asserts on it.
 """
 

@@ -31,11 +31,12 @@ def module_file(parts: list[str]) -> Path | None:
 
 
 @cache
-def _defined(path: Path) -> dict[str, ast.AST | None]:
+def _defined(path: Path) -> dict[str, ast.AST | str | None]:
     """The names a module defines at its top (functions, classes, assignments, imports, also under `if`); a
-    package's `__init__` adds the identifiers it spells as strings (lazy exports: `pipesim.__getattr__`)."""
+    package's `__init__` adds its lazy exports (`pipesim._API`: name -> the module defining it) and the other
+    identifiers it spells as strings."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    names: dict[str, ast.AST | None] = {}
+    names: dict[str, ast.AST | str | None] = {}
     for node in tree.body:
         for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else (node,):
             if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -47,6 +48,12 @@ def _defined(path: Path) -> dict[str, ast.AST | None]:
             elif isinstance(sub, (ast.Import, ast.ImportFrom)):
                 names.update({(a.asname or a.name).split(".")[0]: sub for a in sub.names})
     if path.name == "__init__.py":
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Dict):
+                for key, value in zip(n.keys, n.values, strict=True):
+                    if isinstance(key, ast.Constant) and isinstance(value, ast.Constant):
+                        if isinstance(value.value, str) and value.value.startswith(PROJECT):
+                            names[str(key.value)] = value.value
         for n in ast.walk(tree):
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier():
                 names.setdefault(n.value, None)
@@ -80,7 +87,11 @@ def dotted_resolves(name: str) -> bool:
         if rest[0] not in names:
             return False
         node = names[rest[0]]
-        return len(rest) == 1 or not isinstance(node, ast.ClassDef) or rest[1] in _members(node)
+        if isinstance(node, str):  # a lazy export: resolved in the module that defines it
+            return dotted_resolves(".".join([node, *rest]))
+        if len(rest) == 1 or isinstance(node, (ast.Import, ast.ImportFrom)):  # past an import: not followed
+            return True
+        return isinstance(node, ast.ClassDef) and rest[1] in _members(node)  # a member of a function: not a name
     return False
 
 
