@@ -99,13 +99,11 @@ def _layer(module: str) -> int | None:
 
 
 def _edges() -> dict[str, set[str]]:
-    """Runtime imports (lazy ones included) between modules; a package's own __init__ is not an edge."""
+    """Imports between modules, lazy ones and those made for type checking included (a TYPE_CHECKING import is a
+    dependency the interpreter does not see: a circle through one is still one concern split in two); a package's
+    own __init__ is not an edge."""
     return {
-        module: {
-            name
-            for name, _ in _imports(path, runtime_only=True)
-            if name != module and not module.startswith(name + ".")
-        }
+        module: {name for name, _ in _imports(path) if name != module and not module.startswith(name + ".")}
         for module, path in MODULES.items()
     }
 
@@ -189,3 +187,14 @@ def test_checker_sees_an_upward_import(tmp_path: Path) -> None:
     assert _layer("pipesim.records") < _layer("pipesim.cli.main")
     assert _layer("pipesim.sim.metrics") > _layer("pipesim.semantics.lower")
     assert _layer("pipesim.ir") is not None and _layer("pipesim_executor.config") is None
+
+
+def test_the_cycle_check_counts_imports_made_for_type_checking(tmp_path: Path) -> None:
+    """A circle through `if TYPE_CHECKING:` is still a circle (launch and phase once closed one that way)."""
+    module = tmp_path / "typed.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pipesim_executor.host.launch import RunHandle\n"
+    )
+    assert ("pipesim_executor.host.launch", True) not in _imports(module, runtime_only=True)
+    assert "pipesim_executor.host.launch" in {name for name, _ in _imports(module)}
+    assert "pipesim_executor.host.launch" not in _edges()["pipesim_executor.host.phase"]

@@ -141,12 +141,12 @@ class RunHandle:
             raise TimeoutError(f"run {self.run_dir.name} still running after {timeout} s")
         return self._result
 
-    # internal: called by the supervising threads
-    def _add_line(self, line: str) -> None:
+    # called by the supervising threads (pipesim_executor.host.phase.PhaseOwner)
+    def add_line(self, line: str) -> None:
         with self._lock:
             self._lines.append(line)
 
-    def _add_event(self, event: dict, part: str) -> None:
+    def add_event(self, event: dict, part: str) -> None:
         with self._lock:
             fraction = step_fraction(event, self.config)
             if fraction is not None:
@@ -165,9 +165,9 @@ class RunHandle:
             try:
                 self._on_event(event)
             except Exception as error:  # a broken callback must not break the run
-                self._add_line(f"on_event callback failed: {error!r}")
+                self.add_line(f"on_event callback failed: {error!r}")
 
-    def _publish(self, force: bool = False) -> None:
+    def publish(self, force: bool = False) -> None:
         """Rewrite progress.json (node 0; at most every PROGRESS_EVERY_S unless forced): what a process that
         follows the run from its folder shows, as the app shows an own run from this handle."""
         if self.config.nodes.node_rank != 0 or not (force or time.monotonic() - self._published >= PROGRESS_EVERY_S):
@@ -200,7 +200,7 @@ class RunHandle:
         env = run_environment(self.config)
         main = Phase(torchrun_command(self.config, self.run_dir), env, self, self._node_prefix)
         self._launch_event("launch", command=main.argv)
-        self._publish(force=True)
+        self.publish(force=True)
         try:
             outcome = main.run(deadline, self._cancelled)
             if outcome.status == "cancelled":  # asked for: say so calmly, no log tail of the ranks' SIGTERM
@@ -228,7 +228,7 @@ class RunHandle:
             summary.update(status="failed", message=message)
             self._result = RunResult(self.run_dir, "failed", summary["message"], self.config, self.schedule)
         self._status = summary["status"]
-        self._publish(force=True)
+        self.publish(force=True)
         # The finished event before the wait ends: a caller that prints the summary once `wait` returns (the CLI)
         # must never have its line glued to the event's.
         self._launch_event("finished", status=self._status, message=summary.get("message", ""),

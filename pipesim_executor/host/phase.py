@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pipesim_executor.host import run_folder, torchrun_log
 from pipesim_executor.processes import GRACE_S, REPO_ROOT, end_process_tree, run_processes
@@ -23,7 +23,25 @@ from pipesim_executor.progress import PROGRESS_PREFIX
 from pipesim_executor.run_files import LOGS_DIR, STOP_FILE
 
 if TYPE_CHECKING:
-    from pipesim_executor.host.launch import RunHandle
+    from pipesim_executor.config import RunConfig
+
+
+class PhaseOwner(Protocol):
+    """The run a phase reports to (`pipesim_executor.host.launch.RunHandle` is one): where its folder is, its
+    config, and the three things a phase tells it (a log line, a progress event, when to rewrite progress.json).
+    Declared here, so that this module needs nothing of the launcher's."""
+
+    run_dir: Path
+    config: RunConfig
+
+    def events(self) -> list[dict]: ...
+
+    def add_line(self, line: str) -> None: ...
+
+    def add_event(self, event: dict, part: str) -> None: ...
+
+    def publish(self, force: bool = False) -> None: ...
+
 
 STOP_GRACE_S = 20.0  # a cancel waits this long for the ranks to finish their step and write measured.json
 
@@ -43,7 +61,7 @@ class Phase:
     """One torchrun launch: spawn, relay lines, wait with timeout and cancellation, end every process."""
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], handle: RunHandle, log_prefix: str, part: str = "run"
+        self, argv: list[str], env: dict[str, str], handle: PhaseOwner, log_prefix: str, part: str = "run"
     ) -> None:
         self.argv, self.env, self.handle, self.log_prefix, self.part = argv, env, handle, log_prefix, part
         self.launcher_lines: collections.deque[str] = collections.deque(maxlen=400)
@@ -89,7 +107,7 @@ class Phase:
                 code = None
             if code is not None:
                 return Outcome("ok" if code == 0 else "failed", code)
-            self.handle._publish()
+            self.handle.publish()
             if cancelled.is_set() or run_folder.cancel_requested(self.handle.run_dir):  # ours, or the folder's
                 cancelled.set()
                 return Outcome("cancelled", None, "cancelled by the caller")
@@ -109,14 +127,14 @@ class Phase:
                 if match is None:
                     self._write(files, logs / f"{self.log_prefix}launcher.log", line)
                     self.launcher_lines.append(line)
-                    self.handle._add_line(f"[torchrun] {line}")
+                    self.handle.add_line(f"[torchrun] {line}")
                     if "exitcode" in line and "local_rank" in line:
                         self.error_events.append((-1, line))
                     continue
                 rank, text = int(match.group(1)), match.group(2)
                 self._write(files, logs / f"{self.log_prefix}rank{rank}.log", text)
                 self.rank_lines[rank].append(text)
-                self.handle._add_line(f"[rank{rank}] {text}")
+                self.handle.add_line(f"[rank{rank}] {text}")
                 if text.startswith(PROGRESS_PREFIX):
                     self._progress(rank, text[len(PROGRESS_PREFIX) :])
         finally:
@@ -138,7 +156,7 @@ class Phase:
         event.setdefault("rank", rank)
         if event.get("event") == "error":
             self.error_events.append((rank, str(event.get("message", ""))))
-        self.handle._add_event(event, part=self.part)
+        self.handle.add_event(event, part=self.part)
 
     def failure_message(self, outcome: Outcome) -> tuple[str, int | None]:
         return torchrun_log.failure_message(

@@ -136,7 +136,7 @@ class ProfileHandle(RunHandle):
         command = torchrun_command(self.config, self.run_dir, module=PROFILE_MODULE)
         phase = Phase(command, run_environment(self.config), self, "")
         self._launch_event("launch", command=phase.argv)
-        self._publish(force=True)
+        self.publish(force=True)
         try:
             outcome = phase.run(deadline, self._cancelled)
             message = "" if outcome.status == "ok" else phase.failure_message(outcome)[0]
@@ -158,7 +158,7 @@ class ProfileHandle(RunHandle):
             summary["message"] = f"{message}\ncannot write {result_file(0)}: {error}".strip()
         self._result = ProfileResult(self.run_dir, status, summary["message"], profile)  # type: ignore[assignment]
         self._status = status
-        self._publish(force=True)
+        self.publish(force=True)
         self._launch_event("finished", status=status, message=summary["message"])
         self._finished.set()
 
