@@ -5,21 +5,28 @@ pipesim changes a wrapper, not its callers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipesim.cost.model import CostModel
 from pipesim.ir import Schedule
+from pipesim.limits import require, require_items
+from pipesim.records import Timeline
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from pipesim.analysis.compare import ComparisonRow
     from pipesim.plan.search import Candidate, PlanInputs, PlanSpace
-    from pipesim.records import Timeline
     from pipesim.sim.metrics import Metrics
     from pipesim.sim.steps import SimulatedStep
+
+
+SCHEDULE_TAKES = "a Schedule (build_schedule, load_schedule or load_torch_csv)"
+TIMELINE_TAKES = "a Timeline (simulate(...).timeline or load_timeline)"
+COST_TAKES = "a CostModel or None"
 
 
 def load_torch_csv(path: str | Path, csv_format: str = "auto") -> Schedule:
@@ -27,6 +34,7 @@ def load_torch_csv(path: str | Path, csv_format: str = "auto") -> Schedule:
     "auto" tells them apart). Calls `pipesim.io.formats.schedule_from_csv_file`."""
     from pipesim.io.formats import schedule_from_csv_file
 
+    require(path, "path", (str, os.PathLike), "a file path (str or Path)")
     return schedule_from_csv_file(path, csv_format)
 
 
@@ -34,6 +42,7 @@ def to_torch_csv(schedule: Schedule, csv_format: str = "compute_only") -> str:
     """The schedule as torch's CSV text (`pipesim.io.torch_csv.schedule_to_csv`)."""
     from pipesim.io.torch_csv import schedule_to_csv
 
+    require(schedule, "schedule", Schedule, SCHEDULE_TAKES)
     return schedule_to_csv(schedule, csv_format)  # type: ignore[arg-type]
 
 
@@ -45,6 +54,8 @@ def simulate(schedule: Schedule, cost: CostModel | None = None) -> SimulatedStep
     ValueError) for a schedule that cannot finish."""
     from pipesim.sim.steps import simulate_step
 
+    require(schedule, "schedule", Schedule, SCHEDULE_TAKES)
+    require(cost, "cost", (CostModel, type(None)), COST_TAKES)
     cost = (cost or CostModel.uniform()).for_pipeline(schedule.num_stages, schedule.num_ranks)
     return simulate_step(schedule, cost)
 
@@ -53,6 +64,8 @@ def metrics(timeline: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubble and peak activation memory per rank (bytes need `cost`): `pipesim.sim.metrics`."""
     from pipesim.sim.metrics import compute_metrics
 
+    require(timeline, "timeline", Timeline, TIMELINE_TAKES)
+    require(cost, "cost", (CostModel, type(None)), COST_TAKES)
     return compute_metrics(timeline, cost)
 
 
@@ -67,6 +80,11 @@ def compare(
     cost model: `pipesim.analysis.compare.compare_schedules`."""
     from pipesim.analysis.compare import compare_schedules
 
+    require_items(schedules, "schedules", str, "schedule names, e.g. ['1f1b', 'zbv']")
+    require(ranks, "ranks", int, "a whole number of ranks")
+    require(microbatches, "microbatches", int, "a whole number of microbatches")
+    require(cost, "cost", (CostModel, type(None)), COST_TAKES)
+    require(virtual_stages, "virtual_stages", (int, type(None)), "a whole number of chunks per rank or None")
     return compare_schedules(list(schedules), ranks, microbatches, cost or CostModel.uniform(), virtual_stages)
 
 
@@ -80,8 +98,11 @@ def plan_candidates(
     """Every candidate of `space` (default: PlanSpace()) for the model and devices of `inputs`, each evaluated
     exactly (`pipesim.plan.search.evaluate_all`); `pareto_front` and `best_candidate` read the result. (Not named
     `plan`: that is the name of the package `pipesim.plan`, which Python would find first once it is imported.)"""
+    from pipesim.plan.inputs import PlanInputs
     from pipesim.plan.search import PlanSpace, evaluate_all
 
+    require(inputs, "inputs", PlanInputs, "a PlanInputs (PlanInputs.from_description, from_cost or from_profile)")
+    require(space, "space", (PlanSpace, type(None)), "a PlanSpace or None")
     return evaluate_all(inputs, space or PlanSpace(), progress=progress, workers=workers)
 
 
@@ -90,6 +111,7 @@ def gantt_figure(timeline: Timeline, *, title: str = "", color_by: str = "kind")
     (`pipesim.charts.gantt.gantt_figure`; needs plotly)."""
     from pipesim.charts.gantt import gantt_figure as draw
 
+    require(timeline, "timeline", Timeline, TIMELINE_TAKES)
     return draw(timeline, title=title, color_by=color_by)
 
 
@@ -97,11 +119,15 @@ def memory_figure(timeline: Timeline, cost: CostModel | None = None) -> go.Figur
     """Each rank's activation memory over the step (`pipesim.charts.memory.memory_figure`)."""
     from pipesim.charts.memory import memory_figure as draw
 
+    require(timeline, "timeline", Timeline, TIMELINE_TAKES)
+    require(cost, "cost", (CostModel, type(None)), COST_TAKES)
     return draw(timeline, cost)
 
 
 def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> go.Figure:
     """Step time, bubble and peak memory per schedule, side by side (`pipesim.charts.compare.comparison_figure`)."""
+    from pipesim.analysis.compare import ComparisonRow
     from pipesim.charts.compare import comparison_figure as draw
 
+    require_items(rows, "rows", ComparisonRow, "comparison rows (compare's result)")
     return draw(rows, log_scale=log_scale)

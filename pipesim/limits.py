@@ -10,6 +10,9 @@ trace import) are measured in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
 MAX_RANKS = 1024
 MAX_STAGES = 8192
 MAX_MICROBATCHES = 65536
@@ -70,3 +73,29 @@ def summarize(problems: list[str], shown: int = MAX_PROBLEMS_SHOWN) -> str:
     if len(problems) > shown:
         lines.append(f"... and {len(problems) - shown} more")
     return "\n".join(lines)
+
+
+PATH_TYPES = (str, os.PathLike)
+PATH_TAKES = "a file path (str or pathlib.Path)"
+
+
+def require(value: object, name: str, kind: type | tuple[type, ...], takes: str) -> None:
+    """The public entry points' type check: a TypeError naming the argument and what it takes (`simulate("1f1b")`
+    says `schedule` must be a Schedule, instead of an AttributeError from deep inside)."""
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        value_ok = False
+    else:
+        value_ok = isinstance(value, kind)
+    if not value_ok:
+        simple = value is None or isinstance(value, (str, int, float))
+        shown = repr(value) if simple and len(repr(value)) <= 40 else type(value).__name__
+        raise TypeError(f"{name} must be {takes}, got {shown}")
+
+
+def require_items(values: object, name: str, kind: type | tuple[type, ...], takes: str) -> None:
+    """`require` for a sequence of `kind` (a list, a tuple, an array; a bare string is not a list of names)."""
+    is_sequence = isinstance(values, Sequence) or hasattr(values, "__array__")
+    if not is_sequence or isinstance(values, (str, bytes)):
+        require(values, name, (list, tuple), f"a list of {takes}")  # raises, naming what was given
+    for index, value in enumerate(values):  # type: ignore[arg-type]
+        require(value, f"{name}[{index}]", kind, takes)

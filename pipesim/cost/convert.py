@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from numbers import Real
 
 from pipesim.cost.model import CostModel
 from pipesim.cost.stage import StageCost
+from pipesim.limits import require_items
 
 
 def _per_stage(name: str, values: Sequence[float] | None, count: int) -> list[float] | None:
@@ -34,6 +36,10 @@ def cost_from_times(
     Each list holds one value for every stage or one per stage; B defaults to 2F, W to half of B, one
     activation unit per microbatch. W above B is refused (W is the weight part of the full backward).
     """
+    for name, values in (("forward_ms", forward_ms), ("backward_ms", backward_ms), ("weight_ms", weight_ms),
+                         ("comm_ms", comm_ms), ("activation_bytes", activation_bytes)):  # fmt: skip
+        if values is not None or name == "forward_ms":  # the one list that must be given
+            require_items(values, name, Real, "numbers (one for every stage, or one per stage)")
     lists = {
         "forward_ms": forward_ms,
         "backward_ms": backward_ms,

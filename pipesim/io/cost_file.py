@@ -32,6 +32,7 @@ from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, Provenanc
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.formats import read_json, write_json
 from pipesim.io.profile_file import PROFILE_VERSION, profile_from_dict, profile_to_dict
+from pipesim.limits import PATH_TAKES, PATH_TYPES, require
 
 COST_FORMAT = "pipesim.cost"
 COST_FORMAT_VERSION = 1
@@ -214,6 +215,7 @@ def load_cost(path: str | Path) -> CostModel:
 def load_cost_file(path: str | Path) -> CostModel | UnitProfile:
     """Either version: a run's stage costs (version 1, a `CostModel`) or a model profiled per unit (version 2, a
     `UnitProfile`); what `plan --cost` reads."""
+    require(path, "path", PATH_TYPES, PATH_TAKES)
     data = read_json(path)
     if isinstance(data, dict) and data.get("format") == COST_FORMAT and data.get("version") == PROFILE_VERSION:
         return profile_from_dict(data)

@@ -23,7 +23,7 @@ from pipesim.io.torch_csv import (  # noqa: F401 - the CSV's home; re-exported
     schedule_to_csv,
 )
 from pipesim.ir import Action, Overlap, Schedule, make_schedule, parse_entry
-from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, check_sizes
+from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, PATH_TAKES, PATH_TYPES, check_sizes, require
 from pipesim.records import CommSpan, Span, Timeline
 
 SCHEDULE_FORMAT = "pipesim.schedule"
@@ -307,6 +307,8 @@ def _refuse_constant(word: str) -> Any:
 def save_schedule(schedule: Schedule, path: str | Path) -> None:
     """Write a schedule: torch's CSV when the name ends in .csv (compute_comms when the schedule states its
     transfers, else compute_only), else the JSON document."""
+    require(schedule, "schedule", Schedule, "a Schedule")
+    require(path, "path", PATH_TYPES, PATH_TAKES)
     write_file(schedule_file_text(schedule, path), path)
 
 
@@ -319,6 +321,7 @@ def schedule_file_text(schedule: Schedule, path: str | Path) -> str:
 
 def load_schedule(path: str | Path) -> Schedule:
     """Read a schedule file: pipesim's JSON (`.json`), else torch's CSV, either format (named after the file)."""
+    require(path, "path", PATH_TYPES, PATH_TAKES)
     source = Path(path)
     if source.suffix.lower() == ".json":
         return schedule_from_dict(read_json(source, MAX_SCHEDULE_BYTES, "schedule file"))
@@ -337,8 +340,12 @@ def schedule_from_csv_file(path: str | Path, csv_format: str = "auto") -> Schedu
 
 def load_timeline(path: str | Path) -> Timeline:
     """A timeline document (`save_timeline`'s, a run's measured.json or simulated.json) read back."""
+    require(path, "path", PATH_TYPES, PATH_TAKES)
     return timeline_from_dict(read_json(path, what="timeline"))
 
 
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
+    """Write a timeline document (`load_timeline` reads it back)."""
+    require(timeline, "timeline", Timeline, "a Timeline")
+    require(path, "path", PATH_TYPES, PATH_TAKES)
     write_json(timeline_to_dict(timeline, summary), path)

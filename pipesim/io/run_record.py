@@ -22,7 +22,7 @@ from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_from_dict
 from pipesim.io.formats import read_json, schedule_from_dict, timeline_from_dict
 from pipesim.ir import Schedule
-from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, MAX_SMALL_FILE_BYTES
+from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, MAX_SMALL_FILE_BYTES, PATH_TYPES, require
 from pipesim.records import Timeline
 
 RUN_STATUSES = ("ok", "partial", "failed", "timeout", "cancelled")  # what result.json may say
@@ -145,6 +145,7 @@ def result_numbers(summary: dict[str, Any]) -> dict[str, float | None]:
 def read_run(run_dir: str | Path) -> RunRecord:
     """A run folder's config, schedule, result and outputs; ValueError (naming the file and the fault) when it is
     not a run folder or is damaged."""
+    require(run_dir, "run_dir", PATH_TYPES, "a run folder's path (str or pathlib.Path)")
     folder = run_folder(run_dir)
     if not (folder / "config.json").exists():
         raise ValueError(f"{run_dir} is not a run folder: it has no config.json")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pipesim.limits import require_items
 from pipesim.plan.inputs import TIE
 from pipesim.plan.search import Candidate
 from pipesim.units import format_bytes, format_ms
@@ -26,6 +27,7 @@ PLAN_FORMAT = "pipesim.plan"
 def pareto_front(candidates: list[Candidate]) -> list[Candidate]:
     """The built candidates that no other beats on both step time and memory (at least as good on both, better on
     one), fastest first. Candidates with identical numbers do not beat each other: all of them stay."""
+    require_items(candidates, "candidates", Candidate, "Candidates (plan_candidates' result)")
     built = sorted((c for c in candidates if c.error is None), key=lambda c: (c.step_ms, c.peak_memory_bytes))
     front: list[Candidate] = []
     best_before = float("inf")  # lowest memory among strictly faster candidates
@@ -50,6 +52,7 @@ def time_key(step_ms: float) -> float:
 
 def best_candidate(candidates: list[Candidate]) -> Candidate | None:
     """The fastest candidate that fits the cap (less memory breaks a tie: `time_key`); None when none fits."""
+    require_items(candidates, "candidates", Candidate, "Candidates (plan_candidates' result)")
     fitting = [c for c in candidates if c.error is None and c.fits]
     return min(fitting, key=lambda c: (time_key(c.step_ms), c.peak_memory_bytes), default=None)
 

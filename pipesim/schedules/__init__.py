@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pipesim.ir import Schedule, loop_placement, v_placement
-from pipesim.limits import check_sizes
+from pipesim.limits import check_sizes, require
 
 Builder = Callable[..., Schedule]
 
@@ -128,6 +128,7 @@ def in_situ_representatives() -> list[ScheduleInfo]:
 def schedule_info(name: str) -> ScheduleInfo:
     """Look up a family by name (case-insensitive); unknown names list the valid ones."""
     registry = _registry()
+    require(name, "the schedule name", str, f"a string, one of {', '.join(schedule_names())}")
     key = name.strip().lower()
     if key not in registry:
         raise ValueError(f"unknown schedule {name!r}; valid schedules: {', '.join(schedule_names())}")
