@@ -73,7 +73,9 @@ from pipesim.cli.common import (
     ms_list,
     name_list,
     positive_int,
+    summary_stream,
     write_figures,
+    written_lines,
 )
 from pipesim.cli.listing import cmd_list
 from pipesim.cost.model import CostModel
@@ -162,8 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
         "every rank waits for the last, as pipesim's executor does)",
     )
     outputs = sim.add_argument_group("outputs")
-    outputs.add_argument("--json", type=Path, metavar="OUT", help="timeline document with a metrics summary")
-    outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as torch's CSV")
+    outputs.add_argument(
+        "--json", type=Path, metavar="OUT", help="timeline document with a metrics summary (- for standard output)"
+    )
+    outputs.add_argument("--csv", type=Path, metavar="OUT", help="the schedule as torch's CSV (- for standard output)")
     outputs.add_argument(
         "--csv-format",
         choices=CSV_FORMATS,
@@ -182,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")
     cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
     add_cost_args(cmp)
-    cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows")
+    cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows (- for standard output)")
     add_figure_args(cmp, "comparison chart")
 
     cli_trace.add_commands(commands)
@@ -285,7 +289,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     ):
         lines += _steps_lines(schedule, step, cost, args)  # every refusal comes before any file is written
     written = _write_simulation_files(args, schedule, cost, step, metrics)
-    print("\n".join(lines + [f"wrote {path}" for path in written]))  # after the files: a closed stdout loses none
+    # after the files (a closed stdout loses none); on stderr when an output went to stdout (`-`)
+    print("\n".join(lines + written_lines(*written)), file=summary_stream(*written))
     return 0
 
 
@@ -337,7 +342,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     written += write_figures(lambda: comparison_figure(rows), args)
     table = format_table(rows, bytes_known=args.cost is not None)  # typed times carry no sizes
-    print("\n".join([table, *(f"wrote {path}" for path in written)]))
+    print("\n".join([table, *written_lines(*written)]), file=summary_stream(*written))
     return 0 if any(row.error is None for row in rows) else FAILURE
 
 

@@ -7,14 +7,16 @@ import argparse
 import dataclasses
 import logging
 import os
+import sys
 from pathlib import Path
+from typing import TextIO
 
 from pipesim.charts.export import export_figures
 from pipesim.cost.convert import cost_from_times
 from pipesim.cost.model import CostModel, LinkCost
 from pipesim.flags import Parser, UsageError, shown  # noqa: F401 - the commands' parser and usage error, shared with the executor
 from pipesim.io.cost_file import load_cost
-from pipesim.io.formats import check_output, write_file
+from pipesim.io.formats import STANDARD_OUTPUT, check_output, is_standard_output, write_file
 from pipesim.limits import check_sizes
 
 FIGURE_FORMATS = ("html", "png", "svg", "pdf")
@@ -170,10 +172,24 @@ def check_outputs(args: argparse.Namespace, flags: tuple[str, ...]) -> None:
         if path is None:
             continue
         check_output(path)
-        key = os.path.realpath(path)
+        key = STANDARD_OUTPUT if is_standard_output(path) else os.path.realpath(path)
         if key in seen:
-            raise UsageError(f"--{seen[key]} and --{flag.replace('_', '-')} name the same file {path}")
+            said = f"name the same file {path}"
+            if key == STANDARD_OUTPUT:
+                said = "both write to standard output (-): give one of them a file"
+            raise UsageError(f"--{seen[key]} and --{flag.replace('_', '-')} {said}")
         seen[key] = flag.replace("_", "-")
+
+
+def summary_stream(*outputs: object) -> TextIO:
+    """Where a command's words go: standard error when one of its outputs is `-` (standard output carries the
+    data, to be piped on), else standard output."""
+    return sys.stderr if any(is_standard_output(path) for path in outputs) else sys.stdout
+
+
+def written_lines(*outputs: object) -> list[str]:
+    """The "wrote FILE" lines of the outputs written to files (standard output is no file)."""
+    return [f"wrote {path}" for path in outputs if path is not None and not is_standard_output(path)]
 
 
 def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:

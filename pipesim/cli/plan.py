@@ -26,7 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pipesim.analysis.calibration import calibrate_from_run
-from pipesim.cli.common import positive_int
+from pipesim.cli.common import positive_int, summary_stream, written_lines
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.profile import UnitProfile
@@ -166,7 +166,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="processes that evaluate candidates (default: one per core, for spaces of more than 200 candidates)",
     )
-    plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan")
+    plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan (- for standard output)")
     plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
 
 
@@ -264,11 +264,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         lines.append(f"  cannot be built ({sum(c.error == reason for c in failed)}): {reason}")
     if args.json is not None:  # before printing: a closed stdout (| head) must not lose the plan
         write_json(document, args.json)
-        lines.append(f"wrote {args.json}")
-    print("\n".join(lines), flush=True)
+        lines += written_lines(args.json)
+    print("\n".join(lines), flush=True, file=summary_stream(args.json))
     if args.verify:
         command = [sys.executable, "-m", "pipesim_executor", "verify-plan", str(args.json), "--top", str(args.verify)]
-        print("verifying: " + " ".join(command[1:]), flush=True)
+        print("verifying: " + " ".join(command[1:]), flush=True, file=summary_stream(args.json))
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE
 

@@ -26,7 +26,15 @@ import math
 from pathlib import Path
 from types import MappingProxyType
 
-from pipesim.cli.common import UsageError, add_cost_args, check_outputs, cost_from_args, positive_int
+from pipesim.cli.common import (
+    UsageError,
+    add_cost_args,
+    check_outputs,
+    cost_from_args,
+    positive_int,
+    summary_stream,
+    written_lines,
+)
 from pipesim.cli.plan import parse_bytes
 from pipesim.io.formats import schedule_to_csv, schedule_to_dict, write_file, write_json
 from pipesim.schedules import PLACEMENTS
@@ -89,9 +97,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help=f"seconds the search may take (default 10, at most {MAX_TIME_LIMIT_S:g})",
     )
     outputs = syn.add_argument_group("outputs")
-    outputs.add_argument("--csv", type=Path, required=True, metavar="OUT", help="torch's compute_only CSV")
     outputs.add_argument(
-        "--json", type=Path, required=True, metavar="OUT", help="pipesim's schedule JSON with the results"
+        "--csv", type=Path, required=True, metavar="OUT", help="torch's compute_only CSV (- for standard output)"
+    )
+    outputs.add_argument(
+        "--json",
+        type=Path,
+        required=True,
+        metavar="OUT",
+        help="pipesim's schedule JSON with the results (-: standard output)",
     )
 
 
@@ -141,7 +155,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     # every file only after every check passed and the schedule is found
     write_file(schedule_to_csv(result.schedule, "compute_only"), args.csv)
     write_json(synthesis_document(result), args.json)
-    print("\n".join(lines + [f"wrote {args.csv}", f"wrote {args.json}"]))
+    print("\n".join(lines + written_lines(args.csv, args.json)), file=summary_stream(args.csv, args.json))
     return 0
 
 

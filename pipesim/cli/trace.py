@@ -15,7 +15,15 @@ import statistics
 from pathlib import Path
 from types import MappingProxyType
 
-from pipesim.cli.common import add_cost_args, add_figure_args, check_outputs, cost_from_args, write_figures
+from pipesim.cli.common import (
+    add_cost_args,
+    add_figure_args,
+    check_outputs,
+    cost_from_args,
+    summary_stream,
+    write_figures,
+    written_lines,
+)
 from pipesim.flags import EXIT_STATUS_HELP
 from pipesim.io.formats import save_schedule, save_timeline, schedule_to_dict
 from pipesim.sim.metrics import makespan
@@ -33,7 +41,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_cost_args(imp)
     outputs = imp.add_argument_group("outputs")
     outputs.add_argument("--schedule-out", type=Path, metavar="OUT", help="the recovered schedule (.json or .csv)")
-    outputs.add_argument("--json", type=Path, metavar="OUT", help="the imported timeline with step times, analysis")
+    outputs.add_argument(
+        "--json",
+        type=Path,
+        metavar="OUT",
+        help="the imported timeline with step times, analysis (- for standard output)",
+    )
     outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace: simulated + imported, with flows")
     add_figure_args(outputs, "overlay chart (simulated against imported)")
 
@@ -81,7 +94,8 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     from pipesim.charts.overlay import overlay_figure
 
     written += write_figures(lambda: overlay_figure(simulated, run.timeline), args)
-    print("\n".join(lines + [f"wrote {path}" for path in written]))  # after the files: a closed stdout loses none
+    # after the files (a closed stdout loses none); on stderr when an output went to stdout (`-`)
+    print("\n".join(lines + written_lines(*written)), file=summary_stream(*written))
     return 0
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -206,9 +207,20 @@ def json_text(data: Any, path: str | Path, indent: int | None = 1) -> str:
         raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs") from None
 
 
+STANDARD_OUTPUT = "-"  # an output path that means standard output, the command-line convention
+
+
+def is_standard_output(path: str | Path | None) -> bool:
+    """Whether an output path is `-`: standard output, not a file named `-` (write `./-` for that)."""
+    return path is not None and str(path) == STANDARD_OUTPUT
+
+
 def check_output(path: str | Path) -> None:
     """Refuse an output path `write_file` would refuse (a folder, a FIFO, a missing folder) before any work is
-    done or any other file written; what can only fail in the write itself (permissions, a full disk) fails there."""
+    done or any other file written; what can only fail in the write itself (permissions, a full disk) fails there.
+    `-` (standard output) is always writable."""
+    if is_standard_output(path):
+        return
     given = Path(path)
     target = Path(os.path.realpath(given))
     if target.exists() and not target.is_file():
@@ -234,7 +246,16 @@ def write_file(content: str | bytes, path: str | Path) -> None:
     symbolic link is written through to its target (the link stays, the target keeps its mode). A path that exists
     but is not a regular file (a folder, a FIFO, a device such as /dev/null) is refused rather than replaced. Every
     failure is an UnwritableOutput (a ValueError) that names the path the user gave, never the temporary file.
+    `-` writes to standard output.
     """
+    if is_standard_output(path):
+        if isinstance(content, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(content)
+        else:
+            sys.stdout.write(content if content.endswith("\n") or not content else content + "\n")
+        sys.stdout.flush()
+        return
     given = Path(path)
     target = Path(os.path.realpath(given))
     check_output(given)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from pipesim.flags import UsageError
@@ -169,12 +170,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_verify_plan(args: argparse.Namespace) -> int:
     import threading
 
-    from pipesim.io.formats import check_output
+    from pipesim.io.formats import check_output, is_standard_output
     from pipesim_executor.host import verify
+
+    words = sys.stderr if is_standard_output(args.json) else sys.stdout  # `--json -`: stdout carries the JSON
 
     def progress(row: verify.VerifyRow) -> None:
         measured = "failed" if row.measured_ms is None else f"{row.measured_ms:.2f} ms"
-        print(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}", flush=True)
+        print(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}", flush=True, file=words)
 
     if args.json is not None:
         check_output(args.json)  # before any run: an unwritable output must not cost the user the runs
@@ -197,7 +200,7 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         cancel.set()
         raise
-    print("\n".join(verify.summary_lines(result)), flush=True)
+    print("\n".join(verify.summary_lines(result)), flush=True, file=words)
     return 0 if any(r.measured_ms is not None for r in result.rows) else 1
 
 
@@ -265,8 +268,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         type=Path,
         metavar="OUT",
-        help="write the comparison: candidates (predicted_ms, measured_ms, measured_cv, memory), spearman, "
-        "recommended_gap",
+        help="write the comparison (- for standard output): candidates (predicted_ms, measured_ms, measured_cv, "
+        "memory), spearman, recommended_gap",
     )
 
 
