@@ -106,3 +106,25 @@ def test_run_trace_refuses_a_mismatched_timeline(tmp_path):
         run_trace(schedule, {})
     save_run_trace(schedule, {"simulated": simulate(schedule, CostModel.uniform())}, tmp_path / "t.json")
     assert json.loads((tmp_path / "t.json").read_text())["otherData"]["views"] == ["simulated"]
+
+
+def test_simulate_trace_draws_every_message_between_ranks_as_a_flow(tmp_path, capsys):
+    """`simulate --trace` carries the flow arrows a run's trace has: one per comm_plan message, starting in the
+    producer's slice on its rank and ending in the consumer's."""
+    from pipesim.cli.main import main
+
+    path = tmp_path / "trace.json"
+    argv = ["simulate", "--schedule", "interleaved-1f1b", "--ranks", "3", "--microbatches", "6"]
+    argv += ["--virtual-stages", "2"]
+    assert main([*argv, "--trace", str(path)]) == 0
+    events = json.loads(path.read_text())["traceEvents"]
+    schedule = build_schedule("interleaved-1f1b", 3, 6, num_virtual_stages=2)
+    starts = [e for e in events if e["ph"] == "s"]
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert len(starts) == len(ends) == sum(len(keys) for keys in comm_plan(schedule).links.values())
+    slices = [e for e in events if e["ph"] == "X" and e["tid"] == 0]
+    for start in starts:
+        end = ends[start["id"]]
+        assert start["pid"] != end["pid"]  # between ranks
+        for flow in (start, end):  # inside a compute slice of its rank
+            assert any(s["pid"] == flow["pid"] and s["ts"] <= flow["ts"] <= s["ts"] + s["dur"] for s in slices)

@@ -175,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="format of --csv: compute_only, or compute_comms with torch's sends, receives "
         "and collectives (default: auto, the form the schedule has)",
     )
-    outputs.add_argument("--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto)")
+    outputs.add_argument(
+        "--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto), with a flow arrow per message between ranks"
+    )
     add_figure_args(outputs, "Gantt chart")
 
     cmp = commands.add_parser(
@@ -314,7 +316,7 @@ def _write_simulation_files(
         write_file(schedule_to_csv(schedule, args.csv_format), args.csv)  # CSV whatever the file's suffix
         written.append(str(args.csv))
     if args.trace is not None:
-        save_chrome_trace(timeline, args.trace)
+        save_chrome_trace(timeline, args.trace, schedule)  # with a flow arrow per message between ranks
         written.append(str(args.trace))
     written += write_figures(lambda: gantt_figure(timeline, title=schedule.name), args)
     return written

@@ -3,7 +3,9 @@
 Two views:
 
 * `timeline_to_chrome_trace`: one timeline, one process per rank, compute on thread 0 and the measured
-  transfers on thread 1 (what `pipesim simulate --trace` and the app's trace downloads write).
+  transfers on thread 1 (what `pipesim simulate --trace` and the app's trace downloads write); given the
+  schedule, every message between ranks is a flow arrow from its producer to its consumer (`run_trace`'s
+  messages: `transfers`).
 * `run_trace`: one step of a run seen several ways (simulated and measured) in one file, so a user opens one
   file and compares. Each view is a process ("simulated", "measured"); each rank has one thread per kind
   (compute, send, recv), and every message between ranks is a flow arrow (`ph: s` / `ph: f`, bound to the
@@ -19,9 +21,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pipesim.io.formats import write_json
-from pipesim.ir import Action, B, F, I, Schedule
+from pipesim.ir import Action, Schedule
 from pipesim.records import CommSpan, Span, Timeline, replica_lanes, replicas, select_replica
-from pipesim.semantics.lower import ACT, CommPlan, Message, comm_plan
+from pipesim.semantics.lower import ACT, CommPlan, Message, comm_plan, consumer_kinds
 
 US_PER_MS = 1000.0
 _COMPUTE_TID = 0
@@ -73,13 +75,16 @@ def _comm_event(comm: CommSpan) -> dict[str, Any]:
     }
 
 
-def timeline_to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
+def timeline_to_chrome_trace(timeline: Timeline, schedule: Schedule | None = None) -> dict[str, Any]:
     """Trace Event Format: one process per rank, compute on thread 0 and transfers on thread 1 (with several
-    data-parallel replicas, one process per replica's rank, named "replica d · rank r")."""
+    data-parallel replicas, one process per replica's rank, named "replica d · rank r"). With `schedule` (one
+    replica), each message between ranks is a flow arrow from the slice that produced it to the one that used it."""
+    flows = _flow_events(schedule, timeline) if schedule is not None and replicas(timeline) == 1 else []
     timeline, labels = replica_lanes(timeline)
     events = _metadata_events(timeline.num_ranks, bool(timeline.comm), labels)
     events.extend(_span_event(span, span.rank, _COMPUTE_TID) for span in timeline.spans)
     events.extend(_comm_event(comm) for comm in timeline.comm)
+    events.extend(flows)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -87,8 +92,32 @@ def timeline_to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
     }
 
 
-def save_chrome_trace(timeline: Timeline, path: str | Path) -> None:
-    write_json(timeline_to_chrome_trace(timeline), path)
+def save_chrome_trace(timeline: Timeline, path: str | Path, schedule: Schedule | None = None) -> None:
+    write_json(timeline_to_chrome_trace(timeline, schedule), path)
+
+
+def _flow_events(schedule: Schedule, timeline: Timeline) -> list[dict[str, Any]]:
+    """A flow arrow (`ph: s` in the producer's slice, `ph: f` in the consumer's) per cross-rank message of the
+    one-step `timeline`: the messages `transfers` finds, the executor's own (`comm_plan`)."""
+    spans = {(span.rank, span.action): span for span in timeline.spans}
+    events = []
+    for number, t in enumerate(transfers(comm_plan(schedule), timeline), start=1):
+        made, used = spans[(t.src, t.producer)], _consumer(t.message, spans, t.dst)
+        assert used is not None  # transfers keeps only messages whose consumer ran
+        what = "activation" if t.message.what == ACT else "gradient"
+        flow = {"name": f"{what} {t.message.stage}:{t.message.microbatch}", "cat": "message", "id": number}
+        events += [
+            {**flow, "ph": "s", "pid": t.src, "tid": _COMPUTE_TID, "ts": (made.start + made.end) / 2 * US_PER_MS},
+            {
+                **flow,
+                "ph": "f",
+                "bp": "e",
+                "pid": t.dst,
+                "tid": _COMPUTE_TID,
+                "ts": (used.start + used.end) / 2 * US_PER_MS,
+            },
+        ]
+    return events
 
 
 # --- one run, several views, with flows -----------------------------------------------------------------------
@@ -117,12 +146,13 @@ class Transfer(NamedTuple):
 
 
 def _consumer(message: Message, spans: dict[tuple[int, Action], Span], dst: int) -> Span | None:
-    """The span on `dst` that uses `message`: F of the stage for an activation, its first backward for a grad."""
-    if message.what == ACT:
-        return spans.get((dst, Action(message.stage, F, message.microbatch)))
-    return spans.get((dst, Action(message.stage, B, message.microbatch))) or spans.get(
-        (dst, Action(message.stage, I, message.microbatch))
-    )
+    """The span on `dst` that uses `message`: F of the stage for an activation, its first backward for a grad
+    (`lower.consumer_kinds`)."""
+    for kind in consumer_kinds(message):
+        span = spans.get((dst, Action(message.stage, kind, message.microbatch)))
+        if span is not None:
+            return span
+    return None
 
 
 def transfers(plan: CommPlan, timeline: Timeline) -> list[Transfer]:

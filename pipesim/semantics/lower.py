@@ -107,6 +107,12 @@ def needed_message(action: Action, num_stages: int) -> Message | None:
     return None
 
 
+def consumer_kinds(message: Message) -> tuple[ActionKind, ...]:
+    """The kinds on `message.stage` that need it, as alternatives (F for an activation; B, or I when the backward
+    is split, for a gradient)."""
+    return _BY_WHAT[message.what].consumers
+
+
 def producer_stage(message: Message) -> int:
     """The stage whose action produces `message`."""
     return message.stage - _BY_WHAT[message.what].step
