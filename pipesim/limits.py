@@ -22,8 +22,15 @@ MAX_LAYERS = 1_000_000
 MAX_TRACE_EVENTS = 4_000_000
 # Data-parallel replicas of one pipeline: far past any cluster built, small enough that every price stays finite.
 MAX_REPLICAS = 1_000_000
+# Devices one plan spans (pipeline ranks x replicas): 2^20, past any cluster built.
+MAX_DEVICES = 1 << 20
 # Any one time given in ms (a latency, a layer's time): 10^12 ms is 31 years. Bounded inputs give finite results.
 MAX_TIME_MS = 1e12
+# Seconds any command waits for a run, a candidate or a cancel (a week): past it a timeout means nothing.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+# Steps of one run (measured or warm-up), and a run's seed (what torch and numpy both take).
+MAX_STEPS = 1_000_000
+MAX_SEED = 2**32 - 1
 # Bytes of one tensor, gradient or stage (an exabyte), and the slowest link (one byte a second): with the time and
 # replica limits, every transfer and collective priced from them stays a finite number of ms.
 MAX_BYTES = 1e18

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from pipesim.cost.shape import TransformerShape
+from pipesim.limits import MAX_SEED, MAX_STEPS, MAX_TIMEOUT_S
+from pipesim.numbers import check_number
 
 MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
 CUSTOM = "custom"
@@ -220,9 +222,9 @@ class TrainingConfig:
             raise ValueError(f"torch_profile must be true or false, got {self.torch_profile!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
-        _positive_int("steps", self.steps)
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        check_number(self.steps, "steps", minimum=1, maximum=MAX_STEPS, whole=True)
+        check_number(self.warmup_steps, "warmup_steps", minimum=0, maximum=MAX_STEPS, whole=True)
+        check_number(self.seed, "seed", minimum=0, maximum=MAX_SEED, whole=True)  # torch's and numpy's range
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
         number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
@@ -288,8 +290,7 @@ class RunConfig:
                 f"batch_size {self.training.batch_size} does not split into {microbatches} microbatches; "
                 f"choose a multiple of {microbatches}, e.g. {choices}"
             )
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        check_number(self.timeout_s, "timeout_s", above=0, maximum=MAX_TIMEOUT_S)
 
     @property
     def microbatch_size(self) -> int:

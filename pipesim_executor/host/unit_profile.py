@@ -26,6 +26,8 @@ from typing import Literal
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import UnwritableOutput, write_json
+from pipesim.limits import MAX_SEED, MAX_TIMEOUT_S
+from pipesim.numbers import check_number
 from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
 from pipesim_executor.host.checks import check_run
 from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle
@@ -83,10 +85,8 @@ class ProfileConfig:
         for name, value, low, high in (("ranks", self.ranks, 1, 16), ("repeats", self.repeats, 3, MAX_REPEATS)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout_s!r}")
-        if not math.isfinite(self.timeout_s):
-            raise ValueError("timeout must be finite")
+        check_number(self.timeout_s, "timeout", above=0, maximum=MAX_TIMEOUT_S)
+        check_number(self.seed, "seed", minimum=0, maximum=MAX_SEED, whole=True)
 
     def run_config(self) -> RunConfig:
         """The run the ranks are started as: 1F1B on `ranks` ranks (the in-situ steps' schedule), at the first
