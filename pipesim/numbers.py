@@ -101,7 +101,7 @@ def read_list(text: str, read_one: Callable[[str], Number]) -> tuple[Number, ...
         try:
             values.append(read_one(item))
         except ValueError as error:
-            raise ValueError(f"{error} (in {shown(text)})") from None
+            raise ValueError(f"{error} (in {shown(text)})" if len(items) > 1 else str(error)) from None
     return tuple(values)
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from pipesim.cost.shape import TransformerShape
-from pipesim.limits import MAX_SEED, MAX_STEPS, MAX_TIMEOUT_S
+from pipesim.limits import MAX_LAYERS, MAX_SEED, MAX_STEPS, MAX_TIMEOUT_S
 from pipesim.numbers import check_number
 
 MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
@@ -31,6 +31,9 @@ SMALL_TRANSFORMER = TransformerShape(
 # Without --batch-size: the smallest multiple of the microbatches that is at least this.
 DEFAULT_MIN_BATCH = 16
 
+
+NUM_CLASSES = 10  # the CNN's classes and pictures (CIFAR-10's)
+IMAGE_SHAPE = (3, 32, 32)
 
 # dotted module path, a colon, a function name: nothing else can reach importlib
 SPEC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
@@ -64,9 +67,42 @@ class CNNConfig:
     def __post_init__(self) -> None:
         for name in ("channels", "blocks", "fc_size"):
             _positive_int(f"cnn {name}", getattr(self, name))
+        if self.blocks > MAX_LAYERS - 3:  # one layer each, with the 3 fully connected ones: bounded before built
+            raise ValueError(f"cnn blocks {self.blocks} is more than pipesim handles: at most {MAX_LAYERS - 3:,}")
 
     def num_units(self) -> int:
         return self.blocks + 3
+
+    def conv_blocks(self) -> list[tuple[int, int, int]]:
+        """Per conv block, (input channels, output channels, input picture side): channels double every two
+        blocks up to 4x, and a block pools 2x2 while the picture is larger than 4x4."""
+        blocks = []
+        channels, size = IMAGE_SHAPE[0], IMAGE_SHAPE[1]
+        for index in range(self.blocks):
+            out_channels = self.channels * 2 ** min(index // 2, 2)
+            blocks.append((channels, out_channels, size))
+            channels, size = out_channels, size // 2 if size > 4 else size
+        return blocks
+
+    def flat_features(self) -> int:
+        """Inputs of the first fully connected layer: the last block's output, flattened."""
+        channels, size = IMAGE_SHAPE[0], IMAGE_SHAPE[1]
+        for _, out_channels, side in self.conv_blocks():
+            channels, size = out_channels, side // 2 if side > 4 else side
+        return channels * size * size
+
+    def parameters_and_activations(self) -> tuple[int, int]:
+        """(parameters, values stashed per sample by the forward): what the memory price reads, counted from the
+        same layout `pipesim_executor.rank.model.cnn_layers` builds (a test compares with torch's count)."""
+        params = activations = 0
+        for channels, out_channels, size in self.conv_blocks():
+            params += channels * out_channels * 9 + out_channels
+            activations += channels * size * size + out_channels * size * size  # the input and the conv's output
+        flat = self.flat_features()
+        params += flat * self.fc_size + self.fc_size + self.fc_size * (self.fc_size + 1)
+        params += self.fc_size * NUM_CLASSES + NUM_CLASSES
+        activations += flat + 2 * self.fc_size + NUM_CLASSES
+        return params, activations
 
 
 # Field names of the flat model section that run folders written before the split hold.
