@@ -33,7 +33,9 @@ _DIGITS = re.compile(r"[0-9]+")
 
 def shown(text: object, limit: int = 60) -> str:
     """A user's text quoted in an error, cut short: a 5000-digit number must not make the one line 5000 long."""
-    text = text if isinstance(text, str) else repr(text)
+    if not isinstance(text, str):  # a value out of a file: as Python writes it, cut short
+        written = repr(text)
+        return written if len(written) <= limit else written[: limit - 3] + "..."
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 

@@ -91,19 +91,6 @@ class CNNConfig:
             channels, size = out_channels, side // 2 if side > 4 else side
         return channels * size * size
 
-    def parameters_and_activations(self) -> tuple[int, int]:
-        """(parameters, values stashed per sample by the forward): what the memory price reads, counted from the
-        same layout `pipesim_executor.rank.model.cnn_layers` builds (a test compares with torch's count)."""
-        params = activations = 0
-        for channels, out_channels, size in self.conv_blocks():
-            params += channels * out_channels * 9 + out_channels
-            activations += channels * size * size + out_channels * size * size  # the input and the conv's output
-        flat = self.flat_features()
-        params += flat * self.fc_size + self.fc_size + self.fc_size * (self.fc_size + 1)
-        params += self.fc_size * NUM_CLASSES + NUM_CLASSES
-        activations += flat + 2 * self.fc_size + NUM_CLASSES
-        return params, activations
-
 
 # Field names of the flat model section that run folders written before the split hold.
 _LEGACY_MODEL_FIELDS = {

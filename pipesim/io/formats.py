@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from pipesim.io.torch_csv import (  # noqa: F401 - the CSV's home; re-exported
 )
 from pipesim.ir import Action, Overlap, Schedule, make_schedule, parse_entry
 from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, check_sizes
+from pipesim.numbers import MAX_NUMBER_CHARS, shown
 from pipesim.records import CommSpan, Span, Timeline
 
 SCHEDULE_FORMAT = "pipesim.schedule"
@@ -210,11 +212,21 @@ def json_text(data: Any, path: str | Path, indent: int | None = 1) -> str:
         raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs") from None
 
 
-def read_json(path: str | Path, limit: int = MAX_RESULT_BYTES, what: str = "JSON file") -> Any:
+def read_json(
+    path: str | Path, limit: int = MAX_RESULT_BYTES, what: str = "JSON file", max_items: int | None = None
+) -> Any:
     """Parse a JSON file of at most `limit` bytes, read through `pipesim.io.bounded` (regular files only, size
     checked before reading); every way it can fail (missing, too large, not a file, not JSON, nested too deep)
-    is a ValueError that names the path."""
-    return parse_json(read_bytes(path, limit, what), str(path))
+    is a ValueError that names the path. `max_items` bounds the values it holds, counted (by their separating
+    commas, at the speed of a byte search) before it is parsed: a file padded with a 10^8-element array is
+    refused in a fraction of a second rather than parsed into gigabytes."""
+    raw = read_bytes(path, limit, what)
+    if max_items is not None and raw.count(b",") >= max_items:
+        raise ValueError(
+            f"{path} holds more than {max_items:,} values; pipesim reads a {what} of at most that many "
+            "(pipesim/limits.py)"
+        )
+    return parse_json(raw, str(path))
 
 
 def parse_json(raw: bytes | str, name: str, object_hook: Callable[[dict], Any] | None = None) -> Any:
@@ -224,7 +236,13 @@ def parse_json(raw: bytes | str, name: str, object_hook: Callable[[dict], Any] |
     downstream meets a number that is not one. `object_hook` may replace each object as it is parsed (a reader
     that keeps a few of a million objects drops the rest at once)."""
     try:
-        return json.loads(raw, parse_constant=_refuse_constant, object_hook=object_hook)
+        return json.loads(
+            raw,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+            object_hook=object_hook,
+        )
     except UnicodeDecodeError as error:
         raise ValueError(f"{name}: not a UTF-8 text file ({error.reason} at byte {error.start})") from None
     except json.JSONDecodeError as error:
@@ -233,6 +251,21 @@ def parse_json(raw: bytes | str, name: str, object_hook: Callable[[dict], Any] |
         raise ValueError(f"{name}: JSON nested too deeply") from None
     except ValueError as error:  # Python's 4,300-digit limit on integers, a non-finite constant
         raise ValueError(f"{name}: not valid JSON ({error})") from None
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or an exponent: 1e400 is no number pipesim can use (json would make it inf)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {shown(text)} is out of range (a finite number is at most about 1.8e308)")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON whole number: of at most MAX_NUMBER_CHARS digits, so any reader may take it as a float."""
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"the number {shown(text)} is out of range (at most {MAX_NUMBER_CHARS} digits)")
+    return int(text)
 
 
 def _refuse_constant(word: str) -> Any:

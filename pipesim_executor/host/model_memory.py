@@ -17,7 +17,7 @@ from pipesim.cost.description import ModelDescription
 from pipesim.cost.shape import TransformerShape
 from pipesim.sim.memory import training_bytes
 from pipesim.units import format_bytes
-from pipesim_executor.config import CUSTOM, ModelConfig
+from pipesim_executor.config import CUSTOM, NUM_CLASSES, CNNConfig, ModelConfig
 
 FP32_BYTES = 4  # the executor keeps fp32 master weights, gradients and optimizer state whatever the compute dtype
 ACTIVATION_BYTES = {"fp32": "fp32", "bf16": "bf16"}  # the run's dtype: the activations' size
@@ -51,7 +51,7 @@ def model_bytes(model: ModelConfig, microbatch_size: int, optimizer: str, dtype:
         param_bytes = sum(unit.param_bytes for unit in params)
         activation_bytes = sum(unit.activation_bytes for unit in stashed)
     else:
-        count, per_sample = model.cnn.parameters_and_activations()
+        count, per_sample = cnn_counts(model.cnn)
         param_bytes = float(count * FP32_BYTES)
         activation_bytes = float(per_sample * microbatch_size * FP32_BYTES)
     return training_bytes(param_bytes, activation_bytes, optimizer)
@@ -89,3 +89,18 @@ def describe_sizes(model: ModelConfig) -> str:
         for f in dataclasses.fields(section)
     )
     return f"{model.kind} model ({flags})"
+
+
+def cnn_counts(cnn: CNNConfig) -> tuple[int, int]:
+    """(parameters, values stashed per sample by the forward) of the CNN, counted from the layout its layers are
+    built from (CNNConfig.conv_blocks, as pipesim_executor.rank.model.cnn_layers builds them; a test compares
+    with torch's own count)."""
+    params = activations = 0
+    for channels, out_channels, size in cnn.conv_blocks():
+        params += channels * out_channels * 9 + out_channels
+        activations += channels * size * size + out_channels * size * size  # the input and the conv's output
+    flat = cnn.flat_features()
+    params += flat * cnn.fc_size + cnn.fc_size + cnn.fc_size * (cnn.fc_size + 1)
+    params += cnn.fc_size * NUM_CLASSES + NUM_CLASSES
+    activations += flat + 2 * cnn.fc_size + NUM_CLASSES
+    return params, activations
