@@ -130,8 +130,8 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     # both files or neither: a CSV that cannot be written keeps the JSON that was there
     write_files(
         {
-            args.csv: schedule_to_csv(result.schedule, "compute_only"),
             args.json: json_text(synthesis_document(result), args.json),
+            args.csv: schedule_to_csv(result.schedule, "compute_only"),
         }
     )
     print("\n".join(lines + [f"wrote {args.csv}", f"wrote {args.json}"]))
