@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import inspect
 import os
 import sys
@@ -111,8 +112,10 @@ EXIT_STATUS_HELP = (
 SEPARATOR = "."  # argparse dest of a generated flag: "section.field" (and deeper for nested sections)
 
 
+@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """{field name: its docstring} for a dataclass and its dataclass bases, read from their source."""
+    """{field name: its docstring} for a dataclass and its dataclass bases, read from their source (once per
+    class: parsing the source is most of the time a parser takes to build)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
