@@ -117,13 +117,13 @@ def check_number(
 ) -> float:
     """A number out of a parsed file (JSON): an int or a float, not a bool, finite, in range; ValueError naming
     `what` otherwise. JSON's own reader turns 1e400 into infinity, so this is where it is refused."""
-    kind = "a whole number" if whole else "a number"
+    kind = "a whole number" if whole else "a finite number"
     ok_type = isinstance(value, int) if whole else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok_type:
         raise ValueError(f"{what} must be {kind}, got {shown(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{what} must be a finite number, got {shown(value)}")
     try:
-        return _in_range(value, str(value) if abs(value) < 10**40 else "a huge number", kind, minimum, maximum, above)
+        return _in_range(value, repr(value), kind, minimum, maximum, above)
     except ValueError as error:
         raise ValueError(f"{what}: {error}") from None

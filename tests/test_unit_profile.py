@@ -174,7 +174,7 @@ def test_a_unit_profile_round_trips_and_old_cost_files_still_load(tmp_path):
         (lambda d: d["units"][0].update(extra=1), r"units\[0\]: unknown fields \['extra'\]"),
         (lambda d: d["units"][0].update(forward_ms=[1.0]), r"units\[0\].forward_ms must list one value per"),
         (lambda d: d["units"][1]["backward_ms"].__setitem__(0, "1"), r"backward_ms\[0\] must be a finite number"),
-        (lambda d: d["units"][1]["backward_ms"].__setitem__(0, 1e300), r"must lie between"),
+        (lambda d: d["units"][1]["backward_ms"].__setitem__(0, 1e300), r"<= 1e\+12, got '1e\+300'"),
         (lambda d: d.update(optimizers={"lion": {"fixed_ms": 0, "ms_per_byte": 0}}), "unknown optimizer 'lion'"),
         (lambda d: d.update(microbatch_sizes=[2, 1, 4]), "increasing whole numbers"),
         (lambda d: d.update(core_slots=True), "core_slots must be"),
