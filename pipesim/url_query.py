@@ -19,21 +19,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pipesim.numbers import read_float, read_int, shown
+from pipesim.numbers import read_float, read_int, read_list, shown
 
 MAX_URL_TEXT = 200  # characters of one text value (a list of sizes, a run's name)
 MAX_URL_VALUES = 64  # repeated values of one key (a multiselect's picks)
 MAX_URL_KEYS = 200  # keys in one URL: past them the rest are refused unread
 _BOOLEANS = ("true", "false")
 
-Kind = Literal["int", "float", "bool", "choice", "text"]
+Kind = Literal["int", "float", "bool", "choice", "text", "ints", "floats"]
 
 
 @dataclass(frozen=True)
 class UrlField:
-    """What one URL key may hold: a whole number or a number in [minimum, maximum], true/false, one of `choices`,
-    or text of at most `max_chars` matching `pattern`; `many`: how many values it may repeat (a multiselect's
-    picks, a range slider's two ends)."""
+    """What one URL key may hold: a whole number or a number in [minimum, maximum] (or a comma-separated list of
+    them, `ints` / `floats`, as a text field holds it: spaces around the commas, or nothing), true/false, one of
+    `choices`, or text of at most `max_chars` matching `pattern`; `many`: how many values it may repeat (a
+    multiselect's picks, a range slider's two ends)."""
 
     kind: Kind
     minimum: float | None = None
@@ -58,6 +59,11 @@ class UrlField:
         elif self.kind == "bool":
             if value.lower() not in _BOOLEANS:
                 raise ValueError(f"expected true or false, got {shown(value)}")
+        elif self.kind in ("ints", "floats"):
+            if len(value) > self.max_chars:
+                raise ValueError(f"expected at most {self.max_chars} characters, got {shown(value)}")
+            if value.strip():
+                read_number_list(value, self.kind == "ints", self.minimum, self.maximum)
         elif self.kind == "choice":
             if value not in self.choices:
                 listed = ", ".join(self.choices[:12]) + (", ..." if len(self.choices) > 12 else "")
@@ -66,6 +72,17 @@ class UrlField:
             raise ValueError(f"expected printable text of at most {self.max_chars} characters, got {shown(value)}")
         elif self.pattern is not None and not re.fullmatch(self.pattern, value, re.ASCII):
             raise ValueError(f"expected letters, digits, '.', '-' or '_', got {shown(value)}")
+
+
+def read_number_list(
+    text: str, whole: bool, minimum: float | None = None, maximum: float | None = None
+) -> tuple[float, ...]:
+    """`1, 2, 4` as a person types it in a field (spaces around the commas), each item read strictly
+    (pipesim.numbers) and in range; ValueError for an empty item or anything else."""
+    items = ",".join(item.strip() for item in text.split(","))
+    if whole:
+        return read_list(items, lambda item: read_int(item, _whole(minimum), _whole(maximum)))
+    return read_list(items, lambda item: read_float(item, minimum, maximum))
 
 
 def _whole(value: float | None) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,12 @@ def test_generated_hostile_values_are_refused_at_every_key(key, value):
         acceptable = acceptable and value != "" and value.isascii() and all(c.isalnum() or c in "._-" for c in value)
     if field.kind == "choice":
         acceptable = value in field.choices
+    if field.kind in ("ints", "floats"):  # a field's list as typed: blank, or plain numbers in range
+        items = [item.strip() for item in value.split(",")]
+        plain = all(re.fullmatch(r"[0-9]+" if field.kind == "ints" else r"[0-9]+(\.[0-9]*)?", i) for i in items)
+        acceptable = not value.strip() or (
+            len(value) <= field.max_chars and plain and all(field.minimum <= float(i) <= field.maximum for i in items)
+        )
     assert (key in refused) != acceptable, (key, value, refused)
     if key in refused:
         assert "\n" not in refused[key] and len(refused[key]) < 400
