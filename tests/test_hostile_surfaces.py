@@ -58,7 +58,14 @@ def tree(folder: Path) -> list[str]:
 # --- group 1: a file that was there is kept ---------------------------------------------------------------------
 
 
-def test_synthesize_keeps_the_old_json_when_the_csv_cannot_be_written(quiet_dir, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["synthesize", "--ranks", "2", "--microbatches", "4", "--memory-limit", "2", "--time-limit", "1"],
+        ["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "4"],
+    ],
+)
+def test_the_old_json_is_kept_when_the_csv_cannot_be_written(quiet_dir, capsys, monkeypatch, argv):
     out = quiet_dir / "out"
     out.mkdir()
     old = out / "s.json"
@@ -73,8 +80,7 @@ def test_synthesize_keeps_the_old_json_when_the_csv_cannot_be_written(quiet_dir,
         return real(*args, dir=dir, **kwargs)
 
     monkeypatch.setattr(atomic.tempfile, "mkstemp", read_only)
-    argv = ["synthesize", "--ranks", "2", "--microbatches", "4", "--memory-limit", "2", "--time-limit", "1"]
-    err = refused(capsys, pipesim_main, [*argv, "--csv", str(locked / "s.csv"), "--json", str(old)], status=1)
+    err = refused(capsys, pipesim_main, [*argv, "--json", str(old), "--csv", str(locked / "s.csv")], status=1)
     assert "s.csv" in err and "Permission denied" in err
     assert old.read_text() == '{"kept": true}' and os.listdir(out) == ["s.json"] and not os.listdir(locked)
 
