@@ -6,7 +6,7 @@ calls pipesim or the executor and shows pipesim.charts figures.
 
 import streamlit as st
 
-from app_pages import guide, state
+from app_pages import guide, state, url
 
 st.set_page_config(page_title="pipesim", page_icon=":material/view_timeline:", layout="wide")
 
@@ -21,5 +21,6 @@ PAGES = [
 
 state.keep_settings()  # a page's settings outlive a visit to another page
 page = st.navigation(PAGES)
+url.check_url()  # a link's values, read strictly before any widget is drawn from them
 guide.glossary()
 page.run()

@@ -23,6 +23,7 @@ from pipesim.plan.search import PlanInputs, PlanSpace
 from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
 from pipesim.sim.memory import rank_memory
 from pipesim.units import format_bytes, format_ms, format_percent, quantity
+from pipesim.url_query import read_number_list
 
 state.init_state()
 st.title("Plan a pipeline")
@@ -40,13 +41,13 @@ URL = state.URL
 
 
 def _numbers(text: str, kind: type, label: str) -> tuple:
-    try:
-        values = tuple(kind(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(f"{label}: expected comma-separated numbers, got {text!r}") from None
-    if not values:
+    """A field's comma-separated numbers, read as the URL's (pipesim.url_query.read_number_list: strict)."""
+    if not text.strip():
         raise ValueError(f"{label}: give at least one value")
-    return values
+    try:
+        return read_number_list(text, kind is int, minimum=0)
+    except ValueError as error:
+        raise ValueError(f"{label}: {error}") from None
 
 
 def _apply_preset() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import inspect
 import os
 import sys
@@ -31,7 +32,10 @@ import textwrap
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
+
+from pipesim.numbers import read_float, read_int, read_list, shown  # noqa: F401 - shown: re-exported
 
 
 class UsageError(Exception):
@@ -108,8 +112,10 @@ EXIT_STATUS_HELP = (
 SEPARATOR = "."  # argparse dest of a generated flag: "section.field" (and deeper for nested sections)
 
 
+@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """{field name: its docstring} for a dataclass and its dataclass bases, read from their source."""
+    """{field name: its docstring} for a dataclass and its dataclass bases, read from their source (once per
+    class: parsing the source is most of the time a parser takes to build)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
@@ -182,31 +188,56 @@ def _parts(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
-def shown(text: str, limit: int = 60) -> str:
-    """A user's text quoted in an error, cut short: a 5000-digit number must not make the one line 5000 long."""
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+def _flag_type(read: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """An argparse `type` from a strict reader (pipesim.numbers): its ValueError becomes argparse's one line,
+    "argument --flag: expected ..., got '...'"."""
+
+    def parse(text: str) -> Any:
+        try:
+            return read(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parse.__name__ = name
+    return parse
 
 
-def _whole_number(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}") from None
+def int_flag(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
+    """A flag's whole number: ASCII digits, in range (pipesim.numbers.read_int)."""
+    return _flag_type(lambda text: read_int(text, minimum, maximum), "whole number")
 
 
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
+def float_flag(
+    minimum: float | None = None, maximum: float | None = None, above: float | None = None
+) -> Callable[[str], float]:
+    """A flag's number: finite, in range (pipesim.numbers.read_float)."""
+    return _flag_type(lambda text: read_float(text, minimum, maximum, above), "number")
 
 
-def whole_numbers(text: str) -> tuple[int, ...]:
-    """`2,4,6` -> (2, 4, 6)."""
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {shown(text)}") from None
+def int_list_flag(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], tuple[int, ...]]:
+    """`2,4,6` -> (2, 4, 6): no empty item, each a whole number in range."""
+    return _flag_type(lambda text: read_list(text, lambda item: read_int(item, minimum, maximum)), "whole numbers")
+
+
+def float_list_flag(minimum: float | None = None, maximum: float | None = None) -> Callable[[str], tuple[float, ...]]:
+    """`1,4.5,6` -> (1.0, 4.5, 6.0): no empty item, each finite and in range."""
+    return _flag_type(lambda text: read_list(text, lambda item: read_float(item, minimum, maximum)), "numbers")
+
+
+def folder_flag(text: str) -> Path:
+    """A folder to make things in (`--runs-root`): it may not exist yet, but it may not be a file or a device
+    (`/dev/null`), a usage error before anything starts rather than a failure after."""
+    path = Path(text)
+    if not text or "\0" in text or len(text) > 4096:
+        raise argparse.ArgumentTypeError(f"expected a folder, got {shown(text)}")
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a folder")
+    return path
+
+
+_whole_number = int_flag()
+_number = float_flag()
+whole_numbers = int_list_flag()
 
 
 def _argument(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import NamedTuple
 
+from pipesim.numbers import is_digits
+
 
 class ActionKind(StrEnum):
     """What an action computes. `B` is the full backward; `I` and `W` split it."""
@@ -59,7 +61,8 @@ class CommKind(StrEnum):
 TRANSFER_KINDS = frozenset({CommKind.SEND_F, CommKind.RECV_F, CommKind.SEND_B, CommKind.RECV_B})
 OVERLAP_WORD = "OVERLAP_F_B"
 _KIND_BY_LETTER = {kind.value: kind for kind in ActionKind}
-_ACTION_RE = re.compile(r"^\s*(\d{1,9})\s*([FBIW])\s*(\d{1,9})\s*$")  # 9 digits: far past every limit, never slow
+# 9 ASCII digits (re.ASCII: no full-width or Arabic-Indic digits): far past every limit, never slow
+_ACTION_RE = re.compile(r"^\s*(\d{1,9})\s*([FBIW])\s*(\d{1,9})\s*$", re.ASCII)
 
 
 class Action(NamedTuple):
@@ -115,7 +118,7 @@ class Overlap(NamedTuple):
 
 Entry = Action | CommAction | Overlap  # one cell of a rank's full order (None is an idle slot)
 
-_COMM_RE = re.compile(r"^\s*(\d{1,9})\s*(" + "|".join(k.value for k in CommKind) + r")\s*(\d{0,9})\s*$")
+_COMM_RE = re.compile(r"^\s*(\d{1,9})\s*(" + "|".join(k.value for k in CommKind) + r")\s*(\d{0,9})\s*$", re.ASCII)
 _OVERLAP_RE = re.compile(r"^\s*\(([^()]{0,200})\)\s*" + OVERLAP_WORD + r"\s*$")
 
 
@@ -128,7 +131,7 @@ def parse_entry(text: str) -> Entry | None:
         raise ValueError(f"cannot parse action {str(text)[:24]!r}...: too long for any action")
     if not text.strip():
         return None
-    if text.lstrip()[:1].isdigit() and (match := _COMM_RE.match(text)):
+    if is_digits(text.lstrip()[:1]) and (match := _COMM_RE.match(text)):
         stage, kind, microbatch = match.groups()
         return CommAction(int(stage), CommKind(kind), int(microbatch) if microbatch else None)
     if match := _OVERLAP_RE.match(text):

@@ -25,8 +25,20 @@ MAX_LAYERS = 1_000_000
 MAX_TRACE_EVENTS = 4_000_000
 # Data-parallel replicas of one pipeline: far past any cluster built, small enough that every price stays finite.
 MAX_REPLICAS = 1_000_000
+# Units of one profiled model (executor profile: a model's layers): planning is linear in them, and 10,000 plan in
+# seconds; a model's stages in a cost file are bounded by MAX_STAGES.
+MAX_PROFILE_UNITS = 10_000
+# Candidates of one plan verify-plan reads (the planner's spaces are hundreds to thousands).
+MAX_PLAN_CANDIDATES = 50_000
+# Devices one plan spans (pipeline ranks x replicas): 2^20, past any cluster built.
+MAX_DEVICES = 1 << 20
 # Any one time given in ms (a latency, a layer's time): 10^12 ms is 31 years. Bounded inputs give finite results.
 MAX_TIME_MS = 1e12
+# Seconds any command waits for a run, a candidate or a cancel (a week): past it a timeout means nothing.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+# Steps of one run (measured or warm-up), and a run's seed (what torch and numpy both take).
+MAX_STEPS = 1_000_000
+MAX_SEED = 2**32 - 1
 # Bytes of one tensor, gradient or stage (an exabyte), and the slowest link (one byte a second): with the time and
 # replica limits, every transfer and collective priced from them stays a finite number of ms.
 MAX_BYTES = 1e18
@@ -36,6 +48,9 @@ MIN_BANDWIDTH_GBPS = 1e-9
 MAX_TRACE_BYTES = 256 * 1024**2  # one profiler trace file (pipesim.io.kineto): parsed JSON takes ~10x its size
 MAX_SCHEDULE_BYTES = 64 * 1024**2  # a schedule (CSV or JSON): MAX_ACTIONS actions with torch's transfers
 MAX_RESULT_BYTES = 256 * 1024**2  # a timeline, cost, plan or run-folder file (measured.json of a long run)
+MAX_COST_BYTES = 32 * 1024**2  # a cost file or unit profile: a few kB per stage or unit, at most MAX_PROFILE_UNITS
+MAX_COST_VALUES = 2_000_000  # values in one cost file, counted before it is parsed
+MAX_PLAN_BYTES = 64 * 1024**2  # a plan (pipesim plan --json): about 1.3 kB per candidate, at most MAX_PLAN_CANDIDATES
 MAX_SMALL_FILE_BYTES = 16 * 1024**2  # a run folder's config, result, progress: a few kB when sound
 
 MAX_PROBLEMS = 1000  # validation problems collected at most (the app marks each on its cell)

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pipesim.cost.runtime import OPTIMIZERS
 from pipesim.cost.shape import TransformerShape
+from pipesim.limits import MAX_LAYERS, MAX_SEED, MAX_STEPS, MAX_TIMEOUT_S
+from pipesim.numbers import check_number
 
 MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
 CUSTOM = "custom"
@@ -30,6 +32,9 @@ SMALL_TRANSFORMER = TransformerShape(
 # Without --batch-size: the smallest multiple of the microbatches that is at least this.
 DEFAULT_MIN_BATCH = 16
 
+
+NUM_CLASSES = 10  # the CNN's classes and pictures (CIFAR-10's)
+IMAGE_SHAPE = (3, 32, 32)
 
 # dotted module path, a colon, a function name: nothing else can reach importlib
 SPEC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
@@ -63,9 +68,29 @@ class CNNConfig:
     def __post_init__(self) -> None:
         for name in ("channels", "blocks", "fc_size"):
             _positive_int(f"cnn {name}", getattr(self, name))
+        if self.blocks > MAX_LAYERS - 3:  # one layer each, with the 3 fully connected ones: bounded before built
+            raise ValueError(f"cnn blocks {self.blocks} is more than pipesim handles: at most {MAX_LAYERS - 3:,}")
 
     def num_units(self) -> int:
         return self.blocks + 3
+
+    def conv_blocks(self) -> list[tuple[int, int, int]]:
+        """Per conv block, (input channels, output channels, input picture side): channels double every two
+        blocks up to 4x, and a block pools 2x2 while the picture is larger than 4x4."""
+        blocks = []
+        channels, size = IMAGE_SHAPE[0], IMAGE_SHAPE[1]
+        for index in range(self.blocks):
+            out_channels = self.channels * 2 ** min(index // 2, 2)
+            blocks.append((channels, out_channels, size))
+            channels, size = out_channels, size // 2 if size > 4 else size
+        return blocks
+
+    def flat_features(self) -> int:
+        """Inputs of the first fully connected layer: the last block's output, flattened."""
+        channels, size = IMAGE_SHAPE[0], IMAGE_SHAPE[1]
+        for _, out_channels, side in self.conv_blocks():
+            channels, size = out_channels, side // 2 if side > 4 else side
+        return channels * size * size
 
 
 # Field names of the flat model section that run folders written before the split hold.
@@ -221,9 +246,9 @@ class TrainingConfig:
             raise ValueError(f"torch_profile must be true or false, got {self.torch_profile!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPES)}")
-        _positive_int("steps", self.steps)
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        check_number(self.steps, "steps", minimum=1, maximum=MAX_STEPS, whole=True)
+        check_number(self.warmup_steps, "warmup_steps", minimum=0, maximum=MAX_STEPS, whole=True)
+        check_number(self.seed, "seed", minimum=0, maximum=MAX_SEED, whole=True)  # torch's and numpy's range
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
         number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
@@ -289,8 +314,7 @@ class RunConfig:
                 f"batch_size {self.training.batch_size} does not split into {microbatches} microbatches; "
                 f"choose a multiple of {microbatches}, e.g. {choices}"
             )
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        check_number(self.timeout_s, "timeout_s", above=0, maximum=MAX_TIMEOUT_S)
 
     @property
     def microbatch_size(self) -> int:

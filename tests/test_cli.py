@@ -248,7 +248,7 @@ def test_bad_csv_inputs_are_one_line_errors(capsys, tmp_path):
     [
         (["simulate", "--schedule", "nope", "--ranks", "2", "--microbatches", "2"], ["nope", "1f1b", "zb-h1"]),
         (["simulate", "--schedule", "1f1b", "--ranks", "2"], ["--microbatches"]),
-        (["simulate", "--schedule", "1f1b", "--ranks", "0", "--microbatches", "2"], ["--ranks", "at least 1"]),
+        (["simulate", "--schedule", "1f1b", "--ranks", "0", "--microbatches", "2"], ["--ranks", ">= 1"]),
         (["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--f", "fast"], ["--f", "fast"]),
         (["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--bogus"], ["--bogus"]),
         (["simulate", "--ranks", "2", "--microbatches", "2"], ["--schedule", "--csv-in"]),

@@ -133,8 +133,8 @@ def test_cost_file_round_trip(tmp_path):
         ({"links": "abc"}, "links must be a list"),
         ({"meta": [1]}, "meta must be an object"),
         ({"stages": "x"}, "stages must be a list"),
-        ({"stages": [{"forward_ms": "1", "backward_ms": 2.0}]}, "stages\\[0\\].forward_ms must be a number"),
-        ({"step_overhead_ms": ["a"]}, "step_overhead_ms\\[0\\] must be a number"),
+        ({"stages": [{"forward_ms": "1", "backward_ms": 2.0}]}, "stages\\[0\\].forward_ms must be a finite number"),
+        ({"step_overhead_ms": ["a"]}, "step_overhead_ms\\[0\\] must be a finite number"),
     ],
 )
 def test_bad_cost_files_say_what_is_wrong(change, message):

@@ -183,8 +183,8 @@ def _doctor(args: list[str], env: dict | None = None, timeout: float = 600) -> s
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--timeout", "-1"], "--timeout must be a finite number of seconds > 0"),
-        (["--timeout", "inf"], "--timeout must be a finite number"),
+        (["--timeout", "-1"], "--timeout: expected a number > 0"),
+        (["--timeout", "inf"], "--timeout: expected a number > 0"),
         (["--device", "tpu"], "invalid choice"),
     ],
 )

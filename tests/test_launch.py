@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pipesim.cost.model import CostModel, RankRuntime
-from pipesim.io.cost_file import save_cost
+from pipesim.io.cost_file import COST_UNITS, save_cost
 from pipesim.io.formats import timeline_to_dict, write_json
 from pipesim.io.kineto import import_traces
 from pipesim.ir import Action, B, F, make_schedule
@@ -329,7 +329,13 @@ def test_list_runs_newest_first_and_damaged_folders_said_so(tmp_path, monkeypatc
         if text is None:
             data = json.loads((old.run_dir / "result.json").read_text())
             text = json.dumps(
-                {"format": "pipesim.cost", "version": 1, "stages": [{"forward_ms": 1, "backward_ms": 2}], "links": [5]}
+                {
+                    "format": "pipesim.cost",
+                    "version": 1,
+                    "units": COST_UNITS,
+                    "stages": [{"forward_ms": 1, "backward_ms": 2}],
+                    "links": [5],
+                }
             )
             assert data["status"] == "ok"
         (tmp_path / name / file).write_text(text)

@@ -275,7 +275,7 @@ def test_cli_reads_torchs_dumps_and_writes_either_format(tmp_path, capsys):
     assert out.read_bytes() == comms.encode()  # lowered as torch lowers it
     assert main(["simulate", "--csv-in", str(tmp_path / "comms.csv"), "--csv-in-format", "compute_only"]) == 2
     assert main(["simulate", "--csv-in", str(tmp_path / "only.csv"), "--overlap-factor", "1.5"]) == 2
-    assert "overlap_factor" in capsys.readouterr().err
+    assert "--overlap-factor" in capsys.readouterr().err
 
 
 def test_the_full_order_survives_pipesims_json_and_a_mismatch_is_refused():

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from pipesim.cli.common import UsageError
-from pipesim.flags import EXIT_STATUS_HELP
+from pipesim.flags import EXIT_STATUS_HELP, int_flag
 
 APP_PACKAGE = "pipesim_app"
 APP_SCRIPT = "app.py"
@@ -43,14 +43,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     app.add_argument("streamlit_args", nargs="*", metavar="-- STREAMLIT_ARGS", help="passed to `streamlit run`")
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {port}")
-    return port
+_port = int_flag(1, 65535)  # a TCP port
 
 
 def app_script() -> Path:

@@ -80,15 +80,16 @@ from pipesim.cli.common import (
 from pipesim.cli.listing import cmd_list
 from pipesim.cost.model import CostModel
 from pipesim.flags import EXIT_STATUS_HELP, FAILURE, run_main
-from pipesim.io.chrome_trace import save_chrome_trace
+from pipesim.io.chrome_trace import timeline_to_chrome_trace
 from pipesim.io.cost_file import cost_to_dict
 from pipesim.io.formats import (
     UnwritableOutput,
-    save_timeline,
+    json_text,
     schedule_from_csv_file,
     schedule_to_csv,
     schedule_to_dict,
-    write_file,
+    timeline_to_dict,
+    write_files,
     write_json,
 )
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
@@ -302,7 +303,7 @@ def _write_simulation_files(
     from pipesim.charts.gantt import gantt_figure  # plotly only when a figure is asked for
 
     timeline = step.timeline
-    written = []
+    files: dict[Path, str] = {}  # written together, all or none (pipesim.io.atomic.write_files)
     if args.json is not None:
         summary = {
             **metrics.to_dict(),
@@ -310,14 +311,14 @@ def _write_simulation_files(
             "schedule": schedule_to_dict(schedule),
             "cost": cost_to_dict(cost),
         }
-        save_timeline(timeline, args.json, summary)
-        written.append(str(args.json))
+        files[args.json] = json_text(timeline_to_dict(timeline, summary), args.json)
     if args.csv is not None:
-        write_file(schedule_to_csv(schedule, args.csv_format), args.csv)  # CSV whatever the file's suffix
-        written.append(str(args.csv))
+        files[args.csv] = schedule_to_csv(schedule, args.csv_format)  # CSV whatever the file's suffix
     if args.trace is not None:
-        save_chrome_trace(timeline, args.trace, schedule)  # with a flow arrow per message between ranks
-        written.append(str(args.trace))
+        # with a flow arrow per message between ranks
+        files[args.trace] = json_text(timeline_to_chrome_trace(timeline, schedule), args.trace)
+    write_files(files)
+    written = [str(path) for path in files]
     written += write_figures(lambda: gantt_figure(timeline, title=schedule.name), args)
     return written
 

@@ -14,10 +14,17 @@ from typing import TextIO
 from pipesim.charts.export import export_figures
 from pipesim.cost.convert import cost_from_times
 from pipesim.cost.model import CostModel, LinkCost
-from pipesim.flags import Parser, UsageError, shown  # noqa: F401 - the commands' parser and usage error, shared with the executor
+from pipesim.flags import (  # noqa: F401 - the commands' parser and usage error, shared with the executor
+    Parser,
+    UsageError,
+    float_flag,
+    float_list_flag,
+    int_flag,
+    shown,
+)
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import STANDARD_OUTPUT, check_output, is_standard_output, write_file
-from pipesim.limits import check_sizes
+from pipesim.limits import MAX_BYTES, MAX_TIME_MS, MIN_BANDWIDTH_GBPS, check_sizes
 
 FIGURE_FORMATS = ("html", "png", "svg", "pdf")
 
@@ -25,27 +32,9 @@ FIGURE_FORMATS = ("html", "png", "svg", "pdf")
 # --- argument types --------------------------------------------------------------------
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def ms_list(text: str) -> list[float]:
-    """One time in ms, or a comma-separated list of them (one per stage)."""
-    try:
-        values = [float(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected milliseconds as a number or a comma-separated list (one per stage), got {shown(text)}"
-        ) from None
-    if any(not value >= 0 for value in values):
-        raise argparse.ArgumentTypeError(f"times must be >= 0 ms, got {shown(text)}")
-    return values
+positive_int = int_flag(minimum=1)  # counts: ranks, microbatches, replicas, steps (their upper limits: limits.py)
+ms_list = float_list_flag(minimum=0, maximum=MAX_TIME_MS)  # one time in ms, or one per stage
+bytes_list = float_list_flag(minimum=0, maximum=MAX_BYTES)  # gradient bytes, one value or one per stage
 
 
 def name_list(text: str) -> list[str]:
@@ -77,7 +66,7 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--recompute", action="store_true", help="recompute activations in the backward")
     group.add_argument(
         "--overlap-factor",
-        type=float,
+        type=float_flag(above=0, maximum=1),
         metavar="X",
         help="an OVERLAP_F_B pair takes X x (F + B), 0 < X <= 1 (default 1: no overlap)",
     )
@@ -94,11 +83,18 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="FSDP: parameters sharded across the replicas (torch's UNSHARD all-gathers, REDUCE_GRAD reduce-scatters)",
     )
-    group.add_argument("--dp-latency", type=float, metavar="MS", help="ring latency per step (default 0)")
-    group.add_argument("--dp-bandwidth", type=float, metavar="GB/S", help="ring bandwidth (default unlimited)")
+    group.add_argument(
+        "--dp-latency", type=float_flag(0, MAX_TIME_MS), metavar="MS", help="ring latency per step (default 0)"
+    )
+    group.add_argument(
+        "--dp-bandwidth",
+        type=float_flag(MIN_BANDWIDTH_GBPS),
+        metavar="GB/S",
+        help="ring bandwidth (default unlimited)",
+    )
     group.add_argument(
         "--grad-bytes",
-        type=ms_list,
+        type=bytes_list,
         metavar="BYTES",
         help="with --data-parallel: gradient bytes (one value, or one per rank or per stage, cut as the times); "
         "uniform times carry none, and no bytes reduce in no time",

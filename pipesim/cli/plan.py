@@ -31,9 +31,22 @@ from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.profile import UnitProfile
 from pipesim.cost.runtime import OPTIMIZERS
-from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags, shown
+from pipesim.flags import (
+    EXIT_STATUS_HELP,
+    FAILURE,
+    UsageError,
+    add_flags,
+    float_list_flag,
+    given,
+    given_flags,
+    int_flag,
+    int_list_flag,
+    shown,
+)
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
+from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
+from pipesim.numbers import read_float
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
 from pipesim.schedules import schedule_names
@@ -43,33 +56,26 @@ UNITS_HELP = (
     "(unit 0), its blocks (1 to --layers) and its output head (the last); a cost file's units are its stages."
 )
 MODEL_SECTION = "model"  # the flags of ModelDescription's fields (pipesim.flags), under this section
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9.eE+-]+)([KMGT]i?B|B)?", re.IGNORECASE)
 _FACTORS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 def parse_bytes(text: str) -> float:
-    """`80GiB`, `40GB`, `1.5e9` -> bytes."""
-    match = _SIZE.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"expected a size such as 80GiB, 40GB or 1e9 (bytes), got {shown(text)}")
-    return float(match.group(1)) * _FACTORS[(match.group(2) or "B").lower()]
-
-
-def _ints(text: str) -> tuple[int, ...]:
+    """`80GiB`, `40GB`, `1.5e9` -> bytes: a finite number >= 0 (pipesim.numbers) of at most MAX_BYTES."""
+    match = _SIZE.fullmatch(text)
     try:
-        values = tuple(int(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {shown(text)}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, got {shown(text)}")
-    return values
+        if not match:
+            raise ValueError(f"expected a size such as 80GiB, 40GB or 1e9 (bytes), got {shown(text)}")
+        value = read_float(match.group(1), minimum=0) * _FACTORS[(match.group(2) or "B").lower()]
+        if value > MAX_BYTES:
+            raise ValueError(f"expected a size of at most {MAX_BYTES:.0e} bytes, got {shown(text)}")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {shown(text)}") from None
+_ints = int_list_flag(minimum=1, maximum=MAX_MICROBATCHES)  # sizes, chunks, ranks to try; stages to balance
+_floats = float_list_flag(minimum=0, maximum=MAX_TIME_MS)  # per-layer times in ms, W shares
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -113,9 +119,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     _add_model_args(plan)
     plan.add_argument(
-        "--devices", type=int, required=True, metavar="D", help="devices in all: pipeline ranks x replicas"
+        "--devices",
+        type=int_flag(1, MAX_DEVICES),
+        required=True,
+        metavar="D",
+        help="devices in all: pipeline ranks x replicas",
     )
-    plan.add_argument("--global-batch", type=int, required=True, metavar="B", help="samples per step")
+    plan.add_argument("--global-batch", type=int_flag(1, 2**40), required=True, metavar="B", help="samples per step")
     plan.add_argument("--memory-cap", type=parse_bytes, metavar="SIZE", help="per device, e.g. 80GiB (default none)")
     plan.add_argument(
         "--optimizer", default="adam", help=f"{', '.join(OPTIMIZERS)} (state bytes per parameter; default adam)"
@@ -146,7 +156,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     space.add_argument(
         "--recompute", choices=("off", "on", "both"), default="both", help="activation recomputation (default both)"
     )
-    space.add_argument("--w-shares", type=_floats, metavar="X,X", help="W share of the backward (default: the model's)")
+    space.add_argument(
+        "--w-shares", type=float_list_flag(0, 1), metavar="X,X", help="W share of the backward (default: the model's)"
+    )
     space.add_argument(
         "--ranks",
         type=_ints,
@@ -167,7 +179,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="processes that evaluate candidates (default: one per core, for spaces of more than 200 candidates)",
     )
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan (- for standard output)")
-    plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
+    plan.add_argument("--verify", type=int_flag(1, 1000), metavar="K", help="run the top K for real (needs --json)")
 
 
 def description_from_args(args: argparse.Namespace) -> ModelDescription:
@@ -248,6 +260,8 @@ def _workers(given: int | None, space: PlanSpace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     if args.verify is not None and (args.json is None or args.verify < 1):
         raise UsageError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
+    if args.ranks is None:  # every device in one pipeline: as many ranks
+        check_sizes(num_ranks=args.devices)
     if args.json is not None:
         check_output(args.json)
     inputs, recorded = inputs_from_args(args)

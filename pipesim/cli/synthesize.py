@@ -22,7 +22,6 @@ optimal, peak_memory per rank); `simulate --csv-in`, the app, torch's runtime an
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from types import MappingProxyType
 
@@ -36,34 +35,23 @@ from pipesim.cli.common import (
     written_lines,
 )
 from pipesim.cli.plan import parse_bytes
-from pipesim.io.formats import schedule_to_csv, schedule_to_dict, write_file, write_json
+from pipesim.flags import float_flag, shown
+from pipesim.io.formats import json_text, schedule_to_csv, schedule_to_dict, write_files
+from pipesim.limits import MAX_MICROBATCHES
 from pipesim.schedules import PLACEMENTS
 from pipesim.synth import Synthesis, SynthesisProblem, synthesize
 
 MAX_TIME_LIMIT_S = 3600.0
 
 
-def _positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
-
-
-def _time_limit(text: str) -> float:
-    value = _positive_number(text)
-    if value > MAX_TIME_LIMIT_S:
-        raise argparse.ArgumentTypeError(f"at most {MAX_TIME_LIMIT_S:g} seconds, got {text!r}")
-    return value
+_positive_number = float_flag(above=0, maximum=MAX_MICROBATCHES)  # --memory-limit: microbatches' worth
+_time_limit = float_flag(above=0, maximum=MAX_TIME_LIMIT_S)
 
 
 def _byte_limit(text: str) -> float:
     value = parse_bytes(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a size > 0 such as 2GiB or 1e9, got {text!r}")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a size > 0 such as 2GiB or 1e9, got {shown(text)}")
     return value
 
 
@@ -153,8 +141,13 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     result = synthesize(problem, args.time_limit)
     lines = summary_lines(result, show_bytes=args.memory_limit_bytes is not None or args.cost is not None)
     # every file only after every check passed and the schedule is found
-    write_file(schedule_to_csv(result.schedule, "compute_only"), args.csv)
-    write_json(synthesis_document(result), args.json)
+    # both files or neither: a CSV that cannot be written keeps the JSON that was there
+    write_files(
+        {
+            args.json: json_text(synthesis_document(result), args.json),
+            args.csv: schedule_to_csv(result.schedule, "compute_only"),
+        }
+    )
     print("\n".join(lines + written_lines(args.csv, args.json)), file=summary_stream(args.csv, args.json))
     return 0
 

@@ -21,6 +21,7 @@ Reading is strict: every field has one type, and a wrong one is a ValueError nam
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -32,10 +33,12 @@ from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, Provenanc
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.formats import read_json, write_json
 from pipesim.io.profile_file import PROFILE_VERSION, profile_from_dict, profile_to_dict
-from pipesim.limits import PATH_TAKES, PATH_TYPES, require
+from pipesim.limits import MAX_COST_BYTES, MAX_COST_VALUES, PATH_TAKES, PATH_TYPES, require
+from pipesim.numbers import check_number, shown
 
 COST_FORMAT = "pipesim.cost"
 COST_FORMAT_VERSION = 1
+COST_UNITS = {"time": "ms", "size": "bytes", "bandwidth": "GB/s"}  # what a stage cost file's numbers are in
 _STAGE_FIELDS = {f.name for f in fields(StageCost)}
 _LINK_FIELDS = {"latency_ms", "bandwidth_gbps"}
 
@@ -44,7 +47,7 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
     return {
         "format": COST_FORMAT,
         "version": COST_FORMAT_VERSION,
-        "units": {"time": "ms", "size": "bytes", "bandwidth": "GB/s"},
+        "units": dict(COST_UNITS),
         "source": cost.source,
         "recompute": cost.recompute,
         "stages": [asdict(s) for s in cost.stages],
@@ -70,11 +73,10 @@ def _link_dict(link: LinkCost) -> dict[str, Any]:
 
 
 def _number(value: Any, where: str, *, allow_none: bool = False) -> float | None:
+    """A finite number (pipesim.numbers.check_number); the cost model's own checks bound it further."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"cost file: {where} must be a number, got {value!r}")
-    return float(value)
+    return float(check_number(value, f"cost file: {where}"))
 
 
 def _record(raw: Any, where: str, known: set[str]) -> dict[str, Any]:
@@ -134,6 +136,11 @@ def cost_from_dict(data: Any) -> CostModel:
         raise ValueError(
             f"unsupported cost file version {version!r:.20}; this pipesim reads versions {COST_FORMAT_VERSION} "
             f"(a run's stage costs) and {PROFILE_VERSION} (a model profiled per unit)"
+        )
+    if data.get("units") != COST_UNITS:
+        raise ValueError(
+            f"cost file: units must be {json.dumps(COST_UNITS)} (the numbers mean nothing without them), got "
+            f"{shown(data.get('units'))}"
         )
     recompute = data.get("recompute", False)
     if not isinstance(recompute, bool):
@@ -209,14 +216,19 @@ def save_cost(cost: CostModel, path: str | Path) -> None:
 
 
 def load_cost(path: str | Path) -> CostModel:
-    return cost_from_dict(read_json(path))
+    return cost_from_dict(_read(path))
+
+
+def _read(path: str | Path) -> Any:
+    """A cost file's JSON, bounded by its size and its count of values before it is parsed (pipesim/limits.py)."""
+    return read_json(path, MAX_COST_BYTES, "cost file", max_items=MAX_COST_VALUES)
 
 
 def load_cost_file(path: str | Path) -> CostModel | UnitProfile:
     """Either version: a run's stage costs (version 1, a `CostModel`) or a model profiled per unit (version 2, a
     `UnitProfile`); what `plan --cost` reads."""
     require(path, "path", PATH_TYPES, PATH_TAKES)
-    data = read_json(path)
+    data = _read(path)
     if isinstance(data, dict) and data.get("format") == COST_FORMAT and data.get("version") == PROFILE_VERSION:
         return profile_from_dict(data)
     return cost_from_dict(data)

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import stat
-import sys
-import tempfile
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipesim.io.atomic import (  # noqa: F401 - the writers' home; re-exported
+    STANDARD_OUTPUT,
+    UnwritableOutput,
+    check_output,
+    current_umask,
+    is_standard_output,
+    write_file,
+    write_files,
+)
 from pipesim.io.bounded import read_bytes, read_text
 from pipesim.io.torch_csv import (  # noqa: F401 - the CSV's home; re-exported
     CsvError,
@@ -25,6 +31,7 @@ from pipesim.io.torch_csv import (  # noqa: F401 - the CSV's home; re-exported
 )
 from pipesim.ir import Action, Overlap, Schedule, make_schedule, parse_entry
 from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, PATH_TAKES, PATH_TYPES, check_sizes, require
+from pipesim.numbers import MAX_NUMBER_CHARS, shown
 from pipesim.records import CommSpan, Span, Timeline
 
 SCHEDULE_FORMAT = "pipesim.schedule"
@@ -207,97 +214,21 @@ def json_text(data: Any, path: str | Path, indent: int | None = 1) -> str:
         raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs") from None
 
 
-STANDARD_OUTPUT = "-"  # an output path that means standard output, the command-line convention
-
-
-def is_standard_output(path: str | Path | None) -> bool:
-    """Whether an output path is `-`: standard output, not a file named `-` (write `./-` for that)."""
-    return path is not None and str(path) == STANDARD_OUTPUT
-
-
-def check_output(path: str | Path) -> None:
-    """Refuse an output path `write_file` would refuse (a folder, a FIFO, a missing folder) before any work is
-    done or any other file written; what can only fail in the write itself (permissions, a full disk) fails there.
-    `-` (standard output) is always writable."""
-    if is_standard_output(path):
-        return
-    given = Path(path)
-    target = Path(os.path.realpath(given))
-    if target.exists() and not target.is_file():
-        kind = "a folder" if target.is_dir() else "not a regular file (a FIFO, socket or device)"
-        raise UnwritableOutput(f"cannot write {given}: it is {kind}; give the path of a file")
-    if not target.parent.is_dir():
-        raise UnwritableOutput(f"cannot write {given}: folder {target.parent} does not exist")
-    if not os.access(target.parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise UnwritableOutput(f"cannot write {given}: permission denied")
-
-
-class UnwritableOutput(ValueError):
-    """An output file that cannot be written (a folder, a FIFO, a missing folder, no permission, a full disk): the
-    inputs were fine, the output was not (the command lines' exit status 1, not a usage error)."""
-
-
-def write_file(content: str | bytes, path: str | Path) -> None:
-    """Write a file atomically: a reader never sees half of it, a failed write keeps the old one and leaves no
-    temporary file behind.
-
-    The file gets the mode any new file would (0666 less the umask), or keeps the mode of the file it replaces, so a
-    run folder or an exported chart is as readable to a teammate or a web server as the user's other files. A
-    symbolic link is written through to its target (the link stays, the target keeps its mode). A path that exists
-    but is not a regular file (a folder, a FIFO, a device such as /dev/null) is refused rather than replaced. Every
-    failure is an UnwritableOutput (a ValueError) that names the path the user gave, never the temporary file.
-    `-` writes to standard output.
-    """
-    if is_standard_output(path):
-        if isinstance(content, bytes):
-            sys.stdout.flush()
-            sys.stdout.buffer.write(content)
-        else:
-            sys.stdout.write(content if content.endswith("\n") or not content else content + "\n")
-        sys.stdout.flush()
-        return
-    given = Path(path)
-    target = Path(os.path.realpath(given))
-    check_output(given)
-    temporary = None
-    try:
-        mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~current_umask()
-        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        os.fchmod(handle, mode)  # mkstemp makes it 0600 whatever the umask
-        if isinstance(content, bytes):
-            with os.fdopen(handle, "wb") as out:
-                out.write(content)
-        else:
-            with os.fdopen(handle, "w", newline="") as out:  # newline="": keep the text's own line endings (CSV)
-                out.write(content)
-        os.replace(temporary, target)
-    except OSError as error:
-        raise UnwritableOutput(f"cannot write {given}: {error.strerror or error}") from None
-    finally:
-        if temporary is not None and os.path.exists(temporary):
-            os.unlink(temporary)
-
-
-def current_umask() -> int:
-    """The process's umask, read without changing it (/proc on Linux): setting it to read it back, as os.umask
-    must, would give another thread's new files the wrong mode meanwhile (the app writes from several)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)  # no /proc: the only other way, briefly
-    os.umask(mask)
-    return mask
-
-
-def read_json(path: str | Path, limit: int = MAX_RESULT_BYTES, what: str = "JSON file") -> Any:
+def read_json(
+    path: str | Path, limit: int = MAX_RESULT_BYTES, what: str = "JSON file", max_items: int | None = None
+) -> Any:
     """Parse a JSON file of at most `limit` bytes, read through `pipesim.io.bounded` (regular files only, size
     checked before reading); every way it can fail (missing, too large, not a file, not JSON, nested too deep)
-    is a ValueError that names the path."""
-    return parse_json(read_bytes(path, limit, what), str(path))
+    is a ValueError that names the path. `max_items` bounds the values it holds, counted (by their separating
+    commas, at the speed of a byte search) before it is parsed: a file padded with a 10^8-element array is
+    refused in a fraction of a second rather than parsed into gigabytes."""
+    raw = read_bytes(path, limit, what)
+    if max_items is not None and raw.count(b",") >= max_items:
+        raise ValueError(
+            f"{path} holds more than {max_items:,} values; pipesim reads a {what} of at most that many "
+            "(pipesim/limits.py)"
+        )
+    return parse_json(raw, str(path))
 
 
 def parse_json(raw: bytes | str, name: str, object_hook: Callable[[dict], Any] | None = None) -> Any:
@@ -307,7 +238,13 @@ def parse_json(raw: bytes | str, name: str, object_hook: Callable[[dict], Any] |
     downstream meets a number that is not one. `object_hook` may replace each object as it is parsed (a reader
     that keeps a few of a million objects drops the rest at once)."""
     try:
-        return json.loads(raw, parse_constant=_refuse_constant, object_hook=object_hook)
+        return json.loads(
+            raw,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+            object_hook=object_hook,
+        )
     except UnicodeDecodeError as error:
         raise ValueError(f"{name}: not a UTF-8 text file ({error.reason} at byte {error.start})") from None
     except json.JSONDecodeError as error:
@@ -316,6 +253,21 @@ def parse_json(raw: bytes | str, name: str, object_hook: Callable[[dict], Any] |
         raise ValueError(f"{name}: JSON nested too deeply") from None
     except ValueError as error:  # Python's 4,300-digit limit on integers, a non-finite constant
         raise ValueError(f"{name}: not valid JSON ({error})") from None
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or an exponent: 1e400 is no number pipesim can use (json would make it inf)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {shown(text)} is out of range (a finite number is at most about 1.8e308)")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON whole number: of at most MAX_NUMBER_CHARS digits, so any reader may take it as a float."""
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"the number {shown(text)} is out of range (at most {MAX_NUMBER_CHARS} digits)")
+    return int(text)
 
 
 def _refuse_constant(word: str) -> Any:

@@ -43,8 +43,8 @@ from pipesim.semantics.validate import validate
 
 __all__ = ["ImportedRun", "Label", "Slice", "import_trace_data", "import_traces", "parse_trace", "read_trace"]
 
-_COMM = re.compile(r"^(\d{1,9})(SEND_F|RECV_F|SEND_B|RECV_B)(\d{1,9})$")
-_OTHER = re.compile(r"^\d{1,9}(UNSHARD|RESHARD|REDUCE_GRAD)\d{0,9}$")
+_COMM = re.compile(r"^(\d{1,9})(SEND_F|RECV_F|SEND_B|RECV_B)(\d{1,9})$", re.ASCII)
+_OTHER = re.compile(r"^\d{1,9}(UNSHARD|RESHARD|REDUCE_GRAD)\d{0,9}$", re.ASCII)
 _OVERLAP = re.compile(r"^\((.*)\)OVERLAP_F_B$")
 
 

@@ -39,7 +39,8 @@ from pipesim.cost.profile import (
     UnitProfile,
 )
 from pipesim.cost.runtime import OptimizerTime
-from pipesim.limits import MAX_BYTES, MAX_LAYERS, MAX_TIME_MS
+from pipesim.limits import MAX_BYTES, MAX_LAYERS, MAX_PROFILE_UNITS, MAX_TIME_MS
+from pipesim.numbers import check_number, shown
 from pipesim.sim.memory import OPTIMIZER_STATES
 
 PROFILE_VERSION = 2
@@ -93,12 +94,8 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
 
 
 def _number(value: Any, where: str, limit: float, *, signed: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"cost file: {where} must be a finite number, got {value!r:.60}")
-    if not (-limit if signed else 0.0) <= value <= limit:
-        low = -limit if signed else 0
-        raise ValueError(f"cost file: {where} must lie between {low:g} and {limit:g}, got {value!r}")
-    return float(value)
+    """A finite number from -limit (signed) or 0 to limit (pipesim.numbers.check_number)."""
+    return float(check_number(value, f"cost file: {where}", minimum=-limit if signed else 0.0, maximum=limit))
 
 
 def _object(raw: Any, where: str, known: set[str], required: set[str] | None = None) -> dict[str, Any]:
@@ -209,8 +206,12 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
         )
     sizes = _sizes(data.get("microbatch_sizes"))
     raw_units = data.get("units")
-    if not isinstance(raw_units, list) or not 1 <= len(raw_units) <= MAX_LAYERS:
-        raise ValueError(f"cost file: units must be a list of 1 to {MAX_LAYERS:,} unit records")
+    if not isinstance(raw_units, list) or not 1 <= len(raw_units) <= MAX_PROFILE_UNITS:
+        count = f"{len(raw_units):,} unit records" if isinstance(raw_units, list) else shown(raw_units)
+        raise ValueError(
+            f"cost file: units must be a list of 1 to {MAX_PROFILE_UNITS:,} unit records (pipesim/limits.py), "
+            f"got {count}"
+        )
     units = tuple(_unit(raw, i, sizes) for i, raw in enumerate(raw_units))
     action = _object(data.get("action_ms", {}), "action_ms", {"start", "end"}, set())
     sides = {}

@@ -89,7 +89,7 @@ def schedule_to_csv(schedule: Schedule, csv_format: CsvFormat = "compute_only") 
     return buffer.getvalue()
 
 
-_COMPUTE_CELL = re.compile(r"^\s*(\d{1,9})\s*(BW|[BIW])\s*(\d{1,9})\s*$")
+_COMPUTE_CELL = re.compile(r"^\s*(\d{1,9})\s*(BW|[BIW])\s*(\d{1,9})\s*$", re.ASCII)
 OLDER_DIALECT = "torch's older dialect (B then W = I then W, BW = B)"
 
 

@@ -18,9 +18,9 @@ from pipesim.io.formats import parse_json
 from pipesim.limits import MAX_ACTIONS, MAX_RANKS, MAX_TRACE_BYTES, MAX_TRACE_EVENTS
 
 LABEL_PREFIX = "PP:"
-_RANK_NAME = re.compile(r"rank\s*(\d{1,6})", re.IGNORECASE)
+_RANK_NAME = re.compile(r"rank\s*(\d{1,6})", re.IGNORECASE | re.ASCII)
 # ScheduleGPipe's own labels (torch 2.13 gives its single-stage schedules no PP: labels); the stage is the rank's.
-_GPIPE = re.compile(r"^(Forward|Backward) (\d{1,9})$")
+_GPIPE = re.compile(r"^(Forward|Backward) (\d{1,9})$", re.ASCII)
 _GPIPE_PREFIXES = ("Forward ", "Backward ")
 _RANK_STAGE = "#"
 

@@ -66,11 +66,23 @@ class RankMemory:
 
 def static_bytes(schedule: Schedule, cost: CostModel, optimizer: str = "adam") -> list[tuple[float, float, float]]:
     """Per rank, (parameter, gradient, optimizer state) bytes of the stages it holds."""
-    states = OPTIMIZER_STATES[check_optimizer(optimizer)]
     params = [0.0] * schedule.num_ranks
     for stage, rank in enumerate(schedule.stage_to_rank):
         params[rank] += cost.stage(stage).param_bytes
-    return [(p, p, states * p) for p in params]
+    return [parameter_state_bytes(p, optimizer) for p in params]
+
+
+def parameter_state_bytes(param_bytes: float, optimizer: str) -> tuple[float, float, float]:
+    """(parameter, gradient, optimizer state) bytes that parameters of `param_bytes` take in training."""
+    states = OPTIMIZER_STATES[check_optimizer(optimizer)]
+    return param_bytes, param_bytes, states * param_bytes
+
+
+def training_bytes(param_bytes: float, activation_bytes: float, optimizer: str) -> float:
+    """The least memory a whole model takes to train one step: its parameters with their gradients and optimizer
+    state (as the planner prices each rank's, `static_bytes`) and one microbatch's activations through every
+    layer. The executor refuses a model this says cannot fit the machine before any process starts."""
+    return sum(parameter_state_bytes(param_bytes, optimizer)) + activation_bytes
 
 
 def peak_activations_by_order(schedule: Schedule, cost: CostModel) -> list[float]:

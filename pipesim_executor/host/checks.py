@@ -20,6 +20,7 @@ from pipesim_executor.config import CUSTOM, DeviceConfig, RunConfig, check_split
 from pipesim_executor.devices import resolve_device, torch_missing
 from pipesim_executor.host.gpu_probe import GpuProbe, probe_gpus
 from pipesim_executor.host.model_check import check_custom_model
+from pipesim_executor.host.model_memory import check_model_memory
 
 MAX_CPU_RANKS = 16
 
@@ -33,6 +34,10 @@ def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunC
     _check_model_fits(config, schedule)
     _check_combinations(config)
     _check_nodes(config)
+    # every replica of the model on this machine (a multi-node run: this node's share of them)
+    replicas = max(1, config.pipeline.data_parallel // config.nodes.nnodes)
+    training = config.training
+    check_model_memory(config.model, config.microbatch_size, training.optimizer, training.dtype, replicas)
     config = _resolve_device(config)
     if config.pipeline.data_parallel > 1 and config.devices.backend == "staged":
         raise ValueError(

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from pipesim.cost.shape import TransformerShape
-from pipesim.flags import UsageError, add_flags, from_flags, given, given_flags
+from pipesim.flags import UsageError, add_flags, folder_flag, from_flags, given, given_flags
 from pipesim.io.formats import dialect_note, load_schedule
 from pipesim.ir import Schedule
 from pipesim_executor.config import (
@@ -77,7 +77,7 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     )
     groups[SECTION].add_argument(
         "--runs-root",
-        type=Path,
+        type=folder_flag,
         default=Path("runs"),
         metavar="DIR",
         help="where run folders without --out are made (default runs)",

@@ -12,7 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from pipesim.flags import UsageError
+from pipesim.flags import UsageError, float_flag, folder_flag, int_flag
+from pipesim.limits import MAX_STEPS, MAX_TIMEOUT_S
 from pipesim_executor.config import DEVICES
 from pipesim_executor.run_files import TRACE_FILE
 
@@ -216,7 +217,7 @@ def _check_run_dir(run_dir: Path) -> None:
 
 def add_list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--runs-root", type=Path, default=Path("runs"), metavar="DIR", help="the runs folder (default runs)"
+        "--runs-root", type=folder_flag, default=Path("runs"), metavar="DIR", help="the runs folder (default runs)"
     )
 
 
@@ -229,7 +230,7 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN", help="the run folder of a running run, e.g. runs/NAME")
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=float_flag(minimum=0, maximum=MAX_TIMEOUT_S),
         default=None,
         metavar="S",
         help="seconds to wait for the run to end (default: its launcher's grace)",
@@ -250,7 +251,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--warmup-steps",
-        type=int,
+        type=int_flag(0, MAX_STEPS),
         default=DEFAULT_WARMUP,
         metavar="N",
         help=f"unmeasured steps before them (default {DEFAULT_WARMUP})",
@@ -259,10 +260,10 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", choices=DEVICES, default=None, help="where the runs go (default: the plan's profile's, else cpu)"
     )
     parser.add_argument(
-        "--timeout", type=float, default=300.0, metavar="S", help="seconds per candidate's run (default 300)"
+        "--timeout", type=_timeout, default=300.0, metavar="S", help="seconds per candidate's run (default 300)"
     )
     parser.add_argument(
-        "--runs-root", type=Path, default=Path("runs"), metavar="DIR", help="where the runs go (default runs)"
+        "--runs-root", type=folder_flag, default=Path("runs"), metavar="DIR", help="where the runs go (default runs)"
     )
     parser.add_argument(
         "--json",
@@ -273,11 +274,5 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r:.40}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
+_positive = int_flag(1, MAX_STEPS)
+_timeout = float_flag(above=0, maximum=MAX_TIMEOUT_S)

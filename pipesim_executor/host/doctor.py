@@ -35,7 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pipesim.flags import float_flag
 from pipesim.io.formats import read_json, write_file, write_json
+from pipesim.limits import MAX_TIMEOUT_S
 from pipesim.schedules import schedule_info
 from pipesim_executor.config import DEVICES, ModelConfig, RunConfig, run_config
 from pipesim_executor.host import doctor_checks as checks
@@ -227,7 +229,12 @@ def run_doctor(out: Path, asked: str, doctor: DoctorConfig, say: Callable[[str],
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: the GPUs if there are any")
     parser.add_argument("--out", type=Path, help="folder for the runs and the report (default runs/doctor-TIME)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run before it is ended")
+    parser.add_argument(
+        "--timeout",
+        type=float_flag(above=0, maximum=MAX_TIMEOUT_S),
+        default=300.0,
+        help="seconds per run before it is ended",
+    )
 
 
 def main(args: argparse.Namespace) -> int:

@@ -26,9 +26,13 @@ from typing import Literal
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import UnwritableOutput, write_json
+from pipesim.limits import MAX_SEED, MAX_TIMEOUT_S
+from pipesim.numbers import check_number
+from pipesim.sim.memory import OPTIMIZER_STATES
 from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
 from pipesim_executor.host.checks import check_run
 from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle
+from pipesim_executor.host.model_memory import check_model_memory
 from pipesim_executor.host.phase import Phase
 from pipesim_executor.host.run_folder import check_name, make_run_dir
 from pipesim_executor.processes import run_environment, torchrun_command
@@ -83,10 +87,8 @@ class ProfileConfig:
         for name, value, low, high in (("ranks", self.ranks, 1, 16), ("repeats", self.repeats, 3, MAX_REPEATS)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {self.timeout_s!r}")
-        if not math.isfinite(self.timeout_s):
-            raise ValueError("timeout must be finite")
+        check_number(self.timeout_s, "timeout", above=0, maximum=MAX_TIMEOUT_S)
+        check_number(self.seed, "seed", minimum=0, maximum=MAX_SEED, whole=True)
 
     def run_config(self) -> RunConfig:
         """The run the ranks are started as: 1F1B on `ranks` ranks (the in-situ steps' schedule), at the first
@@ -167,6 +169,8 @@ def start_profile(config: ProfileConfig, out: Path, on_event: EventCallback | No
     """Check everything (ValueError before anything starts), make the folder `out` (never an existing one), write
     the run's config and the request, and start the ranks in the background."""
     check_name(out.name)
+    heaviest = max(config.optimizers, key=OPTIMIZER_STATES.__getitem__)  # the largest size, the most state
+    check_model_memory(config.model, max(config.microbatch_sizes), heaviest, config.dtype)
     run, schedule = check_run(config.run_config())
     config = replace(config, device=run.devices.device)
     run_dir = make_run_dir(out.parent, out.name, run)

@@ -26,6 +26,7 @@ The comparison is pure arithmetic (`compare`), and no torch is imported here: th
 
 from __future__ import annotations
 
+import math
 import statistics
 import threading
 from collections.abc import Callable
@@ -34,9 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.cost.shape import TransformerShape
+from pipesim.flags import one_line
 from pipesim.io.formats import read_json, write_json
-from pipesim.schedules import schedule_info
-from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
+from pipesim.limits import MAX_MICROBATCHES, MAX_PLAN_BYTES, MAX_PLAN_CANDIDATES, MAX_STAGES
+from pipesim.numbers import check_number, shown
+from pipesim.schedules import build_schedule, schedule_info
+from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, check_split_points, run_config
 from pipesim_executor.host.verify_compare import (
     DEFAULT_UNCERTAINTY,
     Verification,
@@ -65,14 +69,54 @@ def predicted_step_ms(c: dict[str, Any]) -> Any:
 
 def plan_candidates(plan: dict[str, Any], top: int) -> list[dict[str, Any]]:
     """The plan's top `top` buildable candidates: those that fit, fastest first, then the others."""
-    built = [
-        c
-        for c in plan.get("candidates", [])
-        if isinstance(c, dict) and c.get("error") is None and isinstance(predicted_step_ms(c), (int, float))
-    ]
+    candidates = plan.get("candidates", [])
+    if not isinstance(candidates, list):
+        raise ValueError(f"the plan's candidates must be a list, got {shown(candidates)}")
+    if len(candidates) > MAX_PLAN_CANDIDATES:
+        raise ValueError(
+            f"the plan has {len(candidates):,} candidates; verify-plan reads at most {MAX_PLAN_CANDIDATES:,} "
+            "(pipesim/limits.py): plan a smaller space"
+        )
+    built = [c for c in candidates if isinstance(c, dict) and c.get("error") is None and _finite(predicted_step_ms(c))]
     # ordered as the plan ranks them (pipesim.plan.report.ranked: step times to the nanosecond, less memory first)
-    built.sort(key=lambda c: (not c.get("fits"), round(predicted_step_ms(c), 6), c.get("peak_memory_bytes") or 0))
+    built.sort(key=lambda c: (c.get("fits") is not True, round(predicted_step_ms(c), 6), _memory(c)))
     return built[:top]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _memory(c: dict[str, Any]) -> float:
+    value = c.get("peak_memory_bytes")
+    return value if _finite(value) else 0.0
+
+
+def check_candidate(plan: dict[str, Any], c: dict[str, Any], number: int) -> None:
+    """Refuse a candidate the executor could never run as the plan describes it (a null schedule, a size that is
+    no count, split points that do not cut the model into the schedule's stages): ValueError naming the
+    candidate and the field, before any candidate runs. What only the run can tell (data parallelism, a machine
+    too small) stays the candidate's own row."""
+    where = f"the plan's candidate {number}"
+    if not isinstance(c.get("schedule"), str):
+        raise ValueError(f"{where}: schedule must be a schedule name, got {shown(c.get('schedule'))}")
+    for key in ("ranks", "microbatches", "microbatch_size"):
+        check_number(c.get(key), f"{where}: {key}", minimum=1, maximum=MAX_MICROBATCHES, whole=True)
+    check_number(c.get("virtual_stages", 1), f"{where}: virtual_stages", minimum=1, maximum=MAX_STAGES, whole=True)
+    if not isinstance(c.get("recompute"), bool):
+        raise ValueError(f"{where}: recompute must be true or false, got {shown(c.get('recompute'))}")
+    split = c.get("split")
+    if not isinstance(split, list) or not all(_finite(i) and isinstance(i, int) for i in split):
+        raise ValueError(f"{where}: split must be a list of unit indices, got {shown(split)}")
+    if c.get("data_parallel", 1) != 1:
+        return
+    try:
+        chunks = c.get("virtual_stages", 1) if schedule_info(c["schedule"]).takes_chunks else None
+        schedule = build_schedule(c["schedule"], c["ranks"], c["microbatches"], num_virtual_stages=chunks)
+        if split:
+            check_split_points(split, model_config(plan).num_units, schedule.num_stages)
+    except ValueError as error:
+        raise ValueError(f"{where} ({label(c)}): {one_line(error)}") from None
 
 
 def model_config(plan: dict[str, Any]) -> ModelConfig:
@@ -189,13 +233,15 @@ def verify_plan(
 
     if top < 1:
         raise ValueError(f"--top must be at least 1, got {top}")
-    plan = read_json(plan_path)
+    plan = read_json(plan_path, MAX_PLAN_BYTES, "plan")
     if not isinstance(plan, dict):
         raise ValueError(f"{plan_path}: not a plan (expected a JSON object from python -m pipesim plan --json)")
     model_config(plan)  # refuse a plan without a model, or with settings the executor cannot run, before any run
     device = device or run_settings(plan)[2] or "cpu"
     uncertainty = (plan.get("calibration") or {}).get("uncertainty", DEFAULT_UNCERTAINTY)
     chosen = plan_candidates(plan, top)
+    for number, c in enumerate(chosen, 1):
+        check_candidate(plan, c, number)
     rows = []
     for index, c in enumerate(chosen):
         row = VerifyRow(label(c), c, float(predicted_step_ms(c)), predicted_memory_bytes=c.get("rank_memory_bytes", []))

@@ -32,11 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pipesim.cost.balance import balance
-from pipesim_executor.config import CUSTOM, ModelConfig, check_split_points
-
-NUM_CLASSES = 10
-IMAGE_SHAPE = (3, 32, 32)
-
+from pipesim_executor.config import CUSTOM, IMAGE_SHAPE, NUM_CLASSES, ModelConfig, check_split_points
 
 # --- Transformer ---------------------------------------------------------------------------------------------
 
@@ -129,15 +125,13 @@ class FCLayer(nn.Module):
 
 
 def cnn_layers(config: ModelConfig) -> list[nn.Module]:
+    """The CNN's layers, as its config lays them out (CNNConfig.conv_blocks: the one place the shapes are worked
+    out, which its memory price reads too)."""
     layers: list[nn.Module] = []
-    channels, size = IMAGE_SHAPE[0], IMAGE_SHAPE[1]
     cnn = config.cnn
-    for index in range(cnn.blocks):
-        out_channels = cnn.channels * 2 ** min(index // 2, 2)
-        pool = size > 4
-        layers.append(ConvBlock(channels, out_channels, pool))
-        channels, size = out_channels, size // 2 if pool else size
-    layers.append(FCLayer(channels * size * size, cnn.fc_size, relu=True))
+    for channels, out_channels, size in cnn.conv_blocks():
+        layers.append(ConvBlock(channels, out_channels, pool=size > 4))
+    layers.append(FCLayer(cnn.flat_features(), cnn.fc_size, relu=True))
     layers.append(FCLayer(cnn.fc_size, cnn.fc_size, relu=True))
     layers.append(FCLayer(cnn.fc_size, NUM_CLASSES, relu=False))
     return layers

@@ -1,0 +1,139 @@
+"""The app's URL settings: what each key may hold (one entry per bound widget, the ranges its widget takes), read
+through pipesim.url_query before any page draws; a refused value is dropped (its widget shows the default) and
+named, with the reason, in one notice on the page."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import streamlit as st
+from streamlit.runtime.state.session_state_proxy import get_session_state
+
+from app_pages import state
+from app_pages.cost_inputs import COST_SOURCES
+from app_pages.run_form import CNN_SIZES, TRANSFORMER_SIZES
+from pipesim.cost.description import DTYPE_BYTES
+from pipesim.limits import MAX_STEPS, MAX_TIME_MS
+from pipesim.numbers import shown
+from pipesim.schedules import schedule_names
+from pipesim.url_query import UrlField, refused_values
+from pipesim_executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, OPTIMIZERS
+
+TEXT = UrlField("text")  # a choice among what a page finds (runs, cost files, candidates): the page checks it
+TOGGLE = UrlField("bool")
+RUN_NAME = UrlField("text", pattern=r"[A-Za-z0-9_.\-]+")  # a run folder's name (executor run_folder.check_name)
+
+
+def _int(low: int, high: int) -> UrlField:
+    return UrlField("int", low, high)
+
+
+def _float(low: float, high: float) -> UrlField:
+    return UrlField("float", low, high)
+
+
+def fields() -> dict[str, UrlField]:
+    """Every key a page binds to the URL (tests check the pages' `bind=` widgets against it), with its range."""
+    names = tuple(schedule_names())
+    cost = state.COST
+    model_ints = ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size")
+    return {
+        # shared by every page (app_pages.state, app_pages.schedule_inputs, app_pages.cost_inputs)
+        state.SCHEDULE: UrlField("choice", choices=names),
+        state.RANKS: _int(1, state.MAX_RANKS),
+        state.MICROBATCHES: _int(1, state.MAX_MICROBATCHES),
+        state.CHUNKS: _int(1, 16),
+        f"{cost}-source": UrlField("choice", choices=COST_SOURCES),
+        **{f"{cost}-{kind}": _float(0.0, 1e6) for kind in ("f", "b", "w", "comm", "stages-comm")},
+        f"{cost}-act": _float(0.0, 1e9),
+        f"{cost}-recompute": TOGGLE,
+        **{f"{cost}-m-{name}": _int(1, 10**7) for name in model_ints},
+        f"{cost}-m-dtype": UrlField("choice", choices=tuple(DTYPE_BYTES)),
+        f"{cost}-m-tflops": _float(0.001, 1e5),
+        f"{cost}-m-bw": _float(0.001, 1e5),
+        f"{cost}-m-lat": _float(0.0, 1e4),
+        f"{cost}-pick": TEXT,
+        # Simulate
+        "synth": TOGGLE,
+        "synth-limit": _int(1, 2 * state.MAX_RANKS),
+        "synth-budget": _int(1, 30),
+        "sim-critical": TOGGLE,
+        "sim-color": TEXT,
+        "sim-window": UrlField("float", 0.0, MAX_TIME_MS, many=2),
+        # Compare, DAG
+        "cmp-log": TOGGLE,
+        "cmp-gantt-pick": UrlField("choice", choices=names),
+        "cmp-schedules": UrlField("choice", choices=names, many=len(names)),
+        "dag-origin": TEXT,
+        "dag-critical": TOGGLE,
+        # Plan
+        "plan-preset": TEXT,
+        "plan-selected": TEXT,
+        "plan-top": _int(1, 10),
+        "plan-steps": _int(1, 50),
+        "plan-layers": _int(1, 512),
+        "plan-hidden": _int(8, 65536),
+        "plan-ffn": _int(8, 262144),
+        "plan-heads": _int(1, 512),
+        "plan-seq": _int(1, 1 << 20),
+        "plan-vocab": _int(1, 1 << 22),
+        "plan-dtype": UrlField("choice", choices=tuple(DTYPE_BYTES)),
+        "plan-tflops": _float(0.001, 1e4),
+        "plan-devices": _int(1, state.MAX_RANKS),
+        "plan-batch": _int(1, 4096),
+        "plan-cap": _float(0.0, 4096.0),
+        "plan-optimizer": UrlField("choice", choices=OPTIMIZERS),
+        "plan-schedules": UrlField("choice", choices=names, many=len(names)),
+        "plan-mbs": UrlField("ints", 1, 4096),
+        "plan-chunks": UrlField("ints", 1, 16),
+        "plan-recompute": UrlField("choice", choices=("off", "on", "both")),
+        "plan-shares": UrlField("floats", 0.0, 1.0),
+        "plan-balance-layers": UrlField("floats", 0.0, MAX_TIME_MS),
+        "plan-balance-stages": _int(1, 512),
+        # Run
+        "run": RUN_NAME,
+        "run-model": UrlField("choice", choices=MODEL_KINDS),
+        "run-size": UrlField("choice", choices=tuple(dict.fromkeys([*TRANSFORMER_SIZES, *CNN_SIZES]))),
+        "run-layers": _int(1, 256),
+        "run-data-parallel": _int(1, 16),
+        "run-dtype": UrlField("choice", choices=DTYPES),
+        "run-batch": _int(1, 4096),
+        "run-steps": _int(1, 1000),
+        "run-warmup": _int(0, 100),
+        "run-timeout": _int(10, 7200),
+        "run-device": UrlField("choice", choices=DEVICES),
+        "run-backend": UrlField("choice", choices=BACKENDS),
+        "run-profile": TOGGLE,
+        "run-reference": TOGGLE,
+        "run-recompute": TOGGLE,
+        "run-step": _int(0, MAX_STEPS),
+        # Streamlit's own (an embedded app)
+        "embed": TEXT,
+        "embed_options": UrlField("text", many=16),
+    }
+
+
+def _forget(keys: Iterable[str]) -> None:
+    """Remove keys from the URL and from the values Streamlit seeds widgets with: a widget bound to the URL reads
+    the values the page was loaded with (QueryParams' initial values), not the current ones, so deleting a key
+    from st.query_params alone would still hand the widget the refused value. Streamlit has no public call for
+    this; tests/test_app_url.py pins it, so a Streamlit that changes it fails there, not on a user's page."""
+    with get_session_state().query_params() as params:
+        for key in keys:
+            params.remove_param(key)
+            params._initial_query_params.pop(key, None)
+
+
+def check_url() -> None:
+    """Drop every URL value no page may use, before any widget reads it, and name each in one notice."""
+    query = {key: st.query_params.get_all(key) for key in list(st.query_params)}
+    refused = refused_values(query, fields())
+    if not refused:
+        return
+    _forget(refused)
+    reasons = "; ".join(f"{shown(key, 40)}: {why}" for key, why in list(refused.items())[:10])
+    more = f" (and {len(refused) - 10} more)" if len(refused) > 10 else ""
+    st.warning(
+        f"The link's settings were not all usable; these were left at their defaults: {reasons}{more}",
+        icon=":material/link_off:",
+    )
