@@ -138,7 +138,7 @@ def test_a_deadlock_exits_1_and_a_bad_flag_2(tmp_path, capsys):
     assert "deadlock" in capsys.readouterr().err.lower()
     assert pipesim_main(["simulate", "--schedule", "1f1b", "--ranks", "x"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pipesim: error: ") and "see: python -m pipesim simulate --help" in err
+    assert err.startswith("python -m pipesim: error: ") and "see: python -m pipesim simulate --help" in err
 
 
 def test_a_partial_run_exits_0(tmp_path, monkeypatch, capsys):

@@ -168,7 +168,11 @@ def test_without_torch_runs_are_refused_before_anything_starts(
     for command in (["doctor"], ["run", "--schedule", "1f1b"], ["verify-plan", "plan.json"]):
         assert entry.main(command) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"error: {command[0]} needs torch") and err.count("\n") == 1 and "pipesim[run]" in err
+        assert (
+            err.startswith(f"python -m executor: error: {command[0]} needs torch")
+            and err.count("\n") == 1
+            and "pipesim[run]" in err
+        )
     assert entry.main(["list", "--runs-root", str(tmp_path)]) == 0
     checks = importlib.import_module(f"{EXECUTOR}.host.checks")
     run_config = importlib.import_module(f"{EXECUTOR}.config").run_config

@@ -91,6 +91,7 @@ from pipesim.io.formats import (
 )
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
 from pipesim.ir import Schedule
+from pipesim.programs import programs
 from pipesim.schedules import build_schedule, schedule_info
 from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import validate
@@ -104,7 +105,7 @@ from pipesim.units import format_memory
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="python -m pipesim",
+        prog=programs().pipesim,
         description="Plan and explain pipeline-parallel schedules.",
         epilog=EXIT_STATUS_HELP,
         allow_abbrev=False,
@@ -362,4 +363,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
 
-    return run_main("pipesim", command, failures=(DeadlockError, UnwritableOutput, ExportUnavailable))
+    return run_main(programs().pipesim, command, failures=(DeadlockError, UnwritableOutput, ExportUnavailable))

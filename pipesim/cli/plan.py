@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import fields
@@ -265,7 +266,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print("\n".join(lines), flush=True)
     if args.verify:
         command = [sys.executable, "-m", "pipesim_executor", "verify-plan", str(args.json), "--top", str(args.verify)]
-        print("verifying: " + " ".join(command[1:]), flush=True)
+        print("verifying: " + shlex.join(command), flush=True)  # as it runs: the user can run it again
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE
 

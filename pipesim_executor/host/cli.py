@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 from pipesim.flags import Parser, run_main
 from pipesim.io.formats import UnwritableOutput
+from pipesim.programs import programs
 from pipesim.semantics.dag import DeadlockError
 from pipesim_executor.host import cli_profile, cli_run, cli_runs, doctor
 from pipesim_executor.run_files import RESULT_FILE
@@ -107,7 +108,7 @@ COMMANDS = MappingProxyType(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="python -m executor",
+        prog=programs().executor,
         description="Run pipeline schedules for real under torchrun.",
         epilog="Exit status: 0 done; 1 the run failed or was refused, or an output could not be written; 2 a usage "
         "error (one line on stderr; nothing was started); 130 / 143 interrupted. See each command's --help.",
@@ -127,4 +128,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command].run(args)
 
-    return run_main("python -m executor", command, failures=(DeadlockError, UnwritableOutput))
+    return run_main(programs().executor, command, failures=(DeadlockError, UnwritableOutput))

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from pipesim.flags import UsageError
+from pipesim.programs import programs
 from pipesim_executor.config import DEVICES
 from pipesim_executor.run_files import TRACE_FILE
 
@@ -208,7 +209,7 @@ def _check_run_dir(run_dir: Path) -> None:
     try:
         run_folder(run_dir)
     except ValueError as error:
-        raise UsageError(f"{error} (python -m executor list shows the runs under a runs folder)") from None
+        raise UsageError(f"{error} ({programs().executor} list shows the runs under a runs folder)") from None
 
 
 def add_list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -236,7 +237,7 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     from pipesim_executor.host.verify import DEFAULT_STEPS, DEFAULT_WARMUP
 
-    parser.add_argument("plan", type=Path, metavar="PLAN", help="a plan file from python -m pipesim plan --json")
+    parser.add_argument("plan", type=Path, metavar="PLAN", help=f"a plan file from {programs().pipesim} plan --json")
     parser.add_argument("--top", type=_positive, default=3, metavar="K", help="run the K best candidates (default 3)")
     parser.add_argument(
         "--steps",

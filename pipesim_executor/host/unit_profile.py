@@ -26,6 +26,7 @@ from typing import Literal
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import UnwritableOutput, write_json
+from pipesim.programs import programs
 from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
 from pipesim_executor.host.checks import check_run
 from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle
@@ -214,6 +215,6 @@ def summary_lines(result: ProfileResult) -> list[str]:
         f"(ping-pong between ranks 0 and 1)"
         if profile.link.latency_ms or math.isfinite(profile.link.bandwidth_gbps)
         else "link     none measured (one rank)",
-        f"wrote    {result.cost_file} (python -m pipesim plan --cost {result.cost_file} ...)",
+        f"wrote    {result.cost_file} ({programs().pipesim} plan --cost {result.cost_file} ...)",
     ]
     return lines
