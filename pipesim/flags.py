@@ -33,6 +33,8 @@ import typing
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from pipesim.programs import named_as_started
+
 
 class UsageError(Exception):
     """A mistake in the command line (a flag, a value, an input file): one line on stderr, exit status 2."""
@@ -227,7 +229,7 @@ def add_flags(
             *flags,
             dest=f"{section}{SEPARATOR}{field.name}",
             default=argparse.SUPPRESS,
-            help=help_text.replace("%", "%%"),
+            help=named_as_started(help_text).replace("%", "%%"),
             **keywords,
         )
     for field in nested:

@@ -58,3 +58,9 @@ def programs(argv0: str | None = None) -> Programs:
     if checkout:
         return Programs("python -m pipesim", module_executor)
     return Programs(PIPESIM_SCRIPT, EXECUTOR_SCRIPT)
+
+
+def named_as_started(text: str) -> str:
+    """`text` (a help text written with the checkout's names) with each program named as it is started here."""
+    names = programs()
+    return text.replace("python -m pipesim", names.pipesim).replace("python -m executor", names.executor)

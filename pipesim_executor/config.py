@@ -32,7 +32,7 @@ DEFAULT_MIN_BATCH = 16
 
 # dotted module path, a colon, a function name: nothing else can reach importlib
 SPEC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
-SPEC_HELP = "package.module:factory, e.g. examples.gpt_small:build"
+SPEC_HELP = "package.module:factory, e.g. pipesim_examples.gpt_small:build"
 
 
 def parse_spec(spec: object) -> tuple[str, str]:

@@ -4,6 +4,7 @@ error line and hint; `plan --verify` prints the command it runs, runnable as pri
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import subprocess
@@ -101,3 +102,22 @@ def test_plan_verify_prints_the_command_it_runs(
     ]
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("verifying: ")]
     assert printed == ["verifying: " + shlex.join(command)]
+
+
+def _subcommand_helps(parser: argparse.ArgumentParser) -> dict[str, str]:
+    (commands,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    return {name: sub.format_help() for name, sub in commands.choices.items()}
+
+
+def test_no_help_names_a_module_path_under_the_console_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Catches a help text (a flag generated from a config's docstring, a description, a hint) that says
+    `python -m executor ...` to a user who typed `pipesim-run`: installed, there is no such module."""
+    from pipesim.cli.commands import build_parser as pipesim_parser
+    from pipesim_executor.host.cli import build_parser as executor_parser
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/pipesim-run"])
+    helps = {f"pipesim {name}": text for name, text in _subcommand_helps(pipesim_parser()).items()}
+    helps |= {f"pipesim-run {name}": text for name, text in _subcommand_helps(executor_parser()).items()}
+    assert len(helps) >= 15
+    wrong = {name: text for name, text in helps.items() if "python -m" in text or not text.startswith("usage: pipesim")}
+    assert not wrong, wrong

@@ -36,11 +36,12 @@ from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
+from pipesim.programs import named_as_started, programs
 from pipesim.schedules import schedule_names
 
 UNITS_HELP = (
-    "Split points are unit indices, as `executor run --split-points` takes them: a model's units are its embedding "
-    "(unit 0), its blocks (1 to --layers) and its output head (the last); a cost file's units are its stages."
+    "Split points are unit indices, as `python -m executor run --split-points` takes them: a model's units are its "
+    "embedding (unit 0), its blocks (1 to --layers) and its output head (the last); a cost file's units are its stages."
 )
 MODEL_SECTION = "model"  # the flags of ModelDescription's fields (pipesim.flags), under this section
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
@@ -86,9 +87,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         "--cost",
         type=Path,
         metavar="FILE",
-        help="a cost file instead of a model: a model profiled unit by unit (executor profile: any split, any "
-        "microbatch size, measured runtime terms), or a run's stage costs (executor run --profile: its stages "
-        "are the units)",
+        help=f"a cost file instead of a model: a model profiled unit by unit ({programs().executor} profile: any "
+        f"split, any microbatch size, measured runtime terms), or a run's stage costs ({programs().executor} run "
+        "--profile: its stages are the units)",
     )
 
 
@@ -97,7 +98,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "balance",
         allow_abbrev=False,
         help="split layers into stages, slowest stage fastest",
-        description=UNITS_HELP,
+        description=named_as_started(UNITS_HELP),
         epilog=EXIT_STATUS_HELP,
     )
     bal.add_argument("--layer-ms", type=_floats, metavar="T,T,..", help="per-layer (unit) time, instead of a model")
@@ -108,7 +109,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "plan",
         allow_abbrev=False,
         help="search schedules and sizes under a memory cap",
-        description=UNITS_HELP,
+        description=named_as_started(UNITS_HELP),
         epilog=EXIT_STATUS_HELP + " plan: 1 also when no candidate fits.",
     )
     _add_model_args(plan)
@@ -156,7 +157,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="RUN_DIR",
         help="fit the description's device speed (--tflops) and per-action overhead to a measured run of the "
-        "executor's Transformer on these devices (executor run --model transformer ...)",
+        f"executor's Transformer on these devices ({programs().executor} run --model transformer ...)",
     )
     plan.add_argument(
         "--workers",

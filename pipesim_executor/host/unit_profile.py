@@ -58,7 +58,7 @@ class ProfileConfig:
     repeats: int = 20
     """Timed repetitions of every measurement (the median is kept; 3 untimed ones run first)."""
     dtype: Literal["fp32", "bf16"] = "fp32"
-    """Compute precision, as executor run --dtype."""
+    """Compute precision, as python -m executor run --dtype."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """cpu, cuda, or auto: CUDA when torch sees GPUs, else CPU."""
     seed: int = 0
