@@ -109,6 +109,23 @@ def test_shipped_code_names_only_shipped_packages() -> None:
     assert not wrong, "names what is not installed, or what this part may not import: " + ", ".join(wrong)
 
 
+def test_the_shipped_examples_by_either_name_in_the_checkout() -> None:
+    """Catches `pipesim_examples.X` (the name that works installed) failing in a checkout never installed, and an
+    example module that would not be offered: every module of examples/ is listed, by its shipped name."""
+    examples = importlib.import_module(f"{EXECUTOR}.shipped_examples")
+    custom_model = importlib.import_module(f"{EXECUTOR}.custom_model")
+    names = sorted(path.stem for path in (ROOT / "examples").glob("*.py") if not path.name.startswith("_"))
+    assert "gpt_small" in names and list(examples.example_names()) == names
+    assert examples.example_specs()[names.index("gpt_small")] == "pipesim_examples.gpt_small:build"
+    if importlib.util.find_spec("pipesim_examples") is None:  # this environment holds the checkout, not installed
+        assert examples.module_to_import("pipesim_examples.gpt_small") == "examples.gpt_small"
+    assert examples.module_to_import("mymodels.gpt_small") == "mymodels.gpt_small"
+    for spec in ("pipesim_examples.gpt_small:build", "examples.gpt_small:build"):
+        assert callable(custom_model.load_factory(spec))
+    assert "pipesim_examples.gpt_small:build" in examples.hint_for("examples.gpt_small")
+    assert examples.hint_for("mymodels.gpt_small") == ""
+
+
 def test_one_version_and_the_declared_dependencies() -> None:
     """The version is read from pipesim.__version__ (written nowhere else); the core depends on no torch or
     streamlit; torch is a range that the project's CPU build satisfies, so a torch already there is kept."""
