@@ -126,11 +126,13 @@ def _trace_lines(run_dir: Path) -> list[str]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from pipesim_executor.host.run_folder import list_runs
+    from pipesim_executor.host.run_folder import doctor_folders, list_runs
 
     results = list_runs(args.runs_root)
+    doctors = [f"{folder}: the doctor's runs ({programs().executor} list --runs-root {folder})"
+               for folder in doctor_folders(args.runs_root)]  # fmt: skip
     if not results:
-        print(f"no runs under {args.runs_root}")
+        print("\n".join([f"no runs under {args.runs_root}", *doctors]))
         return 0
     print(f"{'run':40} {'status':10} {'schedule':18} {'ranks':>5} {'mb':>4} {'step ms':>9} {'pred ms':>9} {'err':>7}")
     for r in results:
@@ -139,6 +141,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         numbers = f"{_fmt(r.measured_step_ms, ''):>9} {_fmt(r.predicted_step_ms, ''):>9} {error:>7}"
         setup = f"{c.schedule[:18]:18} {c.num_ranks:>5} {c.num_microbatches:>4} {numbers}" if c else r.message
         print(f"{r.run_dir.name[:40]:40} {r.status:10} {setup}")  # a damaged folder: why, in place of figures
+    if doctors:
+        print("\n".join(doctors))
     return 0
 
 
