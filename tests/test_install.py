@@ -134,7 +134,7 @@ def test_one_version_and_the_declared_dependencies() -> None:
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "pipesim.__version__"}
     assert re.fullmatch(r"\d+\.\d+\.\d+", pipesim.__version__)
     names = [re.split(r"[<>=!~\[ ]", requirement)[0] for requirement in project["dependencies"]]
-    assert names == ["numpy", "networkx", "plotly", "highspy"]
+    assert names == ["numpy", "networkx", "plotly", "highspy", "tqdm"]
     extras = project["optional-dependencies"]
     assert extras["run"] == ["torch>=2.11,<2.14"]
     assert {"streamlit", "pandas"} <= {re.split(r"[<>=!~ ]", r)[0] for r in extras["app"]}

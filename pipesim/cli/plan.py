@@ -37,6 +37,7 @@ from pipesim.io.formats import check_output, write_json
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
 from pipesim.programs import named_as_started, programs
+from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import schedule_names
 
 UNITS_HELP = (
@@ -251,7 +252,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_output(args.json)
     inputs, recorded = inputs_from_args(args)
     space = space_from_args(args)
-    candidates = evaluate_all(inputs, space, workers=_workers(args.workers, space))
+    with ProgressBar("plan") as bar:
+        progress = lambda done, total: bar.set(done / total, f"{done}/{total} candidates")  # noqa: E731
+        candidates = evaluate_all(inputs, space, progress=progress, workers=_workers(args.workers, space))
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])

@@ -29,6 +29,7 @@ from types import MappingProxyType
 from pipesim.cli.common import UsageError, add_cost_args, check_outputs, cost_from_args, positive_int
 from pipesim.cli.plan import parse_bytes
 from pipesim.io.formats import schedule_to_csv, schedule_to_dict, write_file, write_json
+from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import PLACEMENTS
 from pipesim.synth import Synthesis, SynthesisProblem, synthesize
 
@@ -136,7 +137,8 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         memory_limit=args.memory_limit,
         memory_limit_bytes=args.memory_limit_bytes,
     )
-    result = synthesize(problem, args.time_limit)
+    with ProgressBar.ticking("synthesize", args.time_limit):  # the search stops at the time limit
+        result = synthesize(problem, args.time_limit)
     lines = summary_lines(result, show_bytes=args.memory_limit_bytes is not None or args.cost is not None)
     # every file only after every check passed and the schedule is found
     write_file(schedule_to_csv(result.schedule, "compute_only"), args.csv)

@@ -43,6 +43,7 @@ class ScheduleInfo:
     options: tuple[str, ...] = ()
     split_backward: bool = False
     placement: str = "linear"  # one of PLACEMENTS
+    min_chunks: int = 1  # the fewest chunks per rank the builder takes (with `num_virtual_stages`)
 
     def __post_init__(self) -> None:
         assert self.placement in PLACEMENTS, self.placement

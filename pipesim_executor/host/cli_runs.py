@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pipesim.flags import UsageError
 from pipesim.programs import programs
+from pipesim.progress_bar import ProgressBar
 from pipesim_executor.config import DEVICES
 from pipesim_executor.run_files import TRACE_FILE
 
@@ -177,9 +178,11 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
     from pipesim.io.formats import check_output
     from pipesim_executor.host import verify
 
+    bar = ProgressBar("verify-plan")
+
     def progress(row: verify.VerifyRow) -> None:
         measured = "failed" if row.measured_ms is None else f"{row.measured_ms:.2f} ms"
-        print(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}", flush=True)
+        bar.write(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}")
 
     if args.json is not None:
         check_output(args.json)  # before any run: an unwritable output must not cost the user the runs
@@ -194,6 +197,7 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
             device=args.device,
             timeout_s=args.timeout,
             on_row=progress,
+            on_progress=lambda where: bar.set(where.fraction, where.text),
             cancel=cancel,
             json_out=args.json,
         )
@@ -202,6 +206,8 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         cancel.set()
         raise
+    finally:
+        bar.close()
     print("\n".join(verify.summary_lines(result)), flush=True)
     return 0 if any(r.measured_ms is not None for r in result.rows) else 1
 
