@@ -173,7 +173,8 @@ class PipelineConfig:
     num_microbatches: int = field(default=4, metadata={"flag": "microbatches"})
     """Microbatches per step: the batch is split into this many."""
     num_virtual_stages: int | None = field(default=None, metadata={"flag": "virtual-stages"})
-    """Stages per rank, for the schedules that take a choice of it (interleaved, looped)."""
+    """Stages per rank, for the schedules that take a choice of it (interleaved, looped); default the schedule's
+    own, 2."""
     data_parallel: int = 1
     """Replicas of the whole pipeline: ranks x this many processes, gradients all-reduced between replicas."""
 

@@ -117,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
         "list",
         allow_abbrev=False,
         help="registered schedules, what they are and their options",
+        description="Every registered schedule family: its name (what --schedule and --schedules take), what it "
+        "is, whether it splits the backward into I and W, and the options it takes.",
         epilog=EXIT_STATUS_HELP,
     )
 

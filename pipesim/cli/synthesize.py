@@ -28,6 +28,7 @@ from types import MappingProxyType
 
 from pipesim.cli.common import UsageError, add_cost_args, check_outputs, cost_from_args, positive_int
 from pipesim.cli.plan import parse_bytes
+from pipesim.flags import EXIT_STATUS_HELP
 from pipesim.io.formats import schedule_to_csv, schedule_to_dict, write_file, write_json
 from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import PLACEMENTS
@@ -65,6 +66,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "synthesize",
         allow_abbrev=False,
         help="the fastest order under a per-rank memory limit, with a lower bound and the gap to it",
+        description="The fastest order of one pipeline's actions under a per-rank memory limit, found within "
+        "--time-limit seconds, with a lower bound no order can beat and the gap to it; written as torch's CSV "
+        "(--csv) and pipesim's schedule JSON (--json).",
+        epilog=EXIT_STATUS_HELP,
     )
     syn.add_argument("--ranks", type=positive_int, required=True, metavar="P", help="pipeline ranks (devices)")
     syn.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")

@@ -268,7 +268,7 @@ def run_doctor(out: Path, asked: str, doctor: DoctorConfig, say: Callable[[str],
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: the GPUs if there are any")
     parser.add_argument("--out", type=Path, help="folder for the runs and the report (default runs/doctor-TIME)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run before it is ended")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per run before it is ended")
 
 
 def main(args: argparse.Namespace) -> int:
