@@ -214,7 +214,7 @@ def test_installed_wheel_runs_a_shipped_example(tmp_path: Path) -> None:
     assert wheel.name.startswith(f"pipesim-{pipesim.__version__}-")
     with zipfile.ZipFile(wheel) as archive:
         shipped = archive.namelist()
-    assert "pipesim_app/static/plotly-cartesian-3.7.0.min.js" in shipped
+    assert {"pipesim_app/static/plotly-cartesian-3.7.0.min.js", "pipesim_app/static/favicon.png"} <= set(shipped)
     assert not any(name.startswith(("tests/", "bench/", "app_pages/", "examples/")) for name in shipped)
     examples = sorted(path.name for path in (ROOT / "examples").glob("*.py"))
     assert [name for name in examples if f"pipesim_examples/{name}" not in shipped] == [], "examples left out"
