@@ -96,12 +96,12 @@ def check_limits(
     if num_microbatches > MAX_MICROBATCHES:
         raise ValueError(
             f"{num_microbatches} microbatches is more than this app draws (at most {MAX_MICROBATCHES}); "
-            "use the command line (python -m pipesim) for longer steps"
+            f"use the command line ({programs().pipesim}) for longer steps"
         )
     if num_actions is not None and num_actions > max_actions:
         raise ValueError(
             f"the schedule has {num_actions:,} actions; this app draws at most {max_actions:,}: "
-            "fewer ranks or microbatches, or the command line (python -m pipesim)"
+            f"fewer ranks or microbatches, or the command line ({programs().pipesim})"
         )
 
 
