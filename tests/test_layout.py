@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # from itself). `pipesim` alone is the package's public face and sits on top (it may re-export anything).
 PIPESIM_ORDER = [
     "pipesim._perf",
+    "pipesim.programs",
+    "pipesim.progress_bar",
     "pipesim.flags",
     "pipesim.ir",
     "pipesim.limits",
@@ -41,6 +43,7 @@ EXECUTOR_SHARED = {
     "pipesim_executor.progress",
     "pipesim_executor.processes",
     "pipesim_executor.run_files",
+    "pipesim_executor.shipped_examples",
 }
 MAX_LINES = 400
 # Over the limit today, each to be split by concern (issue 19): the list only shrinks.
