@@ -19,8 +19,10 @@ Usage:
         machine work?)
 
 `run`'s flags are generated from the run's configs (pipesim_executor/config.py: each field's docstring is its help;
-`python -m executor run --help` lists them by concern). `run` prints one JSON object per line while the run goes
-(progress events), then a human summary. Exit statuses (each command's `--help` says its own): 0 done (`run`:
+`python -m executor run --help` lists them by concern). `run` and `profile` show a progress bar on stderr where it is
+a terminal and print the launcher's progress events as JSON lines on stdout with `--events` or where stdout is not
+a terminal (a pipe, a file), then a human summary. Installed, the program is `pipesim-run`; help and errors name
+it as it was started (pipesim.programs). Exit statuses (each command's `--help` says its own): 0 done (`run`:
 status ok or partial); 1 the run failed, timed out or was refused, or an output could not be written; 2 a usage
 error (one line on stderr; nothing was started); 130 / 143 interrupted.
 Multi-node: run the same command on every node with its own --node-rank and
