@@ -4,11 +4,16 @@ Navigation only. Each page lives in app_pages/ and draws widgets, builds a confi
 calls pipesim or the executor and shows pipesim.charts figures.
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from app_pages import guide, state, url
 
-st.set_page_config(page_title="pipesim", page_icon=":material/view_timeline:", layout="wide")
+# A local icon: a Material one (":material/...:") as the page icon makes the browser fetch it from
+# fonts.gstatic.com, which fails offline (the pages' own Material icons come from Streamlit's bundled font).
+FAVICON = Path(__file__).resolve().parent / "static" / "favicon.png"
+st.set_page_config(page_title="pipesim", page_icon=FAVICON, layout="wide")
 
 PAGES = [
     st.Page("app_pages/simulate.py", title="Simulate", icon=":material/view_timeline:", default=True),

@@ -20,6 +20,7 @@ from pipesim.flags import form_fields
 from pipesim.io import formats
 from pipesim.plan.report import best_candidate, pareto_front, plan_document, ranked, summary_lines, torchtitan_settings
 from pipesim.plan.search import PlanInputs, PlanSpace
+from pipesim.programs import programs
 from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
 from pipesim.sim.memory import rank_memory
 from pipesim.units import format_bytes, format_ms, format_percent, quantity
@@ -259,7 +260,7 @@ columns[2].download_button(
 with st.expander("Balance stages on their own"):
     st.caption(
         "Per-layer (unit) times in ms, comma-separated; the split that makes the slowest stage fastest, as "
-        "`executor run --split-points` takes it."
+        f"`{programs().executor} run --split-points` takes it."
     )
     left, right = st.columns([3, 1])
     layer_text = left.text_input("Layer times (ms)", "1,4,4,4,4,6", key=_kept("plan-balance-layers"), bind=URL)

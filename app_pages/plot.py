@@ -22,9 +22,11 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import streamlit as st
 
+from pipesim.charts import export
+
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 # The plotly.js version the plotly package is built against (plotly.offline.get_plotlyjs_version()); a test checks.
-PLOTLY_JS = "plotly-cartesian-3.7.0.min.js"
+PLOTLY_JS = export.PLOTLY_JS
 
 # Streamlit's light theme for charts, in real colours: Streamlit's own "streamlit" template holds placeholders
 # (#000001 ...) that only its plotly element replaces.
@@ -218,12 +220,11 @@ def styled(fig: go.Figure) -> go.Figure:
     return copy
 
 
-@functools.cache
 def bundle_text() -> str | None:
     """The cartesian plotly.js bundle the app serves (static/), inlined into HTML exports instead of plotly's full
-    bundle (1.4 MB against 4.6 MB); None when the file is gone (the export then inlines the full one)."""
-    path = STATIC_DIR / PLOTLY_JS
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    bundle (1.4 MB against 4.6 MB); None when the file is gone (the export then inlines the full one). The
+    command line's `--html` inlines the same (pipesim.charts.export.cartesian_bundle)."""
+    return export.cartesian_bundle()
 
 
 def show(fig: go.Figure, key: str, *, select: bool = False, on_select: Callable[[], None] | None = None) -> None:

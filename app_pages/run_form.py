@@ -164,7 +164,7 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
         own = st.text_input(
             "Your own model (optional)",
             key=state.kept("run-model-spec"),
-            placeholder="examples.gpt_small:build",
+            placeholder=own_model.placeholder(),
             help=own_model.field_help(),
         )
         left, right = st.columns(2)

@@ -13,6 +13,7 @@ from pipesim.analysis import attribution, overlay
 from pipesim.charts import attribution as charts_attribution
 from pipesim.charts import gantt as charts
 from pipesim.io.bounded import read_tail
+from pipesim.programs import programs
 from pipesim.units import format_bytes, format_ms, format_percent
 from pipesim_executor.host import predict, run_folder
 
@@ -189,7 +190,7 @@ def _trace_downloads(result, step: int | None) -> None:
         with columns[1].popover(f"torch profiler traces ({len(traces)})", icon=":material/speed:"):
             st.caption(
                 "Kineto traces of the measured steps (--torch-profile); actions labelled PP:<action>. "
-                "Open in Perfetto, or import with `python -m pipesim import-trace`."
+                f"Open in Perfetto, or import with `{programs().pipesim} import-trace`."
             )
             for path in traces:
                 st.download_button(

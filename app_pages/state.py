@@ -13,6 +13,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from pipesim.programs import programs
+
 MAX_RANKS = 32
 MAX_MICROBATCHES = 1024
 MAX_ACTIONS = 131_072  # a registered schedule, e.g. 1f1b on 32 ranks x 1024 microbatches x (F, B)
@@ -89,17 +91,17 @@ def check_limits(
     if num_ranks > MAX_RANKS:
         raise ValueError(
             f"{num_ranks} ranks is more than this app draws (at most {MAX_RANKS}); "
-            "use the command line (python -m pipesim) for larger pipelines"
+            f"use the command line ({programs().pipesim}) for larger pipelines"
         )
     if num_microbatches > MAX_MICROBATCHES:
         raise ValueError(
             f"{num_microbatches} microbatches is more than this app draws (at most {MAX_MICROBATCHES}); "
-            "use the command line (python -m pipesim) for longer steps"
+            f"use the command line ({programs().pipesim}) for longer steps"
         )
     if num_actions is not None and num_actions > max_actions:
         raise ValueError(
             f"the schedule has {num_actions:,} actions; this app draws at most {max_actions:,}: "
-            "fewer ranks or microbatches, or the command line (python -m pipesim)"
+            f"fewer ranks or microbatches, or the command line ({programs().pipesim})"
         )
 
 

@@ -64,7 +64,7 @@ def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
             width="stretch",
         )
         if not export.images_available():
-            st.warning(export.NO_BROWSER_MESSAGE, icon=":material/warning:")
+            st.warning(export.unavailable_reason() or export.NO_BROWSER_MESSAGE, icon=":material/warning:")
             return
         st.caption("Images are drawn when clicked (a few seconds for the first one).")
         for column, fmt in zip(st.columns(len(export.IMAGE_FORMATS)), export.IMAGE_FORMATS, strict=True):

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pipesim.numbers import read_float, read_int, read_list, shown  # noqa: F401 - shown: re-exported
+from pipesim.programs import named_as_started
 
 
 class UsageError(Exception):
@@ -46,9 +47,41 @@ class Failure(Exception):
     """Good inputs, but the work failed or was refused: one line on stderr, exit status 1."""
 
 
+class DefaultsShown(argparse.HelpFormatter):
+    """argparse's help with each flag's default (argparse.ArgumentDefaultsHelpFormatter's idea), added where the
+    help does not say it already (a generated flag's help carries its config's default) and where there is one: a
+    switch that is off, or a flag without a default, says nothing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        if isinstance(default, (tuple, list)):
+            shown_default = ",".join(map(str, default))
+        else:
+            shown_default = f"{default:g}" if isinstance(default, float) else str(default)
+        return f"{text} (default {shown_default.replace('%', '%%')})"
+
+
+class _Commands(argparse._SubParsersAction):
+    """Subcommands whose `--help` opens with their one-line help when they are given no description of their own."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        line = kwargs.get("help")
+        if line and not kwargs.get("description"):
+            kwargs["description"] = line[:1].upper() + line[1:] + "."
+        return super().add_parser(name, **kwargs)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of printing its usage and exiting, so `run_main` reports it in one
-    line; the line says which `--help` to read."""
+    line; the line says which `--help` to read. Help shows every flag's default (DefaultsShown)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsShown)
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Commands)
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see: {self.prog} --help)")
@@ -293,7 +326,7 @@ def add_flags(
             *flags,
             dest=f"{section}{SEPARATOR}{field.name}",
             default=argparse.SUPPRESS,
-            help=help_text.replace("%", "%%"),
+            help=named_as_started(help_text).replace("%", "%%"),
             **keywords,
         )
     for field in nested:

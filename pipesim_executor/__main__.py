@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from pipesim.programs import programs
 from pipesim_executor.devices import torch_missing
 
 # The commands that import torch (in this process or in the ranks they start).
@@ -29,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     problem = missing_torch(args)
     if problem is not None:
-        print(f"error: {problem}", file=sys.stderr)  # one line, as pipesim.flags.run_main prints errors
+        print(f"{programs().executor}: error: {problem}", file=sys.stderr)  # the form pipesim.flags.run_main prints
         return USAGE_ERROR
     from pipesim_executor.host.cli import main as cli_main  # after the check: its imports are the executor's own
 

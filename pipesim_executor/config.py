@@ -38,7 +38,7 @@ IMAGE_SHAPE = (3, 32, 32)
 
 # dotted module path, a colon, a function name: nothing else can reach importlib
 SPEC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
-SPEC_HELP = "package.module:factory, e.g. examples.gpt_small:build"
+SPEC_HELP = "package.module:factory, e.g. pipesim_examples.gpt_small:build"
 
 
 def parse_spec(spec: object) -> tuple[str, str]:
@@ -199,7 +199,8 @@ class PipelineConfig:
     num_microbatches: int = field(default=4, metadata={"flag": "microbatches"})
     """Microbatches per step: the batch is split into this many."""
     num_virtual_stages: int | None = field(default=None, metadata={"flag": "virtual-stages"})
-    """Stages per rank, for the schedules that take a choice of it (interleaved, looped)."""
+    """Stages per rank, for the schedules that take a choice of it (interleaved, looped); default the schedule's
+    own, 2."""
     data_parallel: int = 1
     """Replicas of the whole pipeline: ranks x this many processes, gradients all-reduced between replicas."""
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipesim_executor.config import parse_spec
+from pipesim_executor.shipped_examples import hint_for, module_to_import
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,11 @@ class CustomModel:
 def load_factory(spec: str) -> Callable[[], Any]:
     module_name, function = parse_spec(spec)
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(module_to_import(module_name))
     except ModuleNotFoundError as error:
         raise ValueError(
             f"model {spec}: cannot import module {module_name!r} ({error}); "
-            "is it on PYTHONPATH (the folder you run from)?"
+            f"is it on PYTHONPATH (the folder you run from)?{hint_for(module_name)}"
         ) from None
     except Exception as error:  # noqa: BLE001 - the user's module failed while importing: say so in one line
         raise ValueError(f"model {spec}: importing {module_name!r} failed: {type(error).__name__}: {error}") from None

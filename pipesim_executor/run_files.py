@@ -37,6 +37,9 @@ REFERENCE_FILE = "reference.json"
 TRACE_FILE = "trace.json"  # the run's Perfetto view: simulated and measured of the last step, with flows
 TRACES_DIR = "traces"  # the run folder's torch.profiler traces (pipesim_executor.rank.torch_profile writes them)
 RESULT_FILE = "result.json"
+# The doctor's folder holds runs, not a run: this file, written when the doctor starts and holding its report when
+# it ends, keeps it out of the run listings (the command line's and the app's) instead of a "damaged" row.
+DOCTOR_FILE = "doctor.json"
 LOGS_DIR = "logs"
 # A file the launcher writes into the run folder to ask the ranks to stop after the step in progress and write
 # what they measured (a cancel); the ranks agree on it at each step boundary.

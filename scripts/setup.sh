@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Create .venv and install the runtime and dev requirements. Idempotent: when the requirement files have not
-# changed since the last successful install (a stamp in .venv records their hash), it checks the imports and
-# returns in about a second. The first install downloads and unpacks about 1.5 GB: one to two minutes.
+# Create .venv, install the runtime and dev requirements, then the checkout itself in editable mode (`import
+# pipesim` from any folder, the notebook's own included; the `pipesim` and `pipesim-run` commands). Idempotent:
+# when the requirement files have not changed since the last successful install (a stamp in .venv records their
+# hash) and the checkout is installed as it is now (a second stamp: pyproject.toml and the folder), it checks the
+# imports and returns in about a second. The first install downloads and unpacks about 1.5 GB: two to three
+# minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,12 +26,33 @@ fi
 stamp=.venv/.pipesim-requirements
 wanted=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
 imports="import torch, networkx, plotly, streamlit, pytest, playwright"
+editable_stamp=.venv/.pipesim-editable
+root=$(pwd)
+editable_wanted=$( (cat pyproject.toml; echo "$root") | sha256sum | cut -d' ' -f1)
+# The checkout, editable (no dependencies: requirements.txt has them); checked from another folder, so that the
+# import is the installed one and not the current folder's.
+install_checkout() {
+  if [ -f "$editable_stamp" ] && [ "$(cat "$editable_stamp")" = "$editable_wanted" ] \
+    && (cd / && "$root/.venv/bin/python" -c "import pipesim, pipesim_examples" 2>/dev/null); then
+    return 0
+  fi
+  echo "setup: installing this checkout into .venv (editable: pip install -e . --no-deps)"
+  if ! .venv/bin/python -m pip install --disable-pip-version-check --quiet --no-deps --no-build-isolation -e . \
+    >"$log" 2>&1; then
+    tail -40 "$log" >&2
+    echo "setup: pip install -e . failed (the end of its log is above)" >&2
+    exit 1
+  fi
+  echo "$editable_wanted" > "$editable_stamp"
+}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] && .venv/bin/python -c "$imports" 2>/dev/null; then
+  install_checkout
   echo "setup: .venv is up to date"
   exit 0
 fi
 echo "setup: installing requirements-dev.txt into .venv (torch 2.13.0 CPU build, streamlit, plotly, ...)"
-log=$(mktemp)
 # pip's "Collecting ..." lines show that it is moving; the full log is shown only when the install fails.
 set +e
 .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off -r requirements-dev.txt 2>&1 \
@@ -38,9 +62,8 @@ set -e
 if [ "$status" -ne 0 ] || ! .venv/bin/python -c "$imports" 2>/dev/null; then
   grep -v "^WARNING: Location" "$log" | tail -40 >&2
   echo "setup: pip install failed (the end of its log is above)" >&2
-  rm -f "$log"
   exit 1
 fi
-rm -f "$log"
 echo "$wanted" > "$stamp"
+install_checkout
 echo "setup: done ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

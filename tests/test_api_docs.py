@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import codeop
 import re
 import subprocess
 import sys
@@ -23,6 +24,22 @@ def test_every_example_on_the_api_page_runs(capsys) -> None:
         code = compile(block, f"{PAGE.name}, python block {number}", "exec")
         exec(code, namespace)  # noqa: S102 - the page's own examples, as a reader would run them
     assert "candidates" in capsys.readouterr().out
+
+
+def test_every_example_pastes_into_pythons_prompt() -> None:
+    """Catches a block that runs as a file but not pasted at `>>>` (issue 34): the prompt ends an indented block
+    only at a blank line, so an unindented line right after a `for` loop's body is a SyntaxError there. Each
+    line is fed as the interactive console feeds it (codeop), without running anything."""
+    for number, block in enumerate(re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S), 1):
+        buffer: list[str] = []
+        for line_number, line in enumerate([*block.splitlines(), ""], 1):
+            buffer.append(line)
+            try:
+                complete = codeop.compile_command("\n".join(buffer), "<stdin>", "single")
+            except SyntaxError as error:
+                raise AssertionError(f"docs/api.md block {number}, line {line_number}: {error.msg}: {line!r}") from None
+            if complete is not None:
+                buffer = []
 
 
 def test_the_table_names_every_public_name() -> None:

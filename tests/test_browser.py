@@ -438,3 +438,17 @@ def test_a_run_of_the_command_line_shows_live_with_cancel(page, app_url: str, ru
             launcher.kill()
     assert not page.get_by_test_id("stAlertContentError").all_text_contents()
     assert json.loads((out / "result.json").read_text())["status"] == "cancelled"
+
+
+def test_the_app_fetches_nothing_from_the_network(page, app_url: str) -> None:
+    """Catches (issue 34) a request outside the app's own server, which fails offline: a Material icon as the
+    page's icon made the browser fetch it from fonts.gstatic.com (app.py now gives a local one)."""
+    outside: list[str] = []
+    page.on("request", lambda request: outside.append(request.url) if not request.url.startswith(
+        (app_url, "data:", "blob:")) else None)  # fmt: skip
+    for path in ("", "compare", "run"):
+        page.goto(f"{app_url}/{path}")
+        page.wait_for_selector("[data-testid='stSidebarNav']")
+        page.wait_for_timeout(2000)  # the favicon and the page's fonts load after the page itself
+    assert page.eval_on_selector("link[rel='shortcut icon']", "link => link.href").startswith(app_url)
+    assert outside == [], outside

@@ -30,7 +30,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def assert_usage_error(result, *needles: str) -> None:
     code, _, err = result
     assert code == 2
-    assert err.startswith("pipesim: error: ") and err.count("\n") == 1, err
+    assert err.startswith("python -m pipesim: error: ") and err.count("\n") == 1, err
     assert "Traceback" not in err
     for needle in needles:
         assert needle in err, err

@@ -49,6 +49,48 @@ def test_every_argument_has_help(parser):
     assert not bare, f"arguments without help: {bare}"
 
 
+@pytest.mark.parametrize("parser", [pipesim_parser, executor_cli.build_parser], ids=["pipesim", "executor"])
+def test_every_flag_with_a_default_shows_it_and_every_command_its_exit_statuses(parser):
+    """Catches (issue 34) a flag whose default the help leaves out (plan --optimizer, doctor --timeout), a flag
+    generated from a config field with a default that its help does not show, and a command without the
+    exit-status epilogue or a description (synthesize, list)."""
+    built = parser()
+    missing = []
+    for command, action in _actions(built):
+        subparser = _subparser(built, command)
+        text = subparser.formatter_class(subparser.prog)._get_help_string(action) or ""
+        has_default = action.default not in (None, False, argparse.SUPPRESS) and action.option_strings
+        if has_default and "default" not in text:
+            missing.append(f"{command} {action.option_strings[0]}")
+    assert not missing, f"flags whose help does not show their default: {missing}"
+    for command, subparser in _subparsers(built):
+        assert "Exit status: 0" in (subparser.epilog or ""), f"{command}: no exit statuses"
+        assert subparser.description, f"{command}: no description"
+
+
+def _subparsers(parser: argparse.ArgumentParser):
+    (choices,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(choices.choices.items())
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    return dict(_subparsers(parser))[command] if command else parser
+
+
+def test_generated_flags_show_their_configs_defaults():
+    """A generated flag defaults to nothing (the config's default applies): its help carries that default, or
+    says what happens without it (RunConfig's --virtual-stages: the schedule's own)."""
+    helps = {
+        action.option_strings[0]: action.help
+        for _, action in _actions(executor_cli.build_parser())
+        if action.option_strings and action.default is argparse.SUPPRESS
+    }
+    shown = {flag: text for flag, text in helps.items() if "default" in text}
+    assert "--virtual-stages" in shown and "--steps" in shown and "--timeout" in shown
+    switches = {"--profile", "--reference", "--recompute", "--torch-profile"}  # off unless given
+    assert set(helps) - set(shown) <= switches | {"--rdzv-endpoint"}, set(helps) - set(shown) - switches
+
+
 def _config_fields(cls: type, section: str = "run"):
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
@@ -138,7 +180,7 @@ def test_a_deadlock_exits_1_and_a_bad_flag_2(tmp_path, capsys):
     assert "deadlock" in capsys.readouterr().err.lower()
     assert pipesim_main(["simulate", "--schedule", "1f1b", "--ranks", "x"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pipesim: error: ") and "see: python -m pipesim simulate --help" in err
+    assert err.startswith("python -m pipesim: error: ") and "see: python -m pipesim simulate --help" in err
 
 
 def test_a_partial_run_exits_0(tmp_path, monkeypatch, capsys):

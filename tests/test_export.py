@@ -37,10 +37,34 @@ def test_unknown_format_lists_the_valid_ones(figure):
 @pytest.mark.parametrize("fmt", ["png", "svg", "pdf"])
 def test_images_without_a_browser_raise_export_unavailable(figure, monkeypatch, fmt):
     monkeypatch.setattr(export, "find_browser", lambda: None)
+    monkeypatch.setattr(export, "kaleido_installed", lambda: True)
     with pytest.raises(export.ExportUnavailable) as info:
         export.figure_bytes(figure, fmt)
     message = str(info.value)
     assert "Chromium" in message and "apt-get install chromium" in message and "HTML export still works" in message
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg", "pdf"])
+def test_images_without_kaleido_name_the_extra_that_brings_it(figure, monkeypatch, fmt):
+    """Catches "needs Chromium, and none was found" while Chromium is on the PATH and what is missing is kaleido
+    (issue 34): the message names pipesim[export], not a browser."""
+    monkeypatch.setattr(export, "kaleido_installed", lambda: False)
+    monkeypatch.setattr(export, "find_browser", lambda: "/usr/bin/chromium")
+    with pytest.raises(export.ExportUnavailable) as info:
+        export.figure_bytes(figure, fmt)
+    message = str(info.value)
+    assert (
+        "pip install 'pipesim[export]'" in message and "apt-get" not in message and "HTML export still works" in message
+    )
+
+
+def test_html_inlines_the_apps_cartesian_bundle(figure):
+    """Catches the command line's --html inlining plotly's full 4.6 MB bundle while the app's export inlines the
+    cartesian one (issue 34): the same file, found in the checkout (static/) and installed (pipesim_app/static/)."""
+    bundle = export.cartesian_bundle()
+    assert bundle is not None and len(bundle) < 2_000_000
+    page = export.figure_bytes(figure, "html").decode("utf-8")
+    assert bundle[:2000] in page and len(page) < len(bundle) + 500_000
 
 
 def test_html_only_batches_never_start_a_browser(figure, monkeypatch):

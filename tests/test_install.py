@@ -1,9 +1,9 @@
-"""pipesim as an installed package (issue 25): what ships, what the core needs, and a user's own torch kept.
+"""pipesim as an installed package (issues 25, 34): what ships, what the core needs, and the names a user types.
 
-The fast tests read the checkout; `test_installed_beside_a_users_torch` builds the wheel once and installs it
-into a fresh venv (about a minute: the core's dependencies come from pip's cache or the index at the versions
-requirements.txt pins, torch 2.13.0 from the machine's local wheel), then uninstalls it and installs it
-again with the `run` extra over a torch installed first, as a user with their own CUDA build would.
+The fast tests read the checkout; `test_installed_wheel_runs_a_shipped_example` builds the wheel and installs
+it into a fresh venv (the wheel alone, its dependencies read from this environment: tests/helpers/wheel.py) and
+runs the console scripts from a folder outside the checkout. The full install (the core's dependencies from the
+index at requirements.txt's versions, `[run]` over a user's own torch) is bench/bench_install.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import importlib
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -26,6 +25,7 @@ import pipesim
 from pipesim.cli import app as cli_app
 from pipesim.cli.common import UsageError
 from pipesim.cli.main import main as pipesim_main
+from tests.helpers.wheel import HEAVY, TINY_RUN, build_wheel, light_venv, ok, readme_example, run_outside
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -40,19 +40,8 @@ MAY_IMPORT = {
     EXECUTOR: {"pipesim", EXECUTOR},
     "app_pages": {"pipesim", EXECUTOR, "app_pages"},
     "app.py": {"app_pages"},
+    "examples": {"pipesim", EXECUTOR},  # shipped as pipesim_examples: `examples.x` would not import installed
 }
-HEAVY = ("torch", "streamlit", "plotly", "networkx", "pandas", "kaleido")
-NOT_SHIPPED = shutil.ignore_patterns(
-    ".git", ".venv", "runs", "out", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache",
-    ".hypothesis", "test-artifacts", ".whl", ".gl", "variant_*.py",
-)  # fmt: skip
-
-
-def readme_example() -> str:
-    """The README's Python example: its first python block."""
-    match = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    assert match, "README.md has no ```python block"
-    return match.group(1)
 
 
 def test_pipesim_list_imports_no_torch_streamlit_plotly_or_networkx() -> None:
@@ -76,9 +65,14 @@ def test_every_package_of_the_checkout_ships() -> None:
         for package in ("pipesim", EXECUTOR)
         for path in (ROOT / package).rglob("__init__.py")
     }
-    app = {"pipesim_app", "pipesim_app.app_pages"}
-    assert set(setuptools["packages"]) == found | app, "pyproject.toml [tool.setuptools] packages"
-    assert setuptools["package-dir"] == {"pipesim_app": ".", "pipesim_app.app_pages": "app_pages"}
+    mapped = {"pipesim_app", "pipesim_app.app_pages", "pipesim_examples"}
+    assert set(setuptools["packages"]) == found | mapped, "pyproject.toml [tool.setuptools] packages"
+    assert setuptools["package-dir"] == {
+        "pipesim_app": ".",
+        "pipesim_app.app_pages": "app_pages",
+        "pipesim_examples": "examples",
+    }
+    assert not list((ROOT / "examples").glob("*/__init__.py")), "examples/ ships as one package: no subpackages"
     assert (ROOT / "app.py").is_file() and (ROOT / "app_pages" / "__init__.py").is_file()
 
 
@@ -115,6 +109,23 @@ def test_shipped_code_names_only_shipped_packages() -> None:
     assert not wrong, "names what is not installed, or what this part may not import: " + ", ".join(wrong)
 
 
+def test_the_shipped_examples_by_either_name_in_the_checkout() -> None:
+    """Catches `pipesim_examples.X` (the name that works installed) failing in a checkout never installed, and an
+    example module that would not be offered: every module of examples/ is listed, by its shipped name."""
+    examples = importlib.import_module(f"{EXECUTOR}.shipped_examples")
+    custom_model = importlib.import_module(f"{EXECUTOR}.custom_model")
+    names = sorted(path.stem for path in (ROOT / "examples").glob("*.py") if not path.name.startswith("_"))
+    assert "gpt_small" in names and list(examples.example_names()) == names
+    assert examples.example_specs()[names.index("gpt_small")] == "pipesim_examples.gpt_small:build"
+    if importlib.util.find_spec("pipesim_examples") is None:  # this environment holds the checkout, not installed
+        assert examples.module_to_import("pipesim_examples.gpt_small") == "examples.gpt_small"
+    assert examples.module_to_import("mymodels.gpt_small") == "mymodels.gpt_small"
+    for spec in ("pipesim_examples.gpt_small:build", "examples.gpt_small:build"):
+        assert callable(custom_model.load_factory(spec))
+    assert "pipesim_examples.gpt_small:build" in examples.hint_for("examples.gpt_small")
+    assert examples.hint_for("mymodels.gpt_small") == ""
+
+
 def test_one_version_and_the_declared_dependencies() -> None:
     """The version is read from pipesim.__version__ (written nowhere else); the core depends on no torch or
     streamlit; torch is a range that the project's CPU build satisfies, so a torch already there is kept."""
@@ -123,7 +134,7 @@ def test_one_version_and_the_declared_dependencies() -> None:
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "pipesim.__version__"}
     assert re.fullmatch(r"\d+\.\d+\.\d+", pipesim.__version__)
     names = [re.split(r"[<>=!~\[ ]", requirement)[0] for requirement in project["dependencies"]]
-    assert names == ["numpy", "networkx", "plotly", "highspy"]
+    assert names == ["numpy", "networkx", "plotly", "highspy", "tqdm"]
     extras = project["optional-dependencies"]
     assert extras["run"] == ["torch>=2.11,<2.14"]
     assert {"streamlit", "pandas"} <= {re.split(r"[<>=!~ ]", r)[0] for r in extras["app"]}
@@ -168,7 +179,11 @@ def test_without_torch_runs_are_refused_before_anything_starts(
     for command in (["doctor"], ["run", "--schedule", "1f1b"], ["verify-plan", "plan.json"]):
         assert entry.main(command) == 2
         err = capsys.readouterr().err
-        assert err.startswith(f"error: {command[0]} needs torch") and err.count("\n") == 1 and "pipesim[run]" in err
+        assert (
+            err.startswith(f"python -m executor: error: {command[0]} needs torch")
+            and err.count("\n") == 1
+            and "pipesim[run]" in err
+        )
     assert entry.main(["list", "--runs-root", str(tmp_path)]) == 0
     checks = importlib.import_module(f"{EXECUTOR}.host.checks")
     run_config = importlib.import_module(f"{EXECUTOR}.config").run_config
@@ -186,87 +201,44 @@ def test_readme_example_runs() -> None:
     assert done.stdout.strip() == "1f1b: 33.0 ms per step"
 
 
-def _run(command: list[str | Path], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """In `cwd` (outside the checkout) and without PYTHONPATH: only what the venv holds can be imported."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    return subprocess.run(
-        [str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
-    )
-
-
-def _ok(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode == 0, f"{done.args}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
-def _torch_files(venv: Path) -> tuple:
-    """What a reinstall of torch would change: its metadata folder and its files' identity."""
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    stat = (site / "torch" / "__init__.py").stat()
-    return sorted(p.name for p in site.glob("torch-*.dist-info")), stat.st_ino, stat.st_mtime_ns
-
-
 @pytest.mark.torchrun
-@pytest.mark.timeout(1200)
-def test_installed_beside_a_users_torch(tmp_path: Path) -> None:
-    """Catches: a core dependency on torch or streamlit; `run`'s torch pinned or ranged past the user's (the
-    reinstall is offline, so it fails rather than downloading another torch); a module that `pipesim list`, a
-    simulation, the README's example or a tiny real run needs but the wheel leaves out; a console script that
-    points nowhere."""
-    source, wheels, venv, work = (tmp_path / name for name in ("src", "wheels", "venv", "work"))
-    shutil.copytree(ROOT, source, ignore=NOT_SHIPPED)  # the build writes build/ and egg-info: not in the checkout
+@pytest.mark.timeout(900)
+def test_installed_wheel_runs_a_shipped_example(tmp_path: Path) -> None:
+    """Catches what works in the checkout and not installed: an example model left out of the wheel
+    (`pipesim_examples`), a console script that points nowhere or names the program by a module path
+    (`python -m executor` does not exist installed), a module the wheel leaves out that `list`, a simulation,
+    the README's example or a real run needs. Runs from a folder outside the checkout, without PYTHONPATH."""
+    work = tmp_path / "work"
     work.mkdir()
-    try:
-        _ok(
-            _run(
-                [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, source], work
-            )
-        )
-        (wheel,) = wheels.glob("pipesim-*.whl")
-        assert wheel.name.startswith(f"pipesim-{pipesim.__version__}-")
-        with zipfile.ZipFile(wheel) as archive:
-            shipped = archive.namelist()
-        assert "pipesim_app/static/plotly-cartesian-3.7.0.min.js" in shipped
-        assert not any(name.startswith(("tests/", "bench/", "app_pages/", "examples/")) for name in shipped)
-        # CI's versions of the core's dependencies (cached); torch left free, as a user's would be
-        constraints = tmp_path / "constraints.txt"
-        pins = (ROOT / "requirements.txt").read_text().splitlines()
-        constraints.write_text("\n".join(line for line in pins if not line.startswith("torch")))
+    wheel = build_wheel(tmp_path)
+    assert wheel.name.startswith(f"pipesim-{pipesim.__version__}-")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = archive.namelist()
+    assert {"pipesim_app/static/plotly-cartesian-3.7.0.min.js", "pipesim_app/static/favicon.png"} <= set(shipped)
+    assert not any(name.startswith(("tests/", "bench/", "app_pages/", "examples/")) for name in shipped)
+    examples = sorted(path.name for path in (ROOT / "examples").glob("*.py"))
+    assert [name for name in examples if f"pipesim_examples/{name}" not in shipped] == [], "examples left out"
 
-        _ok(_run([sys.executable, "-m", "venv", venv], work))
-        python, bin_dir = venv / "bin" / "python", venv / "bin"
-        pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "-c", constraints]
-        _ok(_run([*pip, wheel], work))
-        present = _ok(
-            _run([python, "-c", f"import importlib.util as u; print([m for m in {HEAVY!r} if u.find_spec(m)])"], work)
-        )
-        assert present.strip() == "['plotly', 'networkx']", present
-        where = _ok(_run([python, "-c", "import pipesim; print(pipesim.__file__)"], work))
-        assert where.startswith(str(venv)), where
-        assert "zbv" in _ok(_run([bin_dir / "pipesim", "list"], work))
-        simulate = ["simulate", "--schedule", "1f1b", "--ranks", "4", "--microbatches", "8", "--f", "1", "--b", "2"]
-        simulated = _ok(_run([bin_dir / "pipesim", *simulate], work))
-        assert "makespan 33.000 ms" in simulated
-        assert _ok(_run([python, "-c", readme_example()], work)).strip() == "1f1b: 33.0 ms per step"
-        assert "no runs under" in _ok(_run([bin_dir / "pipesim-run", "list", "--runs-root", work / "runs"], work))
-        needs_extra = {("pipesim-run", "run", "--schedule", "1f1b"): "pipesim[run]", ("pipesim", "app"): "pipesim[app]"}
-        for command, extra in needs_extra.items():
-            refused = _run([bin_dir / command[0], *command[1:]], work)
-            assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
-            assert extra in refused.stderr and "Traceback" not in refused.stderr
+    venv = light_venv(tmp_path, wheel, "run")
+    python, bin_dir = venv / "bin" / "python", venv / "bin"
+    where = ok(run_outside([python, "-c", "import pipesim, pipesim_examples; print(pipesim.__file__)"], work))
+    assert where.startswith(str(venv)), where
+    assert "zbv" in ok(run_outside([bin_dir / "pipesim", "list"], work))
+    simulate = ["simulate", "--schedule", "1f1b", "--ranks", "4", "--microbatches", "8", "--f", "1", "--b", "2"]
+    assert "makespan 33.000 ms" in ok(run_outside([bin_dir / "pipesim", *simulate], work))
+    assert ok(run_outside([python, "-c", readme_example()], work)).strip() == "1f1b: 33.0 ms per step"
+    usage = ok(run_outside([bin_dir / "pipesim-run", "run", "--help"], work))
+    assert usage.startswith("usage: pipesim-run run") and "python -m" not in usage, usage[:300]
+    wrong = run_outside([bin_dir / "pipesim", "simulate", "--no-such-flag"], work)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("pipesim: error: "), wrong.stderr
+    assert "(see: pipesim simulate --help)" in wrong.stderr
 
-        # The user's own torch first (here the project's CPU build, from the machine's local wheel), then
-        # pipesim[run], offline: pip must find torch already satisfied and leave it as it is.
-        _ok(_run([python, "-m", "pip", "uninstall", "-y", "pipesim"], work))
-        _ok(_run([*pip, "torch==2.13.0"], work))
-        before = _torch_files(venv)
-        installed = _ok(_run([*pip, "--no-index", f"{wheel}[run]"], work))
-        assert "Uninstalling torch" not in installed and _torch_files(venv) == before, installed
-        assert _ok(_run([python, "-c", "import torch; print(torch.__version__)"], work)).strip() == "2.13.0+cpu"
-        tiny = ["--ranks", "2", "--microbatches", "2", "--steps", "1", "--warmup-steps", "0", "--device", "cpu",
-                "--layers", "2", "--d-model", "16", "--heads", "2", "--ffn", "32", "--seq-len", "8", "--vocab", "32",
-                "--batch-size", "2", "--out", "runs/tiny"]  # fmt: skip
-        ran = _run([bin_dir / "pipesim-run", "run", "--schedule", "1f1b", *tiny], work)
-        assert _ok(ran) and (work / "runs" / "tiny" / "measured.json").is_file(), ran.stdout[-2000:]
-    finally:
-        shutil.rmtree(tmp_path, ignore_errors=True)  # about 1 GB: pytest would keep the last three runs
+    old_name = run_outside([bin_dir / "pipesim-run", "run", "--model", "examples.gpt_small:build", *TINY_RUN], work)
+    assert old_name.returncode == 2 and old_name.stderr.count("\n") == 1, old_name.stderr
+    assert old_name.stderr.startswith("pipesim-run: error: ") and "pipesim_examples.gpt_small:build" in old_name.stderr
+    out = ["--out", "runs/example"]
+    ran = run_outside(
+        [bin_dir / "pipesim-run", "run", "--model", "pipesim_examples.gpt_small:build", *TINY_RUN, *out], work
+    )
+    assert ok(ran) and (work / "runs" / "example" / "measured.json").is_file(), ran.stdout[-2000:]
+    assert "pipesim_examples.gpt_small:build" in (work / "runs" / "example" / "config.json").read_text()

@@ -84,8 +84,9 @@ def test_the_page_accepts_examples_and_what_it_was_started_with(tmp_path):
     (tmp_path / "mymodels" / "sub").mkdir(parents=True)
     env = {APP_MODELS_ENV: "lab.models, mymodels/sub"}
     sources = app_model_sources(env, cwd=tmp_path)
-    assert sources == ("examples", "lab.models", "mymodels.sub")
+    assert sources == ("pipesim_examples", "examples", "lab.models", "mymodels.sub")  # examples: the checkout's
     check_app_model("examples.gpt_small:build", sources)
+    check_app_model("pipesim_examples.gpt_small:build", sources)
     check_app_model("lab.models.big:build", sources)
     check_app_model("mymodels.sub.x:build", sources)
     for spec in ("lab.modelsx:build", "mymodels.x:build", "os:abort", "examplesx:build"):
@@ -118,7 +119,7 @@ def run_page(open_page, tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["os:abort", "sys:exit", "builtins:quit", "http.server:test", f"{HELPERS}:exits"])
 def test_the_page_refuses_a_factory_from_elsewhere_without_importing_it(run_page, name):
     app = run_page(name)
-    assert any("this app takes factories only from examples" in e.value for e in app.error)
+    assert any("this app takes factories only from pipesim_examples, examples" in e.value for e in app.error)
     assert any(f"{APP_MODELS_ENV}=" in e.value for e in app.error)
     assert run_page.started == [] and not run_page.log.exists()
 

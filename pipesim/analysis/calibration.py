@@ -29,6 +29,7 @@ from pipesim.cost.shape import TransformerShape
 from pipesim.io.formats import read_json, timeline_from_dict
 from pipesim.ir import ActionKind
 from pipesim.limits import MAX_SMALL_FILE_BYTES
+from pipesim.programs import programs
 from pipesim.records import Timeline, select_replica
 
 MIN_TFLOPS = 1e-6
@@ -64,7 +65,7 @@ def _run_description(config: dict[str, Any]) -> tuple[ModelDescription, tuple[in
     if model.get("kind", "transformer") != "transformer":
         raise ValueError(
             f"the run trained a {model.get('kind')!r:.40} model: a description is calibrated from a run of the "
-            "built-in Transformer (executor run --model transformer), whose FLOPs it counts"
+            f"built-in Transformer ({programs().executor} run --model transformer), whose FLOPs it counts"
         )
     shape = model.get("transformer") or {}
     pipeline, training = config.get("pipeline") or {}, config.get("training") or {}

@@ -94,6 +94,7 @@ from pipesim.io.formats import (
 )
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
 from pipesim.ir import Schedule
+from pipesim.programs import programs
 from pipesim.schedules import build_schedule, schedule_info
 from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import validate
@@ -107,7 +108,7 @@ from pipesim.units import format_memory
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="python -m pipesim",
+        prog=programs().pipesim,
         description="Plan and explain pipeline-parallel schedules.",
         epilog=EXIT_STATUS_HELP,
         allow_abbrev=False,
@@ -119,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
         "list",
         allow_abbrev=False,
         help="registered schedules, what they are and their options",
+        description="Every registered schedule family: its name (what --schedule and --schedules take), what it "
+        "is, whether it splits the backward into I and W, and the options it takes.",
         epilog=EXIT_STATUS_HELP,
     )
 
@@ -370,4 +373,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
 
-    return run_main("pipesim", command, failures=(DeadlockError, UnwritableOutput, ExportUnavailable))
+    return run_main(programs().pipesim, command, failures=(DeadlockError, UnwritableOutput, ExportUnavailable))

@@ -16,8 +16,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments == ["list"]:
         from pipesim.cli.listing import cmd_list
         from pipesim.flags import run_main
+        from pipesim.programs import programs
 
-        return run_main("pipesim", cmd_list)
+        return run_main(programs().pipesim, cmd_list)
     from pipesim.cli import commands
 
     return commands.main(arguments)

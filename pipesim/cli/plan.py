@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import fields
@@ -49,11 +50,13 @@ from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_MICROBATCHES, MAX_TIME_MS
 from pipesim.numbers import read_float
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
+from pipesim.programs import named_as_started, programs
+from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import schedule_names
 
 UNITS_HELP = (
-    "Split points are unit indices, as `executor run --split-points` takes them: a model's units are its embedding "
-    "(unit 0), its blocks (1 to --layers) and its output head (the last); a cost file's units are its stages."
+    "Split points are unit indices, as `python -m executor run --split-points` takes them: a model's units are its "
+    "embedding (unit 0), its blocks (1 to --layers) and its output head (the last); a cost file's units are its stages."
 )
 MODEL_SECTION = "model"  # the flags of ModelDescription's fields (pipesim.flags), under this section
 _SIZE = re.compile(r"([0-9.eE+-]+)([KMGT]i?B|B)?", re.IGNORECASE)
@@ -92,9 +95,9 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
         "--cost",
         type=Path,
         metavar="FILE",
-        help="a cost file instead of a model: a model profiled unit by unit (executor profile: any split, any "
-        "microbatch size, measured runtime terms), or a run's stage costs (executor run --profile: its stages "
-        "are the units)",
+        help=f"a cost file instead of a model: a model profiled unit by unit ({programs().executor} profile: any "
+        f"split, any microbatch size, measured runtime terms), or a run's stage costs ({programs().executor} run "
+        "--profile: its stages are the units)",
     )
 
 
@@ -103,7 +106,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "balance",
         allow_abbrev=False,
         help="split layers into stages, slowest stage fastest",
-        description=UNITS_HELP,
+        description=named_as_started(UNITS_HELP),
         epilog=EXIT_STATUS_HELP,
     )
     bal.add_argument("--layer-ms", type=_floats, metavar="T,T,..", help="per-layer (unit) time, instead of a model")
@@ -114,7 +117,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "plan",
         allow_abbrev=False,
         help="search schedules and sizes under a memory cap",
-        description=UNITS_HELP,
+        description=named_as_started(UNITS_HELP),
         epilog=EXIT_STATUS_HELP + " plan: 1 also when no candidate fits.",
     )
     _add_model_args(plan)
@@ -170,7 +173,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="RUN_DIR",
         help="fit the description's device speed (--tflops) and per-action overhead to a measured run of the "
-        "executor's Transformer on these devices (executor run --model transformer ...)",
+        f"executor's Transformer on these devices ({programs().executor} run --model transformer ...)",
     )
     plan.add_argument(
         "--workers",
@@ -266,7 +269,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_output(args.json)
     inputs, recorded = inputs_from_args(args)
     space = space_from_args(args)
-    candidates = evaluate_all(inputs, space, workers=_workers(args.workers, space))
+    with ProgressBar("plan") as bar:
+        progress = lambda done, total: bar.set(done / total, f"{done}/{total} candidates")  # noqa: E731
+        candidates = evaluate_all(inputs, space, progress=progress, workers=_workers(args.workers, space))
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
@@ -282,7 +287,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print("\n".join(lines), flush=True, file=summary_stream(args.json))
     if args.verify:
         command = [sys.executable, "-m", "pipesim_executor", "verify-plan", str(args.json), "--top", str(args.verify)]
-        print("verifying: " + " ".join(command[1:]), flush=True, file=summary_stream(args.json))
+        print(
+            "verifying: " + shlex.join(command), flush=True, file=summary_stream(args.json)
+        )  # the user can run it again
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE
 

@@ -35,9 +35,10 @@ from pipesim.cli.common import (
     written_lines,
 )
 from pipesim.cli.plan import parse_bytes
-from pipesim.flags import float_flag, shown
+from pipesim.flags import EXIT_STATUS_HELP, float_flag, shown
 from pipesim.io.formats import json_text, schedule_to_csv, schedule_to_dict, write_files
 from pipesim.limits import MAX_MICROBATCHES
+from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import PLACEMENTS
 from pipesim.synth import Synthesis, SynthesisProblem, synthesize
 
@@ -60,6 +61,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "synthesize",
         allow_abbrev=False,
         help="the fastest order under a per-rank memory limit, with a lower bound and the gap to it",
+        description="The fastest order of one pipeline's actions under a per-rank memory limit, found within "
+        "--time-limit seconds, with a lower bound no order can beat and the gap to it; written as torch's CSV "
+        "(--csv) and pipesim's schedule JSON (--json).",
+        epilog=EXIT_STATUS_HELP,
     )
     syn.add_argument("--ranks", type=positive_int, required=True, metavar="P", help="pipeline ranks (devices)")
     syn.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")
@@ -138,7 +143,8 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         memory_limit=args.memory_limit,
         memory_limit_bytes=args.memory_limit_bytes,
     )
-    result = synthesize(problem, args.time_limit)
+    with ProgressBar.ticking("synthesize", args.time_limit):  # the search stops at the time limit
+        result = synthesize(problem, args.time_limit)
     lines = summary_lines(result, show_bytes=args.memory_limit_bytes is not None or args.cost is not None)
     # every file only after every check passed and the schedule is found
     # both files or neither: a CSV that cannot be written keeps the JSON that was there

@@ -35,6 +35,7 @@ from pipesim.io.formats import read_json, write_json
 from pipesim.io.profile_file import PROFILE_VERSION, profile_from_dict, profile_to_dict
 from pipesim.limits import MAX_COST_BYTES, MAX_COST_VALUES, PATH_TAKES, PATH_TYPES, require
 from pipesim.numbers import check_number, shown
+from pipesim.programs import programs
 
 COST_FORMAT = "pipesim.cost"
 COST_FORMAT_VERSION = 1
@@ -128,9 +129,9 @@ def cost_from_dict(data: Any) -> CostModel:
     version = data.get("version")
     if version == PROFILE_VERSION and not isinstance(version, bool):
         raise ValueError(
-            "this cost file is a model profiled unit by unit (python -m executor profile): python -m pipesim plan "
-            "--cost cuts it into any split; simulate, compare and synthesize take a run's stage costs "
-            "(executor run --profile writes them)"
+            f"this cost file is a model profiled unit by unit ({programs().executor} profile): "
+            f"{programs().pipesim} plan --cost cuts it into any split; simulate, compare and synthesize take a "
+            f"run's stage costs ({programs().executor} run --profile writes them)"
         )
     if isinstance(version, bool) or version != COST_FORMAT_VERSION:
         raise ValueError(

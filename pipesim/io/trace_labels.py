@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from pipesim.io.bounded import read_bytes
 from pipesim.io.formats import parse_json
 from pipesim.limits import MAX_ACTIONS, MAX_RANKS, MAX_TRACE_BYTES, MAX_TRACE_EVENTS
+from pipesim.programs import programs
 
 LABEL_PREFIX = "PP:"
 _RANK_NAME = re.compile(r"rank\s*(\d{1,6})", re.IGNORECASE | re.ASCII)
@@ -179,7 +180,7 @@ def collect_labels(files: Sequence[tuple[str, dict[str, Any]]]) -> list[Label]:
         by_pid = _labels_of(slices, str(path)) or _labels_of(slices, str(path), gpipe=True)
         if not by_pid:
             raise ValueError(
-                f"{path}: no {LABEL_PREFIX} labels: record with `python -m executor run "
+                f"{path}: no {LABEL_PREFIX} labels: record with `{programs().executor} run "
                 "--torch-profile`, or torch's multi-stage schedules (torch 2.13 labels actions only "
                 "in _PipelineScheduleRuntime: interleaved 1F1B, looped BFS, zero bubble, ZBV, DualPipeV; "
                 "ScheduleGPipe's 'Forward i' labels are read too, Schedule1F1B has none)"

@@ -18,6 +18,7 @@ from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, RankRunti
 from pipesim.cost.profile import UnitProfile
 from pipesim.cost.runtime import RuntimeTerms
 from pipesim.ir import Schedule
+from pipesim.programs import programs
 from pipesim.sim.memory import check_optimizer
 
 TIE = 0.01  # step times closer than this (relative) are not told apart: the model's accuracy at best
@@ -122,8 +123,8 @@ class PlanInputs:
             return {
                 "calibrated": True,
                 "source": "profile",
-                "note": f"measured unit by unit on {device} (executor profile): unit times, the dispatch gap, the "
-                "step's tail and the optimizer's step",
+                "note": f"measured unit by unit on {device} ({programs().executor} profile): unit times, the "
+                "dispatch gap, the step's tail and the optimizer's step",
                 "uncertainty": max(TIE, noise),
             }
         if self.description is not None and self.runtime is not None:
@@ -139,7 +140,8 @@ class PlanInputs:
                 "calibrated": False,
                 "source": "description",
                 "note": "uncalibrated: the device's speed (--tflops) is assumed and no per-action overhead is "
-                "counted, so step times are estimates, not this machine's; profile the model (executor profile) "
+                f"counted, so step times are estimates, not this machine's; profile the model ({programs().executor} "
+                "profile) "
                 "and plan with --cost, or pass --calibrate-from RUN_DIR",
                 "uncertainty": TIE,
             }

@@ -19,6 +19,7 @@ from typing import Any
 from pipesim.limits import require_items
 from pipesim.plan.inputs import TIE
 from pipesim.plan.search import Candidate
+from pipesim.programs import programs
 from pipesim.units import format_bytes, format_ms
 
 PLAN_FORMAT = "pipesim.plan"
@@ -120,7 +121,7 @@ def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
         f"best: {best.label}: {format_ms(best.step_ms)} per step, {best.throughput:,.1f} samples/s, "
         f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
         f"stages start at units {','.join(map(str, best.split)) or '-'} (units count the embedding and the head; "
-        "executor run --split-points takes them)"
+        f"{programs().executor} run --split-points takes them)"
     )
     for loss in runners_up(candidates, best, cap):
         c = loss.candidate

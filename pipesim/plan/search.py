@@ -127,7 +127,7 @@ def candidate_grid(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
     for ranks in space.ranks or (inputs.devices,):
         for name in space.schedules:
             info = schedule_info(name)
-            chunk_choices = space.chunks if info.takes_chunks else (None,)
+            chunk_choices = _chunk_choices(space.chunks, info.min_chunks) if info.takes_chunks else (None,)
             shares = space.w_shares if info.split_backward else (None,)
             for mbs in space.microbatch_sizes:
                 for chunks in chunk_choices:
@@ -135,6 +135,12 @@ def candidate_grid(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
                         for share in shares:
                             grid.append(_blank(inputs, info.name, ranks, mbs, chunks, recompute, share))
     return grid
+
+
+def _chunk_choices(chunks: tuple[int, ...], fewest: int) -> tuple[int, ...]:
+    """The chunk counts a family is tried with: those it takes (a default space's 1 is not interleaved-1f1b's);
+    all of them when it takes none, so that the plan says why they cannot be built."""
+    return tuple(c for c in chunks if c >= fewest) or chunks
 
 
 def _blank(

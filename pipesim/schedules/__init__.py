@@ -55,6 +55,7 @@ class ScheduleInfo:
     in_situ: bool = False
     # Whether the planner, `compare`'s and the Plan page's defaults include it.
     planned: bool = True
+    min_chunks: int = 1  # the fewest chunks per rank the builder takes (with `num_virtual_stages`)
 
     def __post_init__(self) -> None:
         assert self.placement in PLACEMENTS, self.placement

@@ -89,5 +89,6 @@ SCHEDULES: list[ScheduleInfo] = [
         placement="interleaved",
         torch_class="ScheduleInterleaved1F1B",
         in_situ=True,
+        min_chunks=2,  # check_interleaved: one chunk per rank is 1f1b
     ),
 ]

@@ -19,8 +19,10 @@ Usage:
         machine work?)
 
 `run`'s flags are generated from the run's configs (pipesim_executor/config.py: each field's docstring is its help;
-`python -m executor run --help` lists them by concern). `run` prints one JSON object per line while the run goes
-(progress events), then a human summary. Exit statuses (each command's `--help` says its own): 0 done (`run`:
+`python -m executor run --help` lists them by concern). `run` and `profile` show a progress bar on stderr where it is
+a terminal and print the launcher's progress events as JSON lines on stdout with `--events` or where stdout is not
+a terminal (a pipe, a file), then a human summary. Installed, the program is `pipesim-run`; help and errors name
+it as it was started (pipesim.programs). Exit statuses (each command's `--help` says its own): 0 done (`run`:
 status ok or partial); 1 the run failed, timed out or was refused, or an output could not be written; 2 a usage
 error (one line on stderr; nothing was started); 130 / 143 interrupted.
 Multi-node: run the same command on every node with its own --node-rank and
@@ -36,6 +38,7 @@ from typing import NamedTuple
 
 from pipesim.flags import Parser, run_main
 from pipesim.io.formats import UnwritableOutput
+from pipesim.programs import programs
 from pipesim.semantics.dag import DeadlockError
 from pipesim_executor.host import cli_profile, cli_run, cli_runs, doctor
 from pipesim_executor.run_files import RESULT_FILE
@@ -107,7 +110,7 @@ COMMANDS = MappingProxyType(
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="python -m executor",
+        prog=programs().executor,
         description="Run pipeline schedules for real under torchrun.",
         epilog="Exit status: 0 done; 1 the run failed or was refused, or an output could not be written; 2 a usage "
         "error (one line on stderr; nothing was started); 130 / 143 interrupted. See each command's --help.",
@@ -127,4 +130,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command].run(args)
 
-    return run_main("python -m executor", command, failures=(DeadlockError, UnwritableOutput))
+    return run_main(programs().executor, command, failures=(DeadlockError, UnwritableOutput))

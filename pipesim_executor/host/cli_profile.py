@@ -5,7 +5,8 @@
     python -m pipesim plan --cost out/prof/cost.json --devices 2 --global-batch 16 --optimizer sgd --json plan.json
 
 Flags come from the configs (pipesim_executor.host.unit_profile.ProfileConfig, the Transformer's TransformerShape, the
-CNN's CNNConfig: each field's docstring is its help). Progress events print as JSON lines, then a summary.
+CNN's CNNConfig: each field's docstring is its help). Progress as `run`'s (a bar on a terminal; JSON event lines
+with --events or when stdout is not a terminal), then a summary.
 
 Exit status: 0 the profile was written; 1 it failed, timed out or could not be written; 2 a usage error (one
 line on stderr; nothing was started); 130 interrupted (every process ended).
@@ -20,7 +21,7 @@ from pathlib import Path
 from pipesim.cost.shape import TransformerShape
 from pipesim.flags import UsageError, add_flags, from_flags, given_flags
 from pipesim_executor.config import CUSTOM, MODEL_KINDS, OPTIMIZERS, CNNConfig, ModelConfig
-from pipesim_executor.host.cli_run import INTERRUPTED, model_choice, print_event
+from pipesim_executor.host.cli_run import INTERRUPTED, EventOutput, add_events_flag, model_choice
 from pipesim_executor.host.unit_profile import ProfileConfig, start_profile, summary_lines
 
 SECTION = "profile"
@@ -54,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(checked in a child process before anything runs) (default transformer)",
     )
     groups[SECTION].add_argument("--out", type=Path, required=True, metavar="DIR", help="a new folder: D/cost.json")
+    add_events_flag(groups[SECTION])
     add_flags(parser, TransformerShape, f"{SECTION}.transformer", ModelConfig().transformer)
     add_flags(parser, CNNConfig, f"{SECTION}.cnn")
 
@@ -80,12 +82,16 @@ def config_from_args(args: argparse.Namespace) -> ProfileConfig:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    handle = start_profile(config, args.out, on_event=print_event)
+    output = EventOutput("profile", args.events)
+    handle = start_profile(config, args.out, on_event=output)
+    output.follow(handle)
     try:
         result = handle.wait()
     except KeyboardInterrupt:
+        output.close()
         handle.cancel()
         print("interrupted: every process of the profile was ended", file=sys.stderr)
         return INTERRUPTED
+    output.close()
     print("\n".join(summary_lines(result)), flush=True)
     return 0 if result.status == "ok" and result.profile is not None else 1

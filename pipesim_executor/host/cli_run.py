@@ -1,6 +1,9 @@
 """`python -m executor run`: its flags, generated from the run's configs (pipesim_executor.config; each field's
 docstring is
-its help), the config they describe, and the run itself: JSON progress events, then a summary.
+its help), the config they describe, and the run itself: its progress, then a summary.
+
+Progress (`EventOutput`, shared with `profile`): on a terminal, a bar on stderr; the launcher's events as JSON
+lines on stdout with `--events`, or whenever stdout is not a terminal (a pipe, a file: a program reads them).
 
 Exit status: 0 the run ended ok, or partial (it went well; a part asked for, the torch reference, did not run:
 the summary says why); 1 it failed, timed out or was refused (a deadlocked schedule, a run folder that cannot be
@@ -21,6 +24,7 @@ from pipesim.cost.shape import TransformerShape
 from pipesim.flags import UsageError, add_flags, folder_flag, from_flags, given, given_flags
 from pipesim.io.formats import dialect_note, load_schedule
 from pipesim.ir import Schedule
+from pipesim.progress_bar import ProgressBar, on_terminal
 from pipesim_executor.config import (
     CUSTOM,
     MODEL_KINDS,
@@ -34,6 +38,7 @@ from pipesim_executor.config import (
     TrainingConfig,
 )
 from pipesim_executor.host.cli_runs import summary_lines
+from pipesim_executor.progress import readable_event
 
 SECTION = "run"  # the argparse dests of the generated flags: run.pipeline.num_ranks, run.model.transformer.num_layers
 OK_STATUSES = ("ok", "partial")
@@ -75,6 +80,7 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
     groups[SECTION].add_argument(
         "--out", type=Path, metavar="DIR", help="the run folder, e.g. runs/NAME (default: a new one under --runs-root)"
     )
+    add_events_flag(groups[SECTION])
     groups[SECTION].add_argument(
         "--runs-root",
         type=folder_flag,
@@ -127,16 +133,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.split_from is not None:
         config = _split_from(args.split_from, config, schedule)
     runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
-    handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=print_event)
+    output = EventOutput("run", args.events)
+    handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=output)
+    output.follow(handle)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)  # SIGTERM ends the run as Ctrl-C does
     try:
         result = handle.wait()
     except (KeyboardInterrupt, Terminated) as stop:
+        output.close()
         handle.cancel()  # returns once every process of the run is gone and result.json says cancelled
         print("interrupted: every process of the run was ended (result.json: cancelled)", file=sys.stderr)
         return TERMINATED if isinstance(stop, Terminated) else INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
+        output.close()
     print("\n".join(summary_lines(result)), flush=True)
     return 0 if result.status in OK_STATUSES else 1
 
@@ -163,6 +173,38 @@ class Terminated(BaseException):
 
 def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
+
+
+def add_events_flag(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--events",
+        action="store_true",
+        help="print the launcher's progress events as JSON lines on stdout (default: only when stdout is not a "
+        "terminal; on a terminal a progress bar on stderr shows them)",
+    )
+
+
+class EventOutput:
+    """A launch's progress on the command line: each event as a JSON line on stdout when asked (`--events`) or
+    when stdout is not a terminal (a program reads it), and a progress bar on stderr when that is a terminal."""
+
+    def __init__(self, what: str, events: bool) -> None:
+        self.print_events = events or not on_terminal(sys.stdout)
+        self.bar = ProgressBar(what)
+        self._handle: object | None = None  # the launch's handle, whose `progress` (0 to 1) moves the bar
+
+    def follow(self, handle: object) -> None:
+        self._handle = handle
+
+    def __call__(self, event: dict) -> None:
+        if self.print_events:
+            print_event(event)
+        progress = getattr(self._handle, "progress", None)
+        if isinstance(progress, (int, float)):
+            self.bar.set(progress, readable_event(event))
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def print_event(event: dict) -> None:

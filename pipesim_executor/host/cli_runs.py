@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pipesim.flags import UsageError, float_flag, folder_flag, int_flag
 from pipesim.limits import MAX_STEPS, MAX_TIMEOUT_S
+from pipesim.programs import programs
+from pipesim.progress_bar import ProgressBar
 from pipesim_executor.config import DEVICES
 from pipesim_executor.run_files import TRACE_FILE
 
@@ -127,11 +129,13 @@ def _trace_lines(run_dir: Path) -> list[str]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from pipesim_executor.host.run_folder import list_runs
+    from pipesim_executor.host.run_folder import doctor_folders, list_runs
 
     results = list_runs(args.runs_root)
+    doctors = [f"{folder}: the doctor's runs ({programs().executor} list --runs-root {folder})"
+               for folder in doctor_folders(args.runs_root)]  # fmt: skip
     if not results:
-        print(f"no runs under {args.runs_root}")
+        print("\n".join([f"no runs under {args.runs_root}", *doctors]))
         return 0
     print(f"{'run':40} {'status':10} {'schedule':18} {'ranks':>5} {'mb':>4} {'step ms':>9} {'pred ms':>9} {'err':>7}")
     for r in results:
@@ -140,6 +144,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         numbers = f"{_fmt(r.measured_step_ms, ''):>9} {_fmt(r.predicted_step_ms, ''):>9} {error:>7}"
         setup = f"{c.schedule[:18]:18} {c.num_ranks:>5} {c.num_microbatches:>4} {numbers}" if c else r.message
         print(f"{r.run_dir.name[:40]:40} {r.status:10} {setup}")  # a damaged folder: why, in place of figures
+    if doctors:
+        print("\n".join(doctors))
     return 0
 
 
@@ -175,10 +181,11 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
     from pipesim_executor.host import verify
 
     words = sys.stderr if is_standard_output(args.json) else sys.stdout  # `--json -`: stdout carries the JSON
+    bar = ProgressBar("verify-plan")
 
     def progress(row: verify.VerifyRow) -> None:
         measured = "failed" if row.measured_ms is None else f"{row.measured_ms:.2f} ms"
-        print(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}", flush=True, file=words)
+        bar.write(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}")
 
     if args.json is not None:
         check_output(args.json)  # before any run: an unwritable output must not cost the user the runs
@@ -193,6 +200,7 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
             device=args.device,
             timeout_s=args.timeout,
             on_row=progress,
+            on_progress=lambda where: bar.set(where.fraction, where.text),
             cancel=cancel,
             json_out=args.json,
         )
@@ -201,6 +209,8 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         cancel.set()
         raise
+    finally:
+        bar.close()
     print("\n".join(verify.summary_lines(result)), flush=True, file=words)
     return 0 if any(r.measured_ms is not None for r in result.rows) else 1
 
@@ -212,7 +222,7 @@ def _check_run_dir(run_dir: Path) -> None:
     try:
         run_folder(run_dir)
     except ValueError as error:
-        raise UsageError(f"{error} (python -m executor list shows the runs under a runs folder)") from None
+        raise UsageError(f"{error} ({programs().executor} list shows the runs under a runs folder)") from None
 
 
 def add_list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -240,7 +250,7 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     from pipesim_executor.host.verify import DEFAULT_STEPS, DEFAULT_WARMUP
 
-    parser.add_argument("plan", type=Path, metavar="PLAN", help="a plan file from python -m pipesim plan --json")
+    parser.add_argument("plan", type=Path, metavar="PLAN", help=f"a plan file from {programs().pipesim} plan --json")
     parser.add_argument("--top", type=_positive, default=3, metavar="K", help="run the K best candidates (default 3)")
     parser.add_argument(
         "--steps",

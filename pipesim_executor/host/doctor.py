@@ -25,6 +25,7 @@ nothing of streamlit or plotly: a GPU machine with torch alone runs it.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import math
 import os
 import platform
@@ -38,10 +39,12 @@ from pathlib import Path
 from pipesim.flags import float_flag
 from pipesim.io.formats import read_json, write_file, write_json
 from pipesim.limits import MAX_TIMEOUT_S
+from pipesim.programs import in_checkout
 from pipesim.schedules import schedule_info
 from pipesim_executor.config import DEVICES, ModelConfig, RunConfig, run_config
 from pipesim_executor.host import doctor_checks as checks
 from pipesim_executor.processes import REPO_ROOT
+from pipesim_executor.run_files import DOCTOR_FILE
 
 TINY = ModelConfig.of_transformer(vocab_size=128, hidden_size=64, num_heads=4, ffn_size=128, num_layers=2, seq_len=32)
 FP32_SCHEDULES = ("1f1b", "zbv", "interleaved-1f1b")
@@ -113,6 +116,9 @@ class Outcome:
         return checks.format_report(self.header, self.checks, self.footer)
 
 
+PREDICTION_GOOD = 0.10  # a step-time prediction within 10% of the measured median is called good
+
+
 def choose_device(asked: str) -> tuple[str, int, str]:
     """(cpu | cuda, GPUs, the device line of the report); ValueError for --device cuda without a usable GPU."""
     from pipesim_executor.host.checks import gpu_probe  # lazily, as the launcher: `python -m executor list` stays light
@@ -144,16 +150,29 @@ def _gpu_names() -> str:
 def _versions() -> str:
     import torch  # lazily: only the doctor's report and reference need it here, never the CUDA runtime
 
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
+    commit = ""
+    try:  # the checkout's commit; installed, REPO_ROOT is site-packages, which may sit in a user's own repository
+        if in_checkout():
+            commit = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        commit = ""
+        pass
     return (
         f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}), "
-        f"pipesim {commit or 'unknown'}, {platform.system()} {platform.release()}, {os.cpu_count()} cores"
+        f"pipesim {pipesim_version()}{f' (git {commit})' if commit else ''}, {platform.system()} "
+        f"{platform.release()}, {os.cpu_count()} cores"
     )
+
+
+def pipesim_version() -> str:
+    """The installed distribution's version, else the package's own (a checkout never installed)."""
+    try:
+        return importlib.metadata.version("pipesim")
+    except importlib.metadata.PackageNotFoundError:
+        import pipesim
+
+        return pipesim.__version__
 
 
 def _run(spec: Spec, out: Path, say: Callable[[str], None]) -> checks.DoctorRun:
@@ -183,11 +202,33 @@ def _prediction_line(run: checks.DoctorRun | None) -> str:
         return f"{run.name}: no prediction ({r.message or 'cost.json missing'})"
     analysis = r.analysis or {}
     sharing = (analysis.get("prediction") or {}).get("sharing")
-    spread = (analysis.get("spread") or {}).get("step_cv")  # noisy steps make the error no fact about the model
+    spread_doc = analysis.get("spread") or {}
+    spread = spread_doc.get("step_cv")  # noisy steps make the error no fact about the model
     noise = f"; step times vary {spread:.1%}" if isinstance(spread, (int, float)) else ""
     return (
         f"{run.name} profiled: predicted {r.predicted_step_ms:.2f} ms, measured {r.measured_step_ms:.2f} ms, "
-        f"error {100 * r.prediction_error:+.1f}%{noise}" + (f" ({sharing})" if sharing else "")
+        f"error {100 * r.prediction_error:+.1f}%{noise}"
+        + (f" ({sharing})" if sharing else "")
+        + f": {prediction_verdict(r.prediction_error, spread, spread_doc.get('load_1min'), os.cpu_count())}"
+    )
+
+
+def prediction_verdict(error: float, step_cv: float | None, load: float | None, cores: int | None) -> str:
+    """A word on a prediction error: good within PREDICTION_GOOD, else whether the machine was too busy to judge
+    (steps varying more than that, or more runnable processes than cores) or the prediction is off here."""
+    if abs(error) <= PREDICTION_GOOD:
+        return f"good (within {PREDICTION_GOOD:.0%})"
+    busy = []
+    if isinstance(step_cv, (int, float)) and step_cv > PREDICTION_GOOD:
+        busy.append(f"step times vary {step_cv:.0%}")
+    if isinstance(load, (int, float)) and cores and load > cores:
+        busy.append(f"load {load:.1f} on {cores} cores")
+    if busy:
+        return f"not judged: the machine was busy ({', '.join(busy)}); run the doctor again on an idle machine"
+    direction = "fast" if error < 0 else "slow"
+    return (
+        f"off: the step is predicted {abs(error):.0%} too {direction} on a quiet machine; paste this report into "
+        "an issue"
     )
 
 
@@ -199,6 +240,7 @@ def run_doctor(out: Path, asked: str, doctor: DoctorConfig, say: Callable[[str],
     specs = plan_runs(doctor, device, gpus)
     try:
         out.mkdir(parents=True, exist_ok=True)
+        write_json({"report": None, "checks": [], "status": "running"}, out / DOCTOR_FILE)  # a doctor's, not a run
     except OSError as error:
         raise ValueError(f"cannot create {out}: {error.strerror or error}") from None
     say(f"doctor: {device_line}; {len(specs)} runs under {out}")
@@ -233,6 +275,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float_flag(above=0, maximum=MAX_TIMEOUT_S),
         default=300.0,
+        metavar="S",
         help="seconds per run before it is ended",
     )
 
@@ -256,7 +299,7 @@ def main(args: argparse.Namespace) -> int:
     print(report, flush=True)
     try:
         write_file(report + "\n", out / "report.txt")
-        write_json({"report": report, "checks": [vars(c) for c in outcome.checks]}, out / "doctor.json")
+        write_json({"report": report, "checks": [vars(c) for c in outcome.checks], "status": "done"}, out / DOCTOR_FILE)
     except (OSError, ValueError) as error:
         say(f"doctor: could not write the report into {out}: {error}")
     return 1 if outcome.failed else 0

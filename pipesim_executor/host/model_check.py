@@ -10,9 +10,9 @@ parameter counts, or the error in one line. A child that exits, aborts or runs o
 one line naming what it did; its whole process group is ended.
 
 The web page accepts only factories from places the app was started to accept (`app_model_sources`): the
-repository's `examples` package, plus the modules or folders listed in `PIPESIM_APP_MODELS` when the app starts
-(`PIPESIM_APP_MODELS=mymodels streamlit run app.py`). The command line takes any module: its user runs their own
-code by choice.
+shipped examples (`pipesim_examples`; `examples` in the checkout), plus the modules or folders listed in
+`PIPESIM_APP_MODELS` when the app starts (`PIPESIM_APP_MODELS=mymodels streamlit run app.py`). The command line
+takes any module: its user runs their own code by choice.
 """
 
 from __future__ import annotations
@@ -29,14 +29,15 @@ from pathlib import Path
 
 from pipesim.io.formats import read_json
 from pipesim.limits import MAX_SMALL_FILE_BYTES
+from pipesim.programs import in_checkout
 from pipesim_executor.config import check_split_points, parse_spec
 from pipesim_executor.processes import REPO_ROOT
+from pipesim_executor.shipped_examples import CHECKOUT_PACKAGE, PACKAGE
 
 TIMEOUT_ENV = "PIPESIM_MODEL_CHECK_TIMEOUT_S"
 MEMORY_ENV = "PIPESIM_MODEL_CHECK_MEMORY"
 APP_MODELS_ENV = "PIPESIM_APP_MODELS"
 DEFAULT_TIMEOUT_S = 120.0
-DEFAULT_APP_SOURCES = ("examples",)
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -170,12 +171,13 @@ def check_custom_model(spec: str, num_stages: int, split_points: Sequence[int] |
 
 
 def app_model_sources(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> tuple[str, ...]:
-    """The module prefixes the web page accepts factories from: `examples`, plus each entry of
+    """The module prefixes the web page accepts factories from: the shipped examples (`pipesim_examples`, and
+    the checkout's `examples` where the app runs from the checkout), plus each entry of
     PIPESIM_APP_MODELS (comma-separated): a module (`mymodels`, `lab.models`) or a folder under the folder the
     app runs from (`mymodels/`, read as that module). ValueError naming an entry that is neither."""
     text = (os.environ if env is None else env).get(APP_MODELS_ENV, "")
     base = Path.cwd() if cwd is None else cwd
-    sources = list(DEFAULT_APP_SOURCES)
+    sources = [PACKAGE, *([CHECKOUT_PACKAGE] if in_checkout() else [])]
     for entry in (part.strip() for part in text.split(",")):
         if not entry:
             continue

@@ -41,7 +41,7 @@ from pipesim.ir import Schedule
 from pipesim.limits import MAX_SMALL_FILE_BYTES
 from pipesim_executor.config import RunConfig
 from pipesim_executor.processes import run_processes
-from pipesim_executor.run_files import CANCEL_FILE, PROGRESS_FILE, TRACES_DIR
+from pipesim_executor.run_files import CANCEL_FILE, CONFIG_FILE, DOCTOR_FILE, PROGRESS_FILE, TRACES_DIR
 
 # --- making a run folder -----------------------------------------------------------------------------------------
 
@@ -251,13 +251,29 @@ def _is_entry(path: Path) -> bool:
         return False
 
 
+def is_doctor_folder(path: Path) -> bool:
+    """A folder of the doctor's runs (its DOCTOR_FILE, and no run's config): listed apart, never as damaged."""
+    try:
+        return (path / DOCTOR_FILE).is_file() and not (path / CONFIG_FILE).exists()
+    except OSError:
+        return False
+
+
+def doctor_folders(runs_root: str | Path) -> list[Path]:
+    """The doctor's folders directly under `runs_root` (each holds runs of its own: list them with that root)."""
+    root = Path(runs_root)
+    return sorted(p for p in root.iterdir() if _is_entry(p) and is_doctor_folder(p)) if root.is_dir() else []
+
+
 def list_runs(runs_root: str | Path = Path("runs")) -> list[RunResult]:
     """Every run folder under `runs_root`, newest first; one that cannot be read (a damaged file, a file too
     large, a FIFO, a symbolic link loop) is a "damaged" entry saying why, and the others are still listed."""
     root = Path(runs_root)
     if not root.is_dir():
         return []
-    folders = sorted((p for p in root.iterdir() if _is_entry(p)), key=_started, reverse=True)
+    folders = sorted(
+        (p for p in root.iterdir() if _is_entry(p) and not is_doctor_folder(p)), key=_started, reverse=True
+    )
     results = []
     for folder in folders:
         try:

@@ -28,6 +28,7 @@ from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import UnwritableOutput, write_json
 from pipesim.limits import MAX_SEED, MAX_TIMEOUT_S
 from pipesim.numbers import check_number
+from pipesim.programs import programs
 from pipesim.sim.memory import OPTIMIZER_STATES
 from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
 from pipesim_executor.host.checks import check_run
@@ -61,7 +62,7 @@ class ProfileConfig:
     repeats: int = 20
     """Timed repetitions of every measurement (the median is kept; 3 untimed ones run first)."""
     dtype: Literal["fp32", "bf16"] = "fp32"
-    """Compute precision, as executor run --dtype."""
+    """Compute precision, as python -m executor run --dtype."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """cpu, cuda, or auto: CUDA when torch sees GPUs, else CPU."""
     seed: int = 0
@@ -218,6 +219,6 @@ def summary_lines(result: ProfileResult) -> list[str]:
         f"(ping-pong between ranks 0 and 1)"
         if profile.link.latency_ms or math.isfinite(profile.link.bandwidth_gbps)
         else "link     none measured (one rank)",
-        f"wrote    {result.cost_file} (python -m pipesim plan --cost {result.cost_file} ...)",
+        f"wrote    {result.cost_file} ({programs().pipesim} plan --cost {result.cost_file} ...)",
     ]
     return lines

@@ -39,6 +39,7 @@ from pipesim.flags import one_line
 from pipesim.io.formats import read_json, write_json
 from pipesim.limits import MAX_MICROBATCHES, MAX_PLAN_BYTES, MAX_PLAN_CANDIDATES, MAX_STAGES
 from pipesim.numbers import check_number, shown
+from pipesim.programs import programs
 from pipesim.schedules import build_schedule, schedule_info
 from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, check_split_points, run_config
 from pipesim_executor.host.verify_compare import (
@@ -131,7 +132,8 @@ def model_config(plan: dict[str, Any]) -> ModelConfig:
     if not isinstance(model, dict):
         raise ValueError(
             "the plan has no model (inputs.model or inputs.executor_model): plan from model flags or from a unit "
-            "profile (executor profile --out D; pipesim plan --cost D/cost.json) to verify it with the executor"
+            f"profile ({programs().executor} profile --out D; {programs().pipesim} plan --cost D/cost.json) to "
+            "verify it with the executor"
         )
     try:  # the plan's description and the executor's Transformer share their shape's fields (TransformerShape)
         return ModelConfig(transformer=TransformerShape(**{f.name: model[f.name] for f in fields(TransformerShape)}))
@@ -235,7 +237,7 @@ def verify_plan(
         raise ValueError(f"--top must be at least 1, got {top}")
     plan = read_json(plan_path, MAX_PLAN_BYTES, "plan")
     if not isinstance(plan, dict):
-        raise ValueError(f"{plan_path}: not a plan (expected a JSON object from python -m pipesim plan --json)")
+        raise ValueError(f"{plan_path}: not a plan (expected a JSON object from {programs().pipesim} plan --json)")
     model_config(plan)  # refuse a plan without a model, or with settings the executor cannot run, before any run
     device = device or run_settings(plan)[2] or "cpu"
     uncertainty = (plan.get("calibration") or {}).get("uncertainty", DEFAULT_UNCERTAINTY)
