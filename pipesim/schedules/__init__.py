@@ -43,6 +43,10 @@ class ScheduleInfo:
     options: tuple[str, ...] = ()
     split_backward: bool = False
     placement: str = "linear"  # one of PLACEMENTS
+    # The builder's own refusals, without building: (num_ranks, num_microbatches, **options) -> None or ValueError.
+    # None: the builder refuses nothing beyond pipesim.limits for positive counts. The planner asks it of
+    # candidates it prunes unbuilt, so that they carry the reason they could not be built all the same.
+    check: Callable[..., None] | None = None
 
     def __post_init__(self) -> None:
         assert self.placement in PLACEMENTS, self.placement
@@ -100,6 +104,15 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, **options: 
     given = {key: value for key, value in options.items() if value is not None}
     _check_size(info, num_ranks, num_microbatches, given)
     return info.builder(num_ranks, num_microbatches, **given)
+
+
+def check_shape(name: str, num_ranks: int, num_microbatches: int, **options: object) -> None:
+    """Raise the ValueError `build_schedule` would raise for these sizes, without building the schedule."""
+    info = schedule_info(name)
+    given = {key: value for key, value in options.items() if value is not None}
+    _check_size(info, num_ranks, num_microbatches, given)
+    if info.check is not None:
+        info.check(num_ranks, num_microbatches, **given)
 
 
 def _check_size(info: ScheduleInfo, num_ranks: object, num_microbatches: object, options: dict) -> None:

@@ -87,5 +87,6 @@ SCHEDULES: list[ScheduleInfo] = [
         "for v times the transfers. Needs num_microbatches a multiple of max(1, m // p) (torch's rule).",
         options=("num_virtual_stages",),
         placement="interleaved",
+        check=check_interleaved,
     ),
 ]

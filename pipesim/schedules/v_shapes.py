@@ -204,5 +204,6 @@ SCHEDULES: list[ScheduleInfo] = [
         "Needs num_microbatches >= 2*num_ranks - 1.",
         split_backward=True,
         placement="v",
+        check=check_dualpipev,
     ),
 ]

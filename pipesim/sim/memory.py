@@ -15,6 +15,7 @@ peak comes before its first backward peaks lower by up to its gradient bytes. Si
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,9 +67,16 @@ class RankMemory:
 
 def static_bytes(schedule: Schedule, cost: CostModel, optimizer: str = "adam") -> list[tuple[float, float, float]]:
     """Per rank, (parameter, gradient, optimizer state) bytes of the stages it holds."""
+    return placement_static_bytes(schedule.stage_to_rank, schedule.num_ranks, cost, optimizer)
+
+
+def placement_static_bytes(
+    stage_to_rank: Sequence[int], num_ranks: int, cost: CostModel, optimizer: str = "adam"
+) -> list[tuple[float, float, float]]:
+    """`static_bytes` of a placement alone: the planner prices candidates whose schedule is not built."""
     states = OPTIMIZER_STATES[check_optimizer(optimizer)]
-    params = [0.0] * schedule.num_ranks
-    for stage, rank in enumerate(schedule.stage_to_rank):
+    params = [0.0] * num_ranks
+    for stage, rank in enumerate(stage_to_rank):
         params[rank] += cost.stage(stage).param_bytes
     return [(p, p, states * p) for p in params]
 
