@@ -4,17 +4,22 @@ Usage:
     python bench/bench_plan.py            # the two grids below, best of 3
     python bench/bench_plan.py --quick    # one repeat of the typical grid (a smoke test)
     python bench/bench_plan.py --against /work/main   # this tree against another checkout, side by side
+    python bench/bench_plan.py --against 95f1942 --rounds 5   # against a git revision (a temporary worktree)
 
-With --against, each grid runs in fresh processes that alternate between the other checkout's pipesim and this
-one's (best of --repeat each), and the ratio is printed: a before/after comparison measured in one run, so a
-busy machine slows both sides alike.
+With --against (a checkout's folder, or a git revision checked out into a temporary worktree and removed after),
+issue 21's 2,232-candidate plan runs through the command line (`plan ... --json`, as bench_quick runs it) in fresh
+processes alternating A B A B between the other tree and this one, --rounds times; each round's ratio this / other
+is printed with the median, a 95% bootstrap interval of the mean ratio, and each side's largest process (peak
+RSS). A before/after comparison measured in one run, so a busy machine slows both sides alike. --grids adds the
+in-process grids below (best of --repeat per process, three alternating rounds).
 
 Grids (a 24-layer, 2048-wide model description, 8 devices, global batch 64, 80 GiB cap, Adam):
   typical: every registered schedule, pipeline depths 2/4/8 (the rest data parallel), microbatch sizes
            1/2/4/8, chunks 1/2/4, recompute off/on, W shares 0.3..0.7 by 0.1;
   10k:     the same with W shares 0.20..0.80 by 0.005 (121 values: a sensitivity sweep over the least known
            cost), which takes the space past 10,000 candidates.
-Every candidate is simulated with the simulator's own sweep and its memory walked; nothing is sampled or pruned.
+Every candidate is exact: simulated with the simulator's own sweep and its memory walked, or pruned by a lower
+bound that proves it cannot change the answer (`pipesim.plan.prune`); nothing is sampled.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -85,10 +93,87 @@ def child(name: str, repeat: int) -> None:
     print(json.dumps({"seconds": best, "candidates": len(candidates)}))
 
 
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE / "bench"))
+from bench_quick import PLAN_ARGS  # noqa: E402
+
+
+def cli_plan(tree: Path, out: Path) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB, the process and the workers it waited for) of issue 21's plan run by the
+    command line of `tree`."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pipesim", *PLAN_ARGS, "--json", str(out)], cwd=tree, env=env, stdout=subprocess.DEVNULL
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"the plan failed in {tree} (status {status})")
+    return wall, usage.ru_maxrss / 1024
+
+
+def mean_interval(ratios: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval of the mean of `ratios` (fixed seed: the same rounds print the same)."""
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+
+
+def against_cli(other: Path, rounds: int) -> None:
+    """Issue 21's plan through each tree's command line, alternating other, this, other, this..."""
+    with tempfile.TemporaryDirectory() as tmp:
+        seconds: dict[str, list[float]] = {"other": [], "this": []}
+        memory = {"other": 0.0, "this": 0.0}
+        for _ in range(rounds):
+            for side, tree in (("other", other), ("this", HERE)):
+                wall, mib = cli_plan(tree, Path(tmp) / f"{side}.json")
+                seconds[side].append(wall)
+                memory[side] = max(memory[side], mib)
+        same = _same_answer(Path(tmp) / "other.json", Path(tmp) / "this.json")
+    ratios = [mine / theirs for mine, theirs in zip(seconds["this"], seconds["other"], strict=True)]
+    low, high = mean_interval(ratios)
+    print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores, {rounds} rounds A B")
+    for side, tree in (("other", other), ("this", HERE)):
+        print(
+            f"  {side:5} {tree}: " + ", ".join(f"{s:.2f}" for s in seconds[side]) + f" s; largest process "
+            f"{memory[side]:.0f} MiB"
+        )
+    median = statistics.median(ratios)
+    print(
+        f"plan 2,232 candidates: this / other = {median:.3f} median, mean {statistics.fmean(ratios):.3f} "
+        f"(95% CI {low:.3f}..{high:.3f}); speed-up {1 / median:.2f}x; same best and front: {same}"
+    )
+
+
+def _same_answer(first: Path, second: Path) -> bool:
+    """Whether two plan JSONs name the same best candidate and the same Pareto front (the numbers compared)."""
+
+    def answer(path: Path) -> tuple:
+        document = json.loads(path.read_text())
+        keys = ("schedule", "ranks", "microbatches", "virtual_stages", "recompute", "microbatch_size", "w_share")
+        entry = lambda c: None if c is None else tuple(c[k] for k in (*keys, "step_ms", "peak_memory_bytes"))  # noqa: E731
+        return entry(document["best"]), [entry(c) for c in document["pareto"]]
+
+    return answer(first) == answer(second)
+
+
+def checkout(rev: str, folder: Path) -> Path:
+    """A detached worktree of git revision `rev` in `folder` (removed by `remove_checkout`)."""
+    subprocess.run(["git", "-C", str(HERE), "worktree", "add", "--detach", str(folder), rev], check=True,
+                   capture_output=True)  # fmt: skip
+    return folder
+
+
+def remove_checkout(folder: Path) -> None:
+    subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(folder)], check=False,
+                   capture_output=True)  # fmt: skip
+
+
 def against(other: Path, names: list[str], repeat: int) -> None:
     """Each grid in fresh processes alternating three times between the other checkout's pipesim and this one's,
     each process timing `repeat` evaluations; the best of each side."""
-    here = Path(__file__).resolve().parents[1]
+    here = HERE
     for name in names:
         best = {"other": float("inf"), "this": float("inf")}
         for _ in range(3):
@@ -107,7 +192,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--against", type=Path, metavar="TREE", help="another checkout to compare with")
+    parser.add_argument("--against", metavar="TREE_OR_REV", help="another checkout, or a git revision, to compare with")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of --against (default 5)")
+    parser.add_argument("--grids", action="store_true", help="with --against, the in-process grids too")
     parser.add_argument("--child", choices=sorted(GRIDS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -116,7 +203,18 @@ def main() -> None:
     repeat = 1 if args.quick else args.repeat
     names = ["typical"] if args.quick else ["typical", "10k"]
     if args.against is not None:
-        against(args.against.resolve(), names, repeat)
+        if args.rounds < 2:
+            parser.error(f"--rounds must be at least 2 (an interval needs two ratios), got {args.rounds}")
+        given = Path(args.against)
+        with tempfile.TemporaryDirectory() as tmp:
+            other = given.resolve() if given.is_dir() else checkout(args.against, Path(tmp) / "other")
+            try:
+                against_cli(other, args.rounds)
+                if args.grids:
+                    against(other, names, repeat)
+            finally:
+                if not given.is_dir():
+                    remove_checkout(other)
         return
     for name in names:
         run(name, GRIDS[name](), repeat)

@@ -17,11 +17,14 @@ the overlap factor, so that the bound stays below every schedule of the layout.
 Memory (`Bound.memory_bytes`): each rank's static bytes (`pipesim.sim.memory.placement_static_bytes`, the very
 price the evaluation adds) plus one microbatch's stash of every stage it holds: just before the backward of its
 highest stage for a microbatch, the forwards of that microbatch on all its stages have run and none of their
-stashes is freed yet (`pipesim.semantics.lower.stash_change`).
+stashes is freed yet (`pipesim.semantics.lower.stash_change`). Where the family's registry entry says how many
+forwards its order holds at once (`ScheduleInfo.stashed`), that many stashes of the rank's smallest stage, if more.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipesim.cost.model import CostModel
@@ -82,15 +85,22 @@ def _backwards(layout: Layout, cost: CostModel, factor: float) -> tuple[list[flo
     return chain, total
 
 
-def memory_bound_bytes(layout: Layout, cost: CostModel, optimizer: str) -> float:
-    """The fullest rank's static bytes plus one microbatch's stash on each of its stages (module docstring)."""
+def memory_bound_bytes(layout: Layout, cost: CostModel, optimizer: str, stashed: Sequence[int] | None = None) -> float:
+    """The fullest rank's static bytes plus its stash at the least: one microbatch on each of its stages (module
+    docstring), or `stashed[r]` forwards at once (the family's registry fact), each at least its smallest stage's."""
     static = placement_static_bytes(layout.stage_to_rank, layout.num_ranks, cost, optimizer)
-    stash = [0.0] * layout.num_ranks
+    one_each = [0.0] * layout.num_ranks
+    smallest = [math.inf] * layout.num_ranks
     for stage, rank in enumerate(layout.stage_to_rank):
-        stash[rank] += cost.stash_bytes(stage)
-    return max(sum(parts) + held for parts, held in zip(static, stash, strict=True))
+        one_each[rank] += cost.stash_bytes(stage)
+        smallest[rank] = min(smallest[rank], cost.stash_bytes(stage))
+    held = one_each if stashed is None else [max(a, k * b) for a, k, b in zip(one_each, stashed, smallest, strict=True)]
+    return max(sum(parts) + h for parts, h in zip(static, held, strict=True))
 
 
-def candidate_bound(layout: Layout, cost: CostModel, microbatches: int, optimizer: str) -> Bound:
-    """Both bounds of one candidate (its layout, its cost model, its microbatches per replica)."""
-    return Bound(step_bound_ms(layout, cost, microbatches), memory_bound_bytes(layout, cost, optimizer))
+def candidate_bound(
+    layout: Layout, cost: CostModel, microbatches: int, optimizer: str, stashed: Sequence[int] | None = None
+) -> Bound:
+    """Both bounds of one candidate (its layout, its cost model, its microbatches per replica, the forwards its
+    family holds at once per rank where the registry says)."""
+    return Bound(step_bound_ms(layout, cost, microbatches), memory_bound_bytes(layout, cost, optimizer, stashed))

@@ -19,7 +19,7 @@ from pipesim.plan.candidates import Candidate, shape_key
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.layout import Layout, family_layout
 from pipesim.plan.paths import CriticalPath, critical_path
-from pipesim.schedules import build_schedule, check_shape, options_for
+from pipesim.schedules import build_schedule, check_shape, options_for, schedule_info
 from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, last_gradients, reduction_charge
@@ -35,6 +35,7 @@ class Shape:
 
     schedule: Schedule
     walk: OrderWalk
+    layout: Layout
     deps: Dependencies | None = None
     crossing: list[int] | None = None
 
@@ -60,7 +61,7 @@ class Evaluator:
         if key not in self._shapes:
             try:
                 schedule = build_schedule(name, ranks, microbatches, **options_for(name, num_virtual_stages=chunks))
-                self._shapes[key] = Shape(schedule, OrderWalk(schedule))
+                self._shapes[key] = Shape(schedule, OrderWalk(schedule), Layout.of(schedule))
             except ValueError as error:
                 self._shapes[key] = error
         return self._shapes[key]
@@ -151,7 +152,9 @@ class Evaluator:
             c.error = str(split)
             return None
         cost = self.cost_model(c, split.split_points, layout)
-        return candidate_bound(layout, cost, c.microbatches, self.inputs.optimizer)
+        stashed = schedule_info(c.schedule).stashed
+        held = None if stashed is None else stashed(c.ranks, c.microbatches, c.virtual_stages)
+        return candidate_bound(layout, cost, c.microbatches, self.inputs.optimizer, held)
 
     def _built(self, c: Candidate) -> Shape:
         shape = self.shape(*shape_key(c))
@@ -170,7 +173,7 @@ class Evaluator:
             c.error = str(shape)
             return False
         schedule = shape.schedule
-        assert Layout.of(schedule) == family_layout(c.schedule, c.ranks, schedule.num_stages // schedule.num_ranks), (
+        assert shape.layout == family_layout(c.schedule, c.ranks, schedule.num_stages // schedule.num_ranks), (
             f"{c.schedule}'s registry entry does not describe its schedule's layout"
         )
         c.virtual_stages = schedule.num_stages // schedule.num_ranks
@@ -179,7 +182,7 @@ class Evaluator:
             c.error = str(split)
             return False
         c.split, c.imbalance = split.split_points, split.imbalance
-        cost = self.cost_model(c, split.split_points, schedule)
+        cost = self.cost_model(c, split.split_points, shape.layout)
         statics = static_bytes(schedule, cost, self.inputs.optimizer)
         c.rank_memory = [sum(s) + peak for s, peak in zip(statics, shape.walk.peaks(cost), strict=True)]
         c.peak_memory_bytes = max(c.rank_memory)
@@ -193,10 +196,10 @@ class Evaluator:
         self.simulate(c)
         return c
 
-    def simulate(self, c: Candidate) -> CriticalPath | None:
+    def simulate(self, c: Candidate, want_path: bool = True) -> CriticalPath | None:
         """`evaluate`, returning the critical path of its step (None where it was not simulated or its ranks share
         cores, whose sweep is not a longest path): `CriticalPath.length_ms` of it under another candidate's cost
-        model of the same shape is a lower bound of that candidate's step."""
+        model of the same shape is a lower bound of that candidate's step. `want_path` False skips it."""
         if id(c) not in self._priced and not self.price(c):
             return None
         cost, _ = self._priced.pop(id(c))
@@ -216,13 +219,13 @@ class Evaluator:
         charge = reduction_charge(schedule, cost)  # the one decision: the planner's compute-only schedules
         assert charge in (NOTHING, AFTER_BACKWARD), f"the planner cannot charge {charge}"
         last = self.last_gradients(shape_key(c), deps) if charge == AFTER_BACKWARD else None
-        tails, _ = step_tails(finish, ends, last, cost, charge)
+        tails, windows = step_tails(finish, ends, last, cost, charge)
         c.step_ms = step_time_ms(finish, tails)
         c.throughput = self.inputs.global_batch / c.step_ms * 1e3  # > 0: PlanInputs refuses a model of no time
         c.bubble_fraction = 1 - sum(durations) / (schedule.num_ranks * pipeline_ms) if pipeline_ms > 0 else 0.0
-        if cost.shared_cores is not None and cost.shared_cores < deps.num_ranks:
+        if not want_path or (cost.shared_cores is not None and cost.shared_cores < deps.num_ranks):
             return None
-        return critical_path(deps, shape.crossing, (starts, ends), (durations, hops, gaps), finish)
+        return critical_path(deps, shape.crossing, (starts, ends), (durations, hops, gaps), (finish, tails, windows))
 
     def dependencies(self, shape: Shape) -> Dependencies:
         """A shape's dependencies and the stage boundary each action hears across, built on first use."""

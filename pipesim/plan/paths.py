@@ -4,7 +4,8 @@ A step's actions obey, whatever the costs, the sweep's inequalities (`pipesim.si
 starts after its rank's previous action plus the dispatch gap, and after each input plus its transfer when the
 input comes from another rank; an overlapped group starts when every member's inputs are in. A chain of such
 edges back from a rank's last action is a path whose length (durations, gaps and transfers along it, plus that
-rank's overhead) is at most the step time under any cost model of the same schedule; the chain the sweep found
+rank's overhead, and the gradient reductions that end the step where they do) is at most the step time under any
+cost model of the same schedule; the chain the sweep found
 tight (the critical path) gives the best such bound near the costs it was found under. It is kept as counts per
 (stage, kind), per stage boundary and per rank, so its length under another cost model takes a few dozen
 multiplications, not a sweep. Not for ranks that share cores (`sweep_shared` is not a longest path).
@@ -17,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from pipesim.cost.model import CostModel
+from pipesim.ir import CommKind
 from pipesim.semantics.dag import Dependencies
 
 
@@ -27,6 +29,7 @@ class CriticalPath:
     actions: Counter  # (stage, kind, in an overlapped group) -> how many of its actions the path runs
     transfers: Counter  # stage boundary b (between b and b+1) -> transfers the path waits for
     gaps: Counter  # rank -> dispatch gaps the path pays
+    reductions: Counter  # stage -> its gradient all-reduces the path ends with (run one after another on `rank`)
     rank: int
     num_ranks: int
     num_stages: int
@@ -41,6 +44,7 @@ class CriticalPath:
         total += sum(n * cost.transfer_ms(b, b + 1) for b, n in self.transfers.items() if b < self.num_stages - 1)
         dispatch = cost.dispatch_per_rank(self.num_ranks)
         total += sum(n * dispatch[r] for r, n in self.gaps.items())
+        total += sum(n * cost.collective_ms(stage, CommKind.REDUCE_GRAD) for stage, n in self.reductions.items())
         return total + cost.overhead_ms(self.num_ranks)[self.rank]
 
 
@@ -49,20 +53,29 @@ def critical_path(
     crossing: list[int],
     times: tuple[list[float], list[float]],
     inputs: tuple[list[float], list[float], list[float]],
-    finish: list[float],
+    step: tuple[list[float], tuple[float, ...], list[list[tuple[int, float, float]]]],
 ) -> CriticalPath:
-    """Walk back from the last action of the rank that finishes last, each time along the edge that set the
-    action's start (`times`: the sweep's starts and ends; `inputs`: its durations, transfers and gaps)."""
+    """Walk back from what ended the step, each time along the edge that set the action's start (`times`: the
+    sweep's starts and ends; `inputs`: its durations, transfers and gaps; `step`: each rank's finish, tail and
+    reduction windows, `pipesim.sim.steps.step_tails`). The step ends on the rank whose finish plus tail is the
+    latest: at its last action, or, when its reductions outlast it, at the backward that started their chain."""
     starts, ends = times
     _, hops, gaps = inputs
+    finish, tails, windows = step
     ranks, offsets, dep_lists = deps.ranks, deps.offsets, deps.deps
     joined = deps.joined or {}
     grouped = {m for first, others in joined.items() for m in (first, *others)}
-    last_rank = max(range(len(finish)), key=finish.__getitem__)
+    last_rank = max(range(len(finish)), key=lambda r: finish[r] + tails[r])
     actions: Counter = Counter()
     transfers: Counter = Counter()
     paid: Counter = Counter()
+    reductions: Counter = Counter()
     i = offsets[last_rank + 1] - 1
+    row = windows[last_rank] if windows else []
+    if row and row[-1][2] > finish[last_rank]:
+        first = max(k for k, (position, start, _) in enumerate(row) if start <= ends[position])
+        i = row[first][0]
+        reductions.update(stage_of for stage_of in _stages(deps, row[first:]))
     while i >= 0:
         rank = ranks[i]
         stage, kind, _ = deps.actions[i]
@@ -84,4 +97,10 @@ def critical_path(
             transfers[edge[1]] += 1
         assert best <= starts[i] + 1e-9 * max(1.0, abs(starts[i])) or not math.isfinite(best), "not a sweep edge"
         i = step
-    return CriticalPath(actions, transfers, paid, last_rank, deps.num_ranks, max(s for s, _, _ in deps.actions) + 1)
+    num_stages = max(s for s, _, _ in deps.actions) + 1
+    return CriticalPath(actions, transfers, paid, reductions, last_rank, deps.num_ranks, num_stages)
+
+
+def _stages(deps: Dependencies, windows: list[tuple[int, float, float]]) -> list[int]:
+    """The stages whose reductions `windows` are (each window is at its stage's last backward)."""
+    return [deps.actions[position][0] for position, _, _ in windows]

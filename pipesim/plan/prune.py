@@ -117,7 +117,7 @@ def evaluate_pruned(
             if c.pruned is not None:
                 _forget_numbers(c)
                 continue
-            path = evaluator.simulate(c)
+            path = evaluator.simulate(c, want_path=bool(live))
             if not c.built:
                 continue
             incumbents.add(c.step_ms, c.peak_memory_bytes, c.fits)

@@ -47,6 +47,10 @@ class ScheduleInfo:
     # None: the builder refuses nothing beyond pipesim.limits for positive counts. The planner asks it of
     # candidates it prunes unbuilt, so that they carry the reason they could not be built all the same.
     check: Callable[..., None] | None = None
+    # Per rank, how many forwards (stage, microbatch) its order holds stashed at once at its fullest, for
+    # (num_ranks, num_microbatches, chunks): at least this many (a lower bound; None: one per stage it holds).
+    # The planner's memory bound reads it to discard a candidate before its schedule is built.
+    stashed: Callable[[int, int, int], list[int]] | None = None
 
     def __post_init__(self) -> None:
         assert self.placement in PLACEMENTS, self.placement

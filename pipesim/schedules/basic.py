@@ -75,6 +75,14 @@ def one_f_one_b(num_ranks: int, num_microbatches: int) -> Schedule:
     return make_schedule("1f1b", p, m, loop_placement(p, p), rows)
 
 
+def _gpipe_stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:
+    return [num_microbatches] * num_ranks  # every forward before the first backward
+
+
+def _one_f_one_b_stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:
+    return [min(num_ranks - rank, num_microbatches) for rank in range(num_ranks)]  # warm-up plus one
+
+
 SCHEDULES: list[ScheduleInfo] = [
     ScheduleInfo(
         "naive",
@@ -85,11 +93,13 @@ SCHEDULES: list[ScheduleInfo] = [
         "gpipe",
         gpipe,
         "GPipe: all forwards, then all backwards; bubble (p-1)/(m+p-1), stashes all m microbatches.",
+        stashed=_gpipe_stashed,
     ),
     ScheduleInfo(
         "1f1b",
         one_f_one_b,
         "1F1B (PipeDream-flush): warm-up forwards, steady one-forward-one-backward, cool-down; "
         "GPipe's bubble with at most p-r microbatches stashed on rank r.",
+        stashed=_one_f_one_b_stashed,
     ),
 ]

@@ -36,6 +36,10 @@ def looped_bfs(num_ranks: int, num_microbatches: int, num_virtual_stages: int = 
     return make_schedule("looped-bfs", p, m, loop_placement(p, p * v), rows, num_virtual_stages=v)
 
 
+def _stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:
+    return [num_microbatches * chunks] * num_ranks  # every chunk's forwards before the first backward
+
+
 SCHEDULES: list[ScheduleInfo] = [
     ScheduleInfo(
         "looped-bfs",
@@ -45,5 +49,6 @@ SCHEDULES: list[ScheduleInfo] = [
         options=("num_virtual_stages",),
         placement="interleaved",
         check=check_looped,
+        stashed=_stashed,
     ),
 ]
