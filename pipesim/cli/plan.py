@@ -17,7 +17,6 @@ with --json, the whole plan. `--verify K` then runs the top K candidates for rea
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from pipesim.cost.profile import UnitProfile
 from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags, shown
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
+from pipesim.plan.pool import usable_cores
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
 from pipesim.schedules import schedule_names
@@ -161,7 +161,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--workers",
         type=positive_int,
         metavar="N",
-        help="processes that evaluate candidates (default: one per core, for spaces of more than 200 candidates)",
+        help="processes that evaluate candidates with --exhaustive (default: one per core, for spaces of more than "
+        "200 candidates); at most the cores this process may use (a larger number is capped, and the output says "
+        "so). The default search prunes, which runs in one process",
+    )
+    plan.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="build and simulate every candidate (default: prune those whose lower bound shows they cannot be the "
+        "best, one of the next fastest or on the Pareto front; the answer is the same)",
     )
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan")
     plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
@@ -234,12 +242,19 @@ def space_from_args(args: argparse.Namespace) -> PlanSpace:
     )
 
 
-def _workers(given: int | None, space: PlanSpace) -> int:
-    """--workers, or one per core for a space large enough to repay starting processes (about 0.1 s each)."""
+def _workers(given: int | None, space: PlanSpace, exhaustive: bool) -> tuple[int, str | None]:
+    """Processes for the search and a note for the output: --workers capped at the usable cores (more processes
+    than cores only share them, each holding its own schedules); by default one per core for an exhaustive
+    search of a space large enough to repay starting processes (about 0.1 s each), else one."""
+    cores = usable_cores()
     if given is not None:
-        return given
+        if given > cores:
+            return cores, f"note: --workers {given} capped at {cores}, the cores this process may use"
+        return given, None
+    if not exhaustive:
+        return 1, None
     size = len(space.schedules) * len(space.microbatch_sizes) * len(space.chunks) * len(space.w_shares)
-    return (os.cpu_count() or 1) if size * len(space.ranks or (1,)) * len(space.recompute) > 200 else 1
+    return (cores if size * len(space.ranks or (1,)) * len(space.recompute) > 200 else 1), None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -249,10 +264,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_output(args.json)
     inputs, recorded = inputs_from_args(args)
     space = space_from_args(args)
-    candidates = evaluate_all(inputs, space, workers=_workers(args.workers, space))
+    workers, workers_note = _workers(args.workers, space, args.exhaustive)
+    candidates = evaluate_all(inputs, space, workers=workers, prune=not args.exhaustive)
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
+    if workers_note is not None:
+        lines.insert(1, workers_note)
     if not document["calibration"]["calibrated"]:
         lines.insert(1, "note: " + document["calibration"]["note"])
     failed = [c for c in candidates if c.error is not None]

@@ -26,7 +26,7 @@ from functools import partial
 from pipesim.plan.candidates import Candidate, PlanSpace, candidate_grid, shape_key
 from pipesim.plan.evaluator import Evaluator
 from pipesim.plan.inputs import PlanInputs
-from pipesim.plan.pool import in_pool
+from pipesim.plan.pool import in_pool, usable_cores
 from pipesim.plan.prune import KEEP, evaluate_pruned
 
 __all__ = ["Candidate", "Evaluator", "PlanInputs", "PlanSpace", "candidate_grid", "evaluate_all", "shape_key"]
@@ -60,6 +60,7 @@ def evaluate_all(
         by_shape.setdefault(shape_key(candidate), []).append((place, candidate))
     # the largest shapes first, so that a pool's last tasks are small ones
     groups = sorted(by_shape.values(), key=lambda g: -(g[0][1].ranks * g[0][1].microbatches * g[0][1].virtual_stages))
+    workers = min(workers, usable_cores())  # more processes than cores only share them (the CLI says so)
     if workers > 1 and len(groups) > 1:
         pooled = in_pool(partial(_evaluate_shapes, inputs), groups, workers, progress, len(grid))
         if pooled is not None:
