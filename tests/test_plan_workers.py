@@ -54,4 +54,6 @@ def test_a_pool_that_cannot_start_falls_back_to_one_process(monkeypatch: pytest.
         raise OSError("no processes here")
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refuse)
-    assert _numbers(evaluate_all(INPUTS, SPACE, workers=2, prune=False)) == _numbers(evaluate_all(INPUTS, SPACE, prune=False))
+    assert _numbers(evaluate_all(INPUTS, SPACE, workers=2, prune=False)) == _numbers(
+        evaluate_all(INPUTS, SPACE, prune=False)
+    )
