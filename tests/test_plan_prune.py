@@ -155,3 +155,46 @@ def test_workers_beyond_the_cores_are_capped_and_the_output_says_so(capsys: pyte
     assert "--workers 100000 capped at" in out and "the cores this process may use" in out
     assert main([*argv, "--workers", "1"]) == 0
     assert "capped" not in capsys.readouterr().out
+
+
+def test_balance_reads_a_cost_file_of_many_stages_as_the_full_reader_does(tmp_path) -> None:
+    """The linear reader (`pipesim.io.stage_times`) against `load_cost_file` on a valid file, and every bad record
+    handed to the full reader for its message."""
+    import json
+
+    import numpy as np
+
+    from pipesim.cost.model import CostModel, StageCost
+    from pipesim.io.cost_file import cost_to_dict, load_cost_file
+    from pipesim.io.stage_times import stage_times_ms
+
+    rng = random.Random(3)
+    stages = tuple(
+        StageCost(forward_ms=rng.uniform(0.1, 2), backward_ms=rng.uniform(2, 4), weight_ms=rng.choice([None, 1.0]))
+        for _ in range(12_000)
+    )
+    document = cost_to_dict(CostModel(stages=stages))
+    path = tmp_path / "cost.json"
+    path.write_text(json.dumps(document))
+    expected = [s.forward_ms + s.backward_ms for s in load_cost_file(path).stages]
+    import pipesim.io.stage_times as module
+
+    original = module.SLICE_BYTES
+    module.SLICE_BYTES = 1 << 14  # many slices: a record cut at a slice's end would show
+    try:
+        assert np.array_equal(stage_times_ms(path), np.array(expected))
+        for bad, message in (
+            ({"forward_ms": -1.0, "backward_ms": 1.0}, "forward_ms must be a finite number >= 0"),
+            ({"forward_ms": True, "backward_ms": 1.0}, "must be a number, got True"),
+            ({"forward_ms": 1.0, "backward_ms": 1.0, "colour": 1}, "unknown fields ['colour']"),
+            ({"forward_ms": "1", "backward_ms": 1.0}, "must be a number, got '1'"),
+            ({"forward_ms": 1.0, "backward_ms": 1.0, "weight_ms": 2.0}, "weight_ms (2.0) must lie between"),
+            ({"backward_ms": 1.0}, "forward_ms"),
+        ):
+            broken = {**document, "stages": [*document["stages"][:10_000], bad, *document["stages"][10_000:]]}
+            path.write_text(json.dumps(broken))
+            with pytest.raises(ValueError, match="stages\\[10000\\]") as error:
+                stage_times_ms(path)
+            assert message in str(error.value)
+    finally:
+        module.SLICE_BYTES = original

@@ -32,6 +32,7 @@ from pipesim.cost.profile import UnitProfile
 from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags, shown
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
+from pipesim.io.stage_times import stage_times_ms
 from pipesim.plan.pool import usable_cores
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
@@ -189,9 +190,7 @@ def cmd_balance(args: argparse.Namespace) -> int:
             raise ValueError("--layer-ms replaces the model: drop --cost and the model flags")
         weights = list(args.layer_ms)
     elif args.cost is not None:
-        loaded = load_cost_file(args.cost)
-        units = loaded.unit_costs(loaded.microbatch_sizes[0]) if isinstance(loaded, UnitProfile) else loaded.stages
-        weights = [u.forward_ms + u.backward_ms for u in units]
+        weights = stage_times_ms(args.cost)  # linear in the file (10^6 stages): pipesim.io.stage_times
     else:
         weights = [u.forward_ms + u.backward_ms for u in description_from_args(args).unit_costs()]
     for stages in args.stages:
