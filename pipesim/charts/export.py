@@ -13,7 +13,6 @@ message; HTML never needs a browser (plotly.js is embedded, so the file works of
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -141,6 +140,8 @@ def _run_in_thread(jobs: Sequence[tuple[go.Figure, str]]) -> list[bytes]:
 
     def target() -> None:
         try:
+            import asyncio  # only to render images (0.1 s to import)
+
             outcome["value"] = asyncio.run(_render_all(jobs))
         except BaseException as error:  # handed to the caller's thread below
             outcome["error"] = error

@@ -9,7 +9,6 @@ import logging
 import os
 from pathlib import Path
 
-from pipesim.charts.export import export_figures
 from pipesim.cost.convert import cost_from_times
 from pipesim.cost.model import CostModel, LinkCost
 from pipesim.flags import Parser, UsageError, shown  # noqa: F401 - the commands' parser and usage error, shared with the executor
@@ -181,6 +180,8 @@ def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:
     wanted = {fmt: getattr(args, fmt) for fmt in FIGURE_FORMATS if getattr(args, fmt) is not None}
     if not wanted:
         return []
+    from pipesim.charts.export import export_figures  # plotly and its exporter only when a figure is asked for
+
     fig = fig_factory()
     html = {"html": wanted["html"]} if "html" in wanted else {}
     written = []

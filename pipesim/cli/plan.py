@@ -23,20 +23,17 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from pipesim.analysis.calibration import calibrate_from_run
 from pipesim.cli.common import positive_int
-from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
-from pipesim.cost.profile import UnitProfile
 from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags, shown
-from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
-from pipesim.io.stage_times import stage_times_ms
-from pipesim.plan.pool import usable_cores
-from pipesim.plan.report import plan_document
-from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
+from pipesim.plan.candidates import PlanSpace
 from pipesim.schedules import schedule_names
+
+if TYPE_CHECKING:  # the planner's modules are imported by the commands that run them (a fast start for the rest)
+    from pipesim.plan.inputs import PlanInputs
 
 UNITS_HELP = (
     "Split points are unit indices, as `executor run --split-points` takes them: a model's units are its embedding "
@@ -185,6 +182,9 @@ def _model_given(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_balance(args: argparse.Namespace) -> int:
+    from pipesim.cost.balance import balance, format_split_points
+    from pipesim.io.stage_times import stage_times_ms
+
     if args.layer_ms is not None:
         if args.cost or _model_given(args):
             raise ValueError("--layer-ms replaces the model: drop --cost and the model flags")
@@ -202,6 +202,11 @@ def cmd_balance(args: argparse.Namespace) -> int:
 
 
 def inputs_from_args(args: argparse.Namespace) -> tuple[PlanInputs, dict]:
+    from pipesim.analysis.calibration import calibrate_from_run
+    from pipesim.cost.profile import UnitProfile
+    from pipesim.io.cost_file import load_cost_file
+    from pipesim.plan.inputs import PlanInputs
+
     common = dict(
         devices=args.devices, global_batch=args.global_batch, memory_cap_bytes=args.memory_cap, optimizer=args.optimizer
     )
@@ -245,6 +250,8 @@ def _workers(given: int | None, space: PlanSpace, exhaustive: bool) -> tuple[int
     """Processes for the search and a note for the output: --workers capped at the usable cores (more processes
     than cores only share them, each holding its own schedules); by default one per core for an exhaustive
     search of a space large enough to repay starting processes (about 0.1 s each), else one."""
+    from pipesim.plan.pool import usable_cores
+
     cores = usable_cores()
     if given is not None:
         if given > cores:
@@ -257,6 +264,9 @@ def _workers(given: int | None, space: PlanSpace, exhaustive: bool) -> tuple[int
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from pipesim.plan.report import plan_document
+    from pipesim.plan.search import evaluate_all
+
     if args.verify is not None and (args.json is None or args.verify < 1):
         raise UsageError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
     if args.json is not None:

@@ -25,12 +25,15 @@ import argparse
 import math
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from pipesim.cli.common import UsageError, add_cost_args, check_outputs, cost_from_args, positive_int
 from pipesim.cli.plan import parse_bytes
 from pipesim.io.formats import schedule_to_csv, schedule_to_dict, write_file, write_json
 from pipesim.schedules import PLACEMENTS
-from pipesim.synth import Synthesis, SynthesisProblem, synthesize
+
+if TYPE_CHECKING:  # the synthesizer (and its solver) is imported by the command that runs it
+    from pipesim.synth import Synthesis
 
 MAX_TIME_LIMIT_S = 3600.0
 
@@ -118,6 +121,8 @@ def summary_lines(result: Synthesis, show_bytes: bool) -> list[str]:
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
+    from pipesim.synth import SynthesisProblem, synthesize
+
     if args.virtual_stages is not None and args.placement != "interleaved":
         raise UsageError(f"--virtual-stages applies to --placement interleaved only (got --placement {args.placement})")
     check_outputs(args, ("csv", "json"))  # both writable, and not the same file, before any search

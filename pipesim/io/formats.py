@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import stat
 import tempfile
@@ -341,4 +342,32 @@ def load_timeline(path: str | Path) -> Timeline:
 
 
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
-    write_json(timeline_to_dict(timeline, summary), path)
+    """`timeline_to_dict` written as JSON; a long timeline (past READABLE_JSON_CHARS, written compactly anyway) has
+    its spans written as text directly, the same bytes `json.dumps` writes, without a dict per span."""
+    if len(timeline.spans) * 64 <= READABLE_JSON_CHARS:
+        write_json(timeline_to_dict(timeline, summary), path)
+        return
+    head = timeline_to_dict(dataclasses.replace(timeline, spans=()), summary)
+    comm = head.pop("comm")
+    head.pop("spans")
+    text = json_text(head, path, indent=None)
+    spans = _spans_text(timeline.spans, path)
+    write_file(f'{text[:-1]},"spans":[{spans}],"comm":{json_text(comm, path, indent=None)}}}', path)
+
+
+def _spans_text(spans: tuple[Span, ...], path: str | Path) -> str:
+    """The spans as `json.dumps(..., separators=(",", ":"))` writes their dicts (floats by repr, as json does)."""
+    times = [t for s in spans for t in (s.start, s.end)]
+    if not all(map(math.isfinite, times)):
+        raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs")
+    number = {float: float.__repr__, int: int.__repr__}
+    return ",".join(
+        f'{{"rank":{s.rank},"action":"{s.action}","start":{number.get(type(s.start), _json_number)(s.start)},'
+        f'"end":{number.get(type(s.end), _json_number)(s.end)},"step":{s.step}'
+        + (f',"replica":{s.replica}}}' if s.replica else "}")
+        for s in spans
+    )
+
+
+def _json_number(value: Any) -> str:
+    return json.dumps(value)  # a float or int subclass (numpy's float64): as json writes it

@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from pipesim.cost.model import CostModel
 from pipesim.ir import ActionKind, Schedule
 from pipesim.records import Timeline
@@ -126,6 +124,8 @@ class OrderWalk:
     """
 
     def __init__(self, schedule: Schedule) -> None:
+        import numpy as np  # the planner's walk only: simulate and the cost files start without numpy
+
         self.num_stages = schedule.num_stages
         kind_index = {kind: i for i, kind in enumerate(_KINDS)}
         self.codes = [
@@ -134,6 +134,8 @@ class OrderWalk:
         ]
 
     def peaks(self, cost: CostModel) -> list[float]:
+        import numpy as np
+
         table = stash_table(stash_sizes(cost, range(self.num_stages)))
         deltas = np.array([table[stage][kind][1] for stage in range(self.num_stages) for kind in _KINDS])
         result = []
