@@ -159,9 +159,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--workers",
         type=positive_int,
         metavar="N",
-        help="processes that evaluate candidates with --exhaustive (default: one per core, for spaces of more than "
-        "200 candidates); at most the cores this process may use (a larger number is capped, and the output says "
-        "so). The default search prunes, which runs in one process",
+        help="processes that evaluate candidates (default: one per core, for spaces of more than 200 candidates); "
+        "at most the cores this process may use (a larger number is capped, and the output says so)",
     )
     plan.add_argument(
         "--exhaustive",
@@ -246,10 +245,10 @@ def space_from_args(args: argparse.Namespace) -> PlanSpace:
     )
 
 
-def _workers(given: int | None, space: PlanSpace, exhaustive: bool) -> tuple[int, str | None]:
+def _workers(given: int | None, space: PlanSpace) -> tuple[int, str | None]:
     """Processes for the search and a note for the output: --workers capped at the usable cores (more processes
-    than cores only share them, each holding its own schedules); by default one per core for an exhaustive
-    search of a space large enough to repay starting processes (about 0.1 s each), else one."""
+    than cores only share them, each holding its own schedules); by default one per core for a space large
+    enough to repay starting processes (about 0.1 s each), else one."""
     from pipesim.plan.pool import usable_cores
 
     cores = usable_cores()
@@ -257,8 +256,6 @@ def _workers(given: int | None, space: PlanSpace, exhaustive: bool) -> tuple[int
         if given > cores:
             return cores, f"note: --workers {given} capped at {cores}, the cores this process may use"
         return given, None
-    if not exhaustive:
-        return 1, None
     size = len(space.schedules) * len(space.microbatch_sizes) * len(space.chunks) * len(space.w_shares)
     return (cores if size * len(space.ranks or (1,)) * len(space.recompute) > 200 else 1), None
 
@@ -273,7 +270,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_output(args.json)
     inputs, recorded = inputs_from_args(args)
     space = space_from_args(args)
-    workers, workers_note = _workers(args.workers, space, args.exhaustive)
+    workers, workers_note = _workers(args.workers, space)
     candidates = evaluate_all(inputs, space, workers=workers, prune=not args.exhaustive)
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
     document["calibration"] = inputs.calibration()

@@ -53,6 +53,7 @@ class Evaluator:
         self._splits: dict[tuple, Any] = {}
         self._last_gradients: dict[tuple, list[list[tuple[int, int]]]] = {}
         self._priced: dict[int, tuple[CostModel, list[float]]] = {}  # id(candidate) -> its cost model and memory
+        self._bounds: dict[tuple, float] = {}  # families sharing a layout share their costs' bounds
 
     def shape(self, name: str, ranks: int, microbatches: int, chunks: int) -> Shape | ValueError:
         """A shape's schedule and order walk (its dependencies come when a candidate of it is timed), or the
@@ -151,10 +152,15 @@ class Evaluator:
         if isinstance(split, Exception):
             c.error = str(split)
             return None
-        cost = self.cost_model(c, split.split_points, layout)
         stashed = schedule_info(c.schedule).stashed
-        held = None if stashed is None else stashed(c.ranks, c.microbatches, c.virtual_stages)
-        return candidate_bound(layout, cost, c.microbatches, self.inputs.optimizer, held)
+        held = None if stashed is None else tuple(stashed(c.ranks, c.microbatches, c.virtual_stages))
+        costs = (layout, c.microbatch_size, c.w_share, c.recompute, c.data_parallel, split.split_points)
+        step_key, memory_key = (*costs, c.microbatches), (*costs, held)
+        if step_key not in self._bounds or memory_key not in self._bounds:
+            cost = self.cost_model(c, split.split_points, layout)
+            bound = candidate_bound(layout, cost, c.microbatches, self.inputs.optimizer, held)
+            self._bounds[step_key], self._bounds[memory_key] = bound.step_ms, bound.memory_bytes
+        return Bound(self._bounds[step_key], self._bounds[memory_key])
 
     def _built(self, c: Candidate) -> Shape:
         shape = self.shape(*shape_key(c))
@@ -225,7 +231,9 @@ class Evaluator:
         c.bubble_fraction = 1 - sum(durations) / (schedule.num_ranks * pipeline_ms) if pipeline_ms > 0 else 0.0
         if not want_path or (cost.shared_cores is not None and cost.shared_cores < deps.num_ranks):
             return None
-        return critical_path(deps, shape.crossing, (starts, ends), (durations, hops, gaps), (finish, tails, windows))
+        return critical_path(
+            deps, shape.crossing, (starts, ends), (durations, hops, gaps), (finish, tails, windows), schedule.num_stages
+        )
 
     def dependencies(self, shape: Shape) -> Dependencies:
         """A shape's dependencies and the stage boundary each action hears across, built on first use."""

@@ -54,6 +54,7 @@ def critical_path(
     times: tuple[list[float], list[float]],
     inputs: tuple[list[float], list[float], list[float]],
     step: tuple[list[float], tuple[float, ...], list[list[tuple[int, float, float]]]],
+    num_stages: int,
 ) -> CriticalPath:
     """Walk back from what ended the step, each time along the edge that set the action's start (`times`: the
     sweep's starts and ends; `inputs`: its durations, transfers and gaps; `step`: each rank's finish, tail and
@@ -97,7 +98,6 @@ def critical_path(
             transfers[edge[1]] += 1
         assert best <= starts[i] + 1e-9 * max(1.0, abs(starts[i])) or not math.isfinite(best), "not a sweep edge"
         i = step
-    num_stages = max(s for s, _, _ in deps.actions) + 1
     return CriticalPath(actions, transfers, paid, reductions, last_rank, deps.num_ranks, num_stages)
 
 

@@ -49,18 +49,18 @@ def evaluate_all(
     2,232-candidate space of issue 21 held 2.0 GB of schedules at once). `progress(done, total)` is called as
     shapes finish (the Plan page's progress bar). `workers` > 1 spreads the shapes over that many processes (each
     shape's work is independent: the same numbers come back); a pool that cannot start falls back to this one.
-    Pruning runs in this process (each candidate is pruned by those built before it).
+    A pruned search spreads its shapes the same way, each process pruning by what was built before it started.
     """
     grid = candidate_grid(inputs, space)
     evaluator = Evaluator(inputs)
+    workers = min(workers, usable_cores())  # more processes than cores only share them (the CLI says so)
     if prune:
-        return evaluate_pruned(evaluator, grid, keep, progress)
+        return evaluate_pruned(evaluator, grid, keep, progress, workers)
     by_shape: dict[tuple, list[tuple[int, Candidate]]] = {}
     for place, candidate in enumerate(grid):
         by_shape.setdefault(shape_key(candidate), []).append((place, candidate))
     # the largest shapes first, so that a pool's last tasks are small ones
     groups = sorted(by_shape.values(), key=lambda g: -(g[0][1].ranks * g[0][1].microbatches * g[0][1].virtual_stages))
-    workers = min(workers, usable_cores())  # more processes than cores only share them (the CLI says so)
     if workers > 1 and len(groups) > 1:
         pooled = in_pool(partial(_evaluate_shapes, inputs), groups, workers, progress, len(grid))
         if pooled is not None:
