@@ -198,3 +198,22 @@ def test_balance_reads_a_cost_file_of_many_stages_as_the_full_reader_does(tmp_pa
             assert message in str(error.value)
     finally:
         module.SLICE_BYTES = original
+
+
+def test_a_long_timeline_is_written_as_the_same_bytes_as_its_dict(tmp_path) -> None:
+    """`save_timeline`'s span text against json's own writing of `timeline_to_dict` (issue 31's faster write)."""
+    from dataclasses import replace
+
+    from pipesim.cost.model import CostModel
+    from pipesim.io.formats import json_text, load_timeline, save_timeline, timeline_to_dict
+    from pipesim.sim.steps import simulate_step
+
+    schedule = build_schedule("interleaved-1f1b", 16, 64, num_virtual_stages=2)
+    timeline = simulate_step(schedule, CostModel.uniform(forward_ms=1.1, backward_ms=2.3)).timeline
+    spans = list(timeline.spans)
+    spans[3] = spans[3]._replace(replica=2, start=1)  # an int time and a replica, as measured timelines carry
+    timeline = replace(timeline, spans=tuple(spans))
+    save_timeline(timeline, tmp_path / "t.json", {"step_ms": 1.5})
+    written = (tmp_path / "t.json").read_text()
+    assert written == json_text(timeline_to_dict(timeline, {"step_ms": 1.5}), "t.json")
+    assert load_timeline(tmp_path / "t.json").spans == timeline.spans

@@ -344,7 +344,7 @@ def load_timeline(path: str | Path) -> Timeline:
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
     """`timeline_to_dict` written as JSON; a long timeline (past READABLE_JSON_CHARS, written compactly anyway) has
     its spans written as text directly, the same bytes `json.dumps` writes, without a dict per span."""
-    if len(timeline.spans) * 64 <= READABLE_JSON_CHARS:
+    if len(timeline.spans) * _SHORTEST_SPAN_CHARS <= READABLE_JSON_CHARS:  # else compact whatever the rest
         write_json(timeline_to_dict(timeline, summary), path)
         return
     head = timeline_to_dict(dataclasses.replace(timeline, spans=()), summary)
@@ -353,6 +353,9 @@ def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] 
     text = json_text(head, path, indent=None)
     spans = _spans_text(timeline.spans, path)
     write_file(f'{text[:-1]},"spans":[{spans}],"comm":{json_text(comm, path, indent=None)}}}', path)
+
+
+_SHORTEST_SPAN_CHARS = len('{"rank":0,"action":"0F0","start":0.0,"end":0.0,"step":0},')
 
 
 def _spans_text(spans: tuple[Span, ...], path: str | Path) -> str:
