@@ -261,6 +261,7 @@ def _workers(given: int | None, space: PlanSpace) -> tuple[int, str | None]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from pipesim.plan.prune import KEEP
     from pipesim.plan.report import plan_document
     from pipesim.plan.search import evaluate_all
 
@@ -271,7 +272,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     inputs, recorded = inputs_from_args(args)
     space = space_from_args(args)
     workers, workers_note = _workers(args.workers, space)
-    candidates = evaluate_all(inputs, space, workers=workers, prune=not args.exhaustive)
+    keep = max(KEEP, args.verify or 0)  # verify's top K are among the candidates pruning keeps
+    candidates = evaluate_all(inputs, space, workers=workers, prune=not args.exhaustive, keep=keep)
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
