@@ -94,16 +94,19 @@ def plan_candidates(
     *,
     workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    prune: bool = True,
 ) -> list[Candidate]:
     """Every candidate of `space` (default: PlanSpace()) for the model and devices of `inputs`, each evaluated
-    exactly (`pipesim.plan.search.evaluate_all`); `pareto_front` and `best_candidate` read the result. (Not named
-    `plan`: that is the name of the package `pipesim.plan`, which Python would find first once it is imported.)"""
+    exactly or, with `prune`, left unbuilt where its lower bound proves it cannot change the answer (it carries
+    `pruned`, why, and no numbers: `pipesim.plan.search.evaluate_all`); `pareto_front` and `best_candidate` read
+    the result, the same either way. (Not named `plan`: that is the name of the package `pipesim.plan`, which
+    Python would find first once it is imported.)"""
     from pipesim.plan.inputs import PlanInputs
     from pipesim.plan.search import PlanSpace, evaluate_all
 
     require(inputs, "inputs", PlanInputs, "a PlanInputs (PlanInputs.from_description, from_cost or from_profile)")
     require(space, "space", (PlanSpace, type(None)), "a PlanSpace or None")
-    return evaluate_all(inputs, space or PlanSpace(), progress=progress, workers=workers)
+    return evaluate_all(inputs, space or PlanSpace(), progress=progress, workers=workers, prune=prune)
 
 
 def gantt_figure(timeline: Timeline, *, title: str = "", color_by: str = "kind") -> go.Figure:

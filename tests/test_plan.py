@@ -153,7 +153,7 @@ def small_plan(cap: float | None = None, overhead_ms: float = 0.0, **space) -> l
     defaults = dict(
         schedules=tuple(schedule_names()), microbatch_sizes=(1, 2, 4), chunks=(1, 2), w_shares=(None, 0.3), ranks=(1, 2)
     )
-    return evaluate_all(inputs, PlanSpace(**{**defaults, **space}))
+    return evaluate_all(inputs, PlanSpace(**{**defaults, **space}), prune=False)
 
 
 def test_every_candidate_equals_a_full_simulation_and_memory_walk():

@@ -30,8 +30,8 @@ def test_one_candidate_at_a_time_equals_shape_by_shape_and_the_pool() -> None:
     evaluator = Evaluator(INPUTS)
     reference = [evaluator.evaluate(c) for c in candidate_grid(INPUTS, SPACE)]  # the plain loop, all cached
     calls: list[tuple[int, int]] = []
-    by_shape = evaluate_all(INPUTS, SPACE, progress=lambda done, total: calls.append((done, total)))
-    pooled = evaluate_all(INPUTS, SPACE, workers=2)
+    by_shape = evaluate_all(INPUTS, SPACE, progress=lambda done, total: calls.append((done, total)), prune=False)
+    pooled = evaluate_all(INPUTS, SPACE, workers=2, prune=False)
     assert _numbers(by_shape) == _numbers(reference) == _numbers(pooled)
     assert [c.label for c in pareto_front(pooled)] == [c.label for c in pareto_front(reference)]
     assert best_candidate(pooled).label == best_candidate(reference).label
@@ -41,7 +41,7 @@ def test_one_candidate_at_a_time_equals_shape_by_shape_and_the_pool() -> None:
 
 
 def test_an_evaluated_candidate_can_still_be_drawn_after_its_shape_was_dropped() -> None:
-    candidates = evaluate_all(INPUTS, SPACE)
+    candidates = evaluate_all(INPUTS, SPACE, prune=False)
     built = next(c for c in candidates if c.error is None and c.schedule == "zb-h1")
     schedule, cost = Evaluator(INPUTS).materialise(built)
     assert schedule.num_ranks == built.ranks and len(cost.stages) == schedule.num_stages
@@ -54,4 +54,6 @@ def test_a_pool_that_cannot_start_falls_back_to_one_process(monkeypatch: pytest.
         raise OSError("no processes here")
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refuse)
-    assert _numbers(evaluate_all(INPUTS, SPACE, workers=2)) == _numbers(evaluate_all(INPUTS, SPACE))
+    assert _numbers(evaluate_all(INPUTS, SPACE, workers=2, prune=False)) == _numbers(
+        evaluate_all(INPUTS, SPACE, prune=False)
+    )

@@ -25,6 +25,7 @@ from pipesim.cost.profile import (
 from pipesim.cost.runtime import OptimizerTime, RuntimeTerms
 from pipesim.io.cost_file import COST_UNITS, load_cost, load_cost_file, save_profile
 from pipesim.plan.inputs import PlanInputs
+from pipesim.plan.report import best_candidate, pareto_front
 from pipesim.plan.search import Evaluator, PlanSpace, evaluate_all
 from pipesim.schedules import build_schedule, options_for
 from pipesim.sim.memory import rank_memory
@@ -251,8 +252,12 @@ def test_every_candidate_equals_simulate_step_on_a_cost_model_built_here(timed_w
         p = replace(p, stages={(2, 0, 3): bumped, (2, 3, 6): bumped, (1, 2, 3): bumped})
     inputs = PlanInputs.from_profile(p, devices=2, global_batch=8, optimizer="adam")
     space = PlanSpace(schedules=("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv"), microbatch_sizes=(1, 2, 3))
-    candidates = [c for c in evaluate_all(inputs, space) if c.error is None]
+    every = evaluate_all(inputs, space, prune=False)
+    candidates = [c for c in every if c.error is None]
     assert len(candidates) >= 20
+    pruned = evaluate_all(inputs, space)  # the bounds under a profile's runtime terms: the same answer
+    assert [(c.label, c.step_ms) for c in pareto_front(pruned)] == [(c.label, c.step_ms) for c in pareto_front(every)]
+    assert best_candidate(pruned).label == best_candidate(every).label
     used = 0
     for c in candidates:
         schedule = build_schedule(

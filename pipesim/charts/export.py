@@ -14,7 +14,6 @@ works offline: plotly.js's cartesian bundle, the one the app serves, where it is
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import importlib.util
 import threading
@@ -179,6 +178,8 @@ def _run_in_thread(jobs: Sequence[tuple[go.Figure, str]]) -> list[bytes]:
 
     def target() -> None:
         try:
+            import asyncio  # only to render images (0.1 s to import)
+
             outcome["value"] = asyncio.run(_render_all(jobs))
         except BaseException as error:  # handed to the caller's thread below
             outcome["error"] = error

@@ -74,7 +74,7 @@ def pareto_figure(
     selected: Candidate | None = None,
 ) -> go.Figure:
     """Step time (x) against peak memory per device (y); lower left is better."""
-    built = [c for c in candidates if c.error is None]
+    built = [c for c in candidates if c.built]
     highest = max((c.peak_memory_bytes for c in built), default=0.0)
     unit, size = binary_unit(max(highest, cap or 0.0) if cap is not None and cap <= CAP_IN_VIEW * highest else highest)
     on_front = {id(c) for c in front}

@@ -57,7 +57,6 @@ from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
-from pipesim.analysis.compare import compare_schedules, format_table
 from pipesim.charts.export import ExportUnavailable
 from pipesim.cli import app as cli_app
 from pipesim.cli import plan as cli_plan
@@ -95,6 +94,7 @@ from pipesim.io.formats import (
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
 from pipesim.ir import Schedule
 from pipesim.programs import programs
+from pipesim.records import Timeline
 from pipesim.schedules import build_schedule, schedule_info
 from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import validate
@@ -303,8 +303,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _write_simulation_files(
     args: argparse.Namespace, schedule: Schedule, cost: CostModel, step: SimulatedStep, metrics: Metrics
 ) -> list[str]:
-    from pipesim.charts.gantt import gantt_figure  # plotly only when a figure is asked for
-
     timeline = step.timeline
     files: dict[Path, str] = {}  # written together, all or none (pipesim.io.atomic.write_files)
     if args.json is not None:
@@ -322,8 +320,14 @@ def _write_simulation_files(
         files[args.trace] = json_text(timeline_to_chrome_trace(timeline, schedule), args.trace)
     write_files(files)
     written = [str(path) for path in files]
-    written += write_figures(lambda: gantt_figure(timeline, title=schedule.name), args)
+    written += write_figures(lambda: _gantt(timeline, schedule.name), args)
     return written
+
+
+def _gantt(timeline: Timeline, title: str):  # noqa: ANN202 - a plotly figure (plotly only when one is asked for)
+    from pipesim.charts.gantt import gantt_figure
+
+    return gantt_figure(timeline, title=title)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -331,6 +335,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name in args.schedules:
         schedule_info(name)  # unknown names are a usage error, not a failed row
     cost = cost_from_args(args)
+    from pipesim.analysis.compare import compare_schedules, format_table
+
     rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages)
     written = []
     if args.json is not None:

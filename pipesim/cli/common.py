@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from pipesim.charts.export import export_figures
 from pipesim.cost.convert import cost_from_times
 from pipesim.cost.model import CostModel, LinkCost
 from pipesim.flags import (  # noqa: F401 - the commands' parser and usage error, shared with the executor
@@ -193,6 +192,8 @@ def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:
     wanted = {fmt: getattr(args, fmt) for fmt in FIGURE_FORMATS if getattr(args, fmt) is not None}
     if not wanted:
         return []
+    from pipesim.charts.export import export_figures  # plotly and its exporter only when a figure is asked for
+
     fig = fig_factory()
     html = {"html": wanted["html"]} if "html" in wanted else {}
     written = []

@@ -17,7 +17,6 @@ with --json, the whole plan. `--verify K` then runs the top K candidates for rea
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
 import subprocess
@@ -25,6 +24,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from pipesim.analysis.calibration import calibrate_from_run
 from pipesim.cli.common import positive_int, summary_stream, written_lines
@@ -48,11 +48,14 @@ from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
 from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
 from pipesim.numbers import read_float
+from pipesim.plan.candidates import PlanSpace
 from pipesim.plan.report import plan_document
-from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
 from pipesim.programs import named_as_started, programs
 from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import schedule_names
+
+if TYPE_CHECKING:  # the planner's modules are imported by the commands that run them (a fast start for the rest)
+    from pipesim.plan.inputs import PlanInputs
 
 UNITS_HELP = (
     "Split points are unit indices, as `python -m executor run --split-points` takes them: a model's units are its "
@@ -179,7 +182,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--workers",
         type=positive_int,
         metavar="N",
-        help="processes that evaluate candidates (default: one per core, for spaces of more than 200 candidates)",
+        help="processes that evaluate candidates (default: one per core, for spaces of more than 200 candidates); "
+        "at most the cores this process may use (a larger number is capped, and the output says so)",
+    )
+    plan.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="build and simulate every candidate (default: prune those whose lower bound shows they cannot be the "
+        "best, one of the next fastest or on the Pareto front; the answer is the same)",
     )
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan (- for standard output)")
     plan.add_argument("--verify", type=int_flag(1, 1000), metavar="K", help="run the top K for real (needs --json)")
@@ -194,14 +204,14 @@ def _model_given(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_balance(args: argparse.Namespace) -> int:
+    from pipesim.io.stage_times import stage_times_ms
+
     if args.layer_ms is not None:
         if args.cost or _model_given(args):
             raise ValueError("--layer-ms replaces the model: drop --cost and the model flags")
         weights = list(args.layer_ms)
     elif args.cost is not None:
-        loaded = load_cost_file(args.cost)
-        units = loaded.unit_costs(loaded.microbatch_sizes[0]) if isinstance(loaded, UnitProfile) else loaded.stages
-        weights = [u.forward_ms + u.backward_ms for u in units]
+        weights = stage_times_ms(args.cost)  # linear in the file (10^6 stages): pipesim.io.stage_times
     else:
         weights = [u.forward_ms + u.backward_ms for u in description_from_args(args).unit_costs()]
     for stages in args.stages:
@@ -213,6 +223,8 @@ def cmd_balance(args: argparse.Namespace) -> int:
 
 
 def inputs_from_args(args: argparse.Namespace) -> tuple[PlanInputs, dict]:
+    from pipesim.plan.inputs import PlanInputs
+
     common = dict(
         devices=args.devices, global_batch=args.global_batch, memory_cap_bytes=args.memory_cap, optimizer=args.optimizer
     )
@@ -252,15 +264,25 @@ def space_from_args(args: argparse.Namespace) -> PlanSpace:
     )
 
 
-def _workers(given: int | None, space: PlanSpace) -> int:
-    """--workers, or one per core for a space large enough to repay starting processes (about 0.1 s each)."""
+def _workers(given: int | None, space: PlanSpace) -> tuple[int, str | None]:
+    """Processes for the search and a note for the output: --workers capped at the usable cores (more processes
+    than cores only share them, each holding its own schedules); by default one per core for a space large
+    enough to repay starting processes (about 0.1 s each), else one."""
+    from pipesim.plan.pool import usable_cores
+
+    cores = usable_cores()
     if given is not None:
-        return given
+        if given > cores:
+            return cores, f"note: --workers {given} capped at {cores}, the cores this process may use"
+        return given, None
     size = len(space.schedules) * len(space.microbatch_sizes) * len(space.chunks) * len(space.w_shares)
-    return (os.cpu_count() or 1) if size * len(space.ranks or (1,)) * len(space.recompute) > 200 else 1
+    return (cores if size * len(space.ranks or (1,)) * len(space.recompute) > 200 else 1), None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from pipesim.plan.prune import KEEP
+    from pipesim.plan.search import evaluate_all
+
     if args.verify is not None and (args.json is None or args.verify < 1):
         raise UsageError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
     if args.ranks is None:  # every device in one pipeline: as many ranks
@@ -269,12 +291,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_output(args.json)
     inputs, recorded = inputs_from_args(args)
     space = space_from_args(args)
+    workers, workers_note = _workers(args.workers, space)
+    keep = max(KEEP, args.verify or 0)  # verify's top K are among the candidates pruning keeps
     with ProgressBar("plan") as bar:
         progress = lambda done, total: bar.set(done / total, f"{done}/{total} candidates")  # noqa: E731
-        candidates = evaluate_all(inputs, space, progress=progress, workers=_workers(args.workers, space))
+        candidates = evaluate_all(
+            inputs, space, progress=progress, workers=workers, prune=not args.exhaustive, keep=keep
+        )
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
+    if workers_note is not None:
+        lines.insert(1, workers_note)
     if not document["calibration"]["calibrated"]:
         lines.insert(1, "note: " + document["calibration"]["note"])
     failed = [c for c in candidates if c.error is not None]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from pipesim.cli.common import (
     UsageError,
@@ -40,7 +41,9 @@ from pipesim.io.formats import json_text, schedule_to_csv, schedule_to_dict, wri
 from pipesim.limits import MAX_MICROBATCHES
 from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import PLACEMENTS
-from pipesim.synth import Synthesis, SynthesisProblem, synthesize
+
+if TYPE_CHECKING:  # the synthesizer (and its solver) is imported by the command that runs it
+    from pipesim.synth import Synthesis
 
 MAX_TIME_LIMIT_S = 3600.0
 
@@ -125,6 +128,8 @@ def summary_lines(result: Synthesis, show_bytes: bool) -> list[str]:
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
+    from pipesim.synth import SynthesisProblem, synthesize
+
     if args.virtual_stages is not None and args.placement != "interleaved":
         raise UsageError(f"--virtual-stages applies to --placement interleaved only (got --placement {args.placement})")
     check_outputs(args, ("csv", "json"))  # both writable, and not the same file, before any search

@@ -318,7 +318,37 @@ def load_timeline(path: str | Path) -> Timeline:
 
 
 def save_timeline(timeline: Timeline, path: str | Path, summary: dict[str, Any] | None = None) -> None:
-    """Write a timeline document (`load_timeline` reads it back)."""
+    """`timeline_to_dict` written as JSON; a long timeline (past READABLE_JSON_CHARS, written compactly anyway) has
+    its spans written as text directly, the same bytes `json.dumps` writes, without a dict per span."""
     require(timeline, "timeline", Timeline, "a Timeline")
     require(path, "path", PATH_TYPES, PATH_TAKES)
-    write_json(timeline_to_dict(timeline, summary), path)
+    if len(timeline.spans) * _SHORTEST_SPAN_CHARS <= READABLE_JSON_CHARS:  # else compact whatever the rest
+        write_json(timeline_to_dict(timeline, summary), path)
+        return
+    head = timeline_to_dict(dataclasses.replace(timeline, spans=()), summary)
+    comm = head.pop("comm")
+    head.pop("spans")
+    text = json_text(head, path, indent=None)
+    spans = _spans_text(timeline.spans, path)
+    write_file(f'{text[:-1]},"spans":[{spans}],"comm":{json_text(comm, path, indent=None)}}}', path)
+
+
+_SHORTEST_SPAN_CHARS = len('{"rank":0,"action":"0F0","start":0.0,"end":0.0,"step":0},')
+
+
+def _spans_text(spans: tuple[Span, ...], path: str | Path) -> str:
+    """The spans as `json.dumps(..., separators=(",", ":"))` writes their dicts (floats by repr, as json does)."""
+    times = [t for s in spans for t in (s.start, s.end)]
+    if not all(map(math.isfinite, times)):
+        raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs")
+    number = {float: float.__repr__, int: int.__repr__}
+    return ",".join(
+        f'{{"rank":{s.rank},"action":"{s.action}","start":{number.get(type(s.start), _json_number)(s.start)},'
+        f'"end":{number.get(type(s.end), _json_number)(s.end)},"step":{s.step}'
+        + (f',"replica":{s.replica}}}' if s.replica else "}")
+        for s in spans
+    )
+
+
+def _json_number(value: Any) -> str:
+    return json.dumps(value)  # a float or int subclass (numpy's float64): as json writes it

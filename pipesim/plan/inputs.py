@@ -18,6 +18,7 @@ from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, RankRunti
 from pipesim.cost.profile import UnitProfile
 from pipesim.cost.runtime import RuntimeTerms
 from pipesim.ir import Schedule
+from pipesim.plan.layout import Layout
 from pipesim.programs import programs
 from pipesim.sim.memory import check_optimizer
 
@@ -203,7 +204,7 @@ class PlanInputs:
             stages.append(replace(stage, **times))
         return replace(cost, stages=tuple(stages))
 
-    def rank_runtime(self, schedule: Schedule, stages: tuple[StageCost, ...], replicas: int) -> RankRuntime:
+    def rank_runtime(self, schedule: Schedule | Layout, stages: tuple[StageCost, ...], replicas: int) -> RankRuntime:
         """Each rank's time outside its actions for this cut: with `runtime` (a profile's: of the schedule's class),
         its tail and the optimizer's step on the parameters it holds, the dispatch gap and the shared cores; else
         `step_overhead_ms` alone."""

@@ -29,7 +29,7 @@ def pareto_front(candidates: list[Candidate]) -> list[Candidate]:
     """The built candidates that no other beats on both step time and memory (at least as good on both, better on
     one), fastest first. Candidates with identical numbers do not beat each other: all of them stay."""
     require_items(candidates, "candidates", Candidate, "Candidates (plan_candidates' result)")
-    built = sorted((c for c in candidates if c.error is None), key=lambda c: (c.step_ms, c.peak_memory_bytes))
+    built = sorted((c for c in candidates if c.built), key=lambda c: (c.step_ms, c.peak_memory_bytes))
     front: list[Candidate] = []
     best_before = float("inf")  # lowest memory among strictly faster candidates
     i = 0
@@ -54,7 +54,7 @@ def time_key(step_ms: float) -> float:
 def best_candidate(candidates: list[Candidate]) -> Candidate | None:
     """The fastest candidate that fits the cap (less memory breaks a tie: `time_key`); None when none fits."""
     require_items(candidates, "candidates", Candidate, "Candidates (plan_candidates' result)")
-    fitting = [c for c in candidates if c.error is None and c.fits]
+    fitting = [c for c in candidates if c.built and c.fits]
     return min(fitting, key=lambda c: (time_key(c.step_ms), c.peak_memory_bytes), default=None)
 
 
@@ -96,19 +96,25 @@ def runners_up(candidates: list[Candidate], best: Candidate | None, cap: float |
     """The next `count` fastest candidates (fitting or not) and why each lost to `best`."""
     if best is None:
         return []
-    others = sorted((c for c in candidates if c.error is None and c is not best), key=lambda c: c.step_ms)
+    others = sorted((c for c in candidates if c.built and c is not best), key=lambda c: c.step_ms)
     return [why_lost(c, best, cap) for c in others[:count]]
 
 
 def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
-    built = [c for c in candidates if c.error is None]
-    failed = len(candidates) - len(built)
+    built = [c for c in candidates if c.built]
+    failed = sum(c.error is not None for c in candidates)
+    pruned = sum(c.pruned is not None for c in candidates)
     best = best_candidate(candidates)
     fitting = sum(c.fits for c in built)
     lines = [
         f"{len(candidates)} candidates: {len(built)} built, {fitting} fit"
         + (f" the cap of {format_bytes(cap)}" if cap is not None else "")
         + f", {failed} cannot be built"
+        + (
+            f", {pruned} pruned unbuilt (their lower bound cannot reach the best, a runner-up or the front)"
+            if pruned
+            else ""
+        )
     ]
     if best is None:
         lowest = min(built, key=lambda c: c.peak_memory_bytes, default=None)
@@ -146,7 +152,7 @@ def plan_document(candidates: list[Candidate], inputs: dict[str, Any], cap: floa
 
 def ranked(candidates: list[Candidate]) -> list[Candidate]:
     """Built candidates that fit, fastest first (then the others): the order `verify` runs the top K in."""
-    built = [c for c in candidates if c.error is None]
+    built = [c for c in candidates if c.built]
     return sorted(built, key=lambda c: (not c.fits, time_key(c.step_ms), c.peak_memory_bytes))
 
 

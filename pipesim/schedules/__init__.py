@@ -56,6 +56,14 @@ class ScheduleInfo:
     # Whether the planner, `compare`'s and the Plan page's defaults include it.
     planned: bool = True
     min_chunks: int = 1  # the fewest chunks per rank the builder takes (with `num_virtual_stages`)
+    # The builder's own refusals, without building: (num_ranks, num_microbatches, **options) -> None or ValueError.
+    # None: the builder refuses nothing beyond pipesim.limits for positive counts. The planner asks it of
+    # candidates it prunes unbuilt, so that they carry the reason they could not be built all the same.
+    check: Callable[..., None] | None = None
+    # Per rank, how many forwards (stage, microbatch) its order holds stashed at once at its fullest, for
+    # (num_ranks, num_microbatches, chunks): at least this many (a lower bound; None: one per stage it holds).
+    # The planner's memory bound reads it to discard a candidate before its schedule is built.
+    stashed: Callable[[int, int, int], list[int]] | None = None
 
     def __post_init__(self) -> None:
         assert self.placement in PLACEMENTS, self.placement
@@ -153,6 +161,15 @@ def build_schedule(name: str, num_ranks: int, num_microbatches: int, **options: 
     given = {key: value for key, value in options.items() if value is not None}
     _check_size(info, num_ranks, num_microbatches, given)
     return info.builder(num_ranks, num_microbatches, **given)
+
+
+def check_shape(name: str, num_ranks: int, num_microbatches: int, **options: object) -> None:
+    """Raise the ValueError `build_schedule` would raise for these sizes, without building the schedule."""
+    info = schedule_info(name)
+    given = {key: value for key, value in options.items() if value is not None}
+    _check_size(info, num_ranks, num_microbatches, given)
+    if info.check is not None:
+        info.check(num_ranks, num_microbatches, **given)
 
 
 def _check_size(info: ScheduleInfo, num_ranks: object, num_microbatches: object, options: dict) -> None:

@@ -75,6 +75,14 @@ def one_f_one_b(num_ranks: int, num_microbatches: int) -> Schedule:
     return make_schedule("1f1b", p, m, loop_placement(p, p), rows)
 
 
+def _gpipe_stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:
+    return [num_microbatches] * num_ranks  # every forward before the first backward
+
+
+def _one_f_one_b_stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:
+    return [min(num_ranks - rank, num_microbatches) for rank in range(num_ranks)]  # warm-up plus one
+
+
 SCHEDULES: list[ScheduleInfo] = [
     ScheduleInfo(
         "naive",
@@ -87,6 +95,7 @@ SCHEDULES: list[ScheduleInfo] = [
         gpipe,
         "GPipe: all forwards, then all backwards; bubble (p-1)/(m+p-1), stashes all m microbatches.",
         torch_class="ScheduleGPipe",
+        stashed=_gpipe_stashed,
     ),
     ScheduleInfo(
         "1f1b",
@@ -95,5 +104,6 @@ SCHEDULES: list[ScheduleInfo] = [
         "GPipe's bubble with at most p-r microbatches stashed on rank r.",
         torch_class="Schedule1F1B",
         in_situ=True,
+        stashed=_one_f_one_b_stashed,
     ),
 ]

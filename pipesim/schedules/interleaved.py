@@ -79,6 +79,13 @@ def interleaved_1f1b(num_ranks: int, num_microbatches: int, num_virtual_stages: 
     return make_schedule("interleaved-1f1b", p, m, loop_placement(p, p * v), rows, num_virtual_stages=v)
 
 
+def _stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:
+    """Chunk forwards held before rank r's first backward: its warm-up plus the first steady forward."""
+    p, total = num_ranks, num_microbatches * chunks
+    per_round = rounds_of(p, num_microbatches)
+    return [min((chunks - 1) * per_round + 2 * (p - rank - 1) + 1, total) for rank in range(p)]
+
+
 SCHEDULES: list[ScheduleInfo] = [
     ScheduleInfo(
         "interleaved-1f1b",
@@ -90,5 +97,7 @@ SCHEDULES: list[ScheduleInfo] = [
         torch_class="ScheduleInterleaved1F1B",
         in_situ=True,
         min_chunks=2,  # check_interleaved: one chunk per rank is 1f1b
+        check=check_interleaved,
+        stashed=_stashed,
     ),
 ]

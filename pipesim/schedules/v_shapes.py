@@ -208,5 +208,6 @@ SCHEDULES: list[ScheduleInfo] = [
         placement="v",
         torch_class="ScheduleDualPipeV",
         planned=False,
+        check=check_dualpipev,
     ),
 ]

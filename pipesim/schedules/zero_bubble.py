@@ -18,6 +18,7 @@ build their rank orders with `RankOrder` from here.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from pipesim.ir import Action, ActionKind, B, F, I, Schedule, W, loop_placement, make_schedule
 from pipesim.schedules import ScheduleInfo
@@ -115,6 +116,15 @@ def zb_h2(num_ranks: int, num_microbatches: int) -> Schedule:
     return _handcrafted("zb-h2", num_ranks, num_microbatches, warmup_factor=2)
 
 
+def _stashed(warmup_factor: int) -> Callable[[int, int, int], list[int]]:
+    """The warm-up forwards plus the first steady one, as `_handcrafted` orders them."""
+
+    def stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:
+        return [min(warmup_factor * (num_ranks - 1 - rank) + 1, num_microbatches) for rank in range(num_ranks)]
+
+    return stashed
+
+
 SCHEDULES: list[ScheduleInfo] = [
     ScheduleInfo(
         "zb-h1",
@@ -124,6 +134,7 @@ SCHEDULES: list[ScheduleInfo] = [
         split_backward=True,
         torch_class="ScheduleInterleavedZeroBubble",  # ZB1P; with one stage per rank it is ZB-H1
         in_situ=True,
+        stashed=_stashed(1),
     ),
     ScheduleInfo(
         "zb-h2",
@@ -133,5 +144,6 @@ SCHEDULES: list[ScheduleInfo] = [
         "for 2p-1 stashed microbatches (about twice 1F1B's memory).",
         split_backward=True,
         planned=False,
+        stashed=_stashed(2),
     ),
 ]

@@ -15,9 +15,8 @@ peak comes before its first backward peaks lower by up to its gradient bytes. Si
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from pipesim.cost.model import CostModel
 from pipesim.cost.runtime import OPTIMIZER_STATES
@@ -66,8 +65,15 @@ class RankMemory:
 
 def static_bytes(schedule: Schedule, cost: CostModel, optimizer: str = "adam") -> list[tuple[float, float, float]]:
     """Per rank, (parameter, gradient, optimizer state) bytes of the stages it holds."""
-    params = [0.0] * schedule.num_ranks
-    for stage, rank in enumerate(schedule.stage_to_rank):
+    return placement_static_bytes(schedule.stage_to_rank, schedule.num_ranks, cost, optimizer)
+
+
+def placement_static_bytes(
+    stage_to_rank: Sequence[int], num_ranks: int, cost: CostModel, optimizer: str = "adam"
+) -> list[tuple[float, float, float]]:
+    """`static_bytes` of a placement alone: the planner prices candidates whose schedule is not built."""
+    params = [0.0] * num_ranks
+    for stage, rank in enumerate(stage_to_rank):
         params[rank] += cost.stage(stage).param_bytes
     return [parameter_state_bytes(p, optimizer) for p in params]
 
@@ -130,6 +136,8 @@ class OrderWalk:
     """
 
     def __init__(self, schedule: Schedule) -> None:
+        import numpy as np  # the planner's walk only: simulate and the cost files start without numpy
+
         self.num_stages = schedule.num_stages
         kind_index = {kind: i for i, kind in enumerate(_KINDS)}
         self.codes = [
@@ -138,6 +146,8 @@ class OrderWalk:
         ]
 
     def peaks(self, cost: CostModel) -> list[float]:
+        import numpy as np
+
         table = stash_table(stash_sizes(cost, range(self.num_stages)))
         deltas = np.array([table[stage][kind][1] for stage in range(self.num_stages) for kind in _KINDS])
         result = []

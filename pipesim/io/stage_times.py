@@ -1,0 +1,110 @@
+"""The stage times of a cost file, read in time and memory linear in its size, for `pipesim balance`.
+
+`load_cost_file` makes a validated `StageCost` per stage: right for a pipeline's few stages, but a file of 10^6
+stages (a model profiled layer by layer, to be cut by `balance`) then cost 49 s and 800 MB. Balancing needs each
+stage's forward plus backward time alone. This reader finds the top-level `stages` array in the bytes, parses it
+in slices of about `SLICE_BYTES` (flat records: one `json.loads` per slice, no object kept), checks every record
+as `StageCost` would (known fields; numbers, finite and >= 0; W within the backward, W bytes within the
+activations) with numpy over the slice, and keeps two float arrays. The rest of the file is parsed and checked by
+`cost_from_dict` with one stage. Anything it does not recognise (a unit profile, an odd layout, any bad value)
+goes to `load_cost_file`, whose message names the field at fault: the fast path never words an error itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from pipesim.io.bounded import read_bytes
+from pipesim.io.cost_file import _STAGE_FIELDS, COST_FORMAT_VERSION, cost_from_dict, load_cost_file
+from pipesim.io.profile_file import PROFILE_VERSION
+from pipesim.limits import MAX_LAYERS, MAX_RESULT_BYTES
+
+SLICE_BYTES = 8 << 20
+_REQUIRED = ("forward_ms", "backward_ms")
+_OPTIONAL = ("weight_ms", "weight_grad_bytes")
+
+
+def stage_times_ms(path: str | Path) -> np.ndarray:
+    """Per stage, forward + backward ms of the cost file at `path` (a unit profile: its units at its first
+    microbatch size, as `balance` cuts them). ValueError naming the field at fault for a bad file."""
+    raw = read_bytes(path, MAX_RESULT_BYTES, "cost file")
+    times = _fast(raw)
+    if times is not None:
+        return times
+    loaded = load_cost_file(path)  # the full reader: a unit profile, or the message for a bad file
+    stages = loaded.unit_costs(loaded.microbatch_sizes[0]) if hasattr(loaded, "unit_costs") else loaded.stages
+    return np.array([s.forward_ms + s.backward_ms for s in stages], dtype=float)
+
+
+def _fast(raw: bytes) -> np.ndarray | None:
+    """The times of a version-1 cost file laid out as pipesim writes it, or None to leave it to the full reader."""
+    key = raw.find(b'"stages"')
+    start = raw.find(b"[", key) if key >= 0 else -1
+    end = raw.find(b"]", start) if start >= 0 else -1
+    if end < 0 or raw[key + 8 : start].strip() != b":":
+        return None
+    try:
+        rest = json.loads(raw[:start] + b"[]" + raw[end + 1 :])
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rest, dict) or rest.get("stages") != [] or rest.get("version") in (PROFILE_VERSION, None):
+        return None
+    if rest.get("version") != COST_FORMAT_VERSION:
+        return None
+    forward, backward = [], []
+    position = start + 1
+    while position < end:
+        stop = raw.rfind(b"}", position, min(position + SLICE_BYTES, end)) if position + SLICE_BYTES < end else end
+        if stop <= position:
+            return None
+        cut = stop + 1 if stop < end else end
+        piece = raw[position:cut].strip().strip(b",")
+        if b"true" in piece or b"false" in piece:
+            return None  # a boolean where a number belongs
+        try:
+            records = json.loads(b"[" + piece + b"]")
+        except (ValueError, RecursionError):
+            return None
+        if not all(type(record) is dict for record in records):
+            return None
+        if piece.count(b'"') != 2 * sum(map(len, records)):
+            return None  # a string among the values (numpy would read "1" as 1.0)
+        times = _checked(records)
+        if times is None:
+            return None
+        forward.append(times[0])
+        backward.append(times[1])
+        position = cut
+    if not forward or not 1 <= sum(len(f) for f in forward) <= MAX_LAYERS:
+        return None
+    first = json.loads(b"[" + raw[start + 1 : raw.find(b"}", start) + 1] + b"]")
+    cost_from_dict({**rest, "stages": first})  # the rest of the file, checked as the full reader checks it
+    return np.concatenate(forward) + np.concatenate(backward)
+
+
+def _checked(records: list) -> tuple[np.ndarray, np.ndarray] | None:
+    """Forward and backward arrays of a slice's records, or None unless every record is one `StageCost` takes
+    (the slice was refused beforehand if it holds a true or false)."""
+    if not set().union(*records) <= _STAGE_FIELDS:
+        return None
+    try:
+        columns = {
+            name: np.array([r.get(name, np.nan if name in _OPTIONAL else 0.0) for r in records], dtype=float)
+            for name in _STAGE_FIELDS
+        }
+        for name in _REQUIRED:
+            for record in records:
+                record[name]  # noqa: B018  KeyError: a stage without its time
+    except (TypeError, ValueError, KeyError):  # a string, a list, an object, a missing time
+        return None
+    for name, values in columns.items():
+        present = values[~np.isnan(values)] if name in _OPTIONAL else values
+        if not np.all(np.isfinite(present)) or np.any(present < 0):
+            return None  # nan (a null where a number belongs) is not finite
+    weight, grad = columns["weight_ms"], columns["weight_grad_bytes"]
+    if np.any(weight > columns["backward_ms"]) or np.any(grad > columns["activation_bytes"]):
+        return None  # nan compares false: an absent W passes
+    return columns["forward_ms"], columns["backward_ms"]

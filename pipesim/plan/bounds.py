@@ -1,0 +1,106 @@
+"""A candidate's lower bounds, from closed forms, before its schedule exists: the step time no order of its actions
+can beat and the memory no order can stay under.
+
+Step time (`Bound.step_ms`): rank r cannot start before the first microbatch's forward has crossed the stages below
+its lowest stage (the ramp), then runs every action it holds one after another, each after its dispatch gap. Its
+last backward of its lowest stage comes after all its forwards and backwards (only weight gradients, W, may follow
+it), and that microbatch's input gradient still has to cross every stage below back to stage 0 (the tail). So
+
+    step >= ramp_r + (F and B work of r) + max(tail_r + overhead of stage 0's rank, W work of r + overhead of r)
+
+for every rank; the bound is the busiest rank's. It is exact for GPipe, 1F1B and interleaved 1F1B on even stages
+without transfers, and below the truth for the others (a zero-bubble schedule's W fills part of its ramp). Costs
+are the simulator's own (`CostModel.duration_ms`, `transfer_ms`, `dispatch_per_rank`, `overhead_ms`); where the
+family's kind of backward is not known, the cheaper of B and I + W is taken, and overlapped pairs are counted at
+the overlap factor, so that the bound stays below every schedule of the layout.
+
+Memory (`Bound.memory_bytes`): each rank's static bytes (`pipesim.sim.memory.placement_static_bytes`, the very
+price the evaluation adds) plus one microbatch's stash of every stage it holds: just before the backward of its
+highest stage for a microbatch, the forwards of that microbatch on all its stages have run and none of their
+stashes is freed yet (`pipesim.semantics.lower.stash_change`). Where the family's registry entry says how many
+forwards its order holds at once (`ScheduleInfo.stashed`), that many stashes of the rank's smallest stage, if more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipesim.cost.model import CostModel
+from pipesim.ir import ActionKind
+from pipesim.plan.layout import Layout
+from pipesim.sim.memory import placement_static_bytes
+
+F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Lower bounds of a candidate's step time (ms) and of its fullest device's memory (bytes)."""
+
+    step_ms: float
+    memory_bytes: float
+
+
+def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int) -> float:
+    """The busiest rank's ramp, work and tail (module docstring): no schedule of `layout` under `cost` is faster."""
+    stages, placement = layout.num_stages, layout.stage_to_rank
+    factor = min(1.0, cost.overlap_factor)
+    forward = [cost.duration_ms(s, F) * factor for s in range(stages)]
+    chain_back, total_back = _backwards(layout, cost, factor)
+    hops = [cost.transfer_ms(b, b + 1) if placement[b] != placement[b + 1] else 0.0 for b in range(stages - 1)]
+    gaps, overhead = cost.dispatch_per_rank(layout.num_ranks), cost.overhead_ms(layout.num_ranks)
+    ramp, tail = [0.0] * stages, [0.0] * stages  # to stage s from stage 0's first forward; from s back to stage 0
+    for s in range(1, stages):
+        ramp[s] = ramp[s - 1] + forward[s - 1] + hops[s - 1]
+        tail[s] = tail[s - 1] + chain_back[s - 1] + hops[s - 1]
+    held: list[list[int]] = [[] for _ in range(layout.num_ranks)]
+    for stage, rank in enumerate(placement):
+        held[rank].append(stage)
+    first_rank = placement[0]
+    bound = 0.0
+    for rank, own in enumerate(held):
+        if not own:
+            continue
+        lowest = own[0]
+        start = max(gaps[rank], ramp[lowest] + (gaps[first_rank] if lowest else 0.0))
+        actions = 2 * microbatches * len(own)  # a forward and at least one backward per stage and microbatch
+        main = microbatches * sum(forward[s] + chain_back[s] for s in own) + (actions - 1) * gaps[rank]
+        deferrable = microbatches * sum(total_back[s] - chain_back[s] for s in own)
+        after = max(tail[lowest] + overhead[first_rank] if lowest else overhead[rank], deferrable + overhead[rank])
+        bound = max(bound, start + main + after)
+    return bound
+
+
+def _backwards(layout: Layout, cost: CostModel, factor: float) -> tuple[list[float], list[float]]:
+    """Per stage, the backward part that must precede the next lower stage's (B, or I where the family splits it)
+    and the whole backward (B, or I + W); a splitting family may still run some B whole, so the cheaper of each."""
+    stages = range(layout.num_stages)
+    if not layout.uses_split_backward:
+        whole = [cost.duration_ms(s, B) * factor for s in stages]
+        return whole, whole
+    chain = [min(cost.duration_ms(s, B), cost.duration_ms(s, I)) * factor for s in stages]
+    total = [min(cost.duration_ms(s, B), cost.duration_ms(s, I) + cost.duration_ms(s, W)) * factor for s in stages]
+    return chain, total
+
+
+def memory_bound_bytes(layout: Layout, cost: CostModel, optimizer: str, stashed: Sequence[int] | None = None) -> float:
+    """The fullest rank's static bytes plus its stash at the least: one microbatch on each of its stages (module
+    docstring), or `stashed[r]` forwards at once (the family's registry fact), each at least its smallest stage's."""
+    static = placement_static_bytes(layout.stage_to_rank, layout.num_ranks, cost, optimizer)
+    one_each = [0.0] * layout.num_ranks
+    smallest = [math.inf] * layout.num_ranks
+    for stage, rank in enumerate(layout.stage_to_rank):
+        one_each[rank] += cost.stash_bytes(stage)
+        smallest[rank] = min(smallest[rank], cost.stash_bytes(stage))
+    held = one_each if stashed is None else [max(a, k * b) for a, k, b in zip(one_each, stashed, smallest, strict=True)]
+    return max(sum(parts) + h for parts, h in zip(static, held, strict=True))
+
+
+def candidate_bound(
+    layout: Layout, cost: CostModel, microbatches: int, optimizer: str, stashed: Sequence[int] | None = None
+) -> Bound:
+    """Both bounds of one candidate (its layout, its cost model, its microbatches per replica, the forwards its
+    family holds at once per rank where the registry says)."""
+    return Bound(step_bound_ms(layout, cost, microbatches), memory_bound_bytes(layout, cost, optimizer, stashed))

@@ -1,0 +1,247 @@
+"""The planner's evaluator: one candidate costed exactly, sharing schedules, dependencies, order walks, unit costs
+and splits between the candidates of a plan (`pipesim.plan.search` holds the whole method).
+
+Three steps, so that a search can stop after any of them (`pipesim.plan.prune`): `bound` (closed forms, nothing
+built), `price` (the shape's schedule built: its split and exact memory) and `simulate` (the step time from the
+simulator's own sweep, and the critical path that bounds the shape's other cost variants).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pipesim.cost.description import balance_units
+from pipesim.cost.model import CostModel, StageCost
+from pipesim.ir import Schedule
+from pipesim.plan.bounds import Bound, candidate_bound
+from pipesim.plan.candidates import Candidate, shape_key
+from pipesim.plan.inputs import PlanInputs
+from pipesim.plan.layout import Layout, family_layout
+from pipesim.plan.paths import CriticalPath, critical_path
+from pipesim.schedules import build_schedule, check_shape, options_for, schedule_info
+from pipesim.semantics.dag import Dependencies, dependencies
+from pipesim.semantics.lower import crossing_stages
+from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, last_gradients, reduction_charge
+from pipesim.sim.memory import OrderWalk, static_bytes
+from pipesim.sim.simulate import action_durations, boundary_transfers, dispatch_gaps, run_engine
+from pipesim.sim.steps import step_tails, step_time_ms
+
+
+@dataclass
+class Shape:
+    """What candidates of one (schedule, ranks, microbatches, chunks) share: the schedule, its order walk, and,
+    once a candidate is simulated, its dependencies and each action's crossing boundary."""
+
+    schedule: Schedule
+    walk: OrderWalk
+    layout: Layout
+    deps: Dependencies | None = None
+    crossing: list[int] | None = None
+
+
+class Evaluator:
+    """Evaluates candidates, sharing schedules, dependencies, order walks, unit costs and splits between them.
+
+    Its caches live as long as the evaluator (one plan), never at module level.
+    """
+
+    def __init__(self, inputs: PlanInputs) -> None:
+        self.inputs = inputs
+        self._shapes: dict[tuple, Any] = {}
+        self._units: dict[tuple, tuple[StageCost, ...]] = {}
+        self._splits: dict[tuple, Any] = {}
+        self._last_gradients: dict[tuple, list[list[tuple[int, int]]]] = {}
+        self._priced: dict[int, tuple[CostModel, list[float]]] = {}  # id(candidate) -> its cost model and memory
+        self._bounds: dict[tuple, float] = {}  # families sharing a layout share their costs' bounds
+
+    def shape(self, name: str, ranks: int, microbatches: int, chunks: int) -> Shape | ValueError:
+        """A shape's schedule and order walk (its dependencies come when a candidate of it is timed), or the
+        builder's refusal."""
+        key = (name, ranks, microbatches, chunks)
+        if key not in self._shapes:
+            try:
+                schedule = build_schedule(name, ranks, microbatches, **options_for(name, num_virtual_stages=chunks))
+                self._shapes[key] = Shape(schedule, OrderWalk(schedule), Layout.of(schedule))
+            except ValueError as error:
+                self._shapes[key] = error
+        return self._shapes[key]
+
+    def units(
+        self, mbs: int, share: float | None, split: bool = False, recompute: bool = False
+    ) -> tuple[StageCost, ...]:
+        key = (mbs, share, split, recompute)
+        if key not in self._units:
+            units = self.inputs.units_for(mbs, split, recompute)
+            if share is not None:
+                units = tuple(replace(u, weight_ms=u.backward_ms * share) for u in units)
+            self._units[key] = units
+        return self._units[key]
+
+    def split(self, mbs: int, num_stages: int, recompute: bool):
+        key = (mbs, num_stages, recompute)
+        if key not in self._splits:
+            try:
+                self._splits[key] = balance_units(self.units(mbs, None, recompute=recompute), num_stages, recompute)
+            except ValueError as error:
+                self._splits[key] = error
+        return self._splits[key]
+
+    def cost_model(self, c: Candidate, split_points: tuple[int, ...], schedule: Schedule | Layout) -> CostModel:
+        """The cost model of a candidate cut at `split_points`: its stages (`PlanInputs.cut`: the units' costs for
+        the schedule's kind of backward and recomputation; with a profile, its stage prices for the schedule's
+        class), the link, each rank's runtime (dispatch gap, tail and optimizer step on its parameters, shared
+        cores: `PlanInputs.rank_runtime`), and the data-parallel group of its replicas (over the same link). The
+        schedule's `Layout` is all it reads: a candidate is priced the same before its schedule is built."""
+        split = schedule.uses_split_backward
+        units = self.units(c.microbatch_size, c.w_share, split, c.recompute)
+        cost = self.inputs.cut(
+            units,
+            split_points,
+            microbatch_size=c.microbatch_size,
+            split=split,
+            recompute=c.recompute,
+            chunked=schedule.num_stages > schedule.num_ranks,
+            w_share=c.w_share,
+        )
+        runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
+        return replace(cost, runtime=runtime, dp_group=self.inputs.replica_group(c.data_parallel))
+
+    def last_gradients(self, key: tuple, deps: Any) -> list[list[tuple[int, int]]]:
+        """Per shape, each rank's last backward per stage (where its all-reduce starts), found once."""
+        if key not in self._last_gradients:
+            self._last_gradients[key] = last_gradients(deps.ranks, deps.actions, deps.num_ranks)
+        return self._last_gradients[key]
+
+    def materialise(self, c: Candidate) -> tuple[Schedule, CostModel]:
+        """The schedule and cost model an evaluated candidate stands for (to draw it, export it, simulate it:
+        `pipesim.sim.steps.simulate_step` gives its `step_ms`)."""
+        if c.error is not None or c.step_ms is None:
+            raise ValueError(f"{c.label} was not built: {c.error or c.pruned or 'not evaluated'}")
+        schedule = self._built(c).schedule
+        return schedule, self.cost_model(c, c.split, schedule)
+
+    def evaluate_shape(self, group: list[tuple[int, Candidate]]) -> None:
+        """The candidates of one shape (with their places in the grid), evaluated, then the shape dropped."""
+        for _, candidate in group:
+            self.evaluate(candidate)
+        self.drop_shape(shape_key(group[0][1]))
+
+    def drop_shape(self, key: tuple) -> None:
+        """Forget a shape's schedule, dependencies, order walk and last gradients (`materialise` builds them again
+        when asked): a plan holds one shape at a time."""
+        self._shapes.pop(key, None)
+        self._last_gradients.pop(key, None)
+        self._priced.clear()
+
+    def bound(self, c: Candidate) -> Bound | None:
+        """A candidate's lower bounds (`pipesim.plan.bounds`) without building its schedule, or None with `c.error`
+        set where it cannot be built (the build's own reasons: the family's size rules, a split that does not
+        exist)."""
+        if c.error is not None:
+            return None
+        try:
+            check_shape(
+                c.schedule, c.ranks, c.microbatches, **options_for(c.schedule, num_virtual_stages=c.virtual_stages)
+            )
+        except ValueError as error:
+            c.error = str(error)
+            return None
+        layout = family_layout(c.schedule, c.ranks, c.virtual_stages)
+        split = self.split(c.microbatch_size, layout.num_stages, c.recompute)
+        if isinstance(split, Exception):
+            c.error = str(split)
+            return None
+        stashed = schedule_info(c.schedule).stashed
+        held = None if stashed is None else tuple(stashed(c.ranks, c.microbatches, c.virtual_stages))
+        costs = (layout, c.microbatch_size, c.w_share, c.recompute, c.data_parallel, split.split_points)
+        step_key, memory_key = (*costs, c.microbatches), (*costs, held)
+        if step_key not in self._bounds or memory_key not in self._bounds:
+            cost = self.cost_model(c, split.split_points, layout)
+            bound = candidate_bound(layout, cost, c.microbatches, self.inputs.optimizer, held)
+            self._bounds[step_key], self._bounds[memory_key] = bound.step_ms, bound.memory_bytes
+        return Bound(self._bounds[step_key], self._bounds[memory_key])
+
+    def _built(self, c: Candidate) -> Shape:
+        shape = self.shape(*shape_key(c))
+        if isinstance(shape, Exception):
+            raise shape
+        return shape
+
+    def price(self, c: Candidate) -> bool:
+        """Build the candidate's shape and set what needs no simulation: its split, chunks and memory (each rank's
+        static bytes plus the activation peak of its order). False, with `c.error` set, where it cannot be
+        built."""
+        if c.error is not None:
+            return False
+        shape = self.shape(*shape_key(c))
+        if isinstance(shape, Exception):
+            c.error = str(shape)
+            return False
+        schedule = shape.schedule
+        assert shape.layout == family_layout(c.schedule, c.ranks, schedule.num_stages // schedule.num_ranks), (
+            f"{c.schedule}'s registry entry does not describe its schedule's layout"
+        )
+        c.virtual_stages = schedule.num_stages // schedule.num_ranks
+        split = self.split(c.microbatch_size, schedule.num_stages, c.recompute)
+        if isinstance(split, Exception):
+            c.error = str(split)
+            return False
+        c.split, c.imbalance = split.split_points, split.imbalance
+        cost = self.cost_model(c, split.split_points, shape.layout)
+        statics = static_bytes(schedule, cost, self.inputs.optimizer)
+        c.rank_memory = [sum(s) + peak for s, peak in zip(statics, shape.walk.peaks(cost), strict=True)]
+        c.peak_memory_bytes = max(c.rank_memory)
+        cap = self.inputs.memory_cap_bytes
+        c.fits = cap is None or c.peak_memory_bytes <= cap
+        self._priced[id(c)] = (cost, c.rank_memory)
+        return True
+
+    def evaluate(self, c: Candidate) -> Candidate:
+        """Price the candidate (`price`) and simulate its step: its step time, throughput and bubble."""
+        self.simulate(c)
+        return c
+
+    def simulate(self, c: Candidate, want_path: bool = True) -> CriticalPath | None:
+        """`evaluate`, returning the critical path of its step (None where it was not simulated or its ranks share
+        cores, whose sweep is not a longest path): `CriticalPath.length_ms` of it under another candidate's cost
+        model of the same shape is a lower bound of that candidate's step. `want_path` False skips it."""
+        if id(c) not in self._priced and not self.price(c):
+            return None
+        cost, _ = self._priced.pop(id(c))
+        shape = self._built(c)
+        schedule, deps = shape.schedule, self.dependencies(shape)
+        durations = action_durations(deps, cost, schedule.num_stages)
+        transfer = boundary_transfers(schedule, cost)
+        hops = [transfer[b] for b in shape.crossing]
+        gaps = dispatch_gaps(deps, cost)
+        starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores)
+        if stuck:
+            c.error = "the schedule deadlocks"
+            return None
+        offsets = deps.offsets
+        finish = [ends[offsets[r + 1] - 1] if offsets[r + 1] > offsets[r] else 0.0 for r in range(schedule.num_ranks)]
+        pipeline_ms = max(finish)
+        charge = reduction_charge(schedule, cost)  # the one decision: the planner's compute-only schedules
+        assert charge in (NOTHING, AFTER_BACKWARD), f"the planner cannot charge {charge}"
+        last = self.last_gradients(shape_key(c), deps) if charge == AFTER_BACKWARD else None
+        tails, windows = step_tails(finish, ends, last, cost, charge)
+        c.step_ms = step_time_ms(finish, tails)
+        c.throughput = self.inputs.global_batch / c.step_ms * 1e3  # > 0: PlanInputs refuses a model of no time
+        c.bubble_fraction = 1 - sum(durations) / (schedule.num_ranks * pipeline_ms) if pipeline_ms > 0 else 0.0
+        if not want_path or (cost.shared_cores is not None and cost.shared_cores < deps.num_ranks):
+            return None
+        return critical_path(
+            deps, shape.crossing, (starts, ends), (durations, hops, gaps), (finish, tails, windows), schedule.num_stages
+        )
+
+    def dependencies(self, shape: Shape) -> Dependencies:
+        """A shape's dependencies and the stage boundary each action hears across, built on first use."""
+        if shape.deps is None:
+            shape.deps = dependencies(shape.schedule)
+            shape.crossing = crossing_stages(shape.deps.actions)
+        return shape.deps
+
+    def priced_cost(self, c: Candidate) -> CostModel:
+        """The cost model `price` cut for a candidate not simulated yet."""
+        return self._priced[id(c)][0]

@@ -1,0 +1,211 @@
+"""Branch and bound over the plan's candidates: a candidate whose lower bound cannot reach what the plan reports is
+never built, and the plan is the exhaustive search's all the same.
+
+What a plan reports of its candidates (`pipesim.plan.report`): the best that fits, the runners-up after it (the
+fastest others, fitting or not), the top K that `verify-plan` runs, and the Pareto front of step time against
+memory over every built candidate. A candidate is pruned only when its bounds (`pipesim.plan.bounds`) show it can
+be none of these:
+* among the `keep` fastest that fit: its memory bound is over the cap, or `keep` candidates that fit are already
+  faster than its step bound;
+* among the `keep` fastest of all: `keep` candidates are already faster than its step bound;
+* on the front: a candidate already built is faster than its step bound and needs no more than its memory bound.
+Shapes are evaluated in the order of their best bound, so that fast candidates are found first and bound the rest;
+a shape whose every candidate is pruned is never built.
+
+Bounds are taken a hair low (`SAFETY`) and ties within the report's rounding (`report.time_key`, 1e-6 ms) are kept,
+so that a bound equal to its candidate's step time in exact arithmetic never prunes a tie.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Callable
+
+from pipesim.plan.bounds import Bound
+from pipesim.plan.candidates import Candidate, shape_key
+from pipesim.plan.evaluator import Evaluator
+from pipesim.plan.inputs import PlanInputs
+from pipesim.units import format_bytes, format_ms
+
+KEEP = 6  # the best and the five runners-up the plan's summary names
+SAFETY = 1e-9  # relative: bounds are computed in another order of additions than the simulator's
+ROUNDING_MS = 1e-6  # report.time_key's resolution
+
+
+class Incumbents:
+    """What the candidates built so far settle: the `keep` fastest step times, those of the fitting ones, and the
+    staircase of (step time, memory) no later candidate can enter the front under."""
+
+    def __init__(self, cap: float | None, keep: int) -> None:
+        self.cap, self.keep = cap, keep
+        self._fastest: list[float] = []  # negated: a max-heap of the keep smallest step times
+        self._fastest_fitting: list[float] = []
+        self._steps: list[float] = []  # the staircase: step times rising, memory falling
+        self._memory: list[float] = []
+
+    def add(self, step_ms: float, memory_bytes: float, fits: bool) -> None:
+        """Count a built candidate (its step time, its fullest device's memory, whether that fits the cap)."""
+        _push(self._fastest, step_ms, self.keep)
+        if fits:
+            _push(self._fastest_fitting, step_ms, self.keep)
+        at = bisect.bisect_right(self._steps, step_ms)
+        if at and self._memory[at - 1] <= memory_bytes:
+            return  # something as fast or faster needs no more memory: the staircase stands
+        stop = at
+        while stop < len(self._steps) and self._memory[stop] >= memory_bytes:
+            stop += 1
+        self._steps[at:stop], self._memory[at:stop] = [step_ms], [memory_bytes]
+
+    def reason_to_prune(self, bound: Bound) -> str | None:
+        """Why a candidate with `bound` cannot change the plan (module docstring), or None when it might."""
+        step = bound.step_ms * (1 - SAFETY)
+        memory = bound.memory_bytes * (1 - SAFETY)
+        may_fit = self.cap is None or memory <= self.cap
+        if may_fit and not _beyond(self._fastest_fitting, step, self.keep):
+            return None
+        if not _beyond(self._fastest, step, self.keep):
+            return None
+        at = bisect.bisect_left(self._steps, step - ROUNDING_MS)
+        if not at or self._memory[at - 1] > memory:
+            return None
+        fit = "" if may_fit else f", over the cap of {format_bytes(self.cap or 0)}"
+        return (
+            f"at least {format_ms(bound.step_ms)} per step and {format_bytes(bound.memory_bytes)}{fit}: it can be "
+            "neither the best, a runner-up nor on the front"
+        )
+
+
+def _push(heap: list[float], step: float, keep: int) -> None:
+    if len(heap) < keep:
+        heapq.heappush(heap, -step)
+    elif step < -heap[0]:
+        heapq.heapreplace(heap, -step)
+
+
+def _beyond(heap: list[float], step: float, keep: int) -> bool:
+    """Whether `keep` step times are known and the slowest of them is below `step` by more than the rounding."""
+    return len(heap) >= keep and step > -heap[0] + ROUNDING_MS
+
+
+def evaluate_pruned(
+    evaluator: Evaluator,
+    grid: list[Candidate],
+    keep: int = KEEP,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int = 1,
+) -> list[Candidate]:
+    """The grid evaluated in place, shape by shape in the order of their best closed-form bound (fast candidates
+    found first bound the rest), each candidate simulated only when `Incumbents` cannot rule it out.
+
+    A shape is built only when one of its candidates survives its closed-form bounds; then each candidate's
+    memory is exact (its order's walk) and, as its siblings are simulated, their critical paths bound its step
+    (`pipesim.plan.paths`): the shape's candidates are simulated lowest bound first, each re-checked first.
+    `workers` > 1 evaluates that many shapes at once in processes, each against the incumbents known when it
+    started: they only grow, so what a process prunes is pruned rightly, and the answer is the same."""
+    incumbents = Incumbents(evaluator.inputs.memory_cap_bytes, keep)
+    by_shape: dict[tuple, list[tuple[float, int, Bound, Candidate]]] = {}
+    for place, c in enumerate(grid):
+        bound = evaluator.bound(c)
+        if bound is not None:
+            by_shape.setdefault(shape_key(c), []).append((bound.step_ms, place, bound, c))
+    shapes = sorted((sorted(g, key=lambda entry: entry[:2]) for g in by_shape.values()), key=lambda g: g[0][:2])
+    done = len(grid) - sum(len(group) for group in shapes)
+    if workers > 1 and len(shapes) > 1 and _in_processes(evaluator, shapes, incumbents, workers, grid, progress):
+        return grid
+    for group in shapes:
+        for step, memory, fits in _evaluate_group(evaluator, group, incumbents):
+            incumbents.add(step, memory, fits)
+        done += len(group)
+        if progress is not None:
+            progress(done, len(grid))
+    return grid
+
+
+def _evaluate_group(evaluator: Evaluator, group: list, incumbents: Incumbents) -> list[tuple[float, float, bool]]:
+    """One shape's candidates evaluated or pruned in place against `incumbents` (which learn from each); the
+    (step, memory, fits) of those built, for another process's incumbents."""
+    built = []
+    live: dict[int, tuple[float, Bound, Candidate]] = {}
+    for _, place, bound, c in group:
+        c.pruned = incumbents.reason_to_prune(bound)
+        if c.pruned is None and evaluator.price(c):
+            live[place] = (bound.step_ms, Bound(bound.step_ms, c.peak_memory_bytes), c)
+    while live:
+        place = min(live, key=lambda p: (live[p][0], p))
+        _, bound, c = live.pop(place)
+        c.pruned = incumbents.reason_to_prune(bound)
+        if c.pruned is not None:
+            _forget_numbers(c)
+            continue
+        path = evaluator.simulate(c, want_path=bool(live))
+        if not c.built:
+            continue
+        incumbents.add(c.step_ms, c.peak_memory_bytes, c.fits)
+        built.append((c.step_ms, c.peak_memory_bytes, c.fits))
+        if path is not None:
+            for other, (_, old, sibling) in live.items():
+                step = max(old.step_ms, path.length_ms(evaluator.priced_cost(sibling)))
+                live[other] = (step, Bound(step, old.memory_bytes), sibling)
+    evaluator.drop_shape(shape_key(group[0][3]))
+    return built
+
+
+def _group_task(inputs: PlanInputs, group: list, incumbents: Incumbents) -> tuple[list, list]:
+    """A process's unit of work: one shape, by a fresh evaluator; its candidates (with their places) and what
+    was built."""
+    built = _evaluate_group(Evaluator(inputs), group, incumbents)
+    return [(place, c) for _, place, _, c in group], built
+
+
+def _in_processes(
+    evaluator: Evaluator,
+    shapes: list[list],
+    incumbents: Incumbents,
+    workers: int,
+    grid: list[Candidate],
+    progress: Callable[[int, int], None] | None,
+) -> bool:
+    """The shapes evaluated `workers` at a time, in bound order, each started with the incumbents known then
+    (a shape whose candidates are all ruled out by then is pruned here, never sent); False when no pool starts."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    done = len(grid) - sum(len(group) for group in shapes)
+    pending = iter(shapes)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            running = set()
+            while True:
+                while len(running) < workers:
+                    group = next(pending, None)
+                    if group is None:
+                        break
+                    reasons = [incumbents.reason_to_prune(bound) for _, _, bound, _ in group]
+                    if all(reasons):
+                        for (_, _, _, c), reason in zip(group, reasons, strict=True):
+                            c.pruned = reason
+                        done += len(group)
+                        continue
+                    running.add(pool.submit(_group_task, evaluator.inputs, group, incumbents))
+                if not running:
+                    break
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    placed, built = future.result()
+                    for place, c in placed:
+                        grid[place] = c
+                    for step, memory, fits in built:
+                        incumbents.add(step, memory, fits)
+                    done += len(placed)
+                if progress is not None:
+                    progress(done, len(grid))
+    except (OSError, RuntimeError):  # no processes here: one process does it
+        return False
+    return True
+
+
+def _forget_numbers(c: Candidate) -> None:
+    """A pruned candidate carries no numbers (`price` set its memory and split before the bound ruled it out)."""
+    c.split, c.imbalance, c.rank_memory, c.peak_memory_bytes, c.fits = (), None, [], None, False
