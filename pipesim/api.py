@@ -77,12 +77,17 @@ def plan_candidates(
     workers: int = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Candidate]:
-    """Every candidate of `space` (default: PlanSpace()) for the model and devices of `inputs`, each evaluated
-    exactly (`pipesim.plan.search.evaluate_all`); `pareto_front` and `best_candidate` read the result. (Not named
-    `plan`: that is the name of the package `pipesim.plan`, which Python would find first once it is imported.)"""
+    """Every candidate of `space` (default: PlanSpace(), at a profile's own sizes) for the model and devices of
+    `inputs`, each evaluated exactly (`pipesim.plan.search.evaluate_all`), those that can win sampled with their
+    interval where the profile kept its spread (`pipesim.plan.intervals.attach_intervals`); `pareto_front` and
+    `best_candidate` read the result. (Not named `plan`: that is the name of the package `pipesim.plan`, which
+    Python would find first once it is imported.)"""
+    from pipesim.plan.intervals import attach_intervals
     from pipesim.plan.search import PlanSpace, evaluate_all
 
-    return evaluate_all(inputs, space or PlanSpace(), progress=progress, workers=workers)
+    if space is None:
+        space = PlanSpace() if inputs.profile is None else PlanSpace(microbatch_sizes=inputs.profile.microbatch_sizes)
+    return attach_intervals(inputs, evaluate_all(inputs, space, progress=progress, workers=workers))
 
 
 def gantt_figure(timeline: Timeline, *, title: str = "", color_by: str = "kind") -> go.Figure:

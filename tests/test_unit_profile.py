@@ -104,8 +104,33 @@ def test_a_curve_is_exact_where_measured_and_on_the_nearest_segment_elsewhere():
     assert [c.at(s) for s in (1, 2, 4)] == [1.0, 1.5, 3.5]
     assert c.at(3) == pytest.approx(2.5)  # between 2 and 4
     assert c.at(8) == pytest.approx(7.5)  # the last segment extended
-    assert SizeCurve((2, 4), (3.0, 1.0)).at(9) == 0.0  # never below 0
+    assert SizeCurve((2, 4), (1.0, 3.0)).at(1) == 0.0  # never below 0
     assert SizeCurve((2,), (3.0,)).at(4) == pytest.approx(6.0)  # one size: in proportion
+
+
+@pytest.mark.parametrize(
+    "values",
+    [(3.0, 1.0), (1.0, 3.0, 2.0, 5.0), (5.0, 4.0, 3.0, 2.0), (0.0, 0.0, 0.1, 0.05), (2.0, 2.5, 1.0, 9.0)],
+)
+def test_a_fitted_time_never_falls_with_the_microbatch_size_nor_below_zero(values):
+    """Issue 29: noise that made a larger size cheaper bent the fit down, and its end segment carried a schedule's
+    price below anything measured. The fit pools such sizes (pool adjacent violators), at every size from 1 to 64,
+    profiled or not, inside or beyond the profiled range."""
+    sizes = (2, 4, 8, 16)[: len(values)]
+    curve = SizeCurve(sizes, values)
+    read = [curve.at(size) for size in range(1, 65)]
+    assert all(v >= 0 for v in read)
+    assert all(b >= a for a, b in zip(read, read[1:], strict=False)), read
+    fitted = curve.fitted
+    assert sum(fitted) == pytest.approx(sum(values))  # pooling keeps the mean of what it pools
+    if list(values) == sorted(values):
+        assert fitted == values  # a non-decreasing measurement is read as measured
+
+
+def test_a_ratio_curve_is_read_as_measured_and_held_flat_beyond_its_sizes():
+    """In-situ factors are ratios: not forced monotone, and never extended along a line past the profile."""
+    ratio = SizeCurve((2, 4), (1.4, 1.1), monotone=False)
+    assert [ratio.at(s) for s in (1, 2, 3, 4, 9)] == [1.4, 1.4, pytest.approx(1.25), 1.1, 1.1]
 
 
 def test_the_affine_fit_and_its_residual_have_their_closed_forms():

@@ -33,9 +33,11 @@ from pipesim.cost.profile import UnitProfile
 from pipesim.flags import EXIT_STATUS_HELP, FAILURE, UsageError, add_flags, given, given_flags, shown
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
+from pipesim.plan.intervals import IntervalOptions, attach_intervals
 from pipesim.plan.report import plan_document
 from pipesim.plan.search import PlanInputs, PlanSpace, evaluate_all
 from pipesim.schedules import schedule_names
+from pipesim.sim.jitter import DEFAULT_SAMPLES
 
 UNITS_HELP = (
     "Split points are unit indices, as `executor run --split-points` takes them: a model's units are its embedding "
@@ -129,9 +131,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     space.add_argument(
         "--microbatch-sizes",
         type=_ints,
-        default=defaults.microbatch_sizes,
         metavar="N,N",
-        help=f"samples per microbatch to try (default {','.join(map(str, defaults.microbatch_sizes))})",
+        help="samples per microbatch to try (default: a profile's own sizes, else "
+        f"{','.join(map(str, defaults.microbatch_sizes))})",
+    )
+    space.add_argument(
+        "--extrapolate",
+        action="store_true",
+        help="plan microbatch sizes outside the profiled ones too, marked extrapolated with a wider interval and "
+        "never recommended while a profiled size fits (default: refused, naming the profile command that adds them)",
     )
     space.add_argument(
         "--chunks",
@@ -163,6 +171,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="processes that evaluate candidates (default: one per core, for spaces of more than 200 candidates)",
     )
+    sampling = plan.add_argument_group("intervals (each candidate's step sampled from its actions' spread)")
+    sampling.add_argument(
+        "--jitter",
+        type=float,
+        metavar="CV",
+        help="coefficient of variation of every action's time (0.1 = 10%%) where the model measured none (a "
+        "profile's own spread is used otherwise); default: no interval without a profile's spread",
+    )
+    sampling.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES, metavar="N", help="draws per step")
+    sampling.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the draws (default 0)")
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan")
     plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
 
@@ -222,11 +240,17 @@ def vars_of(description: ModelDescription) -> dict:
     return {f.name: getattr(description, f.name) for f in fields(description)}
 
 
-def space_from_args(args: argparse.Namespace) -> PlanSpace:
+def space_from_args(args: argparse.Namespace, inputs: PlanInputs | None = None) -> PlanSpace:
+    """The search space of the flags; without --microbatch-sizes a profile's own sizes (what it measured)."""
     recompute = {"off": (False,), "on": (True,), "both": (False, True)}[args.recompute]
+    sizes = args.microbatch_sizes
+    if sizes is None:
+        profiled = None if inputs is None or inputs.profile is None else inputs.profile.microbatch_sizes
+        sizes = tuple(profiled) if profiled else PlanSpace().microbatch_sizes
     return PlanSpace(
         schedules=args.schedules,
-        microbatch_sizes=args.microbatch_sizes,
+        microbatch_sizes=sizes,
+        extrapolate=args.extrapolate,
         chunks=args.chunks,
         recompute=recompute,
         w_shares=args.w_shares or (None,),
@@ -247,9 +271,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
     if args.json is not None:
         check_output(args.json)
+    options = IntervalOptions(args.jitter, args.samples, args.seed)
     inputs, recorded = inputs_from_args(args)
-    space = space_from_args(args)
-    candidates = evaluate_all(inputs, space, workers=_workers(args.workers, space))
+    space = space_from_args(args, inputs)
+    inputs.check_sizes(space.microbatch_sizes, space.extrapolate, profile_program())
+    candidates = attach_intervals(inputs, evaluate_all(inputs, space, workers=_workers(args.workers, space)), options)
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
@@ -268,6 +294,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print("verifying: " + " ".join(command[1:]), flush=True)
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE
+
+
+def profile_program() -> str:
+    """The executor's profile command as this user runs programs: the console script after `pipesim`, else the
+    module after `python -m pipesim`."""
+    return "pipesim-run profile" if Path(sys.argv[0]).name == "pipesim" else "python -m pipesim_executor profile"
 
 
 def _space_dict(space: PlanSpace) -> dict:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pipesim.cost.links import LinkCost
 from pipesim.cost.runtime import OptimizerTime, RuntimeTerms, check_finite_non_negative
@@ -51,10 +51,16 @@ BYTE_KINDS = ("activation_bytes", "weight_grad_bytes", "input_bytes", "output_by
 
 @dataclass(frozen=True)
 class SizeCurve:
-    """One quantity (a time in ms, or bytes) measured at each profiled microbatch size."""
+    """One quantity (a time in ms, or bytes) measured at each profiled microbatch size.
+
+    A time or a byte count (`monotone`, the default) is read off its non-decreasing fit (`fitted`: the measured
+    values pooled where noise made a larger microbatch cheaper), so that no size reads cheaper than a smaller one,
+    beyond the profiled sizes included. A ratio (`monotone=False`: an in-situ factor) is read as measured and held
+    at its nearest profiled value beyond them: extending a line of ratios has no physical meaning."""
 
     sizes: tuple[int, ...]
     values: tuple[float, ...]
+    monotone: bool = True
 
     def __post_init__(self) -> None:
         if not self.sizes or len(self.sizes) != len(self.values):
@@ -65,12 +71,24 @@ class SizeCurve:
         for value in self.values:
             check_finite_non_negative("a measured value", value)
 
+    @property
+    def fitted(self) -> tuple[float, ...]:
+        """The values `at` reads: for a monotone curve the least-squares non-decreasing fit of the measured values
+        (pool adjacent violators: a profiled size measured cheaper than a smaller one takes their mean), else the
+        values as measured."""
+        if not self.monotone:
+            return tuple(self.values)
+        return non_decreasing(self.values)
+
     def at(self, size: int) -> float:
-        """The value at `size`: measured where profiled, else on the line through the two nearest profiled sizes
-        (never below 0); one profiled size scales in proportion."""
-        sizes, values = self.sizes, self.values
+        """The value at `size`: the fit where profiled, else on the line through the two nearest profiled sizes
+        (never below 0, non-decreasing for a monotone curve); one profiled size scales in proportion. A ratio is
+        held flat beyond the profiled sizes."""
+        sizes, values = self.sizes, self.fitted
         if size in sizes:
             return float(values[sizes.index(size)])
+        if not self.monotone and not sizes[0] < size < sizes[-1]:
+            return float(values[0] if size < sizes[0] else values[-1])
         if len(sizes) == 1:
             return float(values[0]) * size / sizes[0]
         right = next((i for i, s in enumerate(sizes) if s > size), len(sizes) - 1)
@@ -97,6 +115,19 @@ class SizeCurve:
             return 0.0
         squares = [(a + b * x - y) ** 2 for x, y in zip(self.sizes, self.values, strict=True)]
         return math.sqrt(sum(squares) / len(squares)) / mean
+
+
+def non_decreasing(values: Sequence[float]) -> tuple[float, ...]:
+    """The least-squares non-decreasing sequence closest to `values` (pool adjacent violators): a noisy measurement
+    that made a larger size cheaper is averaged with its neighbour instead of bending the fit downwards."""
+    blocks: list[list[float]] = []  # [sum, count] of each pooled run
+    for value in values:
+        blocks.append([float(value), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    return tuple(total / count for total, count in blocks for _ in range(int(count)))
 
 
 @dataclass(frozen=True)
@@ -214,6 +245,8 @@ class InSituTerms:
                 raise ValueError(f"in-situ scale: unknown kind {name!r}; valid: {', '.join(TIME_KINDS)}")
             if not isinstance(factors, SizeCurve):
                 raise ValueError(f"in-situ scale of {name} must be a SizeCurve, got {factors!r:.60}")
+        # factors are ratios: read as measured, held flat beyond the profiled sizes (never a monotone fit)
+        object.__setattr__(self, "scale", {k: replace(c, monotone=False) for k, c in self.scale.items()})
 
     def factor(self, kind: str, size: int) -> float:
         """The in-situ factor of `kind` at `size` (between profiled sizes on the line through the nearest two)."""
@@ -247,6 +280,11 @@ class UnitProfile:
     in_situ: Mapping[str, InSituTerms] = field(default_factory=dict)
     """Per class of schedule (IN_SITU_CLASSES), its in-situ terms; a class not measured takes its unchunked
     sibling's, then `dispatch_ms` and `tail_ms` with no scaling."""
+    spread: Mapping[str, SizeCurve] = field(default_factory=dict)
+    """Per time kind (TIME_KINDS), the coefficient of variation of the stages timed whole over their repetitions at
+    each profiled size (a ratio curve); empty in a profile written before it kept its spread."""
+    spread_repeats: int = 0
+    """How many repetitions each measured median rests on (what the median's standard error shrinks with)."""
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -275,6 +313,11 @@ class UnitProfile:
                         f"unit {unit.name!r}: {kind} was measured at sizes {list(curve.sizes)}, the profile at "
                         f"{list(self.microbatch_sizes)}"
                     )
+        for kind, curve in self.spread.items():
+            if kind not in TIME_KINDS or curve.sizes != self.microbatch_sizes or curve.monotone:
+                raise ValueError(f"the spread of {kind!r} must be a ratio curve of a time kind at every profiled size")
+        if isinstance(self.spread_repeats, bool) or not isinstance(self.spread_repeats, int) or self.spread_repeats < 0:
+            raise ValueError(f"spread_repeats must be a whole number >= 0, got {self.spread_repeats!r}")
         for name in ("dispatch_ms", "tail_ms"):
             check_finite_non_negative(name, getattr(self, name))
         if self.core_slots is not None and (

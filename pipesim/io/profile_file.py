@@ -15,7 +15,11 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
      "in_situ": {"plain": {"dispatch_ms": x, "tail_ms": x, "scale": {"backward_ms": [per size], ...}}, "split": ...,
                  "plain-chunked": ..., "split-chunked": ...},  (per class of schedule: its in-situ steps)
      "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
+     "spread": {"repeats": n, "cv": {"forward_ms": [per size], ...}},  (optional: the stages' step-to-step spread)
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
+
+`spread` (issue 29) is optional both ways: a file written before it loads with no spread (a prediction from it
+has no interval), and a reader that ignores it reads the rest unchanged.
 
 `fits` is derived from the units (`UnitProfile.fits`: the affine fit of every size curve and its residual),
 written for the reader and ignored when read back. `cost_file.load_cost_file` reads either version; a stage
@@ -88,6 +92,16 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
             {"microbatch_size": size, "start": start, "stop": stop, **dict(times)}
             for (size, start, stop), times in sorted(profile.stages.items())
         ],
+        **(
+            {
+                "spread": {
+                    "repeats": profile.spread_repeats,
+                    "cv": {kind: list(curve.values) for kind, curve in profile.spread.items()},
+                }
+            }
+            if profile.spread
+            else {}
+        ),
         "fits": profile.fits(),
     }
 
@@ -179,7 +193,19 @@ def _in_situ(raw: Any, sizes: tuple[int, ...]) -> dict[str, InSituTerms]:
 def _factors(raw: Any, where: str, sizes: tuple[int, ...]) -> SizeCurve:
     if not isinstance(raw, list) or len(raw) != len(sizes):
         raise ValueError(f"cost file: {where} must list one factor per microbatch size ({len(sizes)}), got {raw!r:.60}")
-    return SizeCurve(sizes, tuple(_number(v, f"{where}[{i}]", 1e6) for i, v in enumerate(raw)))
+    return SizeCurve(sizes, tuple(_number(v, f"{where}[{i}]", 1e6) for i, v in enumerate(raw)), monotone=False)
+
+
+def _spread(raw: Any, sizes: tuple[int, ...]) -> tuple[dict[str, SizeCurve], int]:
+    """The stages' coefficient of variation per kind and size, and the repetitions behind each median."""
+    if raw is None:
+        return {}, 0
+    record = _object(raw, "spread", {"repeats", "cv"})
+    repeats = record["repeats"]
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 0 <= repeats <= 1_000_000:
+        raise ValueError(f"cost file: spread.repeats must be a whole number >= 0, got {repeats!r:.40}")
+    cv = _object(record["cv"], "spread.cv", set(TIME_KINDS), set())
+    return {kind: _factors(values, f"spread.cv.{kind}", sizes) for kind, values in cv.items()}, repeats
 
 
 def _stages(raw: Any) -> dict[tuple[int, int, int], dict[str, float]]:
@@ -234,6 +260,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"cost file: {key} must be an object, got {data.get(key)!r:.60}")
     stages = _stages(data.get("stages", []))
+    spread, repeats = _spread(data.get("spread"), sizes)
     try:
         return UnitProfile(
             units=units,
@@ -248,6 +275,8 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             provenance=dict(data.get("provenance", {})),
             stages=stages,
             in_situ=_in_situ(data.get("in_situ", {}), sizes),
+            spread=spread,
+            spread_repeats=repeats,
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None
