@@ -20,7 +20,7 @@ from pipesim.schedules import build_schedule, options_for, schedule_names
 from pipesim.semantics.dag import dependencies
 from pipesim.sim.jitter import sampled_steps, step_interval, sweep_samples
 from pipesim.sim.simulate import engine_inputs, sweep
-from pipesim.sim.spread import Spread
+from pipesim.sim.spread import Spread, cost_spread
 from pipesim.sim.steps import simulate_step
 
 
@@ -137,3 +137,35 @@ def test_simulate_and_compare_report_the_interval(tmp_path, capsys):
     assert main([*argv, "--jitter", "7"]) == 2
     assert main([*argv, "--samples", "5"]) == 2  # --samples without --jitter samples nothing
     assert "give --jitter" in capsys.readouterr().err
+
+
+def with_run_spread(cost: CostModel, cv: dict, repeats: int = 30) -> CostModel:
+    """A run's stage costs as `executor run --profile` writes them: the in-situ spread in the meta."""
+    meta = {**cost.provenance.meta, "spread": {"cv": cv, "repeats": repeats}}
+    return replace(cost, provenance=replace(cost.provenance, meta=meta))
+
+
+def test_a_runs_cost_file_spread_gives_the_executors_prediction_its_interval(tmp_path, capsys):
+    from pipesim.io.cost_file import save_cost
+    from pipesim_executor.host.predict import predict_step
+
+    schedule = build_schedule("1f1b", 2, 8)
+    plain = CostModel.uniform(1.0, 2.0)
+    cost = with_run_spread(plain, {"F": 0.15, "B": 0.1})
+    spread = cost_spread(cost)
+    assert spread.cv == {ActionKind.FORWARD: 0.15, ActionKind.BACKWARD: 0.1}
+    assert spread.price_se[ActionKind.FORWARD] == pytest.approx(1.2533 * 0.15 / 30**0.5, rel=1e-3)
+    assert cost_spread(plain) is None
+    with pytest.raises(ValueError, match="unknown action kind"):
+        cost_spread(with_run_spread(plain, {"X": 0.1}))
+    prediction = predict_step(schedule, cost)
+    assert prediction.p05_ms <= prediction.predicted_step_ms <= prediction.p95_ms
+    assert prediction.deterministic_ms == simulate_step(schedule, cost).step_ms
+    assert set(prediction.interval_fields()) == {"step_ms", "step_ms_p05", "step_ms_p95", "step_ms_deterministic"}
+    assert predict_step(schedule, plain).p05_ms is None  # no spread measured: the point alone, as before
+    path, out = tmp_path / "cost.json", tmp_path / "sim.json"
+    save_cost(cost, path)
+    argv = ["simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "8", "--cost", str(path)]
+    assert main([*argv, "--json", str(out)]) == 0
+    assert "the cost file's measured spread" in capsys.readouterr().out
+    assert json.loads(out.read_text())["step_ms_p95"] > json.loads(out.read_text())["step_ms_p05"]

@@ -99,6 +99,7 @@ from pipesim.semantics.validate import validate
 from pipesim.sim.data_parallel import ALLREDUCE
 from pipesim.sim.jitter import StepInterval, step_interval
 from pipesim.sim.metrics import Metrics, compute_metrics
+from pipesim.sim.spread import cost_spread
 from pipesim.sim.steps import SimulatedStep, simulate_step
 from pipesim.units import format_memory
 
@@ -278,6 +279,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
     cost = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)
     sampling = sampling_from_args(args)
+    if sampling is None and args.cost is not None:  # a run's cost file keeps the spread its in-situ steps measured
+        measured = cost_spread(cost)
+        sampling = None if measured is None else (measured, args.samples, args.seed)
     validate(schedule)
     step = simulate_step(schedule, cost)  # where the gradient reduction is charged: pipesim.sim.data_parallel
     timeline = step.timeline
@@ -288,8 +292,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         interval = step_interval(schedule, cost, *sampling)
         lines.append(
             f"sampled step: {interval.step_ms:.3f} ms, 90% interval {interval.p05_ms:.3f}..{interval.p95_ms:.3f} ms "
-            f"(median of {interval.samples} draws at CV {args.jitter:g}; "
-            f"{interval.step_ms / interval.deterministic_ms - 1:+.1%} on the step of the medians, "
+            f"(median of {interval.samples} draws, "
+            + (f"CV {args.jitter:g}; " if args.jitter is not None else "the cost file's measured spread; ")
+            + f"{interval.step_ms / interval.deterministic_ms - 1:+.1%} on the step of the medians, "
             f"{interval.deterministic_ms:.3f} ms)"
         )
     if (

@@ -20,6 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pipesim.cost.model import CostModel
 from pipesim.cost.profile import UnitProfile
 from pipesim.ir import ActionKind
 
@@ -107,3 +108,29 @@ def profile_spread(profile: UnitProfile, size: int, split: bool, recompute: bool
     spread = Spread(cv, price_se)
     sizes = profile.microbatch_sizes
     return spread.widened(EXTRAPOLATION_SE) if not sizes[0] <= size <= sizes[-1] else spread
+
+
+def cost_spread(cost: CostModel) -> Spread | None:
+    """The spread a run's stage cost file kept (`executor run --profile`: its meta's "spread", the in-situ steps'
+    coefficient of variation per action kind and the fewest actions each rests on), or None when it kept none."""
+    meta = cost.provenance.meta if isinstance(cost.provenance.meta, dict) else {}
+    raw = meta.get("spread")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("cv"), dict):
+        raise ValueError(f'cost file: meta.spread must be {{"cv": {{kind: CV}}, "repeats": n}}, got {raw!r:.60}')
+    repeats = raw.get("repeats", 0)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
+        raise ValueError(f"cost file: meta.spread.repeats must be a whole number >= 0, got {repeats!r:.40}")
+    cv: dict[ActionKind, float] = {}
+    for name, value in raw["cv"].items():
+        try:
+            kind = ActionKind(name)
+        except ValueError:
+            raise ValueError(
+                f"cost file: meta.spread.cv: unknown action kind {name!r:.20}; valid: F, B, I, W"
+            ) from None
+        cv[kind] = value
+    Spread(cv)  # checks every CV before it is used
+    se = {k: min(MAX_CV, MEDIAN_SE * v / math.sqrt(repeats)) for k, v in cv.items()} if repeats else {}
+    return Spread(cv, se)

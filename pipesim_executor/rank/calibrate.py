@@ -132,7 +132,16 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "dispatch_by_kind_ms": {kind: statistics.median(values) for kind, values in gaps.items()},
         "tail_ms": statistics.median(tails) if tails else 0.0,
         "steps": len(records),
+        # how much one action of a stage and kind varied over the steps and microbatches (sample sd / mean) and
+        # from how many: what a prediction's interval is drawn from (pipesim.sim.spread)
+        "cv": {stage: {kind: _cv(v) for kind, v in kinds.items()} for stage, kinds in durations.items()},
+        "samples": {stage: {kind: len(v) for kind, v in kinds.items()} for stage, kinds in durations.items()},
     }
+
+
+def _cv(values: list[float]) -> float:
+    mean = statistics.fmean(values) if values else 0.0
+    return statistics.stdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
 
 
 def _gap_per_action(gaps: dict[str, list[float]]) -> float:

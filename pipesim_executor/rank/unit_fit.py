@@ -54,6 +54,29 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
+def coefficient_of_variation(values: list[float]) -> float:
+    """The sample standard deviation over the mean (0 for fewer than two values or a mean of 0)."""
+    if len(values) < 2:
+        return 0.0
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if mean > 0 else 0.0
+
+
+def spread_curves(everyone: list[dict[str, Any]], sizes: list[int]) -> dict[str, SizeCurve]:
+    """Per time kind, the median over the processes and the stages timed whole of each stage's coefficient of
+    variation, at every size (`UnitProfile.spread`); empty when the processes measured none."""
+    if not all("spread" in e for e in everyone):
+        return {}
+    return {
+        kind: SizeCurve(
+            tuple(sizes),
+            tuple(_median([cv for e in everyone for cv in e["spread"][s][kind]]) for s in sizes),
+            monotone=False,
+        )
+        for kind in TIME_KINDS
+    }
+
+
 def fit_optimizer(points: list[tuple[float, float]]) -> OptimizerTime:
     """Least squares of time against parameter bytes (fixed + per byte), both clamped at 0."""
     if len(points) == 1 or len({b for b, _ in points}) == 1:
@@ -130,6 +153,7 @@ def assemble(
         optimizers=optimizers, link=link_cost(links.get(0)), core_slots=slots,
         model=asdict(config.model),
         stages={(s, a, b): times for s in sizes for a, b, times in stage_ms[s]},
+        spread=spread_curves(everyone, sizes), spread_repeats=int(request["repeats"]),
     )  # fmt: skip
     scales, ratios = in_situ_scales(profile, everyone, r, slots or r.world_size)
     in_situ = {}

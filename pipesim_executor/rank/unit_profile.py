@@ -55,7 +55,7 @@ from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model
 from pipesim_executor.rank.setup import Rank, make_optimizer, optimizer_for, setup
 from pipesim_executor.rank.teardown import finish
 from pipesim_executor.rank.transport import env_int
-from pipesim_executor.rank.unit_fit import CALIBRATION_STEPS, IN_SITU, assemble
+from pipesim_executor.rank.unit_fit import CALIBRATION_STEPS, IN_SITU, assemble, coefficient_of_variation
 from pipesim_executor.rank.unit_timing import (
     KINDS,
     Marks,
@@ -169,7 +169,7 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     slots = core_slots(device) or r.world_size
     cut_counts = sorted({2, 3, MAX_CUT_STAGES, r.num_ranks, 2 * r.num_ranks})
     splits: dict[int, dict[tuple[bool, int], tuple[int, ...]]] = {}
-    mine: dict[str, Any] = {"shares": {}, "stages": {}, "bytes": {}, "optimizers": {}, "calibration": {}}
+    mine: dict[str, Any] = {"shares": {}, "stages": {}, "spread": {}, "bytes": {}, "optimizers": {}, "calibration": {}}
     for size in sizes:
         # 1. each unit's shares, every process in its turn (at most `slots` at once), in rounds: a burst of other
         # work on the machine then falls on many measurements a little instead of on one of them whole
@@ -198,6 +198,8 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
         mine["stages"][size] = [
             (a, b, {k: statistics.median(v) for k, v in stages[i].items()}) for i, (a, b) in enumerate(ranges)
         ]
+        # how much each stage's action varied over its repetitions: what a prediction's interval is drawn from
+        mine["spread"][size] = {k: [coefficient_of_variation(times[k]) for times in stages] for k in KINDS}
         if r.rank == 0:
             mine["bytes"][size] = unit_bytes(parts, size)
         progress.advance(f"units at microbatch size {size}")
