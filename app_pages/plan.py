@@ -16,7 +16,15 @@ from pipesim.charts import plan as charts_plan
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import DTYPE_BYTES, ModelDescription
 from pipesim.io import formats
-from pipesim.plan.report import best_candidate, pareto_front, plan_document, ranked, summary_lines, torchtitan_settings
+from pipesim.plan.report import (
+    best_candidate,
+    interval_text,
+    pareto_front,
+    plan_document,
+    ranked,
+    summary_lines,
+    torchtitan_settings,
+)
 from pipesim.plan.search import PlanInputs, PlanSpace
 from pipesim.schedules import schedule_names
 from pipesim.sim.memory import rank_memory
@@ -32,7 +40,9 @@ st.caption(
 )
 LABELS = (
     "A candidate's name reads: schedule, P = pipeline ranks (devices in the pipeline), v = chunks per rank, "
-    "m32x1 = 32 microbatches of 1 sample each, then 'recompute' and the W share where they apply."
+    "m32x1 = 32 microbatches of 1 sample each, then 'recompute' and the W share where they apply, and "
+    "'extrapolated' for a microbatch size a profile did not measure (drawn as a cross). A bar is a predicted "
+    "step's 90% interval."
 )
 URL = state.URL
 
@@ -112,6 +122,16 @@ with st.sidebar, st.form("plan-form"):
         bind=URL,
         help="weight part of the backward, e.g. 0.4,0.5; empty: the model's own (half)",
     )
+    jitter_pct = st.number_input(
+        "Action time spread (CV %)",
+        0.0,
+        100.0,
+        10.0,
+        key=_kept("plan-jitter"),
+        bind=URL,
+        help="how much each action's time varies from step to step; each candidate that can win is sampled 200 "
+        "times: its step is the median of the samples and its bar the 90% interval (0: no interval)",
+    )
     st.form_submit_button("Plan", type="primary", width="stretch")
 
 try:
@@ -137,7 +157,7 @@ try:
         recompute={"off": (False,), "on": (True,)}.get(recompute or "both", (False, True)),
         w_shares=shares,
     )
-    candidates = cached.plan(inputs, space)
+    candidates = cached.plan(inputs, space, float(jitter_pct) / 100 or None)
 except ValueError as error:
     widgets.show_error(error, "Cannot plan")
     st.stop()
@@ -173,6 +193,7 @@ table = pd.DataFrame(
         {
             "candidate": c.label,
             "step": c.step_ms,
+            "90% interval": interval_text(c) if c.step_ms_p05 is not None else "",
             "samples/s": c.throughput,
             "peak memory": format_bytes(c.peak_memory_bytes),
             "fits": c.fits,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pipesim.cli.main import main as pipesim_main
-from pipesim.cost.profile import UnitProfile
+from pipesim.cost.profile import TIME_KINDS, UnitProfile
 from pipesim.io.cost_file import load_cost_file
 from pipesim_executor.host.cli import main as executor_main
 
@@ -64,7 +64,11 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
     assert profile.in_situ["plain"].factor("backward_ms", 2) > 0 and profile.provenance["in_situ"]["ratios"]
     assert set(profile.in_situ) == {"plain", "split", "plain-chunked", "split-chunked"}
     assert profile.stages and all(size in (1, 2) for size, _, _ in profile.stages)  # the planner's cuts, timed whole
+    assert set(profile.spread) == set(TIME_KINDS) and profile.spread_repeats == 3  # issue 29: the spread kept
+    assert all(0 < curve.at(2) < 5 for curve in profile.spread.values())
     plan = tmp_path / "plan.json"
     assert pipesim_main(["plan", "--cost", str(out / "cost.json"), "--devices", "2", "--global-batch", "8",
                          "--optimizer", "sgd-momentum", "--json", str(plan)]) == 0  # fmt: skip
     assert json.loads(plan.read_text())["inputs"]["executor_model"]["spec"] == "examples.gpt_small:build_tiny"
+    best = json.loads(plan.read_text())["best"]
+    assert best["step_ms_p05"] <= best["step_ms"] <= best["step_ms_p95"] and best["extrapolated"] is False
