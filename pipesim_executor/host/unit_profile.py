@@ -56,6 +56,9 @@ class ProfileConfig:
     the link between two of them and run the in-situ steps on that many ranks."""
     repeats: int = 20
     """Timed repetitions of every measurement (the median is kept; 3 untimed ones run first)."""
+    in_situ_steps: int = 40
+    """Most in-situ steps per schedule and size: they are added 8 at a time until each in-situ factor's 95% CI is
+    within +-3% (the profile says which did not get there)."""
     dtype: Literal["fp32", "bf16"] = "fp32"
     """Compute precision, as executor run --dtype."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -80,7 +83,11 @@ class ProfileConfig:
         if unknown or not self.optimizers:
             named = unknown[0] if unknown else "(none)"
             raise ValueError(f"unknown optimizer {named!r}; valid: {', '.join(OPTIMIZERS)}")
-        for name, value, low, high in (("ranks", self.ranks, 1, 16), ("repeats", self.repeats, 3, MAX_REPEATS)):
+        for name, value, low, high in (
+            ("ranks", self.ranks, 1, 16),
+            ("repeats", self.repeats, 3, MAX_REPEATS),
+            ("in_situ_steps", self.in_situ_steps, 8, MAX_REPEATS),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
@@ -175,7 +182,7 @@ def start_profile(config: ProfileConfig, out: Path, on_event: EventCallback | No
         write_json(run.to_dict(), run_dir / CONFIG_FILE)
         write_json(
             {"microbatch_sizes": list(config.microbatch_sizes), "optimizers": list(config.optimizers),
-             "repeats": config.repeats},
+             "repeats": config.repeats, "in_situ_steps": config.in_situ_steps},
             run_dir / PROFILE_REQUEST_FILE,
         )  # fmt: skip
     except (OSError, ValueError) as error:
@@ -214,6 +221,32 @@ def summary_lines(result: ProfileResult) -> list[str]:
         f"(ping-pong between ranks 0 and 1)"
         if profile.link.latency_ms or math.isfinite(profile.link.bandwidth_gbps)
         else "link     none measured (one rank)",
+        *in_situ_lines(profile),
         f"wrote    {result.cost_file} (python -m pipesim plan --cost {result.cost_file} ...)",
     ]
+    return lines
+
+
+def in_situ_lines(profile: UnitProfile) -> list[str]:
+    """Each in-situ factor with its 95% CI (the profile's provenance), and which did not get within the target."""
+    in_situ = profile.provenance.get("in_situ") if isinstance(profile.provenance, dict) else None
+    rows = in_situ.get("ci") if isinstance(in_situ, dict) else None
+    if not rows:
+        return []
+    target = in_situ.get("target_ci", 0.03)
+    shown = [
+        f"{r['class']} {r['kind'].removesuffix('_ms')}@{r['size']} x{r['factor']:.3f}"
+        + (" +-?" if r["ci"] is None else f" +-{r['ci']:.1%}")
+        for r in rows
+    ]
+    short = [r for r in rows if r["ci"] is None or r["ci"] > target]
+    lines = ["in-situ  factors (95% CI): " + ", ".join(shown)]
+    if short:
+        steps = max(r["steps"] for r in rows)
+        lines.append(
+            f"         {len(short)} of {len(rows)} factors not within +-{target:.0%} after up to {steps} in-situ steps "
+            "(a noisy machine: predictions of those classes are less certain)"
+        )
+    else:
+        lines.append(f"         every factor within +-{target:.0%}")
     return lines

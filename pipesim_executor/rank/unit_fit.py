@@ -7,6 +7,7 @@ price of the same stages).
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import statistics
@@ -47,7 +48,9 @@ IN_SITU_KINDS = {
     (False, True): {"F": "forward_recompute_ms", "B": "backward_recompute_ms"},
     (True, True): {"F": "forward_recompute_ms", "I": "input_recompute_ms", "W": "weight_ms"},
 }
-CALIBRATION_STEPS = 8  # in-situ steps per size and schedule (the first is dropped)
+CALIBRATION_STEPS = 8  # in-situ steps per size and schedule at first (the first is dropped)
+IN_SITU_CI = 0.03  # then more, CALIBRATION_STEPS at a time, until every factor's 95% CI is within +-3% ...
+MAX_IN_SITU_STEPS = 40  # ... or this many steps were run (the profile then says which factors did not get there)
 
 
 def _median(values: list[float]) -> float:
@@ -181,6 +184,8 @@ def assemble(
             + f", each plain and recomputing, on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches "
             f"at every size, {CALIBRATION_STEPS - 1} steps each",
             "ratios": ratios,
+            "ci": factor_cis(ratios),
+            "target_ci": IN_SITU_CI,
             "dispatch_ms": [[*key, c["dispatch_ms"]] for key, c in calibrations],
             "tail_ms": [[*key, c["tail_ms"]] for key, c in calibrations],
         },
@@ -208,6 +213,9 @@ def in_situ_scales(
             durations = {}
             for e in everyone[: r.num_ranks]:
                 durations.update(e["calibration"][key]["durations_ms"])
+        cis: dict[str, dict[str, float]] = {}  # each stage's own rank measured its CI
+        for e in everyone[: r.num_ranks]:
+            cis.update(e["calibration"][key].get("ci", {}))
         for stage, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
             predicted = profile.stage_kinds(size, a, b)
             for kind, measured in (durations.get(str(stage)) or {}).items():
@@ -215,7 +223,9 @@ def in_situ_scales(
                 if target is not None and predicted[target] > 0:
                     rows.append({"class": IN_SITU[(name, chunks)], "schedule": name, "recompute": recompute,
                                  "size": size, "stage": stage, "kind": target,
-                                 "ratio": measured / predicted[target]})  # fmt: skip
+                                 "ratio": measured / predicted[target],
+                                 "ci": _finite(cis.get(str(stage), {}).get(kind)),
+                                 "steps": summary.get("steps", 0)})  # fmt: skip
     grouped: dict[str, dict[str, dict[int, list[float]]]] = {}
     for row in rows:
         grouped.setdefault(row["class"], {}).setdefault(row["kind"], {}).setdefault(row["size"], []).append(
@@ -229,6 +239,26 @@ def in_situ_scales(
             factors = tuple(_median(by_size[s]) if s in by_size else overall for s in sizes)
             scales.setdefault(name, {})[kind] = SizeCurve(sizes, factors)
     return scales, rows
+
+
+def _finite(value: float | None) -> float | None:
+    """A CI as the file holds it: None where it is unknown (too few steps), never an infinity JSON cannot hold."""
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def factor_cis(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per class, kind and size, the in-situ factor's 95% CI as a relative half-width: the widest of its stages'
+    (each the bootstrap interval of a stage's median over the in-situ steps, pipesim_executor.rank.calibrate.median_ci;
+    the factor is a median over them, so no wider), and the steps behind it."""
+    grouped: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault((row["class"], row["kind"], row["size"]), []).append(row)
+    return [
+        {"class": name, "kind": kind, "size": size, "factor": _median([g["ratio"] for g in group]),
+         "ci": None if any(g["ci"] is None for g in group) else max(g["ci"] for g in group),
+         "steps": max(g["steps"] for g in group)}
+        for (name, kind, size), group in sorted(grouped.items())
+    ]  # fmt: skip
 
 
 def _process_spread(everyone: list[dict[str, Any]], sizes: list[int], n: int) -> float | None:
