@@ -129,3 +129,19 @@ def test_the_recommendation_skips_a_faster_extrapolated_candidate_while_a_measur
     for c in candidates:
         c.extrapolated = c.error is None
     assert best_candidate(candidates) is fastest  # no measured size fits: the extrapolated one, said so
+
+
+def test_the_plan_figure_draws_each_interval_and_crosses_an_extrapolated_size():
+    from pipesim.charts.plan import pareto_figure
+    from pipesim.plan.report import pareto_front
+
+    _, candidates = plan(with_spread(), sizes=(2, 4, 8), extrapolate=True)
+    figure = pareto_figure(candidates, pareto_front(candidates), best_candidate(candidates), None)
+    drawn = [(x, low, high, symbol) for trace in figure.data if trace.error_x.visible
+             for x, low, high, symbol in zip(trace.x, trace.error_x.arrayminus, trace.error_x.array,
+                                             trace.marker.symbol, strict=True)]  # fmt: skip
+    sampled = [c for c in candidates if c.step_ms_p05 is not None]
+    assert len(drawn) >= len(sampled) > 0
+    for c in sampled:
+        assert (c.step_ms, c.step_ms - c.step_ms_p05, c.step_ms_p95 - c.step_ms) in [d[:3] for d in drawn]
+    assert "x" in [d[3] for d in drawn]  # the extrapolated ones
