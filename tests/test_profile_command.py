@@ -78,8 +78,8 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
     assert set(profile.in_situ) == {"plain", "split", "plain-chunked", "split-chunked"}
     assert profile.stages and all(size in (1, 2) for size, _, _ in profile.stages)  # the planner's cuts, timed whole
     assert set(profile.spread) == set(TIME_KINDS) and profile.spread_repeats == 3  # issue 29: the spread kept
-    assert "in-situ  factors (95% CI): plain backward@1 x" in printed  # each factor printed with its CI ...
-    assert "every factor within +-3%" in printed or "factors not within +-3% after up to" in printed  # ... and said
+    assert "in-situ  plain: 8 factors x" in printed and "95% CI up to +-" in printed  # each class's CIs ...
+    assert "every in-situ factor within +-3%" in printed or "in-situ factors not within +-3%" in printed  # ... said
     for row in profile.provenance["in_situ"]["ci"]:
         assert row["ci"] is None or row["ci"] <= 0.03 or row["steps"] >= 16 - 1, (
             row

@@ -228,25 +228,30 @@ def summary_lines(result: ProfileResult) -> list[str]:
 
 
 def in_situ_lines(profile: UnitProfile) -> list[str]:
-    """Each in-situ factor with its 95% CI (the profile's provenance), and which did not get within the target."""
+    """Each class's in-situ factors with their 95% CIs (the profile's provenance), and how many got within the
+    target (adaptive steps: pipesim_executor.rank.calibrate); one line per class."""
     in_situ = profile.provenance.get("in_situ") if isinstance(profile.provenance, dict) else None
     rows = in_situ.get("ci") if isinstance(in_situ, dict) else None
     if not rows:
         return []
     target = in_situ.get("target_ci", 0.03)
-    shown = [
-        f"{r['class']} {r['kind'].removesuffix('_ms')}@{r['size']} x{r['factor']:.3f}"
-        + (" +-?" if r["ci"] is None else f" +-{r['ci']:.1%}")
-        for r in rows
-    ]
-    short = [r for r in rows if r["ci"] is None or r["ci"] > target]
-    lines = ["in-situ  factors (95% CI): " + ", ".join(shown)]
-    if short:
-        steps = max(r["steps"] for r in rows)
+    lines = []
+    for name in dict.fromkeys(r["class"] for r in rows):
+        mine = [r for r in rows if r["class"] == name]
+        known = [r["ci"] for r in mine if r["ci"] is not None]
+        within = sum(ci <= target for ci in known)
+        low, high = min(r["factor"] for r in mine), max(r["factor"] for r in mine)
+        widest = f"+-{max(known):.1%}" if known else "unknown"
         lines.append(
-            f"         {len(short)} of {len(rows)} factors not within +-{target:.0%} after up to {steps} in-situ steps "
-            "(a noisy machine: predictions of those classes are less certain)"
+            f"{'in-situ' if not lines else '':<8} {name}: {len(mine)} factors x{low:.2f}..x{high:.2f}, "
+            f"95% CI up to {widest}; {within} of {len(mine)} within +-{target:.0%} after up to "
+            f"{max(r['steps'] for r in mine)} steps"
         )
-    else:
-        lines.append(f"         every factor within +-{target:.0%}")
+    total = sum(r["ci"] is not None and r["ci"] <= target for r in rows)
+    lines.append(
+        f"{'':<8} every in-situ factor within +-{target:.0%}"
+        if total == len(rows)
+        else f"{'':<8} {len(rows) - total} of {len(rows)} in-situ factors not within +-{target:.0%}: a noisy machine; "
+        "predictions of those classes are less certain (profile again when it is quieter, or with more --in-situ-steps)"
+    )
     return lines
