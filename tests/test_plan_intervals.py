@@ -13,6 +13,7 @@ import pytest
 from pipesim.cli.main import main
 from pipesim.cost.profile import TIME_KINDS, SizeCurve
 from pipesim.io.cost_file import load_cost_file, save_profile
+from pipesim.ir import ActionKind
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.intervals import IntervalOptions, attach_intervals
 from pipesim.plan.report import best_candidate, ranked
@@ -145,3 +146,21 @@ def test_the_plan_figure_draws_each_interval_and_crosses_an_extrapolated_size():
     for c in sampled:
         assert (c.step_ms, c.step_ms - c.step_ms_p05, c.step_ms_p95 - c.step_ms) in [d[:3] for d in drawn]
     assert "x" in [d[3] for d in drawn]  # the extrapolated ones
+
+
+def test_an_in_situ_factors_ci_widens_the_price_uncertainty_of_its_class_and_round_trips(tmp_path):
+    """The interval carries the profile's own uncertainty: the in-situ factor of a class known to +-20% adds a
+    standard error of 0.2 / 1.96 to the price of the kinds it scales, for that class only."""
+    base = with_spread()
+    plain = base.in_situ["plain"]
+    ci = {"backward_ms": SizeCurve(SIZES, (0.2, 0.2, 0.2), monotone=False)}
+    widened = replace(base, in_situ={**base.in_situ, "plain": replace(plain, ci=ci)})
+    before = profile_spread(base, 2, False, False)
+    after = profile_spread(widened, 2, False, False)
+    backward = ActionKind.BACKWARD
+    assert after.price_se[backward] == pytest.approx((before.price_se[backward] ** 2 + (0.2 / 1.96) ** 2) ** 0.5)
+    assert after.price_se[ActionKind.FORWARD] == before.price_se[ActionKind.FORWARD]
+    assert profile_spread(widened, 2, True, False) == profile_spread(base, 2, True, False)  # another class
+    path = tmp_path / "cost.json"
+    save_profile(widened, path)
+    assert load_cost_file(path) == widened

@@ -231,22 +231,22 @@ class InSituTerms:
     the dispatch gap before each action, the step's tail after the last action less the optimizer's step, and per
     kind the ratio of an action's in-situ time to what the profile prices its stage at, at each profiled size
     (`scale`; 1 where not measured): in a pipeline an action runs with colder caches than in a loop (a backward
-    long after its forward, two chunks' weights taking turns in a rank's cache, inputs just received)."""
+    long after its forward, two chunks' weights taking turns in a rank's cache, inputs just received). `ci`: per
+    kind, each factor's 95% CI as a relative half-width (issue 29; empty in older files). Both are ratio curves."""
 
     dispatch_ms: float = 0.0
     tail_ms: float = 0.0
     scale: Mapping[str, SizeCurve] = field(default_factory=dict)
+    ci: Mapping[str, SizeCurve] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_finite_non_negative("dispatch_ms", self.dispatch_ms)
         check_finite_non_negative("tail_ms", self.tail_ms)
-        for name, factors in self.scale.items():
-            if name not in TIME_KINDS:
-                raise ValueError(f"in-situ scale: unknown kind {name!r}; valid: {', '.join(TIME_KINDS)}")
-            if not isinstance(factors, SizeCurve):
-                raise ValueError(f"in-situ scale of {name} must be a SizeCurve, got {factors!r:.60}")
-        # factors are ratios: read as measured, held flat beyond the profiled sizes (never a monotone fit)
-        object.__setattr__(self, "scale", {k: replace(c, monotone=False) for k, c in self.scale.items()})
+        for label, table in (("scale", self.scale), ("ci", self.ci)):
+            for name, curve in table.items():
+                if name not in TIME_KINDS or not isinstance(curve, SizeCurve):
+                    raise ValueError(f"in-situ {label} of {name!r}: a SizeCurve of one of {', '.join(TIME_KINDS)}")
+            object.__setattr__(self, label, {k: replace(c, monotone=False) for k, c in table.items()})
 
     def factor(self, kind: str, size: int) -> float:
         """The in-situ factor of `kind` at `size` (between profiled sizes on the line through the nearest two)."""
@@ -303,7 +303,7 @@ class UnitProfile:
         if unknown:
             raise ValueError(f"unknown in-situ class {sorted(unknown)[0]!r}; valid: {', '.join(IN_SITU_CLASSES)}")
         for name, terms in self.in_situ.items():
-            for kind, curve in terms.scale.items():
+            for kind, curve in (*terms.scale.items(), *terms.ci.items()):
                 if curve.sizes != self.microbatch_sizes:
                     raise ValueError(f"in-situ {name}: the scale of {kind} must give one factor per profiled size")
         for unit in self.units:

@@ -12,14 +12,15 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
      "optimizers": {"sgd": {"fixed_ms": a, "ms_per_byte": b}, "sgd-momentum": {...}, "adam": {...}},
      "link": {"latency_ms": x, "bandwidth_gbps": x | null}, "core_slots": n | null,
      "model": {...the executor's model section...}, "provenance": {...},
-     "in_situ": {"plain": {"dispatch_ms": x, "tail_ms": x, "scale": {"backward_ms": [per size], ...}}, "split": ...,
+     "in_situ": {"plain": {"dispatch_ms": x, "tail_ms": x, "scale": {"backward_ms": [per size], ...},
+                           "ci": {"backward_ms": [per size], ...}}, "split": ...,  (ci optional: each factor's CI)
                  "plain-chunked": ..., "split-chunked": ...},  (per class of schedule: its in-situ steps)
      "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
      "spread": {"repeats": n, "cv": {"forward_ms": [per size], ...}},  (optional: the stages' step-to-step spread)
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
 
-`spread` (issue 29) is optional both ways: a file written before it loads with no spread (a prediction from it
-has no interval), and a reader that ignores it reads the rest unchanged.
+`spread` and each in-situ class's `ci` (issue 29) are optional both ways: a file written before them loads with
+neither (a prediction from it has no interval), and a reader that ignores them reads the rest unchanged.
 
 `fits` is derived from the units (`UnitProfile.fits`: the affine fit of every size curve and its residual),
 written for the reader and ignored when read back. `cost_file.load_cost_file` reads either version; a stage
@@ -85,6 +86,7 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
                 "dispatch_ms": t.dispatch_ms,
                 "tail_ms": t.tail_ms,
                 "scale": {kind: list(curve.values) for kind, curve in t.scale.items()},
+                **({"ci": {kind: list(curve.values) for kind, curve in t.ci.items()}} if t.ci else {}),
             }
             for name, t in profile.in_situ.items()
         },
@@ -180,12 +182,14 @@ def _in_situ(raw: Any, sizes: tuple[int, ...]) -> dict[str, InSituTerms]:
     out = {}
     for name, record in classes.items():
         where = f"in_situ.{name}"
-        record = _object(record, where, {"dispatch_ms", "tail_ms", "scale"})
+        record = _object(record, where, {"dispatch_ms", "tail_ms", "scale", "ci"}, {"dispatch_ms", "tail_ms", "scale"})
         scale = _object(record["scale"], f"{where}.scale", set(TIME_KINDS), set())
+        ci = _object(record.get("ci", {}), f"{where}.ci", set(TIME_KINDS), set())
         out[name] = InSituTerms(
             _number(record["dispatch_ms"], f"{where}.dispatch_ms", MAX_TIME_MS),
             _number(record["tail_ms"], f"{where}.tail_ms", MAX_TIME_MS),
             {kind: _factors(values, f"{where}.scale.{kind}", sizes) for kind, values in scale.items()},
+            {kind: _factors(values, f"{where}.ci.{kind}", sizes) for kind, values in ci.items()},
         )
     return out
 

@@ -51,7 +51,8 @@ class IntervalOptions:
 def candidate_spread(inputs: PlanInputs, candidate: Candidate, split: bool, options: IntervalOptions) -> Spread | None:
     """The spread of one candidate's actions: the profile's where it kept one, else the typed jitter."""
     if inputs.profile is not None:
-        measured = profile_spread(inputs.profile, candidate.microbatch_size, split, candidate.recompute)
+        chunked = candidate.virtual_stages > 1
+        measured = profile_spread(inputs.profile, candidate.microbatch_size, split, candidate.recompute, chunked)
         if measured is not None:
             return measured
     return None if options.jitter is None else Spread.uniform(min(options.jitter, MAX_CV))

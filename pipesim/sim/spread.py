@@ -26,6 +26,7 @@ from pipesim.ir import ActionKind
 
 MAX_CV = 5.0  # a coefficient of variation above 500% is a measuring error, not a spread
 MEDIAN_SE = math.sqrt(math.pi / 2)  # the median's standard error over the mean's, for a normal spread
+Z95 = 1.96  # a 95% interval's half-width in standard errors
 EXTRAPOLATION_SE = 0.10  # the relative uncertainty added to every price at a size the profile did not run
 
 
@@ -90,13 +91,17 @@ _PROFILE_KINDS = {
 }
 
 
-def profile_spread(profile: UnitProfile, size: int, split: bool, recompute: bool) -> Spread | None:
+def profile_spread(
+    profile: UnitProfile, size: int, split: bool, recompute: bool, chunked: bool = False
+) -> Spread | None:
     """The spread of a candidate's actions from a profile that kept its (None for a profile written before it
-    did): each kind's CV at `size` (the nearest profiled size beyond them) and its price's standard error over the
-    repetitions, widened by EXTRAPOLATION_SE outside the profiled sizes."""
+    did): each kind's CV at `size` (the nearest profiled size beyond them) and its price's standard error: over the
+    repetitions, and the in-situ factor's own (its 95% CI's half-width / 1.96, for the candidate's class), widened
+    by EXTRAPOLATION_SE outside the profiled sizes."""
     if not profile.spread:
         return None
     repeats = max(profile.spread_repeats, 1)
+    factor_ci = profile.in_situ_terms(split, chunked).ci
     cv: dict[ActionKind, float] = {}
     price_se: dict[ActionKind, float] = {}
     for kind, measured in _PROFILE_KINDS[(split, recompute)].items():
@@ -104,7 +109,8 @@ def profile_spread(profile: UnitProfile, size: int, split: bool, recompute: bool
         if curve is None:
             continue
         cv[kind] = min(MAX_CV, curve.at(size))
-        price_se[kind] = min(MAX_CV, MEDIAN_SE * cv[kind] / math.sqrt(repeats))
+        factor_se = factor_ci[measured].at(size) / Z95 if measured in factor_ci else 0.0
+        price_se[kind] = min(MAX_CV, math.hypot(MEDIAN_SE * cv[kind] / math.sqrt(repeats), factor_se))
     spread = Spread(cv, price_se)
     sizes = profile.microbatch_sizes
     return spread.widened(EXTRAPOLATION_SE) if not sizes[0] <= size <= sizes[-1] else spread

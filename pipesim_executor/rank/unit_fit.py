@@ -159,10 +159,11 @@ def assemble(
         spread=spread_curves(everyone, sizes), spread_repeats=int(request["repeats"]),
     )  # fmt: skip
     scales, ratios = in_situ_scales(profile, everyone, r, slots or r.world_size)
+    cis = factor_cis(ratios)
     in_situ = {}
     for name in scales:
         chosen = [c for key, c in calibrations if IN_SITU[key[1:3]] == name]
-        in_situ[name] = InSituTerms(*runtime_of(chosen), scales[name])
+        in_situ[name] = InSituTerms(*runtime_of(chosen), scales[name], ci_curves(cis, name, tuple(sizes)))
     profile = replace(profile, in_situ=in_situ)
     provenance = {
         "source": "python -m executor profile",
@@ -184,7 +185,7 @@ def assemble(
             + f", each plain and recomputing, on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches "
             f"at every size, {CALIBRATION_STEPS - 1} steps each",
             "ratios": ratios,
-            "ci": factor_cis(ratios),
+            "ci": cis,
             "target_ci": IN_SITU_CI,
             "dispatch_ms": [[*key, c["dispatch_ms"]] for key, c in calibrations],
             "tail_ms": [[*key, c["tail_ms"]] for key, c in calibrations],
@@ -259,6 +260,17 @@ def factor_cis(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
          "steps": max(g["steps"] for g in group)}
         for (name, kind, size), group in sorted(grouped.items())
     ]  # fmt: skip
+
+
+def ci_curves(cis: list[dict[str, Any]], name: str, sizes: tuple[int, ...]) -> dict[str, SizeCurve]:
+    """One class's factor CIs (`factor_cis`) per kind at every size: a size it could not bound, or did not
+    measure, takes the kind's widest, else 100%."""
+    out = {}
+    for kind in dict.fromkeys(row["kind"] for row in cis if row["class"] == name):
+        at = {row["size"]: row["ci"] for row in cis if row["class"] == name and row["kind"] == kind}
+        widest = max((v for v in at.values() if v is not None), default=1.0)
+        out[kind] = SizeCurve(sizes, tuple(at[s] if at.get(s) is not None else widest for s in sizes), monotone=False)
+    return out
 
 
 def _process_spread(everyone: list[dict[str, Any]], sizes: list[int], n: int) -> float | None:
