@@ -18,10 +18,9 @@ before each action and the step's tail after the last, measured in real steps of
 situ), and each optimizer's step as fixed plus per-parameter-byte time. `pipesim.cost.runtime.RuntimeTerms`
 turns them into a candidate's `RankRuntime`, which `pipesim.sim.steps` ends every step with.
 
-Other microbatch sizes: `SizeCurve.at` reads a profiled size's median as measured and any other size off the line
-through its two nearest profiled sizes (the end segments extended); the affine least-squares fit a + b x size over
-every profiled size and its residual are reported with it, to say how far from a straight line a unit's time is
-(small models on a CPU: cache effects and per-call costs bend it).
+Other microbatch sizes: `SizeCurve.at` reads a time off its non-decreasing fit, at a profiled size and on the line
+through the two nearest elsewhere (issue 29: never cheaper at a larger size); the affine fit a + b x size and its
+residual are reported with it, to say how far from a straight line a unit's time is.
 """
 
 from __future__ import annotations
@@ -76,9 +75,7 @@ class SizeCurve:
         """The values `at` reads: for a monotone curve the least-squares non-decreasing fit of the measured values
         (pool adjacent violators: a profiled size measured cheaper than a smaller one takes their mean), else the
         values as measured."""
-        if not self.monotone:
-            return tuple(self.values)
-        return non_decreasing(self.values)
+        return non_decreasing(self.values) if self.monotone else tuple(self.values)
 
     def at(self, size: int) -> float:
         """The value at `size`: the fit where profiled, else on the line through the two nearest profiled sizes
@@ -341,14 +338,16 @@ class UnitProfile:
         """Every kind's time (TIME_KINDS) of the stage holding units start..stop-1 for one microbatch of `size`:
         as the profile timed it whole where it did (at a profiled size as measured, at another on the line through
         the nearest two when it was timed at every profiled size), else its units' shares plus what a stage pays at
-        a cut start and a cut end; then, with `in_situ`, each kind scaled by its in-situ factor (what real steps of
-        the runtime took against the same prediction)."""
+        a cut start and a cut end; then, with `in_situ`, each kind scaled by its in-situ factor. Read off the
+        non-decreasing fit of those times at the profiled sizes (`SizeCurve`): no size is cheaper than a smaller
+        one, whatever noise the measured stages and the factors carry (issue 29)."""
+        sizes = self.microbatch_sizes
+        rows = [self._stage_kinds_at(s, start, stop, in_situ) for s in sizes]
+        return {k: SizeCurve(sizes, tuple(max(0.0, row[k]) for row in rows)).at(size) for k in TIME_KINDS}
+
+    def _stage_kinds_at(self, size: int, start: int, stop: int, in_situ: InSituTerms | None) -> dict[str, float]:
+        """`stage_kinds` at one profiled size, before the fit across sizes."""
         times = self.stages.get((size, start, stop))
-        if times is None:
-            timed = [self.stages.get((s, start, stop)) for s in self.microbatch_sizes]
-            if all(t is not None for t in timed):
-                sizes = self.microbatch_sizes
-                times = {k: SizeCurve(sizes, tuple(t[k] for t in timed)).at(size) for k in TIME_KINDS}  # type: ignore[index]
         if times is None:
             cut_start, cut_end = start > 0, stop < len(self.units)
             times = {
