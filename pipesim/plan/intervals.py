@@ -67,6 +67,8 @@ def attach_intervals(
     for candidate in candidates:
         if candidate.error is None:
             candidate.extrapolated = inputs.extrapolates(candidate.microbatch_size)
+    if options.jitter is None and (inputs.profile is None or not inputs.profile.spread):
+        return candidates  # nothing measured or given to draw from: the prices stand, with no interval
     built = sorted((c for c in candidates if c.error is None), key=lambda c: c.step_ms)
     evaluator = Evaluator(inputs)
     best_point = float("inf")
