@@ -6,8 +6,8 @@ that can still win, `attach_intervals` draws each one's step `samples` times fro
 penalty included: what the recommendation and the ranking then use), `step_ms_p05` and `step_ms_p95` its 90%
 interval, `step_ms_deterministic` the search's own price. Candidates are taken fastest first (by that price) until
 the next one's price is slower than the best fitting candidate's sampled point, at least MIN_SAMPLED of them
-and at most MAX_SAMPLED: a slower price cannot overtake it, since a sampled step's median is not below its price
-in practice (the penalty is never negative for a max of noisy actions with median-preserving noise).
+and at most MAX_SAMPLED: a slower price does not overtake it in practice, since a sampled step's median is not
+below its price (a step is the longest of paths of right-skewed times whose medians are the prices).
 
 The spread comes from the profile (`pipesim.sim.spread.profile_spread`: what it measured), else from
 `IntervalOptions.jitter` (a CV for every kind, typed); with neither, candidates keep their price and no interval.
