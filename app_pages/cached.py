@@ -27,6 +27,7 @@ from pipesim.charts import memory as charts_memory
 from pipesim.cost.model import CostModel
 from pipesim.io import formats, kineto
 from pipesim.ir import Action, Schedule
+from pipesim.plan.intervals import IntervalOptions, attach_intervals
 from pipesim.plan.search import Candidate, Evaluator, PlanInputs, PlanSpace, candidate_grid
 from pipesim.records import Timeline
 from pipesim.semantics.dag import DeadlockError, build_dag, dag_positions
@@ -167,11 +168,13 @@ def deadlock_explanation(schedule: Schedule) -> str | None:
 
 
 @st.cache_data(max_entries=8, show_spinner=False, hash_funcs={PlanInputs: hash, PlanSpace: hash})
-def plan(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
+def plan(inputs: PlanInputs, space: PlanSpace, jitter: float | None = None) -> list[Candidate]:
     """Every candidate of the space, evaluated (pipesim.plan: `evaluate_all`'s loop, one candidate at a time), with
     a progress bar while it runs. The bar is made inside the function (a cached function's elements are replayed on
     a hit) and ends empty, so a cached plan draws nothing. A planner that reports its own progress (a callback, a
-    partial front) plugs in here."""
+    partial front) plugs in here. Those that can win are then sampled with every action's time varying by `jitter`
+    (a CV; pipesim.plan.intervals): their step is the samples' median, with its 90% interval."""
+    inputs.check_sizes(space.microbatch_sizes, space.extrapolate)
     grid = candidate_grid(inputs, space)
     evaluator = Evaluator(inputs)
     bar = st.empty()
@@ -182,7 +185,7 @@ def plan(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
         if index % every == 0:
             bar.progress((index + 1) / len(grid), text=f"Evaluating candidates: {index + 1:,} of {len(grid):,}")
     bar.empty()
-    return candidates
+    return attach_intervals(inputs, candidates, IntervalOptions(jitter=jitter))
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs={PlanInputs: hash, Candidate: lambda c: c.label})

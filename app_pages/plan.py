@@ -18,7 +18,15 @@ from pipesim.cost.description import ModelDescription
 from pipesim.cost.runtime import OPTIMIZERS
 from pipesim.flags import form_fields
 from pipesim.io import formats
-from pipesim.plan.report import best_candidate, pareto_front, plan_document, ranked, summary_lines, torchtitan_settings
+from pipesim.plan.report import (
+    best_candidate,
+    interval_text,
+    pareto_front,
+    plan_document,
+    ranked,
+    summary_lines,
+    torchtitan_settings,
+)
 from pipesim.plan.search import PlanInputs, PlanSpace
 from pipesim.programs import programs
 from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
@@ -36,7 +44,9 @@ st.caption(
 )
 LABELS = (
     "A candidate's name reads: schedule, P = pipeline ranks (devices in the pipeline), v = chunks per rank, "
-    "m32x1 = 32 microbatches of 1 sample each, then 'recompute' and the W share where they apply."
+    "m32x1 = 32 microbatches of 1 sample each, then 'recompute' and the W share where they apply, and "
+    "'extrapolated' for a microbatch size a profile did not measure (drawn as a cross). A bar is a predicted "
+    "step's 90% interval."
 )
 URL = state.URL
 
@@ -129,6 +139,16 @@ with st.sidebar, st.form("plan-form"):
         bind=URL,
         help="weight part of the backward, e.g. 0.4,0.5; empty: the model's own (half)",
     )
+    jitter_pct = st.number_input(
+        "Action time spread (CV %)",
+        0.0,
+        100.0,
+        10.0,
+        key=_kept("plan-jitter"),
+        bind=URL,
+        help="how much each action's time varies from step to step; each candidate that can win is sampled 200 "
+        "times: its step is the median of the samples and its bar the 90% interval (0: no interval)",
+    )
     st.form_submit_button("Plan", type="primary", width="stretch")
 
 try:
@@ -145,7 +165,7 @@ try:
         recompute={"off": (False,), "on": (True,)}.get(recompute or "both", (False, True)),
         w_shares=shares,
     )
-    candidates = cached.plan(inputs, space)
+    candidates = cached.plan(inputs, space, float(jitter_pct) / 100 or None)
 except ValueError as error:
     widgets.show_error(error, "Cannot plan")
     st.stop()
@@ -181,6 +201,7 @@ table = pd.DataFrame(
         {
             "candidate": c.label,
             "step": c.step_ms,
+            "90% interval": interval_text(c) if c.step_ms_p05 is not None else "",
             "samples/s": c.throughput,
             "peak memory": format_bytes(c.peak_memory_bytes),
             "fits": c.fits,

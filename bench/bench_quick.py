@@ -14,6 +14,7 @@ Figures (best of --repeat, each command in a fresh process as a user runs it):
   plan        issue 21's space: a 64-layer, 4096-wide model on 128 devices, global batch 1024, every schedule, depths
               2..64, microbatch sizes 1..32, chunks 1/2/4/8, recompute on and off, 5 W shares (2,232 candidates),
               `plan --json` (one process per core); 3 s, and 500 MB for the largest process
+  interval    200 sampled steps of a 2,000-action 1f1b with their 90% interval (issue 29), in process; 1.0 s
   trace       import-trace of 10^4 and 10^5 Kineto events: the growth per 10x events (10 is linear); target 12
 Speed stays out of the tests: this prints, it does not fail.
 """
@@ -115,6 +116,23 @@ def trace_growth(folder: Path) -> tuple[float, float]:
     return seconds[0], seconds[1]
 
 
+def jitter_s(repeat: int) -> float:
+    """200 sampled steps of a 2,000-action schedule with their interval (`pipesim.sim.jitter.step_interval`: issue
+    29's target, in process)."""
+    from pipesim.cost.model import CostModel
+    from pipesim.schedules import build_schedule
+    from pipesim.sim.jitter import step_interval
+    from pipesim.sim.spread import Spread
+
+    schedule, cost = build_schedule("1f1b", 8, 125), CostModel.uniform(1.0, 2.0, comm_ms=0.05)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        step_interval(schedule, cost, Spread.uniform(0.2), 200)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -135,6 +153,7 @@ def main() -> None:
             rows.append(("interleaved e2e / torch", ours / theirs, 0.1, "x"))
         plan_s, plan_mib = best(1, [*pipesim, *PLAN_ARGS, "--json", str(folder / "plan.json")])
         rows += [("plan 2,232 candidates", plan_s, 3.0, "s"), ("plan largest process", plan_mib, 500.0, "MiB")]
+        rows.append(("interval 200 x 2,000 actions", jitter_s(args.repeat), 1.0, "s"))
         small, large = trace_growth(folder)
         rows.append(("trace import growth 10^4->10^5", large / small, 12.0, "x"))
     print(f"load average {load:.2f} (1 min) on {os.cpu_count()} cores")

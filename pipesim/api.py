@@ -96,17 +96,22 @@ def plan_candidates(
     progress: Callable[[int, int], None] | None = None,
     prune: bool = True,
 ) -> list[Candidate]:
-    """Every candidate of `space` (default: PlanSpace()) for the model and devices of `inputs`, each evaluated
-    exactly or, with `prune`, left unbuilt where its lower bound proves it cannot change the answer (it carries
-    `pruned`, why, and no numbers: `pipesim.plan.search.evaluate_all`); `pareto_front` and `best_candidate` read
-    the result, the same either way. (Not named `plan`: that is the name of the package `pipesim.plan`, which
-    Python would find first once it is imported.)"""
+    """Every candidate of `space` (default: PlanSpace(), at a profile's own sizes) for the model and devices of
+    `inputs`, each evaluated exactly or, with `prune`, left unbuilt where its lower bound proves it cannot change
+    the answer (it carries `pruned`, why, and no numbers: `pipesim.plan.search.evaluate_all`), those that can win
+    sampled with their interval where the profile kept its spread (`pipesim.plan.intervals.attach_intervals`);
+    `pareto_front` and `best_candidate` read the result, the same either way. (Not named `plan`: that is the name
+    of the package `pipesim.plan`, which Python would find first once it is imported.)"""
     from pipesim.plan.inputs import PlanInputs
+    from pipesim.plan.intervals import attach_intervals
     from pipesim.plan.search import PlanSpace, evaluate_all
 
     require(inputs, "inputs", PlanInputs, "a PlanInputs (PlanInputs.from_description, from_cost or from_profile)")
     require(space, "space", (PlanSpace, type(None)), "a PlanSpace or None")
-    return evaluate_all(inputs, space or PlanSpace(), progress=progress, workers=workers, prune=prune)
+    if space is None:
+        space = PlanSpace() if inputs.profile is None else PlanSpace(microbatch_sizes=inputs.profile.microbatch_sizes)
+    candidates = evaluate_all(inputs, space, progress=progress, workers=workers, prune=prune)
+    return attach_intervals(inputs, candidates)
 
 
 def gantt_figure(timeline: Timeline, *, title: str = "", color_by: str = "kind") -> go.Figure:

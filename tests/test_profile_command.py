@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pipesim.cli.main import main as pipesim_main
-from pipesim.cost.profile import UnitProfile
+from pipesim.cost.profile import TIME_KINDS, UnitProfile
 from pipesim.io.cost_file import load_cost_file
 from pipesim_executor.host.cli import main as executor_main
 
@@ -48,7 +48,20 @@ def test_an_existing_folder_is_never_overwritten(tmp_path, capsys):
 @pytest.mark.timeout(600)
 def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
     out = tmp_path / "prof"
-    argv = ["profile", *TINY, "--microbatch-sizes", "1,2", "--repeats", "3", "--device", "cpu", "--out", str(out)]
+    argv = [
+        "profile",
+        *TINY,
+        "--microbatch-sizes",
+        "1,2",
+        "--repeats",
+        "3",
+        "--in-situ-steps",
+        "16",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+    ]
     assert executor_main(argv) == 0, capsys.readouterr().out
     printed = capsys.readouterr().out
     assert "units    4 (Embeddings, Block, Block, Head)" in printed
@@ -64,7 +77,17 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
     assert profile.in_situ["plain"].factor("backward_ms", 2) > 0 and profile.provenance["in_situ"]["ratios"]
     assert set(profile.in_situ) == {"plain", "split", "plain-chunked", "split-chunked"}
     assert profile.stages and all(size in (1, 2) for size, _, _ in profile.stages)  # the planner's cuts, timed whole
+    assert set(profile.spread) == set(TIME_KINDS) and profile.spread_repeats == 3  # issue 29: the spread kept
+    assert "in-situ  plain: 8 factors x" in printed and "95% CI up to +-" in printed  # each class's CIs ...
+    assert "every in-situ factor within +-3%" in printed or "in-situ factors not within +-3%" in printed  # ... said
+    for row in profile.provenance["in_situ"]["ci"]:
+        assert row["ci"] is None or row["ci"] <= 0.03 or row["steps"] >= 16 - 1, (
+            row
+        )  # CI reached, or the bound (less the first)
+    assert all(0 < curve.at(2) < 5 for curve in profile.spread.values())
     plan = tmp_path / "plan.json"
     assert pipesim_main(["plan", "--cost", str(out / "cost.json"), "--devices", "2", "--global-batch", "8",
                          "--optimizer", "sgd-momentum", "--json", str(plan)]) == 0  # fmt: skip
     assert json.loads(plan.read_text())["inputs"]["executor_model"]["spec"] == "examples.gpt_small:build_tiny"
+    best = json.loads(plan.read_text())["best"]
+    assert best["step_ms_p05"] <= best["step_ms"] <= best["step_ms_p95"] and best["extrapolated"] is False

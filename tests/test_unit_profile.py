@@ -105,8 +105,33 @@ def test_a_curve_is_exact_where_measured_and_on_the_nearest_segment_elsewhere():
     assert [c.at(s) for s in (1, 2, 4)] == [1.0, 1.5, 3.5]
     assert c.at(3) == pytest.approx(2.5)  # between 2 and 4
     assert c.at(8) == pytest.approx(7.5)  # the last segment extended
-    assert SizeCurve((2, 4), (3.0, 1.0)).at(9) == 0.0  # never below 0
+    assert SizeCurve((2, 4), (1.0, 3.0)).at(1) == 0.0  # never below 0
     assert SizeCurve((2,), (3.0,)).at(4) == pytest.approx(6.0)  # one size: in proportion
+
+
+@pytest.mark.parametrize(
+    "values",
+    [(3.0, 1.0), (1.0, 3.0, 2.0, 5.0), (5.0, 4.0, 3.0, 2.0), (0.0, 0.0, 0.1, 0.05), (2.0, 2.5, 1.0, 9.0)],
+)
+def test_a_fitted_time_never_falls_with_the_microbatch_size_nor_below_zero(values):
+    """Issue 29: noise that made a larger size cheaper bent the fit down, and its end segment carried a schedule's
+    price below anything measured. The fit pools such sizes (pool adjacent violators), at every size from 1 to 64,
+    profiled or not, inside or beyond the profiled range."""
+    sizes = (2, 4, 8, 16)[: len(values)]
+    curve = SizeCurve(sizes, values)
+    read = [curve.at(size) for size in range(1, 65)]
+    assert all(v >= 0 for v in read)
+    assert all(b >= a for a, b in zip(read, read[1:], strict=False)), read
+    fitted = curve.fitted
+    assert sum(fitted) == pytest.approx(sum(values))  # pooling keeps the mean of what it pools
+    if list(values) == sorted(values):
+        assert fitted == values  # a non-decreasing measurement is read as measured
+
+
+def test_a_ratio_curve_is_read_as_measured_and_held_flat_beyond_its_sizes():
+    """In-situ factors are ratios: not forced monotone, and never extended along a line past the profile."""
+    ratio = SizeCurve((2, 4), (1.4, 1.1), monotone=False)
+    assert [ratio.at(s) for s in (1, 2, 3, 4, 9)] == [1.4, 1.4, pytest.approx(1.25), 1.1, 1.1]
 
 
 def test_the_affine_fit_and_its_residual_have_their_closed_forms():
@@ -210,18 +235,40 @@ IN_SITU_OF = {  # a candidate's class (split backward, chunked) -> the class who
 
 
 def stage_kinds_here(p: UnitProfile, size: int, start: int, stop: int, scale: dict) -> dict[str, float]:
-    """A stage's times by the rule written out here: timed whole where the profile did, else the units' shares at
-    the size plus the constants of a cut start and a cut end; scaled by its class's in-situ factors."""
-    if (size, start, stop) in p.stages:
-        times = dict(p.stages[(size, start, stop)])
-    else:
-        times = {
-            k: sum(u.curves[k].at(size) for u in p.units[start:stop])
-            + (p.action.start.get(k, 0.0) if start > 0 else 0.0)
-            + (p.action.end.get(k, 0.0) if stop < len(p.units) else 0.0)
-            for k in TIME_KINDS
-        }
-    return {k: v * (scale[k].at(size) if k in scale else 1.0) for k, v in times.items()}
+    """A stage's times by the rule written out here: at each profiled size, timed whole where the profile did,
+    else the units' shares plus the constants of a cut start and a cut end, scaled by its class's in-situ factors;
+    then read at `size` off the closest non-decreasing fit over the profiled sizes (issue 29)."""
+
+    def at(s: int) -> dict[str, float]:
+        if (s, start, stop) in p.stages:
+            times = dict(p.stages[(s, start, stop)])
+        else:
+            times = {
+                k: sum(u.curves[k].at(s) for u in p.units[start:stop])
+                + (p.action.start.get(k, 0.0) if start > 0 else 0.0)
+                + (p.action.end.get(k, 0.0) if stop < len(p.units) else 0.0)
+                for k in TIME_KINDS
+            }
+        return {k: v * (scale[k].at(s) if k in scale else 1.0) for k, v in times.items()}
+
+    rows = [at(s) for s in p.microbatch_sizes]
+    return {k: SizeCurve(p.microbatch_sizes, tuple(max(0.0, r[k]) for r in rows)).at(size) for k in TIME_KINDS}
+
+
+def test_a_stages_fitted_times_never_fall_with_the_size_whatever_the_stages_and_factors_measured():
+    """Issue 29: a stage timed whole at one size (slow), the units' sums at another, and in-situ factors that fall
+    steeply with the size gave a larger microbatch a cheaper stage. The fit over the profiled sizes forbids it,
+    at every size from 1 to 12 and for every kind; where nothing falls, the profiled sizes read as before."""
+    slow = {k: 30.0 + i for i, k in enumerate(TIME_KINDS)}
+    falling = {k: SizeCurve(SIZES, (2.0, 1.0, 0.4), monotone=False) for k in TIME_KINDS}
+    p = replace(profile(), stages={(2, 0, 3): slow})
+    terms = InSituTerms(0.1, 0.4, falling)
+    for kind in TIME_KINDS:
+        read = [p.stage_kinds(size, 0, 3, terms)[kind] for size in range(1, 13)]
+        assert all(v >= 0 for v in read) and all(b >= a - 1e-12 for a, b in zip(read, read[1:], strict=False)), kind
+    plain = profile()
+    for size in SIZES:
+        assert plain.stage_kinds(size, 1, 4) == pytest.approx(stage_kinds_here(plain, size, 1, 4, {}))
 
 
 def as_action_times(t: dict[str, float], split: bool, recompute: bool) -> dict[str, float]:

@@ -21,9 +21,13 @@ from typing import Any
 
 from pipesim.cost.model import CostModel
 from pipesim.schedules import build_schedule, options_for
+from pipesim.sim.jitter import step_interval
 from pipesim.sim.metrics import compute_metrics
+from pipesim.sim.spread import Spread
 from pipesim.sim.steps import simulate_step
 from pipesim.units import format_memory
+
+Sampling = tuple[Spread, int, int]  # a spread, the draws per step, the seed (pipesim.sim.jitter.step_interval)
 
 
 @dataclass(frozen=True)
@@ -38,27 +42,47 @@ class ComparisonRow:
     peak_activation_bytes: float | None = None  # max over ranks
     step_ms: float | None = None  # the step as a training loop runs it: reduction tail and overhead included
     error: str | None = None
+    step_ms_p05: float | None = None  # with a spread: the 90% interval of the sampled steps (step_ms their median)
+    step_ms_p95: float | None = None
+    step_ms_deterministic: float | None = None  # with a spread: the step of the actions' medians
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def compare_one(
-    name: str, num_ranks: int, num_microbatches: int, cost: CostModel, num_virtual_stages: int | None = None
+    name: str,
+    num_ranks: int,
+    num_microbatches: int,
+    cost: CostModel,
+    num_virtual_stages: int | None = None,
+    sampling: Sampling | None = None,
 ) -> ComparisonRow:
-    """Build, simulate and measure one schedule; a ValueError becomes the row's `error`."""
+    """Build, simulate and measure one schedule; a ValueError becomes the row's `error`. With `sampling`, the step
+    is the median of sampled steps with its 90% interval (`pipesim.sim.jitter.step_interval`)."""
     try:
         options = options_for(name, num_virtual_stages=num_virtual_stages)
         schedule = build_schedule(name, num_ranks, num_microbatches, **options)
         cost = cost.for_pipeline(schedule.num_stages, num_ranks)
         step = simulate_step(schedule, cost)
+        interval = None if sampling is None else step_interval(schedule, cost, *sampling)
     except ValueError as error:  # includes ScheduleError and DeadlockError
         return ComparisonRow(schedule=name, error=str(error))
     metrics = compute_metrics(step.timeline, cost)
+    sampled = (
+        {}
+        if interval is None
+        else {
+            "step_ms_p05": interval.p05_ms,
+            "step_ms_p95": interval.p95_ms,
+            "step_ms_deterministic": step.step_ms,
+        }
+    )
     return ComparisonRow(
         schedule=schedule.name,
         makespan=metrics.makespan,
-        step_ms=step.step_ms,
+        step_ms=step.step_ms if interval is None else interval.step_ms,
+        **sampled,
         bubble_fraction=metrics.bubble_fraction,
         bubble_ratio=metrics.bubble_ratio,
         peak_activations=max(rank.peak_activations for rank in metrics.ranks),
@@ -72,17 +96,20 @@ def compare_schedules(
     num_microbatches: int,
     cost: CostModel,
     num_virtual_stages: int | None = None,
+    sampling: Sampling | None = None,
 ) -> list[ComparisonRow]:
-    """One row per name, in the order given."""
-    return [compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages) for name in names]
+    """One row per name, in the order given (with `sampling`: (spread, samples, seed), each step sampled)."""
+    return [compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages, sampling) for name in names]
 
 
 def format_table(rows: list[ComparisonRow], bytes_known: bool = True) -> str:
     """A plain-text table for terminals and logs; peak memory in bytes when the costs carry sizes, else in
     microbatches stashed (`units.format_memory`)."""
+    sampled = any(row.step_ms_p05 is not None for row in rows)
     header = (
-        f"{'schedule':<18} {'makespan ms':>12} {'step ms':>10} {'bubble':>8} {'idle/busy':>9} {'stashed':>8} "
-        f"{'peak memory':>16}"
+        f"{'schedule':<18} {'makespan ms':>12} {'step ms':>10} "
+        + (f"{'90% interval':>19} " if sampled else "")
+        + f"{'bubble':>8} {'idle/busy':>9} {'stashed':>8} {'peak memory':>16}"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -90,7 +117,9 @@ def format_table(rows: list[ComparisonRow], bytes_known: bool = True) -> str:
             lines.append(f"{row.schedule:<18} error: {row.error}")
             continue
         lines.append(
-            f"{row.schedule:<18} {row.makespan:>12.3f} {_ms(row.step_ms):>10} {row.bubble_fraction:>8.1%} "
+            f"{row.schedule:<18} {row.makespan:>12.3f} {_ms(row.step_ms):>10} "
+            + (f"{_ms(row.step_ms_p05) + '..' + _ms(row.step_ms_p95):>19} " if sampled else "")
+            + f"{row.bubble_fraction:>8.1%} "
             f"{row.bubble_ratio:>9.3f} {row.peak_activations:>8d} "
             f"{format_memory(row.peak_activation_bytes, row.peak_activations, bytes_known):>16}"
         )

@@ -1,5 +1,6 @@
 """The planner's figures: every candidate's step time against the memory of its fullest device (the Pareto front
-joined, the memory cap drawn as a line, the best candidate ringed), and each rank's memory by part. Draws the
+joined, the memory cap drawn as a line, the best candidate ringed, each predicted interval as an error bar and an
+extrapolated size as a cross), and each rank's memory by part. Draws the
 candidates it is given.
 
 Memory is drawn in one binary unit (pipesim.units.binary_unit, named in the axis title, as the text around the
@@ -13,7 +14,7 @@ import plotly.graph_objects as go
 
 from pipesim.plan.search import Candidate
 from pipesim.sim.memory import RankMemory
-from pipesim.units import BYTES_SPEC, binary_unit, format_bytes, hover_ms, hover_percent, quantity
+from pipesim.units import BYTES_SPEC, binary_unit, format_bytes, format_ms, hover_ms, hover_percent, quantity
 
 FRONT_COLOR = "#D62728"
 OTHER_COLOR = "#9E9E9E"
@@ -23,20 +24,60 @@ CAP_IN_VIEW = 1.5  # the cap is drawn inside the plot when it is at most this ma
 
 
 def _points(
-    candidates: list[Candidate], name: str, color: str, size: int, divisor: float, unit: str, symbol: str = "circle"
+    candidates: list[Candidate],
+    name: str,
+    color: str,
+    size: int,
+    divisor: float,
+    unit: str,
+    symbol: str = "circle",
+    bars: bool = True,
 ) -> go.Scatter:
+    """One trace of candidates; with `bars`, each sampled candidate's 90% interval as a horizontal error bar, and an
+    extrapolated one (a microbatch size outside the profile) drawn as a cross."""
+    low = [c.step_ms - c.step_ms_p05 if c.step_ms_p05 is not None else 0.0 for c in candidates]
+    high = [c.step_ms_p95 - c.step_ms if c.step_ms_p95 is not None else 0.0 for c in candidates]
+    shown_bars = bars and (any(low) or any(high))
     return go.Scatter(
         x=[c.step_ms for c in candidates],
         y=[c.peak_memory_bytes / divisor for c in candidates],
         mode="markers",
         name=name,
-        marker={"color": color, "size": size, "symbol": symbol, "line": {"width": 0}},
+        marker={
+            "color": color,
+            "size": size,
+            "symbol": [symbol if not c.extrapolated or not bars else "x" for c in candidates],
+            "line": {"width": 0},
+        },
+        error_x={
+            "type": "data",
+            "symmetric": False,
+            "array": high,
+            "arrayminus": low,
+            "color": color,
+            "thickness": 1,
+            "width": 3,
+            "visible": shown_bars,
+        },  # fmt: skip
         text=[c.label for c in candidates],
-        customdata=[[c.bubble_fraction, c.imbalance, "fits" if c.fits else "over the cap"] for c in candidates],
-        hovertemplate=f"<b>%{{text}}</b><br>step time {hover_ms('x')}<br>peak memory %{{y:{BYTES_SPEC}}} {unit}"
-        f"<br>bubble {hover_percent('customdata[0]')}<br>slowest stage %{{customdata[1]:.2f}}x the mean"
-        "<br>%{customdata[2]}<extra></extra>",
+        customdata=[
+            [c.bubble_fraction, c.imbalance, "fits" if c.fits else "over the cap", _interval_words(c)]
+            for c in candidates
+        ],
+        hovertemplate=f"<b>%{{text}}</b><br>step time {hover_ms('x')}%{{customdata[3]}}<br>peak memory "
+        f"%{{y:{BYTES_SPEC}}} {unit}<br>bubble {hover_percent('customdata[0]')}<br>slowest stage "
+        "%{customdata[1]:.2f}x the mean<br>%{customdata[2]}<extra></extra>",
     )
+
+
+def _interval_words(candidate: Candidate) -> str:
+    """The hover's words after the step time: its 90% interval where sampled, and whether it is extrapolated."""
+    words = ""
+    if candidate.step_ms_p05 is not None and candidate.step_ms_p95 is not None:
+        words += f" (90%: {format_ms(candidate.step_ms_p05)} to {format_ms(candidate.step_ms_p95)})"
+    if candidate.extrapolated:
+        words += "<br>extrapolated: a microbatch size the profile did not measure"
+    return words
 
 
 def _cap(fig: go.Figure, cap: float | None, highest: float, divisor: float) -> float:
@@ -73,7 +114,8 @@ def pareto_figure(
     cap: float | None,
     selected: Candidate | None = None,
 ) -> go.Figure:
-    """Step time (x) against peak memory per device (y); lower left is better."""
+    """Step time (x) against peak memory per device (y); lower left is better. A sampled candidate's 90% interval is
+    its horizontal error bar; an extrapolated one is a cross."""
     built = [c for c in candidates if c.built]
     highest = max((c.peak_memory_bytes for c in built), default=0.0)
     unit, size = binary_unit(max(highest, cap or 0.0) if cap is not None and cap <= CAP_IN_VIEW * highest else highest)
@@ -87,9 +129,9 @@ def pareto_figure(
     line.line = {"shape": "hv", "color": FRONT_COLOR, "width": 1.5}
     fig.add_trace(line)
     if best is not None:
-        fig.add_trace(_points([best], "best that fits", BEST_COLOR, 18, size, unit, "circle-open"))
+        fig.add_trace(_points([best], "best that fits", BEST_COLOR, 18, size, unit, "circle-open", bars=False))
     if selected is not None and selected is not best:
-        fig.add_trace(_points([selected], "selected", "#1F77B4", 18, size, unit, "diamond-open"))
+        fig.add_trace(_points([selected], "selected", "#1F77B4", 18, size, unit, "diamond-open", bars=False))
     top = _cap(fig, cap, highest, size)
     fig.update_layout(
         title="candidates: step time against memory of the fullest device",

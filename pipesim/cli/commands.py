@@ -67,11 +67,13 @@ from pipesim.cli.common import (
     UsageError,
     add_cost_args,
     add_figure_args,
+    add_sampling_args,
     check_outputs,
     cost_from_args,
     ms_list,
     name_list,
     positive_int,
+    sampling_from_args,
     summary_stream,
     write_figures,
     written_lines,
@@ -99,7 +101,9 @@ from pipesim.schedules import build_schedule, schedule_info
 from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import validate
 from pipesim.sim.data_parallel import ALLREDUCE
+from pipesim.sim.jitter import StepInterval, step_interval
 from pipesim.sim.metrics import Metrics, compute_metrics
+from pipesim.sim.spread import cost_spread
 from pipesim.sim.steps import SimulatedStep, simulate_step
 from pipesim.units import format_memory
 
@@ -141,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)",
     )
     add_cost_args(sim)
+    add_sampling_args(sim)
     steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.sim.steps)")
     steps.add_argument(
         "--overhead",
@@ -192,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")
     cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
     add_cost_args(cmp)
+    add_sampling_args(cmp)
     cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows (- for standard output)")
     add_figure_args(cmp, "comparison chart")
 
@@ -282,11 +288,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # per-rank costs cut per chunk (CostModel.for_pipeline), as compare and the app read them
     cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
     cost = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)
+    sampling = sampling_from_args(args)
+    if sampling is None and args.cost is not None:  # a run's cost file keeps the spread its in-situ steps measured
+        measured = cost_spread(cost)
+        sampling = None if measured is None else (measured, args.samples, args.seed)
     validate(schedule)
     step = simulate_step(schedule, cost)  # where the gradient reduction is charged: pipesim.sim.data_parallel
     timeline = step.timeline
     metrics = compute_metrics(timeline, cost)
     lines = _summary_lines(schedule, metrics, show_bytes=args.cost is not None)
+    interval = None
+    if sampling is not None:
+        interval = step_interval(schedule, cost, *sampling)
+        lines.append(
+            f"sampled step: {interval.step_ms:.3f} ms, 90% interval {interval.p05_ms:.3f}..{interval.p95_ms:.3f} ms "
+            f"(median of {interval.samples} draws, "
+            + (f"CV {args.jitter:g}; " if args.jitter is not None else "the cost file's measured spread; ")
+            + f"{interval.step_ms / interval.deterministic_ms - 1:+.1%} on the step of the medians, "
+            f"{interval.deterministic_ms:.3f} ms)"
+        )
     if (
         args.steps > 1
         or any(cost.overhead_ms(schedule.num_ranks))
@@ -294,14 +314,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         or cost.data_parallel > 1
     ):
         lines += _steps_lines(schedule, step, cost, args)  # every refusal comes before any file is written
-    written = _write_simulation_files(args, schedule, cost, step, metrics)
+    written = _write_simulation_files(args, schedule, cost, step, metrics, interval)
     # after the files (a closed stdout loses none); on stderr when an output went to stdout (`-`)
     print("\n".join(lines + written_lines(*written)), file=summary_stream(*written))
     return 0
 
 
 def _write_simulation_files(
-    args: argparse.Namespace, schedule: Schedule, cost: CostModel, step: SimulatedStep, metrics: Metrics
+    args: argparse.Namespace,
+    schedule: Schedule,
+    cost: CostModel,
+    step: SimulatedStep,
+    metrics: Metrics,
+    interval: StepInterval | None = None,
 ) -> list[str]:
     timeline = step.timeline
     files: dict[Path, str] = {}  # written together, all or none (pipesim.io.atomic.write_files)
@@ -309,6 +334,7 @@ def _write_simulation_files(
         summary = {
             **metrics.to_dict(),
             "step_ms": step.step_ms,
+            **({} if interval is None else interval.to_dict()),
             "schedule": schedule_to_dict(schedule),
             "cost": cost_to_dict(cost),
         }
@@ -337,7 +363,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     cost = cost_from_args(args)
     from pipesim.analysis.compare import compare_schedules, format_table
 
-    rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages)
+    sampling = sampling_from_args(args)
+    rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages, sampling)
     written = []
     if args.json is not None:
         document = {

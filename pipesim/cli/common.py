@@ -100,6 +100,47 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_sampling_args(parser: argparse.ArgumentParser) -> None:
+    """--jitter, --samples, --seed: the step as the median of sampled steps with its 90% interval."""
+    from pipesim.sim.jitter import DEFAULT_SAMPLES
+
+    group = parser.add_argument_group(
+        "intervals (pipesim.sim.jitter)",
+        "With --jitter, every action's time is drawn (lognormal, median the price) and each draw simulated: the "
+        "step is the median of the draws, with their 5th and 95th percentiles (JSON: step_ms, step_ms_p05, "
+        "step_ms_p95, step_ms_deterministic).",
+    )
+    group.add_argument(
+        "--jitter",
+        type=float_flag(minimum=0, maximum=10),
+        metavar="CV",
+        help="coefficient of variation of every action (0.2 = 20%%)",
+    )
+    group.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES, metavar="N", help="draws (default 200)")
+    group.add_argument(
+        "--seed", type=int_flag(0, 2**32 - 1), default=0, metavar="S", help="seed of the draws (default 0)"
+    )
+
+
+def sampling_from_args(args: argparse.Namespace) -> tuple | None:
+    """(spread, samples, seed) of the flags, checked; None without --jitter."""
+    from pipesim.sim.jitter import DEFAULT_SAMPLES, check_samples
+    from pipesim.sim.spread import Spread
+
+    if args.jitter is None:
+        if args.samples != DEFAULT_SAMPLES or args.seed != 0:
+            raise UsageError("--samples and --seed sample the step: give --jitter CV too")
+        return None
+    if args.seed < 0:
+        raise UsageError(f"--seed must be a whole number >= 0, got {args.seed}")
+    try:
+        spread = Spread.uniform(args.jitter)
+        check_samples(args.samples)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return spread, args.samples, args.seed
+
+
 def add_figure_args(parser: argparse.ArgumentParser, what: str) -> None:
     for fmt in FIGURE_FORMATS:
         parser.add_argument(f"--{fmt}", type=Path, metavar="OUT", help=f"write the {what} as {fmt.upper()}")

@@ -37,6 +37,7 @@ from pipesim.flags import (
     FAILURE,
     UsageError,
     add_flags,
+    float_flag,
     float_list_flag,
     given,
     given_flags,
@@ -49,10 +50,12 @@ from pipesim.io.formats import check_output, write_json
 from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
 from pipesim.numbers import read_float
 from pipesim.plan.candidates import PlanSpace
+from pipesim.plan.intervals import IntervalOptions, attach_intervals
 from pipesim.plan.report import plan_document
 from pipesim.programs import named_as_started, programs
 from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import schedule_names
+from pipesim.sim.jitter import DEFAULT_SAMPLES
 
 if TYPE_CHECKING:  # the planner's modules are imported by the commands that run them (a fast start for the rest)
     from pipesim.plan.inputs import PlanInputs
@@ -148,9 +151,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     space.add_argument(
         "--microbatch-sizes",
         type=_ints,
-        default=defaults.microbatch_sizes,
         metavar="N,N",
-        help=f"samples per microbatch to try (default {','.join(map(str, defaults.microbatch_sizes))})",
+        help="samples per microbatch to try (default: a profile's own sizes, else "
+        f"{','.join(map(str, defaults.microbatch_sizes))})",
+    )
+    space.add_argument(
+        "--extrapolate",
+        action="store_true",
+        help="plan microbatch sizes outside the profiled ones too, marked extrapolated with a wider interval and "
+        "never recommended while a profiled size fits (default: refused, naming the profile command that adds them)",
     )
     space.add_argument(
         "--chunks",
@@ -191,6 +200,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="build and simulate every candidate (default: prune those whose lower bound shows they cannot be the "
         "best, one of the next fastest or on the Pareto front; the answer is the same)",
     )
+    sampling = plan.add_argument_group("intervals (each candidate's step sampled from its actions' spread)")
+    sampling.add_argument(
+        "--jitter",
+        type=float_flag(minimum=0, maximum=10),
+        metavar="CV",
+        help="coefficient of variation of every action's time (0.1 = 10%%) where the model measured none (a "
+        "profile's own spread is used otherwise); default: no interval without a profile's spread",
+    )
+    sampling.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES, metavar="N", help="draws per step")
+    sampling.add_argument("--seed", type=int_flag(0, 2**32 - 1), default=0, metavar="S", help="seed of the draws")
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan (- for standard output)")
     plan.add_argument("--verify", type=int_flag(1, 1000), metavar="K", help="run the top K for real (needs --json)")
 
@@ -252,11 +271,17 @@ def vars_of(description: ModelDescription) -> dict:
     return {f.name: getattr(description, f.name) for f in fields(description)}
 
 
-def space_from_args(args: argparse.Namespace) -> PlanSpace:
+def space_from_args(args: argparse.Namespace, inputs: PlanInputs | None = None) -> PlanSpace:
+    """The search space of the flags; without --microbatch-sizes a profile's own sizes (what it measured)."""
     recompute = {"off": (False,), "on": (True,), "both": (False, True)}[args.recompute]
+    sizes = args.microbatch_sizes
+    if sizes is None:
+        profiled = None if inputs is None or inputs.profile is None else inputs.profile.microbatch_sizes
+        sizes = tuple(profiled) if profiled else PlanSpace().microbatch_sizes
     return PlanSpace(
         schedules=args.schedules,
-        microbatch_sizes=args.microbatch_sizes,
+        microbatch_sizes=sizes,
+        extrapolate=args.extrapolate,
         chunks=args.chunks,
         recompute=recompute,
         w_shares=args.w_shares or (None,),
@@ -289,8 +314,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_sizes(num_ranks=args.devices)
     if args.json is not None:
         check_output(args.json)
+    options = IntervalOptions(args.jitter, args.samples, args.seed)
     inputs, recorded = inputs_from_args(args)
-    space = space_from_args(args)
+    space = space_from_args(args, inputs)
+    inputs.check_sizes(space.microbatch_sizes, space.extrapolate, profile_program())
     workers, workers_note = _workers(args.workers, space)
     keep = max(KEEP, args.verify or 0)  # verify's top K are among the candidates pruning keeps
     with ProgressBar("plan") as bar:
@@ -298,6 +325,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         candidates = evaluate_all(
             inputs, space, progress=progress, workers=workers, prune=not args.exhaustive, keep=keep
         )
+    candidates = attach_intervals(inputs, candidates, options)
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
@@ -320,6 +348,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )  # the user can run it again
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE
+
+
+def profile_program() -> str:
+    """The executor's profile command as this user runs programs: the console script after `pipesim`, else the
+    module after `python -m pipesim`."""
+    return "pipesim-run profile" if Path(sys.argv[0]).name == "pipesim" else "python -m pipesim_executor profile"
 
 
 def _space_dict(space: PlanSpace) -> dict:

@@ -18,17 +18,16 @@ before each action and the step's tail after the last, measured in real steps of
 situ), and each optimizer's step as fixed plus per-parameter-byte time. `pipesim.cost.runtime.RuntimeTerms`
 turns them into a candidate's `RankRuntime`, which `pipesim.sim.steps` ends every step with.
 
-Other microbatch sizes: `SizeCurve.at` reads a profiled size's median as measured and any other size off the line
-through its two nearest profiled sizes (the end segments extended); the affine least-squares fit a + b x size over
-every profiled size and its residual are reported with it, to say how far from a straight line a unit's time is
-(small models on a CPU: cache effects and per-call costs bend it).
+Other microbatch sizes: `SizeCurve.at` reads a time off its non-decreasing fit, at a profiled size and on the line
+through the two nearest elsewhere (issue 29: never cheaper at a larger size); the affine fit a + b x size and its
+residual are reported with it, to say how far from a straight line a unit's time is.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pipesim.cost.links import LinkCost
 from pipesim.cost.runtime import OptimizerTime, RuntimeTerms, check_finite_non_negative
@@ -51,10 +50,16 @@ BYTE_KINDS = ("activation_bytes", "weight_grad_bytes", "input_bytes", "output_by
 
 @dataclass(frozen=True)
 class SizeCurve:
-    """One quantity (a time in ms, or bytes) measured at each profiled microbatch size."""
+    """One quantity (a time in ms, or bytes) measured at each profiled microbatch size.
+
+    A time or a byte count (`monotone`, the default) is read off its non-decreasing fit (`fitted`: the measured
+    values pooled where noise made a larger microbatch cheaper), so that no size reads cheaper than a smaller one,
+    beyond the profiled sizes included. A ratio (`monotone=False`: an in-situ factor) is read as measured and held
+    at its nearest profiled value beyond them: extending a line of ratios has no physical meaning."""
 
     sizes: tuple[int, ...]
     values: tuple[float, ...]
+    monotone: bool = True
 
     def __post_init__(self) -> None:
         if not self.sizes or len(self.sizes) != len(self.values):
@@ -65,12 +70,22 @@ class SizeCurve:
         for value in self.values:
             check_finite_non_negative("a measured value", value)
 
+    @property
+    def fitted(self) -> tuple[float, ...]:
+        """The values `at` reads: for a monotone curve the least-squares non-decreasing fit of the measured values
+        (pool adjacent violators: a profiled size measured cheaper than a smaller one takes their mean), else the
+        values as measured."""
+        return non_decreasing(self.values) if self.monotone else tuple(self.values)
+
     def at(self, size: int) -> float:
-        """The value at `size`: measured where profiled, else on the line through the two nearest profiled sizes
-        (never below 0); one profiled size scales in proportion."""
-        sizes, values = self.sizes, self.values
+        """The value at `size`: the fit where profiled, else on the line through the two nearest profiled sizes
+        (never below 0, non-decreasing for a monotone curve); one profiled size scales in proportion. A ratio is
+        held flat beyond the profiled sizes."""
+        sizes, values = self.sizes, self.fitted
         if size in sizes:
             return float(values[sizes.index(size)])
+        if not self.monotone and not sizes[0] < size < sizes[-1]:
+            return float(values[0] if size < sizes[0] else values[-1])
         if len(sizes) == 1:
             return float(values[0]) * size / sizes[0]
         right = next((i for i, s in enumerate(sizes) if s > size), len(sizes) - 1)
@@ -97,6 +112,19 @@ class SizeCurve:
             return 0.0
         squares = [(a + b * x - y) ** 2 for x, y in zip(self.sizes, self.values, strict=True)]
         return math.sqrt(sum(squares) / len(squares)) / mean
+
+
+def non_decreasing(values: Sequence[float]) -> tuple[float, ...]:
+    """The least-squares non-decreasing sequence closest to `values` (pool adjacent violators): a noisy measurement
+    that made a larger size cheaper is averaged with its neighbour instead of bending the fit downwards."""
+    blocks: list[list[float]] = []  # [sum, count] of each pooled run
+    for value in values:
+        blocks.append([float(value), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    return tuple(total / count for total, count in blocks for _ in range(int(count)))
 
 
 @dataclass(frozen=True)
@@ -200,20 +228,22 @@ class InSituTerms:
     the dispatch gap before each action, the step's tail after the last action less the optimizer's step, and per
     kind the ratio of an action's in-situ time to what the profile prices its stage at, at each profiled size
     (`scale`; 1 where not measured): in a pipeline an action runs with colder caches than in a loop (a backward
-    long after its forward, two chunks' weights taking turns in a rank's cache, inputs just received)."""
+    long after its forward, two chunks' weights taking turns in a rank's cache, inputs just received). `ci`: per
+    kind, each factor's 95% CI as a relative half-width (issue 29; empty in older files). Both are ratio curves."""
 
     dispatch_ms: float = 0.0
     tail_ms: float = 0.0
     scale: Mapping[str, SizeCurve] = field(default_factory=dict)
+    ci: Mapping[str, SizeCurve] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_finite_non_negative("dispatch_ms", self.dispatch_ms)
         check_finite_non_negative("tail_ms", self.tail_ms)
-        for name, factors in self.scale.items():
-            if name not in TIME_KINDS:
-                raise ValueError(f"in-situ scale: unknown kind {name!r}; valid: {', '.join(TIME_KINDS)}")
-            if not isinstance(factors, SizeCurve):
-                raise ValueError(f"in-situ scale of {name} must be a SizeCurve, got {factors!r:.60}")
+        for label, table in (("scale", self.scale), ("ci", self.ci)):
+            for name, curve in table.items():
+                if name not in TIME_KINDS or not isinstance(curve, SizeCurve):
+                    raise ValueError(f"in-situ {label} of {name!r}: a SizeCurve of one of {', '.join(TIME_KINDS)}")
+            object.__setattr__(self, label, {k: replace(c, monotone=False) for k, c in table.items()})
 
     def factor(self, kind: str, size: int) -> float:
         """The in-situ factor of `kind` at `size` (between profiled sizes on the line through the nearest two)."""
@@ -247,6 +277,11 @@ class UnitProfile:
     in_situ: Mapping[str, InSituTerms] = field(default_factory=dict)
     """Per class of schedule (IN_SITU_CLASSES), its in-situ terms; a class not measured takes its unchunked
     sibling's, then `dispatch_ms` and `tail_ms` with no scaling."""
+    spread: Mapping[str, SizeCurve] = field(default_factory=dict)
+    """Per time kind (TIME_KINDS), the coefficient of variation of the stages timed whole over their repetitions at
+    each profiled size (a ratio curve); empty in a profile written before it kept its spread."""
+    spread_repeats: int = 0
+    """How many repetitions each measured median rests on (what the median's standard error shrinks with)."""
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -265,7 +300,7 @@ class UnitProfile:
         if unknown:
             raise ValueError(f"unknown in-situ class {sorted(unknown)[0]!r}; valid: {', '.join(IN_SITU_CLASSES)}")
         for name, terms in self.in_situ.items():
-            for kind, curve in terms.scale.items():
+            for kind, curve in (*terms.scale.items(), *terms.ci.items()):
                 if curve.sizes != self.microbatch_sizes:
                     raise ValueError(f"in-situ {name}: the scale of {kind} must give one factor per profiled size")
         for unit in self.units:
@@ -275,6 +310,11 @@ class UnitProfile:
                         f"unit {unit.name!r}: {kind} was measured at sizes {list(curve.sizes)}, the profile at "
                         f"{list(self.microbatch_sizes)}"
                     )
+        for kind, curve in self.spread.items():
+            if kind not in TIME_KINDS or curve.sizes != self.microbatch_sizes or curve.monotone:
+                raise ValueError(f"the spread of {kind!r} must be a ratio curve of a time kind at every profiled size")
+        if isinstance(self.spread_repeats, bool) or not isinstance(self.spread_repeats, int) or self.spread_repeats < 0:
+            raise ValueError(f"spread_repeats must be a whole number >= 0, got {self.spread_repeats!r}")
         for name in ("dispatch_ms", "tail_ms"):
             check_finite_non_negative(name, getattr(self, name))
         if self.core_slots is not None and (
@@ -298,14 +338,16 @@ class UnitProfile:
         """Every kind's time (TIME_KINDS) of the stage holding units start..stop-1 for one microbatch of `size`:
         as the profile timed it whole where it did (at a profiled size as measured, at another on the line through
         the nearest two when it was timed at every profiled size), else its units' shares plus what a stage pays at
-        a cut start and a cut end; then, with `in_situ`, each kind scaled by its in-situ factor (what real steps of
-        the runtime took against the same prediction)."""
+        a cut start and a cut end; then, with `in_situ`, each kind scaled by its in-situ factor. Read off the
+        non-decreasing fit of those times at the profiled sizes (`SizeCurve`): no size is cheaper than a smaller
+        one, whatever noise the measured stages and the factors carry (issue 29)."""
+        sizes = self.microbatch_sizes
+        rows = [self._stage_kinds_at(s, start, stop, in_situ) for s in sizes]
+        return {k: SizeCurve(sizes, tuple(max(0.0, row[k]) for row in rows)).at(size) for k in TIME_KINDS}
+
+    def _stage_kinds_at(self, size: int, start: int, stop: int, in_situ: InSituTerms | None) -> dict[str, float]:
+        """`stage_kinds` at one profiled size, before the fit across sizes."""
         times = self.stages.get((size, start, stop))
-        if times is None:
-            timed = [self.stages.get((s, start, stop)) for s in self.microbatch_sizes]
-            if all(t is not None for t in timed):
-                sizes = self.microbatch_sizes
-                times = {k: SizeCurve(sizes, tuple(t[k] for t in timed)).at(size) for k in TIME_KINDS}  # type: ignore[index]
         if times is None:
             cut_start, cut_end = start > 0, stop < len(self.units)
             times = {

@@ -12,10 +12,15 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
      "optimizers": {"sgd": {"fixed_ms": a, "ms_per_byte": b}, "sgd-momentum": {...}, "adam": {...}},
      "link": {"latency_ms": x, "bandwidth_gbps": x | null}, "core_slots": n | null,
      "model": {...the executor's model section...}, "provenance": {...},
-     "in_situ": {"plain": {"dispatch_ms": x, "tail_ms": x, "scale": {"backward_ms": [per size], ...}}, "split": ...,
+     "in_situ": {"plain": {"dispatch_ms": x, "tail_ms": x, "scale": {"backward_ms": [per size], ...},
+                           "ci": {"backward_ms": [per size], ...}}, "split": ...,  (ci optional: each factor's CI)
                  "plain-chunked": ..., "split-chunked": ...},  (per class of schedule: its in-situ steps)
      "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
+     "spread": {"repeats": n, "cv": {"forward_ms": [per size], ...}},  (optional: the stages' step-to-step spread)
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
+
+`spread` and each in-situ class's `ci` (issue 29) are optional both ways: a file written before them loads with
+neither (a prediction from it has no interval), and a reader that ignores them reads the rest unchanged.
 
 `fits` is derived from the units (`UnitProfile.fits`: the affine fit of every size curve and its residual),
 written for the reader and ignored when read back. `cost_file.load_cost_file` reads either version; a stage
@@ -82,6 +87,7 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
                 "dispatch_ms": t.dispatch_ms,
                 "tail_ms": t.tail_ms,
                 "scale": {kind: list(curve.values) for kind, curve in t.scale.items()},
+                **({"ci": {kind: list(curve.values) for kind, curve in t.ci.items()}} if t.ci else {}),
             }
             for name, t in profile.in_situ.items()
         },
@@ -89,6 +95,16 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
             {"microbatch_size": size, "start": start, "stop": stop, **dict(times)}
             for (size, start, stop), times in sorted(profile.stages.items())
         ],
+        **(
+            {
+                "spread": {
+                    "repeats": profile.spread_repeats,
+                    "cv": {kind: list(curve.values) for kind, curve in profile.spread.items()},
+                }
+            }
+            if profile.spread
+            else {}
+        ),
         "fits": profile.fits(),
     }
 
@@ -163,12 +179,14 @@ def _in_situ(raw: Any, sizes: tuple[int, ...]) -> dict[str, InSituTerms]:
     out = {}
     for name, record in classes.items():
         where = f"in_situ.{name}"
-        record = _object(record, where, {"dispatch_ms", "tail_ms", "scale"})
+        record = _object(record, where, {"dispatch_ms", "tail_ms", "scale", "ci"}, {"dispatch_ms", "tail_ms", "scale"})
         scale = _object(record["scale"], f"{where}.scale", set(TIME_KINDS), set())
+        ci = _object(record.get("ci", {}), f"{where}.ci", set(TIME_KINDS), set())
         out[name] = InSituTerms(
             _number(record["dispatch_ms"], f"{where}.dispatch_ms", MAX_TIME_MS),
             _number(record["tail_ms"], f"{where}.tail_ms", MAX_TIME_MS),
             {kind: _factors(values, f"{where}.scale.{kind}", sizes) for kind, values in scale.items()},
+            {kind: _factors(values, f"{where}.ci.{kind}", sizes) for kind, values in ci.items()},
         )
     return out
 
@@ -176,7 +194,19 @@ def _in_situ(raw: Any, sizes: tuple[int, ...]) -> dict[str, InSituTerms]:
 def _factors(raw: Any, where: str, sizes: tuple[int, ...]) -> SizeCurve:
     if not isinstance(raw, list) or len(raw) != len(sizes):
         raise ValueError(f"cost file: {where} must list one factor per microbatch size ({len(sizes)}), got {raw!r:.60}")
-    return SizeCurve(sizes, tuple(_number(v, f"{where}[{i}]", 1e6) for i, v in enumerate(raw)))
+    return SizeCurve(sizes, tuple(_number(v, f"{where}[{i}]", 1e6) for i, v in enumerate(raw)), monotone=False)
+
+
+def _spread(raw: Any, sizes: tuple[int, ...]) -> tuple[dict[str, SizeCurve], int]:
+    """The stages' coefficient of variation per kind and size, and the repetitions behind each median."""
+    if raw is None:
+        return {}, 0
+    record = _object(raw, "spread", {"repeats", "cv"})
+    repeats = record["repeats"]
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 0 <= repeats <= 1_000_000:
+        raise ValueError(f"cost file: spread.repeats must be a whole number >= 0, got {repeats!r:.40}")
+    cv = _object(record["cv"], "spread.cv", set(TIME_KINDS), set())
+    return {kind: _factors(values, f"spread.cv.{kind}", sizes) for kind, values in cv.items()}, repeats
 
 
 def _stages(raw: Any) -> dict[tuple[int, int, int], dict[str, float]]:
@@ -235,6 +265,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"cost file: {key} must be an object, got {data.get(key)!r:.60}")
     stages = _stages(data.get("stages", []))
+    spread, repeats = _spread(data.get("spread"), sizes)
     try:
         return UnitProfile(
             units=units,
@@ -249,6 +280,8 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             provenance=dict(data.get("provenance", {})),
             stages=stages,
             in_situ=_in_situ(data.get("in_situ", {}), sizes),
+            spread=spread,
+            spread_repeats=repeats,
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

@@ -21,6 +21,7 @@ class PlanSpace:
     recompute: tuple[bool, ...] = (False, True)
     w_shares: tuple[float | None, ...] = (None,)
     ranks: tuple[int, ...] | None = None  # pipeline depths; None: all devices in one pipeline
+    extrapolate: bool = False  # sizes outside a profile's: refused, or (True) planned and marked extrapolated
 
     def __post_init__(self) -> None:
         for name in self.schedules:
@@ -66,6 +67,10 @@ class Candidate:
     error: str | None = None
     rank_memory: list[float] = field(default_factory=list)
     pruned: str | None = None  # why it was never built: its lower bound cannot reach the plan (pipesim.plan.prune)
+    extrapolated: bool = False  # a microbatch size outside the profiled ones (pipesim.plan.intervals)
+    step_ms_p05: float | None = None  # the 90% interval of the sampled steps (pipesim.plan.intervals); None: none
+    step_ms_p95: float | None = None
+    step_ms_deterministic: float | None = None  # the step of the actions' medians, where step_ms is sampled
 
     @property
     def built(self) -> bool:
@@ -92,6 +97,10 @@ class Candidate:
             "imbalance": self.imbalance,
             "error": self.error,
             "rank_memory_bytes": list(self.rank_memory),  # per rank of a replica: what verify-plan compares
+            "extrapolated": self.extrapolated,
+            "step_ms_p05": self.step_ms_p05,
+            "step_ms_p95": self.step_ms_p95,
+            "step_ms_deterministic": self.step_ms_deterministic,
             "pruned": self.pruned,
         }
 
@@ -101,7 +110,11 @@ class Candidate:
         extra = " recompute" if self.recompute else ""
         share = "" if self.w_share is None else f" W {self.w_share:g}"
         dp = f" x{self.data_parallel} DP" if self.data_parallel > 1 else ""
-        return f"{self.schedule} P{self.ranks}{dp}{chunks} m{self.microbatches}x{self.microbatch_size}{extra}{share}"
+        outside = " extrapolated" if self.extrapolated else ""
+        return (
+            f"{self.schedule} P{self.ranks}{dp}{chunks} m{self.microbatches}x{self.microbatch_size}{extra}{share}"
+            + outside
+        )
 
 
 def candidate_grid(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
@@ -133,6 +146,7 @@ def _blank(
     dp = inputs.devices // ranks if ranks <= inputs.devices else 0
     replica_batch = inputs.global_batch // dp if dp else 0
     candidate = Candidate(name, ranks, max(replica_batch // mbs, 1), chunks or fixed, recompute, mbs, share, dp)
+    candidate.extrapolated = inputs.extrapolates(mbs)
     if ranks > inputs.devices or inputs.devices % ranks:
         candidate.error = f"{ranks} ranks do not divide {inputs.devices} devices into pipelines"
     elif inputs.global_batch % (dp * mbs):

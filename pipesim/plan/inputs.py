@@ -22,6 +22,7 @@ from pipesim.plan.layout import Layout
 from pipesim.programs import programs
 from pipesim.sim.memory import check_optimizer
 
+PROFILE_COMMAND = "pipesim-run profile"  # how a user adds sizes to a profile (the executor's console script)
 TIE = 0.01  # step times closer than this (relative) are not told apart: the model's accuracy at best
 
 
@@ -111,6 +112,27 @@ class PlanInputs:
             profile=profile,
             runtime=profile.runtime_terms(check_optimizer(optimizer)),
             **kwargs,
+        )
+
+    def extrapolates(self, size: int) -> bool:
+        """Whether a microbatch of `size` lies outside the sizes the profile measured (between two of them is
+        interpolated, not extrapolated); never for a model that did not come from a profile."""
+        sizes = () if self.profile is None else self.profile.microbatch_sizes
+        return bool(sizes) and not sizes[0] <= size <= sizes[-1]
+
+    def check_sizes(self, sizes: tuple[int, ...], allowed: bool, program: str = PROFILE_COMMAND) -> None:
+        """Refuse microbatch sizes outside the profiled ones unless `allowed` (`PlanSpace.extrapolate`), in one line
+        that names the command measuring them (`program`: how the user runs the executor's profile)."""
+        outside = [s for s in sizes if self.extrapolates(s)]
+        if not outside or allowed or self.profile is None:
+            return
+        profiled = self.profile.microbatch_sizes
+        wanted = ",".join(map(str, sorted({*profiled, *outside})))
+        raise ValueError(
+            f"microbatch size {','.join(map(str, outside))} lies outside the profiled sizes "
+            f"{','.join(map(str, profiled))}: measure it with `{program} --microbatch-sizes {wanted}` (the model's "
+            "flags as before), plan at the profiled sizes, or pass --extrapolate to predict it off the fit, marked "
+            "extrapolated"
         )
 
     def calibration(self) -> dict[str, Any]:

@@ -6,7 +6,10 @@ Every entry carries schedule, ranks, microbatches, virtual_stages, recompute, sp
 peak_memory_bytes and fits (plus the microbatch size, W share, bubble, imbalance and, for a candidate that
 could not be built, its error). step_ms is the step time (`pipesim.sim.steps.step_time_ms`: the pipeline, the
 part of the data-parallel all-reduce its backward does not hide, and the per-step overhead from a cost file);
-`makespan_ms` repeats it under its name before issue 19, for one version (deprecated: read step_ms).
+`makespan_ms` repeats it under its name before issue 19, for one version (deprecated: read step_ms). Where the
+planner sampled a candidate (`pipesim.plan.intervals`), step_ms is the median of its sampled steps, `step_ms_p05`
+and `step_ms_p95` their 90% interval and `step_ms_deterministic` the step of the medians; `extrapolated` marks a
+microbatch size outside the profile.
 throughput is samples per second of the global batch; peak_memory_bytes is the fullest device's parameters,
 gradients, optimizer state and activation peak.
 """
@@ -52,10 +55,20 @@ def time_key(step_ms: float) -> float:
 
 
 def best_candidate(candidates: list[Candidate]) -> Candidate | None:
-    """The fastest candidate that fits the cap (less memory breaks a tie: `time_key`); None when none fits."""
+    """The fastest candidate that fits the cap (less memory breaks a tie: `time_key`); None when none fits. A
+    candidate at a microbatch size outside the profile (`extrapolated`) only when no measured size fits: its price
+    rests on no measurement."""
     require_items(candidates, "candidates", Candidate, "Candidates (plan_candidates' result)")
     fitting = [c for c in candidates if c.built and c.fits]
-    return min(fitting, key=lambda c: (time_key(c.step_ms), c.peak_memory_bytes), default=None)
+    measured = [c for c in fitting if not c.extrapolated]
+    return min(measured or fitting, key=lambda c: (time_key(c.step_ms), c.peak_memory_bytes), default=None)
+
+
+def interval_text(candidate: Candidate) -> str:
+    """A candidate's step as the CLI and the summary show it: the point, then its 90% interval where sampled."""
+    if candidate.step_ms_p05 is None or candidate.step_ms_p95 is None:
+        return format_ms(candidate.step_ms)
+    return f"{format_ms(candidate.step_ms)} [{format_ms(candidate.step_ms_p05)}, {format_ms(candidate.step_ms_p95)}]"
 
 
 @dataclass(frozen=True)
@@ -124,15 +137,23 @@ def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
         )
         return lines
     lines.append(
-        f"best: {best.label}: {format_ms(best.step_ms)} per step, {best.throughput:,.1f} samples/s, "
+        f"best: {best.label}: {interval_text(best)} per step, {best.throughput:,.1f} samples/s, "
         f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
         f"stages start at units {','.join(map(str, best.split)) or '-'} (units count the embedding and the head; "
         f"{programs().executor} run --split-points takes them)"
     )
+    outside = [c for c in built if c.extrapolated]
+    if outside:
+        lines.append(
+            f"{len(outside)} candidates at microbatch sizes outside the profile are extrapolated: wider intervals, "
+            + ("recommended only because no measured size fits" if best.extrapolated else "never recommended")
+        )
+    if best.step_ms_p05 is not None:
+        lines.append("steps: the median of sampled steps [5th, 95th percentile] (each action's measured spread)")
     for loss in runners_up(candidates, best, cap):
         c = loss.candidate
         slower = c.step_ms / best.step_ms - 1
-        lines.append(f"  {c.label}: {slower:+.1%} time; lost on {loss.reason}: {loss.detail}")
+        lines.append(f"  {c.label}: {interval_text(c)}, {slower:+.1%} time; lost on {loss.reason}: {loss.detail}")
     return lines
 
 
@@ -153,7 +174,7 @@ def plan_document(candidates: list[Candidate], inputs: dict[str, Any], cap: floa
 def ranked(candidates: list[Candidate]) -> list[Candidate]:
     """Built candidates that fit, fastest first (then the others): the order `verify` runs the top K in."""
     built = [c for c in candidates if c.built]
-    return sorted(built, key=lambda c: (not c.fits, time_key(c.step_ms), c.peak_memory_bytes))
+    return sorted(built, key=lambda c: (not c.fits, c.extrapolated, time_key(c.step_ms), c.peak_memory_bytes))
 
 
 def torchtitan_settings(candidate: Candidate, csv_name: str, num_blocks: int | None = None) -> dict[str, Any]:

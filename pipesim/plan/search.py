@@ -51,6 +51,7 @@ def evaluate_all(
     shape's work is independent: the same numbers come back); a pool that cannot start falls back to this one.
     A pruned search spreads its shapes the same way, each process pruning by what was built before it started.
     """
+    inputs.check_sizes(space.microbatch_sizes, space.extrapolate)
     grid = candidate_grid(inputs, space)
     evaluator = Evaluator(inputs)
     workers = min(workers, usable_cores())  # more processes than cores only share them (the CLI says so)

@@ -44,7 +44,10 @@ def summary_lines(result) -> list[str]:
         lines.append(f"loss     first {result.losses[0]:.4f}, last {result.losses[-1]:.4f}")
     if result.predicted_step_ms is not None:
         error = "-" if result.prediction_error is None else f"{100 * result.prediction_error:+.1f}%"
-        lines.append(f"predict  {_fmt(result.predicted_step_ms)} (error {error} against the measured median)")
+        predicted = (result.analysis or {}).get("prediction") or {}
+        low, high = predicted.get("step_ms_p05"), predicted.get("step_ms_p95")
+        interval = f", 90% interval {_fmt(low)} to {_fmt(high)}" if low is not None and high is not None else ""
+        lines.append(f"predict  {_fmt(result.predicted_step_ms)}{interval} (error {error} against the measured median)")
     lines += _analysis_lines(result.analysis)
     lines += _trace_lines(result.run_dir)
     reference = result.reference

@@ -6,6 +6,10 @@ per-step work outside the schedule's actions (optimizer step, gradient
 zeroing), predicts the step time. Comparing with the measured median step
 time tells how far the simulator can be trusted on this hardware.
 
+With the spread the run's in-situ steps measured (the cost file's meta "spread"), the prediction is the median of
+sampled steps with its 90% interval (`pipesim.sim.jitter`: step_ms, step_ms_p05, step_ms_p95 in simulated.json
+and analysis.json), as the planner's.
+
 Pure functions of files and values (no torch), so the app can call them too. Reading a whole run folder
 back is pipesim_executor.host.run_folder's job.
 """
@@ -38,6 +42,20 @@ class Prediction:
     measured_step_ms: float | None = None
     error: float | None = None  # (predicted - measured) / measured
     sharing: str | None = None  # how ranks sharing cores or a GPU were simulated, in words (None: they do not)
+    p05_ms: float | None = None  # with the profile's spread: the 90% interval of the sampled steps, whose median
+    p95_ms: float | None = None  # predicted_step_ms then is (pipesim.sim.jitter); None: no spread was measured
+    deterministic_ms: float | None = None  # the step of the actions' medians, where predicted_step_ms is sampled
+
+    def interval_fields(self) -> dict[str, float]:
+        """step_ms, step_ms_p05, step_ms_p95 and the deterministic step, for simulated.json and analysis.json."""
+        if self.p05_ms is None:
+            return {}
+        return {
+            "step_ms": self.predicted_step_ms,
+            "step_ms_p05": self.p05_ms,
+            "step_ms_p95": self.p95_ms,
+            "step_ms_deterministic": self.deterministic_ms,
+        }
 
 
 def sharing_of(cost: CostModel) -> str | None:
@@ -54,10 +72,23 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     """Simulate one step as `pipesim simulate` does (`simulate_step`: the gradient all-reduces drawn on the
     simulated timeline, as the measured one has them); the step ends when the last rank has finished its
     actions, its unhidden all-reduce and its overhead."""
+    from pipesim.sim.jitter import step_interval
+    from pipesim.sim.spread import cost_spread
     from pipesim.sim.steps import simulate_step
 
     step = simulate_step(schedule, cost)
-    return Prediction(step.step_ms, step.timeline, step.tail_ms, sharing=sharing_of(cost))
+    prediction = Prediction(step.step_ms, step.timeline, step.tail_ms, sharing=sharing_of(cost))
+    spread = cost_spread(cost)  # the run's in-situ steps' spread: the point is the sampled median, with its interval
+    if spread is None:
+        return prediction
+    interval = step_interval(schedule, cost, spread)
+    return replace(
+        prediction,
+        predicted_step_ms=interval.step_ms,
+        p05_ms=interval.p05_ms,
+        p95_ms=interval.p95_ms,
+        deterministic_ms=interval.deterministic_ms,
+    )
 
 
 def measured_step_ms(step_times_ms: list[float]) -> float | None:
@@ -89,11 +120,17 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
     if cost_path.exists():
         cost = load_cost(cost_path)
         prediction = compare(predict_step(schedule, cost), step_times)
-        summary = {"predicted_step_ms": prediction.predicted_step_ms, "overhead_ms": list(prediction.overhead_ms)}
+        summary = {
+            "predicted_step_ms": prediction.predicted_step_ms,
+            "overhead_ms": list(prediction.overhead_ms),
+            **prediction.interval_fields(),
+        }
         if prediction.sharing:  # ranks on shared cores or a shared GPU: the prediction says how it modelled them
             summary["sharing"] = prediction.sharing
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
+        if prediction.p05_ms is not None:
+            out.update(predicted_p05_ms=prediction.p05_ms, predicted_p95_ms=prediction.p95_ms)
     try:  # where every millisecond of a step went (pipesim.analysis.attribution); a problem here must not fail the run
         write_json(analysis(schedule, timeline, step_times, prediction), run_dir / "analysis.json")
     except ValueError as error:
@@ -121,6 +158,7 @@ def analysis(schedule: Schedule, measured: Timeline, step_times: list[float], pr
             "action_error_median": median_abs_error(rows),
             "actions": rows,
             "sharing": prediction.sharing,
+            **prediction.interval_fields(),
         }
     return doc
 

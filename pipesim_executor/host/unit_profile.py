@@ -61,6 +61,9 @@ class ProfileConfig:
     the link between two of them and run the in-situ steps on that many ranks."""
     repeats: int = 20
     """Timed repetitions of every measurement (the median is kept; 3 untimed ones run first)."""
+    in_situ_steps: int = 40
+    """Most in-situ steps per schedule and size: they are added 8 at a time until each in-situ factor's 95% CI is
+    within +-3% (the profile says which did not get there)."""
     dtype: Literal["fp32", "bf16"] = "fp32"
     """Compute precision, as python -m executor run --dtype."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -85,7 +88,11 @@ class ProfileConfig:
         if unknown or not self.optimizers:
             named = unknown[0] if unknown else "(none)"
             raise ValueError(f"unknown optimizer {named!r}; valid: {', '.join(OPTIMIZERS)}")
-        for name, value, low, high in (("ranks", self.ranks, 1, 16), ("repeats", self.repeats, 3, MAX_REPEATS)):
+        for name, value, low, high in (
+            ("ranks", self.ranks, 1, 16),
+            ("repeats", self.repeats, 3, MAX_REPEATS),
+            ("in_situ_steps", self.in_situ_steps, 8, MAX_REPEATS),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
         check_number(self.timeout_s, "timeout", above=0, maximum=MAX_TIMEOUT_S)
@@ -180,7 +187,7 @@ def start_profile(config: ProfileConfig, out: Path, on_event: EventCallback | No
         write_json(run.to_dict(), run_dir / CONFIG_FILE)
         write_json(
             {"microbatch_sizes": list(config.microbatch_sizes), "optimizers": list(config.optimizers),
-             "repeats": config.repeats},
+             "repeats": config.repeats, "in_situ_steps": config.in_situ_steps},
             run_dir / PROFILE_REQUEST_FILE,
         )  # fmt: skip
     except (OSError, ValueError) as error:
@@ -219,6 +226,37 @@ def summary_lines(result: ProfileResult) -> list[str]:
         f"(ping-pong between ranks 0 and 1)"
         if profile.link.latency_ms or math.isfinite(profile.link.bandwidth_gbps)
         else "link     none measured (one rank)",
+        *in_situ_lines(profile),
         f"wrote    {result.cost_file} ({programs().pipesim} plan --cost {result.cost_file} ...)",
     ]
+    return lines
+
+
+def in_situ_lines(profile: UnitProfile) -> list[str]:
+    """Each class's in-situ factors with their 95% CIs (the profile's provenance), and how many got within the
+    target (adaptive steps: pipesim_executor.rank.calibrate); one line per class."""
+    in_situ = profile.provenance.get("in_situ") if isinstance(profile.provenance, dict) else None
+    rows = in_situ.get("ci") if isinstance(in_situ, dict) else None
+    if not rows:
+        return []
+    target = in_situ.get("target_ci", 0.03)
+    lines = []
+    for name in dict.fromkeys(r["class"] for r in rows):
+        mine = [r for r in rows if r["class"] == name]
+        known = [r["ci"] for r in mine if r["ci"] is not None]
+        within = sum(ci <= target for ci in known)
+        low, high = min(r["factor"] for r in mine), max(r["factor"] for r in mine)
+        widest = f"+-{max(known):.1%}" if known else "unknown"
+        lines.append(
+            f"{'in-situ' if not lines else '':<8} {name}: {len(mine)} factors x{low:.2f}..x{high:.2f}, "
+            f"95% CI up to {widest}; {within} of {len(mine)} within +-{target:.0%} after up to "
+            f"{max(r['steps'] for r in mine)} steps"
+        )
+    total = sum(r["ci"] is not None and r["ci"] <= target for r in rows)
+    lines.append(
+        f"{'':<8} every in-situ factor within +-{target:.0%}"
+        if total == len(rows)
+        else f"{'':<8} {len(rows) - total} of {len(rows)} in-situ factors not within +-{target:.0%}: a noisy machine; "
+        "predictions of those classes are less certain (profile again when it is quieter, or with more --in-situ-steps)"
+    )
     return lines

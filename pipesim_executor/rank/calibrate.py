@@ -43,12 +43,26 @@ from pipesim_executor.rank.train_loop import train_step
 CALIBRATION_STEPS = 4  # the first is dropped: it pays first-touch costs the measured steps do not
 
 
-def calibrate(r: Rank, steps: int = CALIBRATION_STEPS) -> dict[str, Any]:
-    """Run `steps` training steps on every rank (collective), restore the state, summarise this rank's share."""
+def calibrate(
+    r: Rank, steps: int = CALIBRATION_STEPS, target_ci: float | None = None, max_steps: int | None = None
+) -> dict[str, Any]:
+    """Run `steps` training steps on every rank (collective), restore the state, summarise this rank's share.
+
+    With `target_ci`, more steps follow, `steps` at a time up to `max_steps`, until on every rank each stage and
+    kind's median duration is known to within +-target_ci (the 95% bootstrap interval of the median over the
+    steps' own medians, relative: `median_ci`); the ranks decide together (the worst over them), so they run the
+    same steps. The summary's "ci" says how far each got."""
     params = r.model.parameters()
     saved_params = [p.detach().clone() for p in params]
     saved_state = copy.deepcopy(r.optimizer.state_dict())
     records = [train_step(r, 0) for _ in range(steps)]
+    while target_ci is not None and len(records) < (max_steps or 0):
+        worst = torch.tensor([_worst_ci(records[1:])], dtype=torch.float64)
+        if torch.distributed.is_initialized():
+            torch.distributed.all_reduce(worst, op=torch.distributed.ReduceOp.MAX, group=r.control)
+        if worst.item() <= target_ci:
+            break
+        records += [train_step(r, 0) for _ in range(min(steps, max_steps - len(records)))]
     with torch.no_grad():
         for p, saved in zip(params, saved_params, strict=True):
             p.copy_(saved)
@@ -56,6 +70,7 @@ def calibrate(r: Rank, steps: int = CALIBRATION_STEPS) -> dict[str, Any]:
     r.optimizer.zero_grad(set_to_none=True)
     kept = records[1:] if len(records) > 1 else records
     summary = summarise(kept)
+    summary["ci"] = step_cis(kept)
     # The compute spans themselves, on this machine's clock: rank 0 turns them into full-speed work when the
     # ranks share cores (shared_slots), which needs every rank's spans at once.
     summary["spans"] = [span for record in kept for span in record["spans"]]
@@ -132,7 +147,50 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "dispatch_by_kind_ms": {kind: statistics.median(values) for kind, values in gaps.items()},
         "tail_ms": statistics.median(tails) if tails else 0.0,
         "steps": len(records),
+        # how much one action of a stage and kind varied over the steps and microbatches (sample sd / mean) and
+        # from how many: what a prediction's interval is drawn from (pipesim.sim.spread)
+        "cv": {stage: {kind: _cv(v) for kind, v in kinds.items()} for stage, kinds in durations.items()},
+        "samples": {stage: {kind: len(v) for kind, v in kinds.items()} for stage, kinds in durations.items()},
     }
+
+
+def step_cis(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per stage and kind, the relative half-width of the 95% bootstrap interval of the median over the steps of
+    each step's median duration (`median_ci`)."""
+    per_step: dict[str, dict[str, list[float]]] = {}
+    for record in records:
+        one: dict[tuple[str, str], list[float]] = {}
+        for text, start, end in record["spans"]:
+            action = Action.parse(text)
+            one.setdefault((str(action.stage), action.kind.value), []).append(end - start)
+        for (stage, kind), values in one.items():
+            per_step.setdefault(stage, {}).setdefault(kind, []).append(statistics.median(values))
+    return {stage: {kind: median_ci(v) for kind, v in kinds.items()} for stage, kinds in per_step.items()}
+
+
+def median_ci(values: list[float], resamples: int = 1000, seed: int = 0) -> float:
+    """The 95% bootstrap interval of the median of `values`, as a relative half-width ((high - low) / 2 / median;
+    inf for fewer than 3 values, 0 for a median of 0). Seeded: the same values give the same answer."""
+    import numpy as np
+
+    if len(values) < 3:
+        return float("inf")
+    data = np.asarray(values, dtype=float)
+    middle = float(np.median(data))
+    if middle <= 0:
+        return 0.0
+    draws = np.random.default_rng(seed).choice(data, size=(resamples, len(data)), replace=True)
+    low, high = np.percentile(np.median(draws, axis=1), [2.5, 97.5])
+    return float((high - low) / 2 / middle)
+
+
+def _worst_ci(records: list[dict[str, Any]]) -> float:
+    return max((ci for kinds in step_cis(records).values() for ci in kinds.values()), default=float("inf"))
+
+
+def _cv(values: list[float]) -> float:
+    mean = statistics.fmean(values) if values else 0.0
+    return statistics.stdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
 
 
 def _gap_per_action(gaps: dict[str, list[float]]) -> float:

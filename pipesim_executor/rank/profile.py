@@ -273,6 +273,21 @@ def in_situ(measure: dict[str, float], calibrated: dict[str, float] | None, spli
     return updated
 
 
+def _spread(gathered: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per action kind, the median over the stages of how much one action varied in the in-situ steps (its
+    coefficient of variation), and the fewest actions one such figure rests on (`pipesim.sim.spread.cost_spread`
+    reads it)."""
+    cvs: dict[str, list[float]] = {}
+    counts: list[int] = []
+    for g in gathered:
+        calibration = g["calibration"]
+        for stage, kinds in calibration.get("cv", {}).items():
+            for kind, cv in kinds.items():
+                cvs.setdefault(kind, []).append(cv)
+                counts.append(calibration.get("samples", {}).get(stage, {}).get(kind, 0))
+    return {"cv": {kind: _median(values) for kind, values in cvs.items()}, "repeats": min(counts, default=0)}
+
+
 def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
     """The cost model of one replica (the simulation is per replica) from every process's measurements."""
     schedule, config = r.schedule, r.config
@@ -306,6 +321,7 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
             "durations_ms": {str(s): calibrated[s] for s in sorted(calibrated)},
             "optimizer_ms": [g["optimizer_ms"] for g in gathered],
         },
+        "spread": _spread(gathered),
         "links_measured": {str(b): links[b] for b in sorted(links)},
         "i_plus_w_over_b": {
             str(s): (m["i"] + m["w"]) / m["b"] if m["b"] > 0 else None for s, m in sorted(isolated.items())

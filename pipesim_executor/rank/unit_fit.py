@@ -7,6 +7,7 @@ price of the same stages).
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import statistics
@@ -52,11 +53,36 @@ IN_SITU_KINDS = {
     (False, True): {"F": "forward_recompute_ms", "B": "backward_recompute_ms"},
     (True, True): {"F": "forward_recompute_ms", "I": "input_recompute_ms", "W": "weight_ms"},
 }
-CALIBRATION_STEPS = 8  # in-situ steps per size and schedule (the first is dropped)
+CALIBRATION_STEPS = 8  # in-situ steps per size and schedule at first (the first is dropped)
+IN_SITU_CI = 0.03  # then more, CALIBRATION_STEPS at a time, until every factor's 95% CI is within +-3% ...
+MAX_IN_SITU_STEPS = 40  # ... or this many steps were run (the profile then says which factors did not get there)
 
 
 def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
+
+
+def coefficient_of_variation(values: list[float]) -> float:
+    """The sample standard deviation over the mean (0 for fewer than two values or a mean of 0)."""
+    if len(values) < 2:
+        return 0.0
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if mean > 0 else 0.0
+
+
+def spread_curves(everyone: list[dict[str, Any]], sizes: list[int]) -> dict[str, SizeCurve]:
+    """Per time kind, the median over the processes and the stages timed whole of each stage's coefficient of
+    variation, at every size (`UnitProfile.spread`); empty when the processes measured none."""
+    if not all("spread" in e for e in everyone):
+        return {}
+    return {
+        kind: SizeCurve(
+            tuple(sizes),
+            tuple(_median([cv for e in everyone for cv in e["spread"][s][kind]]) for s in sizes),
+            monotone=False,
+        )
+        for kind in TIME_KINDS
+    }
 
 
 def fit_optimizer(points: list[tuple[float, float]]) -> OptimizerTime:
@@ -135,12 +161,14 @@ def assemble(
         optimizers=optimizers, link=link_cost(links.get(0)), core_slots=slots,
         model=asdict(config.model),
         stages={(s, a, b): times for s in sizes for a, b, times in stage_ms[s]},
+        spread=spread_curves(everyone, sizes), spread_repeats=int(request["repeats"]),
     )  # fmt: skip
     scales, ratios = in_situ_scales(profile, everyone, r, slots or r.world_size)
+    cis = factor_cis(ratios)
     in_situ, steps = {}, in_situ_steps()
     for name in scales:
         chosen = [c for key, c in calibrations if steps[key[1:3]] == name]
-        in_situ[name] = InSituTerms(*runtime_of(chosen), scales[name])
+        in_situ[name] = InSituTerms(*runtime_of(chosen), scales[name], ci_curves(cis, name, tuple(sizes)))
     profile = replace(profile, in_situ=in_situ)
     provenance = {
         "source": "python -m executor profile",
@@ -162,6 +190,8 @@ def assemble(
             + f", each plain and recomputing, on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches "
             f"at every size, {CALIBRATION_STEPS - 1} steps each",
             "ratios": ratios,
+            "ci": cis,
+            "target_ci": IN_SITU_CI,
             "dispatch_ms": [[*key, c["dispatch_ms"]] for key, c in calibrations],
             "tail_ms": [[*key, c["tail_ms"]] for key, c in calibrations],
         },
@@ -189,6 +219,9 @@ def in_situ_scales(
             durations = {}
             for e in everyone[: r.num_ranks]:
                 durations.update(e["calibration"][key]["durations_ms"])
+        cis: dict[str, dict[str, float]] = {}  # each stage's own rank measured its CI
+        for e in everyone[: r.num_ranks]:
+            cis.update(e["calibration"][key].get("ci", {}))
         for stage, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
             predicted = profile.stage_kinds(size, a, b)
             for kind, measured in (durations.get(str(stage)) or {}).items():
@@ -196,7 +229,9 @@ def in_situ_scales(
                 if target is not None and predicted[target] > 0:
                     rows.append({"class": steps[(name, chunks)], "schedule": name, "recompute": recompute,
                                  "size": size, "stage": stage, "kind": target,
-                                 "ratio": measured / predicted[target]})  # fmt: skip
+                                 "ratio": measured / predicted[target],
+                                 "ci": _finite(cis.get(str(stage), {}).get(kind)),
+                                 "steps": summary.get("steps", 0)})  # fmt: skip
     grouped: dict[str, dict[str, dict[int, list[float]]]] = {}
     for row in rows:
         grouped.setdefault(row["class"], {}).setdefault(row["kind"], {}).setdefault(row["size"], []).append(
@@ -210,6 +245,37 @@ def in_situ_scales(
             factors = tuple(_median(by_size[s]) if s in by_size else overall for s in sizes)
             scales.setdefault(name, {})[kind] = SizeCurve(sizes, factors)
     return scales, rows
+
+
+def _finite(value: float | None) -> float | None:
+    """A CI as the file holds it: None where it is unknown (too few steps), never an infinity JSON cannot hold."""
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def factor_cis(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per class, kind and size, the in-situ factor's 95% CI as a relative half-width: the widest of its stages'
+    (each the bootstrap interval of a stage's median over the in-situ steps, pipesim_executor.rank.calibrate.median_ci;
+    the factor is a median over them, so no wider), and the steps behind it."""
+    grouped: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault((row["class"], row["kind"], row["size"]), []).append(row)
+    return [
+        {"class": name, "kind": kind, "size": size, "factor": _median([g["ratio"] for g in group]),
+         "ci": None if any(g["ci"] is None for g in group) else max(g["ci"] for g in group),
+         "steps": max(g["steps"] for g in group)}
+        for (name, kind, size), group in sorted(grouped.items())
+    ]  # fmt: skip
+
+
+def ci_curves(cis: list[dict[str, Any]], name: str, sizes: tuple[int, ...]) -> dict[str, SizeCurve]:
+    """One class's factor CIs (`factor_cis`) per kind at every size: a size it could not bound, or did not
+    measure, takes the kind's widest, else 100%."""
+    out = {}
+    for kind in dict.fromkeys(row["kind"] for row in cis if row["class"] == name):
+        at = {row["size"]: row["ci"] for row in cis if row["class"] == name and row["kind"] == kind}
+        widest = max((v for v in at.values() if v is not None), default=1.0)
+        out[kind] = SizeCurve(sizes, tuple(at[s] if at.get(s) is not None else widest for s in sizes), monotone=False)
+    return out
 
 
 def _process_spread(everyone: list[dict[str, Any]], sizes: list[int], n: int) -> float | None:

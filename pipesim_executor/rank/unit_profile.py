@@ -57,7 +57,14 @@ from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model
 from pipesim_executor.rank.setup import Rank, make_optimizer, optimizer_for, setup
 from pipesim_executor.rank.teardown import finish
 from pipesim_executor.rank.transport import env_int
-from pipesim_executor.rank.unit_fit import CALIBRATION_STEPS, assemble, in_situ_steps
+from pipesim_executor.rank.unit_fit import (
+    CALIBRATION_STEPS,
+    IN_SITU_CI,
+    MAX_IN_SITU_STEPS,
+    assemble,
+    coefficient_of_variation,
+    in_situ_steps,
+)
 from pipesim_executor.rank.unit_timing import (
     KINDS,
     Marks,
@@ -78,7 +85,8 @@ def read_request(run_dir: Path) -> dict[str, Any]:
     """The launcher's request: microbatch sizes, optimizers, repetitions (checked there; trusted here)."""
     request = read_json(run_dir / PROFILE_REQUEST_FILE)
     return {"sizes": list(request["microbatch_sizes"]), "optimizers": list(request["optimizers"]),
-            "repeats": int(request["repeats"])}  # fmt: skip
+            "repeats": int(request["repeats"]),
+            "in_situ_steps": int(request.get("in_situ_steps", MAX_IN_SITU_STEPS))}  # fmt: skip
 
 
 def core_slots(device: torch.device) -> int | None:
@@ -171,7 +179,7 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     slots = core_slots(device) or r.world_size
     cut_counts = sorted({2, 3, MAX_CUT_STAGES, r.num_ranks, 2 * r.num_ranks})
     splits: dict[int, dict[tuple[bool, int], tuple[int, ...]]] = {}
-    mine: dict[str, Any] = {"shares": {}, "stages": {}, "bytes": {}, "optimizers": {}, "calibration": {}}
+    mine: dict[str, Any] = {"shares": {}, "stages": {}, "spread": {}, "bytes": {}, "optimizers": {}, "calibration": {}}
     for size in sizes:
         # 1. each unit's shares, every process in its turn (at most `slots` at once), in rounds: a burst of other
         # work on the machine then falls on many measurements a little instead of on one of them whole
@@ -200,6 +208,8 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
         mine["stages"][size] = [
             (a, b, {k: statistics.median(v) for k, v in stages[i].items()}) for i, (a, b) in enumerate(ranges)
         ]
+        # how much each stage's action varied over its repetitions: what a prediction's interval is drawn from
+        mine["spread"][size] = {k: [coefficient_of_variation(times[k]) for times in stages] for k in KINDS}
         if r.rank == 0:
             mine["bytes"][size] = unit_bytes(parts, size)
         progress.advance(f"units at microbatch size {size}")
@@ -220,6 +230,7 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     mine["links"] = profile_links(r, repeats) if r.world_size > 1 else {}
     progress.advance("link")
     shared = slots < r.world_size
+    in_situ_steps = request["in_situ_steps"]
     for size in sizes:
         for name, chunks in in_situ_steps():
             for recompute in (False, True):
@@ -230,7 +241,8 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
                     sized = variant(r, size, name, chunks, recompute, points)
                 except ValueError:  # a schedule this many ranks or units cannot build: its class falls back
                     continue
-                summary = calibrate(sized, CALIBRATION_STEPS)
+                # adaptive: more steps until each in-situ factor is known to +-IN_SITU_CI (issue 29), up to a bound
+                summary = calibrate(sized, CALIBRATION_STEPS, target_ci=IN_SITU_CI, max_steps=in_situ_steps)
                 if not shared:  # the spans serve only to turn shared-core durations into full-speed work
                     summary.pop("spans", None)
                 summary["param_bytes"] = float(sum(p.numel() * p.element_size() for p in sized.model.parameters()))

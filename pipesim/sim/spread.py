@@ -1,0 +1,142 @@
+"""How far each action's time varies from step to step, and how far its measured price may be off: what a
+prediction's interval is drawn from (`pipesim.sim.jitter`).
+
+Two sources, one value (`Spread`):
+
+* typed costs: `--jitter CV`, the same coefficient of variation for every kind of action, and no uncertainty of
+  the prices themselves (they were typed, not measured);
+* a model profiled unit by unit (`pipesim.cost.profile.UnitProfile.spread`): per kind and profiled size the CV of
+  the stages it timed whole over their repetitions, and the standard error of the median those repetitions give,
+  relative (1.2533 x CV / sqrt(repetitions), the median's asymptotic error under a normal spread): the profile's own
+  uncertainty, which every action of the kind shares in one sample.
+
+A microbatch size beyond the profiled ones reads the nearest size's spread and widens the price's uncertainty by
+`EXTRAPOLATION_SE` (a size the profile never ran: how far off its price may be is not measured).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pipesim.cost.model import CostModel
+from pipesim.cost.profile import UnitProfile
+from pipesim.ir import ActionKind
+
+MAX_CV = 5.0  # a coefficient of variation above 500% is a measuring error, not a spread
+MEDIAN_SE = math.sqrt(math.pi / 2)  # the median's standard error over the mean's, for a normal spread
+Z95 = 1.96  # a 95% interval's half-width in standard errors
+EXTRAPOLATION_SE = 0.10  # the relative uncertainty added to every price at a size the profile did not run
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Per action kind: `cv`, the coefficient of variation of one action's time from step to step (0.2 = 20%), and
+    `price_se`, the relative standard error of the price itself (one draw per sample for every action of the
+    kind: a price measured too low makes every such action slow together). Missing kinds vary by 0."""
+
+    cv: Mapping[ActionKind, float] = field(default_factory=dict)
+    price_se: Mapping[ActionKind, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for label, table in (("cv", self.cv), ("price_se", self.price_se)):
+            for kind, value in table.items():
+                if not isinstance(kind, ActionKind):
+                    raise ValueError(f"a spread's {label} is keyed by action kind (F, B, I, W), got {kind!r}")
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_CV:
+                    raise ValueError(
+                        f"a spread's {label} of {kind.value} must be a number in 0..{MAX_CV:g}, got {value!r}"
+                    )
+
+    @classmethod
+    def uniform(cls, cv: float) -> Spread:
+        """Every kind of action varying by `cv` (the CLI's `--jitter CV` for typed costs)."""
+        if isinstance(cv, bool) or not isinstance(cv, (int, float)) or not 0 <= cv <= MAX_CV:
+            raise ValueError(f"--jitter is a coefficient of variation in 0..{MAX_CV:g} (0.2 = 20%), got {cv!r}")
+        return cls({kind: float(cv) for kind in ActionKind})
+
+    @property
+    def is_zero(self) -> bool:
+        return not any(self.cv.values()) and not any(self.price_se.values())
+
+    def widened(self, extra_se: float) -> Spread:
+        """The same spread with every kind's price uncertain by `extra_se` more (added in quadrature)."""
+        kinds = (
+            set(self.cv)
+            | set(self.price_se)
+            | {ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT}
+        )
+        return Spread(
+            dict(self.cv),
+            {k: min(MAX_CV, math.hypot(self.price_se.get(k, 0.0), extra_se)) for k in kinds},
+        )
+
+
+# Which measured kind of a unit profile (pipesim.cost.profile.TIME_KINDS) each action kind of a candidate runs, by
+# (split backward, recomputation): the same table the in-situ steps are timed against.
+_PROFILE_KINDS = {
+    (False, False): {ActionKind.FORWARD: "forward_ms", ActionKind.BACKWARD: "backward_ms"},
+    (True, False): {
+        ActionKind.FORWARD: "forward_split_ms",
+        ActionKind.BACKWARD_INPUT: "input_ms",
+        ActionKind.BACKWARD_WEIGHT: "weight_ms",
+    },
+    (False, True): {ActionKind.FORWARD: "forward_recompute_ms", ActionKind.BACKWARD: "backward_recompute_ms"},
+    (True, True): {
+        ActionKind.FORWARD: "forward_recompute_ms",
+        ActionKind.BACKWARD_INPUT: "input_recompute_ms",
+        ActionKind.BACKWARD_WEIGHT: "weight_ms",
+    },
+}
+
+
+def profile_spread(
+    profile: UnitProfile, size: int, split: bool, recompute: bool, chunked: bool = False
+) -> Spread | None:
+    """The spread of a candidate's actions from a profile that kept its (None for a profile written before it
+    did): each kind's CV at `size` (the nearest profiled size beyond them) and its price's standard error: over the
+    repetitions, and the in-situ factor's own (its 95% CI's half-width / 1.96, for the candidate's class), widened
+    by EXTRAPOLATION_SE outside the profiled sizes."""
+    if not profile.spread:
+        return None
+    repeats = max(profile.spread_repeats, 1)
+    factor_ci = profile.in_situ_terms(split, chunked).ci
+    cv: dict[ActionKind, float] = {}
+    price_se: dict[ActionKind, float] = {}
+    for kind, measured in _PROFILE_KINDS[(split, recompute)].items():
+        curve = profile.spread.get(measured)
+        if curve is None:
+            continue
+        cv[kind] = min(MAX_CV, curve.at(size))
+        factor_se = factor_ci[measured].at(size) / Z95 if measured in factor_ci else 0.0
+        price_se[kind] = min(MAX_CV, math.hypot(MEDIAN_SE * cv[kind] / math.sqrt(repeats), factor_se))
+    spread = Spread(cv, price_se)
+    sizes = profile.microbatch_sizes
+    return spread.widened(EXTRAPOLATION_SE) if not sizes[0] <= size <= sizes[-1] else spread
+
+
+def cost_spread(cost: CostModel) -> Spread | None:
+    """The spread a run's stage cost file kept (`executor run --profile`: its meta's "spread", the in-situ steps'
+    coefficient of variation per action kind and the fewest actions each rests on), or None when it kept none."""
+    meta = cost.provenance.meta if isinstance(cost.provenance.meta, dict) else {}
+    raw = meta.get("spread")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("cv"), dict):
+        raise ValueError(f'cost file: meta.spread must be {{"cv": {{kind: CV}}, "repeats": n}}, got {raw!r:.60}')
+    repeats = raw.get("repeats", 0)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
+        raise ValueError(f"cost file: meta.spread.repeats must be a whole number >= 0, got {repeats!r:.40}")
+    cv: dict[ActionKind, float] = {}
+    for name, value in raw["cv"].items():
+        try:
+            kind = ActionKind(name)
+        except ValueError:
+            raise ValueError(
+                f"cost file: meta.spread.cv: unknown action kind {name!r:.20}; valid: F, B, I, W"
+            ) from None
+        cv[kind] = value
+    Spread(cv)  # checks every CV before it is used
+    se = {k: min(MAX_CV, MEDIAN_SE * v / math.sqrt(repeats)) for k, v in cv.items()} if repeats else {}
+    return Spread(cv, se)
