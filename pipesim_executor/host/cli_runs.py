@@ -173,7 +173,8 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
     from pipesim_executor.host import verify
 
     def progress(row: verify.VerifyRow) -> None:
-        measured = "failed" if row.measured_ms is None else f"{row.measured_ms:.2f} ms"
+        rounds = len(row.round_step_times_ms)
+        measured = "failed" if row.measured_ms is None else f"median {row.measured_ms:.2f} ms after {rounds} round(s)"
         print(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}", flush=True)
 
     if args.json is not None:
@@ -186,6 +187,7 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
             runs_root=args.runs_root,
             steps=args.steps,
             warmup_steps=args.warmup_steps,
+            rounds=args.rounds,
             device=args.device,
             timeout_s=args.timeout,
             on_row=progress,
@@ -234,7 +236,7 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipesim_executor.host.verify import DEFAULT_STEPS, DEFAULT_WARMUP
+    from pipesim_executor.host.verify import DEFAULT_ROUNDS, DEFAULT_STEPS, DEFAULT_WARMUP
 
     parser.add_argument("plan", type=Path, metavar="PLAN", help="a plan file from python -m pipesim plan --json")
     parser.add_argument("--top", type=_positive, default=3, metavar="K", help="run the K best candidates (default 3)")
@@ -243,14 +245,21 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive,
         default=DEFAULT_STEPS,
         metavar="N",
-        help=f"measured steps per run, their median compared (default {DEFAULT_STEPS})",
+        help=f"measured steps per run (default {DEFAULT_STEPS})",
     )
     parser.add_argument(
         "--warmup-steps",
         type=int,
         default=DEFAULT_WARMUP,
         metavar="N",
-        help=f"unmeasured steps before them (default {DEFAULT_WARMUP})",
+        help=f"unmeasured steps before them, in every run (default {DEFAULT_WARMUP})",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        default=DEFAULT_ROUNDS,
+        metavar="R",
+        help=f"interleaved rounds: every candidate runs once per round, A B C, A B C, ... (default {DEFAULT_ROUNDS})",
     )
     parser.add_argument(
         "--device", choices=DEVICES, default=None, help="where the runs go (default: the plan's profile's, else cpu)"
@@ -265,8 +274,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         type=Path,
         metavar="OUT",
-        help="write the comparison: candidates (predicted_ms, measured_ms, measured_cv, memory), spearman, "
-        "recommended_gap",
+        help="write the comparison: candidates (predicted_ms, predicted_p05_ms, predicted_p95_ms, extrapolated, "
+        "measured_ms, measured_ci_low_ms, measured_ci_high_ms, measured_cv, memory), indistinguishable (groups), "
+        "spearman, recommended_gap",
     )
 
 
