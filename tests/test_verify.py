@@ -110,6 +110,8 @@ def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
             "2",
             "--warmup-steps",
             "1",
+            "--rounds",
+            "2",
             "--runs-root",
             str(tmp_path / "runs"),
             "--timeout",
@@ -129,7 +131,8 @@ def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
         assert written["spearman"] in (-1.0, 1.0)
     assert written["recommended_gap"] >= 0 and written["measured_best"] in {r["label"] for r in rows}
     assert "Spearman" in out
-    for row in rows:  # each candidate ran with its own schedule and split
+    for row in rows:  # each candidate ran with its own schedule and split, once per round
+        assert len(row["run_dirs"]) == 2 and row["measured_ci_low_ms"] <= row["measured_ms"]
         config = json.loads((Path(row["run_dir"]) / "config.json").read_text())
         assert config["pipeline"]["schedule"] == row["candidate"]["schedule"]
         assert list(config["model"]["split_points"]) == row["candidate"]["split"]
