@@ -66,3 +66,31 @@ def test_each_zoo_model_has_the_shape_it_is_there_for():
     assert min(heavy[0], heavy[-1]) > 10 * max(heavy[1:-1])  # embedding and LM head dominate
     tiny = layers("zoo_tiny_layers")
     assert len(tiny) >= 40 and max(map(_params, tiny)) <= 300
+
+
+@pytest.mark.parametrize("name", ["zoo_cnn", "zoo_mlp_uneven", "gpt_small"])
+def test_a_stage_priced_from_its_units_stashes_what_the_stage_measures(name):
+    """The planner prices a stage's stash as the sum of its units' (stage_costs_from_units); the runtime counts the
+    whole stage's (measure_stash_bytes). A conv or linear layer ending in a ReLU keeps its own output, which the
+    next unit keeps as its input: summed apart, the CNN's first stage came out 34% high before the units carried
+    `output_stash_bytes`."""
+    from pipesim.cost.description import stage_costs_from_units
+    from pipesim.cost.stage import StageCost
+    from pipesim_executor.rank.stage import measure_stash_bytes
+    from pipesim_executor.rank.unit_timing import ModelParts, unit_bytes
+
+    model = load_custom_model(f"examples.{name}:build", seed=0)
+    parts = ModelParts(model.layers, model.make_batch, model.loss_fn, torch.device("cpu"), 0, 4)
+    units = [
+        StageCost(0.0, 0.0, activation_bytes=b["activation_bytes"], output_stash_bytes=b["output_stash_bytes"])
+        for b in unit_bytes(parts, 4)
+    ]
+    n = len(units)
+    for split in ((n // 2,), (1, n - 2)):
+        priced = stage_costs_from_units(units, split)
+        for stage, (start, stop) in enumerate(zip((0, *split), (*split, n), strict=True)):
+            x, target = parts.inputs(start, 4)
+            runner = parts.runner(start, stop)
+            measured, _ = measure_stash_bytes(runner, x, target if stop == n else None)
+            runner.remove_hooks()
+            assert priced.stages[stage].activation_bytes == pytest.approx(measured, rel=1e-9), (split, stage)
