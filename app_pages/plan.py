@@ -13,6 +13,7 @@ import streamlit as st
 
 from app_pages import cached, guide, plan_presets, plan_verify, plot, state, widgets
 from pipesim.charts import plan as charts_plan
+from pipesim.charts import verify as charts_verify
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import DTYPE_BYTES, ModelDescription
 from pipesim.io import formats
@@ -347,6 +348,7 @@ def verification(job: plan_verify.VerifyJob | None) -> None:
         help=f"How much slower the recommended candidate measured than the fastest measured one "
         f"({result.measured_best or 'none measured'})",
     )
+    plot.show(charts_verify.intervals_figure(plan_verify.interval_rows(result)), "plan-verify-intervals")
     if any(grey):
         st.caption(
             "Grey: the measurement cannot tell these candidates apart from another of their group (their measured "

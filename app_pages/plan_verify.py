@@ -23,6 +23,7 @@ from typing import Any
 
 import streamlit as st
 
+from pipesim.charts.verify import IntervalRow
 from pipesim_executor.host import verify
 
 PREDICTION_TIE = 0.01  # relative: predictions closer than this rank no candidate above another
@@ -179,3 +180,21 @@ def verify_table(result: Any) -> tuple[list[dict[str, Any]], list[bool]]:
         )
         grey.append(r.label in groups)
     return rows, grey
+
+
+def interval_rows(result: Any) -> list[IntervalRow]:
+    """The verification as the intervals figure draws it (pipesim.charts.verify), greyed as the table is."""
+    _, grey = verify_table(result)
+    return [
+        IntervalRow(
+            r.label,
+            r.predicted_ms,
+            r.predicted_p05_ms if r.predicted_p05_ms is not None else r.predicted_ms,
+            r.predicted_p95_ms if r.predicted_p95_ms is not None else r.predicted_ms,
+            r.measured_ms,
+            getattr(r, "measured_ci_low_ms", None),
+            getattr(r, "measured_ci_high_ms", None),
+            shaded,
+        )
+        for r, shaded in zip(result.rows, grey, strict=True)
+    ]
