@@ -390,3 +390,16 @@ def test_a_noisy_candidate_is_flagged_by_the_run_pages_rule():
     assert calm.noisy is False and noisy.noisy is True
     result = compare([calm, noisy])
     assert any("too noisy" in note and "noisy" in note for note in result.notes)
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(300)
+def test_verify_plan_twice_in_the_same_folder_for_real(plan_file, tmp_path, capsys):
+    """Before issue 29 the second `verify-plan` in a folder was refused: its earlier runs/verify-plan-0 existed."""
+    argv = ["verify-plan", str(plan_file), "--top", "1", "--rounds", "1", "--steps", "1", "--warmup-steps", "0",
+            "--runs-root", str(tmp_path / "runs"), "--timeout", "240"]  # fmt: skip
+    assert executor_main(argv) == 0, capsys.readouterr()
+    assert executor_main(argv) == 0, capsys.readouterr()
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert runs == ["verify-plan-0-r0-c0", "verify-plan-1-r0-c0"]
+    assert all((tmp_path / "runs" / name / "result.json").is_file() for name in runs)  # both measured, both kept
