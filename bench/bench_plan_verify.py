@@ -52,8 +52,8 @@ CRITERIA = {  # key: (what, passes)
     "candidates": ("candidates verified >= 12", lambda v: v >= 12),
     "coverage": ("measured median inside the predicted 90% interval >= 90%", lambda v: v >= 0.90),
     "half_width": ("median interval half-width <= 8% of the step", lambda v: v <= 0.08),
-    "median_error": ("median |point error| <= 5%", lambda v: v <= 0.05),
-    "max_error": ("largest |point error| <= 12%", lambda v: v <= 0.12),
+    "median_error": ("median absolute point error <= 5%", lambda v: v <= 0.05),
+    "max_error": ("largest absolute point error <= 12%", lambda v: v <= 0.12),
     "memory": ("peak memory within 10% on every rank", lambda v: v <= 0.10),
     "spearman": ("Spearman over distinguishable pairs >= 0.9", lambda v: v >= 0.9),
     "recommended": ("recommended within 3% of the measured best, or indistinguishable", lambda v: v <= 0.03),
@@ -148,6 +148,7 @@ def figures(v: Verification, again: Verification, agreement: float | None) -> di
         "spearman": v.spearman,
         "recommended": 0.0 if v.recommended_indistinguishable else v.recommended_gap,
         "recommended_gap": v.recommended_gap,
+        "recommended_indistinguishable": v.recommended_indistinguishable,
         "verify_overlap": verify_overlap(v, again),
         "profile_agreement": agreement,
         "groups": v.indistinguishable,
@@ -183,7 +184,8 @@ def table(name: str, spec: str, v: Verification, got: dict) -> list[str]:
         verdict = "-" if value is None else "pass" if passes(value) else "FAIL"
         text = shown(key, value)
         if key == "recommended" and got["recommended_gap"] is not None:
-            text = shown(key, got["recommended_gap"]) + (" (indistinguishable)" if value == 0.0 else "")
+            tie = got["recommended_indistinguishable"] and got["recommended_gap"] > 0
+            text = shown(key, got["recommended_gap"]) + (" (indistinguishable from the best)" if tie else "")
         lines.append(f"| {what} | {text} | {verdict} |")
     groups = "; ".join(", ".join(g) for g in got["groups"]) or "none"
     lines += ["", f"indistinguishable groups: {groups}; too-noisy candidates: {got['noisy']}", ""]
