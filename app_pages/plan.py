@@ -13,6 +13,7 @@ import streamlit as st
 
 from app_pages import cached, guide, plan_presets, plan_verify, plot, state, widgets
 from pipesim.charts import plan as charts_plan
+from pipesim.charts import verify as charts_verify
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.runtime import OPTIMIZERS
@@ -298,16 +299,18 @@ with st.expander("Balance stages on their own"):
 
 st.subheader("Verify for real")
 st.caption(
-    "Runs the top K candidates one after another with the executor on this machine (CPU here, a GPU where "
-    "there is one), and compares predicted with measured step times. Use a small model (the 'small' preset): "
-    "every run trains it. Each verification runs afresh, in new run folders (Run page, earlier runs)."
+    "Runs the top K candidates with the executor on this machine (CPU here, a GPU where there is one) in "
+    "interleaved rounds (A B C, A B C, ...: the machine's drift hits all alike), and compares predicted with "
+    "measured step times. Use a small model (the 'small' preset): every run trains it. Each verification runs "
+    "afresh, in new run folders (Run page, earlier runs)."
 )
 sig = state.signature(hash(inputs), hash(space))
 job = plan_verify.job_for(sig)
 going = job is not None and not job.done()
-left, right = st.columns(2)
+left, middle, right = st.columns(3)
 top = left.number_input("Top K", 1, 10, 2, key=_kept("plan-top"), bind=URL, disabled=going)
-steps = right.number_input("Steps per run", 1, 50, 3, key=_kept("plan-steps"), bind=URL, disabled=going)
+steps = middle.number_input("Steps per run", 1, 50, 3, key=_kept("plan-steps"), bind=URL, disabled=going)
+rounds = right.number_input("Rounds", 1, 10, 3, key=_kept("plan-rounds"), bind=URL, disabled=going)
 if st.button("Verify the top candidates", key="plan-verify", icon=":material/play_circle:", disabled=going):
     # A file of its own for each verification: its run folders (named after it) are new every time.
     path = state.plans_root() / f"plan-{sig}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6:06d}.json"
@@ -317,7 +320,7 @@ if st.button("Verify the top candidates", key="plan-verify", icon=":material/pla
     except (ValueError, OSError) as error:
         widgets.show_error(error, "Cannot verify")
     else:
-        job = plan_verify.start(path, sig, int(top), int(steps), state.runs_root())
+        job = plan_verify.start(path, sig, int(top), int(steps), state.runs_root(), int(rounds))
         st.rerun()
 
 
@@ -342,20 +345,10 @@ def verification(job: plan_verify.VerifyJob | None) -> None:
     result = job.result
     if job.cancelled.is_set():
         st.info(f"Verification cancelled after {len(result.rows)} of {job.top} candidates.", icon=":material/cancel:")
+    rows, grey = plan_verify.verify_table(result)
+    frame = pd.DataFrame(rows)
     st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "candidate": r.label,
-                    "predicted": r.predicted_ms,
-                    "measured": r.measured_ms,
-                    "error": None if r.measured_ms is None else 100 * (r.predicted_ms / r.measured_ms - 1),
-                    "run": (r.run_dir or "").rsplit("/", 1)[-1],
-                    "why not measured": r.error or "",
-                }
-                for r in result.rows
-            ]
-        ),
+        frame.style.apply(lambda row: ["color: #9e9e9e" if grey[row.name] else ""] * len(row), axis=1),
         hide_index=True,
         column_config={
             "predicted": widgets.time_column("predicted_step"),
@@ -384,6 +377,12 @@ def verification(job: plan_verify.VerifyJob | None) -> None:
         help=f"How much slower the recommended candidate measured than the fastest measured one "
         f"({result.measured_best or 'none measured'})",
     )
+    plot.show(charts_verify.intervals_figure(plan_verify.interval_rows(result)), "plan-verify-intervals")
+    if any(grey):
+        st.caption(
+            "Grey: the measurement cannot tell these candidates apart from another of their group (their measured "
+            "95% confidence intervals overlap); the rank correlation counts only the pairs it can order."
+        )
     for note in result.notes:
         st.caption(note)
 

@@ -1,14 +1,16 @@
-"""The Plan page's Verify: the plan's top K candidates run for real one after another, in the background, with
+"""The Plan page's Verify: the plan's top K candidates run for real in interleaved rounds, in the background, with
 progress and Cancel; the page's one door to `pipesim_executor.host.verify` (its public `verify_plan`, `compare`).
 
-A `VerifyJob` runs `verify.verify_plan` on a thread of the server, collecting each candidate's row as it ends
-(`on_row`). Each job writes its plan to a file of its own (plans_root()/plan-<signature>-<time>.json), so its run
-folders are new ones and the same plan can be verified again. Cancel is the launcher's own: the run going is
+A `VerifyJob` runs `verify.verify_plan` on a thread of the server, collecting each candidate's row as its runs end
+(`on_row`, once per run: the row holds every round so far). Each job writes its plan to a file of its own
+(plans_root()/plan-<signature>-<time>.json), and verify names every verification's run folders anew, so the same
+plan can be verified again. Cancel is the launcher's own: the run going is
 cancelled through its folder (`pipesim_executor.host.watch`, the `cancel` file), and the job stops before the next
 candidate. Jobs are kept per server process (st.cache_resource), so a reload finds one still going.
 
-Whether two candidates can be told apart is verify's to say; until it does (issue 18's tie rule), predictions
-within `PREDICTION_TIE` of each other are called indistinguishable here, and no rank correlation is shown for them.
+Whether two candidates can be told apart is verify's to say: its tie rule on the predictions (`predictions_tie`),
+and its groups of candidates whose measured 95% intervals overlap (`indistinguishable`), which the table greys out
+(`verify_table`). A result without its own verdict falls back to predictions within `PREDICTION_TIE`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 import streamlit as st
 
+from pipesim.charts.verify import IntervalRow
 from pipesim_executor.host import verify
 
 PREDICTION_TIE = 0.01  # relative: predictions closer than this rank no candidate above another
@@ -38,7 +41,9 @@ class VerifyJob:
     top: int
     steps: int
     runs_root: Path
+    rounds: int = verify.DEFAULT_ROUNDS
     rows: list[Any] = field(default_factory=list)
+    latest: Any = None  # verify.VerifyProgress, the last one reported
     result: Any = None  # pipesim_executor.host.verify.Verification
     error: str | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -57,7 +62,9 @@ class VerifyJob:
                 self.top,
                 runs_root=self.runs_root,
                 steps=self.steps,
+                rounds=self.rounds,
                 on_row=self._row,
+                on_progress=self._progress,
                 cancel=self.cancelled,  # verify cancels the running candidate's run and skips the rest
             )
         except _Cancelled:
@@ -66,9 +73,13 @@ class VerifyJob:
             self.error = str(error).splitlines()[0]
 
     def _row(self, row: Any) -> None:
-        self.rows.append(row)
+        if not any(row is kept for kept in self.rows):  # a row comes back once per round
+            self.rows.append(row)
         if self.cancelled.is_set():
             raise _Cancelled
+
+    def _progress(self, progress: Any) -> None:
+        self.latest = progress
 
     def done(self) -> bool:
         return self._thread is not None and not self._thread.is_alive()
@@ -96,12 +107,16 @@ class VerifyJob:
         index = len(self.rows)
         within = float(run.progress) if run is not None else 0.0
         text = f"candidate {min(index + 1, self.top)} of {self.top}"
+        if self.latest is not None:  # verify's own count: runs over every round
+            text = f"run {min(self.latest.index + 1, self.latest.total)} of {self.latest.total}, {self.latest.text}"
         if run is not None:
             steps = [e for e in run.events() if e.get("event") == "step"]
             if steps:
                 text += f": step {steps[-1].get('step', 0) + 1} of {steps[-1].get('steps', '?')}"
             else:
                 text += ": starting"
+        if self.latest is not None:
+            return min(1.0, self.latest.fraction), text
         return min(1.0, (index + within) / max(self.top, 1)), text
 
 
@@ -110,9 +125,11 @@ def _jobs() -> dict[str, VerifyJob]:
     return {}
 
 
-def start(plan_path: Path, signature: str, top: int, steps: int, runs_root: Path) -> VerifyJob:
+def start(
+    plan_path: Path, signature: str, top: int, steps: int, runs_root: Path, rounds: int = verify.DEFAULT_ROUNDS
+) -> VerifyJob:
     """Start verifying the plan at `plan_path` (a file of its own), remembered under the plan's `signature`."""
-    job = VerifyJob(plan_path, top, steps, runs_root).start()
+    job = VerifyJob(plan_path, top, steps, runs_root, rounds).start()
     _jobs()[signature] = job
     return job
 
@@ -125,10 +142,59 @@ def job_for(signature: str) -> VerifyJob | None:
 def predictions_tie(result: Any) -> bool:
     """Whether the measured candidates' predictions are too close to rank one above another: verify's own verdict
     where it gives one, else predictions within PREDICTION_TIE of each other."""
-    own = getattr(result, "indistinguishable", None)
+    own = getattr(result, "predictions_tie", None)
     if isinstance(own, bool):
         return own
     predicted = [r.predicted_ms for r in result.rows if r.measured_ms is not None]
     if len(predicted) < 2:
         return False
     return max(predicted) - min(predicted) <= PREDICTION_TIE * min(predicted)
+
+
+def _span(low: float | None, high: float | None) -> str:
+    return "" if low is None or high is None else f"{low:.2f} - {high:.2f}"
+
+
+def verify_table(result: Any) -> tuple[list[dict[str, Any]], list[bool]]:
+    """The Verify table's rows (the predicted point and 90% interval beside the measured median and its 95% CI)
+    and, per row, whether to grey it out: the measurement cannot tell it from another candidate (its group)."""
+    groups = {label: n for n, group in enumerate(getattr(result, "indistinguishable", []), start=1) for label in group}
+    rows, grey = [], []
+    for r in result.rows:
+        interval = getattr(r, "has_predicted_interval", False)
+        rows.append(
+            {
+                "candidate": r.label + (" (extrapolated)" if getattr(r, "extrapolated", False) else ""),
+                "predicted": r.predicted_ms,
+                "predicted 90%": _span(r.predicted_p05_ms, r.predicted_p95_ms) if interval else "no interval",
+                "measured": r.measured_ms,
+                "measured 95% CI": _span(
+                    getattr(r, "measured_ci_low_ms", None), getattr(r, "measured_ci_high_ms", None)
+                ),
+                "error": None if r.measured_ms is None else 100 * (r.predicted_ms / r.measured_ms - 1),
+                "indistinguishable": f"group {groups[r.label]}" if r.label in groups else "",
+                "noise": "too noisy" if getattr(r, "noisy", None) else "",
+                "run": (r.run_dir or "").rsplit("/", 1)[-1],
+                "why not measured": r.error or "",
+            }
+        )
+        grey.append(r.label in groups)
+    return rows, grey
+
+
+def interval_rows(result: Any) -> list[IntervalRow]:
+    """The verification as the intervals figure draws it (pipesim.charts.verify), greyed as the table is."""
+    _, grey = verify_table(result)
+    return [
+        IntervalRow(
+            r.label,
+            r.predicted_ms,
+            r.predicted_p05_ms if r.predicted_p05_ms is not None else r.predicted_ms,
+            r.predicted_p95_ms if r.predicted_p95_ms is not None else r.predicted_ms,
+            r.measured_ms,
+            getattr(r, "measured_ci_low_ms", None),
+            getattr(r, "measured_ci_high_ms", None),
+            shaded,
+        )
+        for r, shaded in zip(result.rows, grey, strict=True)
+    ]

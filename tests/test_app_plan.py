@@ -83,7 +83,7 @@ def test_balancing_on_its_own(app: AppTest) -> None:
     assert any("Cannot balance" in e.value and "at least 9 layers" in e.value for e in app.error)
 
 
-def _fake_verify(seen: dict, gate=None, tie: bool = False):
+def _fake_verify(seen: dict, gate=None, tie: bool = False, rounds_of=None):
     """A stand-in for verify.verify_plan (the real one launches torchrun: tests/test_verify.py runs it): it makes
     each candidate's run folder as start_run does (never over an existing one) and reports rows through on_row."""
     from pipesim_executor.host import verify
@@ -100,6 +100,8 @@ def _fake_verify(seen: dict, gate=None, tie: bool = False):
             if gate is not None:  # the run of this candidate, until the test lets it end
                 gate.wait(30)
             rows.append(verify.VerifyRow(c["schedule"], c, predicted, predicted * 1.1, run_dir=str(folder)))
+            for steps_ms in [] if rounds_of is None else rounds_of(index):  # measured rounds: a CI, groups
+                rows[-1].add_round(steps_ms, str(folder))
             if on_row is not None:
                 on_row(rows[-1])
         return verify.compare(rows)
@@ -182,3 +184,24 @@ def test_the_model_form_asks_for_every_field_the_command_line_does(app: AppTest)
         assert app.get_by_key(f"plan-{spec.flag}") is not None, spec.name
     slower = submit(app, bandwidth=0.5, latency=2.0)
     assert not slower.error
+
+
+def test_verify_shows_the_measured_ci_beside_the_predicted_interval_and_greys_out_ties(app, monkeypatch) -> None:
+    """Issue 29 item 6: the measured 95% CI beside the prediction, and candidates the measurement cannot tell
+    apart greyed out (two candidates measured alike: one group)."""
+    from app_pages import plan_verify
+    from pipesim_executor.host import verify
+
+    same = [[10.0, 10.2, 9.9, 10.1], [10.1, 10.0, 10.3, 9.8]]
+    monkeypatch.setattr(verify, "verify_plan", _fake_verify({}, rounds_of=lambda index: same))
+    app.button(key="plan-verify").click().run()
+    _finish(app)
+    assert not app.exception
+    frame = app.dataframe[-1].value
+    assert {"predicted 90%", "measured 95% CI", "indistinguishable"} <= set(frame.columns)
+    assert list(frame["indistinguishable"]) == ["group 1", "group 1"]
+    assert all(" - " in text for text in frame["measured 95% CI"])
+    assert any(c.value.startswith("Grey: the measurement cannot tell") for c in app.caption)
+    result = plan_verify.job_for(next(iter(plan_verify._jobs()))).result
+    rows, grey = plan_verify.verify_table(result)
+    assert grey == [True, True] and rows[0]["predicted 90%"] == "no interval"

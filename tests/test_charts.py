@@ -270,3 +270,20 @@ def test_attribution_figure_stacks_the_four_parts_per_rank():
     for rank in range(2):
         assert sum(t.x[rank] for t in fig.data) == pytest.approx(total)
     assert fig.layout.barmode == "stack"
+
+
+def test_the_verification_figure_draws_both_intervals_and_greys_the_indistinguishable():
+    from pipesim.charts.verify import GREY, MEASURED_COLOR, IntervalRow, intervals_figure
+
+    rows = [
+        IntervalRow("a", 10.0, 9.0, 11.5, 10.4, 10.1, 10.9, grey=True),
+        IntervalRow("b", 12.0, 12.0, 12.0, 13.0, 12.5, 13.2),
+        IntervalRow("c", 14.0, 13.0, 15.0),  # not measured: no measured marker
+    ]
+    predicted, measured = intervals_figure(rows).data
+    assert list(predicted.x) == [10.0, 12.0, 14.0] and list(measured.x) == [10.4, 13.0]
+    assert list(predicted.error_x.arrayminus) == [1.0, 0.0, 1.0] and list(predicted.error_x.array) == [1.5, 0.0, 1.0]
+    assert list(measured.error_x.arrayminus) == pytest.approx([0.3, 0.5]) and list(measured.error_x.array) == (
+        pytest.approx([0.5, 0.2])
+    )
+    assert list(measured.marker.color) == [GREY, MEASURED_COLOR]

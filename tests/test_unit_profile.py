@@ -374,3 +374,24 @@ def test_an_uncalibrated_description_says_so(tmp_path, capsys):
 
 def test_the_kinds_and_sizes_cover_the_file():
     assert set(TIME_KINDS) | set(BYTE_KINDS) == set(profile().units[0].curves)
+
+
+def test_a_units_own_output_in_its_stash_round_trips_and_is_counted_once_per_stage(tmp_path):
+    """Issue 29: `output_stash_bytes` (a ReLU's kept result, which the next unit keeps as its input) is optional in
+    the file and subtracted once for every unit followed by another of its stage."""
+    from pipesim.cost.description import stage_costs_from_units
+
+    base = profile()
+    shared = SizeCurve(SIZES, (100.0, 200.0, 400.0))
+    units = tuple(replace(u, curves={**u.curves, "output_stash_bytes": shared}) for u in base.units)
+    path = tmp_path / "cost.json"
+    save_profile(replace(base, units=units), path)
+    loaded = load_cost_file(path)
+    assert loaded.units[2].curves["output_stash_bytes"] == shared
+    costs = loaded.unit_costs(2)
+    stages = stage_costs_from_units(list(costs), (2,))
+    whole = sum(c.activation_bytes for c in costs[:2])
+    assert stages.stages[0].activation_bytes == pytest.approx(whole - 200.0)  # one internal boundary
+    assert stages.stages[1].activation_bytes == pytest.approx(sum(c.activation_bytes for c in costs[2:]) - 3 * 200.0)
+    old = load_cost_file(save_profile(base, tmp_path / "old.json") or tmp_path / "old.json")  # no field: as before
+    assert stage_costs_from_units(list(old.unit_costs(2)), (2,)).stages[0].activation_bytes == pytest.approx(whole)

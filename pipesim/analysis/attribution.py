@@ -37,14 +37,22 @@ from pipesim.sim.simulate import sweep
 NOISY_STEP_CV = 0.05
 
 
+def coefficient_of_variation(values: Sequence[float]) -> float | None:
+    """Population standard deviation over the mean; None for fewer than 2 values or a mean that is not positive."""
+    mean = statistics.fmean(values) if len(values) > 1 else 0.0
+    return statistics.pstdev(values) / mean if mean > 0 else None
+
+
+def reliable(step_cv: float) -> bool:
+    """The one too-noisy rule (the Run page, `executor run`'s summary and `verify-plan`): a run whose step times
+    vary more than NOISY_STEP_CV says more about the machine than about the model."""
+    return step_cv <= NOISY_STEP_CV
+
+
 def spread(measured: Timeline, step_times_ms: Sequence[float]) -> dict:
     """How much the run varied: the step times' coefficient of variation, and per action the median over all
     actions of each action's CV across steps. `reliable` is False when the step CV exceeds NOISY_STEP_CV."""
-
-    def cv(values: Sequence[float]) -> float | None:
-        mean = statistics.fmean(values) if len(values) > 1 else 0.0
-        return statistics.pstdev(values) / mean if mean > 0 else None
-
+    cv = coefficient_of_variation
     times = [float(t) for t in step_times_ms]
     step_cv = cv(times) or 0.0
     per_action: dict = {}
@@ -55,7 +63,7 @@ def spread(measured: Timeline, step_times_ms: Sequence[float]) -> dict:
         "step_cv": step_cv,
         "action_cv_median": statistics.median(cvs) if cvs else 0.0,
         "threshold_step_cv": NOISY_STEP_CV,
-        "reliable": step_cv <= NOISY_STEP_CV,
+        "reliable": reliable(step_cv),
         "steps": len(times),
     }
 

@@ -104,20 +104,24 @@ def stage_costs_from_units(
     link: LinkCost | None = None,
 ) -> CostModel:
     """Sum per-unit costs into per-stage costs: compute, stash and parameters add up; boundary tensors are the
-    first unit's input and the last unit's output."""
+    first unit's input and the last unit's output. A unit that keeps its own output for its backward (a ReLU's
+    result) and the next unit of the same stage, which keeps its input, hold one tensor: counted once."""
     bounds = [0, *check_split_points(split_points, len(units), len(split_points) + 1), len(units)]
     stages = []
     for start, stop in zip(bounds, bounds[1:], strict=False):
         part = units[start:stop]
+        shared = sum(u.output_stash_bytes for u in part[:-1])
+        activation = max(0.0, sum(u.activation_bytes for u in part) - shared)
         stages.append(
             StageCost(
                 forward_ms=sum(u.forward_ms for u in part),
                 backward_ms=sum(u.backward_ms for u in part),
                 weight_ms=sum(u.w_ms for u in part),
-                activation_bytes=sum(u.activation_bytes for u in part),
-                weight_grad_bytes=sum(u.w_bytes for u in part),
+                activation_bytes=activation,
+                weight_grad_bytes=min(sum(u.w_bytes for u in part), activation),
                 input_bytes=part[0].input_bytes,
                 output_bytes=part[-1].output_bytes,
+                output_stash_bytes=part[-1].output_stash_bytes,
                 param_bytes=sum(u.param_bytes for u in part),
             )
         )

@@ -46,6 +46,8 @@ TIME_KINDS = (
     "input_recompute_ms",
 )
 BYTE_KINDS = ("activation_bytes", "weight_grad_bytes", "input_bytes", "output_bytes")
+# measured since issue 29 (profiles before it lack it: 0): the part of a unit's activation that is its own output
+OPTIONAL_BYTE_KINDS = ("output_stash_bytes",)
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,7 @@ class ProfiledUnit:
             **action_costs(at, split, recompute),
             activation_bytes=activation,
             weight_grad_bytes=min(at["weight_grad_bytes"], activation),
+            output_stash_bytes=min(at.get("output_stash_bytes", 0.0), activation),
             input_bytes=at["input_bytes"],
             output_bytes=at["output_bytes"],
             param_bytes=self.param_bytes,
@@ -386,7 +389,7 @@ class UnitProfile:
         out = []
         for unit in self.units:
             row: dict = {"name": unit.name}
-            for kind in (*TIME_KINDS, *BYTE_KINDS):
+            for kind in (*TIME_KINDS, *BYTE_KINDS, *(k for k in OPTIONAL_BYTE_KINDS if k in unit.curves)):
                 curve = unit.curves[kind]
                 a, b = curve.affine()
                 row[kind] = {"a": a, "b": b, "residual": curve.residual()}

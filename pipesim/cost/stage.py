@@ -22,7 +22,10 @@ class StageCost:
     thing stashed under recomputation. `output_bytes` crosses the boundary to
     the next stage (and the same size of gradient comes back). `param_bytes` is
     the stage's parameters, which is also the size of the gradients its
-    data-parallel replicas reduce.
+    data-parallel replicas reduce. `output_stash_bytes` is the part of
+    `activation_bytes` that is the piece's own output (a ReLU saves its
+    result): summing pieces into one stage counts it once, as the next
+    piece's input (`stage_costs_from_units`).
     """
 
     forward_ms: float
@@ -33,6 +36,7 @@ class StageCost:
     input_bytes: float = 0.0
     output_bytes: float = 0.0
     param_bytes: float = 0.0
+    output_stash_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("forward_ms", "backward_ms", "activation_bytes", "input_bytes", "output_bytes", "param_bytes"):
@@ -46,6 +50,8 @@ class StageCost:
             )
         if self.weight_grad_bytes is not None and not 0 <= self.weight_grad_bytes <= self.activation_bytes:
             raise ValueError("weight_grad_bytes must lie between 0 and activation_bytes")
+        if not 0 <= self.output_stash_bytes <= self.activation_bytes:
+            raise ValueError("output_stash_bytes must lie between 0 and activation_bytes")
 
     @property
     def w_ms(self) -> float:
@@ -70,6 +76,7 @@ def piece(stage: StageCost, pieces: int) -> StageCost:
         backward_ms=stage.backward_ms / pieces,
         weight_ms=None if stage.weight_ms is None else stage.weight_ms / pieces,
         activation_bytes=stage.activation_bytes / pieces,
+        output_stash_bytes=min(stage.output_stash_bytes, stage.activation_bytes / pieces),
         weight_grad_bytes=None if stage.weight_grad_bytes is None else stage.weight_grad_bytes / pieces,
         param_bytes=stage.param_bytes / pieces,
     )

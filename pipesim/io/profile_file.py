@@ -36,6 +36,7 @@ from pipesim.cost.links import LinkCost
 from pipesim.cost.profile import (
     BYTE_KINDS,
     IN_SITU_CLASSES,
+    OPTIONAL_BYTE_KINDS,
     TIME_KINDS,
     ActionConstants,
     InSituTerms,
@@ -51,7 +52,7 @@ from pipesim.sim.memory import OPTIMIZER_STATES
 PROFILE_VERSION = 2
 PROFILE_KIND = "unit-profile"
 MAX_SIZES = 64  # profiled microbatch sizes: a handful in practice
-_UNIT_FIELDS = {"name", "param_bytes", *TIME_KINDS, *BYTE_KINDS}
+_UNIT_FIELDS = {"name", "param_bytes", *TIME_KINDS, *BYTE_KINDS, *OPTIONAL_BYTE_KINDS}
 _OPTIMIZER_FIELDS = {"fixed_ms", "ms_per_byte"}
 
 
@@ -60,7 +61,8 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
     units = []
     for unit in profile.units:
         record: dict[str, Any] = {"name": unit.name, "param_bytes": unit.param_bytes}
-        record.update({kind: list(unit.curves[kind].values) for kind in (*TIME_KINDS, *BYTE_KINDS)})
+        kinds = (*TIME_KINDS, *BYTE_KINDS, *(k for k in OPTIONAL_BYTE_KINDS if k in unit.curves))
+        record.update({kind: list(unit.curves[kind].values) for kind in kinds})
         units.append(record)
     return {
         "format": format_name,
@@ -140,12 +142,12 @@ def _sizes(raw: Any) -> tuple[int, ...]:
 
 def _unit(raw: Any, index: int, sizes: tuple[int, ...]) -> ProfiledUnit:
     where = f"units[{index}]"
-    record = _object(raw, where, _UNIT_FIELDS)
+    record = _object(raw, where, _UNIT_FIELDS, _UNIT_FIELDS - set(OPTIONAL_BYTE_KINDS))
     name = record["name"]
     if not isinstance(name, str) or len(name) > 200:
         raise ValueError(f"cost file: {where}.name must be a string of at most 200 characters, got {name!r:.60}")
     curves = {}
-    for kind in (*TIME_KINDS, *BYTE_KINDS):
+    for kind in (*TIME_KINDS, *BYTE_KINDS, *(k for k in OPTIONAL_BYTE_KINDS if k in record)):
         values = record[kind]
         if not isinstance(values, list) or len(values) != len(sizes):
             raise ValueError(

@@ -187,7 +187,8 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
     bar = ProgressBar("verify-plan")
 
     def progress(row: verify.VerifyRow) -> None:
-        measured = "failed" if row.measured_ms is None else f"{row.measured_ms:.2f} ms"
+        rounds = len(row.round_step_times_ms)
+        measured = "failed" if row.measured_ms is None else f"median {row.measured_ms:.2f} ms after {rounds} round(s)"
         bar.write(f"ran {row.label}: predicted {row.predicted_ms:.2f} ms, measured {measured}")
 
     if args.json is not None:
@@ -200,6 +201,7 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
             runs_root=args.runs_root,
             steps=args.steps,
             warmup_steps=args.warmup_steps,
+            rounds=args.rounds,
             device=args.device,
             timeout_s=args.timeout,
             on_row=progress,
@@ -251,7 +253,7 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipesim_executor.host.verify import DEFAULT_STEPS, DEFAULT_WARMUP
+    from pipesim_executor.host.verify import DEFAULT_ROUNDS, DEFAULT_STEPS, DEFAULT_WARMUP
 
     parser.add_argument("plan", type=Path, metavar="PLAN", help=f"a plan file from {programs().pipesim} plan --json")
     parser.add_argument("--top", type=_positive, default=3, metavar="K", help="run the K best candidates (default 3)")
@@ -260,14 +262,21 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive,
         default=DEFAULT_STEPS,
         metavar="N",
-        help=f"measured steps per run, their median compared (default {DEFAULT_STEPS})",
+        help=f"measured steps per run (default {DEFAULT_STEPS})",
     )
     parser.add_argument(
         "--warmup-steps",
         type=int_flag(0, MAX_STEPS),
         default=DEFAULT_WARMUP,
         metavar="N",
-        help=f"unmeasured steps before them (default {DEFAULT_WARMUP})",
+        help=f"unmeasured steps before them, in every run (default {DEFAULT_WARMUP})",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        default=DEFAULT_ROUNDS,
+        metavar="R",
+        help=f"interleaved rounds: every candidate runs once per round, A B C, A B C, ... (default {DEFAULT_ROUNDS})",
     )
     parser.add_argument(
         "--device", choices=DEVICES, default=None, help="where the runs go (default: the plan's profile's, else cpu)"
@@ -282,8 +291,9 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         type=Path,
         metavar="OUT",
-        help="write the comparison (- for standard output): candidates (predicted_ms, measured_ms, measured_cv, "
-        "memory), spearman, recommended_gap",
+        help="write the comparison (- for standard output): candidates (predicted_ms, predicted_p05_ms, "
+        "predicted_p95_ms, extrapolated, measured_ms, measured_ci_low_ms, measured_ci_high_ms, measured_cv, memory), "
+        "indistinguishable (groups), spearman, recommended_gap",
     )
 
 

@@ -1,47 +1,40 @@
-"""Verify a plan for real: run its top K candidates with the executor, compare predicted with measured step times
-and peak memory.
+"""Verify a plan for real: run its top K candidates with the executor in interleaved rounds, compare predicted
+with measured step times and peak memory.
 
-    python -m executor verify-plan plan.json --top 3 [--steps 30 --warmup-steps 3 --device cpu --json OUT]
+    python -m executor verify-plan plan.json --top 3 [--rounds 3 --steps 30 --warmup-steps 3 --json OUT]
 
-Each candidate runs on the model the plan was made for: the executor's model section a unit profile recorded
-(`executor profile`: the built-in Transformer or CNN, or your own factory, checked in its sandbox before it runs),
-or the model description mapped onto the executor's Transformer (hidden_size -> d_model, the same layers, heads,
-ffn, sequence and vocabulary). Split points, microbatch size, chunks, recomputation, the optimizer and the dtype
-are the plan's, unchanged; an optimizer or dtype the executor cannot run is refused, never replaced. Candidates run
-one after another (they would share the machine's cores otherwise), in the plan's order: fitting candidates
-fastest first.
+Each candidate runs on the plan's own model, optimizer and dtype (verify_config). The candidates run one at a
+time (they would share the machine's cores otherwise) in interleaved rounds: A B C, A B C, ... (`rounds`, default
+3), each run with its own warm-up and `steps` measured steps. A machine whose speed drifts over seconds then
+slows every candidate alike, instead of whichever happened to run during the slow minute.
 
-What is reported, per candidate: the predicted step and the measured one (the median of `steps` steps, after
-`warmup_steps` unmeasured ones) with the coefficient of variation of the measured steps (`measured_cv`: how far
-the machine's noise lets the comparison go), and the predicted peak memory per rank against the measured one
-(tracked tensor bytes on the CPU: parameters, gradients, optimizer state and the stashed activations;
-`torch.cuda.max_memory_allocated` on a GPU). Over the candidates: the Spearman rank correlation between predicted
-and measured order, and how far the recommended candidate (the plan's first) is from the measured best. When the
-predictions differ by no more than their own uncertainty (the plan's `calibration.uncertainty`), the candidates are
-indistinguishable to the model: no rank correlation is reported (it would rank noise).
+What is reported, per candidate: the predicted step with the plan's 90% interval (`step_ms_p05`, `step_ms_p95`,
+when the plan carries them) and whether it was extrapolated; the measured median over every step of every round
+with its 95% confidence interval (a bootstrap over steps and rounds, pipesim.analysis.stats); the runs' own
+coefficient of variation and the Run page's too-noisy verdict on it; predicted against measured peak memory per
+rank (tracked tensor bytes on the CPU, `torch.cuda.max_memory_allocated` on a GPU). Over the candidates: the groups
+the measurement cannot order (overlapping intervals), the Spearman rank correlation over the pairs it can, and how
+far the recommended candidate (the plan's first) is from the measured best, or that the two are indistinguishable.
 
-The comparison is pure arithmetic (`compare`), and no torch is imported here: the app imports this module and calls
-`verify_plan` (or `start_verify`, in the background) with progress and cancel (docs/design.md).
+Every verification's runs get new folders (`verify-<plan>-<n>-r<round>-c<index>`, n one more than any earlier
+verification's under the runs folder), so verifying again keeps what was measured before. The comparison is
+verify_compare's, and no torch is imported here: the app calls `verify_plan` (or `start_verify`, in the
+background) with progress and cancel (docs/design.md).
 """
 
 from __future__ import annotations
 
-import math
-import statistics
+import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipesim.cost.shape import TransformerShape
-from pipesim.flags import one_line
 from pipesim.io.formats import read_json, write_json
-from pipesim.limits import MAX_MICROBATCHES, MAX_PLAN_BYTES, MAX_PLAN_CANDIDATES, MAX_STAGES
-from pipesim.numbers import check_number, shown
+from pipesim.limits import MAX_PLAN_BYTES
 from pipesim.programs import programs
-from pipesim.schedules import build_schedule, schedule_info
-from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, check_split_points, run_config
+from pipesim_executor.config import RunConfig
 from pipesim_executor.host.verify_compare import (
     DEFAULT_UNCERTAINTY,
     Verification,
@@ -52,165 +45,67 @@ from pipesim_executor.host.verify_compare import (
     spearman,
     summary_lines,
 )
-from pipesim_executor.run_files import MEASURED_FILE
+from pipesim_executor.host.verify_config import (
+    candidate_config,
+    check_candidate,
+    label,
+    measured_memory,
+    model_config,
+    plan_candidates,
+    predicted_interval,
+    predicted_step_ms,
+    run_settings,
+)
 
-DEFAULT_STEPS = 30  # measured steps per candidate: on a busy 2-core machine the median of 30 holds to 1-2%
+DEFAULT_STEPS = 30  # measured steps per candidate and round
 DEFAULT_WARMUP = 3
-__all__ = [  # the comparison lives in verify_compare; callers (the app, the CLI, tests) find it here too
+DEFAULT_ROUNDS = 3  # interleaved rounds: the fewest whose bootstrap over rounds sees the drift between them
+MAX_ROUNDS = 50
+__all__ = [  # the comparison lives in verify_compare, the plan's mapping in verify_config; callers find them here
     "Verification", "VerifyRow", "compare", "indistinguishable", "ranks_of", "spearman", "summary_lines",
     "VerifyProgress", "VerifyHandle", "start_verify", "verify_plan", "plan_candidates", "candidate_config",
+    "model_config", "run_settings", "predicted_step_ms", "verification_prefix",
 ]  # fmt: skip
-RUN_DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16"}
-
-
-def predicted_step_ms(c: dict[str, Any]) -> Any:
-    """A plan entry's predicted step time: `step_ms`, or `makespan_ms` in plans written before issue 19."""
-    return c.get("step_ms", c.get("makespan_ms"))
-
-
-def plan_candidates(plan: dict[str, Any], top: int) -> list[dict[str, Any]]:
-    """The plan's top `top` buildable candidates: those that fit, fastest first, then the others."""
-    candidates = plan.get("candidates", [])
-    if not isinstance(candidates, list):
-        raise ValueError(f"the plan's candidates must be a list, got {shown(candidates)}")
-    if len(candidates) > MAX_PLAN_CANDIDATES:
-        raise ValueError(
-            f"the plan has {len(candidates):,} candidates; verify-plan reads at most {MAX_PLAN_CANDIDATES:,} "
-            "(pipesim/limits.py): plan a smaller space"
-        )
-    built = [c for c in candidates if isinstance(c, dict) and c.get("error") is None and _finite(predicted_step_ms(c))]
-    # ordered as the plan ranks them (pipesim.plan.report.ranked: step times to the nanosecond, less memory first)
-    built.sort(key=lambda c: (c.get("fits") is not True, round(predicted_step_ms(c), 6), _memory(c)))
-    return built[:top]
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _memory(c: dict[str, Any]) -> float:
-    value = c.get("peak_memory_bytes")
-    return value if _finite(value) else 0.0
-
-
-def check_candidate(plan: dict[str, Any], c: dict[str, Any], number: int) -> None:
-    """Refuse a candidate the executor could never run as the plan describes it (a null schedule, a size that is
-    no count, split points that do not cut the model into the schedule's stages): ValueError naming the
-    candidate and the field, before any candidate runs. What only the run can tell (data parallelism, a machine
-    too small) stays the candidate's own row."""
-    where = f"the plan's candidate {number}"
-    if not isinstance(c.get("schedule"), str):
-        raise ValueError(f"{where}: schedule must be a schedule name, got {shown(c.get('schedule'))}")
-    for key in ("ranks", "microbatches", "microbatch_size"):
-        check_number(c.get(key), f"{where}: {key}", minimum=1, maximum=MAX_MICROBATCHES, whole=True)
-    check_number(c.get("virtual_stages", 1), f"{where}: virtual_stages", minimum=1, maximum=MAX_STAGES, whole=True)
-    if not isinstance(c.get("recompute"), bool):
-        raise ValueError(f"{where}: recompute must be true or false, got {shown(c.get('recompute'))}")
-    split = c.get("split")
-    if not isinstance(split, list) or not all(_finite(i) and isinstance(i, int) for i in split):
-        raise ValueError(f"{where}: split must be a list of unit indices, got {shown(split)}")
-    if c.get("data_parallel", 1) != 1:
-        return
-    try:
-        chunks = c.get("virtual_stages", 1) if schedule_info(c["schedule"]).takes_chunks else None
-        schedule = build_schedule(c["schedule"], c["ranks"], c["microbatches"], num_virtual_stages=chunks)
-        if split:
-            check_split_points(split, model_config(plan).num_units, schedule.num_stages)
-    except ValueError as error:
-        raise ValueError(f"{where} ({label(c)}): {one_line(error)}") from None
-
-
-def model_config(plan: dict[str, Any]) -> ModelConfig:
-    """The model the plan was made for: a unit profile's own model section, or the description's Transformer."""
-    inputs = plan.get("inputs") or {}
-    if inputs.get("executor_model") is not None:
-        try:
-            return ModelConfig.from_dict(inputs["executor_model"])
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"the plan's model (inputs.executor_model) cannot be read: {error}") from None
-    model = inputs.get("model")
-    if not isinstance(model, dict):
-        raise ValueError(
-            "the plan has no model (inputs.model or inputs.executor_model): plan from model flags or from a unit "
-            f"profile ({programs().executor} profile --out D; {programs().pipesim} plan --cost D/cost.json) to "
-            "verify it with the executor"
-        )
-    try:  # the plan's description and the executor's Transformer share their shape's fields (TransformerShape)
-        return ModelConfig(transformer=TransformerShape(**{f.name: model[f.name] for f in fields(TransformerShape)}))
-    except KeyError as missing:
-        raise ValueError(f"the plan's model description has no {missing}") from None
-
-
-def run_settings(plan: dict[str, Any]) -> tuple[str, str, str | None]:
-    """(optimizer, dtype, device or None) the plan was priced for; ValueError for one the executor cannot run."""
-    inputs = plan.get("inputs") or {}
-    optimizer = inputs.get("optimizer", "adam")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(
-            f"the plan was priced for optimizer {optimizer!r:.40}, which the executor does not run (it runs "
-            f"{', '.join(OPTIMIZERS)}); a run with another optimizer would not verify this plan"
-        )
-    run = inputs.get("run") if isinstance(inputs.get("run"), dict) else {}
-    dtype = run.get("dtype") or (inputs.get("model") or {}).get("dtype") or "fp32"
-    if dtype not in RUN_DTYPES:
-        raise ValueError(
-            f"the plan was priced for dtype {dtype!r:.20}, which the executor does not run (fp32 or bf16); plan with "
-            "--dtype fp32 or bf16 to verify it"
-        )
-    device = run.get("device")
-    return optimizer, RUN_DTYPES[dtype], device if device in ("cpu", "cuda") else None
-
-
-def candidate_config(
-    plan: dict[str, Any], c: dict[str, Any], *, steps: int, warmup_steps: int, device: str, timeout_s: float
-) -> RunConfig:
-    """The executor run of one candidate (ValueError when the executor cannot run it, e.g. data parallelism)."""
-    if c.get("data_parallel", 1) != 1:
-        raise ValueError(f"{c['data_parallel']} data-parallel replicas: verify-plan runs one pipeline per candidate")
-    optimizer, dtype, _ = run_settings(plan)
-    chunks = c["virtual_stages"] if schedule_info(c["schedule"]).takes_chunks else None
-    model = replace(model_config(plan), split_points=tuple(c["split"]) or None)
-    return run_config(
-        schedule=c["schedule"],
-        num_ranks=c["ranks"],
-        num_microbatches=c["microbatches"],
-        num_virtual_stages=chunks,
-        model=model,
-        batch_size=c["microbatches"] * c["microbatch_size"],
-        steps=steps,
-        warmup_steps=warmup_steps,
-        optimizer=optimizer,
-        dtype=dtype,
-        recompute=c["recompute"],
-        device=device,
-        timeout_s=timeout_s,
-    )
-
-
-def label(c: dict[str, Any]) -> str:
-    chunks = f" v{c['virtual_stages']}" if c.get("virtual_stages", 1) > 1 else ""
-    return (
-        f"{c['schedule']} P{c['ranks']}{chunks} m{c['microbatches']}x{c.get('microbatch_size', '?')}"
-        f"{' recompute' if c.get('recompute') else ''}"
-    )
-
-
-def measured_memory(run_dir: Path, device: str) -> tuple[list[float], str]:
-    """Per rank, the measured peak memory the plan's prediction is compared with, and what it is."""
-    measured = read_json(run_dir / MEASURED_FILE)
-    if device == "cuda":
-        return [float(x) for x in measured.get("peak_memory_bytes", [])], "cuda max_memory_allocated"
-    return [float(x) for x in measured.get("tracked_peak_bytes", [])], "tracked tensor bytes"
 
 
 @dataclass(frozen=True)
 class VerifyProgress:
-    """Where a verification is: `fraction` of it done, the candidate running (`index` of `total`), in words."""
+    """Where a verification is: `fraction` of it done, the run going (`index` of `total` runs), in words."""
 
     fraction: float
     index: int
     total: int
     text: str
+
+
+def verification_prefix(runs_root: Path, plan_stem: str) -> str:
+    """The run-name prefix of a new verification of plan `plan_stem`: verify-<stem>-<n>, n one more than the
+    largest of any earlier verification's folder under `runs_root` (those of issue 18, verify-<stem>-<i>, count)."""
+    stem = re.sub(r"[^\w.-]+", "_", plan_stem).strip("._")[:60] or "plan"
+    pattern = re.compile(rf"verify-{re.escape(stem)}-(\d+)(?:-.*)?")
+    taken = [int(m.group(1)) for p in _entries(runs_root) if (m := pattern.fullmatch(p))]
+    return f"verify-{stem}-{max(taken, default=-1) + 1}"
+
+
+def _entries(folder: Path) -> list[str]:
+    try:
+        return [p.name for p in folder.iterdir()]
+    except OSError:  # no runs folder yet
+        return []
+
+
+def _row(c: dict[str, Any]) -> VerifyRow:
+    low, high, given = predicted_interval(c)
+    return VerifyRow(
+        label(c),
+        c,
+        float(predicted_step_ms(c)),
+        predicted_memory_bytes=c.get("rank_memory_bytes", []),
+        predicted_p05_ms=low,
+        predicted_p95_ms=high,
+        has_predicted_interval=given,
+        extrapolated=bool(c.get("extrapolated", False)),
+    )
 
 
 def verify_plan(
@@ -220,6 +115,7 @@ def verify_plan(
     runs_root: Path = Path("runs"),
     steps: int = DEFAULT_STEPS,
     warmup_steps: int = DEFAULT_WARMUP,
+    rounds: int = DEFAULT_ROUNDS,
     device: str | None = None,
     timeout_s: float = 300.0,
     on_row: Callable[[VerifyRow], None] | None = None,
@@ -227,14 +123,15 @@ def verify_plan(
     cancel: threading.Event | None = None,
     json_out: Path | None = None,
 ) -> Verification:
-    """Run the plan's top `top` candidates one after another and compare; writes PLAN-verify.json beside the plan
-    (and `json_out`). `device` None: the device the plan was profiled on, else the CPU. `cancel` set: the running
-    candidate is cancelled and the rest are not started (their rows say so). ValueError before anything runs
-    for a plan that cannot be verified."""
-    from pipesim_executor.host.launch import start_run
-
+    """Run the plan's top `top` candidates in `rounds` interleaved rounds and compare; writes PLAN-verify.json
+    beside the plan (and `json_out`). `on_row` is called after each run with its candidate's row (updated with
+    every round so far). `device` None: the device the plan was profiled on, else the CPU. `cancel` set: the
+    running run is cancelled and no other starts (rows never measured say so). A candidate whose run fails is not
+    run again. ValueError before anything runs for a plan that cannot be verified."""
     if top < 1:
         raise ValueError(f"--top must be at least 1, got {top}")
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise ValueError(f"--rounds must be between 1 and {MAX_ROUNDS}, got {rounds}")
     plan = read_json(plan_path, MAX_PLAN_BYTES, "plan")
     if not isinstance(plan, dict):
         raise ValueError(f"{plan_path}: not a plan (expected a JSON object from {programs().pipesim} plan --json)")
@@ -244,51 +141,81 @@ def verify_plan(
     chosen = plan_candidates(plan, top)
     for number, c in enumerate(chosen, 1):
         check_candidate(plan, c, number)
-    rows = []
-    for index, c in enumerate(chosen):
-        row = VerifyRow(label(c), c, float(predicted_step_ms(c)), predicted_memory_bytes=c.get("rank_memory_bytes", []))
-        rows.append(row)
-        if cancel is not None and cancel.is_set():
-            row.error = "cancelled before it ran"
-            continue
-        if on_progress is not None:
-            on_progress(VerifyProgress(index / len(chosen), index, len(chosen), f"running {row.label}"))
+    rows = [_row(c) for c in chosen]
+    configs: list[RunConfig | None] = []
+    for c, row in zip(chosen, rows, strict=True):
         try:
-            config = candidate_config(
-                plan, c, steps=steps, warmup_steps=warmup_steps, device=device, timeout_s=timeout_s
-            )
-            handle = start_run(config, runs_root=runs_root, name=f"verify-{plan_path.stem}-{index}")
-            while not handle.done():
-                if cancel is not None and cancel.is_set():
-                    handle.cancel()
-                    break
-                if on_progress is not None:
-                    fraction = (index + handle.progress) / len(chosen)
-                    on_progress(VerifyProgress(fraction, index, len(chosen), f"running {row.label}"))
-                try:
-                    handle.wait(0.25)
-                except TimeoutError:
-                    pass
-            result = handle.wait()
-            row.run_dir = str(result.run_dir)
-            if result.status == "ok" and result.measured_step_ms is not None:
-                row.measured_ms = result.measured_step_ms
-                times = result.step_times_ms
-                row.measured_cv = statistics.pstdev(times) / statistics.mean(times) if len(times) > 1 else None
-                row.measured_memory_bytes, row.memory_kind = measured_memory(result.run_dir, config.devices.device)
-            else:
-                row.error = f"run {result.status}: {result.message}".splitlines()[0]
+            configs.append(candidate_config(plan, c, steps=steps, warmup_steps=warmup_steps, device=device,
+                                            timeout_s=timeout_s))  # fmt: skip
         except ValueError as error:
             row.error = str(error).splitlines()[0]
-        if on_row is not None:
-            on_row(row)
-    verification = compare(rows, uncertainty)
-    write_json(verification.to_dict(), plan_path.with_name(plan_path.stem + "-verify.json"))
+            configs.append(None)
+    prefix = verification_prefix(runs_root, plan_path.stem)
+    total = rounds * len(chosen)
+    for round_ in range(rounds):
+        for index, (row, config) in enumerate(zip(rows, configs, strict=True)):
+            if row.error is not None or config is None:
+                continue
+            if cancel is not None and cancel.is_set():
+                if not row.round_step_times_ms:
+                    row.error = "cancelled before it ran"
+                continue
+            done = round_ * len(chosen) + index
+            where = f"round {round_ + 1} of {rounds}: running {row.label}"
+
+            def progress(fraction: float, done: int = done, where: str = where) -> None:
+                if on_progress is not None:
+                    on_progress(VerifyProgress((done + fraction) / total, done, total, where))
+
+            _run_once(row, config, runs_root, f"{prefix}-r{round_}-c{index}", cancel, progress)
+            if on_row is not None:
+                on_row(row)
+    verification = compare(rows, uncertainty, rounds)
+    document = {**verification.to_dict(), "verification": prefix}
+    write_json(document, plan_path.with_name(plan_path.stem + "-verify.json"))
     if json_out is not None:
-        write_json(verification.to_dict(), json_out)
+        write_json(document, json_out)
     if on_progress is not None:
-        on_progress(VerifyProgress(1.0, len(chosen), len(chosen), "done"))
+        on_progress(VerifyProgress(1.0, total, total, "done"))
     return verification
+
+
+def _run_once(
+    row: VerifyRow,
+    config: RunConfig,
+    runs_root: Path,
+    name: str,
+    cancel: threading.Event | None,
+    progress: Callable[[float], None],
+) -> None:
+    """One run of one candidate (one round): its steps added to the row, or the row's error set."""
+    from pipesim_executor.host.launch import start_run
+
+    progress(0.0)
+    try:
+        handle = start_run(config, runs_root=runs_root, name=name)
+    except ValueError as error:
+        row.error = str(error).splitlines()[0]
+        return
+    while not handle.done():
+        if cancel is not None and cancel.is_set():
+            handle.cancel()
+            break
+        progress(handle.progress)
+        try:
+            handle.wait(0.25)
+        except TimeoutError:
+            pass
+    result = handle.wait()
+    if result.status == "ok" and result.measured_step_ms is not None and result.step_times_ms:
+        row.add_round(list(result.step_times_ms), str(result.run_dir))
+        memory, row.memory_kind = measured_memory(result.run_dir, config.devices.device)
+        old = row.measured_memory_bytes
+        row.measured_memory_bytes = [max(a, b) for a, b in zip(old, memory, strict=False)] if old else memory
+    elif not row.round_step_times_ms:
+        row.error = f"run {result.status}: {result.message}".splitlines()[0]
+    else:  # later rounds lost (cancelled, or failed): the rounds measured stand
+        row.run_dir = str(result.run_dir)
 
 
 class VerifyHandle:

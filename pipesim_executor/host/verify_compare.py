@@ -1,7 +1,9 @@
 """The arithmetic of a verification (pipesim_executor.host.verify): predicted against measured step time and peak
-memory per
-candidate, the rank correlation, the tie rule and the recommended candidate's gap to the measured best. Pure
-Python, so the app and the tests use it on results from anywhere.
+memory per candidate; each candidate's measured median with its 95% confidence interval (a bootstrap over its
+steps and rounds, pipesim.analysis.stats); which candidates the measurement cannot tell apart (overlapping
+intervals, in groups); the rank correlation and the recommended candidate's gap to the measured best over the
+pairs it can tell apart; the tie rule on the predictions. Pure Python and numpy, so the app and the tests use it on
+results from anywhere.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from pipesim.analysis.attribution import coefficient_of_variation, reliable
+from pipesim.analysis.stats import MedianCI, group_ranks, indistinguishable_groups, median_ci
 
 DEFAULT_UNCERTAINTY = 0.01  # plans written before they carried their own (pipesim.plan.inputs.TIE)
 
@@ -27,6 +32,42 @@ class VerifyRow:
     predicted_memory_bytes: list[float] = field(default_factory=list)  # per rank
     measured_memory_bytes: list[float] = field(default_factory=list)  # per rank
     memory_kind: str | None = None
+    predicted_p05_ms: float | None = None  # the plan's 90% interval; the point prediction when it gave none
+    predicted_p95_ms: float | None = None
+    has_predicted_interval: bool = False
+    extrapolated: bool = False  # the plan priced it at a size outside its profile
+    round_step_times_ms: list[list[float]] = field(default_factory=list)  # one list per round (run)
+    run_dirs: list[str] = field(default_factory=list)  # one per round
+    measured_ci_low_ms: float | None = None  # the 95% confidence interval of measured_ms
+    measured_ci_high_ms: float | None = None
+
+    def add_round(self, step_times_ms: list[float], run_dir: str) -> None:
+        """One more run's steps: the pooled median, its interval and the within-run noise, recomputed."""
+        self.round_step_times_ms.append([float(t) for t in step_times_ms])
+        self.run_dirs.append(run_dir)
+        self.run_dir = run_dir
+        ci = median_ci(self.round_step_times_ms)
+        self.measured_ms, self.measured_ci_low_ms, self.measured_ci_high_ms = ci.median, ci.low, ci.high
+        cvs = [cv for cv in map(coefficient_of_variation, self.round_step_times_ms) if cv is not None]
+        self.measured_cv = statistics.median(cvs) if cvs else None
+
+    @property
+    def measured_ci(self) -> MedianCI | None:
+        if self.measured_ms is None or self.measured_ci_low_ms is None or self.measured_ci_high_ms is None:
+            return None
+        return MedianCI(self.measured_ms, self.measured_ci_low_ms, self.measured_ci_high_ms)
+
+    @property
+    def noisy(self) -> bool | None:
+        """The Run page's too-noisy rule (pipesim.analysis.attribution.reliable) on the runs' own step CV."""
+        return None if self.measured_cv is None else not reliable(self.measured_cv)
+
+    @property
+    def inside_predicted_interval(self) -> bool | None:
+        """Whether the measured median lies inside the plan's 90% interval (None without one or a measurement)."""
+        if self.measured_ms is None or not self.has_predicted_interval:
+            return None
+        return self.predicted_p05_ms <= self.measured_ms <= self.predicted_p95_ms
 
     @property
     def error_fraction(self) -> float | None:
@@ -46,33 +87,43 @@ class VerifyRow:
             **{f.name: getattr(self, f.name) for f in fields(self)},
             "error_fraction": self.error_fraction,
             "memory_error": self.memory_error,
+            "noisy": self.noisy,
+            "inside_predicted_interval": self.inside_predicted_interval,
         }
 
 
 @dataclass
 class Verification:
     rows: list[VerifyRow]
-    spearman: float | None  # None with fewer than 2 measured rows, or when the predictions are indistinguishable
+    spearman: float | None  # over the distinguishable pairs; None with < 2 of them or when the predictions tie
     recommended_gap: float | None  # measured(recommended) / measured best - 1
     measured_best: str | None
     notes: list[str] = field(default_factory=list)
     uncertainty: float = DEFAULT_UNCERTAINTY
-    indistinguishable: bool = False
+    predictions_tie: bool = False  # the predictions are within their uncertainty: the model ranks none
+    indistinguishable: list[list[str]] = field(default_factory=list)  # groups the measurement cannot order
+    recommended_indistinguishable: bool = False  # the recommendation's interval overlaps the measured best's
+    rounds: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         done = [r for r in self.rows if r.measured_ms is not None]
         errors = [abs(r.error_fraction) for r in done]
         memory = [abs(r.memory_error) for r in done if r.memory_error is not None]
+        inside = [r.inside_predicted_interval for r in done if r.inside_predicted_interval is not None]
         return {
             "candidates": [r.to_dict() for r in self.rows],
             "spearman": self.spearman,
             "recommended_gap": self.recommended_gap,
+            "recommended_indistinguishable": self.recommended_indistinguishable,
             "measured_best": self.measured_best,
             "indistinguishable": self.indistinguishable,
+            "predictions_tie": self.predictions_tie,
             "uncertainty": self.uncertainty,
+            "rounds": self.rounds,
             "median_abs_error": statistics.median(errors) if errors else None,
             "max_abs_error": max(errors, default=None),
             "max_abs_memory_error": max(memory, default=None),
+            "inside_predicted_interval_fraction": sum(inside) / len(inside) if inside else None,
             "notes": self.notes,
         }
 
@@ -110,26 +161,43 @@ def indistinguishable(predicted: list[float], uncertainty: float) -> bool:
     return len(predicted) >= 2 and min(predicted) > 0 and max(predicted) / min(predicted) - 1 <= uncertainty
 
 
-def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY) -> Verification:
-    """Rank correlation over the measured rows (unless the tie rule holds) and the gap of the recommended (first)
-    row to the measured best."""
+def measured_interval(row: VerifyRow) -> MedianCI:
+    """A measured row's interval; a row measured without its steps (built by hand) is its median alone."""
+    assert row.measured_ms is not None
+    return row.measured_ci or MedianCI(row.measured_ms, row.measured_ms, row.measured_ms)
+
+
+def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY, rounds: int = 1) -> Verification:
+    """Over the measured rows: the groups the measurement cannot order (overlapping 95% intervals); the rank
+    correlation of the predictions with the measured order, candidates of one group sharing their rank (unless
+    the predictions tie); the recommended (first) row's gap to the measured best, and whether the two are
+    indistinguishable."""
     done = [r for r in rows if r.measured_ms is not None]
     notes = [f"{r.label}: {r.error}" for r in rows if r.error]
     predicted = [r.predicted_ms for r in done]
+    intervals = [measured_interval(r) for r in done]
+    groups = [[done[i].label for i in g] for g in indistinguishable_groups(intervals) if len(g) > 1]
     tie = indistinguishable(predicted, uncertainty)
-    rho = None if tie else spearman(predicted, [r.measured_ms for r in done])
+    rho = None if tie else spearman(predicted, group_ranks(intervals))
     if tie:
         spread = max(predicted) / min(predicted) - 1
         notes.append(
             f"the predictions differ by at most {spread:.2%}, within their uncertainty of {uncertainty:.1%}: the "
             "candidates are indistinguishable to the model, so no rank correlation is given (it would rank noise)"
         )
+    noisy = [r.label for r in done if r.noisy]
+    if noisy:
+        notes.append(
+            f"too noisy (step times vary more than the Run page's threshold): {', '.join(noisy)}; the machine, not "
+            "the model, decides their figures: verify again on a quieter machine"
+        )
     if not done:
-        return Verification(rows, rho, None, None, notes + ["no candidate was measured"], uncertainty, tie)
+        return Verification(rows, rho, None, None, notes + ["no candidate was measured"], uncertainty, tie, groups)
     best = min(done, key=lambda r: r.measured_ms)
-    gap = None
+    gap, same = None, False
     if rows[0].measured_ms is not None:
         gap = rows[0].measured_ms / best.measured_ms - 1
+        same = best is rows[0] or measured_interval(rows[0]).overlaps(measured_interval(best))
         if best is not rows[0] and indistinguishable([rows[0].predicted_ms, best.predicted_ms], uncertainty):
             notes.append(
                 f"the recommended candidate and the measured best ({best.label}) were predicted within "
@@ -137,21 +205,38 @@ def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY) -> 
             )
     else:
         notes.append("the recommended candidate did not run: no gap to the measured best")
-    return Verification(rows, rho, gap, best.label, notes, uncertainty, tie)
+    return Verification(rows, rho, gap, best.label, notes, uncertainty, tie, groups, same, rounds)
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "-" if low is None or high is None else f"{low:.2f}-{high:.2f}"
 
 
 def summary_lines(v: Verification) -> list[str]:
-    lines = [f"{'candidate':40} {'predicted ms':>12} {'measured ms':>12} {'error':>7} {'cv':>6} {'memory':>7}"]
+    """The table a verification prints: per candidate the predicted point and 90% interval, the measured median and
+    its 95% interval, the error, the runs' noise and the memory error; then the figures over all of them."""
+    lines = [
+        f"{'candidate':36} {'predicted ms':>12} {'90% interval':>15} {'measured ms':>11} {'95% CI':>15} "
+        f"{'error':>7} {'cv':>6} {'memory':>7}"
+    ]
+    grouped = {label: n for n, group in enumerate(v.indistinguishable, start=1) for label in group}
     for r in v.rows:
-        measured = "-" if r.measured_ms is None else f"{r.measured_ms:12.2f}"
+        measured = "-" if r.measured_ms is None else f"{r.measured_ms:.2f}"
         error = "-" if r.error_fraction is None else f"{r.error_fraction:+.1%}"
         cv = "-" if r.measured_cv is None else f"{r.measured_cv:.1%}"
         memory = "-" if r.memory_error is None else f"{r.memory_error:+.1%}"
+        predicted = _interval(r.predicted_p05_ms, r.predicted_p95_ms) if r.has_predicted_interval else "none"
+        marks = [f"group {grouped[r.label]}"] if r.label in grouped else []
+        marks += ["extrapolated"] if r.extrapolated else []
+        marks += ["too noisy"] if r.noisy else []
+        marks += [r.error] if r.error else []
         lines.append(
-            f"{r.label[:40]:40} {r.predicted_ms:12.2f} {measured:>12} {error:>7} {cv:>6} {memory:>7}"
-            + (f"  ({r.error})" if r.error else "")
+            f"{r.label[:36]:36} {r.predicted_ms:12.2f} {predicted:>15} {measured:>11} "
+            f"{_interval(r.measured_ci_low_ms, r.measured_ci_high_ms):>15} {error:>7} {cv:>6} {memory:>7}"
+            + (f"  ({'; '.join(marks)})" if marks else "")
         )
     summary = v.to_dict()
+    lines.append(f"measured in {v.rounds} interleaved round(s); 95% CI: bootstrap over steps and rounds")
     if summary["median_abs_error"] is not None:
         lines.append(
             f"prediction error: median |error| {summary['median_abs_error']:.1%}, "
@@ -162,11 +247,18 @@ def summary_lines(v: Verification) -> list[str]:
                 else f"; peak memory per rank within {summary['max_abs_memory_error']:.1%}"
             )
         )
-    if v.indistinguishable:
+    if summary["inside_predicted_interval_fraction"] is not None:
+        lines.append(
+            f"measured median inside the predicted 90% interval: {summary['inside_predicted_interval_fraction']:.0%}"
+        )
+    for n, group in enumerate(v.indistinguishable, start=1):
+        lines.append(f"indistinguishable (group {n}, overlapping 95% CIs): {', '.join(group)}")
+    if v.predictions_tie:
         lines.append("Spearman rank correlation: none (the predictions are indistinguishable; see the note)")
     else:
         rho = "-" if v.spearman is None else f"{v.spearman:+.2f}"
-        lines.append(f"Spearman rank correlation (predicted vs measured order): {rho}")
+        lines.append(f"Spearman rank correlation (predicted vs measured order, over distinguishable pairs): {rho}")
     gap = "-" if v.recommended_gap is None else f"{v.recommended_gap:+.1%}"
-    lines.append(f"recommended candidate vs the measured best ({v.measured_best}): {gap}")
+    same = " (indistinguishable from it)" if v.recommended_indistinguishable and v.recommended_gap else ""
+    lines.append(f"recommended candidate vs the measured best ({v.measured_best}): {gap}{same}")
     return lines + [f"note: {n}" for n in v.notes]

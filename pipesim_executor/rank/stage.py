@@ -290,11 +290,20 @@ def tensor_bytes(t: Tensor) -> int:
 
 
 def measure_stash_bytes(runner: StageRunner, x: Tensor, target: Tensor | None) -> tuple[int, int]:
-    """(activation bytes, weight-gradient bytes) that one microbatch's F keeps.
+    """(activation bytes, weight-gradient bytes) that one microbatch's F keeps (`measure_stash_parts`)."""
+    activation, weight, _ = measure_stash_parts(runner, x, target)
+    return activation, weight
+
+
+def measure_stash_parts(runner: StageRunner, x: Tensor, target: Tensor | None) -> tuple[int, int, int]:
+    """(activation bytes, weight-gradient bytes, output bytes among the activation) that one microbatch's F keeps.
 
     Activation bytes: every distinct storage autograd saves for the backward, parameters
     excluded, plus the stage input. Weight-gradient bytes: what the split backward holds
-    from the end of I to W (each leaf's input and output gradient).
+    from the end of I to W (each leaf's input and output gradient). Output bytes: the part of the activation
+    that is the stage's own output (a ReLU or a sigmoid saves its result): a following piece of the same stage
+    keeps that tensor as its input, so summing pieces measured apart counts it twice (the planner subtracts it,
+    pipesim.cost.description.stage_costs_from_units).
     """
     params = {_storage_key(p) for p in runner.parameters()}
     seen: dict[tuple, int] = {}
@@ -313,5 +322,6 @@ def measure_stash_bytes(runner: StageRunner, x: Tensor, target: Tensor | None) -
     for call in calls or []:
         held.setdefault(_storage_key(call.input), tensor_bytes(call.input))
         held[("grad", id(call))] = tensor_bytes(call.output)
+    output = seen.get(_storage_key(root), 0) if target is None and _storage_key(root) != _storage_key(x) else 0
     del root
-    return sum(seen.values()), min(sum(held.values()), sum(seen.values()))
+    return sum(seen.values()), min(sum(held.values()), sum(seen.values())), output

@@ -19,6 +19,7 @@ import torch
 
 from pipesim.cost.profile import (
     BYTE_KINDS,
+    OPTIONAL_BYTE_KINDS,
     TIME_KINDS,
     ActionConstants,
     InSituTerms,
@@ -154,7 +155,8 @@ def assemble(
     units = []
     for u in range(n):
         curves = {k: SizeCurve(tuple(sizes), tuple(max(0.0, shares[s][k][u]) for s in sizes)) for k in TIME_KINDS}
-        curves.update({k: SizeCurve(tuple(sizes), tuple(bytes_[s][u][k] for s in sizes)) for k in BYTE_KINDS})
+        kinds = [*BYTE_KINDS, *(k for k in OPTIONAL_BYTE_KINDS if k in bytes_[sizes[0]][u])]
+        curves.update({k: SizeCurve(tuple(sizes), tuple(bytes_[s][u][k] for s in sizes)) for k in kinds})
         units.append(ProfiledUnit(first["names"][u], bytes_[sizes[0]][u]["param_bytes"], curves))
     profile = UnitProfile(
         units=tuple(units), microbatch_sizes=tuple(sizes), action=action, dispatch_ms=dispatch, tail_ms=tail,

@@ -325,18 +325,18 @@ def _weight_by_unit(work: Any, owner: dict[int, int], n: int, marks: Marks) -> l
 
 
 def unit_bytes(parts: ModelParts, size: int) -> list[dict[str, float]]:
-    """Per unit, for one microbatch of `size`: what its F stashes (pipesim_executor.rank.stage.measure_stash_bytes,
-    as the
-    runtime counts a stage's), the part only W needs, its input and output bytes (the output in the wire dtype),
-    and its parameter bytes."""
-    from pipesim_executor.rank.stage import measure_stash_bytes
+    """Per unit, for one microbatch of `size`: what its F stashes (pipesim_executor.rank.stage.measure_stash_parts,
+    as the runtime counts a stage's), the part only W needs, the part that is its own output (counted once when
+    the next unit shares its stage), its input and output bytes (the output in the wire dtype), and its parameter
+    bytes."""
+    from pipesim_executor.rank.stage import measure_stash_parts
 
     out = []
     n = len(parts.layers)
     for k in range(n):
         runner = parts.runner(k, k + 1)
         x, target = parts.inputs(k, size)
-        activation, weight = measure_stash_bytes(runner, x, target if k == n - 1 else None)
+        activation, weight, output = measure_stash_parts(runner, x, target if k == n - 1 else None)
         runner.remove_hooks()
         with torch.no_grad(), parts._autocast():
             y = parts.layers[k](x)
@@ -345,6 +345,7 @@ def unit_bytes(parts: ModelParts, size: int) -> list[dict[str, float]]:
             {
                 "activation_bytes": float(activation),
                 "weight_grad_bytes": float(min(weight, activation)),
+                "output_stash_bytes": float(min(output, activation)),
                 "input_bytes": float(tensor_bytes(x)),
                 "output_bytes": 0.0 if k == n - 1 else float(y.numel() * wire),
                 "param_bytes": float(sum(tensor_bytes(p) for p in parts.layers[k].parameters() if p.requires_grad)),

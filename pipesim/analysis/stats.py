@@ -1,0 +1,118 @@
+"""The statistics of a measurement: a median with its confidence interval, and which measurements cannot be told
+apart.
+
+A verification measures each candidate in several rounds (one run each, interleaved with the other candidates'
+runs), each round a list of step times. The machine's speed drifts between rounds and the steps of one round are
+correlated, so the confidence interval is a two-level bootstrap: resample the rounds, then the steps within each
+resampled round, and take the median of what was drawn; the interval is the percentiles of those medians. A
+single round falls back to resampling its steps. Seeded: the same measurements give the same interval.
+
+Two candidates whose intervals overlap are indistinguishable: the measurement cannot say which is faster. Groups
+are the connected runs of overlapping intervals (sorted by their lower ends), so a candidate belongs to exactly one
+group. Pure numpy, no torch: the executor's verification and the app both read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+BOOTSTRAP_SAMPLES = 2000  # medians drawn per interval: the 2.5% tail then rests on 50 of them
+CONFIDENCE = 0.95
+MAX_STEPS_PER_ROUND = 10_000  # bounds the bootstrap's work (samples x rounds x steps)
+CHUNK_CELLS = 1_000_000  # draws held in memory at once (8 MB of float64)
+
+
+@dataclass(frozen=True)
+class MedianCI:
+    """The median of every step measured, and its confidence interval (`level`: 0.95 for 95%)."""
+
+    median: float
+    low: float
+    high: float
+    level: float = CONFIDENCE
+
+    def overlaps(self, other: MedianCI) -> bool:
+        """Whether the two intervals share a point: the measurement cannot order the two."""
+        return self.low <= other.high and other.low <= self.high
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+def median_ci(
+    rounds: Sequence[Sequence[float]],
+    *,
+    level: float = CONFIDENCE,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = 0,
+) -> MedianCI:
+    """The pooled median of `rounds` (each a list of step times) with its bootstrap interval over rounds and steps.
+    ValueError for no steps, a round longer than MAX_STEPS_PER_ROUND, or a level outside (0, 1)."""
+    if not 0 < level < 1:
+        raise ValueError(f"confidence level must be between 0 and 1, got {level}")
+    if samples < 1:
+        raise ValueError(f"bootstrap samples must be at least 1, got {samples}")
+    kept = [np.asarray(r, dtype=float) for r in rounds if len(r) > 0]
+    if not kept:
+        raise ValueError("no step times to take a median of")
+    if max(len(r) for r in kept) > MAX_STEPS_PER_ROUND:
+        raise ValueError(f"a round holds more than {MAX_STEPS_PER_ROUND} steps")
+    pooled = np.concatenate(kept)
+    rng = np.random.default_rng(seed)
+    per_chunk = max(1, CHUNK_CELLS // (len(kept) * max(len(r) for r in kept)))
+    medians = np.concatenate(
+        [_bootstrap_medians(kept, min(per_chunk, samples - done), rng) for done in range(0, samples, per_chunk)]
+    )
+    tail = (1 - level) / 2
+    low, high = np.quantile(medians, [tail, 1 - tail], method="inverted_cdf")
+    return MedianCI(float(np.median(pooled)), float(low), float(high), level)
+
+
+def _bootstrap_medians(rounds: list[np.ndarray], samples: int, rng: np.random.Generator) -> np.ndarray:
+    """`samples` medians, each of the steps drawn from rounds drawn with replacement (vectorised: rounds are padded
+    to one length with NaN, and each draw keeps only positions inside its round)."""
+    count = len(rounds)
+    longest = max(len(r) for r in rounds)
+    table = np.full((count, longest), np.nan)
+    for i, r in enumerate(rounds):
+        table[i, : len(r)] = r
+    lengths = np.array([len(r) for r in rounds])
+    chosen = rng.integers(0, count, size=(samples, count)) if count > 1 else np.zeros((samples, 1), dtype=int)
+    # positions within each chosen round: uniform over that round's own steps
+    positions = np.floor(rng.random((samples, count, longest)) * lengths[chosen][:, :, None]).astype(int)
+    drawn = table[chosen[:, :, None], positions]
+    keep = np.arange(longest)[None, None, :] < lengths[chosen][:, :, None]  # a round of n steps draws n
+    drawn = np.where(keep, drawn, np.nan).reshape(samples, -1)
+    return np.nanmedian(drawn, axis=1)
+
+
+def indistinguishable_groups(intervals: Sequence[MedianCI]) -> list[list[int]]:
+    """The indices of `intervals` in groups of mutually reachable overlaps (each index in exactly one group, groups
+    ordered by their lowest interval, indices in each group by their medians)."""
+    order = sorted(range(len(intervals)), key=lambda i: (intervals[i].low, intervals[i].median))
+    groups: list[list[int]] = []
+    reach = -np.inf
+    for i in order:
+        if groups and intervals[i].low <= reach:
+            groups[-1].append(i)
+            reach = max(reach, intervals[i].high)
+        else:
+            groups.append([i])
+            reach = intervals[i].high
+    return [sorted(g, key=lambda i: intervals[i].median) for g in groups]
+
+
+def group_ranks(intervals: Sequence[MedianCI]) -> list[float]:
+    """Each measurement's rank by median where the indistinguishable share one: the mean of their ranks (Spearman's
+    convention for ties), so a rank correlation over them counts only the pairs the measurement can order."""
+    ranks = [0.0] * len(intervals)
+    start = 0
+    for group in indistinguishable_groups(intervals):
+        shared = start + (len(group) + 1) / 2
+        for i in group:
+            ranks[i] = shared
+        start += len(group)
+    return ranks
