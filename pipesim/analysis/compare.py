@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pipesim.analysis.sensitivity import rank_sensitivity
 from pipesim.cost.model import CostModel
+from pipesim.cost.perturb import Perturbation
 from pipesim.schedules import build_schedule, options_for
 from pipesim.sim.metrics import compute_metrics
 from pipesim.sim.steps import simulate_step
@@ -38,20 +40,34 @@ class ComparisonRow:
     peak_activation_bytes: float | None = None  # max over ranks
     step_ms: float | None = None  # the step as a training loop runs it: reduction tail and overhead included
     error: str | None = None
+    sensitivity: dict | None = None  # pipesim.analysis.sensitivity.Sensitivity.to_dict, when asked for
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def compare_one(
-    name: str, num_ranks: int, num_microbatches: int, cost: CostModel, num_virtual_stages: int | None = None
+    name: str,
+    num_ranks: int,
+    num_microbatches: int,
+    cost: CostModel,
+    num_virtual_stages: int | None = None,
+    perturbation: Perturbation | None = None,
+    slowdown: float | None = None,
 ) -> ComparisonRow:
-    """Build, simulate and measure one schedule; a ValueError becomes the row's `error`."""
+    """Build, simulate and measure one schedule; a ValueError becomes the row's `error`. `perturbation` (a slow
+    rank, a slow link) is priced into the costs (`Perturbation.apply`); `slowdown` adds each rank's sensitivity to
+    that slowdown (`pipesim.analysis.sensitivity`)."""
     try:
         options = options_for(name, num_virtual_stages=num_virtual_stages)
         schedule = build_schedule(name, num_ranks, num_microbatches, **options)
         cost = cost.for_pipeline(schedule.num_stages, num_ranks)
+        if perturbation:
+            cost = perturbation.apply(cost, schedule.stage_to_rank)
         step = simulate_step(schedule, cost)
+        sensitivity = None
+        if slowdown is not None:
+            sensitivity = rank_sensitivity(schedule, cost, slowdown, step.step_ms).to_dict()
     except ValueError as error:  # includes ScheduleError and DeadlockError
         return ComparisonRow(schedule=name, error=str(error))
     metrics = compute_metrics(step.timeline, cost)
@@ -63,6 +79,7 @@ def compare_one(
         bubble_ratio=metrics.bubble_ratio,
         peak_activations=max(rank.peak_activations for rank in metrics.ranks),
         peak_activation_bytes=max(rank.peak_activation_bytes for rank in metrics.ranks),
+        sensitivity=sensitivity,
     )
 
 
@@ -72,9 +89,14 @@ def compare_schedules(
     num_microbatches: int,
     cost: CostModel,
     num_virtual_stages: int | None = None,
+    perturbation: Perturbation | None = None,
+    slowdown: float | None = None,
 ) -> list[ComparisonRow]:
-    """One row per name, in the order given."""
-    return [compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages) for name in names]
+    """One row per name, in the order given (`compare_one`)."""
+    return [
+        compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages, perturbation, slowdown)
+        for name in names
+    ]
 
 
 def format_table(rows: list[ComparisonRow], bytes_known: bool = True) -> str:

@@ -63,6 +63,7 @@ from pipesim.cli import app as cli_app
 from pipesim.cli import plan as cli_plan
 from pipesim.cli import synthesize as cli_synthesize
 from pipesim.cli import trace as cli_trace
+from pipesim.cli import whatif
 from pipesim.cli.common import (
     Parser,
     UsageError,
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)",
     )
     add_cost_args(sim)
+    whatif.add_perturbation_args(sim)
     steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.steady_state)")
     steps.add_argument(
         "--overhead",
@@ -182,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")
     cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
     add_cost_args(cmp)
+    whatif.add_perturbation_args(cmp)
+    whatif.add_sensitivity_arg(cmp)
     cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows")
     add_figure_args(cmp, "comparison chart")
 
@@ -272,7 +276,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # per-rank costs cut per chunk (CostModel.for_pipeline), as compare and the app read them
     cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
     cost = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)
+    perturbation = whatif.perturbation_from_args(args, schedule.num_ranks)
     validate(schedule)
+    cost = perturbation.apply(cost, schedule.stage_to_rank)  # last: a slow rank, a slow link (pipesim.cost.perturb)
     step = simulate_step(schedule, cost)  # where the gradient reduction is charged: pipesim.sim.data_parallel
     timeline = step.timeline
     metrics = compute_metrics(timeline, cost)
@@ -320,7 +326,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name in args.schedules:
         schedule_info(name)  # unknown names are a usage error, not a failed row
     cost = cost_from_args(args)
-    rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages)
+    perturbation = whatif.perturbation_from_args(args, args.ranks)
+    slowdown = None if args.sensitivity == 1 else args.sensitivity
+    rows = compare_schedules(
+        args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages, perturbation, slowdown
+    )
     written = []
     if args.json is not None:
         document = {
@@ -328,6 +338,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             "version": 1,
             "ranks": args.ranks,
             "microbatches": args.microbatches,
+            "perturbation": perturbation.to_dict(),
             "rows": [row.to_dict() for row in rows],
         }
         write_json(document, args.json)
@@ -337,7 +348,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     written += write_figures(lambda: comparison_figure(rows), args)
     table = format_table(rows, bytes_known=args.cost is not None)  # typed times carry no sizes
-    print("\n".join([table, *(f"wrote {path}" for path in written)]))
+    print("\n".join([table, *whatif.sensitivity_lines(rows), *(f"wrote {path}" for path in written)]))
     return 0 if any(row.error is None for row in rows) else FAILURE
 
 

@@ -21,11 +21,12 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
 from pipesim.analysis.calibration import calibrate_from_run
+from pipesim.cli import whatif
 from pipesim.cli.common import positive_int
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
@@ -163,6 +164,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="N",
         help="processes that evaluate candidates (default: one per core, for spaces of more than 200 candidates)",
     )
+    whatif.add_perturbation_args(plan, devices=True)
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan")
     plan.add_argument("--verify", type=int, metavar="K", help="run the top K for real (needs --json)")
 
@@ -247,7 +249,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("--verify K needs K >= 1 and --json OUT (the plan the verification reads)")
     if args.json is not None:
         check_output(args.json)
+    perturbation = whatif.perturbation_from_args(args, args.devices if args.devices >= 1 else None)
     inputs, recorded = inputs_from_args(args)
+    if perturbation:
+        inputs = replace(inputs, perturbation=perturbation)
+        recorded = {**recorded, "perturbation": perturbation.to_dict()}
     space = space_from_args(args)
     candidates = evaluate_all(inputs, space, workers=_workers(args.workers, space))
     document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)

@@ -215,7 +215,9 @@ class Evaluator:
             w_share=c.w_share,
         )
         runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
-        return replace(cost, runtime=runtime, dp_group=DataParallelGroup(c.data_parallel, self.inputs.link))
+        cost = replace(cost, runtime=runtime, dp_group=DataParallelGroup(c.data_parallel, self.inputs.link))
+        # a straggler among the devices, at its place in this candidate's pipeline (pipesim.cost.perturb)
+        return self.inputs.perturbation.folded(schedule.num_ranks).apply(cost, schedule.stage_to_rank)
 
     def materialise(self, c: Candidate) -> tuple[Schedule, CostModel]:
         """The schedule and cost model an evaluated candidate stands for (to draw it, export it, simulate it:
