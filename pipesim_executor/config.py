@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from pipesim.cost.shape import TransformerShape
+from pipesim_executor.stragglers_config import ComputeConfig, InjectConfig, check_stragglers
 
 MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
 CUSTOM = "custom"
@@ -269,6 +270,8 @@ class RunConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     devices: DeviceConfig = field(default_factory=DeviceConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    inject: InjectConfig = field(default_factory=InjectConfig)
     profile: bool = False
     """Measure each stage's costs first (cost.json), then predict the step time and compare."""
     reference: bool = False
@@ -290,6 +293,7 @@ class RunConfig:
             )
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s!r}")
+        check_stragglers(self)  # --compute sleep and --inject against the rest of the run
 
     @property
     def microbatch_size(self) -> int:
@@ -330,6 +334,8 @@ _SECTIONS = {
     "training": TrainingConfig,
     "devices": DeviceConfig,
     "nodes": NodesConfig,
+    "compute": ComputeConfig,
+    "inject": InjectConfig,
 }
 _FIELDS = {f.name: section for section, cls in _SECTIONS.items() if section != "model" for f in fields(cls)}
 
