@@ -61,6 +61,7 @@ from pipesim.analysis.compare import compare_schedules, format_table
 from pipesim.charts.export import ExportUnavailable
 from pipesim.cli import app as cli_app
 from pipesim.cli import plan as cli_plan
+from pipesim.cli import stragglers as cli_stragglers
 from pipesim.cli import synthesize as cli_synthesize
 from pipesim.cli import trace as cli_trace
 from pipesim.cli import whatif
@@ -111,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan,synthesize,app}"
+        dest="command",
+        required=True,
+        metavar="{list,simulate,compare,import-trace,balance,plan,synthesize,stragglers,app}",
     )
     commands.add_parser(
         "list",
@@ -192,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_trace.add_commands(commands)
     cli_plan.add_commands(commands)
     cli_synthesize.add_commands(commands)
+    cli_stragglers.add_commands(commands)
     cli_app.add_commands(commands)
     return parser
 
@@ -360,6 +364,7 @@ COMMANDS = MappingProxyType(
         **cli_trace.COMMANDS,
         **cli_plan.COMMANDS,
         **cli_synthesize.COMMANDS,
+        **cli_stragglers.COMMANDS,
         **cli_app.COMMANDS,
     }
 )

@@ -88,11 +88,11 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
     step_times = [float(t) for t in measured.get("step_times_ms", [])]
     timeline = timeline_from_dict(measured)
     out: dict[str, Any] = {"measured_step_ms": measured_step_ms(step_times)}
-    prediction = None
+    prediction, priced = None, None
     if config is not None and config.compute.sleeps and not cost_path.exists():
         save_cost(config.compute.cost_model(schedule), cost_path)
     if cost_path.exists():
-        cost = load_cost(cost_path).for_pipeline(schedule.num_stages, schedule.num_ranks)
+        cost = priced = load_cost(cost_path).for_pipeline(schedule.num_stages, schedule.num_ranks)
         if config is not None and config.inject.inject:
             cost = config.inject.perturbation().apply(cost, schedule.stage_to_rank)
         prediction = compare(predict_step(schedule, cost), step_times)
@@ -104,7 +104,7 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
     try:  # where every millisecond of a step went (pipesim.attribution); a problem here must not fail the run
-        write_json(analysis(schedule, timeline, step_times, prediction), run_dir / "analysis.json")
+        write_json(analysis(schedule, timeline, step_times, prediction, priced), run_dir / "analysis.json")
     except ValueError as error:
         out["analysis_error"] = str(error)
     simulated = None if prediction is None else prediction.simulated
@@ -115,12 +115,21 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
     return out
 
 
-def analysis(schedule: Schedule, measured: Timeline, step_times: list[float], prediction: Prediction | None) -> dict:
-    """analysis.json: the attribution, the machine's load as the run ended, and with a prediction its error
-    step by step and action by action (pipesim.overlay's definitions, the ones the CLI and the app show)."""
+def analysis(
+    schedule: Schedule,
+    measured: Timeline,
+    step_times: list[float],
+    prediction: Prediction | None,
+    cost: CostModel | None = None,
+) -> dict:
+    """analysis.json: the attribution, the machine's load as the run ended, the stragglers found (priced by `cost`,
+    the run's cost.json, when there is one: pipesim.analysis.stragglers), and with a prediction its error step by
+    step and action by action (pipesim.overlay's definitions, the ones the CLI and the app show)."""
     from pipesim.analysis.overlay import action_errors, median_abs_error
+    from pipesim.analysis.stragglers import find_stragglers
 
     doc = attribute_run(schedule, measured, step_times)
+    doc["stragglers"] = find_stragglers(schedule, measured, cost).to_dict()
     doc["spread"]["load_1min"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if prediction is not None:
         rows = action_errors(prediction.simulated, measured)
