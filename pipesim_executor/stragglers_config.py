@@ -84,8 +84,9 @@ class InjectConfig:
 
     inject: tuple[str, ...] = field(default=(), metadata={"metavar": "KIND=VALUE"})
     """Repeatable. slow-rank=R:FACTOR: each compute action on rank R sleeps (FACTOR - 1) x its own measured
-    duration right after it; link-delay=A-B:MS: each send between ranks A and B leaves MS later (the sender goes
-    on computing). Recorded in measured.json and priced into the prediction (pipesim.cost.perturb)."""
+    duration right after it (R:FACTOR:KINDS: only actions of those kinds, letters of FBIW); link-delay=A-B:MS:
+    each send between ranks A and B leaves MS later (the sender goes on computing). Recorded in measured.json
+    and priced into the prediction (pipesim.cost.perturb)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.inject, str) or not all(isinstance(t, str) for t in self.inject):

@@ -91,7 +91,7 @@ def test_a_stretched_runner_sleeps_factor_minus_one_times_its_own_duration(monke
 
     monkeypatch.setattr(inject.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(inject, "precise_sleep", slept.append)
-    runner = inject.StretchedRunner(Runner(), 1.5, torch.device("cpu"))
+    runner = inject.StretchedRunner(Runner(), {"forward": 1.5}, torch.device("cpu"))
     runner.forward(1)
     assert slept == [pytest.approx(0.002)] and runner.is_last is False
 

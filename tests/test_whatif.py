@@ -54,6 +54,23 @@ def test_a_slow_rank_is_its_stages_scaled(name, options, rank, factor):
 
 
 @pytest.mark.parametrize("name,options", SHAPES)
+@pytest.mark.parametrize("kinds", ["W", "I", "F", "B", "FW"])
+def test_a_rank_slow_in_some_kinds_is_those_parts_scaled(name, options, kinds):
+    schedule = build_schedule(name, 4, 8, **options)
+    n, on = schedule.num_stages, [schedule.stage_to_rank[s] == 2 for s in range(schedule.num_stages)]
+    f, i, w = [1.0 + 0.1 * s for s in range(n)], [1.2] * n, [0.8] * n
+    k = {part: [1.5 if slow and part in kinds.replace("B", "IW") else 1.0 for slow in on] for part in "FIW"}
+    fs = [a * b for a, b in zip(f, k["F"], strict=True)]
+    ws = [a * b for a, b in zip(w, k["W"], strict=True)]
+    bs = [a * b + c for a, b, c in zip(i, k["I"], ws, strict=True)]
+    expected = simulate(schedule, CostModel.per_stage(fs, bs, ws, 0.1))
+    base = CostModel.per_stage(f, [a + b for a, b in zip(i, w, strict=True)], w, 0.1)
+    got = simulate(schedule, base, Perturbation.parse([f"2:1.5:{kinds}"]))
+    assert got.step_ms == pytest.approx(expected.step_ms, rel=1e-12)
+    assert Perturbation.parse([f"2:1.5:{kinds}"]).slow_actions == ((2, kinds, 1.5),)
+
+
+@pytest.mark.parametrize("name,options", SHAPES)
 def test_a_delayed_link_adds_to_every_transfer_between_its_ranks(name, options):
     schedule = build_schedule(name, 4, 8, **options)
     n = schedule.num_stages
@@ -78,7 +95,7 @@ def test_per_rank_costs_are_cut_before_the_perturbation():
 
 def test_perturbation_round_trips_and_refuses_ranks_out_of_range():
     p = Perturbation.parse(["1:1.5", "1:2"], ["3-0:4"])
-    assert p.rank_factors(4) == [1.0, 3.0, 1.0, 1.0]
+    assert p.kind_factors(1) == {"F": 3.0, "I": 3.0, "W": 3.0} and p.kind_factors(0) == {"F": 1.0, "I": 1.0, "W": 1.0}
     assert p.link_delays == ((0, 3, 4.0),)
     assert Perturbation.from_dict(json.loads(json.dumps(p.to_dict()))) == p
     with pytest.raises(ValueError, match="rank 3 is not in a pipeline of 2 ranks"):
@@ -88,7 +105,15 @@ def test_perturbation_round_trips_and_refuses_ranks_out_of_range():
 
 @pytest.mark.parametrize(
     "text,needle",
-    [("1", "R:FACTOR"), ("x:2", "rank number"), ("1:0", "(0, 1000]"), ("1:inf", "finite"), ("-1:2", "rank number")],
+    [
+        ("1", "R:FACTOR"),
+        ("x:2", "rank number"),
+        ("1:0", "(0, 1000]"),
+        ("1:inf", "finite"),
+        ("-1:2", "rank number"),
+        ("1:2:X", "letters of FBIW"),
+        ("1:2:", "letters of FBIW"),
+    ],
 )
 def test_slow_rank_text_is_strict(text, needle):
     with pytest.raises(ValueError, match=None) as info:

@@ -11,7 +11,7 @@ from pipesim.cost.perturb import Perturbation, parse_link_delay, parse_slow_rank
 from pipesim.flags import UsageError, shown
 
 
-def _slow_rank(text: str) -> tuple[int, float]:
+def _slow_rank(text: str) -> tuple:
     try:
         return parse_slow_rank(text)
     except ValueError as error:
@@ -50,8 +50,9 @@ def add_perturbation_args(parser: argparse.ArgumentParser, devices: bool = False
         type=_slow_rank,
         action="append",
         default=[],
-        metavar="R:FACTOR",
-        help=f"{where} R computes FACTOR times slower (a finite number in (0, 1000]; e.g. 2:1.5)",
+        metavar="R:FACTOR[:KINDS]",
+        help=f"{where} R computes FACTOR times slower (a finite number in (0, 1000]; e.g. 2:1.5); R:FACTOR:KINDS "
+        "slows only those kinds (letters of FBIW: B is the whole backward, I and W its parts; e.g. 2:1.5:W)",
     )
     group.add_argument(
         "--link-delay",
@@ -76,7 +77,7 @@ def add_sensitivity_arg(parser: argparse.ArgumentParser) -> None:
 
 def perturbation_from_args(args: argparse.Namespace, num_ranks: int | None) -> Perturbation:
     """The flags' perturbation, its ranks checked against `num_ranks` (None: not known yet)."""
-    perturbation = Perturbation(tuple(args.slow_rank), tuple(args.link_delay))
+    perturbation = Perturbation.of(args.slow_rank, args.link_delay)
     if num_ranks is not None:
         try:
             perturbation.check_ranks(num_ranks)

@@ -107,18 +107,18 @@ def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch
 
 
 class StretchedRunner:
-    """A stage runner whose every compute call is followed by a sleep of (factor - 1) x its own duration. On a GPU
-    the call is synchronised first to be measured (only this rank's, only with the injection)."""
+    """A stage runner whose compute calls are each followed by a sleep of (factor - 1) x their own duration, a
+    factor per call (`factors`: forward, backward, backward_input, backward_weight). On a GPU the call is
+    synchronised first to be measured (only this rank's, only with the injection)."""
 
-    COMPUTE = ("forward", "backward", "backward_input", "backward_weight")
-
-    def __init__(self, runner: Any, factor: float, device: torch.device) -> None:
-        self._runner, self._factor = runner, factor
+    def __init__(self, runner: Any, factors: dict[str, float], device: torch.device) -> None:
+        self._runner, self._factors = runner, factors
         self._cuda = device.type == "cuda"
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._runner, name)
-        if name not in self.COMPUTE:
+        factor = self._factors.get(name, 1.0)
+        if factor == 1.0:
             return attribute
 
         def stretched(*args: Any, **kwargs: Any) -> Any:
@@ -128,10 +128,22 @@ class StretchedRunner:
             out = attribute(*args, **kwargs)
             if self._cuda:
                 torch.cuda.synchronize()
-            precise_sleep((self._factor - 1) * (time.perf_counter() - start))
+            precise_sleep((factor - 1) * (time.perf_counter() - start))
             return out
 
         return stretched
+
+
+def call_factors(perturbation: Perturbation, rank: int) -> dict[str, float]:
+    """Per runner call, its stretch on `rank` (pipesim.cost.perturb's kind_factors): a full backward whose two parts
+    differ takes their mean (the runner does not know its parts' split)."""
+    scale = perturbation.kind_factors(rank)
+    return {
+        "forward": scale["F"],
+        "backward": (scale["I"] + scale["W"]) / 2,
+        "backward_input": scale["I"],
+        "backward_weight": scale["W"],
+    }
 
 
 # --- a slow link ----------------------------------------------------------------------------------------------
@@ -191,11 +203,11 @@ def inject(r: Any) -> None:
     delayed towards its slow links' other ends."""
     perturbation: Perturbation = r.config.inject.perturbation()
     rank, runtime = r.pipe_rank, r.runtime
-    factor = 1.0
-    for slow, scale in perturbation.slow_ranks:
-        factor *= scale if slow == rank else 1.0
-    if factor != 1.0:
-        runtime.runners = {s: StretchedRunner(runner, factor, r.choice.device) for s, runner in runtime.runners.items()}
+    factors = call_factors(perturbation, rank)
+    if any(f != 1.0 for f in factors.values()):
+        runtime.runners = {
+            s: StretchedRunner(runner, factors, r.choice.device) for s, runner in runtime.runners.items()
+        }
     delays = {
         next(iter(pair - {rank})): ms for pair, ms in perturbation.link_extra_ms().items() if rank in pair and ms > 0
     }
