@@ -135,6 +135,22 @@ class StragglerReport:
         return out + list(self.notes)
 
 
+def describe(found: dict) -> list[str]:
+    """The `to_dict` document (analysis.json's "stragglers") in words: one line per straggler and slow link, or the
+    line that says none was found."""
+    lines = [
+        f"rank {r['rank']} computes {r['factor']:.2f}x slower ({r['factor_low']:.2f} to {r['factor_high']:.2f}); "
+        f"it cost the step {r['cost_ms']:.2f} ms"
+        for r in found.get("stragglers", ())
+    ]
+    lines += [
+        f"link {k['src']}-{k['dst']} takes {k['delay_ms']:.2f} ms longer per transfer ({k['delay_low_ms']:.2f} to "
+        f"{k['delay_high_ms']:.2f}); it cost the step {k['cost_ms']:.2f} ms"
+        for k in found.get("links", ())
+    ]
+    return lines or ["no straggler: every rank and link is within the noise of the others"]
+
+
 def _median_ratio(rng: np.random.Generator, mine: np.ndarray, others: np.ndarray) -> tuple[float, float, float]:
     """median(mine) / median(others), and its bootstrap 5th and 95th percentiles."""
     point = float(np.median(mine) / np.median(others))

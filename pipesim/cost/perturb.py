@@ -126,6 +126,13 @@ class Perturbation:
         meta = {**cost.meta, "perturbation": self.to_dict()}
         return replace(cost, stages=stages, links=links, provenance=replace(cost.provenance, meta=meta))
 
+    def describe(self) -> str:
+        """In words, for a run's page and summary: "rank 1 1.5x slower; link 2-3 +3 ms"."""
+        parts = [f"rank {r} {f:g}x slower" for r, f in self.slow_ranks]
+        parts += [f"rank {r} {f:g}x slower in {k}" for r, k, f in self.slow_actions]
+        parts += [f"link {a}-{b} +{ms:g} ms per transfer" for a, b, ms in self.link_delays]
+        return "; ".join(parts) or "nothing"
+
     def to_dict(self) -> dict:
         """The JSON form (config.json, measured.json meta, the CLI's JSON)."""
         doc = {
