@@ -5,10 +5,11 @@ Usage:
     OMP_NUM_THREADS=1 python bench/bench_stragglers.py --quick --json out.json     # minutes: 4 ranks, 3 families
     OMP_NUM_THREADS=1 python bench/bench_stragglers.py --json out.json             # the issue's full set (hours here)
 
-Every run is `python -m executor run --compute sleep` (each action sleeps its cost: F 2 ms, B 4 ms of which W 2
-ms, per rank; real processes and gloo transfers). A case is one family on P ranks with one injection (a slow rank at
-1.2x or 1.5x on two ranks, or a link delayed 2 or 5 ms); it runs paired with the family's uniform run, A B A B (A B
-with --quick), so both see the same drift of a shared machine. Per case: the predicted step (the run's own
+Every run is `python -m executor run --compute sleep` (each action sleeps its cost: F 10 ms, B 20 ms of which W
+10 ms, per rank, well above a loaded machine's wake-up delays; real processes and gloo transfers). A case is one
+family on P ranks with one injection (a slow rank at 1.2x or 1.5x on two ranks, or a link delayed 2 or 5 ms); it
+runs paired with the family's uniform run, A B A B (A B with --quick), so both see the same drift of a shared
+machine. Per case: the predicted step (the run's own
 prediction, the injection priced by pipesim.cost.perturb) against the measured median, and the predicted growth
 (B over A, simulated) against the measured one (the medians of B over those of A). The families' sensitivity
 (their mean growth over the cases) is ranked predicted against measured (Kendall tau). Localisation: trials with a
@@ -37,7 +38,7 @@ from pipesim_executor.host.launch import run  # noqa: E402
 
 FAMILIES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
 QUICK_FAMILIES = ("1f1b", "zb-h1", "interleaved-1f1b")
-COSTS = {"sleep_f": (2.0,), "sleep_b": (4.0,), "sleep_w": (2.0,)}
+COSTS = {"sleep_f": (10.0,), "sleep_b": (20.0,), "sleep_w": (10.0,)}  # ms: well above a loaded scheduler's wake-up
 
 
 def microbatches(ranks: int) -> int:
@@ -185,6 +186,32 @@ def localisation(
     }
 
 
+def real_compute(root: Path, pairs: int, steps: int) -> dict:
+    """The executor's Transformer on 2 CPU ranks, profiled, uniform (A) and with rank 1 1.3x slower (B), A B A B:
+    each run's prediction (its own profile, the injection priced in) against its measured median."""
+    rows = []
+    for k in range(pairs):
+        for label, inject in (("A", ()), ("B", ("slow-rank=1:1.3",))):
+            config = run_config(
+                schedule="1f1b", num_ranks=2, num_microbatches=4, steps=steps, profile=True, device="cpu",
+                inject=inject, timeout_s=600,
+            )  # fmt: skip
+            result = run(config, runs_root=root, name=f"real-{label}{k}")
+            if result.status != "ok":
+                raise RuntimeError(f"real-{label}{k}: {result.status}: {result.message}")
+            spread = (result.analysis or {}).get("spread") or {}
+            row = {
+                "run": f"{label}{k}",
+                "measured_ms": result.measured_step_ms,
+                "predicted_ms": result.predicted_step_ms,
+                "error": result.prediction_error,
+                "cv": spread.get("step_cv"),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return {"rows": rows}
+
+
 def summary(rows: list[dict]) -> dict:
     def quantiles(key: str) -> dict:
         values = sorted(abs(r[key]) for r in rows)
@@ -207,6 +234,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--skip-what-if", action="store_true")
     parser.add_argument("--skip-localisation", action="store_true")
+    parser.add_argument("--real", type=int, default=0, metavar="PAIRS", help="also the Transformer on 2 ranks")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     families = QUICK_FAMILIES if args.quick else FAMILIES
@@ -222,6 +250,8 @@ def main() -> None:
             trials, clean = (4, 1) if args.quick else (20, 5)
             out["localisation"] = localisation(root, trials, clean, families, 4, args.steps, args.seed)
             print(json.dumps({k: v for k, v in out["localisation"].items() if k != "rows"}), flush=True)
+        if args.real:
+            out["real_compute"] = real_compute(root, args.real, args.steps)
     out["load_after"] = os.getloadavg()[0]
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1))
