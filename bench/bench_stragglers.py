@@ -212,6 +212,28 @@ def real_compute(root: Path, pairs: int, steps: int) -> dict:
     return {"rows": rows}
 
 
+def sleep_precision(samples: int) -> list[dict]:
+    """time.sleep against `precise_sleep` (sleep, then spin the last 100 us): overshoot in us per duration."""
+    import time
+
+    from pipesim_executor.rank.inject import precise_sleep
+
+    rows = []
+    for ms in (0.5, 1.0, 2.0, 5.0, 10.0):
+        for name, sleep in (("time.sleep", time.sleep), ("sleep+spin", precise_sleep)):
+            over = []
+            for _ in range(samples):
+                start = time.perf_counter()
+                sleep(ms / 1e3)
+                over.append(((time.perf_counter() - start) * 1e3 - ms) * 1e3)
+            over.sort()
+            row = {"ms": ms, "sleep": name, "median_us": statistics.median(over)}
+            row.update(p90_us=over[int(0.9 * samples)], p99_us=over[int(0.99 * samples)], max_us=over[-1])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
 def summary(rows: list[dict]) -> dict:
     def quantiles(key: str) -> dict:
         values = sorted(abs(r[key]) for r in rows)
@@ -234,12 +256,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--skip-what-if", action="store_true")
     parser.add_argument("--skip-localisation", action="store_true")
+    parser.add_argument("--sleep-precision", type=int, default=0, metavar="N", help="N sleeps per duration, first")
     parser.add_argument("--real", type=int, default=0, metavar="PAIRS", help="also the Transformer on 2 ranks")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     families = QUICK_FAMILIES if args.quick else FAMILIES
     sizes = (4,) if args.quick else (4, 8)
     out: dict = {"quick": args.quick, "load_before": os.getloadavg()[0]}
+    if args.sleep_precision:
+        out["sleep_precision"] = sleep_precision(args.sleep_precision)
     with tempfile.TemporaryDirectory(prefix="bench-stragglers-") as tmp:
         root = Path(tmp)
         if not args.skip_what_if:
