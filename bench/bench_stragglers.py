@@ -253,6 +253,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="4 ranks, 3 families, one pair per case, 4 + 1 trials")
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--families", type=lambda t: tuple(t.split(",")), help="instead of the mode's families")
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--skip-what-if", action="store_true")
     parser.add_argument("--skip-localisation", action="store_true")
@@ -260,7 +261,7 @@ def main() -> None:
     parser.add_argument("--real", type=int, default=0, metavar="PAIRS", help="also the Transformer on 2 ranks")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    families = QUICK_FAMILIES if args.quick else FAMILIES
+    families = args.families or (QUICK_FAMILIES if args.quick else FAMILIES)
     sizes = (4,) if args.quick else (4, 8)
     out: dict = {"quick": args.quick, "load_before": os.getloadavg()[0]}
     if args.sleep_precision:
