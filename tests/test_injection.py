@@ -46,7 +46,7 @@ def test_bad_injections_are_refused_before_anything_starts(extra, needle):
 def test_sleep_mode_is_checked_against_its_costs_not_the_model():
     from pipesim_executor.host.checks import check_run
 
-    config = run_config(**{**SLEEP, "num_microbatches": 8}, schedule="zbv", device="cpu")  # 8 stages, a 6-layer model
+    config = run_config(**{**SLEEP, "num_microbatches": 8, "schedule": "zbv"}, device="cpu")  # 8 stages, 6 layers
     assert check_run(config)[1].num_stages == 8
     with pytest.raises(ValueError, match="2 stages"):
         check_run(run_config(**{**SLEEP, "sleep_f": (1.0, 2.0)}, device="cpu"))
