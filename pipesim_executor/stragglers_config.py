@@ -110,12 +110,12 @@ class InjectConfig:
                 )
             except ValueError as error:
                 raise ValueError(f"--inject {text!r}: {error}") from None
-        for _, factor in slow:
-            if factor < 1:
+        for entry in slow:
+            if entry[1] < 1:
                 raise ValueError(
-                    f"--inject: a slow rank's factor must be >= 1 (sleeping cannot speed it up), got {factor}"
+                    f"--inject: a slow rank's factor must be >= 1 (sleeping cannot speed it up), got {entry[1]}"
                 )
-        return Perturbation(tuple(slow), tuple(links))
+        return Perturbation.of(slow, links)
 
 
 def check_stragglers(config: Any) -> None:

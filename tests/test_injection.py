@@ -19,10 +19,10 @@ SLEEP = dict(schedule="1f1b", num_ranks=4, num_microbatches=4, compute="sleep", 
 
 
 def test_the_injection_round_trips_through_config_json():
-    config = run_config(**SLEEP, inject=("slow-rank=1:2", "link-delay=3-2:1.5"))
+    config = run_config(**SLEEP, inject=("slow-rank=1:2", "link-delay=3-2:1.5", "slow-rank=0:1.2:W"))
     back = RunConfig.from_dict(config.to_dict())
     assert back == config
-    assert back.inject.perturbation() == Perturbation(((1, 2.0),), ((2, 3, 1.5),))
+    assert back.inject.perturbation() == Perturbation(((1, 2.0),), ((2, 3, 1.5),), ((0, "W", 1.2),))
     assert run_config(schedule="1f1b").inject.perturbation() == Perturbation()
 
 
@@ -103,6 +103,8 @@ def test_a_stretched_runner_sleeps_factor_minus_one_times_its_own_duration(monke
     runner = inject.StretchedRunner(Runner(), {"forward": 1.5}, torch.device("cpu"))
     runner.forward(1)
     assert slept == [pytest.approx(0.002)] and runner.is_last is False
+    factors = inject.call_factors(Perturbation.parse(["1:1.4:W", "1:1.2"]), 1)
+    assert factors == pytest.approx({"forward": 1.2, "backward": 1.44, "backward_input": 1.2, "backward_weight": 1.68})
 
 
 def test_a_delayed_link_posts_its_sends_late_and_in_order():
