@@ -45,8 +45,10 @@ def microbatches(ranks: int) -> int:
     return 2 * ranks  # dualpipev needs >= 2P - 1; interleaving a multiple of P
 
 
-def launch(root: Path, name: str, family: str, ranks: int, inject: tuple[str, ...], steps: int) -> dict:
-    """One sleep-mode run; its median step, its prediction and its folder."""
+def launch(
+    root: Path, name: str, family: str, ranks: int, inject: tuple[str, ...], steps: int, costs: dict | None = None
+) -> dict:
+    """One sleep-mode run (`costs`: the sleep flags, default COSTS); its median step, its prediction, its folder."""
     options = options_for(family, num_virtual_stages=2)
     config = run_config(
         schedule=family,
@@ -57,7 +59,7 @@ def launch(root: Path, name: str, family: str, ranks: int, inject: tuple[str, ..
         warmup_steps=1,
         inject=inject,
         timeout_s=600,
-        **COSTS,
+        **(costs or COSTS),
         **options,
     )
     result = run(config, runs_root=root, name=name)
@@ -110,6 +112,33 @@ def what_if(root: Path, families: tuple[str, ...], sizes: tuple[int, ...], quick
                 }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+    return rows
+
+
+# A light last rank (half the others' work): the zero-bubble schedules' W fill its slack, 1F1B has less of it.
+LIGHT_LAST = {
+    "sleep_f": (10.0, 10.0, 10.0, 5.0),
+    "sleep_b": (20.0, 20.0, 20.0, 10.0),
+    "sleep_w": (10.0, 10.0, 10.0, 5.0),
+}
+ABSORBED = (("zb-h1", "slow-rank=3:1.5:W"), ("zbv", "slow-rank=0:1.5:W"), ("1f1b", "slow-rank=3:1.5:W"))
+
+
+def absorbed(root: Path, pairs: int, steps: int) -> list[dict]:
+    """Cases the simulator says the slack absorbs (or nearly): the measured growth must stay within 1%."""
+    rows = []
+    for family, text in ABSORBED:
+        a_runs, b_runs = [], []
+        for k in range(pairs):
+            a_runs.append(launch(root, f"abs-{family}-A{k}", family, 4, (), steps, LIGHT_LAST))
+            b_runs.append(launch(root, f"abs-{family}-B{k}", family, 4, (text,), steps, LIGHT_LAST))
+        a = statistics.median(r["measured_ms"] for r in a_runs)
+        b = statistics.median(r["measured_ms"] for r in b_runs)
+        pa, pb = a_runs[0]["predicted_ms"], b_runs[0]["predicted_ms"]
+        row = {"family": family, "inject": text, "predicted_growth": pb / pa - 1, "measured_growth": b / a - 1}
+        row.update(uniform_ms=a, measured_ms=b, predicted_ms=pb)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     return rows
 
 
@@ -258,6 +287,7 @@ def main() -> None:
     parser.add_argument("--skip-what-if", action="store_true")
     parser.add_argument("--skip-localisation", action="store_true")
     parser.add_argument("--sleep-precision", type=int, default=0, metavar="N", help="N sleeps per duration, first")
+    parser.add_argument("--absorbed", type=int, default=0, metavar="PAIRS", help="also the slack-absorbed cases")
     parser.add_argument("--real", type=int, default=0, metavar="PAIRS", help="also the Transformer on 2 ranks")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -276,6 +306,8 @@ def main() -> None:
             trials, clean = (4, 1) if args.quick else (20, 5)
             out["localisation"] = localisation(root, trials, clean, families, 4, args.steps, args.seed)
             print(json.dumps({k: v for k, v in out["localisation"].items() if k != "rows"}), flush=True)
+        if args.absorbed:
+            out["absorbed"] = absorbed(root, args.absorbed, args.steps)
         if args.real:
             out["real_compute"] = real_compute(root, args.real, args.steps)
     out["load_after"] = os.getloadavg()[0]
