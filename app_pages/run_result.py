@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app_pages import plot, run_reference, state, widgets
+from app_pages import plot, run_reference, run_stragglers, state, widgets
 from pipesim.analysis import attribution, overlay
 from pipesim.charts import attribution as charts_attribution
 from pipesim.charts import gantt as charts
@@ -113,6 +113,7 @@ def show(result) -> None:
             "action times) + communication wait + overhead (optimizer, gaps, skew). The thin marks under "
             "each measured lane of the overlay show where each kind of lost time sits in the same step."
         )
+    run_stragglers.show(result)
 
     left, right = st.columns(2)
     with left:

@@ -29,6 +29,7 @@ _API = {
     "CostModel": "pipesim.cost.model",
     "StageCost": "pipesim.cost.model",
     "LinkCost": "pipesim.cost.model",
+    "Perturbation": "pipesim.cost.perturb",
     "ModelDescription": "pipesim.cost.description",
     "cost_from_times": "pipesim.cost.convert",
     "load_cost_file": "pipesim.io.cost_file",

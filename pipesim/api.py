@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipesim.cost.model import CostModel
+from pipesim.cost.perturb import Perturbation
 from pipesim.ir import Schedule
 from pipesim.limits import require, require_items
 from pipesim.records import Timeline
@@ -46,17 +47,22 @@ def to_torch_csv(schedule: Schedule, csv_format: str = "compute_only") -> str:
     return schedule_to_csv(schedule, csv_format)  # type: ignore[arg-type]
 
 
-def simulate(schedule: Schedule, cost: CostModel | None = None) -> SimulatedStep:
+def simulate(
+    schedule: Schedule, cost: CostModel | None = None, perturbation: Perturbation | None = None
+) -> SimulatedStep:
     """One training step of `schedule` under `cost` (default: forward 1, backward 2, no transfer time, per stage):
     its timeline, each rank's tail and the step time (`pipesim.sim.steps.simulate_step`, the one step-time function
     of the CLI, the app, the planner and the executor's prediction). Costs given per rank are cut for the
-    schedule's stages as `simulate` and `compare` cut them (`CostModel.for_pipeline`). Raises DeadlockError (a
+    schedule's stages as `simulate` and `compare` cut them (`CostModel.for_pipeline`). `perturbation` prices a slow
+    rank or link in (`Perturbation.parse(["2:1.5"], ["0-1:5"])`: `pipesim.cost.perturb`). Raises DeadlockError (a
     ValueError) for a schedule that cannot finish."""
     from pipesim.sim.steps import simulate_step
 
     require(schedule, "schedule", Schedule, SCHEDULE_TAKES)
     require(cost, "cost", (CostModel, type(None)), COST_TAKES)
     cost = (cost or CostModel.uniform()).for_pipeline(schedule.num_stages, schedule.num_ranks)
+    if perturbation:
+        cost = perturbation.apply(cost, schedule.stage_to_rank)
     return simulate_step(schedule, cost)
 
 
@@ -75,9 +81,13 @@ def compare(
     microbatches: int,
     cost: CostModel | None = None,
     virtual_stages: int | None = None,
+    perturbation: Perturbation | None = None,
+    sensitivity: float | None = None,
 ) -> list[ComparisonRow]:
     """One row per schedule name (step time, bubble, peak memory; `error` for one that cannot be built), under one
-    cost model: `pipesim.analysis.compare.compare_schedules`."""
+    cost model: `pipesim.analysis.compare.compare_schedules`. `perturbation` prices a slow rank or link in;
+    `sensitivity` (a slowdown, e.g. 1.2) fills each row's `sensitivity`: the step's growth with each rank that
+    much slower, and the worst rank (`pipesim.analysis.sensitivity`)."""
     from pipesim.analysis.compare import compare_schedules
 
     require_items(schedules, "schedules", str, "schedule names, e.g. ['1f1b', 'zbv']")
@@ -85,7 +95,15 @@ def compare(
     require(microbatches, "microbatches", int, "a whole number of microbatches")
     require(cost, "cost", (CostModel, type(None)), COST_TAKES)
     require(virtual_stages, "virtual_stages", (int, type(None)), "a whole number of chunks per rank or None")
-    return compare_schedules(list(schedules), ranks, microbatches, cost or CostModel.uniform(), virtual_stages)
+    return compare_schedules(
+        list(schedules),
+        ranks,
+        microbatches,
+        cost or CostModel.uniform(),
+        virtual_stages,
+        perturbation=perturbation,
+        slowdown=sensitivity,
+    )
 
 
 def plan_candidates(

@@ -273,6 +273,14 @@ _number = float_flag()
 whole_numbers = int_list_flag()
 
 
+def numbers(text: str) -> tuple[float, ...]:
+    """`1,2.5` -> (1.0, 2.5)."""
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {shown(text)}") from None
+
+
 def _argument(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
     """argparse keywords for one field's type: a parser, choices, or a switch."""
     kind, _ = _parts(annotation)
@@ -288,6 +296,10 @@ def _argument(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
         return {"type": parsers[kind], "metavar": field.metadata.get("metavar", metavar)}
     if typing.get_origin(kind) is tuple and typing.get_args(kind)[:1] == (int,):
         return {"type": whole_numbers, "metavar": field.metadata.get("metavar", "A,B,..")}
+    if typing.get_origin(kind) is tuple and typing.get_args(kind)[:1] == (float,):
+        return {"type": numbers, "metavar": field.metadata.get("metavar", "X,Y,..")}
+    if typing.get_origin(kind) is tuple and typing.get_args(kind)[:1] == (str,):  # repeatable: one per use
+        return {"type": str, "action": "append", "metavar": field.metadata.get("metavar", "TEXT")}
     raise TypeError(f"no flag for field {field.name} of type {annotation!r}: give it metadata cli=False")
 
 

@@ -17,6 +17,7 @@ from pipesim.cost.runtime import OPTIMIZERS
 from pipesim.cost.shape import TransformerShape
 from pipesim.limits import MAX_LAYERS, MAX_SEED, MAX_STEPS, MAX_TIMEOUT_S
 from pipesim.numbers import check_number
+from pipesim_executor.stragglers_config import ComputeConfig, InjectConfig, check_stragglers
 
 MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
 CUSTOM = "custom"
@@ -296,6 +297,8 @@ class RunConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     devices: DeviceConfig = field(default_factory=DeviceConfig)
     nodes: NodesConfig = field(default_factory=NodesConfig)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
+    inject: InjectConfig = field(default_factory=InjectConfig)
     profile: bool = False
     """Measure each stage's costs first (cost.json), then predict the step time and compare."""
     reference: bool = False
@@ -316,6 +319,7 @@ class RunConfig:
                 f"choose a multiple of {microbatches}, e.g. {choices}"
             )
         check_number(self.timeout_s, "timeout_s", above=0, maximum=MAX_TIMEOUT_S)
+        check_stragglers(self)  # --compute sleep and --inject against the rest of the run
 
     @property
     def microbatch_size(self) -> int:
@@ -356,6 +360,8 @@ _SECTIONS = {
     "training": TrainingConfig,
     "devices": DeviceConfig,
     "nodes": NodesConfig,
+    "compute": ComputeConfig,
+    "inject": InjectConfig,
 }
 _FIELDS = {f.name: section for section, cls in _SECTIONS.items() if section != "model" for f in fields(cls)}
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pipesim.analysis.sensitivity import rank_sensitivity
 from pipesim.cost.model import CostModel
+from pipesim.cost.perturb import Perturbation
 from pipesim.schedules import build_schedule, options_for
 from pipesim.sim.jitter import step_interval
 from pipesim.sim.metrics import compute_metrics
@@ -45,6 +47,7 @@ class ComparisonRow:
     step_ms_p05: float | None = None  # with a spread: the 90% interval of the sampled steps (step_ms their median)
     step_ms_p95: float | None = None
     step_ms_deterministic: float | None = None  # with a spread: the step of the actions' medians
+    sensitivity: dict | None = None  # pipesim.analysis.sensitivity.Sensitivity.to_dict, when asked for
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,15 +60,24 @@ def compare_one(
     cost: CostModel,
     num_virtual_stages: int | None = None,
     sampling: Sampling | None = None,
+    perturbation: Perturbation | None = None,
+    slowdown: float | None = None,
 ) -> ComparisonRow:
     """Build, simulate and measure one schedule; a ValueError becomes the row's `error`. With `sampling`, the step
-    is the median of sampled steps with its 90% interval (`pipesim.sim.jitter.step_interval`)."""
+    is the median of sampled steps with its 90% interval (`pipesim.sim.jitter.step_interval`). `perturbation` (a
+    slow rank, a slow link) is priced into the costs (`Perturbation.apply`); `slowdown` adds each rank's
+    sensitivity to that slowdown (`pipesim.analysis.sensitivity`)."""
     try:
         options = options_for(name, num_virtual_stages=num_virtual_stages)
         schedule = build_schedule(name, num_ranks, num_microbatches, **options)
         cost = cost.for_pipeline(schedule.num_stages, num_ranks)
+        if perturbation:
+            cost = perturbation.apply(cost, schedule.stage_to_rank)
         step = simulate_step(schedule, cost)
         interval = None if sampling is None else step_interval(schedule, cost, *sampling)
+        sensitivity = None
+        if slowdown is not None:
+            sensitivity = rank_sensitivity(schedule, cost, slowdown, step.step_ms).to_dict()
     except ValueError as error:  # includes ScheduleError and DeadlockError
         return ComparisonRow(schedule=name, error=str(error))
     metrics = compute_metrics(step.timeline, cost)
@@ -87,6 +99,7 @@ def compare_one(
         bubble_ratio=metrics.bubble_ratio,
         peak_activations=max(rank.peak_activations for rank in metrics.ranks),
         peak_activation_bytes=max(rank.peak_activation_bytes for rank in metrics.ranks),
+        sensitivity=sensitivity,
     )
 
 
@@ -97,9 +110,15 @@ def compare_schedules(
     cost: CostModel,
     num_virtual_stages: int | None = None,
     sampling: Sampling | None = None,
+    perturbation: Perturbation | None = None,
+    slowdown: float | None = None,
 ) -> list[ComparisonRow]:
-    """One row per name, in the order given (with `sampling`: (spread, samples, seed), each step sampled)."""
-    return [compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages, sampling) for name in names]
+    """One row per name, in the order given (`compare_one`; with `sampling`: (spread, samples, seed), each step
+    sampled)."""
+    return [
+        compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages, sampling, perturbation, slowdown)
+        for name in names
+    ]
 
 
 def format_table(rows: list[ComparisonRow], bytes_known: bool = True) -> str:

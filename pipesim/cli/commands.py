@@ -60,8 +60,10 @@ from types import MappingProxyType
 from pipesim.charts.export import ExportUnavailable
 from pipesim.cli import app as cli_app
 from pipesim.cli import plan as cli_plan
+from pipesim.cli import stragglers as cli_stragglers
 from pipesim.cli import synthesize as cli_synthesize
 from pipesim.cli import trace as cli_trace
+from pipesim.cli import whatif
 from pipesim.cli.common import (
     Parser,
     UsageError,
@@ -118,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{list,simulate,compare,import-trace,balance,plan,synthesize,app}"
+        dest="command",
+        required=True,
+        metavar="{list,simulate,compare,import-trace,balance,plan,synthesize,stragglers,app}",
     )
     commands.add_parser(
         "list",
@@ -146,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_cost_args(sim)
     add_sampling_args(sim)
+    whatif.add_perturbation_args(sim)
     steps = sim.add_argument_group("steps (the step as a training loop runs it; see pipesim.sim.steps)")
     steps.add_argument(
         "--overhead",
@@ -198,12 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
     add_cost_args(cmp)
     add_sampling_args(cmp)
+    whatif.add_perturbation_args(cmp)
+    whatif.add_sensitivity_arg(cmp)
     cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows (- for standard output)")
     add_figure_args(cmp, "comparison chart")
 
     cli_trace.add_commands(commands)
     cli_plan.add_commands(commands)
     cli_synthesize.add_commands(commands)
+    cli_stragglers.add_commands(commands)
     cli_app.add_commands(commands)
     return parser
 
@@ -292,7 +300,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if sampling is None and args.cost is not None:  # a run's cost file keeps the spread its in-situ steps measured
         measured = cost_spread(cost)
         sampling = None if measured is None else (measured, args.samples, args.seed)
+    perturbation = whatif.perturbation_from_args(args, schedule.num_ranks)
     validate(schedule)
+    cost = perturbation.apply(cost, schedule.stage_to_rank)  # last: a slow rank, a slow link (pipesim.cost.perturb)
     step = simulate_step(schedule, cost)  # where the gradient reduction is charged: pipesim.sim.data_parallel
     timeline = step.timeline
     metrics = compute_metrics(timeline, cost)
@@ -364,7 +374,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from pipesim.analysis.compare import compare_schedules, format_table
 
     sampling = sampling_from_args(args)
-    rows = compare_schedules(args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages, sampling)
+    perturbation = whatif.perturbation_from_args(args, args.ranks)
+    slowdown = None if args.sensitivity == 1 else args.sensitivity
+    rows = compare_schedules(
+        args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages, sampling, perturbation, slowdown
+    )
     written = []
     if args.json is not None:
         document = {
@@ -372,6 +386,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             "version": 1,
             "ranks": args.ranks,
             "microbatches": args.microbatches,
+            "perturbation": perturbation.to_dict(),
             "rows": [row.to_dict() for row in rows],
         }
         write_json(document, args.json)
@@ -381,7 +396,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     written += write_figures(lambda: comparison_figure(rows), args)
     table = format_table(rows, bytes_known=args.cost is not None)  # typed times carry no sizes
-    print("\n".join([table, *written_lines(*written)]), file=summary_stream(*written))
+    print("\n".join([table, *whatif.sensitivity_lines(rows), *written_lines(*written)]), file=summary_stream(*written))
     return 0 if any(row.error is None for row in rows) else FAILURE
 
 
@@ -393,6 +408,7 @@ COMMANDS = MappingProxyType(
         **cli_trace.COMMANDS,
         **cli_plan.COMMANDS,
         **cli_synthesize.COMMANDS,
+        **cli_stragglers.COMMANDS,
         **cli_app.COMMANDS,
     }
 )

@@ -21,12 +21,13 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from pipesim.analysis.calibration import calibrate_from_run
+from pipesim.cli import whatif
 from pipesim.cli.common import positive_int, summary_stream, written_lines
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
@@ -210,6 +211,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     sampling.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES, metavar="N", help="draws per step")
     sampling.add_argument("--seed", type=int_flag(0, 2**32 - 1), default=0, metavar="S", help="seed of the draws")
+    whatif.add_perturbation_args(plan, devices=True)
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan (- for standard output)")
     plan.add_argument("--verify", type=int_flag(1, 1000), metavar="K", help="run the top K for real (needs --json)")
 
@@ -315,7 +317,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json is not None:
         check_output(args.json)
     options = IntervalOptions(args.jitter, args.samples, args.seed)
+    perturbation = whatif.perturbation_from_args(args, args.devices if args.devices >= 1 else None)
     inputs, recorded = inputs_from_args(args)
+    if perturbation:
+        inputs = replace(inputs, perturbation=perturbation)
+        recorded = {**recorded, "perturbation": perturbation.to_dict()}
     space = space_from_args(args, inputs)
     inputs.check_sizes(space.microbatch_sizes, space.extrapolate, profile_program())
     workers, workers_note = _workers(args.workers, space)

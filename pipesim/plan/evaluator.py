@@ -105,7 +105,10 @@ class Evaluator:
             w_share=c.w_share,
         )
         runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
-        return replace(cost, runtime=runtime, dp_group=self.inputs.replica_group(c.data_parallel))
+        cost = replace(cost, runtime=runtime, dp_group=self.inputs.replica_group(c.data_parallel))
+        # a straggler among the devices, at its place in this candidate's pipeline (pipesim.cost.perturb); the
+        # bounds price a candidate through this same function, so pruning sees the straggler too
+        return self.inputs.perturbation.folded(schedule.num_ranks).apply(cost, schedule.stage_to_rank)
 
     def last_gradients(self, key: tuple, deps: Any) -> list[list[tuple[int, int]]]:
         """Per shape, each rank's last backward per stage (where its all-reduce starts), found once."""

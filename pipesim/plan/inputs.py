@@ -15,6 +15,7 @@ from typing import Any
 
 from pipesim.cost.description import ModelDescription, stage_costs_from_units
 from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, RankRuntime, StageCost
+from pipesim.cost.perturb import Perturbation
 from pipesim.cost.profile import UnitProfile
 from pipesim.cost.runtime import RuntimeTerms
 from pipesim.ir import Schedule
@@ -54,6 +55,7 @@ class PlanInputs:
     # The data-parallel ring a cost file describes (its dp_link and dp_bucket_bytes, as `simulate --cost` reads
     # them); None: the pipeline's link and the default bucket.
     dp_group: DataParallelGroup | None = None
+    perturbation: Perturbation = Perturbation()  # stragglers among the devices (pipesim.cost.perturb), folded per depth
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -67,6 +69,9 @@ class PlanInputs:
         if self.memory_cap_bytes is not None and not self.memory_cap_bytes > 0:
             raise ValueError(f"the memory cap must be > 0 bytes, got {self.memory_cap_bytes!r}")
         check_optimizer(self.optimizer)
+        if not isinstance(self.perturbation, Perturbation):
+            raise ValueError(f"perturbation must be a Perturbation, got {self.perturbation!r}")
+        self.perturbation.check_ranks(self.devices)
 
     @classmethod
     def from_description(cls, description: ModelDescription, **kwargs: Any) -> PlanInputs:

@@ -31,7 +31,10 @@ def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunC
     if missing is not None:
         raise ValueError(f"a run needs torch, and {missing}")
     schedule = _checked_schedule(config, schedule)
-    _check_model_fits(config, schedule)
+    if config.compute.sleeps:  # no model runs: its costs must fit the schedule instead
+        config.compute.cost_model(schedule)
+    else:
+        _check_model_fits(config, schedule)
     _check_combinations(config)
     _check_nodes(config)
     # every replica of the model on this machine (a multi-node run: this node's share of them)

@@ -30,7 +30,9 @@ from pipesim_executor.config import (
     MODEL_KINDS,
     SPEC_HELP,
     CNNConfig,
+    ComputeConfig,
     DeviceConfig,
+    InjectConfig,
     ModelConfig,
     NodesConfig,
     PipelineConfig,
@@ -108,6 +110,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         "training": from_flags(TrainingConfig, args, f"{SECTION}.training"),
         "devices": from_flags(DeviceConfig, args, f"{SECTION}.devices"),
         "nodes": from_flags(NodesConfig, args, f"{SECTION}.nodes"),
+        "compute": from_flags(ComputeConfig, args, f"{SECTION}.compute"),
+        "inject": from_flags(InjectConfig, args, f"{SECTION}.inject"),
     }
     return RunConfig(**sections, **given(args, SECTION))
 

@@ -32,10 +32,13 @@ def summary_lines(result) -> list[str]:
         lines.append(
             f"schedule {config.pipeline.schedule}, {config.pipeline.num_ranks} ranks, "
             f"{config.pipeline.num_microbatches} microbatches, "
-            f"{config.model.spec or config.model.kind} model, {config.devices.device}/{config.devices.backend}, "
+            f"{'sleeping' if config.compute.sleeps else config.model.spec or config.model.kind} model, "
+            f"{config.devices.device}/{config.devices.backend}, "
             f"{config.pipeline.data_parallel} replica(s), {config.training.dtype}, "
             f"{config.training.steps} steps"
         )
+        if config.inject.inject:
+            lines.append(f"inject   {config.inject.perturbation().describe()} (priced into the prediction)")
     if result.message:
         lines.append("message  " + result.message.replace("\n", "\n         "))
     if result.step_times_ms:
@@ -49,6 +52,10 @@ def summary_lines(result) -> list[str]:
         interval = f", 90% interval {_fmt(low)} to {_fmt(high)}" if low is not None and high is not None else ""
         lines.append(f"predict  {_fmt(result.predicted_step_ms)}{interval} (error {error} against the measured median)")
     lines += _analysis_lines(result.analysis)
+    if result.analysis is not None and "stragglers" in result.analysis:
+        from pipesim.analysis.stragglers import describe
+
+        lines += [f"straggle {line}" for line in describe(result.analysis["stragglers"])]
     lines += _trace_lines(result.run_dir)
     reference = result.reference
     if reference:

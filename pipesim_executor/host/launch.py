@@ -247,7 +247,7 @@ class RunHandle:
 
     def _after_success(self, env: dict[str, str], deadline: float) -> dict:
         """Prediction (with profile) and the torch.distributed.pipelining reference (with reference)."""
-        out = predict.analyse_run(self.run_dir, self.schedule)
+        out = predict.analyse_run(self.run_dir, self.schedule, self.config)
         if self.config.reference:
             out.update(self._reference(env, deadline))
         return out

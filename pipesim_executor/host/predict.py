@@ -24,11 +24,12 @@ from typing import Any
 from pipesim.analysis.attribution import attribute_run
 from pipesim.analysis.overlay import replay_cost  # noqa: F401 - the replay lives with the overlay; callers use it here too
 from pipesim.cost.model import CostModel
-from pipesim.io.cost_file import load_cost
+from pipesim.io.cost_file import load_cost, save_cost
 from pipesim.io.formats import read_json, timeline_from_dict, timeline_to_dict, write_json
 from pipesim.io.run_record import median_step_ms
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
+from pipesim_executor.config import RunConfig
 from pipesim_executor.run_files import TRACE_FILE
 
 
@@ -107,8 +108,10 @@ def compare(prediction: Prediction, step_times_ms: list[float]) -> Prediction:
     )
 
 
-def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
-    """After a successful run: median step time, and with cost.json the prediction (writes simulated.json)."""
+def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = None) -> dict[str, Any]:
+    """After a successful run: median step time, and with cost.json the prediction (writes simulated.json). Under
+    --compute sleep the slept costs are the cost model (written to cost.json); an injection (--inject) is priced
+    into the prediction by pipesim.cost.perturb's rule, so the error compares like with like."""
     measured_path, cost_path = run_dir / "measured.json", run_dir / "cost.json"
     if not measured_path.exists():
         return {"message": "no measured.json on this node (rank 0 writes it)"}
@@ -116,15 +119,21 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
     step_times = [float(t) for t in measured.get("step_times_ms", [])]
     timeline = timeline_from_dict(measured)
     out: dict[str, Any] = {"measured_step_ms": measured_step_ms(step_times)}
-    prediction = None
+    prediction, priced = None, None
+    if config is not None and config.compute.sleeps and not cost_path.exists():
+        save_cost(config.compute.cost_model(schedule), cost_path)
     if cost_path.exists():
-        cost = load_cost(cost_path)
+        cost = priced = load_cost(cost_path).for_pipeline(schedule.num_stages, schedule.num_ranks)
+        if config is not None and config.inject.inject:
+            cost = config.inject.perturbation().apply(cost, schedule.stage_to_rank)
         prediction = compare(predict_step(schedule, cost), step_times)
         summary = {
             "predicted_step_ms": prediction.predicted_step_ms,
             "overhead_ms": list(prediction.overhead_ms),
             **prediction.interval_fields(),
         }
+        if config is not None and config.inject.inject:  # the prediction prices what was injected
+            summary["injection"] = config.inject.perturbation().to_dict()
         if prediction.sharing:  # ranks on shared cores or a shared GPU: the prediction says how it modelled them
             summary["sharing"] = prediction.sharing
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
@@ -132,7 +141,7 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
         if prediction.p05_ms is not None:
             out.update(predicted_p05_ms=prediction.p05_ms, predicted_p95_ms=prediction.p95_ms)
     try:  # where every millisecond of a step went (pipesim.analysis.attribution); a problem here must not fail the run
-        write_json(analysis(schedule, timeline, step_times, prediction), run_dir / "analysis.json")
+        write_json(analysis(schedule, timeline, step_times, prediction, priced), run_dir / "analysis.json")
     except ValueError as error:
         out["analysis_error"] = str(error)
     simulated = None if prediction is None else prediction.simulated
@@ -143,12 +152,21 @@ def analyse_run(run_dir: Path, schedule: Schedule) -> dict[str, Any]:
     return out
 
 
-def analysis(schedule: Schedule, measured: Timeline, step_times: list[float], prediction: Prediction | None) -> dict:
-    """analysis.json: the attribution, the machine's load as the run ended, and with a prediction its error
-    step by step and action by action (pipesim.analysis.overlay's definitions, the ones the CLI and the app show)."""
+def analysis(
+    schedule: Schedule,
+    measured: Timeline,
+    step_times: list[float],
+    prediction: Prediction | None,
+    cost: CostModel | None = None,
+) -> dict:
+    """analysis.json: the attribution, the machine's load as the run ended, the stragglers found (priced by `cost`,
+    the run's cost.json, when there is one: pipesim.analysis.stragglers), and with a prediction its error step by
+    step and action by action (pipesim.analysis.overlay's definitions, the ones the CLI and the app show)."""
     from pipesim.analysis.overlay import action_errors, median_abs_error
+    from pipesim.analysis.stragglers import find_stragglers
 
     doc = attribute_run(schedule, measured, step_times)
+    doc["stragglers"] = find_stragglers(schedule, measured, cost).to_dict()
     doc["spread"]["load_1min"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if prediction is not None:
         rows = action_errors(prediction.simulated, measured)

@@ -111,6 +111,24 @@ def data_parallel_groups(config: RunConfig, timeout_s: float) -> list:
     ]
 
 
+def _rank_model(config: RunConfig, schedule: Schedule, rank: int, device: torch.device) -> RankModel:
+    """This rank's stages: the model's, or under --compute sleep stages that sleep their simulated cost."""
+    if config.compute.sleeps:
+        from pipesim_executor.rank.inject import build_sleep_model
+
+        return build_sleep_model(schedule, rank, config.compute.cost_model(schedule), config.microbatch_size)
+    return build_rank_model(
+        schedule,
+        config.model,
+        seed=config.training.seed,
+        microbatch_size=config.microbatch_size,
+        rank=rank,
+        device=device,
+        recompute=config.training.recompute,
+        dtype=config.training.dtype,
+    )
+
+
 def setup(config: RunConfig, schedule: Schedule) -> Rank:
     process, world = env_int("RANK", 0), env_int("WORLD_SIZE", 1)
     replicas = config.pipeline.data_parallel
@@ -137,16 +155,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         ranks=schedule.num_ranks,
     )
     transport.warm_up()
-    model = build_rank_model(
-        schedule,
-        config.model,
-        seed=config.training.seed,
-        microbatch_size=config.microbatch_size,
-        rank=rank,
-        device=choice.device,
-        recompute=config.training.recompute,
-        dtype=config.training.dtype,
-    )
+    model = _rank_model(config, schedule, rank, choice.device)
     sync = None
     if replicas > 1:
         from pipesim_executor.rank.grad_sync import GradSync

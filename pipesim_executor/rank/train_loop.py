@@ -176,6 +176,10 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "clock": "cuda events" if r.choice.device.type == "cuda" else "perf_counter",
         "split_points": list(r.model.split_points),  # the units each stage holds (pipesim plan --calibrate-from)
     }
+    if r.config.inject.inject:  # what was injected (pipesim.cost.perturb's form): the Run page and stragglers read it
+        meta["injection"] = r.config.inject.perturbation().to_dict()
+    if r.config.compute.sleeps:
+        meta["compute"] = "sleep"
     if r.overlap_groups:  # run back to back: one device stream cannot overlap them
         meta["overlap_groups"] = r.overlap_groups
         meta["overlap"] = "members run back to back (no overlap on this device)"

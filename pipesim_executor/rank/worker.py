@@ -56,6 +56,10 @@ def run(run_dir: Path) -> None:
         from pipesim_executor.rank.profile import profile_run
 
         profile_run(r, run_dir)
+    if config.inject.inject:  # after the profile: it measures the devices as they are
+        from pipesim_executor.rank.inject import inject
+
+        inject(r)
     before_training.set()
     started = time.perf_counter()
     # a cancel stops it after the step in progress, keeping the steps done

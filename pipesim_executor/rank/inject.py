@@ -1,0 +1,215 @@
+"""Stragglers for real (issue 30): the sleep mode's stages, a slow rank's stretched actions, a slow link's late sends.
+
+* Sleep mode (`--compute sleep`): each stage is a `SleepRunner` that sleeps its action's simulated cost instead of
+  computing and hands on a small tensor (real processes, real gloo transfers), so 8 ranks run on 2 cores with
+  durations the simulation knows.
+* `--inject slow-rank=R:FACTOR`: every runner of rank R is a `StretchedRunner`: after each compute call it sleeps
+  (FACTOR - 1) x that call's own measured duration, inside the action's span (the action takes FACTOR x as long).
+* `--inject link-delay=A-B:MS`: the transport of ranks A and B is a `DelayedTransport`: a send to the other one is
+  handed to a thread that posts it MS later, while the sender goes on computing, as a slower link would carry it.
+  Nothing synchronises per transfer (DESIGN.md rule 11): the handle is waited for where every send is.
+
+`precise_sleep` is the one sleep: time.sleep to within `SPIN_S` of the deadline, then a spin on perf_counter.
+Measured here on 2 shared cores (load 1.6, docs/benchmarks.md, issue 30): time.sleep overshoots by a median 70-75
+us (p90 78-92 us) for 0.5-5 ms; the hybrid by a median 0.3-2 us (p90 under 4 us). Both see the scheduler's
+millisecond stalls in their p99 when the cores are oversubscribed: that part is the machine, not the sleep.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from pipesim.cost.model import CostModel
+from pipesim.cost.perturb import Perturbation
+from pipesim.ir import ActionKind, Schedule
+from pipesim_executor.rank.runtime import RankModel
+
+SPIN_S = 100e-6  # the last 100 us are spun, not slept
+WIDTH = 16  # floats per sample of the sleep mode's messages
+
+
+def precise_sleep(seconds: float) -> None:
+    """Sleep `seconds`: time.sleep to within SPIN_S, then spin (see the module docstring for its precision)."""
+    if seconds <= 0:
+        return
+    deadline = time.perf_counter() + seconds
+    rest = seconds - SPIN_S
+    if rest > 0:
+        time.sleep(rest)
+    while time.perf_counter() < deadline:
+        pass
+
+
+# --- sleep mode ---------------------------------------------------------------------------------------------
+
+
+class SleepRunner:
+    """A stage that sleeps its action's cost (ms, per kind) and hands on zeros of the message's shape. One tiny
+    parameter so the optimizer has something to step (it has no gradient: the step is microseconds)."""
+
+    def __init__(self, stage: int, is_first: bool, is_last: bool, costs_ms: dict[ActionKind, float]) -> None:
+        self.stage, self.is_first, self.is_last = stage, is_first, is_last
+        self.recompute = False
+        self.costs_ms = costs_ms
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [self.weight]
+
+    def remove_hooks(self) -> None:
+        """Nothing to remove (the model runners' interface)."""
+
+    def _sleep(self, kind: ActionKind) -> None:
+        precise_sleep(self.costs_ms[kind] / 1e3)
+
+    def forward(self, x: Tensor, target: Tensor | None = None, split: bool = False) -> tuple[Tensor, Any]:
+        self._sleep(ActionKind.FORWARD)
+        if self.is_last:
+            return torch.zeros(()), x.shape
+        return torch.zeros(x.shape), x.shape
+
+    def backward(self, stash: Any, grad_output: Tensor | None) -> Tensor | None:
+        self._sleep(ActionKind.BACKWARD)
+        return None if self.is_first else torch.zeros(stash)
+
+    def backward_input(self, stash: Any, grad_output: Tensor | None) -> tuple[Tensor | None, Any]:
+        self._sleep(ActionKind.BACKWARD_INPUT)
+        return (None if self.is_first else torch.zeros(stash)), stash
+
+    def backward_weight(self, work: Any) -> None:
+        self._sleep(ActionKind.BACKWARD_WEIGHT)
+
+
+def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch_size: int) -> RankModel:
+    """This rank's sleeping stages, priced by `cost` (cut for the schedule), and messages of microbatch_size x
+    WIDTH floats; the batch maker gives zeros of the same width."""
+    last = schedule.num_stages - 1
+    runners = {
+        stage: SleepRunner(stage, stage == 0, stage == last, {k: cost.duration_ms(stage, k) for k in ActionKind})
+        for stage in schedule.stages_of_rank(rank)
+    }
+    shape = torch.Size((microbatch_size, WIDTH))
+    shapes = [(shape, shape)] * schedule.num_stages
+
+    def make_batch(batch_size: int, seed: int, step: int) -> tuple[Tensor, Tensor]:
+        return torch.zeros(batch_size, WIDTH), torch.zeros(batch_size, WIDTH)
+
+    return RankModel(runners, shapes, {s: (0, 0, 0) for s in runners}, make_batch)
+
+
+# --- a slow rank ----------------------------------------------------------------------------------------------
+
+
+class StretchedRunner:
+    """A stage runner whose compute calls are each followed by a sleep of (factor - 1) x their own duration, a
+    factor per call (`factors`: forward, backward, backward_input, backward_weight). On a GPU the call is
+    synchronised first to be measured (only this rank's, only with the injection)."""
+
+    def __init__(self, runner: Any, factors: dict[str, float], device: torch.device) -> None:
+        self._runner, self._factors = runner, factors
+        self._cuda = device.type == "cuda"
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._runner, name)
+        factor = self._factors.get(name, 1.0)
+        if factor == 1.0:
+            return attribute
+
+        def stretched(*args: Any, **kwargs: Any) -> Any:
+            if self._cuda:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            out = attribute(*args, **kwargs)
+            if self._cuda:
+                torch.cuda.synchronize()
+            precise_sleep((factor - 1) * (time.perf_counter() - start))
+            return out
+
+        return stretched
+
+
+def call_factors(perturbation: Perturbation, rank: int) -> dict[str, float]:
+    """Per runner call, its stretch on `rank` (pipesim.cost.perturb's kind_factors): a full backward whose two parts
+    differ takes their mean (the runner does not know its parts' split)."""
+    scale = perturbation.kind_factors(rank)
+    return {
+        "forward": scale["F"],
+        "backward": (scale["I"] + scale["W"]) / 2,
+        "backward_input": scale["I"],
+        "backward_weight": scale["W"],
+    }
+
+
+# --- a slow link ----------------------------------------------------------------------------------------------
+
+
+class _LateSend:
+    """A send a thread posts later: completed once posted and done; `wait` waits for both."""
+
+    def __init__(self) -> None:
+        self.posted = threading.Event()
+        self.handle: Any = None
+        self.error: BaseException | None = None
+
+    def is_completed(self) -> bool:
+        return self.posted.is_set() and (self.error is not None or self.handle.is_completed())
+
+    def wait(self) -> None:
+        self.posted.wait()
+        if self.error is not None:
+            raise self.error
+        self.handle.wait()
+
+
+class DelayedTransport:
+    """The rank's transport, with each send to a peer in `delays_ms` posted that many ms after the call, by one
+    thread in call order (each link is one process group only this thread then sends on)."""
+
+    def __init__(self, transport: Any, delays_ms: dict[int, float]) -> None:
+        self._transport, self._delays_s = transport, {peer: ms / 1e3 for peer, ms in delays_ms.items()}
+        self._queue: queue.Queue = queue.Queue()
+        threading.Thread(target=self._post_late, name="pipesim-link-delay", daemon=True).start()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def isend(self, tensor: Tensor, dst: int, tag: int) -> Any:
+        if dst not in self._delays_s:
+            return self._transport.isend(tensor, dst, tag)
+        late = _LateSend()
+        self._queue.put((time.perf_counter() + self._delays_s[dst], tensor.detach(), dst, tag, late))
+        return late
+
+    def _post_late(self) -> None:
+        while True:
+            due, tensor, dst, tag, late = self._queue.get()
+            precise_sleep(due - time.perf_counter())
+            try:
+                late.handle = self._transport.isend(tensor, dst, tag)
+            except BaseException as error:  # the main thread raises it where it waits
+                late.error = error
+            late.posted.set()
+
+
+def inject(r: Any) -> None:
+    """The run's injection on this rank (a `pipesim_executor.rank.setup.Rank`), after its profile phase so that the
+    profile measures the devices as they are: its runners stretched if its pipeline rank is slow, its transport
+    delayed towards its slow links' other ends."""
+    perturbation: Perturbation = r.config.inject.perturbation()
+    rank, runtime = r.pipe_rank, r.runtime
+    factors = call_factors(perturbation, rank)
+    if any(f != 1.0 for f in factors.values()):
+        runtime.runners = {
+            s: StretchedRunner(runner, factors, r.choice.device) for s, runner in runtime.runners.items()
+        }
+    delays = {
+        next(iter(pair - {rank})): ms for pair, ms in perturbation.link_extra_ms().items() if rank in pair and ms > 0
+    }
+    if delays:
+        runtime.transport = DelayedTransport(runtime.transport, delays)
