@@ -25,13 +25,9 @@ def summary_lines(result) -> list[str]:
     config = result.config
     lines = [f"run      {result.run_dir}", f"status   {result.status}"]
     if config is not None:
-        lines.append(
-            f"schedule {config.pipeline.schedule}, {config.pipeline.num_ranks} ranks, "
-            f"{config.pipeline.num_microbatches} microbatches, "
-            f"{config.model.spec or config.model.kind} model, {config.devices.device}/{config.devices.backend}, "
-            f"{config.pipeline.data_parallel} replica(s), {config.training.dtype}, "
-            f"{config.training.steps} steps"
-        )
+        lines.append(f"schedule {config.describe()}")
+    if result.outcome:
+        lines.append(f"outcome  {result.outcome}")
     if result.message:
         lines.append("message  " + result.message.replace("\n", "\n         "))
     if result.step_times_ms:

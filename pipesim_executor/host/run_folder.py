@@ -118,6 +118,14 @@ class RunResult:
     reference: dict | None = None
     analysis: dict | None = None  # pipesim.attribution's split of the measured step (analysis.json)
     started_at: float | None = None
+    outcome: str = ""  # the outcome in one sentence (pipesim_executor.progress.outcome_sentence); message has the log
+
+    @property
+    def headline(self) -> str:
+        """What to show first: the outcome sentence, else (a run from before it was written) the message's first
+        line, never a log tail."""
+        first = self.message.splitlines()[0] if self.message else ""
+        return self.outcome or (f"Run {self.status}: {first}" if first else "")
 
 
 # --- a run in progress: the launcher's progress file, liveness, cancel requests ----------------------------------
@@ -213,6 +221,7 @@ def load_run(run_dir: str | Path) -> RunResult:
         raise ValueError(f"result.json: status {status!r} is not one of {', '.join(STATUSES)}")
     numbers = result_numbers(summary)
     result = RunResult(run_dir, status, str(summary.get("message", "")), config, schedule, **numbers)
+    result.outcome = str(summary.get("outcome") or "")
     _load_outputs(result)
     return result
 
