@@ -229,7 +229,7 @@ def verify_plan(
                 row.measured_cv = statistics.pstdev(times) / statistics.mean(times) if len(times) > 1 else None
                 row.measured_memory_bytes, row.memory_kind = measured_memory(result.run_dir, config.devices.device)
             else:
-                row.error = f"run {result.status}: {result.message}".splitlines()[0]
+                row.error = result.headline or f"run {result.status}"
         except ValueError as error:
             row.error = str(error).splitlines()[0]
         if on_row is not None:
