@@ -64,6 +64,8 @@ def show(result) -> None:
         )
     if result.peak_memory_bytes:
         widgets.card(cards[3], "peak_memory", format_bytes(max(result.peak_memory_bytes)))
+    if result.prediction_source:  # a Plan page verification's run: the plan's figure, as the Plan page shows it
+        st.caption(f"Predicted step time: {result.prediction_source}.")
 
     steps = overlay.steps_of(measured)
     step = steps[-1] if steps else None

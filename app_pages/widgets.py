@@ -130,6 +130,12 @@ def time_column(key: str, label: str | None = None) -> Any:
     return st.column_config.NumberColumn(label or what.heading, format=f"%.{TIME_DECIMALS}f", help=what.meaning)
 
 
+def text_column(key: str, label: str | None = None) -> Any:
+    """A column of figures already formatted (pipesim.units), under the quantity `key`'s name and meaning."""
+    what = quantity(key)
+    return st.column_config.TextColumn(label or what.name, help=what.meaning)
+
+
 def ratio_column(key: str) -> Any:
     what = quantity(key)
     return st.column_config.NumberColumn(what.heading, format=f"%.{RATIO_DECIMALS}f", help=what.meaning)

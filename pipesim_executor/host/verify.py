@@ -47,7 +47,7 @@ from pipesim_executor.host.verify_compare import (
     spearman,
     summary_lines,
 )
-from pipesim_executor.run_files import MEASURED_FILE
+from pipesim_executor.run_files import MEASURED_FILE, PLAN_PREDICTION_FILE
 
 DEFAULT_STEPS = 30  # measured steps per candidate: on a busy 2-core machine the median of 30 holds to 1-2%
 DEFAULT_WARMUP = 3
@@ -157,6 +157,25 @@ def measured_memory(run_dir: Path, device: str) -> tuple[list[float], str]:
     return [float(x) for x in measured.get("tracked_peak_bytes", [])], "tracked tensor bytes"
 
 
+def _record_prediction(run_dir: Path, plan: dict[str, Any], plan_path: Path, row: VerifyRow) -> None:
+    """The plan's prediction for this candidate, in its run folder: the Run page shows the same figure (and error)
+    as the Plan page, with what it rests on (a profile, or an assumed device rate)."""
+    calibration = plan.get("calibration") if isinstance(plan.get("calibration"), dict) else {}
+    model = (plan.get("inputs") or {}).get("model") or {}
+    document = {
+        "predicted_step_ms": row.predicted_ms,
+        "candidate": row.label,
+        "plan": str(plan_path),
+        "calibrated": calibration.get("calibrated"),
+        "calibration_note": calibration.get("note"),
+        "device_tflops": model.get("device_tflops") if isinstance(model, dict) else None,
+    }
+    try:
+        write_json(document, run_dir / PLAN_PREDICTION_FILE)
+    except (OSError, ValueError):  # the run goes on; its page shows no prediction
+        pass
+
+
 @dataclass(frozen=True)
 class VerifyProgress:
     """Where a verification is: `fraction` of it done, the candidate running (`index` of `total`), in words."""
@@ -210,6 +229,7 @@ def verify_plan(
                 plan, c, steps=steps, warmup_steps=warmup_steps, device=device, timeout_s=timeout_s
             )
             handle = start_run(config, runs_root=runs_root, name=f"verify-{plan_path.stem}-{index}")
+            _record_prediction(handle.run_dir, plan, plan_path, row)
             while not handle.done():
                 if cancel is not None and cancel.is_set():
                     handle.cancel()
