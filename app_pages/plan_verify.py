@@ -122,6 +122,19 @@ def job_for(signature: str) -> VerifyJob | None:
     return _jobs().get(signature)
 
 
+def noise_flag(measured_cv: float | None) -> str:
+    """The Run page's noise flag for a candidate's run, in the same words: its step times' coefficient of
+    variation against pipesim's threshold (pipesim.analysis.attribution.NOISY_STEP_CV, the Run page's `spread`)."""
+    from pipesim.analysis.attribution import NOISY_STEP_CV
+    from pipesim.units import format_percent
+
+    if measured_cv is None:
+        return ""
+    if measured_cv > NOISY_STEP_CV:
+        return f"too noisy ({format_percent(measured_cv)})"
+    return f"steady ({format_percent(measured_cv)})"
+
+
 def predictions_tie(result: Any) -> bool:
     """Whether the measured candidates' predictions are too close to rank one above another: verify's own verdict
     where it gives one, else predictions within PREDICTION_TIE of each other."""

@@ -151,3 +151,23 @@ def test_a_huge_log_and_a_fifo_do_not_hang_the_page(runs: Path, open_page) -> No
     shown = "\n".join(c.value for c in at.code)
     assert "line 0999999" in shown and "line 0000000" not in shown
     assert any("rank2.log" in c.value and "FIFO" in c.value for c in at.caption)
+
+
+def test_a_verify_run_shows_the_plans_prediction_and_what_it_rests_on(runs: Path, open_page) -> None:
+    """Issue 33 item 5: the same candidate shows the same prediction and error on Plan and Run (the Run page said
+    "Predicted step time n/a" for a Plan verification's run), labelled as the plan's, from an assumed rate."""
+    from pipesim.analysis.overlay import prediction_error
+    from pipesim_executor.run_files import PLAN_PREDICTION_FILE
+
+    folder = write_run(runs, "verify-plan-x-0", predicted=False)
+    (folder / PLAN_PREDICTION_FILE).write_text(
+        json.dumps({"predicted_step_ms": 4.0, "candidate": "1f1b P2 m4x4", "calibrated": False, "device_tflops": 0.01})
+    )
+    result = run_folder.load_run(folder)
+    assert result.predicted_step_ms == 4.0
+    assert result.prediction_error == pytest.approx(prediction_error(4.0, result.measured_step_ms))
+    at = opened(open_page, "verify-plan-x-0")
+    cards = {m.label: m.value for m in at.metric}
+    assert cards["Predicted step time"] == "4.00 ms", cards
+    said = " ".join(c.value for c in at.caption)
+    assert "the plan's prediction for 1f1b P2 m4x4, from an assumed device rate (0.01 TFLOP/s), not a profile" in said
