@@ -111,7 +111,7 @@ def show(result) -> None:
     )
     _trace_downloads(result, step)
     if result.analysis is not None:
-        plot.show(charts.attribution_figure(result.analysis, step, result.measured_step_ms), "run-attribution")
+        plot.show(charts.attribution_figure(result.analysis, step), "run-attribution")
         st.caption(
             "Each rank's step = compute + schedule idle (what the schedule imposes with this step's own "
             "action times) + communication wait + overhead (optimizer, gaps, skew). The thin marks under "

@@ -8,6 +8,7 @@ much time each kind took but where.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -25,14 +26,13 @@ ATTRIBUTION_PARTS = (
 )
 
 
-def attribution_figure(analysis: dict, step: int | None = None, median_ms: float | None = None) -> go.Figure:
+def attribution_figure(analysis: dict, step: int | None = None) -> go.Figure:
     """Where a measured step went on each rank: one stacked bar per rank (pipesim.attribution). `step` picks one of
     the analysis's steps (the one the overlay draws, so one screen shows one step); None: its median step.
 
-    `median_ms` is the run's measured step time (the median of its step times, the card beside this chart): with
-    an even number of steps it lies between two steps, and the attribution's median step is the lower of the two
-    (an actual step, so its parts add up); the title then says so, rather than calling a second figure "the
-    median"."""
+    The run's measured step time (the card beside this chart) is the median of its step times: with an even number
+    of steps it lies between two steps, and the attribution's median step is the lower of the two (an actual
+    step, so its parts add up); the title then says so, rather than calling a second figure "the median"."""
     median = analysis.get("median_step")
     chosen = next((s for s in analysis.get("steps") or () if s["step"] == step), None) if step is not None else None
     rows = chosen["ranks"] if chosen is not None else analysis["ranks"]
@@ -53,6 +53,8 @@ def attribution_figure(analysis: dict, step: int | None = None, median_ms: float
         ]
     )
     which = f"step {shown}"
+    times = [s["step_ms"] for s in analysis.get("steps") or ()]
+    median_ms = statistics.median(times) if times else None
     if shown == median:
         between = median_ms is not None and abs(median_ms - step_ms) > 1e-9 * max(1.0, abs(median_ms))
         which += (
