@@ -61,3 +61,25 @@ def test_the_tradeoff_chart_follows_the_log_switch() -> None:
     assert charts_compare.tradeoff_figure(rows).layout.xaxis.type in (None, "linear")
     logged = charts_compare.tradeoff_figure(rows, log_scale=True).layout
     assert logged.xaxis.type == "log" and logged.yaxis.type == "log" and "log scales" in logged.title.text
+
+
+def test_dag_labels_of_close_nodes_do_not_sit_side_by_side() -> None:
+    """Item 8: on 1F1B's last rank F and B run 1 ms apart and their labels ("3F0", "3B0") overlapped."""
+    from pipesim.charts.dag import label_positions
+    from pipesim.schedules import build_schedule
+    from pipesim.semantics.dag import build_dag, dag_positions
+    from pipesim.sim.simulate import simulate
+
+    schedule = build_schedule("1f1b", 4, 8)
+    timeline = simulate(schedule, CostModel.uniform(1.0, 2.0))
+    positions = dag_positions(schedule, build_dag(schedule), timeline).xy
+    placed = label_positions(positions)
+    width = max(x for x, _ in positions.values()) - min(x for x, _ in positions.values())
+    lanes: dict = {}
+    for action, (x, y) in positions.items():
+        lanes.setdefault(y, []).append((x, placed[action]))
+    for lane in lanes.values():
+        lane.sort()
+        for (x0, p0), (x1, p1) in zip(lane, lane[1:]):
+            assert x1 - x0 >= 0.04 * width or p0 != p1, (x0, x1, p0)
+    assert "bottom center" in placed.values() and "top center" in placed.values()
