@@ -80,6 +80,6 @@ def test_dag_labels_of_close_nodes_do_not_sit_side_by_side() -> None:
         lanes.setdefault(y, []).append((x, placed[action]))
     for lane in lanes.values():
         lane.sort()
-        for (x0, p0), (x1, p1) in zip(lane, lane[1:]):
+        for (x0, p0), (x1, p1) in zip(lane, lane[1:], strict=False):
             assert x1 - x0 >= 0.04 * width or p0 != p1, (x0, x1, p0)
     assert "bottom center" in placed.values() and "top center" in placed.values()
