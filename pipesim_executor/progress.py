@@ -144,8 +144,8 @@ def outcome_sentence(status: str, events: list[dict], config: RunConfig, failure
         return f"Run cancelled while {where}, before any step was measured; launch it again to measure."
     if status == "timeout":
         return (
-            f"Timed out after {config.timeout_s:g} s while {where}, {measured}; raise the timeout (Timeout, s) "
-            "or ask for fewer steps, fewer microbatches or a smaller model."
+            f"Timed out after {config.timeout_s:g} s while {where}, {measured}; raise the timeout "
+            "(Timeout (s), --timeout) or ask for fewer steps, fewer microbatches or a smaller model."
         )
     said = failure.split("\n", 1)[0].strip().rstrip(".") or f"run {status}"
     said = said[0].upper() + said[1:]

@@ -7,13 +7,20 @@ Skipped cleanly where Chromium or Playwright is missing (as tests/test_browser.p
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
 
+from app_pages.plan_presets import SMALL
+from pipesim_executor.host import run_folder
 from tests.helpers.browser_checks import problems
+from tests.helpers.run_folders import write_run
 from tests.test_browser import (  # noqa: F401  (fixtures)
     VIEWPORT,
+    _pick,
     app_url,
     browser,
     page,
@@ -92,3 +99,124 @@ def test_a_refused_field_is_said_beside_it_and_the_chart_marked(page, app_url: s
     )
     assert page.get_by_text("Chart not updated").count() == 0
     assert problems(page) == {}
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(600)
+def test_a_timed_out_run_says_so_in_one_sentence(page, app_url: str) -> None:  # noqa: F811
+    """Item 1: a timed-out run showed torchrun's shutdown traceback (venv paths, SignalException) instead of one
+    sentence with the phase, what was measured and what to do."""
+    page.goto(f"{app_url}/run?ranks=2&microbatches=2&run-size=tiny&run-steps=50&run-timeout=10&run-device=cpu")
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_role("button", name="Launch run").wait_for()
+    sidebar.get_by_role("button", name="Launch run").click()
+    alert = page.get_by_test_id("stAlertContentError").filter(has_text="Timed out after 10 s while")
+    alert.wait_for(timeout=300_000)
+    said = alert.get_by_test_id("stMarkdownContainer").inner_text()
+    assert "steps measured" in said and "raise the timeout" in said, said
+    assert "Traceback" not in said and "SignalException" not in said and "\n" not in said.strip(), said
+
+
+def test_a_running_job_never_takes_over_the_form(page, app_url: str, runs_root: Path) -> None:  # noqa: F811
+    """Item 2: while another job ran (a Plan verification: 1f1b, 2 ranks, 4 microbatches, 2 steps), the Run form
+    took its settings over the user's URL (zb-h1, 3 ranks, 6 microbatches, 7 steps) and Launch would start it."""
+    folder = write_run(runs_root, "someone-elses-job", measured=False)
+    (folder / "result.json").unlink()
+    run_folder.write_progress(folder, {"status": "running", "progress": 0.2, "events": [], "log": []})  # this pid
+    try:
+        mine = "run?schedule=zb-h1&ranks=3&microbatches=6&run-steps=7"
+        page.goto(f"{app_url}/{mine}")
+        page.get_by_role("button", name="Cancel run").wait_for(timeout=120_000)  # the job is followed live
+        page.get_by_text("This run's own settings: 1f1b, 2 ranks, 4 microbatches").wait_for()
+        sidebar = page.get_by_test_id("stSidebar")
+        assert sidebar.get_by_role("spinbutton", name="Microbatches").input_value() == "6"
+        assert sidebar.get_by_role("spinbutton", name="Steps", exact=True).input_value() == "7"
+        assert "zb-h1" in sidebar.get_by_role("combobox", name="Schedule").inner_text() or "zb-h1" in page.url
+        query = parse_qs(urlparse(page.url).query)
+        assert query.get("microbatches") == ["6"] and query.get("ranks") == ["3"], page.url
+        assert query.get("run-steps") == ["7"] and query.get("schedule") == ["zb-h1"], page.url
+    finally:
+        (folder / "result.json").write_text(json.dumps({"status": "cancelled", "message": "", "started_at": 0}))
+
+
+def test_a_finished_run_reads_true(page, app_url: str, runs_root: Path) -> None:  # noqa: F811
+    """Items 7 and 8 on a finished run: the legend off "where the step went"'s axis title (no overlap anywhere),
+    no lost-time mark before 0 ms, the loss chart on whole steps, and "Open a run" at the run shown (a newer run
+    exists)."""
+    write_run(runs_root, "shown-run", step_factors=(1.0, 1.5))
+    write_run(runs_root, "zz-newer-run")
+    page.goto(f"{app_url}/run?run=shown-run")
+    page.wait_for_function("() => document.querySelectorAll('.pipesim-plot g.trace').length >= 3", timeout=120_000)
+    _settled(page)
+    assert problems(page) == {}
+    bases = page.evaluate(
+        "[...document.querySelectorAll('.js-plotly-plot')].flatMap(p => p._fullData || [])"
+        ".filter(t => /^lost: /.test(t.name)).flatMap(t => Array.from(t.base || []))"
+    )
+    assert bases and min(bases) >= 0, bases
+    ticks = page.evaluate(
+        "[...document.querySelectorAll('.js-plotly-plot')].filter(p => /loss per step/.test(p.textContent))"
+        ".flatMap(p => [...p.querySelectorAll('.xtick text')].map(t => t.textContent))"
+    )
+    assert ticks == ["0", "1"], ticks
+    picker = page.get_by_role("combobox", name="Open a run")
+    picker.scroll_into_view_if_needed()
+    shown = picker.input_value() if picker.evaluate("e => 'value' in e") else picker.inner_text()
+    assert shown == "shown-run", shown
+
+
+def test_the_plan_says_what_its_predictions_rest_on(page, app_url: str) -> None:  # noqa: F811
+    """Items 5 and 6: the small preset's link restores its model, and the predictions say they rest on an assumed
+    0.01 TFLOP/s, with the way to calibrate them."""
+    page.goto(f"{app_url}/plan?plan-preset={quote(SMALL)}")
+    page.wait_for_selector(".js-plotly-plot g.trace", timeout=120_000)
+    _settled(page)
+    sidebar = page.get_by_test_id("stSidebar")
+    assert sidebar.get_by_role("spinbutton", name="Layers").input_value() == "4"
+    assert sidebar.get_by_role("spinbutton", name="Devices").input_value() == "2"
+    notice = page.get_by_test_id("stAlert").filter(has_text="assumed device rate (0.01 TFLOP/s)")
+    assert notice.count() == 1 and "--calibrate-from" in notice.inner_text()
+    assert sidebar.get_by_role("combobox", name="Calibrate from a run").count() == 1
+
+
+def test_compare_custom_dag_and_separators(page, app_url: str) -> None:  # noqa: F811
+    """Items 7 and 8: the log switch sets the trade-off chart's scales too; the broken example reports each of its
+    problems; DAG labels do not sit on each other; a huge size is printed with separators."""
+    page.goto(f"{app_url}/compare?cmp-log=true")
+    page.wait_for_function("() => document.querySelectorAll('.pipesim-plot g.trace').length >= 2", timeout=120_000)
+    _settled(page)
+    scales = page.evaluate(
+        "[...document.querySelectorAll('.js-plotly-plot')].filter(p => /trade-off/.test(p.textContent))"
+        ".map(p => [p._fullLayout.xaxis.type, p._fullLayout.yaxis.type])"
+    )
+    assert scales == [["log", "log"]], scales
+
+    page.goto(f"{app_url}/custom")
+    page.get_by_role("button", name="Start from a template").click()
+    _pick(page, "Template", "broken example")
+    page.get_by_role("button", name="Load", exact=True).click()
+    page.get_by_text("4 problems").wait_for(timeout=60_000)
+    assert page.get_by_text("1B1 runs").count() >= 1 or page.get_by_text("1B1").count() >= 1
+
+    page.goto(f"{app_url}/dag")
+    page.wait_for_selector(".js-plotly-plot g.trace", timeout=120_000)
+    _settled(page)
+    overlaps = page.evaluate(LABELS_OVERLAPPING)
+    assert overlaps == [], overlaps
+
+    page.goto(f"{app_url}/?microbatches=100000000")
+    page.get_by_text("100,000,000 microbatches").first.wait_for(timeout=60_000)
+
+
+LABELS_OVERLAPPING = """() => {
+  const boxes = [...document.querySelectorAll('.js-plotly-plot .textpoint text')]
+    .filter(t => t.textContent.trim()).map(t => [t.textContent, t.getBoundingClientRect()]);
+  const found = [];
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const [a, r] = boxes[i], [b, q] = boxes[j];
+    const w = Math.min(r.right, q.right) - Math.max(r.left, q.left);
+    const h = Math.min(r.bottom, q.bottom) - Math.max(r.top, q.top);
+    if (w > 2 && h > 2) found.push(`${a} / ${b}`);
+  }
+  return found;
+}"""
