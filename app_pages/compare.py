@@ -84,7 +84,7 @@ st.dataframe(
     },
 )
 log_scale = st.toggle(
-    "Log scale for step time and memory",
+    "Log scales for step time and memory (both charts)",
     key=state.kept("cmp-log"),
     bind=state.URL,
     help="So that one slow schedule (naive) does not flatten the others",
@@ -94,7 +94,7 @@ sig = state.signature(tuple(chosen), ranks, microbatches, chunks, hash(cost), lo
 bars = charts_compare.comparison_figure(rows, log_scale=log_scale)
 plot.show(bars, "cmp-bars")
 widgets.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
-tradeoff = charts_compare.tradeoff_figure(rows)
+tradeoff = charts_compare.tradeoff_figure(rows, log_scale=log_scale)
 plot.show(tradeoff, "cmp-tradeoff")
 widgets.figure_downloads(tradeoff, "tradeoff", "cmp-tradeoff-export", sig)
 

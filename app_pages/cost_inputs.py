@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from app_pages import fields
 from app_pages.state import COST, URL, kept, runs_root
 from pipesim.cost.convert import cost_from_times
 from pipesim.cost.description import DTYPE_BYTES, ModelDescription
@@ -73,36 +74,61 @@ def cost_fields(source: str, num_stages: int, w_unused: str | None = None) -> di
     """
     prefix = COST
     spec: dict[str, Any] = {"source": source}
+    problems: list[str] = []  # values out of range, each said under its field (app_pages.fields)
+    spec["problems"] = problems
     if source == "Uniform":
         left, right = st.columns(2)
-        spec["forward_ms"] = left.number_input("F (ms)", 0.0, 1e6, 1.0, 0.1, key=kept(f"{prefix}-f"), bind=URL)
-        spec["backward_ms"] = right.number_input(
-            "B (ms)", 0.0, 1e6, 2.0, 0.1, key=kept(f"{prefix}-b"), bind=URL, help="The full backward; I and W split it"
+        spec["forward_ms"] = fields.number(
+            left, "F (ms)", 0.0, 1e6, 1.0, problems, step=0.1, key=kept(f"{prefix}-f"), bind=URL
         )
-        spec["weight_ms"] = left.number_input(
-            "W share of B (ms)",
+        spec["backward_ms"] = fields.number(
+            right,
+            "B (ms)",
+            0.0,
+            1e6,
+            2.0,
+            problems,
+            step=0.1,
+            key=kept(f"{prefix}-b"),
+            bind=URL,
+            help="The full backward; I and W split it",
+        )
+        spec["weight_ms"] = fields.number(
+            left,
+            "W (ms)",
             0.0,
             1e6,
             1.0,
-            0.1,
+            problems,
+            step=0.1,
             key=kept(f"{prefix}-w"),
             bind=URL,
             disabled=w_unused is not None,
             help=w_unused
-            or "The weight part of the backward, which zero-bubble schedules run apart (I = B - W); above B is refused",
+            or "The weight part of the backward (W, in ms, a part of B), which zero-bubble schedules run apart "
+            "(I = B - W); above B is refused",
         )
-        spec["comm_ms"] = right.number_input(
+        spec["comm_ms"] = fields.number(
+            right,
             "Transfer (ms)",
             0.0,
             1e6,
             0.0,
-            0.05,
+            problems,
+            step=0.05,
             key=kept(f"{prefix}-comm"),
             bind=URL,
             help="Per cross-rank send of an activation or gradient",
         )
-        spec["activation_mib"] = st.number_input(
-            "Activations per microbatch, one rank's stage (MiB)", 0.0, 1e9, 1.0, key=kept(f"{prefix}-act"), bind=URL
+        spec["activation_mib"] = fields.number(
+            st,
+            "Activations per microbatch, one rank's stage (MiB)",
+            0.0,
+            1e9,
+            1.0,
+            problems,
+            key=kept(f"{prefix}-act"),
+            bind=URL,
         )
     elif source == "Per stage":
         st.caption(f"One row per stage ({num_stages} stages).")

@@ -60,6 +60,38 @@ def schedule_problems(schedule: Schedule, csv_text: str | None = None) -> list[P
     return out
 
 
+MAX_CELL_PROBLEMS = 50  # unreadable cells reported at most; each one costs a parse of the table
+
+
+def all_problems(text: str) -> tuple[Schedule | None, list[Problem]]:
+    """Every problem of a CSV schedule, not only the first: each unreadable cell (the reader stops at the first,
+    so each is blanked in turn and the table read again), then what the readable rest says (a forward without
+    its backward...). The schedule is None unless the table has no problem the reader found. ValueError: too
+    large for the app (the page's limits)."""
+    from app_pages.cached import csv_schedule
+    from pipesim.io.formats import CsvError
+
+    problems: list[Problem] = []
+    grid = csv_grid(text)
+    cleaned = text
+    for _ in range(MAX_CELL_PROBLEMS):
+        try:
+            schedule = csv_schedule(cleaned)
+        except CsvError as error:
+            problems.append(Problem(str(error), error.row, error.column))
+            if error.row is None or error.column is None or error.row >= len(grid):
+                return None, problems  # not tied to a cell: nothing to blank and read again
+            grid.iat[error.row, error.column] = ""
+            cleaned = grid_csv(grid)
+            continue
+        rest = schedule_problems(schedule, cleaned)
+        if problems:  # the readable rest's structure, but no deadlock search on a table that is not the user's
+            rest = [p for p in rest if p.kind == "error"]
+            return None, problems + rest
+        return schedule, rest
+    return None, problems
+
+
 def _partner_index(schedule: Schedule, rank: int | None, action: Action | None) -> int | None:
     """For an action that never runs (a missing F or backward), the cell of its partner that does."""
     if rank is None or action is None or not 0 <= rank < schedule.num_ranks:

@@ -5,7 +5,6 @@ import streamlit as st
 from app_pages import cached, cost_inputs, plot, state, widgets
 from app_pages import csv_table as table
 from pipesim.io import formats
-from pipesim.io.formats import CsvError
 from pipesim.io.torch_csv import dialect_note
 from pipesim.schedules import schedule_names
 
@@ -79,11 +78,8 @@ text = table.committed_text(st.session_state["custom_base"], st.session_state.ge
 grid = table.editor_grid(text)
 st.session_state["custom_csv"] = text  # the edited table is the schedule every page sees
 
-try:
-    schedule = cached.csv_schedule(text)
-    problems = table.schedule_problems(schedule, text)
-except CsvError as error:
-    schedule, problems = None, [table.Problem(str(error), error.row, error.column)]
+try:  # every problem, each in its cell (not only the reader's first)
+    schedule, problems = table.all_problems(text)
 except ValueError as error:  # too large for the app
     widgets.show_error(error, "Cannot use this schedule")
     schedule, problems = None, []

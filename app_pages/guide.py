@@ -46,6 +46,17 @@ class Stop:
     title: str
     text: str
     settings: Mapping[str, Any] = field(default_factory=dict)
+    in_url: tuple[str, ...] | None = None  # the settings its URL carries (None: every plain one)
+
+    def query(self) -> dict[str, str]:
+        """The stop's URL query: its settings, so the address bar restores the stop (a shared link, a reload);
+        lists and switches are left to the page's own bound widgets."""
+        keys = self.settings.keys() if self.in_url is None else self.in_url
+        return {
+            key: str(self.settings[key])
+            for key in keys
+            if isinstance(self.settings[key], (str, int, float)) and not isinstance(self.settings[key], bool)
+        }
 
 
 TOUR = (
@@ -69,6 +80,7 @@ TOUR = (
         "A small model on 2 devices (the 'small' preset, which trains here in seconds). Each dot is a candidate; "
         "the ringed one is the recommendation. Verify (below) runs the best two for real.",
         {"plan-preset": SMALL, **PRESETS[SMALL]},
+        in_url=("plan-preset",),  # the preset's link restores its model (app_pages.plan_model.restore_preset)
     ),
     Stop(
         "run",
@@ -130,9 +142,11 @@ def landing() -> None:
 def tour_banner(page: str) -> None:
     """The tour's text on its current stop, with Next and End; nothing when no tour runs or it is elsewhere."""
     target = st.session_state.pop("tour_page", None)
-    if target is not None and target != page:
-        st.switch_page(PAGE_PATHS[target], query_params={})  # {}: the bound settings rewrite it
     index = st.session_state.get("tour")
+    if target is not None and target != page:
+        # the stop's own settings in its URL (issue 33 item 6: the plan stop left a bare /plan)
+        query = TOUR[index].query() if index is not None and 0 <= index < len(TOUR) else {}
+        st.switch_page(PAGE_PATHS[target], query_params=query)
     if index is None or not 0 <= index < len(TOUR) or TOUR[index].page != page:
         return
     stop = TOUR[index]

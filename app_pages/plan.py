@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app_pages import cached, guide, plan_presets, plan_verify, plot, state, widgets
+from app_pages import cached, guide, plan_model, plan_presets, plan_verify, plot, state, widgets
 from pipesim.charts import plan as charts_plan
 from pipesim.charts import verify as charts_verify
 from pipesim.cost.balance import balance, format_split_points
@@ -28,7 +28,7 @@ from pipesim.plan.report import (
     summary_lines,
     torchtitan_settings,
 )
-from pipesim.plan.search import PlanInputs, PlanSpace
+from pipesim.plan.search import PlanSpace
 from pipesim.programs import programs
 from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
 from pipesim.sim.memory import rank_memory
@@ -85,6 +85,7 @@ def _kept(key: str) -> str:
     return state.kept(key)
 
 
+plan_model.restore_preset()  # a link naming a preset opens with its model (issue 33 item 6)
 with st.sidebar:
     st.selectbox(
         "Preset",
@@ -95,6 +96,7 @@ with st.sidebar:
         help="Fills the form: a small model the executor trains here in seconds (Verify runs it), or the shape "
         "of a 7B-class or 70B-class model on the devices it is usually planned for",
     )
+    calibrate_from = plan_model.calibration_picker()
 with st.sidebar, st.form("plan-form"):
     st.markdown("**Model** (decoder-only Transformer; the fields are `pipesim plan`'s flags)")
     columns = st.columns(2)
@@ -155,8 +157,13 @@ with st.sidebar, st.form("plan-form"):
 try:
     description = ModelDescription(**model_values)
     cap = float(cap_gib) * 2**30 or None
-    inputs = PlanInputs.from_description(
-        description, devices=int(devices), global_batch=int(batch), memory_cap_bytes=cap, optimizer=optimizer
+    inputs, calibrated_from = plan_model.plan_inputs(
+        description,
+        calibrate_from,
+        devices=int(devices),
+        global_batch=int(batch),
+        memory_cap_bytes=cap,
+        optimizer=optimizer,
     )
     shares = _numbers(shares_text, float, "W shares") if shares_text.strip() else (None,)
     space = PlanSpace(
@@ -175,6 +182,7 @@ front, best = pareto_front(candidates), best_candidate(candidates)
 order = ranked(candidates)
 lines = summary_lines(candidates, cap)
 st.markdown("\n".join(f"- {line.strip()}" for line in lines))
+plan_model.notice(inputs.calibration(), description)
 st.caption(LABELS)
 failed = [c for c in candidates if c.error is not None]
 if failed:
@@ -268,8 +276,10 @@ recorded = {
     "memory_cap_bytes": cap,
     "optimizer": optimizer,
     "model": vars(description),
+    **calibrated_from,
 }
 document = plan_document(candidates, recorded, cap)
+document["calibration"] = inputs.calibration()  # what verify's tie rule and each run's prediction rest on
 columns[2].download_button(
     "Plan JSON",
     data=lambda: json.dumps(document, indent=1),
@@ -345,6 +355,7 @@ def verification(job: plan_verify.VerifyJob | None) -> None:
     result = job.result
     if job.cancelled.is_set():
         st.info(f"Verification cancelled after {len(result.rows)} of {job.top} candidates.", icon=":material/cancel:")
+    plan_model.notice(inputs.calibration(), description, verifying=True)
     rows, grey = plan_verify.verify_table(result)
     frame = pd.DataFrame(rows)
     st.dataframe(

@@ -139,6 +139,19 @@ def job_for(signature: str) -> VerifyJob | None:
     return _jobs().get(signature)
 
 
+def noise_flag(measured_cv: float | None) -> str:
+    """The Run page's noise flag for a candidate's run, in the same words: its step times' coefficient of
+    variation against pipesim's threshold (pipesim.analysis.attribution.NOISY_STEP_CV, the Run page's `spread`)."""
+    from pipesim.analysis.attribution import NOISY_STEP_CV
+    from pipesim.units import format_percent
+
+    if measured_cv is None:
+        return ""
+    if measured_cv > NOISY_STEP_CV:
+        return f"too noisy ({format_percent(measured_cv)})"
+    return f"steady ({format_percent(measured_cv)})"
+
+
 def predictions_tie(result: Any) -> bool:
     """Whether the measured candidates' predictions are too close to rank one above another: verify's own verdict
     where it gives one, else predictions within PREDICTION_TIE of each other."""
@@ -173,7 +186,8 @@ def verify_table(result: Any) -> tuple[list[dict[str, Any]], list[bool]]:
                 ),
                 "error": None if r.measured_ms is None else 100 * (r.predicted_ms / r.measured_ms - 1),
                 "indistinguishable": f"group {groups[r.label]}" if r.label in groups else "",
-                "noise": "too noisy" if getattr(r, "noisy", None) else "",
+                # the Run page's flag for the same run: step times' CV above pipesim's NOISY_STEP_CV
+                "noise": noise_flag(getattr(r, "measured_cv", None)),
                 "run": (r.run_dir or "").rsplit("/", 1)[-1],
                 "why not measured": r.error or "",
             }

@@ -23,6 +23,7 @@ import plotly.io as pio
 import streamlit as st
 
 from pipesim.charts import export
+from pipesim.charts.lanes import CRITICAL_COLOR
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 # The plotly.js version the plotly package is built against (plotly.offline.get_plotlyjs_version()); a test checks.
@@ -103,7 +104,10 @@ function followFullScreen(div, Plotly) {
 }
 // LIGHT_TEMPLATE's colours for a page in Streamlit's dark theme (the browser's preference, or the menu's choice),
 // read from the page's background each time the chart is drawn, and again whenever the theme changes.
-const DARK = {text: '#FAFAFA', muted: '#A3A8B8', grid: '#3D4150', idle: '#4A4E5A', hover: '#262730'};
+const DARK = {
+  text: '#FAFAFA', muted: '#A3A8B8', grid: '#3D4150', idle: '#4A4E5A', hover: '#262730', critical: '#FFE14D',
+};
+const CRITICAL = '__CRITICAL__';
 const LIGHT_IDLE = '#E6E6E6';
 function appOf(element) { return element.closest('[data-testid="stApp"]') || document.body; }
 function onDarkPage(element) {
@@ -136,6 +140,10 @@ function darken(figure) {
   }
   for (const trace of figure.data) {  // idle bands: a dark grey on a dark page
     if (trace.marker && trace.marker.color === LIGHT_IDLE) trace.marker.color = DARK.idle;
+    // the critical path (outlines, edges, rings, their legend swatches) is near-black: light on a dark page
+    for (const part of [trace.line, trace.marker, trace.marker && trace.marker.line]) {
+      if (part && part.color === CRITICAL) part.color = DARK.critical;
+    }
   }
   return figure;
 }
@@ -191,7 +199,9 @@ export default function ({ parentElement, data, setTriggerValue }) {
 
 @functools.cache
 def _component() -> Callable:
-    return st.components.v2.component("pipesim_plot", js=_JS, isolate_styles=False)
+    return st.components.v2.component(
+        "pipesim_plot", js=_JS.replace("__CRITICAL__", CRITICAL_COLOR), isolate_styles=False
+    )
 
 
 def _static_url() -> str | None:

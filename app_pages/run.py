@@ -33,12 +33,8 @@ st.caption(
 )
 
 if st.session_state["run_handle"] is None:  # a reload (a new session) finds a run still going, from its folder
-    found = live_runs.running(state.runs_root())
-    if getattr(found, "config", None) is not None:
-        # the form shows the run's own settings, not this session's defaults
-        for key, value in run_form.form_values(found.config).items():
-            st.session_state[key] = value
-    st.session_state["run_handle"] = found
+    # followed live with its own settings named in the live view; the user's form (and URL) is never overwritten
+    st.session_state["run_handle"] = live_runs.running(state.runs_root())
 handle = st.session_state["run_handle"]
 custom = st.session_state["run_schedule"]
 running = handle is not None and not handle.done()

@@ -217,26 +217,3 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
         name, ranks, microbatches, chunks, kind, size, layers, own, replicas, dtype, batch, steps, warmup,
         timeout, device, backend, profile, reference, recompute,
     )  # fmt: skip
-
-
-def form_values(config: RunConfig) -> dict[str, Any]:
-    """The form's widget values that describe `config`: a reload during a run shows the run's own settings."""
-    values: dict[str, Any] = {
-        state.SCHEDULE: config.pipeline.schedule,
-        state.RANKS: config.pipeline.num_ranks,
-        state.MICROBATCHES: config.pipeline.num_microbatches,
-        "run-steps": config.training.steps,
-        "run-warmup": config.training.warmup_steps,
-        "run-batch": config.training.batch_size or 32,
-        "run-data-parallel": config.pipeline.data_parallel,
-        "run-dtype": config.training.dtype,
-        "run-device": config.devices.device,
-        "run-backend": config.devices.backend,
-        "run-profile": config.profile,
-        "run-reference": config.reference,
-        "run-recompute": config.training.recompute,
-        "run-timeout": int(config.timeout_s),
-    }
-    if config.pipeline.num_virtual_stages:
-        values[state.CHUNKS] = config.pipeline.num_virtual_stages
-    return values

@@ -32,17 +32,21 @@ def show() -> None:
         pd.DataFrame(listed),
         hide_index=True,
         width="stretch",
-        column_config={
-            "started": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm:ss"),
-            "measured step (ms)": widgets.time_column("measured_step"),
-            "predicted step (ms)": widgets.time_column("predicted_step"),
-            "error": widgets.percent_column("prediction_error", signed=True),
+        column_config={  # figures as text: a run without one shows a dash, where a number column shows "None"
+            "measured step (ms)": widgets.text_column("measured_step"),
+            "predicted step (ms)": widgets.text_column("predicted_step"),
+            "error": widgets.text_column("prediction_error"),
         },
     )
     # Runs that can be opened first (the newest first), damaged folders last: the one picked by default is a run.
     folders = [r["folder"] for r in listed if r["status"] != "damaged"] + [
         r["folder"] for r in listed if r["status"] == "damaged"
     ]
+    shown = st.session_state.get("selected_run")
+    if shown and name_of(shown) in folders and st.session_state.get("run-open-for") != shown:
+        # the picker starts at the run shown above, not at the newest one
+        st.session_state["run-open-pick"] = name_of(shown)
+        st.session_state["run-open-for"] = shown
     with st.form("run-open"):
         chosen = st.selectbox("Open a run", folders, key="run-open-pick")
         if st.form_submit_button("Open"):

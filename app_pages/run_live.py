@@ -22,6 +22,11 @@ def _live_run() -> None:
         st.session_state["run_handle"] = None
         st.session_state["selected_run"] = str(current.run_dir)
         st.rerun()
+    config = getattr(current, "config", None)
+    if config is not None:  # a job started elsewhere (the Plan page's Verify, the CLI) runs its own settings
+        st.caption(
+            f"This run's own settings: {config.describe()}. Your form keeps yours; Launch is ready once it ends."
+        )
     events = current.events()
     steps_seen = [e for e in events if e.get("event") == "step"]
     last = steps_seen[-1] if steps_seen else (events[-1] if events else {})

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from app_pages import plot
+from pipesim.charts import attribution as charts_attribution
+
 
 def show(result) -> None:
     """The reference run's median step beside ours (or why there is none), and both losses per step."""
@@ -29,7 +32,4 @@ def show(result) -> None:
         st.dataframe(table, hide_index=True, width="stretch")
         losses["torch reference"] = ref.get("losses") or []
     if any(losses.values()):
-        width = max(len(v) for v in losses.values())
-        frame = pd.DataFrame({k: list(v) + [None] * (width - len(v)) for k, v in losses.items() if v})
-        st.markdown("**Loss per step**")
-        st.line_chart(frame, height=220)
+        plot.show(charts_attribution.loss_figure(losses), "run-losses")

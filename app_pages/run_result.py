@@ -23,19 +23,22 @@ def show(result) -> None:
     st.subheader(f"Run {result.run_dir.name}")
     if result.schedule is not None:
         st.caption(result.schedule.describe())
+    # one sentence (pipesim_executor.progress.outcome_sentence): what happened, what was measured, what to do;
+    # torchrun's log tail is behind "Logs", never in the banner
     if result.status == "partial":  # the run went well; a part asked for (the torch reference) did not
-        st.warning(f"Run partial: {result.message or 'no message'}", icon=":material/warning:")
+        st.warning(result.headline or "Run partial.", icon=":material/warning:")
     elif result.status == "cancelled":
-        st.info(f"Run cancelled: {result.message or 'by you'}", icon=":material/cancel:")
+        st.info(result.headline or "Run cancelled.", icon=":material/cancel:")
         if result.measured is None:
+            _log_files(result)
             return
     elif result.status == "running":  # it started between the listing and this look: nothing is wrong
         st.info("This run is still going: open it again to follow it live.", icon=":material/hourglass_top:")
         return
     elif result.status != "ok":
-        st.error(f"Run {result.status}: {result.message or 'no message'}", icon=":material/error:")
-        _log_files(result)
+        st.error(result.headline or f"Run {result.status}.", icon=":material/error:")
         if result.measured is None:
+            _log_files(result)
             return
     elif result.message:
         st.info(result.message)
@@ -62,6 +65,8 @@ def show(result) -> None:
         )
     if result.peak_memory_bytes:
         widgets.card(cards[3], "peak_memory", format_bytes(max(result.peak_memory_bytes)))
+    if result.prediction_source:  # a Plan page verification's run: the plan's figure, as the Plan page shows it
+        st.caption(f"Predicted step time: {result.prediction_source}.")
 
     steps = overlay.steps_of(measured)
     step = steps[-1] if steps else None
@@ -212,9 +217,13 @@ def _log_files(result) -> None:
     """Each log's last lines, read from its end (pipesim.io.bounded.read_tail): a huge log is not read whole, and a
     FIFO or a device named like a log is refused at once, never waited on."""
     logs = sorted((result.run_dir / "logs").glob("*.log")) if (result.run_dir / "logs").is_dir() else []
-    if not logs:
+    detail = result.message if result.message and result.message != result.headline else ""
+    if not logs and not detail:
         return
     with st.expander("Logs"):
+        if detail:  # the launcher's own account: the failed rank's last lines
+            st.markdown("`result.json` message")
+            st.code(detail, language=None)
         for path in logs:
             st.markdown(f"`{path.name}`")
             try:

@@ -23,7 +23,11 @@ def _runs_stamp(root: Path) -> tuple:
 def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
     import datetime
 
+    from pipesim.units import format_ms, format_percent
     from pipesim_executor.host.run_folder import list_runs
+
+    def shown(text: str) -> str:  # a figure a run does not have is a dash, never the literal "None" or "n/a"
+        return "—" if text == "n/a" else text
 
     rows = []
     for result in list_runs(Path(root)):
@@ -32,14 +36,16 @@ def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
             {
                 "folder": result.run_dir.name,
                 "status": result.status,
-                "schedule": result.schedule.name if result.schedule is not None else None,
-                "ranks": config.pipeline.num_ranks if config is not None else None,
-                "microbatches": config.pipeline.num_microbatches if config is not None else None,
-                "measured step (ms)": result.measured_step_ms,
-                "predicted step (ms)": result.predicted_step_ms,
-                "error": None if result.prediction_error is None else 100 * result.prediction_error,  # in percent
-                "started": datetime.datetime.fromtimestamp(result.started_at) if result.started_at else None,
-                "message": result.message,
+                "schedule": result.schedule.name if result.schedule is not None else "—",
+                "ranks": str(config.pipeline.num_ranks) if config is not None else "—",
+                "microbatches": f"{config.pipeline.num_microbatches:,}" if config is not None else "—",
+                "measured step (ms)": shown(format_ms(result.measured_step_ms, unit=False)),
+                "predicted step (ms)": shown(format_ms(result.predicted_step_ms, unit=False)),
+                "error": shown(format_percent(result.prediction_error, signed=True)),
+                "started": datetime.datetime.fromtimestamp(result.started_at).strftime("%Y-%m-%d %H:%M:%S")
+                if result.started_at
+                else "—",
+                "outcome": result.headline,  # one sentence; the log tail is the run's own page's
             }
         )
     return rows

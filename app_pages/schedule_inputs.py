@@ -12,7 +12,7 @@ from typing import Any
 
 import streamlit as st
 
-from app_pages import state
+from app_pages import fields, state
 from pipesim.schedules import ScheduleInfo, schedule_names
 
 
@@ -50,37 +50,45 @@ def w_unused(infos: list[ScheduleInfo]) -> str | None:
     )
 
 
-def size_fields(chunks_reason: str | None = None) -> tuple[int, int, int]:
+def size_fields(chunks_reason: str | None = None, problems: list[str] | None = None) -> tuple[int, int, int]:
     """Ranks, microbatches and chunks per rank, side by side; the chunks field is disabled with `chunks_reason`
-    where the schedule fixes its chunks itself."""
+    where the schedule fixes its chunks itself. A value out of range is said under its field and added to
+    `problems` (app_pages.fields), so the page can mark its chart as not updated."""
+    problems = [] if problems is None else problems
     left, right = st.columns(2)
-    ranks = left.number_input(
+    ranks = fields.number(
+        left,
         "Ranks",
         1,
         None,
         state.DEFAULT_RANKS,
+        problems,
         key=state.kept(state.RANKS),
         bind=state.URL,
         help=f"Devices in the pipeline, one process each; at most {state.MAX_RANKS} in the app",
     )
-    microbatches = right.number_input(
+    microbatches = fields.number(
+        right,
         "Microbatches",
         1,
         None,
         state.DEFAULT_MICROBATCHES,
+        problems,
         key=state.kept(state.MICROBATCHES),
         bind=state.URL,
-        help=f"Slices of the batch per step; at most {state.MAX_MICROBATCHES} in the app, and "
+        help=f"Slices of the batch per step; at most {state.MAX_MICROBATCHES:,} in the app, and "
         f"{state.MAX_ACTIONS:,} actions",
     )
-    chunks = st.number_input(
+    chunks = fields.number(
+        st,
         "Chunks per rank",
         1,
         16,
         state.DEFAULT_CHUNKS,
+        problems,
         key=state.kept(state.CHUNKS),
         bind=state.URL,
         disabled=chunks_reason is not None,
         help=chunks_reason or "Virtual stages per rank: the model cut into ranks x chunks stages",
     )
-    return int(ranks), int(microbatches), int(chunks)
+    return int(ranks or 0), int(microbatches or 0), int(chunks or 0)

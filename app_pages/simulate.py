@@ -36,7 +36,8 @@ with st.sidebar:
         "memory limit per rank, with a lower bound no order can beat (pipesim synthesize)",
     )
     with st.form("sim-form"):
-        ranks, microbatches, chunks = inputs.size_fields(inputs.chunks_unused(info))
+        problems: list[str] = []  # fields out of range, each said under its field
+        ranks, microbatches, chunks = inputs.size_fields(inputs.chunks_unused(info), problems)
         limit, budget = None, None
         if synthesize:
             left, right = st.columns([3, 2])
@@ -44,7 +45,7 @@ with st.sidebar:
                 "Memory limit (microbatches)",
                 1,
                 max(2, 2 * ranks),
-                min(ranks, 2 * ranks),
+                max(1, ranks),
                 key=state.kept("synth-limit"),
                 bind=state.URL,
                 help="Stashed activations per rank, in microbatches' worth: ZB-H1 holds as many as there are "
@@ -61,16 +62,35 @@ with st.sidebar:
             )
         schedule, schedule_error = None, None
         try:
-            schedule = cached.registered_schedule(name, ranks, microbatches, chunks if info.takes_chunks else None)
+            if not problems:
+                schedule = cached.registered_schedule(name, ranks, microbatches, chunks if info.takes_chunks else None)
         except ValueError as error:
             schedule_error = error
         st.divider()
         spec = cost_inputs.cost_fields(
             source,
-            schedule.num_stages if schedule else ranks,
+            schedule.num_stages if schedule else max(ranks, 1),
             None if synthesize else inputs.w_unused([info]),
         )
+        problems += spec["problems"]
         st.form_submit_button("Simulate", type="primary", width="stretch")
+
+if problems:  # issue 33 item 3: never the old chart without a word
+    last = st.session_state.get("sim-last-good")
+    shown = (
+        f" The chart below still shows the last settings that worked: {last['schedule'].describe()}."
+        if last
+        else " Nothing is drawn until they are fixed."
+    )
+    st.warning(
+        f"**Chart not updated**: {'; '.join(problems)}. Fix the field{'s' if len(problems) > 1 else ''} marked "
+        f"in the sidebar.{shown}",
+        icon=":material/sync_problem:",
+    )
+    if last is None:
+        st.stop()
+    schedule, spec, info, name = last["schedule"], last["spec"], schedule_info(last["name"]), last["name"]
+    schedule_error = None
 
 st.caption(info.summary)
 if schedule_error is not None:
@@ -85,6 +105,8 @@ try:
 except ValueError as error:  # bad costs, a cost file for another pipeline, a deadlock
     widgets.show_error(error, "Cannot simulate")
     st.stop()
+if not problems:  # what a later refused form falls back to, said as such
+    st.session_state["sim-last-good"] = {"schedule": schedule, "spec": spec, "name": name}
 
 if synthesize:
     with st.status(f"Searching for the fastest order (up to {budget} s)…", expanded=False) as searching:

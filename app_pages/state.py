@@ -90,12 +90,12 @@ def check_limits(
     """Refuse sizes that would make the browser crawl, naming the limit."""
     if num_ranks > MAX_RANKS:
         raise ValueError(
-            f"{num_ranks} ranks is more than this app draws (at most {MAX_RANKS}); "
+            f"{num_ranks:,} ranks is more than this app draws (at most {MAX_RANKS}); "
             f"use the command line ({programs().pipesim}) for larger pipelines"
         )
     if num_microbatches > MAX_MICROBATCHES:
         raise ValueError(
-            f"{num_microbatches} microbatches is more than this app draws (at most {MAX_MICROBATCHES}); "
+            f"{num_microbatches:,} microbatches is more than this app draws (at most {MAX_MICROBATCHES}); "
             f"use the command line ({programs().pipesim}) for longer steps"
         )
     if num_actions is not None and num_actions > max_actions:

@@ -39,24 +39,25 @@ def _export_browser() -> bool:
 
 
 def image_bytes(fig: go.Figure, fmt: str) -> bytes:
-    """`fig` as a PNG, SVG or PDF, rendered when the user clicks its download (the button's deferred data)."""
+    """`fig` as a PNG, SVG or PDF as the page shows it (plot.styled), rendered when the user clicks its download
+    (the button's deferred data)."""
     from pipesim.charts import export
 
     _export_browser()
-    return export.figure_bytes(fig, fmt)
+    return export.figure_bytes(plot.styled(fig), fmt)
 
 
 def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
     """The chart as the user sees it (the page's template: title, fonts, colours), as HTML (plotly.js's cartesian
     bundle inlined once) or as an image; each file is made only when its button is clicked. `sig` is kept for the
-    callers' signature of what is drawn."""
+    callers' signature of what is drawn. The styled copy is made on click too: made on every rerun it cost
+    about 130 ms per chart (a full validation of the figure and the template; issue 33 item 9)."""
     from pipesim.charts import export
 
-    shown = plot.styled(fig)
     with st.popover("Export chart", icon=":material/download:"):
         st.download_button(
             "Interactive HTML",
-            data=lambda: export.html_bytes(shown, plot.bundle_text()),
+            data=lambda: export.html_bytes(plot.styled(fig), plot.bundle_text()),
             file_name=f"{name}.html",
             mime="text/html",
             on_click="ignore",
@@ -70,7 +71,7 @@ def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
         for column, fmt in zip(st.columns(len(export.IMAGE_FORMATS)), export.IMAGE_FORMATS, strict=True):
             column.download_button(
                 fmt.upper(),
-                data=functools.partial(image_bytes, shown, fmt),
+                data=functools.partial(image_bytes, fig, fmt),
                 file_name=f"{name}.{fmt}",
                 mime=export.MIME_TYPES[fmt],
                 on_click="ignore",
@@ -128,6 +129,12 @@ def time_column(key: str, label: str | None = None) -> Any:
     """A table column of milliseconds, titled and formatted as every page shows the quantity `key`."""
     what = quantity(key)
     return st.column_config.NumberColumn(label or what.heading, format=f"%.{TIME_DECIMALS}f", help=what.meaning)
+
+
+def text_column(key: str, label: str | None = None) -> Any:
+    """A column of figures already formatted (pipesim.units), under the quantity `key`'s name and meaning."""
+    what = quantity(key)
+    return st.column_config.TextColumn(label or what.name, help=what.meaning)
 
 
 def ratio_column(key: str) -> Any:

@@ -6,7 +6,8 @@ Each round starts a fresh `streamlit run` server for the bare page and for app.p
 machine hits both alike) and measures, in headless Chromium:
 * cold: the server's first session (it imports the page's modules) from navigation to the first plotly bar;
 * warm: later first visits in fresh browser contexts (empty cache) to the same server.
-Target: the app's cold and warm loads at most 0.5 s over the bare page's. Beside it, "complete": navigation
+Targets (issue 33): the app's warm first chart at most WARM_RATIO x the bare page's, its cold one at most
+COLD_OVER_BARE_S over it. Beside it, "complete": navigation
 to every chart of the page drawn (the bare page's one, the app's Gantt and memory charts) and every widget
 of the sidebar there, so a faster first chart is not bought with a slower rest of the page.
 
@@ -32,7 +33,8 @@ from bench_app import BARE_APP  # noqa: E402
 
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server  # noqa: E402
 
-TARGET_OVER_BARE_S = 0.5
+WARM_RATIO = 1.5  # warm: the app's first chart within 1.5 x the bare page's
+COLD_OVER_BARE_S = 2.0  # cold: the app's first chart within 2 s of the bare page's
 FIRST_BAR = ".js-plotly-plot g.trace.bars path"
 
 
@@ -106,10 +108,16 @@ def main() -> None:
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     for kind in KINDS:
         bare_s, app_s = (statistics.median(results[n][kind]) for n in ("bare", "app"))
-        verdict = "ok" if app_s - bare_s <= TARGET_OVER_BARE_S else "OVER TARGET"
+        if kind == "warm":
+            target = f" (target <= {WARM_RATIO}x: {'ok' if app_s <= WARM_RATIO * bare_s else 'OVER TARGET'})"
+        elif kind == "cold":
+            ok = app_s - bare_s <= COLD_OVER_BARE_S
+            target = f" (target <= +{COLD_OVER_BARE_S} s: {'ok' if ok else 'OVER TARGET'})"
+        else:
+            target = ""
         print(
-            f"{kind:<13} median: bare {bare_s:.2f} s, app {app_s:.2f} s, app - bare {app_s - bare_s:+.2f} s"
-            + (f" (target <= +{TARGET_OVER_BARE_S} s: {verdict})" if "complete" not in kind else "")
+            f"{kind:<13} median: bare {bare_s:.2f} s, app {app_s:.2f} s, app - bare {app_s - bare_s:+.2f} s, "
+            f"app / bare {app_s / bare_s:.2f}x{target}"
         )
 
 

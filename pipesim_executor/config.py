@@ -331,6 +331,16 @@ class RunConfig:
         """Processes of the run: every pipeline rank of every data-parallel replica."""
         return self.pipeline.num_ranks * self.pipeline.data_parallel
 
+    def describe(self) -> str:
+        """The run's settings in one line: what `runs show` prints and what the Run page says a running job does
+        (beside the user's own form, which it never overwrites)."""
+        model = "sleeping" if self.compute.sleeps else self.model.spec or self.model.kind
+        return (
+            f"{self.pipeline.schedule}, {self.pipeline.num_ranks} ranks, {self.pipeline.num_microbatches} "
+            f"microbatches, {model} model, {self.devices.device}/{self.devices.backend}, "
+            f"{self.pipeline.data_parallel} replica(s), {self.training.dtype}, {self.training.steps} steps"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

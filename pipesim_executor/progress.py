@@ -88,3 +88,71 @@ def measured_so_far(events: list[dict]) -> str:
     times = sorted(steps.values())
     median = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
     return f"{len(steps)} of {total or '?'} measured steps done, median step {median:.2f} ms"
+
+
+PHASE_WORDS = {
+    "profile": "profiling",
+    "warmup": "in the warm-up steps",
+    "measure": "measuring",
+    "reference": "running torch's reference",
+}
+
+
+def _where(events: list[dict]) -> str:
+    """Which phase the run had reached and how far into it, in words, from its latest step event."""
+    steps = [e for e in events if e.get("event") == "step" and isinstance(e.get("step"), int)]
+    if not steps:
+        return "starting (before the first step)"
+    last = steps[-1]
+    phase = "reference" if last.get("part") == "reference" else str(last.get("phase", "run"))
+    done = 1 + max(
+        e["step"] for e in steps if e.get("phase") == last.get("phase") and e.get("part") == last.get("part")
+    )
+    return f"{PHASE_WORDS.get(phase, f'in phase {phase}')} (step {done} of {last.get('steps', '?')})"
+
+
+def _measured(events: list[dict], config: RunConfig) -> tuple[int, str]:
+    """How many measured steps finished, and those steps in words ("2 of 5 steps measured, median 7.10 ms")."""
+    times: dict[int, float] = {}
+    for event in events:
+        if event.get("event") == "step" and event.get("phase") == "measure" and event.get("part", "run") == "run":
+            if isinstance(event.get("step"), int) and isinstance(event.get("ms"), float):
+                times[event["step"]] = max(times.get(event["step"], 0.0), event["ms"])
+    text = f"{len(times)} of {config.training.steps} steps measured"
+    if times:
+        ordered = sorted(times.values())
+        half = len(ordered) // 2
+        median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+        text += f" (median step {median:.2f} ms)"
+    return len(times), text
+
+
+def outcome_sentence(status: str, events: list[dict], config: RunConfig, failure: str = "") -> str:
+    """A run's outcome in one sentence: what happened, in which phase, what it had measured, what to do next.
+
+    What the Run page and the CLI show first. The log tail (torchrun's own shutdown traceback after a timeout or
+    a cancel) stays in the run folder's logs, never in this sentence. `failure` is the failed rank's own error
+    line (pipesim_executor.host.torchrun_log.failure_message's first line).
+    """
+    where = _where(events)
+    done, measured = _measured(events, config)
+    if status == "ok":
+        return f"Run finished: {measured}."
+    if status == "cancelled":
+        if done:
+            return f"Run cancelled after {measured}; launch it again to measure every step."
+        return f"Run cancelled while {where}, before any step was measured; launch it again to measure."
+    if status == "timeout":
+        return (
+            f"Timed out after {config.timeout_s:g} s while {where}, {measured}; raise the timeout "
+            "(Timeout (s), --timeout) or ask for fewer steps, fewer microbatches or a smaller model."
+        )
+    said = failure.split("\n", 1)[0].strip().rstrip(".") or f"run {status}"
+    said = said[0].upper() + said[1:]
+    if status == "partial":  # every step measured; a part asked for (torch's reference) is missing
+        return f"{measured[0].upper()}{measured[1:]}, but {said[0].lower()}{said[1:]}."
+    if status != "failed":
+        return f"{said}."
+    who, _, why = said.partition(": ")  # "rank 1 failed (exit code 1)", "RuntimeError: boom"
+    why = f" with {why}" if why else ""
+    return f"{who} while {where}{why}; {measured}. Read that rank's log below, fix the cause and launch again."

@@ -16,6 +16,7 @@ folder.
       trace.json       Chrome trace: simulated and measured step, flows per message (launcher writes)
       traces/          torch.profiler (Kineto) traces of the measured steps, rankR.json and, from the
                        reference run, torch-rankR.json (with --torch-profile)
+      plan-prediction.json  a verified plan's prediction for this candidate, and what it rests on (verify-plan)
       result.json      status, message, timings, prediction error (launcher writes last; node K of a
                        multi-node run writes result-nodeK.json)
       progress.json    the launcher's pid, progress, latest events and log lines (launcher, while it runs)
@@ -40,6 +41,9 @@ RESULT_FILE = "result.json"
 # The doctor's folder holds runs, not a run: this file, written when the doctor starts and holding its report when
 # it ends, keeps it out of the run listings (the command line's and the app's) instead of a "damaged" row.
 DOCTOR_FILE = "doctor.json"
+# A plan's prediction for the candidate this run verifies (pipesim_executor.host.verify writes it), so the Run page
+# shows the same prediction, error and calibration as the Plan page's verification.
+PLAN_PREDICTION_FILE = "plan-prediction.json"
 LOGS_DIR = "logs"
 # A file the launcher writes into the run folder to ask the ranks to stop after the step in progress and write
 # what they measured (a cancel); the ranks agree on it at each step boundary.

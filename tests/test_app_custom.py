@@ -58,9 +58,10 @@ def test_default_is_a_valid_1f1b(app: AppTest) -> None:
 
 def test_bad_cell_is_highlighted_with_its_message(app: AppTest) -> None:
     paste(app, "0F0,0B0\r\n1F0,1Q0\r\n")
-    assert "1 problem" in app.error[0].value
+    # issue 33 item 7: every problem, not only the reader's first: 1Q0 unreadable, and so 1F0 has no backward
+    assert "2 problems" in app.error[0].value
     styled = problem_table(app)
-    assert highlighted_cells(styled) == {(1, 1)}
+    assert highlighted_cells(styled) == {(1, 1), (1, 0)}
     notes = styled.value["problem"]
     assert "cannot parse '1Q0'" in notes.iloc[1] and notes.iloc[0] == ""
     assert not chart_figures(app) and not app.exception
@@ -208,3 +209,14 @@ def test_an_edit_that_breaks_the_schedule_shows_the_new_value_marked_and_keeps_t
         app.session_state[key] = {"edited_rows": {}, "added_rows": [], "deleted_rows": []}
         app.run()
         assert not app.error
+
+
+def test_the_broken_example_reports_every_problem(app: AppTest) -> None:
+    """Issue 33 item 7: the broken example said "1 problem" (its typo 0X1) and never its missing backward (1F1)."""
+    paste(app, "0F0,0X1,0B0\r\n1F0,1B0,1F1\r\n")
+    count = int(re.search(r"(\d+) problems", app.error[0].value).group(1))
+    notes = problem_table(app).value["problem"]
+    assert count >= 2 and "cannot parse '0X1'" in notes.iloc[0]
+    assert re.search(r"cell 3: .*1B1|1F1.*backward|backward.*1", notes.iloc[1]), notes.iloc[1]
+    listed = [m.value for m in app.markdown if m.value.startswith("- ") and not m.value.startswith("- **")]
+    assert count == len(listed) and "0X1" in listed[0] and any("1B1" in line for line in listed), listed

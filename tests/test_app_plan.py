@@ -205,3 +205,44 @@ def test_verify_shows_the_measured_ci_beside_the_predicted_interval_and_greys_ou
     result = plan_verify.job_for(next(iter(plan_verify._jobs()))).result
     rows, grey = plan_verify.verify_table(result)
     assert grey == [True, True] and rows[0]["predicted 90%"] == "no interval"
+
+
+def test_a_preset_link_restores_the_presets_model(tmp_path, monkeypatch) -> None:
+    """Issue 33 item 6: `plan?plan-preset=small...` showed the preset's name over the default 8-layer, 4-device
+    model, so Verify would have trained the big one; a field the link sets itself keeps the link's value."""
+    from app_pages.plan_presets import SMALL
+
+    monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(tmp_path / "runs"))
+    at = AppTest.from_file("../app.py", default_timeout=60)
+    at.query_params["plan-preset"] = SMALL
+    at.query_params["plan-seq"] = "32"
+    at.run()
+    at.switch_page("app_pages/plan.py").run()
+    assert not at.exception
+    assert at.selectbox(key="plan-preset").value == SMALL
+    assert at.number_input(key="plan-layers").value == 4 and at.number_input(key="plan-devices").value == 2
+    assert at.number_input(key="plan-tflops").value == pytest.approx(0.01)
+    assert at.number_input(key="plan-seq").value == 32
+
+
+def test_uncalibrated_predictions_are_labelled_with_the_way_to_calibrate(app: AppTest, monkeypatch) -> None:
+    """Issue 33 item 5: Verify's -59% on the small preset said nothing of the assumed 0.01 TFLOP/s; and the Plan
+    table flags a noisy run as the Run page does (12.7%: too noisy)."""
+    from pipesim_executor.host import verify
+
+    fake = _fake_verify({})
+
+    def noisy(*args, **kwargs):
+        result = fake(*args, **kwargs)
+        result.rows[0].measured_cv = 0.127
+        return result
+
+    monkeypatch.setattr(verify, "verify_plan", noisy)
+    said = " ".join(w.value for w in app.warning)
+    assert "assumed device rate (200 TFLOP/s), not from a profile" in said and "--calibrate-from" in said
+    assert "Calibrate from a run" in said
+    app.button(key="plan-verify").click().run()
+    _finish(app)
+    said = " ".join(w.value for w in app.warning)
+    assert "The errors below measure that assumption" in said
+    assert app.dataframe[-1].value["noise"].iloc[0] == "too noisy (12.7%)"

@@ -8,6 +8,7 @@ are real run folders read by the real pipesim_executor.host.run_folder.load_run 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -286,7 +287,10 @@ def test_run_page_labels(runs: Path, open_page, monkeypatch: pytest.MonkeyPatch)
     write_run(runs, "older")
     at = open_page("run")
     config = json.loads(at.dataframe[0].proto.columns)
-    assert config["error"]["label"] == "prediction error" and config["error"]["type_config"]["format"] == "%+.1f%%"
+    assert config["error"]["label"] == "prediction error"
+    table = at.dataframe[0].value  # issue 33 item 7: figures formatted as the app does, a dash where there is none
+    assert "None" not in table.astype(str).to_numpy().ravel().tolist()
+    assert all(re.fullmatch(r"[+-]\d+\.\d%|—", e) for e in table["error"]), table["error"]
     assert "embedding" in at.number_input(key="run-layers").help
     at.selectbox(key="run-open-pick").set_value("older")
     at.button(key="FormSubmitter:run-open-Open").click().run()

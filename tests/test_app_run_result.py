@@ -1,6 +1,6 @@
 """AppTest of the Run page's view of a run (issue 23 items 2-5, 12): one definition per figure and one step per
 screen, tooltips that say what they mean, a cancelled profiled run told as it was, only runs listed as runs, and
-a reload during a run showing the run's own settings."""
+a reload during a run naming the run's own settings without taking over the form."""
 
 from __future__ import annotations
 
@@ -122,16 +122,20 @@ def test_only_runs_are_offered_and_a_run_is_preselected(runs: Path, open_page) -
     assert picker.value == "good" and picker.options[-1] == "plans"
 
 
-def test_a_reload_during_a_run_shows_the_runs_own_settings(runs: Path, open_page) -> None:
-    """Item 12: a new session (a reload) that finds a run going shows that run's settings in the form (2 ranks, 4
-    microbatches, 2 steps), not the session's defaults (4, 8 and 5)."""
+def test_a_reload_during_a_run_names_its_settings_and_keeps_the_form(runs: Path, open_page) -> None:
+    """Issue 33 item 2: a new session (a reload) that finds a run going (here 1f1b, 2 ranks, 4 microbatches, 2
+    steps) follows it live and names its settings, but never takes them over the user's form (defaults here: 4
+    ranks, 8 microbatches, 5 steps), so Launch never starts a configuration the user did not set up."""
     folder = write_run(runs, "going", measured=False).resolve()
     (folder / "result.json").unlink()
     run_folder.write_progress(folder, {"status": "running", "progress": 0.1, "events": [], "log": []})
     at = open_page("run")
     assert at.button(key="run-cancel") is not None  # reattached
-    assert at.number_input(key="ranks").value == 2 and at.number_input(key="microbatches").value == 4
-    assert at.number_input(key="run-steps").value == 2
+    assert at.number_input(key="ranks").value == 4 and at.number_input(key="microbatches").value == 8
+    assert at.number_input(key="run-steps").value == 5
+    said = " ".join(c.value for c in at.caption)
+    assert "This run's own settings: 1f1b, 2 ranks, 4 microbatches" in said and "2 steps" in said
+    assert "ranks" not in at.query_params and "microbatches" not in at.query_params
     (folder / "result.json").write_text(json.dumps({"status": "cancelled", "message": "", "started_at": 0}))
 
 
@@ -147,3 +151,23 @@ def test_a_huge_log_and_a_fifo_do_not_hang_the_page(runs: Path, open_page) -> No
     shown = "\n".join(c.value for c in at.code)
     assert "line 0999999" in shown and "line 0000000" not in shown
     assert any("rank2.log" in c.value and "FIFO" in c.value for c in at.caption)
+
+
+def test_a_verify_run_shows_the_plans_prediction_and_what_it_rests_on(runs: Path, open_page) -> None:
+    """Issue 33 item 5: the same candidate shows the same prediction and error on Plan and Run (the Run page said
+    "Predicted step time n/a" for a Plan verification's run), labelled as the plan's, from an assumed rate."""
+    from pipesim.analysis.overlay import prediction_error
+    from pipesim_executor.run_files import PLAN_PREDICTION_FILE
+
+    folder = write_run(runs, "verify-plan-x-0", predicted=False)
+    (folder / PLAN_PREDICTION_FILE).write_text(
+        json.dumps({"predicted_step_ms": 4.0, "candidate": "1f1b P2 m4x4", "calibrated": False, "device_tflops": 0.01})
+    )
+    result = run_folder.load_run(folder)
+    assert result.predicted_step_ms == 4.0
+    assert result.prediction_error == pytest.approx(prediction_error(4.0, result.measured_step_ms))
+    at = opened(open_page, "verify-plan-x-0")
+    cards = {m.label: m.value for m in at.metric}
+    assert cards["Predicted step time"] == "4.00 ms", cards
+    said = " ".join(c.value for c in at.caption)
+    assert "the plan's prediction for 1f1b P2 m4x4, from an assumed device rate (0.01 TFLOP/s), not a profile" in said

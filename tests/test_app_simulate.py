@@ -330,3 +330,21 @@ def test_large_schedules_are_binned_and_a_window_brings_exact_bars(app: AppTest)
     assert any("drag across the chart" in c.value.lower() for c in app.caption)  # a narrower window: drag again
     app.selectbox(key="sim-color").set_value("microbatch").run()
     assert any(t["name"].startswith("microbatch") for t in chart_figures(app)[0]["data"])
+
+
+def test_a_refused_field_says_why_beside_it_and_marks_the_chart_not_updated(app: AppTest) -> None:
+    """Issue 33 item 3: microbatches 16 with F = -5 (or ranks = 0) never leaves the old chart without a word: the
+    reason is under the field, and the chart is marked as the last settings that worked (8 microbatches)."""
+    before = chart_figures(app)[0]
+    submit(app, microbatches=16, f=-5.0)
+    assert not app.exception
+    warned = app.warning[0].value
+    assert "Chart not updated" in warned and "F (ms) = -5 is below its minimum 0" in warned
+    assert "1f1b: 4 ranks, 4 stages, 8 microbatches" in warned
+    assert any("F (ms) = -5 is below its minimum 0" in e.value for e in app.sidebar.error)
+    assert chart_figures(app)[0] == before  # the last good chart, said as such
+    submit(app, f=1.0, ranks=0)
+    assert any("Ranks = 0 is below its minimum 1" in e.value for e in app.sidebar.error)
+    assert "Chart not updated" in app.warning[0].value and "Ranks = 0" in app.warning[0].value
+    submit(app, ranks=4)
+    assert not app.warning and "16 microbatches" in title(chart_figures(app)[0])

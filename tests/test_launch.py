@@ -235,6 +235,9 @@ def test_timeout_ends_every_process_even_in_other_sessions(tmp_path, monkeypatch
     handle = launch.start_run(cpu_config(timeout_s=2), runs_root=tmp_path)
     result = handle.wait(timeout=60)
     assert result.status == "timeout" and "timed out" in result.message
+    # issue 33 item 1: one sentence, phase and what to do, no log tail
+    assert result.outcome.startswith("Timed out after 2 s while") and "raise the timeout" in result.outcome
+    assert "\n" not in result.headline and result.headline == result.outcome
     assert_no_process_left(handle.run_dir, pgid=spy.procs[0].pid)
     assert json.loads((handle.run_dir / "result.json").read_text())["status"] == "timeout"
 
@@ -251,6 +254,7 @@ def test_cancel_ends_every_process(tmp_path, monkeypatch):
     assert handle.done() and handle.status == "cancelled"
     assert_no_process_left(handle.run_dir, pgid=spy.procs[0].pid)
     assert handle.wait().status == "cancelled"
+    assert handle.wait().outcome.startswith("Run cancelled while"), handle.wait().outcome
 
 
 def test_failing_command_reports_the_rank_and_its_log(tmp_path, monkeypatch):
@@ -266,6 +270,8 @@ def test_failing_command_reports_the_rank_and_its_log(tmp_path, monkeypatch):
     result = launch.run(cpu_config(), runs_root=tmp_path)
     assert result.status == "failed"
     assert result.message.startswith("rank 1 failed") and "boom on purpose" in result.message
+    assert result.outcome.startswith("Rank 1 failed (exit code") or result.outcome.startswith("Rank 1 failed while")
+    assert "boom on purpose" in result.outcome and "Traceback" not in result.outcome
 
 
 # --- profile-then-predict (pure) --------------------------------------------------------------------------------
@@ -478,5 +484,6 @@ def test_a_cancel_keeps_the_steps_already_measured(tmp_path):
     handle.cancel()
     result = handle.wait(timeout=60)
     assert result.status == "cancelled" and "measured steps done" in result.message, result.message
+    assert result.outcome.startswith("Run cancelled after ") and " steps measured" in result.outcome, result.outcome
     assert result.measured is not None and len(result.step_times_ms) >= 3
     assert_no_process_left(handle.run_dir)

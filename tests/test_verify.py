@@ -210,7 +210,7 @@ class _FakeRun:
         (run_dir / "measured.json").write_text(json.dumps({"tracked_peak_bytes": memory}))
         times = [step_ms * 0.98, step_ms, step_ms * 1.02]
         self.result = RunResult(run_dir, "ok", "", None, None, step_times_ms=times, measured_step_ms=step_ms)
-        self.progress = 1.0
+        self.progress, self.run_dir = 1.0, run_dir
 
     def done(self) -> bool:
         return True
@@ -246,6 +246,10 @@ def test_verify_writes_the_promised_json_with_measured_cv_and_memory(plan_file, 
     assert written["spearman"] == pytest.approx(spearman([1, 2, 3], [1.5, 1.5, 3]))
     assert result.recommended_gap == pytest.approx(0.0)
     assert progress[-1].fraction == 1.0 and len(started) == 3
+    # issue 33 item 5: each run carries the plan's prediction, so the Run page shows the Plan page's figure
+    for row in written["candidates"]:
+        recorded = json.loads((Path(row["run_dir"]) / "plan-prediction.json").read_text())
+        assert recorded["predicted_step_ms"] == row["predicted_ms"] and recorded["candidate"] == row["label"]
     assert all(c.training.steps == verify.DEFAULT_STEPS for c in started)
 
 

@@ -8,6 +8,7 @@ much time each kind took but where.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -26,8 +27,12 @@ ATTRIBUTION_PARTS = (
 
 
 def attribution_figure(analysis: dict, step: int | None = None) -> go.Figure:
-    """Where a measured step went on each rank: one stacked bar per rank (pipesim.analysis.attribution). `step` picks
-    one of the analysis's steps (the one the overlay draws, so one screen shows one step); None: its median step."""
+    """Where a measured step went on each rank: one stacked bar per rank (pipesim.analysis.attribution). `step`
+    picks one of the analysis's steps (the one the overlay draws, so one screen shows one step); None: its median step.
+
+    The run's measured step time (the card beside this chart) is the median of its step times: with an even number
+    of steps it lies between two steps, and the attribution's median step is the lower of the two (an actual
+    step, so its parts add up); the title then says so, rather than calling a second figure "the median"."""
     median = analysis.get("median_step")
     chosen = next((s for s in analysis.get("steps") or () if s["step"] == step), None) if step is not None else None
     rows = chosen["ranks"] if chosen is not None else analysis["ranks"]
@@ -47,7 +52,16 @@ def attribution_figure(analysis: dict, step: int | None = None) -> go.Figure:
             for key, name, color in ATTRIBUTION_PARTS
         ]
     )
-    which = f"step {shown}" + (", the median" if shown == median else "")
+    which = f"step {shown}"
+    times = [s["step_ms"] for s in analysis.get("steps") or ()]
+    median_ms = statistics.median(times) if times else None
+    if shown == median:
+        between = median_ms is not None and abs(median_ms - step_ms) > 1e-9 * max(1.0, abs(median_ms))
+        which += (
+            f", the lower of the two middle steps: the median step time {format_ms(median_ms)} lies between them"
+            if between
+            else ", the median"
+        )
     fig.update_layout(
         barmode="stack",
         plot_bgcolor="white",
@@ -55,7 +69,8 @@ def attribution_figure(analysis: dict, step: int | None = None) -> go.Figure:
         title=f"where the step went: {format_ms(step_ms)} ({which})",
         xaxis={"title": "time (ms)"},
         yaxis={"autorange": "reversed"},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0},
+        # beside the bars, never over the time axis's title (below the plot it sat on "time (ms)")
+        legend={"orientation": "v", "yanchor": "top", "y": 1, "x": 1.02, "xanchor": "left"},
     )
     return fig
 
@@ -69,7 +84,9 @@ def lost_time_bars(lost: Sequence[LostTime], row_of_rank: Callable[[int], float]
     """One trace per kind of lost time: a thin bar per interval, under row `row_of_rank(rank)`."""
     traces = []
     for part, (name, color) in _PART_STYLE.items():
-        marks = [m for m in lost if m.part == part]
+        # the step starts at 0 ms on the overlay: a wait that began before it (the previous step's tail) is drawn
+        # from 0, as the lanes are
+        marks = [m._replace(start=max(m.start, 0.0)) for m in lost if m.part == part and m.end > 0]
         if part == "compute" or not marks:
             continue
         data = np.array(
@@ -101,3 +118,32 @@ def overlay_with_lost_time(simulated, measured, lost: Sequence[LostTime], step: 
     figure = overlay_figure(simulated, measured, step=step)
     figure.add_traces(lost_time_bars(lost, lambda rank: 2 * rank + 1))
     return figure
+
+
+def loss_figure(losses: dict[str, Sequence[float]]) -> go.Figure:
+    """The loss per measured step of each run (ours, torch's reference): one line each, on an axis of whole steps
+    (3 steps read 0, 1, 2, never 0-5 in halves)."""
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=list(range(len(values))),
+                y=list(values),
+                name=name,
+                mode="lines+markers",
+                hovertemplate=f"{name}, step %{{x}}: loss %{{y:.4f}}<extra></extra>",
+            )
+            for name, values in losses.items()
+            if values
+        ]
+    )
+    steps = max((len(v) for v in losses.values()), default=1)
+    fig.update_layout(
+        title="loss per step",
+        height=260,
+        plot_bgcolor="white",
+        xaxis={"title": "measured step", "tickmode": "linear", "tick0": 0, "dtick": max(1, steps // 10),
+               "tickformat": "d", "range": [-0.2, max(steps - 1, 1) + 0.2]},
+        yaxis={"title": "loss"},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 1, "xanchor": "right"},
+    )  # fmt: skip
+    return fig

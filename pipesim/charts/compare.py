@@ -87,10 +87,11 @@ def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> 
     return fig
 
 
-def tradeoff_figure(rows: list[ComparisonRow]) -> go.Figure:
+def tradeoff_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> go.Figure:
     """Step time against peak memory, one legend entry per schedule (labels on the points overlapped), and the
     Pareto front: the schedules no other beats on both, ringed and joined by a dashed line (a front of one
-    schedule is that one ringed: it beats every other on both)."""
+    schedule is that one ringed: it beats every other on both). `log_scale`: both axes on log scales, as the
+    comparison's bars (the page's one switch sets both)."""
     good = [row for row in rows if row.error is None]
     memory_title, divisor = _memory_axis(good)
     fig = go.Figure()
@@ -124,10 +125,11 @@ def tradeoff_figure(rows: list[ComparisonRow]) -> go.Figure:
         note = f"ringed: the Pareto front, here {front[0].schedule} alone (as fast and as light as any other)"
     else:
         note = "ringed and dashed: the Pareto front, the schedules no other beats on both"
+    scale = " (log scales)" if log_scale else ""
     fig.update_layout(
-        title=f"trade-off: step time against peak activation memory<br><sup>{note}</sup>",
-        xaxis={"title": quantity("step_time").heading},
-        yaxis={"title": memory_title, "rangemode": "tozero"},
+        title=f"trade-off: step time against peak activation memory{scale}<br><sup>{note}</sup>",
+        xaxis={"title": quantity("step_time").heading, "type": "log" if log_scale else "linear"},
+        yaxis={"title": memory_title, **({"type": "log"} if log_scale else {"rangemode": "tozero"})},
         plot_bgcolor="white",
         height=420,
         legend={"orientation": "v"},

@@ -49,7 +49,31 @@ def _edge_trace(
     )
 
 
-def _node_trace(kind: str, nodes: list[Action], graph: nx.DiGraph, pos, show_text: bool) -> go.Scatter:
+LABEL_WIDTH = 0.04  # of the x range: a node's label ("3B0" at 9 pt) on a chart of the page's width
+
+
+def label_positions(pos: dict) -> dict:
+    """Each node's label above it, or below it where the node before it on its lane (same y) is too close for
+    both labels to sit side by side above (1F1B's last rank runs F and B 1 ms apart: "3F0" over "3B0")."""
+    xs = [x for x, _ in pos.values()]
+    crowded = LABEL_WIDTH * (max(xs) - min(xs)) if xs else 0.0
+    placed: dict = {}
+    lanes: dict = {}
+    for action, (x, y) in pos.items():
+        lanes.setdefault(y, []).append((x, action))
+    for lane in lanes.values():
+        lane.sort(key=lambda item: item[0])
+        previous_x, previous_top = None, False
+        for x, action in lane:
+            top = not (previous_top and previous_x is not None and x - previous_x < crowded)
+            placed[action] = "top center" if top else "bottom center"
+            previous_x, previous_top = x, top
+    return placed
+
+
+def _node_trace(
+    kind: str, nodes: list[Action], graph: nx.DiGraph, pos, show_text: bool, labels: dict | None = None
+) -> go.Scatter:
     durations = [graph.nodes[a].get("duration") for a in nodes]
     return go.Scatter(
         x=[pos[a][0] for a in nodes],
@@ -57,7 +81,7 @@ def _node_trace(kind: str, nodes: list[Action], graph: nx.DiGraph, pos, show_tex
         mode="markers+text" if show_text else "markers",
         name=KIND_NAMES[kind],
         text=[str(a) for a in nodes],
-        textposition="top center",
+        textposition=[labels.get(a, "top center") for a in nodes] if labels else "top center",
         textfont={"size": 9},
         marker={"size": 14, "color": KIND_COLORS[kind], "line": {"width": 1, "color": "white"}},
         customdata=[
@@ -130,9 +154,10 @@ def dag_figure(
     nodes_by_kind: dict[str, list[Action]] = {kind: [] for kind in KIND_NAMES}
     for action in graph.nodes:
         nodes_by_kind[action.kind.value].append(action)
+    labels = label_positions(pos) if show_text else None
     for kind, nodes in nodes_by_kind.items():
         if nodes:
-            fig.add_trace(_node_trace(kind, nodes, graph, pos, show_text))
+            fig.add_trace(_node_trace(kind, nodes, graph, pos, show_text, labels))
     if critical_path:
         fig.add_trace(_highlight_nodes(critical_path, pos, "on critical path", CRITICAL_COLOR))
     if cycle:

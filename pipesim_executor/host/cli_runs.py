@@ -29,16 +29,11 @@ def summary_lines(result) -> list[str]:
     config = result.config
     lines = [f"run      {result.run_dir}", f"status   {result.status}"]
     if config is not None:
-        lines.append(
-            f"schedule {config.pipeline.schedule}, {config.pipeline.num_ranks} ranks, "
-            f"{config.pipeline.num_microbatches} microbatches, "
-            f"{'sleeping' if config.compute.sleeps else config.model.spec or config.model.kind} model, "
-            f"{config.devices.device}/{config.devices.backend}, "
-            f"{config.pipeline.data_parallel} replica(s), {config.training.dtype}, "
-            f"{config.training.steps} steps"
-        )
+        lines.append(f"schedule {config.describe()}")
         if config.inject.inject:
             lines.append(f"inject   {config.inject.perturbation().describe()} (priced into the prediction)")
+    if result.outcome:
+        lines.append(f"outcome  {result.outcome}")
     if result.message:
         lines.append("message  " + result.message.replace("\n", "\n         "))
     if result.step_times_ms:

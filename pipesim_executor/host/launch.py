@@ -43,7 +43,7 @@ from pipesim_executor.processes import (
     run_environment,
     torchrun_command,
 )
-from pipesim_executor.progress import measured_so_far, step_fraction
+from pipesim_executor.progress import measured_so_far, outcome_sentence, step_fraction
 from pipesim_executor.run_files import (
     CONFIG_FILE,
     LOGS_DIR,
@@ -214,6 +214,8 @@ class RunHandle:
                 summary.update(self._after_success(env, deadline))
         except Exception as error:  # the launcher itself broke: still leave a result behind
             summary = {"status": "failed", "message": f"launcher error: {error!r}", "returncode": None}
+        # the one sentence every reader shows first; the log tail stays in `message` and logs/
+        summary["outcome"] = outcome_sentence(summary["status"], self.events(), self.config, summary["message"])
         summary.update(started_at=started, finished_at=time.time(), wall_s=round(time.time() - started, 3))
         try:
             write_json(summary, self.run_dir / self._result_name)

@@ -41,7 +41,14 @@ from pipesim.ir import Schedule
 from pipesim.limits import MAX_SMALL_FILE_BYTES
 from pipesim_executor.config import RunConfig
 from pipesim_executor.processes import run_processes
-from pipesim_executor.run_files import CANCEL_FILE, CONFIG_FILE, DOCTOR_FILE, PROGRESS_FILE, TRACES_DIR
+from pipesim_executor.run_files import (
+    CANCEL_FILE,
+    CONFIG_FILE,
+    DOCTOR_FILE,
+    PLAN_PREDICTION_FILE,
+    PROGRESS_FILE,
+    TRACES_DIR,
+)
 
 # --- making a run folder -----------------------------------------------------------------------------------------
 
@@ -110,6 +117,15 @@ class RunResult(RunOutputs):
     measured_step_ms: float | None = None
     prediction_error: float | None = None
     started_at: float | None = None
+    prediction_source: str = ""  # where predicted_step_ms comes from, in words, when not this run's own profile
+    outcome: str = ""  # the outcome in one sentence (pipesim_executor.progress.outcome_sentence); message has the log
+
+    @property
+    def headline(self) -> str:
+        """What to show first: the outcome sentence, else (a run from before it was written) the message's first
+        line, never a log tail."""
+        first = self.message.splitlines()[0] if self.message else ""
+        return self.outcome or (f"Run {self.status}: {first}" if first else "")
 
 
 # --- a run in progress: the launcher's progress file, liveness, cancel requests ----------------------------------
@@ -205,6 +221,7 @@ def load_run(run_dir: str | Path) -> RunResult:
         raise ValueError(f"result.json: status {status!r} is not one of {', '.join(STATUSES)}")
     numbers = result_numbers(summary)
     result = RunResult(run_dir, status, str(summary.get("message", "")), config, schedule, **numbers)
+    result.outcome = str(summary.get("outcome") or "")
     _load_outputs(result)
     return result
 
@@ -215,6 +232,35 @@ def _load_outputs(result: RunResult) -> None:
         setattr(result, output.name, getattr(outputs, output.name))
     if result.measured_step_ms is None:
         result.measured_step_ms = median_step_ms(result.step_times_ms)
+    if result.predicted_step_ms is None:
+        _plan_prediction(result)
+
+
+def _plan_prediction(result: RunResult) -> None:
+    """A verified plan's prediction for this run (plan-prediction.json), with the error the Plan page shows (one
+    definition, pipesim.analysis.overlay.prediction_error) and what it rests on; absent or unreadable: none."""
+    from pipesim.analysis.overlay import prediction_error
+
+    path = result.run_dir / PLAN_PREDICTION_FILE
+    try:
+        plan = json_object(read_json(path, MAX_SMALL_FILE_BYTES)) if path.is_file() else None
+    except (OSError, ValueError):
+        return
+    predicted = plan.get("predicted_step_ms") if plan else None
+    if isinstance(predicted, bool) or not isinstance(predicted, (int, float)) or predicted <= 0:
+        return
+    result.predicted_step_ms = float(predicted)
+    if result.measured_step_ms:
+        result.prediction_error = prediction_error(result.predicted_step_ms, result.measured_step_ms)
+    rate = plan.get("device_tflops")
+    rests_on = (
+        "a calibrated model"
+        if plan.get("calibrated")
+        else f"an assumed device rate ({rate:g} TFLOP/s), not a profile"
+        if isinstance(rate, (int, float))
+        else "an uncalibrated model description"
+    )
+    result.prediction_source = f"the plan's prediction for {plan.get('candidate', 'this candidate')}, from {rests_on}"
 
 
 def profiler_traces(run_dir: str | Path) -> list[Path]:

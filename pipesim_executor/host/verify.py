@@ -28,6 +28,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from pipesim_executor.host.verify_config import (
     predicted_step_ms,
     run_settings,
 )
+from pipesim_executor.run_files import PLAN_PREDICTION_FILE
 
 DEFAULT_STEPS = 30  # measured steps per candidate and round
 DEFAULT_WARMUP = 3
@@ -66,6 +68,25 @@ __all__ = [  # the comparison lives in verify_compare, the plan's mapping in ver
     "VerifyProgress", "VerifyHandle", "start_verify", "verify_plan", "plan_candidates", "candidate_config",
     "model_config", "run_settings", "predicted_step_ms", "verification_prefix",
 ]  # fmt: skip
+
+
+def _record_prediction(run_dir: Path, *, plan: dict[str, Any], plan_path: Path, row: VerifyRow) -> None:
+    """The plan's prediction for this candidate, in its run folder: the Run page shows the same figure (and error)
+    as the Plan page, with what it rests on (a profile, or an assumed device rate)."""
+    calibration = plan.get("calibration") if isinstance(plan.get("calibration"), dict) else {}
+    model = (plan.get("inputs") or {}).get("model") or {}
+    document = {
+        "predicted_step_ms": row.predicted_ms,
+        "candidate": row.label,
+        "plan": str(plan_path),
+        "calibrated": calibration.get("calibrated"),
+        "calibration_note": calibration.get("note"),
+        "device_tflops": model.get("device_tflops") if isinstance(model, dict) else None,
+    }
+    try:
+        write_json(document, run_dir / PLAN_PREDICTION_FILE)
+    except (OSError, ValueError):  # the run goes on; its page shows no prediction
+        pass
 
 
 @dataclass(frozen=True)
@@ -167,7 +188,8 @@ def verify_plan(
                 if on_progress is not None:
                     on_progress(VerifyProgress((done + fraction) / total, done, total, where))
 
-            _run_once(row, config, runs_root, f"{prefix}-r{round_}-c{index}", cancel, progress)
+            record = partial(_record_prediction, plan=plan, plan_path=plan_path, row=row)
+            _run_once(row, config, runs_root, f"{prefix}-r{round_}-c{index}", cancel, progress, record)
             if on_row is not None:
                 on_row(row)
     verification = compare(rows, uncertainty, rounds)
@@ -187,8 +209,10 @@ def _run_once(
     name: str,
     cancel: threading.Event | None,
     progress: Callable[[float], None],
+    record: Callable[[Path], None] | None = None,
 ) -> None:
-    """One run of one candidate (one round): its steps added to the row, or the row's error set."""
+    """One run of one candidate (one round): its steps added to the row, or the row's error set. `record` is given
+    the run's folder as soon as it exists (the plan's prediction written beside the run)."""
     from pipesim_executor.host.launch import start_run
 
     progress(0.0)
@@ -197,6 +221,8 @@ def _run_once(
     except ValueError as error:
         row.error = str(error).splitlines()[0]
         return
+    if record is not None:
+        record(handle.run_dir)
     while not handle.done():
         if cancel is not None and cancel.is_set():
             handle.cancel()
@@ -213,7 +239,7 @@ def _run_once(
         old = row.measured_memory_bytes
         row.measured_memory_bytes = [max(a, b) for a, b in zip(old, memory, strict=False)] if old else memory
     elif not row.round_step_times_ms:
-        row.error = f"run {result.status}: {result.message}".splitlines()[0]
+        row.error = result.headline or f"run {result.status}"
     else:  # later rounds lost (cancelled, or failed): the rounds measured stand
         row.run_dir = str(result.run_dir)
 

@@ -1,0 +1,40 @@
+"""Number fields that say why a value is refused, next to the field (issue 33 item 3).
+
+A field bounded in the browser (`min_value`) refuses an out-of-range value with a small red "!" and keeps the old
+value without a word, so the page went on drawing the old chart. These fields have no browser bounds: the value
+reaches the page, the reason is written under the field, and the page marks its chart as not updated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def refusal(label: str, value: float | None, low: float | None = None, high: float | None = None) -> str | None:
+    """Why `value` is refused for the field `label` (None when it is fine): the value and the valid range."""
+    if value is None:
+        return f"{label}: empty; enter a number"
+    if low is not None and value < low:
+        return f"{label} = {value:g} is below its minimum {low:g}" + (f" (valid: {low:g} to {high:g})" if high else "")
+    if high is not None and value > high:
+        return f"{label} = {value:g} is above its maximum {high:g}" + (f" (valid: {low:g} to {high:g})" if low else "")
+    return None
+
+
+def number(
+    where: Any,
+    label: str,
+    low: float | None,
+    high: float | None,
+    default: float,
+    problems: list[str],
+    **options: Any,
+) -> Any:
+    """`where.number_input(label, ...)` without browser bounds; a value out of [low, high] is written under the
+    field (st.error) and appended to `problems`, which the page reads to mark its chart as not updated."""
+    value = where.number_input(label, None, None, default, **options)
+    reason = None if options.get("disabled") else refusal(label, value, low, high)
+    if reason is not None:
+        where.error(reason, icon=":material/error:")
+        problems.append(reason)
+    return value
