@@ -137,7 +137,8 @@ def in_situ_representatives() -> list[ScheduleInfo]:
 def schedule_info(name: str) -> ScheduleInfo:
     """Look up a family by name (case-insensitive); unknown names list the valid ones."""
     registry = _registry()
-    require(name, "the schedule name", str, f"a string, one of {', '.join(schedule_names())}")
+    if not isinstance(name, str):  # the valid names listed only when needed
+        require(name, "the schedule name", str, f"a string, one of {', '.join(schedule_names())}")
     key = name.strip().lower()
     if key not in registry:
         raise ValueError(f"unknown schedule {name!r}; valid schedules: {', '.join(schedule_names())}")
