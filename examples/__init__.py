@@ -1,1 +1,2 @@
-"""Example models for `python -m executor run --model package.module:factory` (see pipesim_executor.custom_model)."""
+"""Example models for `--model package.module:factory`, shipped as `pipesim_examples` (every module here; see
+pipesim_executor.custom_model and pipesim_executor.shipped_examples)."""

@@ -1,4 +1,5 @@
-"""A small GPT-style decoder, as a factory for `python -m executor run --model examples.gpt_small:build`.
+"""A small GPT-style decoder, as a factory for `pipesim-run run --model pipesim_examples.gpt_small:build` (shipped as
+`pipesim_examples`; `python -m executor run --model examples.gpt_small:build` in the checkout).
 
 Token and learned position embeddings, N pre-norm blocks (causal multi-head self-attention, then a GELU
 MLP, each around a residual), a final layer norm and a linear head to the vocabulary; next-token

@@ -23,6 +23,7 @@ from typing import IO, Any
 # {percentage} of a bar whose total is 1.0; the postfix says what is happening ("step 3/5 (measure)")
 _FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}"
 TICK_S = 0.25  # how often a ticking bar moves
+NOTE_CHARS = 40  # the note beside the bar, cut to this
 
 
 def on_terminal(stream: IO[str] | None = None) -> bool:
@@ -55,8 +56,10 @@ class ProgressBar:
             return
         with self._lock:
             self._bar.n = max(self._bar.n, min(1.0, max(0.0, float(fraction))))
-            if note:
-                self._bar.set_postfix_str(note, refresh=False)
+            if note:  # a short note: the bar keeps its width on a narrow terminal
+                self._bar.set_postfix_str(
+                    note if len(note) <= NOTE_CHARS else note[: NOTE_CHARS - 3] + "...", refresh=False
+                )
             self._bar.refresh()
 
     def write(self, line: str) -> None:

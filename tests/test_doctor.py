@@ -251,3 +251,16 @@ def test_prediction_verdicts() -> None:
     assert "load 5.0 on 2 cores" in doctor.prediction_verdict(0.3, 0.01, 5.0, 2)
     assert doctor.prediction_verdict(-0.3, 0.01, 0.2, 2).startswith("off: the step is predicted 30% too fast")
     assert "too slow" in doctor.prediction_verdict(0.3, None, None, None)
+
+
+def test_a_doctor_folder_is_kept_apart_from_the_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Catches the doctor's folder listed as a damaged run (issue 34), by `list` and by the app (both read
+    list_runs), while a folder that is damaged is still listed as such."""
+    (tmp_path / "doc").mkdir()
+    (tmp_path / "doc" / "doctor.json").write_text('{"status": "running"}')
+    (tmp_path / "broken").mkdir()
+    assert [r.status for r in list_runs(tmp_path)] == ["damaged"]
+    assert doctor_folders(tmp_path) == [tmp_path / "doc"]
+    assert cli_runs.cmd_list(argparse.Namespace(runs_root=tmp_path)) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[1].startswith("broken") and listed[2].startswith(f"{tmp_path / 'doc'}: the doctor's runs")

@@ -1,7 +1,7 @@
 """`python -m executor profile`: time a model unit by unit on this machine, for the planner.
 
     python -m executor profile --model transformer --layers 4 --hidden 128 --microbatch-sizes 1,2,4 --out out/prof
-    python -m executor profile --model examples.gpt_small:build --microbatch-sizes 1,2 --out out/gpt-prof
+    python -m executor profile --model pipesim_examples.gpt_small:build --microbatch-sizes 1,2 --out out/gpt-prof
     python -m pipesim plan --cost out/prof/cost.json --devices 2 --global-batch 16 --optimizer sgd --json plan.json
 
 Flags come from the configs (pipesim_executor.host.unit_profile.ProfileConfig, the Transformer's TransformerShape, the
