@@ -47,8 +47,10 @@ def test_a_size_outside_the_profile_reads_a_wider_spread():
     inside = profile_spread(with_spread(), 4, True, False)
     outside = profile_spread(with_spread(), 8, True, False)
     assert outside.cv == inside.cv  # the nearest profiled size's jitter
+    further = profile_spread(with_spread(), 16, True, False)
     for kind, se in inside.price_se.items():
-        assert outside.price_se[kind] == pytest.approx((se**2 + EXTRAPOLATION_SE**2) ** 0.5)
+        assert outside.price_se[kind] == pytest.approx((se**2 + EXTRAPOLATION_SE**2) ** 0.5)  # one doubling past 4
+        assert further.price_se[kind] == pytest.approx((se**2 + (2 * EXTRAPOLATION_SE) ** 2) ** 0.5)  # two
 
 
 def plan(prof, sizes=(1, 2, 4), extrapolate=False, cap=None):
