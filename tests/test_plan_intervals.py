@@ -47,8 +47,10 @@ def test_a_size_outside_the_profile_reads_a_wider_spread():
     inside = profile_spread(with_spread(), 4, True, False)
     outside = profile_spread(with_spread(), 8, True, False)
     assert outside.cv == inside.cv  # the nearest profiled size's jitter
+    further = profile_spread(with_spread(), 16, True, False)
     for kind, se in inside.price_se.items():
-        assert outside.price_se[kind] == pytest.approx((se**2 + EXTRAPOLATION_SE**2) ** 0.5)
+        assert outside.price_se[kind] == pytest.approx((se**2 + EXTRAPOLATION_SE**2) ** 0.5)  # one doubling past 4
+        assert further.price_se[kind] == pytest.approx((se**2 + (2 * EXTRAPOLATION_SE) ** 2) ** 0.5)  # two
 
 
 def plan(prof, sizes=(1, 2, 4), extrapolate=False, cap=None):
@@ -164,3 +166,19 @@ def test_an_in_situ_factors_ci_widens_the_price_uncertainty_of_its_class_and_rou
     path = tmp_path / "cost.json"
     save_profile(widened, path)
     assert load_cost_file(path) == widened
+
+
+def test_the_in_situ_factors_ci_is_a_seeded_bootstrap_that_narrows_with_more_steps():
+    from pipesim_executor.rank.calibrate import median_ci
+    from pipesim_executor.rank.unit_fit import ci_curves, factor_cis
+
+    noisy = [10.0 + (i * 7 % 5) * 0.5 for i in range(8)]
+    assert median_ci(noisy) == median_ci(noisy)  # seeded
+    assert median_ci(noisy * 6) < median_ci(noisy)  # more steps, a narrower interval
+    assert median_ci([1.0, 2.0]) == float("inf") and median_ci([0.0, 0.0, 0.0]) == 0.0
+    rows = [{"class": "plain", "kind": "backward_ms", "size": s, "stage": st, "ratio": 1.1, "ci": ci, "steps": 7}
+            for s, st, ci in ((1, 0, 0.02), (1, 1, 0.05), (2, 0, None))]  # fmt: skip
+    cis = factor_cis(rows)
+    assert [(r["size"], r["ci"]) for r in cis] == [(1, 0.05), (2, None)]  # the widest stage; unknown stays unknown
+    curves = ci_curves(cis, "plain", (1, 2, 4))
+    assert curves["backward_ms"].values == (0.05, 0.05, 0.05)  # unknown or unmeasured sizes: the widest known

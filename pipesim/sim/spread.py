@@ -11,7 +11,8 @@ Two sources, one value (`Spread`):
   uncertainty, which every action of the kind shares in one sample.
 
 A microbatch size beyond the profiled ones reads the nearest size's spread and widens the price's uncertainty by
-`EXTRAPOLATION_SE` (a size the profile never ran: how far off its price may be is not measured).
+`EXTRAPOLATION_SE` per doubling away from them (a size the profile never ran: how far off its price may be is not
+measured, and grows with the distance).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pipesim.ir import ActionKind
 MAX_CV = 5.0  # a coefficient of variation above 500% is a measuring error, not a spread
 MEDIAN_SE = math.sqrt(math.pi / 2)  # the median's standard error over the mean's, for a normal spread
 Z95 = 1.96  # a 95% interval's half-width in standard errors
-EXTRAPOLATION_SE = 0.10  # the relative uncertainty added to every price at a size the profile did not run
+EXTRAPOLATION_SE = 0.10  # the relative uncertainty added to every price per doubling beyond the profiled sizes
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def profile_spread(
     """The spread of a candidate's actions from a profile that kept its (None for a profile written before it
     did): each kind's CV at `size` (the nearest profiled size beyond them) and its price's standard error: over the
     repetitions, and the in-situ factor's own (its 95% CI's half-width / 1.96, for the candidate's class), widened
-    by EXTRAPOLATION_SE outside the profiled sizes."""
+    by EXTRAPOLATION_SE per doubling outside the profiled sizes."""
     if not profile.spread:
         return None
     repeats = max(profile.spread_repeats, 1)
@@ -113,7 +114,10 @@ def profile_spread(
         price_se[kind] = min(MAX_CV, math.hypot(MEDIAN_SE * cv[kind] / math.sqrt(repeats), factor_se))
     spread = Spread(cv, price_se)
     sizes = profile.microbatch_sizes
-    return spread.widened(EXTRAPOLATION_SE) if not sizes[0] <= size <= sizes[-1] else spread
+    if sizes[0] <= size <= sizes[-1]:
+        return spread
+    doublings = abs(math.log2(size / (sizes[0] if size < sizes[0] else sizes[-1])))
+    return spread.widened(EXTRAPOLATION_SE * doublings)
 
 
 def cost_spread(cost: CostModel) -> Spread | None:

@@ -43,38 +43,44 @@ from pipesim_executor.rank.train_loop import train_step
 CALIBRATION_STEPS = 4  # the first is dropped: it pays first-touch costs the measured steps do not
 
 
-def calibrate(
-    r: Rank, steps: int = CALIBRATION_STEPS, target_ci: float | None = None, max_steps: int | None = None
-) -> dict[str, Any]:
-    """Run `steps` training steps on every rank (collective), restore the state, summarise this rank's share.
+def calibrate(r: Rank, steps: int = CALIBRATION_STEPS) -> dict[str, Any]:
+    """Run `steps` training steps on every rank (collective), restore the state, summarise this rank's share."""
+    return calibration_summary(calibration_records(r, steps))
 
-    With `target_ci`, more steps follow, `steps` at a time up to `max_steps`, until on every rank each stage and
-    kind's median duration is known to within +-target_ci (the 95% bootstrap interval of the median over the
-    steps' own medians, relative: `median_ci`); the ranks decide together (the worst over them), so they run the
-    same steps. The summary's "ci" says how far each got."""
+
+def calibration_records(r: Rank, steps: int) -> list[dict[str, Any]]:
+    """`steps` training steps on every rank (collective), the state restored after; the first step is dropped
+    (it pays first-touch costs the measured steps do not). The unit profile runs several batches of these per
+    schedule, interleaved with the other schedules' (pipesim_executor.rank.unit_profile)."""
     params = r.model.parameters()
     saved_params = [p.detach().clone() for p in params]
     saved_state = copy.deepcopy(r.optimizer.state_dict())
     records = [train_step(r, 0) for _ in range(steps)]
-    while target_ci is not None and len(records) < (max_steps or 0):
-        worst = torch.tensor([_worst_ci(records[1:])], dtype=torch.float64)
-        if torch.distributed.is_initialized():
-            torch.distributed.all_reduce(worst, op=torch.distributed.ReduceOp.MAX, group=r.control)
-        if worst.item() <= target_ci:
-            break
-        records += [train_step(r, 0) for _ in range(min(steps, max_steps - len(records)))]
     with torch.no_grad():
         for p, saved in zip(params, saved_params, strict=True):
             p.copy_(saved)
     r.optimizer.load_state_dict(saved_state)
     r.optimizer.zero_grad(set_to_none=True)
-    kept = records[1:] if len(records) > 1 else records
+    return records[1:] if len(records) > 1 else records
+
+
+def calibration_summary(kept: list[dict[str, Any]]) -> dict[str, Any]:
+    """`summarise` of the kept steps, with each stage and kind's CI (`step_cis`) and the compute spans themselves
+    (on this machine's clock: rank 0 turns them into full-speed work when the ranks share cores, `shared_slots`,
+    which needs every rank's spans at once)."""
     summary = summarise(kept)
     summary["ci"] = step_cis(kept)
-    # The compute spans themselves, on this machine's clock: rank 0 turns them into full-speed work when the
-    # ranks share cores (shared_slots), which needs every rank's spans at once.
     summary["spans"] = [span for record in kept for span in record["spans"]]
     return summary
+
+
+def agreed_ci(r: Rank, records: list[dict[str, Any]]) -> float:
+    """The widest relative CI of any stage and kind's median over `records`, the widest over every rank (a
+    collective: the ranks decide together whether to run more steps)."""
+    worst = torch.tensor([_worst_ci(records)], dtype=torch.float64)
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(worst, op=torch.distributed.ReduceOp.MAX, group=r.control)
+    return float(worst.item())
 
 
 def shared_slots(device_type: str, ranks_on_this_machine: int, gpus: int = 0) -> int | None:

@@ -18,7 +18,8 @@ once, so each sees the contention of the others (taking turns when they outnumbe
    restored) of 1F1B and of ZB-H1 (I and W), plain and recomputing, on the P ranks: the dispatch gap before each
    action and each rank's tail after its last (less its optimizer step, which is priced per parameter byte), and
    per kind what an action took there against what the profile prices the same stage at (`in_situ_scale`:
-   actions in a pipeline run with colder caches than in a loop, a backward long after its forward).
+   actions in a pipeline run with colder caches than in a loop, a backward long after its forward). The schedules
+   take turns in rounds until each factor's 95% CI is within +-3% or --in-situ-steps were run (`in_situ`).
 
 Rank 0 takes the median over the processes of every timing and writes D/cost.json (pipesim.io.cost_file, version
 2). Bytes are measured once (they are the same on every rank). Progress: `step` events of phase "profile".
@@ -49,7 +50,7 @@ from pipesim.semantics.lower import comm_plan
 from pipesim_executor.config import RunConfig
 from pipesim_executor.processes import exit_when_launcher_gone
 from pipesim_executor.progress import emit
-from pipesim_executor.rank.calibrate import calibrate
+from pipesim_executor.rank.calibrate import agreed_ci, calibration_records, calibration_summary
 from pipesim_executor.rank.entry import rank_main
 from pipesim_executor.rank.model import model_parts, param_count
 from pipesim_executor.rank.profile import profile_links
@@ -230,29 +231,57 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     mine["links"] = profile_links(r, repeats) if r.world_size > 1 else {}
     progress.advance("link")
     shared = slots < r.world_size
-    in_situ_steps = request["in_situ_steps"]
     for size in sizes:
-        for name, chunks in in_situ_steps():
-            for recompute in (False, True):
-                points = splits[size].get((recompute, r.num_ranks * chunks))
-                try:
-                    if points is None:
-                        raise ValueError("more stages than units")
-                    sized = variant(r, size, name, chunks, recompute, points)
-                except ValueError:  # a schedule this many ranks or units cannot build: its class falls back
-                    continue
-                # adaptive: more steps until each in-situ factor is known to +-IN_SITU_CI (issue 29), up to a bound
-                summary = calibrate(sized, CALIBRATION_STEPS, target_ci=IN_SITU_CI, max_steps=in_situ_steps)
-                if not shared:  # the spans serve only to turn shared-core durations into full-speed work
-                    summary.pop("spans", None)
-                summary["param_bytes"] = float(sum(p.numel() * p.element_size() for p in sized.model.parameters()))
-                summary["split_points"] = list(sized.model.split_points)
-                key = (size, name, chunks, recompute, sized.schedule.uses_split_backward)
-                mine["calibration"][key] = summary
-                del sized
+        mine["calibration"].update(in_situ(r, size, splits[size], shared, request["in_situ_steps"]))
         progress.advance(f"in-situ steps at microbatch size {size}")
     mine["names"] = names
     return mine
+
+
+def in_situ(
+    r: Rank, size: int, splits: dict[tuple[bool, int], tuple[int, ...]], shared: bool, max_steps: int
+) -> dict[tuple, dict[str, Any]]:
+    """The in-situ steps at one size: every in-situ schedule (`unit_fit.in_situ_steps`), plain and recomputing, in
+    interleaved rounds of CALIBRATION_STEPS steps each (A B C .., A B C ..: a drift of the machine's speed hits
+    every one alike), a schedule leaving the rounds once each of its stage and kind's medians is known to
+    +-IN_SITU_CI on every rank (`agreed_ci`) or it ran `max_steps` (issue 29). Each schedule is rebuilt for its
+    round (its first step dropped again), so the rounds hold one model at a time. Per key (size, schedule, chunks,
+    recompute, split), its summary (pipesim_executor.rank.calibrate)."""
+    variants = [(name, chunks, recompute) for (name, chunks) in in_situ_steps() for recompute in (False, True)]
+    records: dict[tuple, list[dict[str, Any]]] = {}
+    built: dict[tuple, tuple[float, list[int], bool]] = {}
+    open_ = list(variants)
+    while open_:
+        for name, chunks, recompute in list(open_):
+            points = splits.get((recompute, r.num_ranks * chunks))
+            try:
+                if points is None:
+                    raise ValueError("more stages than units")
+                sized = variant(r, size, name, chunks, recompute, points)
+            except ValueError:  # a schedule this many ranks or units cannot build: its class falls back
+                open_.remove((name, chunks, recompute))
+                continue
+            kept = records.setdefault((name, chunks, recompute), [])
+            kept += calibration_records(sized, CALIBRATION_STEPS)
+            params = float(sum(p.numel() * p.element_size() for p in sized.model.parameters()))
+            built[(name, chunks, recompute)] = (
+                params,
+                list(sized.model.split_points),
+                sized.schedule.uses_split_backward,
+            )
+            del sized
+            steps = len(kept) + len(kept) // (CALIBRATION_STEPS - 1)  # the dropped first step of each round counted
+            if steps >= max_steps or agreed_ci(r, kept) <= IN_SITU_CI:
+                open_.remove((name, chunks, recompute))
+    out = {}
+    for (name, chunks, recompute), kept in records.items():
+        summary = calibration_summary(kept)
+        if not shared:  # the spans serve only to turn shared-core durations into full-speed work
+            summary.pop("spans", None)
+        params, points, split = built[(name, chunks, recompute)]
+        summary.update(param_bytes=params, split_points=points)
+        out[(size, name, chunks, recompute, split)] = summary
+    return out
 
 
 def _median(values: list[float]) -> float:
