@@ -37,7 +37,7 @@ def in_checkout() -> bool:
 
 
 def _script_name(path: Path) -> str:
-    """A console script's name without what an installer adds on Windows (`pipesim.exe`, `pipesim-script.py`)."""
+    """A console script's name without what an installer adds on Windows (a `.exe` or `-script.py` suffix)."""
     name = path.name
     for suffix in (".exe", "-script.py", ".py"):
         name = name.removesuffix(suffix)

@@ -215,14 +215,14 @@ def test_a_preset_link_restores_the_presets_model(tmp_path, monkeypatch) -> None
     monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(tmp_path / "runs"))
     at = AppTest.from_file("../app.py", default_timeout=60)
     at.query_params["plan-preset"] = SMALL
-    at.query_params["plan-seq"] = "32"
+    at.query_params["plan-seq-len"] = "32"
     at.run()
     at.switch_page("app_pages/plan.py").run()
     assert not at.exception
     assert at.selectbox(key="plan-preset").value == SMALL
     assert at.number_input(key="plan-layers").value == 4 and at.number_input(key="plan-devices").value == 2
     assert at.number_input(key="plan-tflops").value == pytest.approx(0.01)
-    assert at.number_input(key="plan-seq").value == 32
+    assert at.number_input(key="plan-seq-len").value == 32
 
 
 def test_uncalibrated_predictions_are_labelled_with_the_way_to_calibrate(app: AppTest, monkeypatch) -> None:

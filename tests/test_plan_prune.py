@@ -185,9 +185,9 @@ def test_balance_reads_a_cost_file_of_many_stages_as_the_full_reader_does(tmp_pa
         assert np.array_equal(stage_times_ms(path), np.array(expected))
         for bad, message in (
             ({"forward_ms": -1.0, "backward_ms": 1.0}, "forward_ms must be a finite number >= 0"),
-            ({"forward_ms": True, "backward_ms": 1.0}, "must be a number, got True"),
+            ({"forward_ms": True, "backward_ms": 1.0}, "must be a finite number, got True"),
             ({"forward_ms": 1.0, "backward_ms": 1.0, "colour": 1}, "unknown fields ['colour']"),
-            ({"forward_ms": "1", "backward_ms": 1.0}, "must be a number, got '1'"),
+            ({"forward_ms": "1", "backward_ms": 1.0}, "must be a finite number, got '1'"),
             ({"forward_ms": 1.0, "backward_ms": 1.0, "weight_ms": 2.0}, "weight_ms (2.0) must lie between"),
             ({"backward_ms": 1.0}, "forward_ms"),
         ):

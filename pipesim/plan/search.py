@@ -1,15 +1,15 @@
 """The planner: every schedule x pipeline depth x microbatch size x chunks x recompute x W share, costed.
 
 Each candidate is evaluated exactly, with the simulator's own engine: the split comes from stage balancing
-(`pipesim.balance`) over per-unit costs, the per-stage costs from `stage_costs_from_units`, the actions' times
+(`pipesim.cost.balance`) over per-unit costs, the per-stage costs from `stage_costs_from_units`, the actions' times
 from `simulate.sweep` over the schedule's dependencies (the very sweep `simulate` runs, without building a
 Timeline) and the step time from `pipesim.sim.steps` (`step_tails`, `step_time_ms`: the one definition
-`simulate`, `compare` and the executor's prediction use), the memory from `pipesim.memory` (static parts plus
+`simulate`, `compare` and the executor's prediction use), the memory from `pipesim.sim.memory` (static parts plus
 the activation peak of each rank's action order).
 What makes ten thousand candidates a second affordable is sharing and pruning, not approximation (`prune`: a
-candidate whose lower bound shows it cannot change the plan's answer is never built, `pipesim.plan.prune`): a schedule's
-dependencies and order arrays are built once per shape (name, ranks, microbatches, chunks) and reused by every
-cost variant, and candidates that differ only in a choice their schedule ignores (a W share for a schedule
+candidate whose lower bound shows it cannot change the plan's answer is never built, `pipesim.plan.prune`): a
+schedule's dependencies and order arrays are built once per shape (name, ranks, microbatches, chunks) and reused by
+every cost variant, and candidates that differ only in a choice their schedule ignores (a W share for a schedule
 that never splits its backward) are not generated twice.
 
 Data parallelism: `devices` are cut into `devices / ranks` replicas of a `ranks`-deep pipeline, each replica
