@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import re
 import sys
 import textwrap
 import types
@@ -74,6 +75,9 @@ class _Commands(argparse._SubParsersAction):
         return super().add_parser(name, **kwargs)
 
 
+_LONG_QUOTED = re.compile(r"'([^']{61,})'")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that raises UsageError instead of printing its usage and exiting, so `run_main` reports it in one
     line; the line says which `--help` to read. Help shows every flag's default (DefaultsShown)."""
@@ -84,6 +88,8 @@ class Parser(argparse.ArgumentParser):
         self.register("action", "parsers", _Commands)
 
     def error(self, message: str) -> NoReturn:
+        # argparse quotes a value it refuses whole ("invalid choice: '999...'"): a 3,000-character value is cut
+        message = _LONG_QUOTED.sub(lambda match: shown(match.group(1)), message)
         raise UsageError(f"{message} (see: {self.prog} --help)")
 
 
@@ -261,9 +267,10 @@ def folder_flag(text: str) -> Path:
     """A folder to make things in (`--runs-root`): it may not exist yet, but it may not be a file or a device
     (`/dev/null`), a usage error before anything starts rather than a failure after."""
     path = Path(text)
-    if not text or "\0" in text or len(text) > 4096:
-        raise argparse.ArgumentTypeError(f"expected a folder, got {shown(text)}")
-    if path.exists() and not path.is_dir():
+    too_long = any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in path.parts)  # NAME_MAX
+    if not text or "\0" in text or len(text) > 4096 or too_long:
+        raise argparse.ArgumentTypeError(f"expected a folder name (at most 255 bytes a part), got {shown(text)}")
+    if os.path.lexists(path) and not path.is_dir():  # a file, a device, a link to nothing or a link loop
         raise argparse.ArgumentTypeError(f"{shown(text)} is not a folder")
     return path
 

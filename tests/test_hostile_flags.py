@@ -127,3 +127,77 @@ def test_hostile_values_at_every_flag_are_one_line_and_exit_2(sealed, case, data
     assert code == 2, (argv, code, message, out.getvalue()[:300])
     assert message.count("\n") == 1 and "Traceback" not in message and len(message) < 800, (argv, message)
     assert os.listdir(sealed) == [], (argv, os.listdir(sealed))
+
+
+# --- paths: every flag and argument that names a file or folder ---------------------------------------------------
+
+OUTPUTS = {"--json", "--csv", "--trace", "--html", "--png", "--svg", "--pdf", "--schedule-out", "--out"}
+
+
+def _paths() -> list[tuple[str, str, str | None, bool]]:
+    """(program, command, flag or None for a positional, whether it is an output) for every Path argument."""
+    found = []
+    for program, parser in (("pipesim", pipesim_parser()), ("executor", executor_parser())):
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        for command, sub in commands.choices.items():
+            for action in sub._actions:
+                if getattr(action.type, "__name__", "") not in ("Path", "folder_flag"):
+                    continue
+                flag = action.option_strings[0] if action.option_strings else None
+                found.append((program, command, flag, flag in OUTPUTS))
+    return found
+
+
+PATHS = _paths()
+
+
+@pytest.fixture
+def elsewhere(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder outside the working one holding what a hostile path may name: a FIFO, a folder, a symlink loop."""
+    folder = tmp_path_factory.mktemp("elsewhere")
+    os.mkfifo(folder / "fifo")
+    (folder / "dir").mkdir()
+    os.symlink(folder / "loop", folder / "loop")
+    return folder
+
+
+HOSTILE_PATHS = ["/dev/zero", "/dev/null", "fifo", "dir", "loop", "missing/x", "x" * 300, "\x00x", "é" * 200]
+
+
+def test_every_path_argument_is_covered():
+    assert ("executor", "verify-plan", None, False) in PATHS and ("pipesim", "simulate", "--cost", False) in PATHS
+    assert ("pipesim", "synthesize", "--csv", True) in PATHS and ("executor", "run", "--runs-root", False) in PATHS
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=st.sampled_from(PATHS), name=st.sampled_from(HOSTILE_PATHS))
+def test_hostile_paths_are_one_line_and_start_nothing(sealed, elsewhere, case, name):
+    """An input that is a device, a FIFO, a folder, a link loop, missing or no name at all is a usage error (2);
+    an output that cannot be written is 1 or 2; either way one line, nothing started, nothing written."""
+    program, command, flag, output = case
+    path = str(elsewhere / name) if name in ("fifo", "dir", "loop") else name
+    folder = flag == "--runs-root" or (program, flag) == ("executor", "--out")
+    if folder and name in ("dir", "missing/x"):
+        return  # a folder, or one to be made: a sound runs, run or doctor folder
+    sound = list(SOUND.get((program, command), []))
+    if flag is None:  # the positional is the first sound argument
+        sound[0] = path
+        argv = [command, *sound]
+    else:
+        if flag in sound:
+            index = sound.index(flag)
+            del sound[index : index + 2]
+        argv = [command, *sound, f"{flag}={path}"]
+    if program == "pipesim" and command == "balance" and flag == "--cost":
+        argv = [command, "--stages", "2", f"{flag}={path}"]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = MAINS[program](argv)
+    message = err.getvalue()
+    assert code in ((1, 2) if output else (2,)), (argv, code, message, out.getvalue()[:300])
+    assert message.count("\n") == 1 and "Traceback" not in message and len(message) < 800, (argv, message)
+    assert os.listdir(sealed) == [], (argv, os.listdir(sealed))

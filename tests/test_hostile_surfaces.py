@@ -144,7 +144,24 @@ def test_the_memory_price_is_the_planners_and_counts_the_cnn_as_torch_does():
     expected = training_bytes(
         sum(u.param_bytes for u in units), sum(u.activation_bytes for u in units), "adam"
     )  # the planner's bytes, fp32 master weights
-    assert model_bytes(model, 3, "adam", "fp32") == pytest.approx(expected)
+    training, parameters = model_bytes(model, 3, "adam", "fp32")
+    assert training == pytest.approx(expected) and parameters == sum(u.param_bytes for u in units)
+
+
+def test_on_gpus_the_host_holds_the_parameters_each_rank_builds():
+    from pipesim_executor.config import ModelConfig
+    from pipesim_executor.host.model_memory import check_model_memory, model_bytes
+
+    model = ModelConfig.of_transformer(num_layers=2, hidden_size=64, ffn_size=128, num_heads=2, vocab_size=100)
+    training, parameters = model_bytes(model, 4, "adam", "fp32")
+    between = (training + parameters) / 2
+    check_model_memory(model, 4, "adam", "fp32", device="cuda", memory_bytes=between)  # trains on the GPUs
+    with pytest.raises(ValueError, match="needs at least"):
+        check_model_memory(model, 4, "adam", "fp32", device="cpu", memory_bytes=between)
+    with pytest.raises(ValueError, match="2 replicas of"):
+        check_model_memory(model, 4, "adam", "fp32", replicas=2, memory_bytes=training * 1.5)
+    with pytest.raises(ValueError, match="fp32 parameters, which every rank builds"):
+        check_model_memory(model, 4, "adam", "fp32", device="cuda", memory_bytes=parameters / 2)
 
 
 # --- group 3: numbers that pass the parser but mean nothing -------------------------------------------------------

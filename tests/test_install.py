@@ -155,7 +155,7 @@ def test_app_command_passes_the_apps_own_settings(capsys: pytest.CaptureFixture[
 def test_app_command_refuses_bad_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert pipesim_main(["app", "--port", "70000"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "1 to 65535" in err
+    assert err.count("\n") == 1 and "<= 65,535" in err
     broken = tmp_path / "config.toml"
     broken.write_text("[server\n")
     with pytest.raises(UsageError, match="not valid TOML"):

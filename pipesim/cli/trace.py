@@ -25,7 +25,7 @@ from pipesim.cli.common import (
     written_lines,
 )
 from pipesim.flags import EXIT_STATUS_HELP
-from pipesim.io.formats import save_schedule, save_timeline, schedule_to_dict
+from pipesim.io.formats import json_text, schedule_file_text, schedule_to_dict, timeline_to_dict, write_files
 from pipesim.sim.metrics import makespan
 
 
@@ -56,7 +56,7 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     from pipesim.analysis.attribution import attribute_run
     from pipesim.analysis.overlay import pick_step
     from pipesim.analysis.replay import replay
-    from pipesim.io.chrome_trace import save_run_trace
+    from pipesim.io.chrome_trace import run_trace
     from pipesim.io.kineto import import_traces
 
     check_outputs(args, ("schedule_out", "json", "trace"))
@@ -75,10 +75,9 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
             f"  rank {row['rank']}: compute {row['compute_ms']:.3f} + schedule idle {row['schedule_idle_ms']:.3f} "
             f"+ comm {row['comm_wait_ms']:.3f} + other {row['overhead_ms']:.3f} ms"
         )
-    written = []
+    files: dict[Path, str] = {}  # written together, all or none (pipesim.io.atomic.write_files)
     if args.schedule_out is not None:
-        save_schedule(run.schedule, args.schedule_out)
-        written.append(str(args.schedule_out))
+        files[args.schedule_out] = schedule_file_text(run.schedule, args.schedule_out)
     if args.json is not None:
         summary = {
             "step_times_ms": list(run.step_times_ms),
@@ -86,11 +85,12 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
             "simulated_step_ms": makespan(simulated),
             "analysis": analysis,
         }
-        save_timeline(run.timeline, args.json, summary)
-        written.append(str(args.json))
+        files[args.json] = json_text(timeline_to_dict(run.timeline, summary), args.json)
     if args.trace is not None:
-        save_run_trace(run.schedule, {"simulated": simulated, "imported": pick_step(run.timeline, None)}, args.trace)
-        written.append(str(args.trace))
+        views = {"simulated": simulated, "imported": pick_step(run.timeline, None)}
+        files[args.trace] = json_text(run_trace(run.schedule, views), args.trace)
+    write_files(files)
+    written = [str(path) for path in files]
     from pipesim.charts.overlay import overlay_figure
 
     written += write_figures(lambda: overlay_figure(simulated, run.timeline), args)

@@ -5,12 +5,15 @@ the user a file that was already there.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+
+from pipesim.numbers import shown
 
 STANDARD_OUTPUT = "-"  # an output path that means standard output, the command-line convention
 
@@ -27,7 +30,15 @@ def check_output(path: str | Path) -> None:
     if is_standard_output(path):
         return
     given = Path(path)
-    target = Path(os.path.realpath(given))
+    try:
+        target = Path(os.path.realpath(given, strict=False))
+        if os.path.islink(given):
+            os.stat(given)  # a link that leads nowhere it can resolve (a loop) cannot be written through
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UnwritableOutput(f"cannot write {given}: it is a symbolic link loop") from None
+    except ValueError:  # an embedded null byte
+        raise UnwritableOutput(f"cannot write {shown(str(given))}: not a file name") from None
     if target.exists() and not target.is_file():
         kind = "a folder" if target.is_dir() else "not a regular file (a FIFO, socket or device)"
         raise UnwritableOutput(f"cannot write {given}: it is {kind}; give the path of a file")

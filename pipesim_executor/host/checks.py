@@ -37,11 +37,13 @@ def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunC
         _check_model_fits(config, schedule)
     _check_combinations(config)
     _check_nodes(config)
+    config = _resolve_device(config)
     # every replica of the model on this machine (a multi-node run: this node's share of them)
     replicas = max(1, config.pipeline.data_parallel // config.nodes.nnodes)
     training = config.training
-    check_model_memory(config.model, config.microbatch_size, training.optimizer, training.dtype, replicas)
-    config = _resolve_device(config)
+    check_model_memory(
+        config.model, config.microbatch_size, training.optimizer, training.dtype, replicas, config.devices.device
+    )
     if config.pipeline.data_parallel > 1 and config.devices.backend == "staged":
         raise ValueError(
             "--data-parallel needs a GPU per process (nccl) or the CPU (gloo); with ranks sharing a "

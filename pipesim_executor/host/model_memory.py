@@ -39,9 +39,9 @@ def machine_memory_bytes() -> float:
     return memory
 
 
-def model_bytes(model: ModelConfig, microbatch_size: int, optimizer: str, dtype: str) -> float | None:
-    """The least memory one replica of a built-in model takes to train a step (pipesim.sim.memory.training_bytes),
-    or None for a custom model (checked in its own bounded child process instead)."""
+def model_bytes(model: ModelConfig, microbatch_size: int, optimizer: str, dtype: str) -> tuple[float, float] | None:
+    """(the least memory one replica of a built-in model takes to train a step, pipesim.sim.memory.training_bytes;
+    its fp32 parameters alone), or None for a custom model (checked in its own bounded child process instead)."""
     if model.kind == CUSTOM:
         return None
     if model.kind == "transformer":
@@ -54,7 +54,7 @@ def model_bytes(model: ModelConfig, microbatch_size: int, optimizer: str, dtype:
         count, per_sample = cnn_counts(model.cnn)
         param_bytes = float(count * FP32_BYTES)
         activation_bytes = float(per_sample * microbatch_size * FP32_BYTES)
-    return training_bytes(param_bytes, activation_bytes, optimizer)
+    return training_bytes(param_bytes, activation_bytes, optimizer), param_bytes
 
 
 def check_model_memory(
@@ -63,15 +63,26 @@ def check_model_memory(
     optimizer: str,
     dtype: str,
     replicas: int = 1,
+    device: str = "cpu",
     memory_bytes: float | None = None,
 ) -> None:
-    """ValueError naming the model's sizes and the memory it needs when `replicas` copies of it cannot fit this
-    machine's memory (`memory_bytes`: default machine_memory_bytes())."""
-    needed = model_bytes(model, microbatch_size, optimizer, dtype)
-    if needed is None:
+    """ValueError naming the model's sizes and the memory it needs when it cannot fit this machine's memory
+    (`memory_bytes`: default machine_memory_bytes()). On the CPU the ranks train in it: `replicas` copies of the
+    training memory; on GPUs every rank still builds the model in it first (rank.model.build_model): its fp32
+    parameters."""
+    priced = model_bytes(model, microbatch_size, optimizer, dtype)
+    if priced is None:
         return
-    needed *= replicas
+    training, parameters = priced
     available = machine_memory_bytes() if memory_bytes is None else memory_bytes
+    if device == "cuda":
+        if parameters > available:
+            raise ValueError(
+                f"the {describe_sizes(model)} has {format_bytes(parameters)} of fp32 parameters, which every rank "
+                f"builds in this machine's memory first, more than its {format_bytes(available)}: choose smaller sizes"
+            )
+        return
+    needed = training * replicas
     if needed > available:
         copies = f"{replicas} replicas of " if replicas > 1 else ""
         raise ValueError(

@@ -177,9 +177,9 @@ def start_profile(config: ProfileConfig, out: Path, on_event: EventCallback | No
     """Check everything (ValueError before anything starts), make the folder `out` (never an existing one), write
     the run's config and the request, and start the ranks in the background."""
     check_name(out.name)
-    heaviest = max(config.optimizers, key=OPTIMIZER_STATES.__getitem__)  # the largest size, the most state
-    check_model_memory(config.model, max(config.microbatch_sizes), heaviest, config.dtype)
     run, schedule = check_run(config.run_config())
+    heaviest = max(config.optimizers, key=OPTIMIZER_STATES.__getitem__)  # the largest size, the most state
+    check_model_memory(config.model, max(config.microbatch_sizes), heaviest, config.dtype, 1, run.devices.device)
     config = replace(config, device=run.devices.device)
     run_dir = make_run_dir(out.parent, out.name, run)
     try:
