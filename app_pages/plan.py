@@ -136,11 +136,12 @@ with st.sidebar, st.form("plan-form"):
         "Recompute", ["off", "on", "both"], default="both", key=_kept("plan-recompute"), bind=URL
     )
     shares_text = st.text_input(
-        "W shares",
+        "W shares (fractions of B)",
         "",
         key=_kept("plan-shares"),
         bind=URL,
-        help="weight part of the backward, e.g. 0.4,0.5; empty: the model's own (half)",
+        help="The weight part of the backward as a fraction of B (no unit), e.g. 0.4,0.5; empty: the model's own "
+        "(half). The Simulate page's W field is the same part in ms",
     )
     jitter_pct = st.number_input(
         "Action time spread (CV %)",

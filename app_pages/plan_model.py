@@ -14,7 +14,7 @@ from app_pages import plan_presets, state
 from pipesim.cost.description import ModelDescription
 from pipesim.plan.search import PlanInputs
 
-NO_CALIBRATION = "(none: the rate above is assumed)"
+NO_CALIBRATION = "(none: rate assumed)"
 CALIBRATE_KEY = "plan-calibrate"
 
 

@@ -11,6 +11,10 @@ COLD_OVER_BARE_S over it. Beside it, "complete": navigation
 to every chart of the page drawn (the bare page's one, the app's Gantt and memory charts) and every widget
 of the sidebar there, so a faster first chart is not bought with a slower rest of the page.
 
+With --breakdown, where a cold start's seconds go on the server, each part in a fresh Python process (the
+app's imports, the first simulation, the first figures, their JSON, the styled copy an export makes), and in the
+browser the plotly bundle's fetch (issue 33 item 9).
+
 With --large, each app server is also opened on a shared URL of a large schedule (zb-h1, 32 ranks x 1024
 microbatches: 98,304 actions, simulated on the first visit, cached after): navigation to the binned Gantt drawn.
 """
@@ -72,17 +76,82 @@ def measure(script: Path, runs: Path, warm: int, browser, charts: int, large: bo
         return cold, warm_times, big
 
 
+BREAKDOWN = """
+import json, sys, time
+sys.path.insert(0, ROOT)
+out = {}
+t = time.perf_counter()
+import streamlit
+out["import streamlit"] = time.perf_counter() - t
+t = time.perf_counter()
+import numpy, plotly.graph_objects
+out["import numpy + plotly (the bare page's too)"] = time.perf_counter() - t
+t = time.perf_counter()
+from app_pages import cached, cost_inputs, guide, plot, schedule_inputs, widgets
+from pipesim.charts import gantt, memory
+from pipesim.cost.model import CostModel
+from pipesim.schedules import build_schedule
+from pipesim.sim.simulate import simulate
+out["import pipesim + app_pages"] = time.perf_counter() - t
+t = time.perf_counter()
+schedule, cost = build_schedule("1f1b", 4, 8), CostModel.uniform(1.0, 2.0, 1.0)
+timeline = simulate(schedule, cost)
+out["first simulation (1f1b, 4 x 8)"] = time.perf_counter() - t
+t = time.perf_counter()
+figures = [gantt.gantt_figure(timeline), memory.memory_figure(timeline, cost)]
+out["first Gantt + memory figures (plotly's lazy validators)"] = time.perf_counter() - t
+t = time.perf_counter()
+[plot.figure_json(f) for f in figures]
+out["their JSON for the page"] = time.perf_counter() - t
+t = time.perf_counter()
+[plot.styled(f) for f in figures]
+out["styled copies for export (now made on click only)"] = time.perf_counter() - t
+print(json.dumps(out))
+"""
+
+
+def breakdown(repeat: int = 3) -> None:
+    """The server side of a cold start, part by part, each run in a fresh process (median of `repeat`)."""
+    import json
+    import subprocess
+
+    runs = []
+    for _ in range(repeat):
+        code = BREAKDOWN.replace("ROOT", repr(str(ROOT)))
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    for part in runs[0]:
+        print(f"  {part:<58} {statistics.median(r[part] for r in runs):6.3f} s")
+
+
+def bundle_fetch(browser, url: str) -> str:
+    """The plotly bundle's fetch on a first visit (fresh context): its size and how long it took."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector(FIRST_BAR, timeout=300_000)
+    entries = page.evaluate(
+        "performance.getEntriesByType('resource').filter(e => /plotly/.test(e.name))"
+        ".map(e => [e.name.split('/').pop(), e.encodedBodySize || e.transferSize, e.duration])"
+    )
+    page.close()
+    return "; ".join(f"{name}: {size / 2**20:.2f} MiB in {ms / 1000:.2f} s" for name, size, ms in entries)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warm", type=int, default=3)
     parser.add_argument("--large", action="store_true", help="also open the app on a 98,304-action schedule")
+    parser.add_argument("--breakdown", action="store_true", help="also say where a cold start's seconds go")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from playwright.sync_api import sync_playwright
 
     results: dict[str, dict[str, list[float]]] = {name: {kind: [] for kind in KINDS} for name in ("bare", "app")}
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
+    if args.breakdown:
+        print("server side of a cold start, median of 3 fresh processes:")
+        breakdown()
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         bare = Path(tmp) / "bare_app.py"
@@ -92,6 +161,9 @@ def main() -> None:
                 runs = Path(tmp) / f"runs-{name}-{round_}"
                 runs.mkdir()
                 cold, warm, big = measure(script, runs, args.warm, browser, charts, args.large and name == "app")
+                if args.breakdown and round_ == 0:
+                    with streamlit_server(runs, script) as url:
+                        print(f"{name}: plotly code fetched on a first visit: {bundle_fetch(browser, url)}")
                 for kind, (first, complete) in [("cold", cold)] + [("warm", times) for times in warm]:
                     results[name][kind].append(first)
                     results[name][f"{kind} complete"].append(complete)

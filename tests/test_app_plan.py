@@ -246,3 +246,30 @@ def test_uncalibrated_predictions_are_labelled_with_the_way_to_calibrate(app: Ap
     said = " ".join(w.value for w in app.warning)
     assert "The errors below measure that assumption" in said
     assert app.dataframe[-1].value["noise"].iloc[0] == "too noisy (12.7%)"
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(600)
+def test_calibrating_from_a_run_labels_the_predictions_calibrated(tmp_path, monkeypatch) -> None:
+    """Issue 33 item 5: the notice's way out works: picking a finished run in "Calibrate from a run" fits the
+    device rate to it (pipesim.analysis.calibration) and the assumed-rate notice goes."""
+    from app_pages.plan_presets import SMALL
+    from pipesim_executor.config import run_config
+    from pipesim_executor.host import launch
+
+    runs = tmp_path / "runs"
+    model = {"kind": "transformer", "transformer": {"num_layers": 4, "hidden_size": 128, "num_heads": 4,
+             "ffn_size": 512, "seq_len": 64, "vocab_size": 1000}}  # fmt: skip
+    config = run_config(schedule="1f1b", num_ranks=2, num_microbatches=4, batch_size=16, model=model, device="cpu",
+                        steps=2, warmup_steps=1, timeout_s=400)  # fmt: skip
+    result = launch.run(config, runs_root=runs, name="cal")
+    assert result.status == "ok", result.headline
+    monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(runs))
+    at = AppTest.from_file("../app.py", default_timeout=120)
+    at.query_params["plan-preset"] = SMALL
+    at.run()
+    at.switch_page("app_pages/plan.py").run()
+    assert any("assumed device rate" in w.value for w in at.warning)
+    at.selectbox(key="plan-calibrate").set_value("cal").run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert not any("assumed device rate" in w.value for w in at.warning)
