@@ -17,7 +17,7 @@ from pipesim.charts import verify as charts_verify
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.runtime import OPTIMIZERS
-from pipesim.flags import form_fields
+from pipesim.form_fields import form_fields
 from pipesim.io import formats
 from pipesim.plan.report import (
     best_candidate,

@@ -186,40 +186,7 @@ def flag_of(field: dataclasses.Field) -> str:
     return "--" + field.metadata.get("flag", field.name).replace("_", "-")
 
 
-@dataclasses.dataclass(frozen=True)
-class FormField:
-    """One field of a config dataclass as a form draws it (the app's twin of a generated flag): its name, its
-    flag's name (the label, so the app and the command line say the same), its help, default and type, and its
-    choices where the field names them (metadata "choices")."""
-
-    name: str
-    flag: str
-    help: str
-    default: Any
-    kind: type
-    choices: tuple[Any, ...] | None = None
-
-
-def form_fields(cls: type) -> list[FormField]:
-    """The fields of `cls` the command line makes flags of (metadata cli=False left out), in declaration order:
-    a form built from these asks for exactly what the command line asks for."""
-    hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
-    return [
-        FormField(
-            field.name,
-            flag_of(field)[2:],
-            docs.get(field.name, field.name.replace("_", " ")),
-            _default_of(field),
-            _parts(hints[field.name])[0],
-            field.metadata.get("choices"),
-        )
-        for field in dataclasses.fields(cls)
-        if field.metadata.get("cli", True)
-    ]
-
-
-def _parts(annotation: Any) -> tuple[Any, bool]:
+def annotation_parts(annotation: Any) -> tuple[Any, bool]:
     """(the type without None, whether None is allowed)."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -290,7 +257,7 @@ def numbers(text: str) -> tuple[float, ...]:
 
 def _argument(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
     """argparse keywords for one field's type: a parser, choices, or a switch."""
-    kind, _ = _parts(annotation)
+    kind, _ = annotation_parts(annotation)
     if kind is bool:
         return {"action": "store_true"}
     if typing.get_origin(kind) is typing.Literal:
@@ -334,7 +301,7 @@ def add_flags(
     for field in dataclasses.fields(cls):
         if not field.metadata.get("cli", True):
             continue
-        if dataclasses.is_dataclass(_parts(hints[field.name])[0]):
+        if dataclasses.is_dataclass(annotation_parts(hints[field.name])[0]):
             nested.append(field)
             continue
         keywords = {k: v for k, v in _argument(field, hints[field.name]).items() if v is not None}
@@ -349,10 +316,10 @@ def add_flags(
             **keywords,
         )
     for field in nested:
-        kind = _parts(hints[field.name])[0]
+        kind = annotation_parts(hints[field.name])[0]
         # the field's own default, not the parent instance's value (a config may resolve a default in
         # __post_init__ from other sections, such as RunConfig's batch size from the microbatches)
-        groups.update(add_flags(parser, kind, f"{section}{SEPARATOR}{field.name}", _default_of(field)))
+        groups.update(add_flags(parser, kind, f"{section}{SEPARATOR}{field.name}", default_of(field)))
     return groups
 
 
@@ -362,16 +329,16 @@ def from_flags(cls: type, args: argparse.Namespace, section: str, base: Any = No
     hints = typing.get_type_hints(cls)
     values = given(args, section)
     for field in dataclasses.fields(cls):
-        kind = _parts(hints[field.name])[0]
+        kind = annotation_parts(hints[field.name])[0]
         if dataclasses.is_dataclass(kind):
-            inner = getattr(base, field.name) if base is not None else _default_of(field)
+            inner = getattr(base, field.name) if base is not None else default_of(field)
             values[field.name] = from_flags(kind, args, f"{section}{SEPARATOR}{field.name}", inner)
     if base is None:
         return cls(**values)
     return dataclasses.replace(base, **values)
 
 
-def _default_of(field: dataclasses.Field) -> Any:
+def default_of(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return field.default
     if field.default_factory is not dataclasses.MISSING:
@@ -396,7 +363,7 @@ def given_flags(args: argparse.Namespace, cls: type, section: str) -> list[str]:
         key = f"{section}{SEPARATOR}{field.name}"
         if key in vars(args):
             flags.append(flag_of(field))
-        kind = _parts(typing.get_type_hints(cls)[field.name])[0]
+        kind = annotation_parts(typing.get_type_hints(cls)[field.name])[0]
         if dataclasses.is_dataclass(kind):
             flags += given_flags(args, kind, key)
     return flags

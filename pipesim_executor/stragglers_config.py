@@ -41,7 +41,7 @@ class ComputeConfig:
     sleep_comm: tuple[float, ...] | None = field(default=None, metadata={"flag": "comm", "metavar": "T,.."})
     """Sleep mode: the transfer time the prediction charges per cross-rank message, ms (default 0)."""
     sleep_cost: str | None = field(default=None, metadata={"flag": "cost", "metavar": "FILE"})
-    """Sleep mode: a pipesim cost file instead of --f/--b/--w/--comm."""
+    """Sleep mode: a pipesim cost file instead of --f/--b/--w/--comm (default: none, the typed times)."""
 
     def __post_init__(self) -> None:
         if self.compute not in COMPUTE_MODES:

@@ -178,7 +178,7 @@ def test_verify_shows_progress_and_cancels(app: AppTest, monkeypatch) -> None:
 def test_the_model_form_asks_for_every_field_the_command_line_does(app: AppTest) -> None:
     """The form is generated from ModelDescription, as `pipesim plan`'s flags are: a field added to the dataclass
     (or the link's bandwidth and latency, once left out of the form) is asked for here too."""
-    from pipesim.flags import form_fields
+    from pipesim.form_fields import form_fields
 
     for spec in form_fields(ModelDescription):
         assert app.get_by_key(f"plan-{spec.flag}") is not None, spec.name

@@ -22,6 +22,7 @@ PIPESIM_ORDER = [
     "pipesim.programs",
     "pipesim.progress_bar",
     "pipesim.flags",
+    "pipesim.form_fields",
     "pipesim.ir",
     "pipesim.limits",
     "pipesim.units",
@@ -40,6 +41,7 @@ PIPESIM_ORDER = [
 ]
 EXECUTOR_SHARED = {
     "pipesim_executor.config",
+    "pipesim_executor.model_config",
     "pipesim_executor.devices",
     "pipesim_executor.custom_model",
     "pipesim_executor.progress",

@@ -359,7 +359,8 @@ def test_plan_cost_reads_a_unit_profile_and_records_the_model_it_was_made_for(tm
     plan = json.loads(out.read_text())
     assert plan["inputs"]["executor_model"] == {"kind": "transformer"}
     assert plan["calibration"]["calibrated"] and plan["calibration"]["uncertainty"] == pytest.approx(0.02)
-    assert all(len(c["rank_memory_bytes"]) == c["ranks"] for c in plan["candidates"] if c["error"] is None)
+    built = [c for c in plan["candidates"] if c["error"] is None and c.get("pruned") is None]
+    assert built and all(len(c["rank_memory_bytes"]) == c["ranks"] for c in built)
     assert main([*argv, "--calibrate-from", str(tmp_path)]) == 2
     assert "--calibrate-from calibrates a model description" in capsys.readouterr().err
 

@@ -59,6 +59,7 @@ from types import MappingProxyType
 
 from pipesim.charts.export import ExportUnavailable
 from pipesim.cli import app as cli_app
+from pipesim.cli import compare as cli_compare
 from pipesim.cli import plan as cli_plan
 from pipesim.cli import stragglers as cli_stragglers
 from pipesim.cli import synthesize as cli_synthesize
@@ -73,7 +74,6 @@ from pipesim.cli.common import (
     check_outputs,
     cost_from_args,
     ms_list,
-    name_list,
     positive_int,
     sampling_from_args,
     summary_stream,
@@ -82,7 +82,7 @@ from pipesim.cli.common import (
 )
 from pipesim.cli.listing import cmd_list
 from pipesim.cost.model import CostModel
-from pipesim.flags import EXIT_STATUS_HELP, FAILURE, run_main
+from pipesim.flags import EXIT_STATUS_HELP, run_main
 from pipesim.io.chrome_trace import timeline_to_chrome_trace
 from pipesim.io.cost_file import cost_to_dict
 from pipesim.io.formats import (
@@ -93,13 +93,12 @@ from pipesim.io.formats import (
     schedule_to_dict,
     timeline_to_dict,
     write_files,
-    write_json,
 )
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
 from pipesim.ir import Schedule
 from pipesim.programs import programs
 from pipesim.records import Timeline
-from pipesim.schedules import build_schedule, schedule_info
+from pipesim.schedules import build_schedule
 from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import validate
 from pipesim.sim.data_parallel import ALLREDUCE
@@ -194,20 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_figure_args(outputs, "Gantt chart")
 
-    cmp = commands.add_parser(
-        "compare", allow_abbrev=False, help="simulate several schedules under one cost model", epilog=EXIT_STATUS_HELP
-    )
-    cmp.add_argument("--schedules", type=name_list, required=True, metavar="A,B,C", help="registered schedules (list)")
-    cmp.add_argument("--ranks", type=positive_int, required=True, metavar="P", help="pipeline ranks")
-    cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")
-    cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
-    add_cost_args(cmp)
-    add_sampling_args(cmp)
-    whatif.add_perturbation_args(cmp)
-    whatif.add_sensitivity_arg(cmp)
-    cmp.add_argument("--json", type=Path, metavar="OUT", help="the comparison rows (- for standard output)")
-    add_figure_args(cmp, "comparison chart")
-
+    cli_compare.add_commands(commands)
     cli_trace.add_commands(commands)
     cli_plan.add_commands(commands)
     cli_synthesize.add_commands(commands)
@@ -366,45 +352,11 @@ def _gantt(timeline: Timeline, title: str):  # noqa: ANN202 - a plotly figure (p
     return gantt_figure(timeline, title=title)
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    check_outputs(args, ("json",))
-    for name in args.schedules:
-        schedule_info(name)  # unknown names are a usage error, not a failed row
-    cost = cost_from_args(args)
-    from pipesim.analysis.compare import compare_schedules, format_table
-
-    sampling = sampling_from_args(args)
-    perturbation = whatif.perturbation_from_args(args, args.ranks)
-    slowdown = None if args.sensitivity == 1 else args.sensitivity
-    rows = compare_schedules(
-        args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages, sampling, perturbation, slowdown
-    )
-    written = []
-    if args.json is not None:
-        document = {
-            "format": "pipesim.comparison",
-            "version": 1,
-            "ranks": args.ranks,
-            "microbatches": args.microbatches,
-            "perturbation": perturbation.to_dict(),
-            "rows": [row.to_dict() for row in rows],
-        }
-        write_json(document, args.json)
-        written.append(str(args.json))
-
-    from pipesim.charts.compare import comparison_figure
-
-    written += write_figures(lambda: comparison_figure(rows), args)
-    table = format_table(rows, bytes_known=args.cost is not None)  # typed times carry no sizes
-    print("\n".join([table, *whatif.sensitivity_lines(rows), *written_lines(*written)]), file=summary_stream(*written))
-    return 0 if any(row.error is None for row in rows) else FAILURE
-
-
 COMMANDS = MappingProxyType(
     {
         "list": cmd_list,
         "simulate": cmd_simulate,
-        "compare": cmd_compare,
+        **cli_compare.COMMANDS,
         **cli_trace.COMMANDS,
         **cli_plan.COMMANDS,
         **cli_synthesize.COMMANDS,
