@@ -310,6 +310,8 @@ def test_verifying_again_in_the_same_folder_keeps_the_first_verification(plan_fi
         n.startswith("verify-plan-2-") for n in names[4:]
     )
     assert {p.name for p in runs.iterdir()} >= {"verify-plan-0", *names}  # nothing measured before is lost
+    kept = [json.loads(plan_file.with_name(f"plan-verify-{n}.json").read_text())["verification"] for n in (1, 2)]
+    assert kept == ["verify-plan-1", "verify-plan-2"]
 
 
 def test_a_second_verification_runs_for_real_in_the_same_folder(plan_file, tmp_path):
