@@ -1,6 +1,6 @@
 """Zoo model: a language model whose embedding and LM head dominate, for `--model examples.zoo_embed_heavy:build`.
 
-Vocabulary 8,192 at width 64: the head's matmul (sequence x 64 x 8,192) costs about 16 of the thin blocks, and the
+Vocabulary 4,096 at width 64: the head's matmul (sequence x 64 x 4,096) costs about 16 of the thin blocks, and the
 embedding table holds most of the parameters, so the first and last stages are the heavy ones and a split by
 layer count is badly off. Blocks are token-wise MLPs (no attention), each a residual around two nn.Linear.
 
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-VOCAB, WIDTH, SEQ, BLOCKS = 8192, 64, 32, 6
+VOCAB, WIDTH, SEQ, BLOCKS = 4096, 64, 16, 6
 
 
 class Embedding(nn.Module):

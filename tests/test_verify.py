@@ -39,6 +39,11 @@ def test_compare_reports_the_gap_of_the_recommended_candidate():
 
 @pytest.fixture
 def plan_file(tmp_path):
+    return small_plan(tmp_path)
+
+
+def small_plan(tmp_path: Path) -> Path:
+    """A plan of a 2-layer Transformer on 2 devices (gpipe, 1f1b, interleaved-1f1b at sizes 1 and 2)."""
     path = tmp_path / "plan.json"
     argv = [
         "plan",
@@ -268,142 +273,3 @@ def test_a_cancelled_verification_skips_the_candidates_left(plan_file, tmp_path,
     result = verify.verify_plan(plan_file, 3, runs_root=tmp_path / "runs", cancel=cancel)
     assert result.rows[0].measured_ms == 10.0
     assert [r.error for r in result.rows[1:]] == ["cancelled before it ran"] * 2
-
-
-# --- issue 29: interleaved rounds, confidence intervals, groups, a second verification in the same folder --------
-
-
-def _fake_launcher(monkeypatch, plan_file, started, step_of=None):
-    """start_run replaced by finished runs: candidate i measures its prediction x 1.05 (or `step_of(i, round)`)."""
-    from pipesim_executor.host import launch
-
-    plan = json.loads(plan_file.read_text())
-
-    def fake_start(config, runs_root, name):
-        round_, index = (int(x) for x in name.rsplit("-r", 1)[1].split("-c"))
-        started.append((name, round_, index))
-        candidate = plan_candidates(plan, 10)[index]
-        step = candidate["step_ms"] * 1.05 if step_of is None else step_of(index, round_)
-        return _FakeRun(runs_root / name, step, list(candidate["rank_memory_bytes"]))
-
-    monkeypatch.setattr(launch, "start_run", fake_start)
-
-
-def test_candidates_run_in_interleaved_rounds(plan_file, tmp_path, monkeypatch):
-    """A B C, A B C, A B C: catches candidates measured one after another (all of A's runs, then B's)."""
-    started = []
-    _fake_launcher(monkeypatch, plan_file, started)
-    result = verify.verify_plan(plan_file, 3, runs_root=tmp_path / "runs", rounds=3)
-    assert [(r, i) for _, r, i in started] == [(r, i) for r in range(3) for i in range(3)]
-    assert all(len(row.round_step_times_ms) == 3 and len(row.run_dirs) == 3 for row in result.rows)
-    assert result.rounds == 3
-
-
-def test_verifying_again_in_the_same_folder_keeps_the_first_verification(plan_file, tmp_path, monkeypatch):
-    """The second verification of a plan used to be refused: its first run's folder (verify-plan-0) existed."""
-    runs = tmp_path / "runs"
-    (runs / "verify-plan-0").mkdir(parents=True)  # a run folder of a verification made before issue 29
-    started = []
-    _fake_launcher(monkeypatch, plan_file, started)
-    first = verify.verify_plan(plan_file, 2, runs_root=runs, rounds=2)
-    second = verify.verify_plan(plan_file, 2, runs_root=runs, rounds=2)
-    assert all(r.error is None and r.measured_ms is not None for r in first.rows + second.rows)
-    names = [name for name, _, _ in started]
-    assert len(names) == len(set(names)) == 8
-    assert all(n.startswith("verify-plan-1-") for n in names[:4]) and all(
-        n.startswith("verify-plan-2-") for n in names[4:]
-    )
-    assert {p.name for p in runs.iterdir()} >= {"verify-plan-0", *names}  # nothing measured before is lost
-
-
-def test_a_second_verification_runs_for_real_in_the_same_folder(plan_file, tmp_path):
-    """The launcher's own refusal of a taken run folder, not a fake one: the names of two verifications differ."""
-    runs = tmp_path / "runs"
-    (runs / "verify-plan-0").mkdir(parents=True)
-    first = verify.verification_prefix(runs, "plan")
-    (runs / f"{first}-r0-c0").mkdir()
-    assert (first, verify.verification_prefix(runs, "plan")) == ("verify-plan-1", "verify-plan-2")
-    assert verify.verification_prefix(runs, "my plan!") == "verify-my_plan-0"
-
-
-def test_the_json_carries_intervals_groups_and_whether_the_median_is_inside(plan_file, tmp_path, monkeypatch):
-    plan = json.loads(plan_file.read_text())
-    for c in plan["candidates"]:  # the prediction half (issue 29 item 2) writes these keys: here by hand
-        if c.get("step_ms") is not None:
-            c.update(
-                step_ms_p05=c["step_ms"] * 0.9, step_ms_p95=c["step_ms"] * 1.1, extrapolated=c["microbatch_size"] > 1
-            )
-    plan_file.write_text(json.dumps(plan))
-    top = plan_candidates(plan, 3)
-    # candidates 0 and 1 measure the same (one group), candidate 2 twice as slow
-    _fake_launcher(monkeypatch, plan_file, [], step_of=lambda i, r: 10.0 + r * 0.1 if i < 2 else 20.0 + r * 0.1)
-    out = tmp_path / "v.json"
-    verify.verify_plan(plan_file, 3, runs_root=tmp_path / "runs", rounds=3, json_out=out)
-    written = json.loads(out.read_text())
-    for row, c in zip(written["candidates"], top, strict=True):
-        assert row["predicted_p05_ms"] == pytest.approx(c["step_ms"] * 0.9)
-        assert row["predicted_p95_ms"] == pytest.approx(c["step_ms"] * 1.1)
-        assert row["extrapolated"] is (c["microbatch_size"] > 1)
-        assert row["measured_ci_low_ms"] <= row["measured_ms"] <= row["measured_ci_high_ms"]
-        inside = row["predicted_p05_ms"] <= row["measured_ms"] <= row["predicted_p95_ms"]
-        assert row["inside_predicted_interval"] is inside
-    labels = [row["label"] for row in written["candidates"]]
-    assert len(written["indistinguishable"]) == 1 and set(written["indistinguishable"][0]) == set(labels[:2])
-    assert written["recommended_indistinguishable"] is True and written["rounds"] == 3
-    assert written["verification"] == "verify-plan-0"
-
-
-def test_a_plan_without_intervals_is_compared_with_its_point_prediction(plan_file, tmp_path, monkeypatch):
-    _fake_launcher(monkeypatch, plan_file, [])
-    result = verify.verify_plan(plan_file, 2, runs_root=tmp_path / "runs", rounds=1)
-    for row in result.rows:
-        assert row.predicted_p05_ms == row.predicted_p95_ms == row.predicted_ms
-        assert row.inside_predicted_interval is None and row.extrapolated is False
-
-
-def test_spearman_counts_only_the_pairs_the_measurement_can_order():
-    """Predicted 10 < 11 < 20 < 21, measured 12.0 and 11.9 with overlapping intervals (one group), then 20 and 30:
-    the swap inside the group is noise, so the rank correlation is 1 less the tie's own share, not 0.8."""
-    from pipesim.analysis.stats import MedianCI
-
-    def row(name, predicted, ci):
-        r = VerifyRow(name, {}, predicted, ci.median)
-        r.measured_ci_low_ms, r.measured_ci_high_ms = ci.low, ci.high
-        return r
-
-    rows = [
-        row("a", 10, MedianCI(12.0, 11.5, 12.5)),
-        row("b", 11, MedianCI(11.9, 11.4, 12.4)),
-        row("c", 20, MedianCI(20, 19.5, 20.5)),
-        row("d", 21, MedianCI(30, 29, 31)),
-    ]
-    result = compare(rows)
-    assert result.indistinguishable == [["b", "a"]]
-    assert result.spearman == pytest.approx(spearman([1, 2, 3, 4], [1.5, 1.5, 3, 4]))
-    assert result.recommended_gap == pytest.approx(12.0 / 11.9 - 1) and result.recommended_indistinguishable
-    lines = "\n".join(verify.summary_lines(result))
-    assert "indistinguishable (group 1, overlapping 95% CIs): b, a" in lines and "indistinguishable from it" in lines
-
-
-def test_a_noisy_candidate_is_flagged_by_the_run_pages_rule():
-    from pipesim.analysis.attribution import NOISY_STEP_CV
-
-    calm, noisy = VerifyRow("calm", {}, 10.0), VerifyRow("noisy", {}, 10.0)
-    calm.add_round([10.0, 10.1, 9.9], "r0")
-    noisy.add_round([10.0, 10.0 * (1 + 3 * NOISY_STEP_CV), 10.0 * (1 - 3 * NOISY_STEP_CV)], "r1")
-    assert calm.noisy is False and noisy.noisy is True
-    result = compare([calm, noisy])
-    assert any("too noisy" in note and "noisy" in note for note in result.notes)
-
-
-@pytest.mark.torchrun
-@pytest.mark.timeout(300)
-def test_verify_plan_twice_in_the_same_folder_for_real(plan_file, tmp_path, capsys):
-    """Before issue 29 the second `verify-plan` in a folder was refused: its earlier runs/verify-plan-0 existed."""
-    argv = ["verify-plan", str(plan_file), "--top", "1", "--rounds", "1", "--steps", "1", "--warmup-steps", "0",
-            "--runs-root", str(tmp_path / "runs"), "--timeout", "240"]  # fmt: skip
-    assert executor_main(argv) == 0, capsys.readouterr()
-    assert executor_main(argv) == 0, capsys.readouterr()
-    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert runs == ["verify-plan-0-r0-c0", "verify-plan-1-r0-c0"]
-    assert all((tmp_path / "runs" / name / "result.json").is_file() for name in runs)  # both measured, both kept

@@ -94,3 +94,25 @@ def test_a_stage_priced_from_its_units_stashes_what_the_stage_measures(name):
             measured, _ = measure_stash_bytes(runner, x, target if stop == n else None)
             runner.remove_hooks()
             assert priced.stages[stage].activation_bytes == pytest.approx(measured, rel=1e-9), (split, stage)
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(480)
+def test_the_cnn_trains_two_steps_under_a_zero_bubble_schedule(tmp_path):
+    """The zoo's CNN through the executor for real: zb-h1's split backward over conv layers and GroupNorm."""
+    import subprocess
+    import sys
+
+    from pipesim_executor import processes
+
+    out = tmp_path / "cnn"
+    command = [sys.executable, "-m", "executor", "run", "--model", "examples.zoo_cnn:build", "--schedule", "zb-h1",
+               "--ranks", "2", "--microbatches", "2", "--batch-size", "4", "--steps", "2", "--warmup-steps", "0",
+               "--device", "cpu", "--timeout", "400", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(command, cwd=processes.REPO_ROOT, capture_output=True, text=True, timeout=470)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    from pipesim_executor.host.run_folder import load_run
+
+    result = load_run(out)
+    assert result.status == "ok" and len(result.losses) == 2 and len(result.step_times_ms) == 2
+    assert all(math.isfinite(loss) for loss in result.losses)

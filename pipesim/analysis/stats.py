@@ -73,9 +73,15 @@ def median_ci(
 
 def _bootstrap_medians(rounds: list[np.ndarray], samples: int, rng: np.random.Generator) -> np.ndarray:
     """`samples` medians, each of the steps drawn from rounds drawn with replacement (vectorised: rounds are padded
-    to one length with NaN, and each draw keeps only positions inside its round)."""
+    to one length with NaN, and each draw keeps only positions inside its round; rounds of one length, the usual
+    case, need no padding)."""
     count = len(rounds)
     longest = max(len(r) for r in rounds)
+    if all(len(r) == longest for r in rounds):
+        table = np.stack(rounds)
+        chosen = rng.integers(0, count, size=(samples, count, 1))
+        positions = rng.integers(0, longest, size=(samples, count, longest))
+        return np.median(table[chosen, positions].reshape(samples, -1), axis=1)
     table = np.full((count, longest), np.nan)
     for i, r in enumerate(rounds):
         table[i, : len(r)] = r

@@ -145,10 +145,11 @@ def verify_plan(
     json_out: Path | None = None,
 ) -> Verification:
     """Run the plan's top `top` candidates in `rounds` interleaved rounds and compare; writes PLAN-verify.json
-    beside the plan (and `json_out`). `on_row` is called after each run with its candidate's row (updated with
-    every round so far). `device` None: the device the plan was profiled on, else the CPU. `cancel` set: the
-    running run is cancelled and no other starts (rows never measured say so). A candidate whose run fails is not
-    run again. ValueError before anything runs for a plan that cannot be verified."""
+    beside the plan (the latest), PLAN-verify-<n>.json (this verification's, kept) and `json_out`. `on_row` is
+    called after each run with its candidate's row (updated with every round so far). `device` None: the device
+    the plan was profiled on, else the CPU. `cancel` set: the running run is cancelled and no other starts (rows
+    never measured say so). A candidate whose run fails is not run again. ValueError before anything runs for a
+    plan that cannot be verified."""
     if top < 1:
         raise ValueError(f"--top must be at least 1, got {top}")
     if not 1 <= rounds <= MAX_ROUNDS:
@@ -194,7 +195,8 @@ def verify_plan(
                 on_row(row)
     verification = compare(rows, uncertainty, rounds)
     document = {**verification.to_dict(), "verification": prefix}
-    write_json(document, plan_path.with_name(plan_path.stem + "-verify.json"))
+    write_json(document, plan_path.with_name(plan_path.stem + "-verify.json"))  # the latest
+    write_json(document, plan_path.with_name(f"{plan_path.stem}-verify-{prefix.rsplit('-', 1)[1]}.json"))
     if json_out is not None:
         write_json(document, json_out)
     if on_progress is not None:

@@ -28,7 +28,7 @@ class VerifyRow:
     measured_ms: float | None = None
     run_dir: str | None = None
     error: str | None = None
-    measured_cv: float | None = None  # stdev / mean of the measured steps
+    measured_cv: float | None = None  # stdev / mean of each run's steps, the median over its rounds
     predicted_memory_bytes: list[float] = field(default_factory=list)  # per rank
     measured_memory_bytes: list[float] = field(default_factory=list)  # per rank
     memory_kind: str | None = None

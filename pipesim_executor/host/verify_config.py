@@ -169,9 +169,11 @@ def measured_memory(run_dir: Path, device: str) -> tuple[list[float], str]:
 
 def predicted_interval(c: dict[str, Any]) -> tuple[float, float, bool]:
     """(p05, p95, whether the plan gave them) of a candidate's predicted step: the plan's 90% interval
-    (`step_ms_p05`, `step_ms_p95`), or the point prediction twice for plans written without one."""
+    (`step_ms_p05`, `step_ms_p95`; the point need not lie inside: it is the median of the jittered steps, the ends
+    their percentiles), or the point prediction twice for plans written without one."""
     point = float(predicted_step_ms(c))
     low, high = c.get("step_ms_p05"), c.get("step_ms_p95")
-    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low <= point <= high:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (low, high))
+    if numbers and 0 <= low <= high:
         return float(low), float(high), True
     return point, point, False
