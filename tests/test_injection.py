@@ -48,6 +48,7 @@ def test_sleep_mode_is_checked_against_its_costs_not_the_model():
 
     config = run_config(**{**SLEEP, "num_microbatches": 8, "schedule": "zbv"}, device="cpu")  # 8 stages, 6 layers
     assert check_run(config)[1].num_stages == 8
+    assert check_run(run_config(**{**SLEEP, "num_ranks": 8, "num_microbatches": 8}, device="cpu"))  # 8 on 2 cores
     with pytest.raises(ValueError, match="2 stages"):
         check_run(run_config(**{**SLEEP, "sleep_f": (1.0, 2.0)}, device="cpu"))
 
