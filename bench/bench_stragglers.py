@@ -282,6 +282,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="4 ranks, 3 families, one pair per case, 4 + 1 trials")
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--ranks", type=lambda t: tuple(int(x) for x in t.split(",")), help="instead of the sizes")
     parser.add_argument("--families", type=lambda t: tuple(t.split(",")), help="instead of the mode's families")
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--skip-what-if", action="store_true")
@@ -292,7 +293,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     families = args.families or (QUICK_FAMILIES if args.quick else FAMILIES)
-    sizes = (4,) if args.quick else (4, 8)
+    sizes = args.ranks or ((4,) if args.quick else (4, 8))
     out: dict = {"quick": args.quick, "load_before": os.getloadavg()[0]}
     if args.sleep_precision:
         out["sleep_precision"] = sleep_precision(args.sleep_precision)

@@ -10,7 +10,7 @@ launcher checks and the app reads these too.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -75,7 +75,8 @@ class ComputeConfig:
             cost = cost_from_times(self.sleep_f or (1.0,), self.sleep_b, self.sleep_w, self.sleep_comm or (0.0,))
         cut = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)
         cut.check_fits(schedule)
-        return cut
+        # one cost per stage: read back (cost.json) it is taken as given, never cut per chunk a second time
+        return replace(cut, stages=tuple(cut.stage(s) for s in range(schedule.num_stages)))
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ def test_sleep_mode_is_checked_against_its_costs_not_the_model():
 
     config = run_config(**{**SLEEP, "num_microbatches": 8, "schedule": "zbv"}, device="cpu")  # 8 stages, 6 layers
     assert check_run(config)[1].num_stages == 8
+    assert check_run(run_config(**{**SLEEP, "num_ranks": 8, "num_microbatches": 8}, device="cpu"))  # 8 on 2 cores
     with pytest.raises(ValueError, match="2 stages"):
         check_run(run_config(**{**SLEEP, "sleep_f": (1.0, 2.0)}, device="cpu"))
 
@@ -81,6 +82,18 @@ def test_the_prediction_prices_the_injection_and_sleep_costs(tmp_path):
     assert (tmp_path / "cost.json").exists()  # the slept costs, as the run's cost model
     plain = analyse_run(tmp_path, schedule, run_config(**SLEEP))
     assert plain["predicted_step_ms"] < slowed.step_ms
+
+
+def test_sleep_costs_are_cut_per_chunk_once(tmp_path):
+    """Per-rank sleep costs cut for an interleaved schedule, saved as cost.json and read back, keep their cut."""
+    from pipesim.io.cost_file import load_cost, save_cost
+
+    config = run_config(**{**SLEEP, "schedule": "interleaved-1f1b", "num_microbatches": 8}, num_virtual_stages=2)
+    schedule = build_schedule("interleaved-1f1b", 4, 8, num_virtual_stages=2)
+    cost = config.compute.cost_model(schedule)
+    save_cost(cost, tmp_path / "cost.json")
+    again = load_cost(tmp_path / "cost.json").for_pipeline(schedule.num_stages, schedule.num_ranks)
+    assert [s.forward_ms for s in again.stages] == [1.5] * 8  # 3 ms per rank, two chunks
 
 
 def test_a_stretched_runner_sleeps_factor_minus_one_times_its_own_duration(monkeypatch):

@@ -194,3 +194,29 @@ def test_the_planner_prices_a_straggler():
     schedule, cost = Evaluator(slow_inputs).materialise(slowed)  # the planner's price is the simulator's
     assert cost.meta["perturbation"]["slow_ranks"] == [{"rank": 1, "factor": 1.5}]
     assert simulate_step(schedule, cost).step_ms == pytest.approx(slowed.step_ms)
+
+
+def test_apply_keeps_every_field_it_does_not_mean_to_change():
+    from dataclasses import fields, replace
+
+    from pipesim.cost.model import DataParallelGroup, LinkCost, Provenance, RankRuntime
+
+    cost = replace(
+        CostModel.uniform(1.0, 2.0, 0.5, comm_ms=0.1),
+        recompute=True,
+        overlap_factor=0.8,
+        runtime=RankRuntime(step_overhead_ms=(0.3,), dispatch_ms=(0.05,), shared_cores=2),
+        dp_group=DataParallelGroup(2, LinkCost(0.2, 10.0)),
+        provenance=Provenance("profile", meta={"device": "cpu"}),
+    )
+    schedule = build_schedule("1f1b", 2, 4)
+    slowed = Perturbation(((1, 1.5),), ((0, 1, 2.0),)).apply(cost, schedule.stage_to_rank)
+    for f in fields(CostModel):
+        if f.name not in ("stages", "links", "provenance"):
+            assert getattr(slowed, f.name) == getattr(cost, f.name), f.name
+    assert slowed.provenance.source == "profile" and slowed.meta["device"] == "cpu"
+    assert slowed.stages[0] == cost.stage(0) and slowed.stages[1].forward_ms == 1.5
+    assert (
+        slowed.links[0].latency_ms == pytest.approx(2.1)
+        and slowed.links[0].bandwidth_gbps == cost.links[0].bandwidth_gbps
+    )

@@ -152,7 +152,8 @@ def max_cpu_ranks() -> int:
 
 
 def _check_cpu_ranks(config: RunConfig) -> None:
-    per_node, limit = ranks_per_node(config), max_cpu_ranks()
+    # sleeping ranks do not compute: they share cores without measuring the scheduler (--compute sleep)
+    per_node, limit = ranks_per_node(config), MAX_CPU_RANKS if config.compute.sleeps else max_cpu_ranks()
     if config.devices.device == "cpu" and per_node > limit:
         raise ValueError(
             f"{per_node} CPU ranks on one node is too many for this machine: the limit is {limit} "
