@@ -148,8 +148,9 @@ def against_cli(other: Path, rounds: int, paths: list[str]) -> None:
             "simulate": lambda side: [*SIMULATE_ARGS, "--json", str(folder / f"{side}-sim.json")],
             "balance": lambda side: ["balance", "--cost", str(folder / "stages.json"), "--stages", "4"],
         }
-        if "balance" in paths:
-            stage_file(folder / "stages.json")
+        if "balance" in paths:  # in a child: a parent grown by the file would count in every child's peak RSS
+            command = [sys.executable, __file__, "--stage-file", str(folder / "stages.json")]
+            subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(HERE)})
         seconds = {(path, side): [] for path in paths for side in ("other", "this")}
         memory = dict.fromkeys(seconds, 0.0)
         for _ in range(rounds):
@@ -232,9 +233,13 @@ def main() -> None:
         "actions with --json), balance (a cost file of 10^6 stages into 4); default plan",
     )
     parser.add_argument("--child", choices=sorted(GRIDS), help=argparse.SUPPRESS)
+    parser.add_argument("--stage-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.repeat)
+        return
+    if args.stage_file is not None:
+        stage_file(args.stage_file)
         return
     repeat = 1 if args.quick else args.repeat
     names = ["typical"] if args.quick else ["typical", "10k"]
