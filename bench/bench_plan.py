@@ -101,9 +101,10 @@ from bench_quick import PLAN_ARGS  # noqa: E402
 SIMULATE_ARGS = ["simulate", "--schedule", "1f1b", "--ranks", "64", "--microbatches", "1024"]  # 131,072 actions
 
 
-def cli_run(tree: Path, argv: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB, the process and the workers it waited for) of `python -m pipesim ARGV`
-    with the pipesim of `tree`, as a user starts it (compiled modules cached: PYTHONDONTWRITEBYTECODE dropped)."""
+def cli_run(tree: Path, argv: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MiB, the process and the workers it waited for) and CPU seconds (user + system,
+    theirs too: steadier than the wall on a busy machine) of `python -m pipesim ARGV` with the pipesim of `tree`,
+    as a user starts it (compiled modules cached: PYTHONDONTWRITEBYTECODE dropped)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
@@ -112,7 +113,7 @@ def cli_run(tree: Path, argv: list[str]) -> tuple[float, float]:
     wall = time.perf_counter() - start
     if status != 0:
         raise SystemExit(f"pipesim {' '.join(argv[:3])} ... failed in {tree} (status {status})")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def stage_file(path: Path, stages: int = 10**6) -> Path:
@@ -148,15 +149,21 @@ def against_cli(other: Path, rounds: int, paths: list[str]) -> None:
             "simulate": lambda side: [*SIMULATE_ARGS, "--json", str(folder / f"{side}-sim.json")],
             "balance": lambda side: ["balance", "--cost", str(folder / "stages.json"), "--stages", "4"],
         }
-        if "balance" in paths:
-            stage_file(folder / "stages.json")
+        if "balance" in paths:  # in a child: a parent grown by the file would count in every child's peak RSS
+            command = [sys.executable, __file__, "--stage-file", str(folder / "stages.json")]
+            subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(HERE)})
         seconds = {(path, side): [] for path in paths for side in ("other", "this")}
+        cpu = {key: [] for key in seconds}
         memory = dict.fromkeys(seconds, 0.0)
+        for path in paths:  # a warm-up run each, not counted: the first compiles and caches the modules
+            for side, tree in (("other", other), ("this", HERE)):
+                cli_run(tree, argv[path](side))
         for _ in range(rounds):
             for path in paths:
                 for side, tree in (("other", other), ("this", HERE)):
-                    wall, mib = cli_run(tree, argv[path](side))
+                    wall, mib, used = cli_run(tree, argv[path](side))
                     seconds[(path, side)].append(wall)
+                    cpu[(path, side)].append(used)
                     memory[(path, side)] = max(memory[(path, side)], mib)
         same = _same_answer(folder / "other.json", folder / "this.json") if "plan" in paths else None
     print(f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores, {rounds} rounds A B")
@@ -167,8 +174,11 @@ def against_cli(other: Path, rounds: int, paths: list[str]) -> None:
         median = statistics.median(ratios)
         for side in ("other", "this"):
             runs = ", ".join(f"{s:.2f}" for s in seconds[(path, side)])
-            print(f"  {path:8} {side:5}: {runs} s; largest process {memory[(path, side)]:.0f} MiB")
+            used = ", ".join(f"{s:.2f}" for s in cpu[(path, side)])
+            print(f"  {path:8} {side:5}: {runs} s wall; {used} s CPU; largest process {memory[(path, side)]:.0f} MiB")
         extra = f"; same best and front: {same}" if path == "plan" else ""
+        cpu_ratio = statistics.median(cpu[(path, "this")]) / statistics.median(cpu[(path, "other")])
+        extra = f"; CPU this / other {cpu_ratio:.3f} (medians){extra}"
         print(
             f"{path:8} this / other = {median:.3f} median, mean {statistics.fmean(ratios):.3f} (95% CI {low:.3f}.."
             f"{high:.3f}); speed-up {1 / median:.2f}x{extra}"
@@ -232,9 +242,13 @@ def main() -> None:
         "actions with --json), balance (a cost file of 10^6 stages into 4); default plan",
     )
     parser.add_argument("--child", choices=sorted(GRIDS), help=argparse.SUPPRESS)
+    parser.add_argument("--stage-file", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.repeat)
+        return
+    if args.stage_file is not None:
+        stage_file(args.stage_file)
         return
     repeat = 1 if args.quick else args.repeat
     names = ["typical"] if args.quick else ["typical", "10k"]

@@ -341,6 +341,12 @@ def _spans_text(spans: tuple[Span, ...], path: str | Path) -> str:
     times = [t for s in spans for t in (s.start, s.end)]
     if not all(map(math.isfinite, times)):
         raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs")
+    if all(type(t) is float for t in times):  # a simulation's: float repr is json's, unpacking is quickest
+        return ",".join(
+            f'{{"rank":{rank},"action":"{action}","start":{start!r},"end":{end!r},"step":{step}'
+            + (f',"replica":{replica}}}' if replica else "}")
+            for rank, action, start, end, step, replica in spans
+        )
     number = {float: float.__repr__, int: int.__repr__}
     return ",".join(
         f'{{"rank":{s.rank},"action":"{s.action}","start":{number.get(type(s.start), _json_number)(s.start)},'
