@@ -90,6 +90,9 @@ def fields() -> dict[str, UrlField]:
         "plan-chunks": UrlField("ints", 1, 16),
         "plan-recompute": UrlField("choice", choices=("off", "on", "both")),
         "plan-shares": UrlField("floats", 0.0, 1.0),
+        "plan-jitter": _float(0.0, 100.0),
+        "plan-calibrate": RUN_NAME,  # a run folder's name, as ?run= is
+        "plan-rounds": _int(1, 10),
         "plan-balance-layers": UrlField("floats", 0.0, MAX_TIME_MS),
         "plan-balance-stages": _int(1, 512),
         # Run
@@ -126,8 +129,18 @@ def _forget(keys: Iterable[str]) -> None:
             params._initial_query_params.pop(key, None)
 
 
+CHECKED = "url-checked"  # session key: the URL the session was opened with has been read
+
+
 def check_url() -> None:
-    """Drop every URL value no page may use, before any widget reads it, and name each in one notice."""
+    """Drop every URL value no page may use, before any widget reads it, and name each in one notice.
+
+    Once per session: the link a session was opened with (a shared or reloaded URL; editing the address bar
+    opens a new session). Later reruns carry what the user typed into the bound widgets, which each field checks
+    and explains beside itself (app_pages.fields), never silently reset to a default here."""
+    if st.session_state.get(CHECKED):
+        return
+    st.session_state[CHECKED] = True
     query = {key: st.query_params.get_all(key) for key in list(st.query_params)}
     refused = refused_values(query, fields())
     if not refused:

@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from app_pages import state, url
+from app_pages import plan_model, state, url
+from pipesim.cost.description import ModelDescription
+from pipesim.form_fields import form_fields
 from pipesim.url_query import UrlField, refused_values
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +80,14 @@ def test_every_page_survives_a_link_full_of_hostile_values(monkeypatch, tmp_path
 
 def _bound_keys() -> set[str]:
     """Every widget key the pages bind to the URL, read from their source (`bind=` calls)."""
-    names = {"state": state, "COST": state.COST, "prefix": state.COST, "kept": str, "_kept": str}
+    names = {
+        "state": state,
+        "COST": state.COST,
+        "prefix": state.COST,
+        "kept": str,
+        "_kept": str,
+        "CALIBRATE_KEY": plan_model.CALIBRATE_KEY,
+    }
     model_ints = ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size")
     keys = set()
     for path in sorted((ROOT / "app_pages").glob("*.py")):
@@ -86,6 +95,9 @@ def _bound_keys() -> set[str]:
             if not (isinstance(node, ast.Call) and any(k.arg == "bind" for k in node.keywords)):
                 continue
             key = next(k.value for k in node.keywords if k.arg == "key")
+            if isinstance(key, ast.Name) and path.name == "plan.py":  # the model fields, generated from the dataclass
+                keys |= {f"plan-{spec.flag}" for spec in form_fields(ModelDescription)}
+                continue
             for name in model_ints if "{name}" in ast.unparse(key) else ("",):
                 keys.add(eval(compile(ast.Expression(key), str(path), "eval"), {**names, "name": name}))
     return keys
