@@ -397,7 +397,10 @@ def test_run_config_is_one_config_per_concern_and_reads_old_folders():
         schedule="zbv", num_ranks=2, num_microbatches=4, batch_size=8, lr=0.5, device="cpu", nnodes=1, profile=True
     )
     data = config.to_dict()
-    assert set(data) == {"pipeline", "model", "training", "devices", "nodes", "profile", "reference", "timeout_s"}
+    assert set(data) == {
+        *("pipeline", "model", "training", "devices", "nodes", "compute", "inject"),
+        *("profile", "reference", "timeout_s"),
+    }
     assert data["pipeline"]["schedule"] == "zbv" and data["training"]["lr"] == 0.5
     assert data["devices"]["device"] == "cpu"
     assert RunConfig.from_dict(data) == config

@@ -74,6 +74,20 @@ def test_pruned_search_reports_what_the_exhaustive_one_reports(seed: int) -> Non
     assert summary_lines(pruned, cap)[1:] == summary_lines(every, cap)[1:]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_default_plan_pruned_names_the_exhaustive_runners_up(workers: int) -> None:
+    """Catches a built candidate counted twice among the incumbents (one process added each twice, so the sixth
+    fastest, interleaved-1f1b v2 at 10.40 ms, was pruned as if six were faster)."""
+    inputs = PlanInputs.from_description(
+        ModelDescription(num_layers=8, hidden_size=256), devices=4, global_batch=16, memory_cap_bytes=80 * 2**30
+    )
+    every = evaluate_all(inputs, PlanSpace(), prune=False)
+    pruned = evaluate_all(inputs, PlanSpace(), workers=workers)
+    cap = inputs.memory_cap_bytes
+    assert summary_lines(pruned, cap)[1:] == summary_lines(every, cap)[1:]
+    assert [c.label for c in ranked(pruned)[:6]] == [c.label for c in ranked(every)[:6]]
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_every_bound_is_below_its_candidates_truth(seed: int) -> None:
     """The closed forms (step and memory) under every candidate, and each shape's critical path under its

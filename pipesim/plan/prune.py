@@ -114,8 +114,7 @@ def evaluate_pruned(
     if workers > 1 and len(shapes) > 1 and _in_processes(evaluator, shapes, incumbents, workers, grid, progress):
         return grid
     for group in shapes:
-        for step, memory, fits in _evaluate_group(evaluator, group, incumbents):
-            incumbents.add(step, memory, fits)
+        _evaluate_group(evaluator, group, incumbents)  # it counts what it builds in `incumbents` as it goes
         done += len(group)
         if progress is not None:
             progress(done, len(grid))
