@@ -35,6 +35,7 @@ SOUND = {
     ("pipesim", "synthesize"): ["--ranks", "2", "--microbatches", "2", "--memory-limit", "2", "--time-limit", "1"]
     + ["--csv", "s.csv", "--json", "s.json"],
     ("pipesim", "app"): ["--print-command"],
+    ("pipesim", "stragglers"): ["runs/x"],
     ("executor", "profile"): ["--out", "prof"],
     ("executor", "show"): ["runs/x"],
     ("executor", "cancel"): ["runs/x"],
