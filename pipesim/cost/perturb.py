@@ -25,18 +25,19 @@ from pipesim.cost.model import CostModel
 from pipesim.cost.stage import StageCost
 from pipesim.limits import MAX_TIME_MS
 
-MAX_FACTOR = 1000.0
+MAX_FACTOR = 1000.0  # a slowdown beyond this is a dead device, not a straggler
 KIND_LETTERS = "FBIW"  # F forward; B the whole backward (I and W); I its input part; W its weight part
-_PARTS = {"F": "F", "B": "IW", "I": "I", "W": "W"}  # a slowdown beyond this is a dead device, not a straggler
+_PARTS = {"F": "F", "B": "IW", "I": "I", "W": "W"}  # the parts of a stage's work each letter slows
 
 
 @dataclass(frozen=True)
 class Perturbation:
     """Per-rank compute slowdowns and per-link extra latencies.
 
-    `slow_ranks`: (rank, factor) pairs, factor > 0 (1 changes nothing; below 1 a faster rank). `link_delays`:
-    (rank a, rank b, ms) with a < b, ms >= 0, added to every transfer between the two ranks, either direction.
-    A rank (a link) named twice multiplies (adds) its entries.
+    `slow_ranks`: (rank, factor) pairs, factor > 0 (1 changes nothing; below 1 a faster rank). `slow_actions`:
+    (rank, kinds, factor), only those kinds (letters of FBIW) slower. `link_delays`: (rank a, rank b, ms) with
+    a < b, ms >= 0, added to every transfer between the two ranks, either direction. A rank (a link) named twice
+    multiplies (adds) its entries.
     """
 
     slow_ranks: tuple[tuple[int, float], ...] = ()
