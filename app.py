@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app_pages import guide, state, url
+from app_pages.parts import guide, state, url
 
 # A local icon: a Material one (":material/...:") as the page icon makes the browser fetch it from
 # fonts.gstatic.com, which fails offline (the pages' own Material icons come from Streamlit's bundled font).

@@ -7,8 +7,8 @@ URL, so a view can be shared and reloaded.
 import pandas as pd
 import streamlit as st
 
-from app_pages import cached, cost_inputs, guide, plot, state, widgets
-from app_pages import schedule_inputs as inputs
+from app_pages.parts import cached, cost_inputs, guide, plot, state, widgets
+from app_pages.parts import schedule_inputs as inputs
 from pipesim.charts import compare as charts_compare
 from pipesim.schedules import planned_schedule_names, schedule_info, schedule_names
 from pipesim.units import PERCENT_DECIMALS, binary_unit, quantity

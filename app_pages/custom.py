@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from app_pages import cached, cost_inputs, plot, state, widgets
-from app_pages import csv_table as table
+from app_pages.parts import cached, cost_inputs, plot, state, widgets
+from app_pages.parts import csv_table as table
 from pipesim.io import formats
 from pipesim.io.torch_csv import dialect_note
 from pipesim.schedules import schedule_names

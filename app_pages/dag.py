@@ -6,9 +6,9 @@ is in the URL.
 
 import streamlit as st
 
-from app_pages import cached, cost_inputs, guide, plot, state, widgets
-from app_pages import csv_table as table
-from app_pages import schedule_inputs as inputs
+from app_pages.parts import cached, cost_inputs, guide, plot, state, widgets
+from app_pages.parts import csv_table as table
+from app_pages.parts import schedule_inputs as inputs
 from pipesim.charts import dag as charts_dag
 from pipesim.schedules import schedule_info
 

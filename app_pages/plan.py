@@ -1,7 +1,7 @@
 """Plan: which schedule, microbatch size, chunks and recomputation for this model on these devices, under a cap.
 
 The search, the memory model and the balancing are pipesim's (pipesim.plan); a real check of the top candidates
-is the executor's (pipesim_executor.host.verify, through app_pages.plan_verify), run as separate processes. Every
+is the executor's (pipesim_executor.host.verify, through app_pages.parts.plan_verify), run as separate processes. Every
 setting is in the URL; presets fill the form with a small model that runs here, a 7B-class and a 70B-class one.
 """
 
@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app_pages import cached, guide, plan_model, plan_presets, plan_verify, plot, state, widgets
+from app_pages.parts import cached, guide, plan_model, plan_presets, plan_verify, plot, state, widgets
 from pipesim.charts import plan as charts_plan
 from pipesim.charts import verify as charts_verify
 from pipesim.cost.balance import balance, format_split_points

@@ -9,7 +9,7 @@ the losses), `run_history` (earlier runs); `trace_import` imports profiler trace
 
 import streamlit as st
 
-from app_pages import (
+from app_pages.parts import (
     guide,
     live_runs,
     run_form,

@@ -9,8 +9,8 @@ import functools
 
 import streamlit as st
 
-from app_pages import cached, cost_inputs, guide, plot, state, widgets
-from app_pages import schedule_inputs as inputs
+from app_pages.parts import cached, cost_inputs, guide, plot, state, widgets
+from app_pages.parts import schedule_inputs as inputs
 from pipesim.charts.gantt import COLOR_BY, MAX_EXACT_BARS
 from pipesim.cost.model import CostModel
 from pipesim.ir import Schedule

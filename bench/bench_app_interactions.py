@@ -76,7 +76,7 @@ def images(page, url: str, out: Path) -> list[tuple[str, float]]:
 
 
 def html_megabytes() -> float:
-    from app_pages import plot
+    from app_pages.parts import plot
     from pipesim.charts import export
     from pipesim.charts.gantt import gantt_figure
     from pipesim.cost.model import CostModel

@@ -87,7 +87,7 @@ t = time.perf_counter()
 import numpy, plotly.graph_objects
 out["import numpy + plotly (the bare page's too)"] = time.perf_counter() - t
 t = time.perf_counter()
-from app_pages import cached, cost_inputs, guide, plot, schedule_inputs, widgets
+from app_pages.parts import cached, cost_inputs, guide, plot, schedule_inputs, widgets
 from pipesim.charts import gantt, memory
 from pipesim.cost.model import CostModel
 from pipesim.schedules import build_schedule

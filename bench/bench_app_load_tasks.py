@@ -47,7 +47,7 @@ new MutationObserver(() => {
     if (!(name in window.__marks) && document.querySelector(selector)) window.__marks[name] = performance.now();
 }).observe(document, {subtree: true, childList: true});
 """
-# Streamlit's plotly chunk (the bare page) or the cartesian bundle from static/ (the app, app_pages/plot.py).
+# Streamlit's plotly chunk (the bare page) or the cartesian bundle from static/ (the app, app_pages/parts/plot.py).
 CHUNK = """performance.getEntriesByType('resource')
     .filter(r => r.name.includes('/PlotlyChart.') || r.name.includes('/app/static/plotly-'))
     .map(r => [Math.round(r.startTime), Math.round(r.responseEnd)])[0] || null"""

@@ -5,7 +5,7 @@ bench/bench_app_load_ab.py, derived from the app's own files so each differs fro
     python bench/bench_app_load_ab.py --visits 7 app.py variant_bare_bundle.py variant_nav_bare.py \
         variant_sidebar_gantt.py
 
-* variant_bare_bundle.py: the bare page (one title, one bar chart) drawn through app_pages.plot.show, the
+* variant_bare_bundle.py: the bare page (one title, one bar chart) drawn through app_pages.parts.plot.show, the
   cartesian bundle, where bench_app_load_ab's own bare page uses st.plotly_chart;
 * variant_nav_bare.py: the app's navigation (its six pages) with the bare page as Simulate;
 * variant_sidebar_gantt.py: the Simulate page without its metric cards, downloads and memory chart (its sidebar
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_app import BARE_APP  # noqa: E402
 
 BARE_BUNDLE = BARE_APP.replace(
-    "import streamlit as st\n", "import streamlit as st\n\nfrom app_pages import plot\n"
+    "import streamlit as st\n", "import streamlit as st\n\nfrom app_pages.parts import plot\n"
 ).replace(
     'st.plotly_chart(go.Figure(go.Bar(x=[1, 2, 3], y=[2, 1, 3], orientation="v")))',
     'plot.show(go.Figure(go.Bar(x=[1, 2, 3], y=[2, 1, 3], orientation="v")), "bare")',

@@ -2,7 +2,7 @@
 
 The engine handles about 130,000 actions a second on one core (docs/benchmarks.md), so the largest schedule
 accepted here simulates in about fifteen seconds; anything beyond is refused at once with a one-line error
-naming the limit. The app draws far less (app_pages.state); these are the command line's and the files'.
+naming the limit. The app draws far less (app_pages.parts.state); these are the command line's and the files'.
 
 Every limit is documented in the README's "Limits" table; the costs of work that grows with them (balancing,
 trace import) are measured in docs/benchmarks.md.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app_pages.guide import TOUR
+from app_pages.parts.guide import TOUR
 from pipesim.units import QUANTITIES
 from tests.helpers.app_charts import chart_titles
 

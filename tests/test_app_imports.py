@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_simulate_page_modules_load_no_heavy_extras() -> None:
     code = (
-        "import sys; import app_pages.cached, app_pages.widgets, app_pages.cost_inputs, app_pages.state, "
-        "app_pages.guide, app_pages.schedule_inputs, app_pages.plot, "
+        "import sys; import app_pages.parts.cached, app_pages.parts.widgets, app_pages.parts.cost_inputs, "
+        "app_pages.parts.state, app_pages.parts.guide, app_pages.parts.schedule_inputs, app_pages.parts.plot, "
         "pipesim.charts.gantt, pipesim.charts.lod, pipesim.sim.simulate, pipesim.analysis.critical_path; "
         "print(sorted(m for m in ('networkx', 'pipesim_executor', 'kaleido', 'torch', 'pandas', 'highspy', "
         "'pipesim.synth')"

@@ -1,4 +1,4 @@
-"""app_pages.plot: every chart of the app drawn with plotly.js's cartesian bundle served from static/.
+"""app_pages.parts.plot: every chart of the app drawn with plotly.js's cartesian bundle served from static/.
 
 The bundle must be the plotly.js the plotly package writes figures for, and hold every trace type the pages
 draw; without static serving the pages fall back to st.plotly_chart; a dragged range becomes the Simulate
@@ -16,7 +16,7 @@ import plotly.offline
 import pytest
 from streamlit import config
 
-from app_pages import plot, widgets
+from app_pages.parts import plot, widgets
 from tests.helpers.app_charts import chart_figures
 
 BUNDLE = plot.STATIC_DIR / plot.PLOTLY_JS

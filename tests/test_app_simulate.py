@@ -215,7 +215,7 @@ def test_images_are_made_only_when_asked_one_format_each(app: AppTest, monkeypat
 
     Catches images rendered before anyone asks (seconds per chart), all three formats rendered for one, and a
     browser started per image."""
-    from app_pages import plot, widgets
+    from app_pages.parts import plot, widgets
     from pipesim.charts import export
 
     calls = []

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from app_pages import plan_model, state, url
+from app_pages.parts import plan_model, state, url
 from pipesim.cost.description import ModelDescription
 from pipesim.form_fields import form_fields
 from pipesim.url_query import UrlField, refused_values
@@ -90,7 +90,7 @@ def _bound_keys() -> set[str]:
     }
     model_ints = ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size")
     keys = set()
-    for path in sorted((ROOT / "app_pages").glob("*.py")):
+    for path in sorted((ROOT / "app_pages").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Call) and any(k.arg == "bind" for k in node.keywords)):
                 continue
@@ -110,7 +110,7 @@ def test_every_bound_widget_has_its_url_field():
 def test_the_url_fields_take_the_widgets_ranges():
     """Where a page gives its widget literal bounds, the URL field's are the same."""
     fields = url.fields()
-    for path in sorted((ROOT / "app_pages").glob("*.py")):
+    for path in sorted((ROOT / "app_pages").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if not (isinstance(node, ast.Call) and any(k.arg == "bind" for k in node.keywords)):
                 continue

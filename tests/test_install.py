@@ -65,15 +65,17 @@ def test_every_package_of_the_checkout_ships() -> None:
         for package in ("pipesim", EXECUTOR)
         for path in (ROOT / package).rglob("__init__.py")
     }
-    mapped = {"pipesim_app", "pipesim_app.app_pages", "pipesim_examples"}
+    mapped = {"pipesim_app", "pipesim_app.app_pages", "pipesim_app.app_pages.parts", "pipesim_examples"}
     assert set(setuptools["packages"]) == found | mapped, "pyproject.toml [tool.setuptools] packages"
     assert setuptools["package-dir"] == {
         "pipesim_app": ".",
         "pipesim_app.app_pages": "app_pages",
+        "pipesim_app.app_pages.parts": "app_pages/parts",
         "pipesim_examples": "examples",
     }
     assert not list((ROOT / "examples").glob("*/__init__.py")), "examples/ ships as one package: no subpackages"
     assert (ROOT / "app.py").is_file() and (ROOT / "app_pages" / "__init__.py").is_file()
+    assert (ROOT / "app_pages" / "parts" / "__init__.py").is_file()
 
 
 def _named_modules(node: ast.AST) -> list[str]:

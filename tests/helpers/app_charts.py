@@ -1,4 +1,4 @@
-"""The figures an AppTest run drew: pages draw charts through app_pages.plot.show (a Streamlit component whose
+"""The figures an AppTest run drew: pages draw charts through app_pages.parts.plot.show (a Streamlit component whose
 data holds the figure's JSON), or st.plotly_chart where the server does not serve static files."""
 
 from __future__ import annotations

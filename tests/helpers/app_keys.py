@@ -1,4 +1,4 @@
-"""The app's widget keys: the settings every page shares have one key each (app_pages.state: schedule, ranks,
+"""The app's widget keys: the settings every page shares have one key each (app_pages.parts.state: schedule, ranks,
 microbatches, chunks, and the costs under "cost-"), the rest are the page's own ("sim-...", "cmp-...")."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Find the module references a text makes and say whether each resolves (tests/test_module_references.py).
 
-A reference is a dotted name (`pipesim.sim.steps`, `pipesim_executor.rank.worker.main`, `app_pages.state`), a
+A reference is a dotted name (`pipesim.sim.steps`, `pipesim_executor.rank.worker.main`, `app_pages.parts.state`), a
 module run with `-m`, or a path in the checkout (`pipesim/cli/plan.py`). A dotted name resolves when its longest
 prefix is a module of the checkout and the rest names something that module defines (read from its source, so
 nothing is imported: the executor's modules import torch); a class's member is checked one level down.

@@ -12,7 +12,7 @@ from typing import Any
 
 import streamlit as st
 
-from app_pages import fields, state
+from app_pages.parts import fields, state
 from pipesim.schedules import ScheduleInfo, schedule_names
 
 
@@ -53,7 +53,7 @@ def w_unused(infos: list[ScheduleInfo]) -> str | None:
 def size_fields(chunks_reason: str | None = None, problems: list[str] | None = None) -> tuple[int, int, int]:
     """Ranks, microbatches and chunks per rank, side by side; the chunks field is disabled with `chunks_reason`
     where the schedule fixes its chunks itself. A value out of range is said under its field and added to
-    `problems` (app_pages.fields), so the page can mark its chart as not updated."""
+    `problems` (app_pages.parts.fields), so the page can mark its chart as not updated."""
     problems = [] if problems is None else problems
     left, right = st.columns(2)
     ranks = fields.number(

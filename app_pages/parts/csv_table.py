@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from app_pages.cached import HASH_FUNCS
+from app_pages.parts.cached import HASH_FUNCS
 from pipesim.ir import Action, Schedule, entry_actions, parse_entry
 from pipesim.semantics.validate import find_problems
 from pipesim.sim.simulate import find_deadlock
@@ -68,7 +68,7 @@ def all_problems(text: str) -> tuple[Schedule | None, list[Problem]]:
     so each is blanked in turn and the table read again), then what the readable rest says (a forward without
     its backward...). The schedule is None unless the table has no problem the reader found. ValueError: too
     large for the app (the page's limits)."""
-    from app_pages.cached import csv_schedule
+    from app_pages.parts.cached import csv_schedule
     from pipesim.io.formats import CsvError
 
     problems: list[Problem] = []

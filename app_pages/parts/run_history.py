@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app_pages import live_runs, runs, state, widgets
+from app_pages.parts import live_runs, runs, state, widgets
 
 
 def folder_of(name: str) -> str | None:

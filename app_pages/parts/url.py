@@ -9,9 +9,9 @@ from collections.abc import Iterable
 import streamlit as st
 from streamlit.runtime.state.session_state_proxy import get_session_state
 
-from app_pages import state
-from app_pages.cost_inputs import COST_SOURCES
-from app_pages.run_form import CNN_SIZES, TRANSFORMER_SIZES
+from app_pages.parts import state
+from app_pages.parts.cost_inputs import COST_SOURCES
+from app_pages.parts.run_form import CNN_SIZES, TRANSFORMER_SIZES
 from pipesim.cost.description import DTYPE_BYTES
 from pipesim.limits import MAX_STEPS, MAX_TIME_MS
 from pipesim.numbers import shown
@@ -38,7 +38,7 @@ def fields() -> dict[str, UrlField]:
     cost = state.COST
     model_ints = ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size")
     return {
-        # shared by every page (app_pages.state, app_pages.schedule_inputs, app_pages.cost_inputs)
+        # shared by every page (app_pages.parts.state, app_pages.parts.schedule_inputs, app_pages.parts.cost_inputs)
         state.SCHEDULE: UrlField("choice", choices=names),
         state.RANKS: _int(1, state.MAX_RANKS),
         state.MICROBATCHES: _int(1, state.MAX_MICROBATCHES),
@@ -137,7 +137,7 @@ def check_url() -> None:
 
     Once per session: the link a session was opened with (a shared or reloaded URL; editing the address bar
     opens a new session). Later reruns carry what the user typed into the bound widgets, which each field checks
-    and explains beside itself (app_pages.fields), never silently reset to a default here."""
+    and explains beside itself (app_pages.parts.fields), never silently reset to a default here."""
     if st.session_state.get(CHECKED):
         return
     st.session_state[CHECKED] = True

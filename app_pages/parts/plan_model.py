@@ -10,7 +10,7 @@ from typing import Any
 
 import streamlit as st
 
-from app_pages import plan_presets, state
+from app_pages.parts import plan_presets, state
 from pipesim.cost.description import ModelDescription
 from pipesim.plan.search import PlanInputs
 

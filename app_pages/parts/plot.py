@@ -25,7 +25,7 @@ import streamlit as st
 from pipesim.charts import export
 from pipesim.charts.lanes import CRITICAL_COLOR
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+STATIC_DIR = Path(__file__).resolve().parents[2] / "static"  # app_pages/parts/ -> the app's folder
 # The plotly.js version the plotly package is built against (plotly.offline.get_plotlyjs_version()); a test checks.
 PLOTLY_JS = export.PLOTLY_JS
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from app_pages import fields
-from app_pages.state import COST, URL, kept, runs_root
+from app_pages.parts import fields
+from app_pages.parts.state import COST, URL, kept, runs_root
 from pipesim.cost.convert import cost_from_times
 from pipesim.cost.description import DTYPE_BYTES, ModelDescription
 from pipesim.cost.model import CostModel
@@ -74,7 +74,7 @@ def cost_fields(source: str, num_stages: int, w_unused: str | None = None) -> di
     """
     prefix = COST
     spec: dict[str, Any] = {"source": source}
-    problems: list[str] = []  # values out of range, each said under its field (app_pages.fields)
+    problems: list[str] = []  # values out of range, each said under its field (app_pages.parts.fields)
     spec["problems"] = problems
     if source == "Uniform":
         left, right = st.columns(2)

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app_pages import plot, run_reference, run_stragglers, state, widgets
+from app_pages.parts import plot, run_reference, run_stragglers, state, widgets
 from pipesim.analysis import attribution, overlay
 from pipesim.charts import attribution as charts_attribution
 from pipesim.charts import gantt as charts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app_pages import plot
+from app_pages.parts import plot
 from pipesim.charts import attribution as charts_attribution
 
 

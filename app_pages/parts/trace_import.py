@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app_pages import cached, plot, widgets
+from app_pages.parts import cached, plot, widgets
 from pipesim.analysis import overlay
 from pipesim.charts import gantt as charts
 from pipesim.io import chrome_trace

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from app_pages.state import MAX_ACTIONS, check_limits
+from app_pages.parts.state import MAX_ACTIONS, check_limits
 from pipesim import schedules
 from pipesim.analysis.attribution import attribute_run
 from pipesim.analysis.compare import ComparisonRow, compare_schedules

@@ -9,7 +9,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from app_pages import plot
+from app_pages.parts import plot
 from pipesim.io import chrome_trace, formats
 from pipesim.ir import Schedule
 from pipesim.records import Timeline

@@ -33,7 +33,7 @@ SCHEDULE = "schedule"
 RANKS = "ranks"
 MICROBATCHES = "microbatches"
 CHUNKS = "chunks"
-COST = "cost"  # the cost widgets' key prefix (app_pages.cost_inputs)
+COST = "cost"  # the cost widgets' key prefix (app_pages.parts.cost_inputs)
 URL = "query-params"  # `bind=URL`: the widget's value lives in the page's URL
 
 RUNS_ROOT_ENV = "PIPESIM_RUNS_ROOT"

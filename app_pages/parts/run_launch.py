@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app_pages import live_runs, state, widgets
-from app_pages.run_form import RunRequest
+from app_pages.parts import live_runs, state, widgets
+from app_pages.parts.run_form import RunRequest
 from pipesim.ir import Schedule
 from pipesim_executor.host import launch
 
