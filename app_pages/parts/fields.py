@@ -11,14 +11,21 @@ from typing import Any
 
 
 def refusal(label: str, value: float | None, low: float | None = None, high: float | None = None) -> str | None:
-    """Why `value` is refused for the field `label` (None when it is fine): the value and the valid range."""
+    """Why `value` is refused for the field `label` (None when it is fine): the value and the valid range, whole
+    numbers with thousands separators (100,000,000 microbatches, never 1e+08)."""
     if value is None:
         return f"{label}: empty; enter a number"
+    valid = f" (valid: {_shown(low)} to {_shown(high)})" if low is not None and high is not None else ""
     if low is not None and value < low:
-        return f"{label} = {value:g} is below its minimum {low:g}" + (f" (valid: {low:g} to {high:g})" if high else "")
+        return f"{label} = {_shown(value)} is below its minimum {_shown(low)}" + valid
     if high is not None and value > high:
-        return f"{label} = {value:g} is above its maximum {high:g}" + (f" (valid: {low:g} to {high:g})" if low else "")
+        return f"{label} = {_shown(value)} is above its maximum {_shown(high)}" + valid
     return None
+
+
+def _shown(value: float) -> str:
+    whole = float(value).is_integer() and abs(value) < 1e15
+    return f"{int(value):,}" if whole else f"{value:g}"
 
 
 def number(
