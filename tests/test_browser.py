@@ -404,7 +404,7 @@ def test_a_reload_during_a_run_finds_it_again(page, app_url: str) -> None:
     assert page.get_by_test_id("stProgress").count() == 1
     assert sidebar.get_by_role("button", name="Launch run").is_disabled()
     page.get_by_role("button", name="Cancel run").click()
-    page.get_by_text("Run cancelled").wait_for(timeout=180_000)
+    page.get_by_test_id("stAlertContentInfo").filter(has_text="Run cancelled").first.wait_for(timeout=180_000)
     assert not page.get_by_test_id("stAlertContentError").all_text_contents()
 
 
@@ -431,7 +431,7 @@ def test_a_run_of_the_command_line_shows_live_with_cancel(page, app_url: str, ru
         page.get_by_text("from-the-terminal: step").first.wait_for(timeout=180_000)  # live progress
         assert page.get_by_test_id("stProgress").count() == 1
         page.get_by_role("button", name="Cancel run").click()
-        page.get_by_text("Run cancelled").wait_for(timeout=180_000)
+        page.get_by_test_id("stAlertContentInfo").filter(has_text="Run cancelled").first.wait_for(timeout=180_000)
         assert launcher.wait(timeout=60) == 1  # the terminal's launcher reports the cancelled run and ends
     finally:
         if launcher.poll() is None:
