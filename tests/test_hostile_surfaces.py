@@ -326,6 +326,19 @@ def test_verify_plan_refuses_a_candidate_it_cannot_run_before_any_run(plan_file,
     assert tree(plan_file.parent) == before
 
 
+def test_a_custom_models_plan_passes_the_candidate_check_and_its_bad_split_does_not(plan_file):
+    """A plan from a profile of your own model: its units are counted by running the factory, which only the run
+    does (in its bounded child); the check before any run must not demand the count (it refused every such plan)."""
+    from pipesim_executor.host.verify_config import check_candidate
+
+    plan = json.loads(plan_file.read_text())
+    plan["inputs"]["executor_model"] = {"kind": "custom", "spec": "pipesim_examples.gpt_small:build"}
+    candidate = {**next(c for c in plan["candidates"] if c["schedule"] == "1f1b"), "split": [3]}
+    check_candidate(plan, candidate, 1)
+    with pytest.raises(ValueError, match="split_points"):
+        check_candidate(plan, {**candidate, "split": [3, 2]}, 1)
+
+
 def test_verify_plan_bounds_the_plan(plan_file, capsys):
     plan = json.loads(plan_file.read_text())
     plan["candidates"] = [{}] * (MAX_PLAN_CANDIDATES + 1)

@@ -21,7 +21,7 @@ from pipesim.limits import MAX_MICROBATCHES, MAX_PLAN_CANDIDATES, MAX_STAGES
 from pipesim.numbers import check_number, shown
 from pipesim.programs import programs
 from pipesim.schedules import build_schedule, schedule_info
-from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, check_split_points, run_config
+from pipesim_executor.config import CUSTOM, OPTIMIZERS, ModelConfig, RunConfig, check_split_points, run_config
 from pipesim_executor.run_files import MEASURED_FILE
 
 RUN_DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16"}
@@ -79,7 +79,11 @@ def check_candidate(plan: dict[str, Any], c: dict[str, Any], number: int) -> Non
         chunks = c.get("virtual_stages", 1) if schedule_info(c["schedule"]).takes_chunks else None
         schedule = build_schedule(c["schedule"], c["ranks"], c["microbatches"], num_virtual_stages=chunks)
         if split:
-            check_split_points(split, model_config(plan).num_units, schedule.num_stages)
+            model = model_config(plan)
+            # a custom model's units are counted by running its factory, which the run's own checks do (in a child
+            # process, bounded): here its points need only cut the schedule's stages, strictly increasing
+            units = max(split) + 1 if model.kind == CUSTOM else model.num_units
+            check_split_points(split, units, schedule.num_stages)
     except ValueError as error:
         raise ValueError(f"{where} ({label(c)}): {one_line(error)}") from None
 
