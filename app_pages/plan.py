@@ -33,7 +33,6 @@ from pipesim.programs import programs
 from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
 from pipesim.sim.memory import rank_memory
 from pipesim.units import format_bytes, format_ms, format_percent, quantity
-from pipesim.url_query import read_number_list
 
 state.init_state()
 st.title("Plan a pipeline")
@@ -50,24 +49,6 @@ LABELS = (
     "step's 90% interval."
 )
 URL = state.URL
-
-
-def _numbers(text: str, kind: type, label: str) -> tuple:
-    """A field's comma-separated numbers, read as the URL's (pipesim.url_query.read_number_list: strict)."""
-    if not text.strip():
-        raise ValueError(f"{label}: give at least one value")
-    try:
-        return read_number_list(text, kind is int, minimum=0)
-    except ValueError as error:
-        raise ValueError(f"{label}: {error}") from None
-
-
-def _apply_preset() -> None:
-    """The preset's values into the form's fields (a callback: before the form is drawn)."""
-    values = plan_presets.PRESETS.get(st.session_state.get("plan-preset"))
-    if values is not None:
-        for key, value in values.items():
-            st.session_state[key] = value
 
 
 # The form's model when the page opens (a mid-size model on a mid-range device); other fields: the dataclass's.
@@ -92,7 +73,7 @@ with st.sidebar:
         [plan_presets.CUSTOM, *plan_presets.PRESETS],
         key=_kept("plan-preset"),
         bind=URL,
-        on_change=_apply_preset,
+        on_change=plan_presets.apply_preset,
         help="Fills the form: a small model the executor trains here in seconds (Verify runs it), or the shape "
         "of a 7B-class or 70B-class model on the devices it is usually planned for",
     )
@@ -166,11 +147,11 @@ try:
         memory_cap_bytes=cap,
         optimizer=optimizer,
     )
-    shares = _numbers(shares_text, float, "W shares") if shares_text.strip() else (None,)
+    shares = plan_model.number_list(shares_text, float, "W shares") if shares_text.strip() else (None,)
     space = PlanSpace(
         schedules=tuple(names),
-        microbatch_sizes=_numbers(sizes_text, int, "Microbatch sizes"),
-        chunks=_numbers(chunks_text, int, "Chunks per rank"),
+        microbatch_sizes=plan_model.number_list(sizes_text, int, "Microbatch sizes"),
+        chunks=plan_model.number_list(chunks_text, int, "Chunks per rank"),
         recompute={"off": (False,), "on": (True,)}.get(recompute or "both", (False, True)),
         w_shares=shares,
     )
@@ -299,7 +280,7 @@ with st.expander("Balance stages on their own"):
     layer_text = left.text_input("Layer times (ms)", "1,4,4,4,4,6", key=_kept("plan-balance-layers"), bind=URL)
     stage_count = right.number_input("Stages", 1, 512, 2, key=_kept("plan-balance-stages"), bind=URL)
     try:
-        balanced = balance(_numbers(layer_text, float, "Layer times"), int(stage_count))
+        balanced = balance(plan_model.number_list(layer_text, float, "Layer times"), int(stage_count))
         st.code(f"--split-points {format_split_points(balanced.split_points)}", language=None)
         st.caption(
             f"Per-stage times {', '.join(format_ms(c) for c in balanced.stage_costs)}; slowest "

@@ -92,3 +92,15 @@ def notice(calibration: dict[str, Any], description: ModelDescription, verifying
         "the model (`python -m executor profile`) and plan with `--cost`.",
         icon=":material/straighten:",
     )
+
+
+def number_list(text: str, kind: type, label: str) -> tuple:
+    """A field's comma-separated numbers, read as the URL's (pipesim.url_query.read_number_list: strict)."""
+    from pipesim.url_query import read_number_list
+
+    if not text.strip():
+        raise ValueError(f"{label}: give at least one value")
+    try:
+        return read_number_list(text, kind is int, minimum=0)
+    except ValueError as error:
+        raise ValueError(f"{label}: {error}") from None

@@ -75,3 +75,13 @@ PRESETS = MappingProxyType(
     }
 )
 SMALL = next(iter(PRESETS))
+
+
+def apply_preset() -> None:
+    """The preset's values into the form's fields (a callback: before the form is drawn)."""
+    import streamlit as st
+
+    values = PRESETS.get(st.session_state.get("plan-preset"))
+    if values is not None:
+        for key, value in values.items():
+            st.session_state[key] = value
