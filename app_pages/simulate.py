@@ -9,7 +9,7 @@ import functools
 
 import streamlit as st
 
-from app_pages.parts import cached, cost_inputs, guide, plot, state, widgets
+from app_pages.parts import cached, cost_inputs, guide, plot, state, whatif, widgets
 from app_pages.parts import schedule_inputs as inputs
 from pipesim.charts.gantt import COLOR_BY, MAX_EXACT_BARS
 from pipesim.cost.model import CostModel
@@ -73,6 +73,7 @@ with st.sidebar:
             None if synthesize else inputs.w_unused([info]),
         )
         problems += spec["problems"]
+        slowdown = whatif.whatif_fields(schedule.num_ranks if schedule else max(ranks, 1), problems)
         st.form_submit_button("Simulate", type="primary", width="stretch")
 
 if problems:  # issue 33 item 3: never the old chart without a word
@@ -90,6 +91,7 @@ if problems:  # issue 33 item 3: never the old chart without a word
     if last is None:
         st.stop()
     schedule, spec, info, name = last["schedule"], last["spec"], schedule_info(last["name"]), last["name"]
+    slowdown = last["slowdown"]
     schedule_error = None
 
 st.caption(info.summary)
@@ -100,13 +102,14 @@ st.caption(cost_inputs.COST_MEANING)
 
 try:
     # per-rank costs cut per chunk, as `pipesim simulate` and the Compare page read them
-    cost = cost_inputs.cost_model(spec).for_pipeline(schedule.num_stages, schedule.num_ranks)
+    uniform_cost = cost_inputs.cost_model(spec).for_pipeline(schedule.num_stages, schedule.num_ranks)
+    cost = slowdown.apply(uniform_cost, schedule.stage_to_rank)  # a slow rank or link, as --slow-rank prices it
     named_timeline, named_metrics = cached.simulation(schedule, cost)
 except ValueError as error:  # bad costs, a cost file for another pipeline, a deadlock
     widgets.show_error(error, "Cannot simulate")
     st.stop()
 if not problems:  # what a later refused form falls back to, said as such
-    st.session_state["sim-last-good"] = {"schedule": schedule, "spec": spec, "name": name}
+    st.session_state["sim-last-good"] = {"schedule": schedule, "spec": spec, "name": name, "slowdown": slowdown}
 
 if synthesize:
     with st.status(f"Searching for the fastest order (up to {budget} s)…", expanded=False) as searching:
@@ -136,6 +139,8 @@ else:
     timeline, metrics = named_timeline, named_metrics
 
 widgets.metric_cards(metrics, timeline.meta["step_ms"], inner_bubble=cached.inner_bubble(schedule, cost))
+if slowdown:  # the slowed step in words, then drawn over the uniform one
+    whatif.show_growth(schedule, uniform_cost, cost, slowdown, "sim-whatif")
 
 
 @st.fragment

@@ -43,6 +43,7 @@ class UrlField:
     max_chars: int = MAX_URL_TEXT
     pattern: str | None = None
     many: int = 1
+    pattern_meaning: str = "letters, digits, '.', '-' or '_'"  # what `pattern` lets through, in the refusal
 
     def check(self, values: Sequence[str]) -> None:
         """ValueError of one line saying what was expected, for the first value that is not."""
@@ -71,7 +72,7 @@ class UrlField:
         elif len(value) > self.max_chars or not value.isprintable():
             raise ValueError(f"expected printable text of at most {self.max_chars} characters, got {shown(value)}")
         elif self.pattern is not None and not re.fullmatch(self.pattern, value, re.ASCII):
-            raise ValueError(f"expected letters, digits, '.', '-' or '_', got {shown(value)}")
+            raise ValueError(f"expected {self.pattern_meaning}, got {shown(value)}")
 
 
 def read_number_list(

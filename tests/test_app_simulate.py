@@ -348,3 +348,56 @@ def test_a_refused_field_says_why_beside_it_and_marks_the_chart_not_updated(app:
     assert "Chart not updated" in app.warning[0].value and "Ranks = 0" in app.warning[0].value
     submit(app, ranks=4)
     assert not app.warning and "16 microbatches" in title(chart_figures(app)[0])
+
+
+def test_a_slow_rank_is_drawn_over_the_uniform_step(app: AppTest) -> None:
+    """Issue 30: a factor per rank (rank 1 twice as slow) gives `pipesim simulate --slow-rank 1:2`'s step on the
+    card, the uniform step beside it in words, and the slowed step drawn over the uniform one (two lanes a rank)."""
+    from pipesim.cost.perturb import Perturbation
+
+    submit(app, **{"slow-ranks": "1, 2"})
+    assert not app.exception and not app.error
+    cost = CostModel.uniform(activation_bytes=MIB)
+    schedule = build_schedule("1f1b", 4, 8)
+    slowed = simulate_step(schedule, Perturbation(((1, 2.0),)).apply(cost.for_pipeline(4, 4), schedule.stage_to_rank))
+    uniform = simulate_step(schedule, cost)
+    assert slowed.step_ms > uniform.step_ms
+    assert metric(app, "Step time") == format_ms(slowed.step_ms)
+    [said] = [i.value for i in app.info if "What-if" in i.value]
+    assert "rank 1 2x slower" in said and format_ms(slowed.step_ms) in said and format_ms(uniform.step_ms) in said
+    figures = chart_figures(app)
+    [drawn] = [f for f in figures if "over the uniform case" in title(f)]
+    lanes = drawn["layout"]["yaxis"]["ticktext"]
+    assert lanes[:2] == ["rank 0 · uniform", "rank 0 · slowed"] and len(lanes) == 8
+    uniform_bars = sum(length(t["x"]) for t in drawn["data"] if t["name"].endswith(" uniform"))
+    slowed_bars = sum(length(t["x"]) for t in drawn["data"] if t["name"].endswith(" slowed"))
+    assert uniform_bars == slowed_bars == 4 * 8 * 2
+    submit(app, **{"slow-ranks": "", "slow-kinds": "W", "link-delays": "0-1:3"})  # a link alone
+    assert not app.error and "link 0-1 +3 ms" in next(i.value for i in app.info if "What-if" in i.value)
+    submit(app, **{"link-delays": ""})
+    assert not any("What-if" in i.value for i in app.info)
+    assert not any("over the uniform case" in title(f) for f in chart_figures(app))
+
+
+@pytest.mark.parametrize(
+    ("field", "typed", "said"),
+    [
+        ("slow-ranks", "1, 0", "Slowdown per rank"),
+        ("slow-ranks", "-2", "Slowdown per rank"),
+        ("slow-ranks", "fast", "Slowdown per rank"),
+        ("slow-ranks", "1,1,1,1,2", "5 factors for 4 ranks"),
+        ("link-delays", "0-9:5", "rank 9 is not in a pipeline of 4 ranks"),
+        ("link-delays", "0-1:-5", "Link delays"),
+        ("link-delays", "slow", "A-B:MS"),
+    ],
+)
+def test_a_bad_slowdown_is_said_under_its_field(app: AppTest, field: str, typed: str, said: str) -> None:
+    before = chart_figures(app)[0]
+    submit(app, **{field: typed})
+    assert not app.exception
+    [reason] = [e.value for e in app.sidebar.error]
+    assert said in reason
+    if field == "slow-ranks" and "factors for" not in said:
+        assert "from 0.1 to 1000" in reason  # the valid range, named
+    assert "Chart not updated" in app.warning[0].value
+    assert chart_figures(app)[0] == before

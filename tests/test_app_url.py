@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from app_pages.parts import plan_model, state, url
+from app_pages.parts import plan_model, state, url, whatif
 from pipesim.cost.description import ModelDescription
 from pipesim.form_fields import form_fields
 from pipesim.url_query import UrlField, refused_values
@@ -48,6 +48,10 @@ def notice(at: AppTest) -> str:
         ({"schedule": "nonesuch"}, "'schedule'"),
         ({"cost-f": "nan"}, "'cost-f'"),
         ({"nonesuch-key": "1"}, "no page reads this setting"),
+        ({"slow-ranks": "1, 0"}, "'slow-ranks'"),  # a factor below 0.1
+        ({"slow-ranks": "1, fast"}, "'slow-ranks'"),
+        ({"link-delays": "0-1:5; rm"}, "'link-delays'"),
+        ({"slow-kinds": "X"}, "'slow-kinds'"),
     ],
 )
 def test_a_refused_url_value_is_named_and_the_default_shown(monkeypatch, tmp_path, query, named):
@@ -58,6 +62,14 @@ def test_a_refused_url_value_is_named_and_the_default_shown(monkeypatch, tmp_pat
     assert at.number_input(key=state.MICROBATCHES).value == state.DEFAULT_MICROBATCHES
     assert at.selectbox(key=state.SCHEDULE).value == state.DEFAULT_SCHEDULE
     assert not set(query) & set(at.query_params)  # dropped from the URL too
+
+
+def test_a_link_carries_the_what_if(monkeypatch, tmp_path):
+    """Issue 30: the slowdowns and link delays are in the URL, so a shared link opens the same what-if."""
+    at = load(monkeypatch, tmp_path, {"slow-ranks": "1, 1.5", "slow-kinds": "W", "link-delays": "2-3:4"})
+    assert not at.exception and not notice(at)
+    [said] = [i.value for i in at.info if "What-if" in i.value]
+    assert "rank 1 1.5x slower in W" in said and "link 2-3 +4 ms" in said
 
 
 def test_good_values_beside_refused_ones_are_used(monkeypatch, tmp_path):
@@ -87,6 +99,9 @@ def _bound_keys() -> set[str]:
         "kept": str,
         "_kept": str,
         "CALIBRATE_KEY": plan_model.CALIBRATE_KEY,
+        "SLOW_KEY": whatif.SLOW_KEY,
+        "KINDS_KEY": whatif.KINDS_KEY,
+        "LINKS_KEY": whatif.LINKS_KEY,
     }
     model_ints = ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size")
     keys = set()
@@ -146,7 +161,9 @@ def test_generated_hostile_values_are_refused_at_every_key(key, value):
     field = url.fields()[key]
     refused = refused_values({key: [value]}, {key: field})
     acceptable = field.kind == "text" and len(value) <= field.max_chars and value.isprintable()
-    if field.pattern is not None:
+    if field is url.LINK_LIST:  # the what-if's link delays (A-B:MS, ...): digits and their marks; the page parses
+        acceptable = acceptable and value != "" and all(c in "0123456789 ,:.-" for c in value)
+    elif field.pattern is not None:
         acceptable = acceptable and value != "" and value.isascii() and all(c.isalnum() or c in "._-" for c in value)
     if field.kind == "choice":
         acceptable = value in field.choices

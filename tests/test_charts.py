@@ -287,3 +287,36 @@ def test_the_verification_figure_draws_both_intervals_and_greys_the_indistinguis
         pytest.approx([0.5, 0.2])
     )
     assert list(measured.marker.color) == [GREY, MEASURED_COLOR]
+
+
+def test_whatif_draws_the_slowed_step_under_the_uniform_one_with_each_actions_growth() -> None:
+    """Issue 30: two lanes per rank (uniform light, slowed below it); a slowed bar's hover holds its uniform time
+    and how much longer it took: rank 1 twice as slow grows by its own duration there, rank 0 not at all."""
+    import numpy as np
+
+    from pipesim.charts.overlay import whatif_figure
+    from pipesim.cost.perturb import Perturbation
+    from pipesim.sim.steps import simulate_step
+
+    schedule = build_schedule("1f1b", 2, 4)
+    cost = CostModel.uniform().for_pipeline(2, 2)
+    uniform = simulate_step(schedule, cost)
+    slowed = simulate_step(schedule, Perturbation(((1, 2.0),)).apply(cost, schedule.stage_to_rank))
+    fig = whatif_figure(uniform.timeline, slowed.timeline, "rank 1 2x slower")
+    assert list(fig.layout.yaxis.ticktext) == [
+        "rank 0 · uniform",
+        "rank 0 · slowed",
+        "rank 1 · uniform",
+        "rank 1 · slowed",
+    ]
+    title = fig.layout.title.text
+    growth = format_percent(slowed.step_ms / uniform.step_ms - 1, signed=True)
+    assert format_ms(slowed.step_ms) in title and format_ms(uniform.step_ms) in title and growth in title
+    for trace in fig.data:
+        rows = np.asarray(trace.y)
+        assert set(rows % 2) == ({1} if trace.name.endswith("slowed") else {0})
+        if trace.name.endswith("slowed"):
+            cells = np.asarray(trace.customdata, dtype=float)
+            uniform_ms, extra_ms = cells[:, 6], cells[:, 7]
+            on_rank_1 = rows // 2 == 1
+            assert np.allclose(extra_ms[on_rank_1], uniform_ms[on_rank_1]) and np.all(extra_ms[~on_rank_1] == 0)

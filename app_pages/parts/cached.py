@@ -24,7 +24,9 @@ from pipesim.analysis.replay import replay
 from pipesim.charts import dag as charts_dag
 from pipesim.charts import gantt as charts
 from pipesim.charts import memory as charts_memory
+from pipesim.charts import overlay
 from pipesim.cost.model import CostModel
+from pipesim.cost.perturb import Perturbation
 from pipesim.io import formats, kineto
 from pipesim.ir import Action, Schedule
 from pipesim.plan.intervals import IntervalOptions, attach_intervals
@@ -50,7 +52,7 @@ def schedule_key(schedule: Schedule) -> tuple:
     )  # the order: torch's transfers change the timing
 
 
-HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash}
+HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash, Perturbation: hash}
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
@@ -110,10 +112,26 @@ def inner_bubble(schedule: Schedule, cost: CostModel) -> float:
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
 def comparison(
-    names: tuple[str, ...], num_ranks: int, num_microbatches: int, cost: CostModel, chunks: int | None
+    names: tuple[str, ...],
+    num_ranks: int,
+    num_microbatches: int,
+    cost: CostModel,
+    chunks: int | None,
+    perturbation: Perturbation | None = None,
+    slowdown: float | None = None,
 ) -> list[ComparisonRow]:
+    """`compare_schedules`: with `perturbation` a slow rank or link priced in, with `slowdown` each row's
+    sensitivity to one rank that much slower."""
     check_limits(num_ranks, num_microbatches)
-    return compare_schedules(list(names), num_ranks, num_microbatches, cost, num_virtual_stages=chunks)
+    return compare_schedules(
+        list(names),
+        num_ranks,
+        num_microbatches,
+        cost,
+        num_virtual_stages=chunks,
+        perturbation=perturbation,
+        slowdown=slowdown,
+    )
 
 
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)
@@ -129,6 +147,14 @@ def gantt_chart(
     return charts.gantt_figure(
         timeline, title=schedule.describe(), critical_path=path, color_by=color_by, window=window
     )
+
+
+@st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
+def whatif_chart(schedule: Schedule, uniform_cost: CostModel, cost: CostModel, what: str) -> go.Figure:
+    """The step under `cost` (a slow rank or link priced in) drawn over the step under `uniform_cost`."""
+    uniform, _ = simulation(schedule, uniform_cost)
+    slowed, _ = simulation(schedule, cost)
+    return overlay.whatif_figure(uniform, slowed, what)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False, hash_funcs=HASH_FUNCS)

@@ -12,7 +12,9 @@ from streamlit.runtime.state.session_state_proxy import get_session_state
 from app_pages.parts import state
 from app_pages.parts.cost_inputs import COST_SOURCES
 from app_pages.parts.run_form import CNN_SIZES, TRANSFORMER_SIZES
+from app_pages.parts.whatif import KINDS, KINDS_KEY, LINK_PATTERN, LINKS_KEY, MIN_FACTOR, SLOW_KEY
 from pipesim.cost.description import DTYPE_BYTES
+from pipesim.cost.perturb import MAX_FACTOR
 from pipesim.limits import MAX_STEPS, MAX_TIME_MS
 from pipesim.numbers import shown
 from pipesim.schedules import schedule_names
@@ -22,6 +24,7 @@ from pipesim_executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, OPTI
 TEXT = UrlField("text")  # a choice among what a page finds (runs, cost files, candidates): the page checks it
 TOGGLE = UrlField("bool")
 RUN_NAME = UrlField("text", pattern=r"[A-Za-z0-9_.\-]+")  # a run folder's name (executor run_folder.check_name)
+LINK_LIST = UrlField("text", pattern=LINK_PATTERN, pattern_meaning="link delays A-B:MS, comma-separated")
 
 
 def _int(low: int, high: int) -> UrlField:
@@ -53,6 +56,10 @@ def fields() -> dict[str, UrlField]:
         f"{cost}-m-bw": _float(0.001, 1e5),
         f"{cost}-m-lat": _float(0.0, 1e4),
         f"{cost}-pick": TEXT,
+        # the what-if of Simulate and Compare (app_pages.parts.whatif): read strictly by the page too
+        SLOW_KEY: UrlField("floats", MIN_FACTOR, MAX_FACTOR),
+        KINDS_KEY: UrlField("choice", choices=KINDS),
+        LINKS_KEY: LINK_LIST,
         # Simulate
         "synth": TOGGLE,
         "synth-limit": _int(1, 2 * state.MAX_RANKS),

@@ -1,9 +1,11 @@
 """Measured over simulated, rank by rank on one time axis: two lanes per rank, each measured action's hover
-giving its simulated time and the difference (`pipesim.analysis.overlay`'s alignment and error)."""
+giving its simulated time and the difference (`pipesim.analysis.overlay`'s alignment and error); and a what-if
+(a slow rank or link) over the uniform case, drawn the same way."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import plotly.graph_objects as go
@@ -22,40 +24,82 @@ def overlay_figure(simulated: Timeline, measured: Timeline, step: int | None = N
     shifted to start at 0 like the simulation's.
     """
     real = pick_step(select_replica(measured, 0), step)  # the simulation is of one replica
-    num_ranks = max(simulated.num_ranks, real.num_ranks)
-    labels = [f"rank {r} · {which}" for r in range(num_ranks) for which in ("simulated", "measured")]
     deltas = {(d.rank, d.action): d for d in align_step(simulated, real)}
+    hover = (
+        f"<br>simulated {hover_ms('customdata[6]')}<br>predicted - measured "
+        f"%{{customdata[7]:{SIGNED_TIME_SPEC}}} ms ({hover_percent('customdata[8]', signed=True)})"
+    )
+    traces = paired_traces(simulated, real, ("simulated", "measured"), lambda s: _delta_cells(deltas.get(s)), hover)
+    labels = _paired_labels(max(simulated.num_ranks, real.num_ranks), ("simulated", "measured"))
+    return lane_layout(go.Figure(data=traces), labels, _overlay_title(simulated, real))
+
+
+def whatif_figure(uniform: Timeline, slowed: Timeline, what: str) -> go.Figure:
+    """A what-if (a slow rank, a slow link: `pipesim.cost.perturb`) drawn over the uniform case, rank by rank on one
+    time axis: the uniform step light, the slowed one in full colour below it, each slowed action's hover giving
+    its uniform time and how much longer it took. `what` says what was slowed ("rank 1 1.5x slower")."""
+    deltas = {(d.rank, d.action): d for d in align_step(uniform, slowed)}
+    hover = (
+        f"<br>uniform {hover_ms('customdata[6]')}<br>slowed - uniform "
+        f"%{{customdata[7]:{SIGNED_TIME_SPEC}}} ms ({hover_percent('customdata[8]', signed=True)})"
+    )
+    traces = paired_traces(uniform, slowed, ("uniform", "slowed"), lambda s: _growth_cells(deltas.get(s)), hover)
+    base, grown = _step_of(uniform), _step_of(slowed)
+    name = slowed.schedule_name or uniform.schedule_name or "schedule"
+    growth = format_percent(grown / base - 1, signed=True) if base > 0 else "n/a"
+    title = (
+        f"{name}: {what}, over the uniform case<br><sup>step time {format_ms(grown)} against {format_ms(base)} "
+        f"uniform ({growth})</sup>"
+    )
+    labels = _paired_labels(max(uniform.num_ranks, slowed.num_ranks), ("uniform", "slowed"))
+    return lane_layout(go.Figure(data=traces), labels, title)
+
+
+def paired_traces(
+    first: Timeline, second: Timeline, names: tuple[str, str], cells: Callable[[tuple], tuple], hover: str
+) -> list[go.Bar]:
+    """Two lanes per rank: `first` light on the upper lane, `second` in full colour on the lower one, each of its
+    bars carrying three more hover cells, `cells((rank, action))` (read by `hover`, from customdata[6])."""
     traces = []
-    for kind, spans in by_kind(simulated.spans).items():
+    for kind, spans in by_kind(first.spans).items():
         if spans:
-            traces.append(
-                span_bars(
-                    spans,
-                    lane_rows(spans, 2, 0),
-                    kind,
-                    f"{kind} simulated",
-                    color=lighten(KIND_COLORS[kind], 0.55),
-                    legendgroup=kind,
-                )
-            )
-    for kind, spans in by_kind(real.spans).items():
+            color = lighten(KIND_COLORS[kind], 0.55)
+            name = f"{kind} {names[0]}"
+            traces.append(span_bars(spans, lane_rows(spans, 2, 0), kind, name, color=color, legendgroup=kind))
+    for kind, spans in by_kind(second.spans).items():
         if not spans:
             continue
-        extra = np.array([_delta_cells(deltas.get((s.rank, s.action))) for s in spans], dtype=float)
-        extra = extra.reshape(len(spans), 3)
+        extra = np.array([cells((s.rank, s.action)) for s in spans], dtype=float).reshape(len(spans), 3)
         traces.append(
             span_bars(
                 spans,
                 lane_rows(spans, 2, 1),
                 kind,
-                f"{kind} measured",
+                f"{kind} {names[1]}",
                 legendgroup=kind,
                 extra_data=extra,
-                extra_hover=f"<br>simulated {hover_ms('customdata[6]')}<br>predicted - measured "
-                f"%{{customdata[7]:{SIGNED_TIME_SPEC}}} ms ({hover_percent('customdata[8]', signed=True)})",
+                extra_hover=hover,
             )
         )
-    return lane_layout(go.Figure(data=traces), labels, _overlay_title(simulated, real))
+    return traces
+
+
+def _paired_labels(num_ranks: int, names: tuple[str, str]) -> list[str]:
+    return [f"rank {r} · {which}" for r in range(num_ranks) for which in names]
+
+
+def _step_of(timeline: Timeline) -> float:
+    """A simulated step's step time (`pipesim.sim.steps`), else its makespan."""
+    step = timeline.meta.get("step_ms")
+    return float(step) if isinstance(step, (int, float)) else makespan(timeline)
+
+
+def _growth_cells(diff) -> tuple[float, float, float]:
+    """Uniform duration, slowed - uniform and the relative growth; NaN where the action is not in both."""
+    if diff is None:
+        return (math.nan, math.nan, math.nan)
+    growth = diff.delta_ms / diff.simulated_ms if diff.simulated_ms > 0 else math.nan
+    return (diff.simulated_ms, diff.delta_ms, growth)
 
 
 def _delta_cells(diff) -> tuple[float, float, float]:

@@ -15,6 +15,9 @@ SHARED = {
     "act": "cost-act",
     "recompute": "cost-recompute",
     "cost-source": "cost-source",
+    "slow-ranks": "slow-ranks",  # the what-if (app_pages.parts.whatif), shared by Simulate and Compare
+    "slow-kinds": "slow-kinds",
+    "link-delays": "link-delays",
 }
 
 
