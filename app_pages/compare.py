@@ -1,4 +1,6 @@
-"""Compare several schedules on the same costs: table, bars, and time against memory.
+"""Compare several schedules on the same costs: table, bars, and time against memory; with a what-if (slow ranks,
+delayed links: app_pages.parts.whatif) each step beside its uniform one, and each schedule's sensitivity to one
+slower rank.
 
 Ranks, microbatches, chunks and costs are the ones every page shares (state.RANKS, ...); every setting is in the
 URL, so a view can be shared and reloaded.
@@ -7,7 +9,7 @@ URL, so a view can be shared and reloaded.
 import pandas as pd
 import streamlit as st
 
-from app_pages.parts import cached, cost_inputs, guide, plot, state, widgets
+from app_pages.parts import cached, cost_inputs, guide, plot, state, whatif, widgets
 from app_pages.parts import schedule_inputs as inputs
 from pipesim.charts import compare as charts_compare
 from pipesim.schedules import planned_schedule_names, schedule_info, schedule_names
@@ -37,16 +39,24 @@ with st.sidebar:
         )
         st.divider()
         spec = cost_inputs.cost_fields(source, ranks, inputs.w_unused(infos))
+        problems: list[str] = []  # what-if fields out of range, each said under its field
+        slowdown = whatif.whatif_fields(max(ranks, 1), problems)
+        sensitivity = whatif.sensitivity_field("cmp-sensitivity", problems)
         st.form_submit_button("Compare", type="primary", width="stretch")
 
 st.caption(cost_inputs.COST_MEANING)
 if not chosen:
     st.info("Pick at least one schedule in the sidebar.")
     st.stop()
+if problems:
+    st.error(f"**Not compared**: {'; '.join(problems)}. Fix the fields marked in the sidebar.", icon=":material/error:")
+    st.stop()
 
 try:
     cost = cost_inputs.cost_model(spec)
-    rows = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks)
+    sensitivity = whatif.affordable(sensitivity, ranks, microbatches, chunks, len(chosen))
+    rows = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks, slowdown, sensitivity)
+    uniform = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks) if slowdown else None
 except ValueError as error:
     widgets.show_error(error, "Cannot compare")
     st.stop()
@@ -66,6 +76,9 @@ table = table[["step_ms", "bubble_fraction", "bubble_ratio", "peak_activations",
 unit, size = binary_unit(max(row.peak_activation_bytes or 0.0 for row in good))
 table["peak_activation_bytes"] = table["peak_activation_bytes"] / size
 table["bubble_fraction"] = 100 * table["bubble_fraction"]  # in percent, shown with the app's one decimal
+if uniform is not None:  # each step beside its uniform one
+    st.info(f"**What-if**: {slowdown.describe()}.", icon=":material/speed:")
+    table = whatif.with_uniform(table, good, uniform)
 st.dataframe(
     table,
     width="stretch",
@@ -81,8 +94,10 @@ st.dataframe(
         "bubble_ratio": widgets.ratio_column("bubble_ratio"),
         "peak_activations": st.column_config.NumberColumn(quantity("stashed").name, help=quantity("stashed").meaning),
         "peak_activation_bytes": widgets.bytes_column("peak_activations", unit),
+        **whatif.growth_columns(),
     },
 )
+whatif.sensitivity_table(good, "cmp-sensitivity-table")
 log_scale = st.toggle(
     "Log scales for step time and memory (both charts)",
     key=state.kept("cmp-log"),
@@ -90,8 +105,8 @@ log_scale = st.toggle(
     help="So that one slow schedule (naive) does not flatten the others",
 )
 
-sig = state.signature(tuple(chosen), ranks, microbatches, chunks, hash(cost), log_scale)
-bars = charts_compare.comparison_figure(rows, log_scale=log_scale)
+sig = state.signature(tuple(chosen), ranks, microbatches, chunks, hash(cost), log_scale, slowdown, sensitivity)
+bars = charts_compare.comparison_figure(rows, log_scale=log_scale, uniform=uniform)
 plot.show(bars, "cmp-bars")
 widgets.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
 tradeoff = charts_compare.tradeoff_figure(rows, log_scale=log_scale)
@@ -110,11 +125,15 @@ pick = st.selectbox(
 )
 try:
     schedule = cached.registered_schedule(pick, ranks, microbatches, chunks)
-    pick_cost = cost.for_pipeline(schedule.num_stages, ranks)  # the cut the comparison used
+    uniform_cost = cost.for_pipeline(schedule.num_stages, ranks)  # the cut the comparison used
+    pick_cost = slowdown.apply(uniform_cost, schedule.stage_to_rank)
     cached.simulation(schedule, pick_cost)  # a clear error before drawing
 except ValueError as error:
     widgets.show_error(error, f"Cannot simulate {pick}")
     st.stop()
-gantt = cached.gantt_chart(schedule, pick_cost)
-plot.show(gantt, "cmp-gantt")
-widgets.figure_downloads(gantt, f"{pick}-gantt", "cmp-gantt-export", state.signature(sig, pick))
+if slowdown:  # the slowed step drawn over the uniform one
+    whatif.show_growth(schedule, uniform_cost, pick_cost, slowdown, "cmp-whatif")
+else:
+    gantt = cached.gantt_chart(schedule, pick_cost)
+    plot.show(gantt, "cmp-gantt")
+    widgets.figure_downloads(gantt, f"{pick}-gantt", "cmp-gantt-export", state.signature(sig, pick))

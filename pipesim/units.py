@@ -205,6 +205,22 @@ QUANTITIES = MappingProxyType(
         "imbalance": Quantity(
             "imbalance", "", "The slowest stage's time over the mean stage time (1.00: perfectly balanced)."
         ),
+        "uniform_step": Quantity(
+            "uniform step time",
+            "ms",
+            "The step time with every rank and link as costed: the what-if's slow ranks and delayed links left out.",
+        ),
+        "step_growth": Quantity(
+            "step growth",
+            "%",
+            "step time with the what-if's slow ranks and delayed links / uniform step time - 1.",
+        ),
+        "sensitivity": Quantity(
+            "sensitivity",
+            "%",
+            "The step's growth when one rank alone computes the given factor slower; the worst rank is the one whose "
+            "slowdown costs the step most (pipesim.analysis.sensitivity).",
+        ),
     }
 )
 

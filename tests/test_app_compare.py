@@ -110,3 +110,59 @@ def test_recompute_changes_the_numbers(app: AppTest) -> None:
 def test_too_many_ranks_is_refused(app: AppTest) -> None:
     submit(app, ranks=64)
     assert "at most 32" in app.error[0].value
+
+
+def test_a_slow_rank_shows_each_step_beside_its_uniform_one(app: AppTest) -> None:
+    """Issue 30: with rank 2 1.5x slower, each schedule's step is `pipesim compare --slow-rank 2:1.5`'s, its uniform
+    step and growth beside it, a light bar beside each step bar, and the Gantt the slowed step over the uniform."""
+    from pipesim.cost.perturb import Perturbation
+
+    names = ["1f1b", "zb-h1"]
+    submit(app, schedules=names, **{"slow-ranks": "1, 1, 1.5"})
+    assert not app.exception and not app.error
+    cost = CostModel.uniform(activation_bytes=MIB)
+    slowed = compare_schedules(names, 4, 8, cost, perturbation=Perturbation(((2, 1.5),)))
+    uniform = compare_schedules(names, 4, 8, cost)
+    frame = table(app)
+    assert list(frame["step_ms"]) == pytest.approx([row.step_ms for row in slowed])
+    assert list(frame["uniform_step_ms"]) == pytest.approx([row.step_ms for row in uniform])
+    growth = [100 * (s.step_ms / u.step_ms - 1) for s, u in zip(slowed, uniform, strict=True)]
+    assert list(frame["step_growth"]) == pytest.approx(growth) and all(g > 0 for g in growth)
+    bars = chart_figures(app)[0]
+    [light] = [t for t in bars["data"] if t.get("name") == "uniform"]
+    assert list(light["y"]) == names
+    assert any("rank 2 1.5x slower" in i.value for i in app.info)
+    assert "over the uniform case" in chart_titles(app)[2]
+
+
+def test_each_schedules_sensitivity_and_its_worst_rank(app: AppTest) -> None:
+    """Issue 30 item 2: per schedule, the step's growth with each rank 2x slower in turn, and the worst rank, as
+    `pipesim compare --sensitivity 2` gives them."""
+    names = ["gpipe", "1f1b", "zb-h1"]
+    submit(app, schedules=names, sensitivity=2.0)
+    expected = compare_schedules(names, 4, 8, CostModel.uniform(activation_bytes=MIB), slowdown=2.0)
+    frame = app.dataframe[1].value
+    assert list(frame.index) == names
+    assert list(frame["worst rank"]) == [row.sensitivity["worst_rank"] for row in expected]
+    assert list(frame["worst"]) == pytest.approx([100 * row.sensitivity["worst_growth"] for row in expected])
+    assert list(frame["rank 3"]) == pytest.approx([100 * row.sensitivity["rank_growth"][3] for row in expected])
+    assert any("one rank 2x slower" in m.value for m in app.markdown)
+    submit(app, sensitivity=1.0)  # off
+    assert len(app.dataframe) == 1
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"slow-ranks": "0"}, "Slowdown per rank"),
+        ({"slow-ranks": "1, abc"}, "Slowdown per rank"),
+        ({"link-delays": "0-1:-1"}, "Link delays"),
+        ({"sensitivity": 0.5}, "below its minimum 1"),
+    ],
+)
+def test_a_bad_what_if_is_an_error_line(app: AppTest, values: dict, said: str) -> None:
+    submit(app, **values)
+    assert not app.exception
+    assert any(said in e.value for e in app.sidebar.error)
+    assert any("Not compared" in e.value and said in e.value for e in app.main.error)
+    assert not chart_figures(app)

@@ -69,6 +69,7 @@ def fields() -> dict[str, UrlField]:
         "sim-window": UrlField("float", 0.0, MAX_TIME_MS, many=2),
         # Compare, DAG
         "cmp-log": TOGGLE,
+        "cmp-sensitivity": _float(1.0, MAX_FACTOR),
         "cmp-gantt-pick": UrlField("choice", choices=names),
         "cmp-schedules": UrlField("choice", choices=names, many=len(names)),
         "dag-origin": TEXT,

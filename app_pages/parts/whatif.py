@@ -8,9 +8,12 @@ with the valid range and handed to the page as a problem, never a traceback.
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
-from app_pages.parts import cached, plot, state, widgets
+from app_pages.parts import cached, fields, plot, state, widgets
+from pipesim.analysis.compare import ComparisonRow
+from pipesim.analysis.sensitivity import DEFAULT_SLOWDOWN
 from pipesim.charts.gantt import MAX_EXACT_BARS
 from pipesim.cost.model import CostModel
 from pipesim.cost.perturb import MAX_FACTOR, Perturbation, parse_link_delay
@@ -30,6 +33,7 @@ KIND_NAMES = {
     "W": "weight gradients (W) only",
 }
 LINK_PATTERN = r"[0-9 ,:.\-]+"  # the URL's check of the links' text; the page reads it strictly (parse_link_delay)
+MAX_SENSITIVITY_ACTIONS = 500_000  # simulated for the sensitivity on one page: a few seconds
 FACTORS_VALID = f"one factor per rank from rank 0, each from {MIN_FACTOR:g} to {MAX_FACTOR:g} (1: as fast as the rest)"
 
 
@@ -144,3 +148,89 @@ def show_growth(schedule: Schedule, uniform_cost: CostModel, cost: CostModel, wh
     plot.show(figure, key)
     sig = state.signature(cached.schedule_key(schedule), hash(uniform_cost), hash(cost))
     widgets.figure_downloads(figure, f"{schedule.name}-whatif", f"{key}-export", sig)
+
+
+def sensitivity_field(key: str, problems: list[str]) -> float | None:
+    """The slowdown whose effect on each rank the sensitivity reports (1: off); None when off or refused."""
+    value = fields.number(
+        st,
+        "Sensitivity: one rank slower by",
+        1.0,
+        MAX_FACTOR,
+        DEFAULT_SLOWDOWN,
+        problems,
+        key=state.kept(key),
+        bind=state.URL,
+        step=0.1,
+        help="Each schedule's step growth when one rank alone computes this many times slower, for every rank in "
+        f"turn, and the worst rank (`pipesim compare --sensitivity`): from 1 (off) to {MAX_FACTOR:g}",
+    )
+    if value is None or not 1.0 <= value <= MAX_FACTOR or value == 1.0:
+        return None
+    return float(value)
+
+
+def affordable(slowdown: float | None, ranks: int, microbatches: int, chunks: int, schedules: int) -> float | None:
+    """`slowdown`, or None (said in a caption) where the sensitivity's simulations (one per rank and schedule, of
+    at most 3 actions per stage and microbatch) would hold a page for more than a few seconds (docs/benchmarks.md:
+    the simulator does ~130k actions in 0.8 s)."""
+    work = schedules * ranks * (ranks * max(chunks, 2) * microbatches * 3)
+    if slowdown is None or work <= MAX_SENSITIVITY_ACTIONS:
+        return slowdown
+    st.caption(
+        f"Sensitivity not computed: {schedules} schedules x {ranks} ranks would simulate about {work:,} actions "
+        f"(the page does at most {MAX_SENSITIVITY_ACTIONS:,}); fewer ranks or microbatches, or "
+        "`pipesim compare --sensitivity`."
+    )
+    return None
+
+
+def sensitivity_table(rows: list[ComparisonRow], key: str) -> None:
+    """Per schedule, the step's growth with each rank slower in turn and the worst rank: a schedule whose slack
+    absorbs the slowdown grows less than the slowdown."""
+    measured = [row for row in rows if row.error is None and row.sensitivity]
+    if not measured:
+        return
+    slowdown = measured[0].sensitivity["slowdown"]
+    ranks = max(len(row.sensitivity["rank_growth"]) for row in measured)
+    table = pd.DataFrame(
+        [
+            {
+                "schedule": row.schedule,
+                "worst rank": row.sensitivity["worst_rank"],
+                "worst": 100 * row.sensitivity["worst_growth"],
+                **{f"rank {r}": 100 * g for r, g in enumerate(row.sensitivity["rank_growth"])},
+            }
+            for row in measured
+        ]
+    ).set_index("schedule")
+    st.markdown(f"**Sensitivity**: the step's growth with one rank {slowdown:g}x slower")
+    growth = {f"rank {r}": widgets.percent_column("sensitivity", f"rank {r}", signed=True) for r in range(ranks)}
+    st.dataframe(
+        table,
+        width="stretch",
+        key=key,
+        column_config={"worst": widgets.percent_column("sensitivity", "worst rank's", signed=True), **growth},
+    )
+    st.caption(
+        f"{format_percent(slowdown - 1, signed=True)} is the whole slowdown: a schedule below it absorbs part of the "
+        "slower rank in its idle time; one above it passes the delay on to the others."
+    )
+
+
+def with_uniform(table: pd.DataFrame, rows: list[ComparisonRow], uniform: list[ComparisonRow]) -> pd.DataFrame:
+    """The comparison table with each schedule's uniform step and its growth beside the slowed step."""
+    base = {row.schedule: row.step_ms for row in uniform if row.error is None}
+    steps = {row.schedule: row.step_ms for row in rows}
+    table = table.copy()
+    table.insert(1, "uniform_step_ms", [base.get(name) for name in table.index])
+    table.insert(2, "step_growth", [100 * (steps[n] / base[n] - 1) if base.get(n) else None for n in table.index])
+    return table
+
+
+def growth_columns() -> dict:
+    """The column formats of `with_uniform`'s two columns."""
+    return {
+        "uniform_step_ms": widgets.time_column("uniform_step"),
+        "step_growth": widgets.percent_column("step_growth", signed=True),
+    }

@@ -14,6 +14,7 @@ from pipesim.charts.lanes import RANK_COLORS
 from pipesim.units import binary_unit, format_bytes, format_count, hover_ms, hover_percent, quantity
 
 FRONT_COLOR = "#8A8A8A"  # a mid grey, seen on a light and a dark page alike
+UNIFORM_COLOR = "#C8C8C8"  # the uniform case beside a what-if's step bars
 
 
 def _peak(row: ComparisonRow) -> float:
@@ -33,12 +34,16 @@ def _peak_text(row: ComparisonRow) -> str:
     return f"{size}{format_count(row.peak_activations or 0, 'microbatch')} stashed"
 
 
-def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> go.Figure:
+def comparison_figure(
+    rows: list[ComparisonRow], *, log_scale: bool = False, uniform: list[ComparisonRow] | None = None
+) -> go.Figure:
     """Step time, bubble and peak memory per schedule, side by side: horizontal bars, one row per schedule named
     once on the left (names under narrow vertical bars were slanted into each other), a panel per quantity.
 
     Schedules that could not be built are named under the title with their reason. `log_scale` draws
-    step time and memory on log axes, so that one slow schedule (naive) does not flatten the others.
+    step time and memory on log axes, so that one slow schedule (naive) does not flatten the others. `uniform`:
+    the same schedules without a what-if's slow ranks and links (`pipesim.cost.perturb`), drawn as a light bar
+    beside each step bar.
     """
     good = [row for row in rows if row.error is None]
     names = [row.schedule for row in good]
@@ -73,6 +78,21 @@ def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> 
             row=1,
             col=col,
         )
+    if uniform is not None:
+        base = {row.schedule: step_time(row) for row in uniform if row.error is None}
+        fig.add_trace(
+            go.Bar(
+                y=names,
+                x=[base.get(name) for name in names],
+                orientation="h",
+                name="uniform",
+                hovertemplate=f"%{{y}}, uniform: {hover_ms('x')}<extra></extra>",
+                marker={"color": UNIFORM_COLOR},
+                showlegend=False,
+            ),
+            row=1,
+            col=1,
+        )
     fig.update_xaxes(tickformat=".0%", row=1, col=2)
     fig.update_yaxes(autorange="reversed")  # the first schedule on top, as in the table
     if log_scale:
@@ -80,6 +100,8 @@ def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> 
         fig.update_xaxes(type="log", row=1, col=3)
     failed = [f"{row.schedule}: {row.error}" for row in rows if row.error is not None]
     title = "schedule comparison" + (" (log scale)" if log_scale else "")
+    if uniform is not None:
+        title += " · light grey: the step without the slow ranks and links"
     if failed:
         title += "<br><sup>not built: " + "; ".join(failed) + "</sup>"
     fig.update_layout(title=title, height=160 + 36 * len(good), plot_bgcolor="white", margin={"t": 90})
