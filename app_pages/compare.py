@@ -41,7 +41,7 @@ with st.sidebar:
         spec = cost_inputs.cost_fields(source, ranks, inputs.w_unused(infos))
         problems: list[str] = []  # what-if fields out of range, each said under its field
         slowdown = whatif.whatif_fields(max(ranks, 1), problems)
-        sensitivity = whatif.sensitivity_field("cmp-sensitivity", problems)
+        sensitivity = whatif.sensitivity_field(problems)
         st.form_submit_button("Compare", type="primary", width="stretch")
 
 st.caption(cost_inputs.COST_MEANING)

@@ -102,6 +102,7 @@ def _bound_keys() -> set[str]:
         "SLOW_KEY": whatif.SLOW_KEY,
         "KINDS_KEY": whatif.KINDS_KEY,
         "LINKS_KEY": whatif.LINKS_KEY,
+        "SENSITIVITY_KEY": whatif.SENSITIVITY_KEY,
     }
     model_ints = ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size")
     keys = set()

@@ -12,7 +12,7 @@ from streamlit.runtime.state.session_state_proxy import get_session_state
 from app_pages.parts import state
 from app_pages.parts.cost_inputs import COST_SOURCES
 from app_pages.parts.run_form import CNN_SIZES, TRANSFORMER_SIZES
-from app_pages.parts.whatif import KINDS, KINDS_KEY, LINK_PATTERN, LINKS_KEY, MIN_FACTOR, SLOW_KEY
+from app_pages.parts.whatif import KINDS, KINDS_KEY, LINK_PATTERN, LINKS_KEY, MIN_FACTOR, SENSITIVITY_KEY, SLOW_KEY
 from pipesim.cost.description import DTYPE_BYTES
 from pipesim.cost.perturb import MAX_FACTOR
 from pipesim.limits import MAX_STEPS, MAX_TIME_MS
@@ -60,6 +60,7 @@ def fields() -> dict[str, UrlField]:
         SLOW_KEY: UrlField("floats", MIN_FACTOR, MAX_FACTOR),
         KINDS_KEY: UrlField("choice", choices=KINDS),
         LINKS_KEY: LINK_LIST,
+        SENSITIVITY_KEY: _float(1.0, MAX_FACTOR),
         # Simulate
         "synth": TOGGLE,
         "synth-limit": _int(1, 2 * state.MAX_RANKS),
@@ -69,7 +70,6 @@ def fields() -> dict[str, UrlField]:
         "sim-window": UrlField("float", 0.0, MAX_TIME_MS, many=2),
         # Compare, DAG
         "cmp-log": TOGGLE,
-        "cmp-sensitivity": _float(1.0, MAX_FACTOR),
         "cmp-gantt-pick": UrlField("choice", choices=names),
         "cmp-schedules": UrlField("choice", choices=names, many=len(names)),
         "dag-origin": TEXT,

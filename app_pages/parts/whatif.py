@@ -24,6 +24,7 @@ from pipesim.url_query import read_number_list
 SLOW_KEY = "slow-ranks"  # one factor per rank, "1, 1.5, 1, 1"
 KINDS_KEY = "slow-kinds"  # which work the slow ranks do slower
 LINKS_KEY = "link-delays"  # "A-B:MS, ..."
+SENSITIVITY_KEY = "sensitivity"  # the slowdown of one rank whose effect the sensitivity reports
 MIN_FACTOR = 0.1  # a rank 10x faster than the others; below 1 a faster rank, as `--slow-rank` takes it
 KINDS = ("all", "F", "B", "W")
 KIND_NAMES = {
@@ -150,8 +151,9 @@ def show_growth(schedule: Schedule, uniform_cost: CostModel, cost: CostModel, wh
     widgets.figure_downloads(figure, f"{schedule.name}-whatif", f"{key}-export", sig)
 
 
-def sensitivity_field(key: str, problems: list[str]) -> float | None:
-    """The slowdown whose effect on each rank the sensitivity reports (1: off); None when off or refused."""
+def sensitivity_field(problems: list[str]) -> float | None:
+    """The slowdown whose effect on each rank the sensitivity reports (1: off); None when off or refused. One key
+    for Compare and Plan, as the what-if's."""
     value = fields.number(
         st,
         "Sensitivity: one rank slower by",
@@ -159,7 +161,7 @@ def sensitivity_field(key: str, problems: list[str]) -> float | None:
         MAX_FACTOR,
         DEFAULT_SLOWDOWN,
         problems,
-        key=state.kept(key),
+        key=state.kept(SENSITIVITY_KEY),
         bind=state.URL,
         step=0.1,
         help="Each schedule's step growth when one rank alone computes this many times slower, for every rank in "

@@ -18,6 +18,7 @@ SHARED = {
     "slow-ranks": "slow-ranks",  # the what-if (app_pages.parts.whatif), shared by Simulate and Compare
     "slow-kinds": "slow-kinds",
     "link-delays": "link-delays",
+    "sensitivity": "sensitivity",  # Compare's and Plan's
 }
 
 
