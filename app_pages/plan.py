@@ -11,7 +11,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app_pages.parts import cached, guide, plan_model, plan_presets, plan_verify, plot, state, widgets
+from app_pages.parts import cached, guide, plan_model, plan_presets, plan_sensitivity, plan_verify, plot, state, widgets
 from pipesim.charts import plan as charts_plan
 from pipesim.charts import verify as charts_verify
 from pipesim.cost.balance import balance, format_split_points
@@ -270,6 +270,8 @@ columns[2].download_button(
     on_click="ignore",
     key="plan-json",
 )
+
+plan_sensitivity.show(inputs, candidates)  # each family's growth with one slower device
 
 with st.expander("Balance stages on their own"):
     st.caption(

@@ -47,8 +47,50 @@ def test_default_plan_shows_front_cap_table_and_the_best_candidates_charts(app: 
     assert {t["name"] for t in pareto["data"]} >= {"Pareto front", "best that fits"}
     assert gantt["layout"]["title"]["text"].startswith(best.schedule)
     assert "memory" in memory["layout"]["title"]["text"]
-    frame = app.dataframe[0].value if len(app.dataframe) == 1 else app.dataframe[-1].value
+    frame = candidates_table(app)
     assert frame["candidate"].iloc[0] == best.label and frame["fits"].iloc[0]
+
+
+def candidates_table(at: AppTest):
+    """The table of candidates (its `fits` column tells it from the failed candidates' and the sensitivity's)."""
+    return next(d.value for d in at.dataframe if "fits" in d.value.columns)
+
+
+def test_each_familys_fastest_fitting_candidate_reports_its_sensitivity(app: AppTest) -> None:
+    """Issue 30 item 2: one row per family, its fastest candidate that fits (the candidates table's first of the
+    family), with the step's growth for each pipeline rank 1.2x slower and the worst rank, as
+    `pipesim.analysis.sensitivity` gives them for that candidate's schedule and costs."""
+    from pipesim.analysis.sensitivity import rank_sensitivity
+    from pipesim.plan.evaluator import Evaluator
+    from pipesim.plan.search import candidate_grid
+
+    description = ModelDescription(
+        num_layers=8, hidden_size=1024, ffn_size=4096, num_heads=16, seq_len=1024, vocab_size=32000, device_tflops=200.0
+    )
+    inputs = PlanInputs.from_description(description, devices=4, global_batch=32, memory_cap_bytes=40 * 2**30)
+    space = PlanSpace(schedules=tuple(app.multiselect(key="plan-schedules").value), chunks=(2,))
+    evaluator = Evaluator(inputs)  # every candidate built, as the page's plan builds them (no pruning)
+    evaluated = {c.label: c for c in (evaluator.evaluate(c) for c in candidate_grid(inputs, space))}
+    listed = candidates_table(app)
+    firsts = list(listed[listed["fits"]]["candidate"])
+    family_of = {label: evaluated[label].schedule for label in firsts}
+    expected_labels = list(dict.fromkeys(family_of[label] for label in firsts))  # families in the table's order
+    frame = next(d.value for d in app.dataframe if "worst rank" in d.value.columns)
+    assert [family_of[label] for label in frame["candidate"]] == expected_labels
+    for _, row in frame.iterrows():
+        first = next(label for label in firsts if family_of[label] == family_of[row["candidate"]])
+        assert row["candidate"] == first
+        schedule, cost = evaluator.materialise(evaluated[row["candidate"]])
+        found = rank_sensitivity(schedule, cost, 1.2)
+        assert row["worst rank"] == found.worst_rank
+        assert row["worst"] == pytest.approx(100 * found.worst_growth)
+        assert [row[f"rank {r}"] for r in range(schedule.num_ranks)] == pytest.approx(
+            [100 * g for g in found.rank_growth]
+        )
+    app.number_input(key="sensitivity").set_value(1.0).run()  # off
+    assert not any("worst rank" in d.value.columns for d in app.dataframe)
+    app.number_input(key="sensitivity").set_value(0.0).run()
+    assert not app.exception and any("below its minimum 1" in e.value for e in app.error)
 
 
 def test_picking_a_candidate_draws_it(app: AppTest) -> None:

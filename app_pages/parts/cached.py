@@ -21,6 +21,7 @@ from pipesim.analysis.attribution import attribute_run
 from pipesim.analysis.compare import ComparisonRow, compare_schedules
 from pipesim.analysis.critical_path import critical_path
 from pipesim.analysis.replay import replay
+from pipesim.analysis.sensitivity import Sensitivity, rank_sensitivity
 from pipesim.charts import dag as charts_dag
 from pipesim.charts import gantt as charts
 from pipesim.charts import memory as charts_memory
@@ -218,6 +219,14 @@ def plan(inputs: PlanInputs, space: PlanSpace, jitter: float | None = None) -> l
 def plan_candidate(inputs: PlanInputs, candidate: Candidate) -> tuple[Schedule, CostModel]:
     """The schedule and cost model of one evaluated candidate, to draw and export it."""
     return Evaluator(inputs).materialise(candidate)
+
+
+@st.cache_data(max_entries=64, show_spinner=False, hash_funcs={PlanInputs: hash, Candidate: lambda c: c.label})
+def plan_sensitivity(inputs: PlanInputs, candidate: Candidate, slowdown: float) -> Sensitivity:
+    """The candidate's step growth with each pipeline rank in turn `slowdown` times slower
+    (`pipesim.analysis.sensitivity.rank_sensitivity` on the schedule and costs `plan_candidate` gives)."""
+    schedule, cost = plan_candidate(inputs, candidate)
+    return rank_sensitivity(schedule, cost, slowdown)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)

@@ -177,6 +177,17 @@ def ranked(candidates: list[Candidate]) -> list[Candidate]:
     return sorted(built, key=lambda c: (not c.fits, c.extrapolated, time_key(c.step_ms), c.peak_memory_bytes))
 
 
+def best_per_schedule(candidates: list[Candidate]) -> list[Candidate]:
+    """Each schedule family's fastest built candidate that fits (`ranked`'s first of each), in `ranked`'s order:
+    the one per family whose robustness to a slow device a plan reports (`pipesim.analysis.sensitivity`). Among
+    the built ones: a plan that pruned candidates (`pipesim.plan.prune`) may have left a family's best unbuilt."""
+    best: dict[str, Candidate] = {}
+    for candidate in ranked(candidates):
+        if candidate.fits:
+            best.setdefault(candidate.schedule, candidate)
+    return list(best.values())
+
+
 def torchtitan_settings(candidate: Candidate, csv_name: str, num_blocks: int | None = None) -> dict[str, Any]:
     """What torchtitan's [parallelism] section needs to run this candidate: the schedule as a compute_only CSV file,
     the microbatch size, the degree and the split points. pipesim's split points are unit indices (embedding,
