@@ -239,3 +239,13 @@ def imported_run(files: tuple[tuple[str, bytes], ...]) -> tuple[kineto.ImportedR
     except ValueError:
         analysis = None
     return run, replay(run), analysis
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def imported_stragglers(files: tuple[tuple[str, bytes], ...]) -> dict:
+    """The stragglers and slow links in uploaded profiler traces (`pipesim.analysis.stragglers`, as `pipesim
+    stragglers TRACE...` finds them: stages of equal cost assumed), as its JSON document."""
+    from pipesim.analysis.stragglers import find_stragglers
+
+    run, _, _ = imported_run(files)
+    return find_stragglers(run.schedule, run.timeline).to_dict()

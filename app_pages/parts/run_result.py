@@ -12,6 +12,7 @@ from app_pages.parts import plot, run_reference, run_stragglers, state, widgets
 from pipesim.analysis import attribution, overlay
 from pipesim.charts import attribution as charts_attribution
 from pipesim.charts import gantt as charts
+from pipesim.charts import overlay as charts_overlay
 from pipesim.io.bounded import read_tail
 from pipesim.programs import programs
 from pipesim.units import format_bytes, format_ms, format_percent
@@ -90,6 +91,9 @@ def show(result) -> None:
         figure = charts_attribution.overlay_with_lost_time(
             result.simulated, measured, _lost_time(result, step), step=step
         )
+        found = (result.analysis or {}).get("stragglers")
+        if found:  # the slow ranks found in the run, named on their measured lanes
+            charts_overlay.mark_stragglers(figure, found)
     else:
         profiled = result.config is not None and result.config.profile
         st.info(

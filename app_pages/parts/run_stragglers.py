@@ -1,5 +1,5 @@
 """The Run page's stragglers: what the run injected (--inject, priced into its prediction) and what
-`pipesim.analysis.stragglers` found in its measured steps (analysis.json). Display only."""
+`pipesim.analysis.stragglers` found in its measured steps (analysis.json) or in imported traces. Display only."""
 
 from __future__ import annotations
 
@@ -18,7 +18,12 @@ def show(result) -> None:
             icon=":material/speed:",
         )
     found = (result.analysis or {}).get("stragglers")
-    if found is None:
-        return
-    st.markdown("**Stragglers found in the measured steps** (`pipesim stragglers`)")
+    if found is not None:
+        show_found(found)
+
+
+def show_found(found: dict, where: str = "the measured steps") -> None:
+    """The stragglers and slow links found (`pipesim.analysis.stragglers`' document), one line each, or that none
+    was."""
+    st.markdown(f"**Stragglers found in {where}** (`pipesim stragglers`)")
     st.markdown("\n".join(f"- {line}" for line in describe(found)))

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from app_pages.parts import cached, plot, widgets
+from app_pages.parts import cached, plot, run_stragglers, widgets
 from pipesim.analysis import overlay
 from pipesim.charts import gantt as charts
+from pipesim.charts.overlay import mark_stragglers
 from pipesim.io import chrome_trace
 from pipesim.io.bounded import read_bytes
 from pipesim.limits import MAX_TRACE_BYTES
@@ -42,9 +43,16 @@ def show_import(run_traces: dict[str, list[Path]]) -> None:
             widgets.show_error(error, "Cannot import the traces")
             return
         st.caption(f"{run.schedule.describe()}; {len(run.step_times_ms)} steps recorded, the last shown")
-        plot.show(charts.overlay_figure(simulated, run.timeline), "import-overlay")
+        try:
+            found = cached.imported_stragglers(files)
+        except ValueError:  # no action to judge: the overlay says as much
+            found = None
+        figure = charts.overlay_figure(simulated, run.timeline)
+        plot.show(figure if found is None else mark_stragglers(figure, found), "import-overlay")
         if analysis is not None:
             plot.show(charts.attribution_figure(analysis), "import-attribution")
+        if found is not None:
+            run_stragglers.show_found(found, "the imported traces")
         views = {"simulated": simulated, "imported": overlay.pick_step(run.timeline, None)}
         st.download_button(
             "Perfetto trace: simulated + imported",

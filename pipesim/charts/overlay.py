@@ -123,3 +123,19 @@ def _overlay_title(simulated: Timeline, real: Timeline) -> str:
         f"{name}: simulated vs measured<br><sup>makespan of this step's actions: {format_ms(predicted)} simulated, "
         f"{format_ms(actual)} measured (makespan error {format_percent(error, signed=True)})</sup>"
     )
+
+
+def mark_stragglers(figure: go.Figure, found: dict, per_rank: int = 2, lane: int = 1) -> go.Figure:
+    """Each slow rank's measured lane named with its factor ("rank 1 · measured · 1.52x slower"), from the
+    stragglers found in the run (`pipesim.analysis.stragglers`' document, analysis.json's "stragglers"): the lane
+    `lane` of the rank's `per_rank` (the overlay's measured lane by default). The figure is changed and returned."""
+    labels = list(figure.layout.yaxis.ticktext or ())
+    for straggler in found.get("stragglers", ()):
+        row = int(straggler["rank"]) * per_rank + lane
+        if 0 <= row < len(labels):
+            labels[row] = f"{labels[row]} · {float(straggler['factor']):.2f}x slower"
+    if labels:
+        width = 20 + 7 * max(len(label) for label in labels)  # as lane_layout sizes the margin for its labels
+        figure.update_yaxes(ticktext=labels)
+        figure.update_layout(margin={"l": max(width, figure.layout.margin.l or 0)})
+    return figure

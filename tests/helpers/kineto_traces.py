@@ -11,10 +11,11 @@ from pipesim.sim.simulate import simulate
 BASES = (1_790_000_000_000_000_000, 1_790_000_000_250_000_000)  # rank 1's file starts its clock 250 ms later
 
 
-def kineto_files(tmp_path, schedule, steps=2, merged=False, base_ms=1000.0):
-    """One Kineto-like file per rank (or one merged) of `steps` simulated steps of `schedule`, with sends; and the
-    spans an import must give: (rank, action text, step, start, end), times from each step's start."""
-    timeline = simulate(schedule, CostModel.uniform(forward_ms=1.0, backward_ms=2.0, comm_ms=0.2))
+def kineto_files(tmp_path, schedule, steps=2, merged=False, base_ms=1000.0, cost=None):
+    """One Kineto-like file per rank (or one merged) of `steps` simulated steps of `schedule` (under `cost`, by
+    default F 1 ms, B 2 ms, transfers 0.2 ms), with sends; and the spans an import must give: (rank, action text,
+    step, start, end), times from each step's start."""
+    timeline = simulate(schedule, cost or CostModel.uniform(forward_ms=1.0, backward_ms=2.0, comm_ms=0.2))
     step_ms = max(s.end for s in timeline.spans) + 5.0
     first = min(s.start for s in timeline.spans)
     plan = comm_plan(schedule)
