@@ -40,7 +40,7 @@ with st.sidebar:
         st.divider()
         spec = cost_inputs.cost_fields(source, ranks, inputs.w_unused(infos))
         problems: list[str] = []  # what-if fields out of range, each said under its field
-        slowdown = whatif.whatif_fields(max(ranks, 1), problems)
+        what_if = whatif.whatif_fields(max(ranks, 1), problems)
         sensitivity = whatif.sensitivity_field(problems)
         st.form_submit_button("Compare", type="primary", width="stretch")
 
@@ -55,8 +55,8 @@ if problems:
 try:
     cost = cost_inputs.cost_model(spec)
     sensitivity = whatif.affordable(sensitivity, ranks, microbatches, chunks, len(chosen))
-    rows = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks, slowdown, sensitivity)
-    uniform = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks) if slowdown else None
+    rows = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks, what_if, sensitivity)
+    uniform = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks) if what_if else None
 except ValueError as error:
     widgets.show_error(error, "Cannot compare")
     st.stop()
@@ -77,7 +77,7 @@ unit, size = binary_unit(max(row.peak_activation_bytes or 0.0 for row in good))
 table["peak_activation_bytes"] = table["peak_activation_bytes"] / size
 table["bubble_fraction"] = 100 * table["bubble_fraction"]  # in percent, shown with the app's one decimal
 if uniform is not None:  # each step beside its uniform one
-    st.info(f"**What-if**: {slowdown.describe()}.", icon=":material/speed:")
+    st.info(f"**What-if**: {what_if.describe()}.", icon=":material/speed:")
     table = whatif.with_uniform(table, good, uniform)
 st.dataframe(
     table,
@@ -105,7 +105,7 @@ log_scale = st.toggle(
     help="So that one slow schedule (naive) does not flatten the others",
 )
 
-sig = state.signature(tuple(chosen), ranks, microbatches, chunks, hash(cost), log_scale, slowdown, sensitivity)
+sig = state.signature(tuple(chosen), ranks, microbatches, chunks, hash(cost), log_scale, what_if, sensitivity)
 bars = charts_compare.comparison_figure(rows, log_scale=log_scale, uniform=uniform)
 plot.show(bars, "cmp-bars")
 widgets.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
@@ -126,13 +126,13 @@ pick = st.selectbox(
 try:
     schedule = cached.registered_schedule(pick, ranks, microbatches, chunks)
     uniform_cost = cost.for_pipeline(schedule.num_stages, ranks)  # the cut the comparison used
-    pick_cost = slowdown.apply(uniform_cost, schedule.stage_to_rank)
+    pick_cost = what_if.apply(uniform_cost, schedule.stage_to_rank)
     cached.simulation(schedule, pick_cost)  # a clear error before drawing
 except ValueError as error:
     widgets.show_error(error, f"Cannot simulate {pick}")
     st.stop()
-if slowdown:  # the slowed step drawn over the uniform one
-    whatif.show_growth(schedule, uniform_cost, pick_cost, slowdown, "cmp-whatif")
+if what_if:  # the slowed step drawn over the uniform one
+    whatif.show_growth(schedule, uniform_cost, pick_cost, what_if, "cmp-whatif")
 else:
     gantt = cached.gantt_chart(schedule, pick_cost)
     plot.show(gantt, "cmp-gantt")

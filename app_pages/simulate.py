@@ -1,5 +1,7 @@
 """Simulate one schedule: the Gantt chart of ranks over time, its bubbles, metrics and memory; or synthesize the
-fastest order for these costs under a memory limit (pipesim.synth), with its lower bound and the gap to it.
+fastest order for these costs under a memory limit (pipesim.synth), with its lower bound and the gap to it. A
+what-if (slower ranks, delayed links: app_pages.parts.whatif) prices a straggler in, its step drawn over the
+uniform one.
 
 The schedule, sizes and costs are the ones every page shares (state.SCHEDULE, ...); every setting, the time
 window included, lives in the URL, so a view can be shared and reloaded.
@@ -73,7 +75,7 @@ with st.sidebar:
             None if synthesize else inputs.w_unused([info]),
         )
         problems += spec["problems"]
-        slowdown = whatif.whatif_fields(schedule.num_ranks if schedule else max(ranks, 1), problems)
+        what_if = whatif.whatif_fields(schedule.num_ranks if schedule else max(ranks, 1), problems)
         st.form_submit_button("Simulate", type="primary", width="stretch")
 
 if problems:  # issue 33 item 3: never the old chart without a word
@@ -91,7 +93,7 @@ if problems:  # issue 33 item 3: never the old chart without a word
     if last is None:
         st.stop()
     schedule, spec, info, name = last["schedule"], last["spec"], schedule_info(last["name"]), last["name"]
-    slowdown = last["slowdown"]
+    what_if = last["what_if"]
     schedule_error = None
 
 st.caption(info.summary)
@@ -103,13 +105,13 @@ st.caption(cost_inputs.COST_MEANING)
 try:
     # per-rank costs cut per chunk, as `pipesim simulate` and the Compare page read them
     uniform_cost = cost_inputs.cost_model(spec).for_pipeline(schedule.num_stages, schedule.num_ranks)
-    cost = slowdown.apply(uniform_cost, schedule.stage_to_rank)  # a slow rank or link, as --slow-rank prices it
+    cost = what_if.apply(uniform_cost, schedule.stage_to_rank)  # a slow rank or link, as --slow-rank prices it
     named_timeline, named_metrics = cached.simulation(schedule, cost)
 except ValueError as error:  # bad costs, a cost file for another pipeline, a deadlock
     widgets.show_error(error, "Cannot simulate")
     st.stop()
 if not problems:  # what a later refused form falls back to, said as such
-    st.session_state["sim-last-good"] = {"schedule": schedule, "spec": spec, "name": name, "slowdown": slowdown}
+    st.session_state["sim-last-good"] = {"schedule": schedule, "spec": spec, "name": name, "what_if": what_if}
 
 if synthesize:
     with st.status(f"Searching for the fastest order (up to {budget} s)…", expanded=False) as searching:
@@ -139,8 +141,8 @@ else:
     timeline, metrics = named_timeline, named_metrics
 
 widgets.metric_cards(metrics, timeline.meta["step_ms"], inner_bubble=cached.inner_bubble(schedule, cost))
-if slowdown:  # the slowed step in words, then drawn over the uniform one
-    whatif.show_growth(schedule, uniform_cost, cost, slowdown, "sim-whatif")
+if what_if:  # the slowed step in words, then drawn over the uniform one
+    whatif.show_growth(schedule, uniform_cost, cost, what_if, "sim-whatif")
 
 
 @st.fragment

@@ -1,6 +1,7 @@
 """The what-if of Simulate and Compare (issue 30): how much slower each rank computes and how much longer each link
 takes, read into a `pipesim.cost.perturb.Perturbation` (the one rule of a straggler, the one `pipesim simulate
---slow-rank / --link-delay` applies), and the slowed step drawn over the uniform one.
+--slow-rank / --link-delay` applies), and the slowed step drawn over the uniform one; and the sensitivity's
+slowdown (Compare and Plan: `pipesim compare --sensitivity`) with Compare's table of it.
 
 The fields are shared by both pages (one key each, in the URL). A value the rule refuses is said under its field
 with the valid range and handed to the page as a problem, never a traceback.
