@@ -97,7 +97,7 @@ st.dataframe(
         **whatif.growth_columns(),
     },
 )
-whatif.sensitivity_table(good, "cmp-sensitivity-table")
+whatif.sensitivity_table(good, "cmp-sensitivity-table", what_if)
 log_scale = st.toggle(
     "Log scales for step time and memory (both charts)",
     key=state.kept("cmp-log"),

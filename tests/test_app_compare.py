@@ -132,6 +132,7 @@ def test_a_slow_rank_shows_each_step_beside_its_uniform_one(app: AppTest) -> Non
     [light] = [t for t in bars["data"] if t.get("name") == "uniform"]
     assert list(light["y"]) == names
     assert any("rank 2 1.5x slower" in i.value for i in app.info)
+    assert any("on top of the what-if (rank 2 1.5x slower)" in m.value for m in app.markdown)  # the sensitivity
     assert "over the uniform case" in chart_titles(app)[2]
 
 

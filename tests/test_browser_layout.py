@@ -25,13 +25,15 @@ from tests.test_browser import (  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.browser
 
-# Every page, and the Simulate page at the sizes the issue saw truncated: 8 ranks, 32 x 1024.
+# Every page, the Simulate page at the sizes the issue saw truncated (8 ranks, 32 x 1024), and the what-if (issue 30).
 VIEWS = (
     "",
     "?ranks=8",
     "?schedule=zb-h1&ranks=32&microbatches=1024",
+    "?slow-ranks=1,1.5&link-delays=0-1:2",  # the what-if: the slowed step drawn over the uniform one
     "compare",
     "compare?ranks=8",
+    "compare?slow-ranks=1,1.5",
     "dag",
     "custom",
     "plan",

@@ -17,7 +17,7 @@ def show(inputs: PlanInputs, candidates: list[Candidate]) -> None:
     """The slowdown field, then one row per family: its candidate, the worst rank's growth and each rank's."""
     st.subheader("Robustness to a slow device")
     problems: list[str] = []
-    slowdown = whatif.sensitivity_field(problems)
+    slowdown = whatif.sensitivity_field(problems, st.columns(3)[0])
     if problems or slowdown is None:
         st.caption("Give a slowdown above 1 to see how much each schedule's step grows with one slower device.")
         return
@@ -49,7 +49,7 @@ def show(inputs: PlanInputs, candidates: list[Candidate]) -> None:
             pd.DataFrame(rows),
             hide_index=True,
             key="plan-sensitivity-table",
-            column_config={"worst": widgets.percent_column("sensitivity", "worst rank's", signed=True), **growth},
+            column_config={"worst": widgets.percent_column("sensitivity", "worst growth", signed=True), **growth},
         )
     st.caption(
         f"Each family's fastest candidate that fits, with one pipeline rank (a device of each replica) {slowdown:g}x "

@@ -9,6 +9,8 @@ with the valid range and handed to the page as a problem, never a traceback.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -84,7 +86,7 @@ def perturbation(factors: tuple[float, ...], kinds: str, links: tuple[tuple[int,
 def whatif_fields(num_ranks: int, problems: list[str]) -> Perturbation:
     """The what-if fields (inside the page's form): per-rank slowdowns, which work they slow, link delays. A refused
     value is written under its field and appended to `problems`; the result is then no what-if at all."""
-    typed = bool(st.session_state.get(SLOW_KEY) or st.session_state.get(LINKS_KEY))
+    typed = any(st.session_state.get(key) or st.query_params.get(key) for key in (SLOW_KEY, LINKS_KEY))
     with st.expander("What-if: slower ranks and links", expanded=typed, icon=":material/speed:"):
         slow_text = st.text_input(
             "Slowdown per rank",
@@ -152,11 +154,11 @@ def show_growth(schedule: Schedule, uniform_cost: CostModel, cost: CostModel, wh
     widgets.figure_downloads(figure, f"{schedule.name}-whatif", f"{key}-export", sig)
 
 
-def sensitivity_field(problems: list[str]) -> float | None:
+def sensitivity_field(problems: list[str], where: Any = st) -> float | None:
     """The slowdown whose effect on each rank the sensitivity reports (1: off); None when off or refused. One key
     for Compare and Plan, as the what-if's."""
     value = fields.number(
-        st,
+        where,
         "Sensitivity: one rank slower by",
         1.0,
         MAX_FACTOR,
@@ -188,9 +190,10 @@ def affordable(slowdown: float | None, ranks: int, microbatches: int, chunks: in
     return None
 
 
-def sensitivity_table(rows: list[ComparisonRow], key: str) -> None:
+def sensitivity_table(rows: list[ComparisonRow], key: str, on_top: Perturbation | None = None) -> None:
     """Per schedule, the step's growth with each rank slower in turn and the worst rank: a schedule whose slack
-    absorbs the slowdown grows less than the slowdown."""
+    absorbs the slowdown grows less than the slowdown. `on_top`: the what-if the rows already price in (each rank
+    is slowed on top of it)."""
     measured = [row for row in rows if row.error is None and row.sensitivity]
     if not measured:
         return
@@ -207,13 +210,14 @@ def sensitivity_table(rows: list[ComparisonRow], key: str) -> None:
             for row in measured
         ]
     ).set_index("schedule")
-    st.markdown(f"**Sensitivity**: the step's growth with one rank {slowdown:g}x slower")
+    besides = f", on top of the what-if ({on_top.describe()})" if on_top else ""
+    st.markdown(f"**Sensitivity**: the step's growth with one rank {slowdown:g}x slower{besides}")
     growth = {f"rank {r}": widgets.percent_column("sensitivity", f"rank {r}", signed=True) for r in range(ranks)}
     st.dataframe(
         table,
         width="stretch",
         key=key,
-        column_config={"worst": widgets.percent_column("sensitivity", "worst rank's", signed=True), **growth},
+        column_config={"worst": widgets.percent_column("sensitivity", "worst growth", signed=True), **growth},
     )
     st.caption(
         f"{format_percent(slowdown - 1, signed=True)} is the whole slowdown: a schedule below it absorbs part of the "
