@@ -167,3 +167,11 @@ def test_a_bad_what_if_is_an_error_line(app: AppTest, values: dict, said: str) -
     assert any(said in e.value for e in app.sidebar.error)
     assert any("Not compared" in e.value and said in e.value for e in app.main.error)
     assert not chart_figures(app)
+
+
+def test_a_sensitivity_too_large_for_the_page_is_said_not_computed(app: AppTest) -> None:
+    submit(app, schedules=["1f1b", "zb-h1"], ranks=32, microbatches=512)
+    assert not app.exception and not app.error
+    said = " ".join(c.value for c in app.caption)
+    assert "Sensitivity not computed" in said and "pipesim compare --sensitivity" in said
+    assert len(app.dataframe) == 1  # the comparison alone
