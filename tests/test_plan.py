@@ -368,3 +368,35 @@ def test_steps_equal_but_for_the_last_bits_tie_and_less_memory_wins():
     gpipe = Candidate("gpipe", 2, 8, 1, False, 2, None, step_ms=51.891833181710126, peak_memory_bytes=20e6, fits=True)
     onef = Candidate("1f1b", 2, 8, 1, False, 2, None, step_ms=51.89183318171015, peak_memory_bytes=7e6, fits=True)
     assert best_candidate([gpipe, onef]) is onef and best_candidate([onef, gpipe]) is onef
+
+
+def test_best_per_schedule_takes_each_familys_fastest_fitting_candidate():
+    """Issue 30 item 2 (the Plan page's sensitivity rows): one per family, the fastest that fits, never one that does
+    not fit or was not built, in the plan's order."""
+    from pipesim.plan.report import best_per_schedule
+
+    def made(name: str, step: float, fits: bool = True, error: str | None = None) -> Candidate:
+        return Candidate(
+            name,
+            4,
+            8,
+            1,
+            False,
+            1,
+            None,
+            step_ms=None if error else step,
+            fits=fits,
+            error=error,
+            peak_memory_bytes=1.0,
+        )
+
+    candidates = [
+        made("1f1b", 12.0),
+        made("zb-h1", 9.0, fits=False),  # faster, but over the cap
+        made("1f1b", 10.0),
+        made("zb-h1", 11.0),
+        made("gpipe", 1.0, error="cannot be built"),
+        made("gpipe", 20.0, fits=False),  # no gpipe fits: no row
+    ]
+    best = best_per_schedule(candidates)
+    assert [(c.schedule, c.step_ms) for c in best] == [("1f1b", 10.0), ("zb-h1", 11.0)]
