@@ -366,6 +366,7 @@ def test_a_slow_rank_is_drawn_over_the_uniform_step(app: AppTest) -> None:
     [said] = [i.value for i in app.info if "What-if" in i.value]
     assert "rank 1 2x slower" in said and format_ms(slowed.step_ms) in said and format_ms(uniform.step_ms) in said
     figures = chart_figures(app)
+    assert any("; what-if: rank 1 2x slower" in title(f) for f in figures)  # the Gantt says what it prices in
     [drawn] = [f for f in figures if "over the uniform case" in title(f)]
     lanes = drawn["layout"]["yaxis"]["ticktext"]
     assert lanes[:2] == ["rank 0 · uniform", "rank 0 · slowed"] and len(lanes) == 8

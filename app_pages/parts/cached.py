@@ -145,9 +145,11 @@ def gantt_chart(
 ) -> go.Figure:
     timeline, _ = simulation(schedule, cost)
     path = critical_actions(schedule, cost) if with_critical_path else None
-    return charts.gantt_figure(
-        timeline, title=schedule.describe(), critical_path=path, color_by=color_by, window=window
-    )
+    title = schedule.describe()
+    priced = cost.provenance.meta.get("perturbation")  # a what-if priced in (Perturbation.apply): said in the title
+    if priced:
+        title += f"; what-if: {Perturbation.from_dict(priced).describe()}"
+    return charts.gantt_figure(timeline, title=title, critical_path=path, color_by=color_by, window=window)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False, hash_funcs=HASH_FUNCS)
