@@ -1,4 +1,4 @@
-"""The Zero Bubble paper's published profiles and bubble rates, and its bubble rate read off a pipesim timeline.
+"""The Zero Bubble paper's published profiles and bubble rates, and its bubble rate.
 
 Source: Penghui Qi, Xinyi Wan, Guangxing Huang, Min Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024,
 arXiv:2401.10241. `PROFILES` is Table 9 (Appendix D: profiled T_F, T_B, T_W and T_comm in ms on A100s, per
@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pipesim.cost.links import LinkCost
 from pipesim.cost.model import CostModel
 from pipesim.cost.stage import StageCost
-from pipesim.records import Timeline
 
 SOURCE = "Qi et al., Zero Bubble Pipeline Parallelism, ICLR 2024, arXiv:2401.10241, Tables 3, 5 and 9"
 SEQUENCE_LENGTH = 1024  # Table 3, every model
@@ -111,17 +110,6 @@ class PublishedCase:
 
 
 CASES: tuple[PublishedCase, ...] = tuple(PublishedCase(*key) for key in PROFILES)
-
-
-def stage_cost_span(timeline: Timeline) -> float:
-    """The paper's cost: the longest time any rank takes from the start of its first action to the end of
-    its last (its steady-state step once steps overlap)."""
-    first: dict[int, float] = {}
-    last: dict[int, float] = {}
-    for span in timeline.spans:
-        first[span.rank] = min(first.get(span.rank, span.start), span.start)
-        last[span.rank] = max(last.get(span.rank, span.end), span.end)
-    return max((last[r] - first[r] for r in first), default=0.0)
 
 
 def paper_bubble_rate(cost_ms: float, case: PublishedCase) -> float:
