@@ -28,6 +28,10 @@ from pipesim.synth.problem import Instance
 NAME = "zero-bubble heuristic"
 
 
+class _RulesBroken(Exception):
+    """A variant's rules asked for an action before its input was placed: it gives no order here."""
+
+
 class _Builder:
     """One variant's run: per-rank orders, each rank's clock, stash level and idle time so far."""
 
@@ -59,6 +63,9 @@ class _Builder:
     def put(self, rank: int, kind: ActionKind) -> None:
         inst = self.inst
         microbatch = self.count[kind][rank]
+        upstream = rank - 1 if kind is F else rank + 1 if kind is I else -1
+        if 0 <= upstream < inst.num_ranks and self.count[kind][upstream] <= microbatch:
+            raise _RulesBroken
         i = self.id(rank, kind, microbatch)
         ready = self.free[rank] + inst.gap[rank]
         start = max(ready, self.arrival(rank, kind, microbatch))
@@ -115,9 +122,10 @@ class _Builder:
                 clock += took
                 extra[rank] += 1
             first_i = max(clock + inst.gap[rank], arrival) + inst.duration[self.id(rank, I, 0)]
-        for rank in range(1, p):  # stage r holds fewer extra forwards than stage r - 1
-            while 0 < extra[rank] >= extra[rank - 1] and self.count[F][rank] + extra[rank] < m:
-                extra[rank] -= 1
+        for rank in range(1, p):  # stage r holds fewer forwards than stage r - 1 (or both hold them all)
+            above = self.count[F][rank - 1] + extra[rank - 1]
+            most = above - self.count[F][rank] - (0 if above == m else 1)
+            extra[rank] = max(0, min(extra[rank], most))
         for rank in range(p):
             for _ in range(extra[rank]):
                 self.put(rank, F)
@@ -175,11 +183,14 @@ class _Builder:
         return True
 
     def run(self, deadline: float) -> list[list[int]] | None:
-        if not self.warmup():
-            return None
-        for microbatch in range(1, self.inst.num_microbatches):
-            if time.monotonic() >= deadline or not self.steady(microbatch):
+        try:
+            if not self.warmup():
                 return None
+            for microbatch in range(1, self.inst.num_microbatches):
+                if time.monotonic() >= deadline or not self.steady(microbatch):
+                    return None
+        except _RulesBroken:
+            return None
         for rank in range(self.inst.num_ranks):
             while self.count[W][rank] < self.inst.num_microbatches:
                 self.put(rank, W)
