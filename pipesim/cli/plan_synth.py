@@ -44,16 +44,13 @@ def add_synth_args(plan: argparse.ArgumentParser) -> None:
 
 
 def take_synthesized(args: argparse.Namespace) -> bool:
-    """Whether --schedules asked for synthesized orders; `args.schedules` keeps the registry's families. Checks
-    --csv before any work."""
-    asked = any(name.lower() == SYNTHESIZED for name in args.schedules)
-    args.schedules = tuple(name for name in args.schedules if name.lower() != SYNTHESIZED)
+    """Whether --schedules asked for synthesized orders; `args.schedules` keeps the registry's families to search
+    (`pipesim.plan.synthesized.plan_families`). Checks --csv and --synth-budget before any work."""
+    from pipesim.plan.synthesized import plan_families
+
     if args.csv is not None:
         check_output(args.csv)
-    if asked and not args.schedules:
-        from pipesim.plan.synthesized import linear_split_family
-
-        args.schedules = (linear_split_family(),)  # the shapes to synthesize for, and a family to compare with
+    args.schedules, asked = plan_families(args.schedules)
     if not asked and args.synth_budget is not None:
         raise UsageError(f"--synth-budget applies with {SYNTHESIZED} in --schedules")
     if args.synth_budget is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from pipesim.cost.model import CostModel
 from pipesim.ir import Schedule
 from pipesim.plan.candidates import Candidate, PlanSpace, candidate_grid, shape_key
 from pipesim.plan.evaluator import Evaluator
@@ -22,10 +23,11 @@ from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.layout import family_layout
 from pipesim.schedules import schedule_info, schedule_names
 from pipesim.sim.memory import placement_static_bytes
-from pipesim.synth import SynthesisProblem, synthesize
-from pipesim.synth.problem import SYNTH_NAME
 
-SYNTHESIZED = SYNTH_NAME  # the name `--schedules` and the plan's candidates give synthesized orders
+# the name `--schedules`, the Plan page and the plan's candidates give synthesized orders: the synthesizer's
+# schedule name (pipesim.synth.problem.SYNTH_NAME; a test holds them equal), here without importing the
+# synthesizer, which a plan without synthesized orders never loads
+SYNTHESIZED = "synthesized"
 DEFAULT_BUDGET_S = 10.0
 MAX_BUDGET_S = 3600.0
 
@@ -45,9 +47,13 @@ def check_budget(budget_s: float) -> float:
     return float(budget_s)
 
 
-def split_schedules(names: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
-    """(the registry families among `names`, whether synthesized orders were asked for)."""
-    return tuple(n for n in names if n.lower() != SYNTHESIZED), any(n.lower() == SYNTHESIZED for n in names)
+def plan_families(names: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+    """(the registry families to search, whether synthesized orders were asked for) of a schedule list that may
+    name SYNTHESIZED. Synthesized orders alone still search one family, the linear split-backward one whose
+    shapes they are made for (and a named schedule to compare them with)."""
+    families = tuple(n for n in names if n.lower() != SYNTHESIZED)
+    asked = len(families) < len(names)
+    return (families or (linear_split_family(),) if asked else families), asked
 
 
 def linear_split_family() -> str:
@@ -87,6 +93,8 @@ def _synthesize_one(evaluator: Evaluator, c: Candidate, family: str, time_limit_
         if limits["memory_limit_bytes"] <= 0:
             c.error = "the memory cap leaves no room for activations beside the parameters and optimizer state"
             return SynthesizedCandidate(c, None)
+    from pipesim.synth import SynthesisProblem, synthesize
+
     try:
         problem = SynthesisProblem(c.ranks, c.microbatches, cost, "linear", **limits)
         result = synthesize(problem, time_limit_s)
@@ -97,3 +105,8 @@ def _synthesize_one(evaluator: Evaluator, c: Candidate, family: str, time_limit_
     evaluator.simulate(c, want_path=False)
     evaluator.drop_shape(shape_key(c))
     return SynthesizedCandidate(c, result.schedule if c.error is None else None)
+
+
+def materialise(inputs: PlanInputs, candidate: Candidate, schedule: Schedule) -> tuple[Schedule, CostModel]:
+    """A synthesized candidate's schedule and cost model (`Evaluator.materialise` builds a family's by name)."""
+    return schedule, Evaluator(inputs).cost_model(candidate, candidate.split, schedule)
