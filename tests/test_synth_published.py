@@ -75,3 +75,18 @@ def test_the_lower_bound_counts_the_memory_limit():
 def test_an_unknown_objective_is_refused_with_the_valid_ones():
     with pytest.raises(ValueError, match="valid objectives: makespan, span"):
         SynthesisProblem(2, 2, CASES[0].cost(), memory_limit=2, objective="throughput")
+
+
+def test_the_command_takes_the_span_objective_and_reports_it(tmp_path, capsys):
+    from pipesim.cli.main import main
+    from pipesim.io.formats import read_json
+
+    csv_out, json_out = tmp_path / "s.csv", tmp_path / "s.json"
+    argv = ["synthesize", "--ranks", "4", "--microbatches", "8", "--f", "1", "--b", "1.5", "--w", "0.5"]
+    argv += ["--comm", "0.05", "--memory-limit", "8", "--objective", "span", "--time-limit", "0.5"]
+    assert main([*argv, "--csv", str(csv_out), "--json", str(json_out)]) == 0
+    document = read_json(json_out)
+    assert document["objective"] == "span" and document["objective_ms"] <= document["makespan"]
+    assert document["lower_bound"] <= document["objective_ms"] * (1 + 1e-9)
+    assert "longest rank span" in capsys.readouterr().out
+    assert main([*argv[:-4], "--objective", "fastest", "--csv", str(csv_out), "--json", str(json_out)]) == 2
