@@ -36,6 +36,7 @@ def test_plan_recommends_a_synthesized_order_where_it_is_faster_and_writes_its_c
     assert names.count(SYNTH_NAME) == 1 and {"1f1b", "zb-h1", "zb-h2"} <= set(names)
     best = plan["best"]
     assert best["schedule"] == SYNTH_NAME
+    assert plan["inputs"]["space"]["synthesized_budget_s"] == 3.0
     others = [c["step_ms"] for c in plan["candidates"] if c["schedule"] != SYNTH_NAME]
     assert best["step_ms"] < min(others)
     assert f"wrote {csv_out}" in capsys.readouterr().out

@@ -90,3 +90,41 @@ def test_the_command_takes_the_span_objective_and_reports_it(tmp_path, capsys):
     assert document["lower_bound"] <= document["objective_ms"] * (1 + 1e-9)
     assert "longest rank span" in capsys.readouterr().out
     assert main([*argv[:-4], "--objective", "fastest", "--csv", str(csv_out), "--json", str(json_out)]) == 2
+
+
+@pytest.mark.parametrize("objective", ["makespan", "span"])
+@pytest.mark.parametrize(
+    ("ranks", "microbatches", "times", "limit"),
+    [(2, 2, (1.0, 1.0, 1.0, 0.5), 1.0), (2, 2, (1.0, 2.0, 0.5, 1.0), 1.0), (3, 2, (1.0, 1.0, 1.0, 0.3), 1.0),
+     (3, 2, (2.0, 1.0, 0.5, 0.3), 1.5), (3, 2, (1.0, 1.0, 1.0, 1.0), 2.0)],
+    # 2 ranks x 3 microbatches pass too but take minutes: 10^5 and more order pairs
+)  # fmt: skip
+def test_the_memory_aware_bound_is_below_every_valid_order(ranks, microbatches, times, limit, objective):
+    """Brute force over every valid order that fits: the bound (with the memory's forced wait) never exceeds the
+    best of them, for either objective. A wait counted wrongly (a forward too many, a chain too long) fails."""
+    import itertools
+
+    from pipesim.ir import make_schedule
+    from pipesim.sim.memory import peak_activations_by_order
+    from pipesim.sim.simulate import find_deadlock
+    from tests.test_synth import _all_actions, _cost, _linear_extensions, _must_precede
+
+    cost = _cost(*times)
+    problem = SynthesisProblem(ranks, microbatches, cost, memory_limit=limit, objective=objective)
+    rows = _all_actions(problem.stage_to_rank, microbatches)
+    before = _must_precede([a for row in rows for a in row], problem.num_stages)
+    options = [_linear_extensions(row, before) for row in rows]
+    best = float("inf")
+    for combo in itertools.product(*options):
+        schedule = make_schedule("brute", ranks, microbatches, problem.stage_to_rank, combo)
+        if any(peak > limit * (1 + 1e-9) for peak in peak_activations_by_order(schedule, cost)):
+            continue
+        if find_deadlock(schedule) is not None:
+            continue
+        timeline = simulate(schedule, cost)
+        best = min(best, longest_rank_span(timeline) if objective == "span" else makespan(timeline))
+    bound = lower_bound(Instance(problem))
+    assert bound <= best * (1 + 1e-9)
+    work = microbatches * sum(times[:3])
+    if limit == 1.0:  # one forward at a time: the wait is real, and the bound above the bare work
+        assert bound > work

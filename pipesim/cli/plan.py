@@ -337,7 +337,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     candidates = attach_intervals(inputs, candidates, options)
     synthesized = add_synthesized(inputs, space, candidates, args.synth_budget) if with_synthesized else {}
-    document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
+    searched = {**_space_dict(space), **({"synthesized_budget_s": args.synth_budget} if with_synthesized else {})}
+    document = plan_document(candidates, {**recorded, "space": searched}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
     if workers_note is not None:
