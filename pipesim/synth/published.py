@@ -12,7 +12,8 @@ The paper's definitions, matched here:
 * bubble rate = (cost - m (T_F + T_B + T_W)) / cost, where cost is "the largest execution time of all
   stages": per stage, from the start of its first pass to the end of its last (Appendix G's objective
   max_i E(i,m,W) - E(i,1,F) + T(i,1,F)); the stages' start offsets (the ramp) are not counted, because
-  without the optimizer's synchronisation (the paper's Section 4) consecutive steps overlap;
+  without the optimizer's synchronisation (the paper's Section 4) consecutive steps overlap: synthesis's
+  "span" objective, read off a timeline by `pipesim.synth.problem.longest_rank_span`;
 * T_B is the paper's B: the input-gradient pass, pipesim's I; pipesim's full backward is T_B + T_W;
 * T_comm delays a consumer on the next stage (E(i,j,F) >= E(i-1,j,F) + T_comm + T(i,j,F)) without
   occupying either device: pipesim's link latency;

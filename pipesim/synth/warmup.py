@@ -102,7 +102,7 @@ class _Builder:
             self.put(rank, W)
         return True
 
-    def warmup(self) -> bool:
+    def warmup(self) -> None:
         inst, p, m = self.inst, self.inst.num_ranks, self.inst.num_microbatches
         for rank in range(p):
             self.put(rank, F)
@@ -131,7 +131,6 @@ class _Builder:
                 self.put(rank, F)
         for rank in range(p - 1, -1, -1):
             self.put(rank, I)
-        return True
 
     def skips_forward(self, rank: int) -> bool:
         """The skip-ahead variant: a stage two forwards ahead of the next leaves its forward for later when the
@@ -184,8 +183,7 @@ class _Builder:
 
     def run(self, deadline: float) -> list[list[int]] | None:
         try:
-            if not self.warmup():
-                return None
+            self.warmup()
             for microbatch in range(1, self.inst.num_microbatches):
                 if time.monotonic() >= deadline or not self.steady(microbatch):
                     return None
