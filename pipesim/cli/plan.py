@@ -354,11 +354,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json is not None:  # before printing: a closed stdout (| head) must not lose the plan
         write_json(document, args.json)
         lines += written_lines(args.json)
-    print("\n".join(lines), flush=True, file=summary_stream(args.json))
+    print("\n".join(lines), flush=True, file=summary_stream(args.json, args.csv))
     if args.verify:
         command = [sys.executable, "-m", "pipesim_executor", "verify-plan", str(args.json), "--top", str(args.verify)]
         print(
-            "verifying: " + shlex.join(command), flush=True, file=summary_stream(args.json)
+            "verifying: " + shlex.join(command), flush=True, file=summary_stream(args.json, args.csv)
         )  # the user can run it again
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipesim.flags import UsageError, float_flag
+from pipesim.io.atomic import is_standard_output
 from pipesim.io.formats import check_output, schedule_to_csv, write_file
 
 if TYPE_CHECKING:  # the planner and the synthesizer are imported by the command that runs them
@@ -38,8 +39,8 @@ def add_synth_args(plan: argparse.ArgumentParser) -> None:
         "--csv",
         type=Path,
         metavar="OUT",
-        help="write the recommended candidate's schedule in torch's compute_only CSV "
-        "(python -m executor run --schedule-file OUT runs it)",
+        help="write the recommended candidate's schedule in torch's compute_only CSV (- for standard output; "
+        "python -m executor run --schedule-file OUT runs it)",
     )
 
 
@@ -81,4 +82,4 @@ def write_recommended_csv(
 
         schedule, _ = Evaluator(inputs).materialise(best)
     write_file(schedule_to_csv(schedule, "compute_only"), path)
-    return [f"wrote {path} (the schedule of {best.label})"]
+    return [] if is_standard_output(path) else [f"wrote {path} (the schedule of {best.label})"]
