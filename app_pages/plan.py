@@ -29,6 +29,7 @@ from pipesim.plan.report import (
     torchtitan_settings,
 )
 from pipesim.plan.search import PlanSpace
+from pipesim.plan.synthesized import SYNTHESIZED, plan_families
 from pipesim.programs import programs
 from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
 from pipesim.sim.memory import rank_memory
@@ -104,10 +105,14 @@ with st.sidebar, st.form("plan-form"):
     st.markdown("**Search**")
     names = st.multiselect(
         "Schedules",
-        schedule_names(),
+        [*schedule_names(), SYNTHESIZED],
         default=list(planned_schedule_names()),
         key=_kept("plan-schedules"),
         bind=URL,
+        help=f"{SYNTHESIZED}: an order synthesized for each shape from its own costs, within the budget below",
+    )
+    synth_budget = st.number_input(
+        "Synthesis budget (s)", 0.5, 600.0, 10.0, key=_kept("plan-synth-budget"), bind=URL, help=f"with {SYNTHESIZED}"
     )
     sizes_text = st.text_input("Microbatch sizes", "1,2,4", key=_kept("plan-mbs"), bind=URL)
     chunks_text = st.text_input(
@@ -148,14 +153,16 @@ try:
         optimizer=optimizer,
     )
     shares = plan_model.number_list(shares_text, float, "W shares") if shares_text.strip() else (None,)
+    families, with_synthesized = plan_families(tuple(names))
     space = PlanSpace(
-        schedules=tuple(names),
+        schedules=families,
         microbatch_sizes=plan_model.number_list(sizes_text, int, "Microbatch sizes"),
         chunks=plan_model.number_list(chunks_text, int, "Chunks per rank"),
         recompute={"off": (False,), "on": (True,)}.get(recompute or "both", (False, True)),
         w_shares=shares,
     )
-    candidates = cached.plan(inputs, space, float(jitter_pct) / 100 or None)
+    budget = float(synth_budget) if with_synthesized else None
+    candidates, synthesized = cached.plan(inputs, space, float(jitter_pct) / 100 or None, budget)
 except ValueError as error:
     widgets.show_error(error, "Cannot plan")
     st.stop()
@@ -220,7 +227,7 @@ st.dataframe(
     },
 )
 
-schedule, cost = cached.plan_candidate(inputs, selected)
+schedule, cost = cached.plan_candidate(inputs, selected, synthesized.get(selected.label))
 st.subheader(selected.label)
 st.caption(
     f"Split points (executor --split-points): {','.join(map(str, selected.split)) or '-'}; fullest device "

@@ -315,3 +315,19 @@ def test_calibrating_from_a_run_labels_the_predictions_calibrated(tmp_path, monk
     at.selectbox(key="plan-calibrate").set_value("cal").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert not any("assumed device rate" in w.value for w in at.warning)
+
+
+def test_synthesized_is_offered_and_a_faster_synthesized_order_is_recommended_and_drawn(app: AppTest) -> None:
+    """Issue 31: the page offers synthesized orders beside the families; on a case where one is faster (a slow
+    link, W a small share of B, no cap: 2p microbatches' worth) it is recommended, drawn and exportable."""
+    assert "synthesized" in app.multiselect(key="plan-schedules").options
+    model = {"layers": 16, "hidden": 256, "ffn": 1024, "heads": 4, "seq-len": 128, "vocab": 1000}
+    model.update(tflops=0.05, latency=5.0)
+    search = {"devices": 4, "batch": 16, "cap": 0.0, "mbs": "2", "recompute": "off", "shares": "0.3", "jitter": 0.0}
+    search.update({"schedules": ["1f1b", "zb-h1", "zb-h2", "synthesized"], "synth-budget": 2.0})
+    at = submit(app, **model, **search)
+    assert not at.exception and not at.error
+    selected = at.selectbox(key="plan-selected").value
+    assert selected.startswith("synthesized P4")
+    assert chart_figures(at)[1]["layout"]["title"]["text"].startswith("synthesized")
+    assert any(b.label.startswith("Schedule CSV") for b in at.get("download_button"))

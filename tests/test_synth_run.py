@@ -71,3 +71,33 @@ def test_synthesized_csv_trains_in_the_executor_with_single_process_losses(tmp_p
     for got, want in zip(measured["losses"], expected, strict=True):
         assert abs(got - want) <= TOLERANCE, (measured["losses"], expected)
     assert expected[-1] < expected[0]  # training moved: the comparison is not of a frozen model
+
+
+def test_a_plan_recommending_a_synthesized_order_writes_a_csv_the_executor_trains_with(tmp_path):
+    """Issue 31, item 4: `plan --schedules ...,synthesized --csv` recommends a synthesized order (faster here: a
+    slow link, W a small share of the backward, 2p microbatches' worth of memory) and its CSV trains with the
+    losses of one process."""
+    csv_out, json_out = tmp_path / "best.csv", tmp_path / "plan.json"
+    code = pipesim_main(
+        ["plan", "--layers", "8", "--hidden", "256", "--ffn", "1024", "--heads", "4", "--seq-len", "128",
+         "--vocab", "1000", "--tflops", "0.05", "--latency", "5", "--devices", "2", "--global-batch", "8",
+         "--microbatch-sizes", "2", "--recompute", "off", "--w-shares", "0.3", "--ranks", "2",
+         "--schedules", "1f1b,zb-h1,zb-h2,synthesized", "--synth-budget", "2", "--csv", str(csv_out),
+         "--json", str(json_out)]
+    )  # fmt: skip
+    assert code == 0
+    assert read_json(json_out)["best"]["schedule"] == "synthesized"
+    schedule = load_schedule(csv_out)
+    assert schedule.num_ranks == 2 and schedule.num_microbatches == 4 and schedule.uses_split_backward
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "executor", "run", "--schedule-file", str(csv_out), "--model", "transformer",
+               *MODEL_FLAGS, "--batch-size", str(BATCH), "--steps", str(STEPS), "--warmup-steps", str(WARMUP),
+               "--optimizer", "sgd", "--lr", str(LR), "--seed", str(SEED), "--device", "cpu", "--timeout", "400",
+               "--out", str(run_dir)]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert load_schedule(run_dir / "schedule.json").actions == schedule.actions
+    losses, expected = read_json(run_dir / "measured.json")["losses"], single_process_losses(schedule.num_stages)
+    assert len(losses) == len(expected)
+    for got, want in zip(losses, expected, strict=True):
+        assert abs(got - want) <= TOLERANCE, (losses, expected)

@@ -30,6 +30,7 @@ from pipesim.cost.model import CostModel
 from pipesim.cost.perturb import Perturbation
 from pipesim.io import formats, kineto
 from pipesim.ir import Action, Schedule
+from pipesim.plan import synthesized as plan_synthesized
 from pipesim.plan.intervals import IntervalOptions, attach_intervals
 from pipesim.plan.search import Candidate, Evaluator, PlanInputs, PlanSpace, candidate_grid
 from pipesim.records import Timeline
@@ -197,12 +198,16 @@ def deadlock_explanation(schedule: Schedule) -> str | None:
 
 
 @st.cache_data(max_entries=8, show_spinner=False, hash_funcs={PlanInputs: hash, PlanSpace: hash})
-def plan(inputs: PlanInputs, space: PlanSpace, jitter: float | None = None) -> list[Candidate]:
+def plan(
+    inputs: PlanInputs, space: PlanSpace, jitter: float | None = None, synth_budget_s: float | None = None
+) -> tuple[list[Candidate], dict[str, Schedule]]:
     """Every candidate of the space, evaluated (pipesim.plan: `evaluate_all`'s loop, one candidate at a time), with
     a progress bar while it runs. The bar is made inside the function (a cached function's elements are replayed on
     a hit) and ends empty, so a cached plan draws nothing. A planner that reports its own progress (a callback, a
     partial front) plugs in here. Those that can win are then sampled with every action's time varying by `jitter`
-    (a CV; pipesim.plan.intervals): their step is the samples' median, with its 90% interval."""
+    (a CV; pipesim.plan.intervals): their step is the samples' median, with its 90% interval. With
+    `synth_budget_s`, a synthesized order per shape is added (pipesim.plan.synthesized), its schedule kept by its
+    candidate's label."""
     inputs.check_sizes(space.microbatch_sizes, space.extrapolate)
     grid = candidate_grid(inputs, space)
     evaluator = Evaluator(inputs)
@@ -214,12 +219,23 @@ def plan(inputs: PlanInputs, space: PlanSpace, jitter: float | None = None) -> l
         if index % every == 0:
             bar.progress((index + 1) / len(grid), text=f"Evaluating candidates: {index + 1:,} of {len(grid):,}")
     bar.empty()
-    return attach_intervals(inputs, candidates, IntervalOptions(jitter=jitter))
+    candidates = attach_intervals(inputs, candidates, IntervalOptions(jitter=jitter))
+    if synth_budget_s is None:
+        return candidates, {}
+    with st.spinner(f"Synthesizing orders (up to {synth_budget_s:g} s)"):
+        made = plan_synthesized.synthesized_candidates(inputs, space, synth_budget_s)
+    candidates += [m.candidate for m in made]
+    return candidates, {m.candidate.label: m.schedule for m in made if m.schedule is not None}
 
 
 @st.cache_data(max_entries=16, show_spinner=False, hash_funcs={PlanInputs: hash, Candidate: lambda c: c.label})
-def plan_candidate(inputs: PlanInputs, candidate: Candidate) -> tuple[Schedule, CostModel]:
-    """The schedule and cost model of one evaluated candidate, to draw and export it."""
+def plan_candidate(
+    inputs: PlanInputs, candidate: Candidate, synthesized: Schedule | None = None
+) -> tuple[Schedule, CostModel]:
+    """The schedule and cost model of one evaluated candidate (`synthesized`: its order, for a synthesized one),
+    to draw and export it."""
+    if synthesized is not None:
+        return plan_synthesized.materialise(inputs, candidate, synthesized)
     return Evaluator(inputs).materialise(candidate)
 
 

@@ -17,6 +17,7 @@ from pipesim.cost.description import DTYPE_BYTES
 from pipesim.cost.perturb import MAX_FACTOR
 from pipesim.limits import MAX_STEPS, MAX_TIME_MS
 from pipesim.numbers import shown
+from pipesim.plan.synthesized import SYNTHESIZED
 from pipesim.schedules import schedule_names
 from pipesim.url_query import UrlField, refused_values
 from pipesim_executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, OPTIMIZERS
@@ -93,7 +94,8 @@ def fields() -> dict[str, UrlField]:
         "plan-batch": _int(1, 4096),
         "plan-cap": _float(0.0, 4096.0),
         "plan-optimizer": UrlField("choice", choices=OPTIMIZERS),
-        "plan-schedules": UrlField("choice", choices=names, many=len(names)),
+        "plan-schedules": UrlField("choice", choices=(*names, SYNTHESIZED), many=len(names) + 1),
+        "plan-synth-budget": _float(0.5, 600.0),
         "plan-mbs": UrlField("ints", 1, 4096),
         "plan-chunks": UrlField("ints", 1, 16),
         "plan-recompute": UrlField("choice", choices=("off", "on", "both")),

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from pipesim.analysis.calibration import calibrate_from_run
 from pipesim.cli import whatif
 from pipesim.cli.common import positive_int, summary_stream, written_lines
+from pipesim.cli.plan_synth import add_synth_args, add_synthesized, take_synthesized, write_recommended_csv
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.profile import UnitProfile
@@ -52,7 +53,7 @@ from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_MICROBATCHES, MAX_TIME_MS
 from pipesim.numbers import read_float
 from pipesim.plan.candidates import PlanSpace
 from pipesim.plan.intervals import IntervalOptions, attach_intervals
-from pipesim.plan.report import plan_document
+from pipesim.plan.report import best_candidate, plan_document
 from pipesim.programs import named_as_started, programs
 from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import schedule_names
@@ -147,7 +148,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         type=_names,
         default=defaults.schedules,
         metavar="A,B",
-        help=f"registered schedules to try (default {','.join(defaults.schedules)})",
+        help=f"registered schedules to try (default {','.join(defaults.schedules)}); synthesized adds orders "
+        "synthesized for each shape (--synth-budget)",
     )
     space.add_argument(
         "--microbatch-sizes",
@@ -212,6 +214,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sampling.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES, metavar="N", help="draws per step")
     sampling.add_argument("--seed", type=int_flag(0, 2**32 - 1), default=0, metavar="S", help="seed of the draws")
     whatif.add_perturbation_args(plan, devices=True)
+    add_synth_args(plan)
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan (- for standard output)")
     plan.add_argument("--verify", type=int_flag(1, 1000), metavar="K", help="run the top K for real (needs --json)")
 
@@ -316,6 +319,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_sizes(num_ranks=args.devices)
     if args.json is not None:
         check_output(args.json)
+    with_synthesized = take_synthesized(args)
     options = IntervalOptions(args.jitter, args.samples, args.seed)
     perturbation = whatif.perturbation_from_args(args, args.devices if args.devices >= 1 else None)
     inputs, recorded = inputs_from_args(args)
@@ -332,7 +336,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             inputs, space, progress=progress, workers=workers, prune=not args.exhaustive, keep=keep
         )
     candidates = attach_intervals(inputs, candidates, options)
-    document = plan_document(candidates, {**recorded, "space": _space_dict(space)}, args.memory_cap)
+    synthesized = add_synthesized(inputs, space, candidates, args.synth_budget) if with_synthesized else {}
+    searched = {**_space_dict(space), **({"synthesized_budget_s": args.synth_budget} if with_synthesized else {})}
+    document = plan_document(candidates, {**recorded, "space": searched}, args.memory_cap)
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
     if workers_note is not None:
@@ -343,14 +349,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     reasons = sorted({c.error for c in failed})
     for reason in reasons[:5]:
         lines.append(f"  cannot be built ({sum(c.error == reason for c in failed)}): {reason}")
+    if args.csv is not None:
+        lines += write_recommended_csv(args.csv, best_candidate(candidates), inputs, synthesized)
     if args.json is not None:  # before printing: a closed stdout (| head) must not lose the plan
         write_json(document, args.json)
         lines += written_lines(args.json)
-    print("\n".join(lines), flush=True, file=summary_stream(args.json))
+    print("\n".join(lines), flush=True, file=summary_stream(args.json, args.csv))
     if args.verify:
         command = [sys.executable, "-m", "pipesim_executor", "verify-plan", str(args.json), "--top", str(args.verify)]
         print(
-            "verifying: " + shlex.join(command), flush=True, file=summary_stream(args.json)
+            "verifying: " + shlex.join(command), flush=True, file=summary_stream(args.json, args.csv)
         )  # the user can run it again
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE

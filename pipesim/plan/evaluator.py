@@ -38,6 +38,7 @@ class Shape:
     layout: Layout
     deps: Dependencies | None = None
     crossing: list[int] | None = None
+    adopted: bool = False  # made elsewhere (a synthesized order: pipesim.plan.synthesized), not by a family
 
 
 class Evaluator:
@@ -66,6 +67,11 @@ class Evaluator:
             except ValueError as error:
                 self._shapes[key] = error
         return self._shapes[key]
+
+    def adopt(self, c: Candidate, schedule: Schedule) -> None:
+        """Take a schedule made elsewhere (a synthesized order) as the shape of `c`: `price` and `simulate` then
+        cost it like a family's, until `drop_shape`."""
+        self._shapes[shape_key(c)] = Shape(schedule, OrderWalk(schedule), Layout.of(schedule), adopted=True)
 
     def units(
         self, mbs: int, share: float | None, split: bool = False, recompute: bool = False
@@ -182,9 +188,9 @@ class Evaluator:
             c.error = str(shape)
             return False
         schedule = shape.schedule
-        assert shape.layout == family_layout(c.schedule, c.ranks, schedule.num_stages // schedule.num_ranks), (
-            f"{c.schedule}'s registry entry does not describe its schedule's layout"
-        )
+        assert shape.adopted or shape.layout == family_layout(
+            c.schedule, c.ranks, schedule.num_stages // schedule.num_ranks
+        ), f"{c.schedule}'s registry entry does not describe its schedule's layout"
         c.virtual_stages = schedule.num_stages // schedule.num_ranks
         split = self.split(c.microbatch_size, schedule.num_stages, c.recompute)
         if isinstance(split, Exception):

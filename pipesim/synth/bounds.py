@@ -15,7 +15,9 @@ the rank holding stage 0 always starts at its dispatch gap, so the bound subtrac
 from __future__ import annotations
 
 import heapq
+import math
 
+from pipesim.ir import Action, F, I
 from pipesim.synth.problem import Instance
 
 
@@ -85,14 +87,40 @@ def preemptive_bound(jobs: list[tuple[float, float, float]]) -> float:
     return best
 
 
+def span_bounds(inst: Instance, head: list[float]) -> list[float]:
+    """Per rank, the least time from its first action's start to its last action's end: its work, plus (linear
+    placement) the wait the memory limit forces before its first backward.
+
+    Until the first I on rank r starts, r can run only forwards, and at most k = limit / one microbatch's stash
+    of them; that I cannot start before its own forward's chain down the pipeline and back has run (the
+    Zero Bubble paper's Appendix B). So r waits at least chain - k x (its forward with its dispatch gap)."""
+    spans = []
+    for rank, ids in enumerate(inst.by_rank):
+        gap = inst.gap[rank]
+        work = sum(gap + inst.duration[i] for i in ids) - gap  # the first action's gap comes before its start
+        wait = 0.0
+        if inst.problem.placement == "linear" and inst.unit[rank] > 0:
+            forward = inst.index[Action(rank, F, 0)]
+            chain = head[inst.index[Action(rank, I, 0)]] - head[forward]
+            held = min(inst.num_microbatches, math.floor(inst.limit[rank] * (1 + 1e-9) / inst.unit[rank]))
+            wait = max(0.0, chain - held * (inst.duration[forward] + gap))
+        spans.append(work + wait)
+    return spans
+
+
 def lower_bound(inst: Instance) -> float:
-    """The highest per-rank preemptive bound, measured from the first action's start."""
+    """The problem's objective can be no lower. "makespan": the highest per-rank preemptive bound, and each
+    rank's earliest start plus its least span, measured from the first action's start; "span": the highest
+    least span."""
     head, tail = heads_and_tails(inst)
+    spans = span_bounds(inst, head)
+    if inst.problem.objective == "span":
+        return max(spans, default=0.0)
     best = 0.0
     for rank, ids in enumerate(inst.by_rank):
         gap = inst.gap[rank]
         # each action holds its rank for the dispatch gap before it and its duration
         jobs = [(head[i] - gap, gap + inst.duration[i], tail[i]) for i in ids]
-        best = max(best, preemptive_bound(jobs))
+        best = max(best, preemptive_bound(jobs), min((head[i] for i in ids), default=0.0) + spans[rank])
     origin = inst.gap[inst.stage_to_rank[0]]
     return max(0.0, best - origin)

@@ -23,6 +23,7 @@ from functools import cached_property
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, F, I, Schedule, W, make_schedule
 from pipesim.limits import check_sizes
+from pipesim.records import Timeline
 from pipesim.schedules import PLACEMENTS, stage_placement
 from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.semantics.lower import producer_ids, stash_table
@@ -32,7 +33,13 @@ from pipesim.sim.simulate import engine_inputs
 SYNTH_NAME = "synthesized"
 # Actions (3 x stages x microbatches) synthesis takes: list scheduling visits every rank per action placed, and
 # 20,000 actions take seconds per policy; past that the search could not try enough orders in any sensible time.
-MAX_SYNTH_ACTIONS = 20_000
+# The Zero Bubble paper's largest published case (32 stages x 256 microbatches: 24,576 actions) fits.
+MAX_SYNTH_ACTIONS = 25_000
+# What synthesis minimises: "makespan", the step from the first action's start to the last action's end (each
+# step ends with a synchronised optimizer step); "span", the longest time any rank takes from its first action's
+# start to its last action's end: the step once consecutive steps overlap because the optimizer step is not
+# synchronised across ranks (the Zero Bubble paper's Section 4 and its cost, Appendix G).
+OBJECTIVES = ("makespan", "span")
 # Relative slack on memory comparisons: a limit quoted in microbatches is a product of floats.
 MEMORY_TOLERANCE = 1e-9
 
@@ -49,8 +56,11 @@ class SynthesisProblem:
     num_virtual_stages: int | None = None  # chunks per rank: "interleaved" only (default 2); "v" holds 2
     memory_limit: float | None = None
     memory_limit_bytes: float | None = None
+    objective: str = "makespan"  # one of OBJECTIVES
 
     def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; valid objectives: {', '.join(OBJECTIVES)}")
         for name in ("num_ranks", "num_microbatches"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -127,10 +137,22 @@ class SynthesisProblem:
             else f"{self.memory_limit_bytes:,.0f} bytes"
         )
         chunks = f", {self.chunks} stages per rank" if self.chunks > 1 else ""
+        objective = ", minimising the longest rank's span" if self.objective == "span" else ""
         return (
             f"{self.num_ranks} ranks, {self.num_microbatches} microbatches, {self.placement} placement{chunks}, "
-            f"memory limit {limit} per rank"
+            f"memory limit {limit} per rank{objective}"
         )
+
+
+def longest_rank_span(timeline: Timeline) -> float:
+    """The longest time any rank takes from the start of its first action to the end of its last: the
+    "span" objective (the Zero Bubble paper's cost)."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for span in timeline.spans:
+        first[span.rank] = min(first.get(span.rank, span.start), span.start)
+        last[span.rank] = max(last.get(span.rank, span.end), span.end)
+    return max((last[r] - first[r] for r in first), default=0.0)
 
 
 class Instance:
