@@ -278,7 +278,7 @@ columns[2].download_button(
     key="plan-json",
 )
 
-plan_sensitivity.show(inputs, candidates)  # each family's growth with one slower device
+plan_sensitivity.show(inputs, candidates, synthesized)  # each family's growth with one slower device
 
 with st.expander("Balance stages on their own"):
     st.caption(

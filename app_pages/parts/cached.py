@@ -240,10 +240,13 @@ def plan_candidate(
 
 
 @st.cache_data(max_entries=64, show_spinner=False, hash_funcs={PlanInputs: hash, Candidate: lambda c: c.label})
-def plan_sensitivity(inputs: PlanInputs, candidate: Candidate, slowdown: float) -> Sensitivity:
+def plan_sensitivity(
+    inputs: PlanInputs, candidate: Candidate, slowdown: float, synthesized: Schedule | None = None
+) -> Sensitivity:
     """The candidate's step growth with each pipeline rank in turn `slowdown` times slower
-    (`pipesim.analysis.sensitivity.rank_sensitivity` on the schedule and costs `plan_candidate` gives)."""
-    schedule, cost = plan_candidate(inputs, candidate)
+    (`pipesim.analysis.sensitivity.rank_sensitivity` on the schedule and costs `plan_candidate` gives;
+    `synthesized`: a synthesized candidate's order)."""
+    schedule, cost = plan_candidate(inputs, candidate, synthesized)
     return rank_sensitivity(schedule, cost, slowdown)
 
 

@@ -8,13 +8,15 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.parts import cached, whatif, widgets
+from pipesim.ir import Schedule
 from pipesim.plan.report import best_per_schedule
 from pipesim.plan.search import Candidate, PlanInputs
 from pipesim.units import format_percent
 
 
-def show(inputs: PlanInputs, candidates: list[Candidate]) -> None:
-    """The slowdown field, then one row per family: its candidate, the worst rank's growth and each rank's."""
+def show(inputs: PlanInputs, candidates: list[Candidate], synthesized: dict[str, Schedule]) -> None:
+    """The slowdown field, then one row per family: its candidate, the worst rank's growth and each rank's
+    (`synthesized`: the orders of synthesized candidates by label, which their family name cannot rebuild)."""
     st.subheader("Robustness to a slow device")
     problems: list[str] = []
     slowdown = whatif.sensitivity_field(problems, st.columns(3)[0])
@@ -33,7 +35,7 @@ def show(inputs: PlanInputs, candidates: list[Candidate]) -> None:
         if work > whatif.MAX_SENSITIVITY_ACTIONS:
             skipped.append(candidate.schedule)
             continue
-        found = cached.plan_sensitivity(inputs, candidate, slowdown)
+        found = cached.plan_sensitivity(inputs, candidate, slowdown, synthesized.get(candidate.label))
         rows.append(
             {
                 "candidate": candidate.label,
