@@ -3,9 +3,9 @@ pairs, the families' ranking with each family's CI, and the markdown table.
 
 A case runs A B pairs (the uniform run, then the injected one) until its CIs are tight: the growth's and the step
 error's 95% bootstrap half-widths both at most `target` (after at least `min_pairs`), or `max_pairs` is reached.
-The bootstrap resamples the runs (pairs) first, then each run's steps, so run-to-run drift widens the interval
-as it should; with one pair only the steps are resampled (the interval then says nothing of the drift, and the
-table marks it).
+The bootstrap resamples the runs (pairs, each A with its B) first, then each run's steps: a drift both runs of a
+pair share cancels in their ratio, and pairs that disagree widen the interval, as they should. With one pair only
+the steps are resampled: the interval then says nothing of run-to-run drift (the table's "pairs" column says so).
 """
 
 from __future__ import annotations
