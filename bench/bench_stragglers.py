@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipesim.analysis.stragglers import find_stragglers  # noqa: E402
+from pipesim.io.formats import read_json  # noqa: E402
 from pipesim.io.run_record import read_run  # noqa: E402
 from pipesim.schedules import options_for, schedule_info  # noqa: E402
 from pipesim_executor.config import run_config  # noqa: E402
@@ -86,6 +87,30 @@ def launch(
         "predicted_ms": result.predicted_step_ms,
         "steps_ms": result.step_times_ms,
         "dir": str(result.run_dir),
+        "calibration": runtime_measured(result.run_dir),
+    }
+
+
+def runtime_measured(run_dir: Path) -> dict | None:
+    """What the run measured of its runtime beyond the sleeps (cost.json's sleep_calibration), in short: medians
+    over the ranks (us), where the prediction's extra time comes from."""
+    calibration = (read_json(run_dir / "cost.json").get("meta") or {}).get("sleep_calibration")
+    if not calibration:
+        return None
+    excess = [ms for kinds in calibration["excess_ms"].values() for ms in kinds.values()]
+    transfers = [v for v in calibration["links_ms"].values() if v is not None]
+    pinged = [v for v in calibration["links_ping_pong_ms"].values() if v is not None]
+
+    def us(values: list[float]) -> float | None:
+        return 1e3 * statistics.median(values) if values else None
+
+    return {
+        "sleep_overshoot_us": statistics.median(p["median_us"] for p in calibration["precise_sleep"]),
+        "span_excess_us": us(excess),
+        "dispatch_us": us(calibration["dispatch_ms"]),
+        "tail_us": us(calibration["tail_ms"]),
+        "transfer_us": us(transfers),
+        "ping_pong_us": us(pinged),
     }
 
 
@@ -114,6 +139,7 @@ def run_case(
         if k + 1 >= pace.min_pairs and stats.tight(row, pace.target):
             break
     row.update(family=family, ranks=ranks, inject=text, load=(load + os.getloadavg()[0]) / 2)
+    row["runtime"] = [r["calibration"] for r in a_runs + b_runs]
     return row
 
 
