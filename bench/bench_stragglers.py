@@ -147,16 +147,18 @@ def what_if(
     root: Path, families: tuple[str, ...], sizes: tuple[int, ...], quick: bool, steps: int, pace: Pace
 ) -> list[dict]:
     rows = []
-    for ranks in sizes:
+    # case-major, the sizes interleaved: a run cut by --budget-min still has every family on the same cases
+    count = len(cases_for(sizes[0], quick))  # the same for every size
+    order = [(ranks, cases_for(ranks, quick)[index]) for index in range(count) for ranks in sizes]
+    for ranks, (label, text) in order:
         for family in families:
-            for label, text in cases_for(ranks, quick):
-                if time.monotonic() > pace.deadline:
-                    print(json.dumps({"skipped": [family, ranks, label], "why": "--budget-min spent"}), flush=True)
-                    continue
-                row = run_case(root, f"{family}-{ranks}-{label}", family, ranks, text, steps, pace)
-                row["case"] = label
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            if time.monotonic() > pace.deadline:
+                print(json.dumps({"skipped": [family, ranks, label], "why": "--budget-min spent"}), flush=True)
+                continue
+            row = run_case(root, f"{family}-{ranks}-{label}", family, ranks, text, steps, pace)
+            row["case"] = label
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     return rows
 
 

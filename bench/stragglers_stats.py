@@ -94,7 +94,9 @@ def ranking(rows: list[dict]) -> dict:
     """The families by mean growth over their cases, predicted against measured (tau), with each family's
     measured mean's interval (the mean of its cases' CI ends: how far apart two families must be to rank)."""
     families = sorted({r["family"] for r in rows})
-    mine = {f: [r for r in rows if r["family"] == f] for f in families}
+    cases = [{(r["ranks"], r["case"]) for r in rows if r["family"] == f} for f in families]
+    common = set.intersection(*cases) if cases else set()  # a run cut short: only the cases every family ran
+    mine = {f: [r for r in rows if r["family"] == f and (r["ranks"], r["case"]) in common] for f in families}
     predicted = [statistics.mean(r["predicted_growth"] for r in mine[f]) for f in families]
     measured = [statistics.mean(r["measured_growth"] for r in mine[f]) for f in families]
     cis = [
@@ -106,6 +108,7 @@ def ranking(rows: list[dict]) -> dict:
     ]
     return {
         "families": families,
+        "cases": len(common),
         "predicted": predicted,
         "measured": measured,
         "measured_ci": cis,
