@@ -36,6 +36,7 @@ from pipesim.analysis.stragglers import find_stragglers  # noqa: E402
 from pipesim.io.formats import read_json  # noqa: E402
 from pipesim.io.run_record import read_run  # noqa: E402
 from pipesim.schedules import options_for, schedule_info  # noqa: E402
+from pipesim.sim.steps import simulate_step  # noqa: E402
 from pipesim_executor.config import run_config  # noqa: E402
 from pipesim_executor.host.launch import run  # noqa: E402
 
@@ -82,7 +83,10 @@ def launch(
     result = run(config, runs_root=root, name=name)
     if result.status != "ok":
         raise RuntimeError(f"{name}: {result.status}: {result.message}")
+    schedule = read_run(result.run_dir).schedule
+    slept = config.compute.cost_model(schedule)  # the simulator's what-if on the slept costs alone
     return {
+        "slept_ms": simulate_step(schedule, config.inject.perturbation().apply(slept, schedule.stage_to_rank)).step_ms,
         "measured_ms": result.measured_step_ms,
         "predicted_ms": result.predicted_step_ms,
         "steps_ms": result.step_times_ms,
@@ -139,6 +143,7 @@ def run_case(
         if k + 1 >= pace.min_pairs and stats.tight(row, pace.target):
             break
     row.update(family=family, ranks=ranks, inject=text, load=(load + os.getloadavg()[0]) / 2)
+    row["slept_growth"] = b_runs[0]["slept_ms"] / a_runs[0]["slept_ms"] - 1  # the what-if on the sleeps alone
     row["runtime"] = [r["calibration"] for r in a_runs + b_runs]
     return row
 
