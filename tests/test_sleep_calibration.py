@@ -27,7 +27,7 @@ def _rank(durations: dict, dispatch: float, tail: float, links: dict, timing: li
 def test_the_measured_runtime_is_priced_and_recorded():
     schedule = build_schedule("1f1b", 2, 2)
     slept = run_config(**SLEEP).compute.cost_model(schedule)
-    # rank 0's producer 0F0 ends at 10.0; rank 1's receive, waiting since 9.0, ends at 10.3: a 0.3 ms transfer
+    # rank 0's producer 0F0 ends at 10.0; rank 1's receive, waiting since 9.0, ends at 10.3, 1F0 starts at 10.4
     timing0 = [{"spans": [["0F0", 7.0, 10.0]], "comm": []}]
     timing1 = [{"spans": [["1F0", 10.4, 13.4]], "comm": [["recv", 0, "0F0", 9.0, 10.3]]}]
     gathered = [
@@ -38,7 +38,7 @@ def test_the_measured_runtime_is_priced_and_recorded():
     assert cost.stage(0).forward_ms == pytest.approx(3.1) and cost.stage(0).backward_ms == pytest.approx(6.2)
     assert cost.stage(1).backward_ms == pytest.approx(6.0)
     assert cost.dispatch_ms == (0.1, 0.2) and cost.step_overhead_ms == (0.4, 0.5)
-    assert cost.link(0).latency_ms == pytest.approx(0.3)  # the in-run transfer, not the ping-pong's 0.05
+    assert cost.link(0).latency_ms == pytest.approx(0.4)  # the in-run hop, not the ping-pong's 0.05
     record = cost.meta["sleep_calibration"]
     assert record["links_source"] == "in-run transfers" and record["links_ping_pong_ms"] == {"0": 0.05}
     assert record["slept_ms"]["0"]["F"] == 3.0 and record["excess_ms"]["0"]["F"] == pytest.approx(0.1)
@@ -54,11 +54,11 @@ def test_without_one_clock_the_ping_pong_prices_the_link():
 
 
 def test_a_receive_posted_after_its_message_arrived_is_not_a_transfer_sample():
-    timing = [{"spans": [["0F0", 0.0, 10.0], ["1B0", 20.0, 30.0]], "comm": [["recv", 0, "0F0", 11.0, 11.05]]}]
-    late = [{"timing": timing}]
-    assert transfer_times(late) == {}  # waited from 11.0, after 0F0 ended at 10.0: it says nothing of the transfer
-    timing[0]["comm"].append(["recv", 1, "1B0", 25.0, 30.2])  # a gradient: boundary 0, 0.2 ms
-    assert transfer_times(late) == {0: pytest.approx(0.2)}
+    spans = [["0F0", 0.0, 10.0], ["1F0", 11.1, 12.0], ["1B0", 20.0, 30.0], ["0B0", 30.3, 31.0]]
+    late = [{"timing": [{"spans": spans, "comm": [["recv", 0, "0F0", 11.0, 11.05]]}]}]
+    assert transfer_times(late) == {}  # waited from 11.0, after 0F0 ended at 10.0: it says nothing of the hop
+    late[0]["timing"][0]["comm"].append(["recv", 1, "1B0", 25.0, 30.2])  # a gradient: boundary 0, 30.0 to 30.3
+    assert transfer_times(late) == {0: pytest.approx(0.3)}
 
 
 def test_a_split_backward_gets_its_parts_excess_and_stays_consistent():

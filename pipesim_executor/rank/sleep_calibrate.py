@@ -4,9 +4,15 @@ A sleep-mode step is longer than its sleeps add up to: 2-4% on 2 shared cores, e
 issue 30). Measured in a run's own timeline (1F1B, 4 ranks, F 10 / B 20 ms, load 0.3): each action's span is about
 0.1 ms longer than its sleep (the runtime's work inside the span: the hand-over to the runner, the stash
 bookkeeping, the wake-up from the sleep when the cores are busy), the runtime leaves about 0.15 ms before each
-action that is not spent blocked in a receive (Python dispatch, posting receives, the timing marks), and a message
-of the sleep mode's tiny tensors takes about 0.1 ms one way through gloo. Unpriced, these are what every sleep-mode
+action that is not spent blocked in a receive (Python dispatch, posting receives, the timing marks), and a message's
+hop, from its producer's end to its consumer's start, takes about 0.2 ms (a ping-pong of the sleep mode's tiny
+tensor through gloo sees 0.05 ms: the rest is the waiting receiver's wake-up). Unpriced, these are what every sleep-mode
 prediction fell short by. None of them is a constant of this machine or of the bench: the run measures them.
+
+Each is priced by its mean over the calibration steps, not its median: a step is the sum of many of them along its
+critical path, and they are skewed to the right (a wake-up is sometimes late, never early), so the step's median
+is near the sum of their means. Measured on that run's own steps: priced by medians, the step came out 1.3% short
+(the lag growing action by action), by means 0.5%; at load 6.7, 13.4% and 2.9%.
 
 Before the injection (a slow rank or link must not be in its own calibration) and before the measured steps,
 every rank:
@@ -14,8 +20,9 @@ every rank:
 * times `precise_sleep` itself (`PROBES` sleeps of `PROBE_MS`): its overshoot, recorded, never priced (the spans
   already hold it);
 * runs a few training steps through the runtime (`pipesim_executor.rank.calibrate`, as the profile phase does):
-  each stage and kind's median span (the sleep plus the runtime's work inside the span), the dispatch gap before
-  each action and the tail after the last one (optimizer, zeroing, last sends);
+  each stage and kind's mean span (the sleep plus the runtime's work inside the span), the dispatch gap before
+  each action and the tail after the last one (optimizer, zeroing, last sends), and each boundary's hop (from the
+  producer's end to the consumer's start, where the consumer already waited);
 * ping-pongs the sleep mode's message with each neighbour (`pipesim_executor.rank.profile.profile_links`).
 
 Rank 0 writes cost.json: the slept costs with each kind's measured excess added (never below the slept cost), the
@@ -26,6 +33,7 @@ the slept costs and everything measured are kept in its meta ("sleep_calibration
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import time
 from dataclasses import replace
@@ -39,14 +47,14 @@ from pipesim.cost.model import CostModel, RankRuntime
 from pipesim.cost.stage import StageCost
 from pipesim.io.cost_file import save_cost
 from pipesim.ir import Action, ActionKind
-from pipesim_executor.rank.calibrate import calibration_records, calibration_summary
+from pipesim_executor.rank.calibrate import calibration_records, summarise
 from pipesim_executor.rank.inject import precise_sleep
 from pipesim_executor.rank.transport import env_int
 
 PROBE_MS = 2.0  # the sleep's precision is probed at a bench-like duration, briefly
 PROBES = 10
 LINK_REPEATS = 7
-STEPS = 4  # calibration steps, the first dropped (pipesim_executor.rank.calibrate)
+STEPS = 7  # calibration steps, the first dropped (pipesim_executor.rank.calibrate): sleeps are cheap, means need many
 
 
 def sleep_overshoot_us(probes: int = PROBES, ms: float = PROBE_MS) -> dict[str, float]:
@@ -66,8 +74,7 @@ def calibrate_sleep(r: Any, run_dir: Path) -> CostModel | None:
     sleep = sleep_overshoot_us()
     links = profile_links(r, LINK_REPEATS)
     records = calibration_records(r, STEPS)
-    summary = calibration_summary(records)
-    summary.pop("spans", None)  # not needed here: the sleeps do not share cores
+    summary = summarise(records, statistics.fmean)  # means: a step sums them (the module docstring)
     # each step's spans and receives, for the in-run transfer times (one clock: every rank on this machine)
     timing = [{"spans": rec["spans"], "comm": rec["comm"]} for rec in records]
     one_clock = env_int("LOCAL_WORLD_SIZE", r.world_size) == r.world_size
@@ -149,10 +156,11 @@ def with_link(link: LinkCost, one_way: float | None) -> LinkCost:
 
 
 def transfer_times(gathered: list[dict[str, Any]]) -> dict[int, float]:
-    """Per boundary, the median in-run transfer time of the calibration steps: from the producing action's end to
-    the end of the receive that was already waiting for it (a receive posted later measures less than the
-    transfer). Wake-ups after the receive are in it, as they are in a measured step. Needs one clock (one
-    machine); a boundary with no such receive is left out (the ping-pong prices it)."""
+    """Per boundary, the mean in-run hop of the calibration steps: from the producing action's end to the start
+    of the action that consumes it, for receives already waiting when it ended (one posted later measures less).
+    The simulation charges a rank's dispatch gap before it waits for inputs (pipesim.sim.simulate), so what follows
+    a receive (the wake-up, the hand-over to the runner) is the hop's when the consumer waited. Needs one clock
+    (one machine); a boundary with no such receive is left out (the ping-pong prices it)."""
     ends: dict[tuple[int, str], float] = {}
     for g in gathered:
         for step, rec in enumerate(g["timing"]):
@@ -161,11 +169,15 @@ def transfer_times(gathered: list[dict[str, Any]]) -> dict[int, float]:
     samples: dict[int, list[float]] = {}
     for g in gathered:
         for step, rec in enumerate(g["timing"]):
+            starts = sorted(start for _text, start, _end in rec["spans"])
             for kind, _peer, producer, start, end in rec["comm"]:
                 produced = ends.get((step, producer))
                 if kind != "recv" or produced is None or start > produced:
                     continue
+                consumer = bisect.bisect_left(starts, end)  # the first action to start after the receive
+                if consumer == len(starts):
+                    continue
                 action = Action.parse(producer)
                 boundary = action.stage if action.kind is ActionKind.FORWARD else action.stage - 1
-                samples.setdefault(boundary, []).append(max(end - produced, 0.0))
-    return {b: statistics.median(v) for b, v in samples.items()}
+                samples.setdefault(boundary, []).append(max(starts[consumer] - produced, 0.0))
+    return {b: statistics.fmean(v) for b, v in samples.items()}
