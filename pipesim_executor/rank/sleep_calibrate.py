@@ -9,10 +9,11 @@ hop, from its producer's end to its consumer's start, takes about 0.2 ms (a ping
 tensor through gloo sees 0.05 ms: the rest is the waiting receiver's wake-up). Unpriced, these are what every sleep-mode
 prediction fell short by. None of them is a constant of this machine or of the bench: the run measures them.
 
-Each is priced by its mean over the calibration steps, not its median: a step is the sum of many of them along its
-critical path, and they are skewed to the right (a wake-up is sometimes late, never early), so the step's median
-is near the sum of their means. Measured on that run's own steps: priced by medians, the step came out 1.3% short
-(the lag growing action by action), by means 0.5%; at load 6.7, 13.4% and 2.9%.
+Each is priced by its median over the calibration steps. A step sums many of them along its critical path, and
+they are skewed to the right (a wake-up is sometimes late, never early), so the sum of their medians falls short
+of the step: on one run's own steps (load 0.3) by 1.3%, where their means fell 0.5% short. But six steps' means
+follow whatever stalls those seconds held: at load 10 to 14, predictions priced by means erred +0.3% to +8.3%,
+by medians -0.6% to -2.7% (docs/benchmarks.md, issue 30, second pass), so medians it is.
 
 Before the injection (a slow rank or link must not be in its own calibration) and before the measured steps,
 every rank:
@@ -20,7 +21,7 @@ every rank:
 * times `precise_sleep` itself (`PROBES` sleeps of `PROBE_MS`): its overshoot, recorded, never priced (the spans
   already hold it);
 * runs a few training steps through the runtime (`pipesim_executor.rank.calibrate`, as the profile phase does):
-  each stage and kind's mean span (the sleep plus the runtime's work inside the span), the dispatch gap before
+  each stage and kind's median span (the sleep plus the runtime's work inside the span), the dispatch gap before
   each action and the tail after the last one (optimizer, zeroing, last sends), and each boundary's hop (from the
   producer's end to the consumer's start, where the consumer already waited);
 * ping-pongs the sleep mode's message with each neighbour (`pipesim_executor.rank.profile.profile_links`).
@@ -54,7 +55,7 @@ from pipesim_executor.rank.transport import env_int
 PROBE_MS = 2.0  # the sleep's precision is probed at a bench-like duration, briefly
 PROBES = 10
 LINK_REPEATS = 7
-STEPS = 7  # calibration steps, the first dropped (pipesim_executor.rank.calibrate): sleeps are cheap, means need many
+STEPS = 7  # calibration steps, the first dropped (pipesim_executor.rank.calibrate): sleeps are cheap
 
 
 def sleep_overshoot_us(probes: int = PROBES, ms: float = PROBE_MS) -> dict[str, float]:
@@ -74,7 +75,7 @@ def calibrate_sleep(r: Any, run_dir: Path) -> CostModel | None:
     sleep = sleep_overshoot_us()
     links = profile_links(r, LINK_REPEATS)
     records = calibration_records(r, STEPS)
-    summary = summarise(records, statistics.fmean)  # means: a step sums them (the module docstring)
+    summary = summarise(records)  # medians (the module docstring says why not means)
     # each step's spans and receives, for the in-run transfer times (one clock: every rank on this machine)
     timing = [{"spans": rec["spans"], "comm": rec["comm"]} for rec in records]
     one_clock = env_int("LOCAL_WORLD_SIZE", r.world_size) == r.world_size
@@ -156,7 +157,7 @@ def with_link(link: LinkCost, one_way: float | None) -> LinkCost:
 
 
 def transfer_times(gathered: list[dict[str, Any]]) -> dict[int, float]:
-    """Per boundary, the mean in-run hop of the calibration steps: from the producing action's end to the start
+    """Per boundary, the median in-run hop of the calibration steps: from the producing action's end to the start
     of the action that consumes it, for receives already waiting when it ended (one posted later measures less).
     The simulation charges a rank's dispatch gap before it waits for inputs (pipesim.sim.simulate), so what follows
     a receive (the wake-up, the hand-over to the runner) is the hop's when the consumer waited. Needs one clock
@@ -180,4 +181,4 @@ def transfer_times(gathered: list[dict[str, Any]]) -> dict[int, float]:
                 action = Action.parse(producer)
                 boundary = action.stage if action.kind is ActionKind.FORWARD else action.stage - 1
                 samples.setdefault(boundary, []).append(max(starts[consumer] - produced, 0.0))
-    return {b: statistics.fmean(v) for b, v in samples.items()}
+    return {b: statistics.median(v) for b, v in samples.items()}
