@@ -90,17 +90,3 @@ def test_a_sleep_mode_run_calibrates_itself_and_records_it(tmp_path):
     assert all(ms >= 0 for kinds in record["excess_ms"].values() for ms in kinds.values())
     schedule = build_schedule("1f1b", 2, 2)
     assert result.predicted_step_ms > simulate_step(schedule, config.compute.cost_model(schedule)).step_ms
-
-
-def test_the_sleep_mode_prices_means_where_the_profile_prices_medians():
-    """A step sums the per-action times along its critical path: the sleep mode's calibration takes their means
-    (a late wake-up counts), the profile phase keeps its medians."""
-    import statistics
-
-    from pipesim_executor.rank.calibrate import summarise
-
-    spans = [["0F0", 0.1, 3.1], ["0F1", 3.2, 6.2], ["0F2", 7.3, 10.3]]  # gaps 0.1, 0.1, 1.1 (a late wake-up)
-    records = [{"start": 0.0, "end": 10.5, "spans": spans, "comm": []}]
-    assert summarise(records)["dispatch_ms"] == pytest.approx(0.1)
-    assert summarise(records, statistics.fmean)["dispatch_ms"] == pytest.approx(1.3 / 3)
-    assert summarise(records, statistics.fmean)["durations_ms"]["0"]["F"] == pytest.approx(3.0)

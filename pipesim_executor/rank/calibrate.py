@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 import os
 import statistics
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -125,11 +124,8 @@ def full_speed_durations(spans_by_rank: list[list[list]], slots: int) -> dict[st
     return {stage: {kind: statistics.median(v) for kind, v in kinds.items()} for stage, kinds in grouped.items()}
 
 
-def summarise(
-    records: list[dict[str, Any]], center: Callable[[list[float]], float] = statistics.median
-) -> dict[str, Any]:
-    """Median durations per (stage, kind), the median dispatch gap and the median tail of one rank's steps (`center`:
-    the median by default; the sleep mode takes the mean, pipesim_executor.rank.sleep_calibrate says why).
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median durations per (stage, kind), the median dispatch gap and the median tail of one rank's steps.
 
     Each record holds `start`, `end`, `spans` ([action text, start, end], in run order) and `comm`
     ([kind, peer, action text, start, end]) on one clock, as `train_loop.train_step` returns them.
@@ -150,10 +146,12 @@ def summarise(
             syncs = _merged(sorted((c[3], c[4]) for c in record["comm"] if c[0] == "allreduce"))
             tails.append(max(record["end"] - previous - _blocked(syncs, previous, record["end"]), 0.0))
     return {
-        "durations_ms": {stage: {kind: center(v) for kind, v in kinds.items()} for stage, kinds in durations.items()},
-        "dispatch_ms": _gap_per_action(gaps, center),
-        "dispatch_by_kind_ms": {kind: center(values) for kind, values in gaps.items()},
-        "tail_ms": center(tails) if tails else 0.0,
+        "durations_ms": {
+            stage: {kind: statistics.median(v) for kind, v in kinds.items()} for stage, kinds in durations.items()
+        },
+        "dispatch_ms": _gap_per_action(gaps),
+        "dispatch_by_kind_ms": {kind: statistics.median(values) for kind, values in gaps.items()},
+        "tail_ms": statistics.median(tails) if tails else 0.0,
         "steps": len(records),
         # how much one action of a stage and kind varied over the steps and microbatches (sample sd / mean) and
         # from how many: what a prediction's interval is drawn from (pipesim.sim.spread)
@@ -201,11 +199,11 @@ def _cv(values: list[float]) -> float:
     return statistics.stdev(values) / mean if len(values) > 1 and mean > 0 else 0.0
 
 
-def _gap_per_action(gaps: dict[str, list[float]], center: Callable[[list[float]], float] = statistics.median) -> float:
+def _gap_per_action(gaps: dict[str, list[float]]) -> float:
     """The dispatch gap the simulation charges every action: each kind's median gap, weighted by how many actions
     of that kind the steps ran (so the gaps of a step add up as they did)."""
     count = sum(len(values) for values in gaps.values())
-    return sum(center(values) * len(values) for values in gaps.values()) / count if count else 0.0
+    return sum(statistics.median(values) * len(values) for values in gaps.values()) / count if count else 0.0
 
 
 def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
