@@ -26,19 +26,37 @@ import random
 import statistics
 import sys
 import tempfile
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipesim.analysis.stragglers import find_stragglers  # noqa: E402
+from pipesim.io.formats import read_json  # noqa: E402
 from pipesim.io.run_record import read_run  # noqa: E402
 from pipesim.schedules import options_for, schedule_info  # noqa: E402
+from pipesim.sim.steps import simulate_step  # noqa: E402
 from pipesim_executor.config import run_config  # noqa: E402
 from pipesim_executor.host.launch import run  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import stragglers_stats as stats  # noqa: E402
 
 FAMILIES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
 QUICK_FAMILIES = ("1f1b", "zb-h1", "interleaved-1f1b")
 COSTS = {"sleep_f": (10.0,), "sleep_b": (20.0,), "sleep_w": (10.0,)}  # ms: well above a loaded scheduler's wake-up
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How long the what-if cases run: pairs per case (adaptive between min and max, stopping once both CIs' half
+    widths are at most `target`), and a deadline (time.monotonic) after which no new case starts."""
+
+    min_pairs: int = 1
+    max_pairs: int = 3
+    target: float = 0.01
+    deadline: float = float("inf")
 
 
 def microbatches(ranks: int) -> int:
@@ -65,11 +83,38 @@ def launch(
     result = run(config, runs_root=root, name=name)
     if result.status != "ok":
         raise RuntimeError(f"{name}: {result.status}: {result.message}")
+    schedule = read_run(result.run_dir).schedule
+    slept = config.compute.cost_model(schedule)  # the simulator's what-if on the slept costs alone
     return {
+        "slept_ms": simulate_step(schedule, config.inject.perturbation().apply(slept, schedule.stage_to_rank)).step_ms,
         "measured_ms": result.measured_step_ms,
         "predicted_ms": result.predicted_step_ms,
         "steps_ms": result.step_times_ms,
         "dir": str(result.run_dir),
+        "calibration": runtime_measured(result.run_dir),
+    }
+
+
+def runtime_measured(run_dir: Path) -> dict | None:
+    """What the run measured of its runtime beyond the sleeps (cost.json's sleep_calibration), in short: medians
+    over the ranks (us), where the prediction's extra time comes from."""
+    calibration = (read_json(run_dir / "cost.json").get("meta") or {}).get("sleep_calibration")
+    if not calibration:
+        return None
+    excess = [ms for kinds in calibration["excess_ms"].values() for ms in kinds.values()]
+    transfers = [v for v in calibration["links_ms"].values() if v is not None]
+    pinged = [v for v in calibration["links_ping_pong_ms"].values() if v is not None]
+
+    def us(values: list[float]) -> float | None:
+        return 1e3 * statistics.median(values) if values else None
+
+    return {
+        "sleep_overshoot_us": statistics.median(p["median_us"] for p in calibration["precise_sleep"]),
+        "span_excess_us": us(excess),
+        "dispatch_us": us(calibration["dispatch_ms"]),
+        "tail_us": us(calibration["tail_ms"]),
+        "transfer_us": us(transfers),
+        "ping_pong_us": us(pinged),
     }
 
 
@@ -84,34 +129,41 @@ def cases_for(ranks: int, quick: bool) -> list[tuple[str, str]]:
     ]
 
 
-def what_if(root: Path, families: tuple[str, ...], sizes: tuple[int, ...], quick: bool, steps: int) -> list[dict]:
+def run_case(
+    root: Path, name: str, family: str, ranks: int, text: str, steps: int, pace: Pace, costs: dict | None = None
+) -> dict:
+    """A B pairs of one case until its CIs are tight (stragglers_stats.tight) or pace.max_pairs ran."""
+    load = os.getloadavg()[0]
+    a_runs, b_runs = [], []
+    row: dict = {}
+    for k in range(pace.max_pairs):  # A B A B: the uniform run and the injected one, interleaved
+        a_runs.append(launch(root, f"{name}-A{k}", family, ranks, (), steps, costs))
+        b_runs.append(launch(root, f"{name}-B{k}", family, ranks, (text,), steps, costs))
+        row = stats.case_row(a_runs, b_runs)
+        if k + 1 >= pace.min_pairs and stats.tight(row, pace.target):
+            break
+    row.update(family=family, ranks=ranks, inject=text, load=(load + os.getloadavg()[0]) / 2)
+    row["slept_growth"] = b_runs[0]["slept_ms"] / a_runs[0]["slept_ms"] - 1  # the what-if on the sleeps alone
+    row["runtime"] = [r["calibration"] for r in a_runs + b_runs]
+    return row
+
+
+def what_if(
+    root: Path, families: tuple[str, ...], sizes: tuple[int, ...], quick: bool, steps: int, pace: Pace
+) -> list[dict]:
     rows = []
-    for ranks in sizes:
+    # case-major, the sizes interleaved: a run cut by --budget-min still has every family on the same cases
+    count = len(cases_for(sizes[0], quick))  # the same for every size
+    order = [(ranks, cases_for(ranks, quick)[index]) for index in range(count) for ranks in sizes]
+    for ranks, (label, text) in order:
         for family in families:
-            for label, text in cases_for(ranks, quick):
-                pairs = 1 if quick else 2
-                a_runs, b_runs = [], []
-                for k in range(pairs):  # A B A B: the uniform run and the injected one, interleaved
-                    a_runs.append(launch(root, f"{family}-{ranks}-{label}-A{k}", family, ranks, (), steps))
-                    b_runs.append(launch(root, f"{family}-{ranks}-{label}-B{k}", family, ranks, (text,), steps))
-                a = statistics.median(r["measured_ms"] for r in a_runs)
-                b = statistics.median(r["measured_ms"] for r in b_runs)
-                pa, pb = a_runs[0]["predicted_ms"], b_runs[0]["predicted_ms"]
-                row = {
-                    "family": family,
-                    "ranks": ranks,
-                    "case": label,
-                    "uniform_ms": a,
-                    "measured_ms": b,
-                    "predicted_ms": pb,
-                    "step_error": pb / b - 1,
-                    "predicted_growth": pb / pa - 1,
-                    "measured_growth": b / a - 1,
-                    "growth_error": (pb / pa) / (b / a) - 1,
-                    "paired_error": a * pb / pa / b - 1,  # the uniform run's measured step times the predicted growth
-                }
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            if time.monotonic() > pace.deadline:
+                print(json.dumps({"skipped": [family, ranks, label], "why": "--budget-min spent"}), flush=True)
+                continue
+            row = run_case(root, f"{family}-{ranks}-{label}", family, ranks, text, steps, pace)
+            row["case"] = label
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     return rows
 
 
@@ -124,42 +176,16 @@ LIGHT_LAST = {
 ABSORBED = (("zb-h1", "slow-rank=3:1.5:W"), ("zbv", "slow-rank=0:1.5:W"), ("1f1b", "slow-rank=3:1.5:W"))
 
 
-def absorbed(root: Path, pairs: int, steps: int) -> list[dict]:
-    """Cases the simulator says the slack absorbs (or nearly): the measured growth must stay within 1%."""
+def absorbed(root: Path, pace: Pace, steps: int) -> list[dict]:
+    """Cases the simulator says the slack absorbs (or nearly): the measured growth, with its CI, must stay within
+    1%. At least pace.min_pairs pairs each (the growth is a ratio of two runs: one pair cannot see the drift)."""
     rows = []
     for family, text in ABSORBED:
-        a_runs, b_runs = [], []
-        for k in range(pairs):
-            a_runs.append(launch(root, f"abs-{family}-A{k}", family, 4, (), steps, LIGHT_LAST))
-            b_runs.append(launch(root, f"abs-{family}-B{k}", family, 4, (text,), steps, LIGHT_LAST))
-        a = statistics.median(r["measured_ms"] for r in a_runs)
-        b = statistics.median(r["measured_ms"] for r in b_runs)
-        pa, pb = a_runs[0]["predicted_ms"], b_runs[0]["predicted_ms"]
-        row = {"family": family, "inject": text, "predicted_growth": pb / pa - 1, "measured_growth": b / a - 1}
-        row.update(uniform_ms=a, measured_ms=b, predicted_ms=pb)
+        row = run_case(root, f"abs-{family}", family, 4, text, steps, pace, LIGHT_LAST)
+        row["case"] = "absorbed W"
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
-
-
-def kendall_tau(x: list[float], y: list[float]) -> float:
-    pairs = [(i, j) for i in range(len(x)) for j in range(i + 1, len(x))]
-    score = sum((x[i] - x[j]) * (y[i] - y[j]) > 0 for i, j in pairs) - sum(
-        (x[i] - x[j]) * (y[i] - y[j]) < 0 for i, j in pairs
-    )
-    return score / len(pairs) if pairs else float("nan")
-
-
-def ranking(rows: list[dict]) -> dict:
-    families = sorted({r["family"] for r in rows})
-    predicted = [statistics.mean(r["predicted_growth"] for r in rows if r["family"] == f) for f in families]
-    measured = [statistics.mean(r["measured_growth"] for r in rows if r["family"] == f) for f in families]
-    return {
-        "families": families,
-        "predicted": predicted,
-        "measured": measured,
-        "kendall_tau": kendall_tau(predicted, measured),
-    }
 
 
 def kinds_of(family: str) -> str:
@@ -216,10 +242,18 @@ def localisation(
 
 
 def real_compute(root: Path, pairs: int, steps: int) -> dict:
-    """The executor's Transformer on 2 CPU ranks, profiled, uniform (A) and with rank 1 1.3x slower (B), A B A B:
-    each run's prediction (its own profile, the injection priced in) against its measured median."""
+    """The executor's Transformer on 2 CPU ranks, profiled, uniform (A) and with rank 1 1.3x slower (B), A B A B.
+    Two predictions of B: the run's own (its profile, the injection priced in) and the paired one: the A run's own
+    measured actions (pipesim.analysis.overlay.replay_cost, A's profiled runtime kept) with the injection applied,
+    which is what the what-if claims (the same machine, that rank slower). Each against B's measured median, with
+    the bootstrap CI of that median."""
+    from pipesim.analysis.overlay import replay_cost
+    from pipesim.io.cost_file import load_cost
+    from pipesim.sim.steps import simulate_step
+
     rows = []
     for k in range(pairs):
+        runs = {}
         for label, inject in (("A", ()), ("B", ("slow-rank=1:1.3",))):
             config = run_config(
                 schedule="1f1b", num_ranks=2, num_microbatches=4, steps=steps, profile=True, device="cpu",
@@ -228,16 +262,29 @@ def real_compute(root: Path, pairs: int, steps: int) -> dict:
             result = run(config, runs_root=root, name=f"real-{label}{k}")
             if result.status != "ok":
                 raise RuntimeError(f"real-{label}{k}: {result.status}: {result.message}")
-            spread = (result.analysis or {}).get("spread") or {}
-            row = {
-                "run": f"{label}{k}",
-                "measured_ms": result.measured_step_ms,
-                "predicted_ms": result.predicted_step_ms,
-                "error": result.prediction_error,
-                "cv": spread.get("step_cv"),
-            }
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            runs[label] = (config, result)
+        (_, a), (config, b) = runs["A"], runs["B"]
+        record = read_run(a.run_dir)
+        own = load_cost(a.run_dir / "cost.json").for_pipeline(record.schedule.num_stages, record.schedule.num_ranks)
+        replayed = replay_cost(record.outputs.measured, own)
+        slowed = config.inject.perturbation().apply(replayed, record.schedule.stage_to_rank)
+        paired = simulate_step(record.schedule, slowed).step_ms
+        low, high = stats.error_ci(paired, [b.step_times_ms])
+        row = {
+            "pair": k,
+            "uniform_ms": a.measured_step_ms,
+            "uniform_predicted_ms": a.predicted_step_ms,
+            "uniform_replayed_ms": simulate_step(record.schedule, replayed).step_ms,
+            "measured_ms": b.measured_step_ms,
+            "own_prediction_ms": b.predicted_step_ms,
+            "own_error": b.prediction_error,
+            "paired_prediction_ms": paired,
+            "paired_error": paired / b.measured_step_ms - 1,
+            "paired_error_ci": [low, high],
+            "load": os.getloadavg()[0],
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     return {"rows": rows}
 
 
@@ -263,21 +310,6 @@ def sleep_precision(samples: int) -> list[dict]:
     return rows
 
 
-def summary(rows: list[dict]) -> dict:
-    def quantiles(key: str) -> dict:
-        values = sorted(abs(r[key]) for r in rows)
-        return {"median": statistics.median(values), "p90": values[min(len(values) - 1, int(0.9 * len(values)))]}
-
-    absorbed = [r for r in rows if r["predicted_growth"] < 0.005]
-    return {
-        "cases": len(rows),
-        "step_error": quantiles("step_error"),
-        "paired_error": quantiles("paired_error"),
-        "growth_error": quantiles("growth_error"),
-        "absorbed_cases": [{k: r[k] for k in ("family", "ranks", "case", "measured_growth")} for r in absorbed],
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="4 ranks, 3 families, one pair per case, 4 + 1 trials")
@@ -288,10 +320,22 @@ def main() -> None:
     parser.add_argument("--skip-what-if", action="store_true")
     parser.add_argument("--skip-localisation", action="store_true")
     parser.add_argument("--sleep-precision", type=int, default=0, metavar="N", help="N sleeps per duration, first")
-    parser.add_argument("--absorbed", type=int, default=0, metavar="PAIRS", help="also the slack-absorbed cases")
+    parser.add_argument(
+        "--absorbed",
+        type=int,
+        default=0,
+        metavar="PAIRS",
+        help="the absorbed cases, >= PAIRS pairs",
+    )
     parser.add_argument("--real", type=int, default=0, metavar="PAIRS", help="also the Transformer on 2 ranks")
+    parser.add_argument("--min-pairs", type=int, default=1, help="A B pairs per case at least (default 1)")
+    parser.add_argument("--max-pairs", type=int, default=3, help="A B pairs per case at most (default 3)")
+    parser.add_argument("--target-ci", type=float, default=0.01, help="a case's CI half widths")
+    parser.add_argument("--budget-min", type=float, default=0, help="start no new what-if case after this (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    deadline = time.monotonic() + 60 * args.budget_min if args.budget_min > 0 else float("inf")
+    pace = Pace(args.min_pairs, max(args.min_pairs, args.max_pairs), args.target_ci, deadline)
     families = args.families or (QUICK_FAMILIES if args.quick else FAMILIES)
     sizes = args.ranks or ((4,) if args.quick else (4, 8))
     out: dict = {"quick": args.quick, "load_before": os.getloadavg()[0]}
@@ -300,15 +344,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-stragglers-") as tmp:
         root = Path(tmp)
         if not args.skip_what_if:
-            rows = what_if(root, families, sizes, args.quick, args.steps)
-            out.update(rows=rows, summary=summary(rows), ranking=ranking(rows))
+            rows = what_if(root, families, sizes, args.quick, args.steps, pace)
+            out.update(rows=rows, summary=stats.summary(rows), ranking=stats.ranking(rows))
             print(json.dumps({"summary": out["summary"], "ranking": out["ranking"]}, indent=1), flush=True)
+            print(stats.table(rows), flush=True)
         if not args.skip_localisation:
             trials, clean = (4, 1) if args.quick else (20, 5)
             out["localisation"] = localisation(root, trials, clean, families, 4, args.steps, args.seed)
             print(json.dumps({k: v for k, v in out["localisation"].items() if k != "rows"}), flush=True)
         if args.absorbed:
-            out["absorbed"] = absorbed(root, args.absorbed, args.steps)
+            out["absorbed"] = absorbed(root, replace(pace, min_pairs=args.absorbed), args.steps)
+            print(stats.table(out["absorbed"]), flush=True)
         if args.real:
             out["real_compute"] = real_compute(root, args.real, args.steps)
     out["load_after"] = os.getloadavg()[0]

@@ -39,7 +39,8 @@ class ComputeConfig:
     sleep_w: tuple[float, ...] | None = field(default=None, metadata={"flag": "w", "metavar": "T,.."})
     """Sleep mode: weight-gradient part of the backward, ms (default half of B)."""
     sleep_comm: tuple[float, ...] | None = field(default=None, metadata={"flag": "comm", "metavar": "T,.."})
-    """Sleep mode: the transfer time the prediction charges per cross-rank message, ms (default 0)."""
+    """Sleep mode: the transfer time the prediction charges per cross-rank message on top of the one the run
+    measures, ms (default 0)."""
     sleep_cost: str | None = field(default=None, metadata={"flag": "cost", "metavar": "FILE"})
     """Sleep mode: a pipesim cost file instead of --f/--b/--w/--comm (default: none, the typed times)."""
 

@@ -110,8 +110,9 @@ def compare(prediction: Prediction, step_times_ms: list[float]) -> Prediction:
 
 def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = None) -> dict[str, Any]:
     """After a successful run: median step time, and with cost.json the prediction (writes simulated.json). Under
-    --compute sleep the slept costs are the cost model (written to cost.json); an injection (--inject) is priced
-    into the prediction by pipesim.cost.perturb's rule, so the error compares like with like."""
+    --compute sleep the cost model is the slept costs with the runtime the run measured priced in (cost.json,
+    written by pipesim_executor.rank.sleep_calibrate; the slept costs alone where the run wrote none); an injection
+    (--inject) is priced into the prediction by pipesim.cost.perturb's rule, so the error compares like with like."""
     measured_path, cost_path = run_dir / "measured.json", run_dir / "cost.json"
     if not measured_path.exists():
         return {"message": "no measured.json on this node (rank 0 writes it)"}

@@ -2,7 +2,8 @@
 
 * Sleep mode (`--compute sleep`): each stage is a `SleepRunner` that sleeps its action's simulated cost instead of
   computing and hands on a small tensor (real processes, real gloo transfers), so 8 ranks run on 2 cores with
-  durations the simulation knows.
+  durations the simulation knows (the runtime around the sleeps, the run measures and prices itself:
+  pipesim_executor.rank.sleep_calibrate).
 * `--inject slow-rank=R:FACTOR`: every runner of rank R is a `StretchedRunner`: after each compute call it sleeps
   (FACTOR - 1) x that call's own measured duration, inside the action's span (the action takes FACTOR x as long).
 * `--inject link-delay=A-B:MS`: the transport of ranks A and B is a `DelayedTransport`: a send to the other one is

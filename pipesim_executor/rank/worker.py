@@ -56,6 +56,10 @@ def run(run_dir: Path) -> None:
         from pipesim_executor.rank.profile import profile_run
 
         profile_run(r, run_dir)
+    elif config.compute.sleeps:  # the runtime beyond the sleeps, measured here and priced (cost.json)
+        from pipesim_executor.rank.sleep_calibrate import calibrate_sleep
+
+        calibrate_sleep(r, run_dir)
     if config.inject.inject:  # after the profile: it measures the devices as they are
         from pipesim_executor.rank.inject import inject
 

@@ -1,0 +1,151 @@
+"""The statistics of bench/bench_stragglers.py: a case's figures with their bootstrap CIs, when a case has run enough
+pairs, the families' ranking with each family's CI, and the markdown table.
+
+A case runs A B pairs (the uniform run, then the injected one) until its CIs are tight: the growth's and the step
+error's 95% bootstrap half-widths both at most `target` (after at least `min_pairs`), or `max_pairs` is reached.
+The bootstrap resamples the runs (pairs, each A with its B) first, then each run's steps: a drift both runs of a
+pair share cancels in their ratio, and pairs that disagree widen the interval, as they should. With one pair only
+the steps are resampled: the interval then says nothing of run-to-run drift (the table's "pairs" column says so).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Sequence
+
+RESAMPLES = 400
+
+
+def _steps_median(runs: Sequence[Sequence[float]], rng: random.Random) -> float:
+    """The pooled median of `runs` with each run's steps resampled."""
+    return statistics.median(rng.choice(steps) for steps in runs for _ in steps)
+
+
+def _resampled_median(runs: Sequence[Sequence[float]], rng: random.Random) -> float:
+    """One bootstrap draw of the pooled median: runs resampled (when there are several), then steps in each."""
+    return _steps_median([rng.choice(runs) for _ in runs] if len(runs) > 1 else runs, rng)
+
+
+def ratio_ci(num: Sequence[Sequence[float]], den: Sequence[Sequence[float]], seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of median(num) / median(den) - 1, each a list of runs' step times (pairs resampled
+    together: the k-th num run with the k-th den run)."""
+    rng = random.Random(seed)
+    draws = []
+    pairs = list(zip(num, den, strict=True))
+    for _ in range(RESAMPLES):
+        chosen = [rng.choice(pairs) for _ in pairs] if len(pairs) > 1 else pairs
+        draws.append(_steps_median([c[0] for c in chosen], rng) / _steps_median([c[1] for c in chosen], rng) - 1)
+    draws.sort()
+    return draws[int(0.025 * len(draws))], draws[int(0.975 * len(draws)) - 1]
+
+
+def error_ci(predicted: float, runs: Sequence[Sequence[float]], seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of predicted / median(runs' steps) - 1 (the prediction held fixed)."""
+    rng = random.Random(seed)
+    draws = sorted(predicted / _resampled_median(runs, rng) - 1 for _ in range(RESAMPLES))
+    return draws[int(0.025 * len(draws))], draws[int(0.975 * len(draws)) - 1]
+
+
+def pooled_median(runs: Sequence[Sequence[float]]) -> float:
+    return statistics.median(t for steps in runs for t in steps)
+
+
+def case_row(a_runs: list[dict], b_runs: list[dict]) -> dict:
+    """A case's figures from its A and B runs (each: steps_ms, predicted_ms): the step error of B's prediction, the
+    growth predicted (the runs' own predictions, B over A) and measured (pooled medians), each with its CI."""
+    a_steps, b_steps = [r["steps_ms"] for r in a_runs], [r["steps_ms"] for r in b_runs]
+    a, b = pooled_median(a_steps), pooled_median(b_steps)
+    pa = statistics.median(r["predicted_ms"] for r in a_runs)
+    pb = statistics.median(r["predicted_ms"] for r in b_runs)
+    growth_low, growth_high = ratio_ci(b_steps, a_steps)
+    error_low, error_high = error_ci(pb, b_steps)
+    return {
+        "pairs": len(a_runs),
+        "uniform_ms": a,
+        "measured_ms": b,
+        "predicted_uniform_ms": pa,
+        "predicted_ms": pb,
+        "step_error": pb / b - 1,
+        "step_error_ci": [error_low, error_high],
+        "uniform_error": pa / a - 1,
+        "predicted_growth": pb / pa - 1,
+        "measured_growth": b / a - 1,
+        "measured_growth_ci": [growth_low, growth_high],
+        "growth_error": (pb / pa) / (b / a) - 1,
+    }
+
+
+def tight(row: dict, target: float) -> bool:
+    """Both CIs' half-widths at most `target` (a fraction)."""
+    return all((high - low) / 2 <= target for low, high in (row["measured_growth_ci"], row["step_error_ci"]))
+
+
+def kendall_tau(x: list[float], y: list[float]) -> float:
+    """Tau-a: concordant minus discordant pairs over all pairs (a tie counts as neither)."""
+    pairs = [(i, j) for i in range(len(x)) for j in range(i + 1, len(x))]
+    score = sum((x[i] - x[j]) * (y[i] - y[j]) > 0 for i, j in pairs) - sum(
+        (x[i] - x[j]) * (y[i] - y[j]) < 0 for i, j in pairs
+    )
+    return score / len(pairs) if pairs else float("nan")
+
+
+def ranking(rows: list[dict]) -> dict:
+    """The families by mean growth over their cases, predicted against measured (tau), with each family's
+    measured mean's interval (the mean of its cases' CI ends: how far apart two families must be to rank)."""
+    families = sorted({r["family"] for r in rows})
+    cases = [{(r["ranks"], r["case"]) for r in rows if r["family"] == f} for f in families]
+    common = set.intersection(*cases) if cases else set()  # a run cut short: only the cases every family ran
+    mine = {f: [r for r in rows if r["family"] == f and (r["ranks"], r["case"]) in common] for f in families}
+    predicted = [statistics.mean(r["predicted_growth"] for r in mine[f]) for f in families]
+    measured = [statistics.mean(r["measured_growth"] for r in mine[f]) for f in families]
+    cis = [
+        [
+            statistics.mean(r["measured_growth_ci"][0] for r in mine[f]),
+            statistics.mean(r["measured_growth_ci"][1] for r in mine[f]),
+        ]
+        for f in families
+    ]
+    return {
+        "families": families,
+        "cases": len(common),
+        "predicted": predicted,
+        "measured": measured,
+        "measured_ci": cis,
+        "kendall_tau": kendall_tau(predicted, measured),
+    }
+
+
+def summary(rows: list[dict]) -> dict:
+    def quantiles(key: str) -> dict:
+        values = sorted(abs(r[key]) for r in rows)
+        return {"median": statistics.median(values), "p90": values[min(len(values) - 1, int(0.9 * len(values)))]}
+
+    return {
+        "cases": len(rows),
+        "step_error": quantiles("step_error"),
+        "uniform_error": quantiles("uniform_error"),
+        "growth_error": quantiles("growth_error"),
+    }
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def table(rows: list[dict]) -> str:
+    """The cases as a markdown table, each figure with its 95% CI."""
+    lines = [
+        "| family | P | case | pairs | load | uniform ms | injected ms | predicted ms | step error [CI] "
+        "| predicted growth | measured growth [CI] |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        el, eh = r["step_error_ci"]
+        gl, gh = r["measured_growth_ci"]
+        lines.append(
+            f"| {r['family']} | {r['ranks']} | {r['case']} | {r['pairs']} | {r['load']:.1f} | {r['uniform_ms']:.1f} "
+            f"| {r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | {pct(r['step_error'])} [{pct(el)}, {pct(eh)}] "
+            f"| {pct(r['predicted_growth'])} | {pct(r['measured_growth'])} [{pct(gl)}, {pct(gh)}] |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""Issue 30, second pass: the straggler bench's statistics (bench/stragglers_stats.py): the intervals contain what
+they estimate, run-to-run drift widens them, a case stops once they are tight, and the ranking's tau."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location(
+    "stragglers_stats", Path(__file__).resolve().parent.parent / "bench" / "stragglers_stats.py"
+)
+stats = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(stats)
+
+
+def _steps(median: float, spread: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [median * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def test_the_growth_interval_holds_the_true_growth_a_shared_drift_cancels_and_pairs_that_disagree_widen_it():
+    a = [_steps(100, 0.01, 10, 1), _steps(100, 0.01, 10, 2)]
+    b = [_steps(110, 0.01, 10, 3), _steps(110, 0.01, 10, 4)]
+    low, high = stats.ratio_ci(b, a)
+    assert low <= 0.10 <= high and high - low < 0.03
+    slower_a = [_steps(100, 0.01, 10, 1), _steps(108, 0.01, 10, 2)]  # the machine slowed for the second pair
+    slower_b = [_steps(110, 0.01, 10, 3), _steps(118.8, 0.01, 10, 4)]
+    low2, high2 = stats.ratio_ci(slower_b, slower_a)
+    assert low2 <= 0.10 <= high2 and high2 - low2 < 0.04
+    disagree_b = [_steps(110, 0.01, 10, 3), _steps(102, 0.01, 10, 4)]  # the second pair measured 2%, not 10%
+    low3, high3 = stats.ratio_ci(disagree_b, a)
+    assert high3 - low3 > high - low
+
+
+def test_a_case_row_and_when_it_is_tight():
+    a_runs = [{"steps_ms": _steps(100, 0.002, 10, s), "predicted_ms": 99.0} for s in (1, 2)]
+    b_runs = [{"steps_ms": _steps(150, 0.002, 10, s), "predicted_ms": 148.5} for s in (3, 4)]
+    row = stats.case_row(a_runs, b_runs)
+    assert row["pairs"] == 2 and row["step_error"] == pytest.approx(-0.01, abs=0.003)
+    assert row["predicted_growth"] == pytest.approx(0.5) and row["measured_growth"] == pytest.approx(0.5, abs=0.01)
+    low, high = row["step_error_ci"]
+    assert low <= row["step_error"] <= high
+    assert stats.tight(row, 0.01) and not stats.tight(row, 0.0)
+
+
+def test_kendall_tau_counts_ties_as_neither():
+    assert stats.kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
+    assert stats.kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
+    assert stats.kendall_tau([1, 2, 3], [10, 10, 30]) == pytest.approx(2 / 3)
