@@ -51,6 +51,7 @@ into one Chrome trace.
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 from collections.abc import Sequence
@@ -60,12 +61,6 @@ from types import MappingProxyType
 
 from pipesim._perf import paused_gc
 from pipesim.charts.export import ExportUnavailable
-from pipesim.cli import app as cli_app
-from pipesim.cli import compare as cli_compare
-from pipesim.cli import plan as cli_plan
-from pipesim.cli import stragglers as cli_stragglers
-from pipesim.cli import synthesize as cli_synthesize
-from pipesim.cli import trace as cli_trace
 from pipesim.cli import whatif
 from pipesim.cli.common import (
     Parser,
@@ -138,9 +133,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         )
     if command in (None, "simulate"):
         _add_simulate(commands)
-    for module in (cli_compare, cli_trace, cli_plan, cli_synthesize, cli_stragglers, cli_app):
-        if command is None or command in module.COMMANDS:
-            module.add_commands(commands)
+    for module in dict.fromkeys(COMMAND_MODULES.values()):  # each once, in the order of the help
+        if command is None or COMMAND_MODULES.get(command) == module:
+            importlib.import_module(module).add_commands(commands)
     return parser
 
 
@@ -358,18 +353,29 @@ def _gantt(timeline: Timeline, title: str):  # noqa: ANN202 - a plotly figure (p
     return gantt_figure(timeline, title=title)
 
 
-COMMANDS = MappingProxyType(
+# Every other command's module, imported only when its command runs or the full parser is built: `simulate` starts
+# without the planner's, the synthesizer's or the trace reader's modules (each module's COMMANDS runs its commands)
+COMMAND_MODULES = MappingProxyType(
     {
-        "list": cmd_list,
-        "simulate": cmd_simulate,
-        **cli_compare.COMMANDS,
-        **cli_trace.COMMANDS,
-        **cli_plan.COMMANDS,
-        **cli_synthesize.COMMANDS,
-        **cli_stragglers.COMMANDS,
-        **cli_app.COMMANDS,
+        "compare": "pipesim.cli.compare",
+        "import-trace": "pipesim.cli.trace",
+        "balance": "pipesim.cli.plan",
+        "plan": "pipesim.cli.plan",
+        "synthesize": "pipesim.cli.synthesize",
+        "stragglers": "pipesim.cli.stragglers",
+        "app": "pipesim.cli.app",
     }
 )
+COMMANDS = ("list", "simulate", *COMMAND_MODULES)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The parsed command run by its own function (its module imported now)."""
+    if args.command == "list":
+        return cmd_list(args)
+    if args.command == "simulate":
+        return cmd_simulate(args)
+    return importlib.import_module(COMMAND_MODULES[args.command]).COMMANDS[args.command](args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -380,6 +386,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         arguments = list(sys.argv[1:] if argv is None else argv)
         only = arguments[0] if arguments and arguments[0] in COMMANDS else None  # a run's own command's flags
         args = build_parser(only).parse_args(arguments)
-        return COMMANDS[args.command](args)
+        return run_command(args)
 
     return run_main(programs().pipesim, command, failures=(DeadlockError, UnwritableOutput, ExportUnavailable))
