@@ -74,3 +74,21 @@ def test_the_planners_shared_cost_models_equal_fresh_ones() -> None:
         assert shared.cost_model(candidate, split, layout) == Evaluator(inputs).cost_model(candidate, split, layout)
         compared += 1
     assert compared > 50 and len(shared._costs) < compared  # shared, and compared one by one
+
+
+def test_one_f_one_b_by_slices_equals_its_phases() -> None:
+    """1F1B's rows filled by slices against its phases appended one action at a time (the builder as it was)."""
+    from pipesim.schedules.basic import one_f_one_b
+
+    for ranks in range(1, 9):
+        for microbatches in range(1, 20):
+            expected = []
+            for rank in range(ranks):
+                warmup = min(ranks - rank - 1, microbatches)
+                row = [Action(rank, F, mb) for mb in range(warmup)]
+                for i in range(microbatches - warmup):
+                    row += [Action(rank, F, warmup + i), Action(rank, B, i)]
+                row += [Action(rank, B, mb) for mb in range(microbatches - warmup, microbatches)]
+                expected.append(tuple(row))
+            built = one_f_one_b(ranks, microbatches).actions
+            assert built == tuple(expected) and all(type(a) is Action for row in built for a in row)
