@@ -150,10 +150,10 @@ def _evaluate_group(evaluator: Evaluator, group: list, incumbents: Incumbents) -
     return built
 
 
-def _group_task(inputs: PlanInputs, group: list, incumbents: Incumbents) -> tuple[list, list]:
-    """A process's unit of work: one shape, by a fresh evaluator; its candidates (with their places) and what
-    was built."""
-    built = _evaluate_group(Evaluator(inputs), group, incumbents)
+def _group_task(inputs: PlanInputs, group: list, incumbents: Incumbents, found: tuple[dict, dict]) -> tuple[list, list]:
+    """A process's unit of work: one shape, by a fresh evaluator given the splits and cost models the bounds cut
+    (`Evaluator.found_for`); its candidates (with their places) and what was built."""
+    built = _evaluate_group(Evaluator(inputs).seed(found), group, incumbents)
     return [(place, c) for _, place, _, c in group], built
 
 
@@ -187,7 +187,8 @@ def _in_processes(
                             c.pruned = reason
                         done += len(group)
                         continue
-                    running.add(pool.submit(_group_task, evaluator.inputs, group, incumbents))
+                    found = evaluator.found_for([c for _, _, _, c in group])
+                    running.add(pool.submit(_group_task, evaluator.inputs, group, incumbents, found))
                 if not running:
                     break
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
