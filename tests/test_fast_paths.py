@@ -92,3 +92,17 @@ def test_one_f_one_b_by_slices_equals_its_phases() -> None:
                 expected.append(tuple(row))
             built = one_f_one_b(ranks, microbatches).actions
             assert built == tuple(expected) and all(type(a) is Action for row in built for a in row)
+
+
+def test_builders_that_skip_actions_new_still_make_actions() -> None:
+    """Builders make their actions by tuple.__new__(Action, ...) (the planner builds 10^6): each is an Action
+    whose fields are an int stage, an ActionKind and an int microbatch, as Action(...) makes them."""
+    from pipesim.ir import ActionKind
+    from tests.helpers.sizes import registered_at
+
+    for ranks, microbatches in ((1, 1), (2, 5), (4, 8)):
+        for schedule in registered_at(ranks, microbatches):
+            for row in schedule.actions:
+                for a in row:
+                    assert type(a) is Action and type(a.kind) is ActionKind, (schedule.name, a)
+                    assert type(a.stage) is int and type(a.microbatch) is int and a == Action(*a)

@@ -28,7 +28,11 @@ def naive(num_ranks: int, num_microbatches: int) -> Schedule:
     pipeline's backward of m).
     """
     check_counts(num_ranks, num_microbatches)
-    rows = [[Action(rank, kind, mb) for mb in range(num_microbatches) for kind in (F, B)] for rank in range(num_ranks)]
+    new = tuple.__new__  # Action(...) costs a Python-level __new__ per action
+    rows = [
+        [new(Action, (rank, kind, mb)) for mb in range(num_microbatches) for kind in (F, B)]
+        for rank in range(num_ranks)
+    ]
     return make_schedule("naive", num_ranks, num_microbatches, loop_placement(num_ranks, num_ranks), rows)
 
 
@@ -38,10 +42,11 @@ def gpipe(num_ranks: int, num_microbatches: int) -> Schedule:
     Keeps all microbatches' activations stashed at once (peak m per rank).
     """
     check_counts(num_ranks, num_microbatches)
+    new = tuple.__new__  # Action(...) costs a Python-level __new__ per action
     rows = []
     for rank in range(num_ranks):
-        forwards = [Action(rank, F, mb) for mb in range(num_microbatches)]
-        backwards = [Action(rank, B, mb) for mb in range(num_microbatches)]
+        forwards = [new(Action, (rank, F, mb)) for mb in range(num_microbatches)]
+        backwards = [new(Action, (rank, B, mb)) for mb in range(num_microbatches)]
         rows.append(forwards + backwards)
     return make_schedule("gpipe", num_ranks, num_microbatches, loop_placement(num_ranks, num_ranks), rows)
 
