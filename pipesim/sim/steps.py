@@ -94,7 +94,7 @@ def rank_ends(timeline: Timeline) -> list[float]:
     """Per rank, when its last action of the timeline ends, or its last stated collective (torch's REDUCE_GRAD
     after the last backward); 0 when it has none."""
     ends = [0.0] * timeline.num_ranks
-    for rank, _, _, end, *_ in timeline.spans:  # unpacked: 10^5 spans, no attribute lookups
+    for rank, _, _, end, _, _ in timeline.spans:  # unpacked (a Span's six fields): no attribute lookups
         if end > ends[rank]:
             ends[rank] = end
     for comm in timeline.comm:
