@@ -131,7 +131,7 @@ def hop_times(deps: Dependencies, transfer: list[float]) -> list[float]:
     stage; the last, and transfer[-1] for stage 0's F, are never used); which
     boundary an action hears across is `pipesim.semantics.lower.crossing_stage`.
     """
-    return [transfer[b] for b in crossing_stages(deps.actions)]
+    return list(map(transfer.__getitem__, crossing_stages(deps.actions)))  # in C: 10^5 actions
 
 
 def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> DeadlockError:
@@ -294,7 +294,7 @@ def run_engine(
 def dispatch_gaps(deps: Dependencies, cost: CostModel) -> list[float]:
     """Per action, its rank's dispatch gap (`CostModel.dispatch_ms`; zeros when none was measured)."""
     per_rank = cost.dispatch_per_rank(deps.num_ranks)
-    return [per_rank[rank] for rank in deps.ranks]
+    return list(map(per_rank.__getitem__, deps.ranks))  # in C: 10^5 actions
 
 
 def boundary_transfers(schedule: Schedule, cost: CostModel) -> list[float]:
