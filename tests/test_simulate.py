@@ -155,3 +155,57 @@ def test_spans_respect_every_dependency_and_never_overlap(ranks, microbatches, c
         for rank in range(schedule.num_ranks):
             own = sorted((s.start, s.end) for s in timeline.spans if s.rank == rank)
             assert all(a_end <= b_start for (_, a_end), (b_start, _) in pairwise(own))
+
+
+def _reference_sweep(deps, durations, hops, gaps):  # noqa: ANN001, ANN202 - the engine's rule, spelt out
+    """The engine's rule by passes over the ranks until none moves (no parking, no wake-ups): an action starts at
+    its rank's clock plus its gap, or when its last producer's output arrives (plus the hop from another rank); an
+    overlapped group's first member waits for every member's producers outside the group."""
+    joined = deps.joined or {}
+    n = len(deps.ranks)
+    starts, ends = [0.0] * n, [None] * n
+    pointer, clock = list(deps.offsets[:-1]), [0.0] * deps.num_ranks
+    moved = True
+    while moved:
+        moved = False
+        for rank in range(deps.num_ranks):
+            while pointer[rank] < deps.offsets[rank + 1]:
+                i = pointer[rank]
+                group = {i, *joined.get(i, ())}
+                needed = [(i, d) for d in deps.deps[i]]
+                needed += [(m, d) for m in joined.get(i, ()) for d in deps.deps[m] if d not in group]
+                if any(ends[d] is None for _, d in needed):
+                    break
+                start = clock[rank] + gaps[i]
+                for m, d in needed:
+                    start = max(start, ends[d] + (hops[m] if deps.ranks[d] != rank else 0.0))
+                starts[i], ends[i] = start, start + durations[i]
+                clock[rank], pointer[rank], moved = ends[i], i + 1, True
+    return starts, ends
+
+
+@settings(max_examples=25, deadline=None)
+@given(ranks=st.integers(1, 5), microbatches=st.integers(1, 10), seed=st.integers(0, 10**6))
+def test_the_engine_sweep_equals_the_rule_spelt_out(ranks, microbatches, seed) -> None:
+    """The sweep (parked ranks in a list, the gap added always, the group test after the producers: issue 31's
+    faster loop) against the rule by repeated passes, bit for bit, on every registered family with random
+    durations, hops and gaps; a deadlock leaves the same actions unrun."""
+    import random
+
+    from pipesim.sim.simulate import sweep
+
+    rng = random.Random(seed)
+    for schedule in registered_at(ranks, microbatches):
+        deps = dependencies(schedule)
+        n = len(deps.ranks)
+        durations = [rng.uniform(0.1, 3.0) for _ in range(n)]
+        hops = [rng.choice([0.0, rng.uniform(0.0, 1.0)]) for _ in range(n)]
+        gaps = [rng.choice([0.0, rng.uniform(0.0, 0.2)]) for _ in range(n)]
+        starts, ends, stuck = sweep(deps, durations, hops, gaps)
+        assert not stuck
+        assert (starts, ends) == _reference_sweep(deps, durations, hops, gaps), schedule.name
+        assert sweep(deps, durations, hops)[:2] == _reference_sweep(deps, durations, hops, [0.0] * n)
+    rows = [[Action(0, "F", 0), Action(0, "B", 0)], [Action(1, "B", 0), Action(1, "F", 0)]]  # rank 1: B before F
+    cyclic = dependencies(make_schedule("cycle", 2, 1, (0, 1), rows))
+    _, ends, stuck = sweep(cyclic, [1.0] * 4, [0.0] * 4)
+    assert [rank for rank, _, _ in stuck] == [0, 1] and ends[0] == 1.0 and ends[1:] == [-1.0] * 3

@@ -51,19 +51,16 @@ into one Chrome trace.
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 
+from pipesim._perf import paused_gc
 from pipesim.charts.export import ExportUnavailable
-from pipesim.cli import app as cli_app
-from pipesim.cli import compare as cli_compare
-from pipesim.cli import plan as cli_plan
-from pipesim.cli import stragglers as cli_stragglers
-from pipesim.cli import synthesize as cli_synthesize
-from pipesim.cli import trace as cli_trace
 from pipesim.cli import whatif
 from pipesim.cli.common import (
     Parser,
@@ -91,7 +88,7 @@ from pipesim.io.formats import (
     schedule_from_csv_file,
     schedule_to_csv,
     schedule_to_dict,
-    timeline_to_dict,
+    timeline_text,
     write_files,
 )
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
@@ -111,7 +108,9 @@ from pipesim.units import format_memory
 # --- parser ---------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of `command` alone: a run builds only its own command's flags (the
+    others' hundreds of flags took a fifth of an in-process `simulate` of 16k actions)."""
     parser = Parser(
         prog=programs().pipesim,
         description="Plan and explain pipeline-parallel schedules.",
@@ -123,15 +122,24 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         metavar="{list,simulate,compare,import-trace,balance,plan,synthesize,stragglers,app}",
     )
-    commands.add_parser(
-        "list",
-        allow_abbrev=False,
-        help="registered schedules, what they are and their options",
-        description="Every registered schedule family: its name (what --schedule and --schedules take), what it "
-        "is, whether it splits the backward into I and W, and the options it takes.",
-        epilog=EXIT_STATUS_HELP,
-    )
+    if command in (None, "list"):
+        commands.add_parser(
+            "list",
+            allow_abbrev=False,
+            help="registered schedules, what they are and their options",
+            description="Every registered schedule family: its name (what --schedule and --schedules take), what it "
+            "is, whether it splits the backward into I and W, and the options it takes.",
+            epilog=EXIT_STATUS_HELP,
+        )
+    if command in (None, "simulate"):
+        _add_simulate(commands)
+    for module in dict.fromkeys(COMMAND_MODULES.values()):  # each once, in the order of the help
+        if command is None or COMMAND_MODULES.get(command) == module:
+            importlib.import_module(module).add_commands(commands)
+    return parser
 
+
+def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim = commands.add_parser(
         "simulate", allow_abbrev=False, help="simulate one schedule and write its timeline", epilog=EXIT_STATUS_HELP
     )
@@ -192,14 +200,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace", type=Path, metavar="OUT", help="Chrome trace (Perfetto), with a flow arrow per message between ranks"
     )
     add_figure_args(outputs, "Gantt chart")
-
-    cli_compare.add_commands(commands)
-    cli_trace.add_commands(commands)
-    cli_plan.add_commands(commands)
-    cli_synthesize.add_commands(commands)
-    cli_stragglers.add_commands(commands)
-    cli_app.add_commands(commands)
-    return parser
 
 
 # --- building inputs ----------------------------------------------------------------
@@ -276,6 +276,7 @@ def _steps_lines(schedule: Schedule, step: SimulatedStep, cost: CostModel, args:
     return lines
 
 
+@paused_gc()  # 10^5 actions, spans and texts, none in a cycle: the collector's rescans cost 15-20% of the command
 def cmd_simulate(args: argparse.Namespace) -> int:
     check_outputs(args, ("json", "csv", "trace"))
     schedule = schedule_from_args(args)
@@ -334,7 +335,7 @@ def _write_simulation_files(
             "schedule": schedule_to_dict(schedule),
             "cost": cost_to_dict(cost),
         }
-        files[args.json] = json_text(timeline_to_dict(timeline, summary), args.json)
+        files[args.json] = timeline_text(timeline, args.json, summary)  # json's bytes, spans as text
     if args.csv is not None:
         files[args.csv] = schedule_to_csv(schedule, args.csv_format)  # CSV whatever the file's suffix
     if args.trace is not None:
@@ -352,18 +353,29 @@ def _gantt(timeline: Timeline, title: str):  # noqa: ANN202 - a plotly figure (p
     return gantt_figure(timeline, title=title)
 
 
-COMMANDS = MappingProxyType(
+# Every other command's module, imported only when its command runs or the full parser is built: `simulate` starts
+# without the planner's, the synthesizer's or the trace reader's modules (each module's COMMANDS runs its commands)
+COMMAND_MODULES = MappingProxyType(
     {
-        "list": cmd_list,
-        "simulate": cmd_simulate,
-        **cli_compare.COMMANDS,
-        **cli_trace.COMMANDS,
-        **cli_plan.COMMANDS,
-        **cli_synthesize.COMMANDS,
-        **cli_stragglers.COMMANDS,
-        **cli_app.COMMANDS,
+        "compare": "pipesim.cli.compare",
+        "import-trace": "pipesim.cli.trace",
+        "balance": "pipesim.cli.plan",
+        "plan": "pipesim.cli.plan",
+        "synthesize": "pipesim.cli.synthesize",
+        "stragglers": "pipesim.cli.stragglers",
+        "app": "pipesim.cli.app",
     }
 )
+COMMANDS = ("list", "simulate", *COMMAND_MODULES)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The parsed command run by its own function (its module imported now)."""
+    if args.command == "list":
+        return cmd_list(args)
+    if args.command == "simulate":
+        return cmd_simulate(args)
+    return importlib.import_module(COMMAND_MODULES[args.command]).COMMANDS[args.command](args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -371,7 +383,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 a usage error, 1 a deadlocked schedule, an unwritable output or an image that cannot be rendered)."""
 
     def command() -> int:
-        args = build_parser().parse_args(argv)
-        return COMMANDS[args.command](args)
+        arguments = list(sys.argv[1:] if argv is None else argv)
+        only = arguments[0] if arguments and arguments[0] in COMMANDS else None  # a run's own command's flags
+        args = build_parser(only).parse_args(arguments)
+        return run_command(args)
 
     return run_main(programs().pipesim, command, failures=(DeadlockError, UnwritableOutput, ExportUnavailable))

@@ -104,21 +104,46 @@ def evaluate_pruned(
     `workers` > 1 evaluates that many shapes at once in processes, each against the incumbents known when it
     started: they only grow, so what a process prunes is pruned rightly, and the answer is the same."""
     incumbents = Incumbents(evaluator.inputs.memory_cap_bytes, keep)
-    by_shape: dict[tuple, list[tuple[float, int, Bound, Candidate]]] = {}
-    for place, c in enumerate(grid):
-        bound = evaluator.bound(c)
-        if bound is not None:
-            by_shape.setdefault(shape_key(c), []).append((bound.step_ms, place, bound, c))
-    shapes = sorted((sorted(g, key=lambda entry: entry[:2]) for g in by_shape.values()), key=lambda g: g[0][:2])
-    done = len(grid) - sum(len(group) for group in shapes)
-    if workers > 1 and len(shapes) > 1 and _in_processes(evaluator, shapes, incumbents, workers, grid, progress):
+    if workers > 1 and len(grid) > 1 and _in_processes(evaluator, incumbents, workers, grid, progress):
         return grid
+    shapes = _shapes_by_bound(grid, [evaluator.bound(c) for c in grid])
+    done = len(grid) - sum(len(group) for group in shapes)
     for group in shapes:
         _evaluate_group(evaluator, group, incumbents)  # it counts what it builds in `incumbents` as it goes
         done += len(group)
         if progress is not None:
             progress(done, len(grid))
     return grid
+
+
+def _shapes_by_bound(grid: list[Candidate], bounds: list[Bound | None]) -> list[list]:
+    """The candidates that can be built, grouped by shape: each group lowest bound first, the groups in the order
+    of their lowest bound (ties by place in the grid)."""
+    by_shape: dict[tuple, list[tuple[float, int, Bound, Candidate]]] = {}
+    for place, (c, bound) in enumerate(zip(grid, bounds, strict=True)):
+        if bound is not None:
+            by_shape.setdefault(shape_key(c), []).append((bound.step_ms, place, bound, c))
+    return sorted((sorted(g, key=lambda entry: entry[:2]) for g in by_shape.values()), key=lambda g: g[0][:2])
+
+
+def _bound_shares(grid: list[Candidate], workers: int) -> list[list[tuple[int, Candidate]]]:
+    """The grid cut into `workers` shares of about equal size, the candidates of one depth, microbatch size and
+    recomputation together: the cost models they share are cut once, in one process."""
+    together: dict[tuple, list[tuple[int, Candidate]]] = {}
+    for place, c in enumerate(grid):
+        together.setdefault((c.ranks, c.microbatch_size, c.recompute), []).append((place, c))
+    shares: list[list[tuple[int, Candidate]]] = [[] for _ in range(workers)]
+    for group in sorted(together.values(), key=len, reverse=True):  # largest first, each to the smallest share
+        min(shares, key=len).extend(group)
+    return shares
+
+
+def _bound_task(inputs: PlanInputs, placed: list[tuple[int, Candidate]]) -> tuple[list, tuple[dict, dict]]:
+    """A process's share of the bounds: (place, bound, why it cannot be built) of each candidate, and the splits
+    and cost models it cut (the parent's evaluator is seeded with them)."""
+    evaluator = Evaluator(inputs)
+    bounds = [(place, evaluator.bound(c), c.error) for place, c in placed]
+    return bounds, evaluator.found_for([c for _, c in placed])
 
 
 def _evaluate_group(evaluator: Evaluator, group: list, incumbents: Incumbents) -> list[tuple[float, float, bool]]:
@@ -150,31 +175,39 @@ def _evaluate_group(evaluator: Evaluator, group: list, incumbents: Incumbents) -
     return built
 
 
-def _group_task(inputs: PlanInputs, group: list, incumbents: Incumbents) -> tuple[list, list]:
-    """A process's unit of work: one shape, by a fresh evaluator; its candidates (with their places) and what
-    was built."""
-    built = _evaluate_group(Evaluator(inputs), group, incumbents)
+def _group_task(inputs: PlanInputs, group: list, incumbents: Incumbents, found: tuple[dict, dict]) -> tuple[list, list]:
+    """A process's unit of work: one shape, by a fresh evaluator given the splits and cost models the bounds cut
+    (`Evaluator.found_for`); its candidates (with their places) and what was built."""
+    built = _evaluate_group(Evaluator(inputs).seed(found), group, incumbents)
     return [(place, c) for _, place, _, c in group], built
 
 
 def _in_processes(
     evaluator: Evaluator,
-    shapes: list[list],
     incumbents: Incumbents,
     workers: int,
     grid: list[Candidate],
     progress: Callable[[int, int], None] | None,
 ) -> bool:
-    """The shapes evaluated `workers` at a time, in bound order, each started with the incumbents known then
-    (a shape whose candidates are all ruled out by then is pruned here, never sent); False when no pool starts."""
+    """The bounds taken in `workers` processes (interleaved slices of the grid), then the shapes evaluated
+    `workers` at a time, in bound order, each started with the incumbents known then (a shape whose candidates are
+    all ruled out by then is pruned here, never sent); False when no pool starts."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    done = len(grid) - sum(len(group) for group in shapes)
-    pending = iter(shapes)
     try:
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            shares = [pool.submit(_bound_task, evaluator.inputs, share) for share in _bound_shares(grid, workers)]
+            bounds: list[Bound | None] = [None] * len(grid)
+            for share in shares:
+                found_bounds, found = share.result()
+                evaluator.seed(found)
+                for place, bound, error in found_bounds:
+                    bounds[place], grid[place].error = bound, error
+            shapes = _shapes_by_bound(grid, bounds)
+            done = len(grid) - sum(len(group) for group in shapes)
+            pending = iter(shapes)
             running = set()
             while True:
                 while len(running) < workers:
@@ -187,7 +220,8 @@ def _in_processes(
                             c.pruned = reason
                         done += len(group)
                         continue
-                    running.add(pool.submit(_group_task, evaluator.inputs, group, incumbents))
+                    found = evaluator.found_for([c for _, _, _, c in group])
+                    running.add(pool.submit(_group_task, evaluator.inputs, group, incumbents, found))
                 if not running:
                     break
                 finished, running = wait(running, return_when=FIRST_COMPLETED)

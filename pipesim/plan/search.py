@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from pipesim._perf import paused_gc
 from pipesim.plan.candidates import Candidate, PlanSpace, candidate_grid, shape_key
 from pipesim.plan.evaluator import Evaluator
 from pipesim.plan.inputs import PlanInputs
@@ -32,6 +33,7 @@ from pipesim.plan.prune import KEEP, evaluate_pruned
 __all__ = ["Candidate", "Evaluator", "PlanInputs", "PlanSpace", "candidate_grid", "evaluate_all", "shape_key"]
 
 
+@paused_gc()  # a plan allocates 10^6 actions, tuples and floats in no cycle: the collector's rescans cost 25% of it
 def evaluate_all(
     inputs: PlanInputs,
     space: PlanSpace,

@@ -28,7 +28,11 @@ def naive(num_ranks: int, num_microbatches: int) -> Schedule:
     pipeline's backward of m).
     """
     check_counts(num_ranks, num_microbatches)
-    rows = [[Action(rank, kind, mb) for mb in range(num_microbatches) for kind in (F, B)] for rank in range(num_ranks)]
+    new = tuple.__new__  # Action(...) costs a Python-level __new__ per action
+    rows = [
+        [new(Action, (rank, kind, mb)) for mb in range(num_microbatches) for kind in (F, B)]
+        for rank in range(num_ranks)
+    ]
     return make_schedule("naive", num_ranks, num_microbatches, loop_placement(num_ranks, num_ranks), rows)
 
 
@@ -38,10 +42,11 @@ def gpipe(num_ranks: int, num_microbatches: int) -> Schedule:
     Keeps all microbatches' activations stashed at once (peak m per rank).
     """
     check_counts(num_ranks, num_microbatches)
+    new = tuple.__new__  # Action(...) costs a Python-level __new__ per action
     rows = []
     for rank in range(num_ranks):
-        forwards = [Action(rank, F, mb) for mb in range(num_microbatches)]
-        backwards = [Action(rank, B, mb) for mb in range(num_microbatches)]
+        forwards = [new(Action, (rank, F, mb)) for mb in range(num_microbatches)]
+        backwards = [new(Action, (rank, B, mb)) for mb in range(num_microbatches)]
         rows.append(forwards + backwards)
     return make_schedule("gpipe", num_ranks, num_microbatches, loop_placement(num_ranks, num_ranks), rows)
 
@@ -62,15 +67,16 @@ def one_f_one_b(num_ranks: int, num_microbatches: int) -> Schedule:
     """
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
+    new = tuple.__new__  # Action(...) costs a Python-level __new__ per action; 10^5 of them add up
     rows = []
     for rank in range(p):
         warmup = min(p - rank - 1, m)
         steady = m - warmup
-        row = [Action(rank, F, mb) for mb in range(warmup)]  # warm-up
-        for i in range(steady):  # steady 1F1B
-            row.append(Action(rank, F, warmup + i))
-            row.append(Action(rank, B, i))
-        row.extend(Action(rank, B, mb) for mb in range(steady, m))  # cool-down
+        forwards = [new(Action, (rank, F, mb)) for mb in range(m)]
+        backwards = [new(Action, (rank, B, mb)) for mb in range(m)]
+        row = forwards[:warmup] + [None] * (2 * steady) + backwards[steady:]  # warm-up, steady, cool-down
+        row[warmup : warmup + 2 * steady : 2] = forwards[warmup:]  # steady 1F1B: F(warmup + i), then B(i)
+        row[warmup + 1 : warmup + 2 * steady : 2] = backwards[:steady]
         rows.append(row)
     return make_schedule("1f1b", p, m, loop_placement(p, p), rows)
 

@@ -24,6 +24,8 @@ from pipesim.ir import Action, ActionKind, B, F, I, Schedule, W, loop_placement,
 from pipesim.schedules import ScheduleInfo
 from pipesim.schedules.basic import check_counts
 
+_new = tuple.__new__  # Action(...) costs a Python-level __new__ per action: the planner builds 10^6
+
 
 class RankOrder:
     """Appends one rank's actions, numbering microbatches in order per (stage, kind).
@@ -52,7 +54,7 @@ class RankOrder:
         for index, (pending_stage, mb) in enumerate(self._pending_w):
             if stage is None or pending_stage == stage:
                 del self._pending_w[index]
-                self.actions.append(Action(pending_stage, W, mb))
+                self.actions.append(_new(Action, (pending_stage, W, mb)))
                 return
 
     def flush_weights(self, stage: int | None = None) -> None:
@@ -65,7 +67,7 @@ class RankOrder:
     def _append(self, stage: int, kind: ActionKind, counter: str) -> int:
         mb = self._next[(stage, counter)]
         self._next[(stage, counter)] = mb + 1
-        self.actions.append(Action(stage, kind, mb))
+        self.actions.append(_new(Action, (stage, kind, mb)))
         return mb
 
 
@@ -89,10 +91,10 @@ def _handcrafted(name: str, num_ranks: int, num_microbatches: int, warmup_factor
         row = [Action(rank, F, mb) for mb in range(warmup)]  # warm-up
         for i in range(m):  # steady (F, I, W) then cool-down (I, W) once the forwards run out
             if warmup + i < m:
-                row.append(Action(rank, F, warmup + i))
-            row.append(Action(rank, I, i))
+                row.append(_new(Action, (rank, F, warmup + i)))
+            row.append(_new(Action, (rank, I, i)))
             if i >= delay:
-                row.append(Action(rank, W, i - delay))
+                row.append(_new(Action, (rank, W, i - delay)))
         row.extend(Action(rank, W, mb) for mb in range(max(0, m - delay), m))  # flush deferred W
         rows.append(row)
     return make_schedule(name, p, m, loop_placement(p, p), rows)

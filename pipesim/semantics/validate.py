@@ -101,8 +101,12 @@ def _scan_actions(
     position: dict[Action, int] = {}
     for rank, row in enumerate(schedule.actions):
         if _row_is_clean(row, set(schedule.stages_of_rank(rank)), num_mb):
+            before = len(position)  # a rank's own stages are no other rank's: its actions are new keys
             position.update(zip(row, range(len(row)), strict=True))
-            continue
+            if len(position) == before + len(row):  # no repeats: each action hashed once, not twice
+                continue
+            for action in row:  # a repeat: take them back, and name it in the per-action pass below
+                position.pop(action, None)
         for index, action in enumerate(row):
             if len(problems) >= cap:
                 return position
@@ -149,16 +153,11 @@ def _scan_actions(
 
 
 def _row_is_clean(row: tuple[Action, ...], own_stages: set[int], num_mb: int) -> bool:
-    """C-speed screen of a rank's list: own stages only, microbatches in range, no repeats."""
+    """C-speed screen of a rank's list: own stages only, microbatches in range (repeats: `_scan_actions`)."""
     if not row:
         return True
     microbatches = list(map(itemgetter(2), row))
-    return (
-        set(map(itemgetter(0), row)) <= own_stages
-        and 0 <= min(microbatches)
-        and max(microbatches) < num_mb
-        and len(set(row)) == len(row)
-    )
+    return set(map(itemgetter(0), row)) <= own_stages and 0 <= min(microbatches) and max(microbatches) < num_mb
 
 
 def _check_pairs(

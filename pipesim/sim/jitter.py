@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from pipesim.cost.model import CostModel
 from pipesim.ir import Schedule
@@ -33,6 +32,9 @@ from pipesim.sim.data_parallel import AFTER_BACKWARD, charged_schedule, last_gra
 from pipesim.sim.simulate import deadlock_error, engine_inputs, run_engine
 from pipesim.sim.spread import Spread
 from pipesim.sim.steps import step_tails, step_time_ms
+
+if TYPE_CHECKING:  # numpy is imported where a draw is made: `simulate` without --jitter starts without it
+    import numpy as np
 
 DEFAULT_SAMPLES = 200
 MAX_SAMPLES = 10_000
@@ -70,6 +72,8 @@ def sampled_steps(
     schedule: Schedule, cost: CostModel, spread: Spread, samples: int = DEFAULT_SAMPLES, seed: int = 0
 ) -> tuple[np.ndarray, float]:
     """(`samples` step times drawn from `spread`, the deterministic step time). Raises as `simulate` does."""
+    import numpy as np
+
     check_samples(samples)
     cost.check_fits(schedule)
     charge = reduction_charge(schedule, cost)
@@ -104,6 +108,8 @@ def step_interval(
     schedule: Schedule, cost: CostModel, spread: Spread, samples: int = DEFAULT_SAMPLES, seed: int = 0
 ) -> StepInterval:
     """The median of the sampled steps and their 90% interval (see the module docstring)."""
+    import numpy as np
+
     steps, deterministic = sampled_steps(schedule, cost, spread, samples, seed)
     low, mid, high = np.percentile(steps, [LOW, 50.0, HIGH])
     return StepInterval(float(mid), float(low), float(high), deterministic, samples)
@@ -112,6 +118,8 @@ def step_interval(
 def _factors(deps: Dependencies, spread: Spread, samples: int, rng: np.random.Generator) -> np.ndarray:
     """(actions, samples) multipliers of each action's price: its own jitter times its kind's price draw, each a
     lognormal of median 1 (sigma from the CV: sqrt(log(1 + CV^2)), so the draw's CV is the CV)."""
+    import numpy as np
+
     kinds = [kind for _, kind, _ in deps.actions]
     names = sorted({*spread.cv, *spread.price_se}, key=lambda k: k.value)
     sigma = np.array([math.sqrt(math.log1p(spread.cv.get(k, 0.0) ** 2)) for k in kinds])
@@ -130,6 +138,8 @@ def sweep_samples(deps: Dependencies, durations: np.ndarray, hops: list[float], 
     """`pipesim.sim.simulate.sweep` with a row of draws per action: the same visiting order, the same arithmetic
     (clock + gap, producer's end + hop across ranks, the latest of them, + duration), elementwise. Returns every
     action's end, shape (actions, samples)."""
+    import numpy as np
+
     joined = deps.joined or {}
     n, samples = durations.shape
     offsets, dep_lists, ranks = deps.offsets, deps.deps, deps.ranks
@@ -177,6 +187,8 @@ def sweep_samples(deps: Dependencies, durations: np.ndarray, hops: list[float], 
 def _rank_finish(deps: Dependencies, ends: np.ndarray, after_last: list[list[float]]) -> np.ndarray:
     """Per rank and draw, when its last action ends, then the collectives stated after it, laid back to back (as
     `simulate` lays them, so `rank_ends` of its timeline gives the same)."""
+    import numpy as np
+
     rows = []
     for rank in range(deps.num_ranks):
         lo, hi = deps.offsets[rank], deps.offsets[rank + 1]

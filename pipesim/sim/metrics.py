@@ -48,7 +48,7 @@ def _by_rank(tl: Timeline) -> list[list[Span]]:
 def _gaps(row: list[Span], origin: float, finish: float) -> list[tuple[float, float]]:
     gaps = []
     cursor = origin
-    for _, _, start, end, *_ in row:
+    for _, _, start, end, _, _ in row:  # a Span's six fields: no list per span for a starred name
         if start > cursor:
             gaps.append((cursor, start))
         if end > cursor:
@@ -126,7 +126,7 @@ def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[floa
     table = stash_table(_stash_sizes(tl, cost))
     at_start = {kind: changes_at_start(kind) for kind in ActionKind}
     events: list[list[tuple[float, int, float]]] = [[] for _ in range(tl.num_ranks)]
-    for rank, (stage, kind, _), start, end, *_ in tl.spans:
+    for rank, (stage, kind, _), start, end, _, _ in tl.spans:
         count, size = table[stage][kind]
         events[rank].append((start if at_start[kind] else end, count, size))
     for row in events:
@@ -257,7 +257,7 @@ def _rank_summary(
     cursor = origin
     count = peak_count = 0
     size = peak_size = 0.0
-    for _, (stage, kind, _), start, end, *_ in row:
+    for _, (stage, kind, _), start, end, _, _ in row:
         if start < cursor:
             return None
         idle += start - cursor

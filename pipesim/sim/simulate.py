@@ -52,34 +52,42 @@ def sweep(
     ends = [-1.0] * n
     pointer = offsets[:-1]
     clock = list(rank_start) if rank_start is not None else [0.0] * deps.num_ranks
-    waiting: dict[int, list[int]] = {}
+    waiting: list[list[int] | None] = [None] * n  # per action, the ranks parked on it (a list: no hashing)
     ready = list(range(deps.num_ranks - 1, -1, -1))
+    if gaps is None:
+        gaps = [0.0] * n  # one addition per action rather than a test
     while ready:
         rank = ready.pop()
         i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
         while i < stop:
-            start = now if gaps is None else now + gaps[i]
-            blocked = -1
+            start = now + gaps[i]
             for d in dep_lists[i]:
                 arrival = ends[d]
                 if arrival < 0:
-                    blocked = d
-                    break
+                    break  # d has not ended: park on it
                 if ranks[d] != rank:
                     arrival += hops[i]
                 if arrival > start:
                     start = arrival
-            if joined is not None and blocked < 0 and i in joined:
-                blocked, start = _group_start(i, joined[i], dep_lists, ends, ranks, hops, start)
-            if blocked >= 0:
-                waiting.setdefault(blocked, []).append(rank)
-                break
-            now = start + durations[i]
-            starts[i] = start
-            ends[i] = now
-            if i in waiting:
-                ready.extend(waiting.pop(i))
-            i += 1
+            else:  # every producer has ended
+                d = -1
+                if joined is not None and i in joined:
+                    d, start = _group_start(i, joined[i], dep_lists, ends, ranks, hops, start)
+                if d < 0:
+                    now = start + durations[i]
+                    starts[i] = start
+                    ends[i] = now
+                    parked = waiting[i]
+                    if parked is not None:
+                        ready.extend(parked)
+                    i += 1
+                    continue
+            parked = waiting[d]
+            if parked is None:
+                waiting[d] = [rank]
+            else:
+                parked.append(rank)
+            break
         pointer[rank], clock[rank] = i, now
     stuck = []
     for rank in range(deps.num_ranks):
@@ -123,7 +131,7 @@ def hop_times(deps: Dependencies, transfer: list[float]) -> list[float]:
     stage; the last, and transfer[-1] for stage 0's F, are never used); which
     boundary an action hears across is `pipesim.semantics.lower.crossing_stage`.
     """
-    return [transfer[b] for b in crossing_stages(deps.actions)]
+    return list(map(transfer.__getitem__, crossing_stages(deps.actions)))  # in C: 10^5 actions
 
 
 def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> DeadlockError:
@@ -286,7 +294,7 @@ def run_engine(
 def dispatch_gaps(deps: Dependencies, cost: CostModel) -> list[float]:
     """Per action, its rank's dispatch gap (`CostModel.dispatch_ms`; zeros when none was measured)."""
     per_rank = cost.dispatch_per_rank(deps.num_ranks)
-    return [per_rank[rank] for rank in deps.ranks]
+    return list(map(per_rank.__getitem__, deps.ranks))  # in C: 10^5 actions
 
 
 def boundary_transfers(schedule: Schedule, cost: CostModel) -> list[float]:

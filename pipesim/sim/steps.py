@@ -94,9 +94,9 @@ def rank_ends(timeline: Timeline) -> list[float]:
     """Per rank, when its last action of the timeline ends, or its last stated collective (torch's REDUCE_GRAD
     after the last backward); 0 when it has none."""
     ends = [0.0] * timeline.num_ranks
-    for span in timeline.spans:
-        if span.end > ends[span.rank]:
-            ends[span.rank] = span.end
+    for rank, _, _, end, _, _ in timeline.spans:  # unpacked (a Span's six fields): no attribute lookups
+        if end > ends[rank]:
+            ends[rank] = end
     for comm in timeline.comm:
         if comm.kind in COLLECTIVE_KINDS and comm.end > ends[comm.rank]:
             ends[comm.rank] = comm.end
@@ -120,12 +120,13 @@ def simulate_step(schedule: Schedule, cost: CostModel) -> SimulatedStep:
     charge = reduction_charge(schedule, cost)
     timeline = simulate(charged_schedule(schedule, charge), cost)
     finished = rank_ends(timeline)
-    actions = [span.action for span in timeline.spans]  # spans are in the engine's order: each rank's, as it runs
-    last = None
+    last = ends = actions = None  # what the reduction after each backward reads: no list of 10^5 built otherwise
     if charge == AFTER_BACKWARD:
+        actions = [span.action for span in timeline.spans]  # spans are in the engine's order: each rank's, as it runs
         last = last_gradients([span.rank for span in timeline.spans], actions, timeline.num_ranks)
-    tails, windows = step_tails(finished, [span.end for span in timeline.spans], last, cost, charge)
-    extra_comm = reduction_spans(windows, actions, cost.dp_group.replicas) if windows else ()
+        ends = [span.end for span in timeline.spans]
+    tails, windows = step_tails(finished, ends or [], last, cost, charge)
+    extra_comm = reduction_spans(windows, actions or [], cost.dp_group.replicas) if windows else ()
     step = step_time_ms(finished, tails)
     meta = {**timeline.meta, "step_ms": step, "tail_ms": list(tails)}
     if cost.dp_group.replicas > 1:
