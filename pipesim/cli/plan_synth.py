@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pipesim.flags import UsageError, float_flag
 from pipesim.io.atomic import is_standard_output
 from pipesim.io.formats import check_output, schedule_to_csv, write_file
+from pipesim.programs import programs
 
 if TYPE_CHECKING:  # the planner and the synthesizer are imported by the command that runs them
     from pipesim.ir import Schedule
@@ -40,7 +41,7 @@ def add_synth_args(plan: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="OUT",
         help="write the recommended candidate's schedule in torch's compute_only CSV (- for standard output; "
-        "python -m executor run --schedule-file OUT runs it)",
+        f"{programs().executor} run --schedule-file OUT runs it)",
     )
 
 
@@ -55,7 +56,7 @@ def take_synthesized(args: argparse.Namespace) -> bool:
     if asked and args.verify is not None:
         raise UsageError(
             f"--verify rebuilds each candidate from its family's name, which {SYNTHESIZED} orders have not: write the "
-            "recommended one with --csv and run it with python -m executor run --schedule-file"
+            f"recommended one with --csv and run it with {programs().executor} run --schedule-file"
         )
     if not asked and args.synth_budget is not None:
         raise UsageError(f"--synth-budget applies with {SYNTHESIZED} in --schedules")
