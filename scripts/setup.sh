@@ -25,7 +25,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.pipesim-requirements
 wanted=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
-imports="import torch, networkx, plotly, streamlit, pytest, playwright"
+imports="import torch, networkx, plotly, streamlit, pytest, xdist, playwright"
 editable_stamp=.venv/.pipesim-editable
 root=$(pwd)
 editable_wanted=$( (cat pyproject.toml; echo "$root") | sha256sum | cut -d' ' -f1)

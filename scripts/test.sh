@@ -6,8 +6,13 @@ bash scripts/setup.sh
 export OMP_NUM_THREADS=1
 .venv/bin/ruff check --quiet . # style and import rules (pyproject.toml)
 .venv/bin/ruff format --check --quiet . # one layout for all code: run `.venv/bin/ruff format .` to apply it
+# Two workers (pytest-xdist), each test file whole in one worker (its module fixtures built once, its tests in
+# order): on a busy machine two workers get more CPU than one, and a test waiting on its subprocesses overlaps
+# with the other worker's. Tests use free ports and temporary folders only. Files are handed out in the order
+# tests/conftest.py puts them (those that start real processes first; xdist's own order, the most tests first,
+# left the long ones for the end). `-n 0` (given after) runs in one process.
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"
 status=$?
 set -e
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.

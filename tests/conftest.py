@@ -28,3 +28,17 @@ def open_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str 
         return at
 
     return open_
+
+
+SLOW_MARKERS = ("torchrun", "browser")  # tests that start real processes: seconds to a minute each
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker (scripts/test.sh: -n 2 --dist loadfile), the files holding tests that start real
+    processes go first, each file still whole and in its own order: the workers hand out files in this order,
+    so the long files start early and the last minutes are not one long file on one worker while the other
+    idles. A plain `pytest` keeps the collection order."""
+    if not hasattr(config, "workerinput"):
+        return
+    slow_files = {item.path for item in items if any(item.get_closest_marker(name) for name in SLOW_MARKERS)}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: within each group, the collection order

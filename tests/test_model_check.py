@@ -22,7 +22,7 @@ from pipesim_executor.host.model_check import APP_MODELS_ENV, TIMEOUT_ENV, app_m
 
 SUBMIT = "FormSubmitter:run-form-Launch run"
 HELPERS = "tests.helpers.custom_models"
-HANG_TIMEOUT_S = "8"  # the check's limit for the factories that never return (the others keep the default)
+HANG_TIMEOUT_S = "4"  # the check's limit for the factories that never return (the others keep the default)
 
 # name -> what the one line must say
 CLI_NAMES = {

@@ -103,7 +103,7 @@ def test_a_plan_without_a_model_is_refused_before_anything_runs(tmp_path, capsys
 
 
 @pytest.mark.torchrun
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
     code = executor_main(
         [
@@ -141,6 +141,17 @@ def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
         config = json.loads((Path(row["run_dir"]) / "config.json").read_text())
         assert config["pipeline"]["schedule"] == row["candidate"]["schedule"]
         assert list(config["model"]["split_points"]) == row["candidate"]["split"]
+    first = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert first == ["verify-plan-0-r0-c0", "verify-plan-0-r0-c1", "verify-plan-0-r1-c0", "verify-plan-0-r1-c1"]
+
+    # Issue 29: a second verify-plan in the same runs folder (refused before: its runs/verify-plan-0 existed) runs
+    # under the next free name and keeps the first verification's runs (one real run here, not a second test's).
+    again = ["verify-plan", str(plan_file), "--top", "1", "--rounds", "1", "--steps", "1", "--warmup-steps", "0",
+             "--runs-root", str(tmp_path / "runs"), "--timeout", "240"]  # fmt: skip
+    assert executor_main(again) == 0, capsys.readouterr()
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert runs == [*first, "verify-plan-1-r0-c0"]
+    assert all((tmp_path / "runs" / name / "result.json").is_file() for name in runs)  # all measured, all kept
 
 
 # --- issue 18: the tie rule, the plan's own optimizer and model, the JSON a verification writes ------------------

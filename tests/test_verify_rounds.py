@@ -1,5 +1,6 @@
-"""verify-plan's interleaved rounds, confidence intervals and groups (issue 29), on synthetic runs (a fake launcher)
-and, once, for real: the second verification of a plan in the same runs folder."""
+"""verify-plan's interleaved rounds, confidence intervals and groups (issue 29), on synthetic runs (a fake launcher).
+The second verification in the same runs folder, for real, is part of tests/test_verify.py's real run (one
+torchrun start-up less)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import pytest
 
 from pipesim_executor.host import verify
-from pipesim_executor.host.cli import main as executor_main
 from pipesim_executor.host.verify import VerifyRow, compare, plan_candidates, spearman
 from tests.test_verify import _FakeRun, small_plan
 
@@ -144,16 +144,3 @@ def test_a_noisy_candidate_is_flagged_by_the_run_pages_rule():
     assert calm.noisy is False and noisy.noisy is True
     result = compare([calm, noisy])
     assert any("too noisy" in note and "noisy" in note for note in result.notes)
-
-
-@pytest.mark.torchrun
-@pytest.mark.timeout(300)
-def test_verify_plan_twice_in_the_same_folder_for_real(plan_file, tmp_path, capsys):
-    """Before issue 29 the second `verify-plan` in a folder was refused: its earlier runs/verify-plan-0 existed."""
-    argv = ["verify-plan", str(plan_file), "--top", "1", "--rounds", "1", "--steps", "1", "--warmup-steps", "0",
-            "--runs-root", str(tmp_path / "runs"), "--timeout", "240"]  # fmt: skip
-    assert executor_main(argv) == 0, capsys.readouterr()
-    assert executor_main(argv) == 0, capsys.readouterr()
-    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert runs == ["verify-plan-0-r0-c0", "verify-plan-1-r0-c0"]
-    assert all((tmp_path / "runs" / name / "result.json").is_file() for name in runs)  # both measured, both kept
