@@ -37,13 +37,17 @@ def test_one_round_matches_the_exact_bootstrap_distribution_of_the_median():
 def test_rounds_that_drift_widen_the_interval_past_them():
     """Rounds of constant steps at 10, 11 and 12 ms: the bootstrap alone gives [10, 12] (the median of 3 rounds
     drawn with replacement is 10 with probability 7/27, 12 likewise), which a fourth round would leave one time in
-    four; the rounds as clusters give Student's interval, 11 +- t(95%, 2 dof) x 1 / sqrt(3) = 11 +- 2.484. The same
-    90 steps as one round give an interval of 11 alone (more than half the steps are 11)."""
+    four; the rounds as clusters give Student's interval on the logarithms, 11 x exp(+-t(95%, 2 dof) x s / sqrt(3))
+    with s the standard deviation of log 10, log 11, log 12. Rounds two times apart stay positive. The same 90 steps
+    as one round give an interval of 11 alone (more than half the steps are 11)."""
     rounds = [[10.0] * 30, [11.0] * 30, [12.0] * 30]
     ci = median_ci(rounds)
+    half = 4.302653 * np.std(np.log([10.0, 11.0, 12.0]), ddof=1) / 3**0.5
     assert ci.median == 11.0
-    assert ci.low == pytest.approx(11 - 4.302653 / 3**0.5, abs=1e-5)
-    assert ci.high == pytest.approx(11 + 4.302653 / 3**0.5, abs=1e-5)
+    assert ci.low == pytest.approx(11 * np.exp(-half), abs=1e-5)
+    assert ci.high == pytest.approx(11 * np.exp(half), abs=1e-5)
+    assert 8.4 < ci.low < 10 and 12 < ci.high < 14.5
+    assert median_ci([[100.0] * 5, [200.0] * 5, [150.0] * 5]).low > 0
     pooled = median_ci([[10.0] * 30 + [11.0] * 31 + [12.0] * 29])
     assert (pooled.low, pooled.high) == (11.0, 11.0)
 

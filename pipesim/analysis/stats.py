@@ -11,8 +11,9 @@ A bootstrap over a few rounds cannot see drift beyond their own range: three rou
 give a median outside the lowest and highest round, and the true median lies outside that range one time in four
 (issue 29: two verifications of one plan, minutes apart, had each median inside the other's interval for only 4 of
 9 candidates). So from two rounds on the interval is widened to cover Student's t-interval over the round medians
-as well (the rounds as clusters: centred on the pooled median, half-width t(level, R - 1) x their standard deviation
-/ sqrt(R)): the wider of the two, honest about rounds that disagree, as narrow as the bootstrap when they agree.
+as well (the rounds as clusters: centred on the pooled median, half-width t(level, R - 1) x the standard deviation
+of their logarithms / sqrt(R), a ratio either way, since drift scales a step): the wider of the two, honest about
+rounds that disagree, as narrow as the bootstrap when they agree.
 
 Two candidates whose intervals overlap are indistinguishable: the measurement cannot say which is faster. Groups
 are the connected runs of overlapping intervals (sorted by their lower ends), so a candidate belongs to exactly one
@@ -78,10 +79,22 @@ def median_ci(
     low, high = np.quantile(medians, [tail, 1 - tail], method="inverted_cdf")
     centre = float(np.median(pooled))
     if len(kept) >= 2:
-        round_medians = np.array([np.median(r) for r in kept])
-        half = t_quantile(level, len(kept) - 1) * float(np.std(round_medians, ddof=1)) / math.sqrt(len(kept))
-        low, high = min(float(low), centre - half), max(float(high), centre + half)
+        low, high = _widened_by_rounds([float(np.median(r)) for r in kept], centre, level, float(low), float(high))
     return MedianCI(centre, float(low), float(high), level)
+
+
+def _widened_by_rounds(
+    round_medians: list[float], centre: float, level: float, low: float, high: float
+) -> tuple[float, float]:
+    """(low, high) widened to Student's t-interval over the round medians, on their logarithms where every one is
+    positive (a machine's drift scales a step: the interval stays positive and as asymmetric as a ratio is), on
+    the medians themselves otherwise."""
+    t = t_quantile(level, len(round_medians) - 1) / math.sqrt(len(round_medians))
+    if centre > 0 and min(round_medians) > 0:
+        half = t * float(np.std(np.log(round_medians), ddof=1))
+        return min(low, centre * math.exp(-half)), max(high, centre * math.exp(half))
+    half = t * float(np.std(round_medians, ddof=1))
+    return min(low, centre - half), max(high, centre + half)
 
 
 def t_quantile(level: float, dof: int) -> float:
