@@ -1,7 +1,7 @@
 """Zoo model: a small convolutional network on 3 x 32 x 32 images, for `--model examples.zoo_cnn:build`.
 
 What it keeps for the backward differs from a Transformer's: each conv layer stashes its input feature map, and
-the maps shrink (32 x 32 -> 16 x 16 -> 8 x 8) while the channels grow (16 -> 32 -> 64), so the early stages hold
+the maps shrink (32 x 32 -> 16 x 16 -> 8 x 8) while the channels grow (32 -> 64 -> 128), so the early stages hold
 most of the activations and the late ones most of the weights. No batch norm (its statistics would depend on the
 microbatch size); a GroupNorm after each convolution instead.
 
@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 IMAGE = (3, 32, 32)
 CLASSES = 10
-CHANNELS = ((3, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2), (64, 64, 1))  # (in, out, stride) per conv layer
+CHANNELS = ((3, 32, 1), (32, 64, 2), (64, 64, 1), (64, 128, 2), (128, 128, 1))  # (in, out, stride) per conv layer
 
 
 def _conv(channels_in: int, channels_out: int, stride: int) -> nn.Module:

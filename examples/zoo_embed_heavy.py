@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-VOCAB, WIDTH, SEQ, BLOCKS = 4096, 64, 16, 6
+VOCAB, WIDTH, SEQ, BLOCKS = 4096, 64, 64, 6
 
 
 class Embedding(nn.Module):

@@ -1,8 +1,9 @@
 """Zoo model: an MLP whose layers differ about 4x in cost, for `--model examples.zoo_mlp_uneven:build`.
 
 A split by parameter count or by layer count puts the heavy middle layers on one stage: the planner must price
-each layer from its own profile to balance it. Widths 192 -> 384 -> 384 -> 192 (a 192 x 192 layer costs a quarter
-of a 384 x 384 one), a 10-class head, cross-entropy against a fixed random teacher so the loss falls.
+each layer from its own profile to balance it. Widths 768 -> 1536 -> 1536 -> 768 (a 768 x 768 layer costs a quarter
+of a 1536 x 1536 one; wide enough that a step's arithmetic, not its dispatch, sets its time: tens of ms on 2 CPU
+cores at the planner's sizes), a 10-class head, cross-entropy against a fixed random teacher so the loss falls.
 
 The factory contract (pipesim_executor.custom_model): `build()` returns `(layers, make_batch, loss_fn)`. Only torch
 is imported.
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-WIDTHS = (192, 192, 384, 384, 384, 192, 192)  # layer i maps WIDTHS[i] -> WIDTHS[i + 1]
+WIDTHS = (768, 768, 1536, 1536, 1536, 768, 768)  # layer i maps WIDTHS[i] -> WIDTHS[i + 1]
 CLASSES = 10
 
 

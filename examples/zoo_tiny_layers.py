@@ -1,6 +1,6 @@
 """Zoo model: many tiny layers, where the time goes to dispatching them, for `--model examples.zoo_tiny_layers:build`.
 
-48 layers of 16 x 16 weights: each layer's arithmetic takes microseconds, so a step's time is mostly Python and
+96 layers of 16 x 16 weights: each layer's arithmetic takes microseconds, so a step's time is mostly Python and
 the framework launching each one (and a stage's per-action overhead); a cost model that prices only arithmetic
 predicts almost nothing here.
 
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-WIDTH, DEPTH = 16, 48
+WIDTH, DEPTH = 16, 96
 
 
 def make_batch(batch_size: int, step: int, seed: int) -> tuple[Tensor, Tensor]:

@@ -2,7 +2,7 @@
 `--model examples.zoo_transformer:build`.
 
 Unlike examples.gpt_small (a causal decoder with a vocabulary-sized head), every stage here is a full encoder
-block of the same cost; the input projection and the pooled classifier are small. Sequence 32, width 64, 6 blocks
+block of the same cost; the input projection and the pooled classifier are small. Sequence 32, width 128, 6 blocks
 of 4 heads, inputs are real-valued feature sequences (no embedding table).
 
 The factory contract (pipesim_executor.custom_model): `build()` returns `(layers, make_batch, loss_fn)`. Only torch
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-SEQ, FEATURES, WIDTH, HEADS, BLOCKS, CLASSES = 32, 16, 64, 4, 6, 8
+SEQ, FEATURES, WIDTH, HEADS, BLOCKS, CLASSES = 32, 16, 128, 4, 6, 8
 
 
 class Block(nn.Module):

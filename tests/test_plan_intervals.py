@@ -182,3 +182,33 @@ def test_the_in_situ_factors_ci_is_a_seeded_bootstrap_that_narrows_with_more_ste
     assert [(r["size"], r["ci"]) for r in cis] == [(1, 0.05), (2, None)]  # the widest stage; unknown stays unknown
     curves = ci_curves(cis, "plain", (1, 2, 4))
     assert curves["backward_ms"].values == (0.05, 0.05, 0.05)  # unknown or unmeasured sizes: the widest known
+
+
+def test_the_rounds_standard_error_is_the_spread_of_the_round_medians():
+    """Rounds of constant steps at 10, 11 and 12 ms: the round medians' standard deviation is 1, their mean 11, so
+    the price's relative standard error is 1 / 11 / sqrt(3); one round, or rounds that agree, give 0."""
+    from pipesim_executor.rank.unit_fit import round_se
+
+    assert round_se([10.0] * 4 + [11.0] * 4 + [12.0] * 4, 3) == pytest.approx(1 / 11 / 3**0.5)
+    assert round_se([10.0, 11.0, 12.0], 1) == 0.0 and round_se([5.0] * 9, 3) == 0.0
+    jittery = [10.0, 14.0, 9.0, 13.0] * 3  # each round the same four steps: wide spread, no drift
+    assert round_se(jittery, 3) == 0.0
+
+
+def test_a_profile_whose_rounds_drift_carries_the_drift_into_the_price_uncertainty(tmp_path):
+    """The repetitions of one round are not independent (a slow minute slows the whole round): where the rounds'
+    standard error is larger than the repetitions' (1.2533 x CV / sqrt(repeats)), the price is as uncertain as the
+    rounds say; where smaller, the repetitions' stands. Round trip through the cost file; a file without it loads."""
+    base = with_spread(cv=0.1, repeats=20)  # the repetitions' SE at size 2: 1.2533 x 0.1 / sqrt(20) = 2.8%
+    drifting = replace(base, spread_round_se={k: SizeCurve(SIZES, (0.06, 0.06, 0.01), monotone=False)
+                                              for k in TIME_KINDS})  # fmt: skip
+    before, after = profile_spread(base, 2, False, False), profile_spread(drifting, 2, False, False)
+    assert after.price_se[ActionKind.FORWARD] == pytest.approx(0.06)
+    assert after.cv == before.cv
+    assert profile_spread(drifting, 4, False, False) == profile_spread(base, 4, False, False)  # 1% < 2.8%
+    path = tmp_path / "cost.json"
+    save_profile(drifting, path)
+    assert json.loads(path.read_text())["spread"]["round_se"]["forward_ms"] == pytest.approx([0.06, 0.06, 0.01])
+    assert load_cost_file(path) == drifting
+    save_profile(base, path)
+    assert "round_se" not in json.loads(path.read_text())["spread"] and load_cost_file(path) == base

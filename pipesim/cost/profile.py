@@ -207,6 +207,11 @@ class UnitProfile:
     each profiled size (a ratio curve); empty in a profile written before it kept its spread."""
     spread_repeats: int = 0
     """How many repetitions each measured median rests on (what the median's standard error shrinks with)."""
+    spread_round_se: Mapping[str, SizeCurve] = field(default_factory=dict)
+    """Per time kind, the relative standard error of a stage's price from its rounds (the standard deviation of the
+    profile's round medians over their mean / sqrt(rounds), the median over the stages timed whole) at each
+    profiled size: the machine's drift between rounds, which the repetitions' own spread does not see (they are
+    not independent: a slow minute slows a whole round). Empty in a profile written before it kept it."""
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -235,7 +240,7 @@ class UnitProfile:
                         f"unit {unit.name!r}: {kind} was measured at sizes {list(curve.sizes)}, the profile at "
                         f"{list(self.microbatch_sizes)}"
                     )
-        for kind, curve in self.spread.items():
+        for kind, curve in (*self.spread.items(), *self.spread_round_se.items()):
             if kind not in TIME_KINDS or curve.sizes != self.microbatch_sizes or curve.monotone:
                 raise ValueError(f"the spread of {kind!r} must be a ratio curve of a time kind at every profiled size")
         if isinstance(self.spread_repeats, bool) or not isinstance(self.spread_repeats, int) or self.spread_repeats < 0:

@@ -16,7 +16,8 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
                            "ci": {"backward_ms": [per size], ...}}, "split": ...,  (ci optional: each factor's CI)
                  "plain-chunked": ..., "split-chunked": ...},  (per class of schedule: its in-situ steps)
      "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
-     "spread": {"repeats": n, "cv": {"forward_ms": [per size], ...}},  (optional: the stages' step-to-step spread)
+     "spread": {"repeats": n, "cv": {"forward_ms": [per size], ...},  (optional: the stages' step-to-step spread,
+                "round_se": {"forward_ms": [per size], ...}},  (optional: a price's relative SE from its rounds)
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
 
 `spread` and each in-situ class's `ci` (issue 29) are optional both ways: a file written before them loads with
@@ -102,6 +103,11 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
                 "spread": {
                     "repeats": profile.spread_repeats,
                     "cv": {kind: list(curve.values) for kind, curve in profile.spread.items()},
+                    **(
+                        {"round_se": {kind: list(c.values) for kind, c in profile.spread_round_se.items()}}
+                        if profile.spread_round_se
+                        else {}
+                    ),
                 }
             }
             if profile.spread
@@ -199,16 +205,22 @@ def _factors(raw: Any, where: str, sizes: tuple[int, ...]) -> SizeCurve:
     return SizeCurve(sizes, tuple(_number(v, f"{where}[{i}]", 1e6) for i, v in enumerate(raw)), monotone=False)
 
 
-def _spread(raw: Any, sizes: tuple[int, ...]) -> tuple[dict[str, SizeCurve], int]:
-    """The stages' coefficient of variation per kind and size, and the repetitions behind each median."""
+def _spread(raw: Any, sizes: tuple[int, ...]) -> tuple[dict[str, SizeCurve], int, dict[str, SizeCurve]]:
+    """The stages' coefficient of variation per kind and size, the repetitions behind each median, and each price's
+    relative standard error from its rounds (optional: empty for a file written before it)."""
     if raw is None:
-        return {}, 0
-    record = _object(raw, "spread", {"repeats", "cv"})
+        return {}, 0, {}
+    record = _object(raw, "spread", {"repeats", "cv", "round_se"}, {"repeats", "cv"})
     repeats = record["repeats"]
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 0 <= repeats <= 1_000_000:
         raise ValueError(f"cost file: spread.repeats must be a whole number >= 0, got {repeats!r:.40}")
     cv = _object(record["cv"], "spread.cv", set(TIME_KINDS), set())
-    return {kind: _factors(values, f"spread.cv.{kind}", sizes) for kind, values in cv.items()}, repeats
+    round_se = _object(record.get("round_se", {}), "spread.round_se", set(TIME_KINDS), set())
+    return (
+        {kind: _factors(values, f"spread.cv.{kind}", sizes) for kind, values in cv.items()},
+        repeats,
+        {kind: _factors(values, f"spread.round_se.{kind}", sizes) for kind, values in round_se.items()},
+    )
 
 
 def _stages(raw: Any) -> dict[tuple[int, int, int], dict[str, float]]:
@@ -267,7 +279,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"cost file: {key} must be an object, got {data.get(key)!r:.60}")
     stages = _stages(data.get("stages", []))
-    spread, repeats = _spread(data.get("spread"), sizes)
+    spread, repeats, round_se = _spread(data.get("spread"), sizes)
     try:
         return UnitProfile(
             units=units,
@@ -284,6 +296,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             in_situ=_in_situ(data.get("in_situ", {}), sizes),
             spread=spread,
             spread_repeats=repeats,
+            spread_round_se=round_se,
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

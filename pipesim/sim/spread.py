@@ -8,7 +8,9 @@ Two sources, one value (`Spread`):
 * a model profiled unit by unit (`pipesim.cost.profile.UnitProfile.spread`): per kind and profiled size the CV of
   the stages it timed whole over their repetitions, and the standard error of the median those repetitions give,
   relative (1.2533 x CV / sqrt(repetitions), the median's asymptotic error under a normal spread): the profile's own
-  uncertainty, which every action of the kind shares in one sample.
+  uncertainty, which every action of the kind shares in one sample; or, where it is larger, the standard error
+  the profile's rounds give (`UnitProfile.spread_round_se`: how far a stage's median moved from round to round, the
+  machine's drift, which repetitions of one round share and so cannot average away).
 
 A microbatch size beyond the profiled ones reads the nearest size's spread and widens the price's uncertainty by
 `EXTRAPOLATION_SE` per doubling away from them (a size the profile never ran: how far off its price may be is not
@@ -97,8 +99,8 @@ def profile_spread(
 ) -> Spread | None:
     """The spread of a candidate's actions from a profile that kept its (None for a profile written before it
     did): each kind's CV at `size` (the nearest profiled size beyond them) and its price's standard error: over the
-    repetitions, and the in-situ factor's own (its 95% CI's half-width / 1.96, for the candidate's class), widened
-    by EXTRAPOLATION_SE per doubling outside the profiled sizes."""
+    repetitions or over the rounds (the larger), and the in-situ factor's own (its 95% CI's half-width / 1.96, for
+    the candidate's class), widened by EXTRAPOLATION_SE per doubling outside the profiled sizes."""
     if not profile.spread:
         return None
     repeats = max(profile.spread_repeats, 1)
@@ -111,7 +113,9 @@ def profile_spread(
             continue
         cv[kind] = min(MAX_CV, curve.at(size))
         factor_se = factor_ci[measured].at(size) / Z95 if measured in factor_ci else 0.0
-        price_se[kind] = min(MAX_CV, math.hypot(MEDIAN_SE * cv[kind] / math.sqrt(repeats), factor_se))
+        within = MEDIAN_SE * cv[kind] / math.sqrt(repeats)
+        drift = profile.spread_round_se[measured].at(size) if measured in profile.spread_round_se else 0.0
+        price_se[kind] = min(MAX_CV, math.hypot(max(within, drift), factor_se))
     spread = Spread(cv, price_se)
     sizes = profile.microbatch_sizes
     if sizes[0] <= size <= sizes[-1]:

@@ -236,7 +236,10 @@ def summary_lines(v: Verification) -> list[str]:
             + (f"  ({'; '.join(marks)})" if marks else "")
         )
     summary = v.to_dict()
-    lines.append(f"measured in {v.rounds} interleaved round(s); 95% CI: bootstrap over steps and rounds")
+    lines.append(
+        f"measured in {v.rounds} interleaved round(s); "
+        "95% CI: bootstrap over steps and rounds, at least Student's t over the round medians"
+    )
     if summary["median_abs_error"] is not None:
         lines.append(
             f"prediction error: median |error| {summary['median_abs_error']:.1%}, "

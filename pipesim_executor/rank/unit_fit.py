@@ -71,6 +71,32 @@ def coefficient_of_variation(values: list[float]) -> float:
     return statistics.stdev(values) / mean if mean > 0 else 0.0
 
 
+def round_se(values: list[float], rounds: int) -> float:
+    """The relative standard error of a price measured in `rounds` consecutive rounds of equal length (`values` in
+    round order): the standard deviation of the round medians over their mean, / sqrt(rounds). What the machine's
+    drift between rounds makes of a median (0 for fewer than two rounds)."""
+    per_round = len(values) // rounds if rounds > 0 else 0
+    if rounds < 2 or per_round < 1:
+        return 0.0
+    medians = [statistics.median(values[i * per_round : (i + 1) * per_round]) for i in range(rounds)]
+    return coefficient_of_variation(medians) / math.sqrt(rounds)
+
+
+def round_se_curves(everyone: list[dict[str, Any]], sizes: list[int]) -> dict[str, SizeCurve]:
+    """Per time kind, the median over the processes and the stages timed whole of each stage's `round_se`, at every
+    size (`UnitProfile.spread_round_se`); empty when the processes measured none."""
+    if not all("round_se" in e for e in everyone):
+        return {}
+    return {
+        kind: SizeCurve(
+            tuple(sizes),
+            tuple(_median([se for e in everyone for se in e["round_se"][s][kind]]) for s in sizes),
+            monotone=False,
+        )
+        for kind in TIME_KINDS
+    }
+
+
 def spread_curves(everyone: list[dict[str, Any]], sizes: list[int]) -> dict[str, SizeCurve]:
     """Per time kind, the median over the processes and the stages timed whole of each stage's coefficient of
     variation, at every size (`UnitProfile.spread`); empty when the processes measured none."""
@@ -164,6 +190,7 @@ def assemble(
         model=asdict(config.model),
         stages={(s, a, b): times for s in sizes for a, b, times in stage_ms[s]},
         spread=spread_curves(everyone, sizes), spread_repeats=int(request["repeats"]),
+        spread_round_se=round_se_curves(everyone, sizes),
     )  # fmt: skip
     scales, ratios = in_situ_scales(profile, everyone, r, slots or r.world_size)
     cis = factor_cis(ratios)

@@ -65,6 +65,7 @@ from pipesim_executor.rank.unit_fit import (
     assemble,
     coefficient_of_variation,
     in_situ_steps,
+    round_se,
 )
 from pipesim_executor.rank.unit_timing import (
     KINDS,
@@ -180,7 +181,8 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     slots = core_slots(device) or r.world_size
     cut_counts = sorted({2, 3, MAX_CUT_STAGES, r.num_ranks, 2 * r.num_ranks})
     splits: dict[int, dict[tuple[bool, int], tuple[int, ...]]] = {}
-    mine: dict[str, Any] = {"shares": {}, "stages": {}, "spread": {}, "bytes": {}, "optimizers": {}, "calibration": {}}
+    mine: dict[str, Any] = {"shares": {}, "stages": {}, "spread": {}, "round_se": {}, "bytes": {}, "optimizers": {},
+                            "calibration": {}}  # fmt: skip
     for size in sizes:
         # 1. each unit's shares, every process in its turn (at most `slots` at once), in rounds: a burst of other
         # work on the machine then falls on many measurements a little instead of on one of them whole
@@ -211,6 +213,8 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
         ]
         # how much each stage's action varied over its repetitions: what a prediction's interval is drawn from
         mine["spread"][size] = {k: [coefficient_of_variation(times[k]) for times in stages] for k in KINDS}
+        # and how far each stage's median moved from round to round: the drift the repetitions' spread misses
+        mine["round_se"][size] = {k: [round_se(times[k], ROUNDS) for times in stages] for k in KINDS}
         if r.rank == 0:
             mine["bytes"][size] = unit_bytes(parts, size)
         progress.advance(f"units at microbatch size {size}")
