@@ -34,7 +34,7 @@ SLOW_MARKERS = ("torchrun", "browser")  # tests that start real processes: secon
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a pytest-xdist worker (scripts/test.sh: -n 2 --dist loadfile), the files holding tests that start real
+    """In a pytest-xdist worker (scripts/test.sh: -n 3 --dist loadfile), the files holding tests that start real
     processes go first, each file still whole and in its own order: the workers hand out files in this order,
     so the long files start early and the last minutes are not one long file on one worker while the other
     idles. A plain `pytest` keeps the collection order."""
