@@ -91,7 +91,13 @@ def test_a_refused_field_is_said_beside_it_and_the_chart_marked(page, app_url: s
     warning = page.get_by_test_id("stAlert").filter(has_text="Chart not updated").inner_text()
     assert "8 microbatches" in warning, warning
     _settled(page)
-    titles = page.locator(".js-plotly-plot .gtitle").all_text_contents()  # the Gantt's, beside the memory chart's
+    # the Gantt's title, beside the memory chart's: on a busy machine the page can look settled before the rerun
+    # draws the Gantt again, so its title is waited for (it must then name 8 microbatches, not 16)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')].some(t => /microbatches/.test(t.textContent))",
+        timeout=90_000,
+    )
+    titles = page.locator(".js-plotly-plot .gtitle").all_text_contents()
     assert any("8 microbatches" in t for t in titles) and not any("16 microbatches" in t for t in titles), titles
     sidebar.get_by_role("spinbutton", name="F (ms)").fill("1")
     sidebar.get_by_role("button", name="Simulate").click()
