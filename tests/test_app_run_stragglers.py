@@ -9,20 +9,28 @@ from streamlit.testing.v1 import AppTest
 from pipesim.io.formats import read_json, write_json
 from tests.helpers.run_folders import write_run
 
+STRAGGLER = {"rank": 1, "factor": 1.52, "factor_low": 1.49, "factor_high": 1.55, "cost_ms": 3.5}
 
-def test_the_run_page_says_what_was_injected_and_found(tmp_path: Path, open_page) -> None:
-    runs = tmp_path / "runs"
+
+def open_run_with_a_straggler(runs: Path, open_page, inject: list[str] | None = None) -> AppTest:
+    """A run folder whose analysis.json names rank 1 as 1.52x slow (and whose config records `inject`), opened on
+    the Run page."""
     folder = write_run(runs, "slow")
-    config = read_json(folder / "config.json")
-    config["inject"] = {"inject": ["slow-rank=1:1.5", "link-delay=0-1:2"]}
-    write_json(config, folder / "config.json")
+    if inject is not None:
+        config = read_json(folder / "config.json")
+        config["inject"] = {"inject": inject}
+        write_json(config, folder / "config.json")
     analysis = read_json(folder / "analysis.json")
-    straggler = {"rank": 1, "factor": 1.52, "factor_low": 1.49, "factor_high": 1.55, "cost_ms": 3.5}
-    analysis["stragglers"] = {"stragglers": [straggler], "links": []}
+    analysis["stragglers"] = {"stragglers": [STRAGGLER], "links": []}
     write_json(analysis, folder / "analysis.json")
     at: AppTest = open_page("run")
     at.selectbox(key="run-open-pick").set_value("slow")
     at.button(key="FormSubmitter:run-open-Open").click().run()
+    return at
+
+
+def test_the_run_page_says_what_was_injected_and_found(tmp_path: Path, open_page) -> None:
+    at = open_run_with_a_straggler(tmp_path / "runs", open_page, ["slow-rank=1:1.5", "link-delay=0-1:2"])
     assert not at.exception
     assert any("Injected: rank 1 1.5x slower; link 0-1 +2 ms per transfer" in i.value for i in at.info)
     assert any("rank 1 computes 1.52x slower (1.49 to 1.55)" in m.value for m in at.markdown)
@@ -32,15 +40,7 @@ def test_the_stragglers_are_named_on_the_overlay_lanes(tmp_path: Path, open_page
     """The slow rank analysis.json names is marked on its measured lane of the run's overlay."""
     from tests.helpers.app_charts import chart_figures
 
-    runs = tmp_path / "runs"
-    folder = write_run(runs, "slow")
-    analysis = read_json(folder / "analysis.json")
-    straggler = {"rank": 1, "factor": 1.52, "factor_low": 1.49, "factor_high": 1.55, "cost_ms": 3.5}
-    analysis["stragglers"] = {"stragglers": [straggler], "links": []}
-    write_json(analysis, folder / "analysis.json")
-    at: AppTest = open_page("run")
-    at.selectbox(key="run-open-pick").set_value("slow")
-    at.button(key="FormSubmitter:run-open-Open").click().run()
+    at = open_run_with_a_straggler(tmp_path / "runs", open_page)
     [drawn] = [f for f in chart_figures(at) if "simulated vs measured" in f["layout"]["title"]["text"]]
     lanes = drawn["layout"]["yaxis"]["ticktext"]
     assert lanes[3] == "rank 1 · measured · 1.52x slower"
