@@ -77,7 +77,6 @@ def test_a_synthesized_candidate_steps_as_costed_and_its_csv_reads_back_as_the_s
         (["--schedules", "zb-h1,synthesized", "--synth-budget", "nan"], "--synth-budget"),
         (["--schedules", "zb-h1", "--synth-budget", "5"], "applies with synthesized"),
         (["--schedules", "zb-h1,nosuch"], "nosuch"),
-        (["--schedules", "zb-h1,synthesized", "--verify", "1", "--json", "-"], "--verify rebuilds"),
     ],
 )
 def test_bad_synthesis_flags_are_refused_in_one_line_before_any_output(tmp_path, capsys, extra, message):

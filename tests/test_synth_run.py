@@ -60,13 +60,12 @@ def test_synthesized_csv_is_the_synthesized_order_in_torchs_format(tmp_path):
     assert load_schedule(json_out).actions == schedule.actions  # the CSV holds the order the JSON reports
 
 
-@pytest.mark.torchrun
-@pytest.mark.timeout(600)
-def test_a_plan_recommending_a_synthesized_order_writes_a_csv_the_executor_trains_with(tmp_path):
-    """Issue 31, item 4: `plan --schedules ...,synthesized --csv` recommends a synthesized order (faster here: a
-    slow link, W a small share of the backward, 2p microbatches' worth of memory) and its CSV trains with the
-    losses of one process."""
-    csv_out, json_out = tmp_path / "best.csv", tmp_path / "plan.json"
+@pytest.fixture(scope="module")
+def synthesized_plan(tmp_path_factory) -> tuple[Path, Path]:
+    """(the CSV, the plan JSON) of `plan --schedules ...,synthesized` recommending a synthesized order (faster
+    here: a slow link, W a small share of the backward, 2p microbatches' worth of memory)."""
+    folder = tmp_path_factory.mktemp("synthesized-plan")
+    csv_out, json_out = folder / "best.csv", folder / "plan.json"
     code = pipesim_main(
         ["plan", "--layers", "8", "--hidden", "256", "--ffn", "1024", "--heads", "4", "--seq-len", "128",
          "--vocab", "1000", "--tflops", "0.05", "--latency", "5", "--devices", "2", "--global-batch", "8",
@@ -75,6 +74,15 @@ def test_a_plan_recommending_a_synthesized_order_writes_a_csv_the_executor_train
          "--json", str(json_out)]
     )  # fmt: skip
     assert code == 0
+    return csv_out, json_out
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(600)
+def test_a_plan_recommending_a_synthesized_order_writes_a_csv_the_executor_trains_with(synthesized_plan, tmp_path):
+    """Issue 31, item 4: `plan --schedules ...,synthesized --csv` recommends a synthesized order and its CSV
+    trains with the losses of one process."""
+    csv_out, json_out = synthesized_plan
     assert read_json(json_out)["best"]["schedule"] == "synthesized"
     schedule = load_schedule(csv_out)
     assert schedule.num_ranks == 2 and schedule.num_microbatches == 4 and schedule.uses_split_backward
@@ -91,3 +99,21 @@ def test_a_plan_recommending_a_synthesized_order_writes_a_csv_the_executor_train
     for got, want in zip(losses, expected, strict=True):
         assert abs(got - want) <= TOLERANCE, (losses, expected)
     assert expected[-1] < expected[0]  # training moved: the comparison is not of a frozen model
+
+
+@pytest.mark.torchrun
+@pytest.mark.timeout(600)
+def test_verify_plan_runs_the_synthesized_order_the_plan_carries(synthesized_plan, tmp_path):
+    """A synthesized candidate cannot be rebuilt from its family's name: the plan carries its order
+    (`schedule_document`) and `verify-plan` runs exactly that order."""
+    from pipesim.io.formats import schedule_from_dict
+    from pipesim_executor.host.verify import verify_plan
+
+    _, json_out = synthesized_plan
+    best = read_json(json_out)["best"]
+    carried = schedule_from_dict(best["schedule_document"])
+    verification = verify_plan(json_out, top=1, steps=2, warmup_steps=1, rounds=1, runs_root=tmp_path / "runs",
+                               timeout_s=400.0)  # fmt: skip
+    (row,) = verification.rows
+    assert row.error is None and row.measured_ms is not None, row.error
+    assert load_schedule(Path(row.run_dir) / "schedule.json").actions == carried.actions

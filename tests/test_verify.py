@@ -240,7 +240,7 @@ def test_verify_writes_the_promised_json_with_measured_cv_and_memory(plan_file, 
 
     started = []
 
-    def fake_start(config, runs_root, name):
+    def fake_start(config, runs_root, name, schedule=None):
         started.append(config)
         candidate = plan_candidates(json.loads(plan_file.read_text()), 3)[int(name.rsplit("-c", 1)[1])]
         return _FakeRun(runs_root / name, candidate["step_ms"] * 1.05, list(candidate["rank_memory_bytes"]))
@@ -276,7 +276,7 @@ def test_a_cancelled_verification_skips_the_candidates_left(plan_file, tmp_path,
 
     cancel = threading.Event()
 
-    def fake_start(config, runs_root, name):
+    def fake_start(config, runs_root, name, schedule=None):
         cancel.set()  # the user cancels while the first candidate runs
         return _FakeRun(runs_root / name, 10.0, [])
 
@@ -284,3 +284,27 @@ def test_a_cancelled_verification_skips_the_candidates_left(plan_file, tmp_path,
     result = verify.verify_plan(plan_file, 3, runs_root=tmp_path / "runs", cancel=cancel)
     assert result.rows[0].measured_ms == 10.0
     assert [r.error for r in result.rows[1:]] == ["cancelled before it ran"] * 2
+
+
+def test_a_candidate_carrying_its_schedule_is_checked_against_its_shape(plan_file):
+    """A synthesized order travels in the plan as `schedule_document` (its family name cannot rebuild it): it must
+    read strictly and hold the candidate's ranks and microbatches, and its run takes it, with no chunk count."""
+    from pipesim.io.formats import schedule_to_dict
+    from pipesim.schedules import build_schedule
+    from pipesim_executor.host.verify_config import candidate_schedule, check_candidate
+
+    plan = json.loads(plan_file.read_text())
+    c = next(c for c in plan_candidates(plan, 10) if c["schedule"] == "1f1b")
+    document = schedule_to_dict(build_schedule("zb-h1", c["ranks"], c["microbatches"]))
+    carried = {**c, "schedule": "synthesized", "schedule_document": document}
+    check_candidate(plan, carried, 1)
+    assert candidate_schedule(carried, "x").actions == build_schedule("zb-h1", c["ranks"], c["microbatches"]).actions
+    config = candidate_config(plan, carried, steps=2, warmup_steps=1, device="cpu", timeout_s=60)
+    assert config.pipeline.schedule == "synthesized" and config.pipeline.num_virtual_stages is None
+    other = schedule_to_dict(build_schedule("zb-h1", c["ranks"], c["microbatches"] + 1))
+    with pytest.raises(ValueError, match=r"candidate 1.*holds 2 ranks x \d+ microbatches, the candidate"):
+        check_candidate(plan, {**carried, "schedule_document": other}, 1)
+    with pytest.raises(ValueError, match="candidate 1: its schedule_document cannot be read"):
+        check_candidate(plan, {**carried, "schedule_document": {**document, "actions": [["0Q0"], []]}}, 1)
+    with pytest.raises(ValueError, match="synthesized"):  # no order carried, no family of that name
+        check_candidate(plan, {**c, "schedule": "synthesized"}, 1)

@@ -27,7 +27,7 @@ def _fake_launcher(monkeypatch, plan_file, started, step_of=None):
 
     plan = json.loads(plan_file.read_text())
 
-    def fake_start(config, runs_root, name):
+    def fake_start(config, runs_root, name, schedule=None):
         round_, index = (int(x) for x in name.rsplit("-r", 1)[1].split("-c"))
         started.append((name, round_, index))
         candidate = plan_candidates(plan, 10)[index]

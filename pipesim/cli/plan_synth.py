@@ -53,11 +53,6 @@ def take_synthesized(args: argparse.Namespace) -> bool:
     if args.csv is not None:
         check_output(args.csv)
     args.schedules, asked = plan_families(args.schedules)
-    if asked and args.verify is not None:
-        raise UsageError(
-            f"--verify rebuilds each candidate from its family's name, which {SYNTHESIZED} orders have not: write the "
-            f"recommended one with --csv and run it with {programs().executor} run --schedule-file"
-        )
     if not asked and args.synth_budget is not None:
         raise UsageError(f"--synth-budget applies with {SYNTHESIZED} in --schedules")
     if args.synth_budget is None:

@@ -67,6 +67,9 @@ class Candidate:
     error: str | None = None
     rank_memory: list[float] = field(default_factory=list)
     pruned: str | None = None  # why it was never built: its lower bound cannot reach the plan (pipesim.plan.prune)
+    # a synthesized order's own schedule as pipesim's schedule JSON (`formats.schedule_to_dict`): its family name
+    # cannot rebuild it, so the plan carries it for `verify-plan` and the executor (None for a registry family)
+    schedule_document: dict[str, Any] | None = None
     extrapolated: bool = False  # a microbatch size outside the profiled ones (pipesim.plan.intervals)
     step_ms_p05: float | None = None  # the 90% interval of the sampled steps (pipesim.plan.intervals); None: none
     step_ms_p95: float | None = None
@@ -102,6 +105,7 @@ class Candidate:
             "step_ms_p95": self.step_ms_p95,
             "step_ms_deterministic": self.step_ms_deterministic,
             "pruned": self.pruned,
+            **({} if self.schedule_document is None else {"schedule_document": self.schedule_document}),
         }
 
     @property

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipesim.cost.model import CostModel
+from pipesim.io.formats import schedule_to_dict
 from pipesim.ir import Schedule
 from pipesim.plan.candidates import Candidate, PlanSpace, candidate_grid, shape_key
 from pipesim.plan.evaluator import Evaluator
@@ -104,7 +105,10 @@ def _synthesize_one(evaluator: Evaluator, c: Candidate, family: str, time_limit_
     evaluator.adopt(c, result.schedule)
     evaluator.simulate(c, want_path=False)
     evaluator.drop_shape(shape_key(c))
-    return SynthesizedCandidate(c, result.schedule if c.error is None else None)
+    if c.error is not None:
+        return SynthesizedCandidate(c, None)
+    c.schedule_document = schedule_to_dict(result.schedule)
+    return SynthesizedCandidate(c, result.schedule)
 
 
 def materialise(inputs: PlanInputs, candidate: Candidate, schedule: Schedule) -> tuple[Schedule, CostModel]:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pipesim.io.formats import read_json, write_json
+from pipesim.ir import Schedule
 from pipesim.limits import MAX_PLAN_BYTES
 from pipesim.programs import programs
 from pipesim_executor.config import RunConfig
@@ -49,6 +50,7 @@ from pipesim_executor.host.verify_compare import (
 )
 from pipesim_executor.host.verify_config import (
     candidate_config,
+    candidate_schedule,
     check_candidate,
     label,
     measured_memory,
@@ -165,6 +167,7 @@ def verify_plan(
     for number, c in enumerate(chosen, 1):
         check_candidate(plan, c, number)
     rows = [_row(c) for c in chosen]
+    schedules = [candidate_schedule(c, f"the plan's candidate {n}") for n, c in enumerate(chosen, 1)]
     configs: list[RunConfig | None] = []
     for c, row in zip(chosen, rows, strict=True):
         try:
@@ -176,7 +179,7 @@ def verify_plan(
     prefix = verification_prefix(runs_root, plan_path.stem)
     total = rounds * len(chosen)
     for round_ in range(rounds):
-        for index, (row, config) in enumerate(zip(rows, configs, strict=True)):
+        for index, (row, config, schedule) in enumerate(zip(rows, configs, schedules, strict=True)):
             if row.error is not None or config is None:
                 continue
             if cancel is not None and cancel.is_set():
@@ -191,7 +194,7 @@ def verify_plan(
                     on_progress(VerifyProgress((done + fraction) / total, done, total, where))
 
             record = partial(_record_prediction, plan=plan, plan_path=plan_path, row=row)
-            _run_once(row, config, runs_root, f"{prefix}-r{round_}-c{index}", cancel, progress, record)
+            _run_once(row, config, runs_root, f"{prefix}-r{round_}-c{index}", cancel, progress, record, schedule)
             if on_row is not None:
                 on_row(row)
     verification = compare(rows, uncertainty, rounds)
@@ -213,14 +216,16 @@ def _run_once(
     cancel: threading.Event | None,
     progress: Callable[[float], None],
     record: Callable[[Path], None] | None = None,
+    schedule: Schedule | None = None,
 ) -> None:
     """One run of one candidate (one round): its steps added to the row, or the row's error set. `record` is given
-    the run's folder as soon as it exists (the plan's prediction written beside the run)."""
+    the run's folder as soon as it exists (the plan's prediction written beside the run). `schedule`: the order
+    the candidate carries (a synthesized one), else the run builds its family's by name."""
     from pipesim_executor.host.launch import start_run
 
     progress(0.0)
     try:
-        handle = start_run(config, runs_root=runs_root, name=name)
+        handle = start_run(config, runs_root=runs_root, name=name, schedule=schedule)
     except ValueError as error:
         row.error = str(error).splitlines()[0]
         return

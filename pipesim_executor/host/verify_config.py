@@ -16,7 +16,8 @@ from typing import Any
 
 from pipesim.cost.shape import TransformerShape
 from pipesim.flags import one_line
-from pipesim.io.formats import read_json
+from pipesim.io.formats import read_json, schedule_from_dict
+from pipesim.ir import Schedule
 from pipesim.limits import MAX_MICROBATCHES, MAX_PLAN_CANDIDATES, MAX_STAGES
 from pipesim.numbers import check_number, shown
 from pipesim.programs import programs
@@ -76,8 +77,10 @@ def check_candidate(plan: dict[str, Any], c: dict[str, Any], number: int) -> Non
     if c.get("data_parallel", 1) != 1:
         return
     try:
-        chunks = c.get("virtual_stages", 1) if schedule_info(c["schedule"]).takes_chunks else None
-        schedule = build_schedule(c["schedule"], c["ranks"], c["microbatches"], num_virtual_stages=chunks)
+        schedule = candidate_schedule(c, where)
+        if schedule is None:
+            chunks = c.get("virtual_stages", 1) if schedule_info(c["schedule"]).takes_chunks else None
+            schedule = build_schedule(c["schedule"], c["ranks"], c["microbatches"], num_virtual_stages=chunks)
         if split:
             model = model_config(plan)
             # a custom model's units are counted by running its factory, which the run's own checks do (in a child
@@ -86,6 +89,25 @@ def check_candidate(plan: dict[str, Any], c: dict[str, Any], number: int) -> Non
             check_split_points(split, units, schedule.num_stages)
     except ValueError as error:
         raise ValueError(f"{where} ({label(c)}): {one_line(error)}") from None
+
+
+def candidate_schedule(c: dict[str, Any], where: str) -> Schedule | None:
+    """The schedule a candidate carries (a synthesized order's `schedule_document`, which its family name cannot
+    rebuild), read strictly and checked against the candidate's ranks and microbatches; None for a registry
+    family's candidate, which the run builds from its name."""
+    document = c.get("schedule_document")
+    if document is None:
+        return None
+    try:
+        schedule = schedule_from_dict(document)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: its schedule_document cannot be read: {one_line(error)}") from None
+    if (schedule.num_ranks, schedule.num_microbatches) != (c["ranks"], c["microbatches"]):
+        raise ValueError(
+            f"{where}: its schedule_document holds {schedule.num_ranks} ranks x {schedule.num_microbatches} "
+            f"microbatches, the candidate {c['ranks']} x {c['microbatches']}"
+        )
+    return schedule
 
 
 def model_config(plan: dict[str, Any]) -> ModelConfig:
@@ -136,7 +158,8 @@ def candidate_config(
     if c.get("data_parallel", 1) != 1:
         raise ValueError(f"{c['data_parallel']} data-parallel replicas: verify-plan runs one pipeline per candidate")
     optimizer, dtype, _ = run_settings(plan)
-    chunks = c["virtual_stages"] if schedule_info(c["schedule"]).takes_chunks else None
+    carried = c.get("schedule_document") is not None  # the run takes the carried schedule (candidate_schedule)
+    chunks = c["virtual_stages"] if not carried and schedule_info(c["schedule"]).takes_chunks else None
     model = replace(model_config(plan), split_points=tuple(c["split"]) or None)
     return run_config(
         schedule=c["schedule"],
