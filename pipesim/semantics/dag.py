@@ -20,6 +20,7 @@ member's inputs before it starts (`Dependencies.joined`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -64,6 +65,29 @@ class Dependencies:
     @property
     def num_ranks(self) -> int:
         return len(self.offsets) - 1
+
+    @cached_property
+    def blocking(self) -> list[int] | None:
+        """Per action, the one producer that can keep it waiting, or -1: one on another rank, or later in its own
+        rank's list (a deadlock). A producer earlier on its own rank has always ended by then, since a rank runs its
+        list in order. None where an action has two such producers (the engine then reads `deps` as they are).
+
+        Built once per dependencies (the planner sweeps a shape under several cost models): with it the engine's
+        inner loop reads one producer per action rather than a tuple (`pipesim.sim.simulate.sweep`)."""
+        blocking: list[int] = []
+        append = blocking.append
+        offsets, dep_lists = self.offsets, self.deps
+        for rank in range(len(offsets) - 1):
+            first = offsets[rank]
+            for i in range(first, offsets[rank + 1]):
+                found = -1
+                for d in dep_lists[i]:
+                    if d < first or d >= i:  # on another rank (ids are rank-major), or later on this one
+                        if found >= 0:
+                            return None
+                        found = d
+                append(found)
+        return blocking
 
 
 class DeadlockError(ScheduleError):
