@@ -342,6 +342,8 @@ def run_engine(
 def dispatch_gaps(deps: Dependencies, cost: CostModel) -> list[float]:
     """Per action, its rank's dispatch gap (`CostModel.dispatch_ms`; zeros when none was measured)."""
     per_rank = cost.dispatch_per_rank(deps.num_ranks)
+    if not any(per_rank):
+        return [0.0] * len(deps.ranks)  # none measured: a list made at once
     return list(map(per_rank.__getitem__, deps.ranks))  # in C: 10^5 actions
 
 
