@@ -28,6 +28,7 @@ def sweep(
     hops: list[float],
     gaps: list[float] | None = None,
     rank_start: list[float] | None = None,
+    runs: list[tuple[int, int, int]] | None = None,
 ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
     """Run every rank's list in order, each action as soon as its inputs have arrived.
 
@@ -43,7 +44,8 @@ def sweep(
     An overlapped group (`deps.joined`)
     starts once every member's inputs are in; its members then run back to
     back. Returns (starts, ends, stuck) where stuck lists (rank, head id,
-    awaited id) when ranks deadlock.
+    awaited id) when ranks deadlock. `runs`, when given and the one-producer loop runs, receives the (rank, first
+    id, end id) stretches in the order they ran: an order `replay` times again under other costs.
     """
     joined = deps.joined
     n = len(deps.actions)
@@ -58,7 +60,7 @@ def sweep(
         gaps = [0.0] * n  # one addition per action rather than a test
     blocking = None if joined else deps.blocking
     if blocking is not None:
-        _sweep_blocking(blocking, offsets, durations, hops, gaps, starts, ends, pointer, clock, waiting, ready)
+        _sweep_blocking(blocking, offsets, durations, hops, gaps, starts, ends, pointer, clock, waiting, ready, runs)
     while ready:
         rank = ready.pop()
         i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
@@ -114,14 +116,17 @@ def _sweep_blocking(
     clock: list[float],
     waiting: list[list[int] | None],
     ready: list[int],
+    runs: list[tuple[int, int, int]] | None = None,
 ) -> None:
     """`sweep`'s loop where each action has at most one producer that can keep it waiting (`deps.blocking`, no
     overlapped group): one producer read per action, whose wait always pays the hop (it sits on another rank, or
     later on this one and never ends first). Fills `starts`, `ends`, `pointer`, `clock` and `waiting` in place and
-    empties `ready`; the same times as the general loop, a third quicker on 10^5 actions."""
+    empties `ready`; the same times as the general loop, a third quicker on 10^5 actions. `runs` (when given)
+    receives each stretch a rank ran before it parked."""
     while ready:
         rank = ready.pop()
         i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
+        first = i
         while i < stop:
             start = now + gaps[i]
             d = blocking[i]
@@ -145,6 +150,8 @@ def _sweep_blocking(
                 ready.extend(parked)
             i += 1
         pointer[rank], clock[rank] = i, now
+        if runs is not None and i > first:
+            runs.append((rank, first, i))
 
 
 def _group_start(
@@ -330,13 +337,15 @@ def run_engine(
     gaps: list[float],
     shared_cores: int | None,
     rank_start: list[float] | None = None,
+    runs: list[tuple[int, int, int]] | None = None,
 ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
-    """`sweep`, or `sweep_shared` when the ranks share fewer cores than there are ranks."""
+    """`sweep`, or `sweep_shared` when the ranks share fewer cores than there are ranks (`runs` then stays
+    empty: that sweep's order depends on the costs)."""
     if shared_cores is not None and shared_cores < deps.num_ranks:
         from pipesim.sim.shared_cores import sweep_shared
 
         return sweep_shared(deps, durations, hops, gaps, shared_cores, rank_start)
-    return sweep(deps, durations, hops, gaps, rank_start)
+    return sweep(deps, durations, hops, gaps, rank_start, runs)
 
 
 def dispatch_gaps(deps: Dependencies, cost: CostModel) -> list[float]:
