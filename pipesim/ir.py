@@ -33,7 +33,8 @@ class ActionKind(StrEnum):
     BACKWARD_INPUT = "I"
     BACKWARD_WEIGHT = "W"
 
-    __str__ = str.__str__  # "F", not "ActionKind.FORWARD"; in C (StrEnum's own choice): JSON of 10^5 spans calls it
+    def __str__(self) -> str:  # "F", not "ActionKind.FORWARD"
+        return self.value
 
 
 F = ActionKind.FORWARD

@@ -10,7 +10,6 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable
-from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -347,22 +346,15 @@ def _spans_text(spans: tuple[Span, ...], path: str | Path) -> str:
     if not all(map(math.isfinite, starts)) or not all(map(math.isfinite, ends)):
         raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs")
     if {*map(type, starts), *map(type, ends)} == {float} and not any(map(_replica, spans)):
-        # a simulation's: float repr is json's, the action's text is Action.__str__'s; pieces made and joined column
-        # by column in C (no Python frame per span): a fifth quicker than one f-string per span
-        ranks = list(map(itemgetter(0), spans))
-        opening = {rank: f'{{"rank":{rank},"action":"' for rank in set(ranks)}
-        pieces = zip(
-            map(opening.__getitem__, ranks),
-            map("%d%s%d".__mod__, map(itemgetter(1), spans)),
-            repeat('","start":'),
-            map(float.__repr__, starts),
-            repeat(',"end":'),
-            map(float.__repr__, ends),
-            repeat(',"step":'),
-            map(str, map(itemgetter(4), spans)),
-            repeat("},"),
+        # a simulation's: float repr is json's; the action's text (Action.__str__) inline, unpacked: 1.8x quicker
+        # (than a dict per span; joining the pieces column by column in C was slower still: issue 31's third pass)
+        return ",".join(
+            [
+                f'{{"rank":{rank},"action":"{stage}{kind._value_}{microbatch}","start":{start!r},"end":{end!r},'
+                f'"step":{step}}}'
+                for rank, (stage, kind, microbatch), start, end, step, _ in spans
+            ]
         )
-        return "".join(chain.from_iterable(pieces))[:-1]
     number = {float: float.__repr__, int: int.__repr__}
     return ",".join(
         f'{{"rank":{s.rank},"action":"{s.action}","start":{number.get(type(s.start), _json_number)(s.start)},'

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
 from pipesim.ir import ActionKind
-from pipesim.records import COLLECTIVE_KINDS, Span, Timeline, rank_offsets
+from pipesim.records import COLLECTIVE_KINDS, Span, Timeline
 from pipesim.semantics.lower import StashSizes, changes_at_start, stash_table
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
@@ -36,13 +36,9 @@ def makespan(tl: Timeline) -> float:
 
 def _by_rank(tl: Timeline) -> list[list[Span]]:
     """Spans per rank, sorted by start (simulated timelines come sorted: the sort is then linear)."""
-    offsets = rank_offsets(tl)
-    if offsets is not None:  # a simulation's spans, grouped by rank: sliced, not appended one by one
-        rows = [list(tl.spans[offsets[r] : offsets[r + 1]]) for r in range(tl.num_ranks)]
-    else:
-        rows = [[] for _ in range(tl.num_ranks)]
-        for span in tl.spans:
-            rows[span[0]].append(span)
+    rows: list[list[Span]] = [[] for _ in range(tl.num_ranks)]
+    for span in tl.spans:
+        rows[span[0]].append(span)
     key = itemgetter(2)  # stable: equal starts keep their recorded order
     for row in rows:
         row.sort(key=key)
@@ -230,7 +226,7 @@ class Metrics:
 
 def _stash_sizes(tl: Timeline, cost: CostModel | None) -> dict[int, StashSizes]:
     """Per stage: bytes F stashes, and the part only W still needs after I (zeros without a cost model)."""
-    return stash_sizes(cost, set(map(itemgetter(0), map(itemgetter(1), tl.spans))))  # C speed: 10^5 spans
+    return stash_sizes(cost, {span[1][0] for span in tl.spans})
 
 
 def stash_sizes(cost: CostModel | None, stages: Iterable[int]) -> dict[int, StashSizes]:

@@ -23,13 +23,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import repeat
-from operator import itemgetter
 
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_ACTIONS
-from pipesim.records import COLLECTIVE_KINDS, Span, Timeline, rank_offsets
+from pipesim.records import COLLECTIVE_KINDS, Span, Timeline
 from pipesim.semantics.dag import dependencies
 from pipesim.sim.data_parallel import (
     AFTER_BACKWARD,
@@ -95,15 +94,9 @@ def rank_ends(timeline: Timeline) -> list[float]:
     """Per rank, when its last action of the timeline ends, or its last stated collective (torch's REDUCE_GRAD
     after the last backward); 0 when it has none."""
     ends = [0.0] * timeline.num_ranks
-    offsets = rank_offsets(timeline)
-    if offsets is not None:  # a simulation's spans, grouped by rank: a C-speed max per rank
-        span_ends = list(map(itemgetter(3), timeline.spans))
-        for rank in range(timeline.num_ranks):
-            ends[rank] = max(0.0, max(span_ends[offsets[rank] : offsets[rank + 1]], default=0.0))
-    else:
-        for rank, _, _, end, _, _ in timeline.spans:  # unpacked (a Span's six fields): no attribute lookups
-            if end > ends[rank]:
-                ends[rank] = end
+    for rank, _, _, end, _, _ in timeline.spans:  # unpacked (a Span's six fields): no attribute lookups
+        if end > ends[rank]:
+            ends[rank] = end
     for comm in timeline.comm:
         if comm.kind in COLLECTIVE_KINDS and comm.end > ends[comm.rank]:
             ends[comm.rank] = comm.end
