@@ -81,6 +81,9 @@ def test_replay_gives_a_fresh_sweeps_numbers_under_other_costs(schedule) -> None
     starts, ends, stuck = sweep(deps, durations, other.hops, other_gaps)
     assert not stuck
     assert replay(deps, runs, durations, other.hops, other_gaps) == (starts, ends)
+    no_gaps = [0.0] * len(durations)  # the planner's usual case, a loop of its own
+    starts, ends, _ = sweep(deps, durations, other.hops, no_gaps)
+    assert replay(deps, runs, durations, other.hops, no_gaps) == (starts, ends)
 
 
 def test_one_producer_sweep_still_finds_a_deadlock_within_a_rank() -> None:

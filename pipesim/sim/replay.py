@@ -31,6 +31,9 @@ def replay(
     starts = [0.0] * n
     ends = [0.0] * n
     clock = [0.0] * deps.num_ranks
+    if not any(gaps):  # no dispatch gap (the planner's usual case): the same sums without adding zeros
+        _replay_without_gaps(blocking, runs, durations, hops, starts, ends, clock)
+        return starts, ends
     for rank, first, stop in runs:
         now = clock[rank]
         for i in range(first, stop):
@@ -45,6 +48,31 @@ def replay(
             ends[i] = now
         clock[rank] = now
     return starts, ends
+
+
+def _replay_without_gaps(
+    blocking: list[int],
+    runs: list[tuple[int, int, int]],
+    durations: list[float],
+    hops: list[float],
+    starts: list[float],
+    ends: list[float],
+    clock: list[float],
+) -> None:
+    """`replay`'s loop where every gap is 0 (x + 0.0 is x: the numbers are the same)."""
+    for rank, first, stop in runs:
+        now = clock[rank]
+        for i in range(first, stop):
+            start = now
+            d = blocking[i]
+            if d >= 0:
+                arrival = ends[d] + hops[i]
+                if arrival > start:
+                    start = arrival
+            now = start + durations[i]
+            starts[i] = start
+            ends[i] = now
+        clock[rank] = now
 
 
 def duration_slots(deps: Dependencies, num_stages: int) -> list[int]:
