@@ -18,12 +18,15 @@ from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_to_dict
 from pipesim.io.formats import _spans_text, json_text, schedule_to_dict, timeline_to_dict
 from pipesim.ir import Action, B, F, make_schedule
+from pipesim.plan.paths import critical_path
 from pipesim.schedules import build_schedule, options_for, schedule_names
 from pipesim.semantics.dag import DeadlockError, Dependencies, dependencies
+from pipesim.semantics.lower import crossing_stages
+from pipesim.sim.data_parallel import reduction_charge
 from pipesim.sim.metrics import compute_metrics
 from pipesim.sim.replay import duration_slots, replay, slot_durations
 from pipesim.sim.simulate import action_durations, engine_inputs, simulate, sweep
-from pipesim.sim.steps import simulate_step
+from pipesim.sim.steps import simulate_step, step_tails
 
 
 def _family_schedules() -> list:
@@ -139,3 +142,27 @@ def test_simulate_json_is_the_timeline_document(
     expected = json_text(timeline_to_dict(step.timeline, summary), out)
     assert json.loads(written) == json.loads(expected)
     assert written == expected
+
+
+@pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
+def test_critical_path_reading_one_producer_is_the_general_walk(schedule) -> None:
+    """The planner's critical path (its bound for a shape's other cost models) takes the same edges either way."""
+    deps = dependencies(schedule)
+    if deps.joined:
+        pytest.skip("overlapped groups take the general walk")
+    crossing = crossing_stages(deps.actions)
+    for base in COSTS:
+        cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        inputs = engine_inputs(schedule, cost, deps)
+        starts, ends, _ = sweep(deps, inputs.durations, inputs.hops, inputs.gaps)
+        finish = [ends[deps.offsets[r + 1] - 1] for r in range(schedule.num_ranks)]
+        tails, windows = step_tails(finish, ends, None, cost, reduction_charge(schedule, cost))
+        walked = [
+            critical_path(
+                d, crossing, (starts, ends), (inputs.durations, inputs.hops, inputs.gaps), (finish, tails, windows),
+                schedule.num_stages,
+            )
+            for d in (deps, _general(deps))
+        ]  # fmt: skip
+        assert walked[0] == walked[1]
+        assert walked[0].length_ms(cost) == pytest.approx(max(f + t for f, t in zip(finish, tails, strict=True)))
