@@ -26,7 +26,7 @@ from pipesim.sim.data_parallel import reduction_charge
 from pipesim.sim.metrics import compute_metrics
 from pipesim.sim.replay import duration_slots, replay, slot_durations
 from pipesim.sim.simulate import action_durations, engine_inputs, simulate, sweep
-from pipesim.sim.steps import simulate_step, step_tails
+from pipesim.sim.steps import simulate_step, simulate_steps, step_tails
 
 
 def _family_schedules() -> list:
@@ -101,9 +101,9 @@ def test_one_producer_sweep_still_finds_a_deadlock_within_a_rank() -> None:
 @pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
 def test_spans_text_is_jsons_own_text_of_the_span_dicts(schedule) -> None:
     cost = COSTS[1].for_pipeline(schedule.num_stages, schedule.num_ranks)
-    timeline = simulate_step(schedule, cost).timeline
-    spans = timeline_to_dict(timeline)["spans"]
-    assert _spans_text(timeline.spans, "x.json") == json.dumps(spans, separators=(",", ":"))[1:-1]
+    for timeline in (simulate_step(schedule, cost).timeline, simulate_steps(schedule, cost, 2)):  # steps 0, then 0-1
+        spans = timeline_to_dict(timeline)["spans"]
+        assert _spans_text(timeline.spans, "x.json") == json.dumps(spans, separators=(",", ":"))[1:-1]
 
 
 @pytest.mark.parametrize(
