@@ -52,12 +52,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from pipesim._perf import paused_gc
 from pipesim.charts.export import ExportUnavailable
@@ -80,7 +80,6 @@ from pipesim.cli.common import (
 from pipesim.cli.listing import cmd_list
 from pipesim.cost.model import CostModel
 from pipesim.flags import EXIT_STATUS_HELP, run_main
-from pipesim.io.chrome_trace import timeline_to_chrome_trace
 from pipesim.io.cost_file import cost_to_dict
 from pipesim.io.formats import (
     UnwritableOutput,
@@ -99,11 +98,12 @@ from pipesim.schedules import build_schedule
 from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import validate
 from pipesim.sim.data_parallel import ALLREDUCE
-from pipesim.sim.jitter import StepInterval, step_interval
 from pipesim.sim.metrics import Metrics, compute_metrics
-from pipesim.sim.spread import cost_spread
 from pipesim.sim.steps import SimulatedStep, simulate_step
 from pipesim.units import format_memory
+
+if TYPE_CHECKING:  # sampled steps, their spread and traces load where a run asks for them (a lean `simulate`)
+    from pipesim.sim.jitter import StepInterval
 
 # --- parser ---------------------------------------------------------------------------
 
@@ -254,6 +254,8 @@ def _with_step_costs(cost: CostModel, args: argparse.Namespace, num_ranks: int) 
 
 def _steps_lines(schedule: Schedule, step: SimulatedStep, cost: CostModel, args: argparse.Namespace) -> list[str]:
     """The step time as a training loop sees it (overhead included), and over --steps N steps in a row."""
+    import statistics
+
     from pipesim.sim.steps import simulate_steps
 
     lines = [f"step time {step.step_ms:.3f} ms (actions, dispatch gaps and the last rank's overhead)"]
@@ -285,6 +287,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cost = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)
     sampling = sampling_from_args(args)
     if sampling is None and args.cost is not None:  # a run's cost file keeps the spread its in-situ steps measured
+        from pipesim.sim.spread import cost_spread
+
         measured = cost_spread(cost)
         sampling = None if measured is None else (measured, args.samples, args.seed)
     perturbation = whatif.perturbation_from_args(args, schedule.num_ranks)
@@ -296,6 +300,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     lines = _summary_lines(schedule, metrics, show_bytes=args.cost is not None)
     interval = None
     if sampling is not None:
+        from pipesim.sim.jitter import step_interval
+
         interval = step_interval(schedule, cost, *sampling)
         lines.append(
             f"sampled step: {interval.step_ms:.3f} ms, 90% interval {interval.p05_ms:.3f}..{interval.p95_ms:.3f} ms "
@@ -340,6 +346,8 @@ def _write_simulation_files(
         files[args.csv] = schedule_to_csv(schedule, args.csv_format)  # CSV whatever the file's suffix
     if args.trace is not None:
         # with a flow arrow per message between ranks
+        from pipesim.io.chrome_trace import timeline_to_chrome_trace
+
         files[args.trace] = json_text(timeline_to_chrome_trace(timeline, schedule), args.trace)
     write_files(files)
     written = [str(path) for path in files]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import os
 import sys
 from pathlib import Path
@@ -245,6 +244,8 @@ def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:
     if images:
         # The browser's driver logs its own warnings ("Wait expired, Browser is being closed by watchdog.") through
         # logging's last-resort handler onto stderr; a failure is this command's one line, so they go nowhere.
+        import logging  # only where an image is rendered
+
         for logger in (logging.getLogger("choreographer"), logging.getLogger("kaleido")):
             if not any(isinstance(handler, logging.NullHandler) for handler in logger.handlers):
                 logger.addHandler(logging.NullHandler())

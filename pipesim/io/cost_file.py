@@ -25,17 +25,18 @@ import json
 import math
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipesim.cost.collectives import DEFAULT_BUCKET_BYTES
-from pipesim.cost.description import ModelDescription
 from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, Provenance, RankRuntime, StageCost
-from pipesim.cost.profile import UnitProfile
 from pipesim.io.formats import read_json, write_json
-from pipesim.io.profile_file import PROFILE_VERSION, profile_from_dict, profile_to_dict
 from pipesim.limits import MAX_COST_BYTES, MAX_COST_VALUES, PATH_TAKES, PATH_TYPES, require
 from pipesim.numbers import check_number, shown
 from pipesim.programs import programs
+
+if TYPE_CHECKING:  # a unit profile's modules load where one is read or written (not for `simulate --json`)
+    from pipesim.cost.description import ModelDescription
+    from pipesim.cost.profile import UnitProfile
 
 COST_FORMAT = "pipesim.cost"
 COST_FORMAT_VERSION = 1
@@ -124,6 +125,8 @@ def _list(data: dict[str, Any], key: str, default: list) -> list:
 
 def cost_from_dict(data: Any) -> CostModel:
     """Read the versioned cost file format; every error names the field at fault."""
+    from pipesim.io.profile_file import PROFILE_VERSION  # a file is read: its profile's version is worth loading
+
     if not isinstance(data, dict) or data.get("format") != COST_FORMAT:
         raise ValueError(f'not a pipesim cost file: expected "format": "{COST_FORMAT}"')
     version = data.get("version")
@@ -203,6 +206,8 @@ def cost_from_dict(data: Any) -> CostModel:
 def _description(raw: Any) -> ModelDescription | None:
     if raw is None:
         return None
+    from pipesim.cost.description import ModelDescription  # a cost file's model, read only where it has one
+
     known = {f.name for f in fields(ModelDescription)}
     record = _record(raw, "description", known)
     try:
@@ -229,6 +234,8 @@ def load_cost_file(path: str | Path) -> CostModel | UnitProfile:
     """Either version: a run's stage costs (version 1, a `CostModel`) or a model profiled per unit (version 2, a
     `UnitProfile`); what `plan --cost` reads."""
     require(path, "path", PATH_TYPES, PATH_TAKES)
+    from pipesim.io.profile_file import PROFILE_VERSION, profile_from_dict
+
     data = _read(path)
     if isinstance(data, dict) and data.get("format") == COST_FORMAT and data.get("version") == PROFILE_VERSION:
         return profile_from_dict(data)
@@ -237,4 +244,6 @@ def load_cost_file(path: str | Path) -> CostModel | UnitProfile:
 
 def save_profile(profile: UnitProfile, path: str | Path) -> None:
     """Write a unit profile (version 2) atomically."""
+    from pipesim.io.profile_file import profile_to_dict
+
     write_json(profile_to_dict(profile, COST_FORMAT), path)

@@ -24,6 +24,7 @@ from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, last_gradients, reduction_charge
 from pipesim.sim.memory import OrderWalk, static_bytes
+from pipesim.sim.replay import duration_slots, replay, slot_durations
 from pipesim.sim.simulate import action_durations, boundary_transfers, dispatch_gaps, run_engine
 from pipesim.sim.steps import step_tails, step_time_ms
 
@@ -39,6 +40,8 @@ class Shape:
     deps: Dependencies | None = None
     crossing: list[int] | None = None
     adopted: bool = False  # made elsewhere (a synthesized order: pipesim.plan.synthesized), not by a family
+    slots: list[int] | None = None  # per action, its (kind, stage) place in a duration table (`duration_slots`)
+    runs: list[tuple[int, int, int]] | None = None  # the order its first sweep ran in, for `replay`
 
 
 class Evaluator:
@@ -255,11 +258,24 @@ class Evaluator:
         cost, _ = self._priced.pop(id(c))
         shape = self._built(c)
         schedule, deps = shape.schedule, self.dependencies(shape)
-        durations = action_durations(deps, cost, schedule.num_stages)
         transfer = boundary_transfers(schedule, cost)
-        hops = [transfer[b] for b in shape.crossing]
+        hops = list(map(transfer.__getitem__, shape.crossing))
         gaps = dispatch_gaps(deps, cost)
-        starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores)
+        shared = cost.shared_cores is not None and cost.shared_cores < deps.num_ranks
+        if deps.joined or deps.blocking is None:  # the general engine, and nothing of it to reuse
+            durations = action_durations(deps, cost, schedule.num_stages)
+            starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores)
+        else:  # a shape's later cost models walk the order its first sweep found (`replay`: the same numbers)
+            if shape.slots is None:
+                shape.slots = duration_slots(deps, schedule.num_stages)
+            durations = slot_durations(shape.slots, cost, schedule.num_stages)
+            if shape.runs is not None and not shared:
+                (starts, ends), stuck = replay(deps, shape.runs, durations, hops, gaps), []
+            else:
+                runs: list[tuple[int, int, int]] = []
+                starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores, runs=runs)
+                if not shared and not stuck:
+                    shape.runs = runs
         if stuck:
             c.error = "the schedule deadlocks"
             return None

@@ -77,6 +77,9 @@ def critical_path(
         first = max(k for k, (position, start, _) in enumerate(row) if start <= ends[position])
         i = row[first][0]
         reductions.update(stage_of for stage_of in _stages(deps, row[first:]))
+    blocking = None if joined else deps.blocking
+    if blocking is not None:
+        i = _walk_blocking(deps, blocking, crossing, times, inputs, i, (actions, transfers, paid))
     while i >= 0:
         rank = ranks[i]
         stage, kind, _ = deps.actions[i]
@@ -99,6 +102,46 @@ def critical_path(
         assert best <= starts[i] + 1e-9 * max(1.0, abs(starts[i])) or not math.isfinite(best), "not a sweep edge"
         i = step
     return CriticalPath(actions, transfers, paid, reductions, last_rank, deps.num_ranks, num_stages)
+
+
+def _walk_blocking(
+    deps: Dependencies,
+    blocking: list[int],
+    crossing: list[int],
+    times: tuple[list[float], list[float]],
+    inputs: tuple[list[float], list[float], list[float]],
+    i: int,
+    counts: tuple[Counter, Counter, Counter],
+) -> int:
+    """`critical_path`'s walk where no action is in an overlapped group, reading one producer per action
+    (`Dependencies.blocking`): a producer earlier on the action's own rank ended no later than the rank's previous
+    action, so it never sets the start strictly later and the walk takes the same edges. Returns -1 (done)."""
+    starts, ends = times
+    _, hops, gaps = inputs
+    actions, transfers, paid = counts
+    ranks, offsets, kinds = deps.ranks, deps.offsets, deps.actions
+    while i >= 0:
+        rank = ranks[i]
+        stage, kind, _ = kinds[i]
+        actions[(stage, kind, False)] += 1
+        previous = i - 1 if i > offsets[rank] else -1
+        best, step = (ends[previous] if previous >= 0 else 0.0) + gaps[i], previous
+        d = blocking[i]
+        crosses = False
+        if d >= 0:
+            crosses = ranks[d] != rank
+            arrival = ends[d] + (hops[i] if crosses else 0.0)
+            if arrival > best:
+                best, step = arrival, d
+            else:
+                crosses = False
+        if step == previous:
+            paid[rank] += 1
+        elif crosses:
+            transfers[crossing[i]] += 1
+        assert best <= starts[i] + 1e-9 * max(1.0, abs(starts[i])) or not math.isfinite(best), "not a sweep edge"
+        i = step
+    return i
 
 
 def _stages(deps: Dependencies, windows: list[tuple[int, float, float]]) -> list[int]:

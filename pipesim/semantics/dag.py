@@ -20,6 +20,7 @@ member's inputs before it starts (`Dependencies.joined`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -56,7 +57,6 @@ class Dependencies:
     actions: list[Action]
     ranks: list[int]
     offsets: list[int]
-    index: dict[Action, int]
     deps: list[tuple[int, ...]]
     joined: dict[int, tuple[int, ...]] | None = None  # an overlapped group's first id -> its other members' ids
     sends: dict[tuple[int, int], str] | None = None  # (consumer id, gate id) -> the SEND the consumer waits for
@@ -64,6 +64,35 @@ class Dependencies:
     @property
     def num_ranks(self) -> int:
         return len(self.offsets) - 1
+
+    @cached_property
+    def index(self) -> dict[Action, int]:
+        """Action -> id, made on first use: a simulation of plain compute actions never asks (10^5 actions hashed
+        for nothing took a third of `dependencies`)."""
+        return dict(zip(self.actions, range(len(self.actions)), strict=True))
+
+    @cached_property
+    def blocking(self) -> list[int] | None:
+        """Per action, the one producer that can keep it waiting, or -1: one on another rank, or later in its own
+        rank's list (a deadlock). A producer earlier on its own rank has always ended by then, since a rank runs its
+        list in order. None where an action has two such producers (the engine then reads `deps` as they are).
+
+        Built once per dependencies (the planner sweeps a shape under several cost models): with it the engine's
+        inner loop reads one producer per action rather than a tuple (`pipesim.sim.simulate.sweep`)."""
+        blocking: list[int] = []
+        append = blocking.append
+        offsets, dep_lists = self.offsets, self.deps
+        for rank in range(len(offsets) - 1):
+            first = offsets[rank]
+            for i in range(first, offsets[rank + 1]):
+                found = -1
+                for d in dep_lists[i]:
+                    if d < first or d >= i:  # on another rank (ids are rank-major), or later on this one
+                        if found >= 0:
+                            return None
+                        found = d
+                append(found)
+        return blocking
 
 
 class DeadlockError(ScheduleError):
@@ -101,21 +130,26 @@ def dependencies(schedule: Schedule) -> Dependencies:
         ranks.extend([rank] * len(row))
         offsets.append(len(actions))
     _check_ranges(schedule, actions, ranks, offsets)
-    index = dict(zip(actions, range(len(actions)), strict=True))
-    if len(index) != len(actions):
-        _raise_duplicate(actions, index, ranks, offsets)
-    deps = producer_ids(actions, schedule.num_stages, schedule.num_microbatches)
-    if any(map((-1).__eq__, chain.from_iterable(deps))):
+    try:
+        deps = producer_ids(actions, schedule.num_stages, schedule.num_microbatches, unique=True)
+    except ValueError:  # an action runs twice: name the first repeat
+        _raise_duplicate(actions, dict(zip(actions, range(len(actions)), strict=True)), ranks, offsets)
+        raise
+    made = Dependencies(actions, ranks, offsets, deps)
+    if -1 in chain.from_iterable(deps):  # a C-speed scan
         missing = next(a for a, ds in zip(actions, deps, strict=True) if -1 in ds)
-        _raise_missing(missing, index, ranks, offsets, schedule.num_stages)
+        _raise_missing(missing, made.index, ranks, offsets, schedule.num_stages)
     gates = send_gates(schedule)
+    groups = overlap_groups(schedule)
+    if gates is None and not groups:
+        return made
+    index = made.index
     sends: dict[tuple[int, int], str] | None = None
     if gates is not None:
         sends = {}
         deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages, sends)
-    groups = overlap_groups(schedule)
     joined = {index[group[0]]: tuple(index[a] for a in group[1:]) for group in groups} if groups else None
-    return Dependencies(actions, ranks, offsets, index, deps, joined, sends)
+    return Dependencies(actions, ranks, offsets, deps, joined, sends)
 
 
 def _gated(

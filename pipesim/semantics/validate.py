@@ -23,6 +23,7 @@ the dependency graph (`pipesim.sim.simulate.find_deadlock`).
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import compress, repeat
 from operator import is_, itemgetter, lt
 
@@ -279,9 +280,7 @@ def _check_missing(
     def present(key: tuple) -> bool:
         return key in position or key in misplaced
 
-    counts = {kind: 0 for kind in (F, B, I, W)}
-    for action in position:
-        counts[action.kind] += 1
+    counts = Counter(map(itemgetter(1), position))  # C speed: 10^5 actions
     expected = schedule.num_stages * schedule.num_microbatches
     if counts[F] == expected and counts[B] + counts[I] == expected:
         return  # no duplicates and no out-of-range entries survive the scan: all present

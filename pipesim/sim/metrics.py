@@ -27,11 +27,16 @@ def _origin(tl: Timeline) -> float:
 
 def makespan(tl: Timeline) -> float:
     """Step time: from the first start to the last end on any rank."""
+    return _makespan(tl, _origin(tl))
+
+
+def _makespan(tl: Timeline, origin: float) -> float:
+    """`makespan` given the timeline's `_origin` (one pass over 10^5 spans spared where the caller has it)."""
     if not tl.spans:
         return 0.0
     last = max(map(itemgetter(3), tl.spans))
     last = max([last] + [c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS])  # a collective may end a step
-    return last - _origin(tl)
+    return last - origin
 
 
 def _by_rank(tl: Timeline) -> list[list[Span]]:
@@ -62,7 +67,7 @@ def _gaps(row: list[Span], origin: float, finish: float) -> list[tuple[float, fl
 def idle_intervals(tl: Timeline) -> list[list[tuple[float, float]]]:
     """Per rank, the gaps within [origin, origin + makespan] where it runs nothing."""
     origin = _origin(tl)
-    finish = origin + makespan(tl)
+    finish = origin + _makespan(tl, origin)
     return [_gaps(row, origin, finish) for row in _by_rank(tl)]
 
 
@@ -275,8 +280,8 @@ def _rank_summary(
 @paused_gc()
 def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
-    total = makespan(tl)
     origin = _origin(tl)
+    total = _makespan(tl, origin)
     rows = _by_rank(tl)
     table = stash_table(_stash_sizes(tl, cost))
     summaries = [_rank_summary(row, table, origin, origin + total) for row in rows]

@@ -28,6 +28,7 @@ def sweep(
     hops: list[float],
     gaps: list[float] | None = None,
     rank_start: list[float] | None = None,
+    runs: list[tuple[int, int, int]] | None = None,
 ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
     """Run every rank's list in order, each action as soon as its inputs have arrived.
 
@@ -43,7 +44,8 @@ def sweep(
     An overlapped group (`deps.joined`)
     starts once every member's inputs are in; its members then run back to
     back. Returns (starts, ends, stuck) where stuck lists (rank, head id,
-    awaited id) when ranks deadlock.
+    awaited id) when ranks deadlock. `runs`, when given and the one-producer loop runs, receives the (rank, first
+    id, end id) stretches in the order they ran: an order `replay` times again under other costs.
     """
     joined = deps.joined
     n = len(deps.actions)
@@ -56,6 +58,9 @@ def sweep(
     ready = list(range(deps.num_ranks - 1, -1, -1))
     if gaps is None:
         gaps = [0.0] * n  # one addition per action rather than a test
+    blocking = None if joined else deps.blocking
+    if blocking is not None:
+        _sweep_blocking(blocking, offsets, durations, hops, gaps, starts, ends, pointer, clock, waiting, ready, runs)
     while ready:
         rank = ready.pop()
         i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
@@ -97,6 +102,56 @@ def sweep(
             awaited = next(d for m in members for d in dep_lists[m] if ends[d] < 0)
             stuck.append((rank, i, awaited))
     return starts, ends, stuck
+
+
+def _sweep_blocking(
+    blocking: list[int],
+    offsets: list[int],
+    durations: list[float],
+    hops: list[float],
+    gaps: list[float],
+    starts: list[float],
+    ends: list[float],
+    pointer: list[int],
+    clock: list[float],
+    waiting: list[list[int] | None],
+    ready: list[int],
+    runs: list[tuple[int, int, int]] | None = None,
+) -> None:
+    """`sweep`'s loop where each action has at most one producer that can keep it waiting (`deps.blocking`, no
+    overlapped group): one producer read per action, whose wait always pays the hop (it sits on another rank, or
+    later on this one and never ends first). Fills `starts`, `ends`, `pointer`, `clock` and `waiting` in place and
+    empties `ready`; the same times as the general loop, a third quicker on 10^5 actions. `runs` (when given)
+    receives each stretch a rank ran before it parked."""
+    while ready:
+        rank = ready.pop()
+        i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
+        first = i
+        while i < stop:
+            start = now + gaps[i]
+            d = blocking[i]
+            if d >= 0:
+                arrival = ends[d]
+                if arrival < 0:  # d has not ended: park on it
+                    parked = waiting[d]
+                    if parked is None:
+                        waiting[d] = [rank]
+                    else:
+                        parked.append(rank)
+                    break
+                arrival += hops[i]
+                if arrival > start:
+                    start = arrival
+            now = start + durations[i]
+            starts[i] = start
+            ends[i] = now
+            parked = waiting[i]
+            if parked is not None:
+                ready.extend(parked)
+            i += 1
+        pointer[rank], clock[rank] = i, now
+        if runs is not None and i > first:
+            runs.append((rank, first, i))
 
 
 def _group_start(
@@ -282,18 +337,22 @@ def run_engine(
     gaps: list[float],
     shared_cores: int | None,
     rank_start: list[float] | None = None,
+    runs: list[tuple[int, int, int]] | None = None,
 ) -> tuple[list[float], list[float], list[tuple[int, int, int]]]:
-    """`sweep`, or `sweep_shared` when the ranks share fewer cores than there are ranks."""
+    """`sweep`, or `sweep_shared` when the ranks share fewer cores than there are ranks (`runs` then stays
+    empty: that sweep's order depends on the costs)."""
     if shared_cores is not None and shared_cores < deps.num_ranks:
         from pipesim.sim.shared_cores import sweep_shared
 
         return sweep_shared(deps, durations, hops, gaps, shared_cores, rank_start)
-    return sweep(deps, durations, hops, gaps, rank_start)
+    return sweep(deps, durations, hops, gaps, rank_start, runs)
 
 
 def dispatch_gaps(deps: Dependencies, cost: CostModel) -> list[float]:
     """Per action, its rank's dispatch gap (`CostModel.dispatch_ms`; zeros when none was measured)."""
     per_rank = cost.dispatch_per_rank(deps.num_ranks)
+    if not any(per_rank):
+        return [0.0] * len(deps.ranks)  # none measured: a list made at once
     return list(map(per_rank.__getitem__, deps.ranks))  # in C: 10^5 actions
 
 

@@ -22,10 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pipesim.cost.model import CostModel
-from pipesim.cost.profile import UnitProfile
 from pipesim.ir import ActionKind
+
+if TYPE_CHECKING:  # a profile is read only where one is given (the profile's modules stay out of `simulate`)
+    from pipesim.cost.profile import UnitProfile
 
 MAX_CV = 5.0  # a coefficient of variation above 500% is a measuring error, not a spread
 MEDIAN_SE = math.sqrt(math.pi / 2)  # the median's standard error over the mean's, for a normal spread

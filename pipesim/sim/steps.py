@@ -90,13 +90,20 @@ def step_tails(
     return rank_tails_ms(finished, done, cost.overhead_ms(len(finished))), windows
 
 
-def rank_ends(timeline: Timeline) -> list[float]:
+def rank_ends(timeline: Timeline, offsets: list[int] | None = None) -> list[float]:
     """Per rank, when its last action of the timeline ends, or its last stated collective (torch's REDUCE_GRAD
-    after the last backward); 0 when it has none."""
+    after the last backward); 0 when it has none. `offsets` (a simulation's `Dependencies.offsets`, its spans laid
+    rank by rank in each rank's order, one after another): each rank's last span is its latest, read directly."""
     ends = [0.0] * timeline.num_ranks
-    for rank, _, _, end, _, _ in timeline.spans:  # unpacked (a Span's six fields): no attribute lookups
-        if end > ends[rank]:
-            ends[rank] = end
+    if offsets is not None:
+        spans = timeline.spans
+        for rank in range(timeline.num_ranks):
+            if offsets[rank + 1] > offsets[rank]:
+                ends[rank] = max(0.0, spans[offsets[rank + 1] - 1][3])
+    else:
+        for rank, _, _, end, _, _ in timeline.spans:  # unpacked (a Span's six fields): no attribute lookups
+            if end > ends[rank]:
+                ends[rank] = end
     for comm in timeline.comm:
         if comm.kind in COLLECTIVE_KINDS and comm.end > ends[comm.rank]:
             ends[comm.rank] = comm.end
@@ -118,12 +125,15 @@ def simulate_step(schedule: Schedule, cost: CostModel) -> SimulatedStep:
     """One step of `schedule` under `cost`, as a training loop runs it: the reduction charged where
     `reduction_charge` says, the step time by `step_time_ms`. Raises DeadlockError / ValueError as `simulate`."""
     charge = reduction_charge(schedule, cost)
-    timeline = simulate(charged_schedule(schedule, charge), cost)
-    finished = rank_ends(timeline)
+    charged = charged_schedule(schedule, charge)
+    deps = dependencies(charged)
+    timeline = simulate(charged, cost, deps)  # spans in the engine's order: each rank's, as it runs
+    alone = cost.shared_cores is None or cost.shared_cores >= deps.num_ranks  # each rank's spans back to back
+    finished = rank_ends(timeline, deps.offsets if alone else None)
     last = ends = actions = None  # what the reduction after each backward reads: no list of 10^5 built otherwise
     if charge == AFTER_BACKWARD:
-        actions = [span.action for span in timeline.spans]  # spans are in the engine's order: each rank's, as it runs
-        last = last_gradients([span.rank for span in timeline.spans], actions, timeline.num_ranks)
+        actions = deps.actions
+        last = last_gradients(deps.ranks, actions, timeline.num_ranks)
         ends = [span.end for span in timeline.spans]
     tails, windows = step_tails(finished, ends or [], last, cost, charge)
     extra_comm = reduction_spans(windows, actions or [], cost.dp_group.replicas) if windows else ()

@@ -256,6 +256,5 @@ class Instance:
         for order in orders:
             offsets.append(offsets[-1] + len(order))
         ranks = [self.rank[i] for i in flat]
-        index = {a: k for k, a in enumerate(actions)}
         deps = producer_ids(actions, self.num_stages, self.num_microbatches)
-        return Dependencies(actions, ranks, offsets, index, deps), flat
+        return Dependencies(actions, ranks, offsets, deps), flat

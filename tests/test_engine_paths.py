@@ -1,0 +1,168 @@
+"""The engine's quick paths give the numbers and the documents of the plain ones (issue 31's third speed pass).
+
+* the one-producer sweep (`Dependencies.blocking`) against the general loop, on every registered family;
+* `replay` of a sweep's runs under other costs against a fresh sweep under those costs;
+* the spans' JSON joined in C (`pipesim.io.formats._spans_text`) against json's own text of the span dicts, and a
+  whole `simulate --json` document against `timeline_to_dict`, for interleaved, zero-bubble and V-shaped schedules.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipesim.cli.main import main as pipesim_main
+from pipesim.cost.model import CostModel
+from pipesim.io.cost_file import cost_to_dict
+from pipesim.io.formats import _spans_text, json_text, schedule_to_dict, timeline_to_dict
+from pipesim.ir import Action, B, F, make_schedule
+from pipesim.plan.paths import critical_path
+from pipesim.schedules import build_schedule, options_for, schedule_names
+from pipesim.semantics.dag import DeadlockError, Dependencies, dependencies
+from pipesim.semantics.lower import crossing_stages
+from pipesim.sim.data_parallel import reduction_charge
+from pipesim.sim.metrics import compute_metrics
+from pipesim.sim.replay import duration_slots, replay, slot_durations
+from pipesim.sim.simulate import action_durations, engine_inputs, simulate, sweep
+from pipesim.sim.steps import simulate_step, simulate_steps, step_tails
+
+
+def _family_schedules() -> list:
+    """Every registered family at a few shapes (two chunks per rank where the family takes them)."""
+    made = []
+    for name in schedule_names():
+        for ranks, microbatches in ((2, 3), (4, 8), (3, 7)):
+            try:
+                made.append(build_schedule(name, ranks, microbatches, **options_for(name, num_virtual_stages=2)))
+            except ValueError:
+                continue
+    return made
+
+
+FAMILIES = _family_schedules()
+COSTS = (
+    CostModel.uniform(1.0, 2.0),
+    CostModel.uniform(forward_ms=1.1, backward_ms=2.3, comm_ms=0.13),
+)
+
+
+def _general(deps: Dependencies) -> Dependencies:
+    """The same dependencies with the one-producer loop switched off."""
+    plain = Dependencies(deps.actions, deps.ranks, deps.offsets, deps.deps, deps.joined, deps.sends)
+    plain.__dict__["blocking"] = None  # the cached property, answered before it is asked
+    return plain
+
+
+@pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
+def test_one_producer_sweep_is_the_general_sweep(schedule) -> None:
+    deps = dependencies(schedule)
+    assert deps.blocking is not None, "every family has at most one producer that can keep an action waiting"
+    for base in COSTS:
+        cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        inputs = engine_inputs(schedule, cost, deps)
+        quick = sweep(deps, inputs.durations, inputs.hops, inputs.gaps)
+        plain = sweep(_general(deps), inputs.durations, inputs.hops, inputs.gaps)
+        assert quick == plain and not quick[2]
+
+
+@pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
+def test_replay_gives_a_fresh_sweeps_numbers_under_other_costs(schedule) -> None:
+    deps = dependencies(schedule)
+    if deps.joined:
+        pytest.skip("overlapped groups take the general loop, which records no runs")
+    first, second = (c.for_pipeline(schedule.num_stages, schedule.num_ranks) for c in COSTS)
+    runs: list[tuple[int, int, int]] = []
+    inputs = engine_inputs(schedule, first, deps)
+    sweep(deps, inputs.durations, inputs.hops, inputs.gaps, runs=runs)
+    assert sum(stop - start for _, start, stop in runs) == len(deps.actions)
+    other = engine_inputs(schedule, second, deps)
+    other_gaps = [g + 0.01 * (i % 3) for i, g in enumerate(other.gaps)]  # a dispatch gap that varies
+    durations = slot_durations(duration_slots(deps, schedule.num_stages), second, schedule.num_stages)
+    assert durations == action_durations(deps, second, schedule.num_stages)
+    starts, ends, stuck = sweep(deps, durations, other.hops, other_gaps)
+    assert not stuck
+    assert replay(deps, runs, durations, other.hops, other_gaps) == (starts, ends)
+    no_gaps = [0.0] * len(durations)  # the planner's usual case, a loop of its own
+    starts, ends, _ = sweep(deps, durations, other.hops, no_gaps)
+    assert replay(deps, runs, durations, other.hops, no_gaps) == (starts, ends)
+
+
+def test_one_producer_sweep_still_finds_a_deadlock_within_a_rank() -> None:
+    """A backward before its own forward on one rank: the producer later in the rank's list keeps it waiting."""
+    rows = [[Action(0, F, 0), Action(0, B, 0)], [Action(1, B, 0), Action(1, F, 0)]]
+    schedule = make_schedule("late forward", 2, 1, [0, 1], rows)
+    assert dependencies(schedule).blocking is not None
+    with pytest.raises(DeadlockError):
+        simulate(schedule, CostModel.uniform().for_pipeline(2, 2))
+
+
+@pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
+def test_spans_text_is_jsons_own_text_of_the_span_dicts(schedule) -> None:
+    cost = COSTS[1].for_pipeline(schedule.num_stages, schedule.num_ranks)
+    for timeline in (simulate_step(schedule, cost).timeline, simulate_steps(schedule, cost, 2)):  # steps 0, then 0-1
+        spans = timeline_to_dict(timeline)["spans"]
+        assert _spans_text(timeline.spans, "x.json") == json.dumps(spans, separators=(",", ":"))[1:-1]
+
+
+@pytest.mark.parametrize(
+    ("name", "ranks", "microbatches", "flags"),
+    [
+        ("interleaved-1f1b", 32, 128, ["--virtual-stages", "2"]),  # the torch comparison's case, compact JSON
+        ("zb-h2", 8, 400, ["--w", "0.7", "--comm", "0.1"]),
+        ("zbv", 8, 320, ["--f", "1.1", "--b", "2.3"]),
+        ("interleaved-1f1b", 4, 8, ["--virtual-stages", "2", "--comm", "0.05"]),  # small: the indented path
+    ],
+)
+def test_simulate_json_is_the_timeline_document(
+    tmp_path: Path, name: str, ranks: int, microbatches: int, flags: list[str]
+) -> None:
+    """`simulate --json` writes the document `timeline_to_dict` describes, key for key and value for value."""
+    out = tmp_path / "out.json"
+    argv = ["simulate", "--schedule", name, "--ranks", str(ranks), "--microbatches", str(microbatches), *flags]
+    assert pipesim_main([*argv, "--json", str(out)]) == 0
+    values = dict(zip(flags[::2], flags[1::2], strict=True))
+    chunks = {"num_virtual_stages": int(values["--virtual-stages"])} if "--virtual-stages" in values else {}
+    schedule = build_schedule(name, ranks, microbatches, **chunks)
+    cost = CostModel.uniform(
+        forward_ms=float(values.get("--f", 1.0)),
+        backward_ms=float(values.get("--b", 2.0)),
+        weight_ms=float(values["--w"]) if "--w" in values else None,
+        comm_ms=float(values.get("--comm", 0.0)),
+    ).for_pipeline(schedule.num_stages, schedule.num_ranks)
+    step = simulate_step(schedule, cost)
+    summary = {
+        **compute_metrics(step.timeline, cost).to_dict(),
+        "step_ms": step.step_ms,
+        "schedule": schedule_to_dict(schedule),
+        "cost": cost_to_dict(cost),
+    }
+    written = out.read_text()
+    expected = json_text(timeline_to_dict(step.timeline, summary), out)
+    assert json.loads(written) == json.loads(expected)
+    assert written == expected
+
+
+@pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
+def test_critical_path_reading_one_producer_is_the_general_walk(schedule) -> None:
+    """The planner's critical path (its bound for a shape's other cost models) takes the same edges either way."""
+    deps = dependencies(schedule)
+    if deps.joined:
+        pytest.skip("overlapped groups take the general walk")
+    crossing = crossing_stages(deps.actions)
+    for base in COSTS:
+        cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        inputs = engine_inputs(schedule, cost, deps)
+        starts, ends, _ = sweep(deps, inputs.durations, inputs.hops, inputs.gaps)
+        finish = [ends[deps.offsets[r + 1] - 1] for r in range(schedule.num_ranks)]
+        tails, windows = step_tails(finish, ends, None, cost, reduction_charge(schedule, cost))
+        walked = [
+            critical_path(
+                d, crossing, (starts, ends), (inputs.durations, inputs.hops, inputs.gaps), (finish, tails, windows),
+                schedule.num_stages,
+            )
+            for d in (deps, _general(deps))
+        ]  # fmt: skip
+        assert walked[0] == walked[1]
+        assert walked[0].length_ms(cost) == pytest.approx(max(f + t for f, t in zip(finish, tails, strict=True)))
