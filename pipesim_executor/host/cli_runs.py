@@ -31,7 +31,8 @@ def summary_lines(result) -> list[str]:
     if config is not None:
         lines.append(f"schedule {config.describe()}")
         if config.inject.inject:
-            lines.append(f"inject   {config.inject.perturbation().describe()} (priced into the prediction)")
+            every = "alternate steps (uniform, injected, ...)" if config.inject.alternates else "every step"
+            lines.append(f"inject   {config.inject.perturbation().describe()} on {every} (priced into the prediction)")
     if result.outcome:
         lines.append(f"outcome  {result.outcome}")
     if result.message:
