@@ -168,12 +168,25 @@ def run_case(
 
 
 def what_if(
-    root: Path, families: tuple[str, ...], sizes: tuple[int, ...], quick: bool, steps: int, pace: Pace
+    root: Path,
+    families: tuple[str, ...],
+    sizes: tuple[int, ...],
+    quick: bool,
+    steps: int,
+    pace: Pace,
+    labels: tuple[str, ...] | None = None,
 ) -> list[dict]:
+    """Every family on every case (`labels`: only the cases of those labels, e.g. rank1x1.5, link1-2p5ms)."""
     rows = []
     # case-major, the sizes interleaved: a run cut by --budget-min still has every family on the same cases
     count = len(cases_for(sizes[0], quick))  # the same for every size
     order = [(ranks, cases_for(ranks, quick)[index]) for index in range(count) for ranks in sizes]
+    if labels is not None:
+        known = {label for _, (label, _) in order}
+        unknown = sorted(set(labels) - known)
+        if unknown:
+            raise SystemExit(f"--cases: unknown {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+        order = [(ranks, case) for ranks, case in order if case[0] in labels]
     for ranks, (label, text) in order:
         for family in families:
             if time.monotonic() > pace.deadline:
@@ -335,6 +348,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16, help="measured steps per launch: half of them injected")
     parser.add_argument("--ranks", type=lambda t: tuple(int(x) for x in t.split(",")), help="instead of the sizes")
     parser.add_argument("--families", type=lambda t: tuple(t.split(",")), help="instead of the mode's families")
+    parser.add_argument("--cases", type=lambda t: tuple(t.split(",")), help="only these case labels (rank1x1.5,..)")
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--skip-what-if", action="store_true")
     parser.add_argument("--skip-localisation", action="store_true")
@@ -363,7 +377,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-stragglers-") as tmp:
         root = Path(tmp)
         if not args.skip_what_if:
-            rows = what_if(root, families, sizes, args.quick, args.steps, pace)
+            rows = what_if(root, families, sizes, args.quick, args.steps, pace, args.cases)
             out.update(rows=rows, summary=stats.summary(rows), ranking=stats.ranking(rows))
             print(json.dumps({"summary": out["summary"], "ranking": out["ranking"]}, indent=1), flush=True)
             print(stats.table(rows), flush=True)
