@@ -187,3 +187,22 @@ def test_a_4_rank_sleep_run_alternates_uniform_and_injected_steps(tmp_path):
     assert sorted(forward[True])[len(forward[True]) // 2] > 1.2 * sorted(forward[False])[len(forward[False]) // 2]
     injected_times = [t for t, on in zip(result.step_times_ms, measured["injected_steps"], strict=True) if on]
     assert result.measured_step_ms == pytest.approx(statistics.median(injected_times))  # the injected steps'
+
+
+def test_a_slow_rank_in_sleep_mode_sleeps_once_factor_times_its_cost(monkeypatch):
+    import torch
+
+    from pipesim.ir import ActionKind
+    from pipesim_executor.rank import inject
+
+    slept: list[float] = []
+    monkeypatch.setattr(inject, "precise_sleep", slept.append)
+    costs = {ActionKind.FORWARD: 4.0, ActionKind.BACKWARD: 8.0, ActionKind.BACKWARD_INPUT: 4.0}
+    runner = inject.SleepRunner(1, False, False, {**costs, ActionKind.BACKWARD_WEIGHT: 4.0})
+    switch = inject.StepSwitch(run_config(**ALTERNATE, warmup_steps=0).inject, warmup_steps=0)
+    runner.stretch({"forward": 1.5, "backward": 1.2, "backward_input": 1.0, "backward_weight": 1.0}, switch)
+    for step in range(2):  # uniform, then injected
+        switch.set_step(step)
+        runner.forward(torch.zeros(2, 3))
+        runner.backward((2, 3), None)
+    assert slept == pytest.approx([0.004, 0.008, 0.006, 0.0096])  # one sleep per action, never a second

@@ -6,6 +6,8 @@
   pipesim_executor.rank.sleep_calibrate).
 * `--inject slow-rank=R:FACTOR`: every runner of rank R is a `StretchedRunner`: after each compute call it sleeps
   (FACTOR - 1) x that call's own measured duration, inside the action's span (the action takes FACTOR x as long).
+  In sleep mode the runner's own sleep is FACTOR x its cost instead (`SleepRunner.stretch`): one sleep, one
+  wake-up, as on the uniform ranks.
 * `--inject link-delay=A-B:MS`: the transport of ranks A and B is a `DelayedTransport`: a send to the other one is
   handed to a thread that posts it MS later, while the sender goes on computing, as a slower link would carry it.
   Nothing synchronises per transfer (DESIGN.md rule 11): the handle is waited for where every send is.
@@ -52,6 +54,13 @@ def precise_sleep(seconds: float) -> None:
 
 # --- sleep mode ---------------------------------------------------------------------------------------------
 
+CALLS = {  # a runner's compute calls, by the kind of action each runs
+    "forward": ActionKind.FORWARD,
+    "backward": ActionKind.BACKWARD,
+    "backward_input": ActionKind.BACKWARD_INPUT,
+    "backward_weight": ActionKind.BACKWARD_WEIGHT,
+}
+
 
 class SleepRunner:
     """A stage that sleeps its action's cost (ms, per kind) and hands on zeros of the message's shape. One tiny
@@ -62,6 +71,15 @@ class SleepRunner:
         self.recompute = False
         self.costs_ms = costs_ms
         self.weight = torch.nn.Parameter(torch.zeros(1))
+        self._factors: dict[ActionKind, float] = {}
+        self._switch: StepSwitch | None = None
+
+    def stretch(self, factors: dict[str, float], switch: StepSwitch) -> None:
+        """A slow rank in sleep mode: each call sleeps FACTOR x its cost in one sleep (while `switch` is on), the
+        same stretch as `StretchedRunner`'s (which stretches the call, not the runtime's work around it) without
+        its second sleep, whose wake-up on a loaded machine would slow the slowed rank by more than FACTOR."""
+        self._factors = {CALLS[name]: factor for name, factor in factors.items()}
+        self._switch = switch
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [self.weight]
@@ -70,7 +88,8 @@ class SleepRunner:
         """Nothing to remove (the model runners' interface)."""
 
     def _sleep(self, kind: ActionKind) -> None:
-        precise_sleep(self.costs_ms[kind] / 1e3)
+        on = self._switch is not None and self._switch.on
+        precise_sleep(self.costs_ms[kind] * (self._factors.get(kind, 1.0) if on else 1.0) / 1e3)
 
     def forward(self, x: Tensor, target: Tensor | None = None, split: bool = False) -> tuple[Tensor, Any]:
         self._sleep(ActionKind.FORWARD)
@@ -234,8 +253,12 @@ def inject(r: Any) -> StepSwitch:
     rank, runtime = r.pipe_rank, r.runtime
     factors = call_factors(perturbation, rank)
     if any(f != 1.0 for f in factors.values()):
+        for runner in runtime.runners.values():
+            if isinstance(runner, SleepRunner):  # sleep mode: one longer sleep per action
+                runner.stretch(factors, switch)
         runtime.runners = {
-            s: StretchedRunner(runner, factors, r.choice.device, switch) for s, runner in runtime.runners.items()
+            s: runner if isinstance(runner, SleepRunner) else StretchedRunner(runner, factors, r.choice.device, switch)
+            for s, runner in runtime.runners.items()
         }
     delays = {
         next(iter(pair - {rank})): ms for pair, ms in perturbation.link_extra_ms().items() if rank in pair and ms > 0
