@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,25 @@ def test_a_slow_rank_in_sleep_mode_sleeps_once_factor_times_its_cost(monkeypatch
         runner.forward(torch.zeros(2, 3))
         runner.backward((2, 3), None)
     assert slept == pytest.approx([0.004, 0.008, 0.006, 0.0096])  # one sleep per action, never a second
+
+
+def test_a_run_folder_keeps_its_injected_steps_for_the_stragglers_analysis(tmp_path):
+    from pipesim.analysis.stragglers import find_stragglers
+    from pipesim.io.run_record import read_outputs
+    from pipesim.records import injected_only
+
+    config = run_config(**ALTERNATE, steps=6)
+    _alternating_run(tmp_path, config, 6)
+    measured = read_outputs(tmp_path).measured
+    assert measured.meta["injected_steps"] == [False, True] * 3
+    kept = injected_only(measured)
+    assert sorted({s.step for s in kept.spans}) == [0, 1, 2] and kept.meta["kept_steps"] == [1, 3, 5]
+    assert len(kept.spans) == len(measured.spans) // 2
+    found = find_stragglers(build_schedule("1f1b", 4, 4), kept, CostModel.uniform(3.0, 6.0)).to_dict()
+    assert [s["rank"] for s in found["stragglers"]] == [2]
+    plain = replace(measured, meta={})
+    assert injected_only(plain) is plain  # a run that did not alternate: as it is
+    doc = read_json(tmp_path / "measured.json")
+    write_json({**doc, "injected_steps": [True, "yes"]}, tmp_path / "measured.json")
+    with pytest.raises(ValueError, match="injected_steps"):
+        read_outputs(tmp_path)

@@ -28,7 +28,7 @@ from pipesim.io.cost_file import load_cost, save_cost
 from pipesim.io.formats import read_json, timeline_from_dict, timeline_to_dict, write_json
 from pipesim.io.run_record import median_step_ms
 from pipesim.ir import Schedule
-from pipesim.records import Timeline
+from pipesim.records import Timeline, keep_steps
 from pipesim_executor.config import RunConfig
 from pipesim_executor.run_files import TRACE_FILE
 
@@ -185,13 +185,7 @@ def split_alternate(
         "measured_growth": injected_ms / uniform_ms - 1,
         "pairs": sum(1 for i in injected if i > 0 and not flags[i - 1]),
     }
-    renumber = {step: n for n, step in enumerate(injected)}
-    kept = replace(
-        timeline,
-        spans=tuple(s._replace(step=renumber[s.step]) for s in timeline.spans if s.step in renumber),
-        comm=tuple(c._replace(step=renumber[c.step]) for c in timeline.comm if c.step in renumber),
-    )
-    return paired, injected_times, kept
+    return paired, injected_times, keep_steps(timeline, injected)
 
 
 def analysis(
