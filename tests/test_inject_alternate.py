@@ -188,6 +188,9 @@ def test_a_4_rank_sleep_run_alternates_uniform_and_injected_steps(tmp_path):
     assert sorted(forward[True])[len(forward[True]) // 2] > 1.2 * sorted(forward[False])[len(forward[False]) // 2]
     injected_times = [t for t, on in zip(result.step_times_ms, measured["injected_steps"], strict=True) if on]
     assert result.measured_step_ms == pytest.approx(statistics.median(injected_times))  # the injected steps'
+    from pipesim_executor.host.cli_runs import summary_lines
+
+    assert any("over the 2 injected of 4 steps" in line for line in summary_lines(result))
 
 
 def test_a_slow_rank_in_sleep_mode_sleeps_once_factor_times_its_cost(monkeypatch):
