@@ -6,15 +6,19 @@ Usage:
     OMP_NUM_THREADS=1 python bench/bench_stragglers.py --json out.json             # the issue's full set (hours here)
 
 Every run is `python -m executor run --compute sleep` (each action sleeps its cost: F 10 ms, B 20 ms of which W
-10 ms, per rank, well above a loaded machine's wake-up delays; real processes and gloo transfers). A case is one
-family on P ranks with one injection (a slow rank at 1.2x or 1.5x on two ranks, or a link delayed 2 or 5 ms); it
-runs paired with the family's uniform run, A B A B (A B with --quick), so both see the same drift of a shared
-machine. Per case: the predicted step (the run's own
-prediction, the injection priced by pipesim.cost.perturb) against the measured median, and the predicted growth
-(B over A, simulated) against the measured one (the medians of B over those of A). The families' sensitivity
-(their mean growth over the cases) is ranked predicted against measured (Kendall tau). Localisation: trials with a
-random rank (a random kind of its actions, factor in [1.15, 1.5]) or link (1 to 5 ms), drawn here and kept from
-the analysis until scoring, plus trials with no injection; `find_stragglers` reads only the run folder.
+10 ms, per rank, so a 4-rank step is about 300 ms and the sleep's own imprecision, 2-3 us per sleep and 0.1-0.2 ms
+of wake-up per action, priced by the run's calibration, stays far below 1% of it; real processes and gloo
+transfers). A case is one family on P ranks with one injection (a slow rank at 1.2x or 1.5x on two ranks, or a
+link delayed 2 or 5 ms). It runs as one launch whose steps alternate uniform and injected (`--inject-steps
+alternate`: U I U I, step by step, which cancels a shared machine's drift far better than launches minutes apart
+and costs one torchrun start-up per case); each injected step is paired with the uniform step before it, and a
+case adds launches (up to --max-launches) until its CIs are tight. Per case: the predicted step (the run's own
+prediction, its calibrated costs with the injection priced by pipesim.cost.perturb) against the injected steps'
+median, and the predicted growth (the same costs without the injection against with it) against the measured one
+(injected over uniform medians). The families' sensitivity (their mean growth over the cases) is ranked predicted
+against measured (Kendall tau). Localisation: trials with a random rank (a random kind of its actions, factor in
+[1.15, 1.5]) or link (1 to 5 ms), drawn here and kept from the analysis until scoring, plus trials with no
+injection; `find_stragglers` reads only the run folder (every step injected there).
 """
 
 from __future__ import annotations
@@ -50,11 +54,11 @@ COSTS = {"sleep_f": (10.0,), "sleep_b": (20.0,), "sleep_w": (10.0,)}  # ms: well
 
 @dataclass(frozen=True)
 class Pace:
-    """How long the what-if cases run: pairs per case (adaptive between min and max, stopping once both CIs' half
+    """How long the what-if cases run: launches per case (adaptive between min and max, stopping once both CIs' half
     widths are at most `target`), and a deadline (time.monotonic) after which no new case starts."""
 
-    min_pairs: int = 1
-    max_pairs: int = 3
+    min_launches: int = 1
+    max_launches: int = 1
     target: float = 0.01
     deadline: float = float("inf")
 
@@ -64,9 +68,18 @@ def microbatches(ranks: int) -> int:
 
 
 def launch(
-    root: Path, name: str, family: str, ranks: int, inject: tuple[str, ...], steps: int, costs: dict | None = None
+    root: Path,
+    name: str,
+    family: str,
+    ranks: int,
+    inject: tuple[str, ...],
+    steps: int,
+    costs: dict | None = None,
+    alternate: bool = False,
 ) -> dict:
-    """One sleep-mode run (`costs`: the sleep flags, default COSTS); its median step, its prediction, its folder."""
+    """One sleep-mode run (`costs`: the sleep flags, default COSTS; `alternate`: uniform and injected steps
+    alternating); its steps, its prediction (the injected steps'), its folder, and with `alternate` which steps
+    carried the injection and the prediction of the uniform ones."""
     options = options_for(family, num_virtual_stages=2)
     config = run_config(
         schedule=family,
@@ -76,6 +89,7 @@ def launch(
         steps=steps,
         warmup_steps=1,
         inject=inject,
+        inject_steps="alternate" if alternate else "all",
         timeout_s=600,
         **(costs or COSTS),
         **options,
@@ -85,14 +99,19 @@ def launch(
         raise RuntimeError(f"{name}: {result.status}: {result.message}")
     schedule = read_run(result.run_dir).schedule
     slept = config.compute.cost_model(schedule)  # the simulator's what-if on the slept costs alone
-    return {
+    out = {
         "slept_ms": simulate_step(schedule, config.inject.perturbation().apply(slept, schedule.stage_to_rank)).step_ms,
+        "slept_uniform_ms": simulate_step(schedule, slept).step_ms,
         "measured_ms": result.measured_step_ms,
         "predicted_ms": result.predicted_step_ms,
         "steps_ms": result.step_times_ms,
         "dir": str(result.run_dir),
         "calibration": runtime_measured(result.run_dir),
     }
+    if alternate:
+        out["injected"] = read_json(result.run_dir / "measured.json")["injected_steps"]
+        out["predicted_uniform_ms"] = read_json(result.run_dir / "result.json")["paired"]["predicted_uniform_step_ms"]
+    return out
 
 
 def runtime_measured(run_dir: Path) -> dict | None:
@@ -132,29 +151,42 @@ def cases_for(ranks: int, quick: bool) -> list[tuple[str, str]]:
 def run_case(
     root: Path, name: str, family: str, ranks: int, text: str, steps: int, pace: Pace, costs: dict | None = None
 ) -> dict:
-    """A B pairs of one case until its CIs are tight (stragglers_stats.tight) or pace.max_pairs ran."""
+    """Launches of one case, each alternating uniform and injected steps, until its CIs are tight
+    (stragglers_stats.tight over the step pairs of every launch so far) or pace.max_launches ran."""
     load = os.getloadavg()[0]
-    a_runs, b_runs = [], []
+    runs: list[dict] = []
     row: dict = {}
-    for k in range(pace.max_pairs):  # A B A B: the uniform run and the injected one, interleaved
-        a_runs.append(launch(root, f"{name}-A{k}", family, ranks, (), steps, costs))
-        b_runs.append(launch(root, f"{name}-B{k}", family, ranks, (text,), steps, costs))
-        row = stats.case_row(a_runs, b_runs)
-        if k + 1 >= pace.min_pairs and stats.tight(row, pace.target):
+    for k in range(pace.max_launches):
+        runs.append(launch(root, f"{name}-{k}", family, ranks, (text,), steps, costs, alternate=True))
+        row = stats.case_row(*stats.step_pairs(runs))
+        if k + 1 >= pace.min_launches and stats.tight(row, pace.target):
             break
-    row.update(family=family, ranks=ranks, inject=text, load=(load + os.getloadavg()[0]) / 2)
-    row["slept_growth"] = b_runs[0]["slept_ms"] / a_runs[0]["slept_ms"] - 1  # the what-if on the sleeps alone
-    row["runtime"] = [r["calibration"] for r in a_runs + b_runs]
+    row.update(family=family, ranks=ranks, inject=text, launches=len(runs), load=(load + os.getloadavg()[0]) / 2)
+    row["slept_growth"] = runs[0]["slept_ms"] / runs[0]["slept_uniform_ms"] - 1  # the what-if on the sleeps alone
+    row["runtime"] = [r["calibration"] for r in runs]
     return row
 
 
 def what_if(
-    root: Path, families: tuple[str, ...], sizes: tuple[int, ...], quick: bool, steps: int, pace: Pace
+    root: Path,
+    families: tuple[str, ...],
+    sizes: tuple[int, ...],
+    quick: bool,
+    steps: int,
+    pace: Pace,
+    labels: tuple[str, ...] | None = None,
 ) -> list[dict]:
+    """Every family on every case (`labels`: only the cases of those labels, e.g. rank1x1.5, link1-2p5ms)."""
     rows = []
     # case-major, the sizes interleaved: a run cut by --budget-min still has every family on the same cases
     count = len(cases_for(sizes[0], quick))  # the same for every size
     order = [(ranks, cases_for(ranks, quick)[index]) for index in range(count) for ranks in sizes]
+    if labels is not None:
+        known = {label for _, (label, _) in order}
+        unknown = sorted(set(labels) - known)
+        if unknown:
+            raise SystemExit(f"--cases: unknown {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+        order = [(ranks, case) for ranks, case in order if case[0] in labels]
     for ranks, (label, text) in order:
         for family in families:
             if time.monotonic() > pace.deadline:
@@ -178,7 +210,7 @@ ABSORBED = (("zb-h1", "slow-rank=3:1.5:W"), ("zbv", "slow-rank=0:1.5:W"), ("1f1b
 
 def absorbed(root: Path, pace: Pace, steps: int) -> list[dict]:
     """Cases the simulator says the slack absorbs (or nearly): the measured growth, with its CI, must stay within
-    1%. At least pace.min_pairs pairs each (the growth is a ratio of two runs: one pair cannot see the drift)."""
+    1%. At least pace.min_launches launches each, every one pairing its steps."""
     rows = []
     for family, text in ABSORBED:
         row = run_case(root, f"abs-{family}", family, 4, text, steps, pace, LIGHT_LAST)
@@ -312,10 +344,11 @@ def sleep_precision(samples: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="4 ranks, 3 families, one pair per case, 4 + 1 trials")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="4 ranks, 3 families, 2 cases each, 4 + 1 trials")
+    parser.add_argument("--steps", type=int, default=16, help="measured steps per launch: half of them injected")
     parser.add_argument("--ranks", type=lambda t: tuple(int(x) for x in t.split(",")), help="instead of the sizes")
     parser.add_argument("--families", type=lambda t: tuple(t.split(",")), help="instead of the mode's families")
+    parser.add_argument("--cases", type=lambda t: tuple(t.split(",")), help="only these case labels (rank1x1.5,..)")
     parser.add_argument("--seed", type=int, default=30)
     parser.add_argument("--skip-what-if", action="store_true")
     parser.add_argument("--skip-localisation", action="store_true")
@@ -324,18 +357,18 @@ def main() -> None:
         "--absorbed",
         type=int,
         default=0,
-        metavar="PAIRS",
-        help="the absorbed cases, >= PAIRS pairs",
+        metavar="LAUNCHES",
+        help="the absorbed cases, >= LAUNCHES launches each",
     )
     parser.add_argument("--real", type=int, default=0, metavar="PAIRS", help="also the Transformer on 2 ranks")
-    parser.add_argument("--min-pairs", type=int, default=1, help="A B pairs per case at least (default 1)")
-    parser.add_argument("--max-pairs", type=int, default=3, help="A B pairs per case at most (default 3)")
+    parser.add_argument("--min-launches", type=int, default=1, help="launches per case at least (default 1)")
+    parser.add_argument("--max-launches", type=int, default=1, help="launches per case at most (default 1)")
     parser.add_argument("--target-ci", type=float, default=0.01, help="a case's CI half widths")
     parser.add_argument("--budget-min", type=float, default=0, help="start no new what-if case after this (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     deadline = time.monotonic() + 60 * args.budget_min if args.budget_min > 0 else float("inf")
-    pace = Pace(args.min_pairs, max(args.min_pairs, args.max_pairs), args.target_ci, deadline)
+    pace = Pace(args.min_launches, max(args.min_launches, args.max_launches), args.target_ci, deadline)
     families = args.families or (QUICK_FAMILIES if args.quick else FAMILIES)
     sizes = args.ranks or ((4,) if args.quick else (4, 8))
     out: dict = {"quick": args.quick, "load_before": os.getloadavg()[0]}
@@ -344,7 +377,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-stragglers-") as tmp:
         root = Path(tmp)
         if not args.skip_what_if:
-            rows = what_if(root, families, sizes, args.quick, args.steps, pace)
+            rows = what_if(root, families, sizes, args.quick, args.steps, pace, args.cases)
             out.update(rows=rows, summary=stats.summary(rows), ranking=stats.ranking(rows))
             print(json.dumps({"summary": out["summary"], "ranking": out["ranking"]}, indent=1), flush=True)
             print(stats.table(rows), flush=True)
@@ -353,7 +386,7 @@ def main() -> None:
             out["localisation"] = localisation(root, trials, clean, families, 4, args.steps, args.seed)
             print(json.dumps({k: v for k, v in out["localisation"].items() if k != "rows"}), flush=True)
         if args.absorbed:
-            out["absorbed"] = absorbed(root, replace(pace, min_pairs=args.absorbed), args.steps)
+            out["absorbed"] = absorbed(root, replace(pace, min_launches=args.absorbed), args.steps)
             print(stats.table(out["absorbed"]), flush=True)
         if args.real:
             out["real_compute"] = real_compute(root, args.real, args.steps)

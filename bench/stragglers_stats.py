@@ -1,11 +1,12 @@
 """The statistics of bench/bench_stragglers.py: a case's figures with their bootstrap CIs, when a case has run enough
 pairs, the families' ranking with each family's CI, and the markdown table.
 
-A case runs A B pairs (the uniform run, then the injected one) until its CIs are tight: the growth's and the step
-error's 95% bootstrap half-widths both at most `target` (after at least `min_pairs`), or `max_pairs` is reached.
-The bootstrap resamples the runs (pairs, each A with its B) first, then each run's steps: a drift both runs of a
-pair share cancels in their ratio, and pairs that disagree widen the interval, as they should. With one pair only
-the steps are resampled: the interval then says nothing of run-to-run drift (the table's "pairs" column says so).
+A case's pairs are A B: the uniform steps and the injected ones. Within one launch that alternates them
+(`--inject-steps alternate`, `step_pairs`) a pair is one uniform step and the injected step right after it, each
+pair a "run" of one step; launches of separate A and B runs pair whole runs. A case runs until its CIs are tight:
+the growth's and the step error's 95% bootstrap half-widths both at most `target`. The bootstrap resamples the
+pairs (each A with its B) first, then each run's steps: a drift both halves of a pair share cancels in their
+ratio, and pairs that disagree widen the interval, as they should.
 """
 
 from __future__ import annotations
@@ -74,6 +75,24 @@ def case_row(a_runs: list[dict], b_runs: list[dict]) -> dict:
         "measured_growth_ci": [growth_low, growth_high],
         "growth_error": (pb / pa) / (b / a) - 1,
     }
+
+
+def step_pairs(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The A and B halves of launches whose steps alternated (each: steps_ms, injected, predicted_ms,
+    predicted_uniform_ms): every injected step paired with the uniform step right before it, as one-step runs that
+    `case_row` reads (each carries its launch's predictions). A step with no uniform step before it is left out."""
+    a_runs, b_runs = [], []
+    for run in runs:
+        steps, flags = run["steps_ms"], run["injected"]
+        if len(steps) != len(flags):
+            raise ValueError(f"{len(steps)} step times but {len(flags)} injected_steps flags")
+        for i in range(1, len(steps)):
+            if flags[i] and not flags[i - 1]:
+                a_runs.append({"steps_ms": [steps[i - 1]], "predicted_ms": run["predicted_uniform_ms"]})
+                b_runs.append({"steps_ms": [steps[i]], "predicted_ms": run["predicted_ms"]})
+    if not a_runs:
+        raise ValueError("no injected step follows a uniform one: the launches did not alternate")
+    return a_runs, b_runs
 
 
 def tight(row: dict, target: float) -> bool:

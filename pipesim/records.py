@@ -7,7 +7,7 @@ off a Timeline live in `pipesim.sim.metrics`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, NamedTuple
 
 from pipesim.ir import Action, CommAction
@@ -118,3 +118,26 @@ def select_step(tl: Timeline, step: int) -> Timeline:
         comm=comm,
         meta={**tl.meta, "step": step},
     )
+
+
+def keep_steps(tl: Timeline, steps: list[int]) -> Timeline:
+    """Only the spans of `steps`, renumbered 0, 1, ... in that order (times untouched: each step's own): the steps
+    of a run that carried its injection, when its steps alternated uniform and injected, for an analysis that must
+    not mix the two."""
+    renumber = {step: n for n, step in enumerate(steps)}
+    return replace(
+        tl,
+        spans=tuple(s._replace(step=renumber[s.step]) for s in tl.spans if s.step in renumber),
+        comm=tuple(c._replace(step=renumber[c.step]) for c in tl.comm if c.step in renumber),
+        meta={**tl.meta, "kept_steps": list(steps)},
+    )
+
+
+def injected_only(tl: Timeline) -> Timeline:
+    """A measured timeline whose run alternated uniform and injected steps (meta "injected_steps", one flag per
+    measured step, as pipesim.io.run_record reads measured.json): its injected steps only; any other timeline as it
+    is."""
+    flags = tl.meta.get("injected_steps")
+    if not isinstance(flags, list) or all(flags) or not any(flags):
+        return tl
+    return keep_steps(tl, [step for step, on in enumerate(flags) if on])

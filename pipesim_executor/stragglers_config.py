@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 COMPUTE_MODES = ("model", "sleep")
 INJECT_KINDS = ("slow-rank", "link-delay")
+INJECT_STEPS = ("all", "alternate")
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,31 @@ class InjectConfig:
     duration right after it (R:FACTOR:KINDS: only actions of those kinds, letters of FBIW); link-delay=A-B:MS:
     each send between ranks A and B leaves MS later (the sender goes on computing). Recorded in measured.json
     and priced into the prediction (pipesim.cost.perturb)."""
+    inject_steps: Literal["all", "alternate"] = "all"
+    """all: every step carries the injection; alternate: the steps alternate uniform and injected (measured steps
+    0, 2, 4.. uniform, 1, 3, 5.. injected; the warm-ups continue the pattern backwards), so one run pairs the
+    injection with the uniform case step by step and a machine's drift between launches cancels. measured.json's
+    injected_steps says which steps carried it; the prediction and its error are the injected steps'."""
 
     def __post_init__(self) -> None:
         if isinstance(self.inject, str) or not all(isinstance(t, str) for t in self.inject):
             raise ValueError(f"inject must be a list of slow-rank=R:FACTOR or link-delay=A-B:MS, got {self.inject!r}")
         object.__setattr__(self, "inject", tuple(self.inject))
+        if self.inject_steps not in INJECT_STEPS:
+            raise ValueError(f"--inject-steps {self.inject_steps!r}: valid: {', '.join(INJECT_STEPS)}")
+        if self.inject_steps == "alternate" and not self.inject:
+            raise ValueError("--inject-steps alternate alternates an injection: add --inject")
         self.perturbation()  # every entry parses, or ValueError naming it
+
+    @property
+    def alternates(self) -> bool:
+        """Whether the steps alternate uniform and injected (`inject_steps` alternate)."""
+        return self.inject_steps == "alternate"
+
+    def injected_at(self, measured_index: int) -> bool:
+        """Whether the step `measured_index` steps after the first measured one (negative: a warm-up) carries the
+        injection: every step, or under alternate the odd ones (a uniform step first, then its injected twin)."""
+        return bool(self.inject) and (not self.alternates or measured_index % 2 == 1)
 
     def perturbation(self) -> Perturbation:
         """The injection as the one rule of stragglers (ValueError naming a bad entry and the valid forms)."""
@@ -128,6 +148,11 @@ def check_stragglers(config: Any) -> None:
         inject.perturbation().check_ranks(pipeline.num_ranks)
     except ValueError as error:
         raise ValueError(f"--inject: {error}") from None
+    if inject.alternates and config.training.steps < 2:
+        raise ValueError(
+            f"--inject-steps alternate needs --steps >= 2 (a uniform step and its injected twin), got "
+            f"{config.training.steps}"
+        )
     if not compute.sleeps:
         return
     refused = {

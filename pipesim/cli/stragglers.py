@@ -44,11 +44,12 @@ def cmd_stragglers(args: argparse.Namespace) -> int:
     cost = None if args.cost is None else load_cost(args.cost)
     if len(args.inputs) == 1 and args.inputs[0].is_dir():
         from pipesim.io.run_record import read_run
+        from pipesim.records import injected_only
 
         record = read_run(args.inputs[0])
-        measured = record.outputs.measured
-        if measured is None:
+        if record.outputs.measured is None:
             raise UsageError(f"{args.inputs[0]} has no measured.json: the run measured no step")
+        measured = injected_only(record.outputs.measured)  # steps that alternated: the injected ones
         schedule, cost = record.schedule, cost if cost is not None else record.outputs.cost
     else:
         from pipesim.io.kineto import import_traces

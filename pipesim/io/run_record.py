@@ -14,7 +14,7 @@ import os
 import stat
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,13 @@ def _measured(data: Any) -> tuple[Timeline, list[float], list[float], list[int]]
     data = json_object(data)
     step_times = [float(t) for t in data.get("step_times_ms", [])]
     losses = [float(x) for x in data.get("losses", [])]
-    return timeline_from_dict(data), step_times, losses, [int(x) for x in data.get("peak_memory_bytes", [])]
+    timeline = timeline_from_dict(data)
+    flags = data.get("injected_steps")  # an injection on some steps only (the executor's --inject-steps alternate)
+    if flags is not None:
+        if not isinstance(flags, list) or len(flags) != len(step_times) or not all(isinstance(f, bool) for f in flags):
+            raise ValueError(f"injected_steps must be one true or false per measured step, got {flags!r}")
+        timeline = replace(timeline, meta={**timeline.meta, "injected_steps": flags})
+    return timeline, step_times, losses, [int(x) for x in data.get("peak_memory_bytes", [])]
 
 
 def read_outputs(run_dir: Path) -> RunOutputs:

@@ -31,13 +31,18 @@ def summary_lines(result) -> list[str]:
     if config is not None:
         lines.append(f"schedule {config.describe()}")
         if config.inject.inject:
-            lines.append(f"inject   {config.inject.perturbation().describe()} (priced into the prediction)")
+            every = "alternate steps (uniform, injected, ...)" if config.inject.alternates else "every step"
+            lines.append(f"inject   {config.inject.perturbation().describe()} on {every} (priced into the prediction)")
     if result.outcome:
         lines.append(f"outcome  {result.outcome}")
     if result.message:
         lines.append("message  " + result.message.replace("\n", "\n         "))
     if result.step_times_ms:
-        lines.append(f"step     median {_fmt(result.measured_step_ms)} over {len(result.step_times_ms)} steps")
+        steps = f"{len(result.step_times_ms)} steps"
+        flags = (result.measured.meta if result.measured is not None else {}).get("injected_steps")
+        if flags and not all(flags):  # steps that alternated: the median is the injected ones', like the prediction
+            steps = f"the {sum(flags)} injected of {steps} (the uniform ones: result.json's paired)"
+        lines.append(f"step     median {_fmt(result.measured_step_ms)} over {steps}")
     if result.losses:
         lines.append(f"loss     first {result.losses[0]:.4f}, last {result.losses[-1]:.4f}")
     if result.predicted_step_ms is not None:

@@ -28,7 +28,7 @@ from pipesim.io.cost_file import load_cost, save_cost
 from pipesim.io.formats import read_json, timeline_from_dict, timeline_to_dict, write_json
 from pipesim.io.run_record import median_step_ms
 from pipesim.ir import Schedule
-from pipesim.records import Timeline
+from pipesim.records import Timeline, keep_steps
 from pipesim_executor.config import RunConfig
 from pipesim_executor.run_files import TRACE_FILE
 
@@ -119,6 +119,9 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
     measured = read_json(measured_path)
     step_times = [float(t) for t in measured.get("step_times_ms", [])]
     timeline = timeline_from_dict(measured)
+    paired = None
+    if config is not None and config.inject.alternates:  # the injected steps are the run's; the others its twin
+        paired, step_times, timeline = split_alternate(measured.get("injected_steps"), step_times, timeline)
     out: dict[str, Any] = {"measured_step_ms": measured_step_ms(step_times)}
     prediction, priced = None, None
     if config is not None and config.compute.sleeps and not cost_path.exists():
@@ -139,8 +142,15 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
             summary["sharing"] = prediction.sharing
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
+        if paired is not None:  # the uniform twin priced by the same calibrated costs, without the injection
+            uniform = predict_step(schedule, priced).predicted_step_ms
+            paired.update(
+                predicted_uniform_step_ms=uniform, predicted_growth=prediction.predicted_step_ms / uniform - 1
+            )
         if prediction.p05_ms is not None:
             out.update(predicted_p05_ms=prediction.p05_ms, predicted_p95_ms=prediction.p95_ms)
+    if paired is not None:
+        out["paired"] = paired
     try:  # where every millisecond of a step went (pipesim.analysis.attribution); a problem here must not fail the run
         write_json(analysis(schedule, timeline, step_times, prediction, priced), run_dir / "analysis.json")
     except ValueError as error:
@@ -151,6 +161,31 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
     except ValueError as error:
         out["trace_error"] = str(error)
     return out
+
+
+def split_alternate(
+    flags: Any, step_times: list[float], timeline: Timeline
+) -> tuple[dict[str, Any], list[float], Timeline]:
+    """A run whose steps alternated uniform and injected (`--inject-steps alternate`): its pairing in short
+    (`paired`: the uniform and injected medians, the measured growth, the number of step pairs), and the injected
+    steps' times and timeline (renumbered from 0), which the prediction, its error and the analysis then read: the
+    injection is priced into the prediction, so only the steps that carried it compare like with like."""
+    if not isinstance(flags, list) or len(flags) != len(step_times) or not any(flags) or all(flags):
+        raise ValueError(
+            f"measured.json: injected_steps must flag each of the {len(step_times)} measured steps, some injected "
+            f"and some not (--inject-steps alternate), got {flags!r}"
+        )
+    injected = [i for i, on in enumerate(flags) if on]
+    uniform_times = [t for t, on in zip(step_times, flags, strict=True) if not on]
+    injected_times = [step_times[i] for i in injected]
+    uniform_ms, injected_ms = median_step_ms(uniform_times), median_step_ms(injected_times)
+    paired = {
+        "uniform_step_ms": uniform_ms,
+        "injected_step_ms": injected_ms,
+        "measured_growth": injected_ms / uniform_ms - 1,
+        "pairs": sum(1 for i in injected if i > 0 and not flags[i - 1]),
+    }
+    return paired, injected_times, keep_steps(timeline, injected)
 
 
 def analysis(

@@ -6,9 +6,14 @@
   pipesim_executor.rank.sleep_calibrate).
 * `--inject slow-rank=R:FACTOR`: every runner of rank R is a `StretchedRunner`: after each compute call it sleeps
   (FACTOR - 1) x that call's own measured duration, inside the action's span (the action takes FACTOR x as long).
+  In sleep mode the runner's own sleep is FACTOR x its cost instead (`SleepRunner.stretch`): one sleep, one
+  wake-up, as on the uniform ranks.
 * `--inject link-delay=A-B:MS`: the transport of ranks A and B is a `DelayedTransport`: a send to the other one is
   handed to a thread that posts it MS later, while the sender goes on computing, as a slower link would carry it.
   Nothing synchronises per transfer (DESIGN.md rule 11): the handle is waited for where every send is.
+* `--inject-steps alternate`: both are switched by a `StepSwitch` the training loop sets before each step (outside
+  its timed region): uniform and injected steps alternate within one run, each injected step paired with the
+  uniform step before it.
 
 `precise_sleep` is the one sleep: time.sleep to within `SPIN_S` of the deadline, then a spin on perf_counter.
 Measured here on 2 shared cores (load 1.6, docs/benchmarks.md, issue 30): time.sleep overshoots by a median 70-75
@@ -49,6 +54,13 @@ def precise_sleep(seconds: float) -> None:
 
 # --- sleep mode ---------------------------------------------------------------------------------------------
 
+CALLS = {  # a runner's compute calls, by the kind of action each runs
+    "forward": ActionKind.FORWARD,
+    "backward": ActionKind.BACKWARD,
+    "backward_input": ActionKind.BACKWARD_INPUT,
+    "backward_weight": ActionKind.BACKWARD_WEIGHT,
+}
+
 
 class SleepRunner:
     """A stage that sleeps its action's cost (ms, per kind) and hands on zeros of the message's shape. One tiny
@@ -59,6 +71,15 @@ class SleepRunner:
         self.recompute = False
         self.costs_ms = costs_ms
         self.weight = torch.nn.Parameter(torch.zeros(1))
+        self._factors: dict[ActionKind, float] = {}
+        self._switch: StepSwitch | None = None
+
+    def stretch(self, factors: dict[str, float], switch: StepSwitch) -> None:
+        """A slow rank in sleep mode: each call sleeps FACTOR x its cost in one sleep (while `switch` is on), the
+        same stretch as `StretchedRunner`'s (which stretches the call, not the runtime's work around it) without
+        its second sleep, whose wake-up on a loaded machine would slow the slowed rank by more than FACTOR."""
+        self._factors = {CALLS[name]: factor for name, factor in factors.items()}
+        self._switch = switch
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [self.weight]
@@ -67,7 +88,8 @@ class SleepRunner:
         """Nothing to remove (the model runners' interface)."""
 
     def _sleep(self, kind: ActionKind) -> None:
-        precise_sleep(self.costs_ms[kind] / 1e3)
+        on = self._switch is not None and self._switch.on
+        precise_sleep(self.costs_ms[kind] * (self._factors.get(kind, 1.0) if on else 1.0) / 1e3)
 
     def forward(self, x: Tensor, target: Tensor | None = None, split: bool = False) -> tuple[Tensor, Any]:
         self._sleep(ActionKind.FORWARD)
@@ -104,22 +126,43 @@ def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch
     return RankModel(runners, shapes, {s: (0, 0, 0) for s in runners}, make_batch)
 
 
+# --- which steps carry the injection -----------------------------------------------------------------------------
+
+
+class StepSwitch:
+    """Whether the injection is on for the step in progress: always (`--inject-steps all`), or as the run's
+    InjectConfig.injected_at says for each step (`alternate`); set by `set_step` between steps, read by the
+    stretched runners and the delayed transport on every call."""
+
+    def __init__(self, config: Any, warmup_steps: int) -> None:
+        self._config, self._warmup = config, warmup_steps
+        self.on = not config.alternates
+
+    def set_step(self, step: int) -> bool:
+        """Switch for global step `step` (warm-ups counted first); returns whether it carries the injection."""
+        self.on = self._config.injected_at(step - self._warmup)
+        return self.on
+
+
 # --- a slow rank ----------------------------------------------------------------------------------------------
 
 
 class StretchedRunner:
     """A stage runner whose compute calls are each followed by a sleep of (factor - 1) x their own duration, a
     factor per call (`factors`: forward, backward, backward_input, backward_weight). On a GPU the call is
-    synchronised first to be measured (only this rank's, only with the injection)."""
+    synchronised first to be measured (only this rank's, only with the injection). With a `switch`, only while
+    it is on."""
 
-    def __init__(self, runner: Any, factors: dict[str, float], device: torch.device) -> None:
-        self._runner, self._factors = runner, factors
+    def __init__(
+        self, runner: Any, factors: dict[str, float], device: torch.device, switch: StepSwitch | None = None
+    ) -> None:
+        self._runner, self._factors, self._switch = runner, factors, switch
         self._cuda = device.type == "cuda"
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._runner, name)
         factor = self._factors.get(name, 1.0)
-        if factor == 1.0:
+        if factor == 1.0 or (self._switch is not None and not self._switch.on):
             return attribute
 
         def stretched(*args: Any, **kwargs: Any) -> Any:
@@ -170,10 +213,12 @@ class _LateSend:
 
 class DelayedTransport:
     """The rank's transport, with each send to a peer in `delays_ms` posted that many ms after the call, by one
-    thread in call order (each link is one process group only this thread then sends on)."""
+    thread in call order (each link is one process group only this thread then sends on). With a `switch`, only
+    while it is on (a step's sends are all waited for within it, so none is in flight when it flips)."""
 
-    def __init__(self, transport: Any, delays_ms: dict[int, float]) -> None:
+    def __init__(self, transport: Any, delays_ms: dict[int, float], switch: StepSwitch | None = None) -> None:
         self._transport, self._delays_s = transport, {peer: ms / 1e3 for peer, ms in delays_ms.items()}
+        self._switch = switch
         self._queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._post_late, name="pipesim-link-delay", daemon=True).start()
 
@@ -181,7 +226,7 @@ class DelayedTransport:
         return getattr(self._transport, name)
 
     def isend(self, tensor: Tensor, dst: int, tag: int) -> Any:
-        if dst not in self._delays_s:
+        if dst not in self._delays_s or (self._switch is not None and not self._switch.on):
             return self._transport.isend(tensor, dst, tag)
         late = _LateSend()
         self._queue.put((time.perf_counter() + self._delays_s[dst], tensor.detach(), dst, tag, late))
@@ -198,19 +243,26 @@ class DelayedTransport:
             late.posted.set()
 
 
-def inject(r: Any) -> None:
+def inject(r: Any) -> StepSwitch:
     """The run's injection on this rank (a `pipesim_executor.rank.setup.Rank`), after its profile phase so that the
     profile measures the devices as they are: its runners stretched if its pipeline rank is slow, its transport
-    delayed towards its slow links' other ends."""
+    delayed towards its slow links' other ends; both behind the returned switch, which the training loop sets
+    before each step (every rank the same way: the pattern is the config's)."""
     perturbation: Perturbation = r.config.inject.perturbation()
+    switch = StepSwitch(r.config.inject, r.config.training.warmup_steps)
     rank, runtime = r.pipe_rank, r.runtime
     factors = call_factors(perturbation, rank)
     if any(f != 1.0 for f in factors.values()):
+        for runner in runtime.runners.values():
+            if isinstance(runner, SleepRunner):  # sleep mode: one longer sleep per action
+                runner.stretch(factors, switch)
         runtime.runners = {
-            s: StretchedRunner(runner, factors, r.choice.device) for s, runner in runtime.runners.items()
+            s: runner if isinstance(runner, SleepRunner) else StretchedRunner(runner, factors, r.choice.device, switch)
+            for s, runner in runtime.runners.items()
         }
     delays = {
         next(iter(pair - {rank})): ms for pair, ms in perturbation.link_extra_ms().items() if rank in pair and ms > 0
     }
     if delays:
-        runtime.transport = DelayedTransport(runtime.transport, delays)
+        runtime.transport = DelayedTransport(runtime.transport, delays, switch)
+    return switch

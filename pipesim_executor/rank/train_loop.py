@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -21,6 +21,13 @@ from pipesim_executor.rank.timing import assemble_measured
 from pipesim_executor.rank.torch_profile import profiled
 from pipesim_executor.rank.transport import env_int
 from pipesim_executor.run_files import MEASURED_FILE, STOP_FILE
+
+
+class Switch(Protocol):
+    """What the loop needs of the injection's switch (pipesim_executor.rank.inject.StepSwitch, not imported: the
+    injection's module is loaded only for runs that inject)."""
+
+    def set_step(self, step: int) -> bool: ...
 
 
 def train_step(r: Rank, step: int) -> dict[str, Any]:
@@ -89,9 +96,12 @@ def stop_asked(r: Rank, run_dir: Path) -> bool:
     return bool(flag.item() > 0)
 
 
-def train(r: Rank, run_dir: Path | None = None, trace: Path | None = None) -> list[dict[str, Any]]:
+def train(
+    r: Rank, run_dir: Path | None = None, trace: Path | None = None, switch: Switch | None = None
+) -> list[dict[str, Any]]:
     """Warm-up then measured steps; with `run_dir`, stops early (keeping the steps done) when the launcher
-    asks (a cancel); with `trace`, torch.profiler records the measured steps into that file."""
+    asks (a cancel); with `trace`, torch.profiler records the measured steps into that file; with the injection's
+    `switch`, it is set before each step, outside the timed region, and each record says whether it was on."""
     crash_at = crash_step()
     phases = [("warmup", r.config.training.warmup_steps), ("measure", r.config.training.steps)]
     records, step = [], 0
@@ -110,8 +120,9 @@ def train(r: Rank, run_dir: Path | None = None, trace: Path | None = None) -> li
                         flush=True,
                     )
                     os._exit(3)
+                injected = switch.set_step(step) if switch is not None else None
                 result = train_step(r, step)
-                result.update(step=step, phase=phase)
+                result.update(step=step, phase=phase, injected=injected)
                 records.append(result)
                 # the step's time travels with the event, so a cancelled run can still say what it measured
                 emit(
@@ -178,6 +189,7 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
     }
     if r.config.inject.inject:  # what was injected (pipesim.cost.perturb's form): the Run page and stragglers read it
         meta["injection"] = r.config.inject.perturbation().to_dict()
+        meta["inject_steps"] = r.config.inject.inject_steps
     if r.config.compute.sleeps:
         meta["compute"] = "sleep"
     if r.overlap_groups:  # run back to back: one device stream cannot overlap them
@@ -209,6 +221,8 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "dtype": r.config.training.dtype,
         "data_parallel": replicas,
     }
+    if r.config.inject.inject:  # which measured steps carried it (all of them, or every other one: alternate)
+        summary["injected_steps"] = [bool(rec["injected"]) for rec in measured[0]]
     if replicas > 1:
         summary["allreduce_replica_lag_ms"] = replica_lag(gathered, ranks, offsets if multi_node else None)
         summary["replicas_recorded"] = (

@@ -60,14 +60,15 @@ def run(run_dir: Path) -> None:
         from pipesim_executor.rank.sleep_calibrate import calibrate_sleep
 
         calibrate_sleep(r, run_dir)
+    switch = None
     if config.inject.inject:  # after the profile: it measures the devices as they are
         from pipesim_executor.rank.inject import inject
 
-        inject(r)
+        switch = inject(r)
     before_training.set()
     started = time.perf_counter()
     # a cancel stops it after the step in progress, keeping the steps done
-    records = train(r, run_dir, trace_path(run_dir, r.rank) if config.training.torch_profile else None)
+    records = train(r, run_dir, trace_path(run_dir, r.rank) if config.training.torch_profile else None, switch)
     write_measured(r, records, offsets, run_dir)
     emit("done", rank=r.rank, seconds=round(time.perf_counter() - started, 3))
 
