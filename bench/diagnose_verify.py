@@ -105,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{rank['recv_wait_ms']:.2f}  idle {rank['idle_ms']:.2f} (predicted {rank['predicted_idle_ms']:.2f})  "
                 f"tail priced {rank['predicted_tail_ms']:.3f}"
             )
+        hops = "  ".join(
+            f"{b}: {h['measured_ms']:.3f} (priced {h['priced_ms']:.3f}, n={h['samples']})"
+            for b, h in parts["hops"].items()
+        )
+        print(f"    in-run hop per boundary: {hops}")
     if args.json is not None:
         write_json({"candidates": rows}, args.json)
     return 0

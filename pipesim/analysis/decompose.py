@@ -14,7 +14,8 @@ last action (optimizer step, zeroing, the last sends). Measured minus predicted 
 The three add up to the measured median step less the deterministic prediction; `jitter` is how much the
 prediction's sampled point (when it has one) sits above the deterministic step. Alongside, per rank and kind,
 the summed excess of the actions over their price, the measured median gap before an action that waited for
-nothing (the dispatch gap as the run had it) and the receive waits: the evidence the shares rest on.
+nothing (the dispatch gap as the run had it), the receive waits, and per boundary the median in-run hop of a
+message (`pipesim.analysis.hops`) beside the link's price: the evidence the shares rest on.
 
 Pure functions of a schedule, the cost model it was predicted with and the measured Timeline: no run is started.
 """
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from pipesim.analysis.hops import hop_samples, timeline_steps
 from pipesim.cost.convert import measured_stage_cost
 from pipesim.cost.model import CostModel
 from pipesim.ir import ActionKind, Schedule
@@ -164,6 +166,14 @@ def decompose(
                 "predicted_tail_ms": predicted.tail_ms[rank],
             }
         )
+    hops = {
+        str(boundary): {
+            "measured_ms": _median(values),
+            "priced_ms": cost.transfer_ms(boundary, boundary + 1),
+            "samples": len(values),
+        }
+        for boundary, values in sorted(hop_samples(timeline_steps(measured)).items())
+    }
     return {
         "measured_step_ms": measured_step,
         "predicted_step_ms": predicted.step_ms,
@@ -176,4 +186,5 @@ def decompose(
         "measured_tail_ms": _median(tails),
         "predicted_tail_ms": replay.step_ms - replay_makespan,
         "ranks": per_rank,
+        "hops": hops,
     }

@@ -1,8 +1,8 @@
 """`executor profile`'s fits, on rank 0: every process's measurements (pipesim_executor.rank.unit_profile) into one unit
 profile (pipesim.cost.profile.UnitProfile): medians over the processes, the constants a cut stage pays at its
 start and its end (least squares), each optimizer's fixed and per-byte time, the dispatch gap and the tail from the
-in-situ steps, and the in-situ factor of every kind (what real steps of the runtime took against the profile's own
-price of the same stages).
+in-situ steps, the link's in-run hop (`in_run_link`), and the in-situ factor of every kind (what real steps of the
+runtime took against the profile's own price of the same stages).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from pipesim.analysis.hops import hop_samples
+from pipesim.cost.links import LinkCost
 from pipesim.cost.profile import (
     BYTE_KINDS,
     OPTIONAL_BYTE_KINDS,
@@ -192,6 +194,8 @@ def assemble(
         spread=spread_curves(everyone, sizes), spread_repeats=int(request["repeats"]),
         spread_round_se=round_se_curves(everyone, sizes),
     )  # fmt: skip
+    link, hop = in_run_link(profile, everyone[: r.num_ranks])
+    profile = replace(profile, link=link)
     scales, ratios = in_situ_scales(profile, everyone, r, slots or r.world_size)
     cis = factor_cis(ratios)
     in_situ, steps = {}, in_situ_steps()
@@ -212,7 +216,9 @@ def assemble(
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "torch_version": torch.__version__,
         "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "links": "a ping-pong between ranks 0 and 1 through the run's own transport (tiny and real tensor)",
+        "links": "a ping-pong between ranks 0 and 1 through the run's own transport (tiny and real tensor), its "
+        "latency raised by the in-situ steps' median hop beyond its price (pipesim.analysis.hops)",
+        "in_run_hop": hop,
         "action_constants": {"rms_residual_ms": spread},
         "in_situ": {
             "steps": ", ".join(f"{name} ({v} chunks per rank)" for name, v in in_situ_steps())
@@ -227,6 +233,30 @@ def assemble(
         "process_spread": _process_spread(everyone, sizes, n),
     }
     return replace(profile, provenance=provenance)
+
+
+def in_run_link(profile: UnitProfile, ranks: list[dict[str, Any]]) -> tuple[LinkCost, dict[str, Any]]:
+    """The profile's link with its latency raised by the median, over every in-situ step, size and boundary, of a
+    message's in-run hop (`pipesim.analysis.hops.hop_samples`: its producer's end to its waiting consumer's start)
+    less what the ping-pong's link prices that boundary's tensor at (never lowered): inside a step a message pays
+    the send after the producer's span and the waiting receiver's wake-up, which a ping-pong does not see, on
+    every boundary the critical path crosses. `ranks`: each pipeline rank's measurements (one clock: one
+    machine). With the figures behind it, for the provenance."""
+    excess: list[float] = []
+    for key, summary in ranks[0]["calibration"].items():
+        if not all("timing" in e["calibration"].get(key, {}) for e in ranks):
+            continue
+        size, bounds = key[0], [0, *summary["split_points"], len(profile.units)]
+        samples = hop_samples([e["calibration"][key]["timing"] for e in ranks])
+        for boundary, hops in samples.items():
+            if not 0 <= boundary < len(bounds) - 2:
+                continue
+            sent = profile.units[bounds[boundary + 1] - 1].curves["output_bytes"].at(size)
+            price = profile.link.transfer_ms(sent)
+            excess += [hop - price for hop in hops]
+    extra = max(0.0, _median(excess))
+    link = replace(profile.link, latency_ms=profile.link.latency_ms + extra)
+    return link, {"excess_ms": extra, "samples": len(excess), "ping_pong_latency_ms": profile.link.latency_ms}
 
 
 def in_situ_scales(
