@@ -26,10 +26,12 @@ from pipesim.plan.inputs import PlanInputs  # noqa: E402
 from pipesim.records import Timeline  # noqa: E402
 
 
-def plan_inputs(plan: dict) -> PlanInputs:
-    """The plan's inputs rebuilt from its recorded profile and settings."""
+def plan_inputs(plan: dict, folder: Path = Path(".")) -> PlanInputs:
+    """The plan's inputs rebuilt from its recorded profile and settings (a relative profile path is tried from the
+    working folder, then from the plan's `folder`)."""
     recorded = plan["inputs"]
-    profile = load_cost_file(Path(recorded["cost_file"]))
+    path = Path(recorded["cost_file"])
+    profile = load_cost_file(path if path.is_absolute() or path.exists() else folder / path)
     return PlanInputs.from_profile(
         profile,
         devices=recorded["devices"],
@@ -71,6 +73,10 @@ def measured_runs(run_dirs: list[str]) -> tuple[Timeline, list[float]]:
     return Timeline(timeline.num_ranks, tuple(spans), "measured", timeline.schedule_name, tuple(comm)), times
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("plan", type=Path)
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     plan, verify = read_json(args.plan), read_json(args.verify)
-    evaluator = Evaluator(plan_inputs(plan))
+    evaluator = Evaluator(plan_inputs(plan, args.plan.parent))
     rows = []
     for row in verify["candidates"]:
         if row.get("error") or not row.get("run_dirs"):
@@ -95,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{row['label']:<28} measured {parts['measured_step_ms']:7.2f}  deterministic "
             f"{parts['predicted_step_ms']:7.2f} (point {row['predicted_ms']:7.2f})  diff {difference:+6.2f}: "
-            f"actions [{kinds}]  gaps {parts['gaps_ms']:+.2f}  tail {parts['tail_ms']:+.2f}"
+            f"actions [{kinds}]  gaps {parts['gaps_ms']:+.2f} (jitter {_num(parts['measured_jitter_ms'])}, beyond "
+            f"{_num(parts['gaps_beyond_jitter_ms'])})  tail {parts['tail_ms']:+.2f}"
         )
         for rank in parts["ranks"]:
             excess = " ".join(f"{k} {v:+.2f}" for k, v in rank["action_excess_ms"].items())

@@ -236,8 +236,8 @@ def assemble(
 
 
 def in_run_link(profile: UnitProfile, ranks: list[dict[str, Any]]) -> tuple[LinkCost, dict[str, Any]]:
-    """The profile's link with its latency raised by the median, over every in-situ step, size and boundary, of a
-    message's in-run hop (`pipesim.analysis.hops.hop_samples`: its producer's end to its waiting consumer's start)
+    """The profile's link with its latency raised by the mean (a step sums its hops, as its actions: see
+    `in_situ_scales`), over every in-situ step, size and boundary, of a message's in-run hop (`pipesim.analysis.hops.hop_samples`: its producer's end to its waiting consumer's start)
     less what the ping-pong's link prices that boundary's tensor at (never lowered): inside a step a message pays
     the send after the producer's span and the waiting receiver's wake-up, which a ping-pong does not see, on
     every boundary the critical path crosses. `ranks`: each pipeline rank's measurements (one clock: one
@@ -254,7 +254,7 @@ def in_run_link(profile: UnitProfile, ranks: list[dict[str, Any]]) -> tuple[Link
             sent = profile.units[bounds[boundary + 1] - 1].curves["output_bytes"].at(size)
             price = profile.link.transfer_ms(sent)
             excess += [hop - price for hop in hops]
-    extra = max(0.0, _median(excess))
+    extra = max(0.0, statistics.fmean(excess)) if excess else 0.0
     link = replace(profile.link, latency_ms=profile.link.latency_ms + extra)
     return link, {"excess_ms": extra, "samples": len(excess), "ping_pong_latency_ms": profile.link.latency_ms}
 
@@ -263,7 +263,9 @@ def in_situ_scales(
     profile: UnitProfile, everyone: list[dict[str, Any]], r: Rank, slots: int
 ) -> tuple[dict[str, dict[str, SizeCurve]], list[dict[str, Any]]]:
     """Per class of schedule, profile kind and profiled size, the median over its in-situ steps' stages of (in-situ
-    duration / what the profile prices the same stage at, `UnitProfile.stage_kinds` before any scaling); and every
+    mean duration / what the profile prices the same stage at, `UnitProfile.stage_kinds` before any scaling: the
+    mean, because a step sums its actions, and their times are skewed to the right, so pricing them at their
+    medians fell 6-15% short of the step, issue 29's third pass); and every
     ratio, for the provenance. When the processes outnumber the cores, the in-situ durations are first turned into
     full-speed work (pipesim_executor.rank.calibrate.full_speed_durations), as the simulation shares the cores
     itself."""
@@ -273,11 +275,12 @@ def in_situ_scales(
         kinds = IN_SITU_KINDS[(split, recompute)]
         bounds = [0, *summary["split_points"], len(profile.units)]
         if slots < r.world_size:
-            durations = full_speed_durations([e["calibration"][key]["spans"] for e in everyone], slots)
+            spans = [e["calibration"][key]["spans"] for e in everyone]
+            durations = full_speed_durations(spans, slots, statistics.fmean)
         else:
             durations = {}
             for e in everyone[: r.num_ranks]:
-                durations.update(e["calibration"][key]["durations_ms"])
+                durations.update(e["calibration"][key].get("means_ms") or e["calibration"][key]["durations_ms"])
         cis: dict[str, dict[str, float]] = {}  # each stage's own rank measured its CI
         for e in everyone[: r.num_ranks]:
             cis.update(e["calibration"][key].get("ci", {}))
@@ -313,7 +316,7 @@ def _finite(value: float | None) -> float | None:
 
 def factor_cis(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per class, kind and size, the in-situ factor's 95% CI as a relative half-width: the widest of its stages'
-    (each the bootstrap interval of a stage's median over the in-situ steps, pipesim_executor.rank.calibrate.median_ci;
+    (each the bootstrap interval of a stage's mean over the in-situ steps, pipesim_executor.rank.calibrate.mean_ci;
     the factor is a median over them, so no wider), and the steps behind it."""
     grouped: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in rows:
