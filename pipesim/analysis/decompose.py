@@ -32,6 +32,8 @@ from pipesim.cost.convert import measured_stage_cost
 from pipesim.cost.model import CostModel
 from pipesim.ir import ActionKind, Schedule
 from pipesim.records import Timeline
+from pipesim.semantics.dag import dependencies
+from pipesim.sim.simulate import engine_inputs, run_engine
 from pipesim.sim.steps import rank_ends, simulate_step
 
 KINDS = ("F", "B", "I", "W")
@@ -91,6 +93,25 @@ def _steps(measured: Timeline) -> dict[int, Timeline]:
     return {s: replace(measured, spans=tuple(v), comm=tuple(comm.get(s, ()))) for s, v in sorted(by_step.items())}
 
 
+def own_replays(schedule: Schedule, cost: CostModel, steps: dict[int, Timeline]) -> list[float]:
+    """Per measured step, the makespan of the step re-simulated with every action taking exactly its own measured
+    time that step, the gaps and the link as priced: how long the step would have been had only its actions
+    varied. A step missing an action of the schedule is left out."""
+    deps = dependencies(schedule)
+    inputs = engine_inputs(schedule, cost, deps)
+    out = []
+    for timeline in steps.values():
+        spans = {(span.rank, span.action): span for span in timeline.spans}
+        try:
+            durations = [spans[(r, a)].end - spans[(r, a)].start for r, a in zip(deps.ranks, deps.actions, strict=True)]
+        except KeyError:
+            continue
+        _, ends, stuck = run_engine(deps, durations, inputs.hops, inputs.gaps, cost.shared_cores)
+        if not stuck:
+            out.append(max(ends, default=0.0))
+    return out
+
+
 def gaps(timeline: Timeline) -> dict[str, list[float]]:
     """Per rank of one step: `lead` (the step's start to its first action), `dispatch` (each gap between two
     actions with no receive wait inside it), `wait` (the receive waits inside the gaps, summed per gap) and
@@ -139,6 +160,8 @@ def decompose(
     replay_makespan = max(rank_ends(replay.timeline))
     steps = _steps(measured)
     makespans = [max(rank_ends(tl)) for tl in steps.values()]
+    own = own_replays(schedule, cost, steps)
+    beyond_own = [m - o for m, o in zip(makespans, own, strict=False)] if len(own) == len(makespans) else []
     measured_step = _median(step_times_ms)
     measured_makespan = _median(makespans)
     tails = [t - m for t, m in zip(step_times_ms, makespans, strict=False)]
@@ -182,6 +205,11 @@ def decompose(
         "difference_ms": measured_step - predicted.step_ms,
         "actions_ms": by_kind,
         "gaps_ms": measured_makespan - replay_makespan,
+        # of the gaps: how much the step's own action times, varying from action to action, lengthened it over the
+        # replay of their medians (the jitter a prediction's sampled point prices), and what is left: the gaps
+        # and transfers themselves
+        "measured_jitter_ms": _median(own) - replay_makespan if own else None,
+        "gaps_beyond_jitter_ms": _median(beyond_own) if beyond_own else None,
         "tail_ms": _median(tails) - (replay.step_ms - replay_makespan),
         "measured_tail_ms": _median(tails),
         "predicted_tail_ms": replay.step_ms - replay_makespan,

@@ -237,8 +237,9 @@ def assemble(
 
 def in_run_link(profile: UnitProfile, ranks: list[dict[str, Any]]) -> tuple[LinkCost, dict[str, Any]]:
     """The profile's link with its latency raised by the mean (a step sums its hops, as its actions: see
-    `in_situ_scales`), over every in-situ step, size and boundary, of a message's in-run hop (`pipesim.analysis.hops.hop_samples`: its producer's end to its waiting consumer's start)
-    less what the ping-pong's link prices that boundary's tensor at (never lowered): inside a step a message pays
+    `in_situ_scales`), over every in-situ step, size and boundary, of a message's in-run hop
+    (`pipesim.analysis.hops.hop_samples`: its producer's end to its waiting consumer's start) less what the
+    ping-pong's link prices that boundary's tensor at (never lowered): inside a step a message pays
     the send after the producer's span and the waiting receiver's wake-up, which a ping-pong does not see, on
     every boundary the critical path crosses. `ranks`: each pipeline rank's measurements (one clock: one
     machine). With the figures behind it, for the provenance."""
