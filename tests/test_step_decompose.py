@@ -123,3 +123,11 @@ def test_no_measured_step_is_refused_in_one_line():
     schedule = build_schedule("1f1b", 2, 2)
     with pytest.raises(ValueError, match="measured step"):
         decompose(schedule, CostModel.uniform(), Timeline(2, (), "measured"), [])
+
+
+def test_the_profiles_summary_says_what_the_hop_added_to_the_link():
+    from pipesim_executor.host.unit_profile import _hop_note
+
+    assert _hop_note(profile()) == ""  # a profile from before the hop was measured
+    p = profile(provenance={"in_run_hop": {"excess_ms": 0.042, "samples": 30, "ping_pong_latency_ms": 0.05}})
+    assert "+0.042 ms" in _hop_note(p) and "hop" in _hop_note(p)
