@@ -282,6 +282,9 @@ def in_situ_scales(
             durations = {}
             for e in everyone[: r.num_ranks]:
                 durations.update(e["calibration"][key].get("means_ms") or e["calibration"][key]["durations_ms"])
+        medians: dict[str, dict[str, float]] = {}  # kept beside, for the provenance: what the median would price
+        for e in everyone[: r.num_ranks]:
+            medians.update(e["calibration"][key].get("durations_ms", {}))
         cis: dict[str, dict[str, float]] = {}  # each stage's own rank measured its CI
         for e in everyone[: r.num_ranks]:
             cis.update(e["calibration"][key].get("ci", {}))
@@ -293,6 +296,7 @@ def in_situ_scales(
                     rows.append({"class": steps[(name, chunks)], "schedule": name, "recompute": recompute,
                                  "size": size, "stage": stage, "kind": target,
                                  "ratio": measured / predicted[target],
+                                 "median_ratio": medians.get(str(stage), {}).get(kind, 0.0) / predicted[target],
                                  "ci": _finite(cis.get(str(stage), {}).get(kind)),
                                  "steps": summary.get("steps", 0)})  # fmt: skip
     grouped: dict[str, dict[str, dict[int, list[float]]]] = {}
