@@ -34,7 +34,7 @@ from pipesim.ir import ActionKind, Schedule
 from pipesim.records import Timeline
 from pipesim.semantics.dag import dependencies
 from pipesim.sim.simulate import engine_inputs, run_engine
-from pipesim.sim.steps import rank_ends, simulate_step
+from pipesim.sim.steps import SimulatedStep, rank_ends, simulate_step
 
 KINDS = ("F", "B", "I", "W")
 
@@ -135,36 +135,11 @@ def gaps(timeline: Timeline) -> dict[str, list[float]]:
     return out
 
 
-def decompose(
-    schedule: Schedule,
-    cost: CostModel,
-    measured: Timeline,
-    step_times_ms: Sequence[float],
-    predicted_point_ms: float | None = None,
-) -> dict[str, Any]:
-    """Measured median step less the deterministic prediction, split into actions (per kind), gaps and tail (see
-    the module docstring), with the evidence per rank. `predicted_point_ms`: the prediction as reported (a sampled
-    median), whose distance to the deterministic step is reported as `jitter_ms`."""
-    if not step_times_ms or not measured.spans:
-        raise ValueError("a decomposition needs a measured step: the timeline holds none")
-    predicted = simulate_step(schedule, cost)
-    medians = stage_medians(measured)
-    replays, previous, by_kind = [], predicted.step_ms, {}
-    for count in range(1, len(KINDS) + 1):
-        kinds = KINDS[:count]
-        step = simulate_step(schedule, substituted(cost, medians, kinds))
-        by_kind[kinds[-1]] = step.step_ms - previous
-        previous = step.step_ms
-        replays.append(step)
-    replay = replays[-1]
-    replay_makespan = max(rank_ends(replay.timeline))
-    steps = _steps(measured)
-    makespans = [max(rank_ends(tl)) for tl in steps.values()]
-    own = own_replays(schedule, cost, steps)
-    beyond_own = [m - o for m, o in zip(makespans, own, strict=False)] if len(own) == len(makespans) else []
-    measured_step = _median(step_times_ms)
-    measured_makespan = _median(makespans)
-    tails = [t - m for t, m in zip(step_times_ms, makespans, strict=False)]
+def rank_evidence(
+    schedule: Schedule, cost: CostModel, measured: Timeline, steps: dict[int, Timeline], predicted: SimulatedStep
+) -> list[dict[str, Any]]:
+    """Per rank, what the shares rest on: each kind's summed excess over its price per step, the lead before its first
+    action, the dispatch gap, receive waits and idle time as measured (medians over the steps), beside the prices."""
     step_gaps = [gaps(tl) for tl in steps.values()]
     predicted_gaps = gaps(predicted.timeline)
     per_rank = []
@@ -189,6 +164,37 @@ def decompose(
                 "predicted_tail_ms": predicted.tail_ms[rank],
             }
         )
+    return per_rank
+
+
+def decompose(
+    schedule: Schedule,
+    cost: CostModel,
+    measured: Timeline,
+    step_times_ms: Sequence[float],
+    predicted_point_ms: float | None = None,
+) -> dict[str, Any]:
+    """Measured median step less the deterministic prediction, split into actions (per kind), gaps and tail (see
+    the module docstring), with the evidence per rank. `predicted_point_ms`: the prediction as reported (a sampled
+    median), whose distance to the deterministic step is reported as `jitter_ms`."""
+    if not step_times_ms or not measured.spans:
+        raise ValueError("a decomposition needs a measured step: the timeline holds none")
+    predicted = simulate_step(schedule, cost)
+    medians = stage_medians(measured)
+    replay, by_kind = predicted, {}
+    for count in range(1, len(KINDS) + 1):
+        step = simulate_step(schedule, substituted(cost, medians, KINDS[:count]))
+        by_kind[KINDS[count - 1]] = step.step_ms - replay.step_ms
+        replay = step
+    replay_makespan = max(rank_ends(replay.timeline))
+    steps = _steps(measured)
+    makespans = [max(rank_ends(tl)) for tl in steps.values()]
+    own = own_replays(schedule, cost, steps)
+    beyond_own = [m - o for m, o in zip(makespans, own, strict=False)] if len(own) == len(makespans) else []
+    measured_step = _median(step_times_ms)
+    measured_makespan = _median(makespans)
+    tails = [t - m for t, m in zip(step_times_ms, makespans, strict=False)]
+    per_rank = rank_evidence(schedule, cost, measured, steps, predicted)
     hops = {
         str(boundary): {
             "measured_ms": _median(values),
