@@ -47,13 +47,17 @@ def test_a_measured_timeline_gives_the_same_hops_as_its_records():
     assert hop_samples(timeline_steps(timeline)) == hop_samples(STEPS)
 
 
-def _in_situ(hop: float, size: int = 2) -> list[dict]:
-    """Two ranks' in-situ measurements of one step cut after unit 3, whose messages each took `hop` ms."""
+def _in_situ(hop: float, size: int = 2, steps: int = 1, late: float = 0.0) -> list[dict]:
+    """Two ranks' in-situ measurements of `steps` steps cut after unit 3, whose messages each took `hop` ms (the
+    forward's of the last step `late` ms more: a late wake-up)."""
     key = (size, "1f1b", 1, False, False)
-    timing = [
-        [{"spans": [["0F0", 0.0, 1.0], ["0B0", 3.0 + hop, 4.0]], "comm": [["recv", 1, "1B0", 2.5, 3.0 + hop]]}],
-        [{"spans": [["1F0", 1.0 + hop, 2.0], ["1B0", 2.0, 3.0]], "comm": [["recv", 0, "0F0", 0.5, 1.0 + hop]]}],
-    ]
+    timing: list[list[dict]] = [[], []]
+    for step in range(steps):
+        f = hop + (late if step == steps - 1 else 0.0)
+        timing[0].append({"spans": [["0F0", 0.0, 1.0], ["0B0", 3.0 + hop, 4.0]],
+                          "comm": [["recv", 1, "1B0", 2.5, 3.0 + hop]]})  # fmt: skip
+        timing[1].append({"spans": [["1F0", 1.0 + f, 2.0 + f], ["1B0", 2.0 + f, 3.0]],
+                          "comm": [["recv", 0, "0F0", 0.5, 1.0 + f]]})  # fmt: skip
     return [{"calibration": {key: {"split_points": [3], "timing": timing[rank]}}} for rank in range(2)]
 
 
@@ -63,6 +67,10 @@ def test_the_profiles_link_carries_the_in_run_hop_beyond_its_ping_pong_price():
     link, figures = in_run_link(p, _in_situ(price + 0.2))
     assert link.latency_ms == pytest.approx(0.25) and link.bandwidth_gbps == p.link.bandwidth_gbps
     assert figures["samples"] == 2 and figures["excess_ms"] == pytest.approx(0.2)
+    # one late wake-up in three steps moves the mean by almost a millisecond, the price (the median) not at all
+    late_link, late = in_run_link(p, _in_situ(price + 0.2, steps=3, late=5.0))
+    assert late["samples"] == 6 and late["mean_excess_ms"] == pytest.approx(0.2 + 5.0 / 6)
+    assert late["excess_ms"] == pytest.approx(0.2) and late_link.latency_ms == pytest.approx(link.latency_ms)
     faster, _ = in_run_link(p, _in_situ(0.01))  # a hop below the ping-pong's price never lowers it
     assert faster == p.link
     bare = [{"calibration": {k: {"split_points": [3]} for k in e["calibration"]}} for e in _in_situ(0.5)]

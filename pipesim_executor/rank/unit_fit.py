@@ -236,8 +236,9 @@ def assemble(
 
 
 def in_run_link(profile: UnitProfile, ranks: list[dict[str, Any]]) -> tuple[LinkCost, dict[str, Any]]:
-    """The profile's link with its latency raised by the mean (a step sums its hops, as its actions: see
-    `in_situ_scales`), over every in-situ step, size and boundary, of a message's in-run hop
+    """The profile's link with its latency raised by the median (sleep mode's choice, issue 30: a hop's tail is a
+    waiting receiver's late wake-up, which under load inflates the mean by milliseconds and lands in few steps; the
+    mean is kept beside it), over every in-situ step, size and boundary, of a message's in-run hop
     (`pipesim.analysis.hops.hop_samples`: its producer's end to its waiting consumer's start) less what the
     ping-pong's link prices that boundary's tensor at (never lowered): inside a step a message pays
     the send after the producer's span and the waiting receiver's wake-up, which a ping-pong does not see, on
@@ -255,9 +256,15 @@ def in_run_link(profile: UnitProfile, ranks: list[dict[str, Any]]) -> tuple[Link
             sent = profile.units[bounds[boundary + 1] - 1].curves["output_bytes"].at(size)
             price = profile.link.transfer_ms(sent)
             excess += [hop - price for hop in hops]
-    extra = max(0.0, statistics.fmean(excess)) if excess else 0.0
+    extra = max(0.0, _median(excess))
     link = replace(profile.link, latency_ms=profile.link.latency_ms + extra)
-    return link, {"excess_ms": extra, "samples": len(excess), "ping_pong_latency_ms": profile.link.latency_ms}
+    mean = statistics.fmean(excess) if excess else 0.0
+    return link, {
+        "excess_ms": extra,
+        "mean_excess_ms": mean,
+        "samples": len(excess),
+        "ping_pong_latency_ms": profile.link.latency_ms,
+    }
 
 
 def in_situ_scales(
