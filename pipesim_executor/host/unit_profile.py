@@ -12,7 +12,7 @@ checks, `pipesim_executor.host.checks.check_run`, the custom model's sandboxed c
 
 How the link between ranks is priced: a ping-pong between ranks 0 and 1 through the run's own transport (gloo on
 the CPU, NCCL or staged on GPUs), a tiny and a real boundary tensor, as a run's `--profile` does, its latency raised by
-the in-situ steps' mean hop beyond that price (`pipesim_executor.rank.unit_fit.in_run_link`); with `--ranks 1` there
+the in-situ steps' median hop beyond that price (`pipesim_executor.rank.unit_fit.in_run_link`); with `--ranks 1` there
 is no link (a free hand-over), and a plan for more ranks prices its transfers as free.
 """
 
