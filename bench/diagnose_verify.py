@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
             for b, h in parts["hops"].items()
         )
         print(f"    in-run hop per boundary: {hops}")
+        replays = parts["replay_makespan_ms"]
+        print(
+            f"    makespan replayed with the stages' medians {replays['medians']:.2f}, means {replays['means']:.2f}, "
+            f"each step's own times {_num(replays['own'])[1:]}"
+        )
     if args.json is not None:
         write_json({"candidates": rows}, args.json)
     return 0

@@ -139,3 +139,27 @@ def test_the_profiles_summary_says_what_the_hop_added_to_the_link():
     assert _hop_note(profile()) == ""  # a profile from before the hop was measured
     p = profile(provenance={"in_run_hop": {"excess_ms": 0.042, "samples": 30, "ping_pong_latency_ms": 0.05}})
     assert "+0.042 ms" in _hop_note(p) and "hop" in _hop_note(p)
+
+
+def test_a_step_of_skewed_actions_pays_their_mean_which_the_replay_of_means_gives():
+    """One rank, four forwards and backwards per step, one forward in four 3 ms where the others take 1 ms: every step
+    is the same, so its own replay is the step; the stages' medians miss the slow forward, their means do not."""
+    schedule = build_schedule("gpipe", 1, 4)
+    cost = CostModel.uniform(1.0, 2.0)
+    spans, t = [], 0.0
+    for step in range(3):
+        t = 0.0
+        for action in schedule.actions[0]:
+            length = (
+                3.0
+                if (action.kind.value == "F" and action.microbatch == 0)
+                else (1.0 if action.kind.value == "F" else 2.0)
+            )
+            spans.append(Span(0, action, t, t + length, step))
+            t += length
+    measured = Timeline(1, tuple(spans), "measured", "gpipe")
+    parts = decompose(schedule, cost, measured, [t] * 3)
+    replays = parts["replay_makespan_ms"]
+    assert replays["own"] == pytest.approx(t) == pytest.approx(14.0)
+    assert replays["means"] == pytest.approx(t) and replays["medians"] == pytest.approx(12.0)
+    assert parts["measured_jitter_ms"] == pytest.approx(2.0)  # what pricing at the medians leaves out

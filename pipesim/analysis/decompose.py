@@ -23,7 +23,7 @@ Pure functions of a schedule, the cost model it was predicted with and the measu
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -43,12 +43,15 @@ def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
-def stage_medians(measured: Timeline) -> dict[tuple[int, str], float]:
-    """Per (stage, action kind letter), the median duration of its measured actions over every step."""
+def stage_medians(
+    measured: Timeline, average: Callable[[list[float]], float] = _median
+) -> dict[tuple[int, str], float]:
+    """Per (stage, action kind letter), the median (or another `average`) duration of its measured actions over
+    every step."""
     durations: dict[tuple[int, str], list[float]] = {}
     for span in measured.spans:
         durations.setdefault((span.action.stage, span.action.kind.value), []).append(span.end - span.start)
-    return {key: _median(values) for key, values in durations.items()}
+    return {key: average(values) for key, values in durations.items()}
 
 
 def substituted(cost: CostModel, medians: dict[tuple[int, str], float], kinds: Sequence[str]) -> CostModel:
@@ -180,7 +183,7 @@ def decompose(
     if not step_times_ms or not measured.spans:
         raise ValueError("a decomposition needs a measured step: the timeline holds none")
     predicted = simulate_step(schedule, cost)
-    medians = stage_medians(measured)
+    medians, means = stage_medians(measured), stage_medians(measured, statistics.fmean)
     replay, by_kind = predicted, {}
     for count in range(1, len(KINDS) + 1):
         step = simulate_step(schedule, substituted(cost, medians, KINDS[:count]))
@@ -216,6 +219,13 @@ def decompose(
         # and transfers themselves
         "measured_jitter_ms": _median(own) - replay_makespan if own else None,
         "gaps_beyond_jitter_ms": _median(beyond_own) if beyond_own else None,
+        # the makespan replayed with each stage and kind's median, its mean, and each step's own times (the median
+        # over the steps): which price of an action the measured step pays (issue 29, third pass: the mean)
+        "replay_makespan_ms": {
+            "medians": replay_makespan,
+            "means": max(rank_ends(simulate_step(schedule, substituted(cost, means, KINDS)).timeline)),
+            "own": _median(own) if own else None,
+        },
         "tail_ms": _median(tails) - (replay.step_ms - replay_makespan),
         "measured_tail_ms": _median(tails),
         "predicted_tail_ms": replay.step_ms - replay_makespan,
