@@ -63,9 +63,10 @@ def point_ms(inputs: PlanInputs, fields: dict) -> float:
     evaluator.price(candidate)
     schedule, cost = evaluator.materialise(candidate)
     spread = candidate_spread(inputs, candidate, schedule.uses_split_backward, IntervalOptions())
-    return (
-        step_interval(schedule, cost, spread).step_ms if spread else evaluator.simulate(candidate) or candidate.step_ms
-    )
+    if spread is None:  # nothing to draw from: the deterministic step, as the plan has it
+        evaluator.simulate(candidate, want_path=False)
+        return float(candidate.step_ms)
+    return step_interval(schedule, cost, spread).step_ms
 
 
 def main(argv: list[str] | None = None) -> int:
