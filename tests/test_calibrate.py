@@ -58,3 +58,54 @@ def test_full_speed_durations_take_out_the_sharing():
     spans = [[["0F0", 0.0, 1.0], ["0F1", 1.0, 3.0]], [["1F0", 1.0, 3.0]]]
     assert full_speed_durations(spans, slots=1) == {"0": {"F": pytest.approx(1.0)}, "1": {"F": pytest.approx(1.0)}}
     assert full_speed_durations(spans, slots=2) == {"0": {"F": pytest.approx(1.5)}, "1": {"F": pytest.approx(2.0)}}
+
+
+def _skewed(offset: float, slow: float) -> dict:
+    """One step of two forwards, the second `slow` ms (a late wake-up), with nothing between them."""
+    return {
+        "start": offset,
+        "end": offset + 1.0 + slow,
+        "spans": [["0F0", offset, offset + 1.0], ["0F1", offset + 1.0, offset + 1.0 + slow]],
+        "comm": [],
+    }
+
+
+def test_summarise_keeps_the_mean_a_step_pays_beside_the_median():
+    """Issue 29, third pass: a step sums its actions, so a right-skewed action costs it its mean. Catches a profile
+    that prices actions at their medians: here the steps take 3.0 ms on average, their medians say 2.0."""
+    from pipesim_executor.rank.calibrate import mean_ci, step_cis
+
+    records = [_skewed(0.0, 1.0), _skewed(10.0, 1.0), _skewed(20.0, 1.0), _skewed(30.0, 5.0)]
+    summary = summarise(records)
+    assert summary["durations_ms"]["0"]["F"] == pytest.approx(1.0)
+    assert summary["means_ms"]["0"]["F"] == pytest.approx(1.5)
+    assert sum(r["end"] - r["start"] for r in records) / len(records) == pytest.approx(
+        2 * summary["means_ms"]["0"]["F"]
+    )
+    # the CI is the mean's over the steps' own means (1, 1, 1, 3): a slow step widens it, as it moves the mean
+    assert step_cis(records)["0"]["F"] == pytest.approx(mean_ci([1.0, 1.0, 1.0, 3.0]))
+    assert mean_ci([1.0, 1.0, 1.0, 3.0]) > mean_ci([1.0, 1.0, 1.0, 1.1]) > 0.0
+    assert mean_ci([1.0, 2.0]) == float("inf")
+
+
+def test_the_in_situ_factor_is_the_actions_mean_over_the_profiles_price():
+    from types import SimpleNamespace
+
+    from pipesim_executor.rank.unit_fit import in_situ_scales
+    from tests.test_unit_profile import profile
+
+    p = profile()
+    key = (2, "1f1b", 1, False, False)
+    priced = p.stage_kinds(2, 0, 3)["forward_ms"], p.stage_kinds(2, 3, len(p.units))["forward_ms"]
+    everyone = [
+        {"calibration": {key: {"split_points": [3], "durations_ms": {"0": {"F": priced[0]}},
+                               "means_ms": {"0": {"F": 1.2 * priced[0]}}}}},
+        {"calibration": {key: {"split_points": [3], "durations_ms": {"1": {"F": priced[1]}},
+                               "means_ms": {"1": {"F": 1.2 * priced[1]}}}}},
+    ]  # fmt: skip
+    scales, _ = in_situ_scales(p, everyone, SimpleNamespace(world_size=2, num_ranks=2), slots=2)
+    assert scales["plain"]["forward_ms"].at(2) == pytest.approx(1.2)
+    for e in everyone:  # a profile's steps from before the mean was kept: their medians, as before
+        del e["calibration"][key]["means_ms"]
+    scales, _ = in_situ_scales(p, everyone, SimpleNamespace(world_size=2, num_ranks=2), slots=2)
+    assert scales["plain"]["forward_ms"].at(2) == pytest.approx(1.0)

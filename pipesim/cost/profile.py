@@ -151,10 +151,11 @@ def schedule_class(split: bool, chunked: bool) -> str:
 class InSituTerms:
     """What real steps of one class of schedule took through the executor's runtime (the profile's in-situ steps):
     the dispatch gap before each action, the step's tail after the last action less the optimizer's step, and per
-    kind the ratio of an action's in-situ time to what the profile prices its stage at, at each profiled size
-    (`scale`; 1 where not measured): in a pipeline an action runs with colder caches than in a loop (a backward
-    long after its forward, two chunks' weights taking turns in a rank's cache, inputs just received). `ci`: per
-    kind, each factor's 95% CI as a relative half-width (issue 29; empty in older files). Both are ratio curves."""
+    kind the ratio of an action's in-situ mean time (what a step pays) to what the profile prices its stage at, at
+    each profiled size (`scale`; 1 where not measured): in a pipeline an action runs with colder caches than in a
+    loop (a backward long after its forward, two chunks' weights taking turns in a rank's cache, inputs just
+    received). `ci`: per kind, each factor's 95% CI as a relative half-width (issue 29; empty in older files). Both
+    are ratio curves."""
 
     dispatch_ms: float = 0.0
     tail_ms: float = 0.0

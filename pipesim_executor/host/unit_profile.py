@@ -11,14 +11,16 @@ module. Everything that can be refused is refused before a process starts or the
 checks, `pipesim_executor.host.checks.check_run`, the custom model's sandboxed check among them). No torch import here.
 
 How the link between ranks is priced: a ping-pong between ranks 0 and 1 through the run's own transport (gloo on
-the CPU, NCCL or staged on GPUs), a tiny and a real boundary tensor, as a run's `--profile` does; with `--ranks 1`
-there is no link (a free hand-over), and a plan for more ranks prices its transfers as free.
+the CPU, NCCL or staged on GPUs), a tiny and a real boundary tensor, as a run's `--profile` does, its latency raised by
+the in-situ steps' median hop beyond that price (`pipesim_executor.rank.unit_fit.in_run_link`); with `--ranks 1` there
+is no link (a free hand-over), and a plan for more ranks prices its transfers as free.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -223,7 +225,7 @@ def summary_lines(result: ProfileResult) -> list[str]:
             f"{n} {t.fixed_ms:.3f} ms + {t.ms_per_byte * 1e6:.4f} ms/MB" for n, t in profile.optimizers.items()
         ),  # fmt: skip
         f"link     {profile.link.latency_ms:.3f} ms + bytes / {profile.link.bandwidth_gbps:.3g} GB/s "
-        f"(ping-pong between ranks 0 and 1)"
+        f"(ping-pong between ranks 0 and 1{_hop_note(profile)})"
         if profile.link.latency_ms or math.isfinite(profile.link.bandwidth_gbps)
         else "link     none measured (one rank)",
         *in_situ_lines(profile),
@@ -232,10 +234,18 @@ def summary_lines(result: ProfileResult) -> list[str]:
     return lines
 
 
+def _hop_note(profile: UnitProfile) -> str:
+    """What the in-situ steps' hops added to the ping-pong's latency, in words ('' when nothing was measured)."""
+    hop = profile.provenance.get("in_run_hop") if isinstance(profile.provenance, Mapping) else None
+    if not isinstance(hop, dict) or not isinstance(hop.get("excess_ms"), (int, float)):
+        return ""
+    return f", +{hop['excess_ms']:.3f} ms: a message's hop inside the in-situ steps"
+
+
 def in_situ_lines(profile: UnitProfile) -> list[str]:
     """Each class's in-situ factors with their 95% CIs (the profile's provenance), and how many got within the
     target (adaptive steps: pipesim_executor.rank.calibrate); one line per class."""
-    in_situ = profile.provenance.get("in_situ") if isinstance(profile.provenance, dict) else None
+    in_situ = profile.provenance.get("in_situ") if isinstance(profile.provenance, Mapping) else None
     rows = in_situ.get("ci") if isinstance(in_situ, dict) else None
     if not rows:
         return []

@@ -5,7 +5,8 @@ own interleaving does to them (other ranks computing at the same time on shared 
 warmed by a different action) and everything between the actions. On a 2-core machine those were the
 3-5% by which profile-then-predict fell short every time. These steps give, per rank:
 
-* each action kind's median duration per stage, under the schedule's real interleaving;
+* each action kind's median duration per stage, under the schedule's real interleaving (and its mean, what a step
+  pays for it, which the unit profile prices);
 * the dispatch gap before each action (`CostModel.dispatch_ms`): the time from the previous action's end (or
   the step's start) to this action's start, minus the time blocked in a receive, which the simulation
   models separately (transfers and data dependencies). One value per rank, the mean over the step's actions of
@@ -31,6 +32,7 @@ from __future__ import annotations
 import copy
 import os
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -113,15 +115,17 @@ def sharing_note(device_type: str, ranks_on_this_machine: int, slots: int | None
     )
 
 
-def full_speed_durations(spans_by_rank: list[list[list]], slots: int) -> dict[str, dict[str, float]]:
-    """Per stage and kind, the median full-speed work of the calibration spans of every rank, given that the
-    ranks shared `slots` cores while they ran (pipesim.sim.shared_cores.work_of_spans)."""
+def full_speed_durations(
+    spans_by_rank: list[list[list]], slots: int, average: Callable[[list[float]], float] = statistics.median
+) -> dict[str, dict[str, float]]:
+    """Per stage and kind, the `average` (median by default) full-speed work of the calibration spans of every rank,
+    given that the ranks shared `slots` cores while they ran (pipesim.sim.shared_cores.work_of_spans)."""
     flat = [(Action.parse(text), start, end) for spans in spans_by_rank for text, start, end in spans]
     work = work_of_spans([(start, end) for _, start, end in flat], slots)
     grouped: dict[str, dict[str, list[float]]] = {}
     for (action, _, _), amount in zip(flat, work, strict=True):
         grouped.setdefault(str(action.stage), {}).setdefault(action.kind.value, []).append(amount)
-    return {stage: {kind: statistics.median(v) for kind, v in kinds.items()} for stage, kinds in grouped.items()}
+    return {stage: {kind: average(v) for kind, v in kinds.items()} for stage, kinds in grouped.items()}
 
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -149,6 +153,12 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "durations_ms": {
             stage: {kind: statistics.median(v) for kind, v in kinds.items()} for stage, kinds in durations.items()
         },
+        # the mean, what a step pays: a step sums its actions, whose times are skewed to the right (a late wake-up,
+        # a cold cache), so the sum of their medians falls short of it; the unit profile's in-situ factors price
+        # an action at its mean (issue 29, third pass: 6-15% on 2 CPU ranks)
+        "means_ms": {
+            stage: {kind: statistics.fmean(v) for kind, v in kinds.items()} for stage, kinds in durations.items()
+        },
         "dispatch_ms": _gap_per_action(gaps),
         "dispatch_by_kind_ms": {kind: statistics.median(values) for kind, values in gaps.items()},
         "tail_ms": statistics.median(tails) if tails else 0.0,
@@ -161,8 +171,8 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def step_cis(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per stage and kind, the relative half-width of the 95% bootstrap interval of the median over the steps of
-    each step's median duration (`median_ci`)."""
+    """Per stage and kind, the relative half-width of the 95% bootstrap interval of the mean over the steps of each
+    step's mean duration (`mean_ci`): the CI of the price the unit profile's in-situ factors take (`means_ms`)."""
     per_step: dict[str, dict[str, list[float]]] = {}
     for record in records:
         one: dict[tuple[str, str], list[float]] = {}
@@ -170,23 +180,33 @@ def step_cis(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             action = Action.parse(text)
             one.setdefault((str(action.stage), action.kind.value), []).append(end - start)
         for (stage, kind), values in one.items():
-            per_step.setdefault(stage, {}).setdefault(kind, []).append(statistics.median(values))
-    return {stage: {kind: median_ci(v) for kind, v in kinds.items()} for stage, kinds in per_step.items()}
+            per_step.setdefault(stage, {}).setdefault(kind, []).append(statistics.fmean(values))
+    return {stage: {kind: mean_ci(v) for kind, v in kinds.items()} for stage, kinds in per_step.items()}
 
 
 def median_ci(values: list[float], resamples: int = 1000, seed: int = 0) -> float:
     """The 95% bootstrap interval of the median of `values`, as a relative half-width ((high - low) / 2 / median;
     inf for fewer than 3 values, 0 for a median of 0). Seeded: the same values give the same answer."""
+    return _bootstrap_ci(values, "median", resamples, seed)
+
+
+def mean_ci(values: list[float], resamples: int = 1000, seed: int = 0) -> float:
+    """`median_ci` for the mean of `values` (relative to the mean)."""
+    return _bootstrap_ci(values, "mean", resamples, seed)
+
+
+def _bootstrap_ci(values: list[float], statistic: str, resamples: int, seed: int) -> float:
     import numpy as np
 
     if len(values) < 3:
         return float("inf")
+    centre = getattr(np, statistic)
     data = np.asarray(values, dtype=float)
-    middle = float(np.median(data))
+    middle = float(centre(data))
     if middle <= 0:
         return 0.0
     draws = np.random.default_rng(seed).choice(data, size=(resamples, len(data)), replace=True)
-    low, high = np.percentile(np.median(draws, axis=1), [2.5, 97.5])
+    low, high = np.percentile(centre(draws, axis=1), [2.5, 97.5])
     return float((high - low) / 2 / middle)
 
 

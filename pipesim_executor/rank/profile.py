@@ -15,7 +15,7 @@ simulation needs to predict a measured step, and where it comes from here:
 * per rank, the optimizer step and gradient zeroing that end every step,
   timed alone (kept in meta);
 * then a few real training steps of the run's own schedule (pipesim_executor.rank.calibrate):
-  F/B/I/W medians under the schedule's real interleaving replace the isolated
+  F/B/I/W means (what a step pays) under the schedule's real interleaving replace the isolated
   ones, and they give the dispatch gap before each action
   (CostModel.dispatch_ms) and the tail after each rank's last action
   (CostModel.step_overhead_ms: last sends, optimizer, zeroing).
@@ -299,11 +299,13 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
     device_type = r.choice.device.type
     gpus = torch.cuda.device_count() if device_type == "cuda" else 0
     slots = shared_slots(device_type, local_ranks, gpus) if local_ranks == r.world_size else None
+    # each action at its in-situ mean, what a step pays for it (pipesim_executor.rank.calibrate.summarise's
+    # means_ms): the price the unit profile's in-situ factors take too (issue 29, third pass)
     if slots is None:
-        calibrated = {int(s): d for g in gathered for s, d in g["calibration"]["durations_ms"].items()}
+        calibrated = {int(s): d for g in gathered for s, d in g["calibration"]["means_ms"].items()}
     else:  # every replica's processes competed for the cores: all their spans give the full-speed work
         spans = [g["calibration"]["spans"] for g in everyone]
-        calibrated = {int(s): d for s, d in full_speed_durations(spans, slots).items()}
+        calibrated = {int(s): d for s, d in full_speed_durations(spans, slots, statistics.fmean).items()}
     # One replica's share of the cores, for the per-replica simulation.
     replica_slots = None if slots is None else max(1, slots // replicas)
     replica_slots = replica_slots if replica_slots is not None and replica_slots < schedule.num_ranks else None

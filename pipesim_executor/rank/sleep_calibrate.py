@@ -34,7 +34,6 @@ the slept costs and everything measured are kept in its meta ("sleep_calibration
 
 from __future__ import annotations
 
-import bisect
 import statistics
 import time
 from dataclasses import replace
@@ -43,11 +42,12 @@ from typing import Any
 
 import torch.distributed as dist
 
+from pipesim.analysis.hops import hop_samples
 from pipesim.cost.links import LinkCost
 from pipesim.cost.model import CostModel, RankRuntime
 from pipesim.cost.stage import StageCost
 from pipesim.io.cost_file import save_cost
-from pipesim.ir import Action, ActionKind
+from pipesim.ir import ActionKind
 from pipesim_executor.rank.calibrate import calibration_records, summarise
 from pipesim_executor.rank.inject import precise_sleep
 from pipesim_executor.rank.transport import env_int
@@ -160,25 +160,8 @@ def transfer_times(gathered: list[dict[str, Any]]) -> dict[int, float]:
     """Per boundary, the median in-run hop of the calibration steps: from the producing action's end to the start
     of the action that consumes it, for receives already waiting when it ended (one posted later measures less).
     The simulation charges a rank's dispatch gap before it waits for inputs (pipesim.sim.simulate), so what follows
-    a receive (the wake-up, the hand-over to the runner) is the hop's when the consumer waited. Needs one clock
+    a receive (the wake-up, the hand-over to the runner) is the hop's when the consumer waited (the one rule:
+    `pipesim.analysis.hops.hop_samples`). Needs one clock
     (one machine); a boundary with no such receive is left out (the ping-pong prices it)."""
-    ends: dict[tuple[int, str], float] = {}
-    for g in gathered:
-        for step, rec in enumerate(g["timing"]):
-            for text, _start, end in rec["spans"]:
-                ends[(step, text)] = end
-    samples: dict[int, list[float]] = {}
-    for g in gathered:
-        for step, rec in enumerate(g["timing"]):
-            starts = sorted(start for _text, start, _end in rec["spans"])
-            for kind, _peer, producer, start, end in rec["comm"]:
-                produced = ends.get((step, producer))
-                if kind != "recv" or produced is None or start > produced:
-                    continue
-                consumer = bisect.bisect_left(starts, end)  # the first action to start after the receive
-                if consumer == len(starts):
-                    continue
-                action = Action.parse(producer)
-                boundary = action.stage if action.kind is ActionKind.FORWARD else action.stage - 1
-                samples.setdefault(boundary, []).append(max(starts[consumer] - produced, 0.0))
+    samples = hop_samples([g["timing"] for g in gathered])
     return {b: statistics.median(v) for b, v in samples.items()}

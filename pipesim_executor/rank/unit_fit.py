@@ -1,8 +1,8 @@
 """`executor profile`'s fits, on rank 0: every process's measurements (pipesim_executor.rank.unit_profile) into one unit
 profile (pipesim.cost.profile.UnitProfile): medians over the processes, the constants a cut stage pays at its
 start and its end (least squares), each optimizer's fixed and per-byte time, the dispatch gap and the tail from the
-in-situ steps, and the in-situ factor of every kind (what real steps of the runtime took against the profile's own
-price of the same stages).
+in-situ steps, the link's in-run hop (`in_run_link`), and the in-situ factor of every kind (what real steps of the
+runtime took against the profile's own price of the same stages).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from pipesim.analysis.hops import hop_samples
+from pipesim.cost.links import LinkCost
 from pipesim.cost.profile import (
     BYTE_KINDS,
     OPTIONAL_BYTE_KINDS,
@@ -192,6 +194,8 @@ def assemble(
         spread=spread_curves(everyone, sizes), spread_repeats=int(request["repeats"]),
         spread_round_se=round_se_curves(everyone, sizes),
     )  # fmt: skip
+    link, hop = in_run_link(profile, everyone[: r.num_ranks])
+    profile = replace(profile, link=link)
     scales, ratios = in_situ_scales(profile, everyone, r, slots or r.world_size)
     cis = factor_cis(ratios)
     in_situ, steps = {}, in_situ_steps()
@@ -212,7 +216,9 @@ def assemble(
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "torch_version": torch.__version__,
         "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "links": "a ping-pong between ranks 0 and 1 through the run's own transport (tiny and real tensor)",
+        "links": "a ping-pong between ranks 0 and 1 through the run's own transport (tiny and real tensor), its "
+        "latency raised by the in-situ steps' median hop beyond its price (pipesim.analysis.hops)",
+        "in_run_hop": hop,
         "action_constants": {"rms_residual_ms": spread},
         "in_situ": {
             "steps": ", ".join(f"{name} ({v} chunks per rank)" for name, v in in_situ_steps())
@@ -229,11 +235,45 @@ def assemble(
     return replace(profile, provenance=provenance)
 
 
+def in_run_link(profile: UnitProfile, ranks: list[dict[str, Any]]) -> tuple[LinkCost, dict[str, Any]]:
+    """The profile's link with its latency raised by the median (sleep mode's choice, issue 30: a hop's tail is a
+    waiting receiver's late wake-up, which under load inflates the mean by milliseconds and lands in few steps; the
+    mean is kept beside it), over every in-situ step, size and boundary, of a message's in-run hop
+    (`pipesim.analysis.hops.hop_samples`: its producer's end to its waiting consumer's start) less what the
+    ping-pong's link prices that boundary's tensor at (never lowered): inside a step a message pays
+    the send after the producer's span and the waiting receiver's wake-up, which a ping-pong does not see, on
+    every boundary the critical path crosses. `ranks`: each pipeline rank's measurements (one clock: one
+    machine). With the figures behind it, for the provenance."""
+    excess: list[float] = []
+    for key, summary in ranks[0]["calibration"].items():
+        if not all("timing" in e["calibration"].get(key, {}) for e in ranks):
+            continue
+        size, bounds = key[0], [0, *summary["split_points"], len(profile.units)]
+        samples = hop_samples([e["calibration"][key]["timing"] for e in ranks])
+        for boundary, hops in samples.items():
+            if not 0 <= boundary < len(bounds) - 2:
+                continue
+            sent = profile.units[bounds[boundary + 1] - 1].curves["output_bytes"].at(size)
+            price = profile.link.transfer_ms(sent)
+            excess += [hop - price for hop in hops]
+    extra = max(0.0, _median(excess))
+    link = replace(profile.link, latency_ms=profile.link.latency_ms + extra)
+    mean = statistics.fmean(excess) if excess else 0.0
+    return link, {
+        "excess_ms": extra,
+        "mean_excess_ms": mean,
+        "samples": len(excess),
+        "ping_pong_latency_ms": profile.link.latency_ms,
+    }
+
+
 def in_situ_scales(
     profile: UnitProfile, everyone: list[dict[str, Any]], r: Rank, slots: int
 ) -> tuple[dict[str, dict[str, SizeCurve]], list[dict[str, Any]]]:
     """Per class of schedule, profile kind and profiled size, the median over its in-situ steps' stages of (in-situ
-    duration / what the profile prices the same stage at, `UnitProfile.stage_kinds` before any scaling); and every
+    mean duration / what the profile prices the same stage at, `UnitProfile.stage_kinds` before any scaling: the
+    mean, because a step sums its actions, and their times are skewed to the right, so pricing them at their
+    medians fell 6-15% short of the step, issue 29's third pass); and every
     ratio, for the provenance. When the processes outnumber the cores, the in-situ durations are first turned into
     full-speed work (pipesim_executor.rank.calibrate.full_speed_durations), as the simulation shares the cores
     itself."""
@@ -243,11 +283,15 @@ def in_situ_scales(
         kinds = IN_SITU_KINDS[(split, recompute)]
         bounds = [0, *summary["split_points"], len(profile.units)]
         if slots < r.world_size:
-            durations = full_speed_durations([e["calibration"][key]["spans"] for e in everyone], slots)
+            spans = [e["calibration"][key]["spans"] for e in everyone]
+            durations = full_speed_durations(spans, slots, statistics.fmean)
         else:
             durations = {}
             for e in everyone[: r.num_ranks]:
-                durations.update(e["calibration"][key]["durations_ms"])
+                durations.update(e["calibration"][key].get("means_ms") or e["calibration"][key]["durations_ms"])
+        medians: dict[str, dict[str, float]] = {}  # kept beside, for the provenance: what the median would price
+        for e in everyone[: r.num_ranks]:
+            medians.update(e["calibration"][key].get("durations_ms", {}))
         cis: dict[str, dict[str, float]] = {}  # each stage's own rank measured its CI
         for e in everyone[: r.num_ranks]:
             cis.update(e["calibration"][key].get("ci", {}))
@@ -259,6 +303,7 @@ def in_situ_scales(
                     rows.append({"class": steps[(name, chunks)], "schedule": name, "recompute": recompute,
                                  "size": size, "stage": stage, "kind": target,
                                  "ratio": measured / predicted[target],
+                                 "median_ratio": medians.get(str(stage), {}).get(kind, 0.0) / predicted[target],
                                  "ci": _finite(cis.get(str(stage), {}).get(kind)),
                                  "steps": summary.get("steps", 0)})  # fmt: skip
     grouped: dict[str, dict[str, dict[int, list[float]]]] = {}
@@ -283,7 +328,7 @@ def _finite(value: float | None) -> float | None:
 
 def factor_cis(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per class, kind and size, the in-situ factor's 95% CI as a relative half-width: the widest of its stages'
-    (each the bootstrap interval of a stage's median over the in-situ steps, pipesim_executor.rank.calibrate.median_ci;
+    (each the bootstrap interval of a stage's mean over the in-situ steps, pipesim_executor.rank.calibrate.mean_ci;
     the factor is a median over them, so no wider), and the steps behind it."""
     grouped: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for row in rows:

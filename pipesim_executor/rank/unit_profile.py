@@ -13,7 +13,8 @@ once, so each sees the contention of the others (taking turns when they outnumbe
    (pipesim_executor.rank.unit_timing, pipesim_executor.rank.unit_fit);
 2. each optimizer's step on several sets of parameters (fixed plus per-byte time);
 3. the link between ranks 0 and 1: a ping-pong through the run's own transport with a tiny and a real boundary
-   tensor (latency plus bandwidth, pipesim_executor.rank.profile.link_cost), as a run's profile measures it;
+   tensor (latency plus bandwidth, pipesim_executor.rank.profile.link_cost), as a run's profile measures it; its
+   latency then raised by what a message's hop inside the in-situ steps took beyond that price (4.);
 4. in situ, at every size: real training steps through the executor's runtime (pipesim_executor.rank.calibrate, state
    restored) of 1F1B and of ZB-H1 (I and W), plain and recomputing, on the P ranks: the dispatch gap before each
    action and each rank's tail after its last (less its optimizer step, which is priced per parameter byte), and
@@ -282,6 +283,11 @@ def in_situ(
         summary = calibration_summary(kept)
         if not shared:  # the spans serve only to turn shared-core durations into full-speed work
             summary.pop("spans", None)
+        # each step's spans and receive waits on this machine's one clock: rank 0 reads the in-run hops off them
+        # (pipesim.analysis.hops), what the link costs inside a step beyond its ping-pong
+        summary["timing"] = [
+            {"spans": record["spans"], "comm": [c for c in record["comm"] if c[0] == "recv"]} for record in kept
+        ]
         params, points, split = built[(name, chunks, recompute)]
         summary.update(param_bytes=params, split_points=points)
         out[(size, name, chunks, recompute, split)] = summary
