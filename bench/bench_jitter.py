@@ -73,11 +73,12 @@ def main() -> None:
 def check(trials: int) -> None:
     """The method on cases it was not developed on: a synthetic machine whose action times are gamma-distributed
     (not lognormal, the sampler's own shape) around uneven per-stage means. A "profile" times each stage's actions
-    PROFILE_REPEATS times and keeps their medians and CV; the prediction prices the schedule at those medians and
-    samples it from that CV (`step_interval`, the price's standard error included); the "measurement" is the
-    median of MEASURED_STEPS steps drawn from the gamma machine. Reported per schedule: how often the measured
-    median lies in the 90% interval, the interval's median half-width, and the median |error| of the sampled
-    point against that of the deterministic step (the step of the medians)."""
+    PROFILE_REPEATS times and keeps their means and CV, as `executor profile` prices each action at its in-situ
+    mean (issue 29); the prediction prices the schedule at those means and samples it from that CV
+    (`step_interval`, the mean's standard error included); the "measurement" is the median of MEASURED_STEPS steps
+    drawn from the gamma machine. Reported per schedule: how often the measured median lies in the 90% interval,
+    the interval's median half-width, and the median |error| of the sampled point against that of the
+    deterministic step (the step of the means)."""
     import numpy as np
 
     from pipesim.ir import ActionKind
@@ -89,7 +90,7 @@ def check(trials: int) -> None:
     profile_repeats, measured_steps = 20, 60
     print(f"\ncheck: gamma machine, {trials} trials per row, profile of {profile_repeats} repetitions, "
           f"{measured_steps} measured steps")  # fmt: skip
-    print("schedule          P x M    CV   in 90% interval  median half-width  |error| sampled  |error| medians")
+    print("schedule          P x M    CV   in 90% interval  median half-width  |error| sampled  |error| means")
     rng = np.random.default_rng(2029)
     for name, ranks, microbatches in (("zb-h1", 4, 8), ("interleaved-1f1b", 4, 8), ("dualpipev", 4, 8),
                                       ("gpipe", 2, 6), ("1f1b", 8, 16)):  # fmt: skip
@@ -108,17 +109,19 @@ def check(trials: int) -> None:
                 draws = rng.gamma(shape, means[:, None] / shape, (len(means), measured_steps))
                 ends = sweep_samples(deps, draws, engine_inputs(schedule, true, deps).hops, [0.0] * len(means))
                 measured = float(np.median(ends.max(axis=0)))
-                # the profile: each stage's kinds timed profile_repeats times, medians and CVs kept
+                # the profile: each stage's kinds timed profile_repeats times, means and CVs kept
                 timed = {k: rng.gamma(shape, np.outer(v, np.ones(profile_repeats)) / shape)
                          for k, v in (("F", f), ("B", b), ("W", w))}  # fmt: skip
-                medians = {k: np.median(v, axis=1) for k, v in timed.items()}
+                means_timed = {k: np.mean(v, axis=1) for k, v in timed.items()}
                 cvs = {k: float(np.median(v.std(axis=1, ddof=1) / v.mean(axis=1))) for k, v in timed.items()}
-                priced = CostModel.per_stage(list(medians["F"]), list(medians["B"]), list(medians["W"]), 0.05)
+                priced = CostModel.per_stage(
+                    list(means_timed["F"]), list(means_timed["B"]), list(means_timed["W"]), 0.05
+                )
                 kinds = {"F": ActionKind.FORWARD, "B": ActionKind.BACKWARD, "W": ActionKind.BACKWARD_WEIGHT}
                 spread = Spread(
                     {kinds[k]: v for k, v in cvs.items()} | {ActionKind.BACKWARD_INPUT: cvs["B"]},
-                    {kinds[k]: 1.2533 * v / profile_repeats**0.5 for k, v in cvs.items()}
-                    | {ActionKind.BACKWARD_INPUT: 1.2533 * cvs["B"] / profile_repeats**0.5},
+                    {kinds[k]: v / profile_repeats**0.5 for k, v in cvs.items()}  # a mean's standard error
+                    | {ActionKind.BACKWARD_INPUT: cvs["B"] / profile_repeats**0.5},
                 )
                 interval = step_interval(schedule, priced, spread, 200, seed=int(rng.integers(1 << 30)))
                 inside += interval.p05_ms <= measured <= interval.p95_ms

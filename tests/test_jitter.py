@@ -101,6 +101,26 @@ def test_the_penalty_grows_with_the_spread_and_the_interval_holds_the_point():
     assert 0.02 < points[2] < 0.2  # the issue measured 8.7% for GPipe at 4 x 16 with its costs
 
 
+def test_each_draw_keeps_the_price_as_its_mean_and_the_mean_step_is_at_least_the_deterministic():
+    """A profile prices each action at its mean (a step sums skewed actions, so it pays their mean): the draws are
+    centred on the price as their mean, not their median, or the skew would be counted twice. A step is a convex
+    function of its actions' times (sums and maxima), so the mean of the sampled steps is at least the step of the
+    mean times (Jensen), while a lone chain of actions is no longer longer on average than its priced sum."""
+    from pipesim.sim.jitter import _factors
+
+    schedule = build_schedule("1f1b", 4, 8)
+    deps = dependencies(schedule)
+    factors = _factors(deps, Spread.uniform(0.3).widened(0.1), 20_000, np.random.default_rng(5))
+    assert np.mean(factors) == pytest.approx(1.0, abs=0.01)
+    assert np.median(factors) < 0.97  # a right-skewed draw: its median below its mean
+    cost = uneven(schedule.num_stages)
+    steps, deterministic = sampled_steps(schedule, cost, Spread.uniform(0.3), 2000, seed=3)
+    assert steps.mean() >= deterministic
+    chain = build_schedule("1f1b", 1, 8)  # one rank: the step is the sum of its actions, no waiting on another
+    steps, deterministic = sampled_steps(chain, CostModel.uniform(1.0, 2.0), Spread.uniform(0.3), 4000, seed=4)
+    assert steps.mean() == pytest.approx(deterministic, rel=0.01)
+
+
 def test_a_prices_uncertainty_widens_the_interval_without_moving_the_point_much():
     schedule, cost = build_schedule("1f1b", 4, 8), CostModel.uniform(1.0, 2.0)
     jitter = Spread.uniform(0.1)

@@ -63,7 +63,8 @@ def test_candidates_that_can_win_carry_their_interval_and_are_ranked_by_the_samp
     inputs, candidates = plan(with_spread())
     sampled = [c for c in candidates if c.step_ms_p05 is not None]
     assert sampled and all(c.step_ms_p05 <= c.step_ms <= c.step_ms_p95 for c in sampled)
-    assert all(c.step_ms >= c.step_ms_deterministic for c in sampled)  # the jitter penalty
+    # the jitter penalty: the slowest of noisy actions (draws of mean the price, whose median sits below it)
+    assert all(0.97 * c.step_ms_deterministic <= c.step_ms <= 1.3 * c.step_ms_deterministic for c in sampled)
     best = best_candidate(candidates)
     assert best.step_ms_p05 is not None
     fitting = [c for c in candidates if c.error is None and c.fits]

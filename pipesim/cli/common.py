@@ -105,7 +105,7 @@ def add_sampling_args(parser: argparse.ArgumentParser) -> None:
 
     group = parser.add_argument_group(
         "intervals (pipesim.sim.jitter)",
-        "With --jitter, every action's time is drawn (lognormal, median the price) and each draw simulated: the "
+        "With --jitter, every action's time is drawn (lognormal, mean the price) and each draw simulated: the "
         "step is the median of the draws, with their 5th and 95th percentiles (JSON: step_ms, step_ms_p05, "
         "step_ms_p95, step_ms_deterministic).",
     )

@@ -1,13 +1,16 @@
 """A step time with its interval: every action's time drawn from its spread, every draw simulated at once.
 
-The simulator prices each action at its median, but a real step waits on the slowest of many noisy actions: the
-median of the steps is longer than the step of the medians (issue 29: 2.5% for 1F1B at 2 ranks x 4 microbatches
-with a 20% CV, 8.7% for GPipe at 4 x 16). `step_interval` draws `samples` steps, seeded:
+The simulator prices each action at one figure, but a real step waits on the slowest of many noisy actions: the
+median of the steps is longer than the step of the typical actions (issue 29: 2.5% for 1F1B at 2 ranks x 4
+microbatches with a 20% CV, 8.7% for GPipe at 4 x 16, actions drawn around their medians). `step_interval` draws
+`samples` steps, seeded:
 
-* each action's time is its price x exp(N(0, sigma)), sigma from the kind's CV (`pipesim.sim.spread.Spread`), so
-  its median stays the price;
-* each kind's price is also drawn once per sample, x exp(N(0, se)) from its relative standard error: the profile's
-  own uncertainty moves every action of the kind together;
+* each action's time is its price x exp(N(-sigma^2 / 2, sigma)), sigma from the kind's CV
+  (`pipesim.sim.spread.Spread`), so its mean stays the price: a profile prices each action at its in-situ mean
+  (a step sums its actions, which are skewed to the right, so it pays their mean: issue 29), and a draw centred on
+  the price as its median would count that skew twice (about CV^2 / 2 per action);
+* each kind's price is also drawn once per sample, x exp(N(-se^2 / 2, se)) from its relative standard error: the
+  profile's own uncertainty moves every action of the kind together, around the same mean;
 
 and simulates every draw in one pass over the schedule (`sweep_samples`): each rank's order and every dependency
 are fixed, so the engine's sweep runs once with a numpy row of `samples` times per action instead of a float.
@@ -117,16 +120,18 @@ def step_interval(
 
 def _factors(deps: Dependencies, spread: Spread, samples: int, rng: np.random.Generator) -> np.ndarray:
     """(actions, samples) multipliers of each action's price: its own jitter times its kind's price draw, each a
-    lognormal of median 1 (sigma from the CV: sqrt(log(1 + CV^2)), so the draw's CV is the CV)."""
+    lognormal of mean 1 (sigma from the CV: sqrt(log(1 + CV^2)), so the draw's CV is the CV)."""
     import numpy as np
 
     kinds = [kind for _, kind, _ in deps.actions]
     names = sorted({*spread.cv, *spread.price_se}, key=lambda k: k.value)
     sigma = np.array([math.sqrt(math.log1p(spread.cv.get(k, 0.0) ** 2)) for k in kinds])
-    per_action = np.exp(sigma[:, None] * rng.standard_normal((len(kinds), samples)))
+    per_action = np.exp(sigma[:, None] * rng.standard_normal((len(kinds), samples)) - (sigma**2 / 2)[:, None])
     if names:
         price_sigma = np.array([math.sqrt(math.log1p(spread.price_se.get(k, 0.0) ** 2)) for k in names])
-        draws = np.exp(price_sigma[:, None] * rng.standard_normal((len(names), samples)))
+        draws = np.exp(
+            price_sigma[:, None] * rng.standard_normal((len(names), samples)) - (price_sigma**2 / 2)[:, None]
+        )
         row_of = {k: i for i, k in enumerate(names)}
         rows = np.array([row_of.get(k, -1) for k in kinds])
         known = rows >= 0
