@@ -7,6 +7,8 @@ import argparse
 import dataclasses
 import os
 import sys
+from itertools import chain
+from operator import itemgetter
 from pathlib import Path
 from typing import TextIO
 
@@ -22,7 +24,9 @@ from pipesim.flags import (  # noqa: F401 - the commands' parser and usage error
 )
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import STANDARD_OUTPUT, check_output, is_standard_output, write_file
+from pipesim.ir import Schedule
 from pipesim.limits import MAX_BYTES, MAX_TIME_MS, MIN_BANDWIDTH_GBPS, check_sizes
+from pipesim.records import Timeline
 
 FIGURE_FORMATS = ("html", "png", "svg", "pdf")
 
@@ -254,3 +258,10 @@ def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:
             write_file(rendered[fmt], wanted[fmt])
             written.append(str(wanted[fmt]))
     return written
+
+
+def span_texts(timeline: Timeline, schedule: Schedule, texts: list[list[str]]) -> list[str] | None:
+    """Each span's action as text, read off the schedule's `texts` (its `text_rows`) where the spans follow its
+    rows, as a simulation's do (the engine's order, rank by rank): `timeline_text` then formats no action again."""
+    follows = list(map(itemgetter(1), timeline.spans)) == list(chain.from_iterable(schedule.actions))
+    return list(chain.from_iterable(texts)) if follows else None
