@@ -132,3 +132,18 @@ def test_screen_agrees_with_the_detailed_checks_on_every_family(monkeypatch):
                     patched.setattr("pipesim.semantics.validate.compute_rules_hold", lambda _: False)
                     assert find_problems(schedule) == [], name
     assert screened >= 4  # 1f1b, gpipe, interleaved and the rest of the plain F/B families
+
+
+def test_a_validated_schedule_is_marked_and_its_dependencies_are_the_same():
+    from pipesim.semantics.dag import dependencies
+    from pipesim.semantics.screen import is_validated
+
+    schedule, fresh = one_f_one_b(4, 8), one_f_one_b(4, 8)
+    assert not is_validated(schedule)
+    validate(schedule)
+    assert is_validated(schedule) and not is_validated(fresh) and schedule == fresh  # the mark is no field
+    assert dependencies(schedule).deps == dependencies(fresh).deps
+    broken = schedule_of(["0F0 0F1 0B0", "1F0 1B0 1F1 1B1"])
+    with pytest.raises(ScheduleError):
+        validate(broken)
+    assert not is_validated(broken)

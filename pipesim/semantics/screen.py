@@ -4,6 +4,10 @@ A screen answers True only when it has proved a rule holds for a whole rank list
 never "wrong": `pipesim.semantics.validate` then runs its detailed checks, which name the problem. A sound
 registry-built schedule of 10^5 actions is thereby checked in a few list passes per rank, without hashing each
 action into a position table (the table and its per-kind count were half of validating 1f1b 64 x 1024).
+
+A schedule `validate` found sound is marked so (`mark_validated`): a Schedule never changes, so the checks hold for
+its lifetime, and `pipesim.semantics.dag.dependencies` then skips the range and producer checks they imply (the
+simulator's second look at what `simulate` had just validated).
 """
 
 from __future__ import annotations
@@ -14,6 +18,17 @@ from operator import is_, itemgetter, lt
 from pipesim.ir import Action, B, F, Schedule
 
 _key = itemgetter(0, 2)  # (stage, microbatch)
+_VALIDATED = "_validated"  # the mark's name in the schedule's instance dict (fields and equality untouched)
+
+
+def is_validated(schedule: Schedule) -> bool:
+    """Whether `validate` has found this very schedule sound."""
+    return schedule.__dict__.get(_VALIDATED, False)
+
+
+def mark_validated(schedule: Schedule) -> None:
+    """Record that `validate` found `schedule` sound (set as functools.cached_property sets a frozen value)."""
+    schedule.__dict__[_VALIDATED] = True
 
 
 def row_is_clean(row: tuple[Action, ...], own_stages: set[int], num_mb: int) -> bool:

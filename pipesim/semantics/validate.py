@@ -31,7 +31,7 @@ from pipesim._perf import paused_gc
 from pipesim.ir import TRANSFER_KINDS, Action, B, CommAction, CommKind, F, I, Schedule, W, entry_actions
 from pipesim.limits import MAX_PROBLEMS, summarize
 from pipesim.semantics.lower import SENDS, peer_stage, produced_message, served_kinds, transfers_of
-from pipesim.semantics.screen import compute_rules_hold, row_is_clean
+from pipesim.semantics.screen import compute_rules_hold, is_validated, mark_validated, row_is_clean
 
 
 class ScheduleError(ValueError):
@@ -61,10 +61,14 @@ class ScheduleError(ValueError):
 
 
 def validate(schedule: Schedule) -> None:
-    """Raise `ScheduleError` for the first problem found; return None when the schedule is sound."""
+    """Raise `ScheduleError` for the first problem found; return None when the schedule is sound (and mark it so:
+    a schedule validated once is not checked again, by this or by `dependencies`)."""
+    if is_validated(schedule):
+        return
     problems = find_problems(schedule, limit=1)
     if problems:
         raise problems[0]
+    mark_validated(schedule)
 
 
 @paused_gc()
