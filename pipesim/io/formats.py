@@ -351,15 +351,15 @@ def timeline_text(
 
 def _spans_text(spans: tuple[Span, ...], path: str | Path, action_texts: Sequence[str] | None = None) -> str:
     """The spans as `json.dumps(..., separators=(",", ":"))` writes their dicts (floats by repr, as json does)."""
-    start_of, end_of = itemgetter(2), itemgetter(3)
-    # a sum is finite only if every number is (an inf or a nan carries through); one that overflows is checked in
-    # full. Columns read through iterators, not lists: the checks were a third of writing 10^5 spans
-    if not math.isfinite(sum(map(start_of, spans)) + sum(map(end_of, spans))) and not (
-        all(map(math.isfinite, map(start_of, spans))) and all(map(math.isfinite, map(end_of, spans)))
+    # the time columns taken out once, then summed and typed as lists (the checks of 131k spans: 17 -> 13.5 ms); a
+    # sum is finite only if every number is (an inf or a nan carries through); one that overflows is checked in full
+    starts, ends = list(map(itemgetter(2), spans)), list(map(itemgetter(3), spans))
+    if not math.isfinite(sum(starts) + sum(ends)) and not (
+        all(map(math.isfinite, starts)) and all(map(math.isfinite, ends))
     ):
         raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs")
-    types = set(map(type, map(start_of, spans)))
-    types.update(map(type, map(end_of, spans)))
+    types = set(map(type, starts))
+    types.update(map(type, ends))
     if spans and types == {float} and not any(map(_replica, spans)):
         # a simulation's: float repr is json's; the action's text (Action.__str__) inline, unpacked: 1.8x quicker
         # (than a dict per span; joining the pieces column by column in C was slower still: issue 31's third pass)
