@@ -174,3 +174,12 @@ def test_critical_path_reading_one_producer_is_the_general_walk(schedule) -> Non
         ]  # fmt: skip
         assert walked[0] == walked[1]
         assert walked[0].length_ms(cost) == pytest.approx(max(f + t for f, t in zip(finish, tails, strict=True)))
+
+
+def test_text_rows_are_each_actions_own_text() -> None:
+    """`Schedule.text_rows` joins texts made once per (stage, kind) and microbatch: the same as `str(action)`, also
+    for actions outside the schedule's counts (which take the per-action path)."""
+    for schedule in FAMILIES:
+        assert schedule.text_rows() == [[str(action) for action in row] for row in schedule.actions]
+    outside = make_schedule("hand-made", 2, 2, [0, 1], [[Action(0, F, 0), Action(0, F, 5)], [Action(-1, B, 0)]])
+    assert outside.text_rows() == [["0F0", "0F5"], ["-1B0"]]
