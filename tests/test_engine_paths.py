@@ -2,8 +2,9 @@
 
 * the one-producer sweep (`Dependencies.blocking`) against the general loop, on every registered family;
 * `replay` of a sweep's runs under other costs against a fresh sweep under those costs;
-* the spans' JSON joined in C (`pipesim.io.formats._spans_text`) against json's own text of the span dicts, and a
-  whole `simulate --json` document against `timeline_to_dict`, for interleaved, zero-bubble and V-shaped schedules.
+* the spans' JSON joined in C (`pipesim.io.formats._spans_text`, its actions formatted or read off the schedule's
+  texts) against json's own text of the span dicts, and a whole `simulate --json` document against
+  `timeline_to_dict`, for interleaved, zero-bubble and V-shaped schedules.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pipesim.cli.common import span_texts
 from pipesim.cli.main import main as pipesim_main
 from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_to_dict
@@ -104,6 +106,12 @@ def test_spans_text_is_jsons_own_text_of_the_span_dicts(schedule) -> None:
     for timeline in (simulate_step(schedule, cost).timeline, simulate_steps(schedule, cost, 2)):  # steps 0, then 0-1
         spans = timeline_to_dict(timeline)["spans"]
         assert _spans_text(timeline.spans, "x.json") == json.dumps(spans, separators=(",", ":"))[1:-1]
+    # with the actions' texts read off the schedule's rows, as `simulate --json` writes them; none for two steps
+    one, two = simulate_step(schedule, cost).timeline, simulate_steps(schedule, cost, 2)
+    texts = span_texts(one, schedule, schedule.text_rows())
+    assert texts is not None and span_texts(two, schedule, schedule.text_rows()) is None
+    spans = timeline_to_dict(one)["spans"]
+    assert _spans_text(one.spans, "x.json", texts) == json.dumps(spans, separators=(",", ":"))[1:-1]
 
 
 @pytest.mark.parametrize(
@@ -166,3 +174,12 @@ def test_critical_path_reading_one_producer_is_the_general_walk(schedule) -> Non
         ]  # fmt: skip
         assert walked[0] == walked[1]
         assert walked[0].length_ms(cost) == pytest.approx(max(f + t for f, t in zip(finish, tails, strict=True)))
+
+
+def test_text_rows_are_each_actions_own_text() -> None:
+    """`Schedule.text_rows` joins texts made once per (stage, kind) and microbatch: the same as `str(action)`, also
+    for actions outside the schedule's counts (which take the per-action path)."""
+    for schedule in FAMILIES:
+        assert schedule.text_rows() == [[str(action) for action in row] for row in schedule.actions]
+    outside = make_schedule("hand-made", 2, 2, [0, 1], [[Action(0, F, 0), Action(0, F, 5)], [Action(-1, B, 0)]])
+    assert outside.text_rows() == [["0F0", "0F5"], ["-1B0"]]

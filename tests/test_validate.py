@@ -6,6 +6,7 @@ import pytest
 
 from pipesim.ir import Action, make_schedule
 from pipesim.schedules.basic import one_f_one_b
+from pipesim.semantics.screen import compute_rules_hold
 from pipesim.semantics.validate import ScheduleError, find_problems, validate
 
 
@@ -95,3 +96,54 @@ def test_find_problems_lists_them_all_in_rank_order():
     assert [(p.rank, p.rule) for p in problems][:3] == [(0, "duplicate F"), (0, "missing forward"), (1, "W without I")]
     assert len(problems) >= 3  # and the missing forwards of microbatch 1
     assert all(isinstance(p, ValueError) for p in problems)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        ["0F0 0F1 0B0", "1F0 1B0 1F1 1B1"],  # a backward missing
+        ["0F0 0B0 0B1", "1F0 1B0 1F1 1B1"],  # a forward missing
+        ["0F0 0F0 0B0 0B1", "1F0 1B0 1F1 1B1"],  # a forward twice, the counts right
+        ["0F0 0F1 0B1 0B1", "1F0 1B0 1F1 1B1"],  # a backward twice, the counts right
+        ["0F0 0F1 0B0 0B1", "1F0 1B1 1F1 1B0"],  # B before F
+        ["0F0 0F1 0B0 0B1", "0F0 1F0 1B0 1F1"],  # a stage on two ranks
+        ["0F0 0I0 0W0", "1F0 1I0 1W0"],  # split backwards: left to the detailed checks
+    ],
+)
+def test_screen_never_passes_what_the_detailed_checks_refuse(rows):
+    schedule = schedule_of(rows, microbatches=2 if "1" in rows[0] else 1)
+    assert not compute_rules_hold(schedule)
+
+
+def test_screen_agrees_with_the_detailed_checks_on_every_family(monkeypatch):
+    """Where the screen passes a registry-built schedule, the per-action checks it stands in for find nothing."""
+    from pipesim.schedules import build_schedule, schedule_names
+
+    screened = 0
+    for name in schedule_names():
+        for ranks, microbatches in ((2, 4), (4, 8)):
+            try:
+                schedule = build_schedule(name, ranks, microbatches)
+            except ValueError:  # a family that refuses this shape
+                continue
+            if compute_rules_hold(schedule):
+                screened += 1
+                with monkeypatch.context() as patched:
+                    patched.setattr("pipesim.semantics.validate.compute_rules_hold", lambda _: False)
+                    assert find_problems(schedule) == [], name
+    assert screened >= 4  # 1f1b, gpipe, interleaved and the rest of the plain F/B families
+
+
+def test_a_validated_schedule_is_marked_and_its_dependencies_are_the_same():
+    from pipesim.semantics.dag import dependencies
+    from pipesim.semantics.screen import is_validated
+
+    schedule, fresh = one_f_one_b(4, 8), one_f_one_b(4, 8)
+    assert not is_validated(schedule)
+    validate(schedule)
+    assert is_validated(schedule) and not is_validated(fresh) and schedule == fresh  # the mark is no field
+    assert dependencies(schedule).deps == dependencies(fresh).deps
+    broken = schedule_of(["0F0 0F1 0B0", "1F0 1B0 1F1 1B1"])
+    with pytest.raises(ScheduleError):
+        validate(broken)
+    assert not is_validated(broken)

@@ -73,6 +73,7 @@ from pipesim.cli.common import (
     ms_list,
     positive_int,
     sampling_from_args,
+    span_texts,
     summary_stream,
     write_figures,
     written_lines,
@@ -282,9 +283,8 @@ def _steps_lines(schedule: Schedule, step: SimulatedStep, cost: CostModel, args:
 def cmd_simulate(args: argparse.Namespace) -> int:
     check_outputs(args, ("json", "csv", "trace"))
     schedule = schedule_from_args(args)
-    # per-rank costs cut per chunk (CostModel.for_pipeline), as compare and the app read them
     cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
-    cost = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)
+    cost = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)  # per-rank costs cut per chunk, as compare's
     sampling = sampling_from_args(args)
     if sampling is None and args.cost is not None:  # a run's cost file keeps the spread its in-situ steps measured
         from pipesim.sim.spread import cost_spread
@@ -338,10 +338,10 @@ def _write_simulation_files(
             **metrics.to_dict(),
             "step_ms": step.step_ms,
             **({} if interval is None else interval.to_dict()),
-            "schedule": schedule_to_dict(schedule),
+            "schedule": schedule_to_dict(schedule, texts := schedule.text_rows()),
             "cost": cost_to_dict(cost),
         }
-        files[args.json] = timeline_text(timeline, args.json, summary)  # json's bytes, spans as text
+        files[args.json] = timeline_text(timeline, args.json, summary, span_texts(timeline, schedule, texts))
     if args.csv is not None:
         files[args.csv] = schedule_to_csv(schedule, args.csv_format)  # CSV whatever the file's suffix
     if args.trace is not None:

@@ -7,6 +7,9 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections.abc import Iterable
+from itertools import chain
+from operator import is_, itemgetter
 from pathlib import Path
 from typing import TextIO
 
@@ -22,7 +25,9 @@ from pipesim.flags import (  # noqa: F401 - the commands' parser and usage error
 )
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import STANDARD_OUTPUT, check_output, is_standard_output, write_file
+from pipesim.ir import Schedule
 from pipesim.limits import MAX_BYTES, MAX_TIME_MS, MIN_BANDWIDTH_GBPS, check_sizes
+from pipesim.records import Timeline
 
 FIGURE_FORMATS = ("html", "png", "svg", "pdf")
 
@@ -254,3 +259,14 @@ def write_figures(fig_factory, args: argparse.Namespace) -> list[str]:
             write_file(rendered[fmt], wanted[fmt])
             written.append(str(wanted[fmt]))
     return written
+
+
+def span_texts(timeline: Timeline, schedule: Schedule, texts: list[list[str]]) -> Iterable[str] | None:
+    """Each span's action as text, read off the schedule's `texts` (its `text_rows`) where the spans hold the
+    schedule's very actions in its rows' order, as a simulation's do (the engine's order, rank by rank; compared
+    by identity, at C speed, with no list built): `timeline_text` then formats no action again."""
+    spans = timeline.spans
+    if len(spans) != schedule.num_actions:
+        return None
+    follows = all(map(is_, map(itemgetter(1), spans), chain.from_iterable(schedule.actions)))
+    return chain.from_iterable(texts) if follows else None

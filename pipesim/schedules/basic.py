@@ -7,6 +7,8 @@ lives on rank s (`loop_placement` with one stage per rank).
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from pipesim.ir import Action, B, F, Schedule, loop_placement, make_schedule
 from pipesim.schedules import ScheduleInfo
 
@@ -45,8 +47,8 @@ def gpipe(num_ranks: int, num_microbatches: int) -> Schedule:
     new = tuple.__new__  # Action(...) costs a Python-level __new__ per action
     rows = []
     for rank in range(num_ranks):
-        forwards = [new(Action, (rank, F, mb)) for mb in range(num_microbatches)]
-        backwards = [new(Action, (rank, B, mb)) for mb in range(num_microbatches)]
+        forwards = list(map(new, repeat(Action), zip(repeat(rank), repeat(F), range(num_microbatches))))
+        backwards = list(map(new, repeat(Action), zip(repeat(rank), repeat(B), range(num_microbatches))))
         rows.append(forwards + backwards)
     return make_schedule("gpipe", num_ranks, num_microbatches, loop_placement(num_ranks, num_ranks), rows)
 
@@ -72,8 +74,8 @@ def one_f_one_b(num_ranks: int, num_microbatches: int) -> Schedule:
     for rank in range(p):
         warmup = min(p - rank - 1, m)
         steady = m - warmup
-        forwards = [new(Action, (rank, F, mb)) for mb in range(m)]
-        backwards = [new(Action, (rank, B, mb)) for mb in range(m)]
+        forwards = list(map(new, repeat(Action), zip(repeat(rank), repeat(F), range(m))))  # at C speed
+        backwards = list(map(new, repeat(Action), zip(repeat(rank), repeat(B), range(m))))
         row = forwards[:warmup] + [None] * (2 * steady) + backwards[steady:]  # warm-up, steady, cool-down
         row[warmup : warmup + 2 * steady : 2] = forwards[warmup:]  # steady 1F1B: F(warmup + i), then B(i)
         row[warmup + 1 : warmup + 2 * steady : 2] = backwards[:steady]

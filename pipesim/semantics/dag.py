@@ -35,6 +35,7 @@ from pipesim.semantics.lower import (
     send_gates,
     transfers_of,
 )
+from pipesim.semantics.screen import is_validated
 from pipesim.semantics.validate import ScheduleError
 
 if TYPE_CHECKING:  # a cost only labels the figure's nodes and edges; a timeline only places them
@@ -129,14 +130,16 @@ def dependencies(schedule: Schedule) -> Dependencies:
         actions.extend(row)
         ranks.extend([rank] * len(row))
         offsets.append(len(actions))
-    _check_ranges(schedule, actions, ranks, offsets)
+    validated = is_validated(schedule)  # then every action is in range, once, and every producer runs
+    if not validated:
+        _check_ranges(schedule, actions, ranks, offsets)
     try:
-        deps = producer_ids(actions, schedule.num_stages, schedule.num_microbatches, unique=True)
+        deps = producer_ids(actions, schedule.num_stages, schedule.num_microbatches, unique=not validated)
     except ValueError:  # an action runs twice: name the first repeat
         _raise_duplicate(actions, dict(zip(actions, range(len(actions)), strict=True)), ranks, offsets)
         raise
     made = Dependencies(actions, ranks, offsets, deps)
-    if -1 in chain.from_iterable(deps):  # a C-speed scan
+    if not validated and -1 in chain.from_iterable(deps):  # a C-speed scan
         missing = next(a for a, ds in zip(actions, deps, strict=True) if -1 in ds)
         _raise_missing(missing, made.index, ranks, offsets, schedule.num_stages)
     gates = send_gates(schedule)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim.ir import Action, ActionKind, B, CommAction, CommKind, F, I, Overlap, Schedule, W, entry_actions
@@ -159,28 +160,20 @@ def producer_ids(
             merged[options] = rows
         return merged[options]
 
-    needs: dict[ActionKind, list[tuple[list[int], ...]]] = {}
-    for kind in ActionKind:
+    # per (kind, stage) present, each microbatch's producer tuple, zipped at C speed from the producers' rows;
+    # then one lookup per action, no tuple built in Python (1f1b 64 x 1024: 25 -> 22 ms)
+    present = {ActionKind(kind) for kind in set(map(itemgetter(1), actions))}  # the members, whatever was given
+    needs: dict[ActionKind, list[list[tuple[int, ...]]]] = {}
+    for kind in present:
         per_stage = []
         for stage in range(num_stages):
             found = [rows_of(options)[stage] for options in LOCAL_NEEDS.get(kind, ())]
             message = needed_message(Action(stage, kind, 0), num_stages)
             if message is not None:
                 found.append(rows_of(_BY_WHAT[message.what].producers)[producer_stage(message)])
-            per_stage.append(tuple(found))
+            per_stage.append(list(zip(*found, strict=True)) if found else [()] * num_microbatches)
         needs[kind] = per_stage
-    deps: list[tuple[int, ...]] = []
-    append = deps.append
-    for stage, kind, mb in actions:
-        rows = needs[kind][stage]
-        count = len(rows)
-        if count == 2:
-            append((rows[0][mb], rows[1][mb]))
-        elif count == 1:
-            append((rows[0][mb],))
-        else:
-            append(tuple(row[mb] for row in rows))
-    return deps
+    return [needs[kind][stage][mb] for stage, kind, mb in actions]
 
 
 def crossing_stage(action: Action) -> int:

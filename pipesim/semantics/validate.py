@@ -31,6 +31,7 @@ from pipesim._perf import paused_gc
 from pipesim.ir import TRANSFER_KINDS, Action, B, CommAction, CommKind, F, I, Schedule, W, entry_actions
 from pipesim.limits import MAX_PROBLEMS, summarize
 from pipesim.semantics.lower import SENDS, peer_stage, produced_message, served_kinds, transfers_of
+from pipesim.semantics.screen import compute_rules_hold, is_validated, mark_validated, row_is_clean
 
 
 class ScheduleError(ValueError):
@@ -60,10 +61,14 @@ class ScheduleError(ValueError):
 
 
 def validate(schedule: Schedule) -> None:
-    """Raise `ScheduleError` for the first problem found; return None when the schedule is sound."""
+    """Raise `ScheduleError` for the first problem found; return None when the schedule is sound (and mark it so:
+    a schedule validated once is not checked again, by this or by `dependencies`)."""
+    if is_validated(schedule):
+        return
     problems = find_problems(schedule, limit=1)
     if problems:
         raise problems[0]
+    mark_validated(schedule)
 
 
 @paused_gc()
@@ -73,6 +78,10 @@ def find_problems(schedule: Schedule, limit: int | None = None) -> list[Schedule
     problems: list[ScheduleError] = []
     misplaced: set[Action] = set()
     cap = MAX_PROBLEMS if limit is None else min(limit, MAX_PROBLEMS)  # work stops at the cap, whatever the sizes
+    if compute_rules_hold(schedule):  # proved in list passes (a third off 131k actions): only the order is left
+        if schedule.order is not None:
+            _check_order(schedule, problems, cap)
+        return problems if limit is None else problems[:limit]
     position = _scan_actions(schedule, problems, misplaced, cap)
     if len(problems) < cap:
         _check_pairs(schedule, position, misplaced, problems)
@@ -101,7 +110,7 @@ def _scan_actions(
     num_stages, num_mb = schedule.num_stages, schedule.num_microbatches
     position: dict[Action, int] = {}
     for rank, row in enumerate(schedule.actions):
-        if _row_is_clean(row, set(schedule.stages_of_rank(rank)), num_mb):
+        if row_is_clean(row, set(schedule.stages_of_rank(rank)), num_mb):
             before = len(position)  # a rank's own stages are no other rank's: its actions are new keys
             position.update(zip(row, range(len(row)), strict=True))
             if len(position) == before + len(row):  # no repeats: each action hashed once, not twice
@@ -151,14 +160,6 @@ def _scan_actions(
                 continue
             position[action] = index
     return position
-
-
-def _row_is_clean(row: tuple[Action, ...], own_stages: set[int], num_mb: int) -> bool:
-    """C-speed screen of a rank's list: own stages only, microbatches in range (repeats: `_scan_actions`)."""
-    if not row:
-        return True
-    microbatches = list(map(itemgetter(2), row))
-    return set(map(itemgetter(0), row)) <= own_stages and 0 <= min(microbatches) and max(microbatches) < num_mb
 
 
 def _check_pairs(

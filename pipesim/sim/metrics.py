@@ -280,9 +280,9 @@ def _rank_summary(
 @paused_gc()
 def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
-    origin = _origin(tl)
-    total = _makespan(tl, origin)
     rows = _by_rank(tl)
+    origin = min([row[0][2] for row in rows if row], default=0.0)  # `_origin`: each row is sorted by start
+    total = _makespan(tl, origin)
     table = stash_table(_stash_sizes(tl, cost))
     summaries = [_rank_summary(row, table, origin, origin + total) for row in rows]
     if None in summaries:  # overlapping spans (measured runs): the general, sorting path

@@ -186,6 +186,8 @@ def hop_times(deps: Dependencies, transfer: list[float]) -> list[float]:
     stage; the last, and transfer[-1] for stage 0's F, are never used); which
     boundary an action hears across is `pipesim.semantics.lower.crossing_stage`.
     """
+    if not any(transfer):
+        return [0.0] * len(deps.actions)  # free links (the default): a list made at once, as `dispatch_gaps`'
     return list(map(transfer.__getitem__, crossing_stages(deps.actions)))  # in C: 10^5 actions
 
 
