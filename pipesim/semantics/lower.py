@@ -313,6 +313,18 @@ def overlap_groups(schedule: Schedule) -> list[tuple[Action, ...]]:
     return [e.actions for row in schedule.order or () for e in row if isinstance(e, Overlap)]
 
 
+def back_to_back(schedule: Schedule) -> Schedule:
+    """The schedule as a device that cannot overlap runs it: each overlapped group's members one after the
+    other, each waiting only for its own inputs (pipesim's executor: one stream per rank). Kept as groups, the
+    simulator starts a group once every member's inputs are in, which on a V schedule delays whole ranks."""
+    if not overlap_groups(schedule):
+        return schedule
+    order = tuple(
+        tuple(a for e in row for a in (e.actions if isinstance(e, Overlap) else (e,))) for row in schedule.order or ()
+    )
+    return dataclasses.replace(schedule, order=order)
+
+
 def collectives_before(schedule: Schedule) -> tuple[dict[Action, list[CommAction]], list[list[CommAction]]]:
     """Per compute action, the collectives its rank runs right before it; per rank, those after its last.
 

@@ -29,6 +29,7 @@ from pipesim.io.formats import read_json, timeline_from_dict, timeline_to_dict, 
 from pipesim.io.run_record import median_step_ms
 from pipesim.ir import Schedule
 from pipesim.records import Timeline, keep_steps
+from pipesim.semantics.lower import back_to_back
 from pipesim_executor.config import RunConfig
 from pipesim_executor.run_files import TRACE_FILE
 
@@ -77,6 +78,7 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     from pipesim.sim.spread import cost_spread
     from pipesim.sim.steps import simulate_step
 
+    schedule = back_to_back(schedule)  # the executor runs an overlapped group's members one after the other
     step = simulate_step(schedule, cost)
     prediction = Prediction(step.step_ms, step.timeline, step.tail_ms, sharing=sharing_of(cost))
     spread = cost_spread(cost)  # the run's in-situ steps' spread: the point is the sampled median, with its interval
@@ -152,7 +154,10 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
     if paired is not None:
         out["paired"] = paired
     try:  # where every millisecond of a step went (pipesim.analysis.attribution); a problem here must not fail the run
-        write_json(analysis(schedule, timeline, step_times, prediction, priced), run_dir / "analysis.json")
+        # read on the graph of what ran: an overlapped group's members one after the other (`back_to_back`)
+        write_json(
+            analysis(back_to_back(schedule), timeline, step_times, prediction, priced), run_dir / "analysis.json"
+        )
     except ValueError as error:
         out["analysis_error"] = str(error)
     simulated = None if prediction is None else prediction.simulated
