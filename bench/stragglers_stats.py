@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipesim.analysis.stats import median_ci  # noqa: E402
 
 RESAMPLES = 400
+TOLERANCE = 0.05  # the issue's bar for a real-compute prediction: within 5%, or inside the measured median's CI
 
 
 def _steps_median(runs: Sequence[Sequence[float]], rng: random.Random) -> float:
@@ -167,4 +174,57 @@ def table(rows: list[dict]) -> str:
             f"| {r['measured_ms']:.1f} | {r['predicted_ms']:.1f} | {pct(r['step_error'])} [{pct(el)}, {pct(eh)}] "
             f"| {pct(r['predicted_growth'])} | {pct(r['measured_growth'])} [{pct(gl)}, {pct(gh)}] |"
         )
+    return "\n".join(lines)
+
+
+def real_row(rounds: Sequence[Sequence[float]], predictions: Mapping[str, float], seed: int = 0) -> dict:
+    """The injected steps of real-compute launches (`rounds`: each launch's injected step times) against
+    predictions of them: the measured median with its 95% CI (pipesim.analysis.stats.median_ci: steps resampled,
+    and across launches widened to the launches' disagreement), and per prediction its error, the error's CI (the
+    prediction over the CI's ends) and whether it passes: within TOLERANCE, or inside the CI."""
+    ci = median_ci(rounds, seed=seed)
+    row: dict = {"measured_ms": ci.median, "measured_ci": [ci.low, ci.high], "steps": sum(len(r) for r in rounds)}
+    for name, predicted in predictions.items():
+        error = predicted / ci.median - 1
+        row[name] = {
+            "predicted_ms": predicted,
+            "error": error,
+            "error_ci": [predicted / ci.high - 1, predicted / ci.low - 1],
+            "within_5pct": abs(error) <= TOLERANCE,
+            "inside_ci": ci.contains(predicted),
+            "passes": abs(error) <= TOLERANCE or ci.contains(predicted),
+        }
+    return row
+
+
+def real_verdict(rows: Sequence[Mapping], names: Sequence[str]) -> dict:
+    """Per prediction: how many rows pass, of how many, and whether every one does (the issue's Done-when)."""
+    return {
+        name: {
+            "passes": sum(r[name]["passes"] for r in rows),
+            "of": len(rows),
+            "all": all(r[name]["passes"] for r in rows),
+        }
+        for name in names
+    }
+
+
+def real_table(rows: Sequence[Mapping], names: Sequence[str]) -> str:
+    """The real-compute rows (each with case, pair, load, uniform_ms, measured_growth, real_row's figures and each
+    prediction's growth) as a markdown table: per prediction its step (its growth), its error [CI] and a verdict
+    (5%: within 5%; CI: inside the measured CI; no: neither)."""
+    head = "| case | pair | load | uniform ms | injected ms [95% CI] | growth | " + " | ".join(
+        f"{name} ms (growth) | error [CI] | ok" for name in names
+    )
+    lines = [head + " |", "|---" * (6 + 3 * len(names)) + "|"]
+    for r in rows:
+        low, high = r["measured_ci"]
+        cells = [str(r["case"]), str(r["pair"]), f"{r['load']:.1f}", f"{r['uniform_ms']:.1f}"]
+        cells += [f"{r['measured_ms']:.1f} [{low:.1f}, {high:.1f}]", pct(r["measured_growth"])]
+        for name in names:
+            p = r[name]
+            el, eh = p["error_ci"]
+            ok = "5%" if p["within_5pct"] else "CI" if p["inside_ci"] else "no"
+            cells += [f"{p['predicted_ms']:.1f} ({pct(p['growth'])})", f"{pct(p['error'])} [{pct(el)}, {pct(eh)}]", ok]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

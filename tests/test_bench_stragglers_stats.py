@@ -50,3 +50,30 @@ def test_kendall_tau_counts_ties_as_neither():
     assert stats.kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
     assert stats.kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
     assert stats.kendall_tau([1, 2, 3], [10, 10, 30]) == pytest.approx(2 / 3)
+
+
+def test_a_real_compute_row_passes_within_5_percent_or_inside_the_ci_and_fails_otherwise():
+    steps = [_steps(100, 0.02, 20, 5)]
+    row = stats.real_row(steps, {"close": 103.0, "wide": 110.0, "far": 130.0})
+    low, high = row["measured_ci"]
+    assert low < row["measured_ms"] < high and row["steps"] == 20
+    assert row["close"]["within_5pct"] and row["close"]["passes"]
+    assert row["far"]["error"] == pytest.approx(130.0 / row["measured_ms"] - 1)
+    assert not row["far"]["inside_ci"] and not row["far"]["passes"]
+    assert not row["wide"]["within_5pct"] and not row["wide"]["passes"]  # 10% off, outside a +-1% interval
+    noisy = stats.real_row([_steps(100, 0.3, 6, 6)], {"wide": 110.0})  # a few noisy steps: the CI holds 110
+    assert noisy["wide"]["inside_ci"] and noisy["wide"]["passes"] and not noisy["wide"]["within_5pct"]
+    el, eh = row["far"]["error_ci"]
+    assert el <= row["far"]["error"] <= eh
+    verdict = stats.real_verdict([row, noisy], ["wide"])
+    assert verdict == {"wide": {"passes": 1, "of": 2, "all": False}}
+
+
+def test_the_real_compute_table_has_a_verdict_cell_per_prediction():
+    row = stats.real_row([_steps(100, 0.02, 20, 5)], {"own": 103.0, "paired": 130.0})
+    row.update(case="m-r1x1.3", pair=0, load=1.0, uniform_ms=80.0, measured_growth=0.25)
+    for name in ("own", "paired"):
+        row[name]["growth"] = 0.3
+    lines = stats.real_table([row], ["own", "paired"]).splitlines()
+    assert len(lines) == 3 and lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
+    assert "| 5% |" in lines[2] and lines[2].endswith("| no |")
