@@ -215,7 +215,8 @@ def main() -> None:
             print(stats.table(out["absorbed"]), flush=True)
         if real_pairs:
             out["real_compute"] = real = real_compute(root, real_pairs, args.real_steps, args.real_cases)
-            print(stats.real_table(real["rows"] + real["pooled"], PREDICTIONS), flush=True)
+            print(stats.real_table(real["rows"], PREDICTIONS), flush=True)
+            print(stats.real_summary_table(real["cases"], PREDICTIONS), flush=True)
             print(json.dumps({"real_verdict": real["verdict"]}), flush=True)
     out["load_after"] = os.getloadavg()[0]
     if args.json is not None:

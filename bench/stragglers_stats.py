@@ -209,6 +209,48 @@ def real_verdict(rows: Sequence[Mapping], names: Sequence[str]) -> dict:
     }
 
 
+def real_summary(rows: Sequence[Mapping], names: Sequence[str]) -> list[dict]:
+    """Per case (rows' "case", in order of appearance): its pairs, mean load, median measured growth, and per
+    prediction the median error and median |error| over the pairs and how many pass."""
+    out = []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        mine = [r for r in rows if r["case"] == case]
+        entry: dict = {
+            "case": case,
+            "pairs": len(mine),
+            "load": statistics.mean(r["load"] for r in mine),
+            "measured_growth": statistics.median(r["measured_growth"] for r in mine),
+        }
+        for name in names:
+            errors = [r[name]["error"] for r in mine]
+            entry[name] = {
+                "median_error": statistics.median(errors),
+                "median_abs_error": statistics.median(abs(e) for e in errors),
+                "growth": statistics.median(r[name]["growth"] for r in mine),
+                "passes": sum(r[name]["passes"] for r in mine),
+            }
+        out.append(entry)
+    return out
+
+
+def real_summary_table(cases: Sequence[Mapping], names: Sequence[str]) -> str:
+    """real_summary as a markdown table: per prediction its median error (median |error|) and the pairs passing."""
+    head = "| case | pairs | load | measured growth | " + " | ".join(
+        f"{name}: growth, error (abs) | pass" for name in names
+    )
+    lines = [head + " |", "|---" * (4 + 2 * len(names)) + "|"]
+    for c in cases:
+        cells = [str(c["case"]), str(c["pairs"]), f"{c['load']:.1f}", pct(c["measured_growth"])]
+        for name in names:
+            p = c[name]
+            cells += [
+                f"{pct(p['growth'])}, {pct(p['median_error'])} ({100 * p['median_abs_error']:.1f}%)",
+                f"{p['passes']}/{c['pairs']}",
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def real_table(rows: Sequence[Mapping], names: Sequence[str]) -> str:
     """The real-compute rows (each with case, pair, load, uniform_ms, measured_growth, real_row's figures and each
     prediction's growth) as a markdown table: per prediction its step (its growth), its error [CI] and a verdict

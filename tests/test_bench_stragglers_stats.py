@@ -77,3 +77,18 @@ def test_the_real_compute_table_has_a_verdict_cell_per_prediction():
     lines = stats.real_table([row], ["own", "paired"]).splitlines()
     assert len(lines) == 3 and lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
     assert "| 5% |" in lines[2] and lines[2].endswith("| no |")
+
+
+def test_the_real_compute_summary_takes_medians_per_case_and_counts_the_passes():
+    rows = []
+    for case, pair, predicted in (("a", 0, 103.0), ("a", 1, 130.0), ("a", 2, 98.0), ("b", 0, 100.0)):
+        row = stats.real_row([_steps(100, 0.02, 20, 5)], {"own": predicted})
+        row.update(case=case, pair=pair, load=2.0, measured_growth=0.2)
+        row["own"]["growth"] = 0.25
+        rows.append(row)
+    a, b = stats.real_summary(rows, ["own"])
+    assert (a["case"], a["pairs"], b["pairs"]) == ("a", 3, 1)
+    assert a["own"]["passes"] == 2 and b["own"]["passes"] == 1
+    assert a["own"]["median_error"] == pytest.approx(rows[0]["own"]["error"])
+    assert a["own"]["median_abs_error"] == pytest.approx(abs(rows[0]["own"]["error"]))
+    assert "| 2/3 |" in stats.real_summary_table([a, b], ["own"])
