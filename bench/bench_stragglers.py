@@ -189,6 +189,7 @@ def main() -> None:
     parser.add_argument("--target-ci", type=float, default=0.01, help="a case's CI half widths")
     parser.add_argument("--budget-min", type=float, default=0, help="start no new what-if case after this (0: none)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep-runs", type=Path, metavar="DIR", help="keep the run folders there (default: removed)")
     args = parser.parse_args()
     deadline = time.monotonic() + 60 * args.budget_min if args.budget_min > 0 else float("inf")
     pace = Pace(args.min_launches, max(args.min_launches, args.max_launches), args.target_ci, deadline)
@@ -200,7 +201,7 @@ def main() -> None:
     if args.sleep_precision:
         out["sleep_precision"] = sleep_precision(args.sleep_precision)
     with tempfile.TemporaryDirectory(prefix="bench-stragglers-") as tmp:
-        root = Path(tmp)
+        root = args.keep_runs or Path(tmp)
         if not args.skip_what_if:
             rows = what_if(root, families, sizes, args.quick, args.steps, pace, args.cases)
             out.update(rows=rows, summary=stats.summary(rows), ranking=stats.ranking(rows))
