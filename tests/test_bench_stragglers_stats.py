@@ -92,3 +92,27 @@ def test_the_real_compute_summary_takes_medians_per_case_and_counts_the_passes()
     assert a["own"]["median_error"] == pytest.approx(rows[0]["own"]["error"])
     assert a["own"]["median_abs_error"] == pytest.approx(abs(rows[0]["own"]["error"]))
     assert "| 2/3 |" in stats.real_summary_table([a, b], ["own"])
+
+
+def test_a_real_pair_scores_each_prediction_of_the_injected_half_and_its_growth():
+    spec = importlib.util.spec_from_file_location(
+        "stragglers_real", Path(__file__).resolve().parent.parent / "bench" / "stragglers_real.py"
+    )
+    real = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(real)
+    out = {
+        "uniform_steps_ms": _steps(100, 0.01, 20, 7),
+        "injected_steps_ms": _steps(130, 0.01, 20, 8),
+        "own_uniform_ms": 80.0,  # a profile 20% low: the growth right, the level not
+        "own_ms": 104.0,
+        "paired_uniform_ms": 98.0,
+        "paired_ms": 127.4,
+        "anchored_uniform_ms": 100.0,
+        "anchored_ms": 130.0,
+    }
+    row = real.pair_figures(out)
+    assert row["measured_growth"] == pytest.approx(0.3, abs=0.02)
+    low, high = row["measured_growth_ci"]
+    assert low <= row["measured_growth"] <= high
+    assert all(row[name]["growth"] == pytest.approx(0.3) for name in real.PREDICTIONS)
+    assert not row["own"]["passes"] and row["paired"]["passes"] and row["anchored"]["passes"]
