@@ -1,5 +1,6 @@
 """Issue 30, second pass: the straggler bench's statistics (bench/stragglers_stats.py): the intervals contain what
-they estimate, run-to-run drift widens them, a case stops once they are tight, and the ranking's tau."""
+they estimate, run-to-run drift widens them, a case stops once they are tight, the ranking's tau, and the real-compute
+pairs' verdict (within 5% or inside the injected median's CI), summary and table."""
 
 from __future__ import annotations
 
