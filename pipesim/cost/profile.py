@@ -213,6 +213,10 @@ class UnitProfile:
     profile's round medians over their mean / sqrt(rounds), the median over the stages timed whole) at each
     profiled size: the machine's drift between rounds, which the repetitions' own spread does not see (they are
     not independent: a slow minute slows a whole round). Empty in a profile written before it kept it."""
+    spread_drift: float = 0.0
+    """How far the machine's speed moved from one in-situ round to the next beyond the steps' own noise (a relative
+    standard deviation, `pipesim.analysis.drift.speed_drift`): how far the run a prediction is for may sit from the
+    profile's speed. 0 in a profile written before it kept it."""
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -246,6 +250,10 @@ class UnitProfile:
                 raise ValueError(f"the spread of {kind!r} must be a ratio curve of a time kind at every profiled size")
         if isinstance(self.spread_repeats, bool) or not isinstance(self.spread_repeats, int) or self.spread_repeats < 0:
             raise ValueError(f"spread_repeats must be a whole number >= 0, got {self.spread_repeats!r}")
+        if isinstance(self.spread_drift, bool) or not isinstance(self.spread_drift, (int, float)):
+            raise ValueError(f"spread_drift must be a number in 0..1, got {self.spread_drift!r}")
+        if not 0 <= self.spread_drift <= 1:
+            raise ValueError(f"spread_drift must be a number in 0..1, got {self.spread_drift!r}")
         for name in ("dispatch_ms", "tail_ms"):
             check_finite_non_negative(name, getattr(self, name))
         if self.core_slots is not None and (

@@ -17,7 +17,8 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
                  "plain-chunked": ..., "split-chunked": ...},  (per class of schedule: its in-situ steps)
      "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
      "spread": {"repeats": n, "cv": {"forward_ms": [per size], ...},  (optional: the stages' step-to-step spread,
-                "round_se": {"forward_ms": [per size], ...}},  (optional: a price's relative SE from its rounds)
+                "round_se": {"forward_ms": [per size], ...},  (optional: a price's relative SE from its rounds)
+                "drift": x},  (optional: the machine's speed drift between in-situ rounds, a relative SD)
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
 
 `spread` and each in-situ class's `ci` (issue 29) are optional both ways: a file written before them loads with
@@ -108,6 +109,7 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
                         if profile.spread_round_se
                         else {}
                     ),
+                    **({"drift": profile.spread_drift} if profile.spread_drift else {}),
                 }
             }
             if profile.spread
@@ -205,12 +207,13 @@ def _factors(raw: Any, where: str, sizes: tuple[int, ...]) -> SizeCurve:
     return SizeCurve(sizes, tuple(_number(v, f"{where}[{i}]", 1e6) for i, v in enumerate(raw)), monotone=False)
 
 
-def _spread(raw: Any, sizes: tuple[int, ...]) -> tuple[dict[str, SizeCurve], int, dict[str, SizeCurve]]:
-    """The stages' coefficient of variation per kind and size, the repetitions behind each median, and each price's
-    relative standard error from its rounds (optional: empty for a file written before it)."""
+def _spread(raw: Any, sizes: tuple[int, ...]) -> tuple[dict[str, SizeCurve], int, dict[str, SizeCurve], float]:
+    """The stages' coefficient of variation per kind and size, the repetitions behind each median, each price's
+    relative standard error from its rounds, and the machine's drift between in-situ rounds (the last two optional:
+    empty and 0 for a file written before them)."""
     if raw is None:
-        return {}, 0, {}
-    record = _object(raw, "spread", {"repeats", "cv", "round_se"}, {"repeats", "cv"})
+        return {}, 0, {}, 0.0
+    record = _object(raw, "spread", {"repeats", "cv", "round_se", "drift"}, {"repeats", "cv"})
     repeats = record["repeats"]
     if isinstance(repeats, bool) or not isinstance(repeats, int) or not 0 <= repeats <= 1_000_000:
         raise ValueError(f"cost file: spread.repeats must be a whole number >= 0, got {repeats!r:.40}")
@@ -220,6 +223,7 @@ def _spread(raw: Any, sizes: tuple[int, ...]) -> tuple[dict[str, SizeCurve], int
         {kind: _factors(values, f"spread.cv.{kind}", sizes) for kind, values in cv.items()},
         repeats,
         {kind: _factors(values, f"spread.round_se.{kind}", sizes) for kind, values in round_se.items()},
+        _number(record.get("drift", 0.0), "spread.drift", 1.0),
     )
 
 
@@ -279,7 +283,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"cost file: {key} must be an object, got {data.get(key)!r:.60}")
     stages = _stages(data.get("stages", []))
-    spread, repeats, round_se = _spread(data.get("spread"), sizes)
+    spread, repeats, round_se, drift = _spread(data.get("spread"), sizes)
     try:
         return UnitProfile(
             units=units,
@@ -297,6 +301,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             spread=spread,
             spread_repeats=repeats,
             spread_round_se=round_se,
+            spread_drift=drift,
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

@@ -11,6 +11,8 @@ microbatches with a 20% CV, 8.7% for GPipe at 4 x 16, actions drawn around their
   the price as its median would count that skew twice (about CV^2 / 2 per action);
 * each kind's price is also drawn once per sample, x exp(N(-se^2 / 2, se)) from its relative standard error: the
   profile's own uncertainty moves every action of the kind together, around the same mean;
+* and the machine's speed once per sample, from `Spread.machine_cv` (the profile's drift between its rounds,
+  `pipesim.analysis.drift`): the run predicted lands at a speed of its own, every action of it alike;
 
 and simulates every draw in one pass over the schedule (`sweep_samples`): each rank's order and every dependency
 are fixed, so the engine's sweep runs once with a numpy row of `samples` times per action instead of a float.
@@ -119,8 +121,9 @@ def step_interval(
 
 
 def _factors(deps: Dependencies, spread: Spread, samples: int, rng: np.random.Generator) -> np.ndarray:
-    """(actions, samples) multipliers of each action's price: its own jitter times its kind's price draw, each a
-    lognormal of mean 1 (sigma from the CV: sqrt(log(1 + CV^2)), so the draw's CV is the CV)."""
+    """(actions, samples) multipliers of each action's price: its own jitter times its kind's price draw times the
+    machine's speed draw, each a lognormal of mean 1 (sigma from the CV: sqrt(log(1 + CV^2)), so the draw's CV is
+    the CV)."""
     import numpy as np
 
     kinds = [kind for _, kind, _ in deps.actions]
@@ -136,6 +139,9 @@ def _factors(deps: Dependencies, spread: Spread, samples: int, rng: np.random.Ge
         rows = np.array([row_of.get(k, -1) for k in kinds])
         known = rows >= 0
         per_action[known] *= draws[rows[known]]
+    if spread.machine_cv:
+        machine_sigma = math.sqrt(math.log1p(spread.machine_cv**2))
+        per_action *= np.exp(machine_sigma * rng.standard_normal(samples) - machine_sigma**2 / 2)[None, :]
     return per_action
 
 

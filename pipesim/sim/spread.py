@@ -40,12 +40,18 @@ EXTRAPOLATION_SE = 0.10  # the relative uncertainty added to every price per dou
 class Spread:
     """Per action kind: `cv`, the coefficient of variation of one action's time from step to step (0.2 = 20%), and
     `price_se`, the relative standard error of the price itself (one draw per sample for every action of the
-    kind: a price measured too low makes every such action slow together). Missing kinds vary by 0."""
+    kind: a price measured too low makes every such action slow together), and `machine_cv`, how far the
+    machine's speed in the run predicted may sit from the one the prices were measured at (one draw per sample for
+    every action together: a profile's `spread_drift`). Missing kinds vary by 0."""
 
     cv: Mapping[ActionKind, float] = field(default_factory=dict)
     price_se: Mapping[ActionKind, float] = field(default_factory=dict)
+    machine_cv: float = 0.0
 
     def __post_init__(self) -> None:
+        value = self.machine_cv
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_CV:
+            raise ValueError(f"a spread's machine_cv must be a number in 0..{MAX_CV:g}, got {value!r}")
         for label, table in (("cv", self.cv), ("price_se", self.price_se)):
             for kind, value in table.items():
                 if not isinstance(kind, ActionKind):
@@ -64,7 +70,7 @@ class Spread:
 
     @property
     def is_zero(self) -> bool:
-        return not any(self.cv.values()) and not any(self.price_se.values())
+        return not any(self.cv.values()) and not any(self.price_se.values()) and not self.machine_cv
 
     def widened(self, extra_se: float) -> Spread:
         """The same spread with every kind's price uncertain by `extra_se` more (added in quadrature)."""
@@ -76,6 +82,7 @@ class Spread:
         return Spread(
             dict(self.cv),
             {k: min(MAX_CV, math.hypot(self.price_se.get(k, 0.0), extra_se)) for k in kinds},
+            self.machine_cv,
         )
 
 
@@ -103,7 +110,8 @@ def profile_spread(
     """The spread of a candidate's actions from a profile that kept its (None for a profile written before it
     did): each kind's CV at `size` (the nearest profiled size beyond them) and its price's standard error: over the
     repetitions or over the rounds (the larger), and the in-situ factor's own (its 95% CI's half-width / 1.96, for
-    the candidate's class), widened by EXTRAPOLATION_SE per doubling outside the profiled sizes."""
+    the candidate's class), widened by EXTRAPOLATION_SE per doubling outside the profiled sizes; and the machine's
+    drift between the profile's in-situ rounds, shared by every action of a sample."""
     if not profile.spread:
         return None
     repeats = max(profile.spread_repeats, 1)
@@ -119,7 +127,7 @@ def profile_spread(
         within = MEDIAN_SE * cv[kind] / math.sqrt(repeats)
         drift = profile.spread_round_se[measured].at(size) if measured in profile.spread_round_se else 0.0
         price_se[kind] = min(MAX_CV, math.hypot(max(within, drift), factor_se))
-    spread = Spread(cv, price_se)
+    spread = Spread(cv, price_se, profile.spread_drift)
     sizes = profile.microbatch_sizes
     if sizes[0] <= size <= sizes[-1]:
         return spread

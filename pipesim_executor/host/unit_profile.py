@@ -229,6 +229,14 @@ def summary_lines(result: ProfileResult) -> list[str]:
         if profile.link.latency_ms or math.isfinite(profile.link.bandwidth_gbps)
         else "link     none measured (one rank)",
         *in_situ_lines(profile),
+        *(
+            [
+                f"drift    the machine's speed moved {profile.spread_drift:.1%} (SD) from one in-situ round to the "
+                "next beyond its steps' noise: every prediction's interval carries it"
+            ]
+            if profile.spread_drift
+            else []
+        ),
         f"wrote    {result.cost_file} ({programs().pipesim} plan --cost {result.cost_file} ...)",
     ]
     return lines

@@ -240,3 +240,18 @@ def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 def _blocked(waits: list[tuple[float, float]], lo: float, hi: float) -> float:
     """Time inside [lo, hi] spent blocked in receives."""
     return sum(max(min(end, hi) - max(start, lo), 0.0) for start, end in waits)
+
+
+def round_work(calibrations: list[dict[str, Any]], round_steps: int) -> list[list[list[float]]]:
+    """Per in-situ schedule and rank, its rounds in order (`round_steps` kept steps each, as the rounds added them),
+    each round its steps' summed compute in ms (the rank's own work: waiting does not count): what
+    `pipesim.analysis.drift.speed_drift` reads the machine's drift between rounds off. `calibrations`: each rank's
+    in-situ summaries (key -> summary holding its steps' "timing")."""
+    series = []
+    for calibration in calibrations:
+        for summary in calibration.values():
+            work = [sum(end - start for _, start, end in step["spans"]) for step in summary.get("timing", ())]
+            rounds = [work[i : i + round_steps] for i in range(0, len(work) - round_steps + 1, round_steps)]
+            if len(rounds) > 1:
+                series.append(rounds)
+    return series

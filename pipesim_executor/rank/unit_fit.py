@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from pipesim.analysis.drift import speed_drift
 from pipesim.analysis.hops import hop_samples
 from pipesim.cost.links import LinkCost
 from pipesim.cost.profile import (
@@ -33,7 +34,7 @@ from pipesim.cost.profile import (
 from pipesim.cost.runtime import OptimizerTime
 from pipesim.schedules import in_situ_representatives
 from pipesim_executor.config import RunConfig
-from pipesim_executor.rank.calibrate import full_speed_durations
+from pipesim_executor.rank.calibrate import full_speed_durations, round_work
 from pipesim_executor.rank.profile import link_cost
 from pipesim_executor.rank.setup import Rank
 from pipesim_executor.rank.unit_timing import KINDS
@@ -57,6 +58,7 @@ IN_SITU_KINDS = {
     (True, True): {"F": "forward_recompute_ms", "I": "input_recompute_ms", "W": "weight_ms"},
 }
 CALIBRATION_STEPS = 8  # in-situ steps per size and schedule at first (the first is dropped)
+ROUND_STEPS = CALIBRATION_STEPS - 1  # the steps one in-situ round keeps
 IN_SITU_CI = 0.03  # then more, CALIBRATION_STEPS at a time, until every factor's 95% CI is within +-3% ...
 MAX_IN_SITU_STEPS = 40  # ... or this many steps were run (the profile then says which factors did not get there)
 
@@ -193,6 +195,7 @@ def assemble(
         stages={(s, a, b): times for s in sizes for a, b, times in stage_ms[s]},
         spread=spread_curves(everyone, sizes), spread_repeats=int(request["repeats"]),
         spread_round_se=round_se_curves(everyone, sizes),
+        spread_drift=speed_drift(round_work([e["calibration"] for e in everyone[: r.num_ranks]], ROUND_STEPS)),
     )  # fmt: skip
     link, hop = in_run_link(profile, everyone[: r.num_ranks])
     profile = replace(profile, link=link)
