@@ -7,14 +7,17 @@ that hold several. Times are relative to the earliest span (0 when simulated).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import itemgetter
+from functools import reduce
+from itertools import accumulate, chain, islice, pairwise
+from operator import add, ge, itemgetter, le, sub
 from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
 from pipesim.ir import ActionKind
-from pipesim.records import COLLECTIVE_KINDS, Span, Timeline
+from pipesim.records import COLLECTIVE_KINDS, Span, SpanColumns, Timeline
 from pipesim.semantics.lower import StashSizes, changes_at_start, stash_table
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
@@ -34,9 +37,12 @@ def _makespan(tl: Timeline, origin: float) -> float:
     """`makespan` given the timeline's `_origin` (one pass over 10^5 spans spared where the caller has it)."""
     if not tl.spans:
         return 0.0
-    last = max(map(itemgetter(3), tl.spans))
-    last = max([last] + [c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS])  # a collective may end a step
-    return last - origin
+    return _makespan_of(max(map(itemgetter(3), tl.spans)), tl, origin)
+
+
+def _makespan_of(last: float, tl: Timeline, origin: float) -> float:
+    """The makespan of spans whose last end is `last`: a collective may end a step later."""
+    return max([last] + [c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS]) - origin
 
 
 def _by_rank(tl: Timeline) -> list[list[Span]]:
@@ -277,9 +283,49 @@ def _rank_summary(
     return idle + max(finish - cursor, 0.0), peak_count, peak_size
 
 
+def _column_summaries(
+    tl: Timeline, columns: SpanColumns, cost: CostModel | None
+) -> tuple[float, list[tuple[float, int, float]]] | None:
+    """(makespan, `_rank_summary` of each rank) read off a simulation's columns with a few C-level passes instead
+    of a Python step per span (a third of `compute_metrics` on 131k spans): the same floats, added in the same
+    order (`reduce`, `accumulate`: left to right, as the walk adds). None where the walk would not run as is: a
+    rank's spans not one run in the columns, or out of start order, or overlapping (the caller then walks)."""
+    ranks, actions, starts, ends = columns
+    if not starts or not 0 <= ranks[0] <= ranks[-1] < tl.num_ranks or not all(map(le, ranks, islice(ranks, 1, None))):
+        return None
+    bounds = list(pairwise([bisect_left(ranks, rank) for rank in range(tl.num_ranks + 1)]))
+    rows = [(lo, hi) for lo, hi in bounds if hi > lo]
+    for lo, hi in rows:  # sorted by start (the walk's sort leaves them), none before its predecessor's end
+        if not all(map(le, islice(starts, lo, hi - 1), islice(starts, lo + 1, hi))) or not all(
+            map(ge, islice(starts, lo + 1, hi), islice(ends, lo, hi - 1))
+        ):
+            return None
+    origin = min(starts[lo] for lo, _ in rows)
+    total = _makespan_of(max(ends), tl, origin)
+    finish = origin + total
+    table = stash_table(stash_sizes(cost, set(map(itemgetter(0), actions))))
+    flat = {(stage, kind): change for stage, kinds in table.items() for kind, change in kinds.items()}
+    changes = list(map(flat.__getitem__, map(itemgetter(0, 1), actions)))
+    summaries = []
+    for lo, hi in bounds:
+        if hi == lo:
+            summaries.append((0.0 + max(finish - origin, 0.0), 0, 0.0))
+            continue
+        waits = chain((starts[lo] - origin,), map(sub, islice(starts, lo + 1, hi), islice(ends, lo, hi - 1)))
+        idle = reduce(add, waits, 0.0)
+        row = changes[lo:hi]
+        peak_count = max(accumulate(map(itemgetter(0), row), initial=0))
+        peak_size = max(accumulate(map(itemgetter(1), row), initial=0.0))
+        summaries.append((idle + max(finish - ends[hi - 1], 0.0), peak_count, peak_size))
+    return total, summaries
+
+
 @paused_gc()
 def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
+    summaries = None if tl.columns is None else _column_summaries(tl, tl.columns, cost)
+    if summaries is not None:
+        return _metrics(tl.num_ranks, *summaries)
     rows = _by_rank(tl)
     origin = min([row[0][2] for row in rows if row], default=0.0)  # `_origin`: each row is sorted by start
     total = _makespan(tl, origin)
@@ -291,6 +337,11 @@ def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
             if summary is None:
                 idle = sum(b - a for a, b in _gaps(rows[r], origin, origin + total))
                 summaries[r] = (idle, *_peaks(events[r]))
+    return _metrics(tl.num_ranks, total, summaries)
+
+
+def _metrics(num_ranks: int, total: float, summaries: list[tuple[float, int, float]]) -> Metrics:
+    """The Metrics of a step of makespan `total` from each rank's (idle ms, peak stashed count, peak bytes)."""
     ranks = tuple(
         RankMetrics(
             rank=r,
@@ -305,7 +356,7 @@ def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     idle_sum = sum(r.idle_ms for r in ranks)
     return Metrics(
         makespan=total,
-        bubble_fraction=_fraction(idle_sum, tl.num_ranks, total),
-        bubble_ratio=_ratio(idle_sum, tl.num_ranks, total),
+        bubble_fraction=_fraction(idle_sum, num_ranks, total),
+        bubble_ratio=_ratio(idle_sum, num_ranks, total),
         ranks=ranks,
     )

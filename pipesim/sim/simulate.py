@@ -11,13 +11,12 @@ times, so a schedule and a cost model always give the same timeline.
 from __future__ import annotations
 
 import math
-from itertools import repeat
 from typing import NamedTuple
 
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, ActionKind, Schedule
-from pipesim.records import CommSpan, Span, Timeline
+from pipesim.records import CommSpan, SpanColumns, Timeline
 from pipesim.semantics.dag import DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import collectives_before, crossing_stages, overlap_groups
 
@@ -242,11 +241,10 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
         raise deadlock_error(deps, stuck)
     before, tails = inputs.before, inputs.tails
     collective_spans = _collective_spans(deps, cost, before, tails, ends) if before or any(tails) else ()
-    new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up
-    spans = tuple(map(new, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(0), repeat(0))))
-    return Timeline(
-        num_ranks=schedule.num_ranks,
-        spans=spans,
+    # the engine's columns; the Span tuples are built only where a reader asks for `spans`
+    return Timeline.from_columns(
+        schedule.num_ranks,
+        SpanColumns(deps.ranks, deps.actions, starts, ends),
         source="simulated",
         schedule_name=schedule.name,
         comm=collective_spans,
