@@ -196,7 +196,14 @@ def test_text_rows_are_each_actions_own_text() -> None:
 @pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
 def test_metrics_off_the_columns_are_the_walks_over_the_spans(schedule) -> None:
     """The columns' C-level passes add the same floats in the same order as the walk over sorted spans."""
-    for base in COSTS:
+    stages = range(schedule.num_stages)  # and stages that differ: their stashes looked up by (stage, kind)
+    uneven = CostModel.per_stage(
+        [1 + 0.1 * s for s in stages],
+        [2.3 - 0.1 * s for s in stages],
+        comm_ms=0.07,
+        activation_bytes=[1e6 * (1 + s % 3) for s in stages],
+    )
+    for base in (*COSTS, uneven):
         cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
         timeline = simulate_step(schedule, cost).timeline
         assert _column_summaries(timeline, timeline.columns, cost) is not None, "a simulation's columns are read"

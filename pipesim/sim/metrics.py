@@ -16,7 +16,7 @@ from operator import add, ge, itemgetter, le, sub
 from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
-from pipesim.ir import ActionKind
+from pipesim.ir import Action, ActionKind
 from pipesim.records import COLLECTIVE_KINDS, Span, SpanColumns, Timeline
 from pipesim.semantics.lower import StashSizes, changes_at_start, stash_table
 
@@ -296,28 +296,41 @@ def _column_summaries(
     bounds = list(pairwise([bisect_left(ranks, rank) for rank in range(tl.num_ranks + 1)]))
     rows = [(lo, hi) for lo, hi in bounds if hi > lo]
     for lo, hi in rows:  # sorted by start (the walk's sort leaves them), none before its predecessor's end
-        if not all(map(le, islice(starts, lo, hi - 1), islice(starts, lo + 1, hi))) or not all(
-            map(ge, islice(starts, lo + 1, hi), islice(ends, lo, hi - 1))
-        ):
+        later, earlier_ends = starts[lo + 1 : hi], ends[lo : hi - 1]  # slices: islice would count from 0
+        if not all(map(le, starts[lo : hi - 1], later)) or not all(map(ge, later, earlier_ends)):
             return None
     origin = min(starts[lo] for lo, _ in rows)
     total = _makespan_of(max(ends), tl, origin)
     finish = origin + total
-    table = stash_table(stash_sizes(cost, set(map(itemgetter(0), actions))))
-    flat = {(stage, kind): change for stage, kinds in table.items() for kind, change in kinds.items()}
-    changes = list(map(flat.__getitem__, map(itemgetter(0, 1), actions)))
+    counts, sizes = _stash_changes(actions, cost)
     summaries = []
     for lo, hi in bounds:
         if hi == lo:
             summaries.append((0.0 + max(finish - origin, 0.0), 0, 0.0))
             continue
-        waits = chain((starts[lo] - origin,), map(sub, islice(starts, lo + 1, hi), islice(ends, lo, hi - 1)))
+        waits = chain((starts[lo] - origin,), map(sub, starts[lo + 1 : hi], ends[lo : hi - 1]))
         idle = reduce(add, waits, 0.0)
-        row = changes[lo:hi]
-        peak_count = max(accumulate(map(itemgetter(0), row), initial=0))
-        peak_size = max(accumulate(map(itemgetter(1), row), initial=0.0))
+        peak_count = max(accumulate(counts[lo:hi], initial=0))
+        peak_size = max(accumulate(sizes[lo:hi], initial=0.0))
         summaries.append((idle + max(finish - ends[hi - 1], 0.0), peak_count, peak_size))
     return total, summaries
+
+
+def _stash_changes(actions: list[Action], cost: CostModel | None) -> tuple[list[int], list[float]]:
+    """Per action, its change of the stashed count and of the stashed bytes (`stash_table`), looked up at C speed:
+    by kind where every stage's changes are alike (a uniform model), else by (stage, kind)."""
+    table = stash_table(stash_sizes(cost, set(map(itemgetter(0), actions))))
+    kinds = list(map(itemgetter(1), actions))
+    per_stage = list(table.values())
+    if all(row == per_stage[0] for row in per_stage):
+        keys, changes = kinds, per_stage[0]
+    else:
+        keys = zip(map(itemgetter(0), actions), kinds, strict=True)
+        changes = {(stage, kind): change for stage, row in table.items() for kind, change in row.items()}
+    counts = {key: change[0] for key, change in changes.items()}
+    sizes = {key: change[1] for key, change in changes.items()}
+    keys = list(keys)
+    return list(map(counts.__getitem__, keys)), list(map(sizes.__getitem__, keys))
 
 
 @paused_gc()
