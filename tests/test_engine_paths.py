@@ -239,3 +239,18 @@ def test_a_columnar_timeline_builds_its_spans_when_read_and_keeps_them() -> None
     assert copied == timeline and copied.columns == timeline.columns and copied.meta == {"x": 1}
     with pytest.raises(AttributeError):
         _ = timeline.no_such_field
+
+
+def test_columns_text_with_ranks_in_any_order_is_jsons_text() -> None:
+    """One run per rank in rank order writes each rank once per run; any other order writes it per span."""
+    schedule = build_schedule("zbv", 3, 6)
+    cost = COSTS[1].for_pipeline(schedule.num_stages, schedule.num_ranks)
+    ranks, actions, starts, ends = simulate(schedule, cost).columns
+    order = sorted(range(len(ranks)), key=lambda i: (-ranks[i], i))  # the last rank's run first
+    shuffled = SpanColumns(*([column[i] for i in order] for column in (ranks, actions, starts, ends)))
+    sparse = SpanColumns([2 * r for r in ranks], actions, starts, ends)  # ranks 1 and 3 hold no span
+    for columns in (shuffled, sparse):
+        expected = timeline_to_dict(Timeline.from_columns(2 * schedule.num_ranks, columns))["spans"]
+        assert columns_text(columns, "x.json", None) == json.dumps(expected, separators=(",", ":"))[1:-1]
+    with pytest.raises(ValueError, match="action texts"):
+        columns_text(shuffled, "x.json", ["0F0"])

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left
 from collections.abc import Iterable
-from operator import itemgetter
+from itertools import islice, pairwise
+from operator import itemgetter, le
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,30 @@ def columns_text(columns: SpanColumns, path: str | Path, action_texts: Iterable[
     if not _float_times(starts, ends, path) or not starts:
         return None
     if action_texts is None:
-        action_texts = [f"{stage}{kind._value_}{microbatch}" for stage, kind, microbatch in actions]
-    return _one_step_text(zip(ranks, action_texts, starts, ends, strict=True))
+        texts = [f"{stage}{kind._value_}{microbatch}" for stage, kind, microbatch in actions]
+    else:
+        texts = list(action_texts)
+        if len(texts) != len(starts):
+            raise ValueError(f"{len(texts)} action texts for {len(starts)} spans")
+    if not all(map(le, ranks, islice(ranks, 1, None))):  # not one run per rank: the rank written per span
+        return _one_step_text(zip(ranks, texts, starts, ends, strict=True))
+    # each rank's spans one run, in rank order (as the engine lays them): the rank is written once per run, in the
+    # text between two of its spans (131k spans: 55 -> 36 ms)
+    runs = []
+    for rank, (lo, hi) in zip(range(ranks[0], ranks[-1] + 1), pairwise(_run_bounds(ranks)), strict=True):
+        if hi > lo:
+            head = f'{{"rank":{rank},"action":"'
+            inner = [
+                f'{text}","start":{start!r},"end":{end!r},"step":0'
+                for text, start, end in zip(texts[lo:hi], starts[lo:hi], ends[lo:hi], strict=True)
+            ]
+            runs.append(head + f"}},{head}".join(inner) + "}")
+    return ",".join(runs)
+
+
+def _run_bounds(ranks: list[int]) -> list[int]:
+    """Where each rank's run starts in ascending `ranks`, from the first rank to one past the last."""
+    return [bisect_left(ranks, rank) for rank in range(ranks[0], ranks[-1] + 2)]
 
 
 def _float_times(starts: list, ends: list, path: str | Path) -> bool:
