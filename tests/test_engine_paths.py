@@ -1,6 +1,7 @@
 """The engine's quick paths give the numbers and the documents of the plain ones (issue 31's third speed pass).
 
-* the one-producer sweep (`Dependencies.blocking`) against the general loop, on every registered family;
+* the one-producer sweep (`Dependencies.blocking`), with gaps and without, against the general loop, on every
+  registered family;
 * `replay` of a sweep's runs under other costs against a fresh sweep under those costs;
 * the spans' JSON (`pipesim.io.span_text`: from the spans, or from a simulation's columns; its actions formatted
   or read off the schedule's texts) against json's own text of the span dicts, and a whole `simulate --json`
@@ -32,8 +33,9 @@ from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.data_parallel import reduction_charge
 from pipesim.sim.metrics import _column_summaries, compute_metrics
 from pipesim.sim.replay import duration_slots, replay, slot_durations
-from pipesim.sim.simulate import action_durations, engine_inputs, simulate, sweep
+from pipesim.sim.simulate import _sweep_blocking, action_durations, engine_inputs, simulate, sweep
 from pipesim.sim.steps import simulate_step, simulate_steps, step_tails
+from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
 
 
 def _family_schedules() -> list:
@@ -69,9 +71,26 @@ def test_one_producer_sweep_is_the_general_sweep(schedule) -> None:
     for base in COSTS:
         cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
         inputs = engine_inputs(schedule, cost, deps)
-        quick = sweep(deps, inputs.durations, inputs.hops, inputs.gaps)
+        quick = sweep(deps, inputs.durations, inputs.hops, inputs.gaps)  # no gap: `sweep_blocking_without_gaps`
         plain = sweep(_general(deps), inputs.durations, inputs.hops, inputs.gaps)
         assert quick == plain and not quick[2]
+        assert _blocking_loops(deps, inputs.durations, inputs.hops)  # its twin with the gaps, all 0
+        varying = [0.01 * (i % 3) for i in range(len(deps.actions))]  # a dispatch gap that varies: `_sweep_blocking`
+        quick = sweep(deps, inputs.durations, inputs.hops, varying)
+        assert quick == sweep(_general(deps), inputs.durations, inputs.hops, varying) and not quick[2]
+
+
+def _blocking_loops(deps: Dependencies, durations: list[float], hops: list[float]) -> bool:
+    """Whether the one-producer loop without gaps and the one with gaps (all 0) give the same times and runs."""
+    results = []
+    for loop in (sweep_blocking_without_gaps, _sweep_blocking):
+        n, runs = len(deps.actions), []
+        starts, ends, pointer, clock = [0.0] * n, [-1.0] * n, deps.offsets[:-1], [0.0] * deps.num_ranks
+        ready = list(range(deps.num_ranks - 1, -1, -1))
+        times = (durations, hops) if loop is sweep_blocking_without_gaps else (durations, hops, [0.0] * n)
+        loop(deps.blocking, deps.offsets, *times, starts, ends, pointer, clock, [None] * n, ready, runs)
+        results.append((starts, ends, pointer, clock, runs))
+    return results[0] == results[1]
 
 
 @pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")

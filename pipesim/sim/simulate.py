@@ -19,6 +19,7 @@ from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.records import CommSpan, SpanColumns, Timeline
 from pipesim.semantics.dag import DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import collectives_before, crossing_stages, overlap_groups
+from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
 
 
 def sweep(
@@ -55,10 +56,13 @@ def sweep(
     clock = list(rank_start) if rank_start is not None else [0.0] * deps.num_ranks
     waiting: list[list[int] | None] = [None] * n  # per action, the ranks parked on it (a list: no hashing)
     ready = list(range(deps.num_ranks - 1, -1, -1))
+    blocking = None if joined else deps.blocking
+    if blocking is not None and rank_start is None and (gaps is None or not any(gaps)):  # no gap, clocks from 0
+        loop_inputs = (blocking, offsets, durations, hops, starts, ends, pointer, clock, waiting, ready, runs)
+        sweep_blocking_without_gaps(*loop_inputs)
     if gaps is None:
         gaps = [0.0] * n  # one addition per action rather than a test
-    blocking = None if joined else deps.blocking
-    if blocking is not None:
+    if blocking is not None and ready:
         _sweep_blocking(blocking, offsets, durations, hops, gaps, starts, ends, pointer, clock, waiting, ready, runs)
     while ready:
         rank = ready.pop()
