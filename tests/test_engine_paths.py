@@ -214,7 +214,7 @@ def test_text_rows_are_each_actions_own_text() -> None:
 
 @pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
 def test_metrics_off_the_columns_are_the_walks_over_the_spans(schedule) -> None:
-    """The columns' C-level passes add the same floats in the same order as the walk over sorted spans."""
+    """The walk over each rank's run of the columns gives the walk over the sorted spans, on uneven stages too."""
     stages = range(schedule.num_stages)  # and stages that differ: their stashes looked up by (stage, kind)
     uneven = CostModel.per_stage(
         [1 + 0.1 * s for s in stages],

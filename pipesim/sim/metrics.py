@@ -10,13 +10,12 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import reduce
-from itertools import accumulate, chain, islice, pairwise
-from operator import add, ge, itemgetter, le, sub
+from itertools import islice, pairwise, repeat
+from operator import itemgetter, le
 from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, ActionKind
+from pipesim.ir import ActionKind
 from pipesim.records import COLLECTIVE_KINDS, Span, SpanColumns, Timeline
 from pipesim.semantics.lower import StashSizes, changes_at_start, stash_table
 
@@ -256,7 +255,7 @@ def stash_sizes(cost: CostModel | None, stages: Iterable[int]) -> dict[int, Stas
 
 
 def _rank_summary(
-    row: list[Span], table: dict[int, dict[ActionKind, tuple[int, float]]], origin: float, finish: float
+    row: Iterable[Span], table: dict[int, dict[ActionKind, tuple[int, float]]], origin: float, finish: float
 ) -> tuple[float, int, float] | None:
     """(idle ms, peak stashed count, peak bytes) in one walk over a rank's spans sorted by start.
 
@@ -286,51 +285,27 @@ def _rank_summary(
 def _column_summaries(
     tl: Timeline, columns: SpanColumns, cost: CostModel | None
 ) -> tuple[float, list[tuple[float, int, float]]] | None:
-    """(makespan, `_rank_summary` of each rank) read off a simulation's columns with a few C-level passes instead
-    of a Python step per span (a third of `compute_metrics` on 131k spans): the same floats, added in the same
-    order (`reduce`, `accumulate`: left to right, as the walk adds). None where the walk would not run as is: a
-    rank's spans not one run in the columns, or out of start order, or overlapping (the caller then walks)."""
+    """(makespan, `_rank_summary` of each rank) read off a simulation's columns: the walk itself, over each rank's
+    run of the columns zipped into span-shaped rows, with no Span built and no row gathered or sorted. None where
+    that is not the walk over sorted rows: a rank's spans not one run in the columns, a span that ends before it
+    starts (the runs might then be out of start order), or spans that overlap (the caller then walks the spans)."""
     ranks, actions, starts, ends = columns
     if not starts or not 0 <= ranks[0] <= ranks[-1] < tl.num_ranks or not all(map(le, ranks, islice(ranks, 1, None))):
         return None
+    if not all(map(le, starts, ends)):  # then a run without overlap (`_rank_summary` checks) is in start order
+        return None
     bounds = list(pairwise([bisect_left(ranks, rank) for rank in range(tl.num_ranks + 1)]))
-    rows = [(lo, hi) for lo, hi in bounds if hi > lo]
-    for lo, hi in rows:  # sorted by start (the walk's sort leaves them), none before its predecessor's end
-        later, earlier_ends = starts[lo + 1 : hi], ends[lo : hi - 1]  # slices: islice would count from 0
-        if not all(map(le, starts[lo : hi - 1], later)) or not all(map(ge, later, earlier_ends)):
-            return None
-    origin = min(starts[lo] for lo, _ in rows)
+    origin = min(starts[lo] for lo, hi in bounds if hi > lo)  # `_origin`: each run starts with its earliest
     total = _makespan_of(max(ends), tl, origin)
-    finish = origin + total
-    counts, sizes = _stash_changes(actions, cost)
+    table = stash_table(stash_sizes(cost, set(map(itemgetter(0), actions))))
     summaries = []
     for lo, hi in bounds:
-        if hi == lo:
-            summaries.append((0.0 + max(finish - origin, 0.0), 0, 0.0))
-            continue
-        waits = chain((starts[lo] - origin,), map(sub, starts[lo + 1 : hi], ends[lo : hi - 1]))
-        idle = reduce(add, waits, 0.0)
-        peak_count = max(accumulate(counts[lo:hi], initial=0))
-        peak_size = max(accumulate(sizes[lo:hi], initial=0.0))
-        summaries.append((idle + max(finish - ends[hi - 1], 0.0), peak_count, peak_size))
+        row = zip(repeat(0), actions[lo:hi], starts[lo:hi], ends[lo:hi], repeat(0), repeat(0))
+        summary = _rank_summary(row, table, origin, origin + total)
+        if summary is None:
+            return None
+        summaries.append(summary)
     return total, summaries
-
-
-def _stash_changes(actions: list[Action], cost: CostModel | None) -> tuple[list[int], list[float]]:
-    """Per action, its change of the stashed count and of the stashed bytes (`stash_table`), looked up at C speed:
-    by kind where every stage's changes are alike (a uniform model), else by (stage, kind)."""
-    table = stash_table(stash_sizes(cost, set(map(itemgetter(0), actions))))
-    kinds = list(map(itemgetter(1), actions))
-    per_stage = list(table.values())
-    if all(row == per_stage[0] for row in per_stage):
-        keys, changes = kinds, per_stage[0]
-    else:
-        keys = zip(map(itemgetter(0), actions), kinds, strict=True)
-        changes = {(stage, kind): change for stage, row in table.items() for kind, change in row.items()}
-    counts = {key: change[0] for key, change in changes.items()}
-    sizes = {key: change[1] for key, change in changes.items()}
-    keys = list(keys)
-    return list(map(counts.__getitem__, keys)), list(map(sizes.__getitem__, keys))
 
 
 @paused_gc()
