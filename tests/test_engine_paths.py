@@ -237,7 +237,8 @@ def test_columns_that_the_walk_would_sort_or_find_overlapping_fall_back_to_it() 
     ranks, actions, starts, ends = simulate(schedule, cost).columns
     overlapping = SpanColumns(ranks, actions, starts, [end + 0.5 for end in ends])
     unsorted = SpanColumns(ranks, actions, [*starts[:2][::-1], *starts[2:]], [*ends[:2][::-1], *ends[2:]])
-    for columns in (overlapping, unsorted):
+    ending_early = SpanColumns(ranks, actions, starts, [*ends[:1], starts[1] - 0.5, *ends[2:]])
+    for columns in (overlapping, unsorted, ending_early):
         timeline = Timeline.from_columns(2, columns)
         assert _column_summaries(timeline, columns, cost) is None
         assert compute_metrics(timeline, cost) == compute_metrics(replace(timeline), cost)
