@@ -274,3 +274,18 @@ def test_columns_text_with_ranks_in_any_order_is_jsons_text() -> None:
         assert columns_text(columns, "x.json", None) == json.dumps(expected, separators=(",", ":"))[1:-1]
     with pytest.raises(ValueError, match="action texts"):
         columns_text(shuffled, "x.json", ["0F0"])
+
+
+@pytest.mark.parametrize("schedule", FAMILIES[::3], ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
+def test_action_durations_by_kind_are_the_per_stage_prices(schedule) -> None:
+    """Stages priced alike are looked up by kind alone; either way each action costs its (stage, kind) price."""
+    stages = range(schedule.num_stages)
+    uneven = CostModel.per_stage([1 + 0.1 * s for s in stages], [2.3 - 0.1 * s for s in stages])
+    for base in (*COSTS, uneven):
+        cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        deps = dependencies(schedule)
+        priced = [cost.duration_ms(stage, kind) for stage, kind, _ in deps.actions]
+        for first, others in (deps.joined or {}).items():
+            for member in (first, *others):
+                priced[member] *= cost.overlap_factor
+        assert action_durations(deps, cost, schedule.num_stages) == priced

@@ -11,6 +11,7 @@ times, so a schedule and a cost model always give the same timeline.
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim._perf import paused_gc
@@ -297,12 +298,18 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
     """Per-action durations from a (kind -> per-stage list) table: one lookup per action (the planner sweeps
     with them too); an overlapped group takes overlap_factor x the sum of its members."""
     table = {kind: [cost.duration_ms(s, kind) for s in range(num_stages)] for kind in ActionKind}
-    durations = [table[kind][stage] for stage, kind, _ in deps.actions]
+    if all(row.count(row[0]) == len(row) for row in table.values()):  # every stage alike: by kind, at C speed
+        durations = list(map({kind: row[0] for kind, row in table.items()}.__getitem__, map(_kind, deps.actions)))
+    else:
+        durations = [table[kind][stage] for stage, kind, _ in deps.actions]
     if deps.joined:
         for first, others in deps.joined.items():
             for member in (first, *others):
                 durations[member] *= cost.overlap_factor
     return durations
+
+
+_kind = itemgetter(1)  # Action.kind
 
 
 class EngineInputs(NamedTuple):
