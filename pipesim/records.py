@@ -7,8 +7,9 @@ off a Timeline live in `pipesim.sim.metrics`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Literal, NamedTuple
+from dataclasses import dataclass, field, fields, replace
+from itertools import repeat
+from typing import Any, Literal, NamedTuple
 
 from pipesim.ir import Action, CommAction
 
@@ -64,6 +65,57 @@ class Timeline:
     schedule_name: str = ""
     comm: tuple[CommSpan, ...] = ()
     meta: dict = field(default_factory=dict, compare=False)
+    # A simulated step's spans as the engine's columns (`from_columns`); None otherwise. Not an init field, so a
+    # Timeline re-made by `dataclasses.replace` holds its spans and no columns, which could then be stale.
+    columns: SpanColumns | None = field(default=None, init=False, compare=False, repr=False)
+
+    @classmethod
+    def from_columns(cls, num_ranks: int, columns: SpanColumns, **others: Any) -> Timeline:
+        """A timeline whose spans are built from `columns` on first read of `spans` (then kept): `simulate --json`
+        reads 131k spans only as columns (metrics, the JSON writer), and 131k Span tuples cost a tenth of it.
+        `others`: the other init fields (source, schedule_name, comm, meta)."""
+        timeline = cls(num_ranks, (), **others)
+        object.__setattr__(timeline, "columns", columns)
+        object.__delattr__(timeline, "spans")  # __getattr__ builds them when read
+        return timeline
+
+    def __getattr__(self, name: str) -> Any:
+        """Called only where an attribute is missing: the spans of a `from_columns` timeline, not built yet."""
+        columns = self.__dict__.get("columns") if name == "spans" else None
+        if columns is None:
+            raise AttributeError(f"'Timeline' object has no attribute {name!r}")
+        rows = zip(columns.ranks, columns.actions, columns.starts, columns.ends, repeat(0), repeat(0))
+        spans = tuple(map(tuple.__new__, repeat(Span), rows))  # Span(...)'s Python __new__ per span spared
+        object.__setattr__(self, "spans", spans)
+        return spans
+
+
+class SpanColumns(NamedTuple):
+    """A simulated step's spans as columns, in span order (each rank's actions one after another, as the engine
+    laid them; step and replica 0): what the engine filled, read by the metrics and the JSON writer without a
+    Span per action. `Timeline.columns` holds them; `spans_built` says whether a reader built the Span tuples."""
+
+    ranks: list[int]
+    actions: list[Action]
+    starts: list[float]
+    ends: list[float]
+
+
+def spans_built(tl: Timeline) -> bool:
+    """Whether `tl.spans` exists already (always, except for a `from_columns` timeline no one read them of)."""
+    return "spans" in tl.__dict__
+
+
+def remake(tl: Timeline, **changes: Any) -> Timeline:
+    """`dataclasses.replace(tl, **changes)` that keeps a columnar timeline's columns (and its spans unbuilt)
+    where `changes` leaves the spans as they are."""
+    if tl.columns is None or "spans" in changes:
+        return replace(tl, **changes)
+    kept = {f.name: getattr(tl, f.name) for f in fields(tl) if f.init and f.name != "spans"}
+    timeline = Timeline.from_columns(columns=tl.columns, **(kept | changes))
+    if spans_built(tl):
+        object.__setattr__(timeline, "spans", tl.spans)
+    return timeline
 
 
 def replicas(tl: Timeline) -> int:

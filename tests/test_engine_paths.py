@@ -1,15 +1,19 @@
 """The engine's quick paths give the numbers and the documents of the plain ones (issue 31's third speed pass).
 
-* the one-producer sweep (`Dependencies.blocking`) against the general loop, on every registered family;
+* the one-producer sweep (`Dependencies.blocking`), with gaps and without, against the general loop, on every
+  registered family;
 * `replay` of a sweep's runs under other costs against a fresh sweep under those costs;
-* the spans' JSON joined in C (`pipesim.io.formats._spans_text`, its actions formatted or read off the schedule's
-  texts) against json's own text of the span dicts, and a whole `simulate --json` document against
-  `timeline_to_dict`, for interleaved, zero-bubble and V-shaped schedules.
+* the spans' JSON (`pipesim.io.span_text`: from the spans, or from a simulation's columns; its actions formatted
+  or read off the schedule's texts) against json's own text of the span dicts, and a whole `simulate --json`
+  document against `timeline_to_dict`, for interleaved, zero-bubble and V-shaped schedules;
+* the metrics read off a simulation's columns against the walk over its spans.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,17 +22,20 @@ from pipesim.cli.common import span_texts
 from pipesim.cli.main import main as pipesim_main
 from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_to_dict
-from pipesim.io.formats import _spans_text, json_text, schedule_to_dict, timeline_to_dict
+from pipesim.io.formats import json_text, schedule_to_dict, timeline_to_dict
+from pipesim.io.span_text import columns_text, spans_text
 from pipesim.ir import Action, B, F, make_schedule
 from pipesim.plan.paths import critical_path
+from pipesim.records import Span, SpanColumns, Timeline, remake, spans_built
 from pipesim.schedules import build_schedule, options_for, schedule_names
 from pipesim.semantics.dag import DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.data_parallel import reduction_charge
-from pipesim.sim.metrics import compute_metrics
+from pipesim.sim.metrics import _column_summaries, compute_metrics
 from pipesim.sim.replay import duration_slots, replay, slot_durations
-from pipesim.sim.simulate import action_durations, engine_inputs, simulate, sweep
+from pipesim.sim.simulate import _sweep_blocking, action_durations, engine_inputs, simulate, sweep
 from pipesim.sim.steps import simulate_step, simulate_steps, step_tails
+from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
 
 
 def _family_schedules() -> list:
@@ -64,9 +71,26 @@ def test_one_producer_sweep_is_the_general_sweep(schedule) -> None:
     for base in COSTS:
         cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
         inputs = engine_inputs(schedule, cost, deps)
-        quick = sweep(deps, inputs.durations, inputs.hops, inputs.gaps)
+        quick = sweep(deps, inputs.durations, inputs.hops, inputs.gaps)  # no gap: `sweep_blocking_without_gaps`
         plain = sweep(_general(deps), inputs.durations, inputs.hops, inputs.gaps)
         assert quick == plain and not quick[2]
+        assert _blocking_loops(deps, inputs.durations, inputs.hops)  # its twin with the gaps, all 0
+        varying = [0.01 * (i % 3) for i in range(len(deps.actions))]  # a dispatch gap that varies: `_sweep_blocking`
+        quick = sweep(deps, inputs.durations, inputs.hops, varying)
+        assert quick == sweep(_general(deps), inputs.durations, inputs.hops, varying) and not quick[2]
+
+
+def _blocking_loops(deps: Dependencies, durations: list[float], hops: list[float]) -> bool:
+    """Whether the one-producer loop without gaps and the one with gaps (all 0) give the same times and runs."""
+    results = []
+    for loop in (sweep_blocking_without_gaps, _sweep_blocking):
+        n, runs = len(deps.actions), []
+        starts, ends, pointer, clock = [0.0] * n, [-1.0] * n, deps.offsets[:-1], [0.0] * deps.num_ranks
+        ready = list(range(deps.num_ranks - 1, -1, -1))
+        times = (durations, hops) if loop is sweep_blocking_without_gaps else (durations, hops, [0.0] * n)
+        loop(deps.blocking, deps.offsets, *times, starts, ends, pointer, clock, [None] * n, ready, runs)
+        results.append((starts, ends, pointer, clock, runs))
+    return results[0] == results[1]
 
 
 @pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
@@ -105,13 +129,16 @@ def test_spans_text_is_jsons_own_text_of_the_span_dicts(schedule) -> None:
     cost = COSTS[1].for_pipeline(schedule.num_stages, schedule.num_ranks)
     for timeline in (simulate_step(schedule, cost).timeline, simulate_steps(schedule, cost, 2)):  # steps 0, then 0-1
         spans = timeline_to_dict(timeline)["spans"]
-        assert _spans_text(timeline.spans, "x.json") == json.dumps(spans, separators=(",", ":"))[1:-1]
+        assert spans_text(timeline.spans, "x.json") == json.dumps(spans, separators=(",", ":"))[1:-1]
     # with the actions' texts read off the schedule's rows, as `simulate --json` writes them; none for two steps
     one, two = simulate_step(schedule, cost).timeline, simulate_steps(schedule, cost, 2)
     texts = span_texts(one, schedule, schedule.text_rows())
     assert texts is not None and span_texts(two, schedule, schedule.text_rows()) is None
-    spans = timeline_to_dict(one)["spans"]
-    assert _spans_text(one.spans, "x.json", texts) == json.dumps(spans, separators=(",", ":"))[1:-1]
+    assert one.columns is not None and two.columns is None  # a simulated step keeps the engine's columns
+    expected = json.dumps(timeline_to_dict(one)["spans"], separators=(",", ":"))[1:-1]
+    assert spans_text(one.spans, "x.json", span_texts(one, schedule, schedule.text_rows())) == expected
+    assert columns_text(one.columns, "x.json", texts) == expected
+    assert columns_text(one.columns, "x.json", None) == expected
 
 
 @pytest.mark.parametrize(
@@ -183,3 +210,82 @@ def test_text_rows_are_each_actions_own_text() -> None:
         assert schedule.text_rows() == [[str(action) for action in row] for row in schedule.actions]
     outside = make_schedule("hand-made", 2, 2, [0, 1], [[Action(0, F, 0), Action(0, F, 5)], [Action(-1, B, 0)]])
     assert outside.text_rows() == [["0F0", "0F5"], ["-1B0"]]
+
+
+@pytest.mark.parametrize("schedule", FAMILIES, ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
+def test_metrics_off_the_columns_are_the_walks_over_the_spans(schedule) -> None:
+    """The walk over each rank's run of the columns gives the walk over the sorted spans, on uneven stages too."""
+    stages = range(schedule.num_stages)  # and stages that differ: their stashes looked up by (stage, kind)
+    uneven = CostModel.per_stage(
+        [1 + 0.1 * s for s in stages],
+        [2.3 - 0.1 * s for s in stages],
+        comm_ms=0.07,
+        activation_bytes=[1e6 * (1 + s % 3) for s in stages],
+    )
+    for base in (*COSTS, uneven):
+        cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        timeline = simulate_step(schedule, cost).timeline
+        assert _column_summaries(timeline, timeline.columns, cost) is not None, "a simulation's columns are read"
+        walked = replace(timeline)  # the same spans, no columns: the walk
+        assert walked.columns is None
+        assert compute_metrics(timeline, cost).to_dict() == compute_metrics(walked, cost).to_dict()
+
+
+def test_columns_that_the_walk_would_sort_or_find_overlapping_fall_back_to_it() -> None:
+    schedule = build_schedule("1f1b", 2, 3)
+    cost = COSTS[0].for_pipeline(2, 2)
+    ranks, actions, starts, ends = simulate(schedule, cost).columns
+    overlapping = SpanColumns(ranks, actions, starts, [end + 0.5 for end in ends])
+    unsorted = SpanColumns(ranks, actions, [*starts[:2][::-1], *starts[2:]], [*ends[:2][::-1], *ends[2:]])
+    ending_early = SpanColumns(ranks, actions, starts, [*ends[:1], starts[1] - 0.5, *ends[2:]])
+    for columns in (overlapping, unsorted, ending_early):
+        timeline = Timeline.from_columns(2, columns)
+        assert _column_summaries(timeline, columns, cost) is None
+        assert compute_metrics(timeline, cost) == compute_metrics(replace(timeline), cost)
+
+
+def test_a_columnar_timeline_builds_its_spans_when_read_and_keeps_them() -> None:
+    schedule = build_schedule("zbv", 2, 4)
+    cost = COSTS[1].for_pipeline(schedule.num_stages, schedule.num_ranks)
+    timeline = simulate_step(schedule, cost).timeline
+    assert not spans_built(timeline)
+    again = remake(timeline, meta={"x": 1})  # columns kept, spans still unbuilt
+    assert again.columns is timeline.columns and not spans_built(again) and again.meta == {"x": 1}
+    ranks, actions, starts, ends = timeline.columns
+    expected = tuple(Span(*row) for row in zip(ranks, actions, starts, ends, strict=True))
+    assert timeline.spans == expected and spans_built(timeline) and timeline.spans is timeline.spans
+    assert remake(timeline).spans is timeline.spans  # built ones carried over
+    copied = pickle.loads(pickle.dumps(again))
+    assert copied == timeline and copied.columns == timeline.columns and copied.meta == {"x": 1}
+    with pytest.raises(AttributeError):
+        _ = timeline.no_such_field
+
+
+def test_columns_text_with_ranks_in_any_order_is_jsons_text() -> None:
+    """One run per rank in rank order writes each rank once per run; any other order writes it per span."""
+    schedule = build_schedule("zbv", 3, 6)
+    cost = COSTS[1].for_pipeline(schedule.num_stages, schedule.num_ranks)
+    ranks, actions, starts, ends = simulate(schedule, cost).columns
+    order = sorted(range(len(ranks)), key=lambda i: (-ranks[i], i))  # the last rank's run first
+    shuffled = SpanColumns(*([column[i] for i in order] for column in (ranks, actions, starts, ends)))
+    sparse = SpanColumns([2 * r for r in ranks], actions, starts, ends)  # ranks 1 and 3 hold no span
+    for columns in (shuffled, sparse):
+        expected = timeline_to_dict(Timeline.from_columns(2 * schedule.num_ranks, columns))["spans"]
+        assert columns_text(columns, "x.json", None) == json.dumps(expected, separators=(",", ":"))[1:-1]
+    with pytest.raises(ValueError, match="action texts"):
+        columns_text(shuffled, "x.json", ["0F0"])
+
+
+@pytest.mark.parametrize("schedule", FAMILIES[::3], ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
+def test_action_durations_by_kind_are_the_per_stage_prices(schedule) -> None:
+    """Stages priced alike are looked up by kind alone; either way each action costs its (stage, kind) price."""
+    stages = range(schedule.num_stages)
+    uneven = CostModel.per_stage([1 + 0.1 * s for s in stages], [2.3 - 0.1 * s for s in stages])
+    for base in (*COSTS, uneven):
+        cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        deps = dependencies(schedule)
+        priced = [cost.duration_ms(stage, kind) for stage, kind, _ in deps.actions]
+        for first, others in (deps.joined or {}).items():
+            for member in (first, *others):
+                priced[member] *= cost.overlap_factor
+        assert action_durations(deps, cost, schedule.num_stages) == priced

@@ -265,8 +265,9 @@ def span_texts(timeline: Timeline, schedule: Schedule, texts: list[list[str]]) -
     """Each span's action as text, read off the schedule's `texts` (its `text_rows`) where the spans hold the
     schedule's very actions in its rows' order, as a simulation's do (the engine's order, rank by rank; compared
     by identity, at C speed, with no list built): `timeline_text` then formats no action again."""
-    spans = timeline.spans
-    if len(spans) != schedule.num_actions:
+    columns = timeline.columns  # a simulation's: its actions read off the engine's column, no Span built
+    actions = columns.actions if columns is not None else list(map(itemgetter(1), timeline.spans))
+    if len(actions) != schedule.num_actions:
         return None
-    follows = all(map(is_, map(itemgetter(1), spans), chain.from_iterable(schedule.actions)))
+    follows = all(map(is_, actions, chain.from_iterable(schedule.actions)))
     return chain.from_iterable(texts) if follows else None

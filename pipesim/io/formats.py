@@ -10,7 +10,6 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterable
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from pipesim.io.atomic import (  # noqa: F401 - the writers' home; re-exported
     write_files,
 )
 from pipesim.io.bounded import read_bytes, read_text
+from pipesim.io.span_text import columns_text, spans_text
 from pipesim.io.torch_csv import (  # noqa: F401 - the CSV's home; re-exported
     CsvError,
     dialect_note,
@@ -342,58 +342,11 @@ def timeline_text(
     comm = json_text(head.pop("comm"), path, indent=None)
     head.pop("spans")
     text = json_text(head, path, indent=None)
-    spans = _spans_text(timeline.spans, path, action_texts)
+    columns = timeline.columns  # a simulation's: its spans written off the engine's columns, no Span built
+    spans = None if columns is None else columns_text(columns, path, action_texts)
+    if spans is None:
+        spans = spans_text(timeline.spans, path, action_texts)
     compact = f'{text[:-1]},"spans":[{spans}],"comm":{comm}}}'
     if len(compact) > READABLE_JSON_CHARS:
         return compact
     return json_text(timeline_to_dict(timeline, summary), path)
-
-
-def _spans_text(spans: tuple[Span, ...], path: str | Path, action_texts: Iterable[str] | None = None) -> str:
-    """The spans as `json.dumps(..., separators=(",", ":"))` writes their dicts (floats by repr, as json does)."""
-    # the time columns taken out once, then summed and typed as lists (the checks of 131k spans: 17 -> 13.5 ms); a
-    # sum is finite only if every number is (an inf or a nan carries through); one that overflows is checked in full
-    starts, ends = list(map(itemgetter(2), spans)), list(map(itemgetter(3), spans))
-    if not math.isfinite(sum(starts) + sum(ends)) and not (
-        all(map(math.isfinite, starts)) and all(map(math.isfinite, ends))
-    ):
-        raise ValueError(f"{path}: refusing to write a non-finite number (inf or nan); check the inputs")
-    types = set(map(type, starts))
-    types.update(map(type, ends))
-    if spans and types == {float} and not any(map(_replica, spans)):
-        # a simulation's: float repr is json's; the action's text (Action.__str__) inline, unpacked: 1.8x quicker
-        # (than a dict per span; joining the pieces column by column in C was slower still: issue 31's third pass)
-        if action_texts is not None and not any(map(_step, spans)):
-            inner = [
-                f'{rank},"action":"{text}","start":{start!r},"end":{end!r},"step":0'
-                for (rank, _, start, end, _, _), text in zip(spans, action_texts, strict=True)
-            ]
-            return '{"rank":' + '},{"rank":'.join(inner) + "}"
-        if not any(map(_step, spans)):  # one step (every simulation's): the text between two spans is the separator
-            inner = [
-                f'{rank},"action":"{stage}{kind._value_}{microbatch}","start":{start!r},"end":{end!r},"step":0'
-                for rank, (stage, kind, microbatch), start, end, _, _ in spans
-            ]
-            return '{"rank":' + '},{"rank":'.join(inner) + "}"
-        return ",".join(
-            [
-                f'{{"rank":{rank},"action":"{stage}{kind._value_}{microbatch}","start":{start!r},"end":{end!r},'
-                f'"step":{step}}}'
-                for rank, (stage, kind, microbatch), start, end, step, _ in spans
-            ]
-        )
-    number = {float: float.__repr__, int: int.__repr__}
-    return ",".join(
-        f'{{"rank":{s.rank},"action":"{s.action}","start":{number.get(type(s.start), _json_number)(s.start)},'
-        f'"end":{number.get(type(s.end), _json_number)(s.end)},"step":{s.step}'
-        + (f',"replica":{s.replica}}}' if s.replica else "}")
-        for s in spans
-    )
-
-
-_replica = itemgetter(5)  # Span.replica: 0 for every span of a simulation
-_step = itemgetter(4)  # Span.step: 0 for every span of one simulated step
-
-
-def _json_number(value: Any) -> str:
-    return json.dumps(value)  # a float or int subclass (numpy's float64): as json writes it

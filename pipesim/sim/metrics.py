@@ -7,14 +7,16 @@ that hold several. Times are relative to the earliest span (0 when simulated).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import islice, pairwise, repeat
+from operator import itemgetter, le
 from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
 from pipesim.ir import ActionKind
-from pipesim.records import COLLECTIVE_KINDS, Span, Timeline
+from pipesim.records import COLLECTIVE_KINDS, Span, SpanColumns, Timeline
 from pipesim.semantics.lower import StashSizes, changes_at_start, stash_table
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
@@ -34,9 +36,12 @@ def _makespan(tl: Timeline, origin: float) -> float:
     """`makespan` given the timeline's `_origin` (one pass over 10^5 spans spared where the caller has it)."""
     if not tl.spans:
         return 0.0
-    last = max(map(itemgetter(3), tl.spans))
-    last = max([last] + [c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS])  # a collective may end a step
-    return last - origin
+    return _makespan_of(max(map(itemgetter(3), tl.spans)), tl, origin)
+
+
+def _makespan_of(last: float, tl: Timeline, origin: float) -> float:
+    """The makespan of spans whose last end is `last`: a collective may end a step later."""
+    return max([last] + [c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS]) - origin
 
 
 def _by_rank(tl: Timeline) -> list[list[Span]]:
@@ -250,7 +255,7 @@ def stash_sizes(cost: CostModel | None, stages: Iterable[int]) -> dict[int, Stas
 
 
 def _rank_summary(
-    row: list[Span], table: dict[int, dict[ActionKind, tuple[int, float]]], origin: float, finish: float
+    row: Iterable[Span], table: dict[int, dict[ActionKind, tuple[int, float]]], origin: float, finish: float
 ) -> tuple[float, int, float] | None:
     """(idle ms, peak stashed count, peak bytes) in one walk over a rank's spans sorted by start.
 
@@ -277,9 +282,38 @@ def _rank_summary(
     return idle + max(finish - cursor, 0.0), peak_count, peak_size
 
 
+def _column_summaries(
+    tl: Timeline, columns: SpanColumns, cost: CostModel | None
+) -> tuple[float, list[tuple[float, int, float]]] | None:
+    """(makespan, `_rank_summary` of each rank) read off a simulation's columns: the walk itself, over each rank's
+    run of the columns zipped into span-shaped rows, with no Span built and no row gathered or sorted. None where
+    that is not the walk over sorted rows: a rank's spans not one run in the columns, a span that ends before it
+    starts (the runs might then be out of start order), or spans that overlap (the caller then walks the spans)."""
+    ranks, actions, starts, ends = columns
+    if not starts or not 0 <= ranks[0] <= ranks[-1] < tl.num_ranks or not all(map(le, ranks, islice(ranks, 1, None))):
+        return None
+    if not all(map(le, starts, ends)):  # then a run without overlap (`_rank_summary` checks) is in start order
+        return None
+    bounds = list(pairwise([bisect_left(ranks, rank) for rank in range(tl.num_ranks + 1)]))
+    origin = min(starts[lo] for lo, hi in bounds if hi > lo)  # `_origin`: each run starts with its earliest
+    total = _makespan_of(max(ends), tl, origin)
+    table = stash_table(stash_sizes(cost, set(map(itemgetter(0), actions))))
+    summaries = []
+    for lo, hi in bounds:
+        row = zip(repeat(0), actions[lo:hi], starts[lo:hi], ends[lo:hi], repeat(0), repeat(0))
+        summary = _rank_summary(row, table, origin, origin + total)
+        if summary is None:
+            return None
+        summaries.append(summary)
+    return total, summaries
+
+
 @paused_gc()
 def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
+    summaries = None if tl.columns is None else _column_summaries(tl, tl.columns, cost)
+    if summaries is not None:
+        return _metrics(tl.num_ranks, *summaries)
     rows = _by_rank(tl)
     origin = min([row[0][2] for row in rows if row], default=0.0)  # `_origin`: each row is sorted by start
     total = _makespan(tl, origin)
@@ -291,6 +325,11 @@ def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
             if summary is None:
                 idle = sum(b - a for a, b in _gaps(rows[r], origin, origin + total))
                 summaries[r] = (idle, *_peaks(events[r]))
+    return _metrics(tl.num_ranks, total, summaries)
+
+
+def _metrics(num_ranks: int, total: float, summaries: list[tuple[float, int, float]]) -> Metrics:
+    """The Metrics of a step of makespan `total` from each rank's (idle ms, peak stashed count, peak bytes)."""
     ranks = tuple(
         RankMetrics(
             rank=r,
@@ -305,7 +344,7 @@ def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     idle_sum = sum(r.idle_ms for r in ranks)
     return Metrics(
         makespan=total,
-        bubble_fraction=_fraction(idle_sum, tl.num_ranks, total),
-        bubble_ratio=_ratio(idle_sum, tl.num_ranks, total),
+        bubble_fraction=_fraction(idle_sum, num_ranks, total),
+        bubble_ratio=_ratio(idle_sum, num_ranks, total),
         ranks=ranks,
     )

@@ -11,15 +11,16 @@ times, so a schedule and a cost model always give the same timeline.
 from __future__ import annotations
 
 import math
-from itertools import repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, ActionKind, Schedule
-from pipesim.records import CommSpan, Span, Timeline
+from pipesim.records import CommSpan, SpanColumns, Timeline
 from pipesim.semantics.dag import DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import collectives_before, crossing_stages, overlap_groups
+from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
 
 
 def sweep(
@@ -56,10 +57,13 @@ def sweep(
     clock = list(rank_start) if rank_start is not None else [0.0] * deps.num_ranks
     waiting: list[list[int] | None] = [None] * n  # per action, the ranks parked on it (a list: no hashing)
     ready = list(range(deps.num_ranks - 1, -1, -1))
+    blocking = None if joined else deps.blocking
+    if blocking is not None and rank_start is None and (gaps is None or not any(gaps)):  # no gap, clocks from 0
+        loop_inputs = (blocking, offsets, durations, hops, starts, ends, pointer, clock, waiting, ready, runs)
+        sweep_blocking_without_gaps(*loop_inputs)
     if gaps is None:
         gaps = [0.0] * n  # one addition per action rather than a test
-    blocking = None if joined else deps.blocking
-    if blocking is not None:
+    if blocking is not None and ready:
         _sweep_blocking(blocking, offsets, durations, hops, gaps, starts, ends, pointer, clock, waiting, ready, runs)
     while ready:
         rank = ready.pop()
@@ -242,11 +246,10 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
         raise deadlock_error(deps, stuck)
     before, tails = inputs.before, inputs.tails
     collective_spans = _collective_spans(deps, cost, before, tails, ends) if before or any(tails) else ()
-    new = tuple.__new__  # Span(...) costs a Python-level __new__ per span; 10^5 of them add up
-    spans = tuple(map(new, repeat(Span), zip(deps.ranks, deps.actions, starts, ends, repeat(0), repeat(0))))
-    return Timeline(
-        num_ranks=schedule.num_ranks,
-        spans=spans,
+    # the engine's columns; the Span tuples are built only where a reader asks for `spans`
+    return Timeline.from_columns(
+        schedule.num_ranks,
+        SpanColumns(deps.ranks, deps.actions, starts, ends),
         source="simulated",
         schedule_name=schedule.name,
         comm=collective_spans,
@@ -295,12 +298,18 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
     """Per-action durations from a (kind -> per-stage list) table: one lookup per action (the planner sweeps
     with them too); an overlapped group takes overlap_factor x the sum of its members."""
     table = {kind: [cost.duration_ms(s, kind) for s in range(num_stages)] for kind in ActionKind}
-    durations = [table[kind][stage] for stage, kind, _ in deps.actions]
+    if all(row.count(row[0]) == len(row) for row in table.values()):  # every stage alike: by kind, at C speed
+        durations = list(map({kind: row[0] for kind, row in table.items()}.__getitem__, map(_kind, deps.actions)))
+    else:
+        durations = [table[kind][stage] for stage, kind, _ in deps.actions]
     if deps.joined:
         for first, others in deps.joined.items():
             for member in (first, *others):
                 durations[member] *= cost.overlap_factor
     return durations
+
+
+_kind = itemgetter(1)  # Action.kind
 
 
 class EngineInputs(NamedTuple):

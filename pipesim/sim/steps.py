@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import repeat
 
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_ACTIONS
-from pipesim.records import COLLECTIVE_KINDS, Span, Timeline
+from pipesim.records import COLLECTIVE_KINDS, Span, Timeline, remake
 from pipesim.semantics.dag import dependencies
 from pipesim.sim.data_parallel import (
     AFTER_BACKWARD,
@@ -96,10 +96,11 @@ def rank_ends(timeline: Timeline, offsets: list[int] | None = None) -> list[floa
     rank by rank in each rank's order, one after another): each rank's last span is its latest, read directly."""
     ends = [0.0] * timeline.num_ranks
     if offsets is not None:
-        spans = timeline.spans
+        columns = timeline.columns  # the engine's, where it holds them: its spans then stay unbuilt
         for rank in range(timeline.num_ranks):
             if offsets[rank + 1] > offsets[rank]:
-                ends[rank] = max(0.0, spans[offsets[rank + 1] - 1][3])
+                last = offsets[rank + 1] - 1
+                ends[rank] = max(0.0, columns.ends[last] if columns is not None else timeline.spans[last][3])
     else:
         for rank, _, _, end, _, _ in timeline.spans:  # unpacked (a Span's six fields): no attribute lookups
             if end > ends[rank]:
@@ -134,14 +135,14 @@ def simulate_step(schedule: Schedule, cost: CostModel) -> SimulatedStep:
     if charge == AFTER_BACKWARD:
         actions = deps.actions
         last = last_gradients(deps.ranks, actions, timeline.num_ranks)
-        ends = [span.end for span in timeline.spans]
+        ends = timeline.columns.ends if timeline.columns is not None else [span.end for span in timeline.spans]
     tails, windows = step_tails(finished, ends or [], last, cost, charge)
     extra_comm = reduction_spans(windows, actions or [], cost.dp_group.replicas) if windows else ()
     step = step_time_ms(finished, tails)
     meta = {**timeline.meta, "step_ms": step, "tail_ms": list(tails)}
     if cost.dp_group.replicas > 1:
         meta.update(data_parallel=cost.dp_group.replicas, reduction=charge)
-    return SimulatedStep(replace(timeline, comm=timeline.comm + extra_comm, meta=meta), tails, step, charge)
+    return SimulatedStep(remake(timeline, comm=timeline.comm + extra_comm, meta=meta), tails, step, charge)
 
 
 @paused_gc()

@@ -1,0 +1,56 @@
+"""The engine's one-producer loop where no action has a gap before it (no dispatch gap measured, no collective
+placed before an action: every simulation of typed times, and the planner's usual case).
+
+`x + 0.0` is `x` (a clock never holds -0.0: it starts at 0.0 and only adds times), so leaving the gap out gives
+`pipesim.sim.simulate._sweep_blocking`'s numbers to the bit, a fifth quicker on 10^5 actions; `sweep` picks this
+loop where every gap is 0 and every rank's clock starts at 0. A test holds the two loops, and the general one,
+to the same numbers and runs on every registered family.
+"""
+
+from __future__ import annotations
+
+
+def sweep_blocking_without_gaps(
+    blocking: list[int],
+    offsets: list[int],
+    durations: list[float],
+    hops: list[float],
+    starts: list[float],
+    ends: list[float],
+    pointer: list[int],
+    clock: list[float],
+    waiting: list[list[int] | None],
+    ready: list[int],
+    runs: list[tuple[int, int, int]] | None = None,
+) -> None:
+    """`_sweep_blocking` without its gaps: fills `starts`, `ends`, `pointer`, `clock` and `waiting` in place and
+    empties `ready`; `runs` (when given) receives each stretch a rank ran before it parked."""
+    while ready:
+        rank = ready.pop()
+        i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
+        first = i
+        while i < stop:
+            d = blocking[i]
+            if d >= 0:
+                arrival = ends[d]
+                if arrival < 0:  # d has not ended: park on it
+                    parked = waiting[d]
+                    if parked is None:
+                        waiting[d] = [rank]
+                    else:
+                        parked.append(rank)
+                    break
+                arrival += hops[i]
+                start = arrival if arrival > now else now
+            else:
+                start = now
+            now = start + durations[i]
+            starts[i] = start
+            ends[i] = now
+            parked = waiting[i]
+            if parked is not None:
+                ready.extend(parked)
+            i += 1
+        pointer[rank], clock[rank] = i, now
+        if runs is not None and i > first:
+            runs.append((rank, first, i))
