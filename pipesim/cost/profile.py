@@ -155,12 +155,17 @@ class InSituTerms:
     each profiled size (`scale`; 1 where not measured): in a pipeline an action runs with colder caches than in a
     loop (a backward long after its forward, two chunks' weights taking turns in a rank's cache, inputs just
     received). `ci`: per kind, each factor's 95% CI as a relative half-width (issue 29; empty in older files). Both
-    are ratio curves."""
+    are ratio curves. `stages`: the same ratio for each stage the in-situ steps ran, (microbatch size, first unit,
+    the unit past the last) -> kind -> factor: a stage of that very cut takes its own (an embedding's gather runs
+    far colder in a pipeline than a LM head's matmul, so one factor per kind, the median over the stages, priced
+    the first stage of a model whose ends dominate 20-45% low and the last 3-28% high: issue 29); any other stage
+    the class's `scale`. Empty in older files."""
 
     dispatch_ms: float = 0.0
     tail_ms: float = 0.0
     scale: Mapping[str, SizeCurve] = field(default_factory=dict)
     ci: Mapping[str, SizeCurve] = field(default_factory=dict)
+    stages: Mapping[tuple[int, int, int], Mapping[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_finite_non_negative("dispatch_ms", self.dispatch_ms)
@@ -170,9 +175,20 @@ class InSituTerms:
                 if name not in TIME_KINDS or not isinstance(curve, SizeCurve):
                     raise ValueError(f"in-situ {label} of {name!r}: a SizeCurve of one of {', '.join(TIME_KINDS)}")
             object.__setattr__(self, label, {k: replace(c, monotone=False) for k, c in table.items()})
+        for key, factors in self.stages.items():
+            if len(key) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in key):
+                raise ValueError(f"an in-situ stage is (microbatch size, first unit, unit past the last), got {key!r}")
+            for name, value in factors.items():
+                if name not in TIME_KINDS:
+                    raise ValueError(f"in-situ stage {key}: unknown kind {name!r}; valid: {', '.join(TIME_KINDS)}")
+                check_finite_non_negative(f"in-situ stage {key}'s factor of {name}", value)
 
-    def factor(self, kind: str, size: int) -> float:
-        """The in-situ factor of `kind` at `size` (between profiled sizes on the line through the nearest two)."""
+    def factor(self, kind: str, size: int, start: int | None = None, stop: int | None = None) -> float:
+        """The in-situ factor of `kind` at `size`: the stage's own where the in-situ steps ran units start..stop-1
+        at this size, else the class's (between profiled sizes on the line through the nearest two)."""
+        own = self.stages.get((size, start, stop)) if start is not None and stop is not None else None
+        if own is not None and kind in own:
+            return own[kind]
         curve = self.scale.get(kind)
         return 1.0 if curve is None else curve.at(size)
 
@@ -238,6 +254,12 @@ class UnitProfile:
             for kind, curve in (*terms.scale.items(), *terms.ci.items()):
                 if curve.sizes != self.microbatch_sizes:
                     raise ValueError(f"in-situ {name}: the scale of {kind} must give one factor per profiled size")
+            for size, start, stop in terms.stages:
+                if size not in self.microbatch_sizes or not start < stop <= len(self.units):
+                    raise ValueError(
+                        f"in-situ {name}: a stage's factors must be of units start..stop-1 of the {len(self.units)} at "
+                        f"a profiled size {list(self.microbatch_sizes)}, got size {size}, units {start}..{stop - 1}"
+                    )
         for unit in self.units:
             for kind, curve in unit.curves.items():
                 if curve.sizes != self.microbatch_sizes:
@@ -297,7 +319,7 @@ class UnitProfile:
             }
         if in_situ is None:
             return dict(times)
-        return {k: v * in_situ.factor(k, size) for k, v in times.items()}
+        return {k: v * in_situ.factor(k, size, start, stop) for k, v in times.items()}
 
     def stage_costs(
         self, size: int, start: int, stop: int, split: bool, recompute: bool = False, chunked: bool = False

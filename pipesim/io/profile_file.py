@@ -13,7 +13,9 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
      "link": {"latency_ms": x, "bandwidth_gbps": x | null}, "core_slots": n | null,
      "model": {...the executor's model section...}, "provenance": {...},
      "in_situ": {"plain": {"dispatch_ms": x, "tail_ms": x, "scale": {"backward_ms": [per size], ...},
-                           "ci": {"backward_ms": [per size], ...}}, "split": ...,  (ci optional: each factor's CI)
+                           "ci": {"backward_ms": [per size], ...},  (optional: each factor's CI)
+                           "stages": [{"microbatch_size": s, "start": a, "stop": b,  (optional: each in-situ
+                                       "factors": {"backward_ms": x, ...}}]}, "split": ...,  stage's own factors)
                  "plain-chunked": ..., "split-chunked": ...},  (per class of schedule: its in-situ steps)
      "stages": [{"microbatch_size": s, "start": a, "stop": b, "forward_ms": ..., ...every time kind}],
      "spread": {"repeats": n, "cv": {"forward_ms": [per size], ...},  (optional: the stages' step-to-step spread,
@@ -92,6 +94,16 @@ def profile_to_dict(profile: UnitProfile, format_name: str) -> dict[str, Any]:
                 "tail_ms": t.tail_ms,
                 "scale": {kind: list(curve.values) for kind, curve in t.scale.items()},
                 **({"ci": {kind: list(curve.values) for kind, curve in t.ci.items()}} if t.ci else {}),
+                **(
+                    {
+                        "stages": [
+                            {"microbatch_size": size, "start": start, "stop": stop, "factors": dict(factors)}
+                            for (size, start, stop), factors in sorted(t.stages.items())
+                        ]
+                    }
+                    if t.stages
+                    else {}
+                ),
             }
             for name, t in profile.in_situ.items()
         },
@@ -189,7 +201,8 @@ def _in_situ(raw: Any, sizes: tuple[int, ...]) -> dict[str, InSituTerms]:
     out = {}
     for name, record in classes.items():
         where = f"in_situ.{name}"
-        record = _object(record, where, {"dispatch_ms", "tail_ms", "scale", "ci"}, {"dispatch_ms", "tail_ms", "scale"})
+        known = {"dispatch_ms", "tail_ms", "scale", "ci", "stages"}
+        record = _object(record, where, known, {"dispatch_ms", "tail_ms", "scale"})
         scale = _object(record["scale"], f"{where}.scale", set(TIME_KINDS), set())
         ci = _object(record.get("ci", {}), f"{where}.ci", set(TIME_KINDS), set())
         out[name] = InSituTerms(
@@ -197,7 +210,27 @@ def _in_situ(raw: Any, sizes: tuple[int, ...]) -> dict[str, InSituTerms]:
             _number(record["tail_ms"], f"{where}.tail_ms", MAX_TIME_MS),
             {kind: _factors(values, f"{where}.scale.{kind}", sizes) for kind, values in scale.items()},
             {kind: _factors(values, f"{where}.ci.{kind}", sizes) for kind, values in ci.items()},
+            _stage_factors(record.get("stages", []), f"{where}.stages"),
         )
+    return out
+
+
+def _stage_factors(raw: Any, where: str) -> dict[tuple[int, int, int], dict[str, float]]:
+    """One class's own factors per in-situ stage: each record's size, units and factor per kind."""
+    if not isinstance(raw, list) or len(raw) > MAX_LAYERS:
+        raise ValueError(f"cost file: {where} must be a list of at most {MAX_LAYERS:,} stage records")
+    out = {}
+    for index, record in enumerate(raw):
+        at = f"{where}[{index}]"
+        record = _object(record, at, {"microbatch_size", "start", "stop", "factors"})
+        key = []
+        for name in ("microbatch_size", "start", "stop"):
+            value = record[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAYERS:
+                raise ValueError(f"cost file: {at}.{name} must be a whole number >= 0, got {value!r:.40}")
+            key.append(value)
+        factors = _object(record["factors"], f"{at}.factors", set(TIME_KINDS), set())
+        out[(key[0], key[1], key[2])] = {k: _number(v, f"{at}.factors.{k}", 1e6) for k, v in factors.items()}
     return out
 
 

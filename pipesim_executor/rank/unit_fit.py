@@ -204,7 +204,9 @@ def assemble(
     in_situ, steps = {}, in_situ_steps()
     for name in scales:
         chosen = [c for key, c in calibrations if steps[key[1:3]] == name]
-        in_situ[name] = InSituTerms(*runtime_of(chosen), scales[name], ci_curves(cis, name, tuple(sizes)))
+        in_situ[name] = InSituTerms(
+            *runtime_of(chosen), scales[name], ci_curves(cis, name, tuple(sizes)), stage_factors(ratios, name)
+        )
     profile = replace(profile, in_situ=in_situ)
     provenance = {
         "source": "python -m executor profile",
@@ -304,7 +306,7 @@ def in_situ_scales(
                 target = kinds.get(kind)
                 if target is not None and predicted[target] > 0:
                     rows.append({"class": steps[(name, chunks)], "schedule": name, "recompute": recompute,
-                                 "size": size, "stage": stage, "kind": target,
+                                 "size": size, "stage": stage, "start": a, "stop": b, "kind": target,
                                  "ratio": measured / predicted[target],
                                  "median_ratio": medians.get(str(stage), {}).get(kind, 0.0) / predicted[target],
                                  "ci": _finite(cis.get(str(stage), {}).get(kind)),
@@ -322,6 +324,18 @@ def in_situ_scales(
             factors = tuple(_median(by_size[s]) if s in by_size else overall for s in sizes)
             scales.setdefault(name, {})[kind] = SizeCurve(sizes, factors)
     return scales, rows
+
+
+def stage_factors(rows: list[dict[str, Any]], name: str) -> dict[tuple[int, int, int], dict[str, float]]:
+    """One class's factor of each stage its in-situ steps ran ((size, first unit, unit past the last) -> kind ->
+    the median of its ratios, `in_situ_scales`' rows): what a stage of that very cut is priced with."""
+    grouped: dict[tuple[int, int, int], dict[str, list[float]]] = {}
+    for row in rows:
+        if row["class"] == name:
+            grouped.setdefault((row["size"], row["start"], row["stop"]), {}).setdefault(row["kind"], []).append(
+                row["ratio"]
+            )
+    return {key: {kind: _median(v) for kind, v in kinds.items()} for key, kinds in grouped.items()}
 
 
 def _finite(value: float | None) -> float | None:
