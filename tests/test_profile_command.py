@@ -84,6 +84,12 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
         # CI reached, or 16 steps run (the first of each round of 8 dropped: 14 kept)
         assert row["ci"] is None or row["ci"] <= 0.03 or row["steps"] >= 14, row
     assert all(0 < curve.at(2) < 5 for curve in profile.spread.values())
+    for terms in profile.in_situ.values():  # issue 29: each in-situ stage's own factor, for the cut it ran
+        assert terms.stages and all(
+            terms.factor(kind, *key) == factor for key, kinds in terms.stages.items() for kind, factor in kinds.items()
+        )
+    assert 0 <= profile.spread_drift < 1  # the machine's drift between the in-situ rounds, said when there is any
+    assert ("drift    the machine's speed moved" in printed) == (profile.spread_drift > 0)
     plan = tmp_path / "plan.json"
     assert pipesim_main(["plan", "--cost", str(out / "cost.json"), "--devices", "2", "--global-batch", "8",
                          "--optimizer", "sgd-momentum", "--json", str(plan)]) == 0  # fmt: skip
