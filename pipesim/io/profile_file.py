@@ -223,15 +223,20 @@ def _stage_factors(raw: Any, where: str) -> dict[tuple[int, int, int], dict[str,
     for index, record in enumerate(raw):
         at = f"{where}[{index}]"
         record = _object(record, at, {"microbatch_size", "start", "stop", "factors"})
-        key = []
-        for name in ("microbatch_size", "start", "stop"):
-            value = record[name]
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAYERS:
-                raise ValueError(f"cost file: {at}.{name} must be a whole number >= 0, got {value!r:.40}")
-            key.append(value)
         factors = _object(record["factors"], f"{at}.factors", set(TIME_KINDS), set())
-        out[(key[0], key[1], key[2])] = {k: _number(v, f"{at}.factors.{k}", 1e6) for k, v in factors.items()}
+        out[_stage_key(record, at)] = {k: _number(v, f"{at}.factors.{k}", 1e6) for k, v in factors.items()}
     return out
+
+
+def _stage_key(record: dict[str, Any], where: str) -> tuple[int, int, int]:
+    """A stage record's (microbatch size, first unit, the unit past the last), each a bounded whole number."""
+    key = []
+    for name in ("microbatch_size", "start", "stop"):
+        value = record[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAYERS:
+            raise ValueError(f"cost file: {where}.{name} must be a whole number >= 0, got {value!r:.40}")
+        key.append(value)
+    return key[0], key[1], key[2]
 
 
 def _factors(raw: Any, where: str, sizes: tuple[int, ...]) -> SizeCurve:
@@ -269,14 +274,8 @@ def _stages(raw: Any) -> dict[tuple[int, int, int], dict[str, float]]:
     for index, record in enumerate(raw):
         where = f"stages[{index}]"
         record = _object(record, where, known)
-        key = []
-        for name in ("microbatch_size", "start", "stop"):
-            value = record[name]
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAYERS:
-                raise ValueError(f"cost file: {where}.{name} must be a whole number >= 0, got {value!r:.40}")
-            key.append(value)
-        out[tuple(key)] = {k: _number(record[k], f"{where}.{k}", MAX_TIME_MS) for k in TIME_KINDS}
-    return out  # type: ignore[return-value]
+        out[_stage_key(record, where)] = {k: _number(record[k], f"{where}.{k}", MAX_TIME_MS) for k in TIME_KINDS}
+    return out
 
 
 def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
