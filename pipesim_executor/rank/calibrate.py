@@ -15,10 +15,12 @@ warmed by a different action) and everything between the actions. On a 2-core ma
   backward's W alone can set, priced ZB-H1's F and I gaps at the W's (issue 18: 10-15% short on 2 CPU ranks);
 * the tail after the last action (`CostModel.step_overhead_ms`): waiting for the last sends, the loss, the
   optimizer step and gradient zeroing;
-* the lead before the first action (issue 29, fourth pass): setting the step up (posting the first receives,
-  the batch, the timing marks) before a rank whose first action waits for nothing can start it. That rank starts
-  the pipeline, so every rank's actions start that much later: 0.1-0.3 ms a step on 2 CPU ranks, beyond the
-  dispatch gap, unpriced before (a median over every action's gap drowns the one first gap of a step). A rank
+* the lead before the first action (issue 29, fourth pass): setting the step up (over gloo every receive of the
+  step is posted at its start, `runtime.ahead_for`; the timing marks) before a rank whose first action waits for
+  nothing can start it. That rank starts the pipeline, so every rank's actions start that much later: 0.1-0.5 ms a
+  step on 2 CPU ranks beyond the dispatch gap, growing with the receives posted (about 0.02 ms each), unpriced
+  before (a median over every action's gap drowns the one first gap of a step). Measured at the steps' own shape:
+  the unit profile's in-situ steps (8 microbatches) price it high for fewer microbatches. A rank
   whose first action waits for a receive hides its own lead in the wait, so it has none. `priced_tails` adds
   the step's lead (the largest over the ranks, beyond the dispatch gap already charged before the first action)
   to every rank's tail: shifting every rank's start by the same time and lengthening every rank's tail by it
