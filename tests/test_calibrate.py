@@ -109,3 +109,24 @@ def test_the_in_situ_factor_is_the_actions_mean_over_the_profiles_price():
         del e["calibration"][key]["means_ms"]
     scales, _ = in_situ_scales(p, everyone, SimpleNamespace(world_size=2, num_ranks=2), slots=2)
     assert scales["plain"]["forward_ms"].at(2) == pytest.approx(1.0)
+
+
+def test_summarise_measures_the_lead_before_a_first_action_that_waits_for_nothing():
+    """Issue 29, fourth pass: the time from the step's start to the first action, which the old tail (after the last
+    action) and the dispatch gap (a median over every action's gap) both missed."""
+    summary = summarise([record(0.0), record(100.0), record(200.0)])
+    assert summary["lead_ms"] == pytest.approx(0.1)
+    waiting = record(0.0)
+    waiting["comm"].append(["recv", 1, "1F0", 0.02, 0.09])  # the first action waited for a receive: no lead
+    assert summarise([waiting])["lead_ms"] == 0.0
+
+
+def test_priced_tails_add_the_steps_lead_beyond_the_dispatch_gap_to_every_rank():
+    from pipesim_executor.rank.calibrate import priced_tails
+
+    first = {"tail_ms": 0.5, "dispatch_ms": 0.05, "lead_ms": 0.3}  # starts the pipeline
+    waiting = {"tail_ms": 0.7, "dispatch_ms": 0.05, "lead_ms": 0.0}  # waits for the first's output
+    assert priced_tails([first, waiting]) == [pytest.approx(0.75), pytest.approx(0.95)]
+    # a summary from before the lead was measured prices none; a lead inside the dispatch gap adds nothing
+    assert priced_tails([{"tail_ms": 0.5, "dispatch_ms": 0.05}]) == [0.5]
+    assert priced_tails([{**first, "lead_ms": 0.04}]) == [0.5]

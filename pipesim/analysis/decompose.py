@@ -9,7 +9,10 @@ last action (optimizer step, zeroing, the last sends). Measured minus predicted 
   an action that runs longer than priced but off the critical path counts for nothing;
 * gaps: the measured makespan (the last action's end) less the replay's (every action as measured, the gaps and
   the link as priced): dispatch gaps and transfer waits longer than priced;
-* tail: the measured step after its last action less the replay's.
+* tail: the measured step after its last action less the replay's. A cost model from a profile that measured the
+  step's lead before its first action prices it in the tail (pipesim_executor.rank.calibrate.priced_tails: a later
+  start of every rank is a longer tail of every rank), where the measured step has it before its first action: the
+  lead's price then counts in the tail's share and the lead itself in the gaps', and the two cancel in the sum.
 
 The three add up to the measured median step less the deterministic prediction; `jitter` is how much the
 prediction's sampled point (when it has one) sits above the deterministic step. Alongside, per rank and kind,

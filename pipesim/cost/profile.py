@@ -14,9 +14,10 @@ Then what a stage and a rank pay beyond the units (`ActionConstants`, `RuntimeTe
 cut out of the model pays at each cut (a stage starting after unit 0 pays an entry into the runner's call, one
 ending before the last unit an exit: the shares of the whole model's call hold its entry in the first unit and its
 exit in the last), fitted from stages of several cuts; per rank the dispatch gap
-before each action and the step's tail after the last, measured in real steps of the executor's runtime (in
-situ), and each optimizer's step as fixed plus per-parameter-byte time. `pipesim.cost.runtime.RuntimeTerms`
-turns them into a candidate's `RankRuntime`, which `pipesim.sim.steps` ends every step with.
+before each action and the step's tail after the last (with its lead before the first), measured in real steps of
+the executor's runtime (in situ), and each optimizer's step as fixed plus per-parameter-byte time.
+`pipesim.cost.runtime.RuntimeTerms` turns them into a candidate's `RankRuntime`, which `pipesim.sim.steps` ends
+every step with.
 
 Other microbatch sizes: `SizeCurve.at` reads a time off its non-decreasing fit, at a profiled size and on the line
 through the two nearest elsewhere (issue 29: never cheaper at a larger size); the affine fit a + b x size and its
@@ -150,7 +151,8 @@ def schedule_class(split: bool, chunked: bool) -> str:
 @dataclass(frozen=True)
 class InSituTerms:
     """What real steps of one class of schedule took through the executor's runtime (the profile's in-situ steps):
-    the dispatch gap before each action, the step's tail after the last action less the optimizer's step, and per
+    the dispatch gap before each action, the step's tail after the last action less the optimizer's step (with the
+    step's lead before its first action since issue 29's fourth pass: older files priced none), and per
     kind the ratio of an action's in-situ mean time (what a step pays) to what the profile prices its stage at, at
     each profiled size (`scale`; 1 where not measured): in a pipeline an action runs with colder caches than in a
     loop (a backward long after its forward, two chunks' weights taking turns in a rank's cache, inputs just

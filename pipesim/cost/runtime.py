@@ -93,8 +93,10 @@ class OptimizerTime:
 class RuntimeTerms:
     """What a rank spends outside its actions as a function of what it holds, for pricing any cut of a model: the
     dispatch gap before each action, the step's fixed tail after the last action (the wait for the last sends,
-    the loss, the barrier's way out), the optimizer's step on the rank's parameters, and the cores ranks share.
-    A profile (`pipesim.cost.profile.UnitProfile.runtime_terms`) or a calibration from a run gives them."""
+    the loss, the barrier's way out, and the step's lead before its first action beyond its dispatch gap, which
+    shifts every rank alike: pipesim_executor.rank.calibrate.priced_tails), the optimizer's step on the rank's
+    parameters, and the cores ranks share. A profile (`pipesim.cost.profile.UnitProfile.runtime_terms`) or a
+    calibration from a run gives them."""
 
     dispatch_ms: float = 0.0
     tail_ms: float = 0.0

@@ -14,7 +14,17 @@ warmed by a different action) and everything between the actions. On a 2-core ma
   F or I that completes a receive waits about 0.1 ms), so the median over all actions, which a split
   backward's W alone can set, priced ZB-H1's F and I gaps at the W's (issue 18: 10-15% short on 2 CPU ranks);
 * the tail after the last action (`CostModel.step_overhead_ms`): waiting for the last sends, the loss, the
-  optimizer step and gradient zeroing.
+  optimizer step and gradient zeroing;
+* the lead before the first action (issue 29, fourth pass): setting the step up (over gloo every receive of the
+  step is posted at its start, `runtime.ahead_for`; the timing marks) before a rank whose first action waits for
+  nothing can start it. That rank starts the pipeline, so every rank's actions start that much later: 0.1-0.5 ms a
+  step on 2 CPU ranks beyond the dispatch gap, growing with the receives posted (about 0.02 ms each), unpriced
+  before (a median over every action's gap drowns the one first gap of a step). Measured at the steps' own shape:
+  the unit profile's in-situ steps (8 microbatches) price it high for fewer microbatches. A rank
+  whose first action waits for a receive hides its own lead in the wait, so it has none. `priced_tails` adds
+  the step's lead (the largest over the ranks, beyond the dispatch gap already charged before the first action)
+  to every rank's tail: shifting every rank's start by the same time and lengthening every rank's tail by it
+  give the same step.
 
 CPU ranks that outnumber the cores (4 ranks on 2 cores) slow each other down by how many compute at once;
 then the durations are turned into full-speed work from every rank's spans (`full_speed_durations`) and the
@@ -140,9 +150,12 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     durations: dict[str, dict[str, list[float]]] = {}
     gaps: dict[str, list[float]] = {}
     tails: list[float] = []
+    leads: list[float] = []
     for record in records:
         waits = sorted((c[3], c[4]) for c in record["comm"] if c[0] == "recv")
         previous = record["start"]
+        if record["spans"]:
+            leads.append(_lead(record["start"], record["spans"][0][1], waits))
         for text, start, end in record["spans"]:
             action = Action.parse(text)
             durations.setdefault(str(action.stage), {}).setdefault(action.kind.value, []).append(end - start)
@@ -165,12 +178,29 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "dispatch_ms": _gap_per_action(gaps),
         "dispatch_by_kind_ms": {kind: statistics.median(values) for kind, values in gaps.items()},
         "tail_ms": statistics.median(tails) if tails else 0.0,
+        # the median, as the tail's: sleep mode prices its runtime by medians (pipesim_executor.rank.sleep_calibrate)
+        "lead_ms": statistics.median(leads) if leads else 0.0,
         "steps": len(records),
         # how much one action of a stage and kind varied over the steps and microbatches (sample sd / mean) and
         # from how many: what a prediction's interval is drawn from (pipesim.sim.spread)
         "cv": {stage: {kind: _cv(v) for kind, v in kinds.items()} for stage, kinds in durations.items()},
         "samples": {stage: {kind: len(v) for kind, v in kinds.items()} for stage, kinds in durations.items()},
     }
+
+
+def priced_tails(summaries: list[dict[str, Any]]) -> list[float]:
+    """Per rank (one `summarise` each, in rank order, of the same steps), what the cost model charges a step outside
+    its actions beyond the dispatch gaps: its tail plus the step's lead, the largest of any rank's lead beyond that
+    rank's dispatch gap (which the simulation already charges before the first action). The one rule of a step's
+    time outside its actions for the executor's prediction, sleep mode and the unit profile."""
+    lead = max((max(s.get("lead_ms", 0.0) - s["dispatch_ms"], 0.0) for s in summaries), default=0.0)
+    return [s["tail_ms"] + lead for s in summaries]
+
+
+def _lead(start: float, first_start: float, waits: list[tuple[float, float]]) -> float:
+    """A step's lead on one rank: from its start to its first action's start, or 0 when that action waited for a
+    receive (the wait hides the lead: the rank is not what the step waits for)."""
+    return 0.0 if _blocked(waits, start, first_start) > 0 else max(first_start - start, 0.0)
 
 
 def step_cis(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -47,7 +47,7 @@ from pipesim.cost.convert import measured_stage_cost
 from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, Provenance, RankRuntime, StageCost
 from pipesim.io.cost_file import save_cost
 from pipesim_executor.progress import emit
-from pipesim_executor.rank.calibrate import calibrate, full_speed_durations, shared_slots, sharing_note
+from pipesim_executor.rank.calibrate import calibrate, full_speed_durations, priced_tails, shared_slots, sharing_note
 from pipesim_executor.rank.setup import Rank
 from pipesim_executor.rank.stage import tensor_bytes
 from pipesim_executor.rank.transport import env_int
@@ -322,6 +322,8 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
             "sharing": sharing_note(device_type, local_ranks, slots),
             "durations_ms": {str(s): calibrated[s] for s in sorted(calibrated)},
             "optimizer_ms": [g["optimizer_ms"] for g in gathered],
+            # each rank's lead before its first action, priced into every rank's tail (calibrate.priced_tails)
+            "lead_ms": [g["calibration"].get("lead_ms", 0.0) for g in gathered],
         },
         "spread": _spread(gathered),
         "links_measured": {str(b): links[b] for b in sorted(links)},
@@ -345,7 +347,7 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
         links=link_costs,
         recompute=config.training.recompute,
         runtime=RankRuntime(
-            step_overhead_ms=tuple(g["calibration"]["tail_ms"] for g in gathered),
+            step_overhead_ms=tuple(priced_tails([g["calibration"] for g in gathered])),
             dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered),
             shared_cores=replica_slots if replicas > 1 else slots,
         ),

@@ -48,7 +48,7 @@ from pipesim.cost.model import CostModel, RankRuntime
 from pipesim.cost.stage import StageCost
 from pipesim.io.cost_file import save_cost
 from pipesim.ir import ActionKind
-from pipesim_executor.rank.calibrate import calibration_records, summarise
+from pipesim_executor.rank.calibrate import calibration_records, priced_tails, summarise
 from pipesim_executor.rank.inject import precise_sleep
 from pipesim_executor.rank.transport import env_int
 
@@ -108,19 +108,20 @@ def priced_sleep_cost(slept: CostModel, gathered: list[dict[str, Any]]) -> CostM
         "excess_ms": {str(s): excess[s] for s in sorted(excess)},
         "dispatch_ms": [g["calibration"]["dispatch_ms"] for g in gathered],
         "tail_ms": [g["calibration"]["tail_ms"] for g in gathered],
+        "lead_ms": [g["calibration"].get("lead_ms", 0.0) for g in gathered],
         "links_ms": {str(b): links[b] for b in sorted(links)},
         "links_ping_pong_ms": {str(b): pinged[b] for b in sorted(pinged)},
         "links_source": "in-run transfers" if in_run else "ping-pong",
         "precise_sleep": [g["sleep"] for g in gathered],
         "steps": gathered[0]["calibration"]["steps"],
-        "rule": "sleeps + measured span excess; measured dispatch gap and tail; --comm + measured one-way time",
+        "rule": "sleeps + measured span excess; measured dispatch gap, tail and lead; --comm + measured one-way time",
     }
     return replace(
         slept,
         stages=stages,
         links=link_costs,
         runtime=RankRuntime(
-            step_overhead_ms=tuple(g["calibration"]["tail_ms"] for g in gathered),
+            step_overhead_ms=tuple(priced_tails([g["calibration"] for g in gathered])),
             dispatch_ms=tuple(g["calibration"]["dispatch_ms"] for g in gathered),
         ),
         provenance=replace(slept.provenance, meta=meta),

@@ -34,7 +34,7 @@ from pipesim.cost.profile import (
 from pipesim.cost.runtime import OptimizerTime
 from pipesim.schedules import in_situ_representatives
 from pipesim_executor.config import RunConfig
-from pipesim_executor.rank.calibrate import full_speed_durations, round_work
+from pipesim_executor.rank.calibrate import full_speed_durations, priced_tails, round_work
 from pipesim_executor.rank.profile import link_cost
 from pipesim_executor.rank.setup import Rank
 from pipesim_executor.rank.unit_timing import KINDS
@@ -172,10 +172,19 @@ def assemble(
         name: fit_optimizer([p for e in everyone for p in e["optimizers"][name]]) for name in request["optimizers"]
     }
     own = optimizers[config.training.optimizer]
-    calibrations = [(key, c) for e in everyone[: r.num_ranks] for key, c in e["calibration"].items()]
+    ranks = everyone[: r.num_ranks]
+    measured = [(key, c) for e in ranks for key, c in e["calibration"].items()]
+    # each in-situ step's tail on each rank with the step's lead before its first action (calibrate.priced_tails)
+    priced = {key: priced_tails([e["calibration"][key] for e in ranks]) for key in first["calibration"]}
+    calibrations = [
+        (key, {**c, "tail_ms": priced[key][rank]})
+        for rank, e in enumerate(ranks)
+        for key, c in e["calibration"].items()
+    ]
 
     def runtime_of(chosen: list[dict[str, Any]]) -> tuple[float, float]:
-        """(dispatch gap, tail less the optimizer's step): medians over the chosen in-situ steps' ranks."""
+        """(dispatch gap, tail with the step's lead less the optimizer's step): medians over the chosen in-situ
+        steps' ranks."""
         tails = [c["tail_ms"] - own.step_ms(c["param_bytes"]) for c in chosen]
         return _median([c["dispatch_ms"] for c in chosen]), max(0.0, _median(tails))
 
@@ -233,7 +242,8 @@ def assemble(
             "ci": cis,
             "target_ci": IN_SITU_CI,
             "dispatch_ms": [[*key, c["dispatch_ms"]] for key, c in calibrations],
-            "tail_ms": [[*key, c["tail_ms"]] for key, c in calibrations],
+            "tail_ms": [[*key, c["tail_ms"]] for key, c in measured],
+            "lead_ms": [[*key, c.get("lead_ms", 0.0)] for key, c in measured],
         },
         "process_spread": _process_spread(everyone, sizes, n),
     }
