@@ -185,7 +185,9 @@ def test_a_4_rank_sleep_run_alternates_uniform_and_injected_steps(tmp_path):
         if span.rank == 2 and span.action.kind.value == "F":
             forward[measured["injected_steps"][span.step]].append(span.end - span.start)
     assert min(forward[False]) >= 3.0 * 0.9 and min(forward[True]) >= 1.5 * 3.0 * 0.9  # a sleep is never short
-    assert sorted(forward[True])[len(forward[True]) // 2] > 1.2 * sorted(forward[False])[len(forward[False]) // 2]
+    # an injected forward sleeps 1.5 ms more than its uniform twin (half its 3 ms cost); a busy machine's late
+    # wake-ups add to both alike, so the difference is the test, not the ratio
+    assert statistics.median(forward[True]) - statistics.median(forward[False]) > 0.5 * (1.5 - 1) * 3.0
     injected_times = [t for t, on in zip(result.step_times_ms, measured["injected_steps"], strict=True) if on]
     assert result.measured_step_ms == pytest.approx(statistics.median(injected_times))  # the injected steps'
     from pipesim_executor.host.cli_runs import summary_lines
