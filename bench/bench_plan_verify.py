@@ -7,9 +7,11 @@ A reduced run (2 models, 4 candidates, short runs; checks the bench works, its f
     python bench/bench_plan_verify.py --quick
 
 For each model: `executor profile` twice, minutes apart, at the same two microbatch sizes on 2 ranks (the second
-only to check that two profiles predict alike); `pipesim plan --cost` from the first, at the profiled sizes (as a
+only to check that two profiles predict alike), each of `--launches` launches merged (default 2) and its in-situ
+steps at the plan's global batch; `pipesim plan --cost` from the first, at the profiled sizes (as a
 user runs it: whatever the planner predicts, with its interval when it gives one); then `verify_plan` twice over
-the top `--top` candidates (every built one by default), each time in `--rounds` interleaved rounds. Nothing is
+the top `--top` candidates (every built one by default), each time in `--rounds` interleaved rounds, each run
+measuring at least `--min-seconds`. Nothing is
 tuned per model: every model goes through the same commands with the same flags.
 
 Printed per model, the issue's "done when" criteria: candidates verified (>= 12); coverage (the share of measured
@@ -72,6 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="measured steps per run")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per verification")
     parser.add_argument("--repeats", type=int, default=20, help="the profile's repetitions per measurement")
+    parser.add_argument("--launches", type=int, default=2, help="launches merged into each profile")
+    parser.add_argument("--min-seconds", type=float, default=1.0, help="each run measures at least this long")
     parser.add_argument("--quick", action="store_true", help="2 models, 4 candidates, 6 steps, 2 rounds, 5 repeats")
     parser.add_argument("--out", type=Path, default=Path("out/bench-plan-verify"), help="profiles, plans and runs")
     parser.add_argument("--json", type=Path, help="write every figure")
@@ -79,7 +83,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.models = args.models or list(QUICK_MODELS)
-        args.top, args.steps, args.rounds, args.repeats = 4, 6, 2, 5
+        args.top, args.steps, args.rounds, args.repeats, args.launches = 4, 6, 2, 5, 1
     args.models = args.models or list(MODELS)
     return args
 
@@ -98,6 +102,8 @@ def profile(spec: str, args: argparse.Namespace, folder: Path) -> Path:
         ranks=2,
         repeats=args.repeats,
         device="cpu",
+        launches=args.launches,
+        global_batch=args.global_batch,
     )
     result = start_profile(config, folder).wait()
     if result.profile is None:
@@ -216,7 +222,8 @@ def run_model(name: str, args: argparse.Namespace, folder: Path) -> tuple[list[s
     print(f"{name}: profiled in {time.perf_counter() - started:.0f} s (load {load():.2f})", flush=True)
     document = plan(cost, args, folder / f"plan-{name}.json")
     plan_path = folder / f"plan-{name}.json"
-    kwargs = {"runs_root": folder / "runs", "steps": args.steps, "rounds": args.rounds, "device": "cpu"}
+    kwargs = {"runs_root": folder / "runs", "steps": args.steps, "rounds": args.rounds, "device": "cpu",
+              "min_seconds": args.min_seconds}  # fmt: skip
     first = verify_plan(plan_path, args.top, timeout_s=600, **kwargs)
     print(f"{name}: first verification done (load {load():.2f})", flush=True)
     again = verify_plan(plan_path, args.top, timeout_s=600, **kwargs)

@@ -266,7 +266,13 @@ def test_verify_writes_the_promised_json_with_measured_cv_and_memory(plan_file, 
     for row in written["candidates"]:
         recorded = json.loads((Path(row["run_dir"]) / "plan-prediction.json").read_text())
         assert recorded["predicted_step_ms"] == row["predicted_ms"] and recorded["candidate"] == row["label"]
-    assert all(c.training.steps == verify.DEFAULT_STEPS for c in started)
+    # each run measures --steps, or more where its predicted step is short (--min-seconds)
+    expected = [
+        verify.steps_for(verify.DEFAULT_STEPS, verify.DEFAULT_MIN_SECONDS, r["predicted_ms"])
+        for r in written["candidates"]
+    ]
+    assert sorted(c.training.steps for c in started) == sorted(expected)
+    assert all(steps >= verify.DEFAULT_STEPS for steps in expected)
 
 
 def test_a_cancelled_verification_skips_the_candidates_left(plan_file, tmp_path, monkeypatch):

@@ -209,6 +209,7 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
             steps=args.steps,
             warmup_steps=args.warmup_steps,
             rounds=args.rounds,
+            min_seconds=args.min_seconds,
             device=args.device,
             timeout_s=args.timeout,
             on_row=progress,
@@ -260,7 +261,13 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipesim_executor.host.verify import DEFAULT_ROUNDS, DEFAULT_STEPS, DEFAULT_WARMUP
+    from pipesim_executor.host.verify import (
+        DEFAULT_MIN_SECONDS,
+        DEFAULT_ROUNDS,
+        DEFAULT_STEPS,
+        DEFAULT_WARMUP,
+        MAX_MIN_SECONDS,
+    )
 
     parser.add_argument("plan", type=Path, metavar="PLAN", help=f"a plan file from {programs().pipesim} plan --json")
     parser.add_argument("--top", type=_positive, default=3, metavar="K", help="run the K best candidates (default 3)")
@@ -277,6 +284,14 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_WARMUP,
         metavar="N",
         help=f"unmeasured steps before them, in every run (default {DEFAULT_WARMUP})",
+    )
+    parser.add_argument(
+        "--min-seconds",
+        type=float_flag(0, MAX_MIN_SECONDS),
+        default=DEFAULT_MIN_SECONDS,
+        metavar="S",
+        help="measure each run for at least this long: a candidate of short steps runs more than --steps, as many "
+        f"as its predicted step takes to fill it (default {DEFAULT_MIN_SECONDS:g})",
     )
     parser.add_argument(
         "--rounds",

@@ -27,8 +27,9 @@ from typing import Literal
 
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.cost_file import load_cost_file
-from pipesim.io.formats import UnwritableOutput, write_json
-from pipesim.limits import MAX_SEED, MAX_TIMEOUT_S
+from pipesim.io.formats import UnwritableOutput, read_json, write_json
+from pipesim.ir import Schedule
+from pipesim.limits import MAX_MICROBATCHES, MAX_SEED, MAX_TIMEOUT_S
 from pipesim.numbers import check_number
 from pipesim.programs import programs
 from pipesim.sim.memory import OPTIMIZER_STATES
@@ -37,6 +38,7 @@ from pipesim_executor.host.checks import check_run
 from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle
 from pipesim_executor.host.model_memory import check_model_memory
 from pipesim_executor.host.phase import Phase
+from pipesim_executor.host.profile_merge import MAX_LAUNCHES, merge_profiles
 from pipesim_executor.host.run_folder import check_name, make_run_dir
 from pipesim_executor.processes import run_environment, torchrun_command
 from pipesim_executor.run_files import CONFIG_FILE, COST_FILE, LOGS_DIR, PROFILE_REQUEST_FILE, result_file
@@ -45,6 +47,7 @@ PROFILE_MODULE = "pipesim_executor.rank.unit_profile"
 MAX_SIZE = 4096  # samples per microbatch
 MAX_SIZES = 16
 MAX_REPEATS = 1000
+MAX_GLOBAL_BATCH = MAX_SIZE * MAX_MICROBATCHES
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,14 @@ class ProfileConfig:
     in_situ_steps: int = 40
     """Most in-situ steps per schedule and size: they are added 8 at a time until each in-situ factor's 95% CI is
     within +-3% (the profile says which did not get there)."""
+    launches: int = 1
+    """Launches of the ranks, one after another, merged into one profile: each timing the median over them, and
+    the spread of their speeds carried into every prediction's interval (a shared machine lands each launch at a
+    speed of its own: 3 on a noisy one)."""
+    global_batch: int | None = field(default=None, metadata={"metavar": "B"})
+    """Samples per step of the plans this profile is for: the in-situ steps at size S then run B/S microbatches,
+    the shape those plans' candidates run (an action's in-situ time depends on the step's shape); default 4 per
+    rank."""
     dtype: Literal["fp32", "bf16"] = "fp32"
     """Compute precision, as python -m executor run --dtype."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -94,9 +105,12 @@ class ProfileConfig:
             ("ranks", self.ranks, 1, 16),
             ("repeats", self.repeats, 3, MAX_REPEATS),
             ("in_situ_steps", self.in_situ_steps, 8, MAX_REPEATS),
+            ("launches", self.launches, 1, MAX_LAUNCHES),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+        if self.global_batch is not None:
+            check_number(self.global_batch, "global batch", minimum=1, maximum=MAX_GLOBAL_BATCH, whole=True)
         check_number(self.timeout_s, "timeout", above=0, maximum=MAX_TIMEOUT_S)
         check_number(self.seed, "seed", minimum=0, maximum=MAX_SEED, whole=True)
 
@@ -129,6 +143,13 @@ class ProfileResult:
 class ProfileHandle(RunHandle):
     """A profile in progress: a RunHandle (events, log, cancel, wait) whose launch is the profile's ranks."""
 
+    def __init__(
+        self, run_dir: Path, config: RunConfig, schedule: Schedule, on_event: EventCallback | None = None,
+        launches: int = 1,
+    ) -> None:  # fmt: skip
+        super().__init__(run_dir, config, schedule, on_event)
+        self.launches, self.launch = launches, 0  # how many launches, and which one runs (from 0)
+
     @property
     def progress(self) -> float:
         """Fraction done: the slowest rank's parts (units at each size, optimizers, link, in-situ steps)."""
@@ -136,24 +157,41 @@ class ProfileHandle(RunHandle):
             return 1.0
         latest: dict[int, float] = {}
         for event in self.events():
+            if event.get("event") == "launch":  # a new launch: its ranks count from the start again
+                latest.clear()
             step, steps = event.get("step"), event.get("steps")
             if event.get("event") == "step" and isinstance(step, int) and isinstance(steps, int) and steps > 0:
                 latest[event.get("rank", 0)] = min(1.0, (step + 1) / steps)
         done = min(latest.values(), default=0.0) if len(latest) == self.config.world_size else 0.0
-        return min(done, 0.99)
+        return min((self.launch + done) / self.launches, 0.99)
 
     def _supervise_run(self) -> None:
         started = time.time()
         deadline = time.monotonic() + self.config.timeout_s
-        command = torchrun_command(self.config, self.run_dir, module=PROFILE_MODULE)
-        phase = Phase(command, run_environment(self.config), self, "")
-        self._launch_event("launch", command=phase.argv)
-        self.publish(force=True)
+        command: list[str] = []
+        status, message, profile = "failed", "", None
         try:
-            outcome = phase.run(deadline, self._cancelled)
-            message = "" if outcome.status == "ok" else phase.failure_message(outcome)[0]
-            status = outcome.status
-            profile = None
+            documents = []
+            for launch in range(self.launches):
+                self.launch = launch
+                # each launch's own log files (the first keeps the plain names) and its own cost file
+                phase = Phase(
+                    torchrun_command(self.config, self.run_dir, module=PROFILE_MODULE), run_environment(self.config),
+                    self, f"launch{self.launch + 1}-" if self.launch else "",
+                )  # fmt: skip
+                command = phase.argv
+                self._launch_event("launch", command=phase.argv, launch=self.launch + 1, launches=self.launches)
+                self.publish(force=True)
+                outcome = phase.run(deadline, self._cancelled)
+                status = outcome.status
+                if status != "ok":
+                    message = phase.failure_message(outcome)[0]
+                    break
+                if self.launches > 1:
+                    documents.append(read_json(self.run_dir / COST_FILE))
+                    (self.run_dir / COST_FILE).rename(self.run_dir / f"launch{self.launch + 1}-{COST_FILE}")
+            if status == "ok" and documents:
+                write_json(merge_profiles(documents), self.run_dir / COST_FILE)
             if status == "ok":
                 try:
                     loaded = load_cost_file(self.run_dir / COST_FILE)
@@ -162,7 +200,7 @@ class ProfileHandle(RunHandle):
                     status, message = "failed", f"the ranks wrote no readable profile: {error}"
         except Exception as error:  # the launcher itself broke: still leave a result behind
             status, message, profile = "failed", f"launcher error: {error!r}", None
-        summary = {"status": status, "message": message, "command": phase.argv, "started_at": started,
+        summary = {"status": status, "message": message, "command": command, "started_at": started,
                    "finished_at": time.time(), "wall_s": round(time.time() - started, 3)}  # fmt: skip
         try:
             write_json(summary, self.run_dir / result_file(0))
@@ -189,13 +227,14 @@ def start_profile(config: ProfileConfig, out: Path, on_event: EventCallback | No
         write_json(run.to_dict(), run_dir / CONFIG_FILE)
         write_json(
             {"microbatch_sizes": list(config.microbatch_sizes), "optimizers": list(config.optimizers),
-             "repeats": config.repeats, "in_situ_steps": config.in_situ_steps},
+             "repeats": config.repeats, "in_situ_steps": config.in_situ_steps,
+             "global_batch": config.global_batch},
             run_dir / PROFILE_REQUEST_FILE,
         )  # fmt: skip
     except (OSError, ValueError) as error:
         reason = getattr(error, "strerror", None) or error
         raise UnwritableOutput(f"cannot write the profile folder {run_dir}: {reason}") from None
-    return start_handle(ProfileHandle(run_dir, run, schedule, on_event))
+    return start_handle(ProfileHandle(run_dir, run, schedule, on_event, config.launches))
 
 
 def summary_lines(result: ProfileResult) -> list[str]:
@@ -229,17 +268,28 @@ def summary_lines(result: ProfileResult) -> list[str]:
         if profile.link.latency_ms or math.isfinite(profile.link.bandwidth_gbps)
         else "link     none measured (one rank)",
         *in_situ_lines(profile),
-        *(
-            [
-                f"drift    the machine's speed moved {profile.spread_drift:.1%} (SD) from one in-situ round to the "
-                "next beyond its steps' noise: every prediction's interval carries it"
-            ]
-            if profile.spread_drift
-            else []
-        ),
+        *_drift_lines(profile),
         f"wrote    {result.cost_file} ({programs().pipesim} plan --cost {result.cost_file} ...)",
     ]
     return lines
+
+
+def _drift_lines(profile: UnitProfile) -> list[str]:
+    """How far the machine's speed moves, as the profile measured it: between its in-situ rounds, and between its
+    launches when it had several (pipesim_executor.host.profile_merge)."""
+    launches = profile.provenance.get("launches") if isinstance(profile.provenance, dict) else None
+    if isinstance(launches, dict) and launches.get("count", 1) > 1:
+        return [
+            f"launches {launches['count']} merged (each timing their median): their speeds differ by "
+            f"{launches.get('spread', 0.0):.1%} (SD); with the drift inside a launch, every prediction's interval "
+            f"carries {profile.spread_drift:.1%}"
+        ]
+    if not profile.spread_drift:
+        return []
+    return [
+        f"drift    the machine's speed moved {profile.spread_drift:.1%} (SD) from one in-situ round to the next "
+        "beyond its steps' noise: every prediction's interval carries it"
+    ]
 
 
 def _hop_note(profile: UnitProfile) -> str:

@@ -25,6 +25,7 @@ background) with progress and cancel (docs/design.md).
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Callable
@@ -33,9 +34,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pipesim.analysis.stats import MAX_STEPS_PER_ROUND
 from pipesim.io.formats import read_json, write_json
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_PLAN_BYTES
+from pipesim.numbers import check_number
 from pipesim.programs import programs
 from pipesim_executor.config import RunConfig
 from pipesim_executor.host.verify_compare import (
@@ -63,6 +66,11 @@ from pipesim_executor.host.verify_config import (
 from pipesim_executor.run_files import PLAN_PREDICTION_FILE
 
 DEFAULT_STEPS = 30  # measured steps per candidate and round
+# ... at least: a run also measures for this long (its predicted step sets how many steps that takes). A run of
+# short steps measured 30 steps where one launch costs seconds, and their noise set its median: the tiny-layers
+# zoo model's 7 ms steps vary 8-20% a step, so rounds of 10 steps had medians 7% apart (issue 29).
+DEFAULT_MIN_SECONDS = 1.0
+MAX_MIN_SECONDS = 600.0
 DEFAULT_WARMUP = 3
 DEFAULT_ROUNDS = 3  # interleaved rounds: the fewest whose bootstrap over rounds sees the drift between them
 MAX_ROUNDS = 50
@@ -140,6 +148,7 @@ def verify_plan(
     steps: int = DEFAULT_STEPS,
     warmup_steps: int = DEFAULT_WARMUP,
     rounds: int = DEFAULT_ROUNDS,
+    min_seconds: float = DEFAULT_MIN_SECONDS,
     device: str | None = None,
     timeout_s: float = 300.0,
     on_row: Callable[[VerifyRow], None] | None = None,
@@ -157,6 +166,7 @@ def verify_plan(
         raise ValueError(f"--top must be at least 1, got {top}")
     if not 1 <= rounds <= MAX_ROUNDS:
         raise ValueError(f"--rounds must be between 1 and {MAX_ROUNDS}, got {rounds}")
+    check_number(min_seconds, "--min-seconds", minimum=0, maximum=MAX_MIN_SECONDS)
     plan = read_json(plan_path, MAX_PLAN_BYTES, "plan")
     if not isinstance(plan, dict):
         raise ValueError(f"{plan_path}: not a plan (expected a JSON object from {programs().pipesim} plan --json)")
@@ -171,7 +181,8 @@ def verify_plan(
     configs: list[RunConfig | None] = []
     for c, row in zip(chosen, rows, strict=True):
         try:
-            configs.append(candidate_config(plan, c, steps=steps, warmup_steps=warmup_steps, device=device,
+            measured = steps_for(steps, min_seconds, predicted_step_ms(c))
+            configs.append(candidate_config(plan, c, steps=measured, warmup_steps=warmup_steps, device=device,
                                             timeout_s=timeout_s))  # fmt: skip
         except ValueError as error:
             row.error = str(error).splitlines()[0]
@@ -206,6 +217,14 @@ def verify_plan(
     if on_progress is not None:
         on_progress(VerifyProgress(1.0, total, total, "done"))
     return verification
+
+
+def steps_for(steps: int, min_seconds: float, predicted_ms: float) -> int:
+    """Measured steps for a candidate: `steps`, or as many as its predicted step takes to fill `min_seconds`
+    (at most the steps a round's bootstrap takes, MAX_STEPS_PER_ROUND): the more of the two."""
+    if not predicted_ms > 0 or not math.isfinite(predicted_ms):
+        return steps
+    return max(steps, min(MAX_STEPS_PER_ROUND, math.ceil(1000.0 * min_seconds / predicted_ms)))
 
 
 def _run_once(

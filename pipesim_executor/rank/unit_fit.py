@@ -63,6 +63,16 @@ IN_SITU_CI = 0.03  # then more, CALIBRATION_STEPS at a time, until every factor'
 MAX_IN_SITU_STEPS = 40  # ... or this many steps were run (the profile then says which factors did not get there)
 
 
+def in_situ_counts(calibration: dict[tuple, dict[str, Any]]) -> dict[str, list[int]]:
+    """The microbatches per step the in-situ steps ran at each size (`"size": [counts]`, one count unless a
+    schedule could not build the plans' count and ran the profile's own)."""
+    counts: dict[str, set[int]] = {}
+    for key, summary in calibration.items():
+        if "microbatches" in summary:
+            counts.setdefault(str(key[0]), set()).add(int(summary["microbatches"]))
+    return {size: sorted(found) for size, found in sorted(counts.items(), key=lambda item: int(item[0]))}
+
+
 def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
@@ -236,8 +246,8 @@ def assemble(
         "action_constants": {"rms_residual_ms": spread},
         "in_situ": {
             "steps": ", ".join(f"{name} ({v} chunks per rank)" for name, v in in_situ_steps())
-            + f", each plain and recomputing, on {r.num_ranks} ranks x {r.schedule.num_microbatches} microbatches "
-            f"at every size, {CALIBRATION_STEPS - 1} steps each",
+            + f", each plain and recomputing, on {r.num_ranks} ranks, in rounds of {CALIBRATION_STEPS - 1} steps",
+            "microbatches": in_situ_counts(first["calibration"]),
             "ratios": ratios,
             "ci": cis,
             "target_ci": IN_SITU_CI,

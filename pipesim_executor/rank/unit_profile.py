@@ -82,6 +82,9 @@ from pipesim_executor.run_files import COST_FILE, PROFILE_REQUEST_FILE
 
 MAX_CUT_STAGES = 4  # the constants are fitted from the model cut evenly into 2..this many stages
 ROUNDS = 3  # the repetitions of each size are spread over this many rounds of every measurement
+# Beyond this many microbatches a step's per-step costs (its first actions, its lead) are a few percent of its
+# actions, and an in-situ step of 4,096 microbatches would take minutes: larger counts run this many.
+MAX_IN_SITU_MICROBATCHES = 32
 
 
 def read_request(run_dir: Path) -> dict[str, Any]:
@@ -89,7 +92,8 @@ def read_request(run_dir: Path) -> dict[str, Any]:
     request = read_json(run_dir / PROFILE_REQUEST_FILE)
     return {"sizes": list(request["microbatch_sizes"]), "optimizers": list(request["optimizers"]),
             "repeats": int(request["repeats"]),
-            "in_situ_steps": int(request.get("in_situ_steps", MAX_IN_SITU_STEPS))}  # fmt: skip
+            "in_situ_steps": int(request.get("in_situ_steps", MAX_IN_SITU_STEPS)),
+            "global_batch": request.get("global_batch")}  # fmt: skip
 
 
 def core_slots(device: torch.device) -> int | None:
@@ -129,18 +133,38 @@ def stages_of(splits: dict[tuple[bool, int], tuple[int, ...]], num_units: int) -
     return sorted(ranges)
 
 
-def variant(r: Rank, size: int, schedule_name: str, chunks: int, recompute: bool, points: tuple[int, ...]) -> Rank:
-    """The rank with its stages rebuilt for `schedule_name` (`chunks` stages per rank) on the same ranks and
-    microbatches, at microbatches of `size`, recomputing or not, cut at `points` (same transport and clock: `run`
-    set the transport up with every link these schedules use)."""
+def in_situ_microbatches(global_batch: int | None, size: int) -> int | None:
+    """How many microbatches an in-situ step at microbatch `size` runs: the plans' own count (`global_batch` /
+    `size`: an action's in-situ time depends on the step's shape, issue 29: a CNN's backward ran 10-24% above its
+    price in steps of 4 microbatches and 4-12% in steps of 8), at most MAX_IN_SITU_MICROBATCHES; None (the
+    profile run's own count, `ProfileConfig.run_config`) when no global batch was given or it is smaller than
+    the size."""
+    if global_batch is None or global_batch < size:
+        return None
+    return min(MAX_IN_SITU_MICROBATCHES, global_batch // size)
+
+
+def variant(
+    r: Rank, size: int, schedule_name: str, chunks: int, recompute: bool, points: tuple[int, ...],
+    microbatches: int | None = None,
+) -> Rank:  # fmt: skip
+    """The rank with its stages rebuilt for `schedule_name` (`chunks` stages per rank) on the same ranks, with
+    `microbatches` (default: the run's) of `size`, recomputing or not, cut at `points` (same transport and clock:
+    `run` set the transport up with every link these schedules use)."""
     pipeline, training = r.config.pipeline, r.config.training
+    count = microbatches or pipeline.num_microbatches
     options = options_for(schedule_name, num_virtual_stages=chunks)
-    schedule = build_schedule(schedule_name, r.num_ranks, pipeline.num_microbatches, **options)
+    schedule = build_schedule(schedule_name, r.num_ranks, count, **options)
     config = replace(
         r.config,
-        pipeline=replace(pipeline, schedule=schedule_name, num_virtual_stages=options.get("num_virtual_stages")),
+        pipeline=replace(
+            pipeline,
+            schedule=schedule_name,
+            num_microbatches=count,
+            num_virtual_stages=options.get("num_virtual_stages"),
+        ),  # fmt: skip
         model=replace(r.config.model, split_points=points or None),
-        training=replace(training, batch_size=size * pipeline.num_microbatches, recompute=recompute),
+        training=replace(training, batch_size=size * count, recompute=recompute),
     )
     model = build_rank_model(
         schedule, config.model, seed=training.seed, microbatch_size=size, rank=r.pipe_rank,
@@ -237,14 +261,20 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
     progress.advance("link")
     shared = slots < r.world_size
     for size in sizes:
-        mine["calibration"].update(in_situ(r, size, splits[size], shared, request["in_situ_steps"]))
+        count = in_situ_microbatches(request["global_batch"], size)
+        mine["calibration"].update(in_situ(r, size, splits[size], shared, request["in_situ_steps"], count))
         progress.advance(f"in-situ steps at microbatch size {size}")
     mine["names"] = names
     return mine
 
 
 def in_situ(
-    r: Rank, size: int, splits: dict[tuple[bool, int], tuple[int, ...]], shared: bool, max_steps: int
+    r: Rank,
+    size: int,
+    splits: dict[tuple[bool, int], tuple[int, ...]],
+    shared: bool,
+    max_steps: int,
+    microbatches: int | None = None,
 ) -> dict[tuple, dict[str, Any]]:
     """The in-situ steps at one size: every in-situ schedule (`unit_fit.in_situ_steps`), plain and recomputing, in
     interleaved rounds of CALIBRATION_STEPS steps each (A B C .., A B C ..: a drift of the machine's speed hits
@@ -262,7 +292,10 @@ def in_situ(
             try:
                 if points is None:
                     raise ValueError("more stages than units")
-                sized = variant(r, size, name, chunks, recompute, points)
+                try:
+                    sized = variant(r, size, name, chunks, recompute, points, microbatches)
+                except ValueError:  # a count this schedule cannot build (too few microbatches): the default's
+                    sized = variant(r, size, name, chunks, recompute, points)
             except ValueError:  # a schedule this many ranks or units cannot build: its class falls back
                 open_.remove((name, chunks, recompute))
                 continue
@@ -273,6 +306,7 @@ def in_situ(
                 params,
                 list(sized.model.split_points),
                 sized.schedule.uses_split_backward,
+                sized.schedule.num_microbatches,
             )
             del sized
             steps = len(kept) + len(kept) // (CALIBRATION_STEPS - 1)  # the dropped first step of each round counted
@@ -288,8 +322,8 @@ def in_situ(
         summary["timing"] = [
             {"spans": record["spans"], "comm": [c for c in record["comm"] if c[0] == "recv"]} for record in kept
         ]
-        params, points, split = built[(name, chunks, recompute)]
-        summary.update(param_bytes=params, split_points=points)
+        params, points, split, count = built[(name, chunks, recompute)]
+        summary.update(param_bytes=params, split_points=points, microbatches=count)
         out[(size, name, chunks, recompute, split)] = summary
     return out
 
