@@ -57,6 +57,10 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
         "3",
         "--in-situ-steps",
         "16",
+        "--launches",
+        "2",
+        "--global-batch",
+        "4",
         "--device",
         "cpu",
         "--out",
@@ -77,7 +81,9 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
     assert profile.in_situ["plain"].factor("backward_ms", 2) > 0 and profile.provenance["in_situ"]["ratios"]
     assert set(profile.in_situ) == {"plain", "split", "plain-chunked", "split-chunked"}
     assert profile.stages and all(size in (1, 2) for size, _, _ in profile.stages)  # the planner's cuts, timed whole
-    assert set(profile.spread) == set(TIME_KINDS) and profile.spread_repeats == 3  # issue 29: the spread kept
+    assert (
+        set(profile.spread) == set(TIME_KINDS) and profile.spread_repeats == 6
+    )  # issue 29: the spread kept (3 repeats x 2 launches)
     assert "in-situ  plain: 8 factors x" in printed and "95% CI up to +-" in printed  # each class's CIs ...
     assert "every in-situ factor within +-3%" in printed or "in-situ factors not within +-3%" in printed  # ... said
     for row in profile.provenance["in_situ"]["ci"]:
@@ -88,8 +94,13 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
         assert terms.stages and all(
             terms.factor(kind, *key) == factor for key, kinds in terms.stages.items() for kind, factor in kinds.items()
         )
-    assert 0 <= profile.spread_drift < 1  # the machine's drift between the in-situ rounds, said when there is any
-    assert ("drift    the machine's speed moved" in printed) == (profile.spread_drift > 0)
+    assert 0 <= profile.spread_drift < 1  # the machine's drift, in and between the launches
+    launches = profile.provenance["launches"]  # two launches, each its own cost file, merged into one
+    assert launches["count"] == 2 and len(launches["levels"]) == 2 and launches["spread"] >= 0
+    assert (out / "launch1-cost.json").exists() and (out / "launch2-cost.json").exists()
+    assert "launches 2 merged" in printed and "drift    the machine's speed moved" not in printed
+    counts = profile.provenance["in_situ"]["microbatches"]  # the in-situ steps at the plans' shape: 4 / size
+    assert 4 in counts["1"] and 2 in counts["2"], counts
     plan = tmp_path / "plan.json"
     assert pipesim_main(["plan", "--cost", str(out / "cost.json"), "--devices", "2", "--global-batch", "8",
                          "--optimizer", "sgd-momentum", "--json", str(plan)]) == 0  # fmt: skip
