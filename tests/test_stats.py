@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from pipesim.analysis import stats
-from pipesim.analysis.stats import MedianCI, group_ranks, indistinguishable_groups, median_ci, t_quantile
+from pipesim.analysis.stats import (
+    MedianCI,
+    RoundSpread,
+    group_ranks,
+    indistinguishable_groups,
+    median_ci,
+    pooled_round_spread,
+    t_quantile,
+)
 
 
 def _binomial_at_least(n: int, p: float, k: int) -> float:
@@ -112,3 +120,55 @@ def test_overlapping_intervals_form_one_group_and_share_a_rank():
     assert group_ranks([a, b, c, d]) == [2.0, 2.0, 4.0, 2.0]
     assert group_ranks([c, a]) == [2.0, 1.0]
     assert a.overlaps(b) and not a.overlaps(d) and a.contains(9) and not a.contains(11.5)
+
+
+def test_the_round_spread_pools_every_candidates_deviations_about_its_own_mean():
+    first = [[10.0] * 5, [11.0] * 5, [12.0] * 5]
+    second = [[20.0] * 5, [20.0] * 5]  # agreeing rounds still count: one degree of freedom of zero deviation
+    logs = np.log([10.0, 11.0, 12.0])
+    spread = pooled_round_spread([first, second, [[5.0] * 5]])  # one round: no degree of freedom, left out
+    assert spread == RoundSpread(pytest.approx(float(np.sqrt(np.sum((logs - logs.mean()) ** 2) / 3))), 3)
+    assert pooled_round_spread([[[5.0, 6.0]]]) is None and pooled_round_spread([]) is None
+
+
+def test_a_pooled_spread_sets_the_t_interval_of_rounds_that_agreed_by_chance():
+    rounds = [[10.0] * 20, [10.0] * 20, [10.0] * 20]
+    assert (median_ci(rounds).low, median_ci(rounds).high) == (10.0, 10.0)  # alone: no spread seen
+    ci = median_ci(rounds, pooled=RoundSpread(0.05, 24))
+    half = t_quantile(0.95, 24) * 0.05 / np.sqrt(3)
+    assert ci.low == pytest.approx(10 * np.exp(-half)) and ci.high == pytest.approx(10 * np.exp(half))
+    # a round hit by a burst keeps the bootstrap's width (two of three rounds drawn from it: 7 draws in 27 give a
+    # median of 20): a small pooled spread never hides it
+    burst = [[10.0] * 20, [20.0] * 20, [10.5] * 20]
+    assert median_ci(burst, pooled=RoundSpread(0.01, 24)).high == 20.0
+
+
+def test_pooled_intervals_hold_the_next_verifications_medians_for_candidates_measured_together():
+    """Seeded simulation of issue 29's check at its own size: two verifications of 12 candidates, 3 rounds of 20
+    steps each, every run landing at a speed of its own (5% standard deviation), each step jittering by 15%. With
+    the round spread pooled over the 12 candidates, each median lies inside the other verification's interval for
+    about 95% of the candidates; with each candidate's own 3 rounds, about 90% and far wider intervals (t(2))."""
+    rng = np.random.default_rng(31)
+
+    def verification() -> list[list[list[float]]]:
+        return [
+            [list(10 * (1 + 0.05 * rng.standard_normal()) * (1 + 0.15 * rng.standard_normal(20))) for _ in range(3)]
+            for _ in range(12)
+        ]
+
+    pairs = [(verification(), verification()) for _ in range(20)]
+
+    def agreeing(pooled: bool) -> tuple[float, float]:
+        inside, widths = [], []
+        for a, b in pairs:
+            spreads = [pooled_round_spread(v) if pooled else None for v in (a, b)]
+            for rounds_a, rounds_b in zip(a, b, strict=True):
+                first = median_ci(rounds_a, samples=300, pooled=spreads[0])
+                second = median_ci(rounds_b, samples=300, pooled=spreads[1])
+                inside.append(first.contains(second.median) and second.contains(first.median))
+                widths.append(first.high / first.low - 1)
+        return float(np.mean(inside)), float(np.median(widths))
+
+    pooled_share, pooled_width = agreeing(True)
+    own_share, own_width = agreeing(False)
+    assert pooled_share >= 0.9 and pooled_width < 0.8 * own_width
