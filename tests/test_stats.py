@@ -143,32 +143,34 @@ def test_a_pooled_spread_sets_the_t_interval_of_rounds_that_agreed_by_chance():
     assert median_ci(burst, pooled=RoundSpread(0.01, 24)).high == 20.0
 
 
-def test_pooled_intervals_hold_the_next_verifications_medians_for_candidates_measured_together():
-    """Seeded simulation of issue 29's check at its own size: two verifications of 12 candidates, 3 rounds of 20
-    steps each, every run landing at a speed of its own (5% standard deviation), each step jittering by 15%. With
-    the round spread pooled over the 12 candidates, each median lies inside the other verification's interval for
-    about 95% of the candidates; with each candidate's own 3 rounds, about 90% and far wider intervals (t(2))."""
+def test_pooled_intervals_cover_the_true_median_and_are_narrower_than_each_candidates_own():
+    """Seeded simulation at issue 29's size: verifications of 12 candidates, 3 rounds of 20 steps each, every run
+    landing at a speed of its own (5% standard deviation about the true 10 ms), each step jittering by 15%. On the
+    round spread pooled over the 12 candidates the 95% intervals hold the true median about 95% of the time, as on
+    each candidate's own three rounds, and are far narrower (t(24) against t(2)). Two verifications' medians each
+    inside the other's correct 95% interval is another matter: their difference has sqrt(2) times one median's
+    standard error, so about 83% of the candidates agree so, not 95%."""
     rng = np.random.default_rng(31)
+    verifications = [
+        [[list(10 * (1 + 0.05 * rng.standard_normal()) * (1 + 0.15 * rng.standard_normal(20))) for _ in range(3)]
+         for _ in range(12)]
+        for _ in range(30)
+    ]  # fmt: skip
 
-    def verification() -> list[list[list[float]]]:
-        return [
-            [list(10 * (1 + 0.05 * rng.standard_normal()) * (1 + 0.15 * rng.standard_normal(20))) for _ in range(3)]
-            for _ in range(12)
-        ]
+    def intervals(pooled: bool) -> list[list[MedianCI]]:
+        return [[median_ci(c, samples=300, pooled=pooled_round_spread(v) if pooled else None) for c in v]
+                for v in verifications]  # fmt: skip
 
-    pairs = [(verification(), verification()) for _ in range(20)]
-
-    def agreeing(pooled: bool) -> tuple[float, float]:
-        inside, widths = [], []
-        for a, b in pairs:
-            spreads = [pooled_round_spread(v) if pooled else None for v in (a, b)]
-            for rounds_a, rounds_b in zip(a, b, strict=True):
-                first = median_ci(rounds_a, samples=300, pooled=spreads[0])
-                second = median_ci(rounds_b, samples=300, pooled=spreads[1])
-                inside.append(first.contains(second.median) and second.contains(first.median))
-                widths.append(first.high / first.low - 1)
-        return float(np.mean(inside)), float(np.median(widths))
-
-    pooled_share, pooled_width = agreeing(True)
-    own_share, own_width = agreeing(False)
-    assert pooled_share >= 0.9 and pooled_width < 0.8 * own_width
+    for pooled in (True, False):
+        cis = [ci for v in intervals(pooled) for ci in v]
+        assert 0.9 <= np.mean([ci.contains(10.0) for ci in cis]) <= 0.99
+    pooled_width = np.median([ci.high / ci.low - 1 for v in intervals(True) for ci in v])
+    own_width = np.median([ci.high / ci.low - 1 for v in intervals(False) for ci in v])
+    assert pooled_width < 0.7 * own_width
+    pooled_cis = intervals(True)
+    agree = [
+        a.contains(b.median) and b.contains(a.median)
+        for first, second in zip(pooled_cis[::2], pooled_cis[1::2], strict=True)
+        for a, b in zip(first, second, strict=True)
+    ]
+    assert 0.7 <= np.mean(agree) <= 0.92

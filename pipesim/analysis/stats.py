@@ -104,7 +104,7 @@ def median_ci(
         raise ValueError("no step times to take a median of")
     if max(len(r) for r in kept) > MAX_STEPS_PER_ROUND:
         raise ValueError(f"a round holds more than {MAX_STEPS_PER_ROUND} steps")
-    pooled = np.concatenate(kept)
+    every_step = np.concatenate(kept)
     rng = np.random.default_rng(seed)
     per_chunk = max(1, CHUNK_CELLS // (len(kept) * max(len(r) for r in kept)))
     medians = np.concatenate(
@@ -112,7 +112,7 @@ def median_ci(
     )
     tail = (1 - level) / 2
     low, high = np.quantile(medians, [tail, 1 - tail], method="inverted_cdf")
-    centre = float(np.median(pooled))
+    centre = float(np.median(every_step))
     if len(kept) >= 2:
         medians = [float(np.median(r)) for r in kept]
         low, high = _widened_by_rounds(medians, centre, level, float(low), float(high), pooled)
