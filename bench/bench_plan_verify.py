@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,7 @@ from pipesim.io.formats import read_json, write_json  # noqa: E402
 from pipesim_executor.config import ModelConfig  # noqa: E402
 from pipesim_executor.host.unit_profile import ProfileConfig, start_profile  # noqa: E402
 from pipesim_executor.host.verify import Verification, verify_plan  # noqa: E402
+from pipesim_executor.host.verify_compare import VerifyRow, compare  # noqa: E402
 from pipesim_executor.host.verify_config import label, plan_candidates  # noqa: E402
 
 MODELS = {
@@ -80,6 +82,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("out/bench-plan-verify"), help="profiles, plans and runs")
     parser.add_argument("--json", type=Path, help="write every figure")
     parser.add_argument("--markdown", type=Path, help="write the tables as Markdown")
+    parser.add_argument(
+        "--reanalyse",
+        type=Path,
+        metavar="REPORT",
+        help="run nothing: every figure again from an earlier --json report's measurements, with this checkout's "
+        "statistics (the profiles' agreement as the report has it)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.models = args.models or list(QUICK_MODELS)
@@ -239,18 +248,35 @@ def run_model(name: str, args: argparse.Namespace, folder: Path) -> tuple[list[s
     return lines, record
 
 
+def rebuilt(saved: dict) -> Verification:
+    """A verification's comparison again from its saved rows (their rounds' step times), by `verify_compare`."""
+    names = {f.name for f in fields(VerifyRow)}
+    rows = [VerifyRow(**{k: v for k, v in row.items() if k in names}) for row in saved["candidates"]]
+    return compare(rows, saved["uncertainty"], saved["rounds"])
+
+
+def reanalyse(path: Path) -> tuple[dict, list[str]]:
+    """Every model's figures and table again from an earlier report's measurements."""
+    report = read_json(path)
+    markdown: list[str] = []
+    for name, record in report["models"].items():
+        first, again = rebuilt(record["first"]), rebuilt(record["second"])
+        saved = record["figures"]
+        got = figures(first, again, saved["profile_agreement"], saved.get("profile_inside"))
+        lines = table(name, record["spec"], first, got)
+        print("\n".join(lines), flush=True)
+        markdown += lines
+        record.update(figures=got, first=first.to_dict(), second=again.to_dict())
+    report["reanalysed_from"] = str(path)
+    return report, markdown
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    folder = args.out / time.strftime("%Y%m%d-%H%M%S")
-    folder.mkdir(parents=True)
-    report: dict = {"started_load_1min": load(), "settings": {k: str(v) for k, v in vars(args).items()}, "models": {}}
-    print(f"load at the start: {load():.2f} on {os.cpu_count()} cores", flush=True)
-    markdown: list[str] = []
-    for name in args.models:
-        lines, report["models"][name] = run_model(name, args, folder)
-        markdown += lines
-    report["ended_load_1min"] = load()
-    print(f"load at the end: {load():.2f}", flush=True)
+    if args.reanalyse is not None:
+        report, markdown = reanalyse(args.reanalyse)
+    else:
+        report, markdown = measure(args)
     if args.json:
         write_json(report, args.json)
     if args.markdown:
@@ -261,6 +287,21 @@ def main(argv: list[str] | None = None) -> int:
         if m["figures"][k] is not None
     )  # fmt: skip
     return 0 if passed else 1
+
+
+def measure(args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """Profile, plan and verify every model asked for: the report and its tables."""
+    folder = args.out / time.strftime("%Y%m%d-%H%M%S")
+    folder.mkdir(parents=True)
+    report: dict = {"started_load_1min": load(), "settings": {k: str(v) for k, v in vars(args).items()}, "models": {}}
+    print(f"load at the start: {load():.2f} on {os.cpu_count()} cores", flush=True)
+    markdown: list[str] = []
+    for name in args.models:
+        lines, report["models"][name] = run_model(name, args, folder)
+        markdown += lines
+    report["ended_load_1min"] = load()
+    print(f"load at the end: {load():.2f}", flush=True)
+    return report, markdown
 
 
 if __name__ == "__main__":

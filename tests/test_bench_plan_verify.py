@@ -30,3 +30,30 @@ def test_two_profiles_are_compared_candidate_by_candidate(bench):
     assert bench.profile_agreement(first, second, 10) == pytest.approx(0.10)  # both 10% apart
     assert bench.profile_inside(first, second, 10) == 0.5  # 11 inside [9, 11.5]; 22 outside [19, 21]
     assert bench.profile_inside({"candidates": [candidate("1f1b", 10.0)]}, second, 10) is None  # no interval
+
+
+def test_a_report_is_reanalysed_from_its_saved_rounds_alone(bench, tmp_path):
+    """`--reanalyse`: every figure again from the rows' saved step times, nothing run; the profiles' agreement as
+    the report had it."""
+    from pipesim.io.formats import write_json
+    from pipesim_executor.host.verify_compare import VerifyRow, compare
+
+    def verification(shift: float):
+        rows = []
+        for i, step in enumerate((10.0, 12.0, 15.0)):
+            row = VerifyRow(f"c{i}", {"schedule": "1f1b"}, step, predicted_p05_ms=step * 0.95,
+                            predicted_p95_ms=step * 1.05, has_predicted_interval=True)  # fmt: skip
+            for r in range(3):
+                row.add_round([step * shift * (1 + 0.01 * r) * (1 + 0.02 * k % 3) for k in range(10)], f"r{r}")
+            rows.append(row)
+        return compare(rows, 0.02, 3)
+
+    first, second = verification(1.0), verification(1.03)
+    figures = {"profile_agreement": 0.04, "profile_inside": 0.5}
+    saved = {"models": {"m": {"spec": "x:y", "figures": figures, "first": first.to_dict(), "second": second.to_dict()}}}
+    write_json(saved, tmp_path / "report.json")
+    report, markdown = bench.reanalyse(tmp_path / "report.json")
+    got = report["models"]["m"]["figures"]
+    assert got == bench.figures(first, second, 0.04, 0.5)
+    assert got["candidates"] == 3 and got["profile_agreement"] == 0.04 and markdown[0] == "### m (x:y)"
+    assert report["reanalysed_from"] == str(tmp_path / "report.json")

@@ -15,6 +15,15 @@ as well (the rounds as clusters: centred on the pooled median, half-width t(leve
 of their logarithms / sqrt(R), a ratio either way, since drift scales a step): the wider of the two, honest about
 rounds that disagree, as narrow as the bootstrap when they agree.
 
+Candidates measured in the same interleaved rounds share the machine's moves between rounds, and three rounds
+say little about them alone: two degrees of freedom, so a candidate whose three rounds agreed by chance gets an
+interval far narrower than the next verification's level shift (issue 29: two verifications of one plan, each
+candidate's median inside the other's interval for 58-92% of them), and one whose rounds disagreed an interval of
+t(2) = 4.3 standard errors. `pooled_round_spread` pools the round medians' log deviations of every candidate
+measured together (their own means taken off: degrees of freedom the sum of rounds - 1); given one, `median_ci`
+widens to Student's t on that pooled standard deviation and its degrees of freedom instead of the candidate's own
+(still never narrower than its bootstrap over rounds and steps, which a burst of other work in one round widens).
+
 Two candidates whose intervals overlap are indistinguishable: the measurement cannot say which is faster. Groups
 are the connected runs of overlapping intervals (sorted by their lower ends), so a candidate belongs to exactly one
 group. Pure numpy, no torch: the executor's verification and the app both read it.
@@ -32,6 +41,29 @@ BOOTSTRAP_SAMPLES = 2000  # medians drawn per interval: the 2.5% tail then rests
 CONFIDENCE = 0.95
 MAX_STEPS_PER_ROUND = 10_000  # bounds the bootstrap's work (samples x rounds x steps)
 CHUNK_CELLS = 1_000_000  # draws held in memory at once (8 MB of float64)
+
+
+@dataclass(frozen=True)
+class RoundSpread:
+    """How far round medians move, pooled over the candidates measured in the same rounds: the standard deviation
+    of their logarithms about each candidate's mean (`log_sd`) and the degrees of freedom it rests on (`dof`)."""
+
+    log_sd: float
+    dof: int
+
+
+def pooled_round_spread(measurements: Sequence[Sequence[Sequence[float]]]) -> RoundSpread | None:
+    """The round spread pooled over `measurements` (each a candidate's rounds, each round its step times); None
+    when no candidate has two rounds of positive medians."""
+    squares, dof = 0.0, 0
+    for rounds in measurements:
+        medians = [float(np.median(r)) for r in rounds if len(r) > 0]
+        if len(medians) < 2 or min(medians) <= 0:
+            continue
+        logs = np.log(medians)
+        squares += float(np.sum((logs - logs.mean()) ** 2))
+        dof += len(logs) - 1
+    return RoundSpread(math.sqrt(squares / dof), dof) if dof else None
 
 
 @dataclass(frozen=True)
@@ -57,9 +89,12 @@ def median_ci(
     level: float = CONFIDENCE,
     samples: int = BOOTSTRAP_SAMPLES,
     seed: int = 0,
+    pooled: RoundSpread | None = None,
 ) -> MedianCI:
-    """The pooled median of `rounds` (each a list of step times) with its bootstrap interval over rounds and steps.
-    ValueError for no steps, a round longer than MAX_STEPS_PER_ROUND, or a level outside (0, 1)."""
+    """The pooled median of `rounds` (each a list of step times) with its bootstrap interval over rounds and steps,
+    widened to Student's t over the round medians (on `pooled`, the spread of every candidate measured in these
+    rounds, when given). ValueError for no steps, a round longer than MAX_STEPS_PER_ROUND, or a level outside
+    (0, 1)."""
     if not 0 < level < 1:
         raise ValueError(f"confidence level must be between 0 and 1, got {level}")
     if samples < 1:
@@ -69,7 +104,7 @@ def median_ci(
         raise ValueError("no step times to take a median of")
     if max(len(r) for r in kept) > MAX_STEPS_PER_ROUND:
         raise ValueError(f"a round holds more than {MAX_STEPS_PER_ROUND} steps")
-    pooled = np.concatenate(kept)
+    every_step = np.concatenate(kept)
     rng = np.random.default_rng(seed)
     per_chunk = max(1, CHUNK_CELLS // (len(kept) * max(len(r) for r in kept)))
     medians = np.concatenate(
@@ -77,20 +112,26 @@ def median_ci(
     )
     tail = (1 - level) / 2
     low, high = np.quantile(medians, [tail, 1 - tail], method="inverted_cdf")
-    centre = float(np.median(pooled))
+    centre = float(np.median(every_step))
     if len(kept) >= 2:
-        low, high = _widened_by_rounds([float(np.median(r)) for r in kept], centre, level, float(low), float(high))
+        medians = [float(np.median(r)) for r in kept]
+        low, high = _widened_by_rounds(medians, centre, level, float(low), float(high), pooled)
     return MedianCI(centre, float(low), float(high), level)
 
 
 def _widened_by_rounds(
-    round_medians: list[float], centre: float, level: float, low: float, high: float
+    round_medians: list[float], centre: float, level: float, low: float, high: float, pooled: RoundSpread | None
 ) -> tuple[float, float]:
     """(low, high) widened to Student's t-interval over the round medians, on their logarithms where every one is
     positive (a machine's drift scales a step: the interval stays positive and as asymmetric as a ratio is), on
-    the medians themselves otherwise."""
+    the medians themselves otherwise; with `pooled`, the logarithms' standard deviation and degrees of freedom
+    are the pooled ones."""
+    positive = centre > 0 and min(round_medians) > 0
+    if pooled is not None and positive:
+        half = t_quantile(level, pooled.dof) / math.sqrt(len(round_medians)) * pooled.log_sd
+        return min(low, centre * math.exp(-half)), max(high, centre * math.exp(half))
     t = t_quantile(level, len(round_medians) - 1) / math.sqrt(len(round_medians))
-    if centre > 0 and min(round_medians) > 0:
+    if positive:
         half = t * float(np.std(np.log(round_medians), ddof=1))
         return min(low, centre * math.exp(-half)), max(high, centre * math.exp(half))
     half = t * float(np.std(round_medians, ddof=1))

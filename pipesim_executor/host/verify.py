@@ -11,7 +11,8 @@ slows every candidate alike, instead of whichever happened to run during the slo
 What is reported, per candidate: the predicted step with the plan's 90% interval (`step_ms_p05`, `step_ms_p95`,
 when the plan carries them) and whether it was extrapolated; the measured median over every step of every round
 with its 95% confidence interval (a bootstrap over steps and rounds, at least as wide as Student's t-interval over
-the round medians, pipesim.analysis.stats); the runs' own
+the round medians, their spread pooled over every candidate of the verification, pipesim.analysis.stats); the
+runs' own
 coefficient of variation and the Run page's too-noisy verdict on it; predicted against measured peak memory per
 rank (tracked tensor bytes on the CPU, `torch.cuda.max_memory_allocated` on a GPU). Over the candidates: the groups
 the measurement cannot order (overlapping intervals), the Spearman rank correlation over the pairs it can, and how

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pipesim.analysis.attribution import coefficient_of_variation, reliable
-from pipesim.analysis.stats import MedianCI, group_ranks, indistinguishable_groups, median_ci
+from pipesim.analysis.stats import (
+    MedianCI,
+    group_ranks,
+    indistinguishable_groups,
+    median_ci,
+    pooled_round_spread,
+)
 
 DEFAULT_UNCERTAINTY = 0.01  # plans written before they carried their own (pipesim.plan.inputs.TIE)
 
@@ -173,6 +179,11 @@ def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY, rou
     the predictions tie); the recommended (first) row's gap to the measured best, and whether the two are
     indistinguishable."""
     done = [r for r in rows if r.measured_ms is not None]
+    pooled = pooled_round_spread([r.round_step_times_ms for r in done])
+    for row in done:  # the candidates share their rounds: each interval on the spread pooled over all of them
+        if len(row.round_step_times_ms) >= 2:
+            ci = median_ci(row.round_step_times_ms, pooled=pooled)
+            row.measured_ms, row.measured_ci_low_ms, row.measured_ci_high_ms = ci.median, ci.low, ci.high
     notes = [f"{r.label}: {r.error}" for r in rows if r.error]
     predicted = [r.predicted_ms for r in done]
     intervals = [measured_interval(r) for r in done]
@@ -238,7 +249,8 @@ def summary_lines(v: Verification) -> list[str]:
     summary = v.to_dict()
     lines.append(
         f"measured in {v.rounds} interleaved round(s); "
-        "95% CI: bootstrap over steps and rounds, at least Student's t over the round medians"
+        "95% CI: bootstrap over steps and rounds, at least Student's t over the round medians (their spread pooled "
+        "over every candidate)"
     )
     if summary["median_abs_error"] is not None:
         lines.append(
