@@ -128,7 +128,8 @@ def test_a_run_of_short_steps_measures_for_at_least_min_seconds():
     assert steps_for(30, 1.0, 100.0) == 30  # long steps: --steps already fills the second
     assert steps_for(10, 0.0, 7.0) == 10
     assert steps_for(10, 1.0, float("nan")) == 10 and steps_for(10, 1.0, 0.0) == 10  # no prediction to go by
-    assert steps_for(10, 600.0, 1e-6) == 10_000  # bounded by what a round's bootstrap takes
+    assert steps_for(10, 600.0, 1e-6) == 200  # a prediction for another device: at most 20 x --steps
+    assert steps_for(1000, 600.0, 1e-6) == 10_000  # ... and what a round's bootstrap takes
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), 601.0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -266,13 +267,29 @@ def test_verify_writes_the_promised_json_with_measured_cv_and_memory(plan_file, 
     for row in written["candidates"]:
         recorded = json.loads((Path(row["run_dir"]) / "plan-prediction.json").read_text())
         assert recorded["predicted_step_ms"] == row["predicted_ms"] and recorded["candidate"] == row["label"]
-    # each run measures --steps, or more where its predicted step is short (--min-seconds)
-    expected = [
-        verify.steps_for(verify.DEFAULT_STEPS, verify.DEFAULT_MIN_SECONDS, r["predicted_ms"])
-        for r in written["candidates"]
-    ]
-    assert sorted(c.training.steps for c in started) == sorted(expected)
-    assert all(steps >= verify.DEFAULT_STEPS for steps in expected)
+    # a plan priced from a description's device rates, not a profile of this machine: --steps, not --min-seconds
+    assert all(c.training.steps == verify.DEFAULT_STEPS for c in started)
+
+
+def test_a_calibrated_plans_short_steps_are_measured_for_min_seconds(plan_file, tmp_path, monkeypatch):
+    """A plan priced from a profile predicts this machine's steps: a run of short ones measures at least
+    --min-seconds (up to 20 x --steps)."""
+    from pipesim_executor.host import launch
+
+    plan = json.loads(plan_file.read_text())
+    plan["calibration"] = {**(plan.get("calibration") or {}), "calibrated": True}
+    plan_file.write_text(json.dumps(plan))
+    started = []
+
+    def fake_start(config, runs_root, name, schedule=None):
+        started.append(config)
+        return _FakeRun(runs_root / name, 1.0, [1.0, 1.0])
+
+    monkeypatch.setattr(launch, "start_run", fake_start)
+    verify.verify_plan(plan_file, 2, runs_root=tmp_path / "runs", rounds=1, steps=5, min_seconds=0.05)
+    predicted = [c["step_ms"] for c in plan_candidates(plan, 2)]
+    assert [c.training.steps for c in started] == [verify.steps_for(5, 0.05, p) for p in predicted]
+    assert all(c.training.steps == min(100, max(5, math.ceil(50 / p))) for c, p in zip(started, predicted, strict=True))
 
 
 def test_a_cancelled_verification_skips_the_candidates_left(plan_file, tmp_path, monkeypatch):

@@ -291,7 +291,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MIN_SECONDS,
         metavar="S",
         help="measure each run for at least this long: a candidate of short steps runs more than --steps, as many "
-        f"as its predicted step takes to fill it (default {DEFAULT_MIN_SECONDS:g})",
+        "as its predicted step takes to fill it, up to 20 times --steps (a plan calibrated by a profile; others run "
+        f"--steps) (default {DEFAULT_MIN_SECONDS:g})",
     )
     parser.add_argument(
         "--rounds",

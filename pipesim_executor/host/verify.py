@@ -72,6 +72,9 @@ DEFAULT_STEPS = 30  # measured steps per candidate and round
 # zoo model's 7 ms steps vary 8-20% a step, so rounds of 10 steps had medians 7% apart (issue 29).
 DEFAULT_MIN_SECONDS = 1.0
 MAX_MIN_SECONDS = 600.0
+# A plan priced for another device (a description's GPU, say) predicts microseconds for a CPU run of milliseconds:
+# --min-seconds adds at most this many times --steps (a test's 2 steps became 10,000 without it).
+MAX_STEPS_FACTOR = 20
 DEFAULT_WARMUP = 3
 DEFAULT_ROUNDS = 3  # interleaved rounds: the fewest whose bootstrap over rounds sees the drift between them
 MAX_ROUNDS = 50
@@ -174,6 +177,7 @@ def verify_plan(
     model_config(plan)  # refuse a plan without a model, or with settings the executor cannot run, before any run
     device = device or run_settings(plan)[2] or "cpu"
     uncertainty = (plan.get("calibration") or {}).get("uncertainty", DEFAULT_UNCERTAINTY)
+    calibrated = (plan.get("calibration") or {}).get("calibrated") is True
     chosen = plan_candidates(plan, top)
     for number, c in enumerate(chosen, 1):
         check_candidate(plan, c, number)
@@ -182,7 +186,8 @@ def verify_plan(
     configs: list[RunConfig | None] = []
     for c, row in zip(chosen, rows, strict=True):
         try:
-            measured = steps_for(steps, min_seconds, predicted_step_ms(c))
+            # a plan priced from a profile predicts this machine's steps; a description's rates do not
+            measured = steps_for(steps, min_seconds if calibrated else 0.0, predicted_step_ms(c))
             configs.append(candidate_config(plan, c, steps=measured, warmup_steps=warmup_steps, device=device,
                                             timeout_s=timeout_s))  # fmt: skip
         except ValueError as error:
@@ -222,10 +227,12 @@ def verify_plan(
 
 def steps_for(steps: int, min_seconds: float, predicted_ms: float) -> int:
     """Measured steps for a candidate: `steps`, or as many as its predicted step takes to fill `min_seconds`
-    (at most the steps a round's bootstrap takes, MAX_STEPS_PER_ROUND): the more of the two."""
+    (at most MAX_STEPS_FACTOR x `steps` and the steps a round's bootstrap takes, MAX_STEPS_PER_ROUND): the more
+    of the two."""
     if not predicted_ms > 0 or not math.isfinite(predicted_ms):
         return steps
-    return max(steps, min(MAX_STEPS_PER_ROUND, math.ceil(1000.0 * min_seconds / predicted_ms)))
+    filled = math.ceil(1000.0 * min_seconds / predicted_ms)
+    return max(steps, min(MAX_STEPS_PER_ROUND, MAX_STEPS_FACTOR * steps, filled))
 
 
 def _run_once(

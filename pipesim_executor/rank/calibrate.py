@@ -288,3 +288,13 @@ def round_work(calibrations: list[dict[str, Any]], round_steps: int) -> list[lis
             if len(rounds) > 1:
                 series.append(rounds)
     return series
+
+
+def in_situ_counts(calibration: dict[tuple, dict[str, Any]]) -> dict[str, list[int]]:
+    """The microbatches per step the in-situ steps ran at each size (`"size": [counts]`, one count unless a
+    schedule could not build the plans' count and ran the profile's own)."""
+    counts: dict[str, set[int]] = {}
+    for key, summary in calibration.items():
+        if "microbatches" in summary:
+            counts.setdefault(str(key[0]), set()).add(int(summary["microbatches"]))
+    return {size: sorted(found) for size, found in sorted(counts.items(), key=lambda item: int(item[0]))}

@@ -34,7 +34,7 @@ from pipesim.cost.profile import (
 from pipesim.cost.runtime import OptimizerTime
 from pipesim.schedules import in_situ_representatives
 from pipesim_executor.config import RunConfig
-from pipesim_executor.rank.calibrate import full_speed_durations, priced_tails, round_work
+from pipesim_executor.rank.calibrate import full_speed_durations, in_situ_counts, priced_tails, round_work
 from pipesim_executor.rank.profile import link_cost
 from pipesim_executor.rank.setup import Rank
 from pipesim_executor.rank.unit_timing import KINDS
@@ -61,16 +61,6 @@ CALIBRATION_STEPS = 8  # in-situ steps per size and schedule at first (the first
 ROUND_STEPS = CALIBRATION_STEPS - 1  # the steps one in-situ round keeps
 IN_SITU_CI = 0.03  # then more, CALIBRATION_STEPS at a time, until every factor's 95% CI is within +-3% ...
 MAX_IN_SITU_STEPS = 40  # ... or this many steps were run (the profile then says which factors did not get there)
-
-
-def in_situ_counts(calibration: dict[tuple, dict[str, Any]]) -> dict[str, list[int]]:
-    """The microbatches per step the in-situ steps ran at each size (`"size": [counts]`, one count unless a
-    schedule could not build the plans' count and ran the profile's own)."""
-    counts: dict[str, set[int]] = {}
-    for key, summary in calibration.items():
-        if "microbatches" in summary:
-            counts.setdefault(str(key[0]), set()).add(int(summary["microbatches"]))
-    return {size: sorted(found) for size, found in sorted(counts.items(), key=lambda item: int(item[0]))}
 
 
 def _median(values: list[float]) -> float:
