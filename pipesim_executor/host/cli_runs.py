@@ -267,6 +267,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         DEFAULT_STEPS,
         DEFAULT_WARMUP,
         MAX_MIN_SECONDS,
+        MAX_STEPS_FACTOR,
     )
 
     parser.add_argument("plan", type=Path, metavar="PLAN", help=f"a plan file from {programs().pipesim} plan --json")
@@ -291,8 +292,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MIN_SECONDS,
         metavar="S",
         help="measure each run for at least this long: a candidate of short steps runs more than --steps, as many "
-        "as its predicted step takes to fill it, up to 20 times --steps (a plan calibrated by a profile; others run "
-        f"--steps) (default {DEFAULT_MIN_SECONDS:g})",
+        f"as its predicted step takes to fill it, up to {MAX_STEPS_FACTOR} times --steps (a plan calibrated by a "
+        f"profile; others run --steps) (default {DEFAULT_MIN_SECONDS:g})",
     )
     parser.add_argument(
         "--rounds",

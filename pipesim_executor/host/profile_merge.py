@@ -30,7 +30,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-IDENTITY_KEYS = ("name", "microbatch_size", "start", "stop")
+STAGE_KEYS = ("microbatch_size", "start", "stop")  # what names a stage record: its size and its units
+IDENTITY_KEYS = ("name", *STAGE_KEYS)
 MAX_LAUNCHES = 10
 KEPT_AS_FIRST = ("provenance", "format", "version", "kind", "measures", "model", "microbatch_sizes")
 
@@ -101,12 +102,12 @@ def _in_situ_times(document: dict[str, Any]) -> dict[tuple, float]:
     isolated = {}
     for record in document.get("stages") or []:
         if isinstance(record, dict):
-            ident = tuple(record.get(k) for k in ("microbatch_size", "start", "stop"))
+            ident = tuple(record.get(k) for k in STAGE_KEYS)
             isolated.update({(*ident, k): v for k, v in record.items() if k.endswith("_ms") and _number(v)})
     table = {}
     for name, terms in (document.get("in_situ") or {}).items():
         for record in (terms.get("stages") or []) if isinstance(terms, dict) else []:
-            ident = tuple(record.get(k) for k in ("microbatch_size", "start", "stop"))
+            ident = tuple(record.get(k) for k in STAGE_KEYS)
             for kind, factor in (record.get("factors") or {}).items():
                 price = isolated.get((*ident, kind))
                 if _number(factor) and price is not None and price * factor > 0:
@@ -134,7 +135,7 @@ def _number(value: Any) -> bool:
 
 def _merged(values: list[Any], first: Any) -> Any:
     """The launches' `values` at one place merged (see the module docstring); `first` is the first launch's."""
-    if isinstance(first, bool) or isinstance(first, int) and not isinstance(first, float):
+    if isinstance(first, (bool, int)):
         return first  # a count or a switch: the same in every launch
     if isinstance(first, float):
         return _merged_number(values) if all(_number(v) for v in values) else first

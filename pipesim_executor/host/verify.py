@@ -176,8 +176,8 @@ def verify_plan(
         raise ValueError(f"{plan_path}: not a plan (expected a JSON object from {programs().pipesim} plan --json)")
     model_config(plan)  # refuse a plan without a model, or with settings the executor cannot run, before any run
     device = device or run_settings(plan)[2] or "cpu"
-    uncertainty = (plan.get("calibration") or {}).get("uncertainty", DEFAULT_UNCERTAINTY)
-    calibrated = (plan.get("calibration") or {}).get("calibrated") is True
+    calibration = plan.get("calibration") or {}
+    uncertainty, calibrated = calibration.get("uncertainty", DEFAULT_UNCERTAINTY), calibration.get("calibrated") is True
     chosen = plan_candidates(plan, top)
     for number, c in enumerate(chosen, 1):
         check_candidate(plan, c, number)
