@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from pipesim_executor.allocator import allocator_environment
 from pipesim_executor.config import RunConfig, ranks_per_node
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +54,8 @@ def torchrun_command(config: RunConfig, run_dir: Path, port: int | None = None, 
 
 
 def run_environment(config: RunConfig) -> dict[str, str]:
-    """The parent's environment plus what the ranks need (crash-injection variables pass through)."""
+    """The parent's environment plus what the ranks need (crash-injection variables pass through), with the C
+    allocator's thresholds pinned where the user has not set them (pipesim_executor.allocator)."""
     env = dict(os.environ)
     # The ranks start in the repository; a custom model's module may live where the user launched from (the
     # launcher's check imported it from there), so that folder goes on their path too, after the repository.
@@ -66,6 +68,7 @@ def run_environment(config: RunConfig) -> dict[str, str]:
     env[LAUNCHER_PID_ENV] = str(os.getpid())
     if config.devices.device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks_per_node(config)))
+    env.update(allocator_environment(os.environ))  # pinned, so a rank's speed does not depend on its history
     return env
 
 

@@ -28,6 +28,7 @@ from pipesim.sim.memory import rank_memory
 from pipesim.sim.metrics import makespan
 from pipesim.sim.simulate import simulate
 from pipesim_executor import processes
+from pipesim_executor.allocator import ALLOCATOR_ENV, allocator_environment, allocator_settings
 from pipesim_executor.config import ModelConfig, RunConfig, run_config
 from pipesim_executor.host import checks, cli_runs, launch, phase, predict, run_folder
 from pipesim_executor.host.run_folder import list_runs, load_run
@@ -102,6 +103,22 @@ def test_cpu_ranks_get_omp_threads(monkeypatch):
     env = processes.run_environment(cpu_config())
     assert int(env["OMP_NUM_THREADS"]) >= 1
     assert str(processes.REPO_ROOT) in env["PYTHONPATH"].split(os.pathsep)
+
+
+def test_ranks_run_with_the_allocator_pinned_unless_the_user_set_it(monkeypatch):
+    for name in ALLOCATOR_ENV:
+        monkeypatch.delenv(name, raising=False)
+    env = processes.run_environment(cpu_config())
+    assert {name: env[name] for name in ALLOCATOR_ENV} == {
+        "MALLOC_MMAP_THRESHOLD_": "33554432",  # glibc's largest accepted value; setting it stops the adaptation
+        "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
+    }
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")  # the user's own choice is theirs
+    env = processes.run_environment(cpu_config())
+    assert env["MALLOC_MMAP_THRESHOLD_"] == "131072" and env["MALLOC_TRIM_THRESHOLD_"] == str(4 << 30)
+    assert allocator_environment({"MALLOC_TRIM_THRESHOLD_": "0"}) == {"MALLOC_MMAP_THRESHOLD_": "33554432"}
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "7")
+    assert allocator_settings() == {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "7"}
 
 
 # --- refusals: nothing starts, no folder appears ----------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from pipesim.cli.main import main as pipesim_main
 from pipesim.cost.profile import TIME_KINDS, UnitProfile
 from pipesim.io.cost_file import load_cost_file
+from pipesim_executor.allocator import ALLOCATOR_ENV
 from pipesim_executor.host.cli import main as executor_main
 
 TINY = ["--model", "examples.gpt_small:build_tiny"]
@@ -46,7 +47,9 @@ def test_an_existing_folder_is_never_overwritten(tmp_path, capsys):
 
 @pytest.mark.torchrun
 @pytest.mark.timeout(600)
-def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
+def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys, monkeypatch):
+    for name in ALLOCATOR_ENV:
+        monkeypatch.delenv(name, raising=False)
     out = tmp_path / "prof"
     argv = [
         "profile",
@@ -99,6 +102,9 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys):
     assert launches["count"] == 2 and len(launches["levels"]) == 2 and launches["spread"] >= 0
     assert (out / "launch1-cost.json").exists() and (out / "launch2-cost.json").exists()
     assert "launches 2 merged" in printed and "drift    the machine's speed moved" not in printed
+    assert profile.provenance["allocator"] == ALLOCATOR_ENV  # the ranks ran with the allocator pinned
+    in_situ_steps = profile.provenance["in_situ"]["step_ms"]  # every in-situ step's time, per rank
+    assert in_situ_steps and all(len(row) == 6 and row[-1] and min(row[-1]) > 0 for row in in_situ_steps)
     counts = profile.provenance["in_situ"]["microbatches"]  # the in-situ steps at the plans' shape: 4 / size
     assert 4 in counts["1"] and 2 in counts["2"], counts
     plan = tmp_path / "plan.json"

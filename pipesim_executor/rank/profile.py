@@ -46,6 +46,7 @@ from pipesim.cost.collectives import fit_ring_link
 from pipesim.cost.convert import measured_stage_cost
 from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, Provenance, RankRuntime, StageCost
 from pipesim.io.cost_file import save_cost
+from pipesim_executor.allocator import allocator_settings
 from pipesim_executor.progress import emit
 from pipesim_executor.rank.calibrate import calibrate, full_speed_durations, priced_tails, shared_slots, sharing_note
 from pipesim_executor.rank.setup import Rank
@@ -341,6 +342,7 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
         "device": r.choice.device.type,
         "repeats": PROFILE_REPEATS,
         "torch_version": torch.__version__,
+        "allocator": allocator_settings(),
     }
     return CostModel(
         stages=costs,

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from pipesim.io.formats import timeline_to_dict, write_json
+from pipesim_executor.allocator import allocator_settings
 from pipesim_executor.processes import launcher_gone
 from pipesim_executor.progress import emit
 from pipesim_executor.rank.setup import Rank
@@ -218,6 +219,7 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "backend": r.choice.transport,
         "device": r.choice.device.type,
         "torch_version": torch.__version__,
+        "allocator": allocator_settings(),
         "dtype": r.config.training.dtype,
         "data_parallel": replicas,
     }
