@@ -320,8 +320,12 @@ def in_situ(
         # each step's spans and receive waits on this machine's one clock: rank 0 reads the in-run hops off them
         # (pipesim.analysis.hops), what the link costs inside a step beyond its ping-pong
         summary["timing"] = [
-            {"spans": record["spans"], "comm": [c for c in record["comm"] if c[0] == "recv"],
-             "start": record["start"], "end": record["end"]}
+            {
+                "spans": record["spans"],
+                "comm": [c for c in record["comm"] if c[0] == "recv"],
+                "start": record["start"],
+                "end": record["end"],
+            }
             for record in kept
         ]
         params, points, split, count = built[(name, chunks, recompute)]
