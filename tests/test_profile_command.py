@@ -103,8 +103,11 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys, monk
     assert (out / "launch1-cost.json").exists() and (out / "launch2-cost.json").exists()
     assert "launches 2 merged" in printed and "drift    the machine's speed moved" not in printed
     assert profile.provenance["allocator"] == ALLOCATOR_ENV  # the ranks ran with the allocator pinned
-    in_situ_steps = profile.provenance["in_situ"]["step_ms"]  # every in-situ step's time, per rank
-    assert in_situ_steps and all(len(row) == 6 and row[-1] and min(row[-1]) > 0 for row in in_situ_steps)
+    measured = profile.provenance["in_situ"]["measured_steps"]  # every in-situ step as a run times it ...
+    assert measured and all(len(row["step_ms"]) >= 14 and min(row["step_ms"]) > 0 for row in measured)
+    check = profile.provenance["check"]  # ... predicted from the profile itself
+    assert check["configurations"] >= 4 and 0 <= check["median_error"] <= check["largest_error"]
+    assert "check    the profile predicts its own" in printed
     counts = profile.provenance["in_situ"]["microbatches"]  # the in-situ steps at the plans' shape: 4 / size
     assert 4 in counts["1"] and 2 in counts["2"], counts
     plan = tmp_path / "plan.json"

@@ -20,11 +20,13 @@ minutes between a profile and the run it predicts. Several launches give both wh
 The merge walks the cost files' JSON: numbers (not counts, which are whole numbers, nor switches) are merged where
 every launch has them at the same place; lists of records are matched by their identity fields (name, microbatch
 size, start, stop), others by position when their lengths agree; anything else is the first launch's. The
-provenance is the first launch's, with each launch's time and level added. Pure Python, no torch.
+provenance is the first launch's, with each launch's time and level added and every launch's in-situ steps. Pure
+Python, no torch.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -70,8 +72,29 @@ def merge_profiles(documents: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "rule": "every timing the median of its log over the launches; the drift sqrt(within^2 + between^2 x "
         "(1 + 1/launches)) (pipesim_executor.host.profile_merge)",
     }
+    steps = merged_in_situ_steps(documents)
+    if steps:
+        provenance["in_situ"] = {**provenance.get("in_situ", {}), "measured_steps": steps}
     merged["provenance"] = provenance
     return merged
+
+
+STEP_IDENTITY = ("microbatch_size", "schedule", "chunks", "recompute", "split_backward", "split_points", "microbatches")
+
+
+def merged_in_situ_steps(documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every launch's in-situ steps (`provenance.in_situ.measured_steps`, pipesim_executor.rank.unit_fit) of the same
+    configuration as one row, their step times one after another in launch order (the profile's check reads them,
+    pipesim_executor.host.profile_check)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for document in documents:
+        for row in ((document.get("provenance") or {}).get("in_situ") or {}).get("measured_steps") or []:
+            if not isinstance(row, dict) or not isinstance(row.get("step_ms"), list):
+                continue
+            identity = json.dumps([row.get(key) for key in STEP_IDENTITY])
+            kept = rows.setdefault(identity, {**row, "step_ms": []})
+            kept["step_ms"] = kept["step_ms"] + row["step_ms"]
+    return list(rows.values())
 
 
 def launch_levels(documents: Sequence[dict[str, Any]]) -> list[float]:

@@ -38,6 +38,7 @@ from pipesim_executor.host.checks import check_run
 from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle
 from pipesim_executor.host.model_memory import check_model_memory
 from pipesim_executor.host.phase import Phase
+from pipesim_executor.host.profile_check import check_line, check_profile, check_summary
 from pipesim_executor.host.profile_merge import MAX_LAUNCHES, merge_profiles
 from pipesim_executor.host.run_folder import check_name, make_run_dir
 from pipesim_executor.processes import run_environment, torchrun_command
@@ -196,6 +197,8 @@ class ProfileHandle(RunHandle):
                 try:
                     loaded = load_cost_file(self.run_dir / COST_FILE)
                     profile = loaded if isinstance(loaded, UnitProfile) else None
+                    if profile is not None:
+                        profile = checked_profile(profile, self.run_dir / COST_FILE)
                 except ValueError as error:
                     status, message = "failed", f"the ranks wrote no readable profile: {error}"
         except Exception as error:  # the launcher itself broke: still leave a result behind
@@ -211,6 +214,21 @@ class ProfileHandle(RunHandle):
         self.publish(force=True)
         self._launch_event("finished", status=status, message=summary["message"])
         self._finished.set()
+
+
+def checked_profile(profile: UnitProfile, cost_file: Path) -> UnitProfile:
+    """`profile` with its check against its own in-situ steps (pipesim_executor.host.profile_check) in its
+    provenance (`check`), written into `cost_file` too; unchanged where there was nothing to check."""
+    try:
+        summary = check_summary(check_profile(profile))
+        if summary is None:
+            return profile
+        document = read_json(cost_file)
+        document.setdefault("provenance", {})["check"] = summary
+        write_json(document, cost_file)
+    except Exception:  # noqa: BLE001 - the check only reports: a profile it cannot check is still the profile
+        return profile
+    return replace(profile, provenance={**profile.provenance, "check": summary})
 
 
 def start_profile(config: ProfileConfig, out: Path, on_event: EventCallback | None = None) -> ProfileHandle:
@@ -269,6 +287,7 @@ def summary_lines(result: ProfileResult) -> list[str]:
         else "link     none measured (one rank)",
         *in_situ_lines(profile),
         *_drift_lines(profile),
+        *check_line(profile.provenance.get("check") if isinstance(profile.provenance, Mapping) else None),
         f"wrote    {result.cost_file} ({programs().pipesim} plan --cost {result.cost_file} ...)",
     ]
     return lines

@@ -298,3 +298,33 @@ def in_situ_counts(calibration: dict[tuple, dict[str, Any]]) -> dict[str, list[i
         if "microbatches" in summary:
             counts.setdefault(str(key[0]), set()).add(int(summary["microbatches"]))
     return {size: sorted(found) for size, found in sorted(counts.items(), key=lambda item: int(item[0]))}
+
+
+def in_situ_step_rows(ranks: list[dict[str, Any]], optimizer: str) -> list[dict[str, Any]]:
+    """Every in-situ configuration the pipeline ranks ran (`ranks`: each one's measurements, in rank order), one row
+    each (`in_situ_step_row`): the profile's `provenance.in_situ.measured_steps`, which it checks its own predictions
+    against (pipesim_executor.host.profile_check)."""
+    return [in_situ_step_row(key, [e["calibration"][key] for e in ranks], optimizer) for key in ranks[0]["calibration"]]
+
+
+def in_situ_step_row(key: tuple, summaries: list[dict[str, Any]], optimizer: str) -> dict[str, Any]:
+    """One in-situ configuration (its calibration key and every rank's summary of it) for the provenance: what ran
+    (size, schedule, chunks per rank, recomputation, split backward, the cut, the microbatches, the ranks, the
+    optimizer) and
+    each of its steps' time as a run measures it (`pipeline_steps`)."""
+    size, name, chunks, recompute, split = key
+    first = summaries[0]
+    return {"microbatch_size": size, "schedule": name, "chunks": chunks, "recompute": recompute,
+            "split_backward": split, "split_points": list(first.get("split_points", [])),
+            "microbatches": first.get("microbatches"), "ranks": len(summaries), "optimizer": optimizer,
+            "step_ms": pipeline_steps(summaries)}  # fmt: skip
+
+
+def pipeline_steps(summaries: list[dict[str, Any]]) -> list[float]:
+    """Each in-situ step's time as a run measures it (pipesim_executor.host.run_folder): from the earliest rank's
+    start to the latest rank's end, on the machine's one clock (`summaries`: every rank's of the same steps); empty
+    where a rank kept no timing (steps of several machines)."""
+    timings = [s.get("timing") for s in summaries]
+    if not timings or any(not t or "start" not in t[0] for t in timings):
+        return []
+    return [max(t[i]["end"] for t in timings) - min(t[i]["start"] for t in timings) for i in range(len(timings[0]))]

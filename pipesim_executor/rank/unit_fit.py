@@ -35,6 +35,7 @@ from pipesim.cost.runtime import OptimizerTime
 from pipesim.schedules import in_situ_representatives
 from pipesim_executor.allocator import allocator_settings
 from pipesim_executor.config import RunConfig
+from pipesim_executor.rank import calibrate
 from pipesim_executor.rank.calibrate import full_speed_durations, in_situ_counts, priced_tails, round_work
 from pipesim_executor.rank.profile import link_cost
 from pipesim_executor.rank.setup import Rank
@@ -246,21 +247,11 @@ def assemble(
             "dispatch_ms": [[*key, c["dispatch_ms"]] for key, c in calibrations],
             "tail_ms": [[*key, c["tail_ms"]] for key, c in measured],
             "lead_ms": [[*key, c.get("lead_ms", 0.0)] for key, c in measured],
-            "step_ms": [[*key, pipeline_steps([e["calibration"][key] for e in ranks])] for key in priced],
+            "measured_steps": calibrate.in_situ_step_rows(ranks, config.training.optimizer),  # what the profile checks
         },
         "process_spread": _process_spread(everyone, sizes, n),
     }
     return replace(profile, provenance=provenance)
-
-
-def pipeline_steps(summaries: list[dict[str, Any]]) -> list[float]:
-    """Each in-situ step's time as a run measures it (pipesim_executor.host.run_folder): from the earliest rank's
-    start to the latest rank's end, on the machine's one clock (`summaries`: every rank's of the same steps); empty
-    where a rank kept no timing (steps of several machines)."""
-    timings = [s.get("timing") for s in summaries]
-    if not timings or any(not t or "start" not in t[0] for t in timings):
-        return []
-    return [max(t[i]["end"] for t in timings) - min(t[i]["start"] for t in timings) for i in range(len(timings[0]))]
 
 
 def in_run_link(profile: UnitProfile, ranks: list[dict[str, Any]]) -> tuple[LinkCost, dict[str, Any]]:

@@ -1,0 +1,165 @@
+"""A profile checked against itself: its own in-situ steps, predicted the way the planner predicts a candidate.
+
+During `executor profile` the ranks run real steps of the runtime (the in-situ steps: one schedule of each class,
+plain and recomputing, at every size, at the cut the planner picks). Each is timed as a run times its steps, from the
+earliest rank's start to the latest rank's end (pipesim_executor.rank.unit_fit records them, every launch's). Here
+each of those configurations is planned from the finished profile (`pipesim.api.plan_candidates`, the very path of
+`pipesim plan --cost`) and its prediction set beside the median of its measured steps.
+
+This is not a held-out test: the in-situ steps also set the profile's in-situ factors. It shows what the factors do
+not absorb: the step's time outside the actions (gaps, hops, the start and the tail), the jitter penalty, and the
+cost of a cut. When the profile cannot predict its own steps, it cannot predict a plan's.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pipesim.cost.profile import UnitProfile
+
+MIN_STEPS = 3  # fewer measured steps than this: no median worth checking against
+
+
+@dataclass(frozen=True)
+class CheckedStep:
+    """One in-situ configuration: what it measured (the median of its steps) and what the profile predicts."""
+
+    schedule: str
+    microbatch_size: int
+    microbatches: int
+    recompute: bool
+    split_points: tuple[int, ...]
+    steps: int
+    measured_ms: float
+    predicted_ms: float
+    predicted_p05_ms: float | None
+    predicted_p95_ms: float | None
+
+    @property
+    def error(self) -> float:
+        """(predicted - measured) / measured."""
+        return self.predicted_ms / self.measured_ms - 1
+
+    @property
+    def inside(self) -> bool | None:
+        """Whether the measured median lies inside the predicted 90% interval (None: no interval)."""
+        if self.predicted_p05_ms is None or self.predicted_p95_ms is None:
+            return None
+        return self.predicted_p05_ms <= self.measured_ms <= self.predicted_p95_ms
+
+
+def in_situ_step_rows(provenance: Any) -> list[dict[str, Any]]:
+    """The in-situ steps a profile's provenance holds (`in_situ.measured_steps`), only the well-formed ones."""
+    in_situ = provenance.get("in_situ") if isinstance(provenance, dict) else None
+    rows = in_situ.get("measured_steps") if isinstance(in_situ, dict) else None
+    return [
+        row
+        for row in rows or []
+        if isinstance(row, dict)
+        and isinstance(row.get("step_ms"), list)
+        and isinstance(row.get("microbatches"), int)
+        and isinstance(row.get("microbatch_size"), int)
+        and isinstance(row.get("split_points"), list)
+        and isinstance(row.get("ranks"), int)
+        and row["ranks"] >= 1
+    ]
+
+
+def check_profile(profile: UnitProfile) -> list[CheckedStep]:
+    """Every in-situ configuration of `profile` that ran at least MIN_STEPS steps, measured
+    against the planner's prediction of the same schedule, size, microbatches, recomputation and cut; one the
+    planner cuts elsewhere (or cannot build) is left out."""
+    from pipesim.api import plan_candidates
+    from pipesim.plan.inputs import PlanInputs
+    from pipesim.plan.search import PlanSpace
+
+    rows = [
+        row
+        for row in in_situ_step_rows(profile.provenance)
+        if len([t for t in row["step_ms"] if isinstance(t, (int, float)) and t > 0]) >= MIN_STEPS
+    ]
+    groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        optimizer = row.get("optimizer")
+        optimizer = optimizer if optimizer in profile.optimizers else next(iter(profile.optimizers))
+        groups.setdefault((row["ranks"], row["microbatch_size"], row["microbatches"], optimizer), []).append(row)
+    checked = []
+    for (ranks, size, microbatches, optimizer), group in sorted(groups.items()):
+        inputs = PlanInputs.from_profile(profile, devices=ranks, global_batch=size * microbatches, optimizer=optimizer)
+        space = PlanSpace(
+            schedules=tuple(sorted({row["schedule"] for row in group})),
+            microbatch_sizes=(size,),
+            chunks=tuple(sorted({int(row.get("chunks") or 1) for row in group} | {1})),
+        )
+        try:
+            candidates = plan_candidates(inputs, space, prune=False)
+        except ValueError:
+            continue
+        for row in group:
+            found = [
+                c
+                for c in candidates
+                if c.schedule == row["schedule"]
+                and c.recompute == bool(row.get("recompute"))
+                and c.virtual_stages == int(row.get("chunks") or 1)
+                and list(c.split) == row["split_points"]
+                and c.step_ms is not None
+                and c.error is None
+            ]
+            times = [float(t) for t in row["step_ms"] if isinstance(t, (int, float)) and t > 0]
+            if not found:
+                continue
+            c = found[0]
+            checked.append(
+                CheckedStep(
+                    schedule=row["schedule"],
+                    microbatch_size=size,
+                    microbatches=microbatches,
+                    recompute=bool(row.get("recompute")),
+                    split_points=tuple(row["split_points"]),
+                    steps=len(times),
+                    measured_ms=statistics.median(times),
+                    predicted_ms=float(c.step_ms),
+                    predicted_p05_ms=c.step_ms_p05,
+                    predicted_p95_ms=c.step_ms_p95,
+                )
+            )
+    return checked
+
+
+def check_summary(checked: list[CheckedStep]) -> dict[str, Any] | None:
+    """The check in figures: how many configurations, the median and largest |error|, the bias (the geometric mean
+    of predicted / measured, less 1) and how many medians fell inside their 90% interval; each row kept."""
+    if not checked:
+        return None
+    errors = [abs(c.error) for c in checked]
+    inside = [c.inside for c in checked if c.inside is not None]
+    bias = math.exp(statistics.fmean(math.log(c.predicted_ms / c.measured_ms) for c in checked)) - 1
+    return {
+        "configurations": len(checked),
+        "median_error": statistics.median(errors),
+        "largest_error": max(errors),
+        "bias": bias,
+        "inside": sum(inside) if inside else None,
+        "with_interval": len(inside),
+        "rows": [{**asdict(c), "split_points": list(c.split_points), "error": c.error} for c in checked],
+    }
+
+
+def check_line(summary: dict[str, Any] | None) -> list[str]:
+    """The check in words, for the profile's summary ('' when there was nothing to check)."""
+    if not summary:
+        return []
+    inside = (
+        f"; {summary['inside']} of {summary['with_interval']} inside their 90% interval"
+        if summary.get("with_interval")
+        else ""
+    )
+    return [
+        f"check    the profile predicts its own {summary['configurations']} in-situ configurations (median steps, "
+        f"timed as a run times them) within {summary['median_error']:.1%} (median), {summary['largest_error']:.1%} "
+        f"at most, {summary['bias']:+.1%} on average{inside}"
+    ]

@@ -1,0 +1,111 @@
+"""The profile's check against its own in-situ steps (pipesim_executor.host.profile_check) and how the launches'
+in-situ steps merge (pipesim_executor.host.profile_merge.merged_in_situ_steps)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from pipesim.api import plan_candidates
+from pipesim.plan.inputs import PlanInputs
+from pipesim.plan.search import PlanSpace
+from pipesim_executor.host.profile_check import check_line, check_profile, check_summary, in_situ_step_rows
+from pipesim_executor.host.profile_merge import merge_profiles, merged_in_situ_steps
+from pipesim_executor.host.unit_profile import checked_profile
+from tests.test_unit_profile import profile as unit_profile_fixture
+
+
+def planned(p, schedule: str, size: int, microbatches: int, recompute: bool, chunks: int = 1):
+    """The planner's own candidate for one configuration (what the check must compare with)."""
+    inputs = PlanInputs.from_profile(p, devices=2, global_batch=size * microbatches, optimizer="sgd")
+    space = PlanSpace(schedules=(schedule,), microbatch_sizes=(size,), chunks=tuple(sorted({1, chunks})))
+    found = [
+        c
+        for c in plan_candidates(inputs, space, prune=False)
+        if c.recompute == recompute and c.virtual_stages == chunks and c.error is None
+    ]
+    return found[0]
+
+
+def row(candidate, step_ms: list[float], **changes) -> dict:
+    base = {
+        "microbatch_size": candidate.microbatch_size, "schedule": candidate.schedule,
+        "chunks": candidate.virtual_stages, "recompute": candidate.recompute, "split_backward": False,
+        "split_points": list(candidate.split), "microbatches": candidate.microbatches, "ranks": 2,
+        "optimizer": "sgd", "step_ms": step_ms,
+    }  # fmt: skip
+    return {**base, **changes}
+
+
+def with_steps(p, rows: list[dict]):
+    return replace(p, provenance={**p.provenance, "in_situ": {"measured_steps": rows}})
+
+
+def test_each_in_situ_configuration_is_set_beside_the_planners_prediction_of_it():
+    p = unit_profile_fixture()
+    one = planned(p, "1f1b", 2, 4, False)
+    other = planned(p, "gpipe", 4, 2, True)
+    rows = [
+        row(one, [one.step_ms * 1.10] * 4 + [one.step_ms * 5]),  # the median, not the mean: one slow step
+        row(other, [other.step_ms * 0.95] * 3),
+        row(one, [one.step_ms] * 2),  # too few steps to check
+        row(one, [one.step_ms] * 5, split_points=[0]),  # a cut the planner does not pick: not this candidate
+        {"schedule": "1f1b", "step_ms": "garbage"},  # malformed: skipped
+    ]
+    checked = check_profile(with_steps(p, rows))
+    assert [(c.schedule, c.microbatch_size, c.recompute, c.steps) for c in checked] == [
+        ("1f1b", 2, False, 5),
+        ("gpipe", 4, True, 3),
+    ]
+    assert checked[0].measured_ms == pytest.approx(one.step_ms * 1.10)
+    assert checked[0].predicted_ms == pytest.approx(one.step_ms)
+    assert checked[0].error == pytest.approx(1 / 1.10 - 1)
+    assert checked[1].error == pytest.approx(1 / 0.95 - 1)
+    summary = check_summary(checked)
+    assert summary["configurations"] == 2
+    assert summary["largest_error"] == pytest.approx(1 - 1 / 1.10)
+    assert summary["bias"] == pytest.approx(math.sqrt((1 / 1.10) * (1 / 0.95)) - 1)
+    assert len(summary["rows"]) == 2 and json.dumps(summary)  # it goes into the cost file as it is
+    line = check_line(summary)[0]
+    assert "its own 2 in-situ configurations" in line and f"{summary['largest_error']:.1%} at most" in line
+
+
+def test_an_exact_profile_checks_to_zero_and_a_profile_without_steps_to_nothing():
+    p = unit_profile_fixture()
+    one = planned(p, "zb-h1", 1, 4, False)
+    checked = check_profile(with_steps(p, [row(one, [one.step_ms] * 6, split_backward=True)]))
+    assert len(checked) == 1 and checked[0].error == pytest.approx(0.0, abs=1e-12)
+    assert check_profile(p) == [] and check_summary([]) is None and check_line(None) == []
+    assert in_situ_step_rows(None) == [] and in_situ_step_rows({"in_situ": {"measured_steps": "x"}}) == []
+
+
+def test_the_check_goes_into_the_cost_file_and_never_costs_the_profile(tmp_path):
+    p = unit_profile_fixture()
+    one = planned(p, "1f1b", 2, 4, False)
+    cost = tmp_path / "cost.json"
+    cost.write_text(json.dumps({"provenance": {"device": "cpu"}, "units": []}))
+    checked = checked_profile(with_steps(p, [row(one, [one.step_ms * 1.2] * 3)]), cost)
+    written = json.loads(cost.read_text())["provenance"]["check"]
+    assert written["configurations"] == 1 and checked.provenance["check"]["bias"] == pytest.approx(1 / 1.2 - 1)
+    cost.write_text("{not json")  # a file the check cannot rewrite: the profile comes back unchecked, not lost
+    assert "check" not in checked_profile(with_steps(p, [row(one, [one.step_ms] * 3)]), cost).provenance
+    assert checked_profile(p, cost) is p  # nothing to check: untouched
+
+
+def test_every_launchs_in_situ_steps_merge_per_configuration_in_launch_order():
+    def document(level: float, rows: list[dict]) -> dict:
+        return {"provenance": {"measured_at": str(level), "in_situ": {"measured_steps": rows}}, "dispatch_ms": level}
+
+    a = {"microbatch_size": 2, "schedule": "1f1b", "chunks": 1, "recompute": False, "split_backward": False,
+         "split_points": [3], "microbatches": 8, "ranks": 2, "optimizer": "sgd"}  # fmt: skip
+    b = {**a, "recompute": True}
+    first = document(1.0, [{**a, "step_ms": [1.0, 2.0]}, {**b, "step_ms": [5.0]}])
+    second = document(1.1, [{**b, "step_ms": [6.0]}, {**a, "step_ms": [3.0]}, "junk"])
+    steps = merged_in_situ_steps([first, second])
+    assert [(s["recompute"], s["step_ms"]) for s in steps] == [(False, [1.0, 2.0, 3.0]), (True, [5.0, 6.0])]
+    merged = merge_profiles([first, second])
+    assert merged["provenance"]["in_situ"]["measured_steps"] == steps
+    assert first["provenance"]["in_situ"]["measured_steps"][0]["step_ms"] == [1.0, 2.0]  # the launches' own left alone
