@@ -161,7 +161,9 @@ class InSituTerms:
     the unit past the last) -> kind -> factor: a stage of that very cut takes its own (an embedding's gather runs
     far colder in a pipeline than a LM head's matmul, so one factor per kind, the median over the stages, priced
     the first stage of a model whose ends dominate 20-45% low and the last 3-28% high: issue 29); any other stage
-    the class's `scale`. Empty in older files."""
+    the class's `scale`. Empty in older files. Much of what the factors corrected before issue 29's sixth pass was
+    the C allocator's history in the profile's processes (pipesim_executor.allocator, which the ranks now pin): the
+    embedding-heavy model's read 1.2-2.0 before and 1.00 after."""
 
     dispatch_ms: float = 0.0
     tail_ms: float = 0.0
