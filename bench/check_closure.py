@@ -1,7 +1,7 @@
 """Offline, from a finished `bench_plan_verify.py` run: would scaling each model's predictions by its profile's own
 check have moved them closer to the same verifications?
 
-The check (pipesim_executor.host.profile_check) sets each in-situ configuration's measured steps (every launch's)
+The check (pipesim.analysis.profile_check) sets each in-situ configuration's measured steps (every launch's)
 beside the plan's prediction of it; the correction tried here multiplies every prediction and its interval by the
 geometric mean of measured / predicted over those configurations. Nothing runs. Prints each model's check and the
 coverage and errors without and with the correction (docs/benchmarks.md, issue 29's sixth session: not adopted).

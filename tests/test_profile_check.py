@@ -1,4 +1,4 @@
-"""The profile's check against its own in-situ steps (pipesim_executor.host.profile_check) and how the launches'
+"""The profile's check against its own in-situ steps (pipesim.analysis.profile_check) and how the launches'
 in-situ steps merge (pipesim_executor.host.profile_merge.merged_in_situ_steps)."""
 
 from __future__ import annotations
@@ -9,10 +9,18 @@ from dataclasses import replace
 
 import pytest
 
+from pipesim.analysis.profile_check import (
+    check_line,
+    check_profile,
+    check_summary,
+    in_situ_step_rows,
+    recorded_check,
+)
 from pipesim.api import plan_candidates
+from pipesim.cli.main import main as pipesim_main
+from pipesim.io.cost_file import save_profile
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.search import PlanSpace
-from pipesim_executor.host.profile_check import check_line, check_profile, check_summary, in_situ_step_rows
 from pipesim_executor.host.profile_merge import merge_profiles, merged_in_situ_steps
 from pipesim_executor.host.unit_profile import checked_profile
 from tests.test_unit_profile import profile as unit_profile_fixture
@@ -109,3 +117,44 @@ def test_every_launchs_in_situ_steps_merge_per_configuration_in_launch_order():
     merged = merge_profiles([first, second])
     assert merged["provenance"]["in_situ"]["measured_steps"] == steps
     assert first["provenance"]["in_situ"]["measured_steps"][0]["step_ms"] == [1.0, 2.0]  # the launches' own left alone
+
+
+def test_the_plan_says_the_recorded_check_and_reads_nothing_from_a_forged_one(tmp_path, capsys):
+    p = unit_profile_fixture()
+    one = planned(p, "1f1b", 2, 4, False)
+    summary = check_summary(check_profile(with_steps(p, [row(one, [one.step_ms * 1.05] * 4)])))
+    path, out = tmp_path / "cost.json", tmp_path / "plan.json"
+    save_profile(replace(p, provenance={**p.provenance, "check": summary}), path)
+    argv = ["plan", "--cost", str(path), "--devices", "2", "--global-batch", "8", "--optimizer", "sgd"]
+    assert pipesim_main([*argv, "--microbatch-sizes", "1,2", "--json", str(out)]) == 0
+    assert "check    the profile predicts its own 1 in-situ configurations" in capsys.readouterr().out
+    recorded = json.loads(out.read_text())["calibration"]["check"]
+    assert recorded["configurations"] == 1 and recorded["bias"] == pytest.approx(1 / 1.05 - 1)
+    assert "rows" not in recorded  # the figures, not every row
+    save_profile(p, path)  # a profile from before the check: no line, no figures
+    assert pipesim_main([*argv, "--microbatch-sizes", "1,2", "--json", str(out)]) == 0
+    assert "check " not in capsys.readouterr().out and json.loads(out.read_text())["calibration"]["check"] is None
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "a sentence",
+        {"configurations": 0, "median_error": 0.1, "largest_error": 0.1, "bias": 0.0},
+        {"configurations": True, "median_error": 0.1, "largest_error": 0.1, "bias": 0.0},
+        {"configurations": 3, "median_error": float("nan"), "largest_error": 0.1, "bias": 0.0},
+        {"configurations": 3, "median_error": "1%", "largest_error": 0.1, "bias": 0.0},
+        {"configurations": 3, "median_error": 0.1, "largest_error": 0.1},
+    ],
+)
+def test_a_forged_check_is_not_read(forged):
+    assert recorded_check({"check": forged}) is None
+
+
+def test_counts_that_do_not_add_up_are_dropped_not_shown():
+    base = {"configurations": 4, "median_error": 0.02, "largest_error": 0.05, "bias": -0.01}
+    assert recorded_check({"check": {**base, "inside": 3, "with_interval": 4}})["inside"] == 3
+    for inside, with_interval in ((5, 4), (4, 3), (-1, 4), ("3", 4)):
+        got = recorded_check({"check": {**base, "inside": inside, "with_interval": with_interval}})
+        assert got["inside"] is None and got["with_interval"] == 0
+        assert "inside their 90% interval" not in check_line(got)[0]

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from pipesim.analysis.calibration import calibrate_from_run
+from pipesim.analysis.profile_check import check_line
 from pipesim.cli import whatif
 from pipesim.cli.common import positive_int, summary_stream, written_lines
 from pipesim.cli.plan_synth import add_synth_args, add_synthesized, take_synthesized, write_recommended_csv
@@ -345,6 +346,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         lines.insert(1, workers_note)
     if not document["calibration"]["calibrated"]:
         lines.insert(1, "note: " + document["calibration"]["note"])
+    lines[1:1] = check_line(document["calibration"].get("check"))  # how far the profile predicts its own steps
     failed = [c for c in candidates if c.error is not None]
     reasons = sorted({c.error for c in failed})
     for reason in reasons[:5]:

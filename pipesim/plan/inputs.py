@@ -145,6 +145,8 @@ class PlanInputs:
         `calibrated` (measured on the devices, or assumed), `source`, a `note` in words, and `uncertainty`: the
         relative difference below which two predictions are not told apart (the verification's tie rule)."""
         if self.profile is not None:
+            from pipesim.analysis.profile_check import recorded_check
+
             spread = self.profile.provenance.get("process_spread")
             noise = spread / 2 if isinstance(spread, (int, float)) else 0.0
             device = self.profile.provenance.get("device", "the device")
@@ -154,6 +156,8 @@ class PlanInputs:
                 "note": f"measured unit by unit on {device} ({programs().executor} profile): unit times, the "
                 "dispatch gap, the step's tail and the optimizer's step",
                 "uncertainty": max(TIE, noise),
+                # how well the profile predicts its own in-situ steps (None: a profile made before the check)
+                "check": recorded_check(self.profile.provenance),
             }
         if self.description is not None and self.runtime is not None:
             return {

@@ -85,7 +85,7 @@ STEP_IDENTITY = ("microbatch_size", "schedule", "chunks", "recompute", "split_ba
 def merged_in_situ_steps(documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every launch's in-situ steps (`provenance.in_situ.measured_steps`, pipesim_executor.rank.unit_fit) of the same
     configuration as one row, their step times one after another in launch order (the profile's check reads them,
-    pipesim_executor.host.profile_check)."""
+    pipesim.analysis.profile_check)."""
     rows: dict[str, dict[str, Any]] = {}
     for document in documents:
         for row in ((document.get("provenance") or {}).get("in_situ") or {}).get("measured_steps") or []:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from pipesim.analysis.profile_check import check_line, check_profile, check_summary
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import UnwritableOutput, read_json, write_json
@@ -38,7 +39,6 @@ from pipesim_executor.host.checks import check_run
 from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle
 from pipesim_executor.host.model_memory import check_model_memory
 from pipesim_executor.host.phase import Phase
-from pipesim_executor.host.profile_check import check_line, check_profile, check_summary
 from pipesim_executor.host.profile_merge import MAX_LAUNCHES, merge_profiles
 from pipesim_executor.host.run_folder import check_name, make_run_dir
 from pipesim_executor.processes import run_environment, torchrun_command
@@ -217,7 +217,7 @@ class ProfileHandle(RunHandle):
 
 
 def checked_profile(profile: UnitProfile, cost_file: Path) -> UnitProfile:
-    """`profile` with its check against its own in-situ steps (pipesim_executor.host.profile_check) in its
+    """`profile` with its check against its own in-situ steps (pipesim.analysis.profile_check) in its
     provenance (`check`), written into `cost_file` too; unchanged where there was nothing to check."""
     try:
         summary = check_summary(check_profile(profile))

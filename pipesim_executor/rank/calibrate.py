@@ -303,7 +303,7 @@ def in_situ_counts(calibration: dict[tuple, dict[str, Any]]) -> dict[str, list[i
 def in_situ_step_rows(ranks: list[dict[str, Any]], optimizer: str) -> list[dict[str, Any]]:
     """Every in-situ configuration the pipeline ranks ran (`ranks`: each one's measurements, in rank order), one row
     each (`in_situ_step_row`): the profile's `provenance.in_situ.measured_steps`, which it checks its own predictions
-    against (pipesim_executor.host.profile_check)."""
+    against (pipesim.analysis.profile_check)."""
     return [in_situ_step_row(key, [e["calibration"][key] for e in ranks], optimizer) for key in ranks[0]["calibration"]]
 
 

@@ -1,4 +1,4 @@
-"""A profile checked against itself: its own in-situ steps, predicted the way the planner predicts a candidate.
+"""A unit profile checked against itself: its own in-situ steps, predicted the way the planner predicts a candidate.
 
 During `executor profile` the ranks run real steps of the runtime (the in-situ steps: one schedule of each class,
 plain and recomputing, at every size, at the cut the planner picks). Each is timed as a run times its steps, from the
@@ -6,9 +6,14 @@ earliest rank's start to the latest rank's end (pipesim_executor.rank.unit_fit r
 each of those configurations is planned from the finished profile (`pipesim.api.plan_candidates`, the very path of
 `pipesim plan --cost`) and its prediction set beside the median of its measured steps.
 
+`executor profile` runs the check when the profile is done and keeps it in the cost file (`provenance.check`,
+pipesim_executor.host.unit_profile.checked_profile); `pipesim plan --cost` reads it back (`recorded_check`) and says
+it beside the plan (and in the plan JSON's `calibration.check`).
+
 This is not a held-out test: the in-situ steps also set the profile's in-situ factors. It shows what the factors do
 not absorb: the step's time outside the actions (gaps, hops, the start and the tail), the jitter penalty, and the
-cost of a cut. When the profile cannot predict its own steps, it cannot predict a plan's.
+cost of a cut. When the profile cannot predict its own steps, it cannot predict a plan's. Pure Python over the
+planner: no torch.
 """
 
 from __future__ import annotations
@@ -146,6 +151,31 @@ def check_summary(checked: list[CheckedStep]) -> dict[str, Any] | None:
         "inside": sum(inside) if inside else None,
         "with_interval": len(inside),
         "rows": [{**asdict(c), "split_points": list(c.split_points), "error": c.error} for c in checked],
+    }
+
+
+SUMMARY_FIGURES = ("median_error", "largest_error", "bias")
+
+
+def recorded_check(provenance: Any) -> dict[str, Any] | None:
+    """The check a cost file's provenance holds (`check`, as `check_summary` wrote it), without its rows; None when
+    there is none or it is not what `check_summary` writes (a hand-edited file: no figure read from it)."""
+    check = provenance.get("check") if isinstance(provenance, dict) else None
+    if not isinstance(check, dict):
+        return None
+    count = check.get("configurations")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return None
+    figures = {name: check.get(name) for name in SUMMARY_FIGURES}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in figures.values()):
+        return None
+    inside, with_interval = check.get("inside"), check.get("with_interval")
+    counted = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= count for v in (inside, with_interval))
+    return {
+        "configurations": count,
+        **{name: float(v) for name, v in figures.items()},
+        "inside": inside if counted and inside <= with_interval else None,
+        "with_interval": with_interval if counted and inside <= with_interval else 0,
     }
 
 
