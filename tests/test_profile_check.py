@@ -11,7 +11,6 @@ import pytest
 
 from pipesim.analysis.profile_check import (
     check_line,
-    check_profile,
     check_summary,
     in_situ_step_rows,
     recorded_check,
@@ -19,6 +18,7 @@ from pipesim.analysis.profile_check import (
 from pipesim.api import plan_candidates
 from pipesim.cli.main import main as pipesim_main
 from pipesim.io.cost_file import save_profile
+from pipesim.plan.in_situ_check import check_profile
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.search import PlanSpace
 from pipesim_executor.host.profile_merge import merge_profiles, merged_in_situ_steps

@@ -6,6 +6,7 @@ earliest rank's start to the latest rank's end (pipesim_executor.rank.unit_fit r
 each of those configurations is planned from the finished profile (`pipesim.api.plan_candidates`, the very path of
 `pipesim plan --cost`) and its prediction set beside the median of its measured steps.
 
+The planner's side, `check_profile`, is pipesim.plan.in_situ_check; this module holds what reads and says it.
 `executor profile` runs the check when the profile is done and keeps it in the cost file (`provenance.check`,
 pipesim_executor.host.unit_profile.checked_profile); `pipesim plan --cost` reads it back (`recorded_check`) and says
 it beside the plan (and in the plan JSON's `calibration.check`).
@@ -23,9 +24,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipesim.cost.profile import UnitProfile
-
-MIN_STEPS = 3  # fewer measured steps than this: no median worth checking against
+MIN_STEPS = 3  # fewer measured steps than this: no median worth checking against (pipesim.plan.in_situ_check)
 
 
 @dataclass(frozen=True)
@@ -71,68 +70,6 @@ def in_situ_step_rows(provenance: Any) -> list[dict[str, Any]]:
         and isinstance(row.get("ranks"), int)
         and row["ranks"] >= 1
     ]
-
-
-def check_profile(profile: UnitProfile) -> list[CheckedStep]:
-    """Every in-situ configuration of `profile` that ran at least MIN_STEPS steps, measured
-    against the planner's prediction of the same schedule, size, microbatches, recomputation and cut; one the
-    planner cuts elsewhere (or cannot build) is left out."""
-    from pipesim.api import plan_candidates
-    from pipesim.plan.inputs import PlanInputs
-    from pipesim.plan.search import PlanSpace
-
-    rows = [
-        row
-        for row in in_situ_step_rows(profile.provenance)
-        if len([t for t in row["step_ms"] if isinstance(t, (int, float)) and t > 0]) >= MIN_STEPS
-    ]
-    groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        optimizer = row.get("optimizer")
-        optimizer = optimizer if optimizer in profile.optimizers else next(iter(profile.optimizers))
-        groups.setdefault((row["ranks"], row["microbatch_size"], row["microbatches"], optimizer), []).append(row)
-    checked = []
-    for (ranks, size, microbatches, optimizer), group in sorted(groups.items()):
-        inputs = PlanInputs.from_profile(profile, devices=ranks, global_batch=size * microbatches, optimizer=optimizer)
-        space = PlanSpace(
-            schedules=tuple(sorted({row["schedule"] for row in group})),
-            microbatch_sizes=(size,),
-            chunks=tuple(sorted({int(row.get("chunks") or 1) for row in group} | {1})),
-        )
-        try:
-            candidates = plan_candidates(inputs, space, prune=False)
-        except ValueError:
-            continue
-        for row in group:
-            found = [
-                c
-                for c in candidates
-                if c.schedule == row["schedule"]
-                and c.recompute == bool(row.get("recompute"))
-                and c.virtual_stages == int(row.get("chunks") or 1)
-                and list(c.split) == row["split_points"]
-                and c.step_ms is not None
-                and c.error is None
-            ]
-            times = [float(t) for t in row["step_ms"] if isinstance(t, (int, float)) and t > 0]
-            if not found:
-                continue
-            c = found[0]
-            checked.append(
-                CheckedStep(
-                    schedule=row["schedule"],
-                    microbatch_size=size,
-                    microbatches=microbatches,
-                    recompute=bool(row.get("recompute")),
-                    split_points=tuple(row["split_points"]),
-                    steps=len(times),
-                    measured_ms=statistics.median(times),
-                    predicted_ms=float(c.step_ms),
-                    predicted_p05_ms=c.step_ms_p05,
-                    predicted_p95_ms=c.step_ms_p95,
-                )
-            )
-    return checked
 
 
 def check_summary(checked: list[CheckedStep]) -> dict[str, Any] | None:

@@ -25,13 +25,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from pipesim.analysis.profile_check import check_line, check_profile, check_summary
+from pipesim.analysis.profile_check import check_line, check_summary
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import UnwritableOutput, read_json, write_json
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_MICROBATCHES, MAX_SEED, MAX_TIMEOUT_S
 from pipesim.numbers import check_number
+from pipesim.plan.in_situ_check import check_profile
 from pipesim.programs import programs
 from pipesim.sim.memory import OPTIMIZER_STATES
 from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config

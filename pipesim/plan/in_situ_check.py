@@ -1,0 +1,73 @@
+"""The planner's half of a unit profile's check against its own in-situ steps (pipesim.analysis.profile_check
+holds the records, the summary and the words): every in-situ configuration the profile ran, planned exactly as
+`pipesim plan --cost` plans a candidate (`evaluate_all`, then `attach_intervals`) and set beside its measured steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from pipesim.analysis.profile_check import MIN_STEPS, CheckedStep, in_situ_step_rows
+from pipesim.cost.profile import UnitProfile
+from pipesim.plan.inputs import PlanInputs
+from pipesim.plan.intervals import attach_intervals
+from pipesim.plan.search import PlanSpace, evaluate_all
+
+
+def check_profile(profile: UnitProfile) -> list[CheckedStep]:
+    """Every in-situ configuration of `profile` that ran at least MIN_STEPS steps, measured
+    against the planner's prediction of the same schedule, size, microbatches, recomputation and cut; one the
+    planner cuts elsewhere (or cannot build) is left out."""
+    rows = [
+        row
+        for row in in_situ_step_rows(profile.provenance)
+        if len([t for t in row["step_ms"] if isinstance(t, (int, float)) and t > 0]) >= MIN_STEPS
+    ]
+    groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        optimizer = row.get("optimizer")
+        optimizer = optimizer if optimizer in profile.optimizers else next(iter(profile.optimizers))
+        groups.setdefault((row["ranks"], row["microbatch_size"], row["microbatches"], optimizer), []).append(row)
+    checked = []
+    for (ranks, size, microbatches, optimizer), group in sorted(groups.items()):
+        inputs = PlanInputs.from_profile(profile, devices=ranks, global_batch=size * microbatches, optimizer=optimizer)
+        space = PlanSpace(
+            schedules=tuple(sorted({row["schedule"] for row in group})),
+            microbatch_sizes=(size,),
+            chunks=tuple(sorted({int(row.get("chunks") or 1) for row in group} | {1})),
+        )
+        try:
+            candidates = attach_intervals(inputs, evaluate_all(inputs, space, prune=False))
+        except ValueError:
+            continue
+        for row in group:
+            found = [
+                c
+                for c in candidates
+                if c.schedule == row["schedule"]
+                and c.recompute == bool(row.get("recompute"))
+                and c.virtual_stages == int(row.get("chunks") or 1)
+                and list(c.split) == row["split_points"]
+                and c.step_ms is not None
+                and c.error is None
+            ]
+            times = [float(t) for t in row["step_ms"] if isinstance(t, (int, float)) and t > 0]
+            if not found:
+                continue
+            c = found[0]
+            checked.append(
+                CheckedStep(
+                    schedule=row["schedule"],
+                    microbatch_size=size,
+                    microbatches=microbatches,
+                    recompute=bool(row.get("recompute")),
+                    split_points=tuple(row["split_points"]),
+                    steps=len(times),
+                    measured_ms=statistics.median(times),
+                    predicted_ms=float(c.step_ms),
+                    predicted_p05_ms=c.step_ms_p05,
+                    predicted_p95_ms=c.step_ms_p95,
+                )
+            )
+    return checked
