@@ -15,15 +15,16 @@ from pipesim.plan.intervals import attach_intervals
 from pipesim.plan.search import PlanSpace, evaluate_all
 
 
+def step_times(row: dict[str, Any]) -> list[float]:
+    """A configuration's measured step times, only the positive numbers."""
+    return [float(t) for t in row["step_ms"] if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0]
+
+
 def check_profile(profile: UnitProfile) -> list[CheckedStep]:
-    """Every in-situ configuration of `profile` that ran at least MIN_STEPS steps, measured
-    against the planner's prediction of the same schedule, size, microbatches, recomputation and cut; one the
-    planner cuts elsewhere (or cannot build) is left out."""
-    rows = [
-        row
-        for row in in_situ_step_rows(profile.provenance)
-        if len([t for t in row["step_ms"] if isinstance(t, (int, float)) and t > 0]) >= MIN_STEPS
-    ]
+    """Every in-situ configuration of `profile` that ran at least MIN_STEPS steps, measured against the planner's
+    prediction of the same schedule, size, microbatches, recomputation and cut; one the planner cuts elsewhere (or
+    cannot build) is left out."""
+    rows = [row for row in in_situ_step_rows(profile.provenance) if len(step_times(row)) >= MIN_STEPS]
     groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
     for row in rows:
         optimizer = row.get("optimizer")
@@ -52,10 +53,9 @@ def check_profile(profile: UnitProfile) -> list[CheckedStep]:
                 and c.step_ms is not None
                 and c.error is None
             ]
-            times = [float(t) for t in row["step_ms"] if isinstance(t, (int, float)) and t > 0]
             if not found:
                 continue
-            c = found[0]
+            c, times = found[0], step_times(row)
             checked.append(
                 CheckedStep(
                     schedule=row["schedule"],
