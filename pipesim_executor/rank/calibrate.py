@@ -50,6 +50,7 @@ import torch
 from pipesim.ir import Action
 from pipesim.sim.shared_cores import work_of_spans
 from pipesim_executor.rank.setup import Rank
+from pipesim_executor.rank.timing import step_time_ms
 from pipesim_executor.rank.train_loop import train_step
 
 # The first is dropped: it pays first-touch costs the measured steps do not. Eleven kept, not three: a machine whose
@@ -321,10 +322,9 @@ def in_situ_step_row(key: tuple, summaries: list[dict[str, Any]], optimizer: str
 
 
 def pipeline_steps(summaries: list[dict[str, Any]]) -> list[float]:
-    """Each in-situ step's time as a run measures it (pipesim_executor.host.run_folder): from the earliest rank's
-    start to the latest rank's end, on the machine's one clock (`summaries`: every rank's of the same steps); empty
-    where a rank kept no timing (steps of several machines)."""
+    """Each in-situ step's time as a run measures it (`timing.step_time_ms`), on the machine's one clock
+    (`summaries`: every rank's of the same steps); empty where a rank kept no timing (steps of several machines)."""
     timings = [s.get("timing") for s in summaries]
     if not timings or any(not t or "start" not in t[0] for t in timings):
         return []
-    return [max(t[i]["end"] for t in timings) - min(t[i]["start"] for t in timings) for i in range(len(timings[0]))]
+    return [step_time_ms([t[i] for t in timings]) for i in range(len(timings[0]))]

@@ -154,6 +154,17 @@ def estimate_clock_offsets(group: Any, rank: int, world_size: int, rounds: int =
     return offsets
 
 
+def step_time_ms(records: Sequence[dict[str, Any]], offsets: Sequence[float] | None = None) -> float:
+    """One step's time as a run measures it: from the earliest process's start to the latest process's end
+    (`records`: every process's record of the same step, "start" and "end" on its clock; `offsets`: each clock's
+    offset to rank 0's, none on one machine). The one rule: measured.json's step times and the unit profile's
+    in-situ steps (pipesim_executor.rank.calibrate.pipeline_steps) both take it."""
+    shift = offsets if offsets is not None else [0.0] * len(records)
+    return max(r["end"] + shift[p] for p, r in enumerate(records)) - min(
+        r["start"] + shift[p] for p, r in enumerate(records)
+    )
+
+
 def assemble_measured(
     num_ranks: int,
     schedule_name: str,
@@ -181,7 +192,7 @@ def assemble_measured(
     for step in range(counts.pop()):
         records = [steps[step] for steps in per_rank_steps]
         origin = min(rec["start"] + offsets[p] for p, rec in enumerate(records))
-        step_times.append(max(rec["end"] + offsets[p] for p, rec in enumerate(records)) - origin)
+        step_times.append(step_time_ms(records, offsets))
         for process, rec in enumerate(records):
             rank, replica = process % num_ranks, process // num_ranks
             shift = offsets[process] - origin
