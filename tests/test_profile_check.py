@@ -158,3 +158,21 @@ def test_counts_that_do_not_add_up_are_dropped_not_shown():
         got = recorded_check({"check": {**base, "inside": inside, "with_interval": with_interval}})
         assert got["inside"] is None and got["with_interval"] == 0
         assert "inside their 90% interval" not in check_line(got)[0]
+
+
+def test_forged_in_situ_rows_are_skipped_and_never_planned_big():
+    p = unit_profile_fixture()
+    one = planned(p, "1f1b", 2, 4, False)
+    good = row(one, [one.step_ms] * 4)
+    forged = [
+        {**good, "schedule": 5},
+        {**good, "schedule": "no-such-schedule"},
+        {**good, "chunks": "x"},
+        {**good, "ranks": 10**6},
+        {**good, "microbatches": True},
+        {**good, "microbatch_size": 8},  # beyond the profiled sizes: the planner refuses it, the check skips it
+        {**good, "optimizer": ["sgd"]},  # an unreadable optimizer: the profile's first
+    ]
+    checked = check_profile(with_steps(p, forged))
+    assert [(c.schedule, c.microbatch_size) for c in checked] == [("1f1b", 2)]  # only the last row is well formed
+    assert in_situ_step_rows({"in_situ": {"measured_steps": {"a": good}}}) == []

@@ -25,6 +25,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 MIN_STEPS = 3  # fewer measured steps than this: no median worth checking against (pipesim.plan.in_situ_check)
+# far above what `executor profile` runs in situ (at most 16 ranks, 32 microbatches of at most the largest profiled
+# size): a row beyond them is not the executor's, and is not planned
+MAX_CHECKED_RANKS = 64
+MAX_CHECKED_MICROBATCHES = 256
 
 
 @dataclass(frozen=True)
@@ -55,20 +59,27 @@ class CheckedStep:
         return self.predicted_p05_ms <= self.measured_ms <= self.predicted_p95_ms
 
 
+def _whole(value: Any, largest: int) -> bool:
+    """A whole number (not a bool) from 1 to `largest`."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= largest
+
+
 def in_situ_step_rows(provenance: Any) -> list[dict[str, Any]]:
-    """The in-situ steps a profile's provenance holds (`in_situ.measured_steps`), only the well-formed ones."""
+    """The in-situ steps a profile's provenance holds (`in_situ.measured_steps`), only the well-formed ones, of at
+    most MAX_CHECKED_RANKS ranks and MAX_CHECKED_MICROBATCHES microbatches (what planning them costs stays small)."""
     in_situ = provenance.get("in_situ") if isinstance(provenance, dict) else None
     rows = in_situ.get("measured_steps") if isinstance(in_situ, dict) else None
     return [
         row
-        for row in rows or []
+        for row in (rows if isinstance(rows, list) else [])
         if isinstance(row, dict)
+        and isinstance(row.get("schedule"), str)
         and isinstance(row.get("step_ms"), list)
-        and isinstance(row.get("microbatches"), int)
-        and isinstance(row.get("microbatch_size"), int)
         and isinstance(row.get("split_points"), list)
-        and isinstance(row.get("ranks"), int)
-        and row["ranks"] >= 1
+        and _whole(row.get("microbatch_size"), MAX_CHECKED_MICROBATCHES)
+        and _whole(row.get("microbatches"), MAX_CHECKED_MICROBATCHES)
+        and _whole(row.get("ranks"), MAX_CHECKED_RANKS)
+        and _whole(row.get("chunks", 1), 8)
     ]
 
 

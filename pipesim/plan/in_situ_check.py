@@ -13,6 +13,7 @@ from pipesim.cost.profile import UnitProfile
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.intervals import attach_intervals
 from pipesim.plan.search import PlanSpace, evaluate_all
+from pipesim.schedules import schedule_names
 
 
 def step_times(row: dict[str, Any]) -> list[float]:
@@ -24,21 +25,32 @@ def check_profile(profile: UnitProfile) -> list[CheckedStep]:
     """Every in-situ configuration of `profile` that ran at least MIN_STEPS steps, measured against the planner's
     prediction of the same schedule, size, microbatches, recomputation and cut; one the planner cuts elsewhere (or
     cannot build) is left out."""
-    rows = [row for row in in_situ_step_rows(profile.provenance) if len(step_times(row)) >= MIN_STEPS]
+    known = set(schedule_names())  # an unknown name would make the planner refuse its whole group
+    rows = [
+        row
+        for row in in_situ_step_rows(profile.provenance)
+        if row["schedule"] in known and len(step_times(row)) >= MIN_STEPS
+    ]
     groups: dict[tuple[int, int, int, str], list[dict[str, Any]]] = {}
     for row in rows:
         optimizer = row.get("optimizer")
-        optimizer = optimizer if optimizer in profile.optimizers else next(iter(profile.optimizers))
+        optimizer = (
+            optimizer
+            if isinstance(optimizer, str) and optimizer in profile.optimizers
+            else next(iter(profile.optimizers))
+        )
         groups.setdefault((row["ranks"], row["microbatch_size"], row["microbatches"], optimizer), []).append(row)
     checked = []
     for (ranks, size, microbatches, optimizer), group in sorted(groups.items()):
-        inputs = PlanInputs.from_profile(profile, devices=ranks, global_batch=size * microbatches, optimizer=optimizer)
-        space = PlanSpace(
-            schedules=tuple(sorted({row["schedule"] for row in group})),
-            microbatch_sizes=(size,),
-            chunks=tuple(sorted({int(row.get("chunks") or 1) for row in group} | {1})),
-        )
-        try:
+        try:  # a schedule the registry does not know, or a size the profile did not measure: nothing to check
+            inputs = PlanInputs.from_profile(
+                profile, devices=ranks, global_batch=size * microbatches, optimizer=optimizer
+            )
+            space = PlanSpace(
+                schedules=tuple(sorted({row["schedule"] for row in group})),
+                microbatch_sizes=(size,),
+                chunks=tuple(sorted({row.get("chunks", 1) for row in group} | {1})),
+            )
             candidates = attach_intervals(inputs, evaluate_all(inputs, space, prune=False))
         except ValueError:
             continue
@@ -48,7 +60,7 @@ def check_profile(profile: UnitProfile) -> list[CheckedStep]:
                 for c in candidates
                 if c.schedule == row["schedule"]
                 and c.recompute == bool(row.get("recompute"))
-                and c.virtual_stages == int(row.get("chunks") or 1)
+                and c.virtual_stages == row.get("chunks", 1)
                 and list(c.split) == row["split_points"]
                 and c.step_ms is not None
                 and c.error is None
