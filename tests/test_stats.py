@@ -23,6 +23,16 @@ def _binomial_at_least(n: int, p: float, k: int) -> float:
     return sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
 
 
+def simulated_rounds(rng: np.random.Generator, groups: int, members: int, drift: float) -> list:
+    """`groups` of `members` candidates, each 3 rounds of 20 steps about 10 ms: each round at a speed of its own
+    (`drift`, relative SD), each step jittering by 15%."""
+    return [
+        [[list(10 * (1 + drift * rng.standard_normal()) * (1 + 0.15 * rng.standard_normal(20))) for _ in range(3)]
+         for _ in range(members)]
+        for _ in range(groups)
+    ]  # fmt: skip
+
+
 def test_steps_all_equal_give_an_interval_of_zero_width():
     assert median_ci([[7.5] * 20, [7.5] * 5]) == MedianCI(7.5, 7.5, 7.5)
 
@@ -81,12 +91,7 @@ def test_the_interval_over_drifting_rounds_holds_the_next_runs_median(monkeypatc
     a 4% standard deviation, each step jittering by 15%. With the rounds counted as clusters, each run's median lies
     inside the other's interval for about 90% of the pairs; with the bootstrap alone (Student's part switched off),
     about 75%."""
-    rng = np.random.default_rng(29)
-    pairs = [
-        [[list(10 * (1 + 0.04 * rng.standard_normal()) * (1 + 0.15 * rng.standard_normal(20))) for _ in range(3)]
-         for _ in range(2)]
-        for _ in range(200)
-    ]  # fmt: skip
+    pairs = simulated_rounds(np.random.default_rng(29), groups=200, members=2, drift=0.04)
 
     def agreeing() -> float:
         inside = 0
@@ -150,12 +155,7 @@ def test_pooled_intervals_cover_the_true_median_and_are_narrower_than_each_candi
     each candidate's own three rounds, and are far narrower (t(24) against t(2)). Two verifications' medians each
     inside the other's correct 95% interval is another matter: their difference has sqrt(2) times one median's
     standard error, so about 83% of the candidates agree so, not 95%."""
-    rng = np.random.default_rng(31)
-    verifications = [
-        [[list(10 * (1 + 0.05 * rng.standard_normal()) * (1 + 0.15 * rng.standard_normal(20))) for _ in range(3)]
-         for _ in range(12)]
-        for _ in range(30)
-    ]  # fmt: skip
+    verifications = simulated_rounds(np.random.default_rng(31), groups=30, members=12, drift=0.05)
 
     def intervals(pooled: bool) -> list[list[MedianCI]]:
         return [[median_ci(c, samples=300, pooled=pooled_round_spread(v) if pooled else None) for c in v]
