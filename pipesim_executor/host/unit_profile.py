@@ -32,7 +32,6 @@ from pipesim.io.formats import UnwritableOutput, read_json, write_json
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_MICROBATCHES, MAX_SEED, MAX_TIMEOUT_S
 from pipesim.numbers import check_number
-from pipesim.plan.in_situ_check import check_profile
 from pipesim.programs import programs
 from pipesim.sim.memory import OPTIMIZER_STATES
 from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
@@ -220,6 +219,8 @@ class ProfileHandle(RunHandle):
 def checked_profile(profile: UnitProfile, cost_file: Path) -> UnitProfile:
     """`profile` with its check against its own in-situ steps (pipesim.analysis.profile_check) in its
     provenance (`check`), written into `cost_file` too; unchanged where there was nothing to check."""
+    from pipesim.plan.in_situ_check import check_profile  # the planner: only once a profile is done
+
     try:
         summary = check_summary(check_profile(profile))
         if summary is None:
