@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
+from playwright.sync_api import expect
 
 from app_pages.parts.plan_presets import SMALL
 from pipesim_executor.host import run_folder
@@ -181,6 +182,9 @@ def test_the_plan_says_what_its_predictions_rest_on(page, app_url: str) -> None:
     page.wait_for_selector(".js-plotly-plot g.trace", timeout=120_000)
     _settled(page)
     sidebar = page.get_by_test_id("stSidebar")
+    # the preset lands with the page's rerun: a busy machine can draw the defaults first (Layers 8), so wait for it
+    expect(sidebar.get_by_role("spinbutton", name="Layers")).to_have_value("4", timeout=60_000)
+    _settled(page)
     assert sidebar.get_by_role("spinbutton", name="Layers").input_value() == "4"
     assert sidebar.get_by_role("spinbutton", name="Devices").input_value() == "2"
     notice = page.get_by_test_id("stAlert").filter(has_text="assumed device rate (0.01 TFLOP/s)")
