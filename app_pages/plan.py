@@ -11,7 +11,18 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app_pages.parts import cached, guide, plan_model, plan_presets, plan_sensitivity, plan_verify, plot, state, widgets
+from app_pages.parts import (
+    cached,
+    guide,
+    plan_model,
+    plan_presets,
+    plan_profile,
+    plan_sensitivity,
+    plan_verify,
+    plot,
+    state,
+    widgets,
+)
 from pipesim.charts import plan as charts_plan
 from pipesim.charts import verify as charts_verify
 from pipesim.cost.balance import balance, format_split_points
@@ -79,8 +90,12 @@ with st.sidebar:
         "of a 7B-class or 70B-class model on the devices it is usually planned for",
     )
     calibrate_from = plan_model.calibration_picker()
+    profile = plan_profile.profile_picker()
 with st.sidebar, st.form("plan-form"):
-    st.markdown("**Model** (decoder-only Transformer; the fields are `pipesim plan`'s flags)")
+    st.markdown(
+        "**Model** (decoder-only Transformer; the fields are `pipesim plan`'s flags)"
+        + ("; not used: the profile is the model" if profile is not None else "")
+    )
     columns = st.columns(2)
     model_values = {}
     for i, spec in enumerate(form_fields(ModelDescription)):  # generated from the dataclass, as the CLI's flags
@@ -88,9 +103,13 @@ with st.sidebar, st.form("plan-form"):
         where, key = columns[i % 2], _kept(f"plan-{spec.flag}")
         if spec.choices:
             index = spec.choices.index(default)
-            value = where.selectbox(spec.flag, spec.choices, index=index, key=key, bind=URL, help=spec.help)
+            value = where.selectbox(
+                spec.flag, spec.choices, index=index, key=key, bind=URL, help=spec.help, disabled=profile is not None
+            )
         else:
-            value = where.number_input(spec.flag, value=default, key=key, bind=URL, help=spec.help)
+            value = where.number_input(
+                spec.flag, value=default, key=key, bind=URL, help=spec.help, disabled=profile is not None
+            )
         model_values[spec.name] = spec.kind(value)
     st.markdown("**Devices and batch**")
     left, right = st.columns(2)
@@ -115,6 +134,14 @@ with st.sidebar, st.form("plan-form"):
         "Synthesis budget (s)", 0.5, 600.0, 10.0, key=_kept("plan-synth-budget"), bind=URL, help=f"with {SYNTHESIZED}"
     )
     sizes_text = st.text_input("Microbatch sizes", "1,2,4", key=_kept("plan-mbs"), bind=URL)
+    extrapolate = st.checkbox(
+        "Extrapolate (--extrapolate)",
+        key=_kept("plan-extrapolate"),
+        bind=URL,
+        disabled=profile is None,
+        help="with a profile: also plan microbatch sizes it did not measure, off its fit, each marked "
+        "'extrapolated' with a wider interval and recommended only when no measured size fits",
+    )
     chunks_text = st.text_input(
         "Chunks per rank", "2", key=_kept("plan-chunks"), bind=URL, help=f"for {', '.join(names_taking_chunks())}"
     )
@@ -137,26 +164,26 @@ with st.sidebar, st.form("plan-form"):
         key=_kept("plan-jitter"),
         bind=URL,
         help="how much each action's time varies from step to step; each candidate that can win is sampled 200 "
-        "times: its step is the median of the samples and its bar the 90% interval (0: no interval)",
+        "times: its step is the median of the samples and its bar the 90% interval (0: no interval). A profile "
+        "brings its own measured spread",
+        disabled=profile is not None,
     )
     st.form_submit_button("Plan", type="primary", width="stretch")
 
 try:
     description = ModelDescription(**model_values)
     cap = float(cap_gib) * 2**30 or None
-    inputs, calibrated_from = plan_model.plan_inputs(
-        description,
-        calibrate_from,
-        devices=int(devices),
-        global_batch=int(batch),
-        memory_cap_bytes=cap,
-        optimizer=optimizer,
-    )
+    common = dict(devices=int(devices), global_batch=int(batch), memory_cap_bytes=cap, optimizer=optimizer)
+    if profile is not None:  # measured already: a calibration run is not used
+        inputs, calibrated_from = plan_profile.plan_inputs(profile, **common)
+    else:
+        inputs, calibrated_from = plan_model.plan_inputs(description, calibrate_from, **common)
     shares = plan_model.number_list(shares_text, float, "W shares") if shares_text.strip() else (None,)
     families, with_synthesized = plan_families(tuple(names))
     space = PlanSpace(
         schedules=families,
         microbatch_sizes=plan_model.number_list(sizes_text, int, "Microbatch sizes"),
+        extrapolate=bool(extrapolate) and profile is not None,
         chunks=plan_model.number_list(chunks_text, int, "Chunks per rank"),
         recompute={"off": (False,), "on": (True,)}.get(recompute or "both", (False, True)),
         w_shares=shares,
@@ -171,7 +198,10 @@ front, best = pareto_front(candidates), best_candidate(candidates)
 order = ranked(candidates)
 lines = summary_lines(candidates, cap)
 st.markdown("\n".join(f"- {line.strip()}" for line in lines))
-plan_model.notice(inputs.calibration(), description)
+if profile is not None:
+    plan_profile.describe(profile, inputs.calibration())
+else:
+    plan_model.notice(inputs.calibration(), description)
 st.caption(LABELS)
 failed = [c for c in candidates if c.error is not None]
 if failed:
@@ -241,7 +271,7 @@ parts = charts_plan.memory_parts_figure(
 plot.show(parts, "plan-memory-parts")
 
 csv_name = f"{schedule.name}-p{selected.ranks}-m{selected.microbatches}.csv"
-settings = torchtitan_settings(selected, csv_name, description.num_layers)
+settings = torchtitan_settings(selected, csv_name, None if profile is not None else description.num_layers)
 columns = st.columns(3)
 columns[0].download_button(
     "Schedule CSV (torch compute_only)",
@@ -264,7 +294,7 @@ recorded = {
     "global_batch": int(batch),
     "memory_cap_bytes": cap,
     "optimizer": optimizer,
-    "model": vars(description),
+    **({} if profile is not None else {"model": vars(description)}),
     **calibrated_from,
 }
 document = plan_document(candidates, recorded, cap)
@@ -305,7 +335,7 @@ st.caption(
     "measured step times. Use a small model (the 'small' preset): every run trains it. Each verification runs "
     "afresh, in new run folders (Run page, earlier runs)."
 )
-sig = state.signature(hash(inputs), hash(space))
+sig = state.signature(cached.inputs_key(inputs), hash(space))
 job = plan_verify.job_for(sig)
 going = job is not None and not job.done()
 left, middle, right = st.columns(3)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from app_pages.parts import plan_model, state, url, whatif
+from app_pages.parts import plan_model, plan_profile, state, url, whatif
 from pipesim.cost.description import ModelDescription
 from pipesim.form_fields import form_fields
 from pipesim.url_query import UrlField, refused_values
@@ -99,6 +99,7 @@ def _bound_keys() -> set[str]:
         "kept": str,
         "_kept": str,
         "CALIBRATE_KEY": plan_model.CALIBRATE_KEY,
+        "PROFILE_KEY": plan_profile.PROFILE_KEY,
         "SLOW_KEY": whatif.SLOW_KEY,
         "KINDS_KEY": whatif.KINDS_KEY,
         "LINKS_KEY": whatif.LINKS_KEY,

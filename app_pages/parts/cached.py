@@ -9,6 +9,8 @@ cost more than the simulation of a small schedule.
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +54,14 @@ def schedule_key(schedule: Schedule) -> tuple:
         hash(schedule.actions),
         hash(schedule.order),
     )  # the order: torch's transfers change the timing
+
+
+def inputs_key(inputs: PlanInputs) -> object:
+    """What names a plan's inputs in the caches: their hash, or, for a profile's (whose tables are dicts, which do
+    not hash), a digest of their pickle: one file read twice pickles alike."""
+    if inputs.profile is None:
+        return hash(inputs)
+    return hashlib.sha256(pickle.dumps(inputs)).hexdigest()
 
 
 HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel: hash, Perturbation: hash}
@@ -197,7 +207,7 @@ def deadlock_explanation(schedule: Schedule) -> str | None:
 # --- the planner (Plan page) ---------------------------------------------------------------------------------------
 
 
-@st.cache_data(max_entries=8, show_spinner=False, hash_funcs={PlanInputs: hash, PlanSpace: hash})
+@st.cache_data(max_entries=8, show_spinner=False, hash_funcs={PlanInputs: inputs_key, PlanSpace: hash})
 def plan(
     inputs: PlanInputs, space: PlanSpace, jitter: float | None = None, synth_budget_s: float | None = None
 ) -> tuple[list[Candidate], dict[str, Schedule]]:
@@ -228,7 +238,7 @@ def plan(
     return candidates, {m.candidate.label: m.schedule for m in made if m.schedule is not None}
 
 
-@st.cache_data(max_entries=16, show_spinner=False, hash_funcs={PlanInputs: hash, Candidate: lambda c: c.label})
+@st.cache_data(max_entries=16, show_spinner=False, hash_funcs={PlanInputs: inputs_key, Candidate: lambda c: c.label})
 def plan_candidate(
     inputs: PlanInputs, candidate: Candidate, synthesized: Schedule | None = None
 ) -> tuple[Schedule, CostModel]:
@@ -239,7 +249,7 @@ def plan_candidate(
     return Evaluator(inputs).materialise(candidate)
 
 
-@st.cache_data(max_entries=64, show_spinner=False, hash_funcs={PlanInputs: hash, Candidate: lambda c: c.label})
+@st.cache_data(max_entries=64, show_spinner=False, hash_funcs={PlanInputs: inputs_key, Candidate: lambda c: c.label})
 def plan_sensitivity(
     inputs: PlanInputs, candidate: Candidate, slowdown: float, synthesized: Schedule | None = None
 ) -> Sensitivity:

@@ -7,7 +7,6 @@ The widgets produce a plain spec; `cost_model` hands it to pipesim's converters 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,8 @@ from pipesim.cost.convert import cost_from_times
 from pipesim.cost.description import DTYPE_BYTES, ModelDescription
 from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_from_dict, load_cost
+from pipesim.io.formats import parse_bounded_json
+from pipesim.limits import MAX_COST_BYTES, MAX_COST_VALUES
 
 if TYPE_CHECKING:  # pandas only for the per-stage table: half a second of a cold start otherwise
     import pandas as pd
@@ -245,11 +246,8 @@ def cost_model(spec: dict[str, Any]) -> CostModel:
         )
     if source == "Model":
         return ModelDescription(**spec["model"]).to_cost_model(spec["num_stages"], recompute=recompute)
-    if "text" in spec:
-        try:
-            data = json.loads(spec["text"])
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{spec['origin']}: not valid JSON ({error})") from None
+    if "text" in spec:  # an upload, under a file's bounds (pipesim/limits.py)
+        data = parse_bounded_json(spec["text"].encode(), spec["origin"], MAX_COST_BYTES, "cost file", MAX_COST_VALUES)
         return cost_from_dict(data).with_recompute(recompute)
     if "path" in spec:
         return load_cost(spec["path"]).with_recompute(recompute)

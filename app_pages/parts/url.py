@@ -102,6 +102,8 @@ def fields() -> dict[str, UrlField]:
         "plan-shares": UrlField("floats", 0.0, 1.0),
         "plan-jitter": _float(0.0, 100.0),
         "plan-calibrate": RUN_NAME,  # a run folder's name, as ?run= is
+        "plan-profile": RUN_NAME,  # a profile's folder under the runs folder
+        "plan-extrapolate": TOGGLE,
         "plan-rounds": _int(1, 10),
         "plan-balance-layers": UrlField("floats", 0.0, MAX_TIME_MS),
         "plan-balance-stages": _int(1, 512),

@@ -58,9 +58,15 @@ def file_size(path: str | Path, limit: int, what: str = "file") -> int:
 def _check(path: str | Path, info: os.stat_result, limit: int, what: str) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"cannot read {path}: it is {_kind(info.st_mode)}; give a regular {what}")
-    if info.st_size > limit:
+    check_size(path, info.st_size, limit, what)
+
+
+def check_size(name: str | Path, size: int, limit: int, what: str = "file") -> None:
+    """ValueError naming `name` when its `size` (bytes) is over `limit`: a file's, or an upload's already in
+    memory."""
+    if size > limit:
         raise ValueError(
-            f"{path} is {_size(info.st_size)}; pipesim reads a {what} of at most {_size(limit)} (pipesim/limits.py)"
+            f"{name} is {_size(size)}; pipesim reads a {what} of at most {_size(limit)} (pipesim/limits.py)"
         )
 
 

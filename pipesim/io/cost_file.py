@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipesim.cost.collectives import DEFAULT_BUCKET_BYTES
 from pipesim.cost.model import CostModel, DataParallelGroup, LinkCost, Provenance, RankRuntime, StageCost
-from pipesim.io.formats import read_json, write_json
+from pipesim.io.formats import parse_bounded_json, read_json, write_json
 from pipesim.limits import MAX_COST_BYTES, MAX_COST_VALUES, PATH_TAKES, PATH_TYPES, require
 from pipesim.numbers import check_number, shown
 from pipesim.programs import programs
@@ -234,9 +234,17 @@ def load_cost_file(path: str | Path) -> CostModel | UnitProfile:
     """Either version: a run's stage costs (version 1, a `CostModel`) or a model profiled per unit (version 2, a
     `UnitProfile`); what `plan --cost` reads."""
     require(path, "path", PATH_TYPES, PATH_TAKES)
+    return _either_version(_read(path))
+
+
+def cost_file_from_bytes(raw: bytes, name: str) -> CostModel | UnitProfile:
+    """`load_cost_file` of a file already in memory (an upload named `name`), under the same bounds."""
+    return _either_version(parse_bounded_json(raw, name, MAX_COST_BYTES, "cost file", MAX_COST_VALUES))
+
+
+def _either_version(data: Any) -> CostModel | UnitProfile:
     from pipesim.io.profile_file import PROFILE_VERSION, profile_from_dict
 
-    data = _read(path)
     if isinstance(data, dict) and data.get("format") == COST_FORMAT and data.get("version") == PROFILE_VERSION:
         return profile_from_dict(data)
     return cost_from_dict(data)

@@ -22,7 +22,7 @@ from pipesim.io.atomic import (  # noqa: F401 - the writers' home; re-exported
     write_file,
     write_files,
 )
-from pipesim.io.bounded import read_bytes, read_text
+from pipesim.io.bounded import check_size, read_bytes, read_text
 from pipesim.io.span_text import columns_text, spans_text
 from pipesim.io.torch_csv import (  # noqa: F401 - the CSV's home; re-exported
     CsvError,
@@ -225,13 +225,19 @@ def read_json(
     is a ValueError that names the path. `max_items` bounds the values it holds, counted (by their separating
     commas, at the speed of a byte search) before it is parsed: a file padded with a 10^8-element array is
     refused in a fraction of a second rather than parsed into gigabytes."""
-    raw = read_bytes(path, limit, what)
+    return parse_bounded_json(read_bytes(path, limit, what), str(path), limit, what, max_items)
+
+
+def parse_bounded_json(raw: bytes, name: str, limit: int, what: str = "JSON file", max_items: int | None = None) -> Any:
+    """JSON already in memory (an upload, a file's bytes) under `read_json`'s bounds: at most `limit` bytes and
+    fewer than `max_items` values, counted before it is parsed; ValueError naming `name` otherwise."""
+    check_size(name, len(raw), limit, what)
     if max_items is not None and raw.count(b",") >= max_items:
         raise ValueError(
-            f"{path} holds more than {max_items:,} values; pipesim reads a {what} of at most that many "
+            f"{name} holds more than {max_items:,} values; pipesim reads a {what} of at most that many "
             "(pipesim/limits.py)"
         )
-    return parse_json(raw, str(path))
+    return parse_json(raw, name)
 
 
 def parse_json(raw: bytes | str, name: str, object_hook: Callable[[dict], Any] | None = None) -> Any:
