@@ -415,6 +415,8 @@ def verification(job: plan_verify.VerifyJob | None) -> None:
             "Grey: the measurement cannot tell these candidates apart from another of their group (their measured "
             "95% confidence intervals overlap); the rank correlation counts only the pairs it can order."
         )
+    if result.since_profile is not None:  # the machine's move since the profile, apart from the model's error
+        st.caption(result.since_profile.line()[0].upper() + result.since_profile.line()[1:] + ".")
     for note in result.notes:
         st.caption(note)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,18 +26,23 @@ from tests.test_unit_profile import SIZES
 
 @pytest.fixture
 def runs(tmp_path: Path) -> Path:
-    """A runs folder with one unit profile ("prof") beside what the box must not list: a run's stage costs
-    (version 1), a FIFO named cost.json, a folder without one and a file that is not JSON."""
+    """A runs folder with one unit profile ("prof", which timed SGD's step only) beside what the box must not list:
+    a run's stage costs (version 1), a FIFO named cost.json, a folder without one and a file that is not JSON."""
     from pipesim.cost.convert import cost_from_times
 
     root = tmp_path / "runs"
     for name in ("prof", "stages", "fifo", "empty", "garbage"):
         (root / name).mkdir(parents=True)
-    save_profile(with_spread(), root / "prof" / "cost.json")
+    save_profile(sgd_profile(), root / "prof" / "cost.json")
     save_cost(cost_from_times([1.0], [2.0], [0.0], [0.1]), root / "stages" / "cost.json")
     os.mkfifo(root / "fifo" / "cost.json")
     (root / "garbage" / "cost.json").write_bytes(b"\x00" * 4096)
     return root
+
+
+def sgd_profile():
+    profile = with_spread()
+    return replace(profile, optimizers={"sgd": profile.optimizers["sgd"]})
 
 
 def picked(at: AppTest) -> AppTest:
@@ -51,13 +57,14 @@ def test_the_box_lists_only_profiles_and_picking_one_plans_as_plan_cost_does(run
     at = picked(at)
     assert not at.error, [e.value for e in at.error]
     assert at.text_input(key="plan-mbs").value == ",".join(map(str, SIZES))  # the sizes it measured
+    assert at.selectbox(key="plan-optimizer").value == "sgd"  # the page's adam was not timed
     assert at.number_input(key="plan-layers").disabled and at.number_input(key="plan-jitter").disabled
     said = " ".join(i.value for i in at.info)
     assert "Planned from the profile" in said and str(runs / "prof" / "cost.json") in said
     assert "not used" in said
-    # the page's defaults (4 devices, a batch of 32, a 40 GiB cap, adam) planned as the library plans them
+    # the page's defaults (4 devices, a batch of 32, a 40 GiB cap) planned as the library plans them
     inputs = PlanInputs.from_profile(
-        with_spread(), devices=4, global_batch=32, memory_cap_bytes=40 * 2**30, optimizer="adam"
+        sgd_profile(), devices=4, global_batch=32, memory_cap_bytes=40 * 2**30, optimizer="sgd"
     )
     schedules = tuple(at.multiselect(key="plan-schedules").value)
     space = PlanSpace(schedules=schedules, microbatch_sizes=SIZES, chunks=(2,), recompute=(False, True))
@@ -86,14 +93,24 @@ def test_a_size_the_profile_did_not_measure_is_refused_then_marked_when_extrapol
 
 
 def test_verify_is_handed_the_profiled_model_not_the_description(runs, open_page, monkeypatch) -> None:
+    from pipesim.analysis.since_profile import SinceProfile
     from pipesim_executor.host import verify
     from pipesim_executor.host.verify_config import model_config
 
     seen: dict = {}
-    monkeypatch.setattr(verify, "verify_plan", _fake_verify(seen))
+    fake = _fake_verify(seen)
+
+    def moved(*args, **kwargs):  # the real one reads the move from the plan's profile (tests/test_since_profile.py)
+        result = fake(*args, **kwargs)
+        result.since_profile = SinceProfile(3, 1.052, 1.021, 1.084, -0.013)
+        return result
+
+    monkeypatch.setattr(verify, "verify_plan", moved)
     at = picked(open_page("plan"))
     at.button(key="plan-verify").click().run()
     _finish(at)
+    said = [c.value for c in at.caption]
+    assert any(c.startswith("Since the profile: these runs took 1.052x [1.021, 1.084]") for c in said), said
     document = json.loads(seen["paths"][0].read_text())
     assert document["inputs"]["executor_model"] == {"kind": "transformer"} and "model" not in document["inputs"]
     assert document["inputs"]["cost_file"] == str(runs / "prof" / "cost.json")
@@ -114,7 +131,7 @@ class Upload:
 def test_an_upload_is_read_under_the_files_bounds_and_must_be_a_unit_profile(runs) -> None:
     good = Upload("mine.json", (runs / "prof" / "cost.json").read_bytes())
     got = plan_profile.picked_profile(runs, good)
-    assert got.origin == "mine.json" and got.profile == with_spread()
+    assert got.origin == "mine.json" and got.profile == sgd_profile()
     with pytest.raises(ValueError, match="stage costs \\(version 1\\), not a model profiled unit by unit"):
         plan_profile.picked_profile(runs, Upload("s.json", (runs / "stages" / "cost.json").read_bytes()))
     with pytest.raises(ValueError, match="big.json is 33.0 MiB; pipesim reads a cost file of at most 32.0 MiB"):
@@ -137,3 +154,24 @@ def test_an_uploaded_profile_plans_and_a_bad_upload_is_named_without_losing_the_
     said = " ".join(e.value for e in at.error)
     assert "Cannot plan from this profile: stages.json holds a run's stage costs (version 1)" in said
     assert not at.exception and candidates_table(at) is not None  # the description's plan is still drawn
+
+
+def test_a_link_naming_the_profile_opens_with_its_settings_unless_the_link_sets_them(runs, monkeypatch) -> None:
+    monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(runs))
+    at = AppTest.from_file("../app.py", default_timeout=60)
+    at.query_params.update({"plan-profile": "prof", "plan-optimizer": "adam"})  # the link's optimizer is kept
+    at.run()
+    at.switch_page("app_pages/plan.py").run()
+    assert at.selectbox(key="plan-optimizer").value == "adam"
+    assert "the profile timed no 'adam' optimizer step (it timed: sgd)" in " ".join(e.value for e in at.error)
+    assert not at.exception
+    for query, sizes in (({"plan-profile": "prof"}, "1,2,4"), ({"plan-profile": "prof", "plan-mbs": "2,4"}, "2,4")):
+        at = AppTest.from_file("../app.py", default_timeout=60)
+        at.query_params.update(query)
+        at.run()
+        at.switch_page("app_pages/plan.py").run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert at.selectbox(key="plan-profile").value == "prof"
+        assert at.text_input(key="plan-mbs").value == sizes
+        assert at.selectbox(key="plan-optimizer").value == "sgd"  # the page's default (adam) was not timed
+        assert "Planned from the profile" in " ".join(i.value for i in at.info)

@@ -4,8 +4,9 @@ from the runs folder or uploaded. The planner then prices every candidate from w
 profiled model from the plan (its `executor_model`). The profile's check against its own in-situ steps is shown
 beside the results (issue 29).
 
-Picking a profile sets the page's microbatch sizes to the ones it measured (a size outside them is refused, as on
-the command line) and its optimizer to one it timed, unless the one already chosen was timed.
+A profile, once picked, sets the page's microbatch sizes to the ones it measured (a size outside them is refused, as
+on the command line) and its optimizer to one it timed, unless the one already chosen was timed. A link that names
+the profile (`?plan-profile=NAME`) opens the same way, except for a field the link sets itself.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from pipesim.programs import programs
 NO_PROFILE = "(none: the model description)"
 PROFILE_KEY = "plan-profile"
 UPLOAD_KEY = "plan-profile-upload"
+APPLIED_KEY = "plan-profile-applied"  # the profile whose sizes and optimizer the form holds
+PICKED_KEY = "plan-profile-picked"  # set when the user picks in the page (not a link): its settings then win
 SIZES_KEY = "plan-mbs"  # the page's microbatch sizes field
 OPTIMIZER_KEY = "plan-optimizer"
 MAX_LISTED = 200  # profile folders offered in the box, newest first
@@ -75,19 +78,22 @@ def profile_picker() -> PickedProfile | None:
         [NO_PROFILE, *names],
         key=state.kept(PROFILE_KEY),
         bind=state.URL,
-        on_change=_take_profile_settings,
+        on_change=_picked_here,
         help=f"A model profiled unit by unit on this machine ({programs().executor} profile --out "
         f"{root}/NAME): every candidate priced from what was measured, with its 90% interval; the same as "
         f"`{programs().pipesim} plan --cost {root}/NAME/cost.json`",
     )
-    upload = st.file_uploader(
-        "…or upload a profile's cost.json", type=["json"], key=UPLOAD_KEY, on_change=_take_profile_settings
-    )
+    upload = st.file_uploader("…or upload a profile's cost.json", type=["json"], key=UPLOAD_KEY, on_change=_picked_here)
     try:
-        return picked_profile(root, upload)
+        picked = picked_profile(root, upload)
     except ValueError as error:
         st.error(f"Cannot plan from this profile: {error}", icon=":material/error:")
-        return None
+        picked = None
+    identity = None if picked is None else (picked.origin, getattr(upload, "file_id", None))
+    if picked is not None and st.session_state.get(APPLIED_KEY) != identity:
+        take_settings(picked.profile, overwrite=bool(st.session_state.pop(PICKED_KEY, False)))
+    st.session_state[APPLIED_KEY] = identity
+    return picked
 
 
 def picked_profile(root: Path, upload: Any = None) -> PickedProfile | None:
@@ -122,18 +128,18 @@ def _profile_from_bytes(raw: bytes, name: str) -> UnitProfile:
     return loaded
 
 
-def _take_profile_settings() -> None:
-    """On picking a profile: the sizes field becomes the sizes it measured, and the optimizer one it timed."""
-    try:
-        picked = picked_profile(state.runs_root(), st.session_state.get(UPLOAD_KEY))
-    except ValueError:
-        return  # the picker reports it when the page draws
-    if picked is None:
-        return
-    profile = picked.profile
-    st.session_state[state.kept(SIZES_KEY)] = ",".join(map(str, profile.microbatch_sizes))
+def _picked_here() -> None:
+    st.session_state[PICKED_KEY] = True
+
+
+def take_settings(profile: UnitProfile, overwrite: bool) -> None:
+    """The sizes field becomes the sizes `profile` measured, and the optimizer one it timed (where the one chosen
+    was not); before the form draws. Without `overwrite` (a link opened), a field the link sets keeps its value."""
+    if overwrite or SIZES_KEY not in st.query_params:
+        st.session_state[state.kept(SIZES_KEY)] = ",".join(map(str, profile.microbatch_sizes))
     timed = sorted(profile.optimizers)
-    if timed and st.session_state.get(state.kept(OPTIMIZER_KEY)) not in timed:
+    chosen = st.session_state.get(state.kept(OPTIMIZER_KEY), st.query_params.get(OPTIMIZER_KEY))
+    if timed and chosen not in timed and (overwrite or OPTIMIZER_KEY not in st.query_params):
         st.session_state[state.kept(OPTIMIZER_KEY)] = timed[0]
 
 

@@ -35,7 +35,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from pipesim.analysis.since_profile import SinceProfile, config_key, since_profile
 from pipesim.analysis.stats import MAX_STEPS_PER_ROUND
+from pipesim.cost.profile import UnitProfile
+from pipesim.flags import one_line
+from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import read_json, write_json
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_PLAN_BYTES
@@ -215,6 +219,7 @@ def verify_plan(
             if on_row is not None:
                 on_row(row)
     verification = compare(rows, uncertainty, rounds)
+    verification.since_profile = _since_profile(plan, rows, verification.notes)
     document = {**verification.to_dict(), "verification": prefix}
     write_json(document, plan_path.with_name(plan_path.stem + "-verify.json"))  # the latest
     write_json(document, plan_path.with_name(f"{plan_path.stem}-verify-{prefix.rsplit('-', 1)[1]}.json"))
@@ -223,6 +228,32 @@ def verify_plan(
     if on_progress is not None:
         on_progress(VerifyProgress(1.0, total, total, "done"))
     return verification
+
+
+def _since_profile(plan: dict[str, Any], rows: list[VerifyRow], notes: list[str]) -> SinceProfile | None:
+    """For a plan priced from a unit profile (`inputs.cost_file`): the runs against the profile's own in-situ steps
+    of the same configurations (pipesim.analysis.since_profile); None for another plan or when none is shared. A
+    profile that cannot be read any more says so in `notes` (the verification stands)."""
+    path = (plan.get("inputs") or {}).get("cost_file")
+    measured = {
+        config_key(c["schedule"], c["microbatch_size"], c["microbatches"], c["recompute"], c["split"]): r.measured_ms
+        for r in rows
+        if r.measured_ms is not None and isinstance(c := r.candidate, dict) and c.get("microbatch_size") is not None
+    }
+    if not isinstance(path, str) or not measured:
+        return None
+    from pipesim.plan.in_situ_check import check_profile  # the planner, only for a plan priced from a profile
+
+    try:
+        profile = load_cost_file(path)
+        if not isinstance(profile, UnitProfile):
+            return None
+        return since_profile(check_profile(profile), measured)
+    except (ValueError, TypeError, KeyError) as error:
+        notes.append(
+            f"the plan's profile {path} cannot be read ({one_line(error)}): no reading of the machine's move since it"
+        )
+        return None
 
 
 def steps_for(steps: int, min_seconds: float, predicted_ms: float) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pipesim.analysis.attribution import coefficient_of_variation, reliable
+from pipesim.analysis.since_profile import SinceProfile
 from pipesim.analysis.stats import (
     MedianCI,
     group_ranks,
@@ -110,6 +111,8 @@ class Verification:
     indistinguishable: list[list[str]] = field(default_factory=list)  # groups the measurement cannot order
     recommended_indistinguishable: bool = False  # the recommendation's interval overlaps the measured best's
     rounds: int = 1
+    # a plan priced from a profile: the runs against the profile's own in-situ steps of the same configurations
+    since_profile: SinceProfile | None = None
 
     def to_dict(self) -> dict[str, Any]:
         done = [r for r in self.rows if r.measured_ms is not None]
@@ -130,6 +133,7 @@ class Verification:
             "max_abs_error": max(errors, default=None),
             "max_abs_memory_error": max(memory, default=None),
             "inside_predicted_interval_fraction": sum(inside) / len(inside) if inside else None,
+            "since_profile": None if self.since_profile is None else self.since_profile.to_dict(),
             "notes": self.notes,
         }
 
@@ -276,4 +280,6 @@ def summary_lines(v: Verification) -> list[str]:
     gap = "-" if v.recommended_gap is None else f"{v.recommended_gap:+.1%}"
     same = " (indistinguishable from it)" if v.recommended_indistinguishable and v.recommended_gap else ""
     lines.append(f"recommended candidate vs the measured best ({v.measured_best}): {gap}{same}")
+    if v.since_profile is not None:
+        lines.append(v.since_profile.line())
     return lines + [f"note: {n}" for n in v.notes]
