@@ -243,6 +243,11 @@ def run_model(name: str, args: argparse.Namespace, folder: Path) -> tuple[list[s
         first, again, profile_agreement(document, second, args.top), profile_inside(document, second, args.top)
     )
     lines = table(name, spec, first, got)
+    lines += [  # the machine's move since the profile, apart from the model's error (pipesim.analysis.since_profile)
+        f"{which} verification, {v.since_profile.line()}" + "\n"
+        for which, v in (("first", first), ("second", again))
+        if v.since_profile is not None
+    ]
     print("\n".join(lines), flush=True)
     record = {"spec": spec, "figures": got, "first": first.to_dict(), "second": again.to_dict()}
     return lines, record
