@@ -11,7 +11,9 @@ the profile (`?plan-profile=NAME`) opens the same way, except for a field the li
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,23 +51,35 @@ class PickedProfile:
 
 def profile_folders(root: Path) -> list[str]:
     """Folders under `root` whose cost.json is a unit profile (version 2), newest first: only the file's first
-    bytes are read, and only regular files (a FIFO or a folder named cost.json is skipped, never opened)."""
+    bytes are read, and only a regular file's (a FIFO, a device or a folder named cost.json is skipped, never
+    read; one that vanishes meanwhile too)."""
     if not root.is_dir():
         return []
     found = []
     for path in root.glob("*/cost.json"):
-        try:
-            if path.is_file() and _VERSION_2.search(_head(path)):
-                found.append(path)
-        except (OSError, ValueError):
-            continue
-    found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    return [p.parent.name for p in found[:MAX_LISTED]]
+        head = _head(path)
+        if head is not None and _VERSION_2.search(head[1]):
+            found.append((head[0], path.parent.name))
+    found.sort(reverse=True)
+    return [name for _, name in found[:MAX_LISTED]]
 
 
-def _head(path: Path) -> bytes:
-    with path.open("rb") as handle:
-        return handle.read(_HEAD_BYTES)
+def _head(path: Path) -> tuple[float, bytes] | None:
+    """(modification time, first bytes) of regular file `path`; None for anything else. Opened without blocking
+    (a FIFO put there after the glob would hang a plain open) and checked on the open descriptor."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return info.st_mtime, os.read(handle, _HEAD_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(handle)
 
 
 def profile_picker() -> PickedProfile | None:
