@@ -24,7 +24,6 @@ from app_pages.parts import (
     widgets,
 )
 from pipesim.charts import plan as charts_plan
-from pipesim.charts import verify as charts_verify
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription
 from pipesim.cost.runtime import OPTIMIZERS
@@ -44,7 +43,7 @@ from pipesim.plan.synthesized import SYNTHESIZED, plan_families
 from pipesim.programs import programs
 from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
 from pipesim.sim.memory import rank_memory
-from pipesim.units import format_bytes, format_ms, format_percent, quantity
+from pipesim.units import format_bytes, format_ms, quantity
 
 state.init_state()
 st.title("Plan a pipeline")
@@ -377,48 +376,7 @@ def verification(job: plan_verify.VerifyJob | None) -> None:
     if job.cancelled.is_set():
         st.info(f"Verification cancelled after {len(result.rows)} of {job.top} candidates.", icon=":material/cancel:")
     plan_model.notice(inputs.calibration(), description, verifying=True)
-    rows, grey = plan_verify.verify_table(result)
-    frame = pd.DataFrame(rows)
-    st.dataframe(
-        frame.style.apply(lambda row: ["color: #9e9e9e" if grey[row.name] else ""] * len(row), axis=1),
-        hide_index=True,
-        column_config={
-            "predicted": widgets.time_column("predicted_step"),
-            "measured": widgets.time_column("measured_step"),
-            "error": widgets.percent_column("prediction_error", signed=True),
-        },
-    )
-    cards = st.columns(2)
-    if plan_verify.predictions_tie(result):
-        cards[0].metric(
-            "Planner's order",
-            "indistinguishable",
-            help="The planner predicts these candidates within "
-            f"{format_percent(plan_verify.PREDICTION_TIE)} of each other: they are a tie, so no rank correlation "
-            "is computed on their noise.",
-        )
-    else:
-        cards[0].metric(
-            "Rank correlation (Spearman)",
-            "n/a" if result.spearman is None else f"{result.spearman:+.2f}",
-            help="Whether the planner orders the candidates as the machine does: +1.00 the same order",
-        )
-    cards[1].metric(
-        "Recommended vs measured best",
-        format_percent(result.recommended_gap, signed=True),
-        help=f"How much slower the recommended candidate measured than the fastest measured one "
-        f"({result.measured_best or 'none measured'})",
-    )
-    plot.show(charts_verify.intervals_figure(plan_verify.interval_rows(result)), "plan-verify-intervals")
-    if any(grey):
-        st.caption(
-            "Grey: the measurement cannot tell these candidates apart from another of their group (their measured "
-            "95% confidence intervals overlap); the rank correlation counts only the pairs it can order."
-        )
-    if result.since_profile is not None:  # the machine's move since the profile, apart from the model's error
-        st.caption(result.since_profile.line()[0].upper() + result.since_profile.line()[1:] + ".")
-    for note in result.notes:
-        st.caption(note)
+    plan_verify.show_result(result)
 
 
 verification(job)

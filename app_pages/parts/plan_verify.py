@@ -21,9 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
+from app_pages.parts import plot, widgets
+from pipesim.charts import verify as charts_verify
 from pipesim.charts.verify import IntervalRow
+from pipesim.units import format_percent
 from pipesim_executor.host import verify
 
 PREDICTION_TIE = 0.01  # relative: predictions closer than this rank no candidate above another
@@ -212,3 +216,50 @@ def interval_rows(result: Any) -> list[IntervalRow]:
         )
         for r, shaded in zip(result.rows, grey, strict=True)
     ]
+
+
+def show_result(result: verify.Verification) -> None:
+    """A finished verification: the table (a group the measurement cannot order greyed out), the rank correlation
+    and the recommendation's gap, the intervals drawn side by side, the machine's move since the profile, notes."""
+    rows, grey = verify_table(result)
+    frame = pd.DataFrame(rows)
+    st.dataframe(
+        frame.style.apply(lambda row: ["color: #9e9e9e" if grey[row.name] else ""] * len(row), axis=1),
+        hide_index=True,
+        column_config={
+            "predicted": widgets.time_column("predicted_step"),
+            "measured": widgets.time_column("measured_step"),
+            "error": widgets.percent_column("prediction_error", signed=True),
+        },
+    )
+    cards = st.columns(2)
+    if predictions_tie(result):
+        cards[0].metric(
+            "Planner's order",
+            "indistinguishable",
+            help="The planner predicts these candidates within "
+            f"{format_percent(PREDICTION_TIE)} of each other: they are a tie, so no rank correlation "
+            "is computed on their noise.",
+        )
+    else:
+        cards[0].metric(
+            "Rank correlation (Spearman)",
+            "n/a" if result.spearman is None else f"{result.spearman:+.2f}",
+            help="Whether the planner orders the candidates as the machine does: +1.00 the same order",
+        )
+    cards[1].metric(
+        "Recommended vs measured best",
+        format_percent(result.recommended_gap, signed=True),
+        help=f"How much slower the recommended candidate measured than the fastest measured one "
+        f"({result.measured_best or 'none measured'})",
+    )
+    plot.show(charts_verify.intervals_figure(interval_rows(result)), "plan-verify-intervals")
+    if any(grey):
+        st.caption(
+            "Grey: the measurement cannot tell these candidates apart from another of their group (their measured "
+            "95% confidence intervals overlap); the rank correlation counts only the pairs it can order."
+        )
+    if result.since_profile is not None:  # the machine's move since the profile, apart from the model's error
+        st.caption(result.since_profile.line()[0].upper() + result.since_profile.line()[1:] + ".")
+    for note in result.notes:
+        st.caption(note)
