@@ -260,6 +260,7 @@ def show_result(result: verify.Verification) -> None:
             "95% confidence intervals overlap); the rank correlation counts only the pairs it can order."
         )
     if result.since_profile is not None:  # the machine's move since the profile, apart from the model's error
-        st.caption(result.since_profile.line()[0].upper() + result.since_profile.line()[1:] + ".")
+        line = result.since_profile.line()
+        st.caption(line[:1].upper() + line[1:] + ".")
     for note in result.notes:
         st.caption(note)
