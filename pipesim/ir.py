@@ -53,12 +53,41 @@ class CommKind(StrEnum):
     UNSHARD = "UNSHARD"  # all-gather a sharded (FSDP) stage's parameters
     RESHARD = "RESHARD"  # drop them again (frees memory, moves nothing)
     REDUCE_GRAD = "REDUCE_GRAD"  # reduce the stage's gradients across data-parallel replicas, once per step
+    # Memory moves over the host link (PipeOffload; torch has no such action): a stage's saved activations of one
+    # microbatch go to host memory after its forward and come back before its first backward.
+    OFFLOAD = "OFFLOAD"
+    RELOAD = "RELOAD"
 
     def __str__(self) -> str:
         return self.value
 
 
 TRANSFER_KINDS = frozenset({CommKind.SEND_F, CommKind.RECV_F, CommKind.SEND_B, CommKind.RECV_B})
+MEMORY_MOVES = frozenset({CommKind.OFFLOAD, CommKind.RELOAD})
+
+
+class Resource(StrEnum):
+    """What a rank has that works at the same time as the rest: actions on one resource run one after another,
+    actions on different resources of a rank may overlap."""
+
+    COMPUTE = "compute"  # the device's compute: F, B, I, W and torch's collectives placed between them
+    LINK = "link"  # its links to other ranks: sends, receives, an MoE stage's all-to-all
+    COPY = "copy"  # its copy engine to host memory: OFFLOAD and RELOAD
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def resource_of(entry: Entry) -> Resource:
+    """The resource an entry of a rank's order holds while it runs."""
+    if isinstance(entry, CommAction):
+        if entry.kind in MEMORY_MOVES:
+            return Resource.COPY
+        if entry.kind in TRANSFER_KINDS:
+            return Resource.LINK
+    return Resource.COMPUTE
+
+
 OVERLAP_WORD = "OVERLAP_F_B"
 _KIND_BY_LETTER = {kind.value: kind for kind in ActionKind}
 # 9 ASCII digits (re.ASCII: no full-width or Arabic-Indic digits): far past every limit, never slow
@@ -146,7 +175,7 @@ def parse_entry(text: str) -> Entry | None:
         raise ValueError(
             f"cannot parse {shown!r}: expected <stage><kind><microbatch> such as 2F0 (kind F, B, I or W), "
             f"a communication or collective action such as 1SEND_F0, 2RECV_B3, 0UNSHARD or 0REDUCE_GRAD, "
-            f"or an overlapped pair such as (0F3;3B1){OVERLAP_WORD}"
+            f"a memory move such as 0OFFLOAD3 or 0RELOAD3, or an overlapped pair such as (0F3;3B1){OVERLAP_WORD}"
         ) from None
 
 

@@ -15,6 +15,7 @@ from pipesim.ir import Action, CommAction
 
 Source = Literal["simulated", "measured", "imported"]  # imported: read from a profiler trace (pipesim.io.kineto)
 COLLECTIVE_KINDS = frozenset({"unshard", "reshard", "reduce_grad"})
+COPY_KINDS = frozenset({"offload", "reload"})  # a copy engine's spans: activations to host memory and back
 
 
 class Span(NamedTuple):

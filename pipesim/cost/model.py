@@ -78,6 +78,9 @@ class CostModel:
     runtime: RankRuntime = RankRuntime()
     dp_group: DataParallelGroup = DataParallelGroup()
     provenance: Provenance = field(default_factory=Provenance)
+    # The link between a rank and its host's memory (PCIe, C2C): what an OFFLOAD or RELOAD of a stage's saved
+    # activations costs. Free by default: a schedule without memory moves never reads it.
+    host_link: LinkCost = LinkCost()
 
     def __post_init__(self) -> None:
         if not (
@@ -94,7 +97,12 @@ class CostModel:
             raise ValueError("a cost model needs at least one link cost")
         if not isinstance(self.recompute, bool):
             raise ValueError(f"recompute must be true or false, got {self.recompute!r}")
-        for name, kind in (("runtime", RankRuntime), ("dp_group", DataParallelGroup), ("provenance", Provenance)):
+        for name, kind in (
+            ("runtime", RankRuntime),
+            ("dp_group", DataParallelGroup),
+            ("provenance", Provenance),
+            ("host_link", LinkCost),
+        ):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"a cost model's {name} must be a {kind.__name__}, got {getattr(self, name)!r}")
 
@@ -298,6 +306,10 @@ class CostModel:
         """Time to move an activation (or its gradient) between two adjacent stages."""
         boundary = min(src_stage, dst_stage)
         return self.link(boundary).transfer_ms(self.stage(boundary).output_bytes)
+
+    def copy_ms(self, stage: int) -> float:
+        """Time to move `stage`'s saved activations of one microbatch to or from host memory (OFFLOAD, RELOAD)."""
+        return self.host_link.transfer_ms(self.stash_bytes(stage))
 
     def stash_bytes(self, stage: int) -> float:
         """Bytes F of `stage` keeps until its backward; only the input under recompute."""

@@ -63,6 +63,7 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
         "sharded": cost.sharded,
         "dp_bucket_bytes": cost.dp_group.bucket_bytes,
         "overlap_factor": cost.overlap_factor,
+        "host_link": _link_dict(cost.host_link),
         "meta": cost.meta,
     }
 
@@ -189,12 +190,14 @@ def cost_from_dict(data: Any) -> CostModel:
     overlap_factor = data.get("overlap_factor", 1.0)
     if isinstance(overlap_factor, bool) or not isinstance(overlap_factor, (int, float)):
         raise ValueError(f"cost file: overlap_factor must be a number in (0, 1], got {overlap_factor!r}")
+    host_link = _link(data["host_link"], "host") if data.get("host_link") is not None else LinkCost()
     try:
         return CostModel(
             stages=stages,
             links=links,
             recompute=recompute,
             overlap_factor=float(overlap_factor),
+            host_link=host_link,
             runtime=RankRuntime(overhead_ms, dispatch_ms, shared_cores),
             dp_group=DataParallelGroup(data_parallel, dp_link, sharded, bucket_bytes),
             provenance=Provenance(source, description, dict(meta)),

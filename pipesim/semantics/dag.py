@@ -26,8 +26,11 @@ from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, Schedule
+from pipesim.ir import Action, CommAction, CommKind, Schedule
 from pipesim.semantics.lower import (
+    RELOAD_SERVES,
+    has_memory_moves,
+    memory_moves,
     overlap_groups,
     produced_message,
     producer_ids,
@@ -61,10 +64,16 @@ class Dependencies:
     deps: list[tuple[int, ...]]
     joined: dict[int, tuple[int, ...]] | None = None  # an overlapped group's first id -> its other members' ids
     sends: dict[tuple[int, int], str] | None = None  # (consumer id, gate id) -> the SEND the consumer waits for
+    copies: CopyOps | None = None  # OFFLOADs and RELOADs, ids after the compute actions' (none: no memory moves)
 
     @property
     def num_ranks(self) -> int:
         return len(self.offsets) - 1
+
+    @property
+    def num_ops(self) -> int:
+        """Compute actions and copies: the length of the engine's per-id lists (durations, starts, ends)."""
+        return len(self.actions) + (0 if self.copies is None else len(self.copies.entries))
 
     @cached_property
     def index(self) -> dict[Action, int]:
@@ -94,6 +103,23 @@ class Dependencies:
                         found = d
                 append(found)
         return blocking
+
+
+@dataclass(frozen=True)
+class CopyOps:
+    """The memory moves of a schedule as the engine runs them (`pipesim.semantics.lower.memory_moves`).
+
+    Copy j has id `first + j`, after every compute action. `issued[i]` lists the copies a rank issues when
+    compute action i ends (None for most), in the order its copy engine runs them; `needs[c]` is the id that
+    copy c waits for (the forward an OFFLOAD copies out, the OFFLOAD a RELOAD brings back). The backward a
+    RELOAD serves has the RELOAD's id among its dependencies, so it starts only once the copy is back.
+    """
+
+    first: int
+    entries: list[CommAction]
+    ranks: list[int]
+    issued: list[tuple[int, ...] | None]
+    needs: dict[int, int]
 
 
 class DeadlockError(ScheduleError):
@@ -144,7 +170,8 @@ def dependencies(schedule: Schedule) -> Dependencies:
         _raise_missing(missing, made.index, ranks, offsets, schedule.num_stages)
     gates = send_gates(schedule)
     groups = overlap_groups(schedule)
-    if gates is None and not groups:
+    moves = has_memory_moves(schedule)
+    if gates is None and not groups and not moves:
         return made
     index = made.index
     sends: dict[tuple[int, int], str] | None = None
@@ -152,7 +179,34 @@ def dependencies(schedule: Schedule) -> Dependencies:
         sends = {}
         deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages, sends)
     joined = {index[group[0]]: tuple(index[a] for a in group[1:]) for group in groups} if groups else None
-    return Dependencies(actions, ranks, offsets, deps, joined, sends)
+    copies = _copy_ops(schedule, index, deps) if moves else None
+    return Dependencies(actions, ranks, offsets, deps, joined, sends, copies)
+
+
+def _copy_ops(schedule: Schedule, index: dict[Action, int], deps: list[tuple[int, ...]]) -> CopyOps:
+    """The engine's view of `memory_moves`; adds each RELOAD to the dependencies of the backward it serves (in
+    place). Validation has checked that every copy stands after what it moves and before what it serves."""
+    first = len(index)
+    entries: list[CommAction] = []
+    ranks: list[int] = []
+    issued: list[list[int] | None] = [None] * first
+    needs: dict[int, int] = {}
+    copy_id: dict[CommAction, int] = {}
+    for rank, copies in enumerate(memory_moves(schedule)):
+        for copy in copies:
+            c = first + len(entries)
+            copy_id[copy.entry] = c
+            entries.append(copy.entry)
+            ranks.append(rank)
+            gate = index[copy.gate]  # a copy stands after the forward it moves: it always has a gate
+            issued[gate] = [*(issued[gate] or ()), c]
+            needs[c] = index[copy.after] if isinstance(copy.after, Action) else copy_id[copy.after]
+            stage, kind, mb = copy.entry
+            if kind is CommKind.RELOAD:
+                served = next(index[a] for k in RELOAD_SERVES if (a := Action(stage, k, mb)) in index)
+                deps[served] = (*deps[served], c)
+    frozen = [None if ids is None else tuple(ids) for ids in issued]
+    return CopyOps(first, entries, ranks, frozen, needs)
 
 
 def _gated(

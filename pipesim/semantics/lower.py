@@ -39,7 +39,20 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple
 
-from pipesim.ir import Action, ActionKind, B, CommAction, CommKind, F, I, Overlap, Schedule, W, entry_actions
+from pipesim.ir import (
+    MEMORY_MOVES,
+    Action,
+    ActionKind,
+    B,
+    CommAction,
+    CommKind,
+    F,
+    I,
+    Overlap,
+    Schedule,
+    W,
+    entry_actions,
+)
 
 ACT, GRAD = "act", "grad"
 
@@ -344,6 +357,61 @@ def collectives_before(schedule: Schedule) -> tuple[dict[Action, list[CommAction
                 waiting = []
         tails.append(waiting)
     return before, tails
+
+
+# --- memory moves: offload and reload on the copy engine -----------------------------------------------------
+
+
+class Copy(NamedTuple):
+    """One OFFLOAD or RELOAD as its rank's copy engine runs it.
+
+    It is issued when its rank ends `gate`, the last compute action before it in the rank's order (None: before
+    any), as torch posts a transfer where it stands; it moves data once `after` has ended (an OFFLOAD after the
+    forward that saved the activations, a RELOAD after their OFFLOAD); a rank's copies run one at a time, in order.
+    """
+
+    entry: CommAction
+    gate: Action | None
+    after: Action | CommAction
+
+
+def memory_moves(schedule: Schedule) -> list[list[Copy]]:
+    """Per rank, its OFFLOADs and RELOADs in the order its copy engine runs them (empty without any)."""
+    moves: list[list[Copy]] = [[] for _ in range(schedule.num_ranks)]
+    for rank, row in enumerate(schedule.order or ()):
+        last: Action | None = None
+        for entry in row:
+            if isinstance(entry, CommAction):
+                if entry.kind in MEMORY_MOVES:
+                    stage, kind, mb = entry
+                    after = (
+                        Action(stage, F, mb) if kind is CommKind.OFFLOAD else CommAction(stage, CommKind.OFFLOAD, mb)
+                    )
+                    moves[rank].append(Copy(entry, last, after))
+            elif entry is not None:
+                last = entry_actions(entry)[-1]
+    return moves
+
+
+def has_memory_moves(schedule: Schedule) -> bool:
+    return schedule.order is not None and any(
+        isinstance(e, CommAction) and e.kind in MEMORY_MOVES for row in schedule.order for e in row
+    )
+
+
+# What waits for a RELOAD: the first backward of its (stage, microbatch), B or I (whichever the rank runs).
+RELOAD_SERVES: tuple[ActionKind, ...] = (B, I)
+
+
+def offload_change(kind: CommKind, sizes: StashSizes) -> tuple[float, float, bool]:
+    """(device bytes delta, host bytes delta, at its start) of a memory move of a stage with `sizes`.
+
+    An OFFLOAD holds host memory from its start and frees the device's at its end (the copy reads it until
+    then); a RELOAD takes device memory at its start and frees the host's at its end. Both move the whole stash.
+    """
+    if kind is CommKind.OFFLOAD:
+        return -sizes.stash, sizes.stash, False
+    return sizes.stash, -sizes.stash, True
 
 
 # --- activation liveness ------------------------------------------------------------------------------------

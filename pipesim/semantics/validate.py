@@ -28,9 +28,16 @@ from itertools import compress, repeat
 from operator import is_, itemgetter, lt
 
 from pipesim._perf import paused_gc
-from pipesim.ir import TRANSFER_KINDS, Action, B, CommAction, CommKind, F, I, Schedule, W, entry_actions
+from pipesim.ir import MEMORY_MOVES, TRANSFER_KINDS, Action, B, CommAction, CommKind, F, I, Schedule, W, entry_actions
 from pipesim.limits import MAX_PROBLEMS, summarize
-from pipesim.semantics.lower import SENDS, peer_stage, produced_message, served_kinds, transfers_of
+from pipesim.semantics.lower import (
+    RELOAD_SERVES,
+    SENDS,
+    peer_stage,
+    produced_message,
+    served_kinds,
+    transfers_of,
+)
 from pipesim.semantics.screen import compute_rules_hold, is_validated, mark_validated, row_is_clean
 
 
@@ -320,6 +327,8 @@ def _check_order(schedule: Schedule, problems: list[ScheduleError], cap: int) ->
             seen.add(entry)
     if schedule.has_transfers:
         _check_every_transfer(schedule, seen, problems, cap)
+    if len(problems) < cap:
+        _check_every_reload(schedule, seen, problems)
 
 
 def _order_problem(
@@ -342,6 +351,8 @@ def _order_problem(
         if last_backward.get(stage, -1) > index:
             return "REDUCE_GRAD too early", f"{entry} comes before stage {stage}'s last backward; it reduces them all"
         return None
+    if kind in MEMORY_MOVES:
+        return _move_problem(entry, index, at, seen, num_mb)
     if kind not in TRANSFER_KINDS:
         return None
     # a send comes after the action that produces what it moves, a receive before the one that needs it
@@ -362,6 +373,41 @@ def _order_problem(
     if not after and served[0] < index:
         return f"{kind} too late", f"{entry} comes after the action that needs what it receives"
     return None
+
+
+def _move_problem(entry: CommAction, index: int, at: dict, seen: set, num_mb: int) -> tuple[str, str] | None:
+    """An OFFLOAD stands after the forward whose activations it moves, a RELOAD after that OFFLOAD, and both
+    before the first backward that needs them (`pipesim.semantics.lower.memory_moves`)."""
+    stage, kind, mb = entry
+    if mb is None or not 0 <= mb < num_mb:
+        return "out of range", f"{entry}: a memory move names a microbatch in 0..{num_mb - 1}"
+    backward = min((at[a] for k in RELOAD_SERVES if (a := Action(stage, k, mb)) in at), default=None)
+    if kind is CommKind.OFFLOAD:
+        forward = at.get(Action(stage, F, mb))
+        if forward is None or forward > index:
+            return "OFFLOAD too early", f"{entry} comes before {stage}F{mb}, whose activations it moves"
+    elif CommAction(stage, CommKind.OFFLOAD, mb) not in seen:
+        return "RELOAD without OFFLOAD", f"{entry} brings back what no earlier {stage}OFFLOAD{mb} moved out"
+    if backward is None or backward < index:
+        return f"{kind} too late", f"{entry} comes after the backward of stage {stage} microbatch {mb} that needs it"
+    return None
+
+
+def _check_every_reload(schedule: Schedule, seen: set, problems: list[ScheduleError]) -> None:
+    """Every OFFLOAD has its RELOAD: the backward needs the activations back on the device."""
+    for entry in sorted(seen, key=str):
+        stage, kind, mb = entry
+        if kind is CommKind.OFFLOAD and CommAction(stage, CommKind.RELOAD, mb) not in seen:
+            rank = schedule.stage_to_rank[stage]
+            problems.append(
+                ScheduleError(
+                    "OFFLOAD without RELOAD",
+                    f"{entry} moves activations out that no {stage}RELOAD{mb} brings back before the backward",
+                    rank,
+                    None,
+                    None,
+                )
+            )
 
 
 def _check_every_transfer(schedule: Schedule, seen: set, problems: list[ScheduleError], cap: int) -> None:

@@ -6,6 +6,7 @@ that hold several. Times are relative to the earliest span (0 when simulated).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from bisect import bisect_left
 from collections.abc import Iterable
@@ -16,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
 from pipesim.ir import ActionKind
-from pipesim.records import COLLECTIVE_KINDS, Span, SpanColumns, Timeline
-from pipesim.semantics.lower import StashSizes, changes_at_start, stash_table
+from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, CommSpan, Span, SpanColumns, Timeline
+from pipesim.semantics.lower import StashSizes, changes_at_start, offload_change, stash_table
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
     from pipesim.cost.model import CostModel
@@ -139,9 +140,49 @@ def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[floa
     for rank, (stage, kind, _), start, end, _, _ in tl.spans:
         count, size = table[stage][kind]
         events[rank].append((start if at_start[kind] else end, count, size))
+    for move in _moves(tl):
+        device, _, starts_it = offload_change(move.action.kind, _move_sizes(cost, move.action.stage))
+        count = 1 if starts_it else -1  # a microbatch's activations leave the device, or come back
+        events[move.rank].append((move.start if starts_it else move.end, count, device))
     for row in events:
         row.sort()
     return events
+
+
+def _moves(tl: Timeline) -> list[CommSpan]:
+    """The timeline's OFFLOADs and RELOADs (copy-engine spans)."""
+    return [c for c in tl.comm if c.kind in COPY_KINDS]
+
+
+def _move_sizes(cost: CostModel | None, stage: int) -> StashSizes:
+    return stash_sizes(cost, (stage,))[stage]
+
+
+def _host_peaks(tl: Timeline, cost: CostModel | None) -> list[float]:
+    """Per rank, the most bytes of activations held in host memory at once (an OFFLOAD holds them from its start,
+    a RELOAD frees them at its end)."""
+    events: list[list[tuple[float, float]]] = [[] for _ in range(tl.num_ranks)]
+    for move in _moves(tl):
+        _, host, starts_it = offload_change(move.action.kind, _move_sizes(cost, move.action.stage))
+        # at one time, frees first: a RELOAD ending as an OFFLOAD starts does not count both
+        events[move.rank].append((move.start if not starts_it else move.end, host))
+    peaks = []
+    for row in events:
+        row.sort()
+        level = peak = 0.0
+        for _, delta in row:
+            level += delta
+            peak = max(peak, level)
+        peaks.append(peak)
+    return peaks
+
+
+def copy_busy_ms(tl: Timeline) -> list[float]:
+    """Per rank, the time its copy engine spends on OFFLOADs and RELOADs."""
+    busy = [0.0] * tl.num_ranks
+    for move in _moves(tl):
+        busy[move.rank] += move.end - move.start
+    return busy
 
 
 def _levels(row: list[tuple[float, int, float]], field: int, origin: float) -> list[tuple[float, float]]:
@@ -204,6 +245,8 @@ class RankMetrics:
     bubble_fraction: float
     peak_activations: int
     peak_activation_bytes: float
+    peak_host_bytes: float = 0.0  # activations offloaded to host memory, at their most
+    copy_busy_ms: float = 0.0  # its copy engine's time on OFFLOADs and RELOADs
 
 
 @dataclass(frozen=True)
@@ -228,6 +271,8 @@ class Metrics:
                     "bubble_fraction": r.bubble_fraction,
                     "peak_activations": r.peak_activations,
                     "peak_activation_bytes": r.peak_activation_bytes,
+                    "peak_host_bytes": r.peak_host_bytes,
+                    "busy_ms_by_resource": {"compute": r.busy_ms, "copy": r.copy_busy_ms},
                 }
                 for r in self.ranks
             ],
@@ -311,15 +356,37 @@ def _column_summaries(
 @paused_gc()
 def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
-    summaries = None if tl.columns is None else _column_summaries(tl, tl.columns, cost)
+    moves = any(c.kind in COPY_KINDS for c in tl.comm)
+    summaries = None if tl.columns is None or moves else _column_summaries(tl, tl.columns, cost)
     if summaries is not None:
         return _metrics(tl.num_ranks, *summaries)
     rows = _by_rank(tl)
     origin = min([row[0][2] for row in rows if row], default=0.0)  # `_origin`: each row is sorted by start
     total = _makespan(tl, origin)
     table = stash_table(_stash_sizes(tl, cost))
-    summaries = [_rank_summary(row, table, origin, origin + total) for row in rows]
-    if None in summaries:  # overlapping spans (measured runs): the general, sorting path
+    summaries = [None if moves else _rank_summary(row, table, origin, origin + total) for row in rows]
+    if moves:  # the copies move activations off the device and back: the device's level needs every event
+        metrics = _metrics_of_events(tl, cost, rows, summaries, origin, total)
+        return dataclasses.replace(
+            metrics,
+            ranks=tuple(
+                dataclasses.replace(r, peak_host_bytes=host, copy_busy_ms=busy)
+                for r, host, busy in zip(metrics.ranks, _host_peaks(tl, cost), copy_busy_ms(tl), strict=True)
+            ),
+        )
+    return _metrics_of_events(tl, cost, rows, summaries, origin, total)
+
+
+def _metrics_of_events(
+    tl: Timeline,
+    cost: CostModel | None,
+    rows: list[list[Span]],
+    summaries: list[tuple[float, int, float] | None],
+    origin: float,
+    total: float,
+) -> Metrics:
+    """The metrics, each rank whose summary is None read off its sorted memory events."""
+    if None in summaries:  # overlapping spans (measured runs) or memory moves: the general, sorting path
         events = _memory_events(tl, cost)
         for r, summary in enumerate(summaries):
             if summary is None:

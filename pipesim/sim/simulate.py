@@ -18,7 +18,7 @@ from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.records import CommSpan, SpanColumns, Timeline
-from pipesim.semantics.dag import DeadlockError, Dependencies, dependencies
+from pipesim.semantics.dag import CopyOps, DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import collectives_before, crossing_stages, overlap_groups
 from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
 
@@ -48,8 +48,8 @@ def sweep(
     awaited id) when ranks deadlock. `runs`, when given and the one-producer loop runs, receives the (rank, first
     id, end id) stretches in the order they ran: an order `replay` times again under other costs.
     """
-    joined = deps.joined
-    n = len(deps.actions)
+    joined, copies = deps.joined, deps.copies
+    n = deps.num_ops
     offsets, dep_lists, ranks = deps.offsets, deps.deps, deps.ranks
     starts = [0.0] * n
     ends = [-1.0] * n
@@ -57,7 +57,11 @@ def sweep(
     clock = list(rank_start) if rank_start is not None else [0.0] * deps.num_ranks
     waiting: list[list[int] | None] = [None] * n  # per action, the ranks parked on it (a list: no hashing)
     ready = list(range(deps.num_ranks - 1, -1, -1))
-    blocking = None if joined else deps.blocking
+    blocking = None if joined or copies else deps.blocking
+    issued = None if copies is None else copies.issued
+    if copies is not None:
+        ranks = ranks + copies.ranks  # a backward's RELOAD is on its own rank: no hop
+    copy_clock = [0.0] * deps.num_ranks  # when each rank's copy engine is next free
     if blocking is not None and rank_start is None and (gaps is None or not any(gaps)):  # no gap, clocks from 0
         loop_inputs = (blocking, offsets, durations, hops, starts, ends, pointer, clock, waiting, ready, runs)
         sweep_blocking_without_gaps(*loop_inputs)
@@ -89,6 +93,8 @@ def sweep(
                     parked = waiting[i]
                     if parked is not None:
                         ready.extend(parked)
+                    if issued is not None and issued[i]:
+                        _run_copies(issued[i], rank, now, copies.needs, durations, starts, ends, copy_clock)
                     i += 1
                     continue
             parked = waiting[d]
@@ -158,6 +164,29 @@ def _sweep_blocking(
             runs.append((rank, first, i))
 
 
+def _run_copies(
+    issued: tuple[int, ...],
+    rank: int,
+    now: float,
+    needs: list[int],
+    durations: list[float],
+    starts: list[float],
+    ends: list[float],
+    copy_clock: list[float],
+) -> None:
+    """The copies a rank issues when one of its compute actions ends at `now`, on its copy engine one after
+    another: each starts once the engine is free and what it moves is ready (`needs`: the forward an OFFLOAD
+    copies out, the OFFLOAD a RELOAD brings back). Both are on this rank and earlier in its order, so they have
+    ended; the backward a RELOAD serves comes later in the order and so finds the RELOAD's end set."""
+    free = copy_clock[rank]
+    for c in issued:
+        start = max(free, now, ends[needs[c]])
+        free = start + durations[c]
+        starts[c] = start
+        ends[c] = free
+    copy_clock[rank] = free
+
+
 def _group_start(
     first: int,
     others: tuple[int, ...],
@@ -224,7 +253,7 @@ def deadlock_error(deps: Dependencies, stuck: list[tuple[int, int, int]]) -> Dea
 def find_deadlock(schedule: Schedule) -> list[Action] | None:
     """A cycle of the dependency graph (in edge order, last -> first closes it), or None."""
     deps = dependencies(schedule)
-    n = len(deps.actions)
+    n = deps.num_ops
     _, _, stuck = sweep(deps, [0.0] * n, [0.0] * n)
     return deadlock_error(deps, stuck).cycle if stuck else None
 
@@ -246,6 +275,10 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
         raise deadlock_error(deps, stuck)
     before, tails = inputs.before, inputs.tails
     collective_spans = _collective_spans(deps, cost, before, tails, ends) if before or any(tails) else ()
+    n = len(deps.actions)
+    if deps.copies is not None:
+        collective_spans += copy_spans(deps.copies, starts, ends)
+        starts, ends = starts[:n], ends[:n]
     # the engine's columns; the Span tuples are built only where a reader asks for `spans`
     return Timeline.from_columns(
         schedule.num_ranks,
@@ -268,6 +301,15 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
                 else {}
             ),
         },
+    )
+
+
+def copy_spans(copies: CopyOps, starts: list[float], ends: list[float]) -> tuple[CommSpan, ...]:
+    """Each OFFLOAD and RELOAD on its rank's copy engine (kind "offload" / "reload", peer -1: the host)."""
+    first = copies.first
+    return tuple(
+        CommSpan(rank, entry.kind.value.lower(), -1, entry, starts[c], ends[c])
+        for c, (entry, rank) in enumerate(zip(copies.entries, copies.ranks, strict=True), start=first)
     )
 
 
@@ -306,6 +348,8 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
         for first, others in deps.joined.items():
             for member in (first, *others):
                 durations[member] *= cost.overlap_factor
+    if deps.copies is not None:
+        durations.extend(cost.copy_ms(stage) for stage, _, _ in deps.copies.entries)
     return durations
 
 
@@ -329,6 +373,9 @@ def engine_inputs(schedule: Schedule, cost: CostModel, deps: Dependencies) -> En
     durations = action_durations(deps, cost, schedule.num_stages)
     hops = hop_times(deps, boundary_transfers(schedule, cost))
     gaps = dispatch_gaps(deps, cost)
+    if deps.copies is not None:  # a copy pays no transfer and no dispatch gap: it runs on the copy engine
+        padding = [0.0] * len(deps.copies.entries)
+        hops, gaps = hops + padding, gaps + padding
     before, tails = collectives_before(schedule)
     for action, collectives in before.items():
         gaps[deps.index[action]] += sum(cost.collective_ms(c.stage, c.kind) for c in collectives)
@@ -353,6 +400,8 @@ def run_engine(
     """`sweep`, or `sweep_shared` when the ranks share fewer cores than there are ranks (`runs` then stays
     empty: that sweep's order depends on the costs)."""
     if shared_cores is not None and shared_cores < deps.num_ranks:
+        if deps.copies is not None:
+            raise ValueError("offload with ranks sharing cores is not modelled: drop --shared-cores, or --offload")
         from pipesim.sim.shared_cores import sweep_shared
 
         return sweep_shared(deps, durations, hops, gaps, shared_cores, rank_start)
