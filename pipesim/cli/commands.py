@@ -99,9 +99,10 @@ from pipesim.schedules import build_schedule
 from pipesim.semantics.dag import DeadlockError
 from pipesim.semantics.validate import validate
 from pipesim.sim.data_parallel import ALLREDUCE
-from pipesim.sim.metrics import Metrics, compute_metrics
+from pipesim.sim.metrics import Metrics, compute_metrics, link_busy_ms, with_link_busy
+from pipesim.sim.offload import OFFLOAD_MODES, with_offload
 from pipesim.sim.steps import SimulatedStep, simulate_step
-from pipesim.units import format_memory
+from pipesim.units import format_bytes, format_memory
 
 if TYPE_CHECKING:  # sampled steps, their spread and traces load where a run asks for them (a lean `simulate`)
     from pipesim.sim.jitter import StepInterval
@@ -150,6 +151,14 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--ranks", type=positive_int, metavar="P", help="pipeline ranks (with --schedule)")
     sim.add_argument("--microbatches", type=positive_int, metavar="M", help="microbatches per step (with --schedule)")
     sim.add_argument("--virtual-stages", type=positive_int, metavar="V", help="stages per rank (interleaved)")
+    sim.add_argument(
+        "--offload",
+        choices=OFFLOAD_MODES,
+        default="none",
+        help="move saved activations to host memory after each forward and back before its backward, on the "
+        "copy engine (full: every microbatch that waits; selective: only where the wait hides the copies; "
+        "priced by --host-gbps/--host-latency; default none)",
+    )
     sim.add_argument(
         "--csv-in-format",
         choices=CSV_FORMATS,
@@ -231,10 +240,13 @@ def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> li
         f"makespan {metrics.makespan:.3f} ms, bubble_fraction {metrics.bubble_fraction:.1%} "
         f"(idle/busy {metrics.bubble_ratio:.3f})",
     ]
+    moves = any(rank.copy_busy_ms or rank.peak_host_bytes for rank in metrics.ranks)
     for rank in metrics.ranks:
         memory = format_memory(rank.peak_activation_bytes, rank.peak_activations, show_bytes)
         stashed = f" ({format_memory(None, rank.peak_activations, False)} stashed)" if show_bytes else " stashed"
-        lines.append(f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, peak memory {memory}{stashed}")
+        host = f"; host {format_bytes(rank.peak_host_bytes)}" if moves and show_bytes else ""
+        host += f"; copy engine busy {rank.copy_busy_ms:.3f} ms" if moves else ""
+        lines.append(f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, peak memory {memory}{stashed}{host}")
     return lines
 
 
@@ -292,11 +304,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         measured = cost_spread(cost)
         sampling = None if measured is None else (measured, args.samples, args.seed)
     perturbation = whatif.perturbation_from_args(args, schedule.num_ranks)
+    schedule = with_offload(schedule, args.offload, cost)  # selective weighs each wait against these costs
     validate(schedule)
     cost = perturbation.apply(cost, schedule.stage_to_rank)  # last: a slow rank, a slow link (pipesim.cost.perturb)
     step = simulate_step(schedule, cost)  # where the gradient reduction is charged: pipesim.sim.data_parallel
     timeline = step.timeline
-    metrics = compute_metrics(timeline, cost)
+    metrics = with_link_busy(compute_metrics(timeline, cost), link_busy_ms(schedule, cost))
     lines = _summary_lines(schedule, metrics, show_bytes=args.cost is not None)
     interval = None
     if sampling is not None:

@@ -74,6 +74,19 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
         help="an OVERLAP_F_B pair takes X x (F + B), 0 < X <= 1 (default 1: no overlap)",
     )
     group.add_argument(
+        "--host-gbps",
+        type=float_flag(MIN_BANDWIDTH_GBPS),
+        metavar="GB/S",
+        help="bandwidth between a rank and host memory, for --offload's copies (default unlimited)",
+    )
+    group.add_argument(
+        "--host-latency",
+        type=float_flag(0, MAX_TIME_MS),
+        metavar="MS",
+        help="fixed time of each OFFLOAD or RELOAD (default 0; with typed times, which carry no bytes, the copy's "
+        "whole time)",
+    )
+    group.add_argument(
         "--data-parallel",
         type=positive_int,
         metavar="D",
@@ -168,6 +181,12 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
     extras: dict = {}
     if args.overlap_factor is not None:
         extras["overlap_factor"] = args.overlap_factor
+    if args.host_gbps is not None or args.host_latency is not None:
+        link = cost.host_link
+        extras["host_link"] = LinkCost(
+            latency_ms=link.latency_ms if args.host_latency is None else args.host_latency,
+            bandwidth_gbps=link.bandwidth_gbps if args.host_gbps is None else args.host_gbps,
+        )
     if args.data_parallel is not None or args.sharded or args.dp_bandwidth is not None or args.dp_latency is not None:
         # One data-parallel group: torch's stated collectives and the executor's bucketed all-reduce after each
         # stage's last backward are both priced from it (CostModel.collectives, pipesim.sim.data_parallel).

@@ -16,9 +16,16 @@ from operator import itemgetter, le
 from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
-from pipesim.ir import ActionKind
+from pipesim.ir import ActionKind, Schedule
 from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, CommSpan, Span, SpanColumns, Timeline
-from pipesim.semantics.lower import StashSizes, changes_at_start, offload_change, stash_table
+from pipesim.semantics.lower import (
+    StashSizes,
+    changes_at_start,
+    comm_plan,
+    offload_change,
+    producer_stage,
+    stash_table,
+)
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
     from pipesim.cost.model import CostModel
@@ -247,6 +254,7 @@ class RankMetrics:
     peak_activation_bytes: float
     peak_host_bytes: float = 0.0  # activations offloaded to host memory, at their most
     copy_busy_ms: float = 0.0  # its copy engine's time on OFFLOADs and RELOADs
+    link_busy_ms: float = 0.0  # its links' time sending to other ranks (`with_link_busy`; 0 until then)
 
 
 @dataclass(frozen=True)
@@ -272,7 +280,7 @@ class Metrics:
                     "peak_activations": r.peak_activations,
                     "peak_activation_bytes": r.peak_activation_bytes,
                     "peak_host_bytes": r.peak_host_bytes,
-                    "busy_ms_by_resource": {"compute": r.busy_ms, "copy": r.copy_busy_ms},
+                    "busy_ms_by_resource": {"compute": r.busy_ms, "link": r.link_busy_ms, "copy": r.copy_busy_ms},
                 }
                 for r in self.ranks
             ],
@@ -415,3 +423,21 @@ def _metrics(num_ranks: int, total: float, summaries: list[tuple[float, int, flo
         bubble_ratio=_ratio(idle_sum, num_ranks, total),
         ranks=ranks,
     )
+
+
+def link_busy_ms(schedule: Schedule, cost: CostModel) -> list[float]:
+    """Per rank, the time its links spend sending what crosses to other ranks: each message of the lowering's
+    `comm_plan` for its transfer time (the simulator pays the same time as the consumer's wait)."""
+    busy = [0.0] * schedule.num_ranks
+    plan = comm_plan(schedule)
+    for (src, _), messages in plan.links.items():
+        for message in messages:
+            producer = producer_stage(message)
+            busy[src] += cost.transfer_ms(producer, message.stage)
+    return busy
+
+
+def with_link_busy(metrics: Metrics, busy: list[float]) -> Metrics:
+    """`metrics` with each rank's link time (`link_busy_ms`) filled in."""
+    ranks = tuple(dataclasses.replace(r, link_busy_ms=b) for r, b in zip(metrics.ranks, busy, strict=True))
+    return dataclasses.replace(metrics, ranks=ranks)
