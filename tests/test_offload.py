@@ -1,0 +1,161 @@
+"""Activation offload: OFFLOAD and RELOAD on a rank's copy engine, beside its compute (pipesim.sim.offload).
+
+Closed forms and a hand-computed timeline; the memory the copies free; the order as data (text, CSV, validation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipesim.cost.convert import cost_from_times
+from pipesim.cost.links import LinkCost
+from pipesim.io.torch_csv import schedule_from_csv, schedule_to_csv
+from pipesim.ir import Action, CommAction, CommKind, F, Resource, parse_entry, resource_of
+from pipesim.schedules import build_schedule
+from pipesim.semantics.lower import memory_moves
+from pipesim.semantics.validate import ScheduleError, validate
+from pipesim.sim.metrics import compute_metrics
+from pipesim.sim.offload import with_offload
+from pipesim.sim.simulate import simulate
+
+GB = 1e9
+
+
+def _cost(copy_latency_ms: float = 0.0, host_gbps: float = float("inf"), stash: float = GB):
+    cost = cost_from_times([1.0], [2.0], activation_bytes=[stash])
+    return dataclasses.replace(cost, host_link=LinkCost(copy_latency_ms, host_gbps))
+
+
+def test_the_text_form_and_resource_of_a_memory_move() -> None:
+    assert parse_entry("2OFFLOAD5") == CommAction(2, CommKind.OFFLOAD, 5)
+    assert str(CommAction(1, CommKind.RELOAD, 3)) == "1RELOAD3"
+    assert resource_of(CommAction(0, CommKind.OFFLOAD, 0)) is Resource.COPY
+    assert resource_of(CommAction(0, CommKind.SEND_F, 0)) is Resource.LINK
+    assert resource_of(Action(0, F, 0)) is Resource.COMPUTE
+
+
+def test_a_hand_computed_timeline_on_one_rank() -> None:
+    """GPipe on one rank, F=1, B=2, each copy 3 ms: the copy engine, not compute, sets the step.
+
+    Order: F0 OFF0 F1 OFF1 F2 OFF2 RELOAD0 F3 OFF3 RELOAD1 B0 RELOAD2 B1 RELOAD3 B2 B3. The copy engine runs in
+    issue order: OFF0 1-4 (issued at F0's end), OFF1 4-7, OFF2 7-10, RELOAD0 10-13 (issued at F2's end, 3),
+    OFF3 13-16, RELOAD1 16-19, RELOAD2 19-22 (issued at B0's end, 15), RELOAD3 22-25 (issued at B1's end, 21).
+    Each backward waits for its RELOAD: B0 13-15, B1 19-21, B2 22-24, B3 25-27."""
+    schedule = with_offload(build_schedule("gpipe", 1, 4), "full")
+    assert [str(e) for e in schedule.order[0]] == (
+        "0F0 0OFFLOAD0 0F1 0OFFLOAD1 0F2 0OFFLOAD2 0RELOAD0 0F3 0OFFLOAD3 0RELOAD1 0B0 0RELOAD2 0B1 0RELOAD3 0B2 0B3"
+    ).split()
+    cost = _cost(copy_latency_ms=3.0, stash=0.0)
+    timeline = simulate(schedule, cost)
+    ends = {str(s.action): s.end for s in timeline.spans}
+    assert ends == {"0F0": 1, "0F1": 2, "0F2": 3, "0F3": 4, "0B0": 15, "0B1": 21, "0B2": 24, "0B3": 27}
+    copies = {str(c.action): (c.start, c.end) for c in timeline.comm}
+    assert copies == {
+        "0OFFLOAD0": (1, 4),
+        "0OFFLOAD1": (4, 7),
+        "0OFFLOAD2": (7, 10),
+        "0RELOAD0": (10, 13),
+        "0OFFLOAD3": (13, 16),
+        "0RELOAD1": (16, 19),
+        "0RELOAD2": (19, 22),
+        "0RELOAD3": (22, 25),
+    }
+    metrics = compute_metrics(timeline, cost)
+    assert metrics.makespan == 27.0
+    assert metrics.ranks[0].copy_busy_ms == 24.0
+
+
+@pytest.mark.parametrize("name", ["1f1b", "interleaved-1f1b", "gpipe"])
+def test_full_offload_hidden_by_a_fast_host_link_keeps_the_step_and_halves_device_memory(name: str) -> None:
+    """Each copy (0.5 ms) shorter than any action: the step does not move by 1%, the fullest rank's device peak
+    halves at least, and what left the device is on the host."""
+    schedule = build_schedule(name, 8, 16)
+    cost = _cost(host_gbps=2000.0)  # 1 GB in 0.5 ms
+    base, offloaded = simulate(schedule, cost), simulate(with_offload(schedule, "full"), cost)
+    before, after = compute_metrics(base, cost), compute_metrics(offloaded, cost)
+    assert after.makespan <= before.makespan * 1.01
+    assert max(r.peak_activation_bytes for r in after.ranks) <= 0.5 * max(r.peak_activation_bytes for r in before.ranks)
+    assert after.ranks[0].peak_host_bytes > 0
+    assert after.ranks[0].copy_busy_ms == pytest.approx(0.5 * len([c for c in offloaded.comm if c.rank == 0]))
+
+
+def test_zero_bubble_keeps_what_only_w_needs_on_the_device() -> None:
+    """The RELOAD brings the whole stash back before I; the part only W needs then stays until W, so a split
+    backward's later ranks, where W waits longest, keep their peak (ZB-H1's rank 6: 5 microbatches' worth)."""
+    schedule = build_schedule("zb-h1", 8, 16)
+    cost = _cost(host_gbps=2000.0)
+    before = compute_metrics(simulate(schedule, cost), cost).ranks
+    after = compute_metrics(simulate(with_offload(schedule, "full"), cost), cost).ranks
+    assert after[0].peak_activation_bytes <= 0.25 * before[0].peak_activation_bytes
+    assert after[6].peak_activation_bytes == before[6].peak_activation_bytes == 5 * GB
+
+
+def test_a_slow_host_link_costs_what_the_copy_engine_shows() -> None:
+    """Copies longer than compute: the step grows, and it is at least the copy engine's busy time on the
+    busiest rank plus the forward before its first copy; selective offload then keeps only what it can hide."""
+    schedule = build_schedule("1f1b", 4, 8)
+    cost = _cost(host_gbps=200.0)  # 1 GB in 5 ms, F takes 1 ms
+    base = compute_metrics(simulate(schedule, cost), cost)
+    full = compute_metrics(simulate(with_offload(schedule, "full"), cost), cost)
+    busiest = max(r.copy_busy_ms for r in full.ranks)
+    assert full.makespan >= busiest + 1.0 > base.makespan
+    selective = compute_metrics(simulate(with_offload(schedule, "selective", cost), cost), cost)
+    assert selective.makespan <= base.makespan * 1.01
+
+
+def test_selective_offloads_the_long_waits_when_the_link_allows() -> None:
+    schedule = build_schedule("1f1b", 8, 16)
+    cost = _cost(host_gbps=2000.0)
+    selective = with_offload(schedule, "selective", cost)
+    moved = {c.entry for row in memory_moves(selective) for c in row}
+    assert CommAction(0, CommKind.OFFLOAD, 0) in moved  # rank 0 waits longest
+    assert not any(c.entry.stage == 7 for row in memory_moves(selective) for c in row)  # the last stage never waits
+    with pytest.raises(ValueError, match="needs a cost model"):
+        with_offload(schedule, "selective")
+    with pytest.raises(ValueError, match="valid: none, selective, full"):
+        with_offload(schedule, "half")
+
+
+def test_the_order_is_data_it_round_trips_through_torchs_csv() -> None:
+    schedule = with_offload(build_schedule("1f1b", 4, 8), "full")
+    back = schedule_from_csv(schedule_to_csv(schedule, "auto"))
+    assert back.order == schedule.order
+    cost = _cost(copy_latency_ms=0.4)
+    assert simulate(back, cost).comm == simulate(schedule, cost).comm
+
+
+def _order_with(row0: list[str]):
+    base = build_schedule("gpipe", 1, 2)
+    return dataclasses.replace(base, order=(tuple(parse_entry(t) for t in row0),))
+
+
+@pytest.mark.parametrize(
+    ("row", "rule"),
+    [
+        ("0OFFLOAD0 0F0 0F1 0RELOAD0 0B0 0B1", "OFFLOAD too early"),
+        ("0F0 0F1 0RELOAD0 0B0 0B1", "RELOAD without OFFLOAD"),
+        ("0F0 0OFFLOAD0 0F1 0B0 0B1 0RELOAD0", "RELOAD too late"),
+        ("0F0 0OFFLOAD0 0F1 0B0 0B1", "OFFLOAD without RELOAD"),
+    ],
+)
+def test_a_misplaced_memory_move_is_refused_by_name(row: str, rule: str) -> None:
+    with pytest.raises(ScheduleError, match=rule):
+        validate(_order_with(row.split()))
+
+
+def test_simulate_json_gives_the_per_rank_resource_fields(tmp_path) -> None:
+    out = tmp_path / "t.json"
+    command = [sys.executable, "-m", "pipesim", "simulate", "--schedule", "1f1b", "--ranks", "4"]
+    command += ["--microbatches", "8", "--offload", "full", "--host-latency", "0.5", "--comm", "0.1"]
+    subprocess.run([*command, "--json", str(out)], check=True, capture_output=True, timeout=120)
+    ranks = json.loads(out.read_text())["ranks"]
+    assert set(ranks[0]["busy_ms_by_resource"]) == {"compute", "link", "copy"}
+    assert ranks[0]["busy_ms_by_resource"]["copy"] == pytest.approx(8.0)  # 16 copies of 0.5 ms
+    assert ranks[0]["busy_ms_by_resource"]["link"] == pytest.approx(0.8)  # 8 activations on, no gradient back
+    assert ranks[1]["busy_ms_by_resource"]["link"] == pytest.approx(1.6)  # 8 activations on, 8 gradients back
+    assert "peak_host_bytes" in ranks[0]
