@@ -53,14 +53,14 @@ def simulate(
     """One training step of `schedule` under `cost` (default: forward 1, backward 2, no transfer time, per stage):
     its timeline, each rank's tail and the step time (`pipesim.sim.steps.simulate_step`, the one step-time function
     of the CLI, the app, the planner and the executor's prediction). Costs given per rank are cut for the
-    schedule's stages as `simulate` and `compare` cut them (`CostModel.for_pipeline`). `perturbation` prices a slow
-    rank or link in (`Perturbation.parse(["2:1.5"], ["0-1:5"])`: `pipesim.cost.perturb`). Raises DeadlockError (a
-    ValueError) for a schedule that cannot finish."""
+    schedule's stages and sequence chunks as `simulate` and `compare` cut them (`CostModel.for_schedule`).
+    `perturbation` prices a slow rank or link in (`Perturbation.parse(["2:1.5"], ["0-1:5"])`:
+    `pipesim.cost.perturb`). Raises DeadlockError (a ValueError) for a schedule that cannot finish."""
     from pipesim.sim.steps import simulate_step
 
     require(schedule, "schedule", Schedule, SCHEDULE_TAKES)
     require(cost, "cost", (CostModel, type(None)), COST_TAKES)
-    cost = (cost or CostModel.uniform()).for_pipeline(schedule.num_stages, schedule.num_ranks)
+    cost = (cost or CostModel.uniform()).for_schedule(schedule)
     if perturbation:
         cost = perturbation.apply(cost, schedule.stage_to_rank)
     return simulate_step(schedule, cost)

@@ -188,6 +188,9 @@ def entry_actions(entry: Entry | None) -> tuple[Action, ...]:
     return ()
 
 
+SEQ_CUTS = ("even", "balanced")  # equal tokens per sequence chunk, or equal compute (Seq1F1B's balanced cut)
+
+
 def loop_placement(num_ranks: int, num_stages: int) -> tuple[int, ...]:
     """Stage s on rank s mod p: the placement of GPipe, 1F1B and interleaved 1F1B."""
     return tuple(stage % num_ranks for stage in range(num_stages))
@@ -215,6 +218,12 @@ class Schedule:
     actions: tuple[tuple[Action, ...], ...]
     params: dict = field(default_factory=dict, compare=False)
     order: tuple[tuple[Entry | None, ...], ...] | None = None
+    # Sequence chunks (Seq1F1B): each microbatch cut into this many pieces of its sequence, which the actions
+    # name as microbatch m * seq_chunks + j (chunk j of microbatch m). A chunk's forward needs the earlier
+    # chunk's (its keys and values) and its backward the later chunk's (their gradients): the lowering's
+    # `SEQ_NEEDS`. `seq_cut` is how the sequence is cut: "even" (equal tokens) or "balanced" (equal compute).
+    seq_chunks: int = 1
+    seq_cut: str = "even"
 
     @property
     def has_transfers(self) -> bool:
@@ -241,6 +250,15 @@ class Schedule:
         for stage, rank in enumerate(self.stage_to_rank):
             if not 0 <= rank < self.num_ranks:
                 raise ValueError(f"stage {stage} is placed on rank {rank}, outside 0..{self.num_ranks - 1}")
+        if not isinstance(self.seq_chunks, int) or isinstance(self.seq_chunks, bool) or self.seq_chunks < 1:
+            raise ValueError(f"seq_chunks must be a whole number >= 1, got {self.seq_chunks!r}")
+        if self.num_microbatches % self.seq_chunks:
+            raise ValueError(
+                f"{self.num_microbatches} actions' microbatches do not split into sequence chunks of "
+                f"{self.seq_chunks}: the count must be a multiple of seq_chunks"
+            )
+        if self.seq_cut not in SEQ_CUTS:
+            raise ValueError(f"unknown seq_cut {self.seq_cut!r}; valid: {', '.join(SEQ_CUTS)}")
         if self.order is not None:
             if len(self.order) != self.num_ranks:
                 raise ValueError(f"order has {len(self.order)} rank lists for {self.num_ranks} ranks")
@@ -287,9 +305,13 @@ class Schedule:
             return [[f"{stage}{kind._value_}{mb}" for stage, kind, mb in row] for row in self.actions]
 
     def describe(self) -> str:
+        microbatches = (
+            f"{self.num_microbatches} microbatches"
+            if self.seq_chunks == 1
+            else f"{self.num_microbatches // self.seq_chunks} microbatches x {self.seq_chunks} sequence chunks"
+        )
         return (
-            f"{self.name}: {self.num_ranks} ranks, {self.num_stages} stages, "
-            f"{self.num_microbatches} microbatches, {self.num_actions} actions"
+            f"{self.name}: {self.num_ranks} ranks, {self.num_stages} stages, {microbatches}, {self.num_actions} actions"
         )
 
 

@@ -232,6 +232,7 @@ NON_DEFAULT = {
     "recompute": True,
     "overlap_factor": 0.7,
     "host_link": LinkCost(latency_ms=0.01, bandwidth_gbps=25.0),
+    "attention_fraction": 0.3,
     "runtime.step_overhead_ms": (0.5, 1.5),
     "runtime.dispatch_ms": (0.05, 0.07),
     "runtime.shared_cores": 3,

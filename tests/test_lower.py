@@ -76,10 +76,10 @@ def test_message_rules_at_the_ends_of_the_pipeline():
 def test_fast_producer_ids_agree_with_the_readable_rules(name):
     for schedule in built_schedules(name):
         actions = [a for row in schedule.actions for a in row]
-        ids = producer_ids(actions, schedule.num_stages, schedule.num_microbatches)
+        ids = producer_ids(actions, schedule.num_stages, schedule.num_microbatches, seq_chunks=schedule.seq_chunks)
         present = set(actions)
         for action, found in zip(actions, ids, strict=True):
-            options = producers_of(action, schedule.num_stages)
+            options = producers_of(action, schedule.num_stages, schedule.seq_chunks)
             expected = [next(a for a in alternatives if a in present) for alternatives in options]
             assert [actions[i] for i in found] == expected, (name, action)
 

@@ -180,6 +180,7 @@ def test_every_candidate_equals_a_full_simulation_and_memory_walk():
         cost = stage_costs_from_units(units, c.split, SMALL, recompute=c.recompute)
         link = LinkCost(SMALL.link_latency_ms, SMALL.link_bandwidth_gbps)
         cost = replace(cost, runtime=RankRuntime((0.25,)), dp_group=DataParallelGroup(c.data_parallel, link))
+        cost = cost.for_schedule(schedule)  # a sequence chunk's bytes (seq1f1b); the same model otherwise
         step = simulate_step(schedule, cost)
         assert c.step_ms == pytest.approx(step.step_ms, rel=1e-12), c.label
         assert c.to_dict()["makespan_ms"] == c.to_dict()["step_ms"] == c.step_ms  # the old name, for one version

@@ -70,7 +70,7 @@ def compare_one(
     try:
         options = options_for(name, num_virtual_stages=num_virtual_stages)
         schedule = build_schedule(name, num_ranks, num_microbatches, **options)
-        cost = cost.for_pipeline(schedule.num_stages, num_ranks)
+        cost = cost.for_schedule(schedule)
         if perturbation:
             cost = perturbation.apply(cost, schedule.stage_to_rank)
         step = simulate_step(schedule, cost)

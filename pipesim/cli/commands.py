@@ -92,7 +92,7 @@ from pipesim.io.formats import (
     write_files,
 )
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
-from pipesim.ir import Schedule
+from pipesim.ir import SEQ_CUTS, Schedule
 from pipesim.programs import programs
 from pipesim.records import Timeline
 from pipesim.schedules import build_schedule
@@ -151,6 +151,18 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--ranks", type=positive_int, metavar="P", help="pipeline ranks (with --schedule)")
     sim.add_argument("--microbatches", type=positive_int, metavar="M", help="microbatches per step (with --schedule)")
     sim.add_argument("--virtual-stages", type=positive_int, metavar="V", help="stages per rank (interleaved)")
+    sim.add_argument(
+        "--seq-chunks",
+        type=positive_int,
+        metavar="S",
+        help="sequence chunks per microbatch (seq1f1b; default 2)",
+    )
+    sim.add_argument(
+        "--seq-cut",
+        choices=SEQ_CUTS,
+        help="how a microbatch's sequence is cut into chunks: even tokens, or balanced compute under causal "
+        "attention (seq1f1b; default even)",
+    )
     sim.add_argument(
         "--offload",
         choices=OFFLOAD_MODES,
@@ -226,6 +238,7 @@ def schedule_from_args(args: argparse.Namespace) -> Schedule:
     if args.ranks is None or args.microbatches is None:
         raise UsageError("--schedule needs --ranks and --microbatches")
     options = {} if args.virtual_stages is None else {"num_virtual_stages": args.virtual_stages}
+    options |= {"seq_chunks": args.seq_chunks, "seq_cut": args.seq_cut}  # None: not given (a family's default)
     return build_schedule(args.schedule, args.ranks, args.microbatches, **options)
 
 
@@ -244,6 +257,10 @@ def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> li
     for rank in metrics.ranks:
         memory = format_memory(rank.peak_activation_bytes, rank.peak_activations, show_bytes)
         stashed = f" ({format_memory(None, rank.peak_activations, False)} stashed)" if show_bytes else " stashed"
+        if schedule.seq_chunks > 1:  # what is stashed is sequence chunks, each 1/S of a microbatch
+            chunks = rank.peak_activations
+            counted = f"{chunks} sequence chunks ({chunks / schedule.seq_chunks:g} microbatches)"
+            memory, stashed = (memory, f" ({counted} stashed)") if show_bytes else (counted, " stashed")
         host = f"; host {format_bytes(rank.peak_host_bytes)}" if moves and show_bytes else ""
         host += f"; copy engine busy {rank.copy_busy_ms:.3f} ms" if moves else ""
         lines.append(f"  rank {rank.rank}: bubble {rank.bubble_fraction:.1%}, peak memory {memory}{stashed}{host}")
@@ -296,7 +313,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     check_outputs(args, ("json", "csv", "trace"))
     schedule = schedule_from_args(args)
     cost = _with_step_costs(cost_from_args(args), args, schedule.num_ranks)
-    cost = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)  # per-rank costs cut per chunk, as compare's
+    cost = cost.for_schedule(schedule)  # per-rank costs cut per chunk, as compare's; bytes per sequence chunk
     sampling = sampling_from_args(args)
     if sampling is None and args.cost is not None:  # a run's cost file keeps the spread its in-situ steps measured
         from pipesim.sim.spread import cost_spread

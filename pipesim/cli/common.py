@@ -87,6 +87,13 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
         "whole time)",
     )
     group.add_argument(
+        "--attention-fraction",
+        type=float_flag(0, 1),
+        metavar="A",
+        help="attention's share of a whole sequence's compute: a later sequence chunk costs more under causal "
+        "attention (seq1f1b; default 0, or the cost file's)",
+    )
+    group.add_argument(
         "--data-parallel",
         type=positive_int,
         metavar="D",
@@ -181,6 +188,8 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
     extras: dict = {}
     if args.overlap_factor is not None:
         extras["overlap_factor"] = args.overlap_factor
+    if args.attention_fraction is not None:
+        extras["attention_fraction"] = args.attention_fraction
     if args.host_gbps is not None or args.host_latency is not None:
         link = cost.host_link
         extras["host_link"] = LinkCost(

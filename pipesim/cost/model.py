@@ -81,6 +81,9 @@ class CostModel:
     # The link between a rank and its host's memory (PCIe, C2C): what an OFFLOAD or RELOAD of a stage's saved
     # activations costs. Free by default: a schedule without memory moves never reads it.
     host_link: LinkCost = LinkCost()
+    # Attention's share of a whole sequence's compute: how much dearer a later sequence chunk is than an earlier
+    # one under causal attention (`pipesim.cost.seq_chunks`). 0: every chunk of an even cut costs the same.
+    attention_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         if not (
@@ -91,6 +94,12 @@ class CostModel:
             raise ValueError(
                 f"overlap_factor must lie in (0, 1] (1: a pair takes F + B, no overlap), got {self.overlap_factor!r}"
             )
+        if not (
+            isinstance(self.attention_fraction, (int, float))
+            and not isinstance(self.attention_fraction, bool)
+            and 0 <= self.attention_fraction <= 1
+        ):
+            raise ValueError(f"attention_fraction must lie in [0, 1], got {self.attention_fraction!r}")
         if not self.stages:
             raise ValueError("a cost model needs at least one stage cost")
         if not self.links:
@@ -261,6 +270,31 @@ class CostModel:
         return self.for_stages(num_stages, num_ranks)
 
     # --- queries used by the simulator ------------------------------------
+    def for_schedule(self, schedule: Schedule) -> CostModel:
+        """The costs of one action of `schedule`: per-rank costs cut per chunk (`for_pipeline`), and a microbatch's
+        bytes split over its sequence chunks (`for_seq_chunks`)."""
+        return self.for_pipeline(schedule.num_stages, schedule.num_ranks).for_seq_chunks(schedule.seq_chunks)
+
+    def for_seq_chunks(self, seq_chunks: int) -> CostModel:
+        """Each stage's bytes per sequence chunk of an even cut: what it stashes and sends divide by the chunks,
+        its parameters do not. Times stay per microbatch: the engine gives each chunk its share of them
+        (`pipesim.cost.seq_chunks`, attention making later chunks dearer)."""
+        if seq_chunks == 1:
+            return self
+
+        def split(stage: StageCost) -> StageCost:
+            return replace(
+                stage,
+                activation_bytes=stage.activation_bytes / seq_chunks,
+                weight_grad_bytes=None if stage.weight_grad_bytes is None else stage.weight_grad_bytes / seq_chunks,
+                input_bytes=stage.input_bytes / seq_chunks,
+                output_bytes=stage.output_bytes / seq_chunks,
+                output_stash_bytes=stage.output_stash_bytes / seq_chunks,
+            )
+
+        provenance = replace(self.provenance, meta={**self.meta, "seq_chunks": seq_chunks})
+        return replace(self, stages=tuple(map(split, self.stages)), provenance=provenance)
+
     def check_fits(self, schedule: Schedule) -> None:
         """Raise ValueError when this model has the wrong number of stages or links."""
         if len(self.stages) not in (1, schedule.num_stages):

@@ -64,6 +64,7 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
         "dp_bucket_bytes": cost.dp_group.bucket_bytes,
         "overlap_factor": cost.overlap_factor,
         "host_link": _link_dict(cost.host_link),
+        "attention_fraction": cost.attention_fraction,
         "meta": cost.meta,
     }
 
@@ -198,6 +199,7 @@ def cost_from_dict(data: Any) -> CostModel:
             recompute=recompute,
             overlap_factor=float(overlap_factor),
             host_link=host_link,
+            attention_fraction=_number(data.get("attention_fraction", 0.0), "attention_fraction"),
             runtime=RankRuntime(overhead_ms, dispatch_ms, shared_cores),
             dp_group=DataParallelGroup(data_parallel, dp_link, sharded, bucket_bytes),
             provenance=Provenance(source, description, dict(meta)),

@@ -25,7 +25,7 @@ from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, last_gradients, reduction_charge
 from pipesim.sim.memory import OrderWalk, static_bytes
 from pipesim.sim.replay import duration_slots, replay, slot_durations
-from pipesim.sim.simulate import action_durations, boundary_transfers, dispatch_gaps, run_engine
+from pipesim.sim.simulate import action_durations, boundary_transfers, chunk_durations, dispatch_gaps, run_engine
 from pipesim.sim.steps import step_tails, step_time_ms
 
 
@@ -235,7 +235,7 @@ class Evaluator:
             c.error = str(split)
             return False
         c.split, c.imbalance = split.split_points, split.imbalance
-        cost = self.cost_model(c, split.split_points, shape.layout)
+        cost = self.cost_model(c, split.split_points, shape.layout).for_seq_chunks(schedule.seq_chunks)
         statics = static_bytes(schedule, cost, self.inputs.optimizer)
         c.rank_memory = [sum(s) + peak for s, peak in zip(statics, shape.walk.peaks(cost), strict=True)]
         c.peak_memory_bytes = max(c.rank_memory)
@@ -262,8 +262,11 @@ class Evaluator:
         hops = list(map(transfer.__getitem__, shape.crossing))
         gaps = dispatch_gaps(deps, cost)
         shared = cost.shared_cores is not None and cost.shared_cores < deps.num_ranks
-        if deps.joined or deps.blocking is None:  # the general engine, and nothing of it to reuse
+        chunked = schedule.seq_chunks > 1  # each sequence chunk its share of the time: no per-stage slots
+        if deps.joined or deps.blocking is None or chunked:  # the general engine, and nothing of it to reuse
             durations = action_durations(deps, cost, schedule.num_stages)
+            if chunked:
+                durations = chunk_durations(deps, durations, schedule, cost)
             starts, ends, stuck = run_engine(deps, durations, hops, gaps, cost.shared_cores)
         else:  # a shape's later cost models walk the order its first sweep found (`replay`: the same numbers)
             if shape.slots is None:
@@ -289,8 +292,8 @@ class Evaluator:
         c.step_ms = step_time_ms(finish, tails)
         c.throughput = self.inputs.global_batch / c.step_ms * 1e3  # > 0: PlanInputs refuses a model of no time
         c.bubble_fraction = 1 - sum(durations) / (schedule.num_ranks * pipeline_ms) if pipeline_ms > 0 else 0.0
-        if not want_path or (cost.shared_cores is not None and cost.shared_cores < deps.num_ranks):
-            return None
+        if not want_path or chunked or (cost.shared_cores is not None and cost.shared_cores < deps.num_ranks):
+            return None  # (a path's length prices whole microbatches: none for sequence chunks)
         return critical_path(
             deps, shape.crossing, (starts, ends), (durations, hops, gaps), (finish, tails, windows), schedule.num_stages
         )

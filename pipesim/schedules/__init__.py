@@ -105,6 +105,7 @@ FAMILY_MODULES: list[str] = [
     "pipesim.schedules.zero_bubble",
     "pipesim.schedules.v_shapes",
     "pipesim.schedules.looped",
+    "pipesim.schedules.sequence",
 ]
 
 

@@ -97,6 +97,12 @@ CROSSINGS: tuple[Crossing, ...] = (
 # What an action needs from its own stage (its rank): each entry is one need, as its alternatives.
 LOCAL_NEEDS: dict[ActionKind, tuple[tuple[ActionKind, ...], ...]] = {B: ((F,),), I: ((F,),), W: ((I,),)}
 
+# What a sequence chunk needs from its neighbour chunks of the same microbatch on its own stage (Seq1F1B): the
+# forward of chunk j the forward of chunk j-1 (the keys and values it attends to); the first backward of chunk j
+# the first backward of chunk j+1 (the gradients of its keys and values that the later chunks' attention made).
+# Per kind: (the chunk offset, the producing kinds as alternatives).
+SEQ_NEEDS: dict[ActionKind, tuple[int, tuple[ActionKind, ...]]] = {F: (-1, (F,)), B: (+1, (B, I)), I: (+1, (B, I))}
+
 _BY_WHAT = {c.what: c for c in CROSSINGS}
 _PRODUCES = {kind: c for c in CROSSINGS for kind in c.producers}
 _NEEDS = {kind: c for c in CROSSINGS for kind in c.consumers}
@@ -132,13 +138,16 @@ def producer_stage(message: Message) -> int:
     return message.stage - _BY_WHAT[message.what].step
 
 
-def producers_of(action: Action, num_stages: int) -> list[tuple[Action, ...]]:
+def producers_of(action: Action, num_stages: int, seq_chunks: int = 1) -> list[tuple[Action, ...]]:
     """The producers `action` needs, each as its alternatives: its own stage's first, the message's last.
 
     The readable form of the rules; `producer_ids` is the same rules over a whole schedule at list speed.
     """
     stage, kind, mb = action
     needs = [tuple(Action(stage, k, mb) for k in options) for options in LOCAL_NEEDS.get(kind, ())]
+    neighbour = _seq_neighbour(kind, mb, seq_chunks)
+    if neighbour is not None:
+        needs.append(tuple(Action(stage, k, neighbour) for k in SEQ_NEEDS[kind][1]))
     message = needed_message(action, num_stages)
     if message is not None:
         source = producer_stage(message)
@@ -146,8 +155,17 @@ def producers_of(action: Action, num_stages: int) -> list[tuple[Action, ...]]:
     return needs
 
 
+def _seq_neighbour(kind: ActionKind, mb: int, seq_chunks: int) -> int | None:
+    """The chunk of the same microbatch that `kind` on chunk `mb` needs first (SEQ_NEEDS), or None."""
+    if seq_chunks == 1 or kind not in SEQ_NEEDS:
+        return None
+    offset = SEQ_NEEDS[kind][0]
+    chunk = mb % seq_chunks + offset
+    return mb + offset if 0 <= chunk < seq_chunks else None
+
+
 def producer_ids(
-    actions: list[Action], num_stages: int, num_microbatches: int, unique: bool = False
+    actions: list[Action], num_stages: int, num_microbatches: int, unique: bool = False, seq_chunks: int = 1
 ) -> list[tuple[int, ...]]:
     """Per action (by position in `actions`), the positions of its producers; -1 where one is missing. `unique`:
     a ValueError where an action appears twice (counted at C speed over the id table, no action hashed).
@@ -185,6 +203,15 @@ def producer_ids(
             if message is not None:
                 found.append(rows_of(_BY_WHAT[message.what].producers)[producer_stage(message)])
             per_stage.append(list(zip(*found, strict=True)) if found else [()] * num_microbatches)
+        if seq_chunks > 1 and kind in SEQ_NEEDS:  # a chunk's neighbour chunk on its own stage (SEQ_NEEDS)
+            options = SEQ_NEEDS[kind][1]
+            for stage, row in enumerate(per_stage):
+                source = rows_of(options)[stage]
+                for mb in range(num_microbatches):
+                    neighbour = _seq_neighbour(kind, mb, seq_chunks)
+                    if neighbour is not None:  # after its own stage's needs, before the message (`producers_of`)
+                        at = len(LOCAL_NEEDS.get(kind, ()))
+                        row[mb] = (*row[mb][:at], source[neighbour], *row[mb][at:])
         needs[kind] = per_stage
     return [needs[kind][stage][mb] for stage, kind, mb in actions]
 

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
+from pipesim.cost.seq_chunks import chunk_shares
 from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.records import CommSpan, SpanColumns, Timeline
 from pipesim.semantics.dag import CopyOps, DeadlockError, Dependencies, dependencies
@@ -356,6 +357,18 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
 _kind = itemgetter(1)  # Action.kind
 
 
+def chunk_durations(deps: Dependencies, durations: list[float], schedule: Schedule, cost: CostModel) -> list[float]:
+    """Each sequence chunk's share of its microbatch's time (`pipesim.cost.seq_chunks`): F, B and I by its share of
+    the compute (attention makes later chunks dearer), W, which attention does not touch, by its share of tokens."""
+    shares = chunk_shares(schedule.seq_chunks, cost.attention_fraction, schedule.seq_cut)
+    chunks = schedule.seq_chunks
+    scaled = list(durations)
+    for i, (_, kind, mb) in enumerate(deps.actions):
+        share = shares.tokens if kind is ActionKind.BACKWARD_WEIGHT else shares.compute
+        scaled[i] *= share[mb % chunks]
+    return scaled
+
+
 class EngineInputs(NamedTuple):
     """Per action: duration, transfer paid for a producer on another rank, time spent just before it (the
     dispatch gap plus torch's collectives placed before it); and the collectives themselves (`before`: action ->
@@ -371,6 +384,8 @@ class EngineInputs(NamedTuple):
 def engine_inputs(schedule: Schedule, cost: CostModel, deps: Dependencies) -> EngineInputs:
     """What the engine needs from the schedule and the cost model, checked to give finite times."""
     durations = action_durations(deps, cost, schedule.num_stages)
+    if schedule.seq_chunks > 1:
+        durations = chunk_durations(deps, durations, schedule, cost)
     hops = hop_times(deps, boundary_transfers(schedule, cost))
     gaps = dispatch_gaps(deps, cost)
     if deps.copies is not None:  # a copy pays no transfer and no dispatch gap: it runs on the copy engine
