@@ -16,6 +16,7 @@ from pipesim.ir import Action, CommAction
 Source = Literal["simulated", "measured", "imported"]  # imported: read from a profiler trace (pipesim.io.kineto)
 COLLECTIVE_KINDS = frozenset({"unshard", "reshard", "reduce_grad"})
 COPY_KINDS = frozenset({"offload", "reload"})  # a copy engine's spans: activations to host memory and back
+LINK_KINDS = frozenset({"a2a"})  # a link's spans in a simulated step: an MoE stage's expert-parallel all-to-alls
 
 
 class Span(NamedTuple):

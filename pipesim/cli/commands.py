@@ -97,6 +97,7 @@ from pipesim.programs import programs
 from pipesim.records import Timeline
 from pipesim.schedules import build_schedule
 from pipesim.semantics.dag import DeadlockError
+from pipesim.semantics.lower import back_to_back
 from pipesim.semantics.validate import validate
 from pipesim.sim.data_parallel import ALLREDUCE
 from pipesim.sim.metrics import Metrics, compute_metrics, link_busy_ms, with_link_busy
@@ -162,6 +163,12 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
         choices=SEQ_CUTS,
         help="how a microbatch's sequence is cut into chunks: even tokens, or balanced compute under causal "
         "attention (seq1f1b; default even)",
+    )
+    sim.add_argument(
+        "--sequential-pairs",
+        action="store_true",
+        help="run each overlapped pair (OVERLAP_F_B) as torch's runtime does by default: its members one after "
+        "the other, each waiting only for its own inputs (default: overlapped, priced layer by layer)",
     )
     sim.add_argument(
         "--offload",
@@ -321,6 +328,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         measured = cost_spread(cost)
         sampling = None if measured is None else (measured, args.samples, args.seed)
     perturbation = whatif.perturbation_from_args(args, schedule.num_ranks)
+    if args.sequential_pairs:
+        schedule = back_to_back(schedule)
     schedule = with_offload(schedule, args.offload, cost)  # selective weighs each wait against these costs
     validate(schedule)
     cost = perturbation.apply(cost, schedule.stage_to_rank)  # last: a slow rank, a slow link (pipesim.cost.perturb)

@@ -87,6 +87,20 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
         "whole time)",
     )
     group.add_argument(
+        "--a2a",
+        type=ms_list,
+        metavar="T",
+        help="an MoE stage's expert-parallel all-to-all: one dispatch (or combine) of a microbatch through the "
+        "stage; each F and B runs two, hidden under the other part of an overlapped pair (one value, or one per "
+        "rank as the times; default 0)",
+    )
+    group.add_argument(
+        "--moe-layers",
+        type=positive_int,
+        metavar="L",
+        help="MoE layers per stage: how finely an overlapped pair interleaves its all-to-alls (default 1)",
+    )
+    group.add_argument(
         "--attention-fraction",
         type=float_flag(0, 1),
         metavar="A",
@@ -212,7 +226,25 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
     cost = dataclasses.replace(cost, **extras) if extras else cost
     if args.grad_bytes is not None and cost.dp_group.replicas == 1:
         raise UsageError("--grad-bytes are the gradients reduced across replicas: add --data-parallel D (D > 1)")
+    cost = _with_stage_values(cost, "a2a", "a2a_ms", args.a2a)
+    if args.moe_layers is not None:
+        stages = tuple(dataclasses.replace(stage, moe_layers=args.moe_layers) for stage in cost.stages)
+        cost = dataclasses.replace(cost, stages=stages)
     return _with_grad_bytes(cost, args.grad_bytes)
+
+
+def _with_stage_values(cost: CostModel, flag: str, field: str, values: list[float] | None) -> CostModel:
+    """One flag's values onto the cost model's stages: one value, or one per stage cost."""
+    if values is None:
+        return cost
+    stages = cost.stages
+    if len(values) > 1 and len(stages) == 1:
+        stages = stages * len(values)
+    if len(values) not in (1, len(stages)):
+        raise UsageError(f"--{flag} has {len(values)} values for {len(stages)} stage costs: give 1 or {len(stages)}")
+    values = values * len(stages) if len(values) == 1 else values
+    new = tuple(dataclasses.replace(stage, **{field: v}) for stage, v in zip(stages, values, strict=True))
+    return dataclasses.replace(cost, stages=new)
 
 
 def _with_grad_bytes(cost: CostModel, values: list[float] | None) -> CostModel:

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from pipesim.cost.collectives import DataParallelGroup
 from pipesim.cost.links import LinkCost
+from pipesim.cost.overlap import PairTimeline, pair_timeline
 from pipesim.cost.runtime import RankRuntime
 from pipesim.cost.stage import StageCost, piece
 from pipesim.ir import ActionKind, CommKind, Schedule
@@ -317,6 +318,12 @@ class CostModel:
         return self.links[0] if len(self.links) == 1 else self.links[boundary]
 
     def duration_ms(self, stage: int, kind: ActionKind) -> float:
+        """An action alone on its rank: its compute and, on an MoE stage, the two all-to-alls it waits for (the
+        weight-gradient part W moves no tokens)."""
+        return self.compute_ms(stage, kind) + (0.0 if kind is ActionKind.BACKWARD_WEIGHT else self.a2a_ms(stage, kind))
+
+    def compute_ms(self, stage: int, kind: ActionKind) -> float:
+        """The compute of an action of `kind` on `stage` (recomputation's forward included in its backward)."""
         cost = self.stage(stage)
         extra = cost.forward_ms if self.recompute else 0.0
         if kind is ActionKind.FORWARD:
@@ -326,6 +333,29 @@ class CostModel:
         if kind is ActionKind.BACKWARD_INPUT:
             return cost.i_ms + extra
         return cost.w_ms
+
+    def a2a_ms(self, stage: int, kind: ActionKind) -> float:
+        """The all-to-all time an action of `kind` on `stage` runs on the link: a dispatch and a combine (none for
+        W, none for a dense stage)."""
+        return 0.0 if kind is ActionKind.BACKWARD_WEIGHT else 2 * self.stage(stage).a2a_ms
+
+    def pair_ms(self, members: tuple[tuple[int, ActionKind], ...]) -> PairTimeline:
+        """An overlapped forward-backward pair (each member as (stage, kind)), laid out layer by layer with each
+        part's all-to-alls under the other's compute (`pipesim.cost.overlap`); compute scaled by
+        `overlap_factor`. A group of other than two members runs its members back to back."""
+        factor = self.overlap_factor
+        if len(members) != 2:
+            total = sum(factor * self.compute_ms(s, k) + self.a2a_ms(s, k) for s, k in members)
+            return PairTimeline(total, ())
+        (fs, fk), (bs, bk) = members
+        layers = max(self.stage(fs).moe_layers, self.stage(bs).moe_layers)
+        return pair_timeline(
+            factor * self.compute_ms(fs, fk),
+            self.a2a_ms(fs, fk) / 2,
+            factor * self.compute_ms(bs, bk),
+            self.a2a_ms(bs, bk) / 2,
+            layers,
+        )
 
     def collective_ms(self, stage: int, kind: CommKind) -> float:
         """Time of torch's per-stage collective `kind` (REDUCE_GRAD, UNSHARD, RESHARD) on `stage`, priced by the

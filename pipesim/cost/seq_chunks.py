@@ -9,7 +9,7 @@ compute, the earlier chunks more tokens.
 >>> [round(c, 3) for c in chunk_shares(2, 0.5, "even").compute]
 [0.375, 0.625]
 >>> [round(t, 3) for t in chunk_shares(2, 0.5, "balanced").tokens]
-[0.562, 0.438]
+[0.618, 0.382]
 """
 
 from __future__ import annotations

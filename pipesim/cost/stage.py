@@ -37,9 +37,24 @@ class StageCost:
     output_bytes: float = 0.0
     param_bytes: float = 0.0
     output_stash_bytes: float = 0.0
+    # An MoE stage's expert-parallel all-to-all: one (dispatch or combine) of one microbatch through the whole
+    # stage; a forward and a backward each run two, beside `forward_ms` / `backward_ms` of compute. Alone a pass
+    # waits for them; overlapped with another pass they hide under its compute (`pipesim.cost.overlap`).
+    a2a_ms: float = 0.0
+    moe_layers: int = 1  # how finely an overlapped pair interleaves: once per MoE layer
 
     def __post_init__(self) -> None:
-        for name in ("forward_ms", "backward_ms", "activation_bytes", "input_bytes", "output_bytes", "param_bytes"):
+        if isinstance(self.moe_layers, bool) or not isinstance(self.moe_layers, int) or self.moe_layers < 1:
+            raise ValueError(f"moe_layers must be a whole number >= 1, got {self.moe_layers!r}")
+        for name in (
+            "forward_ms",
+            "backward_ms",
+            "activation_bytes",
+            "input_bytes",
+            "output_bytes",
+            "param_bytes",
+            "a2a_ms",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
@@ -78,5 +93,7 @@ def piece(stage: StageCost, pieces: int) -> StageCost:
         activation_bytes=stage.activation_bytes / pieces,
         output_stash_bytes=min(stage.output_stash_bytes, stage.activation_bytes / pieces),
         weight_grad_bytes=None if stage.weight_grad_bytes is None else stage.weight_grad_bytes / pieces,
+        a2a_ms=stage.a2a_ms / pieces,
+        moe_layers=max(1, stage.moe_layers // pieces),
         param_bytes=stage.param_bytes / pieces,
     )

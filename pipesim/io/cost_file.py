@@ -98,6 +98,9 @@ def _stage(raw: Any, index: int) -> StageCost:
     values = {}
     for name, value in record.items():
         values[name] = _number(value, f"stages[{index}].{name}", allow_none=name in optional)
+    if "moe_layers" in values:  # a count: 3.0 reads as 3, 2.5 is refused by StageCost
+        layers = values["moe_layers"]
+        values["moe_layers"] = int(layers) if float(layers).is_integer() else layers
     try:
         return StageCost(**values)
     except TypeError as error:  # a required field is missing

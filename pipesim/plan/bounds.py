@@ -46,8 +46,8 @@ class Bound:
 def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int) -> float:
     """The busiest rank's ramp, work and tail (module docstring): no schedule of `layout` under `cost` is faster."""
     stages, placement = layout.num_stages, layout.stage_to_rank
-    factor = min(1.0, cost.overlap_factor)
-    forward = [cost.duration_ms(s, F) * factor for s in range(stages)]
+    factor = min(1.0, cost.overlap_factor)  # and compute alone: an all-to-all may hide under a paired action
+    forward = [cost.compute_ms(s, F) * factor for s in range(stages)]
     chain_back, total_back = _backwards(layout, cost, factor)
     hops = [cost.transfer_ms(b, b + 1) if placement[b] != placement[b + 1] else 0.0 for b in range(stages - 1)]
     gaps, overhead = cost.dispatch_per_rank(layout.num_ranks), cost.overhead_ms(layout.num_ranks)
@@ -78,10 +78,10 @@ def _backwards(layout: Layout, cost: CostModel, factor: float) -> tuple[list[flo
     and the whole backward (B, or I + W); a splitting family may still run some B whole, so the cheaper of each."""
     stages = range(layout.num_stages)
     if not layout.uses_split_backward:
-        whole = [cost.duration_ms(s, B) * factor for s in stages]
+        whole = [cost.compute_ms(s, B) * factor for s in stages]
         return whole, whole
-    chain = [min(cost.duration_ms(s, B), cost.duration_ms(s, I)) * factor for s in stages]
-    total = [min(cost.duration_ms(s, B), cost.duration_ms(s, I) + cost.duration_ms(s, W)) * factor for s in stages]
+    chain = [min(cost.compute_ms(s, B), cost.compute_ms(s, I)) * factor for s in stages]
+    total = [min(cost.compute_ms(s, B), cost.compute_ms(s, I) + cost.compute_ms(s, W)) * factor for s in stages]
     return chain, total
 
 

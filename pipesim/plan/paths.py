@@ -37,8 +37,9 @@ class CriticalPath:
     def length_ms(self, cost: CostModel) -> float:
         """The path's length under `cost` plus its last rank's overhead: a lower bound of the step time."""
         factor = cost.overlap_factor
+        # a member of an overlapped pair counts its compute alone: its all-to-alls may hide under the other part
         total = sum(
-            n * cost.duration_ms(stage, kind) * (factor if joined else 1.0)
+            n * (factor * cost.compute_ms(stage, kind) if joined else cost.duration_ms(stage, kind))
             for (stage, kind, joined), n in self.actions.items()
         )
         total += sum(n * cost.transfer_ms(b, b + 1) for b, n in self.transfers.items() if b < self.num_stages - 1)

@@ -106,6 +106,7 @@ FAMILY_MODULES: list[str] = [
     "pipesim.schedules.v_shapes",
     "pipesim.schedules.looped",
     "pipesim.schedules.sequence",
+    "pipesim.schedules.overlapped",
 ]
 
 

@@ -426,9 +426,12 @@ def _metrics(num_ranks: int, total: float, summaries: list[tuple[float, int, flo
 
 
 def link_busy_ms(schedule: Schedule, cost: CostModel) -> list[float]:
-    """Per rank, the time its links spend sending what crosses to other ranks: each message of the lowering's
-    `comm_plan` for its transfer time (the simulator pays the same time as the consumer's wait)."""
+    """Per rank, the time its links spend: each message of the lowering's `comm_plan` it sends, for its transfer
+    time (the simulator pays the same time as the consumer's wait), and its MoE stages' all-to-alls."""
     busy = [0.0] * schedule.num_ranks
+    if any(stage.a2a_ms for stage in cost.stages):  # an MoE stage's all-to-alls hold its rank's link too
+        for rank, actions in enumerate(schedule.actions):
+            busy[rank] += sum(cost.a2a_ms(stage, kind) for stage, kind, _ in actions)
     plan = comm_plan(schedule)
     for (src, _), messages in plan.links.items():
         for message in messages:

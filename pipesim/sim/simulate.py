@@ -280,6 +280,8 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     if deps.copies is not None:
         collective_spans += copy_spans(deps.copies, starts, ends)
         starts, ends = starts[:n], ends[:n]
+    if any(stage.a2a_ms for stage in cost.stages):
+        collective_spans += a2a_spans(deps, cost, starts)
     # the engine's columns; the Span tuples are built only where a reader asks for `spans`
     return Timeline.from_columns(
         schedule.num_ranks,
@@ -314,6 +316,42 @@ def copy_spans(copies: CopyOps, starts: list[float], ends: list[float]) -> tuple
     )
 
 
+def a2a_spans(deps: Dependencies, cost: CostModel, starts: list[float]) -> tuple[CommSpan, ...]:
+    """Each all-to-all on its rank's link (kind "a2a", peer -1: the expert-parallel group): an overlapped pair's
+    where its layer-by-layer layout puts them (`CostModel.pair_ms`); an action alone waits for its own, a dispatch
+    after the first half of its compute and a combine after the second (reversed in a backward)."""
+    spans: list[CommSpan] = []
+    actions, ranks = deps.actions, deps.ranks
+    grouped = {}
+    for first, others in (deps.joined or {}).items():
+        group = (first, *others)
+        grouped.update(dict.fromkeys(group, group))
+    for i, action in enumerate(actions):
+        group = grouped.get(i)
+        if group is not None:
+            if i != group[0]:
+                continue
+            members = [actions[m] for m in group]
+            layout = cost.pair_ms(tuple((a.stage, a.kind) for a in members))
+            spans.extend(
+                CommSpan(ranks[i], "a2a", -1, members[seg.part], starts[i] + seg.start, starts[i] + seg.end)
+                for seg in layout.segments
+                if seg.resource == "link"
+            )
+            continue
+        a2a = cost.a2a_ms(action.stage, action.kind) / 2
+        if not a2a:
+            continue
+        half = cost.compute_ms(action.stage, action.kind) / 2
+        first = starts[i] + (0.0 if action.kind is not ActionKind.FORWARD else half)  # a backward combines first
+        second = first + a2a + half
+        spans += [
+            CommSpan(ranks[i], "a2a", -1, action, first, first + a2a),
+            CommSpan(ranks[i], "a2a", -1, action, second, second + a2a),
+        ]
+    return tuple(spans)
+
+
 def _collective_spans(
     deps: Dependencies, cost: CostModel, before: dict, tails: list, ends: list[float]
 ) -> tuple[CommSpan, ...]:
@@ -339,16 +377,21 @@ def _collective_spans(
 
 def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> list[float]:
     """Per-action durations from a (kind -> per-stage list) table: one lookup per action (the planner sweeps
-    with them too); an overlapped group takes overlap_factor x the sum of its members."""
+    with them too); an overlapped group takes its pair's layout (`CostModel.pair_ms`: overlap_factor x its
+    compute where no all-to-all hides under it), shared among its members in proportion to their times alone."""
     table = {kind: [cost.duration_ms(s, kind) for s in range(num_stages)] for kind in ActionKind}
     if all(row.count(row[0]) == len(row) for row in table.values()):  # every stage alike: by kind, at C speed
         durations = list(map({kind: row[0] for kind, row in table.items()}.__getitem__, map(_kind, deps.actions)))
     else:
         durations = [table[kind][stage] for stage, kind, _ in deps.actions]
-    if deps.joined:
+    if deps.joined:  # a pair takes what its layer-by-layer layout takes, shared in proportion to each alone
+        actions = deps.actions
         for first, others in deps.joined.items():
-            for member in (first, *others):
-                durations[member] *= cost.overlap_factor
+            group = (first, *others)
+            total = cost.pair_ms(tuple((actions[m].stage, actions[m].kind) for m in group)).makespan
+            alone = sum(durations[m] for m in group)
+            for member in group:
+                durations[member] = total * durations[member] / alone if alone > 0 else 0.0
     if deps.copies is not None:
         durations.extend(cost.copy_ms(stage) for stage, _, _ in deps.copies.entries)
     return durations

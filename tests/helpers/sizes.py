@@ -29,6 +29,7 @@ MUST_BUILD: dict[str, Callable[[int, int], bool]] = {
     "dualpipev": lambda p, m: m >= 2 * p - 1,
     "looped-bfs": _always,
     "seq1f1b": _always,
+    "1f1b-overlap": _always,
 }
 
 SMALL_GRID = [(p, m) for p in (1, 2, 3, 4) for m in (1, 2, 3, 4, 6, 8)]
