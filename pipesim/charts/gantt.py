@@ -36,7 +36,7 @@ from pipesim.charts.lanes import (
 )
 from pipesim.charts.overlay import overlay_figure
 from pipesim.ir import Action, ActionKind
-from pipesim.records import COLLECTIVE_KINDS, Span, Timeline, replica_lanes
+from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, LINK_KINDS, Span, Timeline, replica_lanes
 from pipesim.sim.metrics import idle_intervals, makespan
 from pipesim.units import format_ms, format_percent, hover_ms
 
@@ -147,12 +147,17 @@ def gantt_figure(
             )
         if color_by != "kind":
             traces.extend(charts_lod.legend_entries(legend))
-        transfers = [c for c in tl.comm if c.kind not in COLLECTIVE_KINDS]
+        sub_lanes = COPY_KINDS | LINK_KINDS
+        transfers = [c for c in tl.comm if c.kind not in COLLECTIVE_KINDS and c.kind not in sub_lanes]
         collectives = [c for c in tl.comm if c.kind in COLLECTIVE_KINDS]
         if transfers:
             traces.append(_comm_bars(transfers))
         if collectives:
             traces.append(_collective_bars(collectives))
+        for resource, kinds in (("copy", COPY_KINDS), ("link", LINK_KINDS)):
+            lane = [c for c in tl.comm if c.kind in kinds]
+            if lane:
+                traces.append(_resource_bars(lane, resource))
         if critical_path:
             traces.append(_critical_bars(tl, critical_path))
     heading = f"{title or tl.schedule_name or 'schedule'} ({tl.source})"
@@ -241,6 +246,27 @@ def _comm_bars(comm: list) -> go.Bar:
         customdata=[[c.kind, str(c.action), _comm_peer(c.kind, c.peer), c.start, c.end - c.start, c.end] for c in comm],
         hovertemplate=f"%{{customdata[0]}} %{{customdata[1]}} %{{customdata[2]}}<br>{_interval_hover(3)}"
         "<extra>transfer</extra>",
+    )
+
+
+# A rank's other resources as thin sub-lanes of its row, so that what overlaps its compute shows: the copy engine
+# (OFFLOAD, RELOAD) along the bottom, the link (an MoE stage's all-to-alls) along the top.
+SUB_LANES = {"copy": (0.36, "#8c564b", "copy engine"), "link": (-0.36, "#17becf", "link")}
+
+
+def _resource_bars(spans: list, resource: str) -> go.Bar:
+    """One resource's spans (`SUB_LANES`) on a thin strip of each rank's row."""
+    offset, color, name = SUB_LANES[resource]
+    return go.Bar(
+        name=name,
+        orientation="h",
+        y=[c.rank + offset for c in spans],
+        x=[c.end - c.start for c in spans],
+        base=[c.start for c in spans],
+        width=0.2,
+        marker={"color": color, "line": {"width": 0}},
+        customdata=[[c.kind, str(c.action), c.start, c.end - c.start, c.end] for c in spans],
+        hovertemplate=f"%{{customdata[0]}} %{{customdata[1]}}<br>{_interval_hover(2)}<extra>{name}</extra>",
     )
 
 
