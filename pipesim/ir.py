@@ -224,6 +224,10 @@ class Schedule:
     # `SEQ_NEEDS`. `seq_cut` is how the sequence is cut: "even" (equal tokens) or "balanced" (equal compute).
     seq_chunks: int = 1
     seq_cut: str = "even"
+    # Pipelines that run at once over the stages (DualPipe: 2, one per direction): the stages are that many
+    # chains of `pipeline_stages` in a row, each fed its own microbatches from its first stage, and a message
+    # never crosses from one chain to the next. A microbatch id names one microbatch in each chain.
+    pipelines: int = 1
 
     @property
     def has_transfers(self) -> bool:
@@ -257,6 +261,10 @@ class Schedule:
                 f"{self.num_microbatches} actions' microbatches do not split into sequence chunks of "
                 f"{self.seq_chunks}: the count must be a multiple of seq_chunks"
             )
+        if not isinstance(self.pipelines, int) or isinstance(self.pipelines, bool) or self.pipelines < 1:
+            raise ValueError(f"pipelines must be a whole number >= 1, got {self.pipelines!r}")
+        if self.num_stages % self.pipelines:
+            raise ValueError(f"{self.num_stages} stages do not form {self.pipelines} pipelines of equal length")
         if self.seq_cut not in SEQ_CUTS:
             raise ValueError(f"unknown seq_cut {self.seq_cut!r}; valid: {', '.join(SEQ_CUTS)}")
         if self.order is not None:
@@ -265,6 +273,11 @@ class Schedule:
             for rank, (row, entries) in enumerate(zip(self.actions, self.order, strict=True)):
                 if row != tuple(a for e in entries for a in entry_actions(e)):
                     raise ValueError(f"rank {rank}: the order's compute actions differ from the action list")
+
+    @property
+    def pipeline_stages(self) -> int:
+        """Stages in a row that one microbatch runs through (all of them, but in DualPipe's two directions)."""
+        return self.num_stages // self.pipelines
 
     @property
     def num_actions(self) -> int:
@@ -310,6 +323,8 @@ class Schedule:
             if self.seq_chunks == 1
             else f"{self.num_microbatches // self.seq_chunks} microbatches x {self.seq_chunks} sequence chunks"
         )
+        if self.pipelines > 1:
+            microbatches += f" in each of {self.pipelines} directions"
         return (
             f"{self.name}: {self.num_ranks} ranks, {self.num_stages} stages, {microbatches}, {self.num_actions} actions"
         )

@@ -274,7 +274,24 @@ class CostModel:
     def for_schedule(self, schedule: Schedule) -> CostModel:
         """The costs of one action of `schedule`: per-rank costs cut per chunk (`for_pipeline`), and a microbatch's
         bytes split over its sequence chunks (`for_seq_chunks`)."""
+        if len(self.stages) == schedule.num_stages > 1:  # one cost per stage: as given
+            return self.for_seq_chunks(schedule.seq_chunks)
+        if schedule.pipelines > 1:  # each chain runs the whole model: one stage cost per chain's stage, repeated
+            chain = self.for_pipeline(schedule.pipeline_stages, schedule.num_ranks)
+            return chain.for_chains(schedule.pipelines).for_seq_chunks(schedule.seq_chunks)
         return self.for_pipeline(schedule.num_stages, schedule.num_ranks).for_seq_chunks(schedule.seq_chunks)
+
+    def for_chains(self, pipelines: int) -> CostModel:
+        """The costs of a model cut into a chain of stages, for `pipelines` copies of that chain side by
+        side (DualPipe: stage s of the second direction holds the layers of stage s of the first, a copy of its
+        weights). The boundary between two chains carries nothing; it takes the first chain's first link."""
+        if pipelines == 1 or (len(self.stages) == 1 and len(self.links) == 1):
+            return self
+        stages = self.stages if len(self.stages) == 1 else self.stages * pipelines
+        links = self.links
+        if len(links) > 1:
+            links = (tuple(links) + (links[0],)) * (pipelines - 1) + tuple(links)
+        return replace(self, stages=stages, links=links)
 
     def for_seq_chunks(self, seq_chunks: int) -> CostModel:
         """Each stage's bytes per sequence chunk of an even cut: what it stashes and sends divide by the chunks,

@@ -12,6 +12,7 @@ runtime.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from pipesim.ir import Action, Overlap, Schedule, make_schedule, schedule_from_order, v_placement
@@ -127,7 +128,13 @@ def _fused(order: RankOrder, forward_stage: int, backward_stage: int, pairs: lis
 
 
 def _dualpipev_rank(rank: int, p: int, n: int) -> list[Action | Overlap]:
-    down, up = rank, 2 * p - 1 - rank  # chunk 0 and chunk 1 of DeepSeek's code
+    return _dual_order(rank, p, n, rank, 2 * p - 1 - rank)  # chunk 0 and chunk 1 of DeepSeek's code
+
+
+def _dual_order(rank: int, p: int, n: int, down: int, up: int) -> list[Action | Overlap]:
+    """DeepSeek's eight steps on one rank, `down` its phase-0 stage and `up` its phase-1 stage: DualPipeV's rank
+    `rank` of `p`, or DualPipe's rank whose distance from its nearer end is `rank`, with p half its ranks (DualPipe
+    is DualPipeV's steps on each half, `dualpipe.py` and `dualpipev.py` count them alike)."""
     steps = dualpipev_steps(rank, p, n)
     order = RankOrder()
     pairs: list[int] = []  # where an overlapped pair starts in order.actions
@@ -187,6 +194,48 @@ def dualpipev(num_ranks: int, num_microbatches: int) -> Schedule:
     return schedule_from_order("dualpipev", p, m, v_placement(p), rows)
 
 
+# --- DualPipe --------------------------------------------------------------------
+
+
+def check_dualpipe(num_ranks: int, num_microbatches: int) -> None:
+    """DualPipe runs on an even number of ranks, half its microbatches each way, at least the ranks' count each
+    way (DeepSeek's `dualpipe.py`: num_chunks even and >= 2 x num_ranks)."""
+    check_counts(num_ranks, num_microbatches)
+    if num_ranks % 2:
+        raise ValueError(f"dualpipe needs an even number of ranks (half feed each direction), got {num_ranks}")
+    if num_microbatches % 2 or num_microbatches < 2 * num_ranks:
+        raise ValueError(
+            f"dualpipe needs an even num_microbatches of at least 2*num_ranks = {2 * num_ranks} (half go each "
+            f"way); got {num_microbatches}"
+        )
+
+
+def dualpipe(num_ranks: int, num_microbatches: int) -> Schedule:
+    """DualPipe (DeepSeek-V3): two pipelines over the same ranks in opposite directions, each rank holding one
+    stage of each (a copy of the weights per direction), fed half the microbatches each from its own end.
+
+    Stage s (s < p) is the forward direction's s-th on rank s; stage p + j the reverse direction's j-th on rank
+    p-1-j: a V placement whose two arms are separate pipelines (`Schedule.pipelines` 2). Rank r runs DualPipeV's
+    eight steps as rank min(r, p-1-r) of p/2, its own direction's stage as chunk 0 (its nearer end feeds it).
+    Microbatch ids run 0..m/2-1 in each direction.
+    """
+    check_dualpipe(num_ranks, num_microbatches)
+    p, half = num_ranks, num_microbatches // 2
+    rows = []
+    for rank in range(p):
+        forward_stage, reverse_stage = rank, 2 * p - 1 - rank
+        near = min(rank, p - 1 - rank)
+        down, up = (forward_stage, reverse_stage) if rank < p // 2 else (reverse_stage, forward_stage)
+        rows.append(_dual_order(near, p // 2, half, down, up))
+    schedule = schedule_from_order("dualpipe", p, half, v_placement(p), rows)
+    return dataclasses.replace(schedule, pipelines=2, params={"num_microbatches": num_microbatches})
+
+
+def _dualpipe_stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:
+    """DeepSeek's table: PP + 1 microbatches' activations per device (of whole stages), as a lower bound."""
+    return [min(num_ranks + 1, num_microbatches) for _ in range(num_ranks)]
+
+
 SCHEDULES: list[ScheduleInfo] = [
     ScheduleInfo(
         "zbv",
@@ -209,5 +258,16 @@ SCHEDULES: list[ScheduleInfo] = [
         torch_class="ScheduleDualPipeV",
         planned=False,
         check=check_dualpipev,
+    ),
+    ScheduleInfo(
+        "dualpipe",
+        dualpipe,
+        "DualPipe (DeepSeek-V3): two pipelines in opposite directions over the same ranks (two copies of the "
+        "weights), half the microbatches each way, F&B pairs overlapped; bubble (PP/2-1)(F&B+B-3W). Needs an even "
+        "number of ranks and an even num_microbatches >= 2*num_ranks.",
+        split_backward=True,
+        placement="v",
+        planned=False,
+        check=check_dualpipe,
     ),
 ]

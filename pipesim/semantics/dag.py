@@ -160,14 +160,21 @@ def dependencies(schedule: Schedule) -> Dependencies:
     if not validated:
         _check_ranges(schedule, actions, ranks, offsets)
     try:
-        deps = producer_ids(actions, schedule.num_stages, schedule.num_microbatches, not validated, schedule.seq_chunks)
+        deps = producer_ids(
+            actions,
+            schedule.num_stages,
+            schedule.num_microbatches,
+            not validated,
+            schedule.seq_chunks,
+            schedule.pipeline_stages,
+        )
     except ValueError:  # an action runs twice: name the first repeat
         _raise_duplicate(actions, dict(zip(actions, range(len(actions)), strict=True)), ranks, offsets)
         raise
     made = Dependencies(actions, ranks, offsets, deps)
     if not validated and -1 in chain.from_iterable(deps):  # a C-speed scan
         missing = next(a for a, ds in zip(actions, deps, strict=True) if -1 in ds)
-        _raise_missing(missing, made.index, ranks, offsets, schedule.num_stages, schedule.seq_chunks)
+        _raise_missing(missing, made.index, ranks, offsets, schedule)
     gates = send_gates(schedule)
     groups = overlap_groups(schedule)
     moves = has_memory_moves(schedule)
@@ -273,11 +280,13 @@ def _raise_duplicate(actions: list[Action], index: dict[Action, int], ranks: lis
 
 
 def _raise_missing(
-    action: Action, index: dict[Action, int], ranks: list[int], offsets: list[int], num_stages: int, seq_chunks: int = 1
+    action: Action, index: dict[Action, int], ranks: list[int], offsets: list[int], schedule: Schedule
 ) -> None:
     """Name the producer that no rank runs."""
     missing = next(
-        options for options in producers_of(action, num_stages, seq_chunks) if not any(a in index for a in options)
+        options
+        for options in producers_of(action, schedule.num_stages, schedule.seq_chunks, schedule.pipeline_stages)
+        if not any(a in index for a in options)
     )
     what = " (or ".join(str(a) for a in missing) + ")" * (len(missing) - 1)
     i = index[action]

@@ -109,22 +109,32 @@ _NEEDS = {kind: c for c in CROSSINGS for kind in c.consumers}
 _BY_TRANSFER = {kind: c for c in CROSSINGS for kind in (c.send, c.recv)}
 
 
-def produced_message(action: Action, num_stages: int) -> Message | None:
-    """The tensor `action` hands on: F's output to the next stage, a first backward's input gradient back."""
+def produced_message(action: Action, num_stages: int, pipeline_stages: int | None = None) -> Message | None:
+    """The tensor `action` hands on: F's output to the next stage, a first backward's input gradient back.
+
+    `pipeline_stages` (default all `num_stages`): the length of each chain of stages a microbatch runs through
+    (`Schedule.pipeline_stages`); nothing crosses from the end of one chain to the start of the next."""
     stage, kind, mb = action
     crossing = _PRODUCES.get(kind)
-    if crossing is not None and 0 <= stage + crossing.step < num_stages:
+    if crossing is not None and _within(stage, crossing.step, num_stages, pipeline_stages):
         return Message(crossing.what, stage + crossing.step, mb)
     return None
 
 
-def needed_message(action: Action, num_stages: int) -> Message | None:
-    """The tensor `action` needs from another stage before it can start."""
+def needed_message(action: Action, num_stages: int, pipeline_stages: int | None = None) -> Message | None:
+    """The tensor `action` needs from another stage before it can start (`pipeline_stages`: as produced_message)."""
     stage, kind, mb = action
     crossing = _NEEDS.get(kind)
-    if crossing is not None and 0 <= stage - crossing.step < num_stages:
+    if crossing is not None and _within(stage, -crossing.step, num_stages, pipeline_stages):
         return Message(crossing.what, stage, mb)
     return None
+
+
+def _within(stage: int, step: int, num_stages: int, pipeline_stages: int | None) -> bool:
+    """Whether stage + step is a stage of `stage`'s own chain."""
+    if pipeline_stages is None or pipeline_stages == num_stages:
+        return 0 <= stage + step < num_stages
+    return 0 <= stage % pipeline_stages + step < pipeline_stages
 
 
 def consumer_kinds(message: Message) -> tuple[ActionKind, ...]:
@@ -138,7 +148,9 @@ def producer_stage(message: Message) -> int:
     return message.stage - _BY_WHAT[message.what].step
 
 
-def producers_of(action: Action, num_stages: int, seq_chunks: int = 1) -> list[tuple[Action, ...]]:
+def producers_of(
+    action: Action, num_stages: int, seq_chunks: int = 1, pipeline_stages: int | None = None
+) -> list[tuple[Action, ...]]:
     """The producers `action` needs, each as its alternatives: its own stage's first, the message's last.
 
     The readable form of the rules; `producer_ids` is the same rules over a whole schedule at list speed.
@@ -148,7 +160,7 @@ def producers_of(action: Action, num_stages: int, seq_chunks: int = 1) -> list[t
     neighbour = _seq_neighbour(kind, mb, seq_chunks)
     if neighbour is not None:
         needs.append(tuple(Action(stage, k, neighbour) for k in SEQ_NEEDS[kind][1]))
-    message = needed_message(action, num_stages)
+    message = needed_message(action, num_stages, pipeline_stages)
     if message is not None:
         source = producer_stage(message)
         needs.append(tuple(Action(source, k, mb) for k in _BY_WHAT[message.what].producers))
@@ -165,7 +177,12 @@ def _seq_neighbour(kind: ActionKind, mb: int, seq_chunks: int) -> int | None:
 
 
 def producer_ids(
-    actions: list[Action], num_stages: int, num_microbatches: int, unique: bool = False, seq_chunks: int = 1
+    actions: list[Action],
+    num_stages: int,
+    num_microbatches: int,
+    unique: bool = False,
+    seq_chunks: int = 1,
+    pipeline_stages: int | None = None,
 ) -> list[tuple[int, ...]]:
     """Per action (by position in `actions`), the positions of its producers; -1 where one is missing. `unique`:
     a ValueError where an action appears twice (counted at C speed over the id table, no action hashed).
@@ -199,7 +216,7 @@ def producer_ids(
         per_stage = []
         for stage in range(num_stages):
             found = [rows_of(options)[stage] for options in LOCAL_NEEDS.get(kind, ())]
-            message = needed_message(Action(stage, kind, 0), num_stages)
+            message = needed_message(Action(stage, kind, 0), num_stages, pipeline_stages)
             if message is not None:
                 found.append(rows_of(_BY_WHAT[message.what].producers)[producer_stage(message)])
             per_stage.append(list(zip(*found, strict=True)) if found else [()] * num_microbatches)
@@ -277,10 +294,10 @@ def comm_plan(schedule: Schedule) -> CommPlan:
     """Lower a schedule to its messages: per directed link, what crosses it and in which order."""
     links: dict[tuple[int, int], list[Message]] = defaultdict(list)
     producer: dict[Message, Action] = {}
-    placement, num_stages = schedule.stage_to_rank, schedule.num_stages
+    placement, num_stages, chain = schedule.stage_to_rank, schedule.num_stages, schedule.pipeline_stages
     for src, actions in enumerate(schedule.actions):
         for action in actions:
-            message = produced_message(action, num_stages)
+            message = produced_message(action, num_stages, chain)
             if message is None:
                 continue
             producer[message] = action

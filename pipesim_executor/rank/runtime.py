@@ -250,13 +250,13 @@ class _Step:
             self.reap_sends()
         if rt.grad_sync is not None:
             rt.grad_sync.poll(rt.clock)
-        key = needed_message(action, rt.schedule.num_stages)
+        key = needed_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
         received = self.receive(key) if key is not None else None
         start = rt.clock.mark()
         if key is not None and rt.plan.source(key) != rt.rank:
             received = rt.transport.to_compute(received)
         produced = self._compute[action.kind](action, received)
-        out_key = produced_message(action, rt.schedule.num_stages)
+        out_key = produced_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
         if out_key is not None and produced is not None and rt.plan.destination(out_key) != rt.rank:
             produced = rt.transport.to_wire(produced)
         self.record.spans.append((action, start, rt.clock.mark()))

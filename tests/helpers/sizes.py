@@ -30,6 +30,7 @@ MUST_BUILD: dict[str, Callable[[int, int], bool]] = {
     "looped-bfs": _always,
     "seq1f1b": _always,
     "1f1b-overlap": _always,
+    "dualpipe": lambda p, m: p % 2 == 0 and m % 2 == 0 and m >= 2 * p,
 }
 
 SMALL_GRID = [(p, m) for p in (1, 2, 3, 4) for m in (1, 2, 3, 4, 6, 8)]
