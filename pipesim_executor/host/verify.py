@@ -51,6 +51,7 @@ from pipesim_executor.host.verify_compare import (
     Verification,
     VerifyRow,
     compare,
+    coverage_lines,
     indistinguishable,
     ranks_of,
     spearman,
@@ -83,8 +84,9 @@ DEFAULT_WARMUP = 3
 DEFAULT_ROUNDS = 3  # interleaved rounds: the fewest whose bootstrap over rounds sees the drift between them
 MAX_ROUNDS = 50
 __all__ = [  # the comparison lives in verify_compare, the plan's mapping in verify_config; callers find them here
-    "Verification", "VerifyRow", "compare", "indistinguishable", "ranks_of", "spearman", "summary_lines",
-    "VerifyProgress", "VerifyHandle", "start_verify", "verify_plan", "plan_candidates", "candidate_config",
+    "Verification", "VerifyRow", "compare", "coverage_lines", "indistinguishable", "ranks_of", "spearman",
+    "summary_lines", "VerifyProgress", "VerifyHandle", "start_verify", "verify_plan", "plan_candidates",
+    "candidate_config",
     "model_config", "run_settings", "predicted_step_ms", "verification_prefix",
 ]  # fmt: skip
 
