@@ -225,3 +225,29 @@ def test_a_measured_move_since_the_profile_is_taken_out_of_the_errors():
     result.since_profile = SinceProfile(4, 1.02, 0.98, 1.06, -0.01)  # not measured: nothing taken out
     assert result.to_dict()["median_abs_error_move_removed"] is None
     assert result.to_dict()["candidates"][0]["error_move_removed"] is None
+
+
+def test_a_gap_that_only_the_shared_drift_hides_is_told_apart():
+    """Candidates b 6% slower than a in every round, the rounds moving together by 8% (significant, under the 10%
+    that makes a verification not comparable): their intervals, widened by the drift, overlap, but the drift is
+    shared, so with it divided out the two are ordered, not called indistinguishable."""
+    drift, launch = (1.0, 1.05, 0.97), ((1.0, 1.004, 0.997), (0.996, 1.0, 1.005), (1.003, 0.998, 1.0))
+    rows = [VerifyRow(name, {}, predicted) for name, predicted in (("a", 100.0), ("b", 106.0), ("c", 130.0))]
+    for row, level, noise in zip(rows, (100.0, 106.0, 130.0), launch, strict=True):
+        for r in range(3):
+            row.add_round([level * drift[r] * noise[r] * k for k in (0.99, 1.0, 1.01) * 4], f"r{r}")
+    result = compare(rows, rounds=3)
+    assert result.round_effect.significant and not result.round_effect.moved and result.status == "ok"
+    assert rows[0].measured_ci.overlaps(rows[1].measured_ci)  # the reported intervals carry the drift ...
+    assert result.indistinguishable == []  # ... the ordering does not
+    assert result.spearman == pytest.approx(1.0) and result.measured_best == "a"
+    assert any("the rounds moved together" in note for note in result.notes)
+
+
+def test_a_plan_from_a_disturbed_profile_is_said_so(plan_file, tmp_path, monkeypatch):
+    plan = json.loads(plan_file.read_text())
+    plan["calibration"]["disturbance"] = {"disturbed": True, "accepted": True, "line": "disturbed: ..."}
+    plan_file.write_text(json.dumps(plan))
+    _fake_launcher(monkeypatch, plan_file, [])
+    result = verify.verify_plan(plan_file, 2, runs_root=tmp_path / "runs", rounds=1)
+    assert "the plan was made from a disturbed profile (--accept-disturbed-profile)" in result.notes

@@ -222,6 +222,9 @@ def verify_plan(
                 on_row(row)
     verification = compare(rows, uncertainty, rounds)
     verification.since_profile = _since_profile(plan, rows, verification.notes)
+    disturbance = calibration.get("disturbance") if isinstance(calibration, dict) else None
+    if isinstance(disturbance, dict) and disturbance.get("disturbed") is True:  # planned with the flag
+        verification.notes.append("the plan was made from a disturbed profile (--accept-disturbed-profile)")
     document = {**verification.to_dict(), "verification": prefix}
     write_json(document, plan_path.with_name(plan_path.stem + "-verify.json"))  # the latest
     write_json(document, plan_path.with_name(f"{plan_path.stem}-verify-{prefix.rsplit('-', 1)[1]}.json"))

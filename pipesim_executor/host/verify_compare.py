@@ -239,7 +239,8 @@ def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY, rou
             row.measured_ms, row.measured_ci_low_ms, row.measured_ci_high_ms = ci.median, ci.low, ci.high
     notes = [f"{r.label}: {r.error}" for r in rows if r.error]
     predicted = [r.predicted_ms for r in done]
-    intervals = [measured_interval(r) for r in done]
+    effect = round_effect([r.round_step_times_ms for r in done])
+    intervals = _ordering_intervals(done, effect, notes)
     groups = [[done[i].label for i in g] for g in indistinguishable_groups(intervals) if len(g) > 1]
     tie = indistinguishable(predicted, uncertainty)
     rho = None if tie else spearman(predicted, group_ranks(intervals))
@@ -261,7 +262,7 @@ def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY, rou
     gap, same = None, False
     if rows[0].measured_ms is not None:
         gap = rows[0].measured_ms / best.measured_ms - 1
-        same = best is rows[0] or measured_interval(rows[0]).overlaps(measured_interval(best))
+        same = best is rows[0] or intervals[done.index(rows[0])].overlaps(intervals[done.index(best)])
         if best is not rows[0] and indistinguishable([rows[0].predicted_ms, best.predicted_ms], uncertainty):
             notes.append(
                 f"the recommended candidate and the measured best ({best.label}) were predicted within "
@@ -270,8 +271,31 @@ def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY, rou
     else:
         notes.append("the recommended candidate did not run: no gap to the measured best")
     verification = Verification(rows, rho, gap, best.label, notes, uncertainty, tie, groups, same, rounds)
-    verification.round_effect = round_effect([r.round_step_times_ms for r in done])
+    verification.round_effect = effect
     return verification
+
+
+def _ordering_intervals(done: list[VerifyRow], effect: RoundEffect | None, notes: list[str]) -> list[MedianCI]:
+    """The intervals that order the candidates (groups, Spearman, the recommendation's tie): each row's own, or,
+    when the rounds moved together significantly, intervals over its steps with the rounds' shared move divided
+    out. Candidates measured in the same rounds share the machine's move, so their differences do not carry it:
+    a gap only that drift hid is then told apart (the reported 95% CIs, set against the predictions, keep it)."""
+    own = [measured_interval(r) for r in done]
+    if effect is None or not effect.significant or effect.candidates < 2:
+        return own
+    count = len(effect.round_ratios)
+    steady = [
+        [[t / ratio for t in steps] for steps, ratio in zip(r.round_step_times_ms, effect.round_ratios, strict=True)]
+        if len(r.round_step_times_ms) == count and all(r.round_step_times_ms)
+        else None
+        for r in done
+    ]
+    pooled = pooled_round_spread([rounds for rounds in steady if rounds is not None])
+    notes.append(
+        f"the rounds moved together ({effect.medians_text()}): the candidates are ordered and grouped with that "
+        "shared move divided out of their steps"
+    )
+    return [own[i] if rounds is None else median_ci(rounds, pooled=pooled) for i, rounds in enumerate(steady)]
 
 
 def _interval(low: float | None, high: float | None) -> str:
