@@ -22,7 +22,8 @@ the injected steps' median, and the predicted growth (the same costs without the
 against the measured one (injected over uniform medians). The families' sensitivity (their mean growth over the
 cases) is ranked predicted against measured (Kendall tau). The absorbed cases: a slower W on a rank with slack,
 where the growth must stay within 1%. Real compute (stragglers_real): zoo models on 2 CPU ranks, profiled, each
-pair one launch alternating uniform and injected steps, the prediction within 5% or inside the measured CI.
+pair one launch alternating uniform and injected steps, the prediction within 5% or inside the measured CI; its
+headline is the profile's own prediction (`own`), the anchored figure (half measurement) after it.
 Localisation (stragglers_blind): random injections hidden from `find_stragglers` until scoring.
 """
 
@@ -219,6 +220,7 @@ def main() -> None:
             print(stats.real_table(real["rows"], PREDICTIONS), flush=True)
             print(stats.real_summary_table(real["cases"], PREDICTIONS), flush=True)
             print(json.dumps({"real_verdict": real["verdict"]}), flush=True)
+            print(stats.real_headline(real["verdict"]), flush=True)
     out["load_after"] = os.getloadavg()[0]
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1))

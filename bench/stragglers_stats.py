@@ -209,6 +209,19 @@ def real_verdict(rows: Sequence[Mapping], names: Sequence[str]) -> dict:
     }
 
 
+def real_headline(verdict: Mapping) -> str:
+    """The real-compute verdict in one line, headlined by the profile's own prediction (`own`: what a user gets
+    from a profile and the what-if); `anchored` is half measurement (the measured uniform steps times the
+    predicted growth) and is reported after it, never in its place."""
+    own = verdict["own"]
+    rest = ", ".join(f"{name} {v['passes']}/{v['of']}" for name, v in verdict.items() if name != "own")
+    return (
+        f"real compute: the profile's own prediction passes {own['passes']}/{own['of']} pairs (within 5% or inside "
+        f"the measured 95% CI); {rest} (anchored: the measured uniform steps times the predicted growth, half "
+        "measurement)"
+    )
+
+
 def real_summary(rows: Sequence[Mapping], names: Sequence[str]) -> list[dict]:
     """Per case (rows' "case", in order of appearance): its pairs, mean load, median measured growth, and per
     prediction the median error and median |error| over the pairs and how many pass."""

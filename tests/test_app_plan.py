@@ -333,3 +333,32 @@ def test_synthesized_is_offered_and_a_faster_synthesized_order_is_recommended_an
     assert selected.startswith("synthesized P4")
     assert chart_figures(at)[1]["layout"]["title"]["text"].startswith("synthesized")
     assert any(b.label.startswith("Schedule CSV") for b in at.get("download_button"))
+
+
+def test_verify_says_not_comparable_when_its_rounds_moved_and_marks_wide_intervals(app, monkeypatch) -> None:
+    """Issue 46: a verification whose rounds moved 3x together says so first, never 'did not move'; an interval
+    wider than +-25% is 'not informative' in the table, and the coverage counts none."""
+    from app_pages.parts import plan_verify
+    from pipesim_executor.host import verify
+
+    seen: dict = {}
+    fake = _fake_verify(seen, rounds_of=lambda index: [[30.0 + index] * 4, [18.0 + index] * 4, [10.0 + index] * 4])
+
+    def moved(*args, **kwargs):
+        result = fake(*args, **kwargs)
+        for row in result.rows:
+            row.predicted_p05_ms, row.predicted_p95_ms = row.predicted_ms * 0.4, row.predicted_ms * 1.6
+            row.has_predicted_interval = True
+        return result
+
+    monkeypatch.setattr(verify, "verify_plan", moved)
+    app.button(key="plan-verify").click().run()
+    _finish(app)
+    assert not app.exception
+    said = " ".join(w.value for w in app.warning)
+    assert "not comparable: the machine's speed changed during this verification" in said
+    frame = app.dataframe[-1].value
+    assert all(text.endswith("(not informative)") for text in frame["predicted 90%"])
+    assert any(c.value.startswith("no informative interval") for c in app.caption)
+    result = next(job for job in plan_verify._jobs().values() if job.plan_path == seen["paths"][-1]).result
+    assert result.status == "not_comparable"

@@ -30,6 +30,9 @@ def test_two_profiles_are_compared_candidate_by_candidate(bench):
     assert bench.profile_agreement(first, second, 10) == pytest.approx(0.10)  # both 10% apart
     assert bench.profile_inside(first, second, 10) == 0.5  # 11 inside [9, 11.5]; 22 outside [19, 21]
     assert bench.profile_inside({"candidates": [candidate("1f1b", 10.0)]}, second, 10) is None  # no interval
+    # issue 46: within the combined intervals (the second's own +-5%): 1f1b 10% apart inside sqrt(~7.5^2 + 5^2)%
+    second = {"candidates": [candidate("1f1b", 11.0, 10.45, 11.55), candidate("gpipe", 22.0, 20.9, 23.1)]}
+    assert bench.profiles_agreement(first, second, 10) == 0.5  # gpipe: 10% apart, intervals of +-5% each
 
 
 def test_a_report_is_reanalysed_from_its_saved_rounds_alone(bench, tmp_path):
@@ -49,11 +52,16 @@ def test_a_report_is_reanalysed_from_its_saved_rounds_alone(bench, tmp_path):
         return compare(rows, 0.02, 3)
 
     first, second = verification(1.0), verification(1.03)
-    figures = {"profile_agreement": 0.04, "profile_inside": 0.5}
+    figures = {"profile_agreement": 0.04, "profile_inside": 0.5, "profiles_agree": 1.0}
     saved = {"models": {"m": {"spec": "x:y", "figures": figures, "first": first.to_dict(), "second": second.to_dict()}}}
     write_json(saved, tmp_path / "report.json")
     report, markdown = bench.reanalyse(tmp_path / "report.json")
     got = report["models"]["m"]["figures"]
-    assert got == bench.figures(first, second, 0.04, 0.5)
+    assert got == bench.figures(first, second, figures)
     assert got["candidates"] == 3 and got["profile_agreement"] == 0.04 and markdown[0] == "### m (x:y)"
+    # issue 46's fields: the status, informative coverage, the agreement of the two verifications
+    assert got["statuses"] == ["ok", "ok"] and got["status"] == 1.0 and got["informative"] == 3
+    assert got["verify_agreement"] is not None and got["verify_recommendation"] == 1.0
+    assert any(line.startswith("status: ok / ok (first / second verification)") for line in markdown)
+    assert any("two verifications: each difference's 95% CI holds 0" in line for line in markdown)
     assert report["reanalysed_from"] == str(tmp_path / "report.json")

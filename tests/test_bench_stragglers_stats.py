@@ -117,3 +117,12 @@ def test_a_real_pair_scores_each_prediction_of_the_injected_half_and_its_growth(
     assert low <= row["measured_growth"] <= high
     assert all(row[name]["growth"] == pytest.approx(0.3) for name in real.PREDICTIONS)
     assert not row["own"]["passes"] and row["paired"]["passes"] and row["anchored"]["passes"]
+
+
+def test_the_real_compute_headline_is_the_profiles_own_prediction():
+    """Issue 46: the headline was the anchored figure (half measurement, 31/32), not the profile's own (26/32)."""
+    verdict = {name: {"passes": p, "of": 32, "all": p == 32} for name, p in (("own", 26), ("paired", 22),
+                                                                             ("anchored", 31))}  # fmt: skip
+    line = stats.real_headline(verdict)
+    assert line.startswith("real compute: the profile's own prediction passes 26/32 pairs")
+    assert line.index("26/32") < line.index("anchored 31/32") and "half measurement" in line

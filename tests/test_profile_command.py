@@ -110,9 +110,16 @@ def test_a_real_profile_of_a_custom_model_is_planned_from(tmp_path, capsys, monk
     assert "check    the profile predicts its own" in printed
     counts = profile.provenance["in_situ"]["microbatches"]  # the in-situ steps at the plans' shape: 4 / size
     assert 4 in counts["1"] and 2 in counts["2"], counts
+    # issue 46: the machine's load while it ran, and the check's verdict (a busy machine may disturb it)
+    assert profile.provenance["machine_load"]["available"] is True
+    verdict = check["disturbance"]
+    assert ("DISTURBED disturbed:" in printed) is verdict["disturbed"] and ("machine  other processes used" in printed
+                                                                         or verdict["disturbed"])  # fmt: skip
+    accept = ["--accept-disturbed-profile"] if verdict["disturbed"] else []  # plan refuses it otherwise
     plan = tmp_path / "plan.json"
     assert pipesim_main(["plan", "--cost", str(out / "cost.json"), "--devices", "2", "--global-batch", "8",
-                         "--optimizer", "sgd-momentum", "--json", str(plan)]) == 0  # fmt: skip
+                         "--optimizer", "sgd-momentum", "--json", str(plan), *accept]) == 0  # fmt: skip
+    assert json.loads(plan.read_text())["calibration"]["disturbance"]["disturbed"] is verdict["disturbed"]
     assert json.loads(plan.read_text())["inputs"]["executor_model"]["spec"] == "examples.gpt_small:build_tiny"
     best = json.loads(plan.read_text())["best"]
     assert best["step_ms_p05"] <= best["step_ms"] <= best["step_ms_p95"] and best["extrapolated"] is False

@@ -32,14 +32,14 @@ def test_the_papers_definitions_reproduce_its_table_5_for_the_named_schedules(ca
     assert paper_bubble_rate(longest_rank_span(timeline), case) == pytest.approx(case.published(name), abs=5e-5)
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=lambda c: c.label)
+@pytest.mark.parametrize("case", SMALL, ids=lambda c: c.label)
 def test_synthesis_reaches_the_papers_zb_2p_at_its_memory(case):
     problem = SynthesisProblem(
         case.num_stages, case.num_microbatches, case.cost(), memory_limit=2 * case.num_stages, objective="span"
     )
     result = synthesize(problem, time_limit_s=1.0)
     ours = paper_bubble_rate(result.objective_ms, case)
-    assert ours <= case.published("zb-2p") + 0.01
+    assert ours <= case.published("zb-2p") + 0.001  # the paper prints 4 decimals; ours reaches it in 0.05 s
     assert max(result.peak_memory) <= 2 * case.num_stages + 1e-9  # the stash, in microbatches' worth
     assert result.lower_bound <= result.objective_ms * (1 + 1e-9)
     assert result.objective_ms == pytest.approx(longest_rank_span(result.timeline))

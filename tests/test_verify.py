@@ -125,8 +125,10 @@ def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
         ]
     )
     out = capsys.readouterr().out
-    assert code == 0, out
+    # 3: the machine's speed moved during the verification (a busy machine may): said, and not a failure to run
+    assert code in (0, 3), out
     written = json.loads(plan_file.with_name("plan-verify.json").read_text())
+    assert written["status"] == ("not_comparable" if code == 3 else "ok") and ("not comparable" in out) is (code == 3)
     rows = written["candidates"]
     assert len(rows) == 2 and all(r["measured_ms"] > 0 and r["error"] is None for r in rows), rows
     plan = json.loads(plan_file.read_text())
@@ -136,7 +138,7 @@ def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
     else:  # two measured rows: the same order or the reverse
         assert written["spearman"] in (-1.0, 1.0)
     assert written["recommended_gap"] >= 0 and written["measured_best"] in {r["label"] for r in rows}
-    assert "Spearman" in out
+    assert "Spearman" in out or code == 3
     for row in rows:  # each candidate ran with its own schedule and split, once per round
         assert len(row["run_dirs"]) == 2 and row["measured_ci_low_ms"] <= row["measured_ms"]
         config = json.loads((Path(row["run_dir"]) / "config.json").read_text())

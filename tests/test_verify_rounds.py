@@ -5,6 +5,7 @@ torchrun start-up less)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -144,3 +145,109 @@ def test_a_noisy_candidate_is_flagged_by_the_run_pages_rule():
     assert calm.noisy is False and noisy.noisy is True
     result = compare([calm, noisy])
     assert any("too noisy" in note and "noisy" in note for note in result.notes)
+
+
+# --- issue 46: a verification that knows the machine moved; intervals that inform ---------------------------------
+
+
+def _with_intervals(plan_file, half: float) -> dict:
+    plan = json.loads(plan_file.read_text())
+    for c in plan["candidates"]:
+        if c.get("step_ms") is not None:
+            c.update(step_ms_p05=c["step_ms"] * (1 - half), step_ms_p95=c["step_ms"] * (1 + half))
+    plan_file.write_text(json.dumps(plan))
+    return plan
+
+
+def test_rounds_that_move_3x_make_the_verification_not_comparable(plan_file, tmp_path, monkeypatch, capsys):
+    """Issue 46's verification: every candidate's rounds 3x apart (315-398 ms, then 110-131 ms). It used to say
+    'indistinguishable' and '100% inside'; now: not comparable, in the JSON's status and a non-zero exit."""
+    from pipesim_executor.host.cli import main as executor_main
+
+    plan = _with_intervals(plan_file, 0.6)  # +-60%: nothing it could count
+    top = plan_candidates(plan, 3)
+    speed = (1.0, 0.6, 0.33)
+    _fake_launcher(monkeypatch, plan_file, [], step_of=lambda i, r: top[i]["step_ms"] * (1 + 0.2 * i) * speed[r])
+    out = tmp_path / "v.json"
+    argv = ["verify-plan", str(plan_file), "--top", "3", "--rounds", "3", "--runs-root", str(tmp_path / "runs")]
+    assert executor_main([*argv, "--json", str(out)]) == 3
+    text = capsys.readouterr().out
+    summary = text[text.index("not comparable") :]  # the verdict comes first, before the table
+    assert summary.startswith("not comparable: the machine's speed changed during this verification (round medians")
+    assert summary.splitlines()[1].startswith("candidate ")
+    assert "indistinguishable" not in text and "did not move" not in text
+    assert "no informative interval: all 3 predicted 90% intervals are wider than +-25%" in text
+    written = json.loads(out.read_text())
+    assert written["status"] == "not_comparable" and written["round_effect"]["moved"] is True
+    assert written["round_effect"]["move"] == pytest.approx(1 / 0.33 - 1, rel=0.05)
+    assert written["inside_predicted_interval_fraction"] is None and written["informative_intervals"] == 0
+    assert all(c["informative"] is False for c in written["candidates"])
+
+
+def test_steady_rounds_are_ok_and_coverage_counts_informative_intervals_only(plan_file, tmp_path, monkeypatch):
+    plan = _with_intervals(plan_file, 0.1)
+    top = plan_candidates(plan, 3)
+    wide = top[2]
+    wide.update(step_ms_p05=wide["step_ms"] * 0.5, step_ms_p95=wide["step_ms"] * 1.5)  # +-50%: not informative
+    plan_file.write_text(json.dumps(plan))
+    _fake_launcher(monkeypatch, plan_file, [], step_of=lambda i, r: top[i]["step_ms"] * (1.05, 1.3, 1.0)[i])
+    result = verify.verify_plan(plan_file, 3, runs_root=tmp_path / "runs", rounds=3)
+    summary = result.to_dict()
+    assert result.status == "ok" and summary["status"] == "ok" and not result.round_effect.moved
+    # inside (5% off, +-10%), outside (30% off): 1 of 2 informative; the third, inside +-50%, is not a hit
+    assert [r.hit for r in result.rows] == [True, False, None] and result.rows[2].inside_predicted_interval
+    assert summary["informative_intervals"] == 2 and summary["not_informative_intervals"] == 1
+    assert summary["inside_predicted_interval_fraction"] == pytest.approx(0.5)
+    lines = verify.summary_lines(result)
+    assert (
+        "measured median inside the predicted 90% interval: 50% of 2 informative intervals; 1 not informative "
+        "(wider than +-25%), not counted" in lines
+    )
+    assert any("(interval not informative)" in line for line in lines)
+
+
+def test_a_measured_move_since_the_profile_is_taken_out_of_the_errors():
+    from pipesim.analysis.since_profile import SinceProfile
+
+    rows = [VerifyRow("a", {}, 100.0), VerifyRow("b", {}, 50.0)]
+    for row, measured in zip(rows, (110.0, 54.0), strict=True):
+        for r in range(3):
+            row.add_round([measured * (1 + 0.001 * r)] * 4, f"r{r}")
+    result = compare(rows, rounds=3)
+    result.since_profile = SinceProfile(4, 1.10, 1.06, 1.14, -0.01)  # the machine ran 10% slower than the profile
+    summary = result.to_dict()
+    assert summary["move_since_profile"] == pytest.approx(1.10)
+    without = [c["error_move_removed"] for c in summary["candidates"]]
+    assert without == pytest.approx([100 * 1.1 / rows[0].measured_ms - 1, 50 * 1.1 / rows[1].measured_ms - 1])
+    assert summary["median_abs_error_move_removed"] == pytest.approx(statistics.median(abs(w) for w in without))
+    assert any(line.startswith("with the machine's move since the profile (1.100x) taken out") for line in
+               verify.summary_lines(result))  # fmt: skip
+    result.since_profile = SinceProfile(4, 1.02, 0.98, 1.06, -0.01)  # not measured: nothing taken out
+    assert result.to_dict()["median_abs_error_move_removed"] is None
+    assert result.to_dict()["candidates"][0]["error_move_removed"] is None
+
+
+def test_a_gap_that_only_the_shared_drift_hides_is_told_apart():
+    """Candidates b 6% slower than a in every round, the rounds moving together by 8% (significant, under the 10%
+    that makes a verification not comparable): their intervals, widened by the drift, overlap, but the drift is
+    shared, so with it divided out the two are ordered, not called indistinguishable."""
+    drift, launch = (1.0, 1.05, 0.97), ((1.0, 1.004, 0.997), (0.996, 1.0, 1.005), (1.003, 0.998, 1.0))
+    rows = [VerifyRow(name, {}, predicted) for name, predicted in (("a", 100.0), ("b", 106.0), ("c", 130.0))]
+    for row, level, noise in zip(rows, (100.0, 106.0, 130.0), launch, strict=True):
+        for r in range(3):
+            row.add_round([level * drift[r] * noise[r] * k for k in (0.99, 1.0, 1.01) * 4], f"r{r}")
+    result = compare(rows, rounds=3)
+    assert result.round_effect.significant and not result.round_effect.moved and result.status == "ok"
+    assert rows[0].measured_ci.overlaps(rows[1].measured_ci)  # the reported intervals carry the drift ...
+    assert result.indistinguishable == []  # ... the ordering does not
+    assert result.spearman == pytest.approx(1.0) and result.measured_best == "a"
+    assert any("the rounds moved together" in note for note in result.notes)
+
+
+def test_a_plan_from_a_disturbed_profile_is_said_so(plan_file, tmp_path, monkeypatch):
+    plan = json.loads(plan_file.read_text())
+    plan["calibration"]["disturbance"] = {"disturbed": True, "accepted": True, "line": "disturbed: ..."}
+    plan_file.write_text(json.dumps(plan))
+    _fake_launcher(monkeypatch, plan_file, [])
+    result = verify.verify_plan(plan_file, 2, runs_root=tmp_path / "runs", rounds=1)
+    assert "the plan was made from a disturbed profile (--accept-disturbed-profile)" in result.notes

@@ -183,7 +183,8 @@ def verify_table(result: Any) -> tuple[list[dict[str, Any]], list[bool]]:
             {
                 "candidate": r.label + (" (extrapolated)" if getattr(r, "extrapolated", False) else ""),
                 "predicted": r.predicted_ms,
-                "predicted 90%": _span(r.predicted_p05_ms, r.predicted_p95_ms) if interval else "no interval",
+                "predicted 90%": (_span(r.predicted_p05_ms, r.predicted_p95_ms) if interval else "no interval")
+                + (" (not informative)" if getattr(r, "informative", None) is False else ""),
                 "measured": r.measured_ms,
                 "measured 95% CI": _span(
                     getattr(r, "measured_ci_low_ms", None), getattr(r, "measured_ci_high_ms", None)
@@ -222,6 +223,9 @@ def show_result(result: verify.Verification) -> None:
     """A finished verification: the table (a group the measurement cannot order greyed out), the rank correlation
     and the recommendation's gap, the intervals drawn side by side, the machine's move since the profile, notes."""
     rows, grey = verify_table(result)
+    moved = getattr(result, "status", "ok") != "ok"  # the machine's speed changed during the verification
+    if moved and result.round_effect is not None:
+        st.warning(result.round_effect.line())
     frame = pd.DataFrame(rows)
     st.dataframe(
         frame.style.apply(lambda row: ["color: #9e9e9e" if grey[row.name] else ""] * len(row), axis=1),
@@ -259,8 +263,10 @@ def show_result(result: verify.Verification) -> None:
             "Grey: the measurement cannot tell these candidates apart from another of their group (their measured "
             "95% confidence intervals overlap); the rank correlation counts only the pairs it can order."
         )
+    for line in verify.coverage_lines(result.to_dict()):  # informative intervals only
+        st.caption(line)
     if result.since_profile is not None:  # the machine's move since the profile, apart from the model's error
-        line = result.since_profile.line()
+        line = result.since_profile.line(rounds_moved=moved)
         st.caption(line[:1].upper() + line[1:] + ".")
     for note in result.notes:
         st.caption(note)

@@ -24,6 +24,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pipesim.analysis.stats import CONFIDENCE, MAX_INFORMATIVE_HALF_WIDTH, informative, t_quantile
+
 MIN_STEPS = 3  # fewer measured steps than this: no median worth checking against (pipesim.plan.in_situ_check)
 # far above what `executor profile` runs in situ (at most 16 ranks, 32 microbatches of at most the largest profiled
 # size): a row beyond them is not the executor's, and is not planned
@@ -58,6 +60,11 @@ class CheckedStep:
             return None
         return self.predicted_p05_ms <= self.measured_ms <= self.predicted_p95_ms
 
+    @property
+    def informative(self) -> bool | None:
+        """Whether the predicted interval is narrow enough to count a hit (pipesim.analysis.stats)."""
+        return informative(self.predicted_ms, self.predicted_p05_ms, self.predicted_p95_ms)
+
 
 def _whole(value: Any, largest: int) -> bool:
     """A whole number (not a bool) from 1 to `largest`."""
@@ -85,11 +92,13 @@ def in_situ_step_rows(provenance: Any) -> list[dict[str, Any]]:
 
 def check_summary(checked: list[CheckedStep]) -> dict[str, Any] | None:
     """The check in figures: how many configurations, the median and largest |error|, the bias (the geometric mean
-    of predicted / measured, less 1) and how many medians fell inside their 90% interval; each row kept."""
+    of predicted / measured, less 1) and how many medians fell inside their 90% interval, counting informative
+    intervals only (`with_interval`; `not_informative`: those wider than MAX_INFORMATIVE_HALF_WIDTH); each row
+    kept."""
     if not checked:
         return None
     errors = [abs(c.error) for c in checked]
-    inside = [c.inside for c in checked if c.inside is not None]
+    inside = [c.inside for c in checked if c.inside is not None and c.informative]
     bias = math.exp(statistics.fmean(math.log(c.predicted_ms / c.measured_ms) for c in checked)) - 1
     return {
         "configurations": len(checked),
@@ -98,6 +107,7 @@ def check_summary(checked: list[CheckedStep]) -> dict[str, Any] | None:
         "bias": bias,
         "inside": sum(inside) if inside else None,
         "with_interval": len(inside),
+        "not_informative": sum(c.informative is False for c in checked),
         "rows": [{**asdict(c), "split_points": list(c.split_points), "error": c.error} for c in checked],
     }
 
@@ -119,11 +129,14 @@ def recorded_check(provenance: Any) -> dict[str, Any] | None:
         return None
     inside, with_interval = check.get("inside"), check.get("with_interval")
     counted = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= count for v in (inside, with_interval))
+    wide = check.get("not_informative")
+    wide_ok = isinstance(wide, int) and not isinstance(wide, bool) and 0 <= wide <= count
     return {
         "configurations": count,
         **{name: float(v) for name, v in figures.items()},
         "inside": inside if counted and inside <= with_interval else None,
         "with_interval": with_interval if counted and inside <= with_interval else 0,
+        "not_informative": wide if wide_ok else 0,
     }
 
 
@@ -132,12 +145,85 @@ def check_line(summary: dict[str, Any] | None) -> list[str]:
     if not summary:
         return []
     inside = (
-        f"; {summary['inside']} of {summary['with_interval']} inside their 90% interval"
+        f"; {summary['inside'] or 0} of {summary['with_interval']} inside their informative 90% interval"
         if summary.get("with_interval")
         else ""
     )
+    wide = summary.get("not_informative")
+    if isinstance(wide, int) and not isinstance(wide, bool) and wide > 0:
+        inside += f"; {wide} interval{'s' if wide > 1 else ''} not informative (wider than " + (
+            f"+-{MAX_INFORMATIVE_HALF_WIDTH:.0%}), not counted"
+        )
     return [
         f"check    the profile predicts its own {summary['configurations']} in-situ configurations (median steps, "
         f"timed as a run times them) within {summary['median_error']:.1%} (median), {summary['largest_error']:.1%} "
         f"at most, {summary['bias']:+.1%} on average{inside}"
     ]
+
+
+# A bias is a disturbance only when it is also large: below this, a profile that predicts its own steps a few per
+# cent off is within the accuracy asked of it (median |error| <= 5%), whatever the test says of a tight set.
+MIN_DISTURBED_BIAS = 0.05
+Z90 = 1.645  # a normal 90% interval's half-width in standard deviations
+
+
+def disturbance(summary: dict[str, Any] | None, load: Any = None) -> dict[str, Any] | None:
+    """Whether a profile's check shows a bias rather than noise (`check_summary`'s figures with their rows): the
+    95% t-interval of its mean log error excludes 0 AND the mean exceeds the spread the profile reports for one
+    prediction (the standard deviation its 90% intervals stand for: half-width / 1.645, the median over the
+    rows; at least MIN_DISTURBED_BIAS). `load`: the profile's record of the machine (`machine_load`), named in the
+    line. None with fewer than 2 readable rows."""
+    rows = summary.get("rows") if isinstance(summary, dict) else None
+    logs, spreads = [], []
+    for row in rows if isinstance(rows, list) else []:
+        measured, predicted = _positive(row, "measured_ms"), _positive(row, "predicted_ms")
+        if measured is None or predicted is None:
+            continue
+        logs.append(math.log(predicted / measured))
+        low, high = _positive(row, "predicted_p05_ms"), _positive(row, "predicted_p95_ms")
+        if low is not None and high is not None and high >= low:
+            spreads.append((high - low) / 2 / predicted / Z90)
+    if len(logs) < 2:
+        return None
+    centre = statistics.fmean(logs)
+    half = t_quantile(CONFIDENCE, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    spread = statistics.median(spreads) if spreads else 0.0
+    bias, low, high = math.exp(centre) - 1, math.exp(centre - half) - 1, math.exp(centre + half) - 1
+    disturbed = not low <= 0 <= high and abs(bias) > max(spread, MIN_DISTURBED_BIAS)
+    result = {"disturbed": disturbed, "bias": bias, "low": low, "high": high, "spread": spread}
+    return {**result, "line": disturbance_line(result, load)}
+
+
+def _positive(row: Any, key: str) -> float | None:
+    value = row.get(key) if isinstance(row, dict) else None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
+
+
+def disturbance_line(verdict: dict[str, Any], load: Any) -> str:
+    """The verdict in one line, naming the load the profile saw."""
+    figures = (
+        f"its own check is off by {verdict['bias']:+.1%} on average (95% CI {verdict['low']:+.1%} to "
+        f"{verdict['high']:+.1%})"
+    )
+    if not verdict["disturbed"]:
+        return f"not disturbed: {figures}, within the {verdict['spread']:.1%} spread it reports"
+    return (
+        f"disturbed: {figures}, a bias beyond the {verdict['spread']:.1%} spread it reports; {load_words(load)}; "
+        "profile again on a quieter machine"
+    )
+
+
+def load_words(load: Any) -> str:
+    """The machine's load during the profile (pipesim_executor.host.machine_load's record) in words."""
+    figures = ("other_cores", "steal", "load_1min_start", "load_1min_end", "cores")
+    if not isinstance(load, dict) or load.get("available") is not True:
+        return "the machine's load while it ran is unknown"
+    values = {k: load.get(k) for k in figures}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values.values()):
+        return "the machine's load while it ran is unknown"
+    return (
+        f"other processes used {values['other_cores']:.2f} of its {values['cores']:g} cores on average while it ran "
+        f"(1-minute load {values['load_1min_start']:.2f} at the start, {values['load_1min_end']:.2f} at the end; "
+        f"steal {values['steal']:.1%})"
+    )

@@ -39,14 +39,23 @@ class SinceProfile:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def line(self) -> str:
-        """The verification's sentence."""
+    @property
+    def moved(self) -> bool:
+        """The move is measured: its 95% interval excludes 1."""
+        return self.low is not None and self.high is not None and not self.low <= 1 <= self.high
+
+    def line(self, rounds_moved: bool = False) -> str:
+        """The verification's sentence; `rounds_moved`: the machine moved during the verification itself, so
+        nothing is said of its steadiness since the profile."""
         interval = "" if self.low is None or self.high is None else f" [{self.low:.3f}, {self.high:.3f}]"
-        moved = (
-            "the machine's speed did not move measurably"
-            if self.low is not None and self.high is not None and self.low <= 1 <= self.high
-            else "the machine's speed moved between them"
-        )
+        if rounds_moved:
+            moved = "no reading: the machine's speed moved during this verification"
+        elif self.moved:
+            moved = "the machine's speed moved between them"
+        elif self.low is None:
+            moved = "one configuration: no interval"
+        else:
+            moved = "the machine's speed did not move measurably"
         return (
             f"since the profile: these runs took {self.ratio:.3f}x{interval} the profile's own in-situ steps of the "
             f"same {self.configurations} configuration{'s' if self.configurations > 1 else ''} ({moved}); the "

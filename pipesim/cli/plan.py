@@ -53,6 +53,7 @@ from pipesim.io.formats import check_output, write_json
 from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
 from pipesim.numbers import read_float
 from pipesim.plan.candidates import PlanSpace
+from pipesim.plan.in_situ_check import accepted_disturbance
 from pipesim.plan.intervals import IntervalOptions, attach_intervals
 from pipesim.plan.report import best_candidate, plan_document
 from pipesim.programs import named_as_started, programs
@@ -164,6 +165,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="plan microbatch sizes outside the profiled ones too, marked extrapolated with a wider interval and "
         "never recommended while a profiled size fits (default: refused, naming the profile command that adds them)",
+    )
+    space.add_argument(
+        "--accept-disturbed-profile",
+        action="store_true",
+        help="plan from a profile whose check against its own in-situ steps shows a bias beyond the spread it "
+        "reports (other work disturbed it): the plan is marked (default: refused, with the load the profile saw)",
     )
     space.add_argument(
         "--chunks",
@@ -329,6 +336,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         recorded = {**recorded, "perturbation": perturbation.to_dict()}
     space = space_from_args(args, inputs)
     inputs.check_sizes(space.microbatch_sizes, space.extrapolate, profile_program())
+    disturbed = None if inputs.profile is None else accepted_disturbance(inputs.profile, args)
     workers, workers_note = _workers(args.workers, space)
     keep = max(KEEP, args.verify or 0)  # verify's top K are among the candidates pruning keeps
     with ProgressBar("plan") as bar:
@@ -340,13 +348,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     synthesized = add_synthesized(inputs, space, candidates, args.synth_budget) if with_synthesized else {}
     searched = {**_space_dict(space), **({"synthesized_budget_s": args.synth_budget} if with_synthesized else {})}
     document = plan_document(candidates, {**recorded, "space": searched}, args.memory_cap)
-    document["calibration"] = inputs.calibration()
+    document["calibration"] = {**inputs.calibration(), **({} if disturbed is None else {"disturbance": disturbed})}
     lines = list(document["summary"])
     if workers_note is not None:
         lines.insert(1, workers_note)
     if not document["calibration"]["calibrated"]:
         lines.insert(1, "note: " + document["calibration"]["note"])
     lines[1:1] = check_line(document["calibration"].get("check"))  # how far the profile predicts its own steps
+    if disturbed is not None and disturbed["disturbed"]:
+        lines.insert(1, f"warning: planned from a disturbed profile (--accept-disturbed-profile): {disturbed['line']}")
     failed = [c for c in candidates if c.error is not None]
     reasons = sorted({c.error for c in failed})
     for reason in reasons[:5]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from pipesim.analysis.profile_check import MIN_STEPS, CheckedStep, in_situ_step_rows
+from pipesim.analysis.profile_check import MIN_STEPS, CheckedStep, check_summary, disturbance, in_situ_step_rows
 from pipesim.cost.profile import UnitProfile
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.intervals import attach_intervals
@@ -83,3 +83,24 @@ def check_profile(profile: UnitProfile) -> list[CheckedStep]:
                 )
             )
     return checked
+
+
+def profile_disturbance(profile: UnitProfile) -> dict[str, Any] | None:
+    """Whether `profile` was disturbed (pipesim.analysis.profile_check.disturbance), decided afresh from its
+    in-situ steps and the planner, never from the mark its file carries (a file edited by hand, or written by
+    another version, cannot vouch for itself); the load it recorded only names the cause. None: nothing to check."""
+    provenance = profile.provenance if isinstance(profile.provenance, dict) else {}
+    return disturbance(check_summary(check_profile(profile)), provenance.get("machine_load"))
+
+
+def accepted_disturbance(profile: UnitProfile, args: Any) -> dict[str, Any] | None:
+    """`pipesim plan --cost`'s rule: the profile's verdict (`profile_disturbance`), a disturbed one refused in one
+    line unless `args.accept_disturbed_profile`; the verdict with `accepted` for the plan's mark (None: nothing
+    to check). `args.cost` names the file."""
+    verdict = profile_disturbance(profile)
+    if verdict is not None and verdict["disturbed"] and not args.accept_disturbed_profile:
+        raise ValueError(
+            f"the profile {args.cost} is {verdict['line']}, or pass --accept-disturbed-profile to plan from it "
+            "anyway (the plan is marked)"
+        )
+    return None if verdict is None else {**verdict, "accepted": bool(verdict["disturbed"])}

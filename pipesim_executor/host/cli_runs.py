@@ -2,7 +2,8 @@
 process, and a plan's top candidates run for real; and the run's summary in words, which `run` prints too.
 
 Exit status: 0 done; 1 `cancel`: the run was still going after the timeout, `verify-plan`: no candidate ran;
-2 a usage error (one line on stderr), such as a run folder that does not exist.
+2 a usage error (one line on stderr), such as a run folder that does not exist; 3 `verify-plan`: not comparable,
+the machine's speed changed during the verification (its JSON's `status`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pipesim.programs import programs
 from pipesim.progress_bar import ProgressBar
 from pipesim_executor.config import DEVICES
 from pipesim_executor.run_files import TRACE_FILE
+
+NOT_COMPARABLE = 3  # verify-plan's exit status when its own rounds show the machine moved
 
 
 def _fmt(value: float | None, unit: str = " ms") -> str:
@@ -225,7 +228,9 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     print("\n".join(verify.summary_lines(result)), flush=True, file=words)
-    return 0 if any(r.measured_ms is not None for r in result.rows) else 1
+    if not any(r.measured_ms is not None for r in result.rows):
+        return 1
+    return NOT_COMPARABLE if result.status == "not_comparable" else 0
 
 
 def _check_run_dir(run_dir: Path) -> None:

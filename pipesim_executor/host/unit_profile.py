@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from pipesim.analysis.profile_check import check_line, check_summary
+from pipesim.analysis.profile_check import check_line, check_summary, disturbance, load_words
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import UnwritableOutput, read_json, write_json
@@ -37,6 +37,7 @@ from pipesim.sim.memory import OPTIMIZER_STATES
 from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
 from pipesim_executor.host.checks import check_run
 from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle
+from pipesim_executor.host.machine_load import LoadProbe
 from pipesim_executor.host.model_memory import check_model_memory
 from pipesim_executor.host.phase import Phase
 from pipesim_executor.host.profile_merge import MAX_LAUNCHES, merge_profiles
@@ -168,6 +169,7 @@ class ProfileHandle(RunHandle):
 
     def _supervise_run(self) -> None:
         started = time.time()
+        probe = LoadProbe()  # what else used the machine while the profile ran
         deadline = time.monotonic() + self.config.timeout_s
         command: list[str] = []
         status, message, profile = "failed", "", None
@@ -198,7 +200,7 @@ class ProfileHandle(RunHandle):
                     loaded = load_cost_file(self.run_dir / COST_FILE)
                     profile = loaded if isinstance(loaded, UnitProfile) else None
                     if profile is not None:
-                        profile = checked_profile(profile, self.run_dir / COST_FILE)
+                        profile = checked_profile(profile, self.run_dir / COST_FILE, probe.finish())
                 except ValueError as error:
                     status, message = "failed", f"the ranks wrote no readable profile: {error}"
         except Exception as error:  # the launcher itself broke: still leave a result behind
@@ -216,21 +218,26 @@ class ProfileHandle(RunHandle):
         self._finished.set()
 
 
-def checked_profile(profile: UnitProfile, cost_file: Path) -> UnitProfile:
+def checked_profile(profile: UnitProfile, cost_file: Path, load: dict | None = None) -> UnitProfile:
     """`profile` with its check against its own in-situ steps (pipesim.analysis.profile_check) in its
-    provenance (`check`), written into `cost_file` too; unchanged where there was nothing to check."""
+    provenance (`check`, with the verdict on a bias: `check.disturbance`) and the machine's load while it ran
+    (`machine_load`, pipesim_executor.host.machine_load), written into `cost_file` too; unchanged where there
+    was nothing to record. The mark is for people reading the file: `pipesim plan --cost` decides afresh."""
     from pipesim.plan.in_situ_check import check_profile  # the planner: only once a profile is done
 
     try:
         summary = check_summary(check_profile(profile))
-        if summary is None:
+        added = {} if load is None else {"machine_load": load}
+        if summary is not None:
+            added["check"] = {**summary, "disturbance": disturbance(summary, load)}
+        if not added:
             return profile
         document = read_json(cost_file)
-        document.setdefault("provenance", {})["check"] = summary
+        document.setdefault("provenance", {}).update(added)
         write_json(document, cost_file)
     except Exception:  # noqa: BLE001 - the check only reports: a profile it cannot check is still the profile
         return profile
-    return replace(profile, provenance={**profile.provenance, "check": summary})
+    return replace(profile, provenance={**profile.provenance, **added})
 
 
 def start_profile(config: ProfileConfig, out: Path, on_event: EventCallback | None = None) -> ProfileHandle:
@@ -290,9 +297,21 @@ def summary_lines(result: ProfileResult) -> list[str]:
         *in_situ_lines(profile),
         *_drift_lines(profile),
         *check_line(profile.provenance.get("check") if isinstance(profile.provenance, Mapping) else None),
+        *_disturbance_lines(profile),
         f"wrote    {result.cost_file} ({programs().pipesim} plan --cost {result.cost_file} ...)",
     ]
     return lines
+
+
+def _disturbance_lines(profile: UnitProfile) -> list[str]:
+    """The machine's load while the profile ran, and the check's verdict when it found a bias (one line)."""
+    provenance = profile.provenance if isinstance(profile.provenance, Mapping) else {}
+    check = provenance.get("check")
+    verdict = check.get("disturbance") if isinstance(check, dict) else None
+    if isinstance(verdict, dict) and verdict.get("disturbed"):
+        return [f"DISTURBED {verdict['line']} ({programs().pipesim} plan --cost refuses it without "
+                "--accept-disturbed-profile)"]  # fmt: skip
+    return [f"machine  {load_words(provenance.get('machine_load'))}"] if "machine_load" in provenance else []
 
 
 def _drift_lines(profile: UnitProfile) -> list[str]:

@@ -51,6 +51,7 @@ from pipesim_executor.host.verify_compare import (
     Verification,
     VerifyRow,
     compare,
+    coverage_lines,
     indistinguishable,
     ranks_of,
     spearman,
@@ -83,8 +84,9 @@ DEFAULT_WARMUP = 3
 DEFAULT_ROUNDS = 3  # interleaved rounds: the fewest whose bootstrap over rounds sees the drift between them
 MAX_ROUNDS = 50
 __all__ = [  # the comparison lives in verify_compare, the plan's mapping in verify_config; callers find them here
-    "Verification", "VerifyRow", "compare", "indistinguishable", "ranks_of", "spearman", "summary_lines",
-    "VerifyProgress", "VerifyHandle", "start_verify", "verify_plan", "plan_candidates", "candidate_config",
+    "Verification", "VerifyRow", "compare", "coverage_lines", "indistinguishable", "ranks_of", "spearman",
+    "summary_lines", "VerifyProgress", "VerifyHandle", "start_verify", "verify_plan", "plan_candidates",
+    "candidate_config",
     "model_config", "run_settings", "predicted_step_ms", "verification_prefix",
 ]  # fmt: skip
 
@@ -220,6 +222,9 @@ def verify_plan(
                 on_row(row)
     verification = compare(rows, uncertainty, rounds)
     verification.since_profile = _since_profile(plan, rows, verification.notes)
+    disturbance = calibration.get("disturbance") if isinstance(calibration, dict) else None
+    if isinstance(disturbance, dict) and disturbance.get("disturbed") is True:  # planned with the flag
+        verification.notes.append("the plan was made from a disturbed profile (--accept-disturbed-profile)")
     document = {**verification.to_dict(), "verification": prefix}
     write_json(document, plan_path.with_name(plan_path.stem + "-verify.json"))  # the latest
     write_json(document, plan_path.with_name(f"{plan_path.stem}-verify-{prefix.rsplit('-', 1)[1]}.json"))

@@ -13,11 +13,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pipesim.analysis.attribution import coefficient_of_variation, reliable
+from pipesim.analysis.round_effect import RoundEffect, round_effect
 from pipesim.analysis.since_profile import SinceProfile
 from pipesim.analysis.stats import (
+    MAX_INFORMATIVE_HALF_WIDTH,
     MedianCI,
     group_ranks,
     indistinguishable_groups,
+    informative,
     median_ci,
     pooled_round_spread,
 )
@@ -77,6 +80,20 @@ class VerifyRow:
         return self.predicted_p05_ms <= self.measured_ms <= self.predicted_p95_ms
 
     @property
+    def informative(self) -> bool | None:
+        """Whether the plan's 90% interval is narrow enough to count (pipesim.analysis.stats.informative); None
+        without one. A median inside an interval wider than that is not a hit."""
+        if not self.has_predicted_interval:
+            return None
+        return informative(self.predicted_ms, self.predicted_p05_ms, self.predicted_p95_ms)
+
+    @property
+    def hit(self) -> bool | None:
+        """Inside an informative interval (None: no interval, or one too wide to count, or nothing measured)."""
+        inside = self.inside_predicted_interval
+        return None if inside is None or not self.informative else inside
+
+    @property
     def error_fraction(self) -> float | None:
         """(predicted - measured) / measured step time."""
         return None if self.measured_ms is None else self.predicted_ms / self.measured_ms - 1
@@ -96,7 +113,13 @@ class VerifyRow:
             "memory_error": self.memory_error,
             "noisy": self.noisy,
             "inside_predicted_interval": self.inside_predicted_interval,
+            "informative": self.informative,
         }
+
+    def error_without(self, move: float) -> float | None:
+        """The error with the machine's move since the profile taken out: the prediction scaled by `move` (the
+        runs over the profile's own steps of the same configurations) against the measured median."""
+        return None if self.measured_ms is None else self.predicted_ms * move / self.measured_ms - 1
 
 
 @dataclass
@@ -113,14 +136,35 @@ class Verification:
     rounds: int = 1
     # a plan priced from a profile: the runs against the profile's own in-situ steps of the same configurations
     since_profile: SinceProfile | None = None
+    # whether the machine's speed changed between this verification's own rounds (pipesim.analysis.round_effect)
+    round_effect: RoundEffect | None = None
+
+    @property
+    def status(self) -> str:
+        """ "ok", or "not_comparable" when the machine's speed changed during the verification: its errors, groups
+        and gaps then describe the machine's move, not the model."""
+        return "not_comparable" if self.round_effect is not None and self.round_effect.moved else "ok"
+
+    @property
+    def move(self) -> float | None:
+        """The machine's measured move since the profile (its 95% interval excludes 1), else None."""
+        since = self.since_profile
+        return since.ratio if since is not None and since.moved else None
 
     def to_dict(self) -> dict[str, Any]:
         done = [r for r in self.rows if r.measured_ms is not None]
         errors = [abs(r.error_fraction) for r in done]
         memory = [abs(r.memory_error) for r in done if r.memory_error is not None]
-        inside = [r.inside_predicted_interval for r in done if r.inside_predicted_interval is not None]
+        hits = [r.hit for r in done if r.hit is not None]  # informative intervals only
+        move = self.move
+        without = [abs(r.error_without(move)) for r in done] if move is not None else []
         return {
-            "candidates": [r.to_dict() for r in self.rows],
+            "status": self.status,
+            "round_effect": None if self.round_effect is None else self.round_effect.to_dict(),
+            "candidates": [
+                {**r.to_dict(), "error_move_removed": None if move is None else r.error_without(move)}
+                for r in self.rows
+            ],
             "spearman": self.spearman,
             "recommended_gap": self.recommended_gap,
             "recommended_indistinguishable": self.recommended_indistinguishable,
@@ -132,7 +176,12 @@ class Verification:
             "median_abs_error": statistics.median(errors) if errors else None,
             "max_abs_error": max(errors, default=None),
             "max_abs_memory_error": max(memory, default=None),
-            "inside_predicted_interval_fraction": sum(inside) / len(inside) if inside else None,
+            "inside_predicted_interval_fraction": sum(hits) / len(hits) if hits else None,
+            "informative_intervals": len(hits),
+            "not_informative_intervals": sum(r.informative is False for r in done),
+            "move_since_profile": move,
+            "median_abs_error_move_removed": statistics.median(without) if without else None,
+            "max_abs_error_move_removed": max(without, default=None),
             "since_profile": None if self.since_profile is None else self.since_profile.to_dict(),
             "notes": self.notes,
         }
@@ -190,7 +239,8 @@ def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY, rou
             row.measured_ms, row.measured_ci_low_ms, row.measured_ci_high_ms = ci.median, ci.low, ci.high
     notes = [f"{r.label}: {r.error}" for r in rows if r.error]
     predicted = [r.predicted_ms for r in done]
-    intervals = [measured_interval(r) for r in done]
+    effect = round_effect([r.round_step_times_ms for r in done])
+    intervals = _ordering_intervals(done, effect, notes)
     groups = [[done[i].label for i in g] for g in indistinguishable_groups(intervals) if len(g) > 1]
     tie = indistinguishable(predicted, uncertainty)
     rho = None if tie else spearman(predicted, group_ranks(intervals))
@@ -212,7 +262,7 @@ def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY, rou
     gap, same = None, False
     if rows[0].measured_ms is not None:
         gap = rows[0].measured_ms / best.measured_ms - 1
-        same = best is rows[0] or measured_interval(rows[0]).overlaps(measured_interval(best))
+        same = best is rows[0] or intervals[done.index(rows[0])].overlaps(intervals[done.index(best)])
         if best is not rows[0] and indistinguishable([rows[0].predicted_ms, best.predicted_ms], uncertainty):
             notes.append(
                 f"the recommended candidate and the measured best ({best.label}) were predicted within "
@@ -220,7 +270,32 @@ def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY, rou
             )
     else:
         notes.append("the recommended candidate did not run: no gap to the measured best")
-    return Verification(rows, rho, gap, best.label, notes, uncertainty, tie, groups, same, rounds)
+    verification = Verification(rows, rho, gap, best.label, notes, uncertainty, tie, groups, same, rounds)
+    verification.round_effect = effect
+    return verification
+
+
+def _ordering_intervals(done: list[VerifyRow], effect: RoundEffect | None, notes: list[str]) -> list[MedianCI]:
+    """The intervals that order the candidates (groups, Spearman, the recommendation's tie): each row's own, or,
+    when the rounds moved together significantly, intervals over its steps with the rounds' shared move divided
+    out. Candidates measured in the same rounds share the machine's move, so their differences do not carry it:
+    a gap only that drift hid is then told apart (the reported 95% CIs, set against the predictions, keep it)."""
+    own = [measured_interval(r) for r in done]
+    if effect is None or not effect.significant or effect.candidates < 2:
+        return own
+    count = len(effect.round_ratios)
+    steady = [
+        [[t / ratio for t in steps] for steps, ratio in zip(r.round_step_times_ms, effect.round_ratios, strict=True)]
+        if len(r.round_step_times_ms) == count and all(r.round_step_times_ms)
+        else None
+        for r in done
+    ]
+    pooled = pooled_round_spread([rounds for rounds in steady if rounds is not None])
+    notes.append(
+        f"the rounds moved together ({effect.medians_text()}): the candidates are ordered and grouped with that "
+        "shared move divided out of their steps"
+    )
+    return [own[i] if rounds is None else median_ci(rounds, pooled=pooled) for i, rounds in enumerate(steady)]
 
 
 def _interval(low: float | None, high: float | None) -> str:
@@ -229,11 +304,14 @@ def _interval(low: float | None, high: float | None) -> str:
 
 def summary_lines(v: Verification) -> list[str]:
     """The table a verification prints: per candidate the predicted point and 90% interval, the measured median and
-    its 95% interval, the error, the runs' noise and the memory error; then the figures over all of them."""
-    lines = [
+    its 95% interval, the error, the runs' noise and the memory error; then the figures over all of them. A
+    verification whose rounds moved says so first, and then claims no group, no tie and no steadiness."""
+    comparable = v.status == "ok"
+    lines = [v.round_effect.line()] if not comparable and v.round_effect is not None else []
+    lines.append(
         f"{'candidate':36} {'predicted ms':>12} {'90% interval':>15} {'measured ms':>11} {'95% CI':>15} "
         f"{'error':>7} {'cv':>6} {'memory':>7}"
-    ]
+    )
     grouped = {label: n for n, group in enumerate(v.indistinguishable, start=1) for label in group}
     for r in v.rows:
         measured = "-" if r.measured_ms is None else f"{r.measured_ms:.2f}"
@@ -241,7 +319,8 @@ def summary_lines(v: Verification) -> list[str]:
         cv = "-" if r.measured_cv is None else f"{r.measured_cv:.1%}"
         memory = "-" if r.memory_error is None else f"{r.memory_error:+.1%}"
         predicted = _interval(r.predicted_p05_ms, r.predicted_p95_ms) if r.has_predicted_interval else "none"
-        marks = [f"group {grouped[r.label]}"] if r.label in grouped else []
+        marks = [f"group {grouped[r.label]}"] if r.label in grouped and comparable else []
+        marks += ["interval not informative"] if r.informative is False else []
         marks += ["extrapolated"] if r.extrapolated else []
         marks += ["too noisy"] if r.noisy else []
         marks += [r.error] if r.error else []
@@ -256,6 +335,8 @@ def summary_lines(v: Verification) -> list[str]:
         "95% CI: bootstrap over steps and rounds, at least Student's t over the round medians (their spread pooled "
         "over every candidate)"
     )
+    if comparable and v.round_effect is not None:
+        lines.append(v.round_effect.line())
     if summary["median_abs_error"] is not None:
         lines.append(
             f"prediction error: median |error| {summary['median_abs_error']:.1%}, "
@@ -266,20 +347,40 @@ def summary_lines(v: Verification) -> list[str]:
                 else f"; peak memory per rank within {summary['max_abs_memory_error']:.1%}"
             )
         )
-    if summary["inside_predicted_interval_fraction"] is not None:
+    if summary["median_abs_error_move_removed"] is not None:
         lines.append(
-            f"measured median inside the predicted 90% interval: {summary['inside_predicted_interval_fraction']:.0%}"
+            f"with the machine's move since the profile ({summary['move_since_profile']:.3f}x) taken out: median "
+            f"|error| {summary['median_abs_error_move_removed']:.1%}, largest "
+            f"{summary['max_abs_error_move_removed']:.1%} (the model's part; the rest is the machine's)"
         )
-    for n, group in enumerate(v.indistinguishable, start=1):
-        lines.append(f"indistinguishable (group {n}, overlapping 95% CIs): {', '.join(group)}")
+    lines += coverage_lines(summary)
+    if comparable:
+        for n, group in enumerate(v.indistinguishable, start=1):
+            lines.append(f"indistinguishable (group {n}, overlapping 95% CIs): {', '.join(group)}")
     if v.predictions_tie:
         lines.append("Spearman rank correlation: none (the predictions are indistinguishable; see the note)")
-    else:
+    elif comparable:
         rho = "-" if v.spearman is None else f"{v.spearman:+.2f}"
         lines.append(f"Spearman rank correlation (predicted vs measured order, over distinguishable pairs): {rho}")
     gap = "-" if v.recommended_gap is None else f"{v.recommended_gap:+.1%}"
     same = " (indistinguishable from it)" if v.recommended_indistinguishable and v.recommended_gap else ""
+    same = same if comparable else " (not comparable: the rounds moved)"
     lines.append(f"recommended candidate vs the measured best ({v.measured_best}): {gap}{same}")
     if v.since_profile is not None:
-        lines.append(v.since_profile.line())
+        lines.append(v.since_profile.line(rounds_moved=not comparable))
     return lines + [f"note: {n}" for n in v.notes]
+
+
+def coverage_lines(summary: dict[str, Any]) -> list[str]:
+    """How many measured medians lie inside their predicted 90% interval, over the informative intervals only."""
+    informative, wide = summary["informative_intervals"], summary["not_informative_intervals"]
+    bound = f"wider than +-{MAX_INFORMATIVE_HALF_WIDTH:.0%}"
+    if not informative and wide:
+        return [f"no informative interval: all {wide} predicted 90% intervals are {bound}, so none counts as a hit"]
+    if not informative:
+        return []
+    line = (
+        f"measured median inside the predicted 90% interval: {summary['inside_predicted_interval_fraction']:.0%} "
+        f"of {informative} informative interval{'s' if informative > 1 else ''}"
+    )
+    return [line + (f"; {wide} not informative ({bound}), not counted" if wide else "")]
