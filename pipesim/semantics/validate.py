@@ -381,7 +381,8 @@ def _move_problem(entry: CommAction, index: int, at: dict, seen: set, num_mb: in
     stage, kind, mb = entry
     if mb is None or not 0 <= mb < num_mb:
         return "out of range", f"{entry}: a memory move names a microbatch in 0..{num_mb - 1}"
-    backward = min((at[a] for k in RELOAD_SERVES if (a := Action(stage, k, mb)) in at), default=None)
+    found = [at[a] for a in (Action(stage, k, mb) for k in RELOAD_SERVES) if a in at]
+    backward = min(found) if found else None
     if kind is CommKind.OFFLOAD:
         forward = at.get(Action(stage, F, mb))
         if forward is None or forward > index:

@@ -147,8 +147,10 @@ def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[floa
     for rank, (stage, kind, _), start, end, _, _ in tl.spans:
         count, size = table[stage][kind]
         events[rank].append((start if at_start[kind] else end, count, size))
-    for move in _moves(tl):
-        device, _, starts_it = offload_change(move.action.kind, _move_sizes(cost, move.action.stage))
+    moves = _moves(tl)
+    sizes = stash_sizes(cost, {move.action.stage for move in moves})
+    for move in moves:
+        device, _, starts_it = offload_change(move.action.kind, sizes[move.action.stage])
         count = 1 if starts_it else -1  # a microbatch's activations leave the device, or come back
         events[move.rank].append((move.start if starts_it else move.end, count, device))
     for row in events:
@@ -161,16 +163,14 @@ def _moves(tl: Timeline) -> list[CommSpan]:
     return [c for c in tl.comm if c.kind in COPY_KINDS]
 
 
-def _move_sizes(cost: CostModel | None, stage: int) -> StashSizes:
-    return stash_sizes(cost, (stage,))[stage]
-
-
 def _host_peaks(tl: Timeline, cost: CostModel | None) -> list[float]:
     """Per rank, the most bytes of activations held in host memory at once (an OFFLOAD holds them from its start,
     a RELOAD frees them at its end)."""
     events: list[list[tuple[float, float]]] = [[] for _ in range(tl.num_ranks)]
-    for move in _moves(tl):
-        _, host, starts_it = offload_change(move.action.kind, _move_sizes(cost, move.action.stage))
+    moves = _moves(tl)
+    sizes = stash_sizes(cost, {move.action.stage for move in moves})
+    for move in moves:
+        _, host, starts_it = offload_change(move.action.kind, sizes[move.action.stage])
         # at one time, frees first: a RELOAD ending as an OFFLOAD starts does not count both
         events[move.rank].append((move.start if not starts_it else move.end, host))
     peaks = []

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
+from pipesim.cost.overlap import PairTimeline
 from pipesim.cost.seq_chunks import chunk_shares
 from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.records import CommSpan, SpanColumns, Timeline
@@ -316,39 +317,51 @@ def copy_spans(copies: CopyOps, starts: list[float], ends: list[float]) -> tuple
     )
 
 
+class _PairLayouts:
+    """`CostModel.pair_ms` of each kind of pair, laid out once: a schedule repeats a few kinds 10^4 times."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        self.known: dict[tuple, PairTimeline] = {}
+
+    def of(self, members: tuple[tuple[int, ActionKind], ...]) -> PairTimeline:
+        layout = self.known.get(members)
+        if layout is None:
+            layout = self.known[members] = self.cost.pair_ms(members)
+        return layout
+
+
 def a2a_spans(deps: Dependencies, cost: CostModel, starts: list[float]) -> tuple[CommSpan, ...]:
     """Each all-to-all on its rank's link (kind "a2a", peer -1: the expert-parallel group): an overlapped pair's
     where its layer-by-layer layout puts them (`CostModel.pair_ms`); an action alone waits for its own, a dispatch
     after the first half of its compute and a combine after the second (reversed in a backward)."""
     spans: list[CommSpan] = []
-    actions, ranks = deps.actions, deps.ranks
-    grouped = {}
+    append, new = spans.append, tuple.__new__  # 10^5 spans: no per-span keyword call
+    actions, ranks, layouts = deps.actions, deps.ranks, _PairLayouts(cost)
+    grouped: dict[int, tuple[int, ...]] = {}
     for first, others in (deps.joined or {}).items():
         group = (first, *others)
         grouped.update(dict.fromkeys(group, group))
+    alone: dict[tuple[int, ActionKind], tuple[tuple[float, float], ...]] = {}  # (start, end) offsets per kind
     for i, action in enumerate(actions):
+        rank, start = ranks[i], starts[i]
         group = grouped.get(i)
         if group is not None:
-            if i != group[0]:
-                continue
-            members = [actions[m] for m in group]
-            layout = cost.pair_ms(tuple((a.stage, a.kind) for a in members))
-            spans.extend(
-                CommSpan(ranks[i], "a2a", -1, members[seg.part], starts[i] + seg.start, starts[i] + seg.end)
-                for seg in layout.segments
-                if seg.resource == "link"
-            )
+            if i == group[0]:
+                members = [actions[m] for m in group]
+                for part, resource, lo, hi in layouts.of(tuple((a.stage, a.kind) for a in members)).segments:
+                    if resource == "link":
+                        append(new(CommSpan, (rank, "a2a", -1, members[part], start + lo, start + hi, 0, 0)))
             continue
-        a2a = cost.a2a_ms(action.stage, action.kind) / 2
-        if not a2a:
-            continue
-        half = cost.compute_ms(action.stage, action.kind) / 2
-        first = starts[i] + (0.0 if action.kind is not ActionKind.FORWARD else half)  # a backward combines first
-        second = first + a2a + half
-        spans += [
-            CommSpan(ranks[i], "a2a", -1, action, first, first + a2a),
-            CommSpan(ranks[i], "a2a", -1, action, second, second + a2a),
-        ]
+        stage, kind, _ = action
+        offsets = alone.get((stage, kind))
+        if offsets is None:
+            a2a, half = cost.a2a_ms(stage, kind) / 2, cost.compute_ms(stage, kind) / 2
+            first = half if kind is ActionKind.FORWARD else 0.0  # a backward combines first
+            second = first + a2a + half
+            offsets = alone[(stage, kind)] = ((first, first + a2a), (second, second + a2a)) if a2a else ()
+        for lo, hi in offsets:
+            append(new(CommSpan, (rank, "a2a", -1, action, start + lo, start + hi, 0, 0)))
     return tuple(spans)
 
 
@@ -385,10 +398,10 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
     else:
         durations = [table[kind][stage] for stage, kind, _ in deps.actions]
     if deps.joined:  # a pair takes what its layer-by-layer layout takes, shared in proportion to each alone
-        actions = deps.actions
+        actions, layouts = deps.actions, _PairLayouts(cost)
         for first, others in deps.joined.items():
             group = (first, *others)
-            total = cost.pair_ms(tuple((actions[m].stage, actions[m].kind) for m in group)).makespan
+            total = layouts.of(tuple((actions[m].stage, actions[m].kind) for m in group)).makespan
             alone = sum(durations[m] for m in group)
             for member in group:
                 durations[member] = total * durations[member] / alone if alone > 0 else 0.0
