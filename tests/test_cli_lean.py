@@ -48,7 +48,7 @@ def test_simulate_json_is_the_bytes_of_the_timeline_dict_and_starts_without_nump
     from pipesim.io.cost_file import cost_to_dict
     from pipesim.io.formats import schedule_to_dict, timeline_to_dict
     from pipesim.schedules import build_schedule
-    from pipesim.sim.metrics import compute_metrics
+    from pipesim.sim.metrics import compute_metrics, link_busy_ms, with_link_busy
     from pipesim.sim.steps import simulate_step
 
     for name, ranks, microbatches in (("1f1b", 2, 3), ("zb-h1", 8, 800)):  # indented, then past READABLE_JSON_CHARS
@@ -59,7 +59,7 @@ def test_simulate_json_is_the_bytes_of_the_timeline_dict_and_starts_without_nump
         cost = CostModel.uniform(forward_ms=1.1, backward_ms=2.3, comm_ms=0.1).for_pipeline(ranks, ranks)
         step = simulate_step(schedule, cost)
         summary = {
-            **compute_metrics(step.timeline, cost).to_dict(),
+            **with_link_busy(compute_metrics(step.timeline, cost), link_busy_ms(schedule, cost)).to_dict(),
             "step_ms": step.step_ms,
             "schedule": schedule_to_dict(schedule),
             "cost": cost_to_dict(cost),
