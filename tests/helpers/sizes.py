@@ -28,6 +28,8 @@ MUST_BUILD: dict[str, Callable[[int, int], bool]] = {
     "zbv": _always,
     "dualpipev": lambda p, m: m >= 2 * p - 1,
     "looped-bfs": _always,
+    "v-half": _always,
+    "v-min": _always,
 }
 
 SMALL_GRID = [(p, m) for p in (1, 2, 3, 4) for m in (1, 2, 3, 4, 6, 8)]
