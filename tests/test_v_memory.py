@@ -133,6 +133,21 @@ def test_bubble_ordering_at_equal_times(p):
             assert abs(rates[name] - bubble_rate(column, p, m)) <= 1 / (2 * m), (name, p, m, rates[name])
 
 
+@pytest.mark.parametrize("name", ["v-half", "v-min"])
+def test_the_stashed_bound_holds_and_is_near(name):
+    """ScheduleInfo.stashed (the planner prunes by it before building) never exceeds the forwards a rank holds
+    at once until their I, and from m = 2p on comes within two of it on every rank."""
+    stashed = schedule_info(name).stashed
+    for p in range(1, 17):
+        for m in (1, p, 2 * p, 2 * p + 1, 3 * p) if p <= 10 else (2 * p,):
+            schedule = build_schedule(name, p, m)
+            held = [r.peak_activations for r in compute_metrics(simulate(schedule, EQUAL)).ranks]
+            bound = stashed(p, m, 2)
+            assert all(b <= h for b, h in zip(bound, held, strict=True)), (p, m, bound, held)
+            if m >= 2 * p:
+                assert all(h - b <= 2 for b, h in zip(bound, held, strict=True)), (p, m, bound, held)
+
+
 def test_registry_facts():
     for name in ("v-half", "v-min"):
         info = schedule_info(name)

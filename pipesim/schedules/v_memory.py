@@ -19,6 +19,7 @@ that keeps every rank under the steady phase's peak.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Callable
 
 from pipesim.ir import Action, F, I, Schedule, W, make_schedule, v_placement
 from pipesim.schedules import ScheduleInfo
@@ -133,13 +134,19 @@ def _needs(p: int, rank: int, kind: int, mb: int) -> list[Pass]:
 
 
 def _squeeze(slots: Slots, p: int) -> Slots:
-    """Every pass as early as its inputs and its rank's order allow (the paper's squeeze: each rank keeps its
-    order, its idle slots close). Passes are taken in slot order, so what one needs is placed before it."""
+    """Every pass as early as its input and its rank's order allow (the paper's squeeze: each rank keeps its
+    order, its idle slots close). Passes are taken in slot order, so what one needs is placed before it; the
+    needs on its own rank come before it in that rank's order, so only the input from the next rank is looked
+    up (the rank above for chunk 0's forward and chunk 1's I, the rank below for the others)."""
     squeezed: Slots = {}
     free = [0] * p  # each rank's next free slot
+    source = {F_DOWN: -1, F_UP: 1, I_UP: -1, I_DOWN: 1}
     for _, key in sorted((t, key) for key, t in slots.items()):
         rank, kind, mb = key
-        ready = max([free[rank]] + [squeezed[n] + 1 for n in _needs(p, *key)])
+        ready = free[rank]
+        step = source.get(kind)
+        if step is not None and 0 <= rank + step < p:
+            ready = max(ready, squeezed[(rank + step, kind, mb)] + 1)
         squeezed[key] = ready
         free[rank] = ready + 1
     return squeezed
@@ -277,6 +284,25 @@ def v_half(num_ranks: int, num_microbatches: int) -> Schedule:
     return _build("half", num_ranks, num_microbatches)
 
 
+def _stashed(shape: str) -> Callable[[int, int, int], list[int]]:
+    """A lower bound of the forwards each rank holds at once (until their I), before building: in the steady
+    phase a rank's order is the repeated block, where chunk 0's forward is held I_DOWN - F_DOWN slots and chunk
+    1's I_UP - F_UP, a block every PERIOD slots, so some slot holds at least their sum / PERIOD. With m >= 2p
+    the steady phase runs a full period on every rank (tests/test_v_memory.py checks p <= 16); below, both
+    forwards of microbatch 0, held until chunk 1's I."""
+
+    def stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:
+        if num_microbatches < 2 * num_ranks:
+            return [2] * num_ranks
+        held = []
+        for rank in range(num_ranks):
+            f_down, f_up, i_up, i_down = block_offsets(shape, num_ranks, rank)
+            held.append(-(-(i_down - f_down + i_up - f_up) // PERIOD))
+        return held
+
+    return stashed
+
+
 def _summary(shape: str, memory: str, bubble: str) -> str:
     return (
         f"V-{shape.capitalize()} (Qi et al., controllable memory): two chunks per rank in a V, backward split into "
@@ -291,6 +317,7 @@ SCHEDULES: list[ScheduleInfo] = [
         _summary("half", "1/2", "1/2"),
         split_backward=True,
         placement="v",
+        stashed=_stashed("half"),
     ),
     ScheduleInfo(
         "v-min",
@@ -298,5 +325,6 @@ SCHEDULES: list[ScheduleInfo] = [
         _summary("min", "1/3", "2/3"),
         split_backward=True,
         placement="v",
+        stashed=_stashed("min"),
     ),
 ]
