@@ -3,17 +3,18 @@
 Qi, Wan, Amar, Lin, "Pipeline Parallelism with Controllable Memory", NeurIPS 2024, arXiv:2405.15362; the
 reference code is `zbv_greedy.py` of github.com/sail-sg/zero-bubble-pipeline-parallelism. A schedule there is
 one *building block* (the passes of one microbatch, each at a time slot on its rank) repeated every 6 slots
-(4 passes of the block, 2 slots for W), then squeezed; a block's lifespan (F to I, per chunk) sets the peak
-memory. Each rank holds stage r (chunk 0, the forward goes down the ranks) and stage 2p-1-r (chunk 1, back up),
-as zbv does (`pipesim.schedules.v_shapes`).
+(4 passes of the block, 2 slots for W), then squeezed; how long a block holds each chunk's activations (from
+its F to its backward) sets the peak memory. Each rank holds stage r (chunk 0, the forward goes down the
+ranks) and stage 2p-1-r (chunk 1, back up), as zbv does (`pipesim.schedules.v_shapes`).
 
-* ``v-min``: the shortest lifespans collision-free repetition allows: about 1/3 of 1F1B's activation memory,
+* ``v-min``: the backward follows the forward closely on both chunks: about 1/3 of 1F1B's activation memory,
   (p+4)//3 microbatches of a full stage (counted until W frees them), for a bubble of about 2/3 of 1F1B's.
-* ``v-half``: longer lifespans: (p+2)//2 microbatches, half of 1F1B's, for about half of 1F1B's bubble.
+* ``v-half``: chunk 0 held longer: (p+2)//2 microbatches, half of 1F1B's, for about half of 1F1B's bubble.
 
 The building block fixes the steady phase. The warm-up and the cool-down, where memory is under its peak, are
 reordered greedily as the paper does: each pass, in time order, moves to the earliest free slot its inputs allow
-that keeps every rank under the steady phase's peak.
+that keeps every rank under the steady phase's peak. The orders are the authors' code's, pass for pass
+(tests/test_v_memory.py holds two of them; p <= 8, m <= 3p were compared in full).
 """
 
 from __future__ import annotations
