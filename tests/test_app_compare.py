@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from pipesim.analysis.compare import compare_schedules
 from pipesim.cost.model import CostModel
+from pipesim.schedules import planned_schedule_names
 from tests.helpers.app_charts import chart_figures, chart_titles
 from tests.helpers.app_keys import widget_key
 
@@ -32,11 +33,11 @@ def submit(at: AppTest, **values) -> AppTest:
     return at.run()
 
 
-def test_default_compares_five_schedules(app: AppTest) -> None:
+def test_default_compares_the_planned_schedules(app: AppTest) -> None:
     assert not app.error
     frame = table(app)
     chosen = app.multiselect(key="cmp-schedules").value
-    assert list(frame.index) == chosen and len(chosen) == 5
+    assert list(frame.index) == chosen == list(planned_schedule_names())  # the registry's `planned`
     assert "naive" not in chosen  # its step would dwarf every other bar (issue 13 item 13)
     expected = compare_schedules(chosen, 4, 8, CostModel.uniform(activation_bytes=MIB), num_virtual_stages=2)
     assert list(frame["step_ms"]) == pytest.approx([row.step_ms for row in expected])

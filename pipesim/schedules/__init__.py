@@ -104,6 +104,7 @@ FAMILY_MODULES: list[str] = [
     "pipesim.schedules.interleaved",
     "pipesim.schedules.zero_bubble",
     "pipesim.schedules.v_shapes",
+    "pipesim.schedules.v_memory",
     "pipesim.schedules.looped",
     "pipesim.schedules.sequence",
     "pipesim.schedules.overlapped",

@@ -31,6 +31,8 @@ MUST_BUILD: dict[str, Callable[[int, int], bool]] = {
     "seq1f1b": _always,
     "1f1b-overlap": _always,
     "dualpipe": lambda p, m: p % 2 == 0 and m % 2 == 0 and m >= 2 * p,
+    "v-half": _always,
+    "v-min": _always,
 }
 
 SMALL_GRID = [(p, m) for p in (1, 2, 3, 4) for m in (1, 2, 3, 4, 6, 8)]
