@@ -151,7 +151,9 @@ def _blank(
     replica_batch = inputs.global_batch // dp if dp else 0
     candidate = Candidate(name, ranks, max(replica_batch // mbs, 1), chunks or fixed, recompute, mbs, share, dp)
     candidate.extrapolated = inputs.extrapolates(mbs)
-    if ranks > inputs.devices or inputs.devices % ranks:
+    if schedule_info(name).unplanned_because:
+        candidate.error = schedule_info(name).unplanned_because
+    elif ranks > inputs.devices or inputs.devices % ranks:
         candidate.error = f"{ranks} ranks do not divide {inputs.devices} devices into pipelines"
     elif inputs.global_batch % (dp * mbs):
         candidate.error = (

@@ -65,6 +65,8 @@ class ScheduleInfo:
     # (num_ranks, num_microbatches, chunks): at least this many (a lower bound; None: one per stage it holds).
     # The planner's memory bound reads it to discard a candidate before its schedule is built.
     stashed: Callable[[int, int, int], list[int]] | None = None
+    # Why the planner cannot price this family (its candidates carry it as their error); None: it can.
+    unplanned_because: str | None = None
 
     def __post_init__(self) -> None:
         assert self.placement in PLACEMENTS, self.placement
