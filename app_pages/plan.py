@@ -77,7 +77,7 @@ def _kept(key: str) -> str:
     return state.kept(key)
 
 
-plan_model.restore_preset()  # a link naming a preset opens with its model (issue 33 item 6)
+plan_model.restore_preset()  # a link naming a preset opens with its model
 with st.sidebar:
     st.selectbox(
         "Preset",

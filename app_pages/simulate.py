@@ -78,7 +78,7 @@ with st.sidebar:
         what_if = whatif.whatif_fields(schedule.num_ranks if schedule else max(ranks, 1), problems)
         st.form_submit_button("Simulate", type="primary", width="stretch")
 
-if problems:  # issue 33 item 3: never the old chart without a word
+if problems:  # never the old chart without a word saying why it is old
     last = st.session_state.get("sim-last-good")
     shown = (
         f" The chart below still shows the last settings that worked: {last['schedule'].describe()}."

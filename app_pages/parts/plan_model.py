@@ -1,6 +1,6 @@
-"""What the Plan page's predictions rest on: the preset a link names (its model restored, issue 33 item 6), a
+"""What the Plan page's predictions rest on: the preset a link names (its model restored), a
 calibration from a finished run (the description's device rate fitted to it, pipesim.analysis.calibration), and a
-notice when the predictions rest on an assumed device rate instead (issue 33 item 5).
+notice when the predictions rest on an assumed device rate instead.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 from the runs folder or uploaded. The planner then prices every candidate from what was measured on the devices
 (`PlanInputs.from_profile`, as `pipesim plan --cost` does), each with its 90% interval, and Verify rebuilds the
 profiled model from the plan (its `executor_model`). The profile's check against its own in-situ steps is shown
-beside the results (issue 29).
+beside the results.
 
 A profile, once picked, sets the page's microbatch sizes to the ones it measured (a size outside them is refused, as
 on the command line) and its optimizer to one it timed, unless the one already chosen was timed. A link that names

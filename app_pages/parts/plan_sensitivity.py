@@ -1,4 +1,4 @@
-"""The Plan page's robustness to a slow device (issue 30 item 2): for each schedule family's fastest candidate that
+"""The Plan page's robustness to a slow device: for each schedule family's fastest candidate that
 fits, the step's growth with each pipeline rank in turn slower by the chosen factor, and the worst rank
 (`pipesim.analysis.sensitivity`, as `pipesim compare --sensitivity` reports it). Display only."""
 

@@ -51,7 +51,7 @@ def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
     """The chart as the user sees it (the page's template: title, fonts, colours), as HTML (plotly.js's cartesian
     bundle inlined once) or as an image; each file is made only when its button is clicked. `sig` is kept for the
     callers' signature of what is drawn. The styled copy is made on click too: made on every rerun it cost
-    about 130 ms per chart (a full validation of the figure and the template; issue 33 item 9)."""
+    about 130 ms per chart (a full validation of the figure and the template)."""
     from pipesim.charts import export
 
     with st.popover("Export chart", icon=":material/download:"):

@@ -73,7 +73,7 @@ from pipesim_executor.run_files import PLAN_PREDICTION_FILE
 DEFAULT_STEPS = 30  # measured steps per candidate and round
 # ... at least: a run also measures for this long (its predicted step sets how many steps that takes). A run of
 # short steps measured 30 steps where one launch costs seconds, and their noise set its median: the tiny-layers
-# zoo model's 7 ms steps vary 8-20% a step, so rounds of 10 steps had medians 7% apart (issue 29).
+# zoo model's 7 ms steps vary 8-20% a step, so rounds of 10 steps had medians 7% apart.
 DEFAULT_MIN_SECONDS = 1.0
 MAX_MIN_SECONDS = 600.0
 # A plan priced for another device (a description's GPU, say) predicts microseconds for a CPU run of milliseconds:
@@ -120,7 +120,7 @@ class VerifyProgress:
 
 def verification_prefix(runs_root: Path, plan_stem: str) -> str:
     """The run-name prefix of a new verification of plan `plan_stem`: verify-<stem>-<n>, n one more than the
-    largest of any earlier verification's folder under `runs_root` (those of issue 18, verify-<stem>-<i>, count)."""
+    largest of any earlier verification's folder under `runs_root` (older ones, named verify-<stem>-<i>, count too)."""
     stem = re.sub(r"[^\w.-]+", "_", plan_stem).strip("._")[:60] or "plan"
     pattern = re.compile(rf"verify-{re.escape(stem)}-(\d+)(?:-.*)?")
     taken = [int(m.group(1)) for p in _entries(runs_root) if (m := pattern.fullmatch(p))]

@@ -20,7 +20,7 @@ complete).
 Over gloo (CPU ranks, and GPU ranks staged through host memory) every receive of a
 step is posted when it starts (`ahead_for`): posting one mid-step waits on gloo's
 I/O thread, which on busy cores is descheduled for milliseconds at a time. Measured
-on 2 CPU cores (issue 18): GPipe, 16 microbatches of examples.gpt_small on 2 ranks,
+on 2 CPU cores: GPipe, 16 microbatches of examples.gpt_small on 2 ranks,
 took 40-43 ms a step with 4 posted ahead (three or four 1-5 ms stalls in posting)
 and 28-29 ms with all posted at the start, as the simulation predicts; 1F1B 31-33 ms
 against 29-31. NCCL keeps a window of 4 (each posted receive holds a GPU buffer).
