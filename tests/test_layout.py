@@ -12,8 +12,6 @@ import re
 import tokenize
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 
 # pipesim's folders from the bottom of the flow to its top: each may import only from those before it (and
@@ -52,9 +50,6 @@ EXECUTOR_SHARED = {
     "pipesim_executor.run_files",
     "pipesim_executor.shipped_examples",
 }
-MAX_LINES = 400
-# Over the limit today, each to be split by concern (issue 19): the list only shrinks.
-OVER_LIMIT = {}
 
 
 def _modules(package: str) -> dict[str, Path]:
@@ -181,15 +176,6 @@ def test_no_import_cycles_even_lazy() -> None:
         if module not in index:
             visit(module)
     assert not cycles, f"import cycles: {cycles}"
-
-
-@pytest.mark.parametrize("module", sorted(MODULES))
-def test_module_is_small(module: str) -> None:
-    lines = len(MODULES[module].read_text().splitlines())
-    if module in OVER_LIMIT:
-        assert lines <= OVER_LIMIT[module], f"{module} grew past {OVER_LIMIT[module]} lines while waiting to be split"
-        return
-    assert lines <= MAX_LINES, f"{MODULES[module].relative_to(ROOT)} has {lines} lines (at most {MAX_LINES}): split it"
 
 
 def test_checker_sees_an_upward_import(tmp_path: Path) -> None:
