@@ -100,12 +100,13 @@ def synthesis(named: Schedule, cost: CostModel, memory_limit: float, time_limit_
     from pipesim.synth import SynthesisProblem, synthesize  # loaded when asked: not on the first page's path
 
     info = schedules.schedule_info(named.name)
+    chunks = named.num_stages // named.num_ranks if schedules.placement_takes_chunks(info.placement) else None
     problem = SynthesisProblem(
         named.num_ranks,
         named.num_microbatches,
         cost,
         placement=info.placement,
-        num_virtual_stages=named.num_stages // named.num_ranks if info.placement == "interleaved" else None,
+        num_virtual_stages=chunks,
         memory_limit=memory_limit,
     )
     return synthesize(problem, time_limit_s)

@@ -19,7 +19,7 @@ import time
 from typing import NamedTuple
 
 from pipesim.ir import Action, B, I, W
-from pipesim.schedules import build_schedule, options_for, schedule_info, schedule_names
+from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.sim.simulate import sweep
 from pipesim.synth.problem import Instance
 
@@ -61,7 +61,7 @@ def registry_orders(inst: Instance) -> list[tuple[str, list[list[int]]]]:
         info = schedule_info(name)
         if info.placement != problem.placement:
             continue
-        options = options_for(name, num_virtual_stages=problem.chunks if problem.placement == "interleaved" else None)
+        options = info.build_options(problem.chunks)
         try:
             schedule = build_schedule(name, problem.num_ranks, problem.num_microbatches, **options)
         except ValueError:
