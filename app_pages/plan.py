@@ -311,7 +311,8 @@ plan_sensitivity.show(inputs, candidates, synthesized)  # each family's growth w
 
 with st.expander("Balance stages on their own"):
     st.caption(
-        "Per-layer (unit) times in ms, comma-separated; the split that makes the slowest stage fastest, as "
+        "Each layer's (unit's) forward + backward time in ms, comma-separated (with recomputation, its forward "
+        "twice: the planner's weighting); the split that makes the slowest stage fastest, as "
         f"`{programs().executor} run --split-points` takes it."
     )
     left, right = st.columns([3, 1])

@@ -362,7 +362,9 @@ def build_rank_model(
     from pipesim_executor.rank.stage import measure_stash_bytes, tensor_bytes
 
     layers, make_batch, loss = model_parts(model_config, seed)
-    starts = stage_starts(layers, schedule.num_stages, model_config.split_points)
+    starts = stage_starts(
+        layers, schedule.num_stages, model_config.stage_split(schedule.num_stages, microbatch_size, recompute)
+    )
     stages = split_stages(layers, schedule.num_stages, starts)
     shapes = stage_io_shapes(stages, model_config, microbatch_size, make_batch)
     sample, target = make_batch(microbatch_size, seed, 0)

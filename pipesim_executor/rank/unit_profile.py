@@ -37,8 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipesim.cost.balance import balance
-from pipesim.cost.description import balance_units
+from pipesim.cost.description import balance_units, parameter_split
 from pipesim.cost.model import StageCost
 from pipesim.cost.profile import (
     action_costs,
@@ -244,7 +243,7 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
             mine["bytes"][size] = unit_bytes(parts, size)
         progress.advance(f"units at microbatch size {size}")
     groups = [[p for p in layer.parameters() if p.requires_grad] for layer in parts.layers]
-    halves = balance([float(param_count(layer)) for layer in parts.layers], min(2, n)).split_points
+    halves = parameter_split([param_count(layer) for layer in parts.layers], min(2, n))
     bound = halves[0] if halves else n
     groups += [
         [p for g in groups[:bound] for p in g],
