@@ -375,7 +375,8 @@ def verification(job: plan_verify.VerifyJob | None) -> None:
         return
     result = job.result
     if job.cancelled.is_set():
-        st.info(f"Verification cancelled after {len(result.rows)} of {job.top} candidates.", icon=":material/cancel:")
+        ran = f"{len(result.rows)} of {job.settings.top}"
+        st.info(f"Verification cancelled after {ran} candidates.", icon=":material/cancel:")
     plan_model.notice(inputs.calibration(), description, verifying=True)
     plan_verify.show_result(result)
 
