@@ -28,7 +28,7 @@ from pipesim.schedules import PLACEMENTS, placement_chunks, placement_takes_chun
 from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.semantics.lower import producer_ids, stash_table
 from pipesim.sim.metrics import stash_sizes
-from pipesim.sim.simulate import engine_inputs
+from pipesim.sim.simulate import engine_inputs, sweep
 
 SYNTH_NAME = "synthesized"
 # Actions (3 x stages x microbatches) synthesis takes: list scheduling visits every rank per action placed, and
@@ -256,3 +256,15 @@ class Instance:
         ranks = [self.rank[i] for i in flat]
         deps = producer_ids(actions, self.num_stages, self.num_microbatches)
         return Dependencies(actions, ranks, offsets, deps), flat
+
+    def timed(self, orders: list[list[int]]) -> tuple[Dependencies, list[int], list[float], list[float], bool]:
+        """Per-rank orders simulated by the engine's sweep: (dependencies, action id at each position, starts,
+        ends, whether it deadlocked). The search scores orders by it, the exact solver starts from it."""
+        deps, flat = self.dependencies_of(orders)
+        starts, ends, stuck = sweep(
+            deps,
+            [self.duration[i] for i in flat],
+            [self.hop[i] for i in flat],
+            [self.gap[self.rank[i]] for i in flat],
+        )
+        return deps, flat, starts, ends, stuck
