@@ -13,8 +13,8 @@ import streamlit as st
 
 from app_pages.parts import cached, cost_inputs, guide, plot, state, whatif, widgets
 from app_pages.parts import schedule_inputs as inputs
-from pipesim.charts.gantt import COLOR_BY, MAX_EXACT_BARS
-from pipesim.cost.model import CostModel
+from pipesim.charts import COLOR_BY, MAX_EXACT_BARS
+from pipesim.cost import CostModel
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
 from pipesim.schedules import schedule_info

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # from itself). `pipesim` alone is the package's public face and sits on top (it may re-export anything).
 PIPESIM_ORDER = [
     "pipesim._perf",
+    "pipesim._face",
     "pipesim.numbers",
     "pipesim.url_query",
     "pipesim.programs",

@@ -93,7 +93,7 @@ def test_the_design_map_names_only_what_exists():
 
 def test_the_short_name_finder_sees_stale_names():
     text = (
-        "`charts.MAX_EXACT_BARS`, `charts.gantt.MAX_EXACT_BARS`, `UnitProfile.spread`, `UnitProfile.spreads`, "
+        "`lod.MAX_EXACT_BARS`, `charts.gantt.MAX_EXACT_BARS`, `UnitProfile.spread`, `UnitProfile.spreads`, "
         "`ModelDescription.num_layers`, `lower.crossing_stage()`, `st.cache_data`, `cost.json`"
     )
-    assert [ref for _, ref in short_unresolved(text)] == ["charts.MAX_EXACT_BARS", "UnitProfile.spreads"]
+    assert [ref for _, ref in short_unresolved(text)] == ["lod.MAX_EXACT_BARS", "UnitProfile.spreads"]

@@ -11,8 +11,8 @@ from typing import Any
 import streamlit as st
 
 from app_pages.parts import plan_presets, state
-from pipesim.cost.description import ModelDescription
-from pipesim.plan.search import PlanInputs
+from pipesim.cost import ModelDescription
+from pipesim.plan import PlanInputs
 
 NO_CALIBRATION = "(none: rate assumed)"
 CALIBRATE_KEY = "plan-calibrate"
@@ -56,7 +56,7 @@ def calibration_picker() -> str | None:
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def _calibration(run_dir: str, stamp: float) -> Any:
-    from pipesim.analysis.calibration import calibrate_from_run
+    from pipesim.analysis import calibrate_from_run
 
     return calibrate_from_run(run_dir)
 

@@ -21,12 +21,11 @@ from typing import Any
 import streamlit as st
 
 from app_pages.parts import state
-from pipesim.analysis.profile_check import check_line, recorded_check
-from pipesim.cost.profile import UnitProfile
-from pipesim.io.bounded import read_bytes
-from pipesim.io.cost_file import cost_file_from_bytes
+from pipesim.analysis import check_line, recorded_check
+from pipesim.cost import UnitProfile
+from pipesim.io import cost_file_from_bytes, read_bytes
 from pipesim.limits import MAX_COST_BYTES
-from pipesim.plan.inputs import PlanInputs
+from pipesim.plan import PlanInputs
 from pipesim.programs import programs
 
 NO_PROFILE = "(none: the model description)"

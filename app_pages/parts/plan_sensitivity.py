@@ -9,8 +9,7 @@ import streamlit as st
 
 from app_pages.parts import cached, whatif, widgets
 from pipesim.ir import Schedule
-from pipesim.plan.report import best_per_schedule
-from pipesim.plan.search import Candidate, PlanInputs
+from pipesim.plan import Candidate, PlanInputs, best_per_schedule
 from pipesim.units import format_percent
 
 

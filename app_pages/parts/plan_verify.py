@@ -25,8 +25,8 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.parts import plot, widgets
+from pipesim.charts import IntervalRow
 from pipesim.charts import verify as charts_verify
-from pipesim.charts.verify import IntervalRow
 from pipesim.units import format_percent
 from pipesim_executor.host import verify
 
@@ -141,7 +141,7 @@ def job_for(signature: str) -> VerifyJob | None:
 def noise_flag(measured_cv: float | None) -> str:
     """The Run page's noise flag for a candidate's run, in the same words: its step times' coefficient of
     variation against pipesim's threshold (pipesim.analysis.attribution.NOISY_STEP_CV, the Run page's `spread`)."""
-    from pipesim.analysis.attribution import NOISY_STEP_CV
+    from pipesim.analysis import NOISY_STEP_CV
     from pipesim.units import format_percent
 
     if measured_cv is None:

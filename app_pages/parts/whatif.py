@@ -15,11 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.parts import cached, fields, plot, state, widgets
-from pipesim.analysis.compare import ComparisonRow
-from pipesim.analysis.sensitivity import DEFAULT_SLOWDOWN
-from pipesim.charts.gantt import MAX_EXACT_BARS
-from pipesim.cost.model import CostModel
-from pipesim.cost.perturb import MAX_FACTOR, Perturbation, parse_link_delay
+from pipesim.analysis import DEFAULT_SLOWDOWN, ComparisonRow
+from pipesim.charts import MAX_EXACT_BARS
+from pipesim.cost import MAX_FACTOR, CostModel, Perturbation, parse_link_delay
 from pipesim.ir import Schedule
 from pipesim.units import format_ms, format_percent
 from pipesim.url_query import read_number_list

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages.parts import plot
-from pipesim.io import chrome_trace, formats
+from pipesim.io import schedule_to_csv, timeline_to_chrome_trace, timeline_to_dict
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
 from pipesim.sim.metrics import Metrics
@@ -97,7 +97,7 @@ def data_downloads(
     columns = st.columns(3)
     columns[0].download_button(
         "Timeline JSON",
-        data=lambda: json.dumps(formats.timeline_to_dict(timeline, summary), indent=1),
+        data=lambda: json.dumps(timeline_to_dict(timeline, summary), indent=1),
         file_name=f"{label}-timeline.json",
         mime="application/json",
         on_click="ignore",
@@ -107,7 +107,7 @@ def data_downloads(
     if schedule is not None:
         columns[1].download_button(
             "Schedule CSV (torch)",
-            data=lambda: formats.schedule_to_csv(schedule, "auto"),
+            data=lambda: schedule_to_csv(schedule, "auto"),
             file_name=f"{name}.csv",
             mime="text/csv",
             on_click="ignore",
@@ -116,7 +116,7 @@ def data_downloads(
         )
     columns[2].download_button(
         "Chrome trace (Perfetto)",
-        data=lambda: json.dumps(chrome_trace.timeline_to_chrome_trace(timeline)),
+        data=lambda: json.dumps(timeline_to_chrome_trace(timeline)),
         file_name=f"{label}-trace.json",
         mime="application/json",
         on_click="ignore",
