@@ -4,8 +4,7 @@ import streamlit as st
 
 from app_pages.parts import cached, cost_inputs, plot, state, widgets
 from app_pages.parts import csv_table as table
-from pipesim.io import formats
-from pipesim.io.torch_csv import dialect_note
+from pipesim.io import dialect_note, schedule_to_csv
 from pipesim.schedules import schedule_names
 
 state.init_state()
@@ -19,7 +18,7 @@ def _replace_schedule(text: str) -> None:
 
 
 if st.session_state["custom_csv"] is None:
-    _replace_schedule(formats.schedule_to_csv(cached.registered_schedule("1f1b", 2, 4)))
+    _replace_schedule(schedule_to_csv(cached.registered_schedule("1f1b", 2, 4)))
 st.session_state.setdefault("custom_base", st.session_state["custom_csv"])
 st.session_state.setdefault("custom_upload_id", None)
 
@@ -42,7 +41,7 @@ with load.popover("Start from a template", icon=":material/library_add:", width=
         t_microbatches = right.number_input("Microbatches", 1, 16, 4, key="custom-template-microbatches")
         if st.form_submit_button("Load", type="primary"):
             try:
-                text = TEMPLATES.get(template) or formats.schedule_to_csv(
+                text = TEMPLATES.get(template) or schedule_to_csv(
                     cached.registered_schedule(template, int(t_ranks), int(t_microbatches), 2)
                 )
             except ValueError as error:

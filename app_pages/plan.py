@@ -23,23 +23,23 @@ from app_pages.parts import (
     state,
     widgets,
 )
+from pipesim.api import balance
 from pipesim.charts import plan as charts_plan
-from pipesim.cost.balance import balance, format_split_points
-from pipesim.cost.description import ModelDescription
-from pipesim.cost.runtime import OPTIMIZERS
+from pipesim.cost import OPTIMIZERS, ModelDescription, format_split_points
 from pipesim.form_fields import form_fields
-from pipesim.io import formats
-from pipesim.plan.report import (
+from pipesim.io import schedule_to_csv, write_json
+from pipesim.plan import (
+    SYNTHESIZED,
+    PlanSpace,
     best_candidate,
     interval_text,
     pareto_front,
     plan_document,
+    plan_families,
     ranked,
     summary_lines,
     torchtitan_settings,
 )
-from pipesim.plan.search import PlanSpace
-from pipesim.plan.synthesized import SYNTHESIZED, plan_families
 from pipesim.programs import programs
 from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
 from pipesim.sim.memory import rank_memory
@@ -77,7 +77,7 @@ def _kept(key: str) -> str:
     return state.kept(key)
 
 
-plan_model.restore_preset()  # a link naming a preset opens with its model (issue 33 item 6)
+plan_model.restore_preset()  # a link naming a preset opens with its model
 with st.sidebar:
     st.selectbox(
         "Preset",
@@ -274,7 +274,7 @@ settings = torchtitan_settings(selected, csv_name, None if profile is not None e
 columns = st.columns(3)
 columns[0].download_button(
     "Schedule CSV (torch compute_only)",
-    data=formats.schedule_to_csv(schedule),
+    data=schedule_to_csv(schedule),
     file_name=csv_name,
     mime="text/csv",
     on_click="ignore",
@@ -311,7 +311,8 @@ plan_sensitivity.show(inputs, candidates, synthesized)  # each family's growth w
 
 with st.expander("Balance stages on their own"):
     st.caption(
-        "Per-layer (unit) times in ms, comma-separated; the split that makes the slowest stage fastest, as "
+        "Each layer's (unit's) forward + backward time in ms, comma-separated (with recomputation, its forward "
+        "twice: the planner's weighting); the split that makes the slowest stage fastest, as "
         f"`{programs().executor} run --split-points` takes it."
     )
     left, right = st.columns([3, 1])
@@ -346,7 +347,7 @@ if st.button("Verify the top candidates", key="plan-verify", icon=":material/pla
     path = state.plans_root() / f"plan-{sig}-{time.strftime('%Y%m%d-%H%M%S')}-{time.time_ns() % 10**6:06d}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        formats.write_json(document, path)
+        write_json(document, path)
     except (ValueError, OSError) as error:
         widgets.show_error(error, "Cannot verify")
     else:
@@ -374,7 +375,8 @@ def verification(job: plan_verify.VerifyJob | None) -> None:
         return
     result = job.result
     if job.cancelled.is_set():
-        st.info(f"Verification cancelled after {len(result.rows)} of {job.top} candidates.", icon=":material/cancel:")
+        ran = f"{len(result.rows)} of {job.settings.top}"
+        st.info(f"Verification cancelled after {ran} candidates.", icon=":material/cancel:")
     plan_model.notice(inputs.calibration(), description, verifying=True)
     plan_verify.show_result(result)
 

@@ -13,8 +13,8 @@ import streamlit as st
 
 from app_pages.parts import cached, cost_inputs, guide, plot, state, whatif, widgets
 from app_pages.parts import schedule_inputs as inputs
-from pipesim.charts.gantt import COLOR_BY, MAX_EXACT_BARS
-from pipesim.cost.model import CostModel
+from pipesim.charts import COLOR_BY, MAX_EXACT_BARS
+from pipesim.cost import CostModel
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
 from pipesim.schedules import schedule_info
@@ -78,7 +78,7 @@ with st.sidebar:
         what_if = whatif.whatif_fields(schedule.num_ranks if schedule else max(ranks, 1), problems)
         st.form_submit_button("Simulate", type="primary", width="stretch")
 
-if problems:  # issue 33 item 3: never the old chart without a word
+if problems:  # never the old chart without a word saying why it is old
     last = st.session_state.get("sim-last-good")
     shown = (
         f" The chart below still shows the last settings that worked: {last['schedule'].describe()}."

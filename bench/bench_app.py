@@ -3,7 +3,7 @@
     python bench/bench_app.py              # both
     python bench/bench_app.py --no-browser # AppTest reruns only
 
-Targets (issue 4): a rerun after a widget change at most 300 ms for 8 ranks and 32
+Targets: a rerun after a widget change at most 300 ms for 8 ranks and 32
 microbatches; the first page load in the browser (navigation to a drawn Gantt chart)
 at most 3 s. Rerun times come from streamlit.testing's AppTest, which runs the page
 script as the server would, without the websocket; the page-load time from Playwright

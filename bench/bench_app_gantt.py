@@ -1,4 +1,4 @@
-"""Large Gantt charts in Chromium: the binned figure at 100k actions against one bar per action (issue 13).
+"""Large Gantt charts in Chromium: the binned figure at 100k actions against one bar per action.
 
     python bench/bench_app_gantt.py [--actions 102400] [--bars 10240,32768] [--repeat 3]
 

@@ -1,4 +1,4 @@
-"""First page load of the app against a bare Streamlit page with one plotly chart, side by side (issue 13).
+"""First page load of the app against a bare Streamlit page with one plotly chart, side by side.
 
     python bench/bench_app_load.py [--rounds 2] [--warm 3]
 
@@ -6,14 +6,14 @@ Each round starts a fresh `streamlit run` server for the bare page and for app.p
 machine hits both alike) and measures, in headless Chromium:
 * cold: the server's first session (it imports the page's modules) from navigation to the first plotly bar;
 * warm: later first visits in fresh browser contexts (empty cache) to the same server.
-Targets (issue 33): the app's warm first chart at most WARM_RATIO x the bare page's, its cold one at most
+Targets: the app's warm first chart at most WARM_RATIO x the bare page's, its cold one at most
 COLD_OVER_BARE_S over it. Beside it, "complete": navigation
 to every chart of the page drawn (the bare page's one, the app's Gantt and memory charts) and every widget
 of the sidebar there, so a faster first chart is not bought with a slower rest of the page.
 
 With --breakdown, where a cold start's seconds go on the server, each part in a fresh Python process (the
 app's imports, the first simulation, the first figures, their JSON, the styled copy an export makes), and in the
-browser the plotly bundle's fetch (issue 33 item 9).
+browser the plotly bundle's fetch.
 
 With --large, each app server is also opened on a shared URL of a large schedule (zb-h1, 32 ranks x 1024
 microbatches: 98,304 actions, simulated on the first visit, cached after): navigation to the binned Gantt drawn.

@@ -1,5 +1,5 @@
 """First-visit load of several app scripts side by side, interleaved: the way to see a 0.1-0.3 s difference on a
-shared machine whose own load moves more than that between two runs (issue 13).
+shared machine whose own load moves more than that between two runs.
 
     python bench/bench_app_load_ab.py [--visits 8] app.py my_variant.py ...
 

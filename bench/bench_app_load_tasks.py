@@ -1,5 +1,5 @@
 """Where a first visit's time goes in the browser: the main thread's long tasks and when each kind of element
-appears, on the bare page and on the app, side by side (issue 13).
+appears, on the bare page and on the app, side by side.
 
     python bench/bench_app_load_tasks.py [--visits 4]
 

@@ -1,4 +1,4 @@
-"""Speed and size of a prediction's interval (issue 29): `pipesim.sim.jitter.step_interval`.
+"""Speed and size of a prediction's interval: `pipesim.sim.jitter.step_interval`.
 
 Usage:
     python bench/bench_jitter.py             # the target case and the penalty table
@@ -74,7 +74,7 @@ def check(trials: int) -> None:
     """The method on cases it was not developed on: a synthetic machine whose action times are gamma-distributed
     (not lognormal, the sampler's own shape) around uneven per-stage means. A "profile" times each stage's actions
     PROFILE_REPEATS times and keeps their means and CV, as `executor profile` prices each action at its in-situ
-    mean (issue 29); the prediction prices the schedule at those means and samples it from that CV
+    mean; the prediction prices the schedule at those means and samples it from that CV
     (`step_interval`, the mean's standard error included); the "measurement" is the median of MEASURED_STEPS steps
     drawn from the gamma machine. Reported per schedule: how often the measured median lies in the 90% interval,
     the interval's median half-width, and the median |error| of the sampled point against that of the

@@ -1,4 +1,4 @@
-"""Plan a model pipesim has never seen, verified (issue 29): profile, plan at the profiled sizes, verify in
+"""Plan a model pipesim has never seen, verified: profile, plan at the profiled sizes, verify in
 interleaved rounds, over every model of the zoo.
 
 Usage (the full bench, for a quiet machine: 1-minute load below 0.5 at the start; about an hour on 2 cores):

@@ -1,4 +1,4 @@
-"""The speed guard (issue 21): every speed target of the command line and the planner in under a minute, each
+"""The speed guard: every speed target of the command line and the planner in under a minute, each
 figure printed with its target and their ratio (<= 1.00 meets it), and the machine's load beside them.
 
 Usage:
@@ -14,7 +14,7 @@ Figures (best of --repeat, each command in a fresh process as a user runs it):
   plan        issue 21's space: a 64-layer, 4096-wide model on 128 devices, global batch 1024, every schedule, depths
               2..64, microbatch sizes 1..32, chunks 1/2/4/8, recompute on and off, 5 W shares (2,232 candidates),
               `plan --json` (one process per core); 3 s, and 500 MB for the largest process
-  interval    200 sampled steps of a 2,000-action 1f1b with their 90% interval (issue 29), in process; 1.0 s
+  interval    200 sampled steps of a 2,000-action 1f1b with their 90% interval, in process; 1.0 s
   trace       import-trace of 10^4 and 10^5 Kineto events: the growth per 10x events (10 is linear); target 12
 Speed stays out of the tests: this prints, it does not fail.
 """

@@ -1,4 +1,4 @@
-"""Stragglers (issue 30): the simulator's what-if against real sleep-mode runs with the same injection, the families'
+"""Stragglers: the simulator's what-if against real sleep-mode runs with the same injection, the families'
 sensitivity ranking, the absorbed cases, real compute on 2 ranks, and blind localisation by `pipesim stragglers`.
 
 Usage (the whole table, every part below, is the one command without flags; a part is left out by its flag):

@@ -1,4 +1,4 @@
-"""Why a verification's measured steps differ from the plan's predictions (issue 29): for each verified candidate,
+"""Why a verification's measured steps differ from the plan's predictions: for each verified candidate,
 `pipesim.analysis.decompose` of its runs (measured median step less the deterministic prediction, split into
 actions per kind, gaps and tail), read from the files a `verify-plan --json` left; nothing is run.
 

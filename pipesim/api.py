@@ -1,6 +1,7 @@
 """pipesim's Python API: thin, typed entry points over the packages that do the work (re-exported by `pipesim`;
 docs/api.md shows each in use). Each wrapper names the internal function it calls, so that a change inside
-pipesim changes a wrapper, not its callers.
+pipesim changes a wrapper, not its callers. The app reads a few more here (`critical_path`, `replay`,
+`balance`): functions that share their module's name, which a package's face cannot export.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from pipesim.analysis.compare import ComparisonRow
+    from pipesim.cost.balance import Balance
+    from pipesim.io.kineto import ImportedRun
+    from pipesim.ir import Action
     from pipesim.plan.search import Candidate, PlanInputs, PlanSpace
     from pipesim.sim.metrics import Metrics
     from pipesim.sim.steps import SimulatedStep
@@ -157,3 +161,26 @@ def comparison_figure(rows: list[ComparisonRow], *, log_scale: bool = False) -> 
 
     require_items(rows, "rows", ComparisonRow, "comparison rows (compare's result)")
     return draw(rows, log_scale=log_scale)
+
+
+def critical_path(schedule: Schedule, timeline: Timeline, cost: CostModel) -> list[Action]:
+    """The chain of actions that set the step time, in time order (`pipesim.analysis.critical_path.critical_path`)."""
+    from pipesim.analysis.critical_path import critical_path as walk
+
+    return walk(schedule, timeline, cost)
+
+
+def replay(run: ImportedRun, cost: CostModel | None = None) -> Timeline:
+    """An imported run's schedule simulated, by default with the traces' own median action times
+    (`pipesim.analysis.replay.replay`)."""
+    from pipesim.analysis.replay import replay as simulate_run
+
+    return simulate_run(run, cost)
+
+
+def balance(layer_ms: Sequence[float], num_stages: int) -> Balance:
+    """Per-layer times (each layer's weight in a cut: `pipesim.cost.description.unit_weight`) cut into `num_stages`
+    contiguous stages, the slowest as fast as it can be (`pipesim.cost.balance.balance`, the one splitter)."""
+    from pipesim.cost.balance import balance as cut
+
+    return cut(layer_ms, num_stages)

@@ -176,6 +176,10 @@ class RunConfig:
         assert self.training.batch_size is not None  # resolved in __post_init__
         return self.training.batch_size // self.pipeline.num_microbatches
 
+    def stage_split(self, num_stages: int) -> tuple[int, ...] | None:
+        """Where this run cuts its model into `num_stages` stages (`ModelConfig.stage_split`)."""
+        return self.model.stage_split(num_stages, self.microbatch_size, self.training.recompute)
+
     @property
     def world_size(self) -> int:
         """Processes of the run: every pipeline rank of every data-parallel replica."""

@@ -103,7 +103,8 @@ class ModelConfig:
     cnn: CNNConfig = CNNConfig()
     """The CNN's sizes (kind cnn)."""
     split_points: tuple[int, ...] | None = field(default=None, metadata={"metavar": "A,B,.."})
-    """Unit indices where each stage after the first starts, e.g. 2,4,6 (default: balanced by parameter count)."""
+    """Unit indices where each stage after the first starts, e.g. 2,4,6 (default: the planner's cut of the
+    Transformer; the CNN's and a custom model's layers balanced by parameter count)."""
 
     def __post_init__(self) -> None:
         if self.kind not in (*MODEL_KINDS, CUSTOM):
@@ -167,6 +168,20 @@ class ModelConfig:
                 "a custom model's layers are counted by running its factory (pipesim_executor.host.checks)"
             )
         return self.transformer.num_units() if self.kind == "transformer" else self.cnn.num_units()
+
+    def stage_split(self, num_stages: int, microbatch_size: int = 1, recompute: bool = False) -> tuple[int, ...] | None:
+        """Where a run cuts this model into `num_stages` stages: its `split_points` when given, else the planner's
+        cut of the built-in Transformer (`pipesim.cost.description.shape_split`); None where pipesim has no times
+        for the model (the CNN, a custom factory, or more stages than units, which the build refuses by name):
+        its layers are then balanced by parameter count when built (`pipesim.cost.description.parameter_split`).
+        Every process that builds the model (the ranks, the single-process reference, torch's) cuts it here."""
+        if self.split_points is not None:
+            return self.split_points
+        if self.kind != "transformer" or not 1 <= num_stages <= self.num_units:
+            return None
+        from pipesim.cost.description import shape_split  # the planner's pricing, loaded by runs that use it
+
+        return shape_split(self.transformer, num_stages, microbatch_size, recompute)
 
     def describe_units(self) -> str:
         if self.kind == CUSTOM:

@@ -1,4 +1,4 @@
-"""The run's straggler configs (issue 30): what it computes (the model, or each action's simulated cost slept) and
+"""The run's straggler configs: what it computes (the model, or each action's simulated cost slept) and
 what it injects (a slow rank, a slow link). Two sections of `pipesim_executor.config.RunConfig`, their flags
 generated from the fields like every other section's.
 

@@ -1,4 +1,4 @@
-"""The Python API checks its arguments where a user calls it (issue 32 item 7): a wrong type is a TypeError (a bad
+"""The Python API checks its arguments where a user calls it: a wrong type is a TypeError (a bad
 value a ValueError) naming the argument and what it takes, never an AttributeError from deep inside; and every
 function `pipesim.__all__` exposes is covered here."""
 

@@ -1,4 +1,4 @@
-"""docs/api.md and pipesim's public surface (issue 25): every example on the page runs, the surface is exactly
+"""docs/api.md and pipesim's public surface: every example on the page runs, the surface is exactly
 `__all__`, and `import pipesim` stays light."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def test_every_example_on_the_api_page_runs(capsys) -> None:
 
 
 def test_every_example_pastes_into_pythons_prompt() -> None:
-    """Catches a block that runs as a file but not pasted at `>>>` (issue 34): the prompt ends an indented block
+    """Catches a block that runs as a file but not pasted at `>>>`: the prompt ends an indented block
     only at a blank line, so an unindented line right after a `for` loop's body is a SyntaxError there. Each
     line is fed as the interactive console feeds it (codeop), without running anything."""
     for number, block in enumerate(re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S), 1):

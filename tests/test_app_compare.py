@@ -38,7 +38,7 @@ def test_default_compares_the_planned_schedules(app: AppTest) -> None:
     frame = table(app)
     chosen = app.multiselect(key="cmp-schedules").value
     assert list(frame.index) == chosen == list(planned_schedule_names())  # the registry's `planned`
-    assert "naive" not in chosen  # its step would dwarf every other bar (issue 13 item 13)
+    assert "naive" not in chosen  # its step would dwarf every other bar
     expected = compare_schedules(chosen, 4, 8, CostModel.uniform(activation_bytes=MIB), num_virtual_stages=2)
     assert list(frame["step_ms"]) == pytest.approx([row.step_ms for row in expected])
     assert "makespan" not in frame.columns  # one name per quantity: the step time, as Simulate's card
@@ -59,7 +59,7 @@ def test_a_schedule_that_cannot_be_built_gets_a_reason(app: AppTest) -> None:
     submit(app, schedules=["1f1b", "interleaved-1f1b"], microbatches=9)  # 2 rounds of 4.5
     assert not app.exception and not app.error
     assert any("interleaved-1f1b" in w.value and "multiple" in w.value for w in app.warning)
-    frame = table(app)  # built rows only: no row of empty cells (issue 13 item 13)
+    frame = table(app)  # built rows only: no row of empty cells
     assert list(frame.index) == ["1f1b"] and not frame.isna().any().any()
 
 

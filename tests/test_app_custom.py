@@ -79,7 +79,7 @@ def test_deadlock_marks_the_cycle_and_links_the_dag(app: AppTest) -> None:
     assert "Deadlock" in app.error[0].value and "waits at" in app.error[0].value
     cells = highlighted_cells(problem_table(app))
     assert (1, 0) in cells and (0, 1) in cells  # 1F1 and 0B0 are in the cycle
-    app.button(key="custom-dag").click().run()  # opens the DAG page on this schedule (issue 13 item 11)
+    app.button(key="custom-dag").click().run()  # opens the DAG page on this schedule
     assert app.radio(key="dag-origin").value == "Custom schedule (Custom page)"
     titles = chart_titles(app)
     assert titles and "custom" in titles[0] and "1f1b" not in titles[0]

@@ -1,4 +1,4 @@
-"""AppTest of a newcomer's way in (issue 23 item 13): the landing section in the order a user works, the tour
+"""AppTest of a newcomer's way in: the landing section in the order a user works, the tour
 that runs without typing, the glossary, the Plan page's presets, and the Run page's empty state."""
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ def test_verify_runs_again_for_the_same_plan_and_shows_the_comparison(app: AppTe
     first, second = seen["paths"]
     assert first.stem != second.stem and first.parent == second.parent
     assert seen["top"] == 2 and seen["steps"] == 3
-    assert "runs" not in first.parts[-2:]  # beside the runs folder, not in it (issue 23 item 5)
+    assert "runs" not in first.parts[-2:]  # beside the runs folder, not in it
     cards = {m.label: m.value for m in app.metric}
     assert cards["Rank correlation (Spearman)"] == "+1.00" and cards["Recommended vs measured best"] == "+0.0%"
     frame = app.dataframe[-1].value

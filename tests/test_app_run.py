@@ -145,7 +145,7 @@ def test_cancel_ends_the_run(app: AppTest, runs: Path, fake_launcher: list) -> N
     write_run(runs, handle.run_dir.name, status="cancelled", message="cancelled by the caller", measured=False)
     app.button(key="run-cancel").click().run()
     assert handle.cancelled
-    assert not app.error  # a cancel is not a crash (issue 13 item 4): said calmly, no red box
+    assert not app.error  # a cancel is not a crash: said calmly, no red box
     assert "Run cancelled: cancelled by the caller" in app.info[0].value
     assert not app.exception
 

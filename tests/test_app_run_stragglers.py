@@ -1,4 +1,4 @@
-"""AppTest of the Run page's stragglers (issue 30): what the run injected, and what was found, in words."""
+"""AppTest of the Run page's stragglers: what the run injected, and what was found, in words."""
 
 from __future__ import annotations
 

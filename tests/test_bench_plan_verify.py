@@ -1,4 +1,4 @@
-"""bench/bench_plan_verify.py's comparison of two profiles' plans (issue 29): how far apart their predictions are,
+"""bench/bench_plan_verify.py's comparison of two profiles' plans: how far apart their predictions are,
 and how many of the second's fall inside the first's 90% interval. Pure: plans written by hand."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sizes no input can exceed (issue 20 item 2): the documented limits, the one bounded reader every file goes
+"""Sizes no input can exceed: the documented limits, the one bounded reader every file goes
 through, run listings that survive damaged folders, balancing that scales, and replicas that keep prices finite.
 
 Each probe of the issue is here with its input: it must end in a one-line error naming the user's file (exit 2)
@@ -122,7 +122,7 @@ def test_replicas_and_latencies_past_the_limits_are_refused(capsys):
     assert cli.main([*probe, "--data-parallel", "1000000000", "--dp-latency", "1e3"]) == 2
     _one_line_error(capsys, f"at most {MAX_REPLICAS:,} data-parallel replicas")
     assert cli.main([*probe, "--data-parallel", "8", "--dp-latency", "1e300"]) == 2
-    _one_line_error(capsys, "--dp-latency: expected a number >= 0 and <= 1e+12")  # read as the flag is (issue 35)
+    _one_line_error(capsys, "--dp-latency: expected a number >= 0 and <= 1e+12")  # read as the flag is
     assert cli.main([*probe, "--data-parallel", "8", "--dp-bandwidth", "1e-300"]) == 2
     _one_line_error(capsys, "--dp-bandwidth: expected a number >= 1e-09")
 

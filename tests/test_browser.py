@@ -216,7 +216,7 @@ def test_export_downloads_are_real_files(page, app_url: str, tmp_path: Path) -> 
     assert "<html" in text and "plotly" in text.lower() and "1f1b" in text
 
     # Images are made when their button is clicked (the button's deferred data), through one browser kept for the
-    # server, and styled as the page shows the chart (issue 23 item 16).
+    # server, and styled as the page shows the chart.
     with page.expect_download(timeout=180_000) as png_download:
         page.get_by_role("button", name="PNG", exact=True).click()
     png = tmp_path / "gantt.png"
@@ -441,7 +441,7 @@ def test_a_run_of_the_command_line_shows_live_with_cancel(page, app_url: str, ru
 
 
 def test_the_app_fetches_nothing_from_the_network(page, app_url: str) -> None:
-    """Catches (issue 34) a request outside the app's own server, which fails offline: a Material icon as the
+    """Catches a request outside the app's own server, which fails offline: a Material icon as the
     page's icon made the browser fetch it from fonts.gstatic.com (app.py now gives a local one)."""
     outside: list[str] = []
     page.on("request", lambda request: outside.append(request.url) if not request.url.startswith(

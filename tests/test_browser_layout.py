@@ -25,7 +25,7 @@ from tests.test_browser import (  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.browser
 
-# Every page, the Simulate page at the sizes the issue saw truncated (8 ranks, 32 x 1024), and the what-if (issue 30).
+# Every page, the Simulate page at the sizes the issue saw truncated (8 ranks, 32 x 1024), and the what-if.
 VIEWS = (
     "",
     "?ranks=8",

@@ -219,7 +219,7 @@ def test_compare_custom_dag_and_separators(page, app_url: str) -> None:  # noqa:
     overlaps = page.evaluate(LABELS_OVERLAPPING)
     assert overlaps == [], overlaps
 
-    # a link's huge value is named in the URL notice (issue 35); the same value typed is refused beside its field,
+    # a link's huge value is named in the URL notice; the same value typed is refused beside its field,
     # printed with separators
     page.goto(f"{app_url}/?microbatches=100000000")
     page.get_by_test_id("stAlert").filter(has_text="microbatches").first.wait_for(timeout=60_000)

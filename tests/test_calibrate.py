@@ -28,7 +28,7 @@ def record(offset: float) -> dict:
 
 def test_summarise_takes_medians_and_nets_out_receive_waits():
     """The dispatch gap is each kind's median weighted by its count: catches the median over every action, which a
-    split backward's W (a 15 us gap) sets for the F and I gaps too (issue 18)."""
+    split backward's W (a 15 us gap) sets for the F and I gaps too."""
     summary = summarise([record(0.0), record(100.0), record(200.0)])
     assert summary["durations_ms"]["0"]["F"] == pytest.approx(1.0)
     assert summary["durations_ms"]["0"]["B"] == pytest.approx(3.6)

@@ -1,4 +1,4 @@
-"""`pipesim plan --calibrate-from RUN_DIR` (issue 18): the description's device rate and per-action terms fitted to
+"""`pipesim plan --calibrate-from RUN_DIR`: the description's device rate and per-action terms fitted to
 a run, checked on a run folder whose truth is known (a simulated step of a known device, written as a run)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Gantt chart at scale and its options (issue 13): binned past MAX_EXACT_BARS, colour by kind, chunk or
+"""The Gantt chart at scale and its options: binned past MAX_EXACT_BARS, colour by kind, chunk or
 microbatch, a time window, hover text that says what the bar is, labels that fit."""
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def test_every_argument_has_help(parser):
 
 @pytest.mark.parametrize("parser", [pipesim_parser, executor_cli.build_parser], ids=["pipesim", "executor"])
 def test_every_flag_with_a_default_shows_it_and_every_command_its_exit_statuses(parser):
-    """Catches (issue 34) a flag whose default the help leaves out (plan --optimizer, doctor --timeout), a flag
+    """Catches a flag whose default the help leaves out (plan --optimizer, doctor --timeout), a flag
     generated from a config field with a default that its help does not show, and a command without the
     exit-status epilogue or a description (synthesize, list)."""
     built = parser()

@@ -1,4 +1,4 @@
-"""The command line does no work a command does not need (issue 21): `list` imports the registry alone, and a
+"""The command line does no work a command does not need: `list` imports the registry alone, and a
 large JSON output is written by json's C encoder (compact), a small one indented for people who read it."""
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def test_prediction_error_sign_and_guard():
 
 
 def test_memory_is_printed_in_binary_units():
-    """One unit system (issue 13, item 6): a stash count is not printed where bytes are meant, and bytes are KiB/MiB."""
+    """One unit system: a stash count is not printed where bytes are meant, and bytes are KiB/MiB."""
     from pipesim.analysis.compare import ComparisonRow, format_table
     from pipesim.units import format_bytes
 

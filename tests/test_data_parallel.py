@@ -83,7 +83,7 @@ def test_issue_command_writes_the_timeline_with_the_all_reduce_the_prediction_an
     measured = read_json(out / "measured.json")
     assert measured["data_parallel"] == 2 and measured["dtype"] == "bf16"
     timeline = timeline_from_dict(measured)
-    assert timeline.num_ranks == 2  # pipeline ranks, each span tagged with its replica (issue 18)
+    assert timeline.num_ranks == 2  # pipeline ranks, each span tagged with its replica
     assert {(s.replica, s.rank) for s in timeline.spans} == {(0, 0), (0, 1), (1, 0), (1, 1)}
     for replica in (0, 1):
         for rank in (0, 1):

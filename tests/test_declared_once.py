@@ -1,10 +1,13 @@
-"""Things declared once (issue 32 item 5): a copy that drifts from its original fails here."""
+"""Things declared once: a copy that drifts from its original fails here."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import fields
+from pathlib import Path
 
 from pipesim.io.run_record import RunOutputs
+from pipesim.schedules import schedule_names
 from pipesim_executor.host import run_folder
 from pipesim_executor.host.run_folder import RunResult
 
@@ -43,3 +46,29 @@ def test_the_bubble_formulas_agree_between_the_metrics_and_the_functions():
     metrics = compute_metrics(timeline)
     assert metrics.bubble_fraction == bubble_fraction(timeline) and metrics.bubble_ratio == bubble_ratio(timeline)
     assert [r.bubble_fraction for r in metrics.ranks] == [bubble_fraction(timeline, r) for r in range(4)]
+
+
+def _name_tests(source: str, names: set[str]) -> list[int]:
+    """Lines of `source` that compare something with a registered family's name (==, !=, in a literal)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Constant) and isinstance(inner.value, str) and inner.value.lower() in names:
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_outside_the_registry_tests_a_familys_name():
+    """A family's facts live in its registry entry (placement, chunks, split backward, its in-situ class): a module
+    that asks `name == "1f1b"` instead keeps a second copy, which a new or renamed family silently misses."""
+    root = Path(__file__).resolve().parent.parent
+    names = {name.lower() for name in schedule_names()}
+    found = []
+    for folder in ("pipesim", "pipesim_executor", "app_pages"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.parent.name == "schedules":
+                continue
+            found += [f"{path.relative_to(root)}:{line}" for line in _name_tests(path.read_text(), names)]
+    assert not found, "read the registry's facts instead of testing a family's name: " + ", ".join(found)
+    assert _name_tests('profile = name == "1f1b" or kind in ("ZBV", "x")', names) == [1, 1]

@@ -1,4 +1,4 @@
-"""`python -m executor doctor` (issue 24): its checks, its report, its GPU wiring with fakes, and the no-GPU path
+"""`python -m executor doctor`: its checks, its report, its GPU wiring with fakes, and the no-GPU path
 end to end on this CPU machine (torchrun, gloo; with streamlit, plotly, kaleido and pandas made unimportable in
 every process: a GPU machine with torch, and numpy, which torch.distributed's object collectives need, must run
 it)."""
@@ -212,8 +212,8 @@ def test_the_doctors_plumbing_with_one_real_run(
     are real) and the other four answered with COPIES of that run's result, renamed (every launch costs torchrun
     and two ranks importing torch). So the checks below pass on the fp32 1f1b run's losses and timeline whatever
     the bf16, zbv or interleaved runs would have done: this tests the report, its files, the installed version
-    and a folder that `list` keeps apart from the runs (issue 34). Each check's own logic is tested above on
-    runs made for it; bench/bench_doctor.py runs all five for real."""
+    and a folder that `list` keeps apart from the runs instead of calling it damaged. Each check's own logic is
+    tested above on runs made for it; bench/bench_doctor.py runs all five for real."""
     real_run, first = doctor._run, []
 
     def one_real_run(spec: doctor.Spec, out: Path, say) -> dc.DoctorRun:
@@ -246,7 +246,7 @@ def test_the_doctors_plumbing_with_one_real_run(
 
 
 def test_prediction_verdicts() -> None:
-    """Catches an error printed without a word on it (issue 34): good within 10%; a busy machine is not judged
+    """Catches an error printed without a word on it: good within 10%; a busy machine is not judged
     (steps varying more than 10%, or more load than cores); otherwise off, saying which way."""
     assert doctor.prediction_verdict(-0.05, 0.02, 0.5, 2) == "good (within 10%)"
     assert doctor.prediction_verdict(-0.628, 0.25, 1.0, 2).startswith("not judged: the machine was busy (step times")
@@ -256,7 +256,7 @@ def test_prediction_verdicts() -> None:
 
 
 def test_a_doctor_folder_is_kept_apart_from_the_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Catches the doctor's folder listed as a damaged run (issue 34), by `list` and by the app (both read
+    """Catches the doctor's folder listed as a damaged run, by `list` and by the app (both read
     list_runs), while a folder that is damaged is still listed as such."""
     (tmp_path / "doc").mkdir()
     (tmp_path / "doc" / "doctor.json").write_text('{"status": "running"}')

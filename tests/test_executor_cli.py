@@ -80,7 +80,7 @@ def test_failed_run_exits_1(tmp_path, monkeypatch, capsys):
 
 def test_an_out_folder_that_cannot_be_made_is_one_line(tmp_path, monkeypatch, capsys):
     """issue 9 item 5: --out under a file (as on a read-only or full disk): one line, no half-made folder; exit 1,
-    an output that cannot be written, not a usage error (issue 19 item 8)."""
+    an output that cannot be written, not a usage error."""
     started = []
     monkeypatch.setattr(phase.subprocess, "Popen", lambda *a, **k: started.append(a))
     (tmp_path / "file").write_text("x")

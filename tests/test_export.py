@@ -46,8 +46,8 @@ def test_images_without_a_browser_raise_export_unavailable(figure, monkeypatch, 
 
 @pytest.mark.parametrize("fmt", ["png", "svg", "pdf"])
 def test_images_without_kaleido_name_the_extra_that_brings_it(figure, monkeypatch, fmt):
-    """Catches "needs Chromium, and none was found" while Chromium is on the PATH and what is missing is kaleido
-    (issue 34): the message names pipesim[export], not a browser."""
+    """Catches "needs Chromium, and none was found" while Chromium is on the PATH and what is missing is kaleido:
+    the message names pipesim[export], not a browser."""
     monkeypatch.setattr(export, "kaleido_installed", lambda: False)
     monkeypatch.setattr(export, "find_browser", lambda: "/usr/bin/chromium")
     with pytest.raises(export.ExportUnavailable) as info:
@@ -60,7 +60,7 @@ def test_images_without_kaleido_name_the_extra_that_brings_it(figure, monkeypatc
 
 def test_html_inlines_the_apps_cartesian_bundle(figure):
     """Catches the command line's --html inlining plotly's full 4.6 MB bundle while the app's export inlines the
-    cartesian one (issue 34): the same file, found in the checkout (static/) and installed (pipesim_app/static/)."""
+    cartesian one: the same file, found in the checkout (static/) and installed (pipesim_app/static/)."""
     bundle = export.cartesian_bundle()
     assert bundle is not None and len(bundle) < 2_000_000
     page = export.figure_bytes(figure, "html").decode("utf-8")

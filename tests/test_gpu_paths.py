@@ -1,4 +1,4 @@
-"""The GPU-only paths, checked on the CPU (issue 24): staged copies, ranks sharing a GPU, NCCL's teardown barrier.
+"""The GPU-only paths, checked on the CPU: staged copies, ranks sharing a GPU, NCCL's teardown barrier.
 
 * Staged mode (ranks share a GPU, transfers through host memory): the copy of an action's output to host memory
   and of its input back to the GPU are inside that action's span, once each; the link then carries, and the

@@ -144,7 +144,7 @@ def test_a_failed_write_names_the_users_path_and_leaves_nothing(tmp_path, capsys
         code, _, err = run(
             capsys, "simulate", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--json", str(path)
         )
-        assert code == 1 and str(path) in err and ".tmp" not in err  # an unwritable output: exit 1 (issue 19)
+        assert code == 1 and str(path) in err and ".tmp" not in err  # an unwritable output: exit 1
     finally:
         folder.chmod(0o700)
     assert not list(folder.iterdir())

@@ -1,4 +1,4 @@
-"""Each in-situ stage's own factor (issue 29): a stage of the very cut the in-situ steps ran is priced with the
+"""Each in-situ stage's own factor: a stage of the very cut the in-situ steps ran is priced with the
 factor measured on it, any other stage with its class's median over the stages."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A prediction with its interval (issue 29): every action's time drawn from its spread, every draw simulated at
+"""A prediction with its interval: every action's time drawn from its spread, every draw simulated at
 once. No spread gives the deterministic step exactly; draws are seeded; the penalty grows with the spread; the
 CLI's simulate and compare report step_ms, step_ms_p05 and step_ms_p95."""
 

@@ -345,7 +345,7 @@ def test_analyse_run_writes_the_simulated_timeline(tmp_path):
     assert out["prediction_error"] == pytest.approx((expected - 22.0) / 22.0)
     simulated = json.loads((tmp_path / "simulated.json").read_text())
     assert simulated["source"] == "simulated" and simulated["predicted_step_ms"] == pytest.approx(expected)
-    trace = json.loads((tmp_path / TRACE_FILE).read_text())  # the one-file Perfetto view (issue 14)
+    trace = json.loads((tmp_path / TRACE_FILE).read_text())  # the one-file Perfetto view
     assert trace["otherData"]["views"] == ["simulated", "measured"]
     assert sum(e["ph"] == "s" for e in trace["traceEvents"]) == 2 * 4  # gpipe 2x2: 2 activations + 2 gradients
     # the timeline holds one step but three step times were claimed: no analysis, and the reason is kept
@@ -405,7 +405,7 @@ def test_list_runs_newest_first_and_damaged_folders_said_so(tmp_path, monkeypatc
 @pytest.mark.torchrun
 def test_real_two_rank_run_with_profile_and_reference(tmp_path):
     # lr 0.5: later losses then depend on the gradients enough that a 1% gradient error would show (below)
-    # --torch-profile too (issue 14): no extra launch, and it must not change what is computed (losses below)
+    # --torch-profile too: no extra launch, and it must not change what is computed (losses below)
     config = cpu_config(profile=True, reference=True, steps=3, lr=0.5, torch_profile=True)
     handle = launch.start_run(config, runs_root=tmp_path, name="e2e")
     result = handle.wait(timeout=300)

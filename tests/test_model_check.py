@@ -1,4 +1,4 @@
-"""A user's model is never imported or called by the launcher's own process (issue 20 item 1).
+"""A user's model is never imported or called by the launcher's own process.
 
 From the command line (`python -m executor run --model ...`) and from the Run page (AppTest), each of the issue's
 names: `sys:exit` and `builtins:quit` (once exit 0 with no output), `os:abort` (once killed the web server),

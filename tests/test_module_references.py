@@ -1,6 +1,6 @@
-"""Every module the code, its docstrings, its help texts and its documents name exists (issue 32 item 6).
+"""Every module the code, its docstrings, its help texts and its documents name exists.
 
-Modules move (the package split of issue 25 renamed most of them) and prose does not follow by itself: this
+Modules move (a package split once renamed most of them) and prose does not follow by itself: this
 finds each dotted name (`pipesim.sim.steps`), each `-m` module and each checkout path (`pipesim/cli/plan.py`)
 in every tracked .py and .md file and in every command's `--help`, and checks that it resolves.
 """
@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers.module_refs import ROOT, unresolved
+from tests.helpers.module_refs import ROOT, short_unresolved, unresolved
 
 # Named on purpose though absent: the design's worked example of a new family (a module a contributor would
 # write), and a test that asks pipesim for a name it does not have.
@@ -80,3 +80,20 @@ def test_the_finder_sees_stale_names():
         "pipesim/cli_plan.py",
     ]
     assert not unresolved("pipesim.sim.steps, pipesim.semantics.lower.comm_plan, -m pipesim_executor.rank.worker")
+
+
+def test_the_design_map_names_only_what_exists():
+    """docs/design.md, the code's map: every full name and path resolves (above, with every document), and so does
+    every short one, `Class.member` or a module by its tail, read from the source with ast (nothing imported)."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    stale = [f"docs/design.md:{n}: {ref} ({kind})" for n, kind, ref in unresolved(text) if ref not in HYPOTHETICAL]
+    stale += [f"docs/design.md:{line}: {ref}" for line, ref in short_unresolved(text)]
+    assert not stale, "the design map names what does not exist:\n" + "\n".join(stale)
+
+
+def test_the_short_name_finder_sees_stale_names():
+    text = (
+        "`lod.MAX_EXACT_BARS`, `charts.gantt.MAX_EXACT_BARS`, `UnitProfile.spread`, `UnitProfile.spreads`, "
+        "`ModelDescription.num_layers`, `lower.crossing_stage()`, `st.cache_data`, `cost.json`"
+    )
+    assert [ref for _, ref in short_unresolved(text)] == ["lod.MAX_EXACT_BARS", "UnitProfile.spreads"]

@@ -1,4 +1,4 @@
-"""examples/quickstart.ipynb runs from top to bottom (issue 25): executed by a Jupyter kernel, as a user runs it,
+"""examples/quickstart.ipynb runs from top to bottom: executed by a Jupyter kernel, as a user runs it,
 from the notebook's own folder (Jupyter's default) and without PYTHONPATH, so `import pipesim` finds the package
 installed in the environment (scripts/setup.sh installs the checkout editable, issue 34); a cell that raises fails
 the test with the cell's error."""

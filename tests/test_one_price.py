@@ -1,4 +1,4 @@
-"""One price for each thing (issue 19): `simulate` and `compare` give the same step for the same inputs.
+"""One price for each thing: `simulate` and `compare` give the same step for the same inputs.
 
 Both are run through the command line's own code paths (`pipesim.cli.main.main`, reading the JSON each writes),
 so a difference in how either reads the costs, cuts them per chunk, or charges the data-parallel reduction shows.

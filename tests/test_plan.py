@@ -32,7 +32,7 @@ PLAN_KEYS = {
     "recompute",
     "split",
     "step_ms",
-    "makespan_ms",  # deprecated, kept for one version (issue 19)
+    "makespan_ms",  # deprecated, kept for one version
     "throughput",
     "peak_memory_bytes",
     "fits",

@@ -1,4 +1,4 @@
-"""The planner's predictions with their intervals, and the sizes it may predict at all (issue 29): a profile keeps
+"""The planner's predictions with their intervals, and the sizes it may predict at all: a profile keeps
 its spread (and a file without one still loads), candidates that can win are sampled (their point is the median
 of the draws, inside their interval), a size outside the profile is refused with the command that measures it, or
 planned and marked extrapolated, with a wider interval, and never recommended while a measured size fits."""

@@ -1,4 +1,4 @@
-"""Pruning changes nothing the plan reports (issue 31): over random grids, the pruned search names the same best,
+"""Pruning changes nothing the plan reports: over random grids, the pruned search names the same best,
 the same runners-up, the same top K and the same Pareto front as the exhaustive one, with the same numbers and the
 same reasons a candidate cannot be built; and every bound it prunes by is below the truth it stands for."""
 

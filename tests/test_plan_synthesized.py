@@ -1,4 +1,4 @@
-"""Synthesized orders in the planner (issue 31, item 4): `plan --schedules ...,synthesized` adds one per shape,
+"""Synthesized orders in the planner: `plan --schedules ...,synthesized` adds one per shape,
 recommends it where it is faster, writes its CSV, and refuses a bad budget before any work."""
 
 from __future__ import annotations

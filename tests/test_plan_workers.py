@@ -1,4 +1,4 @@
-"""The planner's evaluation order and processes change nothing (issue 21): shape by shape, in a pool of processes or
+"""The planner's evaluation order and processes change nothing: shape by shape, in a pool of processes or
 in one, every candidate gets the numbers the one-process grid gives, in grid order, with progress reported."""
 
 from __future__ import annotations

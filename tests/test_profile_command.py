@@ -1,4 +1,4 @@
-"""`python -m executor profile` (issue 18): refusals before anything starts, and one real profile of a tiny model
+"""`python -m executor profile`: refusals before anything starts, and one real profile of a tiny model
 that `pipesim plan --cost` plans from."""
 
 from __future__ import annotations

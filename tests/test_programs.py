@@ -1,4 +1,4 @@
-"""Program names as the user started the program (issue 34, item 1): `pipesim` and `pipesim-run` under the console
+"""Program names as the user started the program: `pipesim` and `pipesim-run` under the console
 scripts, `python -m pipesim` / `python -m executor` / `python -m pipesim_executor` by module, in every help text,
 error line and hint; `plan --verify` prints the command it runs, runnable as printed."""
 

@@ -1,4 +1,4 @@
-"""Terminal output (issue 34, item 5): a progress bar on stderr only where stderr is a terminal; the launcher's
+"""Terminal output: a progress bar on stderr only where stderr is a terminal; the launcher's
 JSON event lines on stdout with --events or where stdout is not a terminal; the default plan tries chunk counts
 only where the family takes them."""
 

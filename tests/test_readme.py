@@ -1,4 +1,4 @@
-"""The README's facts that can drift from the code (issue 34): every image it shows exists, the dependency lists
+"""The README's facts that can drift from the code: every image it shows exists, the dependency lists
 it gives are pyproject.toml's, and requirements.txt holds the exact versions it says it holds."""
 
 from __future__ import annotations

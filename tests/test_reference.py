@@ -59,7 +59,7 @@ def test_launcher_records_when_there_is_no_reference(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "torchrun_command", lambda config, run_dir, **_: [sys.executable, "-c", "pass"])
     config = run_config(schedule="naive", num_ranks=2, num_microbatches=2, batch_size=4, device="cpu", reference=True)
     result = launch.run(config, runs_root=tmp_path)
-    assert result.status == "partial"  # the run itself went well, the part asked for did not happen (issue 9)
+    assert result.status == "partial"  # the run itself went well, the part asked for did not happen
     assert result.reference["torch_schedule"] is None and "no schedule equivalent" in result.reference["error"]
     assert "no reference run" in result.message
 

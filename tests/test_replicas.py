@@ -1,4 +1,4 @@
-"""Every data-parallel replica in a measured timeline (issue 18): spans carry their replica through every copy, every
+"""Every data-parallel replica in a measured timeline: spans carry their replica through every copy, every
 file and every view, and the comparisons with the per-replica simulation read replica 0."""
 
 from __future__ import annotations

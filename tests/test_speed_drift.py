@@ -1,4 +1,4 @@
-"""The machine's drift between a profile's in-situ rounds (issue 29): read off the rounds beyond the steps' own
+"""The machine's drift between a profile's in-situ rounds: read off the rounds beyond the steps' own
 noise, kept in the profile, and drawn once per sampled step for every action together."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`-` means standard output for every --json and --csv output of both command lines (issue 32 item 7): the data
+"""`-` means standard output for every --json and --csv output of both command lines: the data
 goes to stdout, the words to stderr, and no file named `-` is made."""
 
 from __future__ import annotations

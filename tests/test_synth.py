@@ -317,3 +317,19 @@ def test_cost_file_with_the_wrong_stage_count_is_refused(tmp_path, capsys):
             "--csv", str(tmp_path / "a.csv"), "--json", str(tmp_path / "a.json")]  # fmt: skip
     assert main(argv) == 2
     assert "3 stages" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("chunks", [None, 3])
+def test_synthesis_places_stages_as_each_registered_family_of_its_placement(chunks):
+    """Synthesis reads the registry's placement rule: for every family, a problem of the family's placement holds
+    the stages per rank and the stage-to-rank map the family's own build does."""
+    for name in schedule_names():
+        info = schedule_info(name)
+        requested = chunks if info.takes_chunks else None
+        built = build_schedule(name, 3, 6, **options_for(name, num_virtual_stages=requested))
+        cost = cost_from_times([1.0] * built.num_stages, [2.0] * built.num_stages, [0.5] * built.num_stages, [0.1])
+        problem = SynthesisProblem(
+            3, 6, cost, placement=info.placement, num_virtual_stages=requested, memory_limit=float(built.num_stages)
+        )
+        assert problem.chunks == info.chunks_per_rank(requested) == built.num_stages // 3, name
+        assert problem.stage_to_rank == tuple(built.stage_to_rank), name

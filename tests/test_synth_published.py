@@ -1,4 +1,4 @@
-"""Synthesis against the Zero Bubble paper's published figures (issue 31, item 3): its definitions reproduce its
+"""Synthesis against the Zero Bubble paper's published figures: its definitions reproduce its
 Table 5 for the named schedules, synthesis reaches its searched ZB-2p, and the lower bound counts the memory."""
 
 from __future__ import annotations

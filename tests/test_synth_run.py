@@ -1,4 +1,4 @@
-"""A synthesized schedule run for real (issue 22, item 5): `python -m pipesim synthesize` writes torch's CSV, and
+"""A synthesized schedule run for real: `python -m pipesim synthesize` writes torch's CSV, and
 `python -m executor run --schedule-file` trains with it under torchrun on CPU, with the losses of one process
 training the whole model on the whole batch."""
 

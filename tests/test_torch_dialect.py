@@ -1,4 +1,4 @@
-"""torch's older schedule dialect (issue 20 item 6): `B` for the input half of a split backward, `BW` for the full
+"""torch's older schedule dialect: `B` for the input half of a split backward, `BW` for the full
 backward, as in torch's own test artifacts `zb1p_2rank_2stagep_compute.csv` and `zb1p_2rank_2stagep_comms.csv`.
 
 The files here have the artifacts' shape, written by the tests: torch's interleaved zero bubble order for 2 ranks,

@@ -1,4 +1,4 @@
-"""A model profiled unit by unit (issue 18): the size curves and their fit, the cost file's version 2, and the
+"""A model profiled unit by unit: the size curves and their fit, the cost file's version 2, and the
 planner pricing every candidate from it through the one step-time function."""
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ IN_SITU_OF = {  # a candidate's class (split backward, chunked) -> the class who
 def stage_kinds_here(p: UnitProfile, size: int, start: int, stop: int, scale: dict) -> dict[str, float]:
     """A stage's times by the rule written out here: at each profiled size, timed whole where the profile did,
     else the units' shares plus the constants of a cut start and a cut end, scaled by its class's in-situ factors;
-    then read at `size` off the closest non-decreasing fit over the profiled sizes (issue 29)."""
+    then read at `size` off the closest non-decreasing fit over the profiled sizes."""
 
     def at(s: int) -> dict[str, float]:
         if (s, start, stop) in p.stages:

@@ -1,4 +1,4 @@
-"""verify-plan's interleaved rounds, confidence intervals and groups (issue 29), on synthetic runs (a fake launcher).
+"""verify-plan's interleaved rounds, confidence intervals and groups, on synthetic runs (a fake launcher).
 The second verification in the same runs folder, for real, is part of tests/test_verify.py's real run (one
 torchrun start-up less)."""
 
@@ -79,7 +79,7 @@ def test_a_second_verification_runs_for_real_in_the_same_folder(plan_file, tmp_p
 
 def test_the_json_carries_intervals_groups_and_whether_the_median_is_inside(plan_file, tmp_path, monkeypatch):
     plan = json.loads(plan_file.read_text())
-    for c in plan["candidates"]:  # the prediction half (issue 29 item 2) writes these keys: here by hand
+    for c in plan["candidates"]:  # the prediction half writes these keys: here by hand
         if c.get("step_ms") is not None:
             c.update(
                 step_ms_p05=c["step_ms"] * 0.9, step_ms_p95=c["step_ms"] * 1.1, extrapolated=c["microbatch_size"] > 1

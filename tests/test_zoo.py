@@ -1,4 +1,4 @@
-"""The model zoo (issue 29): every model builds, keeps the factory contract and trains a step; each has the shape it
+"""The model zoo: every model builds, keeps the factory contract and trains a step; each has the shape it
 is in the zoo for; each imports only torch (examples ship as a package of plain modules)."""
 
 from __future__ import annotations

@@ -18,27 +18,31 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages.parts.state import MAX_ACTIONS, check_limits
-from pipesim import schedules
-from pipesim.analysis.attribution import attribute_run
-from pipesim.analysis.compare import ComparisonRow, compare_schedules
-from pipesim.analysis.critical_path import critical_path
-from pipesim.analysis.replay import replay
-from pipesim.analysis.sensitivity import Sensitivity, rank_sensitivity
+from pipesim import api, schedules
+from pipesim.analysis import ComparisonRow, Sensitivity, attribute_run, compare_schedules, rank_sensitivity
+from pipesim.api import critical_path, replay
 from pipesim.charts import dag as charts_dag
 from pipesim.charts import gantt as charts
 from pipesim.charts import memory as charts_memory
 from pipesim.charts import overlay
-from pipesim.cost.model import CostModel
-from pipesim.cost.perturb import Perturbation
-from pipesim.io import formats, kineto
+from pipesim.cost import CostModel, Perturbation
+from pipesim.io import ImportedRun, import_trace_data, parse_trace, schedule_from_csv
 from pipesim.ir import Action, Schedule
-from pipesim.plan import synthesized as plan_synthesized
-from pipesim.plan.intervals import IntervalOptions, attach_intervals
-from pipesim.plan.search import Candidate, Evaluator, PlanInputs, PlanSpace, candidate_grid
+from pipesim.plan import (
+    Candidate,
+    Evaluator,
+    IntervalOptions,
+    PlanInputs,
+    PlanSpace,
+    attach_intervals,
+    candidate_grid,
+    materialise,
+    synthesized_candidates,
+)
 from pipesim.records import Timeline
 from pipesim.semantics.dag import DeadlockError, build_dag, dag_positions
 from pipesim.sim.metrics import Metrics, compute_metrics, inner_bubble_fraction
-from pipesim.sim.simulate import find_deadlock, simulate
+from pipesim.sim.simulate import find_deadlock
 from pipesim.sim.steps import simulate_step
 
 if TYPE_CHECKING:
@@ -79,7 +83,7 @@ def registered_schedule(name: str, num_ranks: int, num_microbatches: int, chunks
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def csv_schedule(text: str, name: str = "custom") -> Schedule:
-    schedule = formats.schedule_from_csv(text, name=name)
+    schedule = schedule_from_csv(text, name=name)
     check_limits(schedule.num_ranks, schedule.num_microbatches, schedule.num_actions)
     return schedule
 
@@ -100,12 +104,13 @@ def synthesis(named: Schedule, cost: CostModel, memory_limit: float, time_limit_
     from pipesim.synth import SynthesisProblem, synthesize  # loaded when asked: not on the first page's path
 
     info = schedules.schedule_info(named.name)
+    chunks = named.num_stages // named.num_ranks if schedules.placement_takes_chunks(info.placement) else None
     problem = SynthesisProblem(
         named.num_ranks,
         named.num_microbatches,
         cost,
         placement=info.placement,
-        num_virtual_stages=named.num_stages // named.num_ranks if info.placement == "interleaved" else None,
+        num_virtual_stages=chunks,
         memory_limit=memory_limit,
     )
     return synthesize(problem, time_limit_s)
@@ -198,7 +203,7 @@ def deadlock_cycle(schedule: Schedule) -> list[Action] | None:
 def deadlock_explanation(schedule: Schedule) -> str | None:
     """Who waits on whom, in the simulator's words (None when the schedule runs)."""
     try:
-        simulate(schedule, CostModel.uniform())
+        api.simulate(schedule)  # the uniform costs: the simulator's words on who waits
     except DeadlockError as error:
         return error.detail
     return None
@@ -233,7 +238,7 @@ def plan(
     if synth_budget_s is None:
         return candidates, {}
     with st.spinner(f"Synthesizing orders (up to {synth_budget_s:g} s)"):
-        made = plan_synthesized.synthesized_candidates(inputs, space, synth_budget_s)
+        made = synthesized_candidates(inputs, space, synth_budget_s)
     candidates += [m.candidate for m in made]
     return candidates, {m.candidate.label: m.schedule for m in made if m.schedule is not None}
 
@@ -245,7 +250,7 @@ def plan_candidate(
     """The schedule and cost model of one evaluated candidate (`synthesized`: its order, for a synthesized one),
     to draw and export it."""
     if synthesized is not None:
-        return plan_synthesized.materialise(inputs, candidate, synthesized)
+        return materialise(inputs, candidate, synthesized)
     return Evaluator(inputs).materialise(candidate)
 
 
@@ -261,10 +266,10 @@ def plan_sensitivity(
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def imported_run(files: tuple[tuple[str, bytes], ...]) -> tuple[kineto.ImportedRun, Timeline, dict | None]:
+def imported_run(files: tuple[tuple[str, bytes], ...]) -> tuple[ImportedRun, Timeline, dict | None]:
     """Uploaded profiler traces (name, bytes) -> the run they recorded, its replay and its attribution
     (None where the attribution cannot split a step). Bad traces raise ValueError (not cached)."""
-    run = kineto.import_trace_data([(name, kineto.parse_trace(name, raw)) for name, raw in files])
+    run = import_trace_data([(name, parse_trace(name, raw)) for name, raw in files])
     try:
         analysis = attribute_run(run.schedule, run.timeline, run.step_times_ms)
     except ValueError:
@@ -276,7 +281,7 @@ def imported_run(files: tuple[tuple[str, bytes], ...]) -> tuple[kineto.ImportedR
 def imported_stragglers(files: tuple[tuple[str, bytes], ...]) -> dict:
     """The stragglers and slow links in uploaded profiler traces (`pipesim.analysis.stragglers`, as `pipesim
     stragglers TRACE...` finds them: stages of equal cost assumed), as its JSON document."""
-    from pipesim.analysis.stragglers import find_stragglers
+    from pipesim.analysis import find_stragglers
 
     run, _, _ = imported_run(files)
     return find_stragglers(run.schedule, run.timeline).to_dict()

@@ -14,11 +14,8 @@ import streamlit as st
 
 from app_pages.parts import fields
 from app_pages.parts.state import COST, URL, kept, runs_root
-from pipesim.cost.convert import cost_from_times
-from pipesim.cost.description import DTYPE_BYTES, ModelDescription
-from pipesim.cost.model import CostModel
-from pipesim.io.cost_file import cost_from_dict, load_cost
-from pipesim.io.formats import parse_bounded_json
+from pipesim.cost import DTYPE_BYTES, CostModel, ModelDescription, cost_from_times
+from pipesim.io import cost_from_dict, load_cost, parse_bounded_json
 from pipesim.limits import MAX_COST_BYTES, MAX_COST_VALUES
 
 if TYPE_CHECKING:  # pandas only for the per-stage table: half a second of a cold start otherwise

@@ -69,7 +69,7 @@ def all_problems(text: str) -> tuple[Schedule | None, list[Problem]]:
     its backward...). The schedule is None unless the table has no problem the reader found. ValueError: too
     large for the app (the page's limits)."""
     from app_pages.parts.cached import csv_schedule
-    from pipesim.io.formats import CsvError
+    from pipesim.io import CsvError
 
     problems: list[Problem] = []
     grid = csv_grid(text)

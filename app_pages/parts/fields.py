@@ -1,4 +1,4 @@
-"""Number fields that say why a value is refused, next to the field (issue 33 item 3).
+"""Number fields that say why a value is refused, next to the field.
 
 A field bounded in the browser (`min_value`) refuses an out-of-range value with a small red "!" and keeps the old
 value without a word, so the page went on drawing the old chart. These fields have no browser bounds: the value

@@ -144,7 +144,7 @@ def tour_banner(page: str) -> None:
     target = st.session_state.pop("tour_page", None)
     index = st.session_state.get("tour")
     if target is not None and target != page:
-        # the stop's own settings in its URL (issue 33 item 6: the plan stop left a bare /plan)
+        # the stop's own settings in its URL (without them the plan stop left a bare /plan)
         query = TOUR[index].query() if index is not None and 0 <= index < len(TOUR) else {}
         st.switch_page(PAGE_PATHS[target], query_params=query)
     if index is None or not 0 <= index < len(TOUR) or TOUR[index].page != page:

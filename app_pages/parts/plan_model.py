@@ -1,6 +1,6 @@
-"""What the Plan page's predictions rest on: the preset a link names (its model restored, issue 33 item 6), a
+"""What the Plan page's predictions rest on: the preset a link names (its model restored), a
 calibration from a finished run (the description's device rate fitted to it, pipesim.analysis.calibration), and a
-notice when the predictions rest on an assumed device rate instead (issue 33 item 5).
+notice when the predictions rest on an assumed device rate instead.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import streamlit as st
 
 from app_pages.parts import plan_presets, state
-from pipesim.cost.description import ModelDescription
-from pipesim.plan.search import PlanInputs
+from pipesim.cost import ModelDescription
+from pipesim.plan import PlanInputs
 
 NO_CALIBRATION = "(none: rate assumed)"
 CALIBRATE_KEY = "plan-calibrate"
@@ -56,7 +56,7 @@ def calibration_picker() -> str | None:
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def _calibration(run_dir: str, stamp: float) -> Any:
-    from pipesim.analysis.calibration import calibrate_from_run
+    from pipesim.analysis import calibrate_from_run
 
     return calibrate_from_run(run_dir)
 

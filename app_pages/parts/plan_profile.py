@@ -2,7 +2,7 @@
 from the runs folder or uploaded. The planner then prices every candidate from what was measured on the devices
 (`PlanInputs.from_profile`, as `pipesim plan --cost` does), each with its 90% interval, and Verify rebuilds the
 profiled model from the plan (its `executor_model`). The profile's check against its own in-situ steps is shown
-beside the results (issue 29).
+beside the results.
 
 A profile, once picked, sets the page's microbatch sizes to the ones it measured (a size outside them is refused, as
 on the command line) and its optimizer to one it timed, unless the one already chosen was timed. A link that names
@@ -21,12 +21,11 @@ from typing import Any
 import streamlit as st
 
 from app_pages.parts import state
-from pipesim.analysis.profile_check import check_line, recorded_check
-from pipesim.cost.profile import UnitProfile
-from pipesim.io.bounded import read_bytes
-from pipesim.io.cost_file import cost_file_from_bytes
+from pipesim.analysis import check_line, recorded_check
+from pipesim.cost import UnitProfile
+from pipesim.io import cost_file_from_bytes, read_bytes
 from pipesim.limits import MAX_COST_BYTES
-from pipesim.plan.inputs import PlanInputs
+from pipesim.plan import PlanInputs
 from pipesim.programs import programs
 
 NO_PROFILE = "(none: the model description)"

@@ -1,4 +1,4 @@
-"""The Plan page's robustness to a slow device (issue 30 item 2): for each schedule family's fastest candidate that
+"""The Plan page's robustness to a slow device: for each schedule family's fastest candidate that
 fits, the step's growth with each pipeline rank in turn slower by the chosen factor, and the worst rank
 (`pipesim.analysis.sensitivity`, as `pipesim compare --sensitivity` reports it). Display only."""
 
@@ -9,8 +9,7 @@ import streamlit as st
 
 from app_pages.parts import cached, whatif, widgets
 from pipesim.ir import Schedule
-from pipesim.plan.report import best_per_schedule
-from pipesim.plan.search import Candidate, PlanInputs
+from pipesim.plan import Candidate, PlanInputs, best_per_schedule
 from pipesim.units import format_percent
 
 

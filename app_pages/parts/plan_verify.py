@@ -25,8 +25,8 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.parts import plot, widgets
+from pipesim.charts import IntervalRow
 from pipesim.charts import verify as charts_verify
-from pipesim.charts.verify import IntervalRow
 from pipesim.units import format_percent
 from pipesim_executor.host import verify
 
@@ -42,10 +42,7 @@ class VerifyJob:
     """One verification in progress or done: rows as they end, the comparison at the end."""
 
     plan_path: Path
-    top: int
-    steps: int
-    runs_root: Path
-    rounds: int = verify.DEFAULT_ROUNDS
+    settings: Any  # verify.VerifySettings
     rows: list[Any] = field(default_factory=list)
     latest: Any = None  # verify.VerifyProgress, the last one reported
     result: Any = None  # pipesim_executor.host.verify.Verification
@@ -61,12 +58,9 @@ class VerifyJob:
 
     def _run(self) -> None:
         try:
-            self.result = verify.verify_plan(
+            self.result = verify.verify_with(
                 self.plan_path,
-                self.top,
-                runs_root=self.runs_root,
-                steps=self.steps,
-                rounds=self.rounds,
+                self.settings,
                 on_row=self._row,
                 on_progress=self._progress,
                 cancel=self.cancelled,  # verify cancels the running candidate's run and skips the rest
@@ -93,7 +87,7 @@ class VerifyJob:
         from pipesim_executor.host import watch
 
         prefix = f"verify-{self.plan_path.stem}-"
-        going = [run for run in watch.running_runs(self.runs_root) if run.run_dir.name.startswith(prefix)]
+        going = [run for run in watch.running_runs(self.settings.runs_root) if run.run_dir.name.startswith(prefix)]
         return going[0] if going else None
 
     def cancel(self) -> None:
@@ -110,7 +104,7 @@ class VerifyJob:
             run.cancel()
         index = len(self.rows)
         within = float(run.progress) if run is not None else 0.0
-        text = f"candidate {min(index + 1, self.top)} of {self.top}"
+        text = f"candidate {min(index + 1, self.settings.top)} of {self.settings.top}"
         if self.latest is not None:  # verify's own count: runs over every round
             text = f"run {min(self.latest.index + 1, self.latest.total)} of {self.latest.total}, {self.latest.text}"
         if run is not None:
@@ -121,7 +115,7 @@ class VerifyJob:
                 text += ": starting"
         if self.latest is not None:
             return min(1.0, self.latest.fraction), text
-        return min(1.0, (index + within) / max(self.top, 1)), text
+        return min(1.0, (index + within) / max(self.settings.top, 1)), text
 
 
 @st.cache_resource(show_spinner=False)
@@ -133,7 +127,8 @@ def start(
     plan_path: Path, signature: str, top: int, steps: int, runs_root: Path, rounds: int = verify.DEFAULT_ROUNDS
 ) -> VerifyJob:
     """Start verifying the plan at `plan_path` (a file of its own), remembered under the plan's `signature`."""
-    job = VerifyJob(plan_path, top, steps, runs_root, rounds).start()
+    settings = verify.VerifySettings(top=top, steps=steps, runs_root=runs_root, rounds=rounds)
+    job = VerifyJob(plan_path, settings).start()
     _jobs()[signature] = job
     return job
 
@@ -146,7 +141,7 @@ def job_for(signature: str) -> VerifyJob | None:
 def noise_flag(measured_cv: float | None) -> str:
     """The Run page's noise flag for a candidate's run, in the same words: its step times' coefficient of
     variation against pipesim's threshold (pipesim.analysis.attribution.NOISY_STEP_CV, the Run page's `spread`)."""
-    from pipesim.analysis.attribution import NOISY_STEP_CV
+    from pipesim.analysis import NOISY_STEP_CV
     from pipesim.units import format_percent
 
     if measured_cv is None:

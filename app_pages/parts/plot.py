@@ -22,8 +22,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import streamlit as st
 
-from pipesim.charts import export
-from pipesim.charts.lanes import CRITICAL_COLOR
+from pipesim.charts import CRITICAL_COLOR, export
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"  # app_pages/parts/ -> the app's folder
 # The plotly.js version the plotly package is built against (plotly.offline.get_plotlyjs_version()); a test checks.

@@ -13,7 +13,7 @@ from typing import Any
 import streamlit as st
 
 from app_pages.parts import own_model, schedule_inputs, state
-from pipesim.cost.shape import TransformerShape
+from pipesim.cost import TransformerShape
 from pipesim.ir import Schedule
 from pipesim.schedules import options_for, schedule_info
 from pipesim_executor.config import (

@@ -9,11 +9,11 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.parts import plot, run_reference, run_stragglers, state, widgets
-from pipesim.analysis import attribution, overlay
+from pipesim.analysis import align, attribute_step, pick_step, steps_of
 from pipesim.charts import attribution as charts_attribution
 from pipesim.charts import gantt as charts
 from pipesim.charts import overlay as charts_overlay
-from pipesim.io.bounded import read_tail
+from pipesim.io import read_tail
 from pipesim.programs import programs
 from pipesim.units import format_bytes, format_ms, format_percent
 from pipesim_executor.host import predict, run_folder
@@ -69,7 +69,7 @@ def show(result) -> None:
     if result.prediction_source:  # a Plan page verification's run: the plan's figure, as the Plan page shows it
         st.caption(f"Predicted step time: {result.prediction_source}.")
 
-    steps = overlay.steps_of(measured)
+    steps = steps_of(measured)
     step = steps[-1] if steps else None
     if len(steps) > 1:
         # One step per screen: the overlay, its lost-time marks, the attribution bars and the per-action table all
@@ -103,11 +103,11 @@ def show(result) -> None:
             else "No simulation to compare with: launch with 'Profile first, then predict' to get one.",
             icon=":material/info:",
         )
-        figure = charts.gantt_figure(overlay.pick_step(measured, step), title=result.run_dir.name)
+        figure = charts.gantt_figure(pick_step(measured, step), title=result.run_dir.name)
     plot.show(figure, "run-overlay")
     widgets.figure_downloads(figure, f"{result.run_dir.name}-overlay", "run-overlay-export", sig)
     widgets.data_downloads(
-        overlay.pick_step(measured, step),
+        pick_step(measured, step),
         result.schedule,
         None,
         result.run_dir.name,
@@ -137,7 +137,7 @@ def _action_table(result, measured, step: int | None) -> None:
     """Each action of the drawn step, simulated against measured, with the run's one sign convention: predicted -
     measured, positive where the simulation is slower (as the prediction error on the cards)."""
     st.markdown(f"**Per action, step {step}**: predicted - measured")
-    diffs = overlay.align(result.simulated, measured, step)
+    diffs = align(result.simulated, measured, step)
     median_error = ((result.analysis or {}).get("prediction") or {}).get("action_error_median")
     if median_error is not None:
         st.caption(
@@ -176,7 +176,7 @@ def _lost_time(result, shown: int | None) -> list:
     if shown is None or not 0 <= shown < len(times):
         return []
     try:
-        return list(attribution.attribute_step(result.schedule, result.measured, shown, times[shown]).lost)
+        return list(attribute_step(result.schedule, result.measured, shown, times[shown]).lost)
     except ValueError:  # a timeline that is not this schedule's: the overlay still shows, without marks
         return []
 

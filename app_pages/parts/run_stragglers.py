@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pipesim.analysis.stragglers import describe
-from pipesim.cost.perturb import Perturbation
+from pipesim.analysis import describe
+from pipesim.cost import Perturbation
 
 
 def show(result) -> None:

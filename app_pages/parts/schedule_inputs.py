@@ -34,8 +34,9 @@ def chunks_unused(info: ScheduleInfo) -> str | None:
     """Why the chunks-per-rank field does not apply to `info`'s family (None when the user chooses them)."""
     if info.takes_chunks:
         return None
-    if info.placement == "v":
-        return f"{info.name} always holds 2 chunks per rank (the V shape)"
+    chunks = info.chunks_per_rank()
+    if chunks > 1:
+        return f"{info.name} always holds {chunks} chunks per rank (its {info.placement} placement)"
     return f"{info.name} holds one stage per rank"
 
 

@@ -26,7 +26,7 @@ DEFAULT_RANKS = 4
 DEFAULT_MICROBATCHES = 8
 DEFAULT_CHUNKS = 2
 
-# The settings every page shares (issue 23 item 12), one widget key each: the schedule chosen on Simulate is the
+# The settings every page shares, one widget key each: the schedule chosen on Simulate is the
 # one the DAG draws and the Run page runs, with the same ranks, microbatches and costs; each key is also the
 # setting's URL parameter (`URL`), so a view can be shared and reloaded.
 SCHEDULE = "schedule"

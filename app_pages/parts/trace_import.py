@@ -9,11 +9,10 @@ from pathlib import Path
 import streamlit as st
 
 from app_pages.parts import cached, plot, run_stragglers, widgets
-from pipesim.analysis import overlay
+from pipesim.analysis import pick_step
 from pipesim.charts import gantt as charts
-from pipesim.charts.overlay import mark_stragglers
-from pipesim.io import chrome_trace
-from pipesim.io.bounded import read_bytes
+from pipesim.charts import mark_stragglers
+from pipesim.io import read_bytes, run_trace
 from pipesim.limits import MAX_TRACE_BYTES
 
 UPLOAD = "uploaded files"
@@ -53,11 +52,11 @@ def show_import(run_traces: dict[str, list[Path]]) -> None:
             plot.show(charts.attribution_figure(analysis), "import-attribution")
         if found is not None:
             run_stragglers.show_found(found, "the imported traces")
-        views = {"simulated": simulated, "imported": overlay.pick_step(run.timeline, None)}
+        views = {"simulated": simulated, "imported": pick_step(run.timeline, None)}
         st.download_button(
             "Perfetto trace: simulated + imported",
             file_name="imported-perfetto.json",
-            data=lambda: json.dumps(chrome_trace.run_trace(run.schedule, views)),
+            data=lambda: json.dumps(run_trace(run.schedule, views)),
             mime="application/json",
             on_click="ignore",
             key="import-perfetto",

@@ -13,11 +13,10 @@ from app_pages.parts import state
 from app_pages.parts.cost_inputs import COST_SOURCES
 from app_pages.parts.run_form import CNN_SIZES, TRANSFORMER_SIZES
 from app_pages.parts.whatif import KINDS, KINDS_KEY, LINK_PATTERN, LINKS_KEY, MIN_FACTOR, SENSITIVITY_KEY, SLOW_KEY
-from pipesim.cost.description import DTYPE_BYTES
-from pipesim.cost.perturb import MAX_FACTOR
+from pipesim.cost import DTYPE_BYTES, MAX_FACTOR
 from pipesim.limits import MAX_STEPS, MAX_TIME_MS
 from pipesim.numbers import shown
-from pipesim.plan.synthesized import SYNTHESIZED
+from pipesim.plan import SYNTHESIZED
 from pipesim.schedules import schedule_names
 from pipesim.url_query import UrlField, refused_values
 from pipesim_executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, OPTIMIZERS

@@ -1,4 +1,4 @@
-"""The what-if of Simulate and Compare (issue 30): how much slower each rank computes and how much longer each link
+"""The what-if of Simulate and Compare: how much slower each rank computes and how much longer each link
 takes, read into a `pipesim.cost.perturb.Perturbation` (the one rule of a straggler, the one `pipesim simulate
 --slow-rank / --link-delay` applies), and the slowed step drawn over the uniform one; and the sensitivity's
 slowdown (Compare and Plan: `pipesim compare --sensitivity`) with Compare's table of it.
@@ -15,11 +15,9 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.parts import cached, fields, plot, state, widgets
-from pipesim.analysis.compare import ComparisonRow
-from pipesim.analysis.sensitivity import DEFAULT_SLOWDOWN
-from pipesim.charts.gantt import MAX_EXACT_BARS
-from pipesim.cost.model import CostModel
-from pipesim.cost.perturb import MAX_FACTOR, Perturbation, parse_link_delay
+from pipesim.analysis import DEFAULT_SLOWDOWN, ComparisonRow
+from pipesim.charts import MAX_EXACT_BARS
+from pipesim.cost import MAX_FACTOR, CostModel, Perturbation, parse_link_delay
 from pipesim.ir import Schedule
 from pipesim.units import format_ms, format_percent
 from pipesim.url_query import read_number_list
@@ -37,7 +35,7 @@ KIND_NAMES = {
     "W": "weight gradients (W) only",
 }
 LINK_PATTERN = r"[0-9 ,:.\-]+"  # the URL's check of the links' text; the page reads it strictly (parse_link_delay)
-# Simulated for the sensitivity on one page: about 2.5 s on a loaded 2-core machine (docs/benchmarks.md, issue 30)
+# Simulated for the sensitivity on one page: about 2.5 s on a loaded 2-core machine (docs/benchmarks.md)
 MAX_SENSITIVITY_ACTIONS = 2_000_000
 FACTORS_VALID = f"one factor per rank from rank 0, each from {MIN_FACTOR:g} to {MAX_FACTOR:g} (1: as fast as the rest)"
 
@@ -178,8 +176,8 @@ def sensitivity_field(problems: list[str], where: Any = st) -> float | None:
 
 def affordable(slowdown: float | None, ranks: int, microbatches: int, chunks: int, schedules: int) -> float | None:
     """`slowdown`, or None (said in a caption) where the sensitivity's simulations (one per rank and schedule, of
-    at most 3 actions per stage and microbatch) would hold a page for more than a few seconds (docs/benchmarks.md,
-    issue 30: 3.9M estimated actions took 5.4 s)."""
+    at most 3 actions per stage and microbatch) would hold a page for more than a few seconds (docs/benchmarks.md:
+    3.9M estimated actions took 5.4 s)."""
     work = schedules * ranks * (ranks * max(chunks, 2) * microbatches * 3)
     if slowdown is None or work <= MAX_SENSITIVITY_ACTIONS:
         return slowdown

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app_pages.parts import plot
-from pipesim.io import chrome_trace, formats
+from pipesim.io import schedule_to_csv, timeline_to_chrome_trace, timeline_to_dict
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
 from pipesim.sim.metrics import Metrics
@@ -51,7 +51,7 @@ def figure_downloads(fig: go.Figure, name: str, key: str, sig: str) -> None:
     """The chart as the user sees it (the page's template: title, fonts, colours), as HTML (plotly.js's cartesian
     bundle inlined once) or as an image; each file is made only when its button is clicked. `sig` is kept for the
     callers' signature of what is drawn. The styled copy is made on click too: made on every rerun it cost
-    about 130 ms per chart (a full validation of the figure and the template; issue 33 item 9)."""
+    about 130 ms per chart (a full validation of the figure and the template)."""
     from pipesim.charts import export
 
     with st.popover("Export chart", icon=":material/download:"):
@@ -97,7 +97,7 @@ def data_downloads(
     columns = st.columns(3)
     columns[0].download_button(
         "Timeline JSON",
-        data=lambda: json.dumps(formats.timeline_to_dict(timeline, summary), indent=1),
+        data=lambda: json.dumps(timeline_to_dict(timeline, summary), indent=1),
         file_name=f"{label}-timeline.json",
         mime="application/json",
         on_click="ignore",
@@ -107,7 +107,7 @@ def data_downloads(
     if schedule is not None:
         columns[1].download_button(
             "Schedule CSV (torch)",
-            data=lambda: formats.schedule_to_csv(schedule, "auto"),
+            data=lambda: schedule_to_csv(schedule, "auto"),
             file_name=f"{name}.csv",
             mime="text/csv",
             on_click="ignore",
@@ -116,7 +116,7 @@ def data_downloads(
         )
     columns[2].download_button(
         "Chrome trace (Perfetto)",
-        data=lambda: json.dumps(chrome_trace.timeline_to_chrome_trace(timeline)),
+        data=lambda: json.dumps(timeline_to_chrome_trace(timeline)),
         file_name=f"{label}-trace.json",
         mime="application/json",
         on_click="ignore",

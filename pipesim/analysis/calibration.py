@@ -135,7 +135,7 @@ def calibrate_from_run(run_dir: str | Path) -> Calibration:
     split = points_given if points_given is not None else (data.get("meta") or {}).get("split_points")
     if split is None:
         raise ValueError(
-            f"{folder}: the run's split points are unknown (runs written before issue 18 do not record them): "
+            f"{folder}: the run's split points are unknown (older runs do not record them): "
             "run it again, or with --split-points"
         )
     step_times = [float(t) for t in data.get("step_times_ms", [])]

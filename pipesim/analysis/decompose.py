@@ -1,4 +1,4 @@
-"""Why a measured step differs from its prediction, in milliseconds that add up (issue 29's diagnosis).
+"""Why a measured step differs from its prediction, in milliseconds that add up.
 
 The prediction prices three things: each action (F, B, I, W, with recomputation inside B and I), the gaps between
 a rank's actions (the dispatch gap, and waits for transfers at the link's price), and the step's tail after the
@@ -223,7 +223,7 @@ def decompose(
         "measured_jitter_ms": _median(own) - replay_makespan if own else None,
         "gaps_beyond_jitter_ms": _median(beyond_own) if beyond_own else None,
         # the makespan replayed with each stage and kind's median, its mean, and each step's own times (the median
-        # over the steps): which price of an action the measured step pays (issue 29, third pass: the mean)
+        # over the steps): which price of an action the measured step pays (measured: the mean)
         "replay_makespan_ms": {
             "medians": replay_makespan,
             "means": max(rank_ends(simulate_step(schedule, substituted(cost, means, KINDS)).timeline)),

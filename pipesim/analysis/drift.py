@@ -1,5 +1,5 @@
 """How far the machine's speed moves from one stretch of seconds to the next: what a prediction made from one
-profile cannot know about the run it predicts (issue 29).
+profile cannot know about the run it predicts.
 
 A profile's in-situ steps run in interleaved rounds (A B C, A B C, ...), each round a few steps of one schedule. On a
 shared machine the medians of those rounds differ by more than their own steps' noise explains (measured on the

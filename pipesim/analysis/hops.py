@@ -1,5 +1,5 @@
 """A message's in-run hop: from the end of the action that produced it to the start of the action that consumed it,
-where the consumer was already waiting in its receive (issue 30 for sleep mode, issue 29 for a unit profile).
+where the consumer was already waiting in its receive.
 
 A ping-pong between two ranks prices the wire (a tiny tensor through gloo: about 0.05 ms on this project's
 machine), but a real step pays more between two actions on different ranks: the producer's send after its span,
@@ -19,8 +19,9 @@ import bisect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipesim.ir import Action, ActionKind
+from pipesim.ir import Action
 from pipesim.records import Timeline
+from pipesim.semantics.lower import consumer_kinds, crossing_stage, produced_message
 
 
 def hop_samples(per_rank_steps: Sequence[Sequence[Mapping[str, Any]]]) -> dict[int, list[float]]:
@@ -43,10 +44,19 @@ def hop_samples(per_rank_steps: Sequence[Sequence[Mapping[str, Any]]]) -> dict[i
                 consumer = bisect.bisect_left(starts, end)  # the first action to start after the receive
                 if consumer == len(starts):
                     continue
-                action = Action.parse(producer)
-                boundary = action.stage if action.kind is ActionKind.FORWARD else action.stage - 1
-                samples.setdefault(boundary, []).append(max(starts[consumer] - produced, 0.0))
+                boundary = _boundary(Action.parse(producer))
+                if boundary is not None:
+                    samples.setdefault(boundary, []).append(max(starts[consumer] - produced, 0.0))
     return samples
+
+
+def _boundary(producer: Action) -> int | None:
+    """The stage boundary the message of `producer` crosses (None: it hands nothing on), read off the lowering:
+    its consumer's `crossing_stage`. A message goes at most one stage on, so stage + 2 stages hold its consumer."""
+    message = produced_message(producer, producer.stage + 2)
+    if message is None:
+        return None
+    return crossing_stage(Action(message.stage, consumer_kinds(message)[0], message.microbatch))
 
 
 def timeline_steps(timeline: Timeline) -> list[list[dict[str, Any]]]:

@@ -1,4 +1,4 @@
-"""How much a schedule's step grows when one rank is slower: its sensitivity to a straggler (issue 30).
+"""How much a schedule's step grows when one rank is slower: its sensitivity to a straggler.
 
 For each rank r, the step with rank r's compute times `slowdown` times longer (`pipesim.cost.perturb`, the one
 rule of a slow rank) over the step without, minus 1. The worst rank is the largest growth. A schedule whose slack

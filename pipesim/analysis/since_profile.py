@@ -2,7 +2,7 @@
 
 A plan priced from a unit profile is verified minutes later, and on a shared machine the speed moves between the
 two: on this project's 2-core machine, the same candidates measured 0.94-1.05x the profile's own steps of the same
-configuration ten minutes later (issue 29, the zoo's verifications). A prediction error then mixes two things: the
+configuration ten minutes later (the zoo's verifications). A prediction error then mixes two things: the
 model's (how far the profile predicts steps it measured itself, `pipesim.analysis.profile_check`) and the machine's
 (how far the same configuration's steps moved since). Many verified candidates are configurations the profile ran
 in situ (same schedule, microbatch size and count, recomputation and cut); for those, each run's median over the

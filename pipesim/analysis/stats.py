@@ -9,7 +9,7 @@ single round falls back to resampling its steps. Seeded: the same measurements g
 
 A bootstrap over a few rounds cannot see drift beyond their own range: three rounds drawn with replacement never
 give a median outside the lowest and highest round, and the true median lies outside that range one time in four
-(issue 29: two verifications of one plan, minutes apart, had each median inside the other's interval for only 4 of
+(measured: two verifications of one plan, minutes apart, had each median inside the other's interval for only 4 of
 9 candidates). So from two rounds on the interval is widened to cover Student's t-interval over the round medians
 as well (the rounds as clusters: centred on the pooled median, half-width t(level, R - 1) x the standard deviation
 of their logarithms / sqrt(R), a ratio either way, since drift scales a step): the wider of the two, honest about
@@ -17,7 +17,7 @@ rounds that disagree, as narrow as the bootstrap when they agree.
 
 Candidates measured in the same interleaved rounds share the machine's moves between rounds, and three rounds
 say little about them alone: two degrees of freedom, so a candidate whose three rounds agreed by chance gets an
-interval far narrower than the next verification's level shift (issue 29: two verifications of one plan, each
+interval far narrower than the next verification's level shift (measured: two verifications of one plan, each
 candidate's median inside the other's interval for 58-92% of them), and one whose rounds disagreed an interval of
 t(2) = 4.3 standard errors. `pooled_round_spread` pools the round medians' log deviations of every candidate
 measured together (their own means taken off: degrees of freedom the sum of rounds - 1); given one, `median_ci`

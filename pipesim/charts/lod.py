@@ -2,7 +2,7 @@
 
 A browser draws about 10^4 SVG bars in half a second; 10^5 take seconds, and WebGL traces of that size are
 no faster in a software-rendered Chromium (the app's usual case). Zoomed out, a chart of 10^5 actions has
-several actions per pixel anyway, so past `charts.MAX_EXACT_BARS` the Gantt draws what a screen can show:
+several actions per pixel anyway, so past `charts.gantt.MAX_EXACT_BARS` the Gantt draws what a screen can show:
 each rank's lane cut into `bins` time bins, each bin coloured by the share of its time each colour group
 (action kind, chunk or microbatch) was busy, blended over the idle colour. One PNG in a layout image, plus one
 transparent heatmap for the hover (shares per kind, number of actions started in the bin). Exact bars come back

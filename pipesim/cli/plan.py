@@ -32,7 +32,7 @@ from pipesim.cli import whatif
 from pipesim.cli.common import positive_int, summary_stream, written_lines
 from pipesim.cli.plan_synth import add_synth_args, add_synthesized, take_synthesized, write_recommended_csv
 from pipesim.cost.balance import balance, format_split_points
-from pipesim.cost.description import ModelDescription
+from pipesim.cost.description import ModelDescription, unit_weight
 from pipesim.cost.profile import UnitProfile
 from pipesim.cost.runtime import OPTIMIZERS
 from pipesim.flags import (
@@ -119,7 +119,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         description=named_as_started(UNITS_HELP),
         epilog=EXIT_STATUS_HELP,
     )
-    bal.add_argument("--layer-ms", type=_floats, metavar="T,T,..", help="per-layer (unit) time, instead of a model")
+    bal.add_argument("--layer-ms", type=_floats, metavar="T,T,..", help="per-layer (unit) F+B time, instead of a model")
     bal.add_argument("--stages", type=_ints, required=True, metavar="S", help="number of stages (ranks x chunks)")
     _add_model_args(bal)
 
@@ -245,7 +245,7 @@ def cmd_balance(args: argparse.Namespace) -> int:
     elif args.cost is not None:
         weights = stage_times_ms(args.cost)  # linear in the file (10^6 stages): pipesim.io.stage_times
     else:
-        weights = [u.forward_ms + u.backward_ms for u in description_from_args(args).unit_costs()]
+        weights = [unit_weight(u.forward_ms, u.backward_ms) for u in description_from_args(args).unit_costs()]
     for stages in args.stages:
         result = balance(weights, stages)
         costs = ", ".join(f"{c:.4g}" for c in result.stage_costs)

@@ -1,4 +1,4 @@
-"""`plan`'s synthesized candidates and its recommended schedule as a CSV (issue 31, item 4).
+"""`plan`'s synthesized candidates and its recommended schedule as a CSV.
 
     python -m pipesim plan ... --schedules zb-h1,zb-h2,synthesized --synth-budget 20 --csv best.csv
 

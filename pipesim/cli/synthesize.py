@@ -40,7 +40,7 @@ from pipesim.flags import EXIT_STATUS_HELP, float_flag, shown
 from pipesim.io.formats import json_text, schedule_to_csv, schedule_to_dict, write_files
 from pipesim.limits import MAX_MICROBATCHES
 from pipesim.progress_bar import ProgressBar
-from pipesim.schedules import PLACEMENTS
+from pipesim.schedules import PLACEMENTS, placement_takes_chunks
 
 if TYPE_CHECKING:  # the synthesizer (and its solver) is imported by the command that runs it
     from pipesim.synth import Synthesis
@@ -139,7 +139,7 @@ def summary_lines(result: Synthesis, show_bytes: bool) -> list[str]:
 def cmd_synthesize(args: argparse.Namespace) -> int:
     from pipesim.synth import SynthesisProblem, synthesize
 
-    if args.virtual_stages is not None and args.placement != "interleaved":
+    if args.virtual_stages is not None and not placement_takes_chunks(args.placement):
         raise UsageError(f"--virtual-stages applies to --placement interleaved only (got --placement {args.placement})")
     check_outputs(args, ("csv", "json"))  # both writable, and not the same file, before any search
     cost = cost_from_args(args)

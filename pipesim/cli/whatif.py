@@ -1,4 +1,4 @@
-"""The what-if flags of `simulate`, `compare` and `plan` (issue 30): a slow rank, a slow link, and `compare`'s
+"""The what-if flags of `simulate`, `compare` and `plan`: a slow rank, a slow link, and `compare`'s
 sensitivity to a slower rank. The rule they describe is `pipesim.cost.perturb.Perturbation`; this module only reads
 the flags, strictly (one line naming the value and what is valid, exit 2)."""
 

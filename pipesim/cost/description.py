@@ -7,7 +7,7 @@ formula for memory. A profile run (pipesim_executor.rank.profile) measures the s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 
 from pipesim.cost.balance import Balance, balance, check_split_points
@@ -49,6 +49,12 @@ class ModelDescription(TransformerShape):
             raise ValueError(f"unknown dtype {self.dtype!r}; valid: {', '.join(DTYPE_BYTES)}")
         if not self.device_tflops > 0 or not self.link_bandwidth_gbps > 0 or self.link_latency_ms < 0:
             raise ValueError("device_tflops and link_bandwidth_gbps must be > 0, link_latency_ms >= 0")
+
+    @classmethod
+    def of_shape(cls, shape: TransformerShape, **device: object) -> ModelDescription:
+        """The description of a Transformer of `shape` (the executor's built-in one, say), with `device`'s fields
+        (microbatch_size, dtype, device_tflops, ...) over the defaults."""
+        return cls(**{f.name: getattr(shape, f.name) for f in fields(TransformerShape)}, **device)
 
     def to_cost_model(self, num_stages: int, recompute: bool = False) -> CostModel:
         """The model cut into `num_stages` stages as the planner cuts it (`balance_units`: the units, embedding,
@@ -141,9 +147,41 @@ def stage_costs_from_units(
     return CostModel(stages=tuple(stages), links=(link,), recompute=recompute, provenance=Provenance(source))
 
 
+# The split policy: how a model is cut into stages, stated once. Every cut of a model into stages (the planner, a
+# description's default cut, `pipesim balance`, `executor run --split-from`, a run without --split-points) weighs a
+# unit by `unit_weight` and balances with `pipesim.cost.balance.balance`, the one splitter.
+
+
+def unit_weight(forward_ms, backward_ms, recompute: bool = False):  # floats or numpy arrays alike
+    """What a unit weighs when a model is cut into stages: its F + B, and with recomputation its F again (the
+    backward runs the forward once more). The planner's cut is the one that makes the heaviest stage lightest."""
+    return forward_ms * 2 + backward_ms if recompute else forward_ms + backward_ms
+
+
 def balance_units(units: Sequence[StageCost], num_stages: int, recompute: bool = False) -> Balance:
-    """The split of a model's units into `num_stages` contiguous stages that makes the slowest stage's F + B (with
-    recomputation, F again) as small as it can be: `pipesim.cost.balance`, the one splitter, over the units'
-    compute times. The planner and a description's default cut (`ModelDescription.to_cost_model`) both use it."""
-    extra = 1.0 if recompute else 0.0  # recomputation pays the forward again in the backward
-    return balance([u.forward_ms * (1 + extra) + u.backward_ms for u in units], num_stages)
+    """The split of a model's units into `num_stages` contiguous stages that makes the slowest stage's weight
+    (`unit_weight`) as small as it can be: `pipesim.cost.balance`, the one splitter, over the units' compute
+    times. The planner and a description's default cut (`ModelDescription.to_cost_model`) both use it."""
+    return balance([unit_weight(u.forward_ms, u.backward_ms, recompute) for u in units], num_stages)
+
+
+def shape_split(
+    shape: TransformerShape, num_stages: int, microbatch_size: int = 1, recompute: bool = False
+) -> tuple[int, ...]:
+    """The planner's cut of a Transformer of `shape`: its description's units balanced (`balance_units`), at the
+    description's default device rate (a rate scales every unit alike). A run of the executor's built-in
+    Transformer without `--split-points` is cut here, so it runs the split the plan priced.
+
+    >>> shape_split(TransformerShape(num_layers=4, hidden_size=64, ffn_size=256, num_heads=4, seq_len=16,
+    ...                              vocab_size=100), 2)
+    (3,)
+    """
+    units = ModelDescription.of_shape(shape, microbatch_size=microbatch_size).unit_costs()
+    return balance_units(units, num_stages, recompute).split_points
+
+
+def parameter_split(param_counts: Sequence[float], num_stages: int) -> tuple[int, ...]:
+    """The cut of a model pipesim has no times for before it runs (the executor's CNN, a custom factory): its
+    layers' parameter counts balanced, the one size known of every layer. A unit profile of the model
+    (`executor run --split-from`) gives it the planner's cut instead."""
+    return balance([float(count) for count in param_counts], num_stages).split_points

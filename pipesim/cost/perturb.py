@@ -1,4 +1,4 @@
-"""Stragglers and uneven devices as a change of costs: a slow rank, a slow link (issue 30).
+"""Stragglers and uneven devices as a change of costs: a slow rank, a slow link.
 
 A `Perturbation` is the one rule of what "rank R is FACTOR times slower" and "the link between ranks A and B takes
 MS longer" mean, written as a change of a `CostModel`: every stage rank R holds has its F/B/W times (so also its

@@ -20,7 +20,7 @@ the executor's runtime (in situ), and each optimizer's step as fixed plus per-pa
 every step with.
 
 Other microbatch sizes: `SizeCurve.at` reads a time off its non-decreasing fit, at a profiled size and on the line
-through the two nearest elsewhere (issue 29: never cheaper at a larger size); the affine fit a + b x size and its
+through the two nearest elsewhere (never cheaper at a larger size); the affine fit a + b x size and its
 residual are reported with it, to say how far from a straight line a unit's time is.
 """
 
@@ -48,7 +48,7 @@ TIME_KINDS = (
     "input_recompute_ms",
 )
 BYTE_KINDS = ("activation_bytes", "weight_grad_bytes", "input_bytes", "output_bytes")
-# measured since issue 29 (profiles before it lack it: 0): the part of a unit's activation that is its own output
+# measured by newer profiles (older ones lack it: 0): the part of a unit's activation that is its own output
 OPTIONAL_BYTE_KINDS = ("output_stash_bytes",)
 
 
@@ -152,17 +152,17 @@ def schedule_class(split: bool, chunked: bool) -> str:
 class InSituTerms:
     """What real steps of one class of schedule took through the executor's runtime (the profile's in-situ steps):
     the dispatch gap before each action, the step's tail after the last action less the optimizer's step (with the
-    step's lead before its first action since issue 29's fourth pass: older files priced none), and per
+    step's lead before its first action; older files priced none), and per
     kind the ratio of an action's in-situ mean time (what a step pays) to what the profile prices its stage at, at
     each profiled size (`scale`; 1 where not measured): in a pipeline an action runs with colder caches than in a
     loop (a backward long after its forward, two chunks' weights taking turns in a rank's cache, inputs just
-    received). `ci`: per kind, each factor's 95% CI as a relative half-width (issue 29; empty in older files). Both
+    received). `ci`: per kind, each factor's 95% CI as a relative half-width (empty in older files). Both
     are ratio curves. `stages`: the same ratio for each stage the in-situ steps ran, (microbatch size, first unit,
     the unit past the last) -> kind -> factor: a stage of that very cut takes its own (an embedding's gather runs
     far colder in a pipeline than a LM head's matmul, so one factor per kind, the median over the stages, priced
-    the first stage of a model whose ends dominate 20-45% low and the last 3-28% high: issue 29); any other stage
-    the class's `scale`. Empty in older files. Much of what the factors corrected before issue 29's sixth pass was
-    the C allocator's history in the profile's processes (pipesim_executor.allocator, which the ranks now pin): the
+    the first stage of a model whose ends dominate 20-45% low and the last 3-28% high); any other stage
+    the class's `scale`. Empty in older files. Much of what the factors once corrected was the C allocator's
+    history in the profile's processes (pipesim_executor.allocator, which the ranks now pin): the
     embedding-heavy model's read 1.2-2.0 before and 1.00 after."""
 
     dispatch_ms: float = 0.0
@@ -305,7 +305,7 @@ class UnitProfile:
         the nearest two when it was timed at every profiled size), else its units' shares plus what a stage pays at
         a cut start and a cut end; then, with `in_situ`, each kind scaled by its in-situ factor. Read off the
         non-decreasing fit of those times at the profiled sizes (`SizeCurve`): no size is cheaper than a smaller
-        one, whatever noise the measured stages and the factors carry (issue 29)."""
+        one, whatever noise the measured stages and the factors carry."""
         sizes = self.microbatch_sizes
         rows = [self._stage_kinds_at(s, start, stop, in_situ) for s in sizes]
         return {k: SizeCurve(sizes, tuple(max(0.0, row[k]) for row in rows)).at(size) for k in TIME_KINDS}

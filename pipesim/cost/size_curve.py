@@ -1,5 +1,5 @@
 """One quantity a profile measured at each microbatch size, read at any size without leaving physics: a time or a
-byte count never shrinks as the microbatch grows and is never negative (issue 29), a ratio is held at its nearest
+byte count never shrinks as the microbatch grows and is never negative, a ratio is held at its nearest
 measured value beyond the profiled sizes. The planner reads every unit's times and bytes through it
 (`pipesim.cost.profile`).
 """

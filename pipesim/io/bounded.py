@@ -85,19 +85,22 @@ def read_bytes(path: str | Path, limit: int, what: str = "file") -> bytes:
     handle = _open(path)
     try:
         _check(path, os.fstat(handle), limit, what)
-        chunks, total = [], 0
-        while total <= limit:
-            chunk = os.read(handle, min(_CHUNK, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
+        data = _read_up_to(handle, limit + 1)  # one byte more than allowed tells a file that grew
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
     finally:
         os.close(handle)
-    if total > limit:
+    if len(data) > limit:
         raise ValueError(f"{path} grew past {_size(limit)} while it was read (pipesim/limits.py)")
+    return data
+
+
+def _read_up_to(handle: int, count: int) -> bytes:
+    """At most `count` bytes from `handle`'s position, in chunks of `_CHUNK`, until the end of the file."""
+    chunks, total = [], 0
+    while total < count and (chunk := os.read(handle, min(_CHUNK, count - total))):
+        chunks.append(chunk)
+        total += len(chunk)
     return b"".join(chunks)
 
 
@@ -119,12 +122,9 @@ def read_tail(path: str | Path, max_bytes: int) -> str:
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"cannot read {path}: it is {_kind(info.st_mode)}; give a regular file")
         os.lseek(handle, max(info.st_size - max_bytes, 0), os.SEEK_SET)
-        chunks, total = [], 0
-        while total < max_bytes and (chunk := os.read(handle, min(_CHUNK, max_bytes - total))):
-            chunks.append(chunk)
-            total += len(chunk)
+        data = _read_up_to(handle, max_bytes)
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
     finally:
         os.close(handle)
-    return b"".join(chunks).decode("utf-8", errors="replace")
+    return data.decode("utf-8", errors="replace")

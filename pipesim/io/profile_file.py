@@ -23,7 +23,7 @@ version 2 of `pipesim.cost`, read strictly (every field typed, every record's fi
                 "drift": x},  (optional: the machine's speed drift between in-situ rounds, a relative SD)
      "fits": [{"name": ..., "forward_ms": {"a": .., "b": .., "residual": ..}, ...}]}
 
-`spread` and each in-situ class's `ci` (issue 29) are optional both ways: a file written before them loads with
+`spread` and each in-situ class's `ci` are optional both ways: a file written before them loads with
 neither (a prediction from it has no interval), and a reader that ignores them reads the rest unchanged.
 
 `fits` is derived from the units (`UnitProfile.fits`: the affine fit of every size curve and its residual),

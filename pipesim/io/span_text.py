@@ -68,7 +68,7 @@ def _float_times(starts: list, ends: list, path: str | Path) -> bool:
 def _one_step_text(rows: Iterable[tuple[int, str, float, float]]) -> str:
     """Spans of step 0, replica 0, given as (rank, action text, start, end) with float times, as json writes
     their dicts: float repr is json's; a text per span, unpacked, 1.8x quicker than a dict per span (joining the
-    pieces column by column in C was slower still: issue 31's third pass); the text between two spans is the
+    pieces column by column in C was slower still); the text between two spans is the
     separator."""
     inner = [f'{rank},"action":"{text}","start":{start!r},"end":{end!r},"step":0' for rank, text, start, end in rows]
     return '{"rank":' + '},{"rank":'.join(inner) + "}"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipesim.cost.description import unit_weight
 from pipesim.io.bounded import read_bytes
 from pipesim.io.cost_file import _STAGE_FIELDS, COST_FORMAT_VERSION, cost_from_dict, load_cost_file
 from pipesim.io.profile_file import PROFILE_VERSION
@@ -28,15 +29,16 @@ _OPTIONAL = ("weight_ms", "weight_grad_bytes")
 
 
 def stage_times_ms(path: str | Path) -> np.ndarray:
-    """Per stage, forward + backward ms of the cost file at `path` (a unit profile: its units at its first
-    microbatch size, as `balance` cuts them). ValueError naming the field at fault for a bad file."""
+    """Per stage, its weight in a cut (`pipesim.cost.description.unit_weight`: forward + backward ms) of the cost
+    file at `path` (a unit profile: its units at its first microbatch size, as `balance` cuts them). ValueError
+    naming the field at fault for a bad file."""
     raw = read_bytes(path, MAX_RESULT_BYTES, "cost file")
     times = _fast(raw)
     if times is not None:
         return times
     loaded = load_cost_file(path)  # the full reader: a unit profile, or the message for a bad file
     stages = loaded.unit_costs(loaded.microbatch_sizes[0]) if hasattr(loaded, "unit_costs") else loaded.stages
-    return np.array([s.forward_ms + s.backward_ms for s in stages], dtype=float)
+    return np.array([unit_weight(s.forward_ms, s.backward_ms) for s in stages], dtype=float)
 
 
 def _fast(raw: bytes) -> np.ndarray | None:
@@ -82,7 +84,7 @@ def _fast(raw: bytes) -> np.ndarray | None:
         return None
     first = json.loads(b"[" + raw[start + 1 : raw.find(b"}", start) + 1] + b"]")
     cost_from_dict({**rest, "stages": first})  # the rest of the file, checked as the full reader checks it
-    return np.concatenate(forward) + np.concatenate(backward)
+    return unit_weight(np.concatenate(forward), np.concatenate(backward))
 
 
 def _checked(records: list) -> tuple[np.ndarray, np.ndarray] | None:

@@ -45,8 +45,8 @@ class Candidate:
     """One point of the space and what it costs; `error` says why it could not be built (then no numbers).
 
     `step_ms` is the step time as a training loop runs it (`pipesim.sim.steps.step_time_ms`: the actions, the
-    unhidden gradient all-reduce, the overhead); the plan JSON also writes it as `makespan_ms`, its name before
-    issue 19, for one version (deprecated: read `step_ms`).
+    unhidden gradient all-reduce, the overhead); the plan JSON also writes it as `makespan_ms`, its older name,
+    for one version (deprecated: read `step_ms`).
     """
 
     schedule: str
@@ -89,7 +89,7 @@ class Candidate:
             "recompute": self.recompute,
             "split": list(self.split),
             "step_ms": self.step_ms,
-            "makespan_ms": self.step_ms,  # deprecated (issue 19): the same value under its old name, for one version
+            "makespan_ms": self.step_ms,  # deprecated: the same value under its old name, for one version
             "throughput": self.throughput,
             "peak_memory_bytes": self.peak_memory_bytes,
             "fits": self.fits,

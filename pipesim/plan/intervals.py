@@ -1,4 +1,4 @@
-"""The planner's predictions with their intervals, and the sizes it may predict at all (issue 29).
+"""The planner's predictions with their intervals, and the sizes it may predict at all.
 
 The search (`pipesim.plan.search`) prices every candidate at its actions' medians, fast. Then, for the candidates
 that can still win, `attach_intervals` draws each one's step `samples` times from its actions' spread

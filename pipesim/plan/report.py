@@ -6,7 +6,7 @@ Every entry carries schedule, ranks, microbatches, virtual_stages, recompute, sp
 peak_memory_bytes and fits (plus the microbatch size, W share, bubble, imbalance and, for a candidate that
 could not be built, its error). step_ms is the step time (`pipesim.sim.steps.step_time_ms`: the pipeline, the
 part of the data-parallel all-reduce its backward does not hide, and the per-step overhead from a cost file);
-`makespan_ms` repeats it under its name before issue 19, for one version (deprecated: read step_ms). Where the
+`makespan_ms` repeats it under its older name, for one version (deprecated: read step_ms). Where the
 planner sampled a candidate (`pipesim.plan.intervals`), step_ms is the median of its sampled steps, `step_ms_p05`
 and `step_ms_p95` their 90% interval and `step_ms_deterministic` the step of the medians; `extrapolated` marks a
 microbatch size outside the profile.

@@ -48,7 +48,7 @@ def evaluate_all(
     the exhaustive search's (`prune=False`).
 
     Candidates are evaluated shape by shape, and a shape's schedule is dropped after its last candidate (the
-    2,232-candidate space of issue 21 held 2.0 GB of schedules at once). `progress(done, total)` is called as
+    2,232-candidate space once held 2.0 GB of schedules at once). `progress(done, total)` is called as
     shapes finish (the Plan page's progress bar). `workers` > 1 spreads the shapes over that many processes (each
     shape's work is independent: the same numbers come back); a pool that cannot start falls back to this one.
     A pruned search spreads its shapes the same way, each process pruning by what was built before it started.

@@ -1,4 +1,4 @@
-"""Synthesized orders as planner candidates (issue 31, item 4): `plan --schedules ...,synthesized`.
+"""Synthesized orders as planner candidates: `plan --schedules ...,synthesized`.
 
 A synthesized order is not a registry family: it is built from a candidate's own costs (`pipesim.synth`), so
 the planner makes it here, after the families' search. For each shape the space allows (pipeline depth,

@@ -22,18 +22,36 @@ Builder = Callable[..., Schedule]
 # Where a family puts its stages: one per rank, v chunks per rank in a loop (stage s on rank s mod p), or two
 # per rank in a V (stage s and 2p-1-s on one rank). Synthesis takes the same names (`stage_placement`).
 PLACEMENTS = ("linear", "interleaved", "v")
+# The placements whose chunks per rank are fixed; the others ("interleaved") take the caller's.
+FIXED_CHUNKS = {"linear": 1, "v": 2}
+DEFAULT_CHUNKS = 2  # chunks per rank of a placement that takes them when the caller names none
+
+
+def placement_takes_chunks(placement: str) -> bool:
+    """Whether the caller chooses the chunks per rank of `placement` (one of PLACEMENTS)."""
+    return placement not in FIXED_CHUNKS
+
+
+def placement_chunks(placement: str, requested: int | None = None, default: int = DEFAULT_CHUNKS) -> int:
+    """Stages per rank under `placement`: its fixed count, else `requested` (`default` where None).
+
+    >>> placement_chunks("v", 4), placement_chunks("interleaved"), placement_chunks("interleaved", 3)
+    (2, 2, 3)
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; valid placements: {', '.join(PLACEMENTS)}")
+    if placement in FIXED_CHUNKS:
+        return FIXED_CHUNKS[placement]
+    return default if requested is None else requested
 
 
 def stage_placement(placement: str, num_ranks: int, num_virtual_stages: int = 1) -> tuple[int, ...]:
-    """`stage_to_rank` of `placement` (one of PLACEMENTS) for `num_ranks` ranks; only "interleaved" takes
-    `num_virtual_stages` (chunks per rank; "linear" holds 1, "v" 2)."""
-    if placement == "linear":
-        return loop_placement(num_ranks, num_ranks)
-    if placement == "interleaved":
-        return loop_placement(num_ranks, num_ranks * num_virtual_stages)
+    """`stage_to_rank` of `placement` (one of PLACEMENTS) for `num_ranks` ranks; `num_virtual_stages` counts
+    only where the placement takes chunks (`placement_chunks`)."""
+    chunks = placement_chunks(placement, num_virtual_stages)
     if placement == "v":
         return v_placement(num_ranks)
-    raise ValueError(f"unknown placement {placement!r}; valid placements: {', '.join(PLACEMENTS)}")
+    return loop_placement(num_ranks, num_ranks * chunks)
 
 
 @dataclass(frozen=True)
@@ -48,7 +66,7 @@ class ScheduleInfo:
     split_backward: bool = False
     placement: str = "linear"  # one of PLACEMENTS
     # Chunks per rank when the caller names none (a V always holds 2, a linear placement 1).
-    default_chunks: int = 2
+    default_chunks: int = DEFAULT_CHUNKS
     # torch.distributed.pipelining's class for the same order (the executor's reference runs), None: none.
     torch_class: str | None = None
     # Whether `executor profile` runs this family's in-situ steps for its class (split_backward x chunked): one
@@ -78,11 +96,7 @@ class ScheduleInfo:
 
     def chunks_per_rank(self, requested: int | None = None) -> int:
         """Stages per rank of a build: `requested` where the family takes chunks, else its fixed count."""
-        if self.placement == "linear":
-            return 1
-        if self.placement == "v":
-            return 2
-        return self.default_chunks if requested is None else requested
+        return placement_chunks(self.placement, requested, self.default_chunks)
 
     def build_options(self, requested: int | None = None) -> dict[str, object]:
         """The keyword options of a build with `requested` chunks per rank (its default where None)."""
@@ -96,7 +110,7 @@ class ScheduleInfo:
     def chunked(self) -> bool:
         """Whether a rank holds several stages (with `split_backward`, the profile's in-situ class:
         `pipesim.cost.profile.schedule_class`)."""
-        return self.placement != "linear"
+        return placement_chunks(self.placement) > 1
 
 
 # The modules that register families, in the order `list` shows them: each holds `SCHEDULES`, a list of

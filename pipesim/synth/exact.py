@@ -259,15 +259,7 @@ def _start(inst: Instance, orders: list[list[int]], free: list, y_col: dict, nco
     """The incumbent as a starting solution: its simulated starts, its pairwise order."""
     import highspy
 
-    from pipesim.sim.simulate import sweep
-
-    deps, flat = inst.dependencies_of(orders)
-    starts, ends, stuck = sweep(
-        deps,
-        [inst.duration[i] for i in flat],
-        [inst.hop[i] for i in flat],
-        [inst.gap[inst.rank[i]] for i in flat],
-    )
+    _, flat, starts, ends, stuck = inst.timed(orders)
     assert not stuck, "the incumbent order deadlocks"
     values = [0.0] * ncols
     position = {}

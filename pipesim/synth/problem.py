@@ -24,11 +24,11 @@ from pipesim.cost.model import CostModel
 from pipesim.ir import Action, F, I, Schedule, W, make_schedule
 from pipesim.limits import check_sizes
 from pipesim.records import Timeline
-from pipesim.schedules import PLACEMENTS, stage_placement
+from pipesim.schedules import PLACEMENTS, placement_chunks, placement_takes_chunks, stage_placement
 from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.semantics.lower import producer_ids, stash_table
 from pipesim.sim.metrics import stash_sizes
-from pipesim.sim.simulate import engine_inputs
+from pipesim.sim.simulate import engine_inputs, sweep
 
 SYNTH_NAME = "synthesized"
 # Actions (3 x stages x microbatches) synthesis takes: list scheduling visits every rank per action placed, and
@@ -53,7 +53,7 @@ class SynthesisProblem:
     num_microbatches: int
     cost: CostModel
     placement: str = "linear"
-    num_virtual_stages: int | None = None  # chunks per rank: "interleaved" only (default 2); "v" holds 2
+    num_virtual_stages: int | None = None  # chunks per rank where the placement takes them (placement_chunks)
     memory_limit: float | None = None
     memory_limit_bytes: float | None = None
     objective: str = "makespan"  # one of OBJECTIVES
@@ -71,10 +71,10 @@ class SynthesisProblem:
             raise ValueError(f"unknown placement {self.placement!r}; valid placements: {', '.join(PLACEMENTS)}")
         chunks = self.num_virtual_stages
         if chunks is not None:
-            if self.placement != "interleaved":
+            if not placement_takes_chunks(self.placement):
                 raise ValueError(
                     f"num_virtual_stages applies to the interleaved placement only ({self.placement!r} holds "
-                    f"{2 if self.placement == 'v' else 1} stage(s) per rank)"
+                    f"{placement_chunks(self.placement)} stage(s) per rank)"
                 )
             if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
                 raise ValueError(f"num_virtual_stages must be a whole number >= 1, got {chunks!r}")
@@ -106,9 +106,7 @@ class SynthesisProblem:
     @property
     def chunks(self) -> int:
         """Stages per rank."""
-        if self.placement == "v":
-            return 2
-        return (self.num_virtual_stages or 2) if self.placement == "interleaved" else 1
+        return placement_chunks(self.placement, self.num_virtual_stages)
 
     @property
     def num_stages(self) -> int:
@@ -258,3 +256,15 @@ class Instance:
         ranks = [self.rank[i] for i in flat]
         deps = producer_ids(actions, self.num_stages, self.num_microbatches)
         return Dependencies(actions, ranks, offsets, deps), flat
+
+    def timed(self, orders: list[list[int]]) -> tuple[Dependencies, list[int], list[float], list[float], bool]:
+        """Per-rank orders simulated by the engine's sweep: (dependencies, action id at each position, starts,
+        ends, whether it deadlocked). The search scores orders by it, the exact solver starts from it."""
+        deps, flat = self.dependencies_of(orders)
+        starts, ends, stuck = sweep(
+            deps,
+            [self.duration[i] for i in flat],
+            [self.hop[i] for i in flat],
+            [self.gap[self.rank[i]] for i in flat],
+        )
+        return deps, flat, starts, ends, stuck

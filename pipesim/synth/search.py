@@ -19,8 +19,7 @@ import time
 from typing import NamedTuple
 
 from pipesim.ir import Action, B, I, W
-from pipesim.schedules import build_schedule, options_for, schedule_info, schedule_names
-from pipesim.sim.simulate import sweep
+from pipesim.schedules import build_schedule, schedule_info, schedule_names
 from pipesim.synth.problem import Instance
 
 # Relative slack below which two step times count as equal (sums of float durations).
@@ -37,13 +36,7 @@ def evaluate(inst: Instance, orders: list[list[int]]) -> Score | None:
     for rank, peak in enumerate(inst.peaks(orders)):
         if not inst.fits(peak, rank):
             return None
-    deps, flat = inst.dependencies_of(orders)
-    starts, ends, stuck = sweep(
-        deps,
-        [inst.duration[i] for i in flat],
-        [inst.hop[i] for i in flat],
-        [inst.gap[inst.rank[i]] for i in flat],
-    )
+    deps, _, starts, ends, stuck = inst.timed(orders)
     if stuck:
         return None
     busy = [r for r in range(inst.num_ranks) if deps.offsets[r + 1] > deps.offsets[r]]
@@ -61,7 +54,7 @@ def registry_orders(inst: Instance) -> list[tuple[str, list[list[int]]]]:
         info = schedule_info(name)
         if info.placement != problem.placement:
             continue
-        options = options_for(name, num_virtual_stages=problem.chunks if problem.placement == "interleaved" else None)
+        options = info.build_options(problem.chunks)
         try:
             schedule = build_schedule(name, problem.num_ranks, problem.num_microbatches, **options)
         except ValueError:

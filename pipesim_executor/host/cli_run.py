@@ -68,8 +68,8 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="cut the model where the planner would: a plan (pipesim plan --json: its best candidate for this run) "
-        "or a unit profile (executor profile: balanced over F+B at the run's microbatch size); default: balanced "
-        "parameter counts",
+        "or a unit profile (executor profile: balanced over F+B at the run's microbatch size); default: the "
+        "planner's cut of the built-in Transformer, the CNN's and a custom model's layers by parameter count",
     )
     groups[f"{SECTION}.model"].add_argument(
         "--model",

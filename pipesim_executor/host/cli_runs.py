@@ -205,16 +205,9 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
         check_output(args.json)  # before any run: an unwritable output must not cost the user the runs
     cancel = threading.Event()
     try:
-        result = verify.verify_plan(
+        result = verify.verify_with(
             args.plan,
-            args.top,
-            runs_root=args.runs_root,
-            steps=args.steps,
-            warmup_steps=args.warmup_steps,
-            rounds=args.rounds,
-            min_seconds=args.min_seconds,
-            device=args.device,
-            timeout_s=args.timeout,
+            verify.VerifySettings.of(args),
             on_row=progress,
             on_progress=lambda where: bar.set(where.fraction, where.text),
             cancel=cancel,
@@ -270,13 +263,21 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         DEFAULT_MIN_SECONDS,
         DEFAULT_ROUNDS,
         DEFAULT_STEPS,
+        DEFAULT_TIMEOUT_S,
+        DEFAULT_TOP,
         DEFAULT_WARMUP,
         MAX_MIN_SECONDS,
         MAX_STEPS_FACTOR,
     )
 
     parser.add_argument("plan", type=Path, metavar="PLAN", help=f"a plan file from {programs().pipesim} plan --json")
-    parser.add_argument("--top", type=_positive, default=3, metavar="K", help="run the K best candidates (default 3)")
+    parser.add_argument(
+        "--top",
+        type=_positive,
+        default=DEFAULT_TOP,
+        metavar="K",
+        help=f"run the K best candidates (default {DEFAULT_TOP})",
+    )
     parser.add_argument(
         "--steps",
         type=_positive,
@@ -311,7 +312,12 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", choices=DEVICES, default=None, help="where the runs go (default: the plan's profile's, else cpu)"
     )
     parser.add_argument(
-        "--timeout", type=_timeout, default=300.0, metavar="S", help="seconds per candidate's run (default 300)"
+        "--timeout",
+        type=_timeout,
+        default=DEFAULT_TIMEOUT_S,
+        dest="timeout_s",
+        metavar="S",
+        help=f"seconds per candidate's run (default {DEFAULT_TIMEOUT_S:g})",
     )
     parser.add_argument(
         "--runs-root", type=folder_flag, default=Path("runs"), metavar="DIR", help="where the runs go (default runs)"

@@ -40,14 +40,24 @@ from pipesim.flags import float_flag
 from pipesim.io.formats import read_json, write_file, write_json
 from pipesim.limits import MAX_TIMEOUT_S
 from pipesim.programs import in_checkout
-from pipesim.schedules import schedule_info
+from pipesim.schedules import in_situ_representatives, schedule_info
 from pipesim_executor.config import DEVICES, ModelConfig, RunConfig, run_config
 from pipesim_executor.host import doctor_checks as checks
 from pipesim_executor.processes import REPO_ROOT
 from pipesim_executor.run_files import DOCTOR_FILE
 
 TINY = ModelConfig.of_transformer(vocab_size=128, hidden_size=64, num_heads=4, ffn_size=128, num_layers=2, seq_len=32)
-FP32_SCHEDULES = ("1f1b", "zbv", "interleaved-1f1b")
+
+
+def _stands_for(split_backward: bool, chunked: bool) -> str:
+    """The family the registry has stand for a class of schedule (its in-situ representative): the doctor runs
+    classes, not names, so a family renamed or replaced in the registry is picked up here."""
+    return next(i.name for i in in_situ_representatives() if (i.split_backward, i.chunked) == (split_backward, chunked))
+
+
+PLAIN = _stands_for(False, False)  # 1f1b: profiled, and the reference of the losses, the bf16 pair and the memory
+SPLIT_CHUNKED = _stands_for(True, True)  # zbv: a split backward over two stages per rank, the most moving parts
+FP32_SCHEDULES = (PLAIN, SPLIT_CHUNKED, _stands_for(False, True))  # and interleaved-1f1b: chunks without the split
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,7 @@ class DoctorConfig:
         number = isinstance(self.timeout_s, (int, float)) and not isinstance(self.timeout_s, bool)
         if not (number and math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ValueError(f"--timeout must be a finite number of seconds > 0, got {self.timeout_s!r}")
-        run_config(**self.flat("1f1b", "cpu"))  # the run settings themselves are checked by the run's config
+        run_config(**self.flat(PLAIN, "cpu"))  # the run settings themselves are checked by the run's config
 
     def flat(self, schedule: str, device: str, **extra: object) -> dict:
         """run_config's keywords for one run."""
@@ -91,11 +101,12 @@ class Spec:
 def plan_runs(doctor: DoctorConfig, device: str, gpus: int) -> list[Spec]:
     """The runs, in order: the three fp32 schedules (1f1b profiled), bf16 zbv and 1f1b, and with 4 GPUs 2x2."""
     specs = [
-        Spec(f"fp32-{name}", run_config(**doctor.flat(name, device, profile=name == "1f1b"))) for name in FP32_SCHEDULES
+        Spec(f"fp32-{name}", run_config(**doctor.flat(name, device, profile=name == PLAIN))) for name in FP32_SCHEDULES
     ]
-    specs += [Spec(f"bf16-{name}", run_config(**doctor.flat(name, device, dtype="bf16"))) for name in ("zbv", "1f1b")]
+    pair = (SPLIT_CHUNKED, PLAIN)
+    specs += [Spec(f"bf16-{name}", run_config(**doctor.flat(name, device, dtype="bf16"))) for name in pair]
     if device == "cuda" and gpus >= 4:
-        specs.append(Spec("fp32-1f1b-dp2", run_config(**doctor.flat("1f1b", device, data_parallel=2))))
+        specs.append(Spec(f"fp32-{PLAIN}-dp2", run_config(**doctor.flat(PLAIN, device, data_parallel=2))))
     return specs
 
 
@@ -251,20 +262,20 @@ def run_doctor(out: Path, asked: str, doctor: DoctorConfig, say: Callable[[str],
     fp32 = [runs[f"fp32-{name}"] for name in FP32_SCHEDULES]
     one_f_one_b = specs[0].config
     expected = reference_losses(one_f_one_b)
-    dp = runs.get("fp32-1f1b-dp2")
+    dp = runs.get(f"fp32-{PLAIN}-dp2")
     dp_expected = reference_losses(replace(one_f_one_b, pipeline=dp.result.config.pipeline)) if dp else None
     schedule = fp32[0].result.schedule
     params = parameter_bytes_per_rank(one_f_one_b, schedule) if schedule is not None else [0, 0]
     found = [
         checks.check_losses(fp32, expected, device_line.split(":")[0]),
         checks.check_timeline(list(runs.values())),
-        checks.check_bf16(runs["bf16-zbv"], runs["bf16-1f1b"]),
+        checks.check_bf16(runs[f"bf16-{SPLIT_CHUNKED}"], runs[f"bf16-{PLAIN}"]),
         checks.check_data_parallel(dp, dp_expected, gpus),
-        checks.check_memory([runs["fp32-1f1b"], runs["bf16-1f1b"]], params, gpu=device == "cuda"),
+        checks.check_memory([runs[f"fp32-{PLAIN}"], runs[f"bf16-{PLAIN}"]], params, gpu=device == "cuda"),
         checks.check_clean_exit(list(runs.values())),
     ]
     header = [("device", device_line), ("versions", _versions())]
-    footer = [("predict", _prediction_line(runs.get("fp32-1f1b"))), ("runs", str(out))]
+    footer = [("predict", _prediction_line(runs.get(f"fp32-{PLAIN}"))), ("runs", str(out))]
     return Outcome(header, found, footer, runs)
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pipesim_executor.host.run_folder import RunResult
 
 LOSS_RTOL = 1e-4  # fp32 losses against the single-process run (the issue's "about 1e-4")
-BF16_RTOL = 0.01  # bf16 zbv against bf16 1f1b
+BF16_RTOL = 0.01  # a split-backward chunked schedule (zbv) against the plain one (1f1b), both bf16
 ORDER_TOLERANCE_MS = 0.05  # CUDA event times come back through each rank's anchor: a few microseconds each
 ADAM_STATES = 2  # exp_avg and exp_avg_sq, each the size of the parameters (the step counters are not counted)
 # What a rank's log holds when NCCL's watchdog fired or a process died at teardown (pipesim_executor.rank.teardown).
@@ -135,13 +135,14 @@ def check_timeline(runs: list[DoctorRun]) -> Check:
     return Check(2, title, PASS, f"{checked} cross-rank consumers in {len(measured)} runs; no negative receive wait")
 
 
-def check_bf16(zbv: DoctorRun, one_f_one_b: DoctorRun) -> Check:
-    """3: bf16 zbv against bf16 1f1b, step by step."""
-    title = f"bf16 zbv losses within {BF16_RTOL:.0%} of bf16 1f1b"
-    failed = [r.failure() for r in (zbv, one_f_one_b) if not r.ok]
+def check_bf16(split: DoctorRun, plain: DoctorRun) -> Check:
+    """3: the bf16 run of a split-backward chunked schedule (zbv) against the plain one's (1f1b), step by step;
+    each named by its run (bf16-<family>)."""
+    title = f"{split.name.replace('-', ' ', 1)} losses within {BF16_RTOL:.0%} of {plain.name.replace('-', ' ', 1)}"
+    failed = [r.failure() for r in (split, plain) if not r.ok]
     if failed:
         return Check(3, title, FAIL, "; ".join(failed))
-    ok, text = compare_losses(zbv.result.losses, one_f_one_b.result.losses, BF16_RTOL)
+    ok, text = compare_losses(split.result.losses, plain.result.losses, BF16_RTOL)
     return Check(3, title, PASS if ok else FAIL, text)
 
 

@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 from pipesim.cost.description import ModelDescription
-from pipesim.cost.shape import TransformerShape
 from pipesim.sim.memory import training_bytes
 from pipesim.units import format_bytes
 from pipesim_executor.config import CUSTOM, NUM_CLASSES, CNNConfig, ModelConfig
@@ -45,9 +44,10 @@ def model_bytes(model: ModelConfig, microbatch_size: int, optimizer: str, dtype:
     if model.kind == CUSTOM:
         return None
     if model.kind == "transformer":
-        shape = {f.name: getattr(model.transformer, f.name) for f in dataclasses.fields(TransformerShape)}
-        params = ModelDescription(**shape, microbatch_size=1, dtype="fp32").unit_costs()
-        stashed = ModelDescription(**shape, microbatch_size=microbatch_size, dtype=ACTIVATION_BYTES[dtype]).unit_costs()
+        params = ModelDescription.of_shape(model.transformer, microbatch_size=1, dtype="fp32").unit_costs()
+        stashed = ModelDescription.of_shape(
+            model.transformer, microbatch_size=microbatch_size, dtype=ACTIVATION_BYTES[dtype]
+        ).unit_costs()
         param_bytes = sum(unit.param_bytes for unit in params)
         activation_bytes = sum(unit.activation_bytes for unit in stashed)
     else:

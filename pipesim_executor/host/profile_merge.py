@@ -1,7 +1,7 @@
 """One unit profile from several launches of it (`executor profile --launches K`), and how far their levels differ.
 
 A profile is one launch of the ranks, and on a shared machine a launch lands at a speed of its own: the same run
-launched 16 times 5 s apart on the 2-core development machine had medians 33.9-39.0 ms (issue 29), and two
+launched 16 times 5 s apart on the 2-core development machine had medians 33.9-39.0 ms, and two
 profiles of one model made minutes apart predicted the same candidates 5-6% apart as a whole. Within one launch
 nothing shows it: the drift between a launch's in-situ rounds (`pipesim.analysis.drift`) spans seconds, not the
 minutes between a profile and the run it predicts. Several launches give both what one cannot:

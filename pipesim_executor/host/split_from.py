@@ -1,8 +1,9 @@
 """`executor run --split-from FILE`: the run's model cut where the planner cuts it, the one default split policy.
 
-Without it a run balances its layers' parameter counts (pipesim_executor.rank.model.stage_starts: nothing else
-is known before it runs). Where times are known the planner's policy applies: `balance_units`, pipesim's one
-splitter over each unit's F + B (F again with recomputation). FILE is either
+Without it a run of the built-in Transformer takes the planner's cut of its description, and any other model its
+layers' parameter counts balanced (`pipesim_executor.model_config.ModelConfig.stage_split`: nothing else is known
+before it runs). Where times are known the planner's policy applies: `balance_units`, pipesim's one splitter
+over each unit's weight (`pipesim.cost.description.unit_weight`). FILE is either
 
 * a plan (`pipesim plan --json`): the split of its best candidate for this run's schedule, ranks and stages,
   the split `verify-plan` runs too (its candidates carry their split); or

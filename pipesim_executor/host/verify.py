@@ -30,7 +30,7 @@ import math
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ from pipesim_executor.run_files import PLAN_PREDICTION_FILE
 DEFAULT_STEPS = 30  # measured steps per candidate and round
 # ... at least: a run also measures for this long (its predicted step sets how many steps that takes). A run of
 # short steps measured 30 steps where one launch costs seconds, and their noise set its median: the tiny-layers
-# zoo model's 7 ms steps vary 8-20% a step, so rounds of 10 steps had medians 7% apart (issue 29).
+# zoo model's 7 ms steps vary 8-20% a step, so rounds of 10 steps had medians 7% apart.
 DEFAULT_MIN_SECONDS = 1.0
 MAX_MIN_SECONDS = 600.0
 # A plan priced for another device (a description's GPU, say) predicts microseconds for a CPU run of milliseconds:
@@ -83,12 +83,49 @@ MAX_STEPS_FACTOR = 20
 DEFAULT_WARMUP = 3
 DEFAULT_ROUNDS = 3  # interleaved rounds: the fewest whose bootstrap over rounds sees the drift between them
 MAX_ROUNDS = 50
+DEFAULT_TOP = 3
+DEFAULT_TIMEOUT_S = 300.0
 __all__ = [  # the comparison lives in verify_compare, the plan's mapping in verify_config; callers find them here
     "Verification", "VerifyRow", "compare", "coverage_lines", "indistinguishable", "ranks_of", "spearman",
-    "summary_lines", "VerifyProgress", "VerifyHandle", "start_verify", "verify_plan", "plan_candidates",
-    "candidate_config",
-    "model_config", "run_settings", "predicted_step_ms", "verification_prefix",
+    "summary_lines", "VerifyProgress", "VerifyHandle", "VerifySettings", "start_verify", "verify_plan", "verify_with",
+    "plan_candidates", "candidate_config", "model_config", "run_settings", "predicted_step_ms", "verification_prefix",
 ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    """How a plan is verified, with its defaults: what `verify-plan`'s flags (their dests are these names) and the
+    Plan page's Verify fill in, handed to `verify_plan` by `verify_with` alone."""
+
+    top: int = DEFAULT_TOP
+    steps: int = DEFAULT_STEPS
+    warmup_steps: int = DEFAULT_WARMUP
+    rounds: int = DEFAULT_ROUNDS
+    min_seconds: float = DEFAULT_MIN_SECONDS
+    device: str | None = None  # None: the device the plan was profiled on, else the CPU
+    timeout_s: float = DEFAULT_TIMEOUT_S  # per candidate's run
+    runs_root: Path = Path("runs")
+
+    @classmethod
+    def of(cls, namespace: Any) -> VerifySettings:
+        """The settings an object carries under these names (verify-plan's parsed flags)."""
+        return cls(**{f.name: getattr(namespace, f.name) for f in fields(cls)})
+
+
+def verify_with(plan_path: Path, settings: VerifySettings, **hooks: Any) -> Verification:
+    """`verify_plan` under `settings`; `hooks` are its on_row, on_progress, cancel and json_out."""
+    return verify_plan(
+        plan_path,
+        settings.top,
+        runs_root=settings.runs_root,
+        steps=settings.steps,
+        warmup_steps=settings.warmup_steps,
+        rounds=settings.rounds,
+        min_seconds=settings.min_seconds,
+        device=settings.device,
+        timeout_s=settings.timeout_s,
+        **hooks,
+    )
 
 
 def _record_prediction(run_dir: Path, *, plan: dict[str, Any], plan_path: Path, row: VerifyRow) -> None:
@@ -122,7 +159,7 @@ class VerifyProgress:
 
 def verification_prefix(runs_root: Path, plan_stem: str) -> str:
     """The run-name prefix of a new verification of plan `plan_stem`: verify-<stem>-<n>, n one more than the
-    largest of any earlier verification's folder under `runs_root` (those of issue 18, verify-<stem>-<i>, count)."""
+    largest of any earlier verification's folder under `runs_root` (older ones, named verify-<stem>-<i>, count too)."""
     stem = re.sub(r"[^\w.-]+", "_", plan_stem).strip("._")[:60] or "plan"
     pattern = re.compile(rf"verify-{re.escape(stem)}-(\d+)(?:-.*)?")
     taken = [int(m.group(1)) for p in _entries(runs_root) if (m := pattern.fullmatch(p))]
@@ -160,7 +197,7 @@ def verify_plan(
     rounds: int = DEFAULT_ROUNDS,
     min_seconds: float = DEFAULT_MIN_SECONDS,
     device: str | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     on_row: Callable[[VerifyRow], None] | None = None,
     on_progress: Callable[[VerifyProgress], None] | None = None,
     cancel: threading.Event | None = None,

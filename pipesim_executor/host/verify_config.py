@@ -29,7 +29,7 @@ RUN_DTYPES = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf
 
 
 def predicted_step_ms(c: dict[str, Any]) -> Any:
-    """A plan entry's predicted step time: `step_ms`, or `makespan_ms` in plans written before issue 19."""
+    """A plan entry's predicted step time: `step_ms`, or `makespan_ms` in plans written before it was renamed."""
     return c.get("step_ms", c.get("makespan_ms"))
 
 

@@ -12,10 +12,10 @@ warmed by a different action) and everything between the actions. On a 2-core ma
   models separately (transfers and data dependencies). One value per rank, the mean over the step's actions of
   each kind's median gap: the gaps differ by kind (a W, which receives nothing, follows its I within 15 us; an
   F or I that completes a receive waits about 0.1 ms), so the median over all actions, which a split
-  backward's W alone can set, priced ZB-H1's F and I gaps at the W's (issue 18: 10-15% short on 2 CPU ranks);
+  backward's W alone can set, priced ZB-H1's F and I gaps at the W's (10-15% short on 2 CPU ranks);
 * the tail after the last action (`CostModel.step_overhead_ms`): waiting for the last sends, the loss, the
   optimizer step and gradient zeroing;
-* the lead before the first action (issue 29, fourth pass): setting the step up (over gloo every receive of the
+* the lead before the first action: setting the step up (over gloo every receive of the
   step is posted at its start, `runtime.ahead_for`; the timing marks) before a rank whose first action waits for
   nothing can start it. That rank starts the pipeline, so every rank's actions start that much later: 0.1-0.5 ms a
   step on 2 CPU ranks beyond the dispatch gap, growing with the receives posted (about 0.02 ms each), unpriced
@@ -54,8 +54,8 @@ from pipesim_executor.rank.timing import step_time_ms
 from pipesim_executor.rank.train_loop import train_step
 
 # The first is dropped: it pays first-touch costs the measured steps do not. Eleven kept, not three: a machine whose
-# steps vary 12-25% and whose speed drifts over seconds prices a run's actions from 3 steps 5-7% off (issue 30's
-# real-compute pairs: the run's own prediction of its slowed steps off by 1.5-6.6%); a step costs milliseconds.
+# steps vary 12-25% and whose speed drifts over seconds prices a run's actions from 3 steps 5-7% off (the straggler
+# bench's real-compute pairs: the run's own prediction of its slowed steps off by 1.5-6.6%); a step costs milliseconds.
 CALIBRATION_STEPS = 12
 
 
@@ -172,7 +172,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         },
         # the mean, what a step pays: a step sums its actions, whose times are skewed to the right (a late wake-up,
         # a cold cache), so the sum of their medians falls short of it; the unit profile's in-situ factors price
-        # an action at its mean (issue 29, third pass: 6-15% on 2 CPU ranks)
+        # an action at its mean (medians fell 6-15% short on 2 CPU ranks)
         "means_ms": {
             stage: {kind: statistics.fmean(v) for kind, v in kinds.items()} for stage, kinds in durations.items()
         },

@@ -1,4 +1,4 @@
-"""Stragglers for real (issue 30): the sleep mode's stages, a slow rank's stretched actions, a slow link's late sends.
+"""Stragglers for real: the sleep mode's stages, a slow rank's stretched actions, a slow link's late sends.
 
 * Sleep mode (`--compute sleep`): each stage is a `SleepRunner` that sleeps its action's simulated cost instead of
   computing and hands on a small tensor (real processes, real gloo transfers), so 8 ranks run on 2 cores with
@@ -16,7 +16,7 @@
   uniform step before it.
 
 `precise_sleep` is the one sleep: time.sleep to within `SPIN_S` of the deadline, then a spin on perf_counter.
-Measured here on 2 shared cores (load 1.6, docs/benchmarks.md, issue 30): time.sleep overshoots by a median 70-75
+Measured here on 2 shared cores (load 1.6, docs/benchmarks.md): time.sleep overshoots by a median 70-75
 us (p90 78-92 us) for 0.5-5 ms; the hybrid by a median 0.3-2 us (p90 under 4 us). Both see the scheduler's
 millisecond stalls in their p99 when the cores are oversubscribed: that part is the machine, not the sleep.
 """

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pipesim.cost.balance import balance
+from pipesim.cost.description import parameter_split
 from pipesim_executor.config import CUSTOM, IMAGE_SHAPE, NUM_CLASSES, ModelConfig, check_split_points
 
 # --- Transformer ---------------------------------------------------------------------------------------------
@@ -172,9 +172,9 @@ def stage_starts(
 ) -> tuple[int, ...]:
     """Where each stage after the first starts (unit indices, the `--split-points` convention).
 
-    Balanced by parameter count unless `split_points` are given: pipesim's one splitter
-    (`pipesim.cost.balance.balance`, its tie rule: every stage as full as the bottleneck allows) over the layers'
-    parameter counts. More stages than layers is a ValueError naming both counts.
+    Where `split_points` are not given, the fallback for a model pipesim has no times for: its layers' parameter
+    counts balanced (`pipesim.cost.description.parameter_split`). A run passes `ModelConfig.stage_split`, the
+    planner's cut of the built-in Transformer. More stages than layers is a ValueError naming both counts.
     """
     if num_stages < 1:
         raise ValueError(f"num_stages must be at least 1, got {num_stages}")
@@ -184,7 +184,7 @@ def stage_starts(
             "use fewer ranks or virtual stages, or a deeper model (--layers / --cnn-blocks)"
         )
     if split_points is None:
-        return tuple(balance([param_count(layer) for layer in layers], num_stages).split_points)
+        return parameter_split([param_count(layer) for layer in layers], num_stages)
     return tuple(check_split_points(split_points, len(layers), num_stages))
 
 

@@ -301,7 +301,7 @@ def build_cost(r: Rank, everyone: list[dict[str, Any]]) -> CostModel:
     gpus = torch.cuda.device_count() if device_type == "cuda" else 0
     slots = shared_slots(device_type, local_ranks, gpus) if local_ranks == r.world_size else None
     # each action at its in-situ mean, what a step pays for it (pipesim_executor.rank.calibrate.summarise's
-    # means_ms): the price the unit profile's in-situ factors take too (issue 29, third pass)
+    # means_ms): the price the unit profile's in-situ factors take too
     if slots is None:
         calibrated = {int(s): d for g in gathered for s, d in g["calibration"]["means_ms"].items()}
     else:  # every replica's processes competed for the cores: all their spans give the full-speed work

@@ -121,7 +121,7 @@ def _build_pipeline(config: RunConfig, schedule: Schedule, rank: int, device):
     if schedule_class is None:
         raise RuntimeError(f"this torch has no {class_name}; upgrade torch for a reference run of {schedule.name}")
     layers = build_model(config.model, config.training.seed)
-    modules = split_stages(layers, schedule.num_stages, config.model.split_points)
+    modules = split_stages(layers, schedule.num_stages, config.stage_split(schedule.num_stages))
     local = schedule.stages_of_rank(rank)
     stages = [PipelineStage(modules[s].to(device), s, schedule.num_stages, device) for s in local]
     loss = loss_fn(config.model)

@@ -20,7 +20,7 @@ complete).
 Over gloo (CPU ranks, and GPU ranks staged through host memory) every receive of a
 step is posted when it starts (`ahead_for`): posting one mid-step waits on gloo's
 I/O thread, which on busy cores is descheduled for milliseconds at a time. Measured
-on 2 CPU cores (issue 18): GPipe, 16 microbatches of examples.gpt_small on 2 ranks,
+on 2 CPU cores: GPipe, 16 microbatches of examples.gpt_small on 2 ranks,
 took 40-43 ms a step with 4 posted ahead (three or four 1-5 ms stalls in posting)
 and 28-29 ms with all posted at the start, as the simulation predicts; 1F1B 31-33 ms
 against 29-31. NCCL keeps a window of 4 (each posted receive holds a GPU buffer).
@@ -362,7 +362,9 @@ def build_rank_model(
     from pipesim_executor.rank.stage import measure_stash_bytes, tensor_bytes
 
     layers, make_batch, loss = model_parts(model_config, seed)
-    starts = stage_starts(layers, schedule.num_stages, model_config.split_points)
+    starts = stage_starts(
+        layers, schedule.num_stages, model_config.stage_split(schedule.num_stages, microbatch_size, recompute)
+    )
     stages = split_stages(layers, schedule.num_stages, starts)
     shapes = stage_io_shapes(stages, model_config, microbatch_size, make_batch)
     sample, target = make_batch(microbatch_size, seed, 0)

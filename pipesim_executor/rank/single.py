@@ -43,7 +43,7 @@ def parameter_bytes_per_rank(config: RunConfig, schedule: Schedule) -> list[int]
     """Bytes of the fp32 parameters each pipeline rank holds: the stages the schedule places on it, cut as the
     ranks cut them (pipesim_executor.rank.model.split_stages)."""
     layers, _, _ = model_parts(config.model, config.training.seed)
-    stages = split_stages(layers, schedule.num_stages, config.model.split_points)
+    stages = split_stages(layers, schedule.num_stages, config.stage_split(schedule.num_stages))
     sizes = [0] * schedule.num_ranks
     for stage, module in enumerate(stages):
         params = (p for p in module.parameters() if p.requires_grad)

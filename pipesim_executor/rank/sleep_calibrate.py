@@ -1,7 +1,7 @@
-"""Sleep mode's runtime, measured by the run itself (issue 30, second pass), so that its prediction prices it.
+"""Sleep mode's runtime, measured by the run itself, so that its prediction prices it.
 
-A sleep-mode step is longer than its sleeps add up to: 2-4% on 2 shared cores, even quiet (docs/benchmarks.md,
-issue 30). Measured in a run's own timeline (1F1B, 4 ranks, F 10 / B 20 ms, load 0.3): each action's span is about
+A sleep-mode step is longer than its sleeps add up to: 2-4% on 2 shared cores, even quiet (docs/benchmarks.md).
+Measured in a run's own timeline (1F1B, 4 ranks, F 10 / B 20 ms, load 0.3): each action's span is about
 0.1 ms longer than its sleep (the runtime's work inside the span: the hand-over to the runner, the stash
 bookkeeping, the wake-up from the sleep when the cores are busy), the runtime leaves about 0.15 ms before each
 action that is not spent blocked in a receive (Python dispatch, posting receives, the timing marks), and a message's
@@ -13,7 +13,7 @@ Each is priced by its median over the calibration steps. A step sums many of the
 they are skewed to the right (a wake-up is sometimes late, never early), so the sum of their medians falls short
 of the step: on one run's own steps (load 0.3) by 1.3%, where their means fell 0.5% short. But six steps' means
 follow whatever stalls those seconds held: at load 10 to 14, predictions priced by means erred +0.3% to +8.3%,
-by medians -0.6% to -2.7% (docs/benchmarks.md, issue 30, second pass), so medians it is.
+by medians -0.6% to -2.7% (docs/benchmarks.md), so medians it is.
 
 Before the injection (a slow rank or link must not be in its own calibration) and before the measured steps,
 every rank:

@@ -255,7 +255,7 @@ def assemble(
 
 
 def in_run_link(profile: UnitProfile, ranks: list[dict[str, Any]]) -> tuple[LinkCost, dict[str, Any]]:
-    """The profile's link with its latency raised by the median (sleep mode's choice, issue 30: a hop's tail is a
+    """The profile's link with its latency raised by the median (sleep mode's choice: a hop's tail is a
     waiting receiver's late wake-up, which under load inflates the mean by milliseconds and lands in few steps; the
     mean is kept beside it), over every in-situ step, size and boundary, of a message's in-run hop
     (`pipesim.analysis.hops.hop_samples`: its producer's end to its waiting consumer's start) less what the
@@ -292,7 +292,7 @@ def in_situ_scales(
     """Per class of schedule, profile kind and profiled size, the median over its in-situ steps' stages of (in-situ
     mean duration / what the profile prices the same stage at, `UnitProfile.stage_kinds` before any scaling: the
     mean, because a step sums its actions, and their times are skewed to the right, so pricing them at their
-    medians fell 6-15% short of the step, issue 29's third pass); and every
+    medians fell 6-15% short of the step); and every
     ratio, for the provenance. When the processes outnumber the cores, the in-situ durations are first turned into
     full-speed work (pipesim_executor.rank.calibrate.full_speed_durations), as the simulation shares the cores
     itself."""

@@ -37,8 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipesim.cost.balance import balance
-from pipesim.cost.description import balance_units
+from pipesim.cost.description import balance_units, parameter_split
 from pipesim.cost.model import StageCost
 from pipesim.cost.profile import (
     action_costs,
@@ -135,7 +134,7 @@ def stages_of(splits: dict[tuple[bool, int], tuple[int, ...]], num_units: int) -
 
 def in_situ_microbatches(global_batch: int | None, size: int) -> int | None:
     """How many microbatches an in-situ step at microbatch `size` runs: the plans' own count (`global_batch` /
-    `size`: an action's in-situ time depends on the step's shape, issue 29: a CNN's backward ran 10-24% above its
+    `size`: an action's in-situ time depends on the step's shape: a CNN's backward ran 10-24% above its
     price in steps of 4 microbatches and 4-12% in steps of 8), at most MAX_IN_SITU_MICROBATCHES; None (the
     profile run's own count, `ProfileConfig.run_config`) when no global batch was given or it is smaller than
     the size."""
@@ -244,7 +243,7 @@ def measure(r: Rank, request: dict[str, Any]) -> dict[str, Any]:
             mine["bytes"][size] = unit_bytes(parts, size)
         progress.advance(f"units at microbatch size {size}")
     groups = [[p for p in layer.parameters() if p.requires_grad] for layer in parts.layers]
-    halves = balance([float(param_count(layer)) for layer in parts.layers], min(2, n)).split_points
+    halves = parameter_split([param_count(layer) for layer in parts.layers], min(2, n))
     bound = halves[0] if halves else n
     groups += [
         [p for g in groups[:bound] for p in g],
@@ -279,7 +278,7 @@ def in_situ(
     """The in-situ steps at one size: every in-situ schedule (`unit_fit.in_situ_steps`), plain and recomputing, in
     interleaved rounds of CALIBRATION_STEPS steps each (A B C .., A B C ..: a drift of the machine's speed hits
     every one alike), a schedule leaving the rounds once each of its stage and kind's medians is known to
-    +-IN_SITU_CI on every rank (`agreed_ci`) or it ran `max_steps` (issue 29). Each schedule is rebuilt for its
+    +-IN_SITU_CI on every rank (`agreed_ci`) or it ran `max_steps`. Each schedule is rebuilt for its
     round (its first step dropped again), so the rounds hold one model at a time. Per key (size, schedule, chunks,
     recompute, split), its summary (pipesim_executor.rank.calibrate)."""
     variants = [(name, chunks, recompute) for (name, chunks) in in_situ_steps() for recompute in (False, True)]

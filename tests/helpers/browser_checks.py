@@ -1,4 +1,4 @@
-"""What a demanding user sees wrong on a page, found in the real browser (issue 23): text cut off, text drawn over
+"""What a demanding user sees wrong on a page, found in the real browser: text cut off, text drawn over
 other text inside a chart, numbers with more decimals than the app's formats (pipesim.units) print.
 
 Each check returns what it found (empty: nothing wrong), so a failing test names the offending text.

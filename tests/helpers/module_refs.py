@@ -4,6 +4,10 @@ A reference is a dotted name (`pipesim.sim.steps`, `pipesim_executor.rank.worker
 module run with `-m`, or a path in the checkout (`pipesim/cli/plan.py`). A dotted name resolves when its longest
 prefix is a module of the checkout and the rest names something that module defines (read from its source, so
 nothing is imported: the executor's modules import torch); a class's member is checked one level down.
+
+The design map (docs/design.md) also names things short, in backticks: `Class.member` (`UnitProfile.spread`) and
+a module by its tail (`charts.gantt.MAX_EXACT_BARS`, `lower.crossing_stage`). `short_unresolved` checks those whose
+first part is a class or a module tail of the checkout; anything else (`st.cache_data`, a JSON key) is not ours.
 """
 
 from __future__ import annotations
@@ -137,3 +141,62 @@ RESOLVERS = {"dotted": dotted_resolves, "module": module_resolves, "path": path_
 
 def unresolved(text: str) -> list[tuple[int, str, str]]:
     return [(n, kind, ref) for n, kind, ref in references(text) if not RESOLVERS[kind](ref)]
+
+
+SHORT = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
+FILE_SUFFIXES = {"py", "json", "toml", "md", "csv", "txt", "html", "yaml", "cfg", "ipynb"}
+
+
+@cache
+def _index() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[ast.ClassDef, ...]]]:
+    """Every module of the checkout by each of its tails (`gantt`, `charts.gantt`, ...), and every class by name."""
+    tails: dict[str, list[str]] = {}
+    classes: dict[str, list[ast.ClassDef]] = {}
+    for package in PROJECT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            for k in range(1, len(parts)):
+                tails.setdefault(".".join(parts[k:]), []).append(".".join(parts))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    classes.setdefault(node.name, []).append(node)
+    return {k: tuple(v) for k, v in tails.items()}, {k: tuple(v) for k, v in classes.items()}
+
+
+def _class_has(name: str, member: str, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether a class of the checkout named `name`, or a class it derives from by name, defines `member`."""
+    for node in _index()[1].get(name, ()):
+        if member in _members(node):
+            return True
+        for base in node.bases:
+            base_name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+            if base_name and base_name not in seen and _class_has(base_name, member, seen | {name}):
+                return True
+    return False
+
+
+def short_resolves(ref: str) -> bool | None:
+    """Whether a short reference resolves; None when its first part is neither a class nor a module of ours."""
+    parts = ref.split(".")
+    tails, classes = _index()
+    if parts[0] in classes:
+        return _class_has(parts[0], parts[1])
+    for k in range(len(parts), 0, -1):
+        modules = tails.get(".".join(parts[:k]))
+        if modules:
+            return k == len(parts) or any(dotted_resolves(".".join([m, *parts[k:]])) for m in modules)
+    return None
+
+
+def short_unresolved(text: str) -> list[tuple[int, str]]:
+    """(line, reference) of every short reference in backticks that names a class or module of ours wrongly."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for ref in SHORT.findall(line):
+            if ref.split(".")[0] in PROJECT or ref.rsplit(".", 1)[-1] in FILE_SUFFIXES:
+                continue  # a full name (`unresolved` checks it) or a file name
+            if short_resolves(ref) is False:
+                found.append((number, ref))
+    return found
