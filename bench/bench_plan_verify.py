@@ -24,9 +24,9 @@ recommendation or one group). Coverage counts informative intervals only (+-25% 
 status ("not_comparable" when its own rounds moved), and its errors with the machine's move since the profile
 taken out where that move is measured, are printed beside them.
 
-The held-out models (`heldout_*`, examples/heldout_*.py) were written after the zoo had become the development
-set and were never used to tune anything: the issue's accuracy targets are judged on them
-(`--models heldout_gru heldout_tcn heldout_mixer`, on a quiet machine).
+The held-out models (`heldout_*`) were written after the zoo had become the development set and were never used
+to tune anything (examples/heldout_gru.py, heldout_tcn.py, heldout_mixer.py): the accuracy targets are judged on
+them (`--models heldout_gru heldout_tcn heldout_mixer`, on a quiet machine).
 """
 
 from __future__ import annotations

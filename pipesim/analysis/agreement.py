@@ -1,6 +1,6 @@
 """When two measurements of one plan agree: two verifications, or two profiles' predictions.
 
-Criteria that honest intervals can meet (issue 46). The earlier ones asked every median to lie inside the other
+Criteria that honest intervals can meet. The earlier ones asked every median to lie inside the other
 verification's 95% interval, and every prediction of two profiles to lie within 3%: for two independent
 measurements with calibrated 95% intervals one lies inside the other's with probability P(|Z| < 1.96 / sqrt 2) =
 83%, so over 12 candidates all 24 containments hold between 11% and 83% of the time even when nothing is wrong

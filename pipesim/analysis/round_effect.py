@@ -2,7 +2,7 @@
 
 verify-plan runs its candidates in rounds (A B C, A B C, ...). A machine that speeds up or slows down between
 rounds scales every candidate of a round alike; on the logarithm of each run's median step that is an additive
-effect shared by a round (issue 46: one verification's rounds went from 315-398 ms to 110-131 ms, and every gap
+effect shared by a round (seen: one verification's rounds went from 315-398 ms to 110-131 ms, and every gap
 between candidates hid inside intervals that carried that 3x move).
 
 The test: a two-way analysis of variance without replication on the log round medians (candidates x rounds), the

@@ -43,7 +43,8 @@ MAX_STEPS_PER_ROUND = 10_000  # bounds the bootstrap's work (samples x rounds x 
 CHUNK_CELLS = 1_000_000  # draws held in memory at once (8 MB of float64)
 # A predicted interval wider than +-25% of its point says little a user can act on (a step "between 50 and 150 ms"),
 # and a measurement inside it is no evidence the prediction holds: such an interval is "not informative", and a
-# coverage counts only the informative ones (issue 46: +-57% intervals reported "100% inside" errors of -55%).
+# coverage counts only the informative ones (a busy machine's +-57% intervals once reported "100% inside" errors
+# of -55%).
 MAX_INFORMATIVE_HALF_WIDTH = 0.25
 
 

@@ -1,13 +1,13 @@
 """A step time with its interval: every action's time drawn from its spread, every draw simulated at once.
 
 The simulator prices each action at one figure, but a real step waits on the slowest of many noisy actions: the
-median of the steps is longer than the step of the typical actions (issue 29: 2.5% for 1F1B at 2 ranks x 4
+median of the steps is longer than the step of the typical actions (measured: 2.5% for 1F1B at 2 ranks x 4
 microbatches with a 20% CV, 8.7% for GPipe at 4 x 16, actions drawn around their medians). `step_interval` draws
 `samples` steps, seeded:
 
 * each action's time is its price x exp(N(-sigma^2 / 2, sigma)), sigma from the kind's CV
   (`pipesim.sim.spread.Spread`), so its mean stays the price: a profile prices each action at its in-situ mean
-  (a step sums its actions, which are skewed to the right, so it pays their mean: issue 29), and a draw centred on
+  (a step sums its actions, which are skewed to the right, so it pays their mean), and a draw centred on
   the price as its median would count that skew twice (about CV^2 / 2 per action);
 * each kind's price is also drawn once per sample, x exp(N(-se^2 / 2, se)) from its relative standard error: the
   profile's own uncertainty moves every action of the kind together, around the same mean;

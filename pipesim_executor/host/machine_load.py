@@ -1,6 +1,6 @@
 """What else used the machine while a profile ran: other processes' CPU time, steal and the load average.
 
-A profile measured beside other work prices the model at that work's mercy (issue 46: a profile taken while other
+A profile measured beside other work prices the model at that work's mercy (seen: a profile taken while other
 jobs ran predicted its own steps -39% off, and nothing said why). `LoadProbe` reads the kernel's counters when the
 profile starts and when it ends: the machine's busy CPU time from /proc/stat (user, nice, system, irq, softirq;
 guest time is inside user), the share stolen by a hypervisor (steal), the 1-minute load from /proc/loadavg, and the
