@@ -19,6 +19,7 @@ member's inputs before it starts (`Dependencies.joined`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
@@ -29,6 +30,7 @@ from pipesim._perf import paused_gc
 from pipesim.ir import Action, CommAction, CommKind, Schedule
 from pipesim.semantics.lower import (
     RELOAD_SERVES,
+    collectives_before,
     has_memory_moves,
     memory_moves,
     overlap_groups,
@@ -65,6 +67,9 @@ class Dependencies:
     joined: dict[int, tuple[int, ...]] | None = None  # an overlapped group's first id -> its other members' ids
     sends: dict[tuple[int, int], str] | None = None  # (consumer id, gate id) -> the SEND the consumer waits for
     copies: CopyOps | None = None  # OFFLOADs and RELOADs, ids after the compute actions' (none: no memory moves)
+    # torch's collectives of a full order: per compute action those its rank runs right before it, and per rank
+    # those after its last (`pipesim.semantics.lower.collectives_before`; empty without an order)
+    collectives: tuple[dict[Action, list[CommAction]], list[list[CommAction]]] = ({}, [])
 
     @property
     def num_ranks(self) -> int:
@@ -146,9 +151,21 @@ class DeadlockError(ScheduleError):
         super().__init__("deadlock", f"{said} (cycle: {path})", rank, None, head)
 
 
-@paused_gc()
+_LOWERED = "_pipesim_lowered"  # where a schedule keeps its lowering (in its instance dict, as `screen` keeps its mark)
+
+
 def dependencies(schedule: Schedule) -> Dependencies:
-    """Data dependencies of every action; ScheduleError when a producer is missing or doubled."""
+    """The schedule lowered once: every action's producers, its memory moves and collectives, kept on the schedule
+    so that every reader (simulator, metrics, planner, critical path, executor) takes the same value. ScheduleError
+    when a producer is missing or doubled."""
+    lowered = schedule.__dict__.get(_LOWERED)
+    if lowered is None:
+        lowered = schedule.__dict__[_LOWERED] = _lower(schedule)  # a frozen value, as cached_property sets one
+    return lowered
+
+
+@paused_gc()
+def _lower(schedule: Schedule) -> Dependencies:
     actions: list[Action] = []
     ranks: list[int] = []
     offsets = [0]
@@ -175,11 +192,14 @@ def dependencies(schedule: Schedule) -> Dependencies:
     if not validated and -1 in chain.from_iterable(deps):  # a C-speed scan
         missing = next(a for a, ds in zip(actions, deps, strict=True) if -1 in ds)
         _raise_missing(missing, made.index, ranks, offsets, schedule)
+    if schedule.order is None:  # a plain order: the data rules alone
+        return made
     gates = send_gates(schedule)
     groups = overlap_groups(schedule)
     moves = has_memory_moves(schedule)
+    collectives = collectives_before(schedule)
     if gates is None and not groups and not moves:
-        return made
+        return dataclasses.replace(made, collectives=collectives) if any(collectives) else made
     index = made.index
     sends: dict[tuple[int, int], str] | None = None
     if gates is not None:
@@ -187,7 +207,7 @@ def dependencies(schedule: Schedule) -> Dependencies:
         deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages, sends)
     joined = {index[group[0]]: tuple(index[a] for a in group[1:]) for group in groups} if groups else None
     copies = _copy_ops(schedule, index, deps) if moves else None
-    return Dependencies(actions, ranks, offsets, deps, joined, sends, copies)
+    return Dependencies(actions, ranks, offsets, deps, joined, sends, copies, collectives)
 
 
 def _copy_ops(schedule: Schedule, index: dict[Action, int], deps: list[tuple[int, ...]]) -> CopyOps:

@@ -21,7 +21,7 @@ from pipesim.cost.seq_chunks import chunk_shares
 from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.records import CommSpan, SpanColumns, Timeline
 from pipesim.semantics.dag import CopyOps, DeadlockError, Dependencies, dependencies
-from pipesim.semantics.lower import collectives_before, crossing_stages, overlap_groups
+from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
 
 
@@ -298,7 +298,9 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
             "recompute": cost.recompute,
             **(
                 {
-                    "overlap_groups": [[str(a) for a in g] for g in overlap_groups(schedule)],
+                    "overlap_groups": [
+                        [str(deps.actions[m]) for m in (first, *others)] for first, others in deps.joined.items()
+                    ],
                     "overlap_factor": cost.overlap_factor,
                 }
                 if deps.joined
@@ -401,7 +403,12 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
         actions, layouts = deps.actions, _PairLayouts(cost)
         for first, others in deps.joined.items():
             group = (first, *others)
-            total = layouts.of(tuple((actions[m].stage, actions[m].kind) for m in group)).makespan
+            layout = layouts.of(tuple((actions[m].stage, actions[m].kind) for m in group))
+            if not any(segment.resource == "link" for segment in layout.segments):  # no all-to-all: the factor
+                for member in group:
+                    durations[member] *= cost.overlap_factor
+                continue
+            total = layout.makespan
             alone = sum(durations[m] for m in group)
             for member in group:
                 durations[member] = total * durations[member] / alone if alone > 0 else 0.0
@@ -447,7 +454,7 @@ def engine_inputs(schedule: Schedule, cost: CostModel, deps: Dependencies) -> En
     if deps.copies is not None:  # a copy pays no transfer and no dispatch gap: it runs on the copy engine
         padding = [0.0] * len(deps.copies.entries)
         hops, gaps = hops + padding, gaps + padding
-    before, tails = collectives_before(schedule)
+    before, tails = deps.collectives
     for action, collectives in before.items():
         gaps[deps.index[action]] += sum(cost.collective_ms(c.stage, c.kind) for c in collectives)
     # The step time is at most this sum: finite sums, finite times.
