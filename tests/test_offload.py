@@ -159,3 +159,19 @@ def test_simulate_json_gives_the_per_rank_resource_fields(tmp_path) -> None:
     assert ranks[0]["busy_ms_by_resource"]["link"] == pytest.approx(0.8)  # 8 activations on, no gradient back
     assert ranks[1]["busy_ms_by_resource"]["link"] == pytest.approx(1.6)  # 8 activations on, 8 gradients back
     assert "peak_host_bytes" in ranks[0]
+
+
+def test_the_memory_chart_draws_device_and_host() -> None:
+    from pipesim.charts.memory import memory_figure
+    from pipesim.sim.metrics import host_memory_over_time
+
+    cost = _cost(host_gbps=2000.0)
+    timeline = simulate(with_offload(build_schedule("1f1b", 4, 8), "full"), cost)
+    fig = memory_figure(timeline, cost)
+    host = [trace for trace in fig.data if trace.name.endswith("(host)")]
+    assert len(host) == 4 and all(trace.line.dash == "dash" for trace in host)
+    peaks = [max(v for _, v in points) for points in host_memory_over_time(timeline, cost)]
+    assert peaks == [r.peak_host_bytes for r in compute_metrics(timeline, cost).ranks]
+    assert "host dashed" in fig.layout.yaxis.title.text
+    plain = memory_figure(simulate(build_schedule("1f1b", 4, 8), cost), cost)
+    assert not [trace for trace in plain.data if trace.name.endswith("(host)")]

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from pipesim.charts.lanes import RANK_COLORS
 from pipesim.cost.model import CostModel
 from pipesim.records import Timeline
-from pipesim.sim.metrics import memory_over_time, stash_counts
+from pipesim.sim.metrics import has_memory_moves, host_memory_over_time, memory_over_time, stash_counts
 from pipesim.units import BYTES_SPEC, binary_unit, hover_ms
 
 MAX_MEMORY_POINTS = 20_000  # in all ranks together: about what plotly draws in a tenth of a second
@@ -76,6 +76,23 @@ def memory_figure(tl: Timeline, cost: CostModel | None = None, *, max_points: in
                 else f"rank {rank}<br>{hover_ms('x')}<br>%{{y}} stashed<extra></extra>",
             )
         )
+    if cost is not None and has_memory_moves(tl):  # what the copy engines moved off the device, dashed
+        for rank, points in enumerate(host_memory_over_time(tl, cost)):
+            times, values = _columns(points)
+            group, first, label = group_of[rank]
+            fig.add_trace(
+                go.Scatter(
+                    name=f"{label} (host)",
+                    legendgroup=f"{label} (host)",
+                    showlegend=first,
+                    x=times,
+                    y=values / size,
+                    mode="lines",
+                    line={"shape": "hv", "width": 1.5, "dash": "dash", "color": RANK_COLORS[group % len(RANK_COLORS)]},
+                    hovertemplate=f"rank {rank} host<br>{hover_ms('x')}<br>%{{y:{BYTES_SPEC}}} {unit}<extra></extra>",
+                )
+            )
+        title = f"activation memory ({unit}): device solid, host dashed"
     heading = f"{tl.schedule_name or 'schedule'}: activation memory per rank"
     if bins is not None:
         heading += (

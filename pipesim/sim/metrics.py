@@ -163,25 +163,41 @@ def _moves(tl: Timeline) -> list[CommSpan]:
     return [c for c in tl.comm if c.kind in COPY_KINDS]
 
 
-def _host_peaks(tl: Timeline, cost: CostModel | None) -> list[float]:
-    """Per rank, the most bytes of activations held in host memory at once (an OFFLOAD holds them from its start,
-    a RELOAD frees them at its end)."""
+def _host_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[float, float]]]:
+    """Per rank, (time, host bytes delta) of its memory moves, sorted: an OFFLOAD holds host memory from its start,
+    a RELOAD frees it at its end (at one time, frees first: a RELOAD ending as an OFFLOAD starts counts once)."""
     events: list[list[tuple[float, float]]] = [[] for _ in range(tl.num_ranks)]
     moves = _moves(tl)
     sizes = stash_sizes(cost, {move.action.stage for move in moves})
     for move in moves:
         _, host, starts_it = offload_change(move.action.kind, sizes[move.action.stage])
-        # at one time, frees first: a RELOAD ending as an OFFLOAD starts does not count both
         events[move.rank].append((move.start if not starts_it else move.end, host))
-    peaks = []
     for row in events:
         row.sort()
+    return events
+
+
+def _host_peaks(tl: Timeline, cost: CostModel | None) -> list[float]:
+    """Per rank, the most bytes of activations held in host memory at once."""
+    peaks = []
+    for row in _host_events(tl, cost):
         level = peak = 0.0
         for _, delta in row:
             level += delta
             peak = max(peak, level)
         peaks.append(peak)
     return peaks
+
+
+def host_memory_over_time(tl: Timeline, cost: CostModel) -> list[list[tuple[float, float]]]:
+    """Per rank, activation bytes offloaded to host memory over time (empty lines without memory moves)."""
+    origin = _origin(tl)
+    return [_levels([(t, 0, delta) for t, delta in row], 2, origin) for row in _host_events(tl, cost)]
+
+
+def has_memory_moves(tl: Timeline) -> bool:
+    """Whether the timeline moves activations to host memory and back (its copy engine's spans)."""
+    return any(c.kind in COPY_KINDS for c in tl.comm)
 
 
 def copy_busy_ms(tl: Timeline) -> list[float]:
