@@ -174,8 +174,8 @@ def parse_entry(text: str) -> Entry | None:
         shown = text.strip() if len(text.strip()) <= 24 else text.strip()[:24] + "..."
         raise ValueError(
             f"cannot parse {shown!r}: expected <stage><kind><microbatch> such as 2F0 (kind F, B, I or W), "
-            f"a communication or collective action such as 1SEND_F0, 2RECV_B3, 0UNSHARD or 0REDUCE_GRAD, "
-            f"a memory move such as 0OFFLOAD3 or 0RELOAD3, or an overlapped pair such as (0F3;3B1){OVERLAP_WORD}"
+            f"a transfer, collective or memory move such as 1SEND_F0, 2RECV_B3, 0REDUCE_GRAD or 0OFFLOAD3, "
+            f"or an overlapped pair such as (0F3;3B1){OVERLAP_WORD}"
         ) from None
 
 

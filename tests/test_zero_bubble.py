@@ -38,6 +38,7 @@ from pipesim.schedules.v_shapes import dualpipev
 from pipesim.semantics.validate import validate
 from pipesim.sim.metrics import compute_metrics, makespan
 from pipesim.sim.simulate import simulate
+from tests.helpers.sizes import must_build
 
 FAMILY = ["zb-h1", "zb-h2", "zbv", "dualpipev", "looped-bfs"]
 # (F, I, W) triples with W <= F and 2W <= F + I, some with W < F, some with I > 2W.
@@ -285,7 +286,11 @@ def test_every_schedule_csv_is_accepted_by_torchs_reader(size, tmp_path):
     pytest.importorskip("torch")
     p, m = size
     for name in schedule_names():
+        if not must_build(name, p, m):
+            continue
         schedule = build_schedule(name, p, m, **_options(name))
+        if schedule.pipelines > 1:  # torch's order is one chain of stages: DualPipe's two directions have no CSV there
+            continue
         runtime = _torch_load_csv(schedule, tmp_path)
         cells = [[str(e) for e in row] for row in schedule.order_rows()]  # dualpipev: its OVERLAP_F_B pairs
         assert {r: [str(a) for a in row] for r, row in runtime.pipeline_order.items()} == dict(enumerate(cells)), name

@@ -228,7 +228,7 @@ def dualpipe(num_ranks: int, num_microbatches: int) -> Schedule:
         down, up = (forward_stage, reverse_stage) if rank < p // 2 else (reverse_stage, forward_stage)
         rows.append(_dual_order(near, p // 2, half, down, up))
     schedule = schedule_from_order("dualpipe", p, half, v_placement(p), rows)
-    return dataclasses.replace(schedule, pipelines=2, params={"num_microbatches": num_microbatches})
+    return dataclasses.replace(schedule, pipelines=2, params={"microbatches_both_directions": num_microbatches})
 
 
 def _dualpipe_stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:

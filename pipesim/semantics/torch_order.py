@@ -27,7 +27,7 @@ def with_comms(schedule: Schedule) -> list[list[Entry]]:
     already written are dropped first: torch's lowering starts from compute actions only)."""
     rows = [[e for e in row if isinstance(e, Overlap) or entry_actions(e)] for row in schedule.order_rows()]
     lowered = [_add_reduce_grad(_add_unshard_reshard(row), schedule.num_microbatches) for row in rows]
-    return _add_send_recv(lowered, schedule.stage_to_rank, schedule.num_stages)
+    return _add_send_recv(lowered, schedule.stage_to_rank, schedule.num_stages, schedule.pipeline_stages)
 
 
 def torch_lowered(schedule: Schedule) -> Schedule:
@@ -107,16 +107,20 @@ def _add_reduce_grad(row: list[Entry], num_microbatches: int) -> list[Entry]:
     return out
 
 
-def _add_send_recv(rows: list[list[Entry]], placement: tuple[int, ...], num_stages: int) -> list[list[Entry]]:
+def _add_send_recv(
+    rows: list[list[Entry]], placement: tuple[int, ...], num_stages: int, pipeline_stages: int | None = None
+) -> list[list[Entry]]:
     """torch's `_add_send_recv`: ranks take turns in rank order; an entry goes in once its inputs were sent to
     (or produced on) its rank, its sends right after it and the matching receives on the receiving ranks."""
 
     def ready(action, seen: set) -> bool:
         """Its input was received on this rank, or produced here (the message's producer ran on this rank)."""
-        message = needed_message(action, num_stages)
+        message = needed_message(action, num_stages, pipeline_stages)
         if message is None:
             return True
-        producer = producers_of(action, num_stages)[-1]  # the alternatives that produce the message
+        producer = producers_of(action, num_stages, pipeline_stages=pipeline_stages)[
+            -1
+        ]  # the alternatives that produce the message
         return transfers_of(message)[1] in seen or any(p in seen for p in producer)
 
     out: list[list[Entry]] = [[] for _ in rows]
@@ -136,7 +140,7 @@ def _add_send_recv(rows: list[list[Entry]], placement: tuple[int, ...], num_stag
             seen[rank].add(entry)
             for action in actions:
                 seen[rank].add(action)
-                message = produced_message(action, num_stages)
+                message = produced_message(action, num_stages, pipeline_stages)
                 if message is not None and placement[message.stage] != rank:  # it crosses to another rank
                     send, recv = transfers_of(message)
                     out[rank].append(send)

@@ -59,8 +59,8 @@ def registry_orders(inst: Instance) -> list[tuple[str, list[list[int]]]]:
             schedule = build_schedule(name, problem.num_ranks, problem.num_microbatches, **options)
         except ValueError:
             continue  # a size the family does not build (dualpipev below 2p-1 microbatches)
-        if schedule.num_stages != inst.num_stages or schedule.seq_chunks != 1:
-            continue  # another cut, or actions on sequence chunks rather than the problem's microbatches
+        if schedule.num_stages != inst.num_stages or schedule.seq_chunks != 1 or schedule.pipelines != 1:
+            continue  # another cut; actions on sequence chunks; two pipelines (DualPipe): not the problem's order
         rows = []
         for row in schedule.actions:
             split: list[Action] = []
