@@ -38,6 +38,7 @@ from pipesim_executor.config import (
     PipelineConfig,
     RunConfig,
     TrainingConfig,
+    absolute_spec,
 )
 from pipesim_executor.host.cli_runs import summary_lines
 from pipesim_executor.progress import readable_event
@@ -48,8 +49,14 @@ INTERRUPTED, TERMINATED = 130, 143
 
 
 def model_choice(text: str) -> str:
-    if text in MODEL_KINDS or ":" in text:
+    """A built-in model's name, or a spec with a model file's path made absolute (the ranks start elsewhere)."""
+    if text in MODEL_KINDS:
         return text
+    if ":" in text:
+        try:
+            return absolute_spec(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
     raise argparse.ArgumentTypeError(f"unknown model {text!r}; valid: {', '.join(MODEL_KINDS)} or {SPEC_HELP}")
 
 
