@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import os
@@ -86,6 +87,35 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", DefaultsShown)
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", _Commands)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """argparse's, except that flags no parser knows are refused by the subcommand they were given to: its
+        `--help` is the one to read, and the closest flag it takes is named."""
+        words = list(sys.argv[1:] if args is None else args)
+        parsed, unknown = self.parse_known_args(words, namespace)
+        if unknown:
+            parser = self._innermost(words)
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}{parser._closest(unknown)}")
+        return parsed
+
+    def _innermost(self, words: list[str]) -> Parser:
+        """The parser of the (sub)command `words` name: the first word that is one of its subcommands, down."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for index, word in enumerate(words):
+                    chosen = action.choices.get(word)
+                    if isinstance(chosen, Parser):
+                        return chosen._innermost(words[index + 1 :])
+        return self
+
+    def _closest(self, unknown: list[str]) -> str:
+        names = [flag[2:] for action in self._actions for flag in action.option_strings if flag.startswith("--")]
+        for word in unknown:
+            if word.startswith("-"):
+                close = difflib.get_close_matches(word.split("=", 1)[0].lstrip("-"), names, n=1, cutoff=0.7)
+                if close:
+                    return f"; did you mean --{close[0]}?"
+        return ""
 
     def error(self, message: str) -> NoReturn:
         # argparse quotes a value it refuses whole ("invalid choice: '999...'"): a 3,000-character value is cut
@@ -333,9 +363,34 @@ def from_flags(cls: type, args: argparse.Namespace, section: str, base: Any = No
         if dataclasses.is_dataclass(kind):
             inner = getattr(base, field.name) if base is not None else default_of(field)
             values[field.name] = from_flags(kind, args, f"{section}{SEPARATOR}{field.name}", inner)
-    if base is None:
-        return cls(**values)
-    return dataclasses.replace(base, **values)
+    try:
+        return cls(**values) if base is None else dataclasses.replace(base, **values)
+    except FlagValueError:
+        raise
+    except ValueError as error:
+        if type(error) is not ValueError:  # a kind of its own (a failure, not a usage error): left as it is
+            raise
+        raise FlagValueError(_naming_flag(str(error), cls, given(args, section))) from None
+
+
+class FlagValueError(ValueError):
+    """A config's ValueError, raised while building it from flags, that names the flag given."""
+
+
+def _naming_flag(message: str, cls: type, values: dict[str, Any]) -> str:
+    """The config's message led by the flag it is about: the given field it names first (`num_microbatches` or
+    `cnn blocks` for a field `blocks`), as the user spelled it; the message as it is when it names none."""
+    fields = {field.name: field for field in dataclasses.fields(cls)}
+    found = []
+    for name in values:
+        if name not in fields:
+            continue
+        match = re.search(rf"\b({re.escape(name)}|{re.escape(name.replace('_', ' '))})\b", message)
+        if match:
+            found.append((match.start(), flag_of(fields[name])))
+    if not found:
+        return message
+    return f"{min(found)[1]}: {message}"
 
 
 def default_of(field: dataclasses.Field) -> Any:

@@ -54,7 +54,7 @@ from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_MICROBATCHES, MAX_TIME_MS
 from pipesim.numbers import read_float
 from pipesim.plan.candidates import PlanSpace
 from pipesim.plan.intervals import IntervalOptions, attach_intervals
-from pipesim.plan.report import best_candidate, plan_document
+from pipesim.plan.report import TRANSFORMER_UNITS, best_candidate, plan_document
 from pipesim.programs import named_as_started, programs
 from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import schedule_names
@@ -339,7 +339,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     candidates = attach_intervals(inputs, candidates, options)
     synthesized = add_synthesized(inputs, space, candidates, args.synth_budget) if with_synthesized else {}
     searched = {**_space_dict(space), **({"synthesized_budget_s": args.synth_budget} if with_synthesized else {})}
-    document = plan_document(candidates, {**recorded, "space": searched}, args.memory_cap)
+    document = plan_document(candidates, {**recorded, "space": searched}, args.memory_cap, units_meaning(recorded))
     document["calibration"] = inputs.calibration()
     lines = list(document["summary"])
     if workers_note is not None:
@@ -364,6 +364,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )  # the user can run it again
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE
+
+
+def units_meaning(recorded: dict) -> str:
+    """What the plan's unit indices count, for its summary: a profile's units are the layers its model has (a
+    custom model's own, which need not hold an embedding or a head), a cost file's its stages."""
+    model = recorded.get("executor_model")
+    if isinstance(model, dict):
+        if model.get("kind") == "custom":
+            return f"units are the layers {model.get('spec')} returns, from 0"
+        if model.get("kind") == "cnn":
+            return "units count the conv blocks and the 3 fully connected layers"
+        return TRANSFORMER_UNITS
+    if "cost_file" in recorded:
+        return "units are the cost file's stages, from 0"
+    return TRANSFORMER_UNITS
 
 
 def profile_program() -> str:

@@ -26,6 +26,7 @@ from pipesim.cost.shape import TransformerShape
 from pipesim.flags import UsageError, add_flags, folder_flag, from_flags, given, given_flags
 from pipesim.io.formats import dialect_note, load_schedule
 from pipesim.ir import Schedule
+from pipesim.programs import named_as_started
 from pipesim.progress_bar import ProgressBar, on_terminal
 from pipesim_executor.config import (
     CUSTOM,
@@ -77,9 +78,11 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         "--split-from",
         type=Path,
         metavar="FILE",
-        help="cut the model where the planner would: a plan (pipesim plan --json: its best candidate for this run) "
-        "or a unit profile (executor profile: balanced over F+B at the run's microbatch size); default: balanced "
-        "parameter counts",
+        help=named_as_started(
+            "cut the model where the planner would: a plan (python -m pipesim plan --json: its best candidate for "
+            "this run) or a unit profile (python -m executor profile: balanced over F+B at the run's microbatch "
+            "size); default: balanced parameter counts"
+        ),
     )
     groups[f"{SECTION}.model"].add_argument(
         "--model",
