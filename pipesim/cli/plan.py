@@ -50,8 +50,8 @@ from pipesim.flags import (
 )
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
-from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
-from pipesim.numbers import read_float
+from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_LAYERS, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
+from pipesim.numbers import MAX_LIST_ITEMS, read_float
 from pipesim.plan.candidates import PlanSpace
 from pipesim.plan.intervals import IntervalOptions, attach_intervals
 from pipesim.plan.report import TRANSFORMER_UNITS, best_candidate, plan_document
@@ -90,6 +90,17 @@ _ints = int_list_flag(minimum=1, maximum=MAX_MICROBATCHES)  # sizes, chunks, ran
 _floats = float_list_flag(minimum=0, maximum=MAX_TIME_MS)  # per-layer times in ms, W shares
 
 
+def _layer_ms(text: str) -> tuple[float, ...]:
+    """--layer-ms's times; past what a command line takes, where more go: a cost file."""
+    if text.count(",") >= MAX_LIST_ITEMS:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_LIST_ITEMS:,} times on the command line, got {text.count(',') + 1:,}; --cost FILE takes "
+            f"up to {MAX_LAYERS:,} (written by pipesim.io.cost_file.save_cost(pipesim.cost_from_times("
+            "forward_ms=[...], backward_ms=[...]), FILE))"
+        )
+    return _floats(text)
+
+
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(p.strip() for p in text.split(",") if p.strip())
     if not names:
@@ -118,7 +129,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         description=named_as_started(UNITS_HELP),
         epilog=EXIT_STATUS_HELP,
     )
-    bal.add_argument("--layer-ms", type=_floats, metavar="T,T,..", help="per-layer (unit) time, instead of a model")
+    bal.add_argument("--layer-ms", type=_layer_ms, metavar="T,T,..", help="per-layer (unit) time, instead of a model")
     bal.add_argument("--stages", type=_ints, required=True, metavar="S", help="number of stages (ranks x chunks)")
     _add_model_args(bal)
 
