@@ -30,6 +30,7 @@ from pipesim.cost.links import LinkCost
 from pipesim.cost.runtime import RankRuntime
 from pipesim.cost.stage import StageCost, piece
 from pipesim.ir import ActionKind, CommKind, Schedule
+from pipesim.limits import require_items
 
 
 class StageRecutter(Protocol):
@@ -88,8 +89,10 @@ class CostModel:
             raise ValueError(
                 f"overlap_factor must lie in (0, 1] (1: a pair takes F + B, no overlap), got {self.overlap_factor!r}"
             )
+        require_items(self.stages, "stages", StageCost, "StageCost")
+        require_items(self.links, "links", LinkCost, "LinkCost")
         if not self.stages:
-            raise ValueError("a cost model needs at least one stage cost")
+            raise ValueError("a cost model needs at least one stage cost (stages is empty)")
         if not self.links:
             raise ValueError("a cost model needs at least one link cost")
         if not isinstance(self.recompute, bool):

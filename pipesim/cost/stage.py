@@ -41,7 +41,7 @@ class StageCost:
     def __post_init__(self) -> None:
         for name in ("forward_ms", "backward_ms", "activation_bytes", "input_bytes", "output_bytes", "param_bytes"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if self.weight_ms is not None and not 0 <= self.weight_ms <= self.backward_ms:
             raise ValueError(
