@@ -89,33 +89,23 @@ class Parser(argparse.ArgumentParser):
         self.register("action", "parsers", _Commands)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
-        """argparse's, except that flags no parser knows are refused by the subcommand they were given to: its
-        `--help` is the one to read, and the closest flag it takes is named."""
+        """argparse's, but an unknown flag is refused by its subcommand's parser, naming the closest flag."""
         words = list(sys.argv[1:] if args is None else args)
         parsed, unknown = self.parse_known_args(words, namespace)
         if unknown:
-            parser = self._innermost(words)
-            parser.error(f"unrecognized arguments: {' '.join(unknown)}{parser._closest(unknown)}")
+            inner, flags = self._innermost(words), [word.split("=")[0] for word in unknown if word.startswith("-")]
+            names = [flag for action in inner._actions for flag in action.option_strings if flag.startswith("--")]
+            close = [f"; did you mean {m}?" for flag in flags for m in difflib.get_close_matches(flag, names, 1, 0.75)]
+            inner.error(f"unrecognized arguments: {' '.join(unknown)}" + "".join(close[:1]))
         return parsed
 
     def _innermost(self, words: list[str]) -> Parser:
         """The parser of the (sub)command `words` name: the first word that is one of its subcommands, down."""
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for index, word in enumerate(words):
-                    chosen = action.choices.get(word)
-                    if isinstance(chosen, Parser):
-                        return chosen._innermost(words[index + 1 :])
+        for action in (a for a in self._actions if isinstance(a, argparse._SubParsersAction)):
+            chosen = next(((i, action.choices[w]) for i, w in enumerate(words) if w in action.choices), None)
+            if chosen is not None and isinstance(chosen[1], Parser):
+                return chosen[1]._innermost(words[chosen[0] + 1 :])
         return self
-
-    def _closest(self, unknown: list[str]) -> str:
-        names = [flag[2:] for action in self._actions for flag in action.option_strings if flag.startswith("--")]
-        for word in unknown:
-            if word.startswith("-"):
-                close = difflib.get_close_matches(word.split("=", 1)[0].lstrip("-"), names, n=1, cutoff=0.7)
-                if close:
-                    return f"; did you mean --{close[0]}?"
-        return ""
 
     def error(self, message: str) -> NoReturn:
         # argparse quotes a value it refuses whole ("invalid choice: '999...'"): a 3,000-character value is cut
@@ -365,32 +355,18 @@ def from_flags(cls: type, args: argparse.Namespace, section: str, base: Any = No
             values[field.name] = from_flags(kind, args, f"{section}{SEPARATOR}{field.name}", inner)
     try:
         return cls(**values) if base is None else dataclasses.replace(base, **values)
-    except FlagValueError:
-        raise
     except ValueError as error:
-        if type(error) is not ValueError:  # a kind of its own (a failure, not a usage error): left as it is
+        if type(error) is not ValueError or str(error).startswith("--"):  # a failure's own kind, or named already
             raise
-        raise FlagValueError(_naming_flag(str(error), cls, given(args, section))) from None
-
-
-class FlagValueError(ValueError):
-    """A config's ValueError, raised while building it from flags, that names the flag given."""
+        raise ValueError(_naming_flag(str(error), cls, given(args, section))) from None
 
 
 def _naming_flag(message: str, cls: type, values: dict[str, Any]) -> str:
-    """The config's message led by the flag it is about: the given field it names first (`num_microbatches` or
-    `cnn blocks` for a field `blocks`), as the user spelled it; the message as it is when it names none."""
-    fields = {field.name: field for field in dataclasses.fields(cls)}
-    found = []
-    for name in values:
-        if name not in fields:
-            continue
-        match = re.search(rf"\b({re.escape(name)}|{re.escape(name.replace('_', ' '))})\b", message)
-        if match:
-            found.append((match.start(), flag_of(fields[name])))
-    if not found:
-        return message
-    return f"{min(found)[1]}: {message}"
+    """The message led by the flag of the given field it names first (`num_microbatches`, `cnn blocks`)."""
+    fields = {field.name: field for field in dataclasses.fields(cls) if field.name in values}
+    found = [(m.start(), flag_of(fields[name])) for name in fields
+             if (m := re.search(rf"\b({re.escape(name)}|{re.escape(name.replace('_', ' '))})\b", message))]  # fmt: skip
+    return f"{min(found)[1]}: {message}" if found else message
 
 
 def default_of(field: dataclasses.Field) -> Any:

@@ -109,7 +109,7 @@ def test_list_shows_profile_folders_as_profiles(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("model", "says"),
     [
-        ({"kind": "custom", "spec": "/home/me/mymodel.py:build"}, "units are the layers /home/me/mymodel.py:build"),
+        ({"kind": "custom", "spec": "/home/me/mymodel.py:build"}, "units are the layers of /home/me/mymodel.py:build"),
         ({"kind": "transformer"}, "units count the embedding and the head"),
     ],
 )

@@ -90,15 +90,16 @@ _ints = int_list_flag(minimum=1, maximum=MAX_MICROBATCHES)  # sizes, chunks, ran
 _floats = float_list_flag(minimum=0, maximum=MAX_TIME_MS)  # per-layer times in ms, W shares
 
 
-def _layer_ms(text: str) -> tuple[float, ...]:
-    """--layer-ms's times; past what a command line takes, where more go: a cost file."""
+def _layer_ms(text: str) -> tuple[float, ...]:  # --layer-ms's times; past a command line's limit, where more go
     if text.count(",") >= MAX_LIST_ITEMS:
         raise argparse.ArgumentTypeError(
             f"at most {MAX_LIST_ITEMS:,} times on the command line, got {text.count(',') + 1:,}; --cost FILE takes "
-            f"up to {MAX_LAYERS:,} (written by pipesim.io.cost_file.save_cost(pipesim.cost_from_times("
-            "forward_ms=[...], backward_ms=[...]), FILE))"
+            f"up to {MAX_LAYERS:,} (pipesim.io.cost_file.save_cost(pipesim.cost_from_times(F, B), FILE) writes one)"
         )
     return _floats(text)
+
+
+_layer_ms.__name__ = _floats.__name__  # argparse names the value's kind by it ("invalid numbers value")
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -378,18 +379,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def units_meaning(recorded: dict) -> str:
-    """What the plan's unit indices count, for its summary: a profile's units are the layers its model has (a
-    custom model's own, which need not hold an embedding or a head), a cost file's its stages."""
-    model = recorded.get("executor_model")
-    if isinstance(model, dict):
-        if model.get("kind") == "custom":
-            return f"units are the layers {model.get('spec')} returns, from 0"
-        if model.get("kind") == "cnn":
-            return "units count the conv blocks and the 3 fully connected layers"
-        return TRANSFORMER_UNITS
-    if "cost_file" in recorded:
-        return "units are the cost file's stages, from 0"
-    return TRANSFORMER_UNITS
+    """What the plan's unit indices count: a profiled model's layers (a custom one's hold no embedding or head)."""
+    model = recorded.get("executor_model") if isinstance(recorded.get("executor_model"), dict) else {}
+    if model.get("kind") in ("custom", "cnn"):
+        return f"units are the layers of {model.get('spec') or 'the CNN'}, from 0"
+    return "units are the cost file's stages, from 0" if "cost_file" in recorded and not model else TRANSFORMER_UNITS
 
 
 def profile_program() -> str:
