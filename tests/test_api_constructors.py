@@ -70,6 +70,17 @@ CONSTRUCTORS = {
     "StageCost forward": (lambda v: pipesim.StageCost(forward_ms=v, backward_ms=1.0), "forward_ms", _number),
     "Perturbation slow_ranks": (lambda v: pipesim.Perturbation(slow_ranks=v), "slow_ranks", _pairs),
     "PlanSpace schedules": (lambda v: pipesim.PlanSpace(schedules=v), "schedule", lambda v: False),
+    "StageCost weight": (
+        lambda v: pipesim.StageCost(1.0, 2.0, weight_ms=v),
+        "weight_ms",
+        lambda v: v is None or (_number(v) and 0 <= v <= 2),
+    ),
+    "PlanInputs units": (lambda v: pipesim.PlanInputs(v, 2, 8), "units", lambda v: False),
+    "PlanInputs link": (
+        lambda v: pipesim.PlanInputs((pipesim.StageCost(1.0, 2.0),), 2, 8, link=v),
+        "link",
+        lambda v: False,
+    ),
     "ModelDescription layers": (lambda v: pipesim.ModelDescription(num_layers=v), "num_layers", lambda v: False),
 }
 
