@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import os
@@ -86,6 +87,25 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", DefaultsShown)
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", _Commands)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """argparse's, but an unknown flag is refused by its subcommand's parser, naming the closest flag."""
+        words = list(sys.argv[1:] if args is None else args)
+        parsed, unknown = self.parse_known_args(words, namespace)
+        if unknown:
+            inner, flags = self._innermost(words), [word.split("=")[0] for word in unknown if word.startswith("-")]
+            names = [flag for action in inner._actions for flag in action.option_strings if flag.startswith("--")]
+            close = [f"; did you mean {m}?" for flag in flags for m in difflib.get_close_matches(flag, names, 1, 0.75)]
+            inner.error(f"unrecognized arguments: {' '.join(unknown)}" + "".join(close[:1]))
+        return parsed
+
+    def _innermost(self, words: list[str]) -> Parser:
+        """The parser of the (sub)command `words` name: the first word that is one of its subcommands, down."""
+        for action in (a for a in self._actions if isinstance(a, argparse._SubParsersAction)):
+            chosen = next(((i, action.choices[w]) for i, w in enumerate(words) if w in action.choices), None)
+            if chosen is not None and isinstance(chosen[1], Parser):
+                return chosen[1]._innermost(words[chosen[0] + 1 :])
+        return self
 
     def error(self, message: str) -> NoReturn:
         # argparse quotes a value it refuses whole ("invalid choice: '999...'"): a 3,000-character value is cut
@@ -333,9 +353,20 @@ def from_flags(cls: type, args: argparse.Namespace, section: str, base: Any = No
         if dataclasses.is_dataclass(kind):
             inner = getattr(base, field.name) if base is not None else default_of(field)
             values[field.name] = from_flags(kind, args, f"{section}{SEPARATOR}{field.name}", inner)
-    if base is None:
-        return cls(**values)
-    return dataclasses.replace(base, **values)
+    try:
+        return cls(**values) if base is None else dataclasses.replace(base, **values)
+    except ValueError as error:
+        if type(error) is not ValueError or str(error).startswith("--"):  # a failure's own kind, or named already
+            raise
+        raise ValueError(_naming_flag(str(error), cls, given(args, section))) from None
+
+
+def _naming_flag(message: str, cls: type, values: dict[str, Any]) -> str:
+    """The message led by the flag of the given field it names first (`num_microbatches`, `cnn blocks`)."""
+    fields = {field.name: field for field in dataclasses.fields(cls) if field.name in values}
+    found = [(m.start(), flag_of(fields[name])) for name in fields
+             if (m := re.search(rf"\b({re.escape(name)}|{re.escape(name.replace('_', ' '))})\b", message))]  # fmt: skip
+    return f"{min(found)[1]}: {message}" if found else message
 
 
 def default_of(field: dataclasses.Field) -> Any:

@@ -122,6 +122,31 @@ class Action(NamedTuple):
         return cls(int(stage), _KIND_BY_LETTER[letter], int(microbatch))
 
 
+def _action_index(value: object, name: str) -> int:
+    """A stage or microbatch index: a whole number (a numpy integer becomes an int); else one line naming `name`.
+    Its range is the schedule's to check (`validate` knows the counts and names the action)."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError(f"Action {name} must be a whole number, got {type(value).__name__} {value!r:.40}")
+        value = value.__index__()
+    return value
+
+
+def _checked_action(cls: type[Action], stage: int, kind: ActionKind, microbatch: int) -> Action:
+    """Action(stage, kind, microbatch), each argument checked (a kind may be its letter, "F"). The builders make
+    few Actions through here (their hot loops reuse or `_make` them), so the check costs them nothing measurable."""
+    stage = _action_index(stage, "stage")
+    if type(kind) is not ActionKind:
+        letter = _KIND_BY_LETTER.get(kind) if isinstance(kind, str) else None
+        if letter is None:
+            raise TypeError(f"Action kind must be an ActionKind or one of F, B, I, W, got {kind!r:.40}")
+        kind = letter
+    return tuple.__new__(cls, (stage, kind, _action_index(microbatch, "microbatch")))
+
+
+Action.__new__ = _checked_action  # type: ignore[method-assign]  # NamedTuple forbids defining __new__ in its body
+
+
 class CommAction(NamedTuple):
     """A non-compute action of torch's: ``1SEND_F0``, ``3RECV_B2``, ``0UNSHARD``, ``0REDUCE_GRAD``.
 

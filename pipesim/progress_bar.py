@@ -22,6 +22,7 @@ from typing import IO, Any
 
 # {percentage} of a bar whose total is 1.0; the postfix says what is happening ("step 3/5 (measure)")
 _FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}"
+_OWN_LEFT_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{left}{postfix}"
 TICK_S = 0.25  # how often a ticking bar moves
 NOTE_CHARS = 40  # the note beside the bar, cut to this
 
@@ -50,12 +51,15 @@ class ProgressBar:
     def shown(self) -> bool:
         return self._bar is not None
 
-    def set(self, fraction: float, note: str = "") -> None:
-        """Move the bar to `fraction` (0 to 1; it never moves back) with a short note beside it."""
+    def set(self, fraction: float, note: str = "", left_s: float | None = None) -> None:
+        """Move the bar to `fraction` (0 to 1; it never moves back) with a short note beside it; `left_s`, the
+        caller's own estimate of the time left, replaces tqdm's (a rate that jumps when progress comes in steps)."""
         if self._bar is None:
             return
         with self._lock:
             self._bar.n = max(self._bar.n, min(1.0, max(0.0, float(fraction))))
+            if left_s is not None:
+                self._bar.bar_format = _OWN_LEFT_FORMAT.replace("{left}", self._bar.format_interval(left_s))
             if note:  # a short note: the bar keeps its width on a narrow terminal
                 self._bar.set_postfix_str(
                     note if len(note) <= NOTE_CHARS else note[: NOTE_CHARS - 3] + "...", refresh=False

@@ -71,6 +71,13 @@ class Timeline:
     # Timeline re-made by `dataclasses.replace` holds its spans and no columns, which could then be stale.
     columns: SpanColumns | None = field(default=None, init=False, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        # the public constructor's types, in one line naming the argument (the spans' own are the engine's)
+        if isinstance(self.num_ranks, bool) or not hasattr(self.num_ranks, "__index__"):
+            raise TypeError(f"Timeline num_ranks must be a whole number, got {self.num_ranks!r:.40}")
+        if isinstance(self.spans, (str, bytes)) or not hasattr(self.spans, "__len__"):
+            raise TypeError(f"Timeline spans must be a tuple of Span, got {type(self.spans).__name__}")
+
     @classmethod
     def from_columns(cls, num_ranks: int, columns: SpanColumns, **others: Any) -> Timeline:
         """A timeline whose spans are built from `columns` on first read of `spans` (then kept): `simulate --json`

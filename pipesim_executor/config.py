@@ -25,7 +25,10 @@ from pipesim_executor.model_config import (  # noqa: F401 - re-exported: the run
     SPEC_PATTERN,
     CNNConfig,
     ModelConfig,
+    absolute_spec,
+    check_model_file,
     check_positive,
+    is_file_spec,
     parse_spec,
 )
 from pipesim_executor.stragglers_config import ComputeConfig, InjectConfig, check_stragglers

@@ -1,8 +1,9 @@
-"""Your own model: `--model package.module:factory`.
+"""Your own model: `--model package.module:factory` or `--model path/to/file.py:factory`.
 
-The spec names a module and a function in it. Only that module is imported (`importlib.import_module`, then
-`getattr`); nothing is evaluated as code, and the text is checked against `SPEC_PATTERN` before anything is
-imported. The factory is called with no arguments and returns either an object with the attributes below or
+The spec names a module (or a .py file) and a function in it. Only that module is imported
+(`importlib.import_module`, or a regular file loaded by its path, then `getattr`); nothing is evaluated as code,
+and the text is checked (`parse_spec`) before anything is imported. The factory is
+called with no arguments and returns either an object with the attributes below or
 the tuple `(layers, make_batch, loss_fn)`:
 
 * `layers`: the model as an ordered list of layers, an `nn.Sequential` or a list/tuple of `nn.Module`;
@@ -30,7 +31,9 @@ handlers the user's module left. The ranks import the same module the same way (
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -38,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipesim_executor.config import parse_spec
+from pipesim_executor.config import SPEC_HELP, check_model_file, is_file_spec, parse_spec
 from pipesim_executor.shipped_examples import hint_for, module_to_import
 
 
@@ -51,14 +54,45 @@ class CustomModel:
     loss_fn: Callable[[Any, Any], Any]
 
 
+def _import_file(path: str) -> Any:
+    """The module of a .py file, loaded by its path under a name of its own (two files both called model.py
+    stay apart); the file's folder goes on sys.path, as `python file.py` puts it, for its own imports."""
+    absolute = check_model_file(path)
+    name = "pipesim_user_model_" + hashlib.sha1(absolute.encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, absolute)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"model file {path}: Python cannot load it as a module; valid: {SPEC_HELP}")
+    module = importlib.util.module_from_spec(spec)
+    folder = os.path.dirname(absolute)
+    if folder not in sys.path:
+        sys.path.append(folder)
+    sys.modules[name] = module  # before running it: dataclasses and pickling look their module up there
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
 def load_factory(spec: str) -> Callable[[], Any]:
     module_name, function = parse_spec(spec)
     try:
-        module = importlib.import_module(module_to_import(module_name))
+        if is_file_spec(module_name):
+            module = _import_file(module_name)
+        else:
+            module = importlib.import_module(module_to_import(module_name))
+    except ValueError:
+        raise
     except ModuleNotFoundError as error:
+        if is_file_spec(module_name):
+            raise ValueError(f"model {spec}: importing {module_name!r} failed: {error}") from None
         raise ValueError(
-            f"model {spec}: cannot import module {module_name!r} ({error}); "
-            f"is it on PYTHONPATH (the folder you run from)?{hint_for(module_name)}"
+            f"model {spec}: cannot import module {module_name!r} ({error}); modules are imported from the folder "
+            f"you run from (or PYTHONPATH); a file can be named by its path: path/to/file.py:{function}"
+            f"{hint_for(module_name)}"
         ) from None
     except Exception as error:  # noqa: BLE001 - the user's module failed while importing: say so in one line
         raise ValueError(f"model {spec}: importing {module_name!r} failed: {type(error).__name__}: {error}") from None

@@ -6,7 +6,9 @@ stages start. Its fields' docstrings are `executor run`'s model flags (pipesim.f
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -26,15 +28,62 @@ IMAGE_SHAPE = (3, 32, 32)
 
 # dotted module path, a colon, a function name: nothing else can reach importlib
 SPEC_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
-SPEC_HELP = "package.module:factory, e.g. pipesim_examples.gpt_small:build"
+_FUNCTION = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SPEC_HELP = (
+    "package.module:factory (imported from the folder you run from, e.g. pipesim_examples.gpt_small:build) "
+    "or path/to/file.py:factory"
+)
+MAX_SPEC_CHARS = 4096  # a file path's length, with room for deep folders
+
+
+def is_file_spec(module: str) -> bool:
+    """Whether a spec's part before the colon names a file (a path, or a name ending in .py), not a module."""
+    return module.endswith(".py") or "/" in module or os.sep in module
 
 
 def parse_spec(spec: object) -> tuple[str, str]:
-    """(module, function) of a spec; ValueError naming the expected form otherwise."""
-    if not isinstance(spec, str) or len(spec) > 300 or not SPEC_PATTERN.fullmatch(spec):
-        raise ValueError(f"model spec must look like {SPEC_HELP}, got {spec!r}")
-    module, function = spec.split(":")
+    """(module or .py file path, function) of a spec; ValueError naming both accepted forms otherwise. The text
+    only: whether the file exists is `check_model_file`'s."""
+    if not isinstance(spec, str) or len(spec) > MAX_SPEC_CHARS or ":" not in spec:
+        raise ValueError(f"model spec must look like {SPEC_HELP}, got {spec!r:.300}")
+    module, _, function = spec.rpartition(":")
+    if is_file_spec(module):
+        if not module.endswith(".py") or any(ord(c) < 32 for c in module):
+            raise ValueError(f"model spec {spec!r:.300}: {module!r:.200} is not a .py file; valid: {SPEC_HELP}")
+        if not _FUNCTION.fullmatch(function):
+            raise ValueError(f"model spec {spec!r:.300}: {function!r:.60} is not a function name; valid: {SPEC_HELP}")
+        return module, function
+    if len(spec) > 300 or not SPEC_PATTERN.fullmatch(spec):
+        raise ValueError(f"model spec must look like {SPEC_HELP}, got {spec!r:.300}")
     return module, function
+
+
+def check_model_file(path: str) -> str:
+    """The absolute path of a model file, checked to be a regular .py file before anything reads it (a FIFO
+    would block the reader, a device never end); ValueError in one line naming the problem and both forms."""
+    absolute = os.path.abspath(path)
+    try:
+        mode = os.stat(absolute).st_mode
+    except FileNotFoundError:
+        raise ValueError(f"model file {path}: no such file; valid: {SPEC_HELP}") from None
+    except OSError as error:
+        raise ValueError(f"model file {path}: cannot read it ({error.strerror}); valid: {SPEC_HELP}") from None
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"model file {path}: is a folder, not a .py file; valid: {SPEC_HELP}")
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"model file {path}: not a regular file (a FIFO, socket or device); valid: {SPEC_HELP}")
+    return absolute
+
+
+def absolute_spec(spec: str) -> str:
+    """A spec as every process reads it alike: a file's path made absolute (ranks start in other folders) and
+    checked to be a regular file; a module spec as it is. ValueError in one line otherwise."""
+    module, function = parse_spec(spec)
+    if not is_file_spec(module):
+        if os.path.lexists(module):  # `model.txt:build` names a file, not the module model.txt
+            raise ValueError(f"model file {module}: not a .py file; valid: {SPEC_HELP}")
+        return spec
+    return f"{check_model_file(module)}:{function}"
 
 
 def check_positive(name: str, value: object) -> None:
@@ -97,7 +146,8 @@ class ModelConfig:
     kind: Literal["transformer", "cnn", "custom"] = field(default="transformer", metadata={"cli": False})
     """transformer, cnn, or custom: your own model, built by the factory `spec` names."""
     spec: str | None = field(default=None, metadata={"cli": False})
-    """A custom model's factory, package.module:function (pipesim_executor.custom_model says what it returns)."""
+    """A custom model's factory, package.module:function or /absolute/path/file.py:function
+    (pipesim_executor.custom_model says what it returns)."""
     transformer: TransformerShape = SMALL_TRANSFORMER
     """The Transformer's sizes (kind transformer)."""
     cnn: CNNConfig = CNNConfig()
@@ -108,9 +158,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in (*MODEL_KINDS, CUSTOM):
-            raise ValueError(f"unknown model {self.kind!r}; valid: {', '.join(MODEL_KINDS)} or package.module:factory")
+            raise ValueError(f"unknown model {self.kind!r}; valid: {', '.join(MODEL_KINDS)} or {SPEC_HELP}")
         if (self.kind == CUSTOM) != (self.spec is not None):
-            raise ValueError("a custom model needs spec 'package.module:factory', and only a custom model takes one")
+            raise ValueError(f"a custom model needs spec {SPEC_HELP}, and only a custom model takes one")
         if self.spec is not None:
             parse_spec(self.spec)  # the text form only; importing waits for pipesim_executor.host.checks
         if not isinstance(self.transformer, TransformerShape) or not isinstance(self.cnn, CNNConfig):

@@ -50,12 +50,12 @@ from pipesim.flags import (
 )
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
-from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
-from pipesim.numbers import read_float
+from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_LAYERS, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
+from pipesim.numbers import MAX_LIST_ITEMS, read_float
 from pipesim.plan.candidates import PlanSpace
 from pipesim.plan.in_situ_check import accepted_disturbance
 from pipesim.plan.intervals import IntervalOptions, attach_intervals
-from pipesim.plan.report import best_candidate, plan_document
+from pipesim.plan.report import TRANSFORMER_UNITS, best_candidate, plan_document
 from pipesim.programs import named_as_started, programs
 from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import schedule_names
@@ -91,6 +91,18 @@ _ints = int_list_flag(minimum=1, maximum=MAX_MICROBATCHES)  # sizes, chunks, ran
 _floats = float_list_flag(minimum=0, maximum=MAX_TIME_MS)  # per-layer times in ms, W shares
 
 
+def _layer_ms(text: str) -> tuple[float, ...]:  # --layer-ms's times; past a command line's limit, where more go
+    if text.count(",") >= MAX_LIST_ITEMS:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_LIST_ITEMS:,} times on the command line, got {text.count(',') + 1:,}; --cost FILE takes "
+            f"up to {MAX_LAYERS:,} (pipesim.io.cost_file.save_cost(pipesim.cost_from_times(F, B), FILE) writes one)"
+        )
+    return _floats(text)
+
+
+_layer_ms.__name__ = _floats.__name__  # argparse names the value's kind by it ("invalid numbers value")
+
+
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(p.strip() for p in text.split(",") if p.strip())
     if not names:
@@ -119,7 +131,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         description=named_as_started(UNITS_HELP),
         epilog=EXIT_STATUS_HELP,
     )
-    bal.add_argument("--layer-ms", type=_floats, metavar="T,T,..", help="per-layer (unit) F+B time, instead of a model")
+    bal.add_argument("--layer-ms", type=_layer_ms, metavar="T,T,..", help="per-layer (unit) F+B time, instead of a model")
     bal.add_argument("--stages", type=_ints, required=True, metavar="S", help="number of stages (ranks x chunks)")
     _add_model_args(bal)
 
@@ -347,7 +359,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     candidates = attach_intervals(inputs, candidates, options)
     synthesized = add_synthesized(inputs, space, candidates, args.synth_budget) if with_synthesized else {}
     searched = {**_space_dict(space), **({"synthesized_budget_s": args.synth_budget} if with_synthesized else {})}
-    document = plan_document(candidates, {**recorded, "space": searched}, args.memory_cap)
+    document = plan_document(candidates, {**recorded, "space": searched}, args.memory_cap, units_meaning(recorded))
     document["calibration"] = {**inputs.calibration(), **({} if disturbed is None else {"disturbance": disturbed})}
     lines = list(document["summary"])
     if workers_note is not None:
@@ -374,6 +386,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )  # the user can run it again
         return subprocess.run(command, check=False).returncode
     return 0 if document["best"] is not None else FAILURE
+
+
+def units_meaning(recorded: dict) -> str:
+    """What the plan's unit indices count: a profiled model's layers (a custom one's hold no embedding or head)."""
+    model = recorded.get("executor_model") if isinstance(recorded.get("executor_model"), dict) else {}
+    if model.get("kind") in ("custom", "cnn"):
+        return f"units are the layers of {model.get('spec') or 'the CNN'}, from 0"
+    return "units are the cost file's stages, from 0" if "cost_file" in recorded and not model else TRANSFORMER_UNITS
 
 
 def profile_program() -> str:

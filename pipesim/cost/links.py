@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipesim.limits import MAX_TIME_MS, MIN_BANDWIDTH_GBPS
+from pipesim.limits import MAX_TIME_MS, MIN_BANDWIDTH_GBPS, require
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,8 @@ class LinkCost:
     bandwidth_gbps: float = math.inf
 
     def __post_init__(self) -> None:
+        require(self.latency_ms, "latency_ms", (int, float), "a number of ms")
+        require(self.bandwidth_gbps, "bandwidth_gbps", (int, float), "a number of GB/s")
         if not 0 <= self.latency_ms <= MAX_TIME_MS:  # bounded, so the prices built on it stay finite
             raise ValueError(f"latency_ms must be a number from 0 to {MAX_TIME_MS:g}, got {self.latency_ms!r}")
         if not self.bandwidth_gbps >= MIN_BANDWIDTH_GBPS:

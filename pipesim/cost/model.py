@@ -31,6 +31,7 @@ from pipesim.cost.overlap import PairTimeline, pair_timeline
 from pipesim.cost.runtime import RankRuntime
 from pipesim.cost.stage import StageCost, piece
 from pipesim.ir import ActionKind, CommKind, Schedule
+from pipesim.limits import require_items
 
 
 class StageRecutter(Protocol):
@@ -101,8 +102,10 @@ class CostModel:
             and 0 <= self.attention_fraction <= 1
         ):
             raise ValueError(f"attention_fraction must lie in [0, 1], got {self.attention_fraction!r}")
+        require_items(self.stages, "stages", StageCost, "StageCost")
+        require_items(self.links, "links", LinkCost, "LinkCost")
         if not self.stages:
-            raise ValueError("a cost model needs at least one stage cost")
+            raise ValueError("a cost model needs at least one stage cost (stages is empty)")
         if not self.links:
             raise ValueError("a cost model needs at least one link cost")
         if not isinstance(self.recompute, bool):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pipesim.cost.links import LinkCost
 from pipesim.cost.model import CostModel
 from pipesim.cost.stage import StageCost
-from pipesim.limits import MAX_TIME_MS
+from pipesim.limits import MAX_TIME_MS, require_items
 
 MAX_FACTOR = 1000.0  # a slowdown beyond this is a dead device, not a straggler
 KIND_LETTERS = "FBIW"  # F forward; B the whole backward (I and W); I its input part; W its weight part
@@ -45,6 +45,9 @@ class Perturbation:
     slow_actions: tuple[tuple[int, str, float], ...] = ()  # (rank, kinds, factor): only those kinds are slow
 
     def __post_init__(self) -> None:
+        require_items(self.slow_ranks, "slow_ranks", (tuple, list), "(rank, factor) pairs")
+        require_items(self.link_delays, "link_delays", (tuple, list), "(rank a, rank b, ms) triples")
+        require_items(self.slow_actions, "slow_actions", (tuple, list), "(rank, kinds, factor) triples")
         for rank, kinds, _factor in self.slow_actions:
             if not (isinstance(kinds, str) and kinds and set(kinds) <= set(KIND_LETTERS)):
                 raise ValueError(f"rank {rank}'s slow kinds must be letters of {KIND_LETTERS}, got {kinds!r}")

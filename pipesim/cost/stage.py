@@ -9,6 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from pipesim.limits import require
+
+_PLAIN = (float, int, type(None))
+
 
 @dataclass(frozen=True)
 class StageCost:
@@ -56,8 +60,10 @@ class StageCost:
             "a2a_ms",
         ):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if type(self.weight_ms) not in _PLAIN:  # the check only off the common case: 10^5 stages are built in a plan
+            require(self.weight_ms, "weight_ms", (int, float, type(None)), "a number of ms or None (half of B)")
         if self.weight_ms is not None and not 0 <= self.weight_ms <= self.backward_ms:
             raise ValueError(
                 f"weight_ms ({self.weight_ms}) must lie between 0 and backward_ms ({self.backward_ms}): "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipesim.limits import require_items
 from pipesim.plan.inputs import PlanInputs
 from pipesim.schedules import planned_schedule_names, schedule_info
 
@@ -24,6 +25,9 @@ class PlanSpace:
     extrapolate: bool = False  # sizes outside a profile's: refused, or (True) planned and marked extrapolated
 
     def __post_init__(self) -> None:
+        require_items(self.schedules, "schedules", str, "schedule names")
+        for name, values in (("microbatch_sizes", self.microbatch_sizes), ("chunks", self.chunks)):
+            require_items(values, name, int, "whole numbers")
         for name in self.schedules:
             schedule_info(name)  # unknown names list the valid ones
         if not self.schedules:

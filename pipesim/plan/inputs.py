@@ -19,6 +19,7 @@ from pipesim.cost.perturb import Perturbation
 from pipesim.cost.profile import UnitProfile
 from pipesim.cost.runtime import RuntimeTerms
 from pipesim.ir import Schedule
+from pipesim.limits import require, require_items
 from pipesim.plan.layout import Layout
 from pipesim.programs import programs
 from pipesim.sim.memory import check_optimizer
@@ -58,8 +59,11 @@ class PlanInputs:
     perturbation: Perturbation = Perturbation()  # stragglers among the devices (pipesim.cost.perturb), folded per depth
 
     def __post_init__(self) -> None:
+        require_items(self.units, "units", StageCost, "StageCost")
+        require(self.link, "link", LinkCost, "a LinkCost")
+        require(self.memory_cap_bytes, "memory_cap_bytes", (int, float, type(None)), "a number of bytes or None")
         if not self.units:
-            raise ValueError("the model needs at least one unit (layer) to split")
+            raise ValueError("the model needs at least one unit (layer) to split (units is empty)")
         if not sum(u.forward_ms + u.backward_ms for u in self.units) > 0:
             raise ValueError("the model's units take no time (all forward and backward times are 0): nothing to plan")
         if not isinstance(self.devices, int) or self.devices < 1:

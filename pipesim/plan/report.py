@@ -113,7 +113,11 @@ def runners_up(candidates: list[Candidate], best: Candidate | None, cap: float |
     return [why_lost(c, best, cap) for c in others[:count]]
 
 
-def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
+TRANSFORMER_UNITS = "units count the embedding and the head"  # a model description's units
+
+
+def summary_lines(candidates: list[Candidate], cap: float | None, units: str = TRANSFORMER_UNITS) -> list[str]:
+    """The plan in words; `units` says what the split's unit indices count (the model's own layers)."""
     built = [c for c in candidates if c.built]
     failed = sum(c.error is not None for c in candidates)
     pruned = sum(c.pruned is not None for c in candidates)
@@ -139,7 +143,7 @@ def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
     lines.append(
         f"best: {best.label}: {interval_text(best)} per step, {best.throughput:,.1f} samples/s, "
         f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
-        f"stages start at units {','.join(map(str, best.split)) or '-'} (units count the embedding and the head; "
+        f"stages start at units {','.join(map(str, best.split)) or '-'} ({units}; "
         f"{programs().executor} run --split-points takes them)"
     )
     outside = [c for c in built if c.extrapolated]
@@ -157,7 +161,9 @@ def summary_lines(candidates: list[Candidate], cap: float | None) -> list[str]:
     return lines
 
 
-def plan_document(candidates: list[Candidate], inputs: dict[str, Any], cap: float | None) -> dict[str, Any]:
+def plan_document(
+    candidates: list[Candidate], inputs: dict[str, Any], cap: float | None, units: str = TRANSFORMER_UNITS
+) -> dict[str, Any]:
     """The plan as JSON-ready data (`formats.write_json` writes it)."""
     best = best_candidate(candidates)
     return {
@@ -167,7 +173,7 @@ def plan_document(candidates: list[Candidate], inputs: dict[str, Any], cap: floa
         "candidates": [c.to_dict() for c in candidates],
         "pareto": [c.to_dict() for c in pareto_front(candidates)],
         "best": None if best is None else best.to_dict(),
-        "summary": summary_lines(candidates, cap),
+        "summary": summary_lines(candidates, cap, units),
     }
 
 

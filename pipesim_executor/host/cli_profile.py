@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipesim.cost.shape import TransformerShape
 from pipesim.flags import UsageError, add_flags, from_flags, given_flags
-from pipesim_executor.config import CUSTOM, MODEL_KINDS, OPTIMIZERS, CNNConfig, ModelConfig
+from pipesim_executor.config import CUSTOM, MODEL_KINDS, OPTIMIZERS, SPEC_HELP, CNNConfig, ModelConfig
 from pipesim_executor.host.cli_run import INTERRUPTED, EventOutput, add_events_flag, model_choice
 from pipesim_executor.host.unit_profile import ProfileConfig, start_profile, summary_lines
 
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=model_choice,
         default="transformer",
         metavar="MODEL",
-        help=f"{' or '.join(MODEL_KINDS)} (sized by the flags below), or your own: package.module:factory "
+        help=f"{' or '.join(MODEL_KINDS)} (sized by the flags below), or your own: {SPEC_HELP} "
         "(checked in a child process before anything runs) (default transformer)",
     )
     groups[SECTION].add_argument("--out", type=Path, required=True, metavar="DIR", help="a new folder: D/cost.json")

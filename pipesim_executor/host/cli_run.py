@@ -18,12 +18,15 @@ import dataclasses
 import json
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 from pipesim.cost.shape import TransformerShape
 from pipesim.flags import UsageError, add_flags, folder_flag, from_flags, given, given_flags
 from pipesim.io.formats import dialect_note, load_schedule
 from pipesim.ir import Schedule
+from pipesim.programs import named_as_started
 from pipesim.progress_bar import ProgressBar, on_terminal
 from pipesim_executor.config import (
     CUSTOM,
@@ -38,8 +41,10 @@ from pipesim_executor.config import (
     PipelineConfig,
     RunConfig,
     TrainingConfig,
+    absolute_spec,
 )
 from pipesim_executor.host.cli_runs import summary_lines
+from pipesim_executor.host.time_left import TimeLeft
 from pipesim_executor.progress import readable_event
 
 SECTION = "run"  # the argparse dests of the generated flags: run.pipeline.num_ranks, run.model.transformer.num_layers
@@ -48,8 +53,14 @@ INTERRUPTED, TERMINATED = 130, 143
 
 
 def model_choice(text: str) -> str:
-    if text in MODEL_KINDS or ":" in text:
+    """A built-in model's name, or a spec with a model file's path made absolute (the ranks start elsewhere)."""
+    if text in MODEL_KINDS:
         return text
+    if ":" in text:
+        try:
+            return absolute_spec(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
     raise argparse.ArgumentTypeError(f"unknown model {text!r}; valid: {', '.join(MODEL_KINDS)} or {SPEC_HELP}")
 
 
@@ -67,9 +78,12 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         "--split-from",
         type=Path,
         metavar="FILE",
-        help="cut the model where the planner would: a plan (pipesim plan --json: its best candidate for this run) "
-        "or a unit profile (executor profile: balanced over F+B at the run's microbatch size); default: the "
-        "planner's cut of the built-in Transformer, the CNN's and a custom model's layers by parameter count",
+        help=named_as_started(
+            "cut the model where the planner would: a plan (python -m pipesim plan --json: its best candidate for "
+            "this run) or a unit profile (python -m executor profile: balanced over F+B at the run's microbatch "
+            "size); default: the planner's cut of the built-in Transformer, the CNN's and a custom model's layers "
+            "by parameter count"
+        ),
     )
     groups[f"{SECTION}.model"].add_argument(
         "--model",
@@ -188,27 +202,61 @@ def add_events_flag(group: argparse._ArgumentGroup) -> None:
     )
 
 
+REDRAW_S = 1.0  # a launch's bar redraws at least this often: progress comes in steps minutes apart
+
+
 class EventOutput:
     """A launch's progress on the command line: each event as a JSON line on stdout when asked (`--events`) or
-    when stdout is not a terminal (a program reads it), and a progress bar on stderr when that is a terminal."""
+    when stdout is not a terminal (a program reads it), and a progress bar on stderr when that is a terminal,
+    drawn once the launch has started (a usage error comes first, alone) and redrawn every `REDRAW_S` with the
+    time left (pipesim_executor.host.time_left) between events."""
 
-    def __init__(self, what: str, events: bool) -> None:
+    def __init__(self, what: str, events: bool, enabled: bool | None = None) -> None:
         self.print_events = events or not on_terminal(sys.stdout)
-        self.bar = ProgressBar(what)
+        self._what, self._enabled = what, enabled
+        self.bar: ProgressBar | None = None
         self._handle: object | None = None  # the launch's handle, whose `progress` (0 to 1) moves the bar
+        self._note = ""
+        self._left: TimeLeft | None = None
+        self._left_s: float | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
     def follow(self, handle: object) -> None:
+        """Draw the bar for this started launch and tick it."""
         self._handle = handle
+        self.bar = ProgressBar(self._what, self._enabled)
+        self._left = TimeLeft(time.monotonic())
+        if self.bar.shown:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(REDRAW_S):
+            self._redraw(estimate=True)
+
+    def _redraw(self, estimate: bool) -> None:
+        progress = getattr(self._handle, "progress", None)
+        if self.bar is None or self._left is None or not isinstance(progress, (int, float)):
+            return
+        with self._lock:
+            if estimate:  # only the ticker moves the estimate: a burst of events is one redraw's worth
+                self._left_s = self._left.estimate(time.monotonic(), progress)
+            self.bar.set(progress, self._note, self._left_s)
 
     def __call__(self, event: dict) -> None:
         if self.print_events:
             print_event(event)
-        progress = getattr(self._handle, "progress", None)
-        if isinstance(progress, (int, float)):
-            self.bar.set(progress, readable_event(event))
+        self._note = readable_event(event)
+        self._redraw(estimate=False)
 
     def close(self) -> None:
-        self.bar.close()
+        self._stop.set()
+        if self._ticker is not None and self._ticker is not threading.current_thread():
+            self._ticker.join()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def print_event(event: dict) -> None:

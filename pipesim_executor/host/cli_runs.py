@@ -18,7 +18,7 @@ from pipesim.limits import MAX_STEPS, MAX_TIMEOUT_S
 from pipesim.programs import programs
 from pipesim.progress_bar import ProgressBar
 from pipesim_executor.config import DEVICES
-from pipesim_executor.run_files import TRACE_FILE
+from pipesim_executor.run_files import COST_FILE, TRACE_FILE
 
 NOT_COMPARABLE = 3  # verify-plan's exit status when its own rounds show the machine moved
 
@@ -142,11 +142,12 @@ def _trace_lines(run_dir: Path) -> list[str]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from pipesim_executor.host.run_folder import doctor_folders, list_runs
+    from pipesim_executor.host.run_folder import doctor_folders, list_runs, profile_folders
 
     results = list_runs(args.runs_root)
     doctors = [f"{folder}: the doctor's runs ({programs().executor} list --runs-root {folder})"
                for folder in doctor_folders(args.runs_root)]  # fmt: skip
+    doctors += [_profile_line(folder) for folder in profile_folders(args.runs_root)]
     if not results:
         print("\n".join([f"no runs under {args.runs_root}", *doctors]))
         return 0
@@ -160,6 +161,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     if doctors:
         print("\n".join(doctors))
     return 0
+
+
+def _profile_line(folder: Path) -> str:
+    """A unit profile's folder in one line: what plans from it, or that it holds no profile yet."""
+    cost = folder / COST_FILE
+    if cost.is_file():
+        return f"{folder}: a unit profile ({programs().pipesim} plan --cost {cost} ...)"
+    return f"{folder}: a unit profile without {COST_FILE} (unfinished or failed: {programs().executor} show {folder})"
 
 
 def cmd_show(args: argparse.Namespace) -> int:

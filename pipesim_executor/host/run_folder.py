@@ -46,6 +46,7 @@ from pipesim_executor.run_files import (
     CONFIG_FILE,
     DOCTOR_FILE,
     PLAN_PREDICTION_FILE,
+    PROFILE_REQUEST_FILE,
     PROGRESS_FILE,
     TRACES_DIR,
 )
@@ -305,6 +306,21 @@ def is_doctor_folder(path: Path) -> bool:
         return False
 
 
+def is_profile_folder(path: Path) -> bool:
+    """A unit profile's folder (`executor profile --out`: its PROFILE_REQUEST_FILE): listed apart, never as a
+    damaged run (it has no schedule)."""
+    try:
+        return (path / PROFILE_REQUEST_FILE).is_file()
+    except OSError:
+        return False
+
+
+def profile_folders(runs_root: str | Path) -> list[Path]:
+    """The unit profiles' folders directly under `runs_root`."""
+    root = Path(runs_root)
+    return sorted(p for p in root.iterdir() if _is_entry(p) and is_profile_folder(p)) if root.is_dir() else []
+
+
 def doctor_folders(runs_root: str | Path) -> list[Path]:
     """The doctor's folders directly under `runs_root` (each holds runs of its own: list them with that root)."""
     root = Path(runs_root)
@@ -318,7 +334,9 @@ def list_runs(runs_root: str | Path = Path("runs")) -> list[RunResult]:
     if not root.is_dir():
         return []
     folders = sorted(
-        (p for p in root.iterdir() if _is_entry(p) and not is_doctor_folder(p)), key=_started, reverse=True
+        (p for p in root.iterdir() if _is_entry(p) and not is_doctor_folder(p) and not is_profile_folder(p)),
+        key=_started,
+        reverse=True,
     )
     results = []
     for folder in folders:
