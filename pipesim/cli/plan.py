@@ -131,7 +131,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         description=named_as_started(UNITS_HELP),
         epilog=EXIT_STATUS_HELP,
     )
-    bal.add_argument("--layer-ms", type=_layer_ms, metavar="T,T,..", help="per-layer (unit) F+B time, instead of a model")
+    bal.add_argument(
+        "--layer-ms", type=_layer_ms, metavar="T,T,..", help="per-layer (unit) F+B time, instead of a model"
+    )
     bal.add_argument("--stages", type=_ints, required=True, metavar="S", help="number of stages (ranks x chunks)")
     _add_model_args(bal)
 
