@@ -175,3 +175,22 @@ def test_the_memory_chart_draws_device_and_host() -> None:
     assert "host dashed" in fig.layout.yaxis.title.text
     plain = memory_figure(simulate(build_schedule("1f1b", 4, 8), cost), cost)
     assert not [trace for trace in plain.data if trace.name.endswith("(host)")]
+
+
+def test_the_dag_draws_each_copy_with_its_memory_edges() -> None:
+    from pipesim.charts.dag import dag_figure
+    from pipesim.semantics.dag import build_dag, dag_positions
+
+    schedule = with_offload(build_schedule("1f1b", 3, 5), "full")
+    cost = _cost(copy_latency_ms=0.3)
+    graph = build_dag(schedule, cost)
+    offload, reload = CommAction(0, CommKind.OFFLOAD, 0), CommAction(0, CommKind.RELOAD, 0)
+    assert graph.edges[Action(0, F, 0), offload]["kind"] == "memory"
+    assert graph.edges[offload, reload]["kind"] == "memory"
+    assert graph.edges[reload, Action(0, "B", 0)]["kind"] == "memory"
+    assert graph.nodes[offload]["duration"] == 0.3
+    for timeline in (None, simulate(schedule, cost)):
+        positions = dag_positions(schedule, graph, timeline)
+        assert positions.xy[offload][1] > positions.xy[Action(0, F, 0)][1]  # below its rank's lane
+        names = {trace.name for trace in dag_figure(graph, positions).data}
+        assert {"memory move", "offload / reload"} <= names

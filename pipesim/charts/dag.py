@@ -93,6 +93,26 @@ def _node_trace(
     )
 
 
+MOVE_COLOR = "#8c564b"  # the Gantt's copy-engine colour
+
+
+def _copy_trace(nodes: list, graph: nx.DiGraph, pos, show_text: bool) -> go.Scatter:
+    """OFFLOAD and RELOAD nodes: small squares on the copy engine's sub-lane."""
+    return go.Scatter(
+        x=[pos[a][0] for a in nodes],
+        y=[pos[a][1] for a in nodes],
+        mode="markers+text" if show_text else "markers",
+        name="offload / reload",
+        text=[str(a) for a in nodes],
+        textposition="bottom center",
+        textfont={"size": 8},
+        marker={"size": 9, "symbol": "square", "color": MOVE_COLOR, "line": {"width": 1, "color": "white"}},
+        customdata=[[str(a), graph.nodes[a]["rank"], format_ms(graph.nodes[a].get("duration"))] for a in nodes],
+        hovertemplate="<b>%{customdata[0]}</b><br>rank %{customdata[1]}, copy engine<br>"
+        "duration %{customdata[2]}<extra></extra>",
+    )
+
+
 def _path_pairs(path: Sequence[Action], closed: bool) -> list[tuple[Action, Action]]:
     pairs = list(zip(path, path[1:], strict=False))
     if closed and len(path) > 1:
@@ -146,18 +166,27 @@ def dag_figure(
         )
     )
     fig.add_trace(_edge_trace(((u, v) for u, v, k in edges if k == "data"), pos, "data dependency", "#555555", 1.2))
+    moves = [(u, v) for u, v, k in edges if k == "memory"]
+    if moves:  # activations to host memory and back (OFFLOAD, RELOAD)
+        fig.add_trace(_edge_trace(moves, pos, "memory move", MOVE_COLOR, 1.2, dash="dot"))
     if critical_path:
         fig.add_trace(_edge_trace(_path_pairs(critical_path, False), pos, "critical path", CRITICAL_COLOR, 4))
     if cycle:
         fig.add_trace(_edge_trace(_path_pairs(cycle, True), pos, "deadlock cycle", CYCLE_COLOR, 4))
     show_text = graph.number_of_nodes() <= 200
     nodes_by_kind: dict[str, list[Action]] = {kind: [] for kind in KIND_NAMES}
+    copies = []
     for action in graph.nodes:
-        nodes_by_kind[action.kind.value].append(action)
+        if action.kind.value in nodes_by_kind:
+            nodes_by_kind[action.kind.value].append(action)
+        else:
+            copies.append(action)
     labels = label_positions(pos) if show_text else None
     for kind, nodes in nodes_by_kind.items():
         if nodes:
             fig.add_trace(_node_trace(kind, nodes, graph, pos, show_text, labels))
+    if copies:
+        fig.add_trace(_copy_trace(copies, graph, pos, show_text))
     if critical_path:
         fig.add_trace(_highlight_nodes(critical_path, pos, "on critical path", CRITICAL_COLOR))
     if cycle:

@@ -345,12 +345,37 @@ def build_dag(schedule: Schedule, cost: CostModel | None = None) -> nx.DiGraph:
     for rank in range(schedule.num_ranks):
         lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
         graph.add_edges_from(zip(actions[lo : hi - 1], actions[lo + 1 : hi], strict=True), kind="order")
+    n = len(actions)
     graph.add_edges_from(
         (actions[d], actions[i], _data_edge(actions[d], actions[i], ranks[d] != ranks[i], cost))
         for i, producers in enumerate(deps.deps)
         for d in producers
+        if d < n  # a RELOAD a backward waits for: a memory edge, below
     )
+    if deps.copies is not None:
+        _add_copies(graph, deps, cost)
     return graph
+
+
+def _add_copies(graph: nx.DiGraph, deps: Dependencies, cost: CostModel | None) -> None:
+    """Each OFFLOAD and RELOAD as a node on its rank, with "memory" edges: the forward or OFFLOAD whose data it
+    moves, and the backward a RELOAD serves; an "order" edge from the compute action that issues it."""
+    copies, actions = deps.copies, deps.actions
+    op = [*actions, *copies.entries]
+    for c, (entry, rank) in enumerate(zip(copies.entries, copies.ranks, strict=True), start=copies.first):
+        attrs = {"rank": rank, "stage": entry.stage, "kind": entry.kind, "microbatch": entry.microbatch}
+        if cost is not None:
+            attrs["duration"] = cost.copy_ms(entry.stage)
+        graph.add_node(entry, **attrs)
+        graph.add_edge(op[copies.needs[c]], entry, kind="memory")
+    for i, issued in enumerate(copies.issued):
+        for c in issued or ():
+            if not graph.has_edge(actions[i], op[c]):
+                graph.add_edge(actions[i], op[c], kind="order")
+    for i, producers in enumerate(deps.deps):
+        for d in producers:
+            if d >= len(actions):
+                graph.add_edge(op[d], actions[i], kind="memory")
 
 
 def _data_edge(producer: Action, consumer: Action, crosses: bool, cost: CostModel | None) -> dict:
@@ -376,6 +401,7 @@ def dag_positions(schedule: Schedule, graph: nx.DiGraph, timeline: Timeline | No
 
     if timeline is not None:
         xs: dict[Action, float] = {span.action: span.start for span in timeline.spans}
+        xs.update((c.action, c.start) for c in timeline.comm if c.action in graph)  # copies: on their engine
         x_title = "simulated start (ms)"
     elif nx.is_directed_acyclic_graph(graph):
         xs = {}
@@ -383,11 +409,13 @@ def dag_positions(schedule: Schedule, graph: nx.DiGraph, timeline: Timeline | No
             xs[node] = max((xs[p] + 1 for p in graph.predecessors(node)), default=0)
         x_title = "topological depth"
     else:
-        xs = {a: i for actions in schedule.actions for i, a in enumerate(actions)}
+        xs = {a: i for row in schedule.order_rows() for i, a in enumerate(row) if a is not None}
         x_title = "position in the rank's action list"
     lane: dict[int, float] = {}
     for rank in range(schedule.num_ranks):
         stages = schedule.stages_of_rank(rank)
         for i, stage in enumerate(stages):
             lane[stage] = rank + (i - (len(stages) - 1) / 2) * 0.3
-    return DagPositions({a: (xs[a], lane[a.stage]) for a in graph.nodes}, x_title, schedule.num_ranks)
+    # a memory move sits just below its stage's lane (the copy engine's sub-lane, as the Gantt draws it)
+    below = {node: 0.35 if isinstance(node, CommAction) else 0.0 for node in graph.nodes}
+    return DagPositions({a: (xs[a], lane[a.stage] + below[a]) for a in graph.nodes}, x_title, schedule.num_ranks)
