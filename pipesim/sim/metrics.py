@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice, pairwise, repeat
@@ -16,16 +17,9 @@ from operator import itemgetter, le
 from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
-from pipesim.ir import ActionKind, Schedule
+from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, CommSpan, Span, SpanColumns, Timeline
-from pipesim.semantics.lower import (
-    StashSizes,
-    changes_at_start,
-    comm_plan,
-    offload_change,
-    producer_stage,
-    stash_table,
-)
+from pipesim.semantics.lower import StashSizes, changes_at_start, offload_change, produced_message, stash_table
 
 if TYPE_CHECKING:  # the cost model is only needed for byte-valued memory
     from pipesim.cost.model import CostModel
@@ -442,17 +436,20 @@ def _metrics(num_ranks: int, total: float, summaries: list[tuple[float, int, flo
 
 
 def link_busy_ms(schedule: Schedule, cost: CostModel) -> list[float]:
-    """Per rank, the time its links spend: each message of the lowering's `comm_plan` it sends, for its transfer
-    time (the simulator pays the same time as the consumer's wait), and its MoE stages' all-to-alls."""
+    """Per rank, the time its links spend: each message it sends to another rank (the lowering's
+    `produced_message`) for its transfer time, the simulator's price of the consumer's wait, and its MoE stages'
+    all-to-alls. Messages are counted per (stage, kind), then priced once per kind: 10^5 actions in a few ms."""
     busy = [0.0] * schedule.num_ranks
-    if any(stage.a2a_ms for stage in cost.stages):  # an MoE stage's all-to-alls hold its rank's link too
-        for rank, actions in enumerate(schedule.actions):
-            busy[rank] += sum(cost.a2a_ms(stage, kind) for stage, kind, _ in actions)
-    plan = comm_plan(schedule)
-    for (src, _), messages in plan.links.items():
-        for message in messages:
-            producer = producer_stage(message)
-            busy[src] += cost.transfer_ms(producer, message.stage)
+    placement, chain = schedule.stage_to_rank, schedule.pipeline_stages
+    counts = Counter((stage, kind) for row in schedule.actions for stage, kind, _ in row)
+    moe = any(stage.a2a_ms for stage in cost.stages)
+    for (stage, kind), count in counts.items():
+        rank = placement[stage]
+        if moe:  # an MoE stage's all-to-alls hold its rank's link too
+            busy[rank] += count * cost.a2a_ms(stage, kind)
+        message = produced_message(Action(stage, kind, 0), schedule.num_stages, chain)
+        if message is not None and placement[message.stage] != rank:
+            busy[rank] += count * cost.transfer_ms(stage, message.stage)
     return busy
 
 
