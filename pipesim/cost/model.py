@@ -340,7 +340,9 @@ class CostModel:
     def duration_ms(self, stage: int, kind: ActionKind) -> float:
         """An action alone on its rank: its compute and, on an MoE stage, the two all-to-alls it waits for (the
         weight-gradient part W moves no tokens)."""
-        return self.compute_ms(stage, kind) + (0.0 if kind is ActionKind.BACKWARD_WEIGHT else self.a2a_ms(stage, kind))
+        compute = self.compute_ms(stage, kind)
+        a2a = self.stage(stage).a2a_ms
+        return compute + 2 * a2a if a2a and kind is not ActionKind.BACKWARD_WEIGHT else compute
 
     def compute_ms(self, stage: int, kind: ActionKind) -> float:
         """The compute of an action of `kind` on `stage` (recomputation's forward included in its backward)."""
