@@ -55,8 +55,13 @@ def cases(ranks: int, microbatches: int) -> dict[str, tuple]:
         "v-half": (lambda: build_schedule("v-half", ranks, v), COST),
         "v-min": (lambda: build_schedule("v-min", ranks, v), COST),
         "zbv": (lambda: build_schedule("zbv", ranks, v), COST),
-        "1f1b offload": (lambda: with_offload(build_schedule("1f1b", ranks, microbatches), "full"), host),
+        "1f1b offload": (lambda: with_offload(_validated(build_schedule("1f1b", ranks, microbatches)), "full"), host),
     }
+
+
+def _validated(schedule):  # as `simulate --offload` does: the placement keeps a sound schedule's mark
+    validate(schedule)
+    return schedule
 
 
 def run_once(build, cost: CostModel) -> tuple[float, int]:

@@ -194,3 +194,15 @@ def test_the_dag_draws_each_copy_with_its_memory_edges() -> None:
         assert positions.xy[offload][1] > positions.xy[Action(0, F, 0)][1]  # below its rank's lane
         names = {trace.name for trace in dag_figure(graph, positions).data}
         assert {"memory move", "offload / reload"} <= names
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-h1", "interleaved-1f1b", "zbv", "dualpipev", "v-half", "seq1f1b"])
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_every_placement_is_sound_checked_afresh(name: str, mode: str) -> None:
+    """`with_offload` marks its result sound when its input was: every family's, copied so that the mark is gone,
+    passes the validator's full check of where each OFFLOAD and RELOAD stands."""
+    schedule = build_schedule(name, 4, 8)
+    validate(schedule)
+    moved = with_offload(schedule, mode, _cost(host_gbps=2000.0))
+    assert any(memory_moves(moved))
+    validate(dataclasses.replace(moved))  # a new instance: no mark

@@ -330,6 +330,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     perturbation = whatif.perturbation_from_args(args, schedule.num_ranks)
     if args.sequential_pairs:
         schedule = back_to_back(schedule)
+    validate(schedule)  # first: a sound schedule keeps its mark through the offload's placement
     schedule = with_offload(schedule, args.offload, cost)  # selective weighs each wait against these costs
     validate(schedule)
     cost = perturbation.apply(cost, schedule.stage_to_rank)  # last: a slow rank, a slow link (pipesim.cost.perturb)

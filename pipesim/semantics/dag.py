@@ -230,7 +230,7 @@ def _copy_ops(schedule: Schedule, index: dict[Action, int], deps: list[tuple[int
             needs[c] = index[copy.after] if isinstance(copy.after, Action) else copy_id[copy.after]
             stage, kind, mb = copy.entry
             if kind is CommKind.RELOAD:
-                served = next(index[a] for k in RELOAD_SERVES if (a := Action(stage, k, mb)) in index)
+                served = next(index[a] for k in RELOAD_SERVES if (a := tuple.__new__(Action, (stage, k, mb))) in index)
                 deps[served] = (*deps[served], c)
     frozen = [None if ids is None else tuple(ids) for ids in issued]
     return CopyOps(first, entries, ranks, frozen, needs)

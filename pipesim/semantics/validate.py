@@ -381,10 +381,11 @@ def _move_problem(entry: CommAction, index: int, at: dict, seen: set, num_mb: in
     stage, kind, mb = entry
     if mb is None or not 0 <= mb < num_mb:
         return "out of range", f"{entry}: a memory move names a microbatch in 0..{num_mb - 1}"
-    found = [at[a] for a in (Action(stage, k, mb) for k in RELOAD_SERVES) if a in at]
+    new = tuple.__new__  # one per move: no argument check for the schedule's own numbers
+    found = [at[a] for a in (new(Action, (stage, k, mb)) for k in RELOAD_SERVES) if a in at]
     backward = min(found) if found else None
     if kind is CommKind.OFFLOAD:
-        forward = at.get(Action(stage, F, mb))
+        forward = at.get(new(Action, (stage, F, mb)))
         if forward is None or forward > index:
             return "OFFLOAD too early", f"{entry} comes before {stage}F{mb}, whose activations it moves"
     elif CommAction(stage, CommKind.OFFLOAD, mb) not in seen:

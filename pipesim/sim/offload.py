@@ -29,6 +29,7 @@ import dataclasses
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, B, CommAction, CommKind, Entry, F, I, Schedule, entry_actions
 from pipesim.semantics.lower import RELOAD_SERVES, has_memory_moves
+from pipesim.semantics.screen import is_validated, mark_validated
 
 OFFLOAD_MODES = ("none", "selective", "full")
 _PREFETCH = 1  # compute actions a RELOAD runs ahead of the backward it serves
@@ -54,7 +55,10 @@ def with_offload(schedule: Schedule, mode: str, cost: CostModel | None = None) -
         candidates = _worth_offloading(schedule, cost, candidates)
     rows = [_with_moves(row, chosen) for row, chosen in zip(schedule.order_rows(), candidates, strict=True)]
     params = {**schedule.params, "offload": mode}
-    return dataclasses.replace(schedule, order=tuple(tuple(row) for row in rows), params=params)
+    moved = dataclasses.replace(schedule, order=tuple(tuple(row) for row in rows), params=params)
+    if is_validated(schedule):  # sound by construction: each OFFLOAD after its forward, each RELOAD between its
+        mark_validated(moved)  # OFFLOAD and the backward it serves (tests/test_offload.py validates them afresh)
+    return moved
 
 
 def _first_backward_positions(actions: tuple[Action, ...]) -> dict[tuple[int, int], tuple[int, int]]:
