@@ -5,10 +5,13 @@ its help), the config they describe, and the run itself: its progress, then a su
 Progress (`EventOutput`, shared with `profile`): on a terminal, a bar on stderr; the launcher's events as JSON
 lines on stdout with `--events`, or whenever stdout is not a terminal (a pipe, a file: a program reads them).
 
+One timed job at a time per machine (pipesim_executor.host.machine): while another `run`, `profile` or
+`verify-plan` times, a run is refused with one line naming it (exit 1), or with `--wait` waits for it to end.
+
 Exit status: 0 the run ended ok, or partial (it went well; a part asked for, the torch reference, did not run:
 the summary says why); 1 it failed, timed out or was refused (a deadlocked schedule, a run folder that cannot be
-written); 2 a usage error (one line on stderr; nothing was started); 130 / 143 interrupted by Ctrl-C / SIGTERM
-(every process of the run ended, result.json says cancelled).
+written, another timed job holding the machine); 2 a usage error (one line on stderr; nothing was started);
+130 / 143 interrupted by Ctrl-C / SIGTERM (every process of the run ended, result.json says cancelled).
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         "--out", type=Path, metavar="DIR", help="the run folder, e.g. runs/NAME (default: a new one under --runs-root)"
     )
     add_events_flag(groups[SECTION])
+    add_wait_flag(groups[SECTION])
     groups[SECTION].add_argument(
         "--runs-root",
         type=folder_flag,
@@ -138,7 +142,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _split_from(args.split_from, config, schedule)
     runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
     output = EventOutput("run", args.events)
-    handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=output)
+    handle = launch.start_run(
+        config, runs_root=runs_root, name=name, schedule=schedule, on_event=output,
+        wait_for_machine=args.wait_for_machine, on_wait=say_waiting,
+    )  # fmt: skip
     output.follow(handle)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)  # SIGTERM ends the run as Ctrl-C does
     try:
@@ -186,6 +193,22 @@ def add_events_flag(group: argparse._ArgumentGroup) -> None:
         help="print the launcher's progress events as JSON lines on stdout (default: only when stdout is not a "
         "terminal; on a terminal a progress bar on stderr shows them)",
     )
+
+
+def add_wait_flag(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--wait",
+        dest="wait_for_machine",
+        action="store_true",
+        help="when another timed run, profile or verification holds this machine, wait for it to end (default: "
+        "refuse at once, exit status 1, with one line naming it)",
+    )
+
+
+def say_waiting(holder: object) -> None:
+    """The one line a job that waits for the machine prints, once."""
+    said = holder.line() if holder is not None else "the machine is held by another timed job"  # type: ignore[attr-defined]
+    print(f"waiting: {said}", file=sys.stderr, flush=True)
 
 
 class EventOutput:

@@ -1,8 +1,9 @@
 """`python -m executor list | show | cancel | verify-plan`: earlier runs, one run's results, cancelling a run of any
 process, and a plan's top candidates run for real; and the run's summary in words, which `run` prints too.
 
-Exit status: 0 done; 1 `cancel`: the run was still going after the timeout, `verify-plan`: no candidate ran;
-2 a usage error (one line on stderr), such as a run folder that does not exist.
+Exit status: 0 done; 1 `cancel`: the run was still going after the timeout, `verify-plan`: no candidate ran, or
+another timed job holds the machine (`--wait`: wait for it); 2 a usage error (one line on stderr), such as a
+run folder that does not exist.
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
 
     from pipesim.io.formats import check_output, is_standard_output
     from pipesim_executor.host import verify
+    from pipesim_executor.host.cli_run import say_waiting
 
     words = sys.stderr if is_standard_output(args.json) else sys.stdout  # `--json -`: stdout carries the JSON
     bar = ProgressBar("verify-plan")
@@ -216,6 +218,8 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
             on_progress=lambda where: bar.set(where.fraction, where.text),
             cancel=cancel,
             json_out=args.json,
+            wait_for_machine=args.wait_for_machine,
+            on_wait=say_waiting,
         )
     except (ValueError, OSError, KeyError) as error:
         raise UsageError(str(error)) from None
@@ -261,6 +265,7 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    from pipesim_executor.host.cli_run import add_wait_flag
     from pipesim_executor.host.verify import (
         DEFAULT_MIN_SECONDS,
         DEFAULT_ROUNDS,
@@ -311,6 +316,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs-root", type=folder_flag, default=Path("runs"), metavar="DIR", help="where the runs go (default runs)"
     )
+    add_wait_flag(parser)
     parser.add_argument(
         "--json",
         type=Path,
