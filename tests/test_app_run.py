@@ -323,9 +323,10 @@ def test_run_form_settings_survive_a_page_switch(app: AppTest, runs: Path, fake_
     assert app.number_input(key="run-steps").value == 7 and app.selectbox(key="run-size").value == "tiny"
 
 
-def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open_page) -> None:
-    """Issue 13: a run this server did not start (the command line, another server) shows as running from its
-    folder, with the launcher's progress, a readable log and a Cancel that the launcher obeys."""
+def test_a_run_started_elsewhere_is_named_in_a_banner_and_can_be_cancelled(runs: Path, open_page) -> None:
+    """A run this server did not start (the command line, another server) is named in a banner, from its
+    folder, with the launcher's progress, a readable log and a Cancel that the launcher obeys; Launch waits; the
+    page opens its result only once the user cancelled it."""
     folder = write_run(runs, "elsewhere", measured=False).resolve()
     (folder / "result.json").unlink()
     step = {"event": "step", "rank": 0, "step": 1, "steps": 4, "phase": "measure", "part": "run"}
@@ -352,10 +353,11 @@ def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open
     assert at.get("progress")[0].value == 25 and "elsewhere: step 2/4 (measure)" in at.get("progress")[0].proto.text
     shown = "\n".join(c.value for c in at.code)
     assert "[rank0] step 2/4 (measure)" in shown and "[rank1] hello" in shown and "PIPESIM" not in shown
-    assert at.button(key=SUBMIT).disabled
+    assert at.button(key=SUBMIT).disabled and any("Launch waits" in c.value for c in at.caption)
+    assert any("A run is going (elsewhere)" in w.value for w in at.warning) and "run" not in at.query_params
     thread = threading.Thread(target=launcher)
     thread.start()
-    at.button(key="run-cancel").click().run()
+    at.button(key="run-elsewhere-cancel").click().run()
     thread.join()
     assert (folder / CANCEL_FILE).exists() and not at.error
     assert any("2 of 4 measured steps done" in i.value for i in at.info)

@@ -29,6 +29,7 @@ from pipesim.charts import verify as charts_verify
 from pipesim.charts.verify import IntervalRow
 from pipesim.units import format_percent
 from pipesim_executor.host import verify
+from pipesim_executor.host.machine import MachineBusy
 
 PREDICTION_TIE = 0.01  # relative: predictions closer than this rank no candidate above another
 
@@ -73,7 +74,7 @@ class VerifyJob:
             )
         except _Cancelled:
             self.result = verify.compare(self.rows)
-        except (ValueError, OSError) as error:
+        except (ValueError, OSError, MachineBusy) as error:  # MachineBusy: another job holds the machine
             self.error = str(error).splitlines()[0]
 
     def _row(self, row: Any) -> None:

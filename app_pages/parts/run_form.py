@@ -104,8 +104,9 @@ class RunRequest:
         )
 
 
-def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
-    """The form in the sidebar; the request when it was submitted (and no run is going), else None.
+def draw(custom: Schedule | None, running: bool, waits: str | None = None) -> RunRequest | None:
+    """The form in the sidebar; the request when it was submitted (and no run is going), else None. `waits`: why
+    Launch must wait (another job holds the machine), said under the button, which is off meanwhile.
 
     The schedule, ranks, microbatches and chunks are the ones every page shares (what Simulate drew is what
     runs); the rest is the Run page's own, in the URL like every page's settings."""
@@ -210,8 +211,11 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             help="The same model on torch.distributed.pipelining's own schedule class, for comparison",
         )
         recompute = st.toggle("Activation recomputation", key=state.kept("run-recompute"), bind=state.URL)
-        submitted = st.form_submit_button("Launch run", type="primary", disabled=running, width="stretch")
-    if not submitted or running:
+        held = running or waits is not None
+        submitted = st.form_submit_button("Launch run", type="primary", disabled=held, width="stretch")
+        if waits is not None and not running:
+            st.caption(waits)
+    if not submitted or held:
         return None
     return RunRequest(
         name, ranks, microbatches, chunks, kind, size, layers, own, replicas, dtype, batch, steps, warmup,
