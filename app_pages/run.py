@@ -39,8 +39,13 @@ handle = st.session_state["run_handle"]
 custom = st.session_state["run_schedule"]
 running = handle is not None and not handle.done()
 
+opened = None
 if st.session_state["selected_run"] is None and st.query_params.get("run"):
-    opened = run_history.folder_of(st.query_params["run"])
+    try:
+        opened = run_history.folder_of(st.query_params["run"])
+    except ValueError as error:
+        st.warning(f"The link's run cannot be opened: {error}", icon=":material/link_off:")
+        del st.query_params["run"]
     live = live_runs.running(state.runs_root(), opened) if opened and not running else None
     if live is not None:  # a link to a run still going (the banner's): followed live, with Cancel
         st.session_state["run_handle"], handle, running = live, live, True
