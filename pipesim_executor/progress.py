@@ -74,20 +74,24 @@ def readable_log(text: str, lines: int = 40) -> str:
     return "\n".join(out[-lines:])
 
 
-def measured_so_far(events: list[dict]) -> str:
-    """What a run had measured when it was cancelled, in words, from its step events (each rank's own step time,
-    `ms`; a step takes as long as its slowest rank). Empty when no measured step had finished."""
+def measured_so_far(events: list[dict], step_times_ms: list[float] | None = None) -> str:
+    """What a run had measured when it was cancelled, in words: the steps the ranks wrote (`step_times_ms`, from
+    measured.json, the very list the run's card takes its median of), else its step events (each rank's own step
+    time, `ms`; a step takes as long as its slowest rank). The median is pipesim's one (`median_step_ms`), so the
+    sentence and the card say the same number. Empty when no measured step had finished."""
+    from pipesim.io.run_record import median_step_ms
+    from pipesim.units import format_ms
+
     steps: dict[int, float] = {}
     total = None
     for event in events:
         if event.get("event") == "step" and event.get("phase") == "measure" and isinstance(event.get("ms"), float):
             steps[event["step"]] = max(steps.get(event["step"], 0.0), event["ms"])
             total = event.get("steps", total)
-    if not steps:
+    times = list(step_times_ms) if step_times_ms else list(steps.values())
+    if not times:
         return ""
-    times = sorted(steps.values())
-    median = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
-    return f"{len(steps)} of {total or '?'} measured steps done, median step {median:.2f} ms"
+    return f"{len(times)} of {total or '?'} measured steps done, median step {format_ms(median_step_ms(times))}"
 
 
 PHASE_WORDS = {

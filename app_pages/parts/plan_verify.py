@@ -27,7 +27,7 @@ import streamlit as st
 from app_pages.parts import plot, widgets
 from pipesim.charts import verify as charts_verify
 from pipesim.charts.verify import IntervalRow
-from pipesim.units import format_percent
+from pipesim.units import MISSING, format_percent
 from pipesim_executor.host import verify
 from pipesim_executor.host.machine import MachineBusy
 
@@ -245,7 +245,7 @@ def show_result(result: verify.Verification) -> None:
     else:
         cards[0].metric(
             "Rank correlation (Spearman)",
-            "n/a" if result.spearman is None else f"{result.spearman:+.2f}",
+            MISSING if result.spearman is None else f"{result.spearman:+.2f}",
             help="Whether the planner orders the candidates as the machine does: +1.00 the same order",
         )
     cards[1].metric(

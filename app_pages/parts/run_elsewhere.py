@@ -68,6 +68,9 @@ def _banner(root: Path, own: Any | None) -> None:
     st.progress(share, text=_where(holder, run))
     if run is None:
         return
+    config = getattr(run, "config", None)
+    if config is not None:
+        st.caption(f"Its settings: {config.describe()}. Your form keeps yours.")
     with st.expander("Its log", expanded=holder is None or holder.runs_total == 1):
         run_live.log(run)
     if st.button("Cancel it", icon=":material/stop_circle:", key="run-elsewhere-cancel", type="secondary"):

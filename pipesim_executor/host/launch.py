@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-from pipesim.io.formats import UnwritableOutput, save_schedule, write_json
+from pipesim.io.formats import UnwritableOutput, read_json, save_schedule, write_json
 from pipesim.ir import Schedule
 from pipesim_executor.config import RunConfig
 from pipesim_executor.host import machine, predict, run_folder
@@ -49,6 +49,7 @@ from pipesim_executor.progress import measured_so_far, outcome_sentence, step_fr
 from pipesim_executor.run_files import (
     CONFIG_FILE,
     LOGS_DIR,
+    MEASURED_FILE,
     PROGRESS_EVERY_S,
     REFERENCE_FILE,
     SCHEDULE_FILE,
@@ -213,7 +214,7 @@ class RunHandle:
         try:
             outcome = main.run(deadline, self._cancelled)
             if outcome.status == "cancelled":  # asked for: say so calmly, no log tail of the ranks' SIGTERM
-                done = measured_so_far(self.events())
+                done = measured_so_far(self.events(), self._measured_steps())
                 message, failed_rank = outcome.message + (f" ({done})" if done else ""), None
             else:
                 message, failed_rank = main.failure_message(outcome) if outcome.status != "ok" else ("", None)
@@ -246,6 +247,16 @@ class RunHandle:
         self._launch_event("finished", status=self._status, message=summary.get("message", ""),
                            failed_rank=summary.get("failed_rank"))  # fmt: skip
         self._finished.set()
+
+    def _measured_steps(self) -> list[float] | None:
+        """The step times the ranks wrote before they stopped (measured.json): what the run's card shows."""
+        try:
+            times = read_json(self.run_dir / MEASURED_FILE).get("step_times_ms")
+        except (OSError, ValueError, AttributeError):
+            return None
+        if not isinstance(times, list) or not all(isinstance(t, (int, float)) for t in times):
+            return None
+        return [float(t) for t in times]
 
     @property
     def _node_prefix(self) -> str:
