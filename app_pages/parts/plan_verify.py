@@ -231,6 +231,9 @@ def show_result(result: verify.Verification) -> None:
             "predicted": widgets.time_column("predicted_step"),
             "measured": widgets.time_column("measured_step"),
             "error": widgets.percent_column("prediction_error", signed=True),
+            # wide enough for its longest words, "too noisy (14.2%)" and "group 2" (a cut one read "too noisy (14.2%")
+            "noise": st.column_config.TextColumn("noise", width="medium"),
+            "indistinguishable": st.column_config.TextColumn("indistinguishable", width="medium"),
         },
     )
     cards = st.columns(2)

@@ -126,8 +126,7 @@ def draw(custom: Schedule | None, running: bool, waits: str | None = None) -> Ru
         else:
             ranks, microbatches, chunks = schedule_inputs.size_fields(schedule_inputs.chunks_unused(info))
         kind = st.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"), bind=state.URL)
-        left, right = st.columns(2)
-        size = left.selectbox(
+        size = st.selectbox(  # full width: in a half column of the sidebar "medium" read "mediun"
             "Size",
             list(TRANSFORMER_SIZES),
             index=1,
@@ -136,7 +135,8 @@ def draw(custom: Schedule | None, running: bool, waits: str | None = None) -> Ru
             help="tiny runs are dominated by Python overhead per action; small and up "
             "are what the profile-then-predict figures in docs/benchmarks.md use",
         )
-        layers = right.number_input(
+        left, right = st.columns(2)
+        layers = left.number_input(
             "Layers / blocks",
             1,
             256,
@@ -146,7 +146,7 @@ def draw(custom: Schedule | None, running: bool, waits: str | None = None) -> Ru
             help="Transformer blocks (CNN: conv blocks). Stages share out these plus the "
             "embedding and output layer (CNN: 3 FC layers): at least one per stage",
         )
-        replicas = left.number_input(
+        replicas = right.number_input(
             "Data parallel",
             1,
             16,
@@ -155,7 +155,7 @@ def draw(custom: Schedule | None, running: bool, waits: str | None = None) -> Ru
             bind=state.URL,
             help="Replicas of the pipeline: ranks x this many processes",
         )
-        dtype = right.selectbox(
+        dtype = st.selectbox(
             "Precision",
             DTYPES,
             key=state.kept("run-dtype"),

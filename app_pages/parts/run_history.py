@@ -37,6 +37,7 @@ def show() -> None:
             "measured step (ms)": widgets.text_column("measured_step"),
             "predicted step (ms)": widgets.text_column("predicted_step"),
             "error": widgets.text_column("prediction_error"),
+            "status": st.column_config.TextColumn("status", width="medium"),  # "cancelled" whole, never "cancelle"
         },
     )
     # Runs that can be opened first (the newest first), damaged folders last: the one picked by default is a run.
