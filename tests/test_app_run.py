@@ -377,3 +377,10 @@ def test_a_cancelled_run_shows_what_it_measured(runs: Path, open_page) -> None:
     at.button(key="FormSubmitter:run-open-Open").click().run()
     assert not at.error and any("2 of 5 measured steps done" in i.value for i in at.info)
     assert chart_figures(at) and any(m.label == "Measured step time" for m in at.metric)
+
+
+def test_the_earlier_runs_status_column_fits_its_longest_word(runs: Path, open_page) -> None:
+    """A table cell is drawn on a canvas, cut at its column's width: "cancelled" read "cancelle"."""
+    write_run(runs, "stopped", status="cancelled", message="cancelled by the caller")
+    columns = json.loads(open_page("run").dataframe[0].proto.columns)
+    assert columns["status"]["width"] == "medium"

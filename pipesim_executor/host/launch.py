@@ -214,7 +214,7 @@ class RunHandle:
         try:
             outcome = main.run(deadline, self._cancelled)
             if outcome.status == "cancelled":  # asked for: say so calmly, no log tail of the ranks' SIGTERM
-                done = measured_so_far(self.events(), self._measured_steps())
+                done = measured_so_far(self.events(), self._measured_steps())  # the card's steps, its median
                 message, failed_rank = outcome.message + (f" ({done})" if done else ""), None
             else:
                 message, failed_rank = main.failure_message(outcome) if outcome.status != "ok" else ("", None)
@@ -225,7 +225,9 @@ class RunHandle:
         except Exception as error:  # the launcher itself broke: still leave a result behind
             summary = {"status": "failed", "message": f"launcher error: {error!r}", "returncode": None}
         # the one sentence every reader shows first; the log tail stays in `message` and logs/
-        summary["outcome"] = outcome_sentence(summary["status"], self.events(), self.config, summary["message"])
+        summary["outcome"] = outcome_sentence(
+            summary["status"], self.events(), self.config, summary["message"], self._measured_steps()
+        )
         summary.update(started_at=started, finished_at=time.time(), wall_s=round(time.time() - started, 3))
         try:
             write_json(summary, self.run_dir / self._result_name)
