@@ -24,14 +24,8 @@ from pathlib import Path
 from pipesim.cost.shape import TransformerShape
 from pipesim.flags import UsageError, add_flags, from_flags, given_flags
 from pipesim_executor.config import CUSTOM, MODEL_KINDS, OPTIMIZERS, CNNConfig, ModelConfig
-from pipesim_executor.host.cli_run import (
-    INTERRUPTED,
-    EventOutput,
-    add_events_flag,
-    add_wait_flag,
-    model_choice,
-    say_waiting,
-)
+from pipesim_executor.host.cli_run import INTERRUPTED, EventOutput, add_events_flag, model_choice
+from pipesim_executor.host.cli_runs import add_wait_flag, say_waiting
 from pipesim_executor.host.unit_profile import ProfileConfig, start_profile, summary_lines
 
 SECTION = "profile"

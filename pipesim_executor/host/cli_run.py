@@ -42,7 +42,7 @@ from pipesim_executor.config import (
     RunConfig,
     TrainingConfig,
 )
-from pipesim_executor.host.cli_runs import summary_lines
+from pipesim_executor.host.cli_runs import add_wait_flag, say_waiting, summary_lines
 from pipesim_executor.progress import readable_event
 
 SECTION = "run"  # the argparse dests of the generated flags: run.pipeline.num_ranks, run.model.transformer.num_layers
@@ -193,22 +193,6 @@ def add_events_flag(group: argparse._ArgumentGroup) -> None:
         help="print the launcher's progress events as JSON lines on stdout (default: only when stdout is not a "
         "terminal; on a terminal a progress bar on stderr shows them)",
     )
-
-
-def add_wait_flag(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--wait",
-        dest="wait_for_machine",
-        action="store_true",
-        help="when another timed run, profile or verification holds this machine, wait for it to end (default: "
-        "refuse at once, exit status 1, with one line naming it)",
-    )
-
-
-def say_waiting(holder: object) -> None:
-    """The one line a job that waits for the machine prints, once."""
-    said = holder.line() if holder is not None else "the machine is held by another timed job"  # type: ignore[attr-defined]
-    print(f"waiting: {said}", file=sys.stderr, flush=True)
 
 
 class EventOutput:

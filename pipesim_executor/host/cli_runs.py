@@ -190,7 +190,6 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
 
     from pipesim.io.formats import check_output, is_standard_output
     from pipesim_executor.host import verify
-    from pipesim_executor.host.cli_run import say_waiting
 
     words = sys.stderr if is_standard_output(args.json) else sys.stdout  # `--json -`: stdout carries the JSON
     bar = ProgressBar("verify-plan")
@@ -265,7 +264,6 @@ def add_cancel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipesim_executor.host.cli_run import add_wait_flag
     from pipesim_executor.host.verify import (
         DEFAULT_MIN_SECONDS,
         DEFAULT_ROUNDS,
@@ -325,6 +323,22 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "predicted_p95_ms, extrapolated, measured_ms, measured_ci_low_ms, measured_ci_high_ms, measured_cv, memory), "
         "indistinguishable (groups), spearman, recommended_gap",
     )
+
+
+def add_wait_flag(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--wait",
+        dest="wait_for_machine",
+        action="store_true",
+        help="when another timed run, profile or verification holds this machine, wait for it to end (default: "
+        "refuse at once, exit status 1, with one line naming it)",
+    )
+
+
+def say_waiting(holder: object) -> None:
+    """The one line a job that waits for the machine prints, once."""
+    said = holder.line() if holder is not None else "the machine is held by another timed job"  # type: ignore[attr-defined]
+    print(f"waiting: {said}", file=sys.stderr, flush=True)
 
 
 _positive = int_flag(1, MAX_STEPS)
