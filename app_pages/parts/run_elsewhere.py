@@ -48,9 +48,12 @@ def _job(root: Path) -> tuple[machine.Holder | None, Any | None]:
 
 
 def show(root: Path, own: Any | None) -> None:
-    """The banner, redrawn every second; the whole page reruns when the machine is freed or taken (Launch)."""
-    st.session_state[HELD] = busy(root, own) is not None
-    st.fragment(run_every=POLL_S)(_banner)(root, own)
+    """The banner, redrawn every second while the machine is held; the whole page reruns once it is free (Launch).
+    A page opened on a free machine does not poll: a job that starts later refuses its Launch with the reason
+    (pipesim_executor.host.machine.MachineBusy)."""
+    held = busy(root, own) is not None
+    st.session_state[HELD] = held
+    st.fragment(run_every=POLL_S if held else None)(_banner)(root, own)
 
 
 def _banner(root: Path, own: Any | None) -> None:
