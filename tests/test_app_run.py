@@ -22,6 +22,7 @@ from pipesim.units import format_ms
 from pipesim_executor.host import launch, run_folder
 from pipesim_executor.progress import PROGRESS_PREFIX
 from pipesim_executor.run_files import CANCEL_FILE
+from tests.conftest import APP
 from tests.helpers.app_charts import chart_figures, chart_titles
 from tests.helpers.run_folders import write_run
 
@@ -384,3 +385,27 @@ def test_the_earlier_runs_status_column_fits_its_longest_word(runs: Path, open_p
     write_run(runs, "stopped", status="cancelled", message="cancelled by the caller")
     columns = json.loads(open_page("run").dataframe[0].proto.columns)
     assert columns["status"]["width"] == "medium"
+
+
+def test_a_verification_holding_the_machine_keeps_the_form_and_launch_waits(runs: Path, open_page) -> None:
+    """A Plan verification (here its lock, between two of its runs) is a banner: the user's form and URL stay, Launch
+    is off with the reason, also on a page drawn before it took the machine; once it ends Launch is back."""
+    from pipesim_executor.host import machine
+
+    at = open_page("run")  # opened on a free machine
+    with machine.hold("verify-plan", job="verify-plan plan.json: top 3, 3 rounds") as lock:
+        lock.update(step="run 2 of 9, 1f1b P2 m4x4", runs_done=1, runs_total=9)
+        at.button(key=SUBMIT).click().run()  # a press from a page drawn before: the rerun sees the machine held
+        assert not runs.exists() or not list(runs.iterdir())  # nothing started
+        assert at.button(key=SUBMIT).disabled and any("has held this machine" in w.value for w in at.warning)
+        again = AppTest.from_file(APP, default_timeout=60)
+        again.query_params["run-steps"] = "7"  # the user's own link
+        again.switch_page("app_pages/run.py").run()
+        warned = " ".join(w.value for w in again.warning)
+        assert "executor verify-plan (verify-plan plan.json: top 3, 3 rounds) has held this machine" in warned
+        assert again.button(key=SUBMIT).disabled and any("Launch waits" in c.value for c in again.caption)
+        assert again.get("progress")[0].value == 11 and "run 2 of 9" in again.get("progress")[0].proto.text
+        assert "run" not in again.query_params and again.query_params["run-steps"] in ("7", ["7"])
+    again.run()
+    assert not again.warning and not again.button(key=SUBMIT).disabled
+    assert again.number_input(key="run-steps").value == 7 and "run" not in again.query_params
