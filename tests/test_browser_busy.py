@@ -105,9 +105,8 @@ def test_a_run_holding_the_machine_is_a_banner_and_launch_waits(page, served, mo
         banner.wait_for()
         assert "Launch waits" in banner.inner_text()
         sidebar = page.get_by_test_id("stSidebar")
-        launch = sidebar.get_by_role("button", name="Launch run")
-        assert launch.is_disabled()
-        assert sidebar.get_by_text("Launch waits: another job is timing on this machine").is_visible()
+        sidebar.get_by_text("Launch waits: another job is timing on this machine").wait_for()  # the form: after
+        assert sidebar.get_by_role("button", name="Launch run").is_disabled()
         link = page.get_by_role("link", name="Open its run").get_attribute("href")
         assert parse_qs(urlparse(link).query)["run"] == [name] and "run-steps=7" in link
         # measured steps going: the banner's progress follows the run's own
