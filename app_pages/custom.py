@@ -10,6 +10,18 @@ from pipesim.schedules import schedule_names
 state.init_state()
 
 
+def csv_text(raw: bytes) -> str:
+    """An upload's text; ValueError for a file that is no text (not UTF-8, or holding control bytes)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 text (byte {error.start} is 0x{raw[error.start]:02x}): a binary file") from None
+    bad = next((i for i, c in enumerate(text) if ord(c) < 32 and c not in "\t\r\n"), None)
+    if bad is not None:
+        raise ValueError(f"a control character (0x{ord(text[bad]):02x}) at character {bad}: a binary file")
+    return text
+
+
 def _replace_schedule(text: str) -> None:
     """A template, an upload or pasted text replaces the table (edits start afresh from it)."""
     st.session_state["custom_csv"] = text
@@ -52,7 +64,12 @@ with upload_col.popover("Upload a CSV", icon=":material/upload:", width="stretch
     upload = st.file_uploader("Schedule CSV", type=["csv", "txt"], key="custom-upload")
     if upload is not None and upload.file_id != st.session_state["custom_upload_id"]:
         st.session_state["custom_upload_id"] = upload.file_id
-        _replace_schedule(upload.getvalue().decode("utf-8", errors="replace"))
+        try:
+            _replace_schedule(csv_text(upload.getvalue()))
+        except ValueError as error:  # the table stays as it was, and says so: no parsed rows of a binary file
+            st.session_state["custom_upload_refused"] = f"{upload.name}: {error}; the table is unchanged"
+if refused := st.session_state.pop("custom_upload_refused", None):
+    st.error(f"**Not a schedule CSV**: {refused}.", icon=":material/error:")
 with paste_col.popover("Paste CSV text", icon=":material/content_paste:", width="stretch"):
     with st.form("custom-paste"):
         pasted = st.text_area("CSV", st.session_state["custom_csv"], height=200, key="custom-paste-text")

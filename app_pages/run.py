@@ -12,6 +12,7 @@ import streamlit as st
 from app_pages.parts import (
     guide,
     live_runs,
+    run_elsewhere,
     run_form,
     run_history,
     run_launch,
@@ -32,17 +33,29 @@ st.caption(
     "predicts the step time of this model on this machine."
 )
 
-if st.session_state["run_handle"] is None:  # a reload (a new session) finds a run still going, from its folder
-    # followed live with its own settings named in the live view; the user's form (and URL) is never overwritten
+if st.session_state["run_handle"] is None:  # a reload (a new session) finds its run still going
     st.session_state["run_handle"] = live_runs.running(state.runs_root())
 handle = st.session_state["run_handle"]
 custom = st.session_state["run_schedule"]
 running = handle is not None and not handle.done()
 
+opened = None
 if st.session_state["selected_run"] is None and st.query_params.get("run"):
-    st.session_state["selected_run"] = run_history.folder_of(st.query_params["run"])
+    try:
+        opened = run_history.folder_of(st.query_params["run"])
+    except ValueError as error:
+        st.warning(f"The link's run cannot be opened: {error}", icon=":material/link_off:")
+        del st.query_params["run"]
+    live = live_runs.running(state.runs_root(), opened) if opened and not running else None
+    if live is not None:  # a link to a run still going (the banner's): followed live, with Cancel
+        st.session_state["run_handle"], handle, running = live, live, True
+    else:
+        st.session_state["selected_run"] = opened
 
-request = run_form.draw(custom, running)
+# another job timing on this machine: named in a banner; the user's form, URL and run stay theirs
+waits = run_elsewhere.busy(state.runs_root(), handle)
+run_elsewhere.show(state.runs_root(), handle)
+request = run_form.draw(custom, running, waits)
 if request is not None:
     run_launch.start(request, custom)
 

@@ -172,7 +172,7 @@ def gantt_section(schedule: Schedule, cost: CostModel, timeline: Timeline) -> No
             (0.0, float(total)),
             key=state.kept("sim-window"),
             bind=state.URL,
-            format="%.2f",
+            format=widgets.slider_format(total),
             help=f"Past {MAX_EXACT_BARS:,} actions the chart is binned; drag across it or pick a "
             f"window here: one holding fewer actions shows every action",
         )

@@ -30,6 +30,7 @@ SIGNED_PERCENT_SPEC = f"+.{PERCENT_DECIMALS}%"  # +11.9%, -5.6%
 RATIO_SPEC = f".{RATIO_DECIMALS}f"
 SIGNED_TIME_SPEC = f"+,.{TIME_DECIMALS}f"
 COUNT_SPEC = ",d"
+MISSING = "—"  # a figure that is not there (no prediction, a run without steps): cards, tables and the CLI alike
 
 
 def _finite(value: float | None) -> bool:
@@ -37,10 +38,10 @@ def _finite(value: float | None) -> bool:
 
 
 def format_ms(value: float | None, *, signed: bool = False, unit: bool = True) -> str:
-    """A time in milliseconds, e.g. 3165 -> "3,165.00 ms"; "n/a" for None or NaN; a nonzero time that rounds
+    """A time in milliseconds, e.g. 3165 -> "3,165.00 ms"; MISSING for None or NaN; a nonzero time that rounds
     to zero says so ("<0.01 ms") rather than printing a 0 that is not one."""
     if not _finite(value):
-        return "n/a"
+        return MISSING
     suffix = " ms" if unit else ""
     if value != 0 and abs(value) < 0.5 * 10**-TIME_DECIMALS:
         sign = "-" if value < 0 else "+" if signed else ""
@@ -49,15 +50,15 @@ def format_ms(value: float | None, *, signed: bool = False, unit: bool = True) -
 
 
 def format_percent(value: float | None, *, signed: bool = False) -> str:
-    """A fraction as a percentage, e.g. 0.2727 -> "27.3%" (signed: "+27.3%"); "n/a" for None or NaN."""
+    """A fraction as a percentage, e.g. 0.2727 -> "27.3%" (signed: "+27.3%"); MISSING for None or NaN."""
     if not _finite(value):
-        return "n/a"
+        return MISSING
     return f"{value:{SIGNED_PERCENT_SPEC if signed else PERCENT_SPEC}}"
 
 
 def format_ratio(value: float | None) -> str:
     """A dimensionless ratio (idle / busy, the slowest stage over the mean), e.g. 0.375 -> "0.38"."""
-    return "n/a" if not _finite(value) else f"{value:{RATIO_SPEC}}"
+    return MISSING if not _finite(value) else f"{value:{RATIO_SPEC}}"
 
 
 def format_count(value: int, noun: str = "", plural: str | None = None) -> str:

@@ -74,20 +74,35 @@ def readable_log(text: str, lines: int = 40) -> str:
     return "\n".join(out[-lines:])
 
 
-def measured_so_far(events: list[dict]) -> str:
-    """What a run had measured when it was cancelled, in words, from its step events (each rank's own step time,
-    `ms`; a step takes as long as its slowest rank). Empty when no measured step had finished."""
+def _step_times(events: list[dict], parts: tuple[str, ...] = ("run",)) -> list[float]:
+    """Each measured step's time from the step events (each rank's own `ms`; a step takes as long as its slowest
+    rank), in step order."""
     steps: dict[int, float] = {}
-    total = None
     for event in events:
-        if event.get("event") == "step" and event.get("phase") == "measure" and isinstance(event.get("ms"), float):
-            steps[event["step"]] = max(steps.get(event["step"], 0.0), event["ms"])
-            total = event.get("steps", total)
-    if not steps:
+        if event.get("event") == "step" and event.get("phase") == "measure" and event.get("part", "run") in parts:
+            if isinstance(event.get("step"), int) and isinstance(event.get("ms"), float):
+                steps[event["step"]] = max(steps.get(event["step"], 0.0), event["ms"])
+    return [steps[k] for k in sorted(steps)]
+
+
+def _median_text(times: list[float]) -> str:
+    """The median of a run's measured steps as every reader prints it: pipesim's one median (`median_step_ms`,
+    the run's card's), pipesim.units' format."""
+    from pipesim.io.run_record import median_step_ms
+    from pipesim.units import format_ms
+
+    return format_ms(median_step_ms(times))
+
+
+def measured_so_far(events: list[dict], step_times_ms: list[float] | None = None) -> str:
+    """What a run had measured when it was cancelled, in words: the steps the ranks wrote (`step_times_ms`, from
+    measured.json, the very list the run's card takes its median of), else its step events. Empty when no
+    measured step had finished."""
+    total = next((e.get("steps") for e in reversed(events) if e.get("phase") == "measure" and "steps" in e), None)
+    times = list(step_times_ms) if step_times_ms else _step_times(events, ("run", "launcher"))
+    if not times:
         return ""
-    times = sorted(steps.values())
-    median = times[len(times) // 2] if len(times) % 2 else (times[len(times) // 2 - 1] + times[len(times) // 2]) / 2
-    return f"{len(steps)} of {total or '?'} measured steps done, median step {median:.2f} ms"
+    return f"{len(times)} of {total or '?'} measured steps done, median step {_median_text(times)}"
 
 
 PHASE_WORDS = {
@@ -111,31 +126,28 @@ def _where(events: list[dict]) -> str:
     return f"{PHASE_WORDS.get(phase, f'in phase {phase}')} (step {done} of {last.get('steps', '?')})"
 
 
-def _measured(events: list[dict], config: RunConfig) -> tuple[int, str]:
-    """How many measured steps finished, and those steps in words ("2 of 5 steps measured, median 7.10 ms")."""
-    times: dict[int, float] = {}
-    for event in events:
-        if event.get("event") == "step" and event.get("phase") == "measure" and event.get("part", "run") == "run":
-            if isinstance(event.get("step"), int) and isinstance(event.get("ms"), float):
-                times[event["step"]] = max(times.get(event["step"], 0.0), event["ms"])
+def _measured(events: list[dict], config: RunConfig, step_times_ms: list[float] | None) -> tuple[int, str]:
+    """How many measured steps finished, and those steps in words ("2 of 5 steps measured (median step 7.10
+    ms)"): the ranks' own step times where given (measured.json), else the step events."""
+    times = list(step_times_ms) if step_times_ms else _step_times(events)
     text = f"{len(times)} of {config.training.steps} steps measured"
     if times:
-        ordered = sorted(times.values())
-        half = len(ordered) // 2
-        median = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
-        text += f" (median step {median:.2f} ms)"
+        text += f" (median step {_median_text(times)})"
     return len(times), text
 
 
-def outcome_sentence(status: str, events: list[dict], config: RunConfig, failure: str = "") -> str:
+def outcome_sentence(
+    status: str, events: list[dict], config: RunConfig, failure: str = "", step_times_ms: list[float] | None = None
+) -> str:
     """A run's outcome in one sentence: what happened, in which phase, what it had measured, what to do next.
 
     What the Run page and the CLI show first. The log tail (torchrun's own shutdown traceback after a timeout or
     a cancel) stays in the run folder's logs, never in this sentence. `failure` is the failed rank's own error
-    line (pipesim_executor.host.torchrun_log.failure_message's first line).
+    line (pipesim_executor.host.torchrun_log.failure_message's first line). `step_times_ms`: what the ranks wrote
+    (measured.json), so the sentence's median is the run card's.
     """
     where = _where(events)
-    done, measured = _measured(events, config)
+    done, measured = _measured(events, config, step_times_ms)
     if status == "ok":
         return f"Run finished: {measured}."
     if status == "cancelled":

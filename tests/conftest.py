@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from pipesim_executor.host.machine import LOCK_ENV
+
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+# The machine's lock (pipesim_executor.host.machine) is the tests' own: one per test process for what a module
+# starts (an app server), one per test below, so tests never wait on each other, on another checkout's tests or
+# on a user's run on this machine. The tests of the lock itself set their own.
+_LOCK_DIR = tempfile.mkdtemp(prefix="pipesim-lock-")
+atexit.register(shutil.rmtree, _LOCK_DIR, True)
+os.environ[LOCK_ENV] = str(Path(_LOCK_DIR) / "machine.lock")
+
+
+@pytest.fixture(autouse=True)
+def _own_machine_lock(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path_factory.mktemp("lock") / "machine.lock"))
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from pipesim.units import format_ms
 from pipesim_executor.host import launch, run_folder
 from pipesim_executor.progress import PROGRESS_PREFIX
 from pipesim_executor.run_files import CANCEL_FILE
+from tests.conftest import APP
 from tests.helpers.app_charts import chart_figures, chart_titles
 from tests.helpers.run_folders import write_run
 
@@ -323,9 +324,10 @@ def test_run_form_settings_survive_a_page_switch(app: AppTest, runs: Path, fake_
     assert app.number_input(key="run-steps").value == 7 and app.selectbox(key="run-size").value == "tiny"
 
 
-def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open_page) -> None:
-    """Issue 13: a run this server did not start (the command line, another server) shows as running from its
-    folder, with the launcher's progress, a readable log and a Cancel that the launcher obeys."""
+def test_a_run_started_elsewhere_is_named_in_a_banner_and_can_be_cancelled(runs: Path, open_page) -> None:
+    """A run this server did not start (the command line, another server) is named in a banner, from its
+    folder, with the launcher's progress, a readable log and a Cancel that the launcher obeys; Launch waits; the
+    page opens its result only once the user cancelled it."""
     folder = write_run(runs, "elsewhere", measured=False).resolve()
     (folder / "result.json").unlink()
     step = {"event": "step", "rank": 0, "step": 1, "steps": 4, "phase": "measure", "part": "run"}
@@ -352,10 +354,11 @@ def test_a_run_started_elsewhere_is_followed_live_and_cancelled(runs: Path, open
     assert at.get("progress")[0].value == 25 and "elsewhere: step 2/4 (measure)" in at.get("progress")[0].proto.text
     shown = "\n".join(c.value for c in at.code)
     assert "[rank0] step 2/4 (measure)" in shown and "[rank1] hello" in shown and "PIPESIM" not in shown
-    assert at.button(key=SUBMIT).disabled
+    assert at.button(key=SUBMIT).disabled and any("Launch waits" in c.value for c in at.caption)
+    assert any("A run is going (elsewhere)" in w.value for w in at.warning) and "run" not in at.query_params
     thread = threading.Thread(target=launcher)
     thread.start()
-    at.button(key="run-cancel").click().run()
+    at.button(key="run-elsewhere-cancel").click().run()
     thread.join()
     assert (folder / CANCEL_FILE).exists() and not at.error
     assert any("2 of 4 measured steps done" in i.value for i in at.info)
@@ -375,3 +378,34 @@ def test_a_cancelled_run_shows_what_it_measured(runs: Path, open_page) -> None:
     at.button(key="FormSubmitter:run-open-Open").click().run()
     assert not at.error and any("2 of 5 measured steps done" in i.value for i in at.info)
     assert chart_figures(at) and any(m.label == "Measured step time" for m in at.metric)
+
+
+def test_the_earlier_runs_status_column_fits_its_longest_word(runs: Path, open_page) -> None:
+    """A table cell is drawn on a canvas, cut at its column's width: "cancelled" read "cancelle"."""
+    write_run(runs, "stopped", status="cancelled", message="cancelled by the caller")
+    columns = json.loads(open_page("run").dataframe[0].proto.columns)
+    assert columns["status"]["width"] == "medium"
+
+
+def test_a_verification_holding_the_machine_keeps_the_form_and_launch_waits(runs: Path, open_page) -> None:
+    """A Plan verification (here its lock, between two of its runs) is a banner: the user's form and URL stay, Launch
+    is off with the reason, also on a page drawn before it took the machine; once it ends Launch is back."""
+    from pipesim_executor.host import machine
+
+    at = open_page("run")  # opened on a free machine
+    with machine.hold("verify-plan", job="verify-plan plan.json: top 3, 3 rounds") as lock:
+        lock.update(step="run 2 of 9, 1f1b P2 m4x4", runs_done=1, runs_total=9)
+        at.button(key=SUBMIT).click().run()  # a press from a page drawn before: the rerun sees the machine held
+        assert not runs.exists() or not list(runs.iterdir())  # nothing started
+        assert at.button(key=SUBMIT).disabled and any("has held this machine" in w.value for w in at.warning)
+        again = AppTest.from_file(APP, default_timeout=60)
+        again.query_params["run-steps"] = "7"  # the user's own link
+        again.switch_page("app_pages/run.py").run()
+        warned = " ".join(w.value for w in again.warning)
+        assert "executor verify-plan (verify-plan plan.json: top 3, 3 rounds) has held this machine" in warned
+        assert again.button(key=SUBMIT).disabled and any("Launch waits" in c.value for c in again.caption)
+        assert again.get("progress")[0].value == 11 and "run 2 of 9" in again.get("progress")[0].proto.text
+        assert "run" not in again.query_params and again.query_params["run-steps"] in ("7", ["7"])
+    again.run()
+    assert not again.warning and not again.button(key=SUBMIT).disabled
+    assert again.number_input(key="run-steps").value == 7 and "run" not in again.query_params

@@ -124,17 +124,17 @@ def test_only_runs_are_offered_and_a_run_is_preselected(runs: Path, open_page) -
 
 def test_a_reload_during_a_run_names_its_settings_and_keeps_the_form(runs: Path, open_page) -> None:
     """Issue 33 item 2: a new session (a reload) that finds a run going (here 1f1b, 2 ranks, 4 microbatches, 2
-    steps) follows it live and names its settings, but never takes them over the user's form (defaults here: 4
+    steps) names it and its settings in a banner, but never takes them over the user's form (defaults here: 4
     ranks, 8 microbatches, 5 steps), so Launch never starts a configuration the user did not set up."""
     folder = write_run(runs, "going", measured=False).resolve()
     (folder / "result.json").unlink()
     run_folder.write_progress(folder, {"status": "running", "progress": 0.1, "events": [], "log": []})
     at = open_page("run")
-    assert at.button(key="run-cancel") is not None  # reattached
+    assert at.button(key="run-elsewhere-cancel") is not None  # named, with its Cancel
     assert at.number_input(key="ranks").value == 4 and at.number_input(key="microbatches").value == 8
     assert at.number_input(key="run-steps").value == 5
     said = " ".join(c.value for c in at.caption)
-    assert "This run's own settings: 1f1b, 2 ranks, 4 microbatches" in said and "2 steps" in said
+    assert "Its settings: 1f1b, 2 ranks, 4 microbatches" in said and "2 steps" in said
     assert "ranks" not in at.query_params and "microbatches" not in at.query_params
     (folder / "result.json").write_text(json.dumps({"status": "cancelled", "message": "", "started_at": 0}))
 

@@ -103,9 +103,12 @@ def test_impossible_interleaving_is_a_plain_error(app: AppTest) -> None:
 
 def test_sizes_beyond_the_app_limits_are_refused(app: AppTest) -> None:
     submit(app, ranks=100)
-    assert "at most 32" in app.error[0].value
+    assert "Ranks = 100 is above its maximum 32" in app.error[0].value
     submit(app, ranks=4, microbatches=2000)
-    assert "at most 1024" in app.error[0].value
+    assert "Microbatches = 2,000 is above its maximum 1,024" in app.error[0].value
+    submit(app, ranks=0, microbatches=99999999)  # every bad field is named, not only the first
+    said = [e.value for e in app.error]
+    assert any("Ranks = 0 is below" in e for e in said) and any("Microbatches = 99,999,999" in e for e in said)
     submit(app, schedule="zbv", ranks=32, microbatches=1024)  # 196,608 actions
     assert "at most 131,072" in app.error[0].value
     assert not app.exception

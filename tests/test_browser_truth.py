@@ -136,8 +136,8 @@ def test_a_running_job_never_takes_over_the_form(page, app_url: str, runs_root: 
     try:
         mine = "run?schedule=zb-h1&ranks=3&microbatches=6&run-steps=7"
         page.goto(f"{app_url}/{mine}")
-        page.get_by_role("button", name="Cancel run").wait_for(timeout=120_000)  # the job is followed live
-        page.get_by_text("This run's own settings: 1f1b, 2 ranks, 4 microbatches").wait_for()
+        page.get_by_role("button", name="Cancel it").wait_for(timeout=120_000)  # the job is named in a banner
+        page.get_by_text("Its settings: 1f1b, 2 ranks, 4 microbatches").wait_for()
         sidebar = page.get_by_test_id("stSidebar")
         assert sidebar.get_by_role("spinbutton", name="Microbatches").input_value() == "6"
         assert sidebar.get_by_role("spinbutton", name="Steps", exact=True).input_value() == "7"
@@ -226,7 +226,7 @@ def test_compare_custom_dag_and_separators(page, app_url: str) -> None:  # noqa:
     sidebar = page.get_by_test_id("stSidebar")
     sidebar.get_by_role("spinbutton", name="Microbatches").fill("100000000")
     sidebar.get_by_role("button", name="Simulate").click()
-    page.get_by_text("100,000,000 microbatches").first.wait_for(timeout=60_000)
+    page.get_by_text("Microbatches = 100,000,000 is above its maximum 1,024").first.wait_for(timeout=60_000)
 
 
 LABELS_OVERLAPPING = """() => {

@@ -243,7 +243,7 @@ def test_verify_writes_the_promised_json_with_measured_cv_and_memory(plan_file, 
 
     started = []
 
-    def fake_start(config, runs_root, name, schedule=None):
+    def fake_start(config, runs_root, name, schedule=None, held=None):
         started.append(config)
         candidate = plan_candidates(json.loads(plan_file.read_text()), 3)[int(name.rsplit("-c", 1)[1])]
         return _FakeRun(runs_root / name, candidate["step_ms"] * 1.05, list(candidate["rank_memory_bytes"]))
@@ -283,7 +283,7 @@ def test_a_calibrated_plans_short_steps_are_measured_for_min_seconds(plan_file, 
     plan_file.write_text(json.dumps(plan))
     started = []
 
-    def fake_start(config, runs_root, name, schedule=None):
+    def fake_start(config, runs_root, name, schedule=None, held=None):
         started.append(config)
         return _FakeRun(runs_root / name, 1.0, [1.0, 1.0])
 
@@ -301,7 +301,7 @@ def test_a_cancelled_verification_skips_the_candidates_left(plan_file, tmp_path,
 
     cancel = threading.Event()
 
-    def fake_start(config, runs_root, name, schedule=None):
+    def fake_start(config, runs_root, name, schedule=None, held=None):
         cancel.set()  # the user cancels while the first candidate runs
         return _FakeRun(runs_root / name, 10.0, [])
 

@@ -28,8 +28,12 @@ def _fake_launcher(monkeypatch, plan_file, started, step_of=None):
 
     plan = json.loads(plan_file.read_text())
 
-    def fake_start(config, runs_root, name, schedule=None):
+    def fake_start(config, runs_root, name, schedule=None, held=None):
+        from pipesim_executor.host import machine
+
         round_, index = (int(x) for x in name.rsplit("-r", 1)[1].split("-c"))
+        # the verification holds the machine through every run, and hands its lock to each
+        assert held is not None and held.held and machine.holder().command == "verify-plan"
         started.append((name, round_, index))
         candidate = plan_candidates(plan, 10)[index]
         step = candidate["step_ms"] * 1.05 if step_of is None else step_of(index, round_)

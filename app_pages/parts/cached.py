@@ -44,6 +44,7 @@ from pipesim.semantics.dag import DeadlockError, build_dag, dag_positions
 from pipesim.sim.metrics import Metrics, compute_metrics, inner_bubble_fraction
 from pipesim.sim.simulate import find_deadlock
 from pipesim.sim.steps import simulate_step
+from pipesim.units import format_count
 
 if TYPE_CHECKING:
     from pipesim.synth import Synthesis
@@ -161,7 +162,10 @@ def gantt_chart(
 ) -> go.Figure:
     timeline, _ = simulation(schedule, cost)
     path = critical_actions(schedule, cost) if with_critical_path else None
-    title = schedule.describe()
+    title = (
+        f"{schedule.name}: {format_count(schedule.num_ranks, 'rank')}, {format_count(schedule.num_stages, 'stage')}, "
+        f"{format_count(schedule.num_microbatches, 'microbatch')}, {format_count(schedule.num_actions, 'action')}"
+    )  # Schedule.describe's words, with the thousands separators the chart's subtitle uses
     priced = cost.provenance.meta.get("perturbation")  # a what-if priced in (Perturbation.apply): said in the title
     if priced:
         title += f"; what-if: {Perturbation.from_dict(priced).describe()}"

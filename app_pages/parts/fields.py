@@ -2,12 +2,15 @@
 
 A field bounded in the browser (`min_value`) refuses an out-of-range value with a small red "!" and keeps the old
 value without a word, so the page went on drawing the old chart. These fields have no browser bounds: the value
-reaches the page, the reason is written under the field, and the page marks its chart as not updated.
+reaches the page, the reason is written under the field's row at the width of its form (a field in a half-width
+column would break the sentence mid-word), and the page marks its chart as not updated, naming every bad field.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import streamlit as st
 
 
 def refusal(label: str, value: float | None, low: float | None = None, high: float | None = None) -> str | None:
@@ -38,10 +41,11 @@ def number(
     **options: Any,
 ) -> Any:
     """`where.number_input(label, ...)` without browser bounds; a value out of [low, high] is written under the
-    field (st.error) and appended to `problems`, which the page reads to mark its chart as not updated."""
+    field's row in the caller's container, full width (st.error: `where` may be a half-width column), and appended
+    to `problems`, which the page reads to mark its chart as not updated."""
     value = where.number_input(label, None, None, default, **options)
     reason = None if options.get("disabled") else refusal(label, value, low, high)
     if reason is not None:
-        where.error(reason, icon=":material/error:")
+        st.error(reason, icon=":material/error:")
         problems.append(reason)
     return value

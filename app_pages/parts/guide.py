@@ -71,8 +71,8 @@ TOUR = (
     Stop(
         "compare",
         "Compare",
-        "The same costs under five schedules. The trade-off chart puts step time against memory: the dashed line "
-        "joins the schedules no other beats on both (the Pareto front).",
+        "The same costs under five schedules. The trade-off chart puts step time against memory: the schedules "
+        "no other beats on both (the Pareto front) are ringed.",
     ),
     Stop(
         "plan",

@@ -3,8 +3,9 @@
 A RunHandle lives in the Streamlit server process (its supervising thread); a browser reload starts a new
 session whose session state is empty. This registry is one dict per server process (st.cache_resource), run
 folder -> handle, so the Run page of any session can reattach to a run that is still going: live progress and
-Cancel again. A run this server did not start (the command line, another app server) is followed from its
-folder instead (pipesim_executor.host.watch.FolderRun: the same interface, read from the launcher's progress.json).
+Cancel again. A run this server's Run page did not start (a Plan verification, the command line, another app
+server) is no run of the user's: the page names it in a banner (app_pages.parts.run_elsewhere), and follows it
+from its folder (pipesim_executor.host.watch.FolderRun: the same interface) only when the user opens it.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ def remember(handle: Any) -> None:
 
 
 def running(root: Path, run_dir: str | None = None) -> Any | None:
-    """The handle of the run in `run_dir` while it runs (None: the latest running one under `root`): this
-    server's own RunHandle when it has one, else one that follows the run from its folder."""
+    """The handle of the run in `run_dir` while it runs: this server's own RunHandle when it has one, else one that
+    follows the run from its folder. Without `run_dir`: the latest run under `root` this server's Run page
+    started, still going (a reload finds it), or None."""
     from pipesim_executor.host import watch
 
     registry = _registry()
@@ -37,7 +39,4 @@ def running(root: Path, run_dir: str | None = None) -> Any | None:
         own = registry.get(str(Path(run_dir).resolve())) or registry.get(str(run_dir))
         return own if own is not None else watch.attach(run_dir)
     mine = [handle for handle in registry.values() if Path(handle.run_dir).parent in (Path(root), Path(root).resolve())]
-    if mine:
-        return mine[-1]
-    others = watch.running_runs(root)
-    return others[0] if others else None
+    return mine[-1] if mine else None

@@ -75,6 +75,15 @@ PRESETS = MappingProxyType(
     }
 )
 SMALL = next(iter(PRESETS))
+# A link may name a preset by its label's first word (`?plan-preset=small`, `7b-class`) as well as by its label.
+SHORT_KEYS = MappingProxyType({label.split(" ", 1)[0].lower(): label for label in PRESETS})
+
+
+def label_of(value: str) -> str | None:
+    """The preset a link's value names (its label or its short key), CUSTOM, or None for an unknown one."""
+    if value in PRESETS or value == CUSTOM:
+        return value
+    return SHORT_KEYS.get(value.lower())
 
 
 def apply_preset() -> None:

@@ -20,11 +20,12 @@ from typing import Any
 
 import streamlit as st
 
-from app_pages.parts import state
+from app_pages.parts import state, url
 from pipesim.analysis import check_line, recorded_check
 from pipesim.cost import UnitProfile
 from pipesim.io import cost_file_from_bytes, read_bytes
 from pipesim.limits import MAX_COST_BYTES
+from pipesim.numbers import shown
 from pipesim.plan import PlanInputs
 from pipesim.programs import programs
 
@@ -32,6 +33,7 @@ NO_PROFILE = "(none: the model description)"
 PROFILE_KEY = "plan-profile"
 UPLOAD_KEY = "plan-profile-upload"
 APPLIED_KEY = "plan-profile-applied"  # the profile whose sizes and optimizer the form holds
+LINK_CHECKED = "plan-profile-link-checked"  # the link's profile that was found missing, said once
 PICKED_KEY = "plan-profile-picked"  # set when the user picks in the page (not a link): its settings then win
 SIZES_KEY = "plan-mbs"  # the page's microbatch sizes field
 OPTIMIZER_KEY = "plan-optimizer"
@@ -86,6 +88,16 @@ def profile_picker() -> PickedProfile | None:
     that cannot be read is reported here and planning falls back to the description."""
     root = state.runs_root()
     names = profile_folders(root)
+    linked = st.query_params.get(PROFILE_KEY)
+    if linked is not None and linked not in (NO_PROFILE, *names) and st.session_state.get(LINK_CHECKED) != linked:
+        st.session_state[LINK_CHECKED] = linked  # said once: the box then shows the description, the default
+        url.forget([PROFILE_KEY])
+        st.warning(
+            f"The link's profile {shown(linked, 40)} is not under {root}/ "
+            + (f"(profiles there: {', '.join(names[:5])}); " if names else "(no profile there); ")
+            + "planning from the model description.",
+            icon=":material/link_off:",
+        )
     st.selectbox(
         "Plan from a profile",
         [NO_PROFILE, *names],
@@ -96,6 +108,8 @@ def profile_picker() -> PickedProfile | None:
         f"{root}/NAME): every candidate priced from what was measured, with its 90% interval; the same as "
         f"`{programs().pipesim} plan --cost {root}/NAME/cost.json`",
     )
+    if not names:
+        st.caption(f"No profile found under {root}/. Make one: `{make_profile_command(root)}`")
     upload = st.file_uploader("…or upload a profile's cost.json", type=["json"], key=UPLOAD_KEY, on_change=_picked_here)
     try:
         picked = picked_profile(root, upload)
@@ -107,6 +121,11 @@ def profile_picker() -> PickedProfile | None:
         take_settings(picked.profile, overwrite=bool(st.session_state.pop(PICKED_KEY, False)))
     st.session_state[APPLIED_KEY] = identity
     return picked
+
+
+def make_profile_command(root: Path) -> str:
+    """The command that makes a profile this box lists (the small model, at the planner's usual sizes)."""
+    return f"{programs().executor} profile --model transformer --microbatch-sizes 1,2,4 --out {root}/profile"
 
 
 def picked_profile(root: Path, upload: Any = None) -> PickedProfile | None:

@@ -27,8 +27,10 @@ import streamlit as st
 from app_pages.parts import plot, widgets
 from pipesim.charts import IntervalRow
 from pipesim.charts import verify as charts_verify
-from pipesim.units import format_percent
+from pipesim.charts.verify import IntervalRow
+from pipesim.units import MISSING, format_percent
 from pipesim_executor.host import verify
+from pipesim_executor.host.machine import MachineBusy
 
 PREDICTION_TIE = 0.01  # relative: predictions closer than this rank no candidate above another
 
@@ -67,7 +69,7 @@ class VerifyJob:
             )
         except _Cancelled:
             self.result = verify.compare(self.rows)
-        except (ValueError, OSError) as error:
+        except (ValueError, OSError, MachineBusy) as error:  # MachineBusy: another job holds the machine
             self.error = str(error).splitlines()[0]
 
     def _row(self, row: Any) -> None:
@@ -229,6 +231,9 @@ def show_result(result: verify.Verification) -> None:
             "predicted": widgets.time_column("predicted_step"),
             "measured": widgets.time_column("measured_step"),
             "error": widgets.percent_column("prediction_error", signed=True),
+            # wide enough for its longest words, "too noisy (14.2%)" and "group 2" (a cut one read "too noisy (14.2%")
+            "noise": st.column_config.TextColumn("noise", width="medium"),
+            "indistinguishable": st.column_config.TextColumn("indistinguishable", width="medium"),
         },
     )
     cards = st.columns(2)
@@ -243,7 +248,7 @@ def show_result(result: verify.Verification) -> None:
     else:
         cards[0].metric(
             "Rank correlation (Spearman)",
-            "n/a" if result.spearman is None else f"{result.spearman:+.2f}",
+            MISSING if result.spearman is None else f"{result.spearman:+.2f}",
             help="Whether the planner orders the candidates as the machine does: +1.00 the same order",
         )
     cards[1].metric(

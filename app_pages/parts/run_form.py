@@ -104,8 +104,9 @@ class RunRequest:
         )
 
 
-def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
-    """The form in the sidebar; the request when it was submitted (and no run is going), else None.
+def draw(custom: Schedule | None, running: bool, waits: str | None = None) -> RunRequest | None:
+    """The form in the sidebar; the request when it was submitted (and no run is going), else None. `waits`: why
+    Launch must wait (another job holds the machine), said under the button, which is off meanwhile.
 
     The schedule, ranks, microbatches and chunks are the ones every page shares (what Simulate drew is what
     runs); the rest is the Run page's own, in the URL like every page's settings."""
@@ -125,8 +126,7 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
         else:
             ranks, microbatches, chunks = schedule_inputs.size_fields(schedule_inputs.chunks_unused(info))
         kind = st.selectbox("Model", MODEL_KINDS, key=state.kept("run-model"), bind=state.URL)
-        left, right = st.columns(2)
-        size = left.selectbox(
+        size = st.selectbox(  # full width: in a half column of the sidebar "medium" read "mediun"
             "Size",
             list(TRANSFORMER_SIZES),
             index=1,
@@ -135,7 +135,8 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             help="tiny runs are dominated by Python overhead per action; small and up "
             "are what the profile-then-predict figures in docs/benchmarks.md use",
         )
-        layers = right.number_input(
+        left, right = st.columns(2)
+        layers = left.number_input(
             "Layers / blocks",
             1,
             256,
@@ -145,7 +146,7 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             help="Transformer blocks (CNN: conv blocks). Stages share out these plus the "
             "embedding and output layer (CNN: 3 FC layers): at least one per stage",
         )
-        replicas = left.number_input(
+        replicas = right.number_input(
             "Data parallel",
             1,
             16,
@@ -154,7 +155,7 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             bind=state.URL,
             help="Replicas of the pipeline: ranks x this many processes",
         )
-        dtype = right.selectbox(
+        dtype = st.selectbox(
             "Precision",
             DTYPES,
             key=state.kept("run-dtype"),
@@ -210,8 +211,11 @@ def draw(custom: Schedule | None, running: bool) -> RunRequest | None:
             help="The same model on torch.distributed.pipelining's own schedule class, for comparison",
         )
         recompute = st.toggle("Activation recomputation", key=state.kept("run-recompute"), bind=state.URL)
-        submitted = st.form_submit_button("Launch run", type="primary", disabled=running, width="stretch")
-    if not submitted or running:
+        held = running or waits is not None
+        submitted = st.form_submit_button("Launch run", type="primary", disabled=held, width="stretch")
+        if waits is not None and not running:
+            st.caption(waits)
+    if not submitted or held:
         return None
     return RunRequest(
         name, ranks, microbatches, chunks, kind, size, layers, own, replicas, dtype, batch, steps, warmup,

@@ -8,13 +8,14 @@ import pandas as pd
 import streamlit as st
 
 from app_pages.parts import live_runs, runs, state, widgets
+from pipesim_executor.host.run_folder import check_name
 
 
-def folder_of(name: str) -> str | None:
-    """The run folder a URL's `run=NAME` names, under the runs folder; None for anything but a plain name (a
-    path in a URL must not open a folder elsewhere)."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        return None
+def folder_of(name: str) -> str:
+    """The run folder a URL's `run=NAME` names, under the runs folder; ValueError of one line for anything but a
+    run's name (the executor's check: a path in a URL must not open a folder elsewhere, nor a name too long for
+    a file system reach one)."""
+    check_name(name)
     return str(state.runs_root() / name)
 
 
@@ -36,6 +37,7 @@ def show() -> None:
             "measured step (ms)": widgets.text_column("measured_step"),
             "predicted step (ms)": widgets.text_column("predicted_step"),
             "error": widgets.text_column("prediction_error"),
+            "status": st.column_config.TextColumn("status", width="medium"),  # "cancelled" whole, never "cancelle"
         },
     )
     # Runs that can be opened first (the newest first), damaged folders last: the one picked by default is a run.

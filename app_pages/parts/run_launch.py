@@ -8,6 +8,7 @@ from app_pages.parts import live_runs, state, widgets
 from app_pages.parts.run_form import RunRequest
 from pipesim.ir import Schedule
 from pipesim_executor.host import launch
+from pipesim_executor.host.machine import MachineBusy
 
 
 def start(request: RunRequest, custom: Schedule | None) -> None:
@@ -17,7 +18,7 @@ def start(request: RunRequest, custom: Schedule | None) -> None:
         config = request.config(custom)
         with st.spinner("Checking the run and starting torchrun…"):
             handle = launch.start_run(config, state.runs_root(), schedule=request.schedule(custom))
-    except ValueError as error:  # refused before anything started: nothing is lost
+    except (ValueError, MachineBusy) as error:  # refused before anything started: nothing is lost
         widgets.show_error(error, "Cannot start the run")
         return
     st.session_state["run_handle"] = handle

@@ -186,8 +186,9 @@ def _trace_downloads(result, step: int | None) -> None:
     traces = run_folder.profiler_traces(result.run_dir)
     columns = st.columns(2)
     if result.schedule is not None:
+        views = "simulated + measured" if result.simulated is not None else "measured"  # what the file holds
         columns[0].download_button(
-            "Perfetto trace: simulated + measured",
+            f"Perfetto trace: {views}",
             file_name=f"{result.run_dir.name}-perfetto.json",
             data=lambda: json.dumps(predict.combined_trace(result.schedule, result.simulated, result.measured, step)),
             mime="application/json",

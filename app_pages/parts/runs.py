@@ -23,11 +23,8 @@ def _runs_stamp(root: Path) -> tuple:
 def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
     import datetime
 
-    from pipesim.units import format_ms, format_percent
+    from pipesim.units import MISSING, format_ms, format_percent
     from pipesim_executor.host.run_folder import list_runs
-
-    def shown(text: str) -> str:  # a figure a run does not have is a dash, never the literal "None" or "n/a"
-        return "—" if text == "n/a" else text
 
     rows = []
     for result in list_runs(Path(root)):
@@ -36,15 +33,15 @@ def _run_rows(root: str, stamp: tuple) -> list[dict[str, Any]]:
             {
                 "folder": result.run_dir.name,
                 "status": result.status,
-                "schedule": result.schedule.name if result.schedule is not None else "—",
-                "ranks": str(config.pipeline.num_ranks) if config is not None else "—",
-                "microbatches": f"{config.pipeline.num_microbatches:,}" if config is not None else "—",
-                "measured step (ms)": shown(format_ms(result.measured_step_ms, unit=False)),
-                "predicted step (ms)": shown(format_ms(result.predicted_step_ms, unit=False)),
-                "error": shown(format_percent(result.prediction_error, signed=True)),
+                "schedule": result.schedule.name if result.schedule is not None else MISSING,
+                "ranks": str(config.pipeline.num_ranks) if config is not None else MISSING,
+                "microbatches": f"{config.pipeline.num_microbatches:,}" if config is not None else MISSING,
+                "measured step (ms)": format_ms(result.measured_step_ms, unit=False),
+                "predicted step (ms)": format_ms(result.predicted_step_ms, unit=False),
+                "error": format_percent(result.prediction_error, signed=True),
                 "started": datetime.datetime.fromtimestamp(result.started_at).strftime("%Y-%m-%d %H:%M:%S")
                 if result.started_at
-                else "—",
+                else MISSING,
                 "outcome": result.headline,  # one sentence; the log tail is the run's own page's
             }
         )

@@ -2,8 +2,9 @@
 CHUNKS), so a schedule picked on Simulate is the one the DAG draws and the Run page runs, at the same size, and
 each one's value is in the page's URL.
 
-Same key, same bounds on every page: a value set on one page is always valid on the others (the app's own
-size limits are checked where the schedule is built, naming the limit).
+Same key, same bounds on every page: a value set on one page is always valid on the others. The fields hold the
+app's size limits, so every field out of them is named at once; the actions limit is checked where the schedule is
+built, naming it.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def size_fields(chunks_reason: str | None = None, problems: list[str] | None = N
         left,
         "Ranks",
         1,
-        None,
+        state.MAX_RANKS,
         state.DEFAULT_RANKS,
         problems,
         key=state.kept(state.RANKS),
@@ -72,7 +73,7 @@ def size_fields(chunks_reason: str | None = None, problems: list[str] | None = N
         right,
         "Microbatches",
         1,
-        None,
+        state.MAX_MICROBATCHES,
         state.DEFAULT_MICROBATCHES,
         problems,
         key=state.kept(state.MICROBATCHES),

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import streamlit as st
 from streamlit.runtime.state.session_state_proxy import get_session_state
 
-from app_pages.parts import state
+from app_pages.parts import plan_presets, state
 from app_pages.parts.cost_inputs import COST_SOURCES
 from app_pages.parts.run_form import CNN_SIZES, TRANSFORMER_SIZES
 from app_pages.parts.whatif import KINDS, KINDS_KEY, LINK_PATTERN, LINKS_KEY, MIN_FACTOR, SENSITIVITY_KEY, SLOW_KEY
@@ -20,10 +20,12 @@ from pipesim.plan import SYNTHESIZED
 from pipesim.schedules import schedule_names
 from pipesim.url_query import UrlField, refused_values
 from pipesim_executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, OPTIMIZERS
+from pipesim_executor.host.run_folder import MAX_NAME_CHARS
 
 TEXT = UrlField("text")  # a choice among what a page finds (runs, cost files, candidates): the page checks it
 TOGGLE = UrlField("bool")
-RUN_NAME = UrlField("text", pattern=r"[A-Za-z0-9_.\-]+")  # a run folder's name (executor run_folder.check_name)
+# a run folder's name, as long as the executor lets one be (run_folder.check_name)
+RUN_NAME = UrlField("text", max_chars=MAX_NAME_CHARS, pattern=r"[A-Za-z0-9_.\-]+")
 LINK_LIST = UrlField("text", pattern=LINK_PATTERN, pattern_meaning="link delays A-B:MS, comma-separated")
 
 
@@ -75,7 +77,9 @@ def fields() -> dict[str, UrlField]:
         "dag-origin": TEXT,
         "dag-critical": TOGGLE,
         # Plan
-        "plan-preset": TEXT,
+        "plan-preset": UrlField(
+            "choice", choices=(plan_presets.CUSTOM, *plan_presets.PRESETS, *plan_presets.SHORT_KEYS)
+        ),
         "plan-selected": TEXT,
         "plan-top": _int(1, 10),
         "plan-steps": _int(1, 50),
@@ -129,7 +133,7 @@ def fields() -> dict[str, UrlField]:
     }
 
 
-def _forget(keys: Iterable[str]) -> None:
+def forget(keys: Iterable[str]) -> None:
     """Remove keys from the URL and from the values Streamlit seeds widgets with: a widget bound to the URL reads
     the values the page was loaded with (QueryParams' initial values), not the current ones, so deleting a key
     from st.query_params alone would still hand the widget the refused value. Streamlit has no public call for
@@ -139,6 +143,17 @@ def _forget(keys: Iterable[str]) -> None:
             params.remove_param(key)
             params._initial_query_params.pop(key, None)
 
+
+def _replace(key: str, value: str) -> None:
+    """Put `value` in the URL in place of `key`'s, for the widget bound to it too (its seed, as `forget`)."""
+    with get_session_state().query_params() as params:
+        params.set_with_no_forward_msg(key, value)
+        params._initial_query_params[key] = [value]
+    st.query_params[key] = value
+
+
+# Keys a link may give in a short form: the function turns a value into the one its widget shows.
+CANONICAL = {"plan-preset": plan_presets.label_of}
 
 CHECKED = "url-checked"  # session key: the URL the session was opened with has been read
 
@@ -154,9 +169,13 @@ def check_url() -> None:
     st.session_state[CHECKED] = True
     query = {key: st.query_params.get_all(key) for key in list(st.query_params)}
     refused = refused_values(query, fields())
+    for key, canonical in CANONICAL.items():
+        value = st.query_params.get(key)
+        if key not in refused and value is not None and (named := canonical(value)) not in (None, value):
+            _replace(key, named)
     if not refused:
         return
-    _forget(refused)
+    forget(refused)
     reasons = "; ".join(f"{shown(key, 40)}: {why}" for key, why in list(refused.items())[:10])
     more = f" (and {len(refused) - 10} more)" if len(refused) > 10 else ""
     st.warning(

@@ -19,7 +19,7 @@ from pipesim.analysis import DEFAULT_SLOWDOWN, ComparisonRow
 from pipesim.charts import MAX_EXACT_BARS
 from pipesim.cost import MAX_FACTOR, CostModel, Perturbation, parse_link_delay
 from pipesim.ir import Schedule
-from pipesim.units import format_ms, format_percent
+from pipesim.units import MISSING, format_ms, format_percent
 from pipesim.url_query import read_number_list
 
 SLOW_KEY = "slow-ranks"  # one factor per rank, "1, 1.5, 1, 1"
@@ -135,7 +135,7 @@ def show_growth(schedule: Schedule, uniform_cost: CostModel, cost: CostModel, wh
     uniform, _ = cached.simulation(schedule, uniform_cost)
     slowed, _ = cached.simulation(schedule, cost)
     base, grown = uniform.meta["step_ms"], slowed.meta["step_ms"]
-    growth = format_percent(grown / base - 1, signed=True) if base > 0 else "n/a"
+    growth = format_percent(grown / base - 1, signed=True) if base > 0 else MISSING
     st.info(
         f"**What-if** ({what.describe()}): step time {format_ms(grown)} against {format_ms(base)} with every rank "
         f"and link as costed ({growth}).",

@@ -204,6 +204,12 @@ def show_error(error: Exception, what: str = "") -> None:
     st.error(f"{what}{': ' if what else ''}{error}", icon=":material/error:")
 
 
+def slider_format(total_ms: float) -> str:
+    """A time slider's number format: as many decimals as a step of `total_ms` needs to be told apart on a slider
+    (3,103 ms reads 3103, 42 ms reads 42.0, 0.8 ms reads 0.80); the unit is in its label."""
+    return "%.0f" if total_ms >= 100 else "%.1f" if total_ms >= 10 else "%.2f"
+
+
 def take_selected_window(chart_key: str, window_key: str, total: float) -> None:
     """The x range just dragged across a binned Gantt (plot.show's select) becomes the time window of the slider
     `window_key`: the chart's on_select callback, which runs before the slider is drawn."""

@@ -120,6 +120,17 @@ def overlay_with_lost_time(simulated, measured, lost: Sequence[LostTime], step: 
     return figure
 
 
+def round_step(least: float) -> int:
+    """The smallest whole 1, 2 or 5 times a power of ten at least `least`: ticks at 0, 100, 200 (673 steps), never
+    at 0, 67, 134."""
+    power = 1
+    while True:
+        for factor in (1, 2, 5):
+            if factor * power >= least:
+                return factor * power
+        power *= 10
+
+
 def loss_figure(losses: dict[str, Sequence[float]]) -> go.Figure:
     """The loss per measured step of each run (ours, torch's reference): one line each, on an axis of whole steps
     (3 steps read 0, 1, 2, never 0-5 in halves)."""
@@ -141,7 +152,7 @@ def loss_figure(losses: dict[str, Sequence[float]]) -> go.Figure:
         title="loss per step",
         height=260,
         plot_bgcolor="white",
-        xaxis={"title": "measured step", "tickmode": "linear", "tick0": 0, "dtick": max(1, steps // 10),
+        xaxis={"title": "measured step", "tickmode": "linear", "tick0": 0, "dtick": round_step(steps / 10),
                "tickformat": "d", "range": [-0.2, max(steps - 1, 1) + 0.2]},
         yaxis={"title": "loss"},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 1, "xanchor": "right"},

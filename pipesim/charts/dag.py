@@ -82,7 +82,9 @@ def _node_trace(
         name=KIND_NAMES[kind],
         text=[str(a) for a in nodes],
         textposition=[labels.get(a, "top center") for a in nodes] if labels else "top center",
-        textfont={"size": 9},
+        # a halo in the page's contrasting colour: an edge that passes a label is masked around its letters, so no
+        # edge runs through a label on a light page or a dark one ("auto": plotly picks the colour)
+        textfont={"size": 9, "shadow": "auto"},
         marker={"size": 14, "color": KIND_COLORS[kind], "line": {"width": 1, "color": "white"}},
         customdata=[
             [str(a), graph.nodes[a]["rank"], a.stage, a.microbatch, format_ms(d)]

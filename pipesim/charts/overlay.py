@@ -14,7 +14,7 @@ from pipesim.analysis.overlay import align_step, pick_step, prediction_error
 from pipesim.charts.lanes import KIND_COLORS, by_kind, lane_layout, lane_rows, lighten, span_bars
 from pipesim.records import Timeline, select_replica
 from pipesim.sim.metrics import makespan
-from pipesim.units import SIGNED_TIME_SPEC, format_ms, format_percent, hover_ms, hover_percent
+from pipesim.units import MISSING, SIGNED_TIME_SPEC, format_ms, format_percent, hover_ms, hover_percent
 
 
 def overlay_figure(simulated: Timeline, measured: Timeline, step: int | None = None) -> go.Figure:
@@ -46,7 +46,7 @@ def whatif_figure(uniform: Timeline, slowed: Timeline, what: str) -> go.Figure:
     traces = paired_traces(uniform, slowed, ("uniform", "slowed"), lambda s: _growth_cells(deltas.get(s)), hover)
     base, grown = _step_of(uniform), _step_of(slowed)
     name = slowed.schedule_name or uniform.schedule_name or "schedule"
-    growth = format_percent(grown / base - 1, signed=True) if base > 0 else "n/a"
+    growth = format_percent(grown / base - 1, signed=True) if base > 0 else MISSING
     title = (
         f"{name}: {what}, over the uniform case<br><sup>step time {format_ms(grown)} against {format_ms(base)} "
         f"uniform ({growth})</sup>"

@@ -88,8 +88,9 @@ COMMANDS = MappingProxyType(
             "run a plan's top K candidates and compare with the prediction",
             cli_runs.add_verify_arguments,
             cli_runs.cmd_verify_plan,
-            "Exit status: 0 at least one candidate ran; 1 none did; 2 a usage error (the plan cannot be read); 3 not "
-            "comparable: the machine's speed changed during the verification (its rounds moved together).",
+            "Exit status: 0 at least one candidate ran; 1 none did, or another timed job holds the machine (--wait: "
+            "wait for it); 2 a usage error (the plan cannot be read); 3 not comparable: the machine's speed changed "
+            "during the verification (its rounds moved together).",
         ),
         "profile": Command(
             "time a model unit by unit for the planner (D/cost.json)",

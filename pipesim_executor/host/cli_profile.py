@@ -8,8 +8,11 @@ Flags come from the configs (pipesim_executor.host.unit_profile.ProfileConfig, t
 CNN's CNNConfig: each field's docstring is its help). Progress as `run`'s (a bar on a terminal; JSON event lines
 with --events or when stdout is not a terminal), then a summary.
 
-Exit status: 0 the profile was written; 1 it failed, timed out or could not be written; 2 a usage error (one
-line on stderr; nothing was started); 130 interrupted (every process ended).
+A profile is timed: while another job holds the machine it is refused (exit 1), or waits with `--wait` (as
+`run`'s, pipesim_executor.host.machine).
+
+Exit status: 0 the profile was written; 1 it failed, timed out, could not be written or was refused; 2 a usage
+error (one line on stderr; nothing was started); 130 interrupted (every process ended).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pipesim.cost.shape import TransformerShape
 from pipesim.flags import UsageError, add_flags, from_flags, given_flags
 from pipesim_executor.config import CUSTOM, MODEL_KINDS, OPTIMIZERS, SPEC_HELP, CNNConfig, ModelConfig
 from pipesim_executor.host.cli_run import INTERRUPTED, EventOutput, add_events_flag, model_choice
+from pipesim_executor.host.cli_runs import add_wait_flag, say_waiting
 from pipesim_executor.host.unit_profile import ProfileConfig, start_profile, summary_lines
 
 SECTION = "profile"
@@ -56,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     groups[SECTION].add_argument("--out", type=Path, required=True, metavar="DIR", help="a new folder: D/cost.json")
     add_events_flag(groups[SECTION])
+    add_wait_flag(groups[SECTION])
     add_flags(parser, TransformerShape, f"{SECTION}.transformer", ModelConfig().transformer)
     add_flags(parser, CNNConfig, f"{SECTION}.cnn")
 
@@ -83,7 +88,9 @@ def config_from_args(args: argparse.Namespace) -> ProfileConfig:
 def cmd_profile(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     output = EventOutput("profile", args.events)
-    handle = start_profile(config, args.out, on_event=output)
+    handle = start_profile(
+        config, args.out, on_event=output, wait_for_machine=args.wait_for_machine, on_wait=say_waiting
+    )
     output.follow(handle)
     try:
         result = handle.wait()

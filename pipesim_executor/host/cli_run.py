@@ -5,10 +5,13 @@ its help), the config they describe, and the run itself: its progress, then a su
 Progress (`EventOutput`, shared with `profile`): on a terminal, a bar on stderr; the launcher's events as JSON
 lines on stdout with `--events`, or whenever stdout is not a terminal (a pipe, a file: a program reads them).
 
+One timed job at a time per machine (pipesim_executor.host.machine): while another `run`, `profile` or
+`verify-plan` times, a run is refused with one line naming it (exit 1), or with `--wait` waits for it to end.
+
 Exit status: 0 the run ended ok, or partial (it went well; a part asked for, the torch reference, did not run:
 the summary says why); 1 it failed, timed out or was refused (a deadlocked schedule, a run folder that cannot be
-written); 2 a usage error (one line on stderr; nothing was started); 130 / 143 interrupted by Ctrl-C / SIGTERM
-(every process of the run ended, result.json says cancelled).
+written, another timed job holding the machine); 2 a usage error (one line on stderr; nothing was started);
+130 / 143 interrupted by Ctrl-C / SIGTERM (every process of the run ended, result.json says cancelled).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from pipesim_executor.config import (
     TrainingConfig,
     absolute_spec,
 )
-from pipesim_executor.host.cli_runs import summary_lines
+from pipesim_executor.host.cli_runs import add_wait_flag, say_waiting, summary_lines
 from pipesim_executor.host.time_left import TimeLeft
 from pipesim_executor.progress import readable_event
 
@@ -97,6 +100,7 @@ def add_arguments(run: argparse.ArgumentParser) -> None:
         "--out", type=Path, metavar="DIR", help="the run folder, e.g. runs/NAME (default: a new one under --runs-root)"
     )
     add_events_flag(groups[SECTION])
+    add_wait_flag(groups[SECTION])
     groups[SECTION].add_argument(
         "--runs-root",
         type=folder_flag,
@@ -152,7 +156,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _split_from(args.split_from, config, schedule)
     runs_root, name = (args.out.parent, args.out.name) if args.out else (args.runs_root, None)
     output = EventOutput("run", args.events)
-    handle = launch.start_run(config, runs_root=runs_root, name=name, schedule=schedule, on_event=output)
+    handle = launch.start_run(
+        config, runs_root=runs_root, name=name, schedule=schedule, on_event=output,
+        wait_for_machine=args.wait_for_machine, on_wait=say_waiting,
+    )  # fmt: skip
     output.follow(handle)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)  # SIGTERM ends the run as Ctrl-C does
     try:

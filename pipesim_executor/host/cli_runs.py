@@ -1,9 +1,10 @@
 """`python -m executor list | show | cancel | verify-plan`: earlier runs, one run's results, cancelling a run of any
 process, and a plan's top candidates run for real; and the run's summary in words, which `run` prints too.
 
-Exit status: 0 done; 1 `cancel`: the run was still going after the timeout, `verify-plan`: no candidate ran;
-2 a usage error (one line on stderr), such as a run folder that does not exist; 3 `verify-plan`: not comparable,
-the machine's speed changed during the verification (its JSON's `status`).
+Exit status: 0 done; 1 `cancel`: the run was still going after the timeout, `verify-plan`: no candidate ran, or
+another timed job holds the machine (`--wait`: wait for it); 2 a usage error (one line on stderr), such as a
+run folder that does not exist; 3 `verify-plan`: not comparable, the machine's speed changed during the
+verification (its JSON's `status`).
 """
 
 from __future__ import annotations
@@ -221,6 +222,8 @@ def cmd_verify_plan(args: argparse.Namespace) -> int:
             on_progress=lambda where: bar.set(where.fraction, where.text),
             cancel=cancel,
             json_out=args.json,
+            wait_for_machine=args.wait_for_machine,
+            on_wait=say_waiting,
         )
     except (ValueError, OSError, KeyError) as error:
         raise UsageError(str(error)) from None
@@ -331,6 +334,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs-root", type=folder_flag, default=Path("runs"), metavar="DIR", help="where the runs go (default runs)"
     )
+    add_wait_flag(parser)
     parser.add_argument(
         "--json",
         type=Path,
@@ -339,6 +343,22 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
         "predicted_p95_ms, extrapolated, measured_ms, measured_ci_low_ms, measured_ci_high_ms, measured_cv, memory), "
         "indistinguishable (groups), spearman, recommended_gap",
     )
+
+
+def add_wait_flag(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--wait",
+        dest="wait_for_machine",
+        action="store_true",
+        help="when another timed run, profile or verification holds this machine, wait for it to end (default: "
+        "refuse at once, exit status 1, with one line naming it)",
+    )
+
+
+def say_waiting(holder: object) -> None:
+    """The one line a job that waits for the machine prints, once."""
+    said = holder.line() if holder is not None else "the machine is held by another timed job"  # type: ignore[attr-defined]
+    print(f"waiting: {said}", file=sys.stderr, flush=True)
 
 
 _positive = int_flag(1, MAX_STEPS)

@@ -16,6 +16,8 @@ Why it is built this way:
 * Any process can follow and cancel the run from its folder (pipesim_executor.host.watch): the launcher rewrites
   progress.json while it runs and takes a `cancel` file in the folder as a cancel; `RunHandle.cancel` writes
   that very file, so there is one way to cancel.
+* A timed run holds the machine (pipesim_executor.host.machine) from before its folder is made until its result
+  is written: a second timed job on the same cores would spoil both timings, so it is refused (or waits).
 * No torch import at module level: the Streamlit app imports this module.
 """
 
@@ -30,10 +32,10 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-from pipesim.io.formats import UnwritableOutput, save_schedule, write_json
+from pipesim.io.formats import UnwritableOutput, read_json, save_schedule, write_json
 from pipesim.ir import Schedule
 from pipesim_executor.config import RunConfig
-from pipesim_executor.host import predict, run_folder
+from pipesim_executor.host import machine, predict, run_folder
 from pipesim_executor.host.checks import check_run
 from pipesim_executor.host.phase import STOP_GRACE_S, Phase
 from pipesim_executor.host.run_folder import RunResult, check_name, load_run, make_run_dir
@@ -47,6 +49,7 @@ from pipesim_executor.progress import measured_so_far, outcome_sentence, step_fr
 from pipesim_executor.run_files import (
     CONFIG_FILE,
     LOGS_DIR,
+    MEASURED_FILE,
     PROGRESS_EVERY_S,
     REFERENCE_FILE,
     SCHEDULE_FILE,
@@ -89,6 +92,7 @@ class RunHandle:
         self._finished = threading.Event()  # set once result.json is written
         self._published = -PROGRESS_EVERY_S  # time.monotonic() of the last progress.json
         self._thread = threading.Thread(target=self._supervise, name=f"run {run_dir.name}", daemon=True)
+        self._machine: machine.MachineLock | None = None  # the machine's lock this run took (start_handle)
 
     # public, read by the app and the CLI
     @property
@@ -191,8 +195,14 @@ class RunHandle:
         try:
             self._supervise_run()
         finally:
+            self.release_machine()
             self._finished.set()  # whatever happened, nobody waits forever
             _LIVE.discard(self)
+
+    def release_machine(self) -> None:
+        """Free the machine once the timing is over: before `wait` returns, so a caller's next run finds it free."""
+        if self._machine is not None:
+            self._machine.release()
 
     def _supervise_run(self) -> None:
         started = time.time()
@@ -204,7 +214,7 @@ class RunHandle:
         try:
             outcome = main.run(deadline, self._cancelled)
             if outcome.status == "cancelled":  # asked for: say so calmly, no log tail of the ranks' SIGTERM
-                done = measured_so_far(self.events())
+                done = measured_so_far(self.events(), self._measured_steps())  # the card's steps, its median
                 message, failed_rank = outcome.message + (f" ({done})" if done else ""), None
             else:
                 message, failed_rank = main.failure_message(outcome) if outcome.status != "ok" else ("", None)
@@ -215,7 +225,9 @@ class RunHandle:
         except Exception as error:  # the launcher itself broke: still leave a result behind
             summary = {"status": "failed", "message": f"launcher error: {error!r}", "returncode": None}
         # the one sentence every reader shows first; the log tail stays in `message` and logs/
-        summary["outcome"] = outcome_sentence(summary["status"], self.events(), self.config, summary["message"])
+        summary["outcome"] = outcome_sentence(
+            summary["status"], self.events(), self.config, summary["message"], self._measured_steps()
+        )
         summary.update(started_at=started, finished_at=time.time(), wall_s=round(time.time() - started, 3))
         try:
             write_json(summary, self.run_dir / self._result_name)
@@ -233,9 +245,20 @@ class RunHandle:
         self.publish(force=True)
         # The finished event before the wait ends: a caller that prints the summary once `wait` returns (the CLI)
         # must never have its line glued to the event's.
+        self.release_machine()
         self._launch_event("finished", status=self._status, message=summary.get("message", ""),
                            failed_rank=summary.get("failed_rank"))  # fmt: skip
         self._finished.set()
+
+    def _measured_steps(self) -> list[float] | None:
+        """The step times the ranks wrote before they stopped (measured.json): what the run's card shows."""
+        try:
+            times = read_json(self.run_dir / MEASURED_FILE).get("step_times_ms")
+        except (OSError, ValueError, AttributeError):
+            return None
+        if not isinstance(times, list) or not all(isinstance(t, (int, float)) for t in times):
+            return None
+        return [float(t) for t in times]
 
     @property
     def _node_prefix(self) -> str:
@@ -287,26 +310,61 @@ def start_run(
     name: str | None = None,
     schedule: Schedule | None = None,
     on_event: EventCallback | None = None,
+    held: machine.MachineLock | None = None,
+    wait_for_machine: bool = False,
+    on_wait: Callable[[machine.Holder | None], None] | None = None,
 ) -> RunHandle:
-    """Validate (ValueError before anything starts), write the run folder, start torchrun in the background."""
+    """Validate (ValueError before anything starts), take the machine (MachineBusy naming who holds it; with
+    `wait_for_machine`, wait for it), write the run folder, start torchrun in the background. `held`: the machine's
+    lock the caller holds already (a verification's runs): told this run's folder, left held when the run ends."""
     if name is not None:
         check_name(name)
     config, schedule = check_run(config, schedule)
-    run_dir = make_run_dir(Path(runs_root), name, config)
-    try:  # every node of a multi-node run writes the same two files; the writes are atomic
-        (run_dir / LOGS_DIR).mkdir(exist_ok=config.nodes.nnodes > 1)
-        write_json(config.to_dict(), run_dir / CONFIG_FILE)
-        save_schedule(schedule, run_dir / SCHEDULE_FILE)
-    except (OSError, ValueError) as error:  # a full disk, say: leave no half-made folder behind
-        if config.nodes.nnodes == 1:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        reason = getattr(error, "strerror", None) or error
-        raise UnwritableOutput(f"cannot write the run folder {run_dir}: {reason}") from None
-    return start_handle(RunHandle(run_dir, config, schedule, on_event))
+    lock = take_machine("run", config, runs_root, name, held, wait_for_machine, on_wait)
+    try:
+        run_dir = make_run_dir(Path(runs_root), name, config)
+        if held is not None:
+            held.update(run_dir=str(run_dir))
+        elif lock is not None:
+            lock.update(run_dir=str(run_dir))
+        try:  # every node of a multi-node run writes the same two files; the writes are atomic
+            (run_dir / LOGS_DIR).mkdir(exist_ok=config.nodes.nnodes > 1)
+            write_json(config.to_dict(), run_dir / CONFIG_FILE)
+            save_schedule(schedule, run_dir / SCHEDULE_FILE)
+        except (OSError, ValueError) as error:  # a full disk, say: leave no half-made folder behind
+            if config.nodes.nnodes == 1:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            reason = getattr(error, "strerror", None) or error
+            raise UnwritableOutput(f"cannot write the run folder {run_dir}: {reason}") from None
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return start_handle(RunHandle(run_dir, config, schedule, on_event), lock)
 
 
-def start_handle(handle: RunHandle) -> RunHandle:
-    """Start a handle's supervising thread; it is ended with this process if it has not ended (`_LIVE`)."""
+def take_machine(
+    command: str,
+    config: RunConfig,
+    runs_root: Path,
+    name: str | None,
+    held: machine.MachineLock | None = None,
+    wait: bool = False,
+    on_wait: Callable[[machine.Holder | None], None] | None = None,
+) -> machine.MachineLock | None:
+    """The machine's lock for a run about to start (None: `held` by the caller, or another node's launcher of the
+    same multi-node run holds it on this machine); MachineBusy when another job holds it."""
+    if held is not None:
+        return None
+    shared = config.nodes.nnodes > 1 and name is not None
+    run_dir = str((Path(runs_root) / name).resolve()) if shared else ""
+    return machine.hold(command, run_dir=run_dir, wait=wait, on_wait=on_wait, same_run_ok=shared)
+
+
+def start_handle(handle: RunHandle, lock: machine.MachineLock | None = None) -> RunHandle:
+    """Start a handle's supervising thread, which releases `lock` (the machine) when the run ends; it is ended
+    with this process if it has not ended (`_LIVE`)."""
+    handle._machine = lock
     _LIVE.add(handle)
     handle._thread.start()
     return handle
@@ -319,9 +377,12 @@ def run(
     name: str | None = None,
     schedule: Schedule | None = None,
     on_event: EventCallback | None = None,
+    wait_for_machine: bool = False,
 ) -> RunResult:
     """Blocking `start_run(...).wait()`; Ctrl-C cancels the run (every process ends) and re-raises."""
-    handle = start_run(config, runs_root, name=name, schedule=schedule, on_event=on_event)
+    handle = start_run(
+        config, runs_root, name=name, schedule=schedule, on_event=on_event, wait_for_machine=wait_for_machine
+    )
     try:
         return handle.wait()
     except KeyboardInterrupt:

@@ -61,7 +61,13 @@ def default_name(config: RunConfig) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{schedule[:40]}-{config.pipeline.num_ranks}r"
 
 
+MAX_NAME_CHARS = 200  # a run's name: room under a file system's 255 bytes for the files named after it
+
+
 def check_name(name: str) -> None:
+    """The one check of a run folder's name (the command line's --out, the app's links): ValueError of one line."""
+    if len(name) > MAX_NAME_CHARS:
+        raise ValueError(f"run name {name[:40]!r}... is {len(name)} characters long; at most {MAX_NAME_CHARS}")
     if not re.fullmatch(r"[\w.\-]+", name) or name in (".", ".."):
         raise ValueError(f"run name {name!r} may hold only letters, digits, '.', '-' and '_'")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -36,7 +36,8 @@ from pipesim.programs import programs
 from pipesim.sim.memory import OPTIMIZER_STATES
 from pipesim_executor.config import OPTIMIZERS, ModelConfig, RunConfig, run_config
 from pipesim_executor.host.checks import check_run
-from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle
+from pipesim_executor.host.launch import EventCallback, RunHandle, start_handle, take_machine
+from pipesim_executor.host.machine import Holder
 from pipesim_executor.host.machine_load import LoadProbe
 from pipesim_executor.host.model_memory import check_model_memory
 from pipesim_executor.host.phase import Phase
@@ -214,6 +215,7 @@ class ProfileHandle(RunHandle):
         self._result = ProfileResult(self.run_dir, status, summary["message"], profile)  # type: ignore[assignment]
         self._status = status
         self.publish(force=True)
+        self.release_machine()
         self._launch_event("finished", status=status, message=summary["message"])
         self._finished.set()
 
@@ -240,28 +242,43 @@ def checked_profile(profile: UnitProfile, cost_file: Path, load: dict | None = N
     return replace(profile, provenance={**profile.provenance, **added})
 
 
-def start_profile(config: ProfileConfig, out: Path, on_event: EventCallback | None = None) -> ProfileHandle:
-    """Check everything (ValueError before anything starts), make the folder `out` (never an existing one), write
-    the run's config and the request, and start the ranks in the background."""
+def start_profile(
+    config: ProfileConfig,
+    out: Path,
+    on_event: EventCallback | None = None,
+    wait_for_machine: bool = False,
+    on_wait: Callable[[Holder | None], None] | None = None,
+) -> ProfileHandle:
+    """Check everything (ValueError before anything starts), take the machine (a profile is timed:
+    pipesim_executor.host.machine's MachineBusy, or a wait with `wait_for_machine`), make the folder `out` (never an
+    existing one), write the run's config and the request, and start the ranks in the background."""
     check_name(out.name)
     run, schedule = check_run(config.run_config())
     heaviest = max(config.optimizers, key=OPTIMIZER_STATES.__getitem__)  # the largest size, the most state
     check_model_memory(config.model, max(config.microbatch_sizes), heaviest, config.dtype, 1, run.devices.device)
     config = replace(config, device=run.devices.device)
-    run_dir = make_run_dir(out.parent, out.name, run)
+    lock = take_machine("profile", run, out.parent, out.name, wait=wait_for_machine, on_wait=on_wait)
     try:
-        (run_dir / LOGS_DIR).mkdir()
-        write_json(run.to_dict(), run_dir / CONFIG_FILE)
-        write_json(
-            {"microbatch_sizes": list(config.microbatch_sizes), "optimizers": list(config.optimizers),
-             "repeats": config.repeats, "in_situ_steps": config.in_situ_steps,
-             "global_batch": config.global_batch},
-            run_dir / PROFILE_REQUEST_FILE,
-        )  # fmt: skip
-    except (OSError, ValueError) as error:
-        reason = getattr(error, "strerror", None) or error
-        raise UnwritableOutput(f"cannot write the profile folder {run_dir}: {reason}") from None
-    return start_handle(ProfileHandle(run_dir, run, schedule, on_event, config.launches))
+        run_dir = make_run_dir(out.parent, out.name, run)
+        if lock is not None:
+            lock.update(run_dir=str(run_dir))
+        try:
+            (run_dir / LOGS_DIR).mkdir()
+            write_json(run.to_dict(), run_dir / CONFIG_FILE)
+            write_json(
+                {"microbatch_sizes": list(config.microbatch_sizes), "optimizers": list(config.optimizers),
+                 "repeats": config.repeats, "in_situ_steps": config.in_situ_steps,
+                 "global_batch": config.global_batch},
+                run_dir / PROFILE_REQUEST_FILE,
+            )  # fmt: skip
+        except (OSError, ValueError) as error:
+            reason = getattr(error, "strerror", None) or error
+            raise UnwritableOutput(f"cannot write the profile folder {run_dir}: {reason}") from None
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return start_handle(ProfileHandle(run_dir, run, schedule, on_event, config.launches), lock)
 
 
 def summary_lines(result: ProfileResult) -> list[str]:

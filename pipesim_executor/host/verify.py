@@ -46,6 +46,8 @@ from pipesim.limits import MAX_PLAN_BYTES
 from pipesim.numbers import check_number
 from pipesim.programs import programs
 from pipesim_executor.config import RunConfig
+from pipesim_executor.host import machine
+from pipesim_executor.host.machine import Holder, MachineLock
 from pipesim_executor.host.verify_compare import (
     DEFAULT_UNCERTAINTY,
     Verification,
@@ -202,13 +204,17 @@ def verify_plan(
     on_progress: Callable[[VerifyProgress], None] | None = None,
     cancel: threading.Event | None = None,
     json_out: Path | None = None,
+    wait_for_machine: bool = False,
+    on_wait: Callable[[Holder | None], None] | None = None,
 ) -> Verification:
     """Run the plan's top `top` candidates in `rounds` interleaved rounds and compare; writes PLAN-verify.json
     beside the plan (the latest), PLAN-verify-<n>.json (this verification's, kept) and `json_out`. `on_row` is
     called after each run with its candidate's row (updated with every round so far). `device` None: the device
     the plan was profiled on, else the CPU. `cancel` set: the running run is cancelled and no other starts (rows
     never measured say so). A candidate whose run fails is not run again. ValueError before anything runs for a
-    plan that cannot be verified."""
+    plan that cannot be verified. The verification holds the machine from its first run to its last
+    (pipesim_executor.host.machine: MachineBusy when another job holds it, or a wait with `wait_for_machine`), so
+    no other job times on it between two of its runs."""
     if top < 1:
         raise ValueError(f"--top must be at least 1, got {top}")
     if not 1 <= rounds <= MAX_ROUNDS:
@@ -238,25 +244,31 @@ def verify_plan(
             configs.append(None)
     prefix = verification_prefix(runs_root, plan_path.stem)
     total = rounds * len(chosen)
-    for round_ in range(rounds):
-        for index, (row, config, schedule) in enumerate(zip(rows, configs, schedules, strict=True)):
-            if row.error is not None or config is None:
-                continue
-            if cancel is not None and cancel.is_set():
-                if not row.round_step_times_ms:
-                    row.error = "cancelled before it ran"
-                continue
-            done = round_ * len(chosen) + index
-            where = f"round {round_ + 1} of {rounds}: running {row.label}"
+    job = f"verify-plan {plan_path.name}: top {len(chosen)}, {rounds} round{'s' if rounds > 1 else ''}"
+    lock = machine.hold("verify-plan", job=job, wait=wait_for_machine, on_wait=on_wait)
+    assert lock is not None  # only a multi-node run's second launcher runs beside the holder
+    with lock:
+        for round_ in range(rounds):
+            for index, (row, config, schedule) in enumerate(zip(rows, configs, schedules, strict=True)):
+                if row.error is not None or config is None:
+                    continue
+                if cancel is not None and cancel.is_set():
+                    if not row.round_step_times_ms:
+                        row.error = "cancelled before it ran"
+                    continue
+                done = round_ * len(chosen) + index
+                where = f"round {round_ + 1} of {rounds}: running {row.label}"
 
-            def progress(fraction: float, done: int = done, where: str = where) -> None:
-                if on_progress is not None:
-                    on_progress(VerifyProgress((done + fraction) / total, done, total, where))
+                def progress(fraction: float, done: int = done, where: str = where) -> None:
+                    if on_progress is not None:
+                        on_progress(VerifyProgress((done + fraction) / total, done, total, where))
 
-            record = partial(_record_prediction, plan=plan, plan_path=plan_path, row=row)
-            _run_once(row, config, runs_root, f"{prefix}-r{round_}-c{index}", cancel, progress, record, schedule)
-            if on_row is not None:
-                on_row(row)
+                record = partial(_record_prediction, plan=plan, plan_path=plan_path, row=row)
+                lock.update(step=f"run {done + 1} of {total}, {row.label}", runs_done=done, runs_total=total)
+                _run_once(row, config, runs_root, f"{prefix}-r{round_}-c{index}", cancel, progress, record, schedule,
+                          lock)  # fmt: skip
+                if on_row is not None:
+                    on_row(row)
     verification = compare(rows, uncertainty, rounds)
     verification.since_profile = _since_profile(plan, rows, verification.notes)
     disturbance = calibration.get("disturbance") if isinstance(calibration, dict) else None
@@ -317,6 +329,7 @@ def _run_once(
     progress: Callable[[float], None],
     record: Callable[[Path], None] | None = None,
     schedule: Schedule | None = None,
+    held: MachineLock | None = None,
 ) -> None:
     """One run of one candidate (one round): its steps added to the row, or the row's error set. `record` is given
     the run's folder as soon as it exists (the plan's prediction written beside the run). `schedule`: the order
@@ -325,7 +338,7 @@ def _run_once(
 
     progress(0.0)
     try:
-        handle = start_run(config, runs_root=runs_root, name=name, schedule=schedule)
+        handle = start_run(config, runs_root=runs_root, name=name, schedule=schedule, held=held)
     except ValueError as error:
         row.error = str(error).splitlines()[0]
         return
