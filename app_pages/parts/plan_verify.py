@@ -27,7 +27,6 @@ import streamlit as st
 from app_pages.parts import plot, widgets
 from pipesim.charts import IntervalRow
 from pipesim.charts import verify as charts_verify
-from pipesim.charts.verify import IntervalRow
 from pipesim.units import MISSING, format_percent
 from pipesim_executor.host import verify
 from pipesim_executor.host.machine import MachineBusy
