@@ -6,7 +6,7 @@ is in the URL.
 
 import streamlit as st
 
-from app_pages.parts import cached, cost_inputs, guide, plot, state, widgets
+from app_pages.parts import cached, cost_inputs, guide, plot, schedule_knobs, state, widgets
 from app_pages.parts import csv_table as table
 from app_pages.parts import schedule_inputs as inputs
 from pipesim.charts import dag as charts_dag
@@ -28,12 +28,14 @@ with st.sidebar:
     if origin == SOURCES[0]:
         name = inputs.schedule_picker()
     with st.form("dag-form"):
-        schedule, error = None, None
+        schedule, error, knobs = None, None, schedule_knobs.Knobs()
         try:
             if origin == SOURCES[0]:
                 info = schedule_info(name)
                 ranks, microbatches, chunks = inputs.size_fields(inputs.chunks_unused(info))
-                schedule = cached.registered_schedule(name, ranks, microbatches, chunks if info.takes_chunks else None)
+                knobs = schedule_knobs.knob_fields(info, [])
+                requested = chunks if info.takes_chunks else None
+                schedule = cached.registered_schedule(name, ranks, microbatches, requested, **knobs.build_options(info))
             elif origin == SOURCES[1]:
                 if st.session_state["custom_csv"]:
                     schedule = cached.csv_schedule(st.session_state["custom_csv"])
@@ -52,7 +54,8 @@ if origin == SOURCES[1] and not st.session_state["custom_csv"]:
 try:
     if error is not None:
         raise error
-    cost = cost_inputs.cost_model(spec).for_pipeline(schedule.num_stages, schedule.num_ranks)
+    cost = knobs.priced(cost_inputs.cost_model(spec)).for_schedule(schedule)
+    schedule = knobs.placed(schedule, cost)  # its OFFLOADs and RELOADs, drawn on the copy engine's sub-lane
 except ValueError as problem:
     widgets.show_error(problem, "Cannot build the schedule")
     st.stop()

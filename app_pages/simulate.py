@@ -11,7 +11,7 @@ import functools
 
 import streamlit as st
 
-from app_pages.parts import cached, cost_inputs, guide, plot, state, whatif, widgets
+from app_pages.parts import cached, cost_inputs, guide, plot, schedule_knobs, state, whatif, widgets
 from app_pages.parts import schedule_inputs as inputs
 from pipesim.charts import COLOR_BY, MAX_EXACT_BARS
 from pipesim.cost import CostModel
@@ -62,10 +62,13 @@ with st.sidebar:
                 bind=state.URL,
                 help="Time the search may take; a gap of 0 proves the order optimal before then",
             )
+        knobs = schedule_knobs.knob_fields(info, problems)
         schedule, schedule_error = None, None
         try:
             if not problems:
-                schedule = cached.registered_schedule(name, ranks, microbatches, chunks if info.takes_chunks else None)
+                requested = chunks if info.takes_chunks else None
+                extra = knobs.build_options(info)
+                schedule = cached.registered_schedule(name, ranks, microbatches, requested, **extra)
         except ValueError as error:
             schedule_error = error
         st.divider()
@@ -93,7 +96,7 @@ if problems:  # never the old chart without a word saying why it is old
     if last is None:
         st.stop()
     schedule, spec, info, name = last["schedule"], last["spec"], schedule_info(last["name"]), last["name"]
-    what_if = last["what_if"]
+    what_if, knobs = last["what_if"], last["knobs"]
     schedule_error = None
 
 st.caption(info.summary)
@@ -103,15 +106,22 @@ if schedule_error is not None:
 st.caption(cost_inputs.COST_MEANING)
 
 try:
-    # per-rank costs cut per chunk, as `pipesim simulate` and the Compare page read them
-    uniform_cost = cost_inputs.cost_model(spec).for_pipeline(schedule.num_stages, schedule.num_ranks)
+    # per-rank costs cut per chunk (and per sequence chunk), as `pipesim simulate` and the Compare page read them
+    uniform_cost = knobs.priced(cost_inputs.cost_model(spec)).for_schedule(schedule)
     cost = what_if.apply(uniform_cost, schedule.stage_to_rank)  # a slow rank or link, as --slow-rank prices it
+    schedule = knobs.placed(schedule, cost)  # OFFLOAD and RELOAD where --offload puts them
     named_timeline, named_metrics = cached.simulation(schedule, cost)
 except ValueError as error:  # bad costs, a cost file for another pipeline, a deadlock
     widgets.show_error(error, "Cannot simulate")
     st.stop()
 if not problems:  # what a later refused form falls back to, said as such
-    st.session_state["sim-last-good"] = {"schedule": schedule, "spec": spec, "name": name, "what_if": what_if}
+    st.session_state["sim-last-good"] = {
+        "schedule": schedule,
+        "spec": spec,
+        "name": name,
+        "what_if": what_if,
+        "knobs": knobs,
+    }
 
 if synthesize:
     with st.status(f"Searching for the fastest order (up to {budget} s)…", expanded=False) as searching:

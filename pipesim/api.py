@@ -184,3 +184,15 @@ def balance(layer_ms: Sequence[float], num_stages: int) -> Balance:
     from pipesim.cost.balance import balance as cut
 
     return cut(layer_ms, num_stages)
+
+
+OFFLOAD_MODES = ("none", "selective", "full")  # `with_offload`'s modes (pipesim.sim.offload holds the same tuple)
+
+
+def with_offload(schedule: Schedule, mode: str, cost: CostModel | None = None) -> Schedule:
+    """`schedule` with activation offload placed (`pipesim.sim.offload.with_offload`: none, selective, full; selective
+    weighs each wait against `cost`'s copy time)."""
+    from pipesim.sim.offload import with_offload as place
+
+    require(schedule, "schedule", Schedule, SCHEDULE_TAKES)
+    return place(schedule, mode, cost)

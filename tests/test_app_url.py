@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from app_pages.parts import plan_model, plan_profile, state, url, whatif
+from app_pages.parts import plan_model, plan_profile, schedule_knobs, state, url, whatif
 from pipesim.cost.description import ModelDescription
 from pipesim.form_fields import form_fields
 from pipesim.url_query import UrlField, refused_values
@@ -104,6 +104,7 @@ def _bound_keys() -> set[str]:
         "KINDS_KEY": whatif.KINDS_KEY,
         "LINKS_KEY": whatif.LINKS_KEY,
         "SENSITIVITY_KEY": whatif.SENSITIVITY_KEY,
+        **{name: getattr(schedule_knobs, name) for name in schedule_knobs.KNOB_KEYS},
     }
     model_ints = ("num_layers", "hidden_size", "ffn_size", "num_heads", "seq_len", "microbatch_size")
     keys = set()

@@ -73,10 +73,13 @@ HASH_FUNCS: dict[Any, Callable[[Any], Any]] = {Schedule: schedule_key, CostModel
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def registered_schedule(name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None) -> Schedule:
-    """A registered schedule; `chunks` goes only to the families that take num_virtual_stages."""
+def registered_schedule(
+    name: str, num_ranks: int, num_microbatches: int, chunks: int | None = None, **extra: object
+) -> Schedule:
+    """A registered schedule; `chunks` goes only to the families that take num_virtual_stages, `extra` (sequence
+    chunks: `schedule_knobs.Knobs.build_options`) only to those that take it."""
     check_limits(num_ranks, num_microbatches)
-    options = schedules.options_for(name, num_virtual_stages=chunks)
+    options = {**schedules.options_for(name, num_virtual_stages=chunks), **extra}
     schedule = schedules.build_schedule(name, num_ranks, num_microbatches, **options)
     check_limits(num_ranks, num_microbatches, schedule.num_actions, max_actions=MAX_ACTIONS)
     return schedule

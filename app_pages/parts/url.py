@@ -10,10 +10,13 @@ import streamlit as st
 from streamlit.runtime.state.session_state_proxy import get_session_state
 
 from app_pages.parts import plan_presets, state
+from app_pages.parts import schedule_knobs as knobs
 from app_pages.parts.cost_inputs import COST_SOURCES
 from app_pages.parts.run_form import CNN_SIZES, TRANSFORMER_SIZES
 from app_pages.parts.whatif import KINDS, KINDS_KEY, LINK_PATTERN, LINKS_KEY, MIN_FACTOR, SENSITIVITY_KEY, SLOW_KEY
+from pipesim.api import OFFLOAD_MODES
 from pipesim.cost import DTYPE_BYTES, MAX_FACTOR
+from pipesim.ir import SEQ_CUTS
 from pipesim.limits import MAX_STEPS, MAX_TIME_MS
 from pipesim.numbers import shown
 from pipesim.plan import SYNTHESIZED
@@ -58,6 +61,15 @@ def fields() -> dict[str, UrlField]:
         f"{cost}-m-bw": _float(0.001, 1e5),
         f"{cost}-m-lat": _float(0.0, 1e4),
         f"{cost}-pick": TEXT,
+        # the knobs of offload, sequence chunks and MoE (app_pages.parts.schedule_knobs)
+        knobs.OFFLOAD: UrlField("choice", choices=OFFLOAD_MODES),
+        knobs.HOST_GBPS: _float(0.0, 1e5),
+        knobs.HOST_LATENCY: _float(0.0, 1e4),
+        knobs.SEQ_CHUNKS: _int(1, knobs.MAX_SEQ_CHUNKS),
+        knobs.SEQ_CUT: UrlField("choice", choices=SEQ_CUTS),
+        knobs.ATTENTION: _float(0.0, 1.0),
+        knobs.A2A: _float(0.0, 1e6),
+        knobs.MOE_LAYERS: _int(1, knobs.MAX_MOE_LAYERS),
         # the what-if of Simulate and Compare (app_pages.parts.whatif): read strictly by the page too
         SLOW_KEY: UrlField("floats", MIN_FACTOR, MAX_FACTOR),
         KINDS_KEY: UrlField("choice", choices=KINDS),
