@@ -50,6 +50,11 @@ def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunC
             "GPU (backend staged) use --data-parallel 1, or fewer ranks"
         )
     _check_cpu_ranks(config)
+    if config.pipeline.offload != "none" and config.devices.device != "cpu":
+        raise ValueError(
+            f"--offload runs its copies on a CPU thread, and this run is on {config.devices.device}; "
+            "use --device cpu, or --offload none"
+        )
     return config, schedule
 
 
@@ -73,8 +78,43 @@ def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
             f"microbatches but the run asks for {pipeline.num_ranks} ranks and {pipeline.num_microbatches}"
         )
     validate(schedule)  # ScheduleError (a ValueError) names rank, action and rule
+    _check_runnable(schedule)
+    if pipeline.offload != "none":
+        schedule = _with_offload(config, schedule)
     simulate(schedule, CostModel.uniform())  # DeadlockError says which rank waits on which action
     return schedule
+
+
+def _check_runnable(schedule: Schedule) -> None:
+    """What the executor's runtime cannot run yet, refused in one line with what to run instead."""
+    if schedule.seq_chunks > 1:
+        raise ValueError(
+            f"schedule {schedule.name!r} cuts each microbatch into {schedule.seq_chunks} sequence chunks, and no "
+            "model of the executor runs a microbatch chunk by chunk yet; run 1f1b (the same training), or simulate "
+            f"it: python -m pipesim simulate --schedule {schedule.name}"
+        )
+    if schedule.pipelines > 1:
+        raise ValueError(
+            f"schedule {schedule.name!r} runs {schedule.pipelines} pipelines in opposite directions, which needs a "
+            "copy of each stage's weights per direction, and the executor keeps one; run dualpipev (its pairs on "
+            f"one copy), or simulate it: python -m pipesim simulate --schedule {schedule.name}"
+        )
+
+
+def _with_offload(config: RunConfig, schedule: Schedule) -> Schedule:
+    """The schedule with pipesim's OFFLOADs and RELOADs placed for --offload (pipesim.sim.offload)."""
+    from pipesim.sim.offload import with_offload
+
+    mode = config.pipeline.offload
+    cost = None
+    if mode == "selective":
+        if not config.compute.sleeps:
+            raise ValueError(
+                "--offload selective weighs each wait against the copy's priced time, which a model run does not "
+                "know before it runs; use --offload full, or --compute sleep with --cost (a host_link prices copies)"
+            )
+        cost = config.compute.cost_model(schedule)
+    return with_offload(schedule, mode, cost)
 
 
 def _check_model_fits(config: RunConfig, schedule: Schedule) -> None:

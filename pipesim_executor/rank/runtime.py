@@ -8,6 +8,9 @@ flow. Each rank walks `schedule.actions[rank]` in order:
 * B(s, m): take the output gradient (unless last), backward, hand the input
   gradient to stage s-1 (unless first).
 * I(s, m) / W(s, m): the split backward (see pipesim_executor.rank.stage).
+* OFFLOAD / RELOAD (a schedule with memory moves): issued to the rank's copy engine when the rank ends the
+  copy's gate action (pipesim.semantics.lower.memory_moves); the first backward of an offloaded microbatch waits
+  for its RELOAD (pipesim_executor.rank.offload).
 
 "Hand to" is a local hand-over when both stages live on this rank, an isend
 otherwise. Receives are posted ahead: from the schedule every rank knows the
@@ -28,6 +31,7 @@ against 29-31. NCCL keeps a window of 4 (each posted receive holds a GPU buffer)
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,19 +40,23 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
-from pipesim.ir import Action, ActionKind, Schedule
+from pipesim.ir import Action, ActionKind, CommKind, Schedule
 from pipesim.semantics.lower import (
     ACT,
+    RELOAD_SERVES,
+    Copy,
     Message,
     StashSizes,
     comm_plan,
     compute_only,
+    memory_moves,
     needed_message,
     produced_message,
     stash_change,
 )
 from pipesim.semantics.validate import validate
 from pipesim_executor.config import ModelConfig
+from pipesim_executor.rank.offload import CopyEngine, Held, HostCopies, in_flight
 from pipesim_executor.rank.stage import StageRunner, WeightWork
 from pipesim_executor.rank.torch_profile import action_label
 from pipesim_executor.rank.transport import PendingRecv, SendHandle
@@ -72,6 +80,7 @@ class StepRecord:
     comm: list[tuple[str, int, Action, Any, Any]] = field(default_factory=list)
     loss: Tensor | None = None
     peak_stash_bytes: int = 0
+    moved_bytes: dict[int, int] = field(default_factory=dict)  # per stage, the most bytes one OFFLOAD moved
 
     def resolved(self, clock: Any) -> dict[str, Any]:
         return {
@@ -140,8 +149,10 @@ class PipelineRuntime:
         stash_bytes: dict[int, tuple[int, int, int]] | None = None,
         label_actions: bool = False,
         grad_sync: Any = None,
+        copies: Any = None,
     ) -> None:
         validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
+        moves = memory_moves(schedule)[rank]  # read before the order is dropped: the copies are the order's
         # torch's full order (transfers, collectives, overlapped pairs) is not executed as written: the compute
         # actions run with pipesim's plan (the same messages, in the producers' order); nothing is sharded or
         # replicated, so UNSHARD, RESHARD and REDUCE_GRAD have nothing to do; an overlapped pair's members run
@@ -165,6 +176,19 @@ class PipelineRuntime:
         # --torch-profile: each action inside record_function("PP:2F0"), as torch's runtime does. Only then: the
         # unprofiled loop stays free of profiler calls.
         self._labels = {a: action_label(a) for a in schedule.actions[rank]} if label_actions else None
+        # the copy engine's work: per gate action (None: at the step's start), the copies issued when it ends
+        self.copies_after: dict[Action | None, list[Copy]] = {}
+        for copy in moves:
+            self.copies_after.setdefault(copy.gate, []).append(copy)
+        self.offloaded = {(c.entry.stage, c.entry.microbatch) for c in moves if c.entry.kind is CommKind.OFFLOAD}
+        self.copy_engine = CopyEngine() if moves else None
+        self.copies = None
+        if moves:
+            params = [p for runner in runners.values() for p in runner.parameters()]
+            self.copies = copies if copies is not None else HostCopies(params)
+            for stage, count in in_flight(moves).items():
+                if isinstance(self.copies, HostCopies):  # each buffer the size of one microbatch's stash
+                    self.copies.preallocate(stage, count, self.stash_bytes.get(stage, (0, 0, 0))[0])
 
     def message_shape(self, key: Message) -> torch.Size:
         """ACT is the stage's input, GRAD has the shape of the stage's output."""
@@ -201,9 +225,13 @@ class _Step:
         self.sends: list[tuple[SendHandle, int, Action]] = []
         self.losses: list[Tensor] = []
         self.stash_now = 0
+        self._stash_lock = threading.Lock()  # the copy engine frees and takes back bytes from its own thread
+        self.held: dict[tuple[int, int], Held] = {}  # what each offloaded (stage, microbatch) moves
+        self.reloads: dict[tuple[int, int], threading.Event] = {}  # set when its RELOAD has ended
         self._compute = {F: self._forward, B: self._backward, I: self._backward_input, W: self._backward_weight}
         for inbox in self.inboxes.values():
             inbox.top_up()
+        self.issue_copies(None)
 
     # --- data movement ----------------------------------------------------------------------------------------
     def receive(self, key: Message) -> Tensor:
@@ -233,8 +261,51 @@ class _Step:
 
     def track(self, action: Action) -> None:
         """Stashed bytes after `action`, by pipesim's liveness rules (the simulator's memory metrics use the same)."""
-        self.stash_now += int(stash_change(action.kind, self._stash_sizes(action.stage))[1])
-        self.record.peak_stash_bytes = max(self.record.peak_stash_bytes, self.stash_now)
+        self.change_stash(int(stash_change(action.kind, self._stash_sizes(action.stage))[1]))
+
+    def change_stash(self, delta: int) -> None:
+        with self._stash_lock:
+            self.stash_now += delta
+            self.record.peak_stash_bytes = max(self.record.peak_stash_bytes, self.stash_now)
+
+    # --- the copy engine -------------------------------------------------------------------------------------
+    def issue_copies(self, gate: Action | None) -> None:
+        """Hand the copies gated by `gate` to the copy engine, in the schedule's order."""
+        for copy in self.rt.copies_after.get(gate, ()):
+            key = (copy.entry.stage, copy.entry.microbatch)
+            done = None
+            if copy.entry.kind is CommKind.RELOAD:
+                done = self.reloads[key] = threading.Event()
+            elif key not in self.held:
+                raise RuntimeError(f"rank {self.rt.rank}: {copy.entry} issued before the forward it offloads")
+            self.rt.copy_engine.submit(lambda copy=copy, key=key, done=done: self._copy(copy, key, done))
+
+    def _copy(self, copy: Copy, key: tuple[int, int], done: threading.Event | None) -> None:
+        """One OFFLOAD or RELOAD on the copy engine's thread: the device bytes leave at an OFFLOAD's end and come
+        back at a RELOAD's start (pipesim.semantics.lower.offload_change), a copy-lane span either way."""
+        rt, (stage, _) = self.rt, key
+        start = rt.clock.mark()
+        if copy.entry.kind is CommKind.OFFLOAD:
+            moved = rt.copies.offload(stage, self.held[key])
+            self.change_stash(-moved)
+            self.record.moved_bytes[stage] = max(self.record.moved_bytes.get(stage, 0), moved)
+        else:
+            self.change_stash(self.held[key].nbytes)
+            rt.copies.reload(stage, self.held.pop(key))
+        self.record.comm.append((copy.entry.kind.value.lower(), -1, str(copy.entry), start, rt.clock.mark()))
+        if done is not None:
+            done.set()
+
+    def wait_reload(self, action: Action) -> None:
+        """The first backward of an offloaded microbatch waits until its RELOAD has ended."""
+        key = (action.stage, action.microbatch)
+        if key not in self.held and key not in self.reloads:
+            return
+        event = self.reloads.pop(key, None)
+        if event is None:
+            raise RuntimeError(f"rank {self.rt.rank}: {action} needs activations offloaded and never reloaded")
+        while not event.wait(0.05):
+            self.rt.copy_engine.check()
 
     # --- actions ----------------------------------------------------------------------------------------------
     def run(self, action: Action) -> None:
@@ -252,6 +323,9 @@ class _Step:
             rt.grad_sync.poll(rt.clock)
         key = needed_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
         received = self.receive(key) if key is not None else None
+        if rt.copy_engine is not None and action.kind in RELOAD_SERVES:
+            self.wait_reload(action)
+        self.local_input = key is not None and rt.plan.source(key) == rt.rank
         start = rt.clock.mark()
         if key is not None and rt.plan.source(key) != rt.rank:
             received = rt.transport.to_compute(received)
@@ -264,6 +338,8 @@ class _Step:
             self.deliver(out_key, produced, action)
         if rt.grad_sync is not None:  # after the hand-over: the next stage's work must not wait for it
             rt.grad_sync.after(action, rt.clock)
+        if rt.copy_engine is not None:
+            self.issue_copies(action)
 
     def _stash_sizes(self, stage: int) -> StashSizes:
         """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""
@@ -276,7 +352,15 @@ class _Step:
         runner = self.rt.runners[stage]
         x = received if received is not None else self.inputs[mb]
         target = self.targets[mb] if runner.is_last else None
-        out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
+        if (stage, mb) in self.rt.offloaded:
+            # never moved: the microbatch (a view of the whole batch), an input handed over on this rank (the
+            # previous stage's output), the targets, and the output handed on (a send may be in flight)
+            skip = [t for t in (target, x if received is None or self.local_input else None) if t is not None]
+            with self.rt.copies.capture(skip) as saved:
+                out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
+            self.held[(stage, mb)] = self.rt.copies.held(stage, saved, stash, [*skip, out])
+        else:
+            out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
         self.stashes[(stage, mb)] = stash
         self.track(action)
         if runner.is_last:
@@ -305,6 +389,10 @@ class _Step:
     # --- end of step ------------------------------------------------------------------------------------------
     def finish(self) -> None:
         rt = self.rt
+        if rt.copy_engine is not None:
+            rt.copy_engine.drain()
+            if self.held or self.reloads:
+                raise RuntimeError(f"rank {rt.rank}: step ended with offloaded activations {sorted(self.held)}")
         for handle, dst, action in self.sends:
             before = rt.clock.mark()
             handle.wait()
@@ -338,6 +426,7 @@ class RankModel:
     )
     wire_dtype: torch.dtype = torch.float32  # of the tensors that cross between ranks
     split_points: tuple[int, ...] = ()  # where each stage after the first starts (unit indices)
+    copies: Any = None  # how OFFLOAD and RELOAD move a stash (None: pipesim_executor.rank.offload.HostCopies)
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for stage in sorted(self.runners) for p in self.runners[stage].parameters()]

@@ -174,6 +174,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         dtype=model.wire_dtype,
         stash_bytes=model.stash_bytes,
         grad_sync=sync,
+        copies=model.copies,
         label_actions=config.training.torch_profile,
         lookahead=ahead_for(choice.transport),
     )

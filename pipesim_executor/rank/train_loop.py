@@ -51,6 +51,7 @@ def train_step(r: Rank, step: int) -> dict[str, Any]:
         optimizer_ms=r.clock.resolve(end) - r.clock.resolve(before_optimizer),
         loss=None if record.loss is None else float(record.loss.item()),
         peak_stash_bytes=record.peak_stash_bytes,
+        moved_bytes=record.moved_bytes,
         grad_bytes=grads,
     )
     return result
@@ -223,6 +224,10 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "dtype": r.config.training.dtype,
         "data_parallel": replicas,
     }
+    if any(rec["moved_bytes"] for g in replica0 for rec in g["records"]):  # the copies' own bytes, per stage
+        summary["offload_moved_bytes"] = [
+            {str(k): v for k, v in sorted(_most_moved(g["records"]).items())} for g in replica0
+        ]
     if r.config.inject.inject:  # which measured steps carried it (all of them, or every other one: alternate)
         summary["injected_steps"] = [bool(rec["injected"]) for rec in measured[0]]
     if replicas > 1:
@@ -232,3 +237,12 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         )
         summary["losses_note"] = "replica 0's loss on its own rows of the global batch"
     write_json(timeline_to_dict(timeline, summary), run_dir / MEASURED_FILE)
+
+
+def _most_moved(records: list[dict[str, Any]]) -> dict[int, int]:
+    """Per stage, the most bytes one OFFLOAD moved over the records."""
+    most: dict[int, int] = {}
+    for rec in records:
+        for stage, moved in rec["moved_bytes"].items():
+            most[stage] = max(most.get(stage, 0), moved)
+    return most
