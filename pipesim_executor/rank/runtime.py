@@ -47,6 +47,7 @@ from pipesim.semantics.lower import (
     Copy,
     Message,
     StashSizes,
+    changes_at_start,
     comm_plan,
     compute_only,
     memory_moves,
@@ -284,15 +285,18 @@ class _Step:
         """One OFFLOAD or RELOAD on the copy engine's thread: the device bytes leave at an OFFLOAD's end and come
         back at a RELOAD's start (pipesim.semantics.lower.offload_change), a copy-lane span either way."""
         rt, (stage, _) = self.rt, key
-        start = rt.clock.mark()
         if copy.entry.kind is CommKind.OFFLOAD:
+            start = rt.clock.mark()
             moved = rt.copies.offload(stage, self.held[key])
+            end = rt.clock.mark()  # the bytes are gone from here (the tracker and the span agree on when)
             self.change_stash(-moved)
             self.record.moved_bytes[stage] = max(self.record.moved_bytes.get(stage, 0), moved)
         else:
             self.change_stash(self.held[key].nbytes)
+            start = rt.clock.mark()
             rt.copies.reload(stage, self.held.pop(key))
-        self.record.comm.append((copy.entry.kind.value.lower(), -1, str(copy.entry), start, rt.clock.mark()))
+            end = rt.clock.mark()
+        self.record.comm.append((copy.entry.kind.value.lower(), -1, str(copy.entry), start, end))
         if done is not None:
             done.set()
 
@@ -329,7 +333,12 @@ class _Step:
         start = rt.clock.mark()
         if key is not None and rt.plan.source(key) != rt.rank:
             received = rt.transport.to_compute(received)
+        at_start = changes_at_start(action.kind)  # pipesim's rule: a forward's stash grows as it runs
+        if at_start:
+            self.track(action)
         produced = self._compute[action.kind](action, received)
+        if not at_start:
+            self.track(action)
         out_key = produced_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
         if out_key is not None and produced is not None and rt.plan.destination(out_key) != rt.rank:
             produced = rt.transport.to_wire(produced)
@@ -362,7 +371,6 @@ class _Step:
         else:
             out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
         self.stashes[(stage, mb)] = stash
-        self.track(action)
         if runner.is_last:
             self.losses.append(out)
             return None
@@ -371,19 +379,16 @@ class _Step:
     def _backward(self, action: Action, received: Tensor | None) -> Tensor | None:
         stage, mb = action.stage, action.microbatch
         grad = self.rt.runners[stage].backward(self.stashes.pop((stage, mb)), received)
-        self.track(action)
         return grad
 
     def _backward_input(self, action: Action, received: Tensor | None) -> Tensor | None:
         stage, mb = action.stage, action.microbatch
         grad, work = self.rt.runners[stage].backward_input(self.stashes.pop((stage, mb)), received)
         self.weight_work[(stage, mb)] = work
-        self.track(action)
         return grad
 
     def _backward_weight(self, action: Action, received: Tensor | None) -> None:
         self.rt.runners[action.stage].backward_weight(self.weight_work.pop((action.stage, action.microbatch)))
-        self.track(action)
         return None
 
     # --- end of step ------------------------------------------------------------------------------------------
