@@ -1,10 +1,11 @@
-"""Activation offload for real (`executor run --offload`), the new families' refusals, and 1f1b-overlap.
+"""Activation offload for real (`executor run --offload`), the new families' refusals, 1f1b-overlap and DualPipe.
 
 In-process: the copy engine's move (saved storages to a host buffer and back) leaves the backward bit for bit
 what it was, and frees the bytes; the families the runtime cannot run are refused before anything starts.
 Under torchrun (2 ranks, a tiny Transformer, 3 steps each): offload trains as the same run without it, each
 OFFLOAD and RELOAD of the schedule is a span on its rank's copy lane, the tracked stash peak drops by what the
-copies freed, a sleep-mode run with slow copies lands on its prediction, and 1f1b-overlap trains as 1f1b.
+copies freed, a sleep-mode run with slow copies lands on its prediction, and 1f1b-overlap and DualPipe (a weight
+copy per direction) train as 1f1b.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from pipesim.cost.convert import cost_from_times
 from pipesim.cost.links import LinkCost
 from pipesim.io.cost_file import save_cost
-from pipesim.io.formats import read_json, schedule_from_dict, timeline_from_dict
+from pipesim.io.formats import read_json, schedule_from_dict, schedule_to_dict, timeline_from_dict
 from pipesim.records import COPY_KINDS, keep_steps
 from pipesim.schedules import build_schedule
 from pipesim.semantics.lower import memory_moves
@@ -26,6 +27,7 @@ from pipesim.sim.offload import with_offload
 from pipesim_executor.config import ModelConfig, run_config
 from pipesim_executor.host.checks import check_run
 from pipesim_executor.rank.offload import HostCopies, in_flight
+from pipesim_executor.rank.weight_copies import copy_holders
 
 TINY = ModelConfig.of_transformer(num_layers=4, hidden_size=32, ffn_size=64, num_heads=2, seq_len=16, vocab_size=64)
 TRAIN = {"num_ranks": 2, "num_microbatches": 4, "batch_size": 8, "steps": 3, "warmup_steps": 0, "lr": 0.5}
@@ -72,7 +74,7 @@ def test_host_buffers_are_counted_from_the_schedules_copies():
     "flags, words",
     [
         ({"schedule": "seq1f1b"}, ["sequence chunks", "run 1f1b"]),
-        ({"schedule": "dualpipe"}, ["copy of each stage's weights", "run dualpipev"]),
+        ({"schedule": "dualpipe", "data_parallel": 2}, ["own copy of the weights", "run dualpipev"]),
         ({"schedule": "1f1b", "offload": "selective"}, ["--offload full", "--compute sleep"]),
     ],
 )
@@ -82,6 +84,19 @@ def test_what_the_runtime_cannot_run_is_refused_in_one_line(flags, words):
         check_run(config)
     message = str(refused.value)
     assert "\n" not in message and all(word in message for word in words), message
+
+
+def test_a_schedule_file_keeps_its_directions_and_sequence_chunks():
+    for name in ("dualpipe", "seq1f1b"):
+        schedule = build_schedule(name, 2, 4)
+        read = schedule_from_dict(schedule_to_dict(schedule))
+        shape = (read.pipelines, read.seq_chunks, read.params)
+        assert shape == (schedule.pipelines, schedule.seq_chunks, schedule.params)
+
+
+def test_each_piece_of_dualpipe_has_a_copy_per_direction_on_two_ranks():
+    # stage s < p on rank s, stage p + j on rank p-1-j: piece j on ranks j and p-1-j
+    assert copy_holders(build_schedule("dualpipe", 4, 8)) == {0: (0, 3), 1: (1, 2), 2: (2, 1), 3: (3, 0)}
 
 
 def test_an_offloaded_run_is_checked_with_the_schedules_copies():
@@ -170,3 +185,12 @@ def test_1f1b_overlap_trains_as_1f1b(plain_1f1b, tmp_path):
     measured, _ = _run(tmp_path, "overlap", schedule="1f1b-overlap")
     assert measured["losses"] == pytest.approx(plain_1f1b["losses"], abs=1e-6)
     assert measured["meta"]["overlap_groups"]  # its pairs ran, back to back
+
+
+@pytest.mark.torchrun
+def test_dualpipe_with_a_weight_copy_per_direction_trains_as_1f1b(plain_1f1b, tmp_path):
+    """Each direction's stages hold their own copy of the weights; their gradients summed before the step, the
+    same model, data and seed train as 1F1B's single copy."""
+    measured, schedule = _run(tmp_path, "dualpipe", schedule="dualpipe")
+    assert schedule.pipelines == 2
+    assert measured["losses"] == pytest.approx(plain_1f1b["losses"], abs=1e-4)

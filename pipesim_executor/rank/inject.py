@@ -114,9 +114,11 @@ class SleepRunner:
 def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch_size: int) -> RankModel:
     """This rank's sleeping stages, priced by `cost` (cut for the schedule), and messages of microbatch_size x
     WIDTH floats; the batch maker gives zeros of the same width."""
-    last = schedule.num_stages - 1
+    chain = schedule.pipeline_stages  # each direction of DualPipe has its own first and last stage
     runners = {
-        stage: SleepRunner(stage, stage == 0, stage == last, {k: cost.duration_ms(stage, k) for k in ActionKind})
+        stage: SleepRunner(
+            stage, stage % chain == 0, stage % chain == chain - 1, {k: cost.duration_ms(stage, k) for k in ActionKind}
+        )
         for stage in schedule.stages_of_rank(rank)
     }
     shape = torch.Size((microbatch_size, WIDTH))

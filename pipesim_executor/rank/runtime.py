@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,6 +192,11 @@ class PipelineRuntime:
                 if isinstance(self.copies, HostCopies):  # each buffer the size of one microbatch's stash
                     self.copies.preallocate(stage, count, self.stash_bytes.get(stage, (0, 0, 0))[0])
 
+    def data_index(self, stage: int, mb: int) -> int:
+        """Which of the step's microbatches (`run_step`'s inputs and targets) microbatch `mb` of `stage` is: with
+        pipelines in both directions (DualPipe), each direction's own, direction d's microbatch m the (d x M + m)th."""
+        return stage // self.schedule.pipeline_stages * self.schedule.num_microbatches + mb
+
     def message_shape(self, key: Message) -> torch.Size:
         """ACT is the stage's input, GRAD has the shape of the stage's output."""
         return self.shapes[key.stage][0 if key.what == ACT else 1]
@@ -199,7 +205,8 @@ class PipelineRuntime:
     def run_step(self, inputs: Sequence[Tensor] | None, targets: Sequence[Tensor] | None) -> StepRecord:
         """Run this rank's actions once. Gradients accumulate into .grad; the caller steps the optimizer.
 
-        `inputs[m]` (rank of stage 0) and `targets[m]` (rank of the last stage) are microbatch m on the device.
+        `inputs[m]` (rank of a first stage) and `targets[m]` (rank of a last stage) are microbatch m on the device
+        (`data_index`: with two directions, the second direction's after the first's).
         """
         step = _Step(self, inputs, targets)
         if self._labels is None:
@@ -359,8 +366,9 @@ class _Step:
     def _forward(self, action: Action, received: Tensor | None) -> Tensor | None:
         stage, mb = action.stage, action.microbatch
         runner = self.rt.runners[stage]
-        x = received if received is not None else self.inputs[mb]
-        target = self.targets[mb] if runner.is_last else None
+        index = self.rt.data_index(stage, mb)
+        x = received if received is not None else self.inputs[index]
+        target = self.targets[index] if runner.is_last else None
         if (stage, mb) in self.rt.offloaded:
             # never moved: the microbatch (a view of the whole batch), an input handed over on this rank (the
             # previous stage's output), the targets, and the output handed on (a send may be in flight)
@@ -456,32 +464,40 @@ def build_rank_model(
     from pipesim_executor.rank.stage import measure_stash_bytes, tensor_bytes
 
     layers, make_batch, loss = model_parts(model_config, seed)
-    starts = stage_starts(layers, schedule.num_stages, model_config.split_points)
-    stages = split_stages(layers, schedule.num_stages, starts)
-    shapes = stage_io_shapes(stages, model_config, microbatch_size, make_batch)
+    # with pipelines in both directions (DualPipe) the model is cut into one chain's stages, and stage s holds
+    # piece s mod chain: each direction its own copy of the weights (pipesim_executor.rank.weight_copies sums
+    # their gradients)
+    chain = schedule.pipeline_stages
+    starts = stage_starts(layers, chain, model_config.split_points)
+    pieces = split_stages(layers, chain, starts)
+    piece_shapes = stage_io_shapes(pieces, model_config, microbatch_size, make_batch)
+    shapes = [piece_shapes[s % chain] for s in range(schedule.num_stages)]
     sample, target = make_batch(microbatch_size, seed, 0)
-    last = schedule.num_stages - 1
     runners, stash_bytes = {}, {}
     half = torch.bfloat16 if dtype == "bf16" else None
     wire = half or torch.float32
+    used: set[int] = set()
     for stage in schedule.stages_of_rank(rank):
-        module = stages[stage].to(device)
+        piece = stage % chain
+        module = pieces[piece] if piece not in used else deepcopy(pieces[piece])  # a second copy here
+        used.add(piece)
+        module = module.to(device)
         runner = StageRunner(
             stage,
             module,
-            stage == 0,
-            stage == last,
+            piece == 0,
+            piece == chain - 1,
             loss,
-            1.0 / schedule.num_microbatches,
+            1.0 / (schedule.num_microbatches * schedule.pipelines),
             recompute,
             autocast_dtype=half,
             wire_dtype=wire,
         )
-        x = sample.to(device) if stage == 0 else torch.zeros(shapes[stage][0], device=device)
-        activation, weight = measure_stash_bytes(runner, x, target.to(device) if stage == last else None)
+        x = sample.to(device) if piece == 0 else torch.zeros(shapes[stage][0], device=device)
+        activation, weight = measure_stash_bytes(runner, x, target.to(device) if runner.is_last else None)
         stash_bytes[stage] = (activation, weight, tensor_bytes(x))
         runners[stage] = runner
-    del stages
+    del pieces
     return RankModel(runners, shapes, stash_bytes, make_batch, wire, starts)
 
 

@@ -199,12 +199,20 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         meta["overlap"] = "members run back to back (no overlap on this device)"
     timeline, step_times = assemble_measured(ranks, r.schedule.name, measured, applied, meta)
     cuda = r.choice.device.type == "cuda"
-    loss_rank = r.schedule.stage_to_rank[r.schedule.num_stages - 1]
-    all_steps = replica0[loss_rank]["records"]
+    # the loss is the last stage's; with pipelines in both directions (DualPipe) the sum of each direction's
+    schedule, chain = r.schedule, r.schedule.pipeline_stages
+    loss_ranks = sorted({schedule.stage_to_rank[c * chain + chain - 1] for c in range(schedule.pipelines)})
+    all_steps = replica0[loss_ranks[0]]["records"]
+    losses = [
+        None
+        if any(replica0[k]["records"][i]["loss"] is None for k in loss_ranks)
+        else sum(replica0[k]["records"][i]["loss"] for k in loss_ranks)
+        for i in range(len(all_steps))
+    ]
     replicas = r.config.pipeline.data_parallel
     summary = {
         "step_times_ms": step_times,
-        "losses": [rec["loss"] for rec in all_steps],
+        "losses": losses,
         "loss_phases": [rec["phase"] for rec in all_steps],
         "warmup_steps": r.config.training.warmup_steps,
         "steps": r.config.training.steps,
