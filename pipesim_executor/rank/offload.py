@@ -12,9 +12,10 @@ ends its gate action, and a rank's copies run one at a time, in order); this mod
   bytes freed are the storages' own.
 * Sleep mode's copies (pipesim_executor.rank.inject.SleptCopies) sleep the priced copy time instead.
 
-Storages that someone else reads while the copy engine holds them are never moved: the tensor handed on to the
-next stage (a send may be in flight; a local hand-over is the next stage's input), the first stage's microbatch
-(a view of the step's whole batch) and the last stage's targets.
+Storages that someone else reads while the copy engine holds them are never moved: the weights and buffers
+every microbatch shares, the tensor handed on to the next stage (a send may be in flight; a local hand-over is
+the next stage's input), the first stage's microbatch (a view of the step's whole batch) and the last stage's
+targets.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class HostCopies:
     """A model run's copies: saved storages to preallocated host buffers and back (see the module docstring)."""
 
     def __init__(self, exclude: Iterable[Tensor] = ()) -> None:
-        self._exclude = {storage_key(t) for t in exclude}  # the rank's parameters
+        self._exclude = {storage_key(t) for t in exclude}  # the rank's parameters and buffers
         self._free: dict[int, list[Tensor]] = {}  # per stage, host buffers not in use
         self._lock = threading.Lock()
 

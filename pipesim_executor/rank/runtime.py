@@ -186,8 +186,10 @@ class PipelineRuntime:
         self.copy_engine = CopyEngine() if moves else None
         self.copies = None
         if moves:
-            params = [p for runner in runners.values() for p in runner.parameters()]
-            self.copies = copies if copies is not None else HostCopies(params)
+            # the weights and buffers (a mask, positions) every microbatch shares: never moved
+            shared = [p for runner in runners.values() for p in runner.parameters()]
+            shared += [b for runner in runners.values() if hasattr(runner, "module") for b in runner.module.buffers()]
+            self.copies = copies if copies is not None else HostCopies(shared)
             for stage, count in in_flight(moves).items():
                 if isinstance(self.copies, HostCopies):  # each buffer the size of one microbatch's stash
                     self.copies.preallocate(stage, count, self.stash_bytes.get(stage, (0, 0, 0))[0])
