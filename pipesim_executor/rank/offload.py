@@ -171,3 +171,92 @@ class CopyEngine:
 
     def close(self) -> None:
         self._jobs.put(None)
+
+
+class RankCopies:
+    """A rank's copy engine for a run: which copies each compute action's end issues (its gate; None: at the
+    step's start), which (stage, microbatch)s are offloaded, the thread, and how a stash moves (`copies`: sleep
+    mode's, else `HostCopies` over host buffers preallocated from the schedule's copies)."""
+
+    def __init__(self, moves: list[Copy], runners: dict[int, Any], stash_bytes: dict, copies: Any = None) -> None:
+        self.after: dict[Any, list[Copy]] = {}
+        for copy in moves:
+            self.after.setdefault(copy.gate, []).append(copy)
+        self.offloaded = {(c.entry.stage, c.entry.microbatch) for c in moves if c.entry.kind is OFFLOAD}
+        if copies is None:
+            # the weights and buffers (a mask, positions) every microbatch shares: never moved
+            shared = [p for runner in runners.values() for p in runner.parameters()]
+            shared += [b for runner in runners.values() if hasattr(runner, "module") for b in runner.module.buffers()]
+            copies = HostCopies(shared)
+            for stage, count in in_flight(moves).items():  # each buffer the size of one microbatch's stash
+                copies.preallocate(stage, count, stash_bytes.get(stage, (0, 0, 0))[0])
+        self.copies = copies
+        self.engine = CopyEngine()
+
+
+class StepCopies:
+    """One step's copies on one rank: what each offloaded (stage, microbatch) holds, the RELOADs in flight.
+
+    `record` is the step's (its comm list gets each copy's span, its moved_bytes the bytes); `change_stash`
+    moves the tracked stash bytes: an OFFLOAD's bytes leave at its end, a RELOAD's come back at its start
+    (pipesim.semantics.lower.offload_change)."""
+
+    def __init__(self, rank: RankCopies, record: Any, change_stash: Callable[[int], None]) -> None:
+        self.rank, self.record, self.change_stash = rank, record, change_stash
+        self.held: dict[tuple[int, int], Held] = {}
+        self.reloads: dict[tuple[int, int], threading.Event] = {}  # set when its RELOAD has ended
+
+    def forward(self, action: Any, runner: Any, x: Tensor, target: Tensor | None, split: bool, own_input: bool):
+        """The runner's forward, noting what it saves; `own_input`: x is the batch's or another stage's here."""
+        skip = [t for t in (target, x if own_input else None) if t is not None]
+        with self.rank.copies.capture(skip) as saved:
+            out, stash = runner.forward(x, target, split=split)
+        # the output handed on is never moved either: a send may be in flight, or the next stage reads it here
+        self.held[(action.stage, action.microbatch)] = self.rank.copies.held(action.stage, saved, stash, [*skip, out])
+        return out, stash
+
+    def issue(self, gate: Any, clock: Any) -> None:
+        """Hand the copies gated by `gate` to the copy engine, in the schedule's order."""
+        for copy in self.rank.after.get(gate, ()):
+            key = (copy.entry.stage, copy.entry.microbatch)
+            done = None
+            if copy.entry.kind is RELOAD:
+                done = self.reloads[key] = threading.Event()
+            elif key not in self.held:
+                raise RuntimeError(f"{copy.entry} issued before the forward it offloads")
+            self.rank.engine.submit(lambda copy=copy, key=key, done=done: self._copy(copy, key, done, clock))
+
+    def _copy(self, copy: Copy, key: tuple[int, int], done: threading.Event | None, clock: Any) -> None:
+        """One OFFLOAD or RELOAD, on the copy engine's thread; a copy-lane span either way."""
+        stage, copies = key[0], self.rank.copies
+        if copy.entry.kind is OFFLOAD:
+            start = clock.mark()
+            moved = copies.offload(stage, self.held[key])
+            end = clock.mark()  # the bytes are gone from here (the tracker and the span agree on when)
+            self.change_stash(-moved)
+            self.record.moved_bytes[stage] = max(self.record.moved_bytes.get(stage, 0), moved)
+        else:
+            self.change_stash(self.held[key].nbytes)
+            start = clock.mark()
+            copies.reload(stage, self.held.pop(key))
+            end = clock.mark()
+        self.record.comm.append((copy.entry.kind.value.lower(), -1, str(copy.entry), start, end))
+        if done is not None:
+            done.set()
+
+    def wait_reload(self, action: Any) -> None:
+        """The first backward of an offloaded microbatch waits until its RELOAD has ended."""
+        key = (action.stage, action.microbatch)
+        if key not in self.held and key not in self.reloads:
+            return
+        event = self.reloads.pop(key, None)
+        if event is None:
+            raise RuntimeError(f"{action} needs activations offloaded and never reloaded")
+        while not event.wait(0.05):
+            self.rank.engine.check()
+
+    def finish(self, rank: int) -> None:
+        """Every copy of the step ended; nothing left on the host."""
+        self.rank.engine.drain()
+        if self.held or self.reloads:
+            raise RuntimeError(f"rank {rank}: step ended with offloaded activations {sorted(self.held)}")

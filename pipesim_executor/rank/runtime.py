@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,11 +40,10 @@ import torch
 from torch import Tensor
 from torch.profiler import record_function
 
-from pipesim.ir import Action, ActionKind, CommKind, Schedule
+from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.semantics.lower import (
     ACT,
     RELOAD_SERVES,
-    Copy,
     Message,
     StashSizes,
     changes_at_start,
@@ -57,8 +55,8 @@ from pipesim.semantics.lower import (
     stash_change,
 )
 from pipesim.semantics.validate import validate
-from pipesim_executor.config import ModelConfig
-from pipesim_executor.rank.offload import CopyEngine, Held, HostCopies, in_flight
+from pipesim_executor.rank.offload import RankCopies, StepCopies
+from pipesim_executor.rank.rank_model import RankModel, build_rank_model, microbatches  # noqa: F401 - imported from here
 from pipesim_executor.rank.stage import StageRunner, WeightWork
 from pipesim_executor.rank.torch_profile import action_label
 from pipesim_executor.rank.transport import PendingRecv, SendHandle
@@ -178,21 +176,7 @@ class PipelineRuntime:
         # --torch-profile: each action inside record_function("PP:2F0"), as torch's runtime does. Only then: the
         # unprofiled loop stays free of profiler calls.
         self._labels = {a: action_label(a) for a in schedule.actions[rank]} if label_actions else None
-        # the copy engine's work: per gate action (None: at the step's start), the copies issued when it ends
-        self.copies_after: dict[Action | None, list[Copy]] = {}
-        for copy in moves:
-            self.copies_after.setdefault(copy.gate, []).append(copy)
-        self.offloaded = {(c.entry.stage, c.entry.microbatch) for c in moves if c.entry.kind is CommKind.OFFLOAD}
-        self.copy_engine = CopyEngine() if moves else None
-        self.copies = None
-        if moves:
-            # the weights and buffers (a mask, positions) every microbatch shares: never moved
-            shared = [p for runner in runners.values() for p in runner.parameters()]
-            shared += [b for runner in runners.values() if hasattr(runner, "module") for b in runner.module.buffers()]
-            self.copies = copies if copies is not None else HostCopies(shared)
-            for stage, count in in_flight(moves).items():
-                if isinstance(self.copies, HostCopies):  # each buffer the size of one microbatch's stash
-                    self.copies.preallocate(stage, count, self.stash_bytes.get(stage, (0, 0, 0))[0])
+        self.copies = RankCopies(moves, runners, self.stash_bytes, copies) if moves else None  # the copy engine
 
     def data_index(self, stage: int, mb: int) -> int:
         """Which of the step's microbatches (`run_step`'s inputs and targets) microbatch `mb` of `stage` is: with
@@ -236,12 +220,12 @@ class _Step:
         self.losses: list[Tensor] = []
         self.stash_now = 0
         self._stash_lock = threading.Lock()  # the copy engine frees and takes back bytes from its own thread
-        self.held: dict[tuple[int, int], Held] = {}  # what each offloaded (stage, microbatch) moves
-        self.reloads: dict[tuple[int, int], threading.Event] = {}  # set when its RELOAD has ended
+        self.copies = None if runtime.copies is None else StepCopies(runtime.copies, self.record, self.change_stash)
         self._compute = {F: self._forward, B: self._backward, I: self._backward_input, W: self._backward_weight}
         for inbox in self.inboxes.values():
             inbox.top_up()
-        self.issue_copies(None)
+        if self.copies is not None:
+            self.copies.issue(None, runtime.clock)
 
     # --- data movement ----------------------------------------------------------------------------------------
     def receive(self, key: Message) -> Tensor:
@@ -278,48 +262,6 @@ class _Step:
             self.stash_now += delta
             self.record.peak_stash_bytes = max(self.record.peak_stash_bytes, self.stash_now)
 
-    # --- the copy engine -------------------------------------------------------------------------------------
-    def issue_copies(self, gate: Action | None) -> None:
-        """Hand the copies gated by `gate` to the copy engine, in the schedule's order."""
-        for copy in self.rt.copies_after.get(gate, ()):
-            key = (copy.entry.stage, copy.entry.microbatch)
-            done = None
-            if copy.entry.kind is CommKind.RELOAD:
-                done = self.reloads[key] = threading.Event()
-            elif key not in self.held:
-                raise RuntimeError(f"rank {self.rt.rank}: {copy.entry} issued before the forward it offloads")
-            self.rt.copy_engine.submit(lambda copy=copy, key=key, done=done: self._copy(copy, key, done))
-
-    def _copy(self, copy: Copy, key: tuple[int, int], done: threading.Event | None) -> None:
-        """One OFFLOAD or RELOAD on the copy engine's thread: the device bytes leave at an OFFLOAD's end and come
-        back at a RELOAD's start (pipesim.semantics.lower.offload_change), a copy-lane span either way."""
-        rt, (stage, _) = self.rt, key
-        if copy.entry.kind is CommKind.OFFLOAD:
-            start = rt.clock.mark()
-            moved = rt.copies.offload(stage, self.held[key])
-            end = rt.clock.mark()  # the bytes are gone from here (the tracker and the span agree on when)
-            self.change_stash(-moved)
-            self.record.moved_bytes[stage] = max(self.record.moved_bytes.get(stage, 0), moved)
-        else:
-            self.change_stash(self.held[key].nbytes)
-            start = rt.clock.mark()
-            rt.copies.reload(stage, self.held.pop(key))
-            end = rt.clock.mark()
-        self.record.comm.append((copy.entry.kind.value.lower(), -1, str(copy.entry), start, end))
-        if done is not None:
-            done.set()
-
-    def wait_reload(self, action: Action) -> None:
-        """The first backward of an offloaded microbatch waits until its RELOAD has ended."""
-        key = (action.stage, action.microbatch)
-        if key not in self.held and key not in self.reloads:
-            return
-        event = self.reloads.pop(key, None)
-        if event is None:
-            raise RuntimeError(f"rank {self.rt.rank}: {action} needs activations offloaded and never reloaded")
-        while not event.wait(0.05):
-            self.rt.copy_engine.check()
-
     # --- actions ----------------------------------------------------------------------------------------------
     def run(self, action: Action) -> None:
         """Wait for the input, compute, hand the result on. The span is the action's own work: the compute, and
@@ -336,8 +278,8 @@ class _Step:
             rt.grad_sync.poll(rt.clock)
         key = needed_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
         received = self.receive(key) if key is not None else None
-        if rt.copy_engine is not None and action.kind in RELOAD_SERVES:
-            self.wait_reload(action)
+        if self.copies is not None and action.kind in RELOAD_SERVES:
+            self.copies.wait_reload(action)
         self.local_input = key is not None and rt.plan.source(key) == rt.rank
         start = rt.clock.mark()
         if key is not None and rt.plan.source(key) != rt.rank:
@@ -356,8 +298,8 @@ class _Step:
             self.deliver(out_key, produced, action)
         if rt.grad_sync is not None:  # after the hand-over: the next stage's work must not wait for it
             rt.grad_sync.after(action, rt.clock)
-        if rt.copy_engine is not None:
-            self.issue_copies(action)
+        if self.copies is not None:
+            self.copies.issue(action, rt.clock)
 
     def _stash_sizes(self, stage: int) -> StashSizes:
         """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""
@@ -371,15 +313,13 @@ class _Step:
         index = self.rt.data_index(stage, mb)
         x = received if received is not None else self.inputs[index]
         target = self.targets[index] if runner.is_last else None
-        if (stage, mb) in self.rt.offloaded:
-            # never moved: the microbatch (a view of the whole batch), an input handed over on this rank (the
-            # previous stage's output), the targets, and the output handed on (a send may be in flight)
-            skip = [t for t in (target, x if received is None or self.local_input else None) if t is not None]
-            with self.rt.copies.capture(skip) as saved:
-                out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
-            self.held[(stage, mb)] = self.rt.copies.held(stage, saved, stash, [*skip, out])
+        split = (stage, mb) in self.rt._split
+        if self.copies is not None and (stage, mb) in self.copies.rank.offloaded:
+            # never moved: the microbatch (a view of the whole batch) or an input handed over on this rank (the
+            # previous stage's output)
+            out, stash = self.copies.forward(action, runner, x, target, split, received is None or self.local_input)
         else:
-            out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
+            out, stash = runner.forward(x, target, split=split)
         self.stashes[(stage, mb)] = stash
         if runner.is_last:
             self.losses.append(out)
@@ -404,10 +344,8 @@ class _Step:
     # --- end of step ------------------------------------------------------------------------------------------
     def finish(self) -> None:
         rt = self.rt
-        if rt.copy_engine is not None:
-            rt.copy_engine.drain()
-            if self.held or self.reloads:
-                raise RuntimeError(f"rank {rt.rank}: step ended with offloaded activations {sorted(self.held)}")
+        if self.copies is not None:
+            self.copies.finish(rt.rank)
         for handle, dst, action in self.sends:
             before = rt.clock.mark()
             handle.wait()
@@ -424,84 +362,3 @@ class _Step:
             )
         if self.losses:
             self.record.loss = torch.stack(self.losses).sum()
-
-
-# --- building a rank's share of the model ------------------------------------------------------------------
-
-
-@dataclass
-class RankModel:
-    """This rank's stages, the boundary shapes of all stages, and per-stage stash sizes."""
-
-    runners: dict[int, StageRunner]
-    shapes: list[tuple[torch.Size, torch.Size]]
-    stash_bytes: dict[int, tuple[int, int, int]]
-    make_batch: Any = (
-        None  # (batch_size, seed, step) -> (inputs, targets): pipesim_executor.rank.model.model_parts' maker
-    )
-    wire_dtype: torch.dtype = torch.float32  # of the tensors that cross between ranks
-    split_points: tuple[int, ...] = ()  # where each stage after the first starts (unit indices)
-    copies: Any = None  # how OFFLOAD and RELOAD move a stash (None: pipesim_executor.rank.offload.HostCopies)
-
-    def parameters(self) -> list[torch.nn.Parameter]:
-        return [p for stage in sorted(self.runners) for p in self.runners[stage].parameters()]
-
-
-def build_rank_model(
-    schedule: Schedule,
-    model_config: ModelConfig,
-    *,
-    seed: int,
-    microbatch_size: int,
-    rank: int,
-    device: torch.device,
-    recompute: bool = False,
-    dtype: str = "fp32",
-) -> RankModel:
-    """Build the full layer list (same weights on every rank), keep this rank's stages, move them to `device`.
-
-    dtype "bf16": the stages compute under autocast and hand bfloat16 tensors to other ranks
-    (pipesim_executor.rank.stage)."""
-    from pipesim_executor.rank.model import model_parts, split_stages, stage_io_shapes, stage_starts
-    from pipesim_executor.rank.stage import measure_stash_bytes, tensor_bytes
-
-    layers, make_batch, loss = model_parts(model_config, seed)
-    # with pipelines in both directions (DualPipe) the model is cut into one chain's stages, and stage s holds
-    # piece s mod chain: each direction its own copy of the weights (pipesim_executor.rank.weight_copies sums
-    # their gradients)
-    chain = schedule.pipeline_stages
-    starts = stage_starts(layers, chain, model_config.split_points)
-    pieces = split_stages(layers, chain, starts)
-    piece_shapes = stage_io_shapes(pieces, model_config, microbatch_size, make_batch)
-    shapes = [piece_shapes[s % chain] for s in range(schedule.num_stages)]
-    sample, target = make_batch(microbatch_size, seed, 0)
-    runners, stash_bytes = {}, {}
-    half = torch.bfloat16 if dtype == "bf16" else None
-    wire = half or torch.float32
-    used: set[int] = set()
-    for stage in schedule.stages_of_rank(rank):
-        piece = stage % chain
-        module = pieces[piece] if piece not in used else deepcopy(pieces[piece])  # a second copy here
-        used.add(piece)
-        module = module.to(device)
-        runner = StageRunner(
-            stage,
-            module,
-            piece == 0,
-            piece == chain - 1,
-            loss,
-            1.0 / (schedule.num_microbatches * schedule.pipelines),
-            recompute,
-            autocast_dtype=half,
-            wire_dtype=wire,
-        )
-        x = sample.to(device) if piece == 0 else torch.zeros(shapes[stage][0], device=device)
-        activation, weight = measure_stash_bytes(runner, x, target.to(device) if runner.is_last else None)
-        stash_bytes[stage] = (activation, weight, tensor_bytes(x))
-        runners[stage] = runner
-    del pieces
-    return RankModel(runners, shapes, stash_bytes, make_batch, wire, starts)
-
-
-def microbatches(batch: Tensor, num_microbatches: int, device: torch.device) -> list[Tensor]:
-    return [chunk.to(device) for chunk in batch.chunk(num_microbatches)]
