@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pipesim.cost.runtime import OPTIMIZERS
 from pipesim.limits import MAX_SEED, MAX_STEPS, MAX_TIMEOUT_S
 from pipesim.numbers import check_number
+from pipesim.sim.offload import OFFLOAD_MODES, check_offload_mode
 from pipesim_executor.model_config import (  # noqa: F401 - re-exported: the run's model section
     CUSTOM,
     IMAGE_SHAPE,
@@ -37,6 +38,7 @@ DTYPES = ("fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "staged")
 OptimizerName = Literal[OPTIMIZERS]  # type: ignore[valid-type]  # the flag's choices: pipesim's one list
+OffloadMode = Literal[OFFLOAD_MODES]  # type: ignore[valid-type]  # pipesim.sim.offload's modes
 SGD_MOMENTUM = 0.9  # sgd-momentum's momentum: one buffer per parameter, as the planner counts it
 # Without --batch-size: the smallest multiple of the microbatches that is at least this.
 DEFAULT_MIN_BATCH = 16
@@ -57,10 +59,15 @@ class PipelineConfig:
     own, 2."""
     data_parallel: int = 1
     """Replicas of the whole pipeline: ranks x this many processes, gradients all-reduced between replicas."""
+    offload: OffloadMode = "none"
+    """Activation offload (CPU runs): full moves every microbatch's saved activations whose backward is at least two
+    actions after its forward to a host buffer after the forward and back before the backward, on a copy thread;
+    selective only those worth the copies (pipesim.sim.offload places them)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.schedule, str) or not self.schedule.strip():
             raise ValueError(f"schedule must be a schedule name, got {self.schedule!r}")
+        check_offload_mode(self.offload)
         check_positive("num_ranks", self.num_ranks)
         check_positive("data_parallel", self.data_parallel)
         check_positive("num_microbatches", self.num_microbatches)

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from pipesim._perf import paused_gc
 from pipesim.ir import Schedule
-from pipesim.records import CommSpan, Timeline, select_replica
+from pipesim.records import COPY_KINDS, CommSpan, Timeline, select_replica
 from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.sim.simulate import sweep
 
@@ -121,6 +121,10 @@ def _attribute(
             f"step {step} of the measured timeline has no span for {missing[0]}; was it measured from this schedule?"
         )
     durations = [spans[a].end - spans[a].start for a in deps.actions]
+    if deps.copies is not None:  # the copy engine's OFFLOADs and RELOADs, each as long as it was measured
+        moved = {c.action: c.end - c.start for c in comm if c.kind in COPY_KINDS}
+        durations += [moved.get(entry, 0.0) for entry in deps.copies.entries]
+        comm = [c for c in comm if c.kind not in COPY_KINDS]  # a copy blocks its lane, not the rank's compute
     replay_starts, replay_ends, stuck = sweep(deps, durations, [0.0] * len(durations))
     if stuck:
         raise ValueError("the schedule deadlocks; a measured step cannot have run it")

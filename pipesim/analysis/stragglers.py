@@ -234,6 +234,8 @@ def link_latencies(schedule: Schedule, measured: Timeline) -> dict[tuple[int, in
             previous = None if first else spans.get((step, replica, deps.actions[i - 1]))
             idle_from = 0.0 if previous is None else previous.end
             for d in producers:
+                if d >= len(deps.actions):  # a RELOAD: the rank's own copy engine, not a link
+                    continue
                 producer = spans.get((step, replica, deps.actions[d]))
                 if deps.ranks[d] == rank or producer is None:
                     continue

@@ -61,6 +61,9 @@ def schedule_to_dict(schedule: Schedule, texts: list[list[str]] | None = None) -
         "num_microbatches": schedule.num_microbatches,
         "stage_to_rank": list(schedule.stage_to_rank),
         "params": schedule.params,
+        # the shape of its microbatches, where not the plain one: sequence chunks, pipelines in both directions
+        **({"seq_chunks": schedule.seq_chunks, "seq_cut": schedule.seq_cut} if schedule.seq_chunks > 1 else {}),
+        **({"pipelines": schedule.pipelines} if schedule.pipelines > 1 else {}),
         "actions": schedule.text_rows() if texts is None else texts,
         **(
             {}
@@ -99,7 +102,12 @@ def schedule_from_dict(data: Any) -> Schedule:
         if not all(isinstance(text, str) for text in row):
             raise ValueError(f"schedule file: actions of rank {rank} must be texts such as '2F0'")
         rows.append([Action.parse(text) for text in row])
-    schedule = make_schedule(name, data["num_ranks"], data["num_microbatches"], placement, rows, **params)
+    schedule = make_schedule(name, data["num_ranks"], data["num_microbatches"], placement, rows)
+    shape = {key: data[key] for key in ("seq_chunks", "seq_cut", "pipelines") if key in data}
+    try:  # params as given (a builder's may name num_microbatches: DualPipe's total); Schedule checks the shape
+        schedule = dataclasses.replace(schedule, params=dict(params), **shape)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"schedule file: {error}") from None
     order = data.get("order")
     if order is None:
         return schedule

@@ -50,6 +50,11 @@ def check_run(config: RunConfig, schedule: Schedule | None = None) -> tuple[RunC
             "GPU (backend staged) use --data-parallel 1, or fewer ranks"
         )
     _check_cpu_ranks(config)
+    if config.pipeline.offload != "none" and config.devices.device != "cpu":
+        raise ValueError(
+            f"--offload runs its copies on a CPU thread, and this run is on {config.devices.device}; "
+            "use --device cpu, or --offload none"
+        )
     return config, schedule
 
 
@@ -67,32 +72,71 @@ def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
             pipeline.num_microbatches,
             num_virtual_stages=pipeline.num_virtual_stages,
         )
-    elif (schedule.num_ranks, schedule.num_microbatches) != (pipeline.num_ranks, pipeline.num_microbatches):
+    elif (schedule.num_ranks, schedule.num_microbatches * schedule.pipelines) != (
+        pipeline.num_ranks,
+        pipeline.num_microbatches,
+    ):  # each direction of DualPipe's numbers its own microbatches
         raise ValueError(
-            f"schedule {schedule.name!r} is for {schedule.num_ranks} ranks and {schedule.num_microbatches} "
+            f"schedule {schedule.name!r} is for {schedule.num_ranks} ranks and "
+            f"{schedule.num_microbatches * schedule.pipelines} "
             f"microbatches but the run asks for {pipeline.num_ranks} ranks and {pipeline.num_microbatches}"
         )
     validate(schedule)  # ScheduleError (a ValueError) names rank, action and rule
+    _check_runnable(schedule, config)
+    if pipeline.offload != "none":
+        schedule = _with_offload(config, schedule)
     simulate(schedule, CostModel.uniform())  # DeadlockError says which rank waits on which action
     return schedule
+
+
+def _check_runnable(schedule: Schedule, config: RunConfig) -> None:
+    """What the executor's runtime cannot run yet, refused in one line with what to run instead."""
+    if schedule.seq_chunks > 1:
+        raise ValueError(
+            f"schedule {schedule.name!r} cuts each microbatch into {schedule.seq_chunks} sequence chunks, and no "
+            "model of the executor runs a microbatch chunk by chunk yet; run 1f1b (the same training), or simulate "
+            f"it: python -m pipesim simulate --schedule {schedule.name}"
+        )
+    if schedule.pipelines > 1 and (config.pipeline.data_parallel > 1 or config.profile or config.reference):
+        raise ValueError(
+            f"schedule {schedule.name!r} runs {schedule.pipelines} pipelines in opposite directions, each with its "
+            "own copy of the weights, which the executor runs on one replica without --profile or --reference; "
+            "drop those, or run dualpipev (its pairs on one copy)"
+        )
+
+
+def _with_offload(config: RunConfig, schedule: Schedule) -> Schedule:
+    """The schedule with pipesim's OFFLOADs and RELOADs placed for --offload (pipesim.sim.offload)."""
+    from pipesim.sim.offload import with_offload
+
+    mode = config.pipeline.offload
+    cost = None
+    if mode == "selective":
+        if not config.compute.sleeps:
+            raise ValueError(
+                "--offload selective weighs each wait against the copy's priced time, which a model run does not "
+                "know before it runs; use --offload full, or --compute sleep with --cost (a host_link prices copies)"
+            )
+        cost = config.compute.cost_model(schedule)
+    return with_offload(schedule, mode, cost)
 
 
 def _check_model_fits(config: RunConfig, schedule: Schedule) -> None:
     if config.model.kind == CUSTOM:
         # In a child process with a time and a memory limit (pipesim_executor.host.model_check): the launcher, which may
         # be the web page's server, never imports or calls a user-named module itself.
-        check_custom_model(config.model.spec, schedule.num_stages, config.model.split_points)
+        check_custom_model(config.model.spec, schedule.pipeline_stages, config.model.split_points)
         return
     units = config.model.num_units
     knob = "--layers" if config.model.kind == "transformer" else "--cnn-blocks"
-    if schedule.num_stages > units:
+    if schedule.pipeline_stages > units:  # DualPipe's second direction holds copies of the first's stages
         raise ValueError(
-            f"schedule {schedule.name!r} has {schedule.num_stages} stages but the model has only {units} layers "
+            f"schedule {schedule.name!r} has {schedule.pipeline_stages} stages but the model has only {units} layers "
             f"({config.model.describe_units()}) and every stage needs one; use fewer ranks or virtual stages, "
             f"or raise {knob}"
         )
     if config.model.split_points is not None:
-        check_split_points(config.model.split_points, units, schedule.num_stages)
+        check_split_points(config.model.split_points, units, schedule.pipeline_stages)
 
 
 def _check_combinations(config: RunConfig) -> None:

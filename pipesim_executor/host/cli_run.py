@@ -145,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         pipeline = PipelineConfig(
             schedule.name,
             schedule.num_ranks,
-            schedule.num_microbatches,
+            schedule.num_microbatches * schedule.pipelines,  # DualPipe's microbatches in both directions
             data_parallel=config.pipeline.data_parallel,
         )
         training = config.training

@@ -47,7 +47,8 @@ from typing import Any
 
 import torch
 
-from pipesim.ir import Action
+from pipesim.ir import Action, parse_entry
+from pipesim.semantics.lower import RELOAD_SERVES
 from pipesim.sim.shared_cores import work_of_spans
 from pipesim_executor.rank.setup import Rank
 from pipesim_executor.rank.timing import step_time_ms
@@ -154,13 +155,17 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
     leads: list[float] = []
     for record in records:
         waits = sorted((c[3], c[4]) for c in record["comm"] if c[0] == "recv")
+        reloads = _reloads(record["comm"])
         previous = record["start"]
         if record["spans"]:
             leads.append(_lead(record["start"], record["spans"][0][1], waits))
         for text, start, end in record["spans"]:
             action = Action.parse(text)
             durations.setdefault(str(action.stage), {}).setdefault(action.kind.value, []).append(end - start)
-            gaps.setdefault(action.kind.value, []).append(max(start - previous - _blocked(waits, previous, start), 0.0))
+            # the wait for its RELOAD is the copy engine's time, which the simulation has, not dispatch
+            own = reloads.get((action.stage, action.microbatch), []) if action.kind in RELOAD_SERVES else []
+            blocked = _blocked(_merged(sorted([*waits, *own])), previous, start)
+            gaps.setdefault(action.kind.value, []).append(max(start - previous - blocked, 0.0))
             previous = end
         if record["spans"]:
             # The gradient all-reduce's wait is not overhead: the cost model has it (pipesim.sim.data_parallel).
@@ -258,6 +263,16 @@ def _gap_per_action(gaps: dict[str, list[float]]) -> float:
     of that kind the steps ran (so the gaps of a step add up as they did)."""
     count = sum(len(values) for values in gaps.values())
     return sum(statistics.median(values) * len(values) for values in gaps.values()) / count if count else 0.0
+
+
+def _reloads(comm: list) -> dict[tuple[int, int], list[tuple[float, float]]]:
+    """Per (stage, microbatch), its RELOAD's span on the copy engine (none without offload)."""
+    found: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for kind, _, text, start, end in comm:
+        if kind == "reload":
+            entry = parse_entry(text)
+            found.setdefault((entry.stage, entry.microbatch), []).append((start, end))
+    return found
 
 
 def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

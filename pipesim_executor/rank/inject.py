@@ -26,6 +26,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ from torch import Tensor
 from pipesim.cost.model import CostModel
 from pipesim.cost.perturb import Perturbation
 from pipesim.ir import ActionKind, Schedule
+from pipesim_executor.rank.offload import Held
 from pipesim_executor.rank.runtime import RankModel
 
 SPIN_S = 100e-6  # the last 100 us are spun, not slept
@@ -112,9 +114,11 @@ class SleepRunner:
 def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch_size: int) -> RankModel:
     """This rank's sleeping stages, priced by `cost` (cut for the schedule), and messages of microbatch_size x
     WIDTH floats; the batch maker gives zeros of the same width."""
-    last = schedule.num_stages - 1
+    chain = schedule.pipeline_stages  # each direction of DualPipe has its own first and last stage
     runners = {
-        stage: SleepRunner(stage, stage == 0, stage == last, {k: cost.duration_ms(stage, k) for k in ActionKind})
+        stage: SleepRunner(
+            stage, stage % chain == 0, stage % chain == chain - 1, {k: cost.duration_ms(stage, k) for k in ActionKind}
+        )
         for stage in schedule.stages_of_rank(rank)
     }
     shape = torch.Size((microbatch_size, WIDTH))
@@ -123,7 +127,32 @@ def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch
     def make_batch(batch_size: int, seed: int, step: int) -> tuple[Tensor, Tensor]:
         return torch.zeros(batch_size, WIDTH), torch.zeros(batch_size, WIDTH)
 
-    return RankModel(runners, shapes, {s: (0, 0, 0) for s in runners}, make_batch)
+    copies = SleptCopies({s: cost.copy_ms(s) for s in runners})
+    return RankModel(runners, shapes, {s: (0, 0, 0) for s in runners}, make_batch, copies=copies)
+
+
+class SleptCopies:
+    """Sleep mode's OFFLOADs and RELOADs (the copy engine's, pipesim_executor.rank.offload): each sleeps its priced
+    copy time (`CostModel.copy_ms`: the stage's stash over the host link) on the copy engine's thread and moves
+    nothing (a sleeping stage keeps no activations)."""
+
+    def __init__(self, copy_ms: dict[int, float]) -> None:
+        self.copy_ms = copy_ms
+
+    @contextmanager
+    def capture(self, skip: Any):
+        yield {}
+
+    def held(self, stage: int, storages: Any, stash: Any, skip: Any) -> Held:
+        return Held([], nbytes=0)
+
+    def offload(self, stage: int, held: Held) -> int:
+        precise_sleep(self.copy_ms[stage] / 1e3)
+        return 0
+
+    def reload(self, stage: int, held: Held) -> int:
+        precise_sleep(self.copy_ms[stage] / 1e3)
+        return 0
 
 
 # --- which steps carry the injection -----------------------------------------------------------------------------

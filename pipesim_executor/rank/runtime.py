@@ -8,6 +8,9 @@ flow. Each rank walks `schedule.actions[rank]` in order:
 * B(s, m): take the output gradient (unless last), backward, hand the input
   gradient to stage s-1 (unless first).
 * I(s, m) / W(s, m): the split backward (see pipesim_executor.rank.stage).
+* OFFLOAD / RELOAD (a schedule with memory moves): issued to the rank's copy engine when the rank ends the
+  copy's gate action (pipesim.semantics.lower.memory_moves); the first backward of an offloaded microbatch waits
+  for its RELOAD (pipesim_executor.rank.offload).
 
 "Hand to" is a local hand-over when both stages live on this rank, an isend
 otherwise. Receives are posted ahead: from the schedule every rank knows the
@@ -28,6 +31,7 @@ against 29-31. NCCL keeps a window of 4 (each posted receive holds a GPU buffer)
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,16 +43,20 @@ from torch.profiler import record_function
 from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.semantics.lower import (
     ACT,
+    RELOAD_SERVES,
     Message,
     StashSizes,
+    changes_at_start,
     comm_plan,
     compute_only,
+    memory_moves,
     needed_message,
     produced_message,
     stash_change,
 )
 from pipesim.semantics.validate import validate
-from pipesim_executor.config import ModelConfig
+from pipesim_executor.rank.offload import RankCopies, StepCopies
+from pipesim_executor.rank.rank_model import RankModel, build_rank_model, microbatches  # noqa: F401 - imported from here
 from pipesim_executor.rank.stage import StageRunner, WeightWork
 from pipesim_executor.rank.torch_profile import action_label
 from pipesim_executor.rank.transport import PendingRecv, SendHandle
@@ -72,6 +80,7 @@ class StepRecord:
     comm: list[tuple[str, int, Action, Any, Any]] = field(default_factory=list)
     loss: Tensor | None = None
     peak_stash_bytes: int = 0
+    moved_bytes: dict[int, int] = field(default_factory=dict)  # per stage, the most bytes one OFFLOAD moved
 
     def resolved(self, clock: Any) -> dict[str, Any]:
         return {
@@ -140,8 +149,10 @@ class PipelineRuntime:
         stash_bytes: dict[int, tuple[int, int, int]] | None = None,
         label_actions: bool = False,
         grad_sync: Any = None,
+        copies: Any = None,
     ) -> None:
         validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
+        moves = memory_moves(schedule)[rank]  # read before the order is dropped: the copies are the order's
         # torch's full order (transfers, collectives, overlapped pairs) is not executed as written: the compute
         # actions run with pipesim's plan (the same messages, in the producers' order); nothing is sharded or
         # replicated, so UNSHARD, RESHARD and REDUCE_GRAD have nothing to do; an overlapped pair's members run
@@ -165,6 +176,12 @@ class PipelineRuntime:
         # --torch-profile: each action inside record_function("PP:2F0"), as torch's runtime does. Only then: the
         # unprofiled loop stays free of profiler calls.
         self._labels = {a: action_label(a) for a in schedule.actions[rank]} if label_actions else None
+        self.copies = RankCopies(moves, runners, self.stash_bytes, copies) if moves else None  # the copy engine
+
+    def data_index(self, stage: int, mb: int) -> int:
+        """Which of the step's microbatches (`run_step`'s inputs and targets) microbatch `mb` of `stage` is: with
+        pipelines in both directions (DualPipe), each direction's own, direction d's microbatch m the (d x M + m)th."""
+        return stage // self.schedule.pipeline_stages * self.schedule.num_microbatches + mb
 
     def message_shape(self, key: Message) -> torch.Size:
         """ACT is the stage's input, GRAD has the shape of the stage's output."""
@@ -174,7 +191,8 @@ class PipelineRuntime:
     def run_step(self, inputs: Sequence[Tensor] | None, targets: Sequence[Tensor] | None) -> StepRecord:
         """Run this rank's actions once. Gradients accumulate into .grad; the caller steps the optimizer.
 
-        `inputs[m]` (rank of stage 0) and `targets[m]` (rank of the last stage) are microbatch m on the device.
+        `inputs[m]` (rank of a first stage) and `targets[m]` (rank of a last stage) are microbatch m on the device
+        (`data_index`: with two directions, the second direction's after the first's).
         """
         step = _Step(self, inputs, targets)
         if self._labels is None:
@@ -201,9 +219,13 @@ class _Step:
         self.sends: list[tuple[SendHandle, int, Action]] = []
         self.losses: list[Tensor] = []
         self.stash_now = 0
+        self._stash_lock = threading.Lock()  # the copy engine frees and takes back bytes from its own thread
+        self.copies = None if runtime.copies is None else StepCopies(runtime.copies, self.record, self.change_stash)
         self._compute = {F: self._forward, B: self._backward, I: self._backward_input, W: self._backward_weight}
         for inbox in self.inboxes.values():
             inbox.top_up()
+        if self.copies is not None:
+            self.copies.issue(None, runtime.clock)
 
     # --- data movement ----------------------------------------------------------------------------------------
     def receive(self, key: Message) -> Tensor:
@@ -233,8 +255,12 @@ class _Step:
 
     def track(self, action: Action) -> None:
         """Stashed bytes after `action`, by pipesim's liveness rules (the simulator's memory metrics use the same)."""
-        self.stash_now += int(stash_change(action.kind, self._stash_sizes(action.stage))[1])
-        self.record.peak_stash_bytes = max(self.record.peak_stash_bytes, self.stash_now)
+        self.change_stash(int(stash_change(action.kind, self._stash_sizes(action.stage))[1]))
+
+    def change_stash(self, delta: int) -> None:
+        with self._stash_lock:
+            self.stash_now += delta
+            self.record.peak_stash_bytes = max(self.record.peak_stash_bytes, self.stash_now)
 
     # --- actions ----------------------------------------------------------------------------------------------
     def run(self, action: Action) -> None:
@@ -252,10 +278,18 @@ class _Step:
             rt.grad_sync.poll(rt.clock)
         key = needed_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
         received = self.receive(key) if key is not None else None
+        if self.copies is not None and action.kind in RELOAD_SERVES:
+            self.copies.wait_reload(action)
+        self.local_input = key is not None and rt.plan.source(key) == rt.rank
         start = rt.clock.mark()
         if key is not None and rt.plan.source(key) != rt.rank:
             received = rt.transport.to_compute(received)
+        at_start = changes_at_start(action.kind)  # pipesim's rule: a forward's stash grows as it runs
+        if at_start:
+            self.track(action)
         produced = self._compute[action.kind](action, received)
+        if not at_start:
+            self.track(action)
         out_key = produced_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
         if out_key is not None and produced is not None and rt.plan.destination(out_key) != rt.rank:
             produced = rt.transport.to_wire(produced)
@@ -264,6 +298,8 @@ class _Step:
             self.deliver(out_key, produced, action)
         if rt.grad_sync is not None:  # after the hand-over: the next stage's work must not wait for it
             rt.grad_sync.after(action, rt.clock)
+        if self.copies is not None:
+            self.copies.issue(action, rt.clock)
 
     def _stash_sizes(self, stage: int) -> StashSizes:
         """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""
@@ -274,11 +310,17 @@ class _Step:
     def _forward(self, action: Action, received: Tensor | None) -> Tensor | None:
         stage, mb = action.stage, action.microbatch
         runner = self.rt.runners[stage]
-        x = received if received is not None else self.inputs[mb]
-        target = self.targets[mb] if runner.is_last else None
-        out, stash = runner.forward(x, target, split=(stage, mb) in self.rt._split)
+        index = self.rt.data_index(stage, mb)
+        x = received if received is not None else self.inputs[index]
+        target = self.targets[index] if runner.is_last else None
+        split = (stage, mb) in self.rt._split
+        if self.copies is not None and (stage, mb) in self.copies.rank.offloaded:
+            # never moved: the microbatch (a view of the whole batch) or an input handed over on this rank (the
+            # previous stage's output)
+            out, stash = self.copies.forward(action, runner, x, target, split, received is None or self.local_input)
+        else:
+            out, stash = runner.forward(x, target, split=split)
         self.stashes[(stage, mb)] = stash
-        self.track(action)
         if runner.is_last:
             self.losses.append(out)
             return None
@@ -287,24 +329,23 @@ class _Step:
     def _backward(self, action: Action, received: Tensor | None) -> Tensor | None:
         stage, mb = action.stage, action.microbatch
         grad = self.rt.runners[stage].backward(self.stashes.pop((stage, mb)), received)
-        self.track(action)
         return grad
 
     def _backward_input(self, action: Action, received: Tensor | None) -> Tensor | None:
         stage, mb = action.stage, action.microbatch
         grad, work = self.rt.runners[stage].backward_input(self.stashes.pop((stage, mb)), received)
         self.weight_work[(stage, mb)] = work
-        self.track(action)
         return grad
 
     def _backward_weight(self, action: Action, received: Tensor | None) -> None:
         self.rt.runners[action.stage].backward_weight(self.weight_work.pop((action.stage, action.microbatch)))
-        self.track(action)
         return None
 
     # --- end of step ------------------------------------------------------------------------------------------
     def finish(self) -> None:
         rt = self.rt
+        if self.copies is not None:
+            self.copies.finish(rt.rank)
         for handle, dst, action in self.sends:
             before = rt.clock.mark()
             handle.wait()
@@ -321,77 +362,3 @@ class _Step:
             )
         if self.losses:
             self.record.loss = torch.stack(self.losses).sum()
-
-
-# --- building a rank's share of the model ------------------------------------------------------------------
-
-
-@dataclass
-class RankModel:
-    """This rank's stages, the boundary shapes of all stages, and per-stage stash sizes."""
-
-    runners: dict[int, StageRunner]
-    shapes: list[tuple[torch.Size, torch.Size]]
-    stash_bytes: dict[int, tuple[int, int, int]]
-    make_batch: Any = (
-        None  # (batch_size, seed, step) -> (inputs, targets): pipesim_executor.rank.model.model_parts' maker
-    )
-    wire_dtype: torch.dtype = torch.float32  # of the tensors that cross between ranks
-    split_points: tuple[int, ...] = ()  # where each stage after the first starts (unit indices)
-
-    def parameters(self) -> list[torch.nn.Parameter]:
-        return [p for stage in sorted(self.runners) for p in self.runners[stage].parameters()]
-
-
-def build_rank_model(
-    schedule: Schedule,
-    model_config: ModelConfig,
-    *,
-    seed: int,
-    microbatch_size: int,
-    rank: int,
-    device: torch.device,
-    recompute: bool = False,
-    dtype: str = "fp32",
-) -> RankModel:
-    """Build the full layer list (same weights on every rank), keep this rank's stages, move them to `device`.
-
-    dtype "bf16": the stages compute under autocast and hand bfloat16 tensors to other ranks
-    (pipesim_executor.rank.stage)."""
-    from pipesim_executor.rank.model import model_parts, split_stages, stage_io_shapes, stage_starts
-    from pipesim_executor.rank.stage import measure_stash_bytes, tensor_bytes
-
-    layers, make_batch, loss = model_parts(model_config, seed)
-    starts = stage_starts(
-        layers, schedule.num_stages, model_config.stage_split(schedule.num_stages, microbatch_size, recompute)
-    )
-    stages = split_stages(layers, schedule.num_stages, starts)
-    shapes = stage_io_shapes(stages, model_config, microbatch_size, make_batch)
-    sample, target = make_batch(microbatch_size, seed, 0)
-    last = schedule.num_stages - 1
-    runners, stash_bytes = {}, {}
-    half = torch.bfloat16 if dtype == "bf16" else None
-    wire = half or torch.float32
-    for stage in schedule.stages_of_rank(rank):
-        module = stages[stage].to(device)
-        runner = StageRunner(
-            stage,
-            module,
-            stage == 0,
-            stage == last,
-            loss,
-            1.0 / schedule.num_microbatches,
-            recompute,
-            autocast_dtype=half,
-            wire_dtype=wire,
-        )
-        x = sample.to(device) if stage == 0 else torch.zeros(shapes[stage][0], device=device)
-        activation, weight = measure_stash_bytes(runner, x, target.to(device) if stage == last else None)
-        stash_bytes[stage] = (activation, weight, tensor_bytes(x))
-        runners[stage] = runner
-    del stages
-    return RankModel(runners, shapes, stash_bytes, make_batch, wire, starts)
-
-
-def microbatches(batch: Tensor, num_microbatches: int, device: torch.device) -> list[Tensor]:
-    return [chunk.to(device) for chunk in batch.chunk(num_microbatches)]

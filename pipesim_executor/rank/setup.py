@@ -81,12 +81,14 @@ class Rank:
         return [[str(a) for a in group] for group in overlap_groups(self.schedule)]
 
     def batch(self, step: int) -> tuple[list | None, list | None]:
-        """This step's microbatches: inputs where stage 0 lives, targets where the last stage lives.
+        """This step's microbatches: inputs where a first stage lives, targets where a last stage lives (with
+        pipelines in both directions, DualPipe, each direction has its own first and last stage).
 
         With D replicas the step's global batch is batch_size x D rows and this replica takes its own
         batch_size rows of it (D = 1: the batch itself)."""
-        stages = self.runtime.runners
-        if 0 not in stages and self.schedule.num_stages - 1 not in stages:
+        runners = self.runtime.runners.values()
+        first, last = any(r.is_first for r in runners), any(r.is_last for r in runners)
+        if not (first or last):
             return None, None
         training, replicas = self.config.training, self.config.pipeline.data_parallel
         size = training.batch_size
@@ -96,8 +98,8 @@ class Rank:
             inputs, targets = inputs[rows], targets[rows]
         m, device = self.config.pipeline.num_microbatches, self.choice.device
         return (
-            microbatches(inputs, m, device) if 0 in stages else None,
-            microbatches(targets, m, device) if self.schedule.num_stages - 1 in stages else None,
+            microbatches(inputs, m, device) if first else None,
+            microbatches(targets, m, device) if last else None,
         )
 
 
@@ -138,9 +140,10 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
             f"and the config {config.pipeline.num_ranks} ranks x {replicas} replicas"
         )
     rank, replica = process % schedule.num_ranks, process // schedule.num_ranks
-    if schedule.num_microbatches != config.pipeline.num_microbatches:
+    if schedule.num_microbatches * schedule.pipelines != config.pipeline.num_microbatches:
         raise ValueError(
-            f"the schedule has {schedule.num_microbatches} microbatches, the config {config.pipeline.num_microbatches}"
+            f"the schedule has {schedule.num_microbatches * schedule.pipelines} microbatches, the config "
+            f"{config.pipeline.num_microbatches}"
         )
     local_world, local_rank = env_int("LOCAL_WORLD_SIZE", world), env_int("LOCAL_RANK", process)
     choice = resolve_backend(config.devices.device, config.devices.backend, local_world, local_rank)
@@ -163,6 +166,10 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         group = data_parallel_groups(config, config.timeout_s)[rank]
         torch.distributed.all_reduce(torch.zeros(1, device=choice.device), group=group)  # connect before timing
         sync = GradSync(schedule, rank, model.runners, group, replicas)
+    if schedule.pipelines > 1:  # a copy of the weights per direction: their gradients summed before the optimizer
+        from pipesim_executor.rank.weight_copies import WeightCopies
+
+        sync = WeightCopies(schedule, rank, model.runners, config.timeout_s, choice.device)
     clock = make_clock(choice.device)
     runtime = PipelineRuntime(
         schedule,
@@ -174,6 +181,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         dtype=model.wire_dtype,
         stash_bytes=model.stash_bytes,
         grad_sync=sync,
+        copies=model.copies,
         label_actions=config.training.torch_profile,
         lookahead=ahead_for(choice.transport),
     )

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipesim.ir import Action
+from pipesim.ir import Action, CommAction, parse_entry
 from pipesim.records import CommSpan, Span, Timeline
 
 # Recv waits are kept even when zero (they say the data was already there); send waits only when they blocked.
@@ -201,6 +201,14 @@ def assemble_measured(
             for kind, peer, text, start, end in rec["comm"]:
                 if kind == "send" and end - start < MIN_SEND_WAIT_MS:
                     continue
-                comm.append(CommSpan(rank, kind, peer, Action.parse(text), start + shift, end + shift, step, replica))
+                comm.append(CommSpan(rank, kind, peer, _comm_action(text), start + shift, end + shift, step, replica))
     timeline = Timeline(num_ranks, tuple(spans), "measured", schedule_name, tuple(comm), dict(meta or {}))
     return timeline, step_times
+
+
+def _comm_action(text: str) -> Action | CommAction:
+    """A transfer's compute action (2F0), or a copy's own entry (0OFFLOAD3, as the simulator records it)."""
+    entry = parse_entry(text)
+    if not isinstance(entry, (Action, CommAction)):
+        raise ValueError(f"a comm record names {text!r}, neither an action nor a memory move")
+    return entry

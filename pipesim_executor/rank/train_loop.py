@@ -51,6 +51,7 @@ def train_step(r: Rank, step: int) -> dict[str, Any]:
         optimizer_ms=r.clock.resolve(end) - r.clock.resolve(before_optimizer),
         loss=None if record.loss is None else float(record.loss.item()),
         peak_stash_bytes=record.peak_stash_bytes,
+        moved_bytes=record.moved_bytes,
         grad_bytes=grads,
     )
     return result
@@ -198,12 +199,20 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         meta["overlap"] = "members run back to back (no overlap on this device)"
     timeline, step_times = assemble_measured(ranks, r.schedule.name, measured, applied, meta)
     cuda = r.choice.device.type == "cuda"
-    loss_rank = r.schedule.stage_to_rank[r.schedule.num_stages - 1]
-    all_steps = replica0[loss_rank]["records"]
+    # the loss is the last stage's; with pipelines in both directions (DualPipe) the sum of each direction's
+    schedule, chain = r.schedule, r.schedule.pipeline_stages
+    loss_ranks = sorted({schedule.stage_to_rank[c * chain + chain - 1] for c in range(schedule.pipelines)})
+    all_steps = replica0[loss_ranks[0]]["records"]
+    losses = [
+        None
+        if any(replica0[k]["records"][i]["loss"] is None for k in loss_ranks)
+        else sum(replica0[k]["records"][i]["loss"] for k in loss_ranks)
+        for i in range(len(all_steps))
+    ]
     replicas = r.config.pipeline.data_parallel
     summary = {
         "step_times_ms": step_times,
-        "losses": [rec["loss"] for rec in all_steps],
+        "losses": losses,
         "loss_phases": [rec["phase"] for rec in all_steps],
         "warmup_steps": r.config.training.warmup_steps,
         "steps": r.config.training.steps,
@@ -223,6 +232,10 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         "dtype": r.config.training.dtype,
         "data_parallel": replicas,
     }
+    if any(rec["moved_bytes"] for g in replica0 for rec in g["records"]):  # the copies' own bytes, per stage
+        summary["offload_moved_bytes"] = [
+            {str(k): v for k, v in sorted(_most_moved(g["records"]).items())} for g in replica0
+        ]
     if r.config.inject.inject:  # which measured steps carried it (all of them, or every other one: alternate)
         summary["injected_steps"] = [bool(rec["injected"]) for rec in measured[0]]
     if replicas > 1:
@@ -232,3 +245,12 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         )
         summary["losses_note"] = "replica 0's loss on its own rows of the global batch"
     write_json(timeline_to_dict(timeline, summary), run_dir / MEASURED_FILE)
+
+
+def _most_moved(records: list[dict[str, Any]]) -> dict[int, int]:
+    """Per stage, the most bytes one OFFLOAD moved over the records."""
+    most: dict[int, int] = {}
+    for rec in records:
+        for stage, moved in rec["moved_bytes"].items():
+            most[stage] = max(most.get(stage, 0), moved)
+    return most

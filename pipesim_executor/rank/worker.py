@@ -24,6 +24,9 @@ warmup_steps, steps, torch_version, dtype, data_parallel; meta holds the clock o
 With data parallelism (processes = ranks x replicas) the timeline is replica 0's
 ranks, each gradient all-reduce a comm span of kind "allreduce" (peer: the number
 of replicas), and allreduce_replica_lag_ms says how far the other replicas lagged.
+With --offload each OFFLOAD and RELOAD is a comm span of kind "offload" / "reload" (peer -1: the host, action the
+copy's own entry, as the simulator writes them) and offload_moved_bytes says, per rank and stage, the bytes one
+OFFLOAD moved. With a schedule in both directions (DualPipe) the losses are the sum of both last stages'.
 With --torch-profile each rank also writes traces/rankR.json, the torch.profiler
 trace of the measured steps (see pipesim_executor.rank.torch_profile).
 """

@@ -202,7 +202,7 @@ def run_pipeline(
     """One training step of `schedule` on in-process ranks: every stage's gradients, the losses, the hub, and per
     rank (its StepRecord, its transport)."""
     config = _config(schedule.num_ranks)
-    batch_size = 2 * schedule.num_microbatches
+    batch_size = 2 * schedule.num_microbatches * schedule.pipelines  # DualPipe: each direction its microbatches
     hub = Hub(matching)
 
     # built here, one after another: a model's weights come from the global RNG (seeded), which threads share
@@ -219,10 +219,12 @@ def run_pipeline(
             schedule, rank, model.runners, model.shapes, transport, clock, dtype=model.wire_dtype, lookahead=lookahead
         )
         inputs, targets = model.make_batch(batch_size, SEED, 0)
-        m, last = schedule.num_microbatches, schedule.num_stages - 1
+        m = schedule.num_microbatches * schedule.pipelines
+        first = any(r.is_first for r in model.runners.values())  # a chain's first or last stage (two in DualPipe)
+        last = any(r.is_last for r in model.runners.values())
         record = runtime.run_step(
-            microbatches(inputs, m, CPU) if 0 in model.runners else None,
-            microbatches(targets, m, CPU) if last in model.runners else None,
+            microbatches(inputs, m, CPU) if first else None,
+            microbatches(targets, m, CPU) if last else None,
         )
         grads = {s: [p.grad.clone() for p in r.parameters()] for s, r in model.runners.items()}
         return grads, None if record.loss is None else float(record.loss), (record, transport)

@@ -83,7 +83,7 @@ def run_case(
     lr: float = 0.0,
 ) -> tuple[dict, list[float]]:
     """`steps` pipelined steps on the batch of step 0; this rank's gradients after step 0 (per stage), and losses."""
-    m = schedule.num_microbatches
+    m = schedule.num_microbatches * schedule.pipelines  # DualPipe: each direction its own microbatches
     model = build_rank_model(
         schedule, config, seed=SEED, microbatch_size=batch_size // m, rank=rank, device=CPU, recompute=recompute
     )
@@ -92,12 +92,13 @@ def run_case(
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=lr) if lr else None
     grads, losses = {}, []
-    last = schedule.num_stages - 1
+    first = any(r.is_first for r in model.runners.values())  # a chain's first or last stage (two with DualPipe)
+    last = any(r.is_last for r in model.runners.values())
     inputs, targets = make_batch(config, batch_size, SEED, step=0)  # one batch: the loss must fall on it
     for step in range(steps):
         record = runtime.run_step(
-            microbatches(inputs, m, CPU) if 0 in model.runners else None,
-            microbatches(targets, m, CPU) if last in model.runners else None,
+            microbatches(inputs, m, CPU) if first else None,
+            microbatches(targets, m, CPU) if last else None,
         )
         losses.append(None if record.loss is None else float(record.loss))
         if step == 0:
@@ -143,8 +144,12 @@ def compare(gathered: list[dict], config: ModelConfig, schedule: Schedule, batch
     errors = [g["error"] for g in gathered if g["error"]]
     if errors:
         return {"error": errors[0]}
-    reference = reference_grads(config, schedule.num_stages, batch_size)
-    got = {s: grads for g in gathered for s, grads in g["grads"].items()}
+    chain = schedule.pipeline_stages
+    reference = reference_grads(config, chain, batch_size)
+    got: dict[int, list[torch.Tensor]] = {}  # per piece of the model, summed over its copies (one per direction)
+    for g in gathered:
+        for s, grads in g["grads"].items():
+            got[s % chain] = [a + b for a, b in zip(got[s % chain], grads, strict=True)] if s % chain in got else grads
     worst = 0.0
     for stage, expected in enumerate(reference):
         if stage not in got or len(got[stage]) != len(expected):
