@@ -20,7 +20,8 @@ def critical_path(schedule: Schedule, timeline: Timeline, cost: CostModel) -> li
     Walks back from the action that ends last, each time to the predecessor
     (previous action on the rank, or a producer plus its transfer) whose
     arrival is latest; ties go to the rank predecessor. Works for measured
-    timelines too, where arrivals need not meet starts exactly.
+    timelines too, where arrivals need not meet starts exactly. A backward that waited for its RELOAD is reached
+    through its compute predecessors: the path names compute actions only.
     """
     deps = dependencies(schedule)
     span_of = {span.action: span for span in timeline.spans}
@@ -37,6 +38,8 @@ def critical_path(schedule: Schedule, timeline: Timeline, cost: CostModel) -> li
         if current not in first_of_rank:
             best, best_arrival = current - 1, ends[current - 1]
         for d in deps.deps[current]:
+            if d >= len(ends):  # a RELOAD on the copy engine: the path follows compute actions only
+                continue
             arrival = ends[d]
             if deps.ranks[d] != deps.ranks[current]:
                 arrival += cost.transfer_ms(deps.actions[d].stage, deps.actions[current].stage)
