@@ -206,3 +206,16 @@ def test_every_placement_is_sound_checked_afresh(name: str, mode: str) -> None:
     moved = with_offload(schedule, mode, _cost(host_gbps=2000.0))
     assert any(memory_moves(moved))
     validate(dataclasses.replace(moved))  # a new instance: no mark
+
+
+def test_sampled_steps_run_the_copies_as_the_engine_does() -> None:
+    """Draw 0 of the sampled steps is the deterministic step, copies included (27 ms in the hand-computed case);
+    the draws move compute only."""
+    from pipesim.sim.jitter import sampled_steps
+    from pipesim.sim.spread import Spread
+
+    schedule = with_offload(build_schedule("gpipe", 1, 4), "full")
+    cost = _cost(copy_latency_ms=3.0, stash=0.0)
+    steps, deterministic = sampled_steps(schedule, cost, Spread.uniform(0.2), samples=50, seed=1)
+    assert deterministic == 27.0 and steps[0] == 27.0
+    assert steps.min() >= 24.0 - 1e-9  # the copy engine's 8 x 3 ms are never drawn shorter

@@ -129,6 +129,18 @@ def _factors(deps: Dependencies, spread: Spread, samples: int, rng: np.random.Ge
     kinds = [kind for _, kind, _ in deps.actions]
     names = sorted({*spread.cv, *spread.price_se}, key=lambda k: k.value)
     sigma = np.array([math.sqrt(math.log1p(spread.cv.get(k, 0.0) ** 2)) for k in kinds])
+    copies = deps.num_ops - len(kinds)  # OFFLOADs and RELOADs: their copy engine's time is not drawn
+    if copies:
+        return np.vstack([_compute_factors(kinds, names, sigma, spread, samples, rng), np.ones((copies, samples))])
+    return _compute_factors(kinds, names, sigma, spread, samples, rng)
+
+
+def _compute_factors(
+    kinds: list, names: list, sigma: np.ndarray, spread: Spread, samples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """`_factors` of the compute actions."""
+    import numpy as np
+
     per_action = np.exp(sigma[:, None] * rng.standard_normal((len(kinds), samples)) - (sigma**2 / 2)[:, None])
     if names:
         price_sigma = np.array([math.sqrt(math.log1p(spread.price_se.get(k, 0.0) ** 2)) for k in names])
@@ -151,13 +163,16 @@ def sweep_samples(deps: Dependencies, durations: np.ndarray, hops: list[float], 
     action's end, shape (actions, samples)."""
     import numpy as np
 
-    joined = deps.joined or {}
+    joined, copies = deps.joined or {}, deps.copies
     n, samples = durations.shape
     offsets, dep_lists, ranks = deps.offsets, deps.deps, deps.ranks
+    if copies is not None:  # a backward's RELOAD is on its own rank: no hop
+        ranks = ranks + copies.ranks
     ends = np.empty((n, samples))
     done = [False] * n
     pointer = list(offsets[:-1])
     clock = [np.zeros(samples) for _ in range(deps.num_ranks)]
+    copy_clock = [np.zeros(samples) for _ in range(deps.num_ranks)]  # each rank's copy engine, as `sweep`'s
     waiting: dict[int, list[int]] = {}
     ready = list(range(deps.num_ranks - 1, -1, -1))
     while ready:
@@ -184,6 +199,10 @@ def sweep_samples(deps: Dependencies, durations: np.ndarray, hops: list[float], 
             now = start + durations[i]
             ends[i] = now
             done[i] = True
+            for c in (copies.issued[i] or ()) if copies is not None else ():  # `simulate._run_copies`, per draw
+                ends[c] = np.maximum(np.maximum(copy_clock[rank], now), ends[copies.needs[c]]) + durations[c]
+                copy_clock[rank] = ends[c]
+                done[c] = True
             if i in waiting:
                 ready.extend(waiting.pop(i))
             i += 1
