@@ -268,6 +268,7 @@ class Schedule:
         return [list(row) for row in self.order]
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if self.num_ranks < 1:
             raise ValueError(f"num_ranks must be at least 1, got {self.num_ranks}")
         if self.num_microbatches < 1:
@@ -353,6 +354,27 @@ class Schedule:
         return (
             f"{self.name}: {self.num_ranks} ranks, {self.num_stages} stages, {microbatches}, {self.num_actions} actions"
         )
+
+
+def _check_types(schedule: Schedule) -> None:
+    """The public constructor's arguments, each of the type it takes, or one TypeError naming it (builders pass
+    tuples of Actions; a wrong type would otherwise surface as a comparison error deep in a check)."""
+    if not isinstance(schedule.name, str):
+        raise TypeError(f"Schedule name must be a string, got {type(schedule.name).__name__} {schedule.name!r:.40}")
+    for field_name in ("num_ranks", "num_stages", "num_microbatches"):
+        value = getattr(schedule, field_name)
+        if type(value) is not int:
+            raise TypeError(f"Schedule {field_name} must be a whole number, got {type(value).__name__} {value!r:.40}")
+    for field_name in ("stage_to_rank", "actions"):
+        value = getattr(schedule, field_name)
+        if not isinstance(value, tuple):
+            raise TypeError(
+                f"Schedule {field_name} must be a tuple (make_schedule freezes lists), got {type(value).__name__}"
+            )
+    if not all(type(rank) is int for rank in schedule.stage_to_rank):
+        raise TypeError("Schedule stage_to_rank must hold whole numbers, one rank per stage")
+    if not all(isinstance(row, tuple) for row in schedule.actions):
+        raise TypeError("Schedule actions must hold one tuple of Actions per rank")
 
 
 def make_schedule(

@@ -104,3 +104,18 @@ def test_a_public_constructor_refuses_a_wrong_argument_naming_it(case, wrong):
 def test_a_link_of_numbers_is_taken(latency, bandwidth):
     link = pipesim.LinkCost(latency, bandwidth)
     assert link.transfer_ms(0) == latency
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ((None, 2, 2, 2, (0, 1), ((), ())), "name"),
+        (("x", 2.0, 2, 2, (0, 1), ((), ())), "num_ranks"),
+        (("x", 2, 2, None, (0, 1), ((), ())), "num_microbatches"),
+        (("x", 2, 2, 2, [0, 1], ((), ())), "stage_to_rank"),
+        (("x", 2, 2, 2, (0, 1), [[], []]), "actions"),
+    ],
+)
+def test_a_schedule_of_wrong_types_is_refused_naming_the_argument(args, named) -> None:
+    with pytest.raises(TypeError, match=named):
+        pipesim.Schedule(*args)
