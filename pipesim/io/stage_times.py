@@ -32,7 +32,7 @@ _COLON, _COMMA, _BRACE, _SPACE = b":,} "
 _MAX_VALUE_CHARS = 32  # a float's repr is at most 24 characters
 _VALUE_BYTES = np.zeros(256, dtype=bool)  # the characters of a JSON number, and null's
 _VALUE_BYTES[list(b"0123456789.eE+-nul")] = True
-_KEY = re.compile(rb'"([a-z_]+)":')
+_KEY = re.compile(rb'"([a-z][a-z0-9_]*)":')  # a field's name: a2a_ms holds a digit
 
 
 def stage_times_ms(path: str | Path) -> np.ndarray:

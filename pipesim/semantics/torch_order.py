@@ -14,6 +14,8 @@ send/receive rounds stop at a work limit.
 
 from __future__ import annotations
 
+import dataclasses
+
 from pipesim.ir import B, CommAction, CommKind, Entry, Overlap, Schedule, W, entry_actions, schedule_from_order
 from pipesim.limits import MAX_ACTIONS
 from pipesim.semantics.lower import needed_message, produced_message, producers_of, transfers_of
@@ -33,13 +35,17 @@ def with_comms(schedule: Schedule) -> list[list[Entry]]:
 def torch_lowered(schedule: Schedule) -> Schedule:
     """The schedule as torch runs it: its compute order with torch's UNSHARD, RESHARD and REDUCE_GRAD, and its
     sends right after their producers (which changes no time)."""
-    return schedule_from_order(
+    lowered = schedule_from_order(
         schedule.name,
         schedule.num_ranks,
         schedule.num_microbatches,
         schedule.stage_to_rank,
         with_comms(schedule),
         **schedule.params,
+    )
+    # what the order's cells do not say: the chains of stages (DualPipe) and the sequence chunks
+    return dataclasses.replace(
+        lowered, pipelines=schedule.pipelines, seq_chunks=schedule.seq_chunks, seq_cut=schedule.seq_cut
     )
 
 
