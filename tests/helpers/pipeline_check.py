@@ -61,9 +61,13 @@ def schedules(world: int, microbatches_: int) -> dict[str, Schedule | str]:
     return built
 
 
-def reference_grads(config: ModelConfig, num_stages: int, batch_size: int) -> list[list[torch.Tensor]]:
-    """Single process, full model, full batch: the gradients every pipeline must reproduce, per stage."""
-    stages = split_stages(build_model(config, SEED), num_stages, config.split_points)
+def reference_grads(
+    config: ModelConfig, num_stages: int, batch_size: int, microbatch_size: int = 1, recompute: bool = False
+) -> list[list[torch.Tensor]]:
+    """Single process, full model, full batch: the gradients every pipeline must reproduce, per stage (cut where a
+    run of `microbatch_size` cuts it, `ModelConfig.stage_split`)."""
+    split = config.stage_split(num_stages, microbatch_size, recompute)
+    stages = split_stages(build_model(config, SEED), num_stages, split)
     inputs, targets = make_batch(config, batch_size, SEED, step=0)
     out = inputs
     for stage in stages:
@@ -133,19 +137,22 @@ def check_gradients(rank: int, world: int, transport: Transport) -> list[dict]:
                     results.append(
                         {
                             **case,
-                            **compare(gathered, config, schedule, batch_size),
+                            **compare(gathered, config, schedule, batch_size, recompute),
                             "seconds": time.perf_counter() - started,
                         }
                     )
     return results
 
 
-def compare(gathered: list[dict], config: ModelConfig, schedule: Schedule, batch_size: int) -> dict:
+def compare(
+    gathered: list[dict], config: ModelConfig, schedule: Schedule, batch_size: int, recompute: bool = False
+) -> dict:
     errors = [g["error"] for g in gathered if g["error"]]
     if errors:
         return {"error": errors[0]}
     chain = schedule.pipeline_stages
-    reference = reference_grads(config, chain, batch_size)
+    size = batch_size // (schedule.num_microbatches * schedule.pipelines)  # each run's microbatch, as run_case's
+    reference = reference_grads(config, chain, batch_size, size, recompute)
     got: dict[int, list[torch.Tensor]] = {}  # per piece of the model, summed over its copies (one per direction)
     for g in gathered:
         for s, grads in g["grads"].items():
