@@ -150,7 +150,13 @@ def test_the_readme_path_from_an_empty_folder(tmp_path):
     for program, command, *rest in readme_own_model_commands():
         argv = [*programs[program], command, *rest, *SMALL[command]]
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-        assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr[-2000:]}"
+        if command == "plan" and done.returncode and "is disturbed" in done.stderr:
+            # a busy machine disturbed the profile, and the plan said so and how to go on: as a user would
+            argv.append("--accept-disturbed-profile")
+            done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        # verify-plan's 3: the machine's speed moved during it (not comparable), a verdict about the machine
+        accepted = (0, 3) if command == "verify-plan" else (0,)
+        assert done.returncode in accepted, f"{' '.join(argv)}: {done.stderr[-2000:]}"
         outputs.append(done.stdout)
     cost = next((tmp_path / "out").glob("*/cost.json")).read_text()
     assert f"{tmp_path / 'mymodel.py'}:build" in cost  # the ranks loaded the file by its absolute path
