@@ -11,7 +11,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, streamlit_server
+from tests.test_browser import CHROMIUM, streamlit_server
+from tests.test_browser_busy import _idle, browser, page  # noqa: F401 - the fixtures the busy-machine tests use
 
 pytestmark = pytest.mark.browser
 
@@ -33,29 +34,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("playwright.sync_api")
     with streamlit_server(tmp_path_factory.mktemp("schedules-runs")) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def browser(served):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport=VIEWPORT)
-    tab = context.new_page()
-    tab.set_default_timeout(120_000)
-    yield tab
-    context.close()
-
-
-def _idle(tab) -> None:
-    tab.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", polling=100)
 
 
 def _legend(tab) -> list[str]:
