@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from tests.test_browser import CHROMIUM, streamlit_server
-from tests.test_browser_busy import _idle, browser, page  # noqa: F401 - the fixtures the busy-machine tests use
+from tests.test_browser_busy import _idle, browser, page  # noqa: F401, F811 - the busy-machine tests' fixtures
 
 pytestmark = pytest.mark.browser
 
@@ -41,7 +41,7 @@ def _legend(tab) -> list[str]:
 
 
 @pytest.mark.timeout(600)
-def test_each_new_family_opens_from_a_link_with_its_sub_lanes(page, served) -> None:
+def test_each_new_family_opens_from_a_link_with_its_sub_lanes(page, served) -> None:  # noqa: F811
     for name, extra, lanes in CASES:
         page.goto(f"{served}/?schedule={name}&ranks=4&microbatches=12{extra}")
         page.wait_for_selector(".js-plotly-plot .legendtext")
@@ -61,7 +61,7 @@ def test_each_new_family_opens_from_a_link_with_its_sub_lanes(page, served) -> N
 
 
 @pytest.mark.timeout(300)
-def test_the_dag_page_draws_an_offloaded_schedules_copies(page, served) -> None:
+def test_the_dag_page_draws_an_offloaded_schedules_copies(page, served) -> None:  # noqa: F811
     page.goto(f"{served}/dag?schedule=1f1b&ranks=3&microbatches=4&knob-offload=full&knob-host-lat=0.5")
     page.wait_for_selector(".js-plotly-plot .legendtext")
     _idle(page)
