@@ -104,3 +104,16 @@ def test_the_examples_in_the_new_pricing_modules_hold(module: str) -> None:
 
     failures, tried = doctest.testmod(importlib.import_module(module))
     assert tried and not failures
+
+
+def test_a_cost_file_keeps_an_moe_stages_all_to_all_and_writes_a_dense_one_as_before(tmp_path) -> None:
+    import json
+
+    from pipesim.io.cost_file import load_cost, save_cost
+
+    moe, dense = _moe(1.0, 2.0, 0.5, layers=3), _moe(1.0, 2.0, 0.0)
+    for cost, name in ((moe, "moe.json"), (dense, "dense.json")):
+        save_cost(cost, tmp_path / name)
+        assert load_cost(tmp_path / name).stages == cost.stages
+    assert {"a2a_ms", "moe_layers"} <= set(json.loads((tmp_path / "moe.json").read_text())["stages"][0])
+    assert not {"a2a_ms", "moe_layers"} & set(json.loads((tmp_path / "dense.json").read_text())["stages"][0])

@@ -52,7 +52,7 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
         "units": dict(COST_UNITS),
         "source": cost.source,
         "recompute": cost.recompute,
-        "stages": [asdict(s) for s in cost.stages],
+        "stages": [_stage_dict(s) for s in cost.stages],
         "links": [_link_dict(link) for link in cost.links],
         "step_overhead_ms": list(cost.step_overhead_ms),
         "dispatch_ms": list(cost.dispatch_ms),
@@ -67,6 +67,19 @@ def cost_to_dict(cost: CostModel) -> dict[str, Any]:
         "attention_fraction": cost.attention_fraction,
         "meta": cost.meta,
     }
+
+
+# A dense stage's all-to-all fields at their defaults are left out: a million-stage file stays its size, and a
+# file of a model without experts reads as it did before they existed.
+_DENSE = {"a2a_ms": 0.0, "moe_layers": 1}
+
+
+def _stage_dict(stage: StageCost) -> dict[str, Any]:
+    record = asdict(stage)
+    for name, default in _DENSE.items():
+        if record[name] == default:
+            del record[name]
+    return record
 
 
 def _link_dict(link: LinkCost) -> dict[str, Any]:
