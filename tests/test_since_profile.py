@@ -46,8 +46,12 @@ def test_the_shared_configurations_pool_to_a_geometric_mean_with_a_t_interval():
 def test_no_move_is_said_so_one_configuration_has_no_interval_and_none_shared_is_none():
     checked = [step("1f1b", 2, 50.0, 50.0), step("zb-h1", 2, 40.0, 40.0)]
     keys = [config_key(s.schedule, s.microbatch_size, s.microbatches, s.recompute, s.split_points) for s in checked]
-    same = since_profile(checked, {keys[0]: 51.0, keys[1]: 39.0})
-    assert same.low < 1 < same.high and "did not move measurably" in same.line()
+    same = since_profile(checked, {keys[0]: 51.0, keys[1]: 39.0})  # two readings: t(1) makes it wide
+    assert same.low < 1 < same.high and "not informative" in same.line()
+    more = [*checked, step("gpipe", 2, 30.0, 30.0), step("1f1b", 4, 20.0, 20.0)]
+    more_keys = [config_key(s.schedule, s.microbatch_size, s.microbatches, s.recompute, s.split_points) for s in more]
+    held = since_profile(more, dict(zip(more_keys, (50.5, 39.8, 30.2, 19.9), strict=True)))
+    assert held.low < 1 < held.high and "did not move measurably" in held.line()
     one = since_profile(checked, {keys[0]: 55.0})
     assert one.configurations == 1 and one.low is None and one.ratio == pytest.approx(1.1)
     assert "1 configuration (" in one.line()
@@ -82,3 +86,14 @@ def test_verify_plan_reads_the_move_from_the_plans_profile_and_says_it(tmp_path)
     path.unlink()
     assert _since_profile({"inputs": {"cost_file": str(path)}}, rows, notes) is None
     assert len(notes) == 1 and "cannot be read" in notes[0] and str(path) in notes[0]
+
+
+def test_an_interval_too_wide_to_tell_is_said_so_never_did_not_move() -> None:
+    """Two noisy configurations gave 0.836x [0.043, 16.274] on a busy machine: no move is measured, and none
+    can be ruled out either; a narrow interval around 1 is the machine holding still."""
+    from pipesim.analysis.since_profile import SinceProfile
+
+    wide = SinceProfile(configurations=2, ratio=0.836, low=0.043, high=16.274, check_bias=-0.264).line()
+    assert "not informative" in wide and "did not move" not in wide
+    narrow = SinceProfile(configurations=9, ratio=1.01, low=0.98, high=1.04, check_bias=0.0).line()
+    assert "did not move measurably" in narrow

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipesim.analysis.profile_check import CheckedStep
-from pipesim.analysis.stats import CONFIDENCE, t_quantile
+from pipesim.analysis.stats import CONFIDENCE, MAX_INFORMATIVE_HALF_WIDTH, informative, t_quantile
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ class SinceProfile:
             moved = "the machine's speed moved between them"
         elif self.low is None:
             moved = "one configuration: no interval"
+        elif not informative(self.ratio, self.low, self.high):  # too wide to tell a move from none
+            moved = f"not informative: the interval is wider than +-{MAX_INFORMATIVE_HALF_WIDTH:.0%}"
         else:
             moved = "the machine's speed did not move measurably"
         return (
