@@ -202,9 +202,10 @@ def test_dualpipe_with_a_weight_copy_per_direction_trains_as_1f1b(plain_1f1b, tm
     assert measured["losses"] == pytest.approx(plain_1f1b["losses"], abs=1e-4)
 
 
-def test_a_profiled_offload_run_is_predicted_from_its_deterministic_step():
-    """A profile's spread samples compute actions only (pipesim.sim.jitter): with copies in the schedule the
-    prediction is the simulated step itself, not a failure of the run's analysis."""
+def test_a_profiled_offload_run_is_predicted_with_its_interval():
+    """A profile's spread draws the compute actions' prices (pipesim.sim.jitter); the copies keep their priced time
+    on the copy engine. An offload run's prediction is the sampled median with its 90% interval, around the
+    deterministic step of the same schedule."""
     from pipesim_executor.host.predict import predict_step
 
     schedule = with_offload(build_schedule("gpipe", 2, 4), "full")
@@ -212,4 +213,7 @@ def test_a_profiled_offload_run_is_predicted_from_its_deterministic_step():
     spread = {"cv": {"F": 0.05, "B": 0.05}, "repeats": 10}
     cost = dataclasses.replace(cost, provenance=dataclasses.replace(cost.provenance, meta={"spread": spread}))
     prediction = predict_step(schedule, cost)
-    assert prediction.p05_ms is None and prediction.predicted_step_ms > 0
+    plain = predict_step(schedule, cost_from_times((1.0,), (2.0,)))
+    assert prediction.deterministic_ms == pytest.approx(plain.predicted_step_ms)
+    assert prediction.p05_ms < prediction.predicted_step_ms < prediction.p95_ms
+    assert prediction.p05_ms < plain.predicted_step_ms < prediction.p95_ms

@@ -29,7 +29,7 @@ from pipesim.io.formats import read_json, timeline_from_dict, timeline_to_dict, 
 from pipesim.io.run_record import median_step_ms
 from pipesim.ir import Schedule
 from pipesim.records import Timeline, keep_steps
-from pipesim.semantics.lower import back_to_back, has_memory_moves
+from pipesim.semantics.lower import back_to_back
 from pipesim_executor.config import RunConfig
 from pipesim_executor.run_files import TRACE_FILE
 
@@ -82,7 +82,7 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
     step = simulate_step(schedule, cost)
     prediction = Prediction(step.step_ms, step.timeline, step.tail_ms, sharing=sharing_of(cost))
     spread = cost_spread(cost)  # the run's in-situ steps' spread: the point is the sampled median, with its interval
-    if spread is None or has_memory_moves(schedule):  # the sampler draws compute actions only, no copies yet
+    if spread is None:
         return prediction
     interval = step_interval(schedule, cost, spread)
     return replace(
