@@ -100,3 +100,9 @@ def test_its_dependencies_carry_the_sequence_edges() -> None:
     at = {a: i for i, a in enumerate(deps.actions)}
     assert at[Action(0, F, 0)] in deps.deps[at[Action(0, F, 1)]]
     assert at[Action(0, B, 1)] in deps.deps[at[Action(0, B, 0)]]
+
+
+def test_too_many_chunks_are_refused_in_the_users_terms():
+    """The IR counts a chunk as a microbatch; the refusal names what the user gave: microbatches x chunks."""
+    with pytest.raises(ValueError, match=r"2 microbatches x 100000 sequence chunks = 200000 chunks, more than"):
+        build_schedule("seq1f1b", 2, 2, seq_chunks=100000)

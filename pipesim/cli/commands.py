@@ -266,7 +266,8 @@ def _summary_lines(schedule: Schedule, metrics: Metrics, show_bytes: bool) -> li
         stashed = f" ({format_memory(None, rank.peak_activations, False)} stashed)" if show_bytes else " stashed"
         if schedule.seq_chunks > 1:  # what is stashed is sequence chunks, each 1/S of a microbatch
             chunks = rank.peak_activations
-            counted = f"{chunks} sequence chunks ({chunks / schedule.seq_chunks:g} microbatches)"
+            whole = chunks / schedule.seq_chunks
+            counted = f"{chunks} sequence chunks ({whole:g} microbatch{'' if whole == 1 else 'es'})"
             memory, stashed = (memory, f" ({counted} stashed)") if show_bytes else (counted, " stashed")
         host = f"; host {format_bytes(rank.peak_host_bytes)}" if moves and show_bytes else ""
         host += f"; copy engine busy {rank.copy_busy_ms:.3f} ms" if moves else ""

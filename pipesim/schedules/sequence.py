@@ -15,7 +15,7 @@ against 1F1B's p.
 from __future__ import annotations
 
 from pipesim.ir import SEQ_CUTS, Action, B, F, Schedule, loop_placement
-from pipesim.limits import check_sizes
+from pipesim.limits import MAX_MICROBATCHES, check_sizes
 from pipesim.schedules import ScheduleInfo
 from pipesim.schedules.basic import check_counts
 
@@ -33,6 +33,11 @@ def _check(num_ranks: int, num_microbatches: int, seq_chunks: int = DEFAULT_SEQ_
     check_counts(num_ranks, num_microbatches)
     check_seq_chunks(seq_chunks, seq_cut)
     units = num_microbatches * seq_chunks
+    if units > MAX_MICROBATCHES:  # the IR counts chunks as microbatches: say it in the user's terms
+        raise ValueError(
+            f"{num_microbatches} microbatches x {seq_chunks} sequence chunks = {units} chunks, more than pipesim "
+            f"handles (at most {MAX_MICROBATCHES:,}; see pipesim/limits.py)"
+        )
     check_sizes(num_ranks=num_ranks, num_stages=num_ranks, num_microbatches=units, num_actions=2 * num_ranks * units)
 
 
