@@ -11,7 +11,8 @@ the norm in bf16, which accumulated dweight/dbias onto the copies and left the m
 Which LayerNorms that bug reached: on the CPU, autocast runs layer_norm in its input's dtype. The built-in
 Transformer and examples.gpt_small normalise the fp32 residual stream (x + a bf16 branch is fp32), so their norms
 run in fp32 and never took the faulty branch; a LayerNorm right after a Linear gets a bf16 input and did. The
-`norm_after_linear` model is that shape, so this comparison fails without the fix; the other three guard the
+`norm_after_linear` model is that shape, so this comparison fails without the fix; `gru` holds a leaf with two
+outputs (a user's recurrent layer once failed the profile: "one tensor in and out"); the others guard the
 models users run.
 """
 
@@ -33,7 +34,31 @@ MODELS = {
     "cnn": ModelConfig.of_cnn(channels=4, blocks=2, fc_size=16),
     "gpt_small": ModelConfig(kind=CUSTOM, spec="examples.gpt_small:build"),
     "norm_after_linear": None,  # built below: a LayerNorm whose input is a Linear's (bf16 under autocast)
+    "gru": None,  # built below: a leaf with two outputs (a GRU's sequence and last hidden state), both used
 }
+
+
+class _GruBlock(nn.Module):
+    """A recurrent layer whose two outputs both reach the loss: its leaf, the nn.GRU, returns a tuple."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.gru = nn.GRU(width, width, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sequence, last = self.gru(x)
+        return x + sequence + last.transpose(0, 1)
+
+
+def _gru() -> tuple[list[nn.Module], object, object]:
+    torch.manual_seed(SEED)
+    layers = [nn.Sequential(nn.Linear(6, 8), _GruBlock(8)), nn.Sequential(_GruBlock(8), nn.Linear(8, 3))]
+
+    def make_batch(batch_size: int, seed: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(seed + step)
+        return torch.randn(batch_size, 5, 6, generator=generator), torch.randn(batch_size, 5, 3, generator=generator)
+
+    return layers, make_batch, nn.functional.mse_loss
 
 
 def _norm_after_linear() -> tuple[list[nn.Module], object, object]:
@@ -50,8 +75,9 @@ def _norm_after_linear() -> tuple[list[nn.Module], object, object]:
     return layers, make_batch, nn.functional.mse_loss
 
 
-def _runners(config: ModelConfig | None, dtype: str) -> tuple[list[StageRunner], torch.Tensor, torch.Tensor]:
-    layers, make_batch, loss = _norm_after_linear() if config is None else model_parts(config, SEED)
+def _runners(model: str, dtype: str) -> tuple[list[StageRunner], torch.Tensor, torch.Tensor]:
+    built = {"norm_after_linear": _norm_after_linear, "gru": _gru}
+    layers, make_batch, loss = built[model]() if model in built else model_parts(MODELS[model], SEED)
     stages = split_stages(layers, 2)
     half = torch.bfloat16 if dtype == "bf16" else None
     runners = [
@@ -62,10 +88,10 @@ def _runners(config: ModelConfig | None, dtype: str) -> tuple[list[StageRunner],
     return runners, inputs, targets
 
 
-def _gradients(config: ModelConfig | None, dtype: str, split: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def _gradients(model: str, dtype: str, split: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Every parameter's gradient after one microbatch's forward and backward through both stages, and the
     input gradient stage 1 hands to stage 0."""
-    runners, inputs, targets = _runners(config, dtype)
+    runners, inputs, targets = _runners(model, dtype)
     first, last = runners
     hidden, first_stash = first.forward(inputs, split=split)
     _, last_stash = last.forward(hidden, targets, split=split)
@@ -87,9 +113,8 @@ def _gradients(config: ModelConfig | None, dtype: str, split: bool) -> tuple[dic
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_split_backward_matches_full_backward_for_every_parameter(model: str, dtype: str) -> None:
-    config = MODELS[model]
-    full, full_boundary = _gradients(config, dtype, split=False)
-    split, split_boundary = _gradients(config, dtype, split=True)
+    full, full_boundary = _gradients(model, dtype, split=False)
+    split, split_boundary = _gradients(model, dtype, split=True)
     assert full.keys() == split.keys()
     missing = sorted(name for name, grad in split.items() if grad is None and full[name] is not None)
     assert not missing, f"{model} {dtype}: the split backward left these gradients None: {missing}"

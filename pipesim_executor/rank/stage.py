@@ -10,7 +10,7 @@ pass runs every input-gradient kernel and no weight-gradient kernel (autograd
 only evaluates the edges leading to the requested tensors). W then computes
 each leaf's weight gradient from (leaf input, leaf output gradient) with the
 dW kernels alone: one matmul for a Linear, `conv2d_weight` for a Conv2d, and so
-on. A leaf type without such a formula falls back to a per-leaf autograd call
+on. A leaf type without such a formula, or with several outputs (a GRU), falls back to a per-leaf autograd call
 on a retained graph (correct, a little slower, and it keeps the graph alive
 until W).
 
@@ -31,17 +31,22 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+from torch.utils._pytree import tree_leaves
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 
 
 @dataclass
 class LeafCall:
-    """One call of a parameterised leaf module during a captured forward."""
+    """One call of a parameterised leaf module during a captured forward.
+
+    `outputs` are the call's tensors that carry a gradient: one for the modules with a dW-only formula, any number
+    for the rest (a GRU returns its sequence and its last hidden state); `input` is kept only where a formula
+    needs it."""
 
     module: nn.Module
-    input: Tensor
-    output: Tensor
+    input: Tensor | None
+    outputs: tuple[Tensor, ...]
 
 
 @dataclass
@@ -59,7 +64,8 @@ class WeightWork:
     """What I leaves for W: per leaf, (module, its input, its output gradient)."""
 
     explicit: list[tuple[nn.Module, Tensor, Tensor]] = field(default_factory=list)
-    fallback: list[tuple[nn.Module, Tensor, Tensor]] = field(default_factory=list)  # (module, output, grad)
+    # (module, its outputs, their gradients)
+    fallback: list[tuple[nn.Module, tuple[Tensor, ...], tuple[Tensor, ...]]] = field(default_factory=list)
 
 
 def own_parameters(module: nn.Module) -> list[nn.Parameter]:
@@ -180,10 +186,16 @@ class StageRunner:
 
     # --- forward ----------------------------------------------------------------------------------------------
     def _record_call(self, module: nn.Module, args: tuple, output: object) -> None:
-        if self._calls is not None:
-            if not isinstance(output, Tensor) or not args or not isinstance(args[0], Tensor):
-                raise TypeError(f"split backward supports leaf modules with one tensor in and out; {module} is not")
-            self._calls.append(LeafCall(module, args[0], output))
+        if self._calls is None:
+            return
+        if supports_explicit(module) and isinstance(output, Tensor) and args and isinstance(args[0], Tensor):
+            self._calls.append(LeafCall(module, args[0], (output,)))
+            return
+        # Any other leaf (several outputs, a tuple, a dict): W asks autograd for its own parameters' gradients
+        # from every output tensor that carries one (the fallback on the retained graph).
+        outputs = tuple(t for t in tree_leaves(output) if isinstance(t, Tensor) and t.requires_grad)
+        if outputs:
+            self._calls.append(LeafCall(module, None, outputs))
 
     def _run(self, x: Tensor, target: Tensor | None, capture: bool) -> tuple[Tensor, list[LeafCall] | None]:
         """The stage's forward (plus the scaled loss on the last stage); records leaf calls if asked."""
@@ -248,7 +260,7 @@ class StageRunner:
         if calls is None:
             raise RuntimeError(f"stage {self.stage}: I needs a forward run with split=True")
         wants_input = stash.input.requires_grad
-        targets = ([stash.input] if wants_input else []) + [call.output for call in calls]
+        targets = ([stash.input] if wants_input else []) + [t for call in calls for t in call.outputs]
         grads = torch.autograd.grad(
             root,
             targets,
@@ -258,13 +270,17 @@ class StageRunner:
         )
         input_grad = self._to_wire(grads[0]) if wants_input else None
         work = WeightWork()
-        for call, grad in zip(calls, grads[1:] if wants_input else grads, strict=True):
-            if grad is None:
+        at = 1 if wants_input else 0
+        for call in calls:
+            call_grads = grads[at : at + len(call.outputs)]
+            at += len(call.outputs)
+            if call.input is not None:  # a module with a dW-only formula: one output
+                if call_grads[0] is not None:
+                    work.explicit.append((call.module, call.input.detach(), call_grads[0]))
                 continue
-            if supports_explicit(call.module):
-                work.explicit.append((call.module, call.input.detach(), grad))
-            else:
-                work.fallback.append((call.module, call.output, grad))
+            given = [(t, g) for t, g in zip(call.outputs, call_grads, strict=True) if g is not None]
+            if given:
+                work.fallback.append((call.module, tuple(t for t, _ in given), tuple(g for _, g in given)))
         stash.root, stash.calls = None, None
         return input_grad, work
 
@@ -274,8 +290,8 @@ class StageRunner:
             for module, x, grad in work.explicit:
                 if not explicit_weight_grads(module, x, grad):
                     raise AssertionError(f"no explicit weight gradient for {module}")
-        for module, output, grad in work.fallback:
-            torch.autograd.backward(output, grad, inputs=own_parameters(module))
+        for module, outputs, grads in work.fallback:
+            torch.autograd.backward(outputs, grads, inputs=own_parameters(module))
         work.explicit.clear()
         work.fallback.clear()
 
@@ -320,8 +336,9 @@ def measure_stash_parts(runner: StageRunner, x: Tensor, target: Tensor | None) -
     seen.setdefault(_storage_key(x), tensor_bytes(x))
     held: dict[tuple, int] = {}
     for call in calls or []:
-        held.setdefault(_storage_key(call.input), tensor_bytes(call.input))
-        held[("grad", id(call))] = tensor_bytes(call.output)
+        if call.input is not None:
+            held.setdefault(_storage_key(call.input), tensor_bytes(call.input))
+        held[("grad", id(call))] = sum(map(tensor_bytes, call.outputs))
     output = seen.get(_storage_key(root), 0) if target is None and _storage_key(root) != _storage_key(x) else 0
     del root
     return sum(seen.values()), min(sum(held.values()), sum(seen.values())), output
