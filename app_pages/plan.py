@@ -42,7 +42,7 @@ from pipesim.plan import (
 )
 from pipesim.programs import programs
 from pipesim.schedules import names_taking_chunks, planned_schedule_names, schedule_names
-from pipesim.sim.memory import rank_memory
+from pipesim.sim import rank_memory
 from pipesim.units import format_bytes, format_ms, quantity
 
 state.init_state()

@@ -18,7 +18,7 @@ from pipesim.cost import CostModel
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
 from pipesim.schedules import schedule_info
-from pipesim.sim.metrics import makespan
+from pipesim.sim import makespan
 from pipesim.units import format_ms, format_percent
 
 state.init_state()

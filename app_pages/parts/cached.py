@@ -40,10 +40,8 @@ from pipesim.plan import (
     synthesized_candidates,
 )
 from pipesim.records import Timeline
-from pipesim.semantics.dag import DeadlockError, build_dag, dag_positions
-from pipesim.sim.metrics import Metrics, compute_metrics, inner_bubble_fraction
-from pipesim.sim.simulate import find_deadlock
-from pipesim.sim.steps import simulate_step
+from pipesim.semantics import DeadlockError, build_dag, dag_positions
+from pipesim.sim import Metrics, compute_metrics, find_deadlock, inner_bubble_fraction, simulate_step
 from pipesim.units import format_count
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ import streamlit as st
 
 from app_pages.parts.cached import HASH_FUNCS
 from pipesim.ir import Action, Schedule, entry_actions, parse_entry
-from pipesim.semantics.validate import find_problems
-from pipesim.sim.simulate import find_deadlock
+from pipesim.semantics import find_problems
+from pipesim.sim import find_deadlock
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from app_pages.parts import plot
 from pipesim.io import schedule_to_csv, timeline_to_chrome_trace, timeline_to_dict
 from pipesim.ir import Schedule
 from pipesim.records import Timeline
-from pipesim.sim.metrics import Metrics
+from pipesim.sim import Metrics
 from pipesim.units import (
     BYTES_DECIMALS,
     PERCENT_DECIMALS,
