@@ -310,8 +310,8 @@ class _Step:
     def _stash_sizes(self, stage: int) -> StashSizes:
         """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""
         activation, weight, inputs = self.rt.stash_bytes.get(stage, (0, 0, 0))
-        chunks = self.rt.schedule.seq_chunks  # a sequence chunk stashes its share, as pipesim counts (for_seq_chunks)
-        activation, weight, inputs = activation // chunks, weight // chunks, inputs // chunks
+        if self.rt.seq is not None:  # a sequence chunk stashes its share, as pipesim counts it (for_seq_chunks)
+            activation, weight, inputs = (size // self.rt.seq.count for size in (activation, weight, inputs))
         stash = inputs if self.rt.runners[stage].recompute else activation
         return StashSizes(stash, min(weight, stash))
 
