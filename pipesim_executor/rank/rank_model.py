@@ -81,7 +81,7 @@ def build_rank_model(
             piece == 0,
             piece == chain - 1,
             loss,
-            1.0 / data_microbatches(schedule),  # a sequence chunk's loss weighed by its tokens besides
+            1.0 / data_microbatches(schedule),  # a sequence chunk's loss is also weighed by its tokens (StageRunner)
             recompute,
             autocast_dtype=half,
             wire_dtype=wire,
