@@ -124,19 +124,21 @@ def test_what_cannot_run_chunks_is_refused_in_one_line(flags, words):
 # --- torchrun ------------------------------------------------------------------------------------------------------
 
 
-def _losses(tmp_path, name, **flags) -> list[float]:
+def _measured(tmp_path, name, **flags) -> dict:
     from pipesim_executor.host import launch
 
     config = run_config(**{**TRAIN, **flags}, model=TINY, device="cpu", timeout_s=300)
     result = launch.run(config, runs_root=tmp_path, name=name)
     assert result.status == "ok", result.message
-    return read_json(tmp_path / name / "measured.json")["losses"]
+    return read_json(tmp_path / name / "measured.json")
 
 
 @pytest.mark.torchrun
 def test_seq1f1b_trains_as_1f1b(tmp_path):
-    plain = _losses(tmp_path, "plain", schedule="1f1b")
-    chunked = _losses(tmp_path, "chunked", schedule="seq1f1b", seq_chunks=2)
+    plain = _measured(tmp_path, "plain", schedule="1f1b")["losses"]
+    measured = _measured(tmp_path, "chunked", schedule="seq1f1b", seq_chunks=2)
+    chunked = measured["losses"]
+    assert measured["meta"]["seq_bounds"] == [0, 8, 16]  # 16 tokens, even
     difference = max(abs(a - b) for a, b in zip(plain, chunked, strict=True))
     print(f"1f1b {plain}\nseq1f1b {chunked}\nmax |loss difference| {difference:.2e}")
     assert chunked == pytest.approx(plain, abs=1e-4)
