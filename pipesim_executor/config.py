@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from pipesim.cost.runtime import OPTIMIZERS
+from pipesim.ir import SEQ_CUTS
 from pipesim.limits import MAX_SEED, MAX_STEPS, MAX_TIMEOUT_S
 from pipesim.numbers import check_number
+from pipesim.schedules.sequence import check_seq_chunks
 from pipesim.sim.offload import OFFLOAD_MODES, check_offload_mode
 from pipesim_executor.model_config import (  # noqa: F401 - re-exported: the run's model section
     CUSTOM,
@@ -39,6 +41,7 @@ DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "staged")
 OptimizerName = Literal[OPTIMIZERS]  # type: ignore[valid-type]  # the flag's choices: pipesim's one list
 OffloadMode = Literal[OFFLOAD_MODES]  # type: ignore[valid-type]  # pipesim.sim.offload's modes
+SeqCut = Literal[SEQ_CUTS]  # type: ignore[valid-type]  # pipesim.ir's sequence cuts
 SGD_MOMENTUM = 0.9  # sgd-momentum's momentum: one buffer per parameter, as the planner counts it
 # Without --batch-size: the smallest multiple of the microbatches that is at least this.
 DEFAULT_MIN_BATCH = 16
@@ -63,6 +66,12 @@ class PipelineConfig:
     """Activation offload (CPU runs): full moves every microbatch's saved activations whose backward is at least two
     actions after its forward to a host buffer after the forward and back before the backward, on a copy thread;
     selective only those worth the copies (pipesim.sim.offload places them)."""
+    seq_chunks: int | None = field(default=None, metadata={"metavar": "S"})
+    """Sequence chunks per microbatch, for the schedules that take them (seq1f1b; default 2): the built-in
+    Transformer runs each microbatch as S pieces of its sequence, keeping the earlier pieces' keys and values."""
+    seq_cut: SeqCut | None = None
+    """How a microbatch's sequence is cut into chunks (seq1f1b; default even): even tokens, or balanced compute
+    under causal attention (pipesim.cost.seq_chunks, with the model's attention share)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.schedule, str) or not self.schedule.strip():
@@ -73,6 +82,8 @@ class PipelineConfig:
         check_positive("num_microbatches", self.num_microbatches)
         if self.num_virtual_stages is not None:
             check_positive("num_virtual_stages", self.num_virtual_stages)
+        if self.seq_chunks is not None or self.seq_cut is not None:
+            check_seq_chunks(1 if self.seq_chunks is None else self.seq_chunks, self.seq_cut or SEQ_CUTS[0])
 
 
 @dataclass(frozen=True)

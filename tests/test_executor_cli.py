@@ -109,6 +109,8 @@ def test_custom_schedule_file_runs(tmp_path, monkeypatch, capsys):
         "num_virtual_stages": None,
         "data_parallel": 1,
         "offload": "none",
+        "seq_chunks": None,
+        "seq_cut": None,
     }  # the file says what runs
     # issue 9 item 7: a schedule name such as "../x" never makes a folder outside the runs root
     (tmp_path / "work").mkdir()

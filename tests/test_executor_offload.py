@@ -73,7 +73,6 @@ def test_host_buffers_are_counted_from_the_schedules_copies():
 @pytest.mark.parametrize(
     "flags, words",
     [
-        ({"schedule": "seq1f1b"}, ["sequence chunks", "run 1f1b"]),
         ({"schedule": "dualpipe", "data_parallel": 2}, ["own copy of the weights", "run dualpipev"]),
         ({"schedule": "1f1b", "offload": "selective"}, ["--offload full", "--compute sleep"]),
     ],

@@ -209,8 +209,8 @@ def test_a_slow_rank_in_sleep_mode_sleeps_once_factor_times_its_cost(monkeypatch
     runner.stretch({"forward": 1.5, "backward": 1.2, "backward_input": 1.0, "backward_weight": 1.0}, switch)
     for step in range(2):  # uniform, then injected
         switch.set_step(step)
-        runner.forward(torch.zeros(2, 3))
-        runner.backward((2, 3), None)
+        _, stash = runner.forward(torch.zeros(2, 3))
+        runner.backward(stash, None)
     assert slept == pytest.approx([0.004, 0.008, 0.006, 0.0096])  # one sleep per action, never a second
 
 

@@ -74,9 +74,10 @@ class ModelDescription(TransformerShape):
         flops_per_ms = self.device_tflops * 1e12 / 1e3
         boundary = float(tokens * h * dtype_bytes)
         layer_params = 4 * h * h + 2 * h * self.ffn_size
-        layer_ms = (2 * tokens * layer_params + 4 * tokens * s * h) / flops_per_ms
+        projections, attention, head = self._token_flops()
+        layer_ms = tokens * (projections + attention) / flops_per_ms
         layer_act = tokens * h * (34 + 5 * self.num_heads * s / h) * dtype_bytes / 2
-        head_ms = 2 * tokens * h * self.vocab_size / flops_per_ms
+        head_ms = tokens * head / flops_per_ms
         head_act = float(tokens * self.vocab_size * 4)
 
         def unit(forward_ms: float, act: float, params: float) -> StageCost:
@@ -95,6 +96,18 @@ class ModelDescription(TransformerShape):
         block = unit(layer_ms, layer_act, layer_params)
         head = unit(head_ms, head_act, h * self.vocab_size)
         return [embedding, *([block] * self.num_layers), head]
+
+    def _token_flops(self) -> tuple[int, int, int]:
+        """Forward FLOPs per token: a block's projections, a block's attention (scores and values), the head."""
+        h = self.hidden_size
+        return 2 * (4 * h * h + 2 * h * self.ffn_size), 4 * self.seq_len * h, 2 * h * self.vocab_size
+
+    def attention_fraction(self) -> float:
+        """Attention's share of a whole sequence's forward FLOPs (`CostModel.attention_fraction`): what makes a later
+        sequence chunk dearer, and where Seq1F1B's balanced cut falls (pipesim.cost.seq_chunks)."""
+        projections, attention, head = self._token_flops()
+        layers = self.num_layers
+        return layers * attention / (layers * (projections + attention) + head)
 
     def split_cost_model(self, split_points: tuple[int, ...], recompute: bool = False) -> CostModel:
         """The cost model of this model cut at `split_points` (unit indices where a stage starts, the executor's

@@ -24,6 +24,11 @@ class ChunkShares(NamedTuple):
     compute: tuple[float, ...]
     tokens: tuple[float, ...]
 
+    def of_kind(self, weight_only: bool, chunk: int) -> float:
+        """Chunk `chunk`'s share of an action's time: F, B and I by its share of the compute, W (a weight gradient,
+        which attention does not touch) by its share of the tokens."""
+        return (self.tokens if weight_only else self.compute)[chunk]
+
 
 def _cumulative(x: float, a: float) -> float:
     return (1 - a) * x + a * x * x
@@ -51,3 +56,23 @@ def chunk_shares(seq_chunks: int, attention_fraction: float, cut: str) -> ChunkS
     compute = tuple(_cumulative(hi, a) - _cumulative(lo, a) for lo, hi in zip(bounds, bounds[1:], strict=False))
     tokens = tuple(hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False))
     return ChunkShares(compute, tokens)
+
+
+def token_bounds(seq_len: int, seq_chunks: int, attention_fraction: float, cut: str) -> tuple[int, ...]:
+    """Where each chunk of a `seq_len`-token sequence starts, and the end: `chunk_shares`' token shares rounded to
+    whole tokens. ValueError where a chunk would get no token.
+
+    >>> token_bounds(16, 2, 0.5, "balanced")
+    (0, 10, 16)
+    """
+    shares = chunk_shares(seq_chunks, attention_fraction, cut).tokens
+    bounds = [0]
+    for share in shares[:-1]:
+        bounds.append(bounds[-1] + share * seq_len)
+    cut_at = (0, *(round(b) for b in bounds[1:]), seq_len)
+    if any(lo >= hi for lo, hi in zip(cut_at, cut_at[1:], strict=False)):
+        raise ValueError(
+            f"a sequence of {seq_len} tokens does not cut into {seq_chunks} {cut} chunks of at least one token each; "
+            "use fewer sequence chunks or a longer sequence"
+        )
+    return cut_at

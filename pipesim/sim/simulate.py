@@ -427,8 +427,7 @@ def chunk_durations(deps: Dependencies, durations: list[float], schedule: Schedu
     chunks = schedule.seq_chunks
     scaled = list(durations)
     for i, (_, kind, mb) in enumerate(deps.actions):
-        share = shares.tokens if kind is ActionKind.BACKWARD_WEIGHT else shares.compute
-        scaled[i] *= share[mb % chunks]
+        scaled[i] *= shares.of_kind(kind is ActionKind.BACKWARD_WEIGHT, mb % chunks)
     return scaled
 
 

@@ -21,6 +21,7 @@ from pipesim_executor.devices import resolve_device, torch_missing
 from pipesim_executor.host.gpu_probe import GpuProbe, probe_gpus
 from pipesim_executor.host.model_check import check_custom_model
 from pipesim_executor.host.model_memory import check_model_memory
+from pipesim_executor.seq_cut import data_microbatches, token_bounds
 
 MAX_CPU_RANKS = 16
 
@@ -71,14 +72,12 @@ def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
             pipeline.num_ranks,
             pipeline.num_microbatches,
             num_virtual_stages=pipeline.num_virtual_stages,
+            seq_chunks=pipeline.seq_chunks,
+            seq_cut=pipeline.seq_cut,
         )
-    elif (schedule.num_ranks, schedule.num_microbatches * schedule.pipelines) != (
-        pipeline.num_ranks,
-        pipeline.num_microbatches,
-    ):  # each direction of DualPipe's numbers its own microbatches
+    elif (schedule.num_ranks, data_microbatches(schedule)) != (pipeline.num_ranks, pipeline.num_microbatches):
         raise ValueError(
-            f"schedule {schedule.name!r} is for {schedule.num_ranks} ranks and "
-            f"{schedule.num_microbatches * schedule.pipelines} "
+            f"schedule {schedule.name!r} is for {schedule.num_ranks} ranks and {data_microbatches(schedule)} "
             f"microbatches but the run asks for {pipeline.num_ranks} ranks and {pipeline.num_microbatches}"
         )
     validate(schedule)  # ScheduleError (a ValueError) names rank, action and rule
@@ -92,17 +91,30 @@ def _checked_schedule(config: RunConfig, schedule: Schedule | None) -> Schedule:
 def _check_runnable(schedule: Schedule, config: RunConfig) -> None:
     """What the executor's runtime cannot run yet, refused in one line with what to run instead."""
     if schedule.seq_chunks > 1:
-        raise ValueError(
-            f"schedule {schedule.name!r} cuts each microbatch into {schedule.seq_chunks} sequence chunks, and no "
-            "model of the executor runs a microbatch chunk by chunk yet; run 1f1b (the same training), or simulate "
-            f"it: python -m pipesim simulate --schedule {schedule.name}"
-        )
+        _check_seq_chunks(schedule, config)
     if schedule.pipelines > 1 and (config.pipeline.data_parallel > 1 or config.profile or config.reference):
         raise ValueError(
             f"schedule {schedule.name!r} runs {schedule.pipelines} pipelines in opposite directions, each with its "
             "own copy of the weights, which the executor runs on one replica without --profile or --reference; "
             "drop those, or run dualpipev (its pairs on one copy)"
         )
+
+
+def _check_seq_chunks(schedule: Schedule, config: RunConfig) -> None:
+    """Sequence chunks run on the built-in Transformer, its sequence long enough for the cut
+    (pipesim_executor.seq_cut), without what moves or times a whole microbatch's stash."""
+    if not config.compute.sleeps:
+        token_bounds(config.model, schedule)
+    for flag, on, fix in (
+        ("--offload", config.pipeline.offload != "none", "use --offload none"),
+        ("--profile", config.profile, "drop --profile"),
+        ("--reference", config.reference, "drop --reference"),
+    ):
+        if on:
+            raise ValueError(
+                f"schedule {schedule.name!r} runs each microbatch as {schedule.seq_chunks} sequence chunks, and "
+                f"{flag} moves or times whole microbatches; {fix}, or run 1f1b"
+            )
 
 
 def _with_offload(config: RunConfig, schedule: Schedule) -> Schedule:

@@ -49,6 +49,7 @@ from pipesim_executor.config import (
 from pipesim_executor.host.cli_runs import add_wait_flag, say_waiting, summary_lines
 from pipesim_executor.host.time_left import TimeLeft
 from pipesim_executor.progress import readable_event
+from pipesim_executor.seq_cut import data_microbatches
 
 SECTION = "run"  # the argparse dests of the generated flags: run.pipeline.num_ranks, run.model.transformer.num_layers
 OK_STATUSES = ("ok", "partial")
@@ -145,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         pipeline = PipelineConfig(
             schedule.name,
             schedule.num_ranks,
-            schedule.num_microbatches * schedule.pipelines,  # DualPipe's microbatches in both directions
+            data_microbatches(schedule),  # DualPipe's in both directions, each of a sequence's chunks once
             data_parallel=config.pipeline.data_parallel,
         )
         training = config.training

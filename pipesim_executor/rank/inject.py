@@ -34,6 +34,7 @@ from torch import Tensor
 
 from pipesim.cost.model import CostModel
 from pipesim.cost.perturb import Perturbation
+from pipesim.cost.seq_chunks import ChunkShares, chunk_shares
 from pipesim.ir import ActionKind, Schedule
 from pipesim_executor.rank.offload import Held
 from pipesim_executor.rank.runtime import RankModel
@@ -66,12 +67,20 @@ CALLS = {  # a runner's compute calls, by the kind of action each runs
 
 class SleepRunner:
     """A stage that sleeps its action's cost (ms, per kind) and hands on zeros of the message's shape. One tiny
-    parameter so the optimizer has something to step (it has no gradient: the step is microseconds)."""
+    parameter so the optimizer has something to step (it has no gradient: the step is microseconds). A sequence
+    chunk sleeps its share of the cost (`shares`: pipesim.cost.seq_chunks, as the simulator prices it)."""
 
-    def __init__(self, stage: int, is_first: bool, is_last: bool, costs_ms: dict[ActionKind, float]) -> None:
+    def __init__(
+        self,
+        stage: int,
+        is_first: bool,
+        is_last: bool,
+        costs_ms: dict[ActionKind, float],
+        shares: ChunkShares | None = None,
+    ) -> None:
         self.stage, self.is_first, self.is_last = stage, is_first, is_last
         self.recompute = False
-        self.costs_ms = costs_ms
+        self.costs_ms, self.shares = costs_ms, shares
         self.weight = torch.nn.Parameter(torch.zeros(1))
         self._factors: dict[ActionKind, float] = {}
         self._switch: StepSwitch | None = None
@@ -89,35 +98,44 @@ class SleepRunner:
     def remove_hooks(self) -> None:
         """Nothing to remove (the model runners' interface)."""
 
-    def _sleep(self, kind: ActionKind) -> None:
+    def _sleep(self, kind: ActionKind, chunk: int | None = None) -> None:
         on = self._switch is not None and self._switch.on
-        precise_sleep(self.costs_ms[kind] * (self._factors.get(kind, 1.0) if on else 1.0) / 1e3)
+        share = 1.0 if chunk is None else self.shares.of_kind(kind is ActionKind.BACKWARD_WEIGHT, chunk)
+        precise_sleep(self.costs_ms[kind] * share * (self._factors.get(kind, 1.0) if on else 1.0) / 1e3)
 
-    def forward(self, x: Tensor, target: Tensor | None = None, split: bool = False) -> tuple[Tensor, Any]:
-        self._sleep(ActionKind.FORWARD)
+    def forward(
+        self, x: Tensor, target: Tensor | None = None, split: bool = False, chunk: Any = None
+    ) -> tuple[Tensor, Any]:
+        index = None if chunk is None else chunk.index  # the stash: the message's shape and the chunk
+        self._sleep(ActionKind.FORWARD, index)
         if self.is_last:
-            return torch.zeros(()), x.shape
-        return torch.zeros(x.shape), x.shape
+            return torch.zeros(()), (x.shape, index)
+        return torch.zeros(x.shape), (x.shape, index)
 
     def backward(self, stash: Any, grad_output: Tensor | None) -> Tensor | None:
-        self._sleep(ActionKind.BACKWARD)
-        return None if self.is_first else torch.zeros(stash)
+        self._sleep(ActionKind.BACKWARD, stash[1])
+        return None if self.is_first else torch.zeros(stash[0])
 
     def backward_input(self, stash: Any, grad_output: Tensor | None) -> tuple[Tensor | None, Any]:
-        self._sleep(ActionKind.BACKWARD_INPUT)
-        return (None if self.is_first else torch.zeros(stash)), stash
+        self._sleep(ActionKind.BACKWARD_INPUT, stash[1])
+        return (None if self.is_first else torch.zeros(stash[0])), stash
 
     def backward_weight(self, work: Any) -> None:
-        self._sleep(ActionKind.BACKWARD_WEIGHT)
+        self._sleep(ActionKind.BACKWARD_WEIGHT, work[1])
 
 
 def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch_size: int) -> RankModel:
     """This rank's sleeping stages, priced by `cost` (cut for the schedule), and messages of microbatch_size x
     WIDTH floats; the batch maker gives zeros of the same width."""
     chain = schedule.pipeline_stages  # each direction of DualPipe has its own first and last stage
+    shares = chunk_shares(schedule.seq_chunks, cost.attention_fraction, schedule.seq_cut)
     runners = {
         stage: SleepRunner(
-            stage, stage % chain == 0, stage % chain == chain - 1, {k: cost.duration_ms(stage, k) for k in ActionKind}
+            stage,
+            stage % chain == 0,
+            stage % chain == chain - 1,
+            {k: cost.duration_ms(stage, k) for k in ActionKind},
+            shares,
         )
         for stage in schedule.stages_of_rank(rank)
     }

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -48,7 +49,9 @@ def sinusoidal_positions(seq_len: int, d_model: int) -> Tensor:
 
 
 class TokenEmbedding(nn.Module):
-    """Token embedding times sqrt(d_model), plus sinusoidal positional encoding."""
+    """Token embedding times sqrt(d_model), plus sinusoidal positional encoding (from a sequence chunk's start)."""
+
+    takes_seq_chunk = True  # pipesim_executor.rank.seq_chunks
 
     def __init__(self, vocab_size: int, d_model: int, seq_len: int) -> None:
         super().__init__()
@@ -57,12 +60,16 @@ class TokenEmbedding(nn.Module):
         self.scale = math.sqrt(d_model)
         self.register_buffer("positions", sinusoidal_positions(seq_len, d_model), persistent=False)
 
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.embedding(tokens) * self.scale + self.positions[: tokens.shape[1]]
+    def forward(self, tokens: Tensor, chunk: Any = None) -> Tensor:
+        start = 0 if chunk is None else chunk.start
+        return self.embedding(tokens) * self.scale + self.positions[start : start + tokens.shape[1]]
 
 
 class TransformerBlock(nn.Module):
-    """nn.TransformerEncoderLayer's post-norm block, written with one leaf module per weight."""
+    """nn.TransformerEncoderLayer's post-norm block, written with one leaf module per weight. Over a sequence
+    chunk, its attention also reads the earlier chunks' keys and values (pipesim_executor.rank.seq_chunks)."""
+
+    takes_seq_chunk = True
 
     def __init__(self, d_model: int, num_heads: int, ffn_size: int) -> None:
         super().__init__()
@@ -74,11 +81,14 @@ class TransformerBlock(nn.Module):
         self.ff2 = nn.Linear(ffn_size, d_model)
         self.norm2 = nn.LayerNorm(d_model)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, chunk: Any = None) -> Tensor:
         batch, seq, d_model = x.shape
         head = d_model // self.num_heads
         q, k, v = self.qkv(x).view(batch, seq, 3, self.num_heads, head).permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if chunk is None:
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            attended = chunk.attend(self, q, k, v)
         attended = attended.transpose(1, 2).reshape(batch, seq, d_model)
         x = self.norm1(x + self.proj(attended))
         return self.norm2(x + self.ff2(F.relu(self.ff1(x))))

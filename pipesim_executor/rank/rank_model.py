@@ -18,6 +18,7 @@ from torch import Tensor
 from pipesim.ir import Schedule
 from pipesim_executor.config import ModelConfig
 from pipesim_executor.rank.stage import StageRunner
+from pipesim_executor.seq_cut import data_microbatches, token_bounds
 
 
 @dataclass
@@ -33,6 +34,7 @@ class RankModel:
     wire_dtype: torch.dtype = torch.float32  # of the tensors that cross between ranks
     split_points: tuple[int, ...] = ()  # where each stage after the first starts (unit indices)
     copies: Any = None  # how OFFLOAD and RELOAD move a stash (None: pipesim_executor.rank.offload.HostCopies)
+    seq_bounds: tuple[int, ...] | None = None  # where each sequence chunk starts, and the end (Seq1F1B)
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for stage in sorted(self.runners) for p in self.runners[stage].parameters()]
@@ -79,7 +81,7 @@ def build_rank_model(
             piece == 0,
             piece == chain - 1,
             loss,
-            1.0 / (schedule.num_microbatches * schedule.pipelines),
+            1.0 / data_microbatches(schedule),  # a sequence chunk's loss is also weighed by its tokens (StageRunner)
             recompute,
             autocast_dtype=half,
             wire_dtype=wire,
@@ -89,7 +91,8 @@ def build_rank_model(
         stash_bytes[stage] = (activation, weight, tensor_bytes(x))
         runners[stage] = runner
     del pieces
-    return RankModel(runners, shapes, stash_bytes, make_batch, wire, starts)
+    bounds = token_bounds(model_config, schedule) if schedule.seq_chunks > 1 else None
+    return RankModel(runners, shapes, stash_bytes, make_batch, wire, starts, seq_bounds=bounds)
 
 
 def microbatches(batch: Tensor, num_microbatches: int, device: torch.device) -> list[Tensor]:

@@ -57,6 +57,7 @@ from pipesim.semantics.lower import (
 from pipesim.semantics.validate import validate
 from pipesim_executor.rank.offload import RankCopies, StepCopies
 from pipesim_executor.rank.rank_model import RankModel, build_rank_model, microbatches  # noqa: F401 - imported from here
+from pipesim_executor.rank.seq_chunks import SeqChunks
 from pipesim_executor.rank.stage import StageRunner, WeightWork
 from pipesim_executor.rank.torch_profile import action_label
 from pipesim_executor.rank.transport import PendingRecv, SendHandle
@@ -150,6 +151,7 @@ class PipelineRuntime:
         label_actions: bool = False,
         grad_sync: Any = None,
         copies: Any = None,
+        seq_bounds: tuple[int, ...] | None = None,
     ) -> None:
         validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
         moves = memory_moves(schedule)[rank]  # read before the order is dropped: the copies are the order's
@@ -177,15 +179,19 @@ class PipelineRuntime:
         # unprofiled loop stays free of profiler calls.
         self._labels = {a: action_label(a) for a in schedule.actions[rank]} if label_actions else None
         self.copies = RankCopies(moves, runners, self.stash_bytes, copies) if moves else None  # the copy engine
+        # sequence chunks (Seq1F1B): where the sequence is cut (None in sleep mode) and the keys and values kept
+        self.seq = SeqChunks(schedule.seq_chunks, seq_bounds) if schedule.seq_chunks > 1 else None
 
     def data_index(self, stage: int, mb: int) -> int:
         """Which of the step's microbatches (`run_step`'s inputs and targets) microbatch `mb` of `stage` is: with
         pipelines in both directions (DualPipe), each direction's own, direction d's microbatch m the (d x M + m)th."""
-        return stage // self.schedule.pipeline_stages * self.schedule.num_microbatches + mb
+        chunks = self.schedule.seq_chunks  # a sequence chunk takes its microbatch's
+        return stage // self.schedule.pipeline_stages * (self.schedule.num_microbatches // chunks) + mb // chunks
 
     def message_shape(self, key: Message) -> torch.Size:
-        """ACT is the stage's input, GRAD has the shape of the stage's output."""
-        return self.shapes[key.stage][0 if key.what == ACT else 1]
+        """ACT is the stage's input, GRAD has the shape of the stage's output (a sequence chunk's positions)."""
+        shape = self.shapes[key.stage][0 if key.what == ACT else 1]
+        return shape if self.seq is None else self.seq.shape(shape, key.microbatch)
 
     # --- one step -------------------------------------------------------------------------------------------
     def run_step(self, inputs: Sequence[Tensor] | None, targets: Sequence[Tensor] | None) -> StepRecord:
@@ -304,6 +310,8 @@ class _Step:
     def _stash_sizes(self, stage: int) -> StashSizes:
         """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""
         activation, weight, inputs = self.rt.stash_bytes.get(stage, (0, 0, 0))
+        if self.rt.seq is not None:  # a sequence chunk stashes its share, as pipesim counts it (for_seq_chunks)
+            activation, weight, inputs = (size // self.rt.seq.count for size in (activation, weight, inputs))
         stash = inputs if self.rt.runners[stage].recompute else activation
         return StashSizes(stash, min(weight, stash))
 
@@ -314,12 +322,17 @@ class _Step:
         x = received if received is not None else self.inputs[index]
         target = self.targets[index] if runner.is_last else None
         split = (stage, mb) in self.rt._split
+        extra = {}
+        if self.rt.seq is not None:  # a sequence chunk: its positions of the microbatch, its stage's keys and values
+            chunk = extra["chunk"] = self.rt.seq.chunk(stage, mb)
+            x = x if received is not None else chunk.cut(x)
+            target = None if target is None else chunk.cut(target)
         if self.copies is not None and (stage, mb) in self.copies.rank.offloaded:
             # never moved: the microbatch (a view of the whole batch) or an input handed over on this rank (the
             # previous stage's output)
             out, stash = self.copies.forward(action, runner, x, target, split, received is None or self.local_input)
         else:
-            out, stash = runner.forward(x, target, split=split)
+            out, stash = runner.forward(x, target, split=split, **extra)
         self.stashes[(stage, mb)] = stash
         if runner.is_last:
             self.losses.append(out)
@@ -355,6 +368,8 @@ class _Step:
             rt.grad_sync.finish(rt.clock, self.record.comm)
         for inbox in self.inboxes.values():
             inbox.check_done()
+        if self.rt.seq is not None:
+            self.rt.seq.finish()
         if self.local or self.stashes or self.weight_work:
             raise RuntimeError(
                 f"rank {rt.rank}: step ended with unconsumed work: hand-overs {sorted(self.local)}, "

@@ -24,6 +24,7 @@ from pipesim_executor.rank.runtime import (
 )
 from pipesim_executor.rank.timing import CudaClock, HostClock, make_clock
 from pipesim_executor.rank.transport import BackendChoice, Transport, env_int, init_distributed, resolve_backend
+from pipesim_executor.seq_cut import data_microbatches
 
 
 def make_optimizer(config: RunConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -140,9 +141,9 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
             f"and the config {config.pipeline.num_ranks} ranks x {replicas} replicas"
         )
     rank, replica = process % schedule.num_ranks, process // schedule.num_ranks
-    if schedule.num_microbatches * schedule.pipelines != config.pipeline.num_microbatches:
+    if data_microbatches(schedule) != config.pipeline.num_microbatches:
         raise ValueError(
-            f"the schedule has {schedule.num_microbatches * schedule.pipelines} microbatches, the config "
+            f"the schedule has {data_microbatches(schedule)} microbatches, the config "
             f"{config.pipeline.num_microbatches}"
         )
     local_world, local_rank = env_int("LOCAL_WORLD_SIZE", world), env_int("LOCAL_RANK", process)
@@ -182,6 +183,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         stash_bytes=model.stash_bytes,
         grad_sync=sync,
         copies=model.copies,
+        seq_bounds=model.seq_bounds,
         label_actions=config.training.torch_profile,
         lookahead=ahead_for(choice.transport),
     )

@@ -45,6 +45,7 @@ import torch.distributed as dist
 from pipesim.analysis.hops import hop_samples
 from pipesim.cost.links import LinkCost
 from pipesim.cost.model import CostModel, RankRuntime
+from pipesim.cost.perturb import scaled
 from pipesim.cost.stage import StageCost
 from pipesim.io.cost_file import save_cost
 from pipesim.ir import ActionKind
@@ -84,21 +85,30 @@ def calibrate_sleep(r: Any, run_dir: Path) -> CostModel | None:
     dist.gather_object(mine, gathered, dst=0, group=r.control)
     cost = None
     if r.rank == 0:
-        cost = priced_sleep_cost(r.config.compute.cost_model(r.schedule), gathered[: r.schedule.num_ranks])
+        slept = r.config.compute.cost_model(r.schedule)
+        cost = priced_sleep_cost(slept, gathered[: r.schedule.num_ranks], r.schedule.seq_chunks)
         save_cost(cost, run_dir / "cost.json")
     dist.barrier(group=r.control)
     return cost
 
 
-def priced_sleep_cost(slept: CostModel, gathered: list[dict[str, Any]]) -> CostModel:
+def priced_sleep_cost(slept: CostModel, gathered: list[dict[str, Any]], seq_chunks: int = 1) -> CostModel:
     """The slept costs (one per stage, `ComputeConfig.cost_model`) with what each rank measured priced in: every
     stage and kind its median span's excess over its sleep, every rank its dispatch gap and tail, every boundary
-    its one-way time. `gathered` holds one rank's measurements per pipeline rank, in rank order."""
+    its one-way time. `gathered` holds one rank's measurements per pipeline rank, in rank order.
+
+    With sequence chunks an action sleeps its chunk's share of the stage's time, 1/S of it on average, and pays the
+    runtime's excess whole, which the simulation shares out among the chunks as it does the time: a chunk's excess
+    over 1/S of the sleep, S times over on the microbatch's time (exact for equal shares)."""
     durations = {int(s): d for g in gathered for s, d in g["calibration"]["durations_ms"].items()}
     pinged = {int(b): m.get("large_ms") for g in gathered for b, m in g["links"].items()}
     in_run = transfer_times(gathered) if all(g.get("timing") is not None for g in gathered) else {}
     links = {b: in_run.get(b, ms) for b, ms in pinged.items()}
-    excess = {s: stage_excess(slept.stages[s], durations.get(s, {})) for s in range(len(slept.stages))}
+    per_span = {"F": 1 / seq_chunks, "I": 1 / seq_chunks, "W": 1 / seq_chunks}
+    excess = {
+        s: {k: e * seq_chunks for k, e in stage_excess(scaled(slept.stages[s], per_span), durations.get(s, {})).items()}
+        for s in range(len(slept.stages))
+    }
     stages = tuple(with_excess(slept.stages[s], excess[s]) for s in range(len(slept.stages)))
     boundaries = max(len(slept.stages) - 1, 1)
     link_costs = tuple(with_link(slept.link(b), links.get(b)) for b in range(boundaries))

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.utils._pytree import tree_leaves
+
+from pipesim_executor.rank.seq_chunks import run_layers
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -57,6 +60,7 @@ class Stash:
     target: Tensor | None  # the last stage needs it again when it recomputes
     root: Tensor | None = None  # stage output, or the loss on the last stage; None under recompute
     calls: list[LeafCall] | None = None  # recorded when the backward will be split
+    chunk: Any = None  # a sequence chunk's (pipesim_executor.rank.seq_chunks.SeqChunk), else None
 
 
 @dataclass
@@ -197,16 +201,20 @@ class StageRunner:
         if outputs:
             self._calls.append(LeafCall(module, None, outputs))
 
-    def _run(self, x: Tensor, target: Tensor | None, capture: bool) -> tuple[Tensor, list[LeafCall] | None]:
-        """The stage's forward (plus the scaled loss on the last stage); records leaf calls if asked."""
+    def _run(
+        self, x: Tensor, target: Tensor | None, capture: bool, chunk: Any = None
+    ) -> tuple[Tensor, list[LeafCall] | None]:
+        """The stage's forward (plus the scaled loss on the last stage); records leaf calls if asked. A sequence
+        chunk's loss is weighted by its share of the tokens: the chunks' losses sum to the microbatch's."""
         self._calls = [] if capture else None
         try:
             with torch.autocast(
                 x.device.type, dtype=self.autocast_dtype or torch.bfloat16, enabled=self.autocast_dtype is not None
             ):
-                out = self.module(x)
+                out = self.module(x) if chunk is None else run_layers(self.module, x, chunk)
                 if self.is_last:
                     out = self.loss_fn(out, target).float() * self.scale
+                    out = out if chunk is None else out * chunk.weight
             return out, self._calls
         finally:
             self._calls = None
@@ -230,28 +238,43 @@ class StageRunner:
             return grad_output
         return grad_output.to(root.dtype)
 
-    def forward(self, x: Tensor, target: Tensor | None = None, split: bool = False) -> tuple[Tensor, Stash]:
-        """F: returns (tensor to hand on: the output, or the scaled loss on the last stage; stash)."""
+    def forward(
+        self, x: Tensor, target: Tensor | None = None, split: bool = False, chunk: Any = None
+    ) -> tuple[Tensor, Stash]:
+        """F: returns (tensor to hand on: the output, or the scaled loss on the last stage; stash). `chunk`: one
+        sequence chunk of the microbatch (pipesim_executor.rank.seq_chunks)."""
         x = self._as_input(x)
         if self.recompute:
             with torch.no_grad():
-                out, _ = self._run(x, target, capture=False)
-            return (out if self.is_last else self._to_wire(out)), Stash(x, target)
-        out, calls = self._run(x, target, capture=split)
+                out, _ = self._run(x, target, capture=False, chunk=chunk)
+            return (out if self.is_last else self._to_wire(out)), Stash(x, target, chunk=chunk)
+        out, calls = self._run(x, target, capture=split, chunk=chunk)
         handed = out.detach()
-        return (handed if self.is_last else self._to_wire(handed)), Stash(x, target, out, calls)
+        return (handed if self.is_last else self._to_wire(handed)), Stash(x, target, out, calls, chunk)
 
     def _root(self, stash: Stash, split: bool) -> tuple[Tensor, list[LeafCall] | None]:
         if stash.root is not None:
             return stash.root, stash.calls
         with torch.enable_grad():  # recompute: run the forward again, this time keeping the graph
-            return self._run(stash.input, stash.target, capture=split)
+            return self._run(stash.input, stash.target, capture=split, chunk=stash.chunk)
+
+    def _roots(self, stash: Stash, root: Tensor, grad_output: Tensor | None) -> tuple[list[Tensor], list]:
+        """What a backward starts from: the output (or loss) with its gradient, and a sequence chunk's keys and
+        values with the gradients the later chunks left for them."""
+        roots, grads = [root], [None if self.is_last else self._grad_for(root, grad_output)]
+        if stash.chunk is not None:
+            tensors, kv_grads = stash.chunk.key_value_grads()
+            roots += tensors
+            grads += kv_grads
+        return roots, grads
 
     # --- backward ---------------------------------------------------------------------------------------------
     def backward(self, stash: Stash, grad_output: Tensor | None) -> Tensor | None:
         """B: weight gradients accumulate into .grad; returns the input gradient (None on the first stage)."""
         root, _ = self._root(stash, split=False)
-        torch.autograd.backward(root, None if self.is_last else self._grad_for(root, grad_output))
+        torch.autograd.backward(*self._roots(stash, root, grad_output))
+        if stash.chunk is not None:
+            stash.chunk.release()
         return self._to_wire(stash.input.grad) if stash.input.requires_grad else None
 
     def backward_input(self, stash: Stash, grad_output: Tensor | None) -> tuple[Tensor | None, WeightWork]:
@@ -260,14 +283,14 @@ class StageRunner:
         if calls is None:
             raise RuntimeError(f"stage {self.stage}: I needs a forward run with split=True")
         wants_input = stash.input.requires_grad
-        targets = ([stash.input] if wants_input else []) + [t for call in calls for t in call.outputs]
-        grads = torch.autograd.grad(
-            root,
-            targets,
-            None if self.is_last else self._grad_for(root, grad_output),
-            retain_graph=self._needs_graph,
-            allow_unused=True,
-        )
+        past = [] if stash.chunk is None else stash.chunk.past_leaves()  # autograd.grad fills no .grad: handed back
+        targets = ([stash.input] if wants_input else []) + [t for call in calls for t in call.outputs] + past
+        roots, root_grads = self._roots(stash, root, grad_output)
+        grads = torch.autograd.grad(roots, targets, root_grads, retain_graph=self._needs_graph, allow_unused=True)
+        if stash.chunk is not None:
+            stash.chunk.add_past_grads(past, grads[len(grads) - len(past) :])
+            grads = grads[: len(grads) - len(past)]
+            stash.chunk.release()
         input_grad = self._to_wire(grads[0]) if wants_input else None
         work = WeightWork()
         at = 1 if wants_input else 0

@@ -194,6 +194,8 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         meta["inject_steps"] = r.config.inject.inject_steps
     if r.config.compute.sleeps:
         meta["compute"] = "sleep"
+    if r.model.seq_bounds is not None:  # where each sequence chunk started (pipesim_executor.seq_cut)
+        meta["seq_bounds"] = list(r.model.seq_bounds)
     if r.overlap_groups:  # run back to back: one device stream cannot overlap them
         meta["overlap_groups"] = r.overlap_groups
         meta["overlap"] = "members run back to back (no overlap on this device)"
