@@ -12,7 +12,8 @@ from typing import Any
 
 import streamlit as st
 
-from app_pages.parts import own_model, schedule_inputs, state
+from app_pages.parts import schedule_inputs, state
+from app_pages.parts.run import own_model
 from pipesim.cost import TransformerShape
 from pipesim.ir import Schedule
 from pipesim.schedules import options_for, schedule_info
