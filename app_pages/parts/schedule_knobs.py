@@ -6,6 +6,7 @@ all-to-all), one expander in a page's form, every value in the URL. The page bui
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import streamlit as st
@@ -36,10 +37,13 @@ class Knobs:
     a2a_ms: float = 0.0
     moe_layers: int = 1
 
+    def options(self) -> dict[str, object]:
+        """The build options these knobs offer (seq1f1b's chunks and cut), for whichever family takes them."""
+        return {"seq_chunks": self.seq_chunks, "seq_cut": self.seq_cut}
+
     def build_options(self, info: ScheduleInfo) -> dict[str, object]:
-        """The options a family takes among these (seq1f1b's chunks and cut)."""
-        offered = {"seq_chunks": self.seq_chunks, "seq_cut": self.seq_cut}
-        return {key: value for key, value in offered.items() if key in info.options}
+        """The options a family takes among these."""
+        return {key: value for key, value in self.options().items() if key in info.options}
 
     def priced(self, cost: CostModel) -> CostModel:
         """The cost model with the host link, attention's share and each stage's all-to-all."""
@@ -54,8 +58,8 @@ class Knobs:
         return with_offload(schedule, self.offload, cost)
 
 
-def knob_fields(info: ScheduleInfo | None, problems: list[str]) -> Knobs:
-    """The expander: offload for any family, the sequence chunks where the family takes them, the all-to-all."""
+def knob_fields(infos: Iterable[ScheduleInfo], problems: list[str]) -> Knobs:
+    """The expander: offload for any family, the sequence chunks where one of `infos` takes them, the all-to-all."""
     with st.expander("Offload, sequence chunks, MoE all-to-all", expanded=False):
         offload = st.selectbox(
             "Activation offload",
@@ -88,7 +92,7 @@ def knob_fields(info: ScheduleInfo | None, problems: list[str]) -> Knobs:
             bind=state.URL,
             help="Fixed time of each OFFLOAD or RELOAD",
         )
-        takes_chunks = info is not None and "seq_chunks" in info.options
+        takes_chunks = any("seq_chunks" in info.options for info in infos)
         chunks = fields.number(
             left,
             "Sequence chunks",
