@@ -1,6 +1,7 @@
 """Compare several schedules on the same costs: table, bars, and time against memory; with a what-if (slow ranks,
 delayed links: app_pages.parts.whatif) each step beside its uniform one, and each schedule's sensitivity to one
-slower rank.
+slower rank. The knobs (offload, host link, sequence chunks, all-to-all: app_pages.parts.schedule_knobs) apply to
+every compared schedule that takes them, as on Simulate.
 
 Ranks, microbatches, chunks and costs are the ones every page shares (state.RANKS, ...); every setting is in the
 URL, so a view can be shared and reloaded.
@@ -9,11 +10,17 @@ URL, so a view can be shared and reloaded.
 import pandas as pd
 import streamlit as st
 
-from app_pages.parts import cached, cost_inputs, guide, plot, state, whatif, widgets
+from app_pages.parts import cached, cost_inputs, guide, plot, schedule_knobs, state, whatif, widgets
 from app_pages.parts import schedule_inputs as inputs
 from pipesim.charts import compare as charts_compare
 from pipesim.schedules import planned_schedule_names, schedule_info, schedule_names
 from pipesim.units import PERCENT_DECIMALS, binary_unit, quantity
+
+# What the stashed column counts where a family cuts microbatches into sequence chunks (seq1f1b)
+CHUNKS_COUNTED = (
+    "Counted in microbatches' worth: a schedule with S sequence chunks stashes chunks, each 1/S of a microbatch's "
+    "activations (seq1f1b's 4 chunks stashed with S = 2 are 2 microbatches' worth)."
+)
 
 state.init_state()
 st.title("Compare schedules")
@@ -37,9 +44,10 @@ with st.sidebar:
         ranks, microbatches, chunks = inputs.size_fields(
             None if takers else "None of the chosen schedules lets you choose its chunks per rank"
         )
+        problems: list[str] = []  # knob and what-if fields out of range, each said under its field
+        knobs = schedule_knobs.knob_fields(infos, problems)
         st.divider()
         spec = cost_inputs.cost_fields(source, ranks, inputs.w_unused(infos))
-        problems: list[str] = []  # what-if fields out of range, each said under its field
         what_if = whatif.whatif_fields(max(ranks, 1), problems)
         sensitivity = whatif.sensitivity_field(problems)
         st.form_submit_button("Compare", type="primary", width="stretch")
@@ -53,10 +61,11 @@ if problems:
     st.stop()
 
 try:
-    cost = cost_inputs.cost_model(spec)
+    cost = knobs.priced(cost_inputs.cost_model(spec))  # the host link, attention's share, the all-to-all
     sensitivity = whatif.affordable(sensitivity, ranks, microbatches, chunks, len(chosen))
-    rows = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks, what_if, sensitivity)
-    uniform = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks) if what_if else None
+    placed = {"options": tuple(knobs.options().items()), "offload": knobs.offload}  # built and offloaded so
+    rows = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks, what_if, sensitivity, **placed)
+    uniform = cached.comparison(tuple(chosen), ranks, microbatches, cost, chunks, **placed) if what_if else None
 except ValueError as error:
     widgets.show_error(error, "Cannot compare")
     st.stop()
@@ -72,7 +81,7 @@ if not good:
 # Built rows only (the failed ones are named above with their full reason): no empty cells. One name per
 # quantity (pipesim.units): the step time is what Simulate's card shows for the same schedule.
 table = pd.DataFrame([row.to_dict() for row in good]).set_index("schedule")
-table = table[["step_ms", "bubble_fraction", "bubble_ratio", "peak_activations", "peak_activation_bytes"]]
+table = table[["step_ms", "bubble_fraction", "bubble_ratio", "stashed_microbatches", "peak_activation_bytes"]]
 unit, size = binary_unit(max(row.peak_activation_bytes or 0.0 for row in good))
 table["peak_activation_bytes"] = table["peak_activation_bytes"] / size
 table["bubble_fraction"] = 100 * table["bubble_fraction"]  # in percent, shown with the app's one decimal
@@ -92,11 +101,21 @@ st.dataframe(
             help=quantity("bubble_fraction").meaning,
         ),
         "bubble_ratio": widgets.ratio_column("bubble_ratio"),
-        "peak_activations": st.column_config.NumberColumn(quantity("stashed").name, help=quantity("stashed").meaning),
+        "stashed_microbatches": st.column_config.NumberColumn(
+            quantity("stashed").name, format="%g", help=f"{quantity('stashed').meaning} {CHUNKS_COUNTED}"
+        ),
         "peak_activation_bytes": widgets.bytes_column("peak_activations", unit),
         **whatif.growth_columns(),
     },
 )
+chunked = [row.schedule for row in good if row.stashed_microbatches != row.peak_activations]
+if chunked:
+    st.caption(f"{', '.join(chunked)}: {CHUNKS_COUNTED}")
+if knobs.offload != "none":
+    st.caption(
+        f"Offload {knobs.offload}: peak activations are the device's, after the copies to host memory; each "
+        "schedule's host memory and copy engine are on its Gantt chart below and on Simulate."
+    )
 whatif.sensitivity_table(good, "cmp-sensitivity-table", what_if)
 log_scale = st.toggle(
     "Log scales for step time and memory (both charts)",
@@ -105,7 +124,7 @@ log_scale = st.toggle(
     help="So that one slow schedule (naive) does not flatten the others",
 )
 
-sig = state.signature(tuple(chosen), ranks, microbatches, chunks, hash(cost), log_scale, what_if, sensitivity)
+sig = state.signature(tuple(chosen), ranks, microbatches, chunks, hash(cost), log_scale, what_if, sensitivity, knobs)
 bars = charts_compare.comparison_figure(rows, log_scale=log_scale, uniform=uniform)
 plot.show(bars, "cmp-bars")
 widgets.figure_downloads(bars, "comparison", "cmp-bars-export", sig)
@@ -124,9 +143,10 @@ pick = st.selectbox(
     bind=state.URL,
 )
 try:
-    schedule = cached.registered_schedule(pick, ranks, microbatches, chunks)
-    uniform_cost = cost.for_pipeline(schedule.num_stages, ranks)  # the cut the comparison used
+    schedule = cached.registered_schedule(pick, ranks, microbatches, chunks, **knobs.build_options(schedule_info(pick)))
+    uniform_cost = cost.for_schedule(schedule)  # the cut the comparison used
     pick_cost = what_if.apply(uniform_cost, schedule.stage_to_rank)
+    schedule = knobs.placed(schedule, pick_cost)  # its OFFLOADs and RELOADs, on the copy engine's sub-lane
     cached.simulation(schedule, pick_cost)  # a clear error before drawing
 except ValueError as error:
     widgets.show_error(error, f"Cannot simulate {pick}")

@@ -33,7 +33,7 @@ with st.sidebar:
             if origin == SOURCES[0]:
                 info = schedule_info(name)
                 ranks, microbatches, chunks = inputs.size_fields(inputs.chunks_unused(info))
-                knobs = schedule_knobs.knob_fields(info, [])
+                knobs = schedule_knobs.knob_fields([info], [])
                 requested = chunks if info.takes_chunks else None
                 schedule = cached.registered_schedule(name, ranks, microbatches, requested, **knobs.build_options(info))
             elif origin == SOURCES[1]:

@@ -1,7 +1,7 @@
 """Plan: which schedule, microbatch size, chunks and recomputation for this model on these devices, under a cap.
 
 The search, the memory model and the balancing are pipesim's (pipesim.plan); a real check of the top candidates
-is the executor's (pipesim_executor.host.verify, through app_pages.parts.plan_verify), run as separate processes. Every
+is the executor's (pipesim_executor.host.verify, through app_pages.parts.plan.verify), run as separate processes. Every
 setting is in the URL; presets fill the form with a small model that runs here, a 7B-class and a 70B-class one.
 """
 
@@ -11,18 +11,12 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app_pages.parts import (
-    cached,
-    guide,
-    plan_model,
-    plan_presets,
-    plan_profile,
-    plan_sensitivity,
-    plan_verify,
-    plot,
-    state,
-    widgets,
-)
+from app_pages.parts import cached, guide, plot, state, widgets
+from app_pages.parts.plan import model as plan_model
+from app_pages.parts.plan import presets as plan_presets
+from app_pages.parts.plan import profile as plan_profile
+from app_pages.parts.plan import sensitivity as plan_sensitivity
+from app_pages.parts.plan import verify as plan_verify
 from pipesim.api import balance
 from pipesim.charts import plan as charts_plan
 from pipesim.cost import OPTIMIZERS, ModelDescription, format_split_points

@@ -1,27 +1,16 @@
 """Launch a real run (torchrun), follow it live, then lay the measured timeline over the simulated one.
 
 torch is never imported here: pipesim_executor.host.launch starts the ranks as separate processes. The page is its
-parts, one concern each: `run_form` (the form and the run config it describes), `run_launch` (starting the
-run), `run_live` (progress, log, Cancel), `run_result` (a finished run), `run_reference` (torch's own run and
-the losses), `run_history` (earlier runs); `trace_import` imports profiler traces. The run shown is in the URL
+parts (app_pages/parts/run/), one concern each: `form` (the form and the run config it describes), `launch`
+(starting the run), `live` (progress, log, Cancel), `result` (a finished run), `reference` (torch's own run and
+the losses), `history` (earlier runs); `traces` imports profiler traces. The run shown is in the URL
 (`?run=FOLDER`), so a reload or a shared link opens it again.
 """
 
 import streamlit as st
 
-from app_pages.parts import (
-    guide,
-    live_runs,
-    run_elsewhere,
-    run_form,
-    run_history,
-    run_launch,
-    run_live,
-    run_result,
-    state,
-    trace_import,
-    widgets,
-)
+from app_pages.parts import guide, state, widgets
+from app_pages.parts.run import elsewhere, form, history, launch, live, registry, result, traces
 from pipesim_executor.host import run_folder
 
 state.init_state()
@@ -34,7 +23,7 @@ st.caption(
 )
 
 if st.session_state["run_handle"] is None:  # a reload (a new session) finds its run still going
-    st.session_state["run_handle"] = live_runs.running(state.runs_root())
+    st.session_state["run_handle"] = registry.running(state.runs_root())
 handle = st.session_state["run_handle"]
 custom = st.session_state["run_schedule"]
 running = handle is not None and not handle.done()
@@ -42,31 +31,31 @@ running = handle is not None and not handle.done()
 opened = None
 if st.session_state["selected_run"] is None and st.query_params.get("run"):
     try:
-        opened = run_history.folder_of(st.query_params["run"])
+        opened = history.folder_of(st.query_params["run"])
     except ValueError as error:
         st.warning(f"The link's run cannot be opened: {error}", icon=":material/link_off:")
         del st.query_params["run"]
-    live = live_runs.running(state.runs_root(), opened) if opened and not running else None
-    if live is not None:  # a link to a run still going (the banner's): followed live, with Cancel
-        st.session_state["run_handle"], handle, running = live, live, True
+    following = registry.running(state.runs_root(), opened) if opened and not running else None
+    if following is not None:  # a link to a run still going (the banner's): followed live, with Cancel
+        st.session_state["run_handle"], handle, running = following, following, True
     else:
         st.session_state["selected_run"] = opened
 
 # another job timing on this machine: named in a banner; the user's form, URL and run stay theirs
-waits = run_elsewhere.busy(state.runs_root(), handle)
-run_elsewhere.show(state.runs_root(), handle)
-request = run_form.draw(custom, running, waits)
+waits = elsewhere.busy(state.runs_root(), handle)
+elsewhere.show(state.runs_root(), handle)
+request = form.draw(custom, running, waits)
 if request is not None:
-    run_launch.start(request, custom)
+    launch.start(request, custom)
 
 if st.session_state["run_handle"] is not None:
-    run_live.show(running)
+    live.show(running)
 
 selected = st.session_state["selected_run"]
 if selected:
-    st.query_params["run"] = run_history.name_of(selected)
+    st.query_params["run"] = history.name_of(selected)
     try:
-        run_result.show(run_folder.load_run(selected))
+        result.show(run_folder.load_run(selected))
     except ValueError as error:
         widgets.show_error(error, "Cannot open the run")
 elif st.session_state["run_handle"] is None:
@@ -76,6 +65,6 @@ elif st.session_state["run_handle"] is None:
         icon=":material/arrow_back:",
     )
 
-trace_import.show_import(run_folder.profiler_trace_sets(selected) if selected else {})
+traces.show_import(run_folder.profiler_trace_sets(selected) if selected else {})
 st.divider()
-run_history.show()
+history.show()

@@ -62,7 +62,7 @@ with st.sidebar:
                 bind=state.URL,
                 help="Time the search may take; a gap of 0 proves the order optimal before then",
             )
-        knobs = schedule_knobs.knob_fields(info, problems)
+        knobs = schedule_knobs.knob_fields([info], problems)
         schedule, schedule_error = None, None
         try:
             if not problems:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from pipesim.analysis.compare import compare_schedules
-from pipesim.cost.model import CostModel
+from pipesim.cost.model import CostModel, LinkCost
 from pipesim.schedules import planned_schedule_names
 from tests.helpers.app_charts import chart_figures, chart_titles
 from tests.helpers.app_keys import widget_key
@@ -42,10 +43,38 @@ def test_default_compares_the_planned_schedules(app: AppTest) -> None:
     expected = compare_schedules(chosen, 4, 8, CostModel.uniform(activation_bytes=MIB), num_virtual_stages=2)
     assert list(frame["step_ms"]) == pytest.approx([row.step_ms for row in expected])
     assert "makespan" not in frame.columns  # one name per quantity: the step time, as Simulate's card
-    assert list(frame["peak_activations"]) == [row.peak_activations for row in expected]
+    assert list(frame["stashed_microbatches"]) == [row.peak_activations for row in expected]  # no sequence chunks
     names = chart_titles(app)
     assert names[0].startswith("schedule comparison") and names[1].startswith("trade-off")
     assert len(names) == 3  # bars, trade-off, one Gantt
+
+
+def test_the_knobs_apply_to_every_compared_schedule(app: AppTest) -> None:
+    """Offload, the host link and sequence chunks reach the compared schedules, priced as `compare_schedules`
+    prices them; seq1f1b's stashed column counts microbatches' worth, not its sequence chunks."""
+    chosen = ["1f1b", "seq1f1b", "v-half", "v-min", "dualpipe", "1f1b-overlap"]
+    app.multiselect(key="cmp-schedules").set_value(chosen).run()  # seq1f1b chosen: its chunks apply
+    app.get_by_key("knob-offload").set_value("full")
+    app.get_by_key("knob-host-lat").set_value(0.5)
+    app.get_by_key("knob-seq").set_value(3)
+    submit(app)
+    assert not app.exception and not app.error and not app.warning
+    frame = table(app)
+    assert list(frame.index) == chosen
+    cost = CostModel.uniform(activation_bytes=MIB)
+    cost = replace(cost, host_link=LinkCost(0.5, float("inf")))
+    options = {"seq_chunks": 3, "seq_cut": "even"}
+    expected = compare_schedules(chosen, 4, 8, cost, num_virtual_stages=2, options=options, offload="full")
+    assert list(frame["step_ms"]) == pytest.approx([row.step_ms for row in expected])
+    plain = compare_schedules(chosen, 4, 8, cost, num_virtual_stages=2, options=options)
+    assert frame.loc["1f1b", "peak_activation_bytes"] < plain[0].peak_activation_bytes / MIB  # offloaded
+    assert list(frame["stashed_microbatches"]) == [row.stashed_microbatches for row in expected]
+    seq = compare_schedules(["seq1f1b"], 4, 8, cost, options=options)[0]
+    assert seq.stashed_microbatches == seq.peak_activations / 3  # chunks, each a third of a microbatch
+    assert any("microbatches' worth" in caption.value for caption in app.caption)
+    app.selectbox(key="cmp-gantt-pick").set_value("1f1b").run()
+    gantt = chart_figures(app)[2]
+    assert "copy engine" in [trace.get("name") for trace in gantt["data"]]  # the offloaded schedule's copies
 
 
 def test_selection_change(app: AppTest) -> None:

@@ -153,7 +153,7 @@ def _fake_verify(seen: dict, gate=None, tie: bool = False, rounds_of=None):
 
 def _finish(app: AppTest) -> AppTest:
     """Wait for the verification thread, then draw the page as the fragment's poll would."""
-    from app_pages.parts import plan_verify
+    from app_pages.parts.plan import verify as plan_verify
 
     deadline = time.monotonic() + 60
     for job in list(plan_verify._jobs().values()):
@@ -231,7 +231,7 @@ def test_the_model_form_asks_for_every_field_the_command_line_does(app: AppTest)
 def test_verify_shows_the_measured_ci_beside_the_predicted_interval_and_greys_out_ties(app, monkeypatch) -> None:
     """Issue 29 item 6: the measured 95% CI beside the prediction, and candidates the measurement cannot tell
     apart greyed out (two candidates measured alike: one group)."""
-    from app_pages.parts import plan_verify
+    from app_pages.parts.plan import verify as plan_verify
     from pipesim_executor.host import verify
 
     same = [[10.0, 10.2, 9.9, 10.1], [10.1, 10.0, 10.3, 9.8]]
@@ -254,7 +254,7 @@ def test_verify_shows_the_measured_ci_beside_the_predicted_interval_and_greys_ou
 def test_a_preset_link_restores_the_presets_model(tmp_path, monkeypatch) -> None:
     """Issue 33 item 6: `plan?plan-preset=small...` showed the preset's name over the default 8-layer, 4-device
     model, so Verify would have trained the big one; a field the link sets itself keeps the link's value."""
-    from app_pages.parts.plan_presets import SMALL
+    from app_pages.parts.plan.presets import SMALL
 
     monkeypatch.setenv("PIPESIM_RUNS_ROOT", str(tmp_path / "runs"))
     at = AppTest.from_file("../app.py", default_timeout=60)
@@ -297,7 +297,7 @@ def test_uncalibrated_predictions_are_labelled_with_the_way_to_calibrate(app: Ap
 def test_calibrating_from_a_run_labels_the_predictions_calibrated(tmp_path, monkeypatch) -> None:
     """Issue 33 item 5: the notice's way out works: picking a finished run in "Calibrate from a run" fits the
     device rate to it (pipesim.analysis.calibration) and the assumed-rate notice goes."""
-    from app_pages.parts.plan_presets import SMALL
+    from app_pages.parts.plan.presets import SMALL
     from pipesim_executor.config import run_config
     from pipesim_executor.host import launch
 
@@ -338,7 +338,7 @@ def test_synthesized_is_offered_and_a_faster_synthesized_order_is_recommended_an
 def test_verify_says_not_comparable_when_its_rounds_moved_and_marks_wide_intervals(app, monkeypatch) -> None:
     """Issue 46: a verification whose rounds moved 3x together says so first, never 'did not move'; an interval
     wider than +-25% is 'not informative' in the table, and the coverage counts none."""
-    from app_pages.parts import plan_verify
+    from app_pages.parts.plan import verify as plan_verify
     from pipesim_executor.host import verify
 
     seen: dict = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app_pages.parts import plan_profile
+from app_pages.parts.plan import profile as plan_profile
 from pipesim.io.cost_file import save_cost, save_profile
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.intervals import attach_intervals

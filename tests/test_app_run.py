@@ -409,3 +409,68 @@ def test_a_verification_holding_the_machine_keeps_the_form_and_launch_waits(runs
     again.run()
     assert not again.warning and not again.button(key=SUBMIT).disabled
     assert again.number_input(key="run-steps").value == 7 and "run" not in again.query_params
+
+
+def run_page_from(query: dict[str, str]) -> AppTest:
+    """The Run page opened from a link carrying `query`."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.switch_page("app_pages/run.py").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def refusals(at: AppTest) -> list[str]:
+    return [w.value for w in at.warning if w.value.startswith("**The executor refuses this run**")]
+
+
+def test_offload_from_a_link_reaches_the_run_and_stays_in_the_url(runs: Path, fake_launcher: list) -> None:
+    at = run_page_from({"schedule": "1f1b", "ranks": "2", "microbatches": "4", "knob-offload": "full"})
+    assert at.selectbox(key="knob-offload").value == "full" and not refusals(at)
+    at.button(key=SUBMIT).click().run()
+    assert not at.exception and not at.error
+    assert fake_launcher[0][0].pipeline.offload == "full"  # the executor's `run --offload full`
+    assert at.query_params["knob-offload"] in ("full", ["full"])
+
+
+def test_a_family_the_executor_refuses_is_named_with_its_reason(runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor's own check decides (no list of families in the page): DualPipe's two copies of the weights run
+    without a profile, so with 'Profile first' on it is refused in the executor's words, before Launch and on it;
+    with it off the run starts. Selective offload, which a model run cannot price, is refused the same way."""
+    from pipesim_executor.config import run_config
+    from pipesim_executor.host.checks import check_schedule
+
+    at = run_page_from({"schedule": "dualpipe", "ranks": "2", "microbatches": "4", "run-profile": "true"})
+    config = run_config(schedule="dualpipe", num_ranks=2, num_microbatches=4, profile=True)
+    with pytest.raises(ValueError) as raised:
+        check_schedule(config)
+    assert refusals(at) == [f"**The executor refuses this run**: {raised.value}"]
+    at.button(key=SUBMIT).click().run()  # the real launcher: refused before anything starts
+    assert str(raised.value) in at.error[0].value and not at.exception
+    assert not runs.exists() or not any(runs.iterdir())
+    started: list = []
+    monkeypatch.setattr(launch, "start_run", lambda config, *args, **kwargs: started.append(config) or FakeHandle(runs))
+    at.toggle(key="run-profile").set_value(False)
+    at.button(key=SUBMIT).click().run()
+    assert not refusals(at) and started[0].pipeline.schedule == "dualpipe"
+
+    at = run_page_from({"schedule": "1f1b", "knob-offload": "selective"})
+    assert len(refusals(at)) == 1 and "selective" in refusals(at)[0]
+
+
+def test_seq1f1b_is_offered_with_the_executors_answer(runs: Path, fake_launcher: list) -> None:
+    """seq1f1b is in the picker; whether it runs is the executor's answer for these settings (its refusal in one
+    line, never a traceback), and its sequence chunks reach the run where the executor's config takes them."""
+    from app_pages.parts.run.form import PIPELINE
+
+    at = run_page_from({"schedule": "seq1f1b", "ranks": "2", "microbatches": "4", "run-profile": "false"})
+    assert "seq1f1b" in at.selectbox(key="schedule").options and at.selectbox(key="schedule").value == "seq1f1b"
+    if "seq_chunks" not in PIPELINE:  # an executor that does not run sequence chunks: it says so, and why
+        assert len(refusals(at)) == 1 and "sequence chunks" in refusals(at)[0]
+        assert at.number_input(key="knob-seq").disabled
+        return
+    at.number_input(key="knob-seq").set_value(2)
+    at.button(key=SUBMIT).click().run()
+    assert not at.exception and not refusals(at), refusals(at)
+    assert fake_launcher[0][0].pipeline.seq_chunks == 2

@@ -171,3 +171,19 @@ def test_a_verify_run_shows_the_plans_prediction_and_what_it_rests_on(runs: Path
     assert cards["Predicted step time"] == "4.00 ms", cards
     said = " ".join(c.value for c in at.caption)
     assert "the plan's prediction for 1f1b P2 m4x4, from an assumed device rate (0.01 TFLOP/s), not a profile" in said
+
+
+def test_an_offload_runs_copies_are_drawn_on_the_copy_engines_lane(runs: Path, open_page) -> None:
+    """An --offload run's OFFLOADs and RELOADs, measured on the copy engine (comm spans of kind offload / reload),
+    are drawn as a thin sub-lane under each rank's measured lane, the simulated copies under its simulated one."""
+    write_run(runs, "offloaded", offload="full")
+    at = opened(open_page, "offloaded")
+    overlay = next(f for f in chart_figures(at) if "simulated vs measured" in f["layout"]["title"]["text"])
+    lanes = {trace["name"]: trace for trace in overlay["data"] if trace.get("name", "").startswith("copy engine")}
+    assert set(lanes) == {"copy engine simulated", "copy engine measured"}
+    measured = json.loads((runs / "offloaded" / "measured.json").read_text())
+    copies = [c for c in measured["comm"] if c["kind"] in ("offload", "reload") and c["step"] == 0]
+    assert copies and len(lanes["copy engine measured"]["y"]) == len(copies)  # the drawn step's copies, each once
+    rows = {round(y - 0.36) for y in lanes["copy engine measured"]["y"]}
+    assert rows == {2 * c["rank"] + 1 for c in copies}  # on each rank's measured row (2r + 1), not its simulated
+    assert {round(y - 0.36) for y in lanes["copy engine simulated"]["y"]} == {2 * c["rank"] for c in copies}

@@ -14,7 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from app_pages.parts import plan_model, plan_profile, schedule_knobs, state, url, whatif
+from app_pages.parts import schedule_knobs, state, url, whatif
+from app_pages.parts.plan import model as plan_model
+from app_pages.parts.plan import profile as plan_profile
 from pipesim.cost.description import ModelDescription
 from pipesim.form_fields import form_fields
 from pipesim.url_query import UrlField, refused_values

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from app_pages.parts.guide import TOUR
-from app_pages.parts.plan_presets import SMALL
+from app_pages.parts.plan.presets import SMALL
 from pipesim.units import MISSING
 from pipesim_executor.host import machine
 from pipesim_executor.host.machine import LOCK_ENV

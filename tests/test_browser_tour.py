@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from app_pages.parts.guide import TOUR
-from app_pages.parts.plan_presets import SMALL
+from app_pages.parts.plan.presets import SMALL
 from tests.helpers.browser_checks import problems
 from tests.test_browser import (  # noqa: F401  (fixtures)
     DOCS_IMG,

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, quote, urlparse
 import pytest
 from playwright.sync_api import expect
 
-from app_pages.parts.plan_presets import SMALL
+from app_pages.parts.plan.presets import SMALL
 from pipesim_executor.host import run_folder
 from tests.helpers.browser_checks import problems
 from tests.helpers.run_folders import write_run

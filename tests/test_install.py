@@ -65,12 +65,15 @@ def test_every_package_of_the_checkout_ships() -> None:
         for package in ("pipesim", EXECUTOR)
         for path in (ROOT / package).rglob("__init__.py")
     }
-    mapped = {"pipesim_app", "pipesim_app.app_pages", "pipesim_app.app_pages.parts", "pipesim_examples"}
+    app_packages = {
+        ".".join(("pipesim_app", *path.parent.relative_to(ROOT).parts))
+        for path in (ROOT / "app_pages").rglob("__init__.py")
+    }
+    mapped = {"pipesim_app", *app_packages, "pipesim_examples"}
     assert set(setuptools["packages"]) == found | mapped, "pyproject.toml [tool.setuptools] packages"
     assert setuptools["package-dir"] == {
         "pipesim_app": ".",
-        "pipesim_app.app_pages": "app_pages",
-        "pipesim_app.app_pages.parts": "app_pages/parts",
+        **{name: name.removeprefix("pipesim_app.").replace(".", "/") for name in sorted(app_packages)},
         "pipesim_examples": "examples",
     }
     assert not list((ROOT / "examples").glob("*/__init__.py")), "examples/ ships as one package: no subpackages"

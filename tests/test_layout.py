@@ -257,3 +257,43 @@ def test_ticket_check_tells_a_citation_from_a_colour() -> None:
     )
     assert [c.split(": ", 1)[1] for c in cited] == ["'issue 29'", "'#7'", "'#12'", "'Issues 3'", "'#4'"]
     assert not _ticket_citations('c = "#555555"  # torch\'s pytorch/pytorch#1234 and torchtitan#773\nd = "#000"\n')
+
+
+# A folder whose files share a prefix wants to be a package (docs/design.md): at five modules named `run_*` (the
+# module `run` itself counts), the prefix stands in for a subfolder. Any new pile fails here; give it its folder.
+PILE = 5
+PILED_ROOTS = ("pipesim", "pipesim_executor", "app_pages")
+
+
+def _piles(root: Path) -> dict[str, list[str]]:
+    """'folder: prefix' -> the modules of one folder under `root` that share the name up to their first `_`, for
+    each prefix held by PILE modules or more."""
+    piles = {}
+    for folder in [root, *sorted(p for p in root.rglob("*") if p.is_dir())]:
+        by_prefix: dict[str, list[str]] = {}
+        for path in sorted(folder.glob("*.py")):
+            if path.stem != "__init__":
+                by_prefix.setdefault(path.stem.split("_", 1)[0], []).append(path.stem)
+        for prefix, names in by_prefix.items():
+            if len(names) >= PILE:
+                piles[f"{folder.relative_to(root.parent).as_posix()}: {prefix}_*"] = names
+    return piles
+
+
+def test_no_folder_holds_a_pile_of_one_prefix() -> None:
+    piles = {where: names for root in PILED_ROOTS for where, names in _piles(ROOT / root).items()}
+    assert not piles, "modules sharing a prefix where a subpackage belongs:\n" + "\n".join(
+        f"{where} ({', '.join(names)})" for where, names in piles.items()
+    )
+
+
+def test_pile_check_counts_by_the_first_underscore(tmp_path: Path) -> None:
+    folder = tmp_path / "pkg" / "parts"
+    folder.mkdir(parents=True)
+    for name in ("run", "run_form", "run_live", "run_result_table", "runs", "live_runs"):
+        (folder / f"{name}.py").write_text("")
+    assert _piles(tmp_path / "pkg") == {}  # `runs` and `live_runs` are other prefixes: four `run` modules
+    (folder / "run_history.py").write_text("")
+    assert _piles(tmp_path / "pkg") == {
+        "pkg/parts: run_*": ["run", "run_form", "run_history", "run_live", "run_result_table"]
+    }

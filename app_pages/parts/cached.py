@@ -138,9 +138,11 @@ def comparison(
     chunks: int | None,
     perturbation: Perturbation | None = None,
     slowdown: float | None = None,
+    options: tuple[tuple[str, object], ...] = (),
+    offload: str = "none",
 ) -> list[ComparisonRow]:
     """`compare_schedules`: with `perturbation` a slow rank or link priced in, with `slowdown` each row's
-    sensitivity to one rank that much slower."""
+    sensitivity to one rank that much slower; `options` and `offload` the knobs' (`schedule_knobs.Knobs`)."""
     check_limits(num_ranks, num_microbatches)
     return compare_schedules(
         list(names),
@@ -150,6 +152,8 @@ def comparison(
         num_virtual_stages=chunks,
         perturbation=perturbation,
         slowdown=slowdown,
+        options=dict(options),
+        offload=offload,
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import streamlit as st
 
 from app_pages.parts import state
-from app_pages.parts.plan_presets import PRESETS, SMALL
+from app_pages.parts.plan.presets import PRESETS, SMALL
 from pipesim.units import QUANTITIES
 
 PAGE_PATHS = {
@@ -80,7 +80,7 @@ TOUR = (
         "A small model on 2 devices (the 'small' preset, which trains here in seconds). Each dot is a candidate; "
         "the ringed one is the recommendation. Verify (below) runs the best two for real.",
         {"plan-preset": SMALL, **PRESETS[SMALL]},
-        in_url=("plan-preset",),  # the preset's link restores its model (app_pages.parts.plan_model.restore_preset)
+        in_url=("plan-preset",),  # the preset's link restores its model (app_pages.parts.plan.model.restore_preset)
     ),
     Stop(
         "run",

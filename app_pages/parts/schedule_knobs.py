@@ -6,6 +6,7 @@ all-to-all), one expander in a page's form, every value in the URL. The page bui
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import streamlit as st
@@ -36,10 +37,13 @@ class Knobs:
     a2a_ms: float = 0.0
     moe_layers: int = 1
 
+    def options(self) -> dict[str, object]:
+        """The build options these knobs offer (seq1f1b's chunks and cut), for whichever family takes them."""
+        return {"seq_chunks": self.seq_chunks, "seq_cut": self.seq_cut}
+
     def build_options(self, info: ScheduleInfo) -> dict[str, object]:
-        """The options a family takes among these (seq1f1b's chunks and cut)."""
-        offered = {"seq_chunks": self.seq_chunks, "seq_cut": self.seq_cut}
-        return {key: value for key, value in offered.items() if key in info.options}
+        """The options a family takes among these."""
+        return {key: value for key, value in self.options().items() if key in info.options}
 
     def priced(self, cost: CostModel) -> CostModel:
         """The cost model with the host link, attention's share and each stage's all-to-all."""
@@ -54,17 +58,58 @@ class Knobs:
         return with_offload(schedule, self.offload, cost)
 
 
-def knob_fields(info: ScheduleInfo | None, problems: list[str]) -> Knobs:
-    """The expander: offload for any family, the sequence chunks where the family takes them, the all-to-all."""
+OFFLOAD_HELP = (
+    "Saved activations to host memory after each forward and back before its backward, on the copy engine (full: "
+    "every microbatch that waits; selective: only where the wait hides the copies)"
+)
+
+
+def _offload_field(help_text: str = OFFLOAD_HELP) -> str:
+    return str(
+        st.selectbox("Activation offload", OFFLOAD_MODES, key=state.kept(OFFLOAD), bind=state.URL, help=help_text)
+    )
+
+
+def _sequence_fields(left, right, infos: Iterable[ScheduleInfo], problems: list[str]) -> tuple[int, str]:
+    """The sequence chunks and their cut, open where one of `infos` takes them (seq1f1b)."""
+    takes_chunks = any("seq_chunks" in info.options for info in infos)
+    chunks = fields.number(
+        left,
+        "Sequence chunks",
+        1,
+        MAX_SEQ_CHUNKS,
+        2,
+        problems,
+        key=state.kept(SEQ_CHUNKS),
+        bind=state.URL,
+        disabled=not takes_chunks,
+        help="Chunks per microbatch (seq1f1b)",
+    )
+    cut = right.selectbox(
+        "Sequence cut",
+        SEQ_CUTS,
+        key=state.kept(SEQ_CUT),
+        bind=state.URL,
+        disabled=not takes_chunks,
+        help="Even tokens, or balanced compute (seq1f1b)",
+    )
+    return int(chunks or 2), str(cut)
+
+
+def run_fields(info: ScheduleInfo | None, problems: list[str], offload_help: str) -> Knobs:
+    """The knobs a real run takes (offload, and the sequence chunks where the family takes them), with the same
+    keys as Simulate's: what Simulate drew is what runs. The rest price a simulation and keep their defaults."""
+    with st.expander("Offload, sequence chunks", expanded=False):
+        offload = _offload_field(offload_help)
+        left, right = st.columns(2)
+        chunks, cut = _sequence_fields(left, right, [info] if info is not None else [], problems)
+    return Knobs(offload=offload, seq_chunks=chunks, seq_cut=cut)
+
+
+def knob_fields(infos: Iterable[ScheduleInfo], problems: list[str]) -> Knobs:
+    """The expander: offload for any family, the sequence chunks where one of `infos` takes them, the all-to-all."""
     with st.expander("Offload, sequence chunks, MoE all-to-all", expanded=False):
-        offload = st.selectbox(
-            "Activation offload",
-            OFFLOAD_MODES,
-            key=state.kept(OFFLOAD),
-            bind=state.URL,
-            help="Saved activations to host memory after each forward and back before its backward, on the copy "
-            "engine (full: every microbatch that waits; selective: only where the wait hides the copies)",
-        )
+        offload = _offload_field()
         left, right = st.columns(2)
         gbps = fields.number(
             left,
@@ -88,27 +133,7 @@ def knob_fields(info: ScheduleInfo | None, problems: list[str]) -> Knobs:
             bind=state.URL,
             help="Fixed time of each OFFLOAD or RELOAD",
         )
-        takes_chunks = info is not None and "seq_chunks" in info.options
-        chunks = fields.number(
-            left,
-            "Sequence chunks",
-            1,
-            MAX_SEQ_CHUNKS,
-            2,
-            problems,
-            key=state.kept(SEQ_CHUNKS),
-            bind=state.URL,
-            disabled=not takes_chunks,
-            help="Chunks per microbatch (seq1f1b)",
-        )
-        cut = right.selectbox(
-            "Sequence cut",
-            SEQ_CUTS,
-            key=state.kept(SEQ_CUT),
-            bind=state.URL,
-            disabled=not takes_chunks,
-            help="Even tokens, or balanced compute (seq1f1b)",
-        )
+        chunks, cut = _sequence_fields(left, right, infos, problems)
         attention = fields.number(
             left,
             "Attention share",
@@ -143,11 +168,11 @@ def knob_fields(info: ScheduleInfo | None, problems: list[str]) -> Knobs:
             help="How finely an overlapped pair interleaves",
         )
     return Knobs(
-        offload=str(offload),
+        offload=offload,
         host_gbps=float(gbps or 0.0),
         host_latency_ms=float(latency or 0.0),
-        seq_chunks=int(chunks or 2),
-        seq_cut=str(cut),
+        seq_chunks=chunks,
+        seq_cut=cut,
         attention_fraction=float(attention or 0.0),
         a2a_ms=float(a2a or 0.0),
         moe_layers=int(layers or 1),

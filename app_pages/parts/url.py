@@ -9,10 +9,11 @@ from collections.abc import Iterable
 import streamlit as st
 from streamlit.runtime.state.session_state_proxy import get_session_state
 
-from app_pages.parts import plan_presets, state
 from app_pages.parts import schedule_knobs as knobs
+from app_pages.parts import state
 from app_pages.parts.cost_inputs import COST_SOURCES
-from app_pages.parts.run_form import CNN_SIZES, TRANSFORMER_SIZES
+from app_pages.parts.plan import presets
+from app_pages.parts.run.form import CNN_SIZES, TRANSFORMER_SIZES
 from app_pages.parts.whatif import KINDS, KINDS_KEY, LINK_PATTERN, LINKS_KEY, MIN_FACTOR, SENSITIVITY_KEY, SLOW_KEY
 from pipesim.api import OFFLOAD_MODES
 from pipesim.cost import DTYPE_BYTES, MAX_FACTOR
@@ -89,9 +90,7 @@ def fields() -> dict[str, UrlField]:
         "dag-origin": TEXT,
         "dag-critical": TOGGLE,
         # Plan
-        "plan-preset": UrlField(
-            "choice", choices=(plan_presets.CUSTOM, *plan_presets.PRESETS, *plan_presets.SHORT_KEYS)
-        ),
+        "plan-preset": UrlField("choice", choices=(presets.CUSTOM, *presets.PRESETS, *presets.SHORT_KEYS)),
         "plan-selected": TEXT,
         "plan-top": _int(1, 10),
         "plan-steps": _int(1, 50),
@@ -165,7 +164,7 @@ def _replace(key: str, value: str) -> None:
 
 
 # Keys a link may give in a short form: the function turns a value into the one its widget shows.
-CANONICAL = {"plan-preset": plan_presets.label_of}
+CANONICAL = {"plan-preset": presets.label_of}
 
 CHECKED = "url-checked"  # session key: the URL the session was opened with has been read
 

@@ -16,15 +16,17 @@ user asked about several schedules and should see the others.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipesim.analysis.sensitivity import rank_sensitivity
 from pipesim.cost.model import CostModel
 from pipesim.cost.perturb import Perturbation
-from pipesim.schedules import build_schedule, options_for
+from pipesim.schedules import build_schedule, options_for, schedule_info
 from pipesim.sim.jitter import step_interval
 from pipesim.sim.metrics import compute_metrics
+from pipesim.sim.offload import with_offload
 from pipesim.sim.spread import Spread
 from pipesim.sim.steps import simulate_step
 from pipesim.units import format_memory
@@ -40,7 +42,7 @@ class ComparisonRow:
     makespan: float | None = None  # the actions (and stated collectives): first start to last end
     bubble_fraction: float | None = None
     bubble_ratio: float | None = None
-    peak_activations: int | None = None  # stashed microbatches, max over ranks
+    peak_activations: int | None = None  # stashed microbatches (seq1f1b: sequence chunks), max over ranks
     peak_activation_bytes: float | None = None  # max over ranks
     step_ms: float | None = None  # the step as a training loop runs it: reduction tail and overhead included
     error: str | None = None
@@ -48,6 +50,7 @@ class ComparisonRow:
     step_ms_p95: float | None = None
     step_ms_deterministic: float | None = None  # with a spread: the step of the actions' medians
     sensitivity: dict | None = None  # pipesim.analysis.sensitivity.Sensitivity.to_dict, when asked for
+    stashed_microbatches: float | None = None  # peak_activations in microbatches' worth: a sequence chunk is 1/S
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,17 +65,22 @@ def compare_one(
     sampling: Sampling | None = None,
     perturbation: Perturbation | None = None,
     slowdown: float | None = None,
+    options: Mapping[str, object] | None = None,
+    offload: str = "none",
 ) -> ComparisonRow:
     """Build, simulate and measure one schedule; a ValueError becomes the row's `error`. With `sampling`, the step
     is the median of sampled steps with its 90% interval (`pipesim.sim.jitter.step_interval`). `perturbation` (a
     slow rank, a slow link) is priced into the costs (`Perturbation.apply`); `slowdown` adds each rank's
-    sensitivity to that slowdown (`pipesim.analysis.sensitivity`)."""
+    sensitivity to that slowdown (`pipesim.analysis.sensitivity`). `options` (seq1f1b's sequence chunks) go to the
+    families that take them; `offload` places OFFLOADs and RELOADs as `simulate --offload` does."""
     try:
-        options = options_for(name, num_virtual_stages=num_virtual_stages)
-        schedule = build_schedule(name, num_ranks, num_microbatches, **options)
+        taken = {key: value for key, value in (options or {}).items() if key in schedule_info(name).options}
+        built = {**options_for(name, num_virtual_stages=num_virtual_stages), **taken}
+        schedule = build_schedule(name, num_ranks, num_microbatches, **built)
         cost = cost.for_schedule(schedule)
         if perturbation:
             cost = perturbation.apply(cost, schedule.stage_to_rank)
+        schedule = with_offload(schedule, offload, cost)  # selective weighs each wait against these costs
         step = simulate_step(schedule, cost)
         interval = None if sampling is None else step_interval(schedule, cost, *sampling)
         sensitivity = None
@@ -90,6 +98,7 @@ def compare_one(
             "step_ms_deterministic": step.step_ms,
         }
     )
+    peak = max(rank.peak_activations for rank in metrics.ranks)
     return ComparisonRow(
         schedule=schedule.name,
         makespan=metrics.makespan,
@@ -97,9 +106,10 @@ def compare_one(
         **sampled,
         bubble_fraction=metrics.bubble_fraction,
         bubble_ratio=metrics.bubble_ratio,
-        peak_activations=max(rank.peak_activations for rank in metrics.ranks),
+        peak_activations=peak,
         peak_activation_bytes=max(rank.peak_activation_bytes for rank in metrics.ranks),
         sensitivity=sensitivity,
+        stashed_microbatches=peak / schedule.seq_chunks,
     )
 
 
@@ -112,11 +122,24 @@ def compare_schedules(
     sampling: Sampling | None = None,
     perturbation: Perturbation | None = None,
     slowdown: float | None = None,
+    options: Mapping[str, object] | None = None,
+    offload: str = "none",
 ) -> list[ComparisonRow]:
     """One row per name, in the order given (`compare_one`; with `sampling`: (spread, samples, seed), each step
     sampled)."""
     return [
-        compare_one(name, num_ranks, num_microbatches, cost, num_virtual_stages, sampling, perturbation, slowdown)
+        compare_one(
+            name,
+            num_ranks,
+            num_microbatches,
+            cost,
+            num_virtual_stages,
+            sampling,
+            perturbation,
+            slowdown,
+            options,
+            offload,
+        )
         for name in names
     ]
 

@@ -31,6 +31,8 @@ def _memory_axis(good: list[ComparisonRow]) -> tuple[str, float]:
 
 def _peak_text(row: ComparisonRow) -> str:
     size = "" if row.peak_activation_bytes is None else f"{format_bytes(row.peak_activation_bytes)}, "
+    if row.stashed_microbatches is not None and row.stashed_microbatches != row.peak_activations:  # seq chunks
+        return f"{size}{row.stashed_microbatches:g} microbatches' worth stashed ({row.peak_activations} chunks)"
     return f"{size}{format_count(row.peak_activations or 0, 'microbatch')} stashed"
 
 

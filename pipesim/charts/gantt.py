@@ -29,16 +29,18 @@ from pipesim.charts.lanes import (
     by_kind,
     column,
     idle_bars,
+    interval_hover,
     lane_layout,
     lane_rows,
     rank_labels,
+    resource_bars,
     span_bars,
 )
 from pipesim.charts.overlay import overlay_figure
 from pipesim.ir import Action, ActionKind
 from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, LINK_KINDS, Span, Timeline, replica_lanes
 from pipesim.sim.metrics import idle_intervals, makespan
-from pipesim.units import format_ms, format_percent, hover_ms
+from pipesim.units import format_ms, format_percent
 
 # The colours, and the overlay and attribution figures, are read through this module too (the app's pages, the
 # DAG and memory charts): the names they have always had here.
@@ -157,7 +159,7 @@ def gantt_figure(
         for resource, kinds in (("copy", COPY_KINDS), ("link", LINK_KINDS)):
             lane = [c for c in tl.comm if c.kind in kinds]
             if lane:
-                traces.append(_resource_bars(lane, resource))
+                traces.append(resource_bars(lane, resource))
         if critical_path:
             traces.append(_critical_bars(tl, critical_path))
     heading = f"{title or tl.schedule_name or 'schedule'} ({tl.source})"
@@ -211,13 +213,6 @@ def _comm_peer(kind: str, peer: int) -> str:
     return f"{'to' if kind == 'send' else 'from'} rank {peer}"
 
 
-def _interval_hover(first: int) -> str:
-    """ "1.23 ms from 4.56 ms to 5.79 ms" from customdata[first], [first + 1], [first + 2] (start, length, end): a
-    based bar's %{x} in a hover is where the bar ends, not its length."""
-    start, length, end = (f"customdata[{first + i}]" for i in range(3))
-    return f"{hover_ms(length)} from {hover_ms(start)} to {hover_ms(end)}"
-
-
 def _collective_bars(collectives: list) -> go.Bar:
     """torch's per-stage collectives (REDUCE_GRAD, UNSHARD, RESHARD): time on the rank's own row."""
     return go.Bar(
@@ -229,7 +224,7 @@ def _collective_bars(collectives: list) -> go.Bar:
         width=0.5,
         marker={"color": COLLECTIVE_COLOR, "line": {"width": 0}},
         customdata=[[str(c.action), c.start, c.end - c.start, c.end] for c in collectives],
-        hovertemplate=f"%{{customdata[0]}}<br>{_interval_hover(1)}<extra>collective</extra>",
+        hovertemplate=f"%{{customdata[0]}}<br>{interval_hover(1)}<extra>collective</extra>",
     )
 
 
@@ -244,29 +239,8 @@ def _comm_bars(comm: list) -> go.Bar:
         width=0.16,
         marker={"color": COMM_COLOR, "line": {"width": 0}},
         customdata=[[c.kind, str(c.action), _comm_peer(c.kind, c.peer), c.start, c.end - c.start, c.end] for c in comm],
-        hovertemplate=f"%{{customdata[0]}} %{{customdata[1]}} %{{customdata[2]}}<br>{_interval_hover(3)}"
+        hovertemplate=f"%{{customdata[0]}} %{{customdata[1]}} %{{customdata[2]}}<br>{interval_hover(3)}"
         "<extra>transfer</extra>",
-    )
-
-
-# A rank's other resources as thin sub-lanes of its row, so that what overlaps its compute shows: the copy engine
-# (OFFLOAD, RELOAD) along the bottom, the link (an MoE stage's all-to-alls) along the top.
-SUB_LANES = {"copy": (0.36, "#8c564b", "copy engine"), "link": (-0.36, "#17becf", "link")}
-
-
-def _resource_bars(spans: list, resource: str) -> go.Bar:
-    """One resource's spans (`SUB_LANES`) on a thin strip of each rank's row."""
-    offset, color, name = SUB_LANES[resource]
-    return go.Bar(
-        name=name,
-        orientation="h",
-        y=[c.rank + offset for c in spans],
-        x=[c.end - c.start for c in spans],
-        base=[c.start for c in spans],
-        width=0.2,
-        marker={"color": color, "line": {"width": 0}},
-        customdata=[[c.kind, str(c.action), c.start, c.end - c.start, c.end] for c in spans],
-        hovertemplate=f"%{{customdata[0]}} %{{customdata[1]}}<br>{_interval_hover(2)}<extra>{name}</extra>",
     )
 
 

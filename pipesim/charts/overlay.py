@@ -11,8 +11,17 @@ import numpy as np
 import plotly.graph_objects as go
 
 from pipesim.analysis.overlay import align_step, pick_step, prediction_error
-from pipesim.charts.lanes import KIND_COLORS, by_kind, lane_layout, lane_rows, lighten, span_bars
-from pipesim.records import Timeline, select_replica
+from pipesim.charts.lanes import (
+    KIND_COLORS,
+    SUB_LANES,
+    by_kind,
+    lane_layout,
+    lane_rows,
+    lighten,
+    resource_bars,
+    span_bars,
+)
+from pipesim.records import COPY_KINDS, LINK_KINDS, Timeline, select_replica
 from pipesim.sim.metrics import makespan
 from pipesim.units import MISSING, SIGNED_TIME_SPEC, format_ms, format_percent, hover_ms, hover_percent
 
@@ -30,6 +39,12 @@ def overlay_figure(simulated: Timeline, measured: Timeline, step: int | None = N
         f"%{{customdata[7]:{SIGNED_TIME_SPEC}}} ms ({hover_percent('customdata[8]', signed=True)})"
     )
     traces = paired_traces(simulated, real, ("simulated", "measured"), lambda s: _delta_cells(deltas.get(s)), hover)
+    for lane, (which, timeline) in enumerate((("simulated", simulated), ("measured", real))):
+        for resource, kinds in (("copy", COPY_KINDS), ("link", LINK_KINDS)):  # what overlaps compute (offload)
+            spans = [c for c in timeline.comm if c.kind in kinds]
+            if spans:
+                label = f"{SUB_LANES[resource][2]} {which}"
+                traces.append(resource_bars(spans, resource, lambda rank, lane=lane: 2 * rank + lane, label))
     labels = _paired_labels(max(simulated.num_ranks, real.num_ranks), ("simulated", "measured"))
     return lane_layout(go.Figure(data=traces), labels, _overlay_title(simulated, real))
 

@@ -215,3 +215,10 @@ def _check_cpu_ranks(config: RunConfig) -> None:
             f"{per_node} CPU ranks on one node is too many for this machine: the limit is {limit} "
             f"(2 per core, at most {MAX_CPU_RANKS}); use fewer ranks or more nodes"
         )
+
+
+def check_schedule(config: RunConfig, schedule: Schedule | None = None) -> Schedule:
+    """`check_run`'s checks of the schedule alone (built, valid, runnable by this executor with these settings, free
+    of deadlock), with no torch, no device probe and no user module: what a form asks before Launch, to name a
+    refusal at once; `check_run` still checks the whole run."""
+    return _checked_schedule(config, schedule)

@@ -10,9 +10,10 @@ from pipesim.analysis.overlay import prediction_error
 from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import save_cost
 from pipesim.io.formats import schedule_to_dict, timeline_to_dict, write_json
-from pipesim.records import Span, Timeline
+from pipesim.records import COPY_KINDS, Span, Timeline
 from pipesim.schedules import build_schedule
 from pipesim.sim.metrics import makespan
+from pipesim.sim.offload import with_offload
 from pipesim.sim.simulate import simulate
 from pipesim_executor.config import run_config
 
@@ -26,12 +27,14 @@ def write_run(
     reference: dict | None = None,
     step_factors: tuple[float, ...] = (1.5, 1.0),
     predicted: bool = True,
+    offload: str = "none",
 ) -> Path:
     """A run folder as the launcher and rank 0 leave it (see pipesim_executor/config.py): 1f1b on 2 ranks,
     profiled; each
     measured step is the simulated one stretched by 1.25, and step k's time is `step_factors[k]` times that
     (the attribution's median step is the median of those); `predicted` False leaves no simulation (a profiled
-    run that ended before its prediction)."""
+    run that ended before its prediction); `offload` places OFFLOADs and RELOADs, whose copies are measured on the
+    copy engine's lane as the executor writes them (comm spans of kind offload / reload)."""
     folder = root / name
     (folder / "logs").mkdir(parents=True)
     config = run_config(
@@ -42,11 +45,12 @@ def write_run(
         device="cpu",
         profile=True,
         reference=reference is not None,
+        offload=offload,
     )
-    schedule = build_schedule("1f1b", 2, 4)
+    cost = CostModel.uniform(2.0, 4.0)
+    schedule = with_offload(build_schedule("1f1b", 2, 4), offload, cost)
     write_json(config.to_dict(), folder / "config.json")
     write_json(schedule_to_dict(schedule), folder / "schedule.json")
-    cost = CostModel.uniform(2.0, 4.0)
     simulated = simulate(schedule, cost)
     summary: dict = {"status": status, "message": message, "started_at": time.time()}
     if measured:
@@ -55,7 +59,13 @@ def write_run(
             for step in range(len(step_factors))
             for s in simulated.spans
         )  # step-relative times
-        timeline = Timeline(2, spans, source="measured", schedule_name="1f1b")
+        copies = tuple(
+            c._replace(start=1.25 * c.start, end=1.25 * c.end, step=step)
+            for step in range(len(step_factors))
+            for c in simulated.comm
+            if c.kind in COPY_KINDS
+        )
+        timeline = Timeline(2, spans, source="measured", schedule_name="1f1b", comm=copies)
         step_ms = 1.25 * makespan(simulated)
         times = [step_ms * factor for factor in step_factors]
         write_json(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app_pages.parts import live_runs, state, widgets
-from app_pages.parts.run_form import RunRequest
+from app_pages.parts import state, widgets
+from app_pages.parts.run import registry
+from app_pages.parts.run.form import RunRequest
 from pipesim.ir import Schedule
 from pipesim_executor.host import launch
 from pipesim_executor.host.machine import MachineBusy
@@ -23,5 +24,5 @@ def start(request: RunRequest, custom: Schedule | None) -> None:
         return
     st.session_state["run_handle"] = handle
     st.session_state["selected_run"] = None
-    live_runs.remember(handle)
+    registry.remember(handle)
     st.rerun()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from app_pages.parts import cached, plot, run_stragglers, widgets
+from app_pages.parts import cached, plot, widgets
+from app_pages.parts.run import stragglers
 from pipesim.analysis import pick_step
 from pipesim.charts import gantt as charts
 from pipesim.charts import mark_stragglers
@@ -51,7 +52,7 @@ def show_import(run_traces: dict[str, list[Path]]) -> None:
         if analysis is not None:
             plot.show(charts.attribution_figure(analysis), "import-attribution")
         if found is not None:
-            run_stragglers.show_found(found, "the imported traces")
+            stragglers.show_found(found, "the imported traces")
         views = {"simulated": simulated, "imported": pick_step(run.timeline, None)}
         st.download_button(
             "Perfetto trace: simulated + imported",

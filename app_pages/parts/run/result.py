@@ -8,7 +8,8 @@ import json
 import pandas as pd
 import streamlit as st
 
-from app_pages.parts import plot, run_reference, run_stragglers, state, widgets
+from app_pages.parts import plot, state, widgets
+from app_pages.parts.run import reference, stragglers
 from pipesim.analysis import align, attribute_step, pick_step, steps_of
 from pipesim.charts import attribution as charts_attribution
 from pipesim.charts import gantt as charts
@@ -122,14 +123,14 @@ def show(result) -> None:
             "action times) + communication wait + overhead (optimizer, gaps, skew). The thin marks under "
             "each measured lane of the overlay show where each kind of lost time sits in the same step."
         )
-    run_stragglers.show(result)
+    stragglers.show(result)
 
     left, right = st.columns(2)
     with left:
         if result.simulated is not None:
             _action_table(result, measured, step)
     with right:
-        run_reference.show(result)
+        reference.show(result)
     _log_files(result)
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import streamlit as st
 
-from app_pages.parts import plan_presets, state
+from app_pages.parts import state
+from app_pages.parts.plan import presets
 from pipesim.cost import ModelDescription
 from pipesim.plan import PlanInputs
 
@@ -23,7 +24,7 @@ def restore_preset() -> None:
     form's defaults: the preset's values go into the fields the link does not set itself. Once per preset and
     session, before the form draws; picking a preset in the box applies it whole (its on_change)."""
     preset = st.query_params.get("plan-preset") or st.session_state.get("plan-preset")
-    values = plan_presets.PRESETS.get(preset)
+    values = presets.PRESETS.get(preset)
     if values is None or st.session_state.get("plan-preset-restored") == preset:
         return
     for key, value in values.items():

@@ -4,7 +4,7 @@ A RunHandle lives in the Streamlit server process (its supervising thread); a br
 session whose session state is empty. This registry is one dict per server process (st.cache_resource), run
 folder -> handle, so the Run page of any session can reattach to a run that is still going: live progress and
 Cancel again. A run this server's Run page did not start (a Plan verification, the command line, another app
-server) is no run of the user's: the page names it in a banner (app_pages.parts.run_elsewhere), and follows it
+server) is no run of the user's: the page names it in a banner (app_pages.parts.run.elsewhere), and follows it
 from its folder (pipesim_executor.host.watch.FolderRun: the same interface) only when the user opens it.
 """
 

@@ -2,7 +2,10 @@
 
 `draw` shows the form in the sidebar and hands back the values of a submitted form (`RunRequest`); the
 request's `config()` is the one place the page turns them into an `pipesim_executor.config.RunConfig` (whose checks
-refuse bad values with a ValueError the page shows).
+refuse bad values with a ValueError the page shows). Which knobs a run takes is the executor's config's
+(`PipelineConfig`'s fields: offload, and sequence chunks where it has them), and whether it runs a family with these
+settings is its own check (`pipesim_executor.host.checks.check_schedule`): its one-line refusal is shown under the
+schedule before Launch.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ from typing import Any
 
 import streamlit as st
 
-from app_pages.parts import own_model, schedule_inputs, state
+from app_pages.parts import schedule_inputs, schedule_knobs, state
+from app_pages.parts.cached import HASH_FUNCS
+from app_pages.parts.run import own_model
 from pipesim.cost import TransformerShape
+from pipesim.form_fields import form_fields
 from pipesim.ir import Schedule
 from pipesim.schedules import options_for, schedule_info
 from pipesim_executor.config import (
@@ -24,6 +30,7 @@ from pipesim_executor.config import (
     SMALL_TRANSFORMER,
     CNNConfig,
     ModelConfig,
+    PipelineConfig,
     RunConfig,
     run_config,
 )
@@ -41,6 +48,9 @@ CNN_SIZES = {
     "medium": CNNConfig(channels=64, fc_size=512),
 }
 CUSTOM = state.CUSTOM_SCHEDULE_LABEL
+# The pipeline settings a run takes, as the executor's `run` flags are made: the offload, and the sequence chunks
+# and cut once the executor runs them.
+PIPELINE = {field.name: field for field in form_fields(PipelineConfig)}
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,7 @@ class RunRequest:
     profile: bool
     reference: bool
     recompute: bool
+    knobs: schedule_knobs.Knobs = schedule_knobs.Knobs()
 
     def schedule(self, custom: Schedule | None) -> Schedule | None:
         """The custom schedule sent from the Custom page when it is the one chosen, else None (a registered one)."""
@@ -84,7 +95,10 @@ class RunRequest:
             )
         )
         options: dict[str, Any] = {} if sent else options_for(self.name, num_virtual_stages=int(self.chunks))
+        taken = {} if sent else self.knobs.build_options(schedule_info(self.name))  # the sequence chunks
         return run_config(
+            **{name: value for name, value in taken.items() if name in PIPELINE},
+            offload=self.knobs.offload,
             schedule=sent.name if sent else self.name,
             num_ranks=sent.num_ranks if sent else int(self.ranks),
             num_microbatches=sent.num_microbatches if sent else int(self.microbatches),
@@ -119,6 +133,7 @@ def draw(custom: Schedule | None, running: bool, waits: str | None = None) -> Ru
         )
         name = CUSTOM if use_custom else schedule_inputs.schedule_picker(disabled=running)
         info = None if use_custom else schedule_info(name)
+        refused = st.empty()  # the executor's refusal of this family with these settings, once the form is read
     with st.sidebar, st.form("run-form"):
         if use_custom:
             st.caption(f"The custom schedule sets its own ranks and microbatches: {custom.describe()}")
@@ -211,13 +226,42 @@ def draw(custom: Schedule | None, running: bool, waits: str | None = None) -> Ru
             help="The same model on torch.distributed.pipelining's own schedule class, for comparison",
         )
         recompute = st.toggle("Activation recomputation", key=state.kept("run-recompute"), bind=state.URL)
+        problems: list[str] = []
+        chunked = info if "seq_chunks" in PIPELINE else None  # sequence chunks only once the executor runs them
+        knobs = schedule_knobs.run_fields(chunked, problems, PIPELINE["offload"].help)
         held = running or waits is not None
         submitted = st.form_submit_button("Launch run", type="primary", disabled=held, width="stretch")
         if waits is not None and not running:
             st.caption(waits)
+    request = RunRequest(
+        name, ranks, microbatches, chunks, kind, size, layers, own, replicas, dtype, batch, steps, warmup,
+        timeout, device, backend, profile, reference, recompute, knobs,
+    )  # fmt: skip
+    if problems:  # a field out of range: said under it, and nothing launches
+        refused.warning(f"**Not launched**: {'; '.join(problems)}.", icon=":material/error:")
+        return None
+    reason = None if running else refusal(request, custom)
+    if reason is not None:
+        refused.warning(f"**The executor refuses this run**: {reason}", icon=":material/block:")
     if not submitted or held:
         return None
-    return RunRequest(
-        name, ranks, microbatches, chunks, kind, size, layers, own, replicas, dtype, batch, steps, warmup,
-        timeout, device, backend, profile, reference, recompute,
-    )  # fmt: skip
+    return request
+
+
+def refusal(request: RunRequest, custom: Schedule | None) -> str | None:
+    """Why the executor would refuse to run this schedule with these settings, in its own one line, or None."""
+    try:
+        return _schedule_refusal(request.config(custom), request.schedule(custom))
+    except ValueError as error:  # the configs' own checks of the values
+        return str(error)
+
+
+@st.cache_data(max_entries=32, show_spinner=False, hash_funcs={**HASH_FUNCS, RunConfig: hash})
+def _schedule_refusal(config: RunConfig, schedule: Schedule | None) -> str | None:
+    from pipesim_executor.host.checks import check_schedule
+
+    try:
+        check_schedule(config, schedule)
+    except ValueError as error:  # refused, named as `executor run` names it
+        return str(error)
+    return None

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from app_pages.parts import run_live
+from app_pages.parts.run import live
 from pipesim_executor.host import machine
 
 HELD = "run-machine-held"  # session key: whether the last look found the machine held (a change reruns the page)
@@ -75,7 +75,7 @@ def _banner(root: Path, own: Any | None) -> None:
     if config is not None:
         st.caption(f"Its settings: {config.describe()}. Your form keeps yours.")
     with st.expander("Its log", expanded=holder is None or holder.runs_total == 1):
-        run_live.log(run)
+        live.log(run)
     if st.button("Cancel it", icon=":material/stop_circle:", key="run-elsewhere-cancel", type="secondary"):
         with st.spinner("Ending every process of that run…"):
             run.cancel()
@@ -102,7 +102,7 @@ def _share(holder: machine.Holder | None, run: Any | None) -> float:
 def _where(holder: machine.Holder | None, run: Any | None) -> str:
     parts = [holder.step] if holder is not None and holder.step else []
     if run is not None:
-        parts.append(run_live.where(run))
+        parts.append(live.where(run))
     return "; ".join(parts) or "between two of its runs"
 
 
