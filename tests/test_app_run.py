@@ -474,3 +474,16 @@ def test_seq1f1b_is_offered_with_the_executors_answer(runs: Path, fake_launcher:
     at.button(key=SUBMIT).click().run()
     assert not at.exception and not refusals(at), refusals(at)
     assert fake_launcher[0][0].pipeline.seq_chunks == 2
+
+
+def test_a_sent_seq1f1b_schedule_runs_its_microbatches_of_data(app: AppTest, runs: Path, fake_launcher: list) -> None:
+    """A schedule of 4 microbatches cut into 2 sequence chunks holds 8 action microbatches; the run's config counts
+    the data: 4 microbatches (`pipesim_executor.seq_cut.data_microbatches`), or the executor refuses the pair."""
+    custom = build_schedule("seq1f1b", 2, 4, seq_chunks=2)
+    assert custom.num_microbatches == 8
+    app.session_state["run_schedule"] = custom
+    app.run()
+    app.number_input(key="run-batch").set_value(8)
+    app.button(key=SUBMIT).click().run()
+    ((config, schedule, _),) = fake_launcher
+    assert schedule == custom and config.pipeline.num_microbatches == 4

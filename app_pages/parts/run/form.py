@@ -34,6 +34,7 @@ from pipesim_executor.config import (
     RunConfig,
     run_config,
 )
+from pipesim_executor.seq_cut import data_microbatches
 
 # Size presets of the built-in models (their configs' own types); the number of layers (blocks) is a separate
 # input because it must be at least the number of stages.
@@ -101,7 +102,7 @@ class RunRequest:
             offload=self.knobs.offload,
             schedule=sent.name if sent else self.name,
             num_ranks=sent.num_ranks if sent else int(self.ranks),
-            num_microbatches=sent.num_microbatches if sent else int(self.microbatches),
+            num_microbatches=data_microbatches(sent) if sent else int(self.microbatches),  # chunks, directions
             num_virtual_stages=options.get("num_virtual_stages"),
             model=model,
             data_parallel=int(self.replicas),
