@@ -106,3 +106,15 @@ def test_too_many_chunks_are_refused_in_the_users_terms():
     """The IR counts a chunk as a microbatch; the refusal names what the user gave: microbatches x chunks."""
     with pytest.raises(ValueError, match=r"2 microbatches x 100000 sequence chunks = 200000 chunks, more than"):
         build_schedule("seq1f1b", 2, 2, seq_chunks=100000)
+
+
+def test_a_models_cost_carries_its_attention_share_so_a_later_chunk_is_dearer():
+    """The planner prices a model's chunks from its own attention FLOPs (ModelDescription.attention_fraction), not
+    the flat default: the second of two even chunks of a 2,048-token model costs more than the first."""
+    from pipesim.cost.description import ModelDescription
+
+    description = ModelDescription(seq_len=2048)
+    cost = description.to_cost_model(2)
+    assert cost.attention_fraction == pytest.approx(description.attention_fraction()) and cost.attention_fraction > 0
+    shares = chunk_shares(2, cost.attention_fraction, "even")
+    assert shares.compute[1] > shares.compute[0]

@@ -157,7 +157,15 @@ def stage_costs_from_units(
             else LinkCost(description.link_latency_ms, description.link_bandwidth_gbps)
         )
     source = "model" if description is not None else "units"
-    return CostModel(stages=tuple(stages), links=(link,), recompute=recompute, provenance=Provenance(source))
+    # what makes a later sequence chunk dearer (Seq1F1B): the model's own attention share, not the flat default
+    attention = 0.0 if description is None else description.attention_fraction()
+    return CostModel(
+        stages=tuple(stages),
+        links=(link,),
+        recompute=recompute,
+        provenance=Provenance(source),
+        attention_fraction=attention,
+    )
 
 
 # The split policy: how a model is cut into stages, stated once. Every cut of a model into stages (the planner, a
