@@ -55,6 +55,7 @@ from pipesim.semantics.lower import (
     stash_change,
 )
 from pipesim.semantics.validate import validate
+from pipesim_executor.rank.moe import A2A
 from pipesim_executor.rank.offload import RankCopies, StepCopies
 from pipesim_executor.rank.rank_model import RankModel, build_rank_model, microbatches  # noqa: F401 - imported from here
 from pipesim_executor.rank.stage import StageRunner, WeightWork
@@ -150,6 +151,7 @@ class PipelineRuntime:
         label_actions: bool = False,
         grad_sync: Any = None,
         copies: Any = None,
+        experts: Any = None,
     ) -> None:
         validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
         moves = memory_moves(schedule)[rank]  # read before the order is dropped: the copies are the order's
@@ -169,6 +171,7 @@ class PipelineRuntime:
         self.dtype, self.lookahead = dtype, lookahead
         self.stash_bytes = stash_bytes or {}
         self.grad_sync = grad_sync  # pipesim_executor.rank.grad_sync.GradSync with data parallelism, else None
+        self.experts = experts  # pipesim_executor.rank.moe.ExpertParallel: its all-to-alls' times, else None
         self.plan = comm_plan(schedule)
         self._incoming = self.plan.incoming(rank)
         self._send_tag = self.plan.send_tags(rank)
@@ -226,6 +229,8 @@ class _Step:
             inbox.top_up()
         if self.copies is not None:
             self.copies.issue(None, runtime.clock)
+        if runtime.experts is not None:  # exchanges made outside a step (a profile's) are not this step's
+            runtime.experts.clear()
 
     # --- data movement ----------------------------------------------------------------------------------------
     def receive(self, key: Message) -> Tensor:
@@ -294,6 +299,8 @@ class _Step:
         if out_key is not None and produced is not None and rt.plan.destination(out_key) != rt.rank:
             produced = rt.transport.to_wire(produced)
         self.record.spans.append((action, start, rt.clock.mark()))
+        if rt.experts is not None:  # the action's all-to-alls, on the link lane
+            self.record.comm.extend((A2A, -1, action, a, b) for a, b in rt.experts.take(rt.experts.lane))
         if out_key is not None:
             self.deliver(out_key, produced, action)
         if rt.grad_sync is not None:  # after the hand-over: the next stage's work must not wait for it
