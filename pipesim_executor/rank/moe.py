@@ -78,16 +78,21 @@ class ExpertParallel:
     def lane(self) -> int:
         return getattr(self._local, "lane", 0)
 
+    @property
+    def group(self) -> Any:
+        """This thread's lane's group (with one group, every lane's)."""
+        return self.groups[self.lane % len(self.groups)]
+
     def exchange(self, x: Tensor, out_splits: list[int], in_splits: list[int]) -> Tensor:
         """`x`'s rows, `in_splits[d]` of them to member d, in exchange for `out_splits[d]` rows from each."""
         out = x.new_empty((sum(out_splits), *x.shape[1:]))
-        dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=self.groups[self.lane])
+        dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=self.group)
         return out
 
     def counts(self, send: Tensor) -> Tensor:
         """Everyone's (members, local experts) token counts for this member's experts, for ours of theirs."""
         received = torch.empty_like(send)
-        dist.all_to_all_single(received, send.contiguous(), group=self.groups[self.lane])
+        dist.all_to_all_single(received, send.contiguous(), group=self.group)
         return received
 
     def timed(self, start: Any) -> None:

@@ -51,6 +51,7 @@ from pipesim.semantics.lower import (
     compute_only,
     memory_moves,
     needed_message,
+    overlap_groups,
     produced_message,
     stash_change,
 )
@@ -88,6 +89,11 @@ class StepRecord:
             "spans": [[str(a), clock.resolve(s), clock.resolve(e)] for a, s, e in self.spans],
             "comm": [[k, p, str(a), clock.resolve(s), clock.resolve(e)] for k, p, a, s, e in self.comm],
         }
+
+
+def _is_pair(group: tuple[Action, ...]) -> bool:
+    """A forward and a backward (full or for inputs), the overlapped pair `_Step.run_pair` runs at once."""
+    return len(group) == 2 and group[0].kind is F and group[1].kind in (B, I)
 
 
 def ahead_for(transport: str) -> int | None:
@@ -155,10 +161,15 @@ class PipelineRuntime:
     ) -> None:
         validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
         moves = memory_moves(schedule)[rank]  # read before the order is dropped: the copies are the order's
+        # an overlapped (F, B) pair runs at once where each member's all-to-alls have a group of their own to run
+        # in while the other member computes (`_Step.run_pair`); elsewhere its members run back to back (one
+        # device stream), which the measured timeline's meta says
+        lanes = experts is not None and len(experts.groups) > 1 and not moves
+        mine = set(schedule.actions[rank]) if lanes else set()
+        pairs = [g for g in overlap_groups(schedule) if _is_pair(g) and g[0] in mine]
         # torch's full order (transfers, collectives, overlapped pairs) is not executed as written: the compute
         # actions run with pipesim's plan (the same messages, in the producers' order); nothing is sharded or
-        # replicated, so UNSHARD, RESHARD and REDUCE_GRAD have nothing to do; an overlapped pair's members run
-        # back to back (a CPU cannot overlap them), which the measured timeline's meta says.
+        # replicated, so UNSHARD, RESHARD and REDUCE_GRAD have nothing to do.
         schedule = compute_only(schedule)
         if set(runners) != set(schedule.stages_of_rank(rank)):
             raise ValueError(
@@ -180,6 +191,10 @@ class PipelineRuntime:
         # unprofiled loop stays free of profiler calls.
         self._labels = {a: action_label(a) for a in schedule.actions[rank]} if label_actions else None
         self.copies = RankCopies(moves, runners, self.stash_bytes, copies) if moves else None  # the copy engine
+        self.overlaps = bool(pairs)  # whether overlapped pairs run at once (the measured timeline's meta says)
+        partner = {g[0]: g for g in pairs}
+        seconds = {g[1] for g in pairs}
+        self._units = [partner.get(a, (a,)) for a in schedule.actions[rank] if a not in seconds]
 
     def data_index(self, stage: int, mb: int) -> int:
         """Which of the step's microbatches (`run_step`'s inputs and targets) microbatch `mb` of `stage` is: with
@@ -198,13 +213,14 @@ class PipelineRuntime:
         (`data_index`: with two directions, the second direction's after the first's).
         """
         step = _Step(self, inputs, targets)
-        if self._labels is None:
-            for action in self.schedule.actions[self.rank]:
-                step.run(action)
-        else:
-            for action in self.schedule.actions[self.rank]:
-                with record_function(self._labels[action]):  # like torch's: the wait, the compute, the send
-                    step.run(action)
+        for unit in self._units:
+            if len(unit) > 1:
+                step.run_pair(unit)
+            elif self._labels is None:
+                step.run(unit[0])
+            else:
+                with record_function(self._labels[unit[0]]):  # like torch's: the wait, the compute, the send
+                    step.run(unit[0])
         step.finish()
         return step.record
 
@@ -223,6 +239,7 @@ class _Step:
         self.losses: list[Tensor] = []
         self.stash_now = 0
         self._stash_lock = threading.Lock()  # the copy engine frees and takes back bytes from its own thread
+        self._pair_lock: threading.Lock | None = None  # held by an overlapped pair's members but while computing
         self.copies = None if runtime.copies is None else StepCopies(runtime.copies, self.record, self.change_stash)
         self._compute = {F: self._forward, B: self._backward, I: self._backward_input, W: self._backward_weight}
         for inbox in self.inboxes.values():
@@ -292,7 +309,7 @@ class _Step:
         at_start = changes_at_start(action.kind)  # pipesim's rule: a forward's stash grows as it runs
         if at_start:
             self.track(action)
-        produced = self._compute[action.kind](action, received)
+        produced = self.compute(action, received)
         if not at_start:
             self.track(action)
         out_key = produced_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
@@ -307,6 +324,44 @@ class _Step:
             rt.grad_sync.after(action, rt.clock)
         if self.copies is not None:
             self.copies.issue(action, rt.clock)
+
+    def compute(self, action: Action, received: Tensor | None) -> Tensor | None:
+        """The action's own work. In an overlapped pair (`run_pair`) the pair's lock is let go meanwhile, so the
+        other member's bookkeeping can run while this one computes."""
+        experts, lock = self.rt.experts, self._pair_lock
+        if experts is not None:  # forwards exchange on one lane, backwards on the other (ExpertParallel)
+            experts.use_lane(0 if action.kind is F else 1)
+        if lock is None:
+            return self._compute[action.kind](action, received)
+        lock.release()
+        try:
+            return self._compute[action.kind](action, received)
+        finally:
+            lock.acquire()
+
+    def run_pair(self, pair: tuple[Action, ...]) -> None:
+        """An overlapped (F, B) pair at once, as DualPipe and Megatron's combined 1F1B run it: the backward on a
+        thread of its own, the forward on this one, so that one member's all-to-all is in flight (its own thread
+        waiting in its own group, `ExpertParallel`) while the other member computes. Each member's receive,
+        records and hand-over (`run`) hold one lock; only the compute runs outside it. The members are independent
+        (the schedule pairs them so), and every replica runs the same pair: their exchanges match lane by lane."""
+        lock = self._pair_lock = threading.Lock()
+        failed: list[BaseException] = []
+
+        def member(action: Action) -> None:
+            try:
+                with lock:
+                    self.run(action)
+            except BaseException as error:  # re-raised on the step's thread
+                failed.append(error)
+
+        thread = threading.Thread(target=member, args=(pair[1],), name=f"pair {pair[1]}", daemon=True)
+        thread.start()
+        member(pair[0])
+        thread.join()
+        self._pair_lock = None
+        if failed:
+            raise failed[0]
 
     def _stash_sizes(self, stage: int) -> StashSizes:
         """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""

@@ -164,10 +164,10 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
     if config.model.kind == "moe" and replicas > 1 and not config.compute.sleeps:
         from pipesim_executor.rank.moe import ExpertParallel, expert_parameters, shard_experts
 
-        # a group per lane: an overlapped pair's members exchange on their own threads (ExpertParallel)
-        lanes = [
-            data_parallel_groups(config, config.timeout_s)[rank] for _ in range(1 + bool(overlap_groups(schedule)))
-        ]
+        # a group per lane where an overlapped pair's members run at once, each exchanging on its own thread
+        # (ExpertParallel, PipelineRuntime); on a GPU they run back to back: one lane
+        pairs = bool(overlap_groups(schedule)) and choice.device.type == "cpu"
+        lanes = [data_parallel_groups(config, config.timeout_s)[rank] for _ in range(1 + pairs)]
         for lane in lanes:
             torch.distributed.all_reduce(torch.zeros(1, device=choice.device), group=lane)  # connect before timing
         experts = ExpertParallel(lanes, replica, replicas, clock)
