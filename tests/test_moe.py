@@ -13,6 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pipesim.cost.links import LinkCost
+from pipesim.cost.model import CostModel
 from pipesim.io.formats import read_json, timeline_from_dict
 from pipesim.ir import ActionKind
 from pipesim.records import LINK_KINDS
@@ -23,6 +25,7 @@ from pipesim_executor.rank import grad_sync
 from pipesim_executor.rank.grad_sync import GradSync
 from pipesim_executor.rank.model import model_parts
 from pipesim_executor.rank.moe import A2A, MoEFeedForward, moe_modules
+from pipesim_executor.rank.profile import stage_cost
 
 TINY = ModelConfig.of_moe(num_layers=2, hidden_size=32, ffn_size=64, num_heads=2, seq_len=16, vocab_size=64)
 TRAIN = {"num_ranks": 2, "num_microbatches": 4, "batch_size": 8, "steps": 3, "warmup_steps": 0, "lr": 0.5}
@@ -108,6 +111,19 @@ def test_an_experts_gradient_is_divided_by_the_replicas_and_never_all_reduced(mo
     assert torch.equal(shared.grad, torch.ones(4, 4)) and torch.equal(alone.grad, torch.full((4, 4), 0.5))
 
 
+def test_a_profiled_stage_prices_its_all_to_alls_apart_from_its_compute():
+    """F of 5 ms waited 2 ms in its two exchanges, B of 9 ms 2 ms in its two: one exchange is 1 ms on the link,
+    and the passes compute 3 and 7 ms; an action alone then takes what it measured."""
+    measure = {"f": 5.0, "b": 9.0, "f_split": 5.0, "i": 6.0, "w": 3.0, "a2a_f": 2.0, "a2a_b": 2.0, "moe_layers": 2}
+    measure.update(activation_bytes=1.0, weight_grad_bytes=1.0, input_bytes=1.0, output_bytes=1.0, param_bytes=1.0)
+    stage = stage_cost(measure, split=False, recompute=False)
+    assert (stage.a2a_ms, stage.moe_layers, stage.forward_ms, stage.backward_ms) == (1.0, 2, 3.0, 7.0)
+    cost = CostModel(stages=(stage,), links=(LinkCost(),))
+    assert cost.duration_ms(0, ActionKind.FORWARD) == 5.0 and cost.duration_ms(0, ActionKind.BACKWARD) == 9.0
+    dense = stage_cost({**measure, "a2a_f": 0.0, "a2a_b": 0.0}, split=False, recompute=False)
+    assert (dense.a2a_ms, dense.forward_ms) == (0.0, 5.0)
+
+
 def test_the_moe_model_reads_back_from_its_config_section():
     config = run_config(**TRAIN, model=ModelConfig.of_moe(experts=8, top_k=1, num_layers=2), device="cpu")
     back = RunConfig.from_dict(config.to_dict())
@@ -188,8 +204,14 @@ def test_1f1b_overlap_runs_its_pairs_at_once_and_trains_as_1f1b(expert_parallel_
     """Each (F, B) pair runs on two threads, each member's all-to-alls in their own group, so one member's
     exchange is in flight while the other computes; the training is 1F1B's all the same."""
     _, plain = expert_parallel_1f1b
-    _, overlapped = _run(tmp_path, "overlap", schedule="1f1b-overlap", model=TINY, data_parallel=2)
+    _, overlapped = _run(tmp_path, "overlap", schedule="1f1b-overlap", model=TINY, data_parallel=2, profile=True)
     assert overlapped["losses"] == pytest.approx(plain["losses"], abs=TOLERANCE)
     assert overlapped["meta"]["overlap_groups"] and "at once" in overlapped["meta"]["overlap"]
+    # profiled: each stage's all-to-all priced apart from its compute, so the prediction draws the exchanges on
+    # the link lane and lays each pair out as it ran, at once
+    cost = read_json(tmp_path / "overlap" / "cost.json")
+    assert all(stage["a2a_ms"] > 0 for stage in cost["stages"])
+    simulated = timeline_from_dict(read_json(tmp_path / "overlap" / "simulated.json"))
+    assert any(c.kind == A2A for c in simulated.comm) and simulated.meta["overlap_groups"]
     timeline = timeline_from_dict(overlapped)
     assert {c.action.kind for c in timeline.comm if c.kind == A2A} == {ActionKind.FORWARD, ActionKind.BACKWARD}

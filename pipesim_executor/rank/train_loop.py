@@ -196,6 +196,7 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         meta["compute"] = "sleep"
     if r.overlap_groups:  # at once where each member's all-to-alls have their own group, else back to back
         meta["overlap_groups"] = r.overlap_groups
+        meta["overlapped"] = r.runtime.overlaps  # the prediction simulates the groups as they ran
         meta["overlap"] = (
             "members run at once on two threads, one's all-to-all in flight while the other computes"
             if r.runtime.overlaps
