@@ -31,6 +31,7 @@ against 29-31. NCCL keeps a window of 4 (each posted receive holds a GPU buffer)
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -348,9 +349,11 @@ class _Step:
         lock = self._pair_lock = threading.Lock()
         failed: list[BaseException] = []
 
+        labels = self.rt._labels
+
         def member(action: Action) -> None:
             try:
-                with lock:
+                with lock, record_function(labels[action]) if labels else contextlib.nullcontext():
                     self.run(action)
             except BaseException as error:  # re-raised on the step's thread
                 failed.append(error)
