@@ -203,7 +203,9 @@ class ModelConfig:
         return cls("cnn", cnn=CNNConfig(**sizes), split_points=split_points)
 
     @classmethod
-    def of_moe(cls, split_points: tuple[int, ...] | None = None, experts: int = 4, top_k: int = 2, **sizes: int):
+    def of_moe(
+        cls, split_points: tuple[int, ...] | None = None, experts: int = 4, top_k: int = 2, **sizes: int
+    ) -> ModelConfig:
         """The built-in mixture-of-experts Transformer: `experts` routed experts per block, each token to `top_k`
         of them, with the given Transformer sizes over the executor's small one."""
         shape = replace(SMALL_TRANSFORMER, **sizes)
