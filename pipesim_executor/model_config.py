@@ -15,7 +15,8 @@ from typing import Any, Literal
 from pipesim.cost.shape import TransformerShape
 from pipesim.limits import MAX_LAYERS
 
-MODEL_KINDS = ("transformer", "cnn")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
+MODEL_KINDS = ("transformer", "cnn", "moe")  # the built-in models; "custom" is a user's factory (ModelConfig.spec)
+TRANSFORMER_KINDS = ("transformer", "moe")  # the built-in models sized by a TransformerShape
 CUSTOM = "custom"
 # The executor's Transformer: small enough that a CPU run takes seconds (the classic PyTorch tutorial model).
 SMALL_TRANSFORMER = TransformerShape(
@@ -33,6 +34,7 @@ SPEC_HELP = (
     "package.module:factory (imported from the folder you run from, e.g. pipesim_examples.gpt_small:build) "
     "or path/to/file.py:factory"
 )
+MAX_EXPERTS = 1024  # experts per block: every rank builds them all before keeping its own
 MAX_SPEC_CHARS = 4096  # a file path's length, with room for deep folders
 
 
@@ -130,6 +132,25 @@ class CNNConfig:
         return channels * size * size
 
 
+@dataclass(frozen=True)
+class MoEConfig:
+    """The mixture-of-experts Transformer: the Transformer's sizes, each block's MLP a set of routed experts."""
+
+    experts: int = field(default=4, metadata={"flag": "experts"})
+    """Experts per block, each an MLP of the Transformer's ffn width; with --data-parallel D each replica of a
+    stage holds experts/D of them (expert parallelism), so D must divide it."""
+    top_k: int = field(default=2, metadata={"flag": "top-k"})
+    """Experts each token is routed to (1 or 2 as usual; at most --experts)."""
+
+    def __post_init__(self) -> None:
+        check_positive("moe experts", self.experts)
+        check_positive("moe top_k", self.top_k)
+        if self.experts > MAX_EXPERTS:
+            raise ValueError(f"moe experts {self.experts} is more than the executor builds: at most {MAX_EXPERTS}")
+        if self.top_k > self.experts:
+            raise ValueError(f"moe top_k {self.top_k} is more than the {self.experts} experts")
+
+
 # Field names of the flat model section that run folders written before the split hold.
 _LEGACY_MODEL_FIELDS = {
     "num_layers": ("transformer", "num_layers"), "d_model": ("transformer", "hidden_size"),
@@ -143,8 +164,9 @@ _LEGACY_MODEL_FIELDS = {
 class ModelConfig:
     """The model: a built-in Transformer or CNN and its sizes, or your own factory, and where its stages start."""
 
-    kind: Literal["transformer", "cnn", "custom"] = field(default="transformer", metadata={"cli": False})
-    """transformer, cnn, or custom: your own model, built by the factory `spec` names."""
+    kind: Literal["transformer", "cnn", "moe", "custom"] = field(default="transformer", metadata={"cli": False})
+    """transformer, cnn, moe (the Transformer with routed experts), or custom: your own model, built by the
+    factory `spec` names."""
     spec: str | None = field(default=None, metadata={"cli": False})
     """A custom model's factory, package.module:function or /absolute/path/file.py:function
     (pipesim_executor.custom_model says what it returns)."""
@@ -152,6 +174,8 @@ class ModelConfig:
     """The Transformer's sizes (kind transformer)."""
     cnn: CNNConfig = CNNConfig()
     """The CNN's sizes (kind cnn)."""
+    moe: MoEConfig = MoEConfig()
+    """The experts of the mixture-of-experts Transformer (kind moe; its other sizes are `transformer`'s)."""
     split_points: tuple[int, ...] | None = field(default=None, metadata={"metavar": "A,B,.."})
     """Unit indices where each stage after the first starts, e.g. 2,4,6 (default: the planner's cut of the
     Transformer; the CNN's and a custom model's layers balanced by parameter count)."""
@@ -165,6 +189,8 @@ class ModelConfig:
             parse_spec(self.spec)  # the text form only; importing waits for pipesim_executor.host.checks
         if not isinstance(self.transformer, TransformerShape) or not isinstance(self.cnn, CNNConfig):
             raise ValueError("model: transformer must be a TransformerShape and cnn a CNNConfig")
+        if not isinstance(self.moe, MoEConfig):
+            raise ValueError("model: moe must be a MoEConfig")
 
     @classmethod
     def of_transformer(cls, split_points: tuple[int, ...] | None = None, **sizes: int) -> ModelConfig:
@@ -177,11 +203,20 @@ class ModelConfig:
         return cls("cnn", cnn=CNNConfig(**sizes), split_points=split_points)
 
     @classmethod
+    def of_moe(
+        cls, split_points: tuple[int, ...] | None = None, experts: int = 4, top_k: int = 2, **sizes: int
+    ) -> ModelConfig:
+        """The built-in mixture-of-experts Transformer: `experts` routed experts per block, each token to `top_k`
+        of them, with the given Transformer sizes over the executor's small one."""
+        shape = replace(SMALL_TRANSFORMER, **sizes)
+        return cls("moe", transformer=shape, moe=MoEConfig(experts, top_k), split_points=split_points)
+
+    @classmethod
     def from_dict(cls, data: Any) -> ModelConfig:
         """The model section of config.json: nested (transformer, cnn) or the flat one of older run folders."""
         if not isinstance(data, dict):
             raise ValueError(f"run config: model must be an object, got {data!r:.60}")
-        sections: dict[str, dict[str, Any]] = {"transformer": {}, "cnn": {}}
+        sections: dict[str, dict[str, Any]] = {"transformer": {}, "cnn": {}, "moe": {}}
         top: dict[str, Any] = {}
         for key, value in data.items():
             if key in _LEGACY_MODEL_FIELDS:
@@ -204,9 +239,10 @@ class ModelConfig:
         try:
             shape = replace(SMALL_TRANSFORMER, **sections["transformer"])
             cnn = CNNConfig(**sections["cnn"])
+            moe = MoEConfig(**sections["moe"])
         except TypeError as error:  # an unknown size field
             raise ValueError(f"run config: model sizes: {error}") from None
-        return cls(**top, transformer=shape, cnn=cnn)
+        return cls(**top, transformer=shape, cnn=cnn, moe=moe)
 
     @property
     def num_units(self) -> int:
@@ -217,13 +253,14 @@ class ModelConfig:
             raise ValueError(
                 "a custom model's layers are counted by running its factory (pipesim_executor.host.checks)"
             )
-        return self.transformer.num_units() if self.kind == "transformer" else self.cnn.num_units()
+        return self.transformer.num_units() if self.kind in TRANSFORMER_KINDS else self.cnn.num_units()
 
     def stage_split(self, num_stages: int, microbatch_size: int = 1, recompute: bool = False) -> tuple[int, ...] | None:
         """Where a run cuts this model into `num_stages` stages: its `split_points` when given, else the planner's
         cut of the built-in Transformer (`pipesim.cost.description.shape_split`); None where pipesim has no times
-        for the model (the CNN, a custom factory, or more stages than units, which the build refuses by name):
-        its layers are then balanced by parameter count when built (`pipesim.cost.description.parameter_split`).
+        for the model (the CNN, the MoE Transformer, a custom factory, or more stages than units, which the build
+        refuses by name): its layers are then balanced by parameter count when built
+        (`pipesim.cost.description.parameter_split`).
         Every process that builds the model (the ranks, the single-process reference, torch's) cuts it here."""
         if self.split_points is not None:
             return self.split_points
@@ -238,4 +275,6 @@ class ModelConfig:
             return f"the layers of {self.spec}"
         if self.kind == "transformer":
             return f"embedding + {self.transformer.num_layers} blocks + output"
+        if self.kind == "moe":
+            return f"embedding + {self.transformer.num_layers} blocks of {self.moe.experts} experts + output"
         return f"{self.cnn.blocks} conv blocks + 3 FC layers"

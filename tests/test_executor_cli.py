@@ -34,6 +34,9 @@ BAD_INPUTS = {
     "negative batch size": ["run", "--batch-size", "-4", "--device", "cpu"],
     "lr nan": ["run", "--lr", "nan", "--device", "cpu"],
     "lr zero": ["run", "--lr", "0", "--device", "cpu"],
+    "experts over replicas": ["run", "--model", "moe", "--experts", "3", "--data-parallel", "2", "--device", "cpu"],
+    "experts on a dense model": ["run", "--experts", "8", "--device", "cpu"],
+    "moe unit profile": ["profile", "--model", "moe", "--out", "prof"],
 }
 
 

@@ -140,7 +140,13 @@ def _check_model_fits(config: RunConfig, schedule: Schedule) -> None:
         check_custom_model(config.model.spec, schedule.pipeline_stages, config.model.split_points)
         return
     units = config.model.num_units
-    knob = "--layers" if config.model.kind == "transformer" else "--cnn-blocks"
+    knob = "--cnn-blocks" if config.model.kind == "cnn" else "--layers"
+    experts, replicas = config.model.moe.experts, config.pipeline.data_parallel
+    if config.model.kind == "moe" and experts % replicas:  # expert parallel: each replica holds experts / D
+        raise ValueError(
+            f"--experts {experts} do not split evenly over --data-parallel {replicas} replicas (each holds "
+            "experts / replicas of every block): choose a multiple of the replicas"
+        )
     if schedule.pipeline_stages > units:  # DualPipe's second direction holds copies of the first's stages
         raise ValueError(
             f"schedule {schedule.name!r} has {schedule.pipeline_stages} stages but the model has only {units} layers "

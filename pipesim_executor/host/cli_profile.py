@@ -67,6 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> ProfileConfig:
     kind = args.model if args.model in MODEL_KINDS else CUSTOM
+    if kind == "moe":  # its experts are placed over a run's replicas, which one process's units cannot say
+        raise UsageError(
+            "executor profile times one process's units, and the moe model's all-to-alls need its replicas: "
+            "profile it in its run, executor run --model moe --data-parallel D --profile"
+        )
     sizes = {
         "transformer": given_flags(args, TransformerShape, f"{SECTION}.transformer"),
         "cnn": given_flags(args, CNNConfig, f"{SECTION}.cnn"),

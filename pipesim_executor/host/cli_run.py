@@ -40,6 +40,7 @@ from pipesim_executor.config import (
     DeviceConfig,
     InjectConfig,
     ModelConfig,
+    MoEConfig,
     NodesConfig,
     PipelineConfig,
     RunConfig,
@@ -116,10 +117,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     sizes = {
         "transformer": given_flags(args, TransformerShape, f"{SECTION}.model.transformer"),
         "cnn": given_flags(args, CNNConfig, f"{SECTION}.model.cnn"),
+        "moe": given_flags(args, MoEConfig, f"{SECTION}.model.moe"),
     }
     kind = args.model if args.model in MODEL_KINDS else CUSTOM
     for sized, flags in sizes.items():
-        if flags and sized != kind:
+        if flags and sized != kind and not (kind == "moe" and sized == "transformer"):
             model = args.model if kind == CUSTOM else f"the {kind}"
             raise UsageError(f"{', '.join(flags)} size the built-in {sized} model; {model} does not take them")
     base = ModelConfig(kind=kind, spec=args.model if kind == CUSTOM else None)

@@ -16,7 +16,7 @@ from pathlib import Path
 from pipesim.cost.description import ModelDescription
 from pipesim.sim.memory import training_bytes
 from pipesim.units import format_bytes
-from pipesim_executor.config import CUSTOM, NUM_CLASSES, CNNConfig, ModelConfig
+from pipesim_executor.config import CUSTOM, NUM_CLASSES, TRANSFORMER_KINDS, CNNConfig, ModelConfig
 
 FP32_BYTES = 4  # the executor keeps fp32 master weights, gradients and optimizer state whatever the compute dtype
 ACTIVATION_BYTES = {"fp32": "fp32", "bf16": "bf16"}  # the run's dtype: the activations' size
@@ -43,10 +43,14 @@ def model_bytes(model: ModelConfig, microbatch_size: int, optimizer: str, dtype:
     its fp32 parameters alone), or None for a custom model (checked in its own bounded child process instead)."""
     if model.kind == CUSTOM:
         return None
-    if model.kind == "transformer":
-        params = ModelDescription.of_shape(model.transformer, microbatch_size=1, dtype="fp32").unit_costs()
+    if model.kind in TRANSFORMER_KINDS:
+        # an MoE block holds `experts` MLPs and runs `top_k` of them per token: priced as one MLP that wide
+        wide, ffn = model.kind == "moe", model.transformer.ffn_size
+        held = dataclasses.replace(model.transformer, ffn_size=ffn * model.moe.experts) if wide else model.transformer
+        run = dataclasses.replace(model.transformer, ffn_size=ffn * model.moe.top_k) if wide else model.transformer
+        params = ModelDescription.of_shape(held, microbatch_size=1, dtype="fp32").unit_costs()
         stashed = ModelDescription.of_shape(
-            model.transformer, microbatch_size=microbatch_size, dtype=ACTIVATION_BYTES[dtype]
+            run, microbatch_size=microbatch_size, dtype=ACTIVATION_BYTES[dtype]
         ).unit_costs()
         param_bytes = sum(unit.param_bytes for unit in params)
         activation_bytes = sum(unit.activation_bytes for unit in stashed)
@@ -94,7 +98,7 @@ def check_model_memory(
 
 def describe_sizes(model: ModelConfig) -> str:
     """`transformer (--layers 2 --hidden 10000000 ...)`: the built-in model's sizes as their flags."""
-    section = model.transformer if model.kind == "transformer" else model.cnn
+    section = model.transformer if model.kind in TRANSFORMER_KINDS else model.cnn
     flags = " ".join(
         f"--{f.metadata.get('flag', f.name).replace('_', '-')} {getattr(section, f.name)}"
         for f in dataclasses.fields(section)

@@ -70,21 +70,22 @@ def sharing_of(cost: CostModel) -> str | None:
     return note if isinstance(note, str) else f"ranks share {cost.shared_cores} slot(s): processor sharing"
 
 
-def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
+def predict_step(schedule: Schedule, cost: CostModel, overlapped: bool = False) -> Prediction:
     """Simulate one step as `pipesim simulate` does (`simulate_step`: the gradient all-reduces drawn on the
     simulated timeline, as the measured one has them); the step ends when the last rank has finished its
-    actions, its unhidden all-reduce and its overhead."""
+    actions, its unhidden all-reduce and its overhead. `overlapped`: the run ran its overlapped groups at once
+    (measured.json's meta says so), else one member after the other."""
     from pipesim.sim.jitter import step_interval
     from pipesim.sim.spread import cost_spread
     from pipesim.sim.steps import simulate_step
 
-    schedule = back_to_back(schedule)  # the executor runs an overlapped group's members one after the other
-    step = simulate_step(schedule, cost)
+    ran = ran_as(schedule, overlapped)
+    step = simulate_step(ran, cost)
     prediction = Prediction(step.step_ms, step.timeline, step.tail_ms, sharing=sharing_of(cost))
     spread = cost_spread(cost)  # the run's in-situ steps' spread: the point is the sampled median, with its interval
     if spread is None:
         return prediction
-    interval = step_interval(schedule, cost, spread)
+    interval = step_interval(back_to_back(schedule), cost, spread)  # the sampler draws one action at a time
     return replace(
         prediction,
         predicted_step_ms=interval.step_ms,
@@ -92,6 +93,12 @@ def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
         p95_ms=interval.p95_ms,
         deterministic_ms=interval.deterministic_ms,
     )
+
+
+def ran_as(schedule: Schedule, overlapped: bool) -> Schedule:
+    """The schedule as the executor ran it: its overlapped groups at once where the run says it overlapped them
+    (the MoE model's pairs, pipesim_executor.rank.runtime), else each group's members one after the other."""
+    return schedule if overlapped else back_to_back(schedule)
 
 
 def measured_step_ms(step_times_ms: list[float]) -> float | None:
@@ -125,6 +132,7 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
     if config is not None and config.inject.alternates:  # the injected steps are the run's; the others its twin
         paired, step_times, timeline = split_alternate(measured.get("injected_steps"), step_times, timeline)
     out: dict[str, Any] = {"measured_step_ms": measured_step_ms(step_times)}
+    overlapped = bool(timeline.meta.get("overlapped"))
     prediction, priced = None, None
     if config is not None and config.compute.sleeps and not cost_path.exists():
         save_cost(config.compute.cost_model(schedule), cost_path)
@@ -132,7 +140,7 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
         cost = priced = load_cost(cost_path).for_pipeline(schedule.num_stages, schedule.num_ranks)
         if config is not None and config.inject.inject:
             cost = config.inject.perturbation().apply(cost, schedule.stage_to_rank)
-        prediction = compare(predict_step(schedule, cost), step_times)
+        prediction = compare(predict_step(schedule, cost, overlapped), step_times)
         summary = {
             "predicted_step_ms": prediction.predicted_step_ms,
             "overhead_ms": list(prediction.overhead_ms),
@@ -145,7 +153,7 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
         if paired is not None:  # the uniform twin priced by the same calibrated costs, without the injection
-            uniform = predict_step(schedule, priced).predicted_step_ms
+            uniform = predict_step(schedule, priced, overlapped).predicted_step_ms
             paired.update(
                 predicted_uniform_step_ms=uniform, predicted_growth=prediction.predicted_step_ms / uniform - 1
             )
@@ -154,9 +162,9 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
     if paired is not None:
         out["paired"] = paired
     try:  # where every millisecond of a step went (pipesim.analysis.attribution); a problem here must not fail the run
-        # read on the graph of what ran: an overlapped group's members one after the other (`back_to_back`)
+        # read on the graph of what ran (`ran_as`)
         write_json(
-            analysis(back_to_back(schedule), timeline, step_times, prediction, priced), run_dir / "analysis.json"
+            analysis(ran_as(schedule, overlapped), timeline, step_times, prediction, priced), run_dir / "analysis.json"
         )
     except ValueError as error:
         out["analysis_error"] = str(error)

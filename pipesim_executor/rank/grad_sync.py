@@ -88,10 +88,19 @@ class GradSync:
         group: Any,
         replicas: int,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        alone: Sequence[torch.nn.Parameter] = (),
     ) -> None:
+        """`alone`: parameters this process holds alone, an expert's under expert parallelism
+        (pipesim_executor.rank.moe): their gradient already sums every replica's tokens, so it is divided by D
+        and never all-reduced."""
         self.group, self.replicas = group, replicas
         self._last = last_grad_actions(schedule, rank)
-        self._buckets = {stage: buckets(runners[stage].parameters(), bucket_bytes) for stage in runners}
+        ids = {id(p) for p in alone}
+        self._buckets = {
+            stage: buckets([p for p in runners[stage].parameters() if id(p) not in ids], bucket_bytes)
+            for stage in runners
+        }
+        self._alone = {stage: [p for p in runners[stage].parameters() if id(p) in ids] for stage in runners}
         self._flight: list[_InFlight] = []
 
     def after(self, action: Action, clock: Any) -> None:
@@ -99,6 +108,9 @@ class GradSync:
         stage = self._last.get(action)
         if stage is None:
             return
+        for param in self._alone[stage]:
+            if param.grad is not None:
+                param.grad.div_(self.replicas)
         for bucket in self._buckets[stage]:
             grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in bucket]
             flat = torch.cat([g.reshape(-1) for g in grads]).div_(self.replicas)

@@ -33,7 +33,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pipesim.cost.description import parameter_split
-from pipesim_executor.config import CUSTOM, IMAGE_SHAPE, NUM_CLASSES, ModelConfig, check_split_points
+from pipesim_executor.config import (
+    CUSTOM,
+    IMAGE_SHAPE,
+    NUM_CLASSES,
+    TRANSFORMER_KINDS,
+    ModelConfig,
+    check_split_points,
+)
 
 # --- Transformer ---------------------------------------------------------------------------------------------
 
@@ -97,12 +104,22 @@ class TransformerBlock(nn.Module):
 def transformer_layers(config: ModelConfig) -> list[nn.Module]:
     shape = config.transformer
     layers: list[nn.Module] = [TokenEmbedding(shape.vocab_size, shape.hidden_size, shape.seq_len)]
-    layers += [TransformerBlock(shape.hidden_size, shape.num_heads, shape.ffn_size) for _ in range(shape.num_layers)]
+    layers += [_block(config) for _ in range(shape.num_layers)]
     head = nn.Linear(shape.hidden_size, shape.vocab_size)
     nn.init.zeros_(head.bias)
     nn.init.uniform_(head.weight, -0.1, 0.1)
     layers.append(head)
     return layers
+
+
+def _block(config: ModelConfig) -> nn.Module:
+    """A block of the Transformer, or of the mixture-of-experts one (its MLP routed experts)."""
+    shape = config.transformer
+    if config.kind == "moe":
+        from pipesim_executor.rank.moe import MoEBlock  # its own module, loaded by the runs that use it
+
+        return MoEBlock(shape.hidden_size, shape.num_heads, shape.ffn_size, config.moe.experts, config.moe.top_k)
+    return TransformerBlock(shape.hidden_size, shape.num_heads, shape.ffn_size)
 
 
 # --- CNN -----------------------------------------------------------------------------------------------------
@@ -160,7 +177,7 @@ def build_model(config: ModelConfig, seed: int) -> list[nn.Module]:
         return model_parts(config, seed)[0]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        layers = transformer_layers(config) if config.kind == "transformer" else cnn_layers(config)
+        layers = cnn_layers(config) if config.kind == "cnn" else transformer_layers(config)
     assert len(layers) == config.num_units, "ModelConfig.num_units must count the layers built here"
     return layers
 
@@ -208,7 +225,7 @@ def make_batch(config: ModelConfig, batch_size: int, seed: int, step: int) -> tu
     if config.kind == CUSTOM:
         return model_parts(config, seed)[1](batch_size, seed, step)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    if config.kind == "transformer":
+    if config.kind in TRANSFORMER_KINDS:
         shape = config.transformer
         start = torch.randint(0, shape.vocab_size, (batch_size, 1), generator=generator)
         stride = torch.randint(1, 4, (batch_size, 1), generator=generator)
@@ -221,7 +238,7 @@ def make_batch(config: ModelConfig, batch_size: int, seed: int, step: int) -> tu
 
 
 def loss_fn(config: ModelConfig) -> Callable[[Tensor, Tensor], Tensor]:
-    """Mean cross-entropy: over tokens for the Transformer, over images for the CNN; a custom model's own."""
+    """Mean cross-entropy: over tokens for the Transformers, over images for the CNN; a custom model's own."""
     if config.kind == CUSTOM:
         return model_parts(config, 0)[2]
 

@@ -31,6 +31,7 @@ PIPESIM_PROFILE_MODE=sequential measures one rank at a time instead.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import os
 import statistics
@@ -90,20 +91,25 @@ def profile_stage(r: Rank, stage: int, repeats: int, watch: Stopwatch) -> dict[s
     x = inputs[0] if stage == 0 else torch.randn(in_shape, device=device)
     target = targets[0] if runner.is_last else None
     grad = None if runner.is_last else torch.randn(out_shape, device=device) * 1e-3
-    times: dict[str, list[float]] = {key: [] for key in ("f", "b", "f_split", "i", "w")}
+    times: dict[str, list[float]] = {key: [] for key in ("f", "b", "f_split", "i", "w", "a2a_f", "a2a_b")}
     for rep in range(repeats + 1):
+        exchanged_ms(r)  # what ran before this round is not its own
         f_ms, (_, stash) = watch.time(lambda: runner.forward(x, target, split=False))
+        f_a2a = exchanged_ms(r)
         b_ms, _ = watch.time(functools.partial(runner.backward, stash, grad))
+        b_a2a = exchanged_ms(r)
         fs_ms, (_, stash) = watch.time(lambda: runner.forward(x, target, split=True))
         i_ms, (_, work) = watch.time(functools.partial(runner.backward_input, stash, grad))
         w_ms, _ = watch.time(functools.partial(runner.backward_weight, work))
         if rep:  # the first round warms caches and allocators
-            for key, value in zip(times, (f_ms, b_ms, fs_ms, i_ms, w_ms), strict=True):
+            for key, value in zip(times, (f_ms, b_ms, fs_ms, i_ms, w_ms, f_a2a, b_a2a), strict=True):
                 times[key].append(value)
     activation, weight, input_bytes = r.model.stash_bytes[stage]
     wire = torch.empty(0, dtype=r.model.wire_dtype).element_size()  # bf16 runs send 2 bytes per element
     out_bytes = 0 if runner.is_last else torch.Size(out_shape).numel() * wire
     result = {key: _median(values) for key, values in times.items()}
+    # the quickest round's exchanges: a wait for a late replica is skew, not the exchange's cost
+    result.update(a2a_f=min(times["a2a_f"]), a2a_b=min(times["a2a_b"]))
     result.update(
         activation_bytes=float(activation),
         weight_grad_bytes=float(weight),
@@ -111,7 +117,20 @@ def profile_stage(r: Rank, stage: int, repeats: int, watch: Stopwatch) -> dict[s
         output_bytes=float(out_bytes),
         param_bytes=float(sum(tensor_bytes(p) for p in runner.parameters())),
     )
+    if r.runtime.experts is not None:  # an MoE stage: its blocks, how finely an overlapped pair interleaves
+        from pipesim_executor.rank.moe import moe_modules
+
+        result["moe_layers"] = len(moe_modules([runner.module]))
     return result
+
+
+def exchanged_ms(r: Rank) -> float:
+    """The time this rank's MoE all-to-alls took since the last call (pipesim_executor.rank.moe), 0 without
+    expert parallelism, and on a GPU, whose clock resolves its marks only within a step."""
+    experts = r.runtime.experts
+    if experts is None or r.choice.device.type != "cpu":
+        return 0.0
+    return sum(end - start for start, end in experts.take(experts.lane))
 
 
 def _ping_pong_ms(r: Rank, src: int, dst: int, shape: torch.Size, repeats: int) -> float | None:
@@ -247,6 +266,11 @@ def stage_cost(measure: dict[str, float], split: bool, recompute: bool) -> Stage
         weight_grad_bytes=min(measure["weight_grad_bytes"], measure["activation_bytes"]),
         input_bytes=measure["input_bytes"], output_bytes=measure["output_bytes"], param_bytes=measure["param_bytes"],
     )  # fmt: skip
+    # an MoE stage's all-to-alls (a dispatch and a combine in each pass) on the link, its passes' compute without them
+    a2a = (measure.get("a2a_f", 0.0) + measure.get("a2a_b", 0.0)) / 4
+    if a2a > 0:
+        measure = {**measure, **{k: max(0.0, measure[k] - 2 * a2a) for k in ("f", "b", "f_split", "i")}}
+        sizes = dataclasses.replace(sizes, a2a_ms=a2a, moe_layers=int(measure.get("moe_layers", 1)) or 1)
     if split:
         return measured_stage_cost(
             sizes, forward_ms=measure["f_split"], input_ms=measure["i"], weight_ms=measure["w"], recompute=recompute
@@ -368,6 +392,11 @@ def profile_run(r: Rank, run_dir: Path, repeats: int = PROFILE_REPEATS) -> CostM
     if mode not in ("concurrent", "sequential"):
         raise ValueError(f"PIPESIM_PROFILE_MODE={mode!r}; valid: concurrent, sequential")
     concurrent = mode == "concurrent"
+    if not concurrent and r.runtime.experts is not None:
+        raise ValueError(
+            "PIPESIM_PROFILE_MODE=sequential profiles one process at a time, and the MoE model's all-to-alls need "
+            "every replica of a stage at once; use PIPESIM_PROFILE_MODE=concurrent"
+        )
     for turn in range(1 if concurrent else r.world_size):
         if concurrent or turn == r.rank:
             for index, stage in enumerate(own):

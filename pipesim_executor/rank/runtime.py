@@ -31,6 +31,7 @@ against 29-31. NCCL keeps a window of 4 (each posted receive holds a GPU buffer)
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,10 +52,12 @@ from pipesim.semantics.lower import (
     compute_only,
     memory_moves,
     needed_message,
+    overlap_groups,
     produced_message,
     stash_change,
 )
 from pipesim.semantics.validate import validate
+from pipesim_executor.rank.moe import A2A
 from pipesim_executor.rank.offload import RankCopies, StepCopies
 from pipesim_executor.rank.rank_model import RankModel, build_rank_model, microbatches  # noqa: F401 - imported from here
 from pipesim_executor.rank.seq_chunks import SeqChunks
@@ -88,6 +91,11 @@ class StepRecord:
             "spans": [[str(a), clock.resolve(s), clock.resolve(e)] for a, s, e in self.spans],
             "comm": [[k, p, str(a), clock.resolve(s), clock.resolve(e)] for k, p, a, s, e in self.comm],
         }
+
+
+def _is_pair(group: tuple[Action, ...]) -> bool:
+    """A forward and a backward (full or for inputs), the overlapped pair `_Step.run_pair` runs at once."""
+    return len(group) == 2 and group[0].kind is F and group[1].kind in (B, I)
 
 
 def ahead_for(transport: str) -> int | None:
@@ -152,13 +160,19 @@ class PipelineRuntime:
         grad_sync: Any = None,
         copies: Any = None,
         seq_bounds: tuple[int, ...] | None = None,
+        experts: Any = None,
     ) -> None:
         validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
         moves = memory_moves(schedule)[rank]  # read before the order is dropped: the copies are the order's
+        # an overlapped (F, B) pair runs at once where each member's all-to-alls have a group of their own to run
+        # in while the other member computes (`_Step.run_pair`); elsewhere its members run back to back (one
+        # device stream), which the measured timeline's meta says
+        lanes = experts is not None and len(experts.groups) > 1 and not moves
+        mine = set(schedule.actions[rank]) if lanes else set()
+        pairs = [g for g in overlap_groups(schedule) if _is_pair(g) and g[0] in mine]
         # torch's full order (transfers, collectives, overlapped pairs) is not executed as written: the compute
         # actions run with pipesim's plan (the same messages, in the producers' order); nothing is sharded or
-        # replicated, so UNSHARD, RESHARD and REDUCE_GRAD have nothing to do; an overlapped pair's members run
-        # back to back (a CPU cannot overlap them), which the measured timeline's meta says.
+        # replicated, so UNSHARD, RESHARD and REDUCE_GRAD have nothing to do.
         schedule = compute_only(schedule)
         if set(runners) != set(schedule.stages_of_rank(rank)):
             raise ValueError(
@@ -171,6 +185,7 @@ class PipelineRuntime:
         self.dtype, self.lookahead = dtype, lookahead
         self.stash_bytes = stash_bytes or {}
         self.grad_sync = grad_sync  # pipesim_executor.rank.grad_sync.GradSync with data parallelism, else None
+        self.experts = experts  # pipesim_executor.rank.moe.ExpertParallel: its all-to-alls' times, else None
         self.plan = comm_plan(schedule)
         self._incoming = self.plan.incoming(rank)
         self._send_tag = self.plan.send_tags(rank)
@@ -181,6 +196,10 @@ class PipelineRuntime:
         self.copies = RankCopies(moves, runners, self.stash_bytes, copies) if moves else None  # the copy engine
         # sequence chunks (Seq1F1B): where the sequence is cut (None in sleep mode) and the keys and values kept
         self.seq = SeqChunks(schedule.seq_chunks, seq_bounds) if schedule.seq_chunks > 1 else None
+        self.overlaps = bool(pairs)  # whether overlapped pairs run at once (the measured timeline's meta says)
+        partner = {g[0]: g for g in pairs}
+        seconds = {g[1] for g in pairs}
+        self._units = [partner.get(a, (a,)) for a in schedule.actions[rank] if a not in seconds]
 
     def data_index(self, stage: int, mb: int) -> int:
         """Which of the step's microbatches (`run_step`'s inputs and targets) microbatch `mb` of `stage` is: with
@@ -201,13 +220,14 @@ class PipelineRuntime:
         (`data_index`: with two directions, the second direction's after the first's).
         """
         step = _Step(self, inputs, targets)
-        if self._labels is None:
-            for action in self.schedule.actions[self.rank]:
-                step.run(action)
-        else:
-            for action in self.schedule.actions[self.rank]:
-                with record_function(self._labels[action]):  # like torch's: the wait, the compute, the send
-                    step.run(action)
+        for unit in self._units:
+            if len(unit) > 1:
+                step.run_pair(unit)
+            elif self._labels is None:
+                step.run(unit[0])
+            else:
+                with record_function(self._labels[unit[0]]):  # like torch's: the wait, the compute, the send
+                    step.run(unit[0])
         step.finish()
         return step.record
 
@@ -226,12 +246,15 @@ class _Step:
         self.losses: list[Tensor] = []
         self.stash_now = 0
         self._stash_lock = threading.Lock()  # the copy engine frees and takes back bytes from its own thread
+        self._pair_lock: threading.Lock | None = None  # held by an overlapped pair's members but while computing
         self.copies = None if runtime.copies is None else StepCopies(runtime.copies, self.record, self.change_stash)
         self._compute = {F: self._forward, B: self._backward, I: self._backward_input, W: self._backward_weight}
         for inbox in self.inboxes.values():
             inbox.top_up()
         if self.copies is not None:
             self.copies.issue(None, runtime.clock)
+        if runtime.experts is not None:  # exchanges made outside a step (a profile's) are not this step's
+            runtime.experts.clear()
 
     # --- data movement ----------------------------------------------------------------------------------------
     def receive(self, key: Message) -> Tensor:
@@ -293,19 +316,61 @@ class _Step:
         at_start = changes_at_start(action.kind)  # pipesim's rule: a forward's stash grows as it runs
         if at_start:
             self.track(action)
-        produced = self._compute[action.kind](action, received)
+        produced = self.compute(action, received)
         if not at_start:
             self.track(action)
         out_key = produced_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
         if out_key is not None and produced is not None and rt.plan.destination(out_key) != rt.rank:
             produced = rt.transport.to_wire(produced)
         self.record.spans.append((action, start, rt.clock.mark()))
+        if rt.experts is not None:  # the action's all-to-alls, on the link lane
+            self.record.comm.extend((A2A, -1, action, a, b) for a, b in rt.experts.take(rt.experts.lane))
         if out_key is not None:
             self.deliver(out_key, produced, action)
         if rt.grad_sync is not None:  # after the hand-over: the next stage's work must not wait for it
             rt.grad_sync.after(action, rt.clock)
         if self.copies is not None:
             self.copies.issue(action, rt.clock)
+
+    def compute(self, action: Action, received: Tensor | None) -> Tensor | None:
+        """The action's own work. In an overlapped pair (`run_pair`) the pair's lock is let go meanwhile, so the
+        other member's bookkeeping can run while this one computes."""
+        experts, lock = self.rt.experts, self._pair_lock
+        if experts is not None:  # forwards exchange on one lane, backwards on the other (ExpertParallel)
+            experts.use_lane(0 if action.kind is F else 1)
+        if lock is None:
+            return self._compute[action.kind](action, received)
+        lock.release()
+        try:
+            return self._compute[action.kind](action, received)
+        finally:
+            lock.acquire()
+
+    def run_pair(self, pair: tuple[Action, ...]) -> None:
+        """An overlapped (F, B) pair at once, as DualPipe and Megatron's combined 1F1B run it: the backward on a
+        thread of its own, the forward on this one, so that one member's all-to-all is in flight (its own thread
+        waiting in its own group, `ExpertParallel`) while the other member computes. Each member's receive,
+        records and hand-over (`run`) hold one lock; only the compute runs outside it. The members are independent
+        (the schedule pairs them so), and every replica runs the same pair: their exchanges match lane by lane."""
+        lock = self._pair_lock = threading.Lock()
+        failed: list[BaseException] = []
+
+        labels = self.rt._labels
+
+        def member(action: Action) -> None:
+            try:
+                with lock, record_function(labels[action]) if labels else contextlib.nullcontext():
+                    self.run(action)
+            except BaseException as error:  # re-raised on the step's thread
+                failed.append(error)
+
+        thread = threading.Thread(target=member, args=(pair[1],), name=f"pair {pair[1]}", daemon=True)
+        thread.start()
+        member(pair[0])
+        thread.join()
+        self._pair_lock = None
+        if failed:
+            raise failed[0]
 
     def _stash_sizes(self, stage: int) -> StashSizes:
         """What F of `stage` stashes (only its input under recomputation) and the part only W needs."""

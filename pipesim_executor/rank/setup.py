@@ -160,18 +160,31 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
     )
     transport.warm_up()
     model = _rank_model(config, schedule, rank, choice.device)
+    clock = make_clock(choice.device)
+    experts, alone = None, []
+    if config.model.kind == "moe" and replicas > 1 and not config.compute.sleeps:
+        from pipesim_executor.rank.moe import ExpertParallel, expert_parameters, shard_experts
+
+        # a group per lane where an overlapped pair's members run at once, each exchanging on its own thread
+        # (ExpertParallel, PipelineRuntime); on a GPU they run back to back: one lane
+        pairs = bool(overlap_groups(schedule)) and choice.device.type == "cpu"
+        lanes = [data_parallel_groups(config, config.timeout_s)[rank] for _ in range(1 + pairs)]
+        for lane in lanes:
+            torch.distributed.all_reduce(torch.zeros(1, device=choice.device), group=lane)  # connect before timing
+        experts = ExpertParallel(lanes, replica, replicas, clock)
+        shard_experts([runner.module for runner in model.runners.values()], experts)
+        alone = [p for runner in model.runners.values() for p in expert_parameters(runner.module)]
     sync = None
     if replicas > 1:
         from pipesim_executor.rank.grad_sync import GradSync
 
         group = data_parallel_groups(config, config.timeout_s)[rank]
         torch.distributed.all_reduce(torch.zeros(1, device=choice.device), group=group)  # connect before timing
-        sync = GradSync(schedule, rank, model.runners, group, replicas)
+        sync = GradSync(schedule, rank, model.runners, group, replicas, alone=alone)
     if schedule.pipelines > 1:  # a copy of the weights per direction: their gradients summed before the optimizer
         from pipesim_executor.rank.weight_copies import WeightCopies
 
         sync = WeightCopies(schedule, rank, model.runners, config.timeout_s, choice.device)
-    clock = make_clock(choice.device)
     runtime = PipelineRuntime(
         schedule,
         rank,
@@ -186,6 +199,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         seq_bounds=model.seq_bounds,
         label_actions=config.training.torch_profile,
         lookahead=ahead_for(choice.transport),
+        experts=experts,
     )
     return Rank(
         config,

@@ -196,9 +196,14 @@ def write_measured(r: Rank, records: list[dict[str, Any]], offsets: list[float],
         meta["compute"] = "sleep"
     if r.model.seq_bounds is not None:  # where each sequence chunk started (pipesim_executor.seq_cut)
         meta["seq_bounds"] = list(r.model.seq_bounds)
-    if r.overlap_groups:  # run back to back: one device stream cannot overlap them
+    if r.overlap_groups:  # at once where each member's all-to-alls have their own group, else back to back
         meta["overlap_groups"] = r.overlap_groups
-        meta["overlap"] = "members run back to back (no overlap on this device)"
+        meta["overlapped"] = r.runtime.overlaps  # the prediction simulates the groups as they ran
+        meta["overlap"] = (
+            "members run at once on two threads, one's all-to-all in flight while the other computes"
+            if r.runtime.overlaps
+            else "members run back to back (no overlap on this device)"
+        )
     timeline, step_times = assemble_measured(ranks, r.schedule.name, measured, applied, meta)
     cuda = r.choice.device.type == "cuda"
     # the loss is the last stage's; with pipelines in both directions (DualPipe) the sum of each direction's
