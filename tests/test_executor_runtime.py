@@ -72,6 +72,8 @@ def test_every_gradient_matches_a_single_process_run(check):
         for model in ("transformer", "cnn"):
             for recompute in (False, True):
                 assert (model, name, recompute) in ran, f"{name} ({model}, recompute={recompute}) did not run"
+    if "seq1f1b" in registered:  # sequence chunks: the Transformer runs them, the CNN is refused
+        assert ("transformer", "seq1f1b", False) in ran and ("cnn", "seq1f1b", False) not in ran
     failures = [c for c in cases if c.get("error") or ("max_abs_diff" in c and not c["max_abs_diff"] <= TOLERANCE)]
     assert not failures, json.dumps(failures, indent=1)[:4000]
     assert all(c["grad_norm"] > 1e-4 for c in cases if "grad_norm" in c)  # the comparison is not vacuous

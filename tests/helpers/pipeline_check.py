@@ -33,6 +33,7 @@ from pipesim_executor.rank.runtime import PipelineRuntime, build_rank_model, mic
 from pipesim_executor.rank.teardown import finish  # noqa: E402
 from pipesim_executor.rank.timing import HostClock  # noqa: E402
 from pipesim_executor.rank.transport import BackendChoice, Transport  # noqa: E402
+from pipesim_executor.seq_cut import data_microbatches, token_bounds  # noqa: E402
 
 SEED = 3
 CPU = torch.device("cpu")
@@ -87,12 +88,20 @@ def run_case(
     lr: float = 0.0,
 ) -> tuple[dict, list[float]]:
     """`steps` pipelined steps on the batch of step 0; this rank's gradients after step 0 (per stage), and losses."""
-    m = schedule.num_microbatches * schedule.pipelines  # DualPipe: each direction its own microbatches
+    m = data_microbatches(schedule)  # DualPipe: each direction its own microbatches; Seq1F1B: chunks of each
     model = build_rank_model(
         schedule, config, seed=SEED, microbatch_size=batch_size // m, rank=rank, device=CPU, recompute=recompute
     )
     runtime = PipelineRuntime(
-        schedule, rank, model.runners, model.shapes, transport, HostClock(), lookahead=2, stash_bytes=model.stash_bytes
+        schedule,
+        rank,
+        model.runners,
+        model.shapes,
+        transport,
+        HostClock(),
+        lookahead=2,
+        stash_bytes=model.stash_bytes,
+        seq_bounds=model.seq_bounds,
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=lr) if lr else None
     grads, losses = {}, []
@@ -125,6 +134,12 @@ def check_gradients(rank: int, world: int, transport: Transport) -> list[dict]:
                 if isinstance(schedule, str):
                     results.append({**case, "skipped": schedule})
                     continue
+                try:  # sequence chunks run on the built-in Transformer only: the executor refuses the rest
+                    if schedule.seq_chunks > 1:
+                        token_bounds(config, schedule)
+                except ValueError as refused:
+                    results.append({**case, "skipped": str(refused)})
+                    continue
                 started = time.perf_counter()
                 try:
                     grads, losses = run_case(rank, transport, schedule, config, recompute, batch_size)
@@ -151,7 +166,7 @@ def compare(
     if errors:
         return {"error": errors[0]}
     chain = schedule.pipeline_stages
-    size = batch_size // (schedule.num_microbatches * schedule.pipelines)  # each run's microbatch, as run_case's
+    size = batch_size // data_microbatches(schedule)  # each run's microbatch, as run_case's
     reference = reference_grads(config, chain, batch_size, size, recompute)
     got: dict[int, list[torch.Tensor]] = {}  # per piece of the model, summed over its copies (one per direction)
     for g in gathered:
