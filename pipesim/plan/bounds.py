@@ -43,18 +43,23 @@ class Bound:
     memory_bytes: float
 
 
-def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int) -> float:
-    """The busiest rank's ramp, work and tail (module docstring): no schedule of `layout` under `cost` is faster."""
+def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int, pieces: Sequence[float] = (1.0,)) -> float:
+    """The busiest rank's ramp, work and tail (module docstring): no schedule of `layout` under `cost` is faster.
+
+    `pieces`: each microbatch's share of the compute per action where a microbatch runs as several actions (sequence
+    chunks, `pipesim.cost.seq_chunks.chunk_shares`, summing to 1; `cost` then prices a chunk's bytes): each piece
+    pays its dispatch gap, and the ramp and the tail carry one piece, the smallest."""
     stages, placement = layout.num_stages, layout.stage_to_rank
     factor = min(1.0, cost.overlap_factor)  # and compute alone: an all-to-all may hide under a paired action
     forward = [cost.compute_ms(s, F) * factor for s in range(stages)]
     chain_back, total_back = _backwards(layout, cost, factor)
     hops = [cost.transfer_ms(b, b + 1) if placement[b] != placement[b + 1] else 0.0 for b in range(stages - 1)]
     gaps, overhead = cost.dispatch_per_rank(layout.num_ranks), cost.overhead_ms(layout.num_ranks)
+    piece = min(pieces)
     ramp, tail = [0.0] * stages, [0.0] * stages  # to stage s from stage 0's first forward; from s back to stage 0
     for s in range(1, stages):
-        ramp[s] = ramp[s - 1] + forward[s - 1] + hops[s - 1]
-        tail[s] = tail[s - 1] + chain_back[s - 1] + hops[s - 1]
+        ramp[s] = ramp[s - 1] + forward[s - 1] * piece + hops[s - 1]
+        tail[s] = tail[s - 1] + chain_back[s - 1] * piece + hops[s - 1]
     held: list[list[int]] = [[] for _ in range(layout.num_ranks)]
     for stage, rank in enumerate(placement):
         held[rank].append(stage)
@@ -65,7 +70,7 @@ def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int) -> float:
             continue
         lowest = own[0]
         start = max(gaps[rank], ramp[lowest] + (gaps[first_rank] if lowest else 0.0))
-        actions = 2 * microbatches * len(own)  # a forward and at least one backward per stage and microbatch
+        actions = 2 * microbatches * len(own) * len(pieces)  # a forward and a backward at least, per stage and piece
         main = microbatches * sum(forward[s] + chain_back[s] for s in own) + (actions - 1) * gaps[rank]
         deferrable = microbatches * sum(total_back[s] - chain_back[s] for s in own)
         after = max(tail[lowest] + overhead[first_rank] if lowest else overhead[rank], deferrable + overhead[rank])
@@ -98,9 +103,26 @@ def memory_bound_bytes(layout: Layout, cost: CostModel, optimizer: str, stashed:
     return max(sum(parts) + h for parts, h in zip(static, held, strict=True))
 
 
+def offload_memory_bound_bytes(layout: Layout, cost: CostModel, optimizer: str) -> float:
+    """The fullest rank's static bytes plus the one stash no offload can move: when a backward starts, its own
+    microbatch's stash of that stage is on the device (its RELOAD has ended), so at least the rank's largest stage's."""
+    static = placement_static_bytes(layout.stage_to_rank, layout.num_ranks, cost, optimizer)
+    largest = [0.0] * layout.num_ranks
+    for stage, rank in enumerate(layout.stage_to_rank):
+        largest[rank] = max(largest[rank], cost.stash_bytes(stage))
+    return max(sum(parts) + held for parts, held in zip(static, largest, strict=True))
+
+
 def candidate_bound(
-    layout: Layout, cost: CostModel, microbatches: int, optimizer: str, stashed: Sequence[int] | None = None
+    layout: Layout,
+    cost: CostModel,
+    microbatches: int,
+    optimizer: str,
+    stashed: Sequence[int] | None = None,
+    pieces: Sequence[float] = (1.0,),
 ) -> Bound:
     """Both bounds of one candidate (its layout, its cost model, its microbatches per replica, the forwards its
-    family holds at once per rank where the registry says)."""
-    return Bound(step_bound_ms(layout, cost, microbatches), memory_bound_bytes(layout, cost, optimizer, stashed))
+    family holds at once per rank where the registry says, each microbatch's pieces: `step_bound_ms`)."""
+    return Bound(
+        step_bound_ms(layout, cost, microbatches, pieces), memory_bound_bytes(layout, cost, optimizer, stashed)
+    )
