@@ -8,11 +8,13 @@ it), and that microbatch's input gradient still has to cross every stage below b
 
     step >= ramp_r + (F and B work of r) + max(tail_r + overhead of stage 0's rank, W work of r + overhead of r)
 
-for every rank; the bound is the busiest rank's. It is exact for GPipe, 1F1B and interleaved 1F1B on even stages
-without transfers, and below the truth for the others (a zero-bubble schedule's W fills part of its ramp). Costs
-are the simulator's own (`CostModel.duration_ms`, `transfer_ms`, `dispatch_per_rank`, `overhead_ms`); where the
-family's kind of backward is not known, the cheaper of B and I + W is taken, and overlapped pairs are counted at
-the overlap factor, so that the bound stays below every schedule of the layout.
+for every rank; the bound is the busiest rank's. Where chains of stages run side by side (DualPipe's two directions,
+`Layout.pipelines`), each chain has its own ramp and tail and its share of the microbatches, and a rank's start and
+tail are the least over the stages it holds. It is exact for GPipe, 1F1B and interleaved 1F1B on even stages without
+transfers, and below the truth for the others (a zero-bubble schedule's W fills part of its ramp). Costs are the
+simulator's own (`CostModel.duration_ms`, `transfer_ms`, `dispatch_per_rank`, `overhead_ms`); where the family's
+kind of backward is not known, the cheaper of B and I + W is taken, and overlapped pairs are counted at the overlap
+factor, so that the bound stays below every schedule of the layout.
 
 Memory (`Bound.memory_bytes`): each rank's static bytes (`pipesim.sim.memory.placement_static_bytes`, the very
 price the evaluation adds) plus one microbatch's stash of every stage it holds: just before the backward of its
@@ -56,24 +58,31 @@ def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int, pieces: Se
     hops = [cost.transfer_ms(b, b + 1) if placement[b] != placement[b + 1] else 0.0 for b in range(stages - 1)]
     gaps, overhead = cost.dispatch_per_rank(layout.num_ranks), cost.overhead_ms(layout.num_ranks)
     piece = min(pieces)
-    ramp, tail = [0.0] * stages, [0.0] * stages  # to stage s from stage 0's first forward; from s back to stage 0
+    length = layout.pipeline_stages  # stages of one chain: each chain starts its own ramp (DualPipe's directions)
+    microbatches //= layout.pipelines  # each chain runs its share of them
+    ramp, tail = [0.0] * stages, [0.0] * stages  # to stage s from its chain's first forward; from s back to it
     for s in range(1, stages):
-        ramp[s] = ramp[s - 1] + forward[s - 1] * piece + hops[s - 1]
-        tail[s] = tail[s - 1] + chain_back[s - 1] * piece + hops[s - 1]
+        if s % length:
+            ramp[s] = ramp[s - 1] + forward[s - 1] * piece + hops[s - 1]
+            tail[s] = tail[s - 1] + chain_back[s - 1] * piece + hops[s - 1]
+    # the rank's first forward waits for the ramp to one of its stages (and the chain's first dispatch); its last
+    # backward, of one of its stages, is followed by that gradient's way back to its chain's start and that rank's
+    # overhead: the least of each over the stages it holds
+    heads = [placement[s - s % length] for s in range(stages)]
+    begin = [ramp[s] + (gaps[heads[s]] if s % length else 0.0) for s in range(stages)]
+    finish = [tail[s] + overhead[heads[s]] for s in range(stages)]
     held: list[list[int]] = [[] for _ in range(layout.num_ranks)]
     for stage, rank in enumerate(placement):
         held[rank].append(stage)
-    first_rank = placement[0]
     bound = 0.0
     for rank, own in enumerate(held):
         if not own:
             continue
-        lowest = own[0]
-        start = max(gaps[rank], ramp[lowest] + (gaps[first_rank] if lowest else 0.0))
+        start = max(gaps[rank], min(begin[s] for s in own))
         actions = 2 * microbatches * len(own) * len(pieces)  # a forward and a backward at least, per stage and piece
         main = microbatches * sum(forward[s] + chain_back[s] for s in own) + (actions - 1) * gaps[rank]
         deferrable = microbatches * sum(total_back[s] - chain_back[s] for s in own)
-        after = max(tail[lowest] + overhead[first_rank] if lowest else overhead[rank], deferrable + overhead[rank])
+        after = max(min(finish[s] for s in own), deferrable + overhead[rank])
         bound = max(bound, start + main + after)
     return bound
 
@@ -97,8 +106,10 @@ def memory_bound_bytes(layout: Layout, cost: CostModel, optimizer: str, stashed:
     one_each = [0.0] * layout.num_ranks
     smallest = [math.inf] * layout.num_ranks
     for stage, rank in enumerate(layout.stage_to_rank):
-        one_each[rank] += cost.stash_bytes(stage)
-        smallest[rank] = min(smallest[rank], cost.stash_bytes(stage))
+        stash = cost.stash_bytes(stage)
+        # chains side by side run different microbatches: only one stage's stash is sure to be held with another's
+        one_each[rank] = one_each[rank] + stash if layout.pipelines == 1 else max(one_each[rank], stash)
+        smallest[rank] = min(smallest[rank], stash)
     held = one_each if stashed is None else [max(a, k * b) for a, k, b in zip(one_each, stashed, smallest, strict=True)]
     return max(sum(parts) + h for parts, h in zip(static, held, strict=True))
 

@@ -138,7 +138,7 @@ class Evaluator:
             recompute=c.recompute,
             chunked=schedule.num_stages > schedule.num_ranks,
             w_share=c.w_share,
-        )
+        ).for_chains(schedule.pipelines)  # each chain (DualPipe's directions) the whole cut: a copy per chain
         runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
         cost = replace(cost, runtime=runtime, dp_group=self.inputs.replica_group(c.data_parallel))
         # a straggler among the devices, at its place in this candidate's pipeline (pipesim.cost.perturb); the
@@ -151,7 +151,7 @@ class Evaluator:
         splits, costs = {}, {}
         for c in candidates:
             layout = family_layout(c.schedule, c.ranks, c.virtual_stages)
-            key = (c.microbatch_size, layout.num_stages, c.recompute)
+            key = (c.microbatch_size, layout.pipeline_stages, c.recompute)
             split = self._splits.get(key)
             if split is None or isinstance(split, Exception):
                 continue
@@ -230,7 +230,7 @@ class Evaluator:
             c.error = str(error)
             return None
         layout = family_layout(c.schedule, c.ranks, c.virtual_stages)
-        split = self.split(c.microbatch_size, layout.num_stages, c.recompute)
+        split = self.split(c.microbatch_size, layout.pipeline_stages, c.recompute)
         if isinstance(split, Exception):
             c.error = str(split)
             return None
@@ -281,7 +281,7 @@ class Evaluator:
             c.schedule, c.ranks, schedule.num_stages // schedule.num_ranks
         ), f"{c.schedule}'s registry entry does not describe its schedule's layout"
         c.virtual_stages = schedule.num_stages // schedule.num_ranks
-        split = self.split(c.microbatch_size, schedule.num_stages, c.recompute)
+        split = self.split(c.microbatch_size, schedule.pipeline_stages, c.recompute)
         if isinstance(split, Exception):
             c.error = str(split)
             return False

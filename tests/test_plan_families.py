@@ -202,3 +202,56 @@ def test_a_sequence_chunked_candidates_bound_is_below_its_truth_and_prunes() -> 
             evaluator.drop_shape(shape_key(c))
         pruned_any |= any(c.pruned and c.schedule == "seq1f1b" for c in evaluate_all(inputs, space))
     assert pruned_any
+
+
+def test_dualpipe_is_planned_with_a_copy_of_the_weights_per_direction() -> None:
+    """DualPipe's candidates: the model cut into one piece per rank, each piece on two ranks (its weights twice over
+    the pipeline), built only on an even number of ranks; its step and memory are `simulate`'s."""
+    inputs = PlanInputs.from_description(MODEL, devices=4, global_batch=16)
+    space = PlanSpace(schedules=("dualpipe", "1f1b"), microbatch_sizes=(1, 2), recompute=(False,), ranks=(3, 4))
+    inputs = replace(inputs, devices=12, global_batch=48)  # 4 replicas of 3 ranks, or 3 of 4
+    candidates = evaluate_all(inputs, space, prune=False)
+    odd = [c for c in candidates if c.schedule == "dualpipe" and c.ranks == 3]
+    assert odd and all("even number of ranks" in c.error for c in odd)
+    pairs = {}
+    for c in candidates:
+        if c.built and c.ranks == 4:
+            pairs.setdefault(c.microbatch_size, {})[c.schedule] = c
+    assert len(pairs) == 2
+    evaluator = Evaluator(inputs)
+    for same in pairs.values():
+        dual, plain = same["dualpipe"], same["1f1b"]
+        assert len(dual.split) == len(plain.split) == 3  # four pieces, one per rank, in each direction
+        schedule, cost = evaluator.materialise(dual)
+        assert schedule.pipelines == 2 and len(cost.stages) == 8
+        params = [0.0] * 4
+        for stage, rank in enumerate(schedule.stage_to_rank):
+            params[rank] += cost.stages[stage].param_bytes
+        _, plain_cost = evaluator.materialise(plain)
+        assert sum(params) == pytest.approx(2 * sum(s.param_bytes for s in plain_cost.stages), rel=1e-12)
+        assert simulate_step(schedule, cost).step_ms == pytest.approx(dual.step_ms, rel=1e-12)
+
+
+@pytest.mark.parametrize("bandwidth", [0.05, 100.0])
+def test_dualpipes_bounds_hold_each_chain_to_its_own_ramp(bandwidth: float) -> None:
+    """Its two directions start at opposite ends: one chain's ramp counted from the other's start would put the
+    bound above the truth (a slow link makes the ramp most of it), and pruning would then lose the optimum."""
+    model = replace(MODEL, seq_len=256, link_bandwidth_gbps=bandwidth)
+    inputs = PlanInputs.from_description(model, devices=4, global_batch=32, memory_cap_bytes=2**40)
+    space = PlanSpace(
+        schedules=("dualpipe", "1f1b", "zbv"), microbatch_sizes=(1, 2, 4), recompute=(False, True), ranks=(2, 4)
+    )
+    evaluator = Evaluator(inputs)
+    checked = 0
+    for c in candidate_grid(inputs, space):
+        bound = evaluator.bound(c)
+        if bound is None or c.schedule != "dualpipe":
+            continue
+        evaluator.simulate(c)
+        assert bound.step_ms <= c.step_ms * (1 + 1e-9) and bound.memory_bytes <= c.peak_memory_bytes * (1 + 1e-9)
+        checked += 1
+        evaluator.drop_shape(shape_key(c))
+    assert checked >= 6
+    every, pruned = evaluate_all(inputs, space, prune=False), evaluate_all(inputs, space)
+    assert [_numbers(c) for c in pareto_front(pruned)] == [_numbers(c) for c in pareto_front(every)]
+    assert _numbers(best_candidate(pruned)) == _numbers(best_candidate(every))
