@@ -22,7 +22,7 @@ from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.layout import Layout, family_layout
 from pipesim.plan.offload import OffloadPolicy, offloaded, price_offloaded, variant
 from pipesim.plan.paths import CriticalPath, critical_path
-from pipesim.schedules import build_schedule, check_shape, options_for, schedule_info
+from pipesim.schedules import ScheduleInfo, build_schedule, check_shape, options_for, schedule_info
 from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, last_gradients, reduction_charge
@@ -47,10 +47,9 @@ class Shape:
     runs: list[tuple[int, int, int]] | None = None  # the order its first sweep ran in, for `replay`
 
 
-def _sequence_chunks(name: str) -> tuple[int, str] | None:
+def _sequence_chunks(info: ScheduleInfo) -> tuple[int, str] | None:
     """The sequence chunks and cut a family's builder uses when the planner names none (its defaults), or None for
     a family of whole microbatches: what `shape` builds, known before building."""
-    info = schedule_info(name)
     if "seq_chunks" not in info.options:
         return None
     defaults = inspect.signature(info.builder).parameters
@@ -234,9 +233,9 @@ class Evaluator:
         if isinstance(split, Exception):
             c.error = str(split)
             return None
-        stashed = schedule_info(c.schedule).stashed
-        held = None if stashed is None else tuple(stashed(c.ranks, c.microbatches, c.virtual_stages))
-        sequence = _sequence_chunks(c.schedule)
+        info = schedule_info(c.schedule)
+        held = None if info.stashed is None else tuple(info.stashed(c.ranks, c.microbatches, c.virtual_stages))
+        sequence = _sequence_chunks(info)
         costs = (layout, c.microbatch_size, c.w_share, c.recompute, c.data_parallel, split.split_points, sequence)
         step_key, memory_key = (*costs, c.microbatches), (*costs, held)
         if step_key not in self._bounds or memory_key not in self._bounds:
