@@ -169,7 +169,9 @@ def test_pruning_never_removes_the_optimum_with_offload_and_sequence_chunks(seed
     sequence-chunked ones among them: a bound above its truth would drop one of them."""
     inputs, space = _random_case(seed, offload=seed % 2 == 0)
     every = evaluate_all(inputs, space, prune=False)
-    pruned = evaluate_all(inputs, space)
+    pruned = evaluate_all(inputs, space, workers=1 + seed // 2)  # seeds 2, 3: in two processes
+    if seed == 2:  # the exhaustive plan in processes: each offloaded candidate after its base, as in one
+        assert [_numbers(c) for c in evaluate_all(inputs, space, prune=False, workers=2)] == list(map(_numbers, every))
     cap = inputs.memory_cap_bytes
     assert (best_candidate(pruned) and _numbers(best_candidate(pruned))) == (
         best_candidate(every) and _numbers(best_candidate(every))

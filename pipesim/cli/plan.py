@@ -7,6 +7,7 @@ Usage:
       --schedules 1f1b,interleaved-1f1b,zb-h1,zbv --microbatch-sizes 1,2,4 --chunks 1,2 --recompute both \\
       --w-shares 0.4,0.5 --json plan.json [--verify 3]
   python -m pipesim plan --cost cost.json --devices 2 --global-batch 16 ...   (a profile's stages as units)
+  python -m pipesim plan ... --memory-cap 40GiB --host-gbps 25   (offload tried where a candidate is over the cap)
 
 `balance` prints the split points in the form `executor run --split-points` takes (unit indices where each stage
 after the first starts). `plan` prints a summary (the best candidate that fits, why the runners-up lost) and,

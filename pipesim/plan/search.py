@@ -67,7 +67,9 @@ def evaluate_all(
     # the largest shapes first, so that a pool's last tasks are small ones
     groups = sorted(by_shape.values(), key=lambda g: -(g[0][1].ranks * g[0][1].microbatches * g[0][1].virtual_stages))
     if workers > 1 and len(groups) > 1:
-        pooled = in_pool(partial(_evaluate_shapes, inputs, offload), groups, workers, progress, len(grid))
+        # the pool counts the items its tasks return: offloaded candidates come on top of the grid's
+        counted = None if progress is None else lambda done, total: progress(min(done, total), total)
+        pooled = in_pool(partial(_evaluate_shapes, inputs, offload), groups, workers, counted, len(grid))
         if pooled is not None:
             variants = []
             for place, candidate, is_variant in pooled:
