@@ -20,7 +20,7 @@ from pipesim.plan.bounds import Bound, candidate_bound, offload_memory_bound_byt
 from pipesim.plan.candidates import Candidate, shape_key
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.layout import Layout, family_layout
-from pipesim.plan.offload import OffloadPolicy, offloaded, price_offloaded, variant
+from pipesim.plan.offload import OffloadPolicy, copy_floor_ms, offloaded, price_offloaded, variant
 from pipesim.plan.paths import CriticalPath, critical_path
 from pipesim.schedules import ScheduleInfo, build_schedule, check_shape, options_for, schedule_info
 from pipesim.semantics.dag import Dependencies, dependencies
@@ -188,6 +188,12 @@ class Evaluator:
     def offload_variants(self, c: Candidate) -> list[Candidate]:
         """The offloaded candidates a built `c` stands for under the plan's policy, unpriced (`price_offload`)."""
         return [variant(c, mode) for mode in self.offload.modes] if c.built and self.offload.wants(c) else []
+
+    def offload_step_floor(self, v: Candidate) -> float:
+        """A lower bound of an offloaded candidate's step from its copies alone (`copy_floor_ms`), its shape held."""
+        shape = self._built(v)
+        cost = self.cost_model(v, v.split, shape.layout).for_seq_chunks(shape.schedule.seq_chunks)
+        return copy_floor_ms(shape.schedule, cost, v, self.inputs.host_link)
 
     def price_offload(self, v: Candidate) -> bool:
         """Cost an offloaded candidate (`offload_variants`) while its shape is held: one simulated step. False

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from pipesim.cost.links import LinkCost
 from pipesim.cost.model import CostModel
-from pipesim.ir import Schedule
+from pipesim.ir import CommAction, CommKind, Schedule
 from pipesim.plan.candidates import Candidate
 from pipesim.plan.inputs import PlanInputs
 from pipesim.semantics.lower import has_memory_moves
@@ -92,6 +92,21 @@ def offloaded(schedule: Schedule, cost: CostModel, c: Candidate, host_link: Link
     """The schedule and cost model an offloaded candidate stands for (`with_offload` under the host link)."""
     cost = replace(cost, host_link=host_link)
     return with_offload(schedule, c.offload, cost), cost
+
+
+def copy_floor_ms(schedule: Schedule, cost: CostModel, c: Candidate, host_link: LinkCost) -> float:
+    """A lower bound of a fully offloaded candidate's step before it is simulated: the busiest rank's copy engine
+    (each OFFLOAD and RELOAD it runs, one after another). Every copy precedes a RELOAD, and every RELOAD the
+    backward it serves, so all of them end within the step. 0 for selective offload, whose copies are known only
+    once its base is simulated."""
+    if c.offload != "full":
+        return 0.0
+    moved, cost = offloaded(schedule, cost, c, host_link)
+    copies = (CommKind.OFFLOAD, CommKind.RELOAD)
+    return max(
+        sum(cost.copy_ms(e.stage) for e in row if isinstance(e, CommAction) and e.kind in copies)
+        for row in moved.order_rows()
+    )
 
 
 def price_offloaded(c: Candidate, schedule: Schedule, cost: CostModel, inputs: PlanInputs) -> bool:

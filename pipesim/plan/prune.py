@@ -188,8 +188,11 @@ def _evaluate_group(
             continue
         incumbents.add(c.step_ms, c.peak_memory_bytes, c.fits)
         built.append((c.step_ms, c.peak_memory_bytes, c.fits))
-        for v in evaluator.offload_variants(c):  # no faster than `c` (added copies only delay), no smaller than
-            if incumbents.reason_to_prune(Bound(c.step_ms, bound.memory_bytes)) is not None:  # the floor
+        for v in evaluator.offload_variants(c):  # no faster than `c` (added copies only delay) nor than its copy
+            if incumbents.reason_to_prune(Bound(c.step_ms, bound.memory_bytes)) is not None:  # engine's work, and no
+                continue  # smaller than the memory floor
+            floor = evaluator.offload_step_floor(v)
+            if floor > c.step_ms and incumbents.reason_to_prune(Bound(floor, bound.memory_bytes)) is not None:
                 continue
             if not evaluator.price_offload(v):
                 continue
