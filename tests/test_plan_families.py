@@ -115,6 +115,8 @@ def test_auto_offload_needs_a_cap_and_a_priced_host_link(capsys: pytest.CaptureF
     assert first["candidate"].endswith(f"offload {document['best']['offload']}")
     assert first["memory_change"] < -0.3 and abs(first["step_change"]) < 1e-9
     assert f"{first['memory_change']:+.0%} peak memory for" in out
+    best_line = next(line for line in out.splitlines() if line.startswith("best: "))
+    assert "offload" in best_line and "in host memory" in best_line
 
     main([*capped, "--host-gbps", "1000", "--offload", "none", "--json", str(out_path)])
     capsys.readouterr()

@@ -192,7 +192,9 @@ def summary_lines(candidates: list[Candidate], cap: float | None, units: str = T
         return lines
     lines.append(
         f"best: {best.label}: {interval_text(best)} per step, {best.throughput:,.1f} samples/s, "
-        f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
+        f"{format_bytes(best.peak_memory_bytes)} on the fullest device"
+        + (f" and {format_bytes(best.peak_host_bytes)} in host memory" if best.peak_host_bytes else "")
+        + f", bubble {best.bubble_fraction:.1%}, "
         f"stages start at units {','.join(map(str, best.split)) or '-'} ({units}; "
         f"{programs().executor} run --split-points takes them)"
     )
