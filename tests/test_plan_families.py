@@ -267,3 +267,11 @@ def test_dualpipes_bounds_hold_each_chain_to_its_own_ramp(bandwidth: float) -> N
     every, pruned = evaluate_all(inputs, space, prune=False), evaluate_all(inputs, space)
     assert [_numbers(c) for c in pareto_front(pruned)] == [_numbers(c) for c in pareto_front(every)]
     assert _numbers(best_candidate(pruned)) == _numbers(best_candidate(every))
+
+
+def test_verify_plan_refuses_an_offloaded_candidate_in_one_line() -> None:
+    """verify-plan runs a candidate by its family's name: an offloaded one would be measured without its copies."""
+    from pipesim_executor.host.verify_config import candidate_config
+
+    with pytest.raises(ValueError, match="^offload full: verify-plan runs candidates without offload$"):
+        candidate_config({}, {"offload": "full"}, steps=1, warmup_steps=0, device="cpu", timeout_s=1.0)
