@@ -59,6 +59,33 @@ COST_MEANING = (
 )
 
 
+def add_host_link_args(group: argparse._ActionsContainer) -> None:
+    """--host-gbps and --host-latency: the link that prices OFFLOAD and RELOAD (simulate's and plan's)."""
+    group.add_argument(
+        "--host-gbps",
+        type=float_flag(MIN_BANDWIDTH_GBPS),
+        metavar="GB/S",
+        help="bandwidth between a rank and host memory, for --offload's copies (default unlimited)",
+    )
+    group.add_argument(
+        "--host-latency",
+        type=float_flag(0, MAX_TIME_MS),
+        metavar="MS",
+        help="fixed time of each OFFLOAD or RELOAD (default 0; with typed times, which carry no bytes, the copy's "
+        "whole time)",
+    )
+
+
+def host_link_from_args(args: argparse.Namespace, link: LinkCost) -> LinkCost:
+    """`link` with --host-gbps and --host-latency where given."""
+    if args.host_gbps is None and args.host_latency is None:
+        return link
+    return LinkCost(
+        latency_ms=link.latency_ms if args.host_latency is None else args.host_latency,
+        bandwidth_gbps=link.bandwidth_gbps if args.host_gbps is None else args.host_gbps,
+    )
+
+
 def add_cost_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("costs (per rank, cut per chunk; see below)", COST_MEANING)
     group.add_argument("--f", type=ms_list, metavar="T", help="forward time (default 1)")
@@ -73,19 +100,7 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
         metavar="X",
         help="an OVERLAP_F_B pair takes X x (F + B), 0 < X <= 1 (default 1: no overlap)",
     )
-    group.add_argument(
-        "--host-gbps",
-        type=float_flag(MIN_BANDWIDTH_GBPS),
-        metavar="GB/S",
-        help="bandwidth between a rank and host memory, for --offload's copies (default unlimited)",
-    )
-    group.add_argument(
-        "--host-latency",
-        type=float_flag(0, MAX_TIME_MS),
-        metavar="MS",
-        help="fixed time of each OFFLOAD or RELOAD (default 0; with typed times, which carry no bytes, the copy's "
-        "whole time)",
-    )
+    add_host_link_args(group)
     group.add_argument(
         "--a2a",
         type=ms_list,
@@ -205,11 +220,7 @@ def cost_from_args(args: argparse.Namespace) -> CostModel:
     if args.attention_fraction is not None:
         extras["attention_fraction"] = args.attention_fraction
     if args.host_gbps is not None or args.host_latency is not None:
-        link = cost.host_link
-        extras["host_link"] = LinkCost(
-            latency_ms=link.latency_ms if args.host_latency is None else args.host_latency,
-            bandwidth_gbps=link.bandwidth_gbps if args.host_gbps is None else args.host_gbps,
-        )
+        extras["host_link"] = host_link_from_args(args, cost.host_link)
     if args.data_parallel is not None or args.sharded or args.dp_bandwidth is not None or args.dp_latency is not None:
         # One data-parallel group: torch's stated collectives and the executor's bucketed all-reduce after each
         # stage's last backward are both priced from it (CostModel.collectives, pipesim.sim.data_parallel).

@@ -7,6 +7,7 @@ Usage:
       --schedules 1f1b,interleaved-1f1b,zb-h1,zbv --microbatch-sizes 1,2,4 --chunks 1,2 --recompute both \\
       --w-shares 0.4,0.5 --json plan.json [--verify 3]
   python -m pipesim plan --cost cost.json --devices 2 --global-batch 16 ...   (a profile's stages as units)
+  python -m pipesim plan ... --memory-cap 40GiB --host-gbps 25   (offload tried where a candidate is over the cap)
 
 `balance` prints the split points in the form `executor run --split-points` takes (unit indices where each stage
 after the first starts). `plan` prints a summary (the best candidate that fits, why the runners-up lost) and,
@@ -29,7 +30,13 @@ from typing import TYPE_CHECKING
 from pipesim.analysis.calibration import calibrate_from_run
 from pipesim.analysis.profile_check import check_line
 from pipesim.cli import whatif
-from pipesim.cli.common import positive_int, summary_stream, written_lines
+from pipesim.cli.common import (
+    add_host_link_args,
+    host_link_from_args,
+    positive_int,
+    summary_stream,
+    written_lines,
+)
 from pipesim.cli.plan_synth import add_synth_args, add_synthesized, take_synthesized, write_recommended_csv
 from pipesim.cost.balance import balance, format_split_points
 from pipesim.cost.description import ModelDescription, unit_weight
@@ -52,7 +59,7 @@ from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
 from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_LAYERS, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
 from pipesim.numbers import MAX_LIST_ITEMS, read_float
-from pipesim.plan.candidates import PlanSpace
+from pipesim.plan.candidates import OFFLOAD_CHOICES, PlanSpace
 from pipesim.plan.in_situ_check import accepted_disturbance
 from pipesim.plan.intervals import IntervalOptions, attach_intervals
 from pipesim.plan.report import TRANSFORMER_UNITS, best_candidate, plan_document
@@ -200,6 +207,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--w-shares", type=float_list_flag(0, 1), metavar="X,X", help="W share of the backward (default: the model's)"
     )
     space.add_argument(
+        "--offload",
+        choices=OFFLOAD_CHOICES,
+        default=defaults.offload,
+        help="activation offload to host memory, priced by --host-gbps/--host-latency: auto (default) tries "
+        "selective and full offload on a candidate over --memory-cap where a host link is priced; selective or "
+        "full tries that mode on every candidate; none never",
+    )
+    add_host_link_args(space)
+    space.add_argument(
         "--ranks",
         type=_ints,
         metavar="P,P",
@@ -313,6 +329,7 @@ def space_from_args(args: argparse.Namespace, inputs: PlanInputs | None = None) 
         recompute=recompute,
         w_shares=args.w_shares or (None,),
         ranks=args.ranks,
+        offload=args.offload,
     )
 
 
@@ -332,6 +349,7 @@ def _workers(given: int | None, space: PlanSpace) -> tuple[int, str | None]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from pipesim.plan.offload import skipped_note
     from pipesim.plan.prune import KEEP
     from pipesim.plan.search import evaluate_all
 
@@ -348,6 +366,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if perturbation:
         inputs = replace(inputs, perturbation=perturbation)
         recorded = {**recorded, "perturbation": perturbation.to_dict()}
+    if args.host_gbps is not None or args.host_latency is not None:
+        inputs = replace(inputs, host_link=host_link_from_args(args, inputs.host_link))
+        recorded = {**recorded, "host_link": {"host_gbps": args.host_gbps, "host_latency_ms": args.host_latency}}
     space = space_from_args(args, inputs)
     inputs.check_sizes(space.microbatch_sizes, space.extrapolate, profile_program())
     disturbed = None if inputs.profile is None else accepted_disturbance(inputs.profile, args)
@@ -366,6 +387,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     lines = list(document["summary"])
     if workers_note is not None:
         lines.insert(1, workers_note)
+    offload_note = skipped_note(space.offload, inputs)
+    if offload_note is not None:
+        lines.insert(1, offload_note)
     if not document["calibration"]["calibrated"]:
         lines.insert(1, "note: " + document["calibration"]["note"])
     lines[1:1] = check_line(document["calibration"].get("check"))  # how far the profile predicts its own steps

@@ -8,11 +8,13 @@ it), and that microbatch's input gradient still has to cross every stage below b
 
     step >= ramp_r + (F and B work of r) + max(tail_r + overhead of stage 0's rank, W work of r + overhead of r)
 
-for every rank; the bound is the busiest rank's. It is exact for GPipe, 1F1B and interleaved 1F1B on even stages
-without transfers, and below the truth for the others (a zero-bubble schedule's W fills part of its ramp). Costs
-are the simulator's own (`CostModel.duration_ms`, `transfer_ms`, `dispatch_per_rank`, `overhead_ms`); where the
-family's kind of backward is not known, the cheaper of B and I + W is taken, and overlapped pairs are counted at
-the overlap factor, so that the bound stays below every schedule of the layout.
+for every rank; the bound is the busiest rank's. Where chains of stages run side by side (DualPipe's two directions,
+`Layout.pipelines`), each chain has its own ramp and tail and its share of the microbatches, and a rank's start and
+tail are the least over the stages it holds. It is exact for GPipe, 1F1B and interleaved 1F1B on even stages without
+transfers, and below the truth for the others (a zero-bubble schedule's W fills part of its ramp). Costs are the
+simulator's own (`CostModel.duration_ms`, `transfer_ms`, `dispatch_per_rank`, `overhead_ms`); where the family's
+kind of backward is not known, the cheaper of B and I + W is taken, and overlapped pairs are counted at the overlap
+factor, so that the bound stays below every schedule of the layout.
 
 Memory (`Bound.memory_bytes`): each rank's static bytes (`pipesim.sim.memory.placement_static_bytes`, the very
 price the evaluation adds) plus one microbatch's stash of every stage it holds: just before the backward of its
@@ -43,32 +45,44 @@ class Bound:
     memory_bytes: float
 
 
-def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int) -> float:
-    """The busiest rank's ramp, work and tail (module docstring): no schedule of `layout` under `cost` is faster."""
+def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int, pieces: Sequence[float] = (1.0,)) -> float:
+    """The busiest rank's ramp, work and tail (module docstring): no schedule of `layout` under `cost` is faster.
+
+    `pieces`: each microbatch's share of the compute per action where a microbatch runs as several actions (sequence
+    chunks, `pipesim.cost.seq_chunks.chunk_shares`, summing to 1; `cost` then prices a chunk's bytes): each piece
+    pays its dispatch gap, and the ramp and the tail carry one piece, the smallest."""
     stages, placement = layout.num_stages, layout.stage_to_rank
     factor = min(1.0, cost.overlap_factor)  # and compute alone: an all-to-all may hide under a paired action
     forward = [cost.compute_ms(s, F) * factor for s in range(stages)]
     chain_back, total_back = _backwards(layout, cost, factor)
     hops = [cost.transfer_ms(b, b + 1) if placement[b] != placement[b + 1] else 0.0 for b in range(stages - 1)]
     gaps, overhead = cost.dispatch_per_rank(layout.num_ranks), cost.overhead_ms(layout.num_ranks)
-    ramp, tail = [0.0] * stages, [0.0] * stages  # to stage s from stage 0's first forward; from s back to stage 0
+    piece = min(pieces)
+    length = layout.pipeline_stages  # stages of one chain: each chain starts its own ramp (DualPipe's directions)
+    microbatches //= layout.pipelines  # each chain runs its share of them
+    ramp, tail = [0.0] * stages, [0.0] * stages  # to stage s from its chain's first forward; from s back to it
     for s in range(1, stages):
-        ramp[s] = ramp[s - 1] + forward[s - 1] + hops[s - 1]
-        tail[s] = tail[s - 1] + chain_back[s - 1] + hops[s - 1]
+        if s % length:
+            ramp[s] = ramp[s - 1] + forward[s - 1] * piece + hops[s - 1]
+            tail[s] = tail[s - 1] + chain_back[s - 1] * piece + hops[s - 1]
+    # the rank's first forward waits for the ramp to one of its stages (and the chain's first dispatch); its last
+    # backward, of one of its stages, is followed by that gradient's way back to its chain's start and that rank's
+    # overhead: the least of each over the stages it holds
+    heads = [placement[s - s % length] for s in range(stages)]
+    begin = [ramp[s] + (gaps[heads[s]] if s % length else 0.0) for s in range(stages)]
+    finish = [tail[s] + overhead[heads[s]] for s in range(stages)]
     held: list[list[int]] = [[] for _ in range(layout.num_ranks)]
     for stage, rank in enumerate(placement):
         held[rank].append(stage)
-    first_rank = placement[0]
     bound = 0.0
     for rank, own in enumerate(held):
         if not own:
             continue
-        lowest = own[0]
-        start = max(gaps[rank], ramp[lowest] + (gaps[first_rank] if lowest else 0.0))
-        actions = 2 * microbatches * len(own)  # a forward and at least one backward per stage and microbatch
+        start = max(gaps[rank], min(begin[s] for s in own))
+        actions = 2 * microbatches * len(own) * len(pieces)  # a forward and a backward at least, per stage and piece
         main = microbatches * sum(forward[s] + chain_back[s] for s in own) + (actions - 1) * gaps[rank]
         deferrable = microbatches * sum(total_back[s] - chain_back[s] for s in own)
-        after = max(tail[lowest] + overhead[first_rank] if lowest else overhead[rank], deferrable + overhead[rank])
+        after = max(min(finish[s] for s in own), deferrable + overhead[rank])
         bound = max(bound, start + main + after)
     return bound
 
@@ -92,15 +106,34 @@ def memory_bound_bytes(layout: Layout, cost: CostModel, optimizer: str, stashed:
     one_each = [0.0] * layout.num_ranks
     smallest = [math.inf] * layout.num_ranks
     for stage, rank in enumerate(layout.stage_to_rank):
-        one_each[rank] += cost.stash_bytes(stage)
-        smallest[rank] = min(smallest[rank], cost.stash_bytes(stage))
+        stash = cost.stash_bytes(stage)
+        # chains side by side run different microbatches: only one stage's stash is sure to be held with another's
+        one_each[rank] = one_each[rank] + stash if layout.pipelines == 1 else max(one_each[rank], stash)
+        smallest[rank] = min(smallest[rank], stash)
     held = one_each if stashed is None else [max(a, k * b) for a, k, b in zip(one_each, stashed, smallest, strict=True)]
     return max(sum(parts) + h for parts, h in zip(static, held, strict=True))
 
 
+def offload_memory_bound_bytes(layout: Layout, cost: CostModel, optimizer: str) -> float:
+    """The fullest rank's static bytes plus the one stash no offload can move: when a backward starts, its own
+    microbatch's stash of that stage is on the device (its RELOAD has ended), so at least the rank's largest stage's."""
+    static = placement_static_bytes(layout.stage_to_rank, layout.num_ranks, cost, optimizer)
+    largest = [0.0] * layout.num_ranks
+    for stage, rank in enumerate(layout.stage_to_rank):
+        largest[rank] = max(largest[rank], cost.stash_bytes(stage))
+    return max(sum(parts) + held for parts, held in zip(static, largest, strict=True))
+
+
 def candidate_bound(
-    layout: Layout, cost: CostModel, microbatches: int, optimizer: str, stashed: Sequence[int] | None = None
+    layout: Layout,
+    cost: CostModel,
+    microbatches: int,
+    optimizer: str,
+    stashed: Sequence[int] | None = None,
+    pieces: Sequence[float] = (1.0,),
 ) -> Bound:
     """Both bounds of one candidate (its layout, its cost model, its microbatches per replica, the forwards its
-    family holds at once per rank where the registry says)."""
-    return Bound(step_bound_ms(layout, cost, microbatches), memory_bound_bytes(layout, cost, optimizer, stashed))
+    family holds at once per rank where the registry says, each microbatch's pieces: `step_bound_ms`)."""
+    return Bound(
+        step_bound_ms(layout, cost, microbatches, pieces), memory_bound_bytes(layout, cost, optimizer, stashed)
+    )

@@ -10,6 +10,9 @@ from typing import Any
 from pipesim.limits import require_items
 from pipesim.plan.inputs import PlanInputs
 from pipesim.schedules import planned_schedule_names, schedule_info
+from pipesim.sim.offload import OFFLOAD_MODES
+
+OFFLOAD_CHOICES = ("auto", *OFFLOAD_MODES)  # what `PlanSpace.offload` and `plan --offload` take
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,9 @@ class PlanSpace:
     w_shares: tuple[float | None, ...] = (None,)
     ranks: tuple[int, ...] | None = None  # pipeline depths; None: all devices in one pipeline
     extrapolate: bool = False  # sizes outside a profile's: refused, or (True) planned and marked extrapolated
+    # Activation offload (`pipesim.plan.offload`): "auto" tries it on a candidate over the memory cap where the
+    # host link is priced; "selective" or "full" on every candidate; "none" never.
+    offload: str = "auto"
 
     def __post_init__(self) -> None:
         require_items(self.schedules, "schedules", str, "schedule names")
@@ -39,6 +45,8 @@ class PlanSpace:
         ):
             if not values or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
                 raise ValueError(f"{label} must be positive whole numbers, got {list(values)}")
+        if self.offload not in OFFLOAD_CHOICES:
+            raise ValueError(f"unknown offload choice {self.offload!r}; valid: {', '.join(OFFLOAD_CHOICES)}")
         for share in self.w_shares:
             if share is not None and not 0 <= share <= 1:
                 raise ValueError(f"a W share is the weight-gradient part of the backward, in 0..1; got {share}")
@@ -78,6 +86,10 @@ class Candidate:
     step_ms_p05: float | None = None  # the 90% interval of the sampled steps (pipesim.plan.intervals); None: none
     step_ms_p95: float | None = None
     step_ms_deterministic: float | None = None  # the step of the actions' medians, where step_ms is sampled
+    # the schedule with its activations offloaded (`pipesim.sim.offload.with_offload`'s mode; "none": kept on the
+    # device) and, offloaded, the most bytes a rank holds in host memory at once
+    offload: str = "none"
+    peak_host_bytes: float | None = None
 
     @property
     def built(self) -> bool:
@@ -109,6 +121,8 @@ class Candidate:
             "step_ms_p95": self.step_ms_p95,
             "step_ms_deterministic": self.step_ms_deterministic,
             "pruned": self.pruned,
+            "offload": self.offload,
+            "peak_host_bytes": self.peak_host_bytes,
             **({} if self.schedule_document is None else {"schedule_document": self.schedule_document}),
         }
 
@@ -119,8 +133,10 @@ class Candidate:
         share = "" if self.w_share is None else f" W {self.w_share:g}"
         dp = f" x{self.data_parallel} DP" if self.data_parallel > 1 else ""
         outside = " extrapolated" if self.extrapolated else ""
+        moved = "" if self.offload == "none" else f" offload {self.offload}"
         return (
             f"{self.schedule} P{self.ranks}{dp}{chunks} m{self.microbatches}x{self.microbatch_size}{extra}{share}"
+            + moved
             + outside
         )
 

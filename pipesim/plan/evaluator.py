@@ -8,18 +8,21 @@ simulator's own sweep, and the critical path that bounds the shape's other cost 
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pipesim.cost.description import balance_units
 from pipesim.cost.model import CostModel, StageCost
+from pipesim.cost.seq_chunks import chunk_shares
 from pipesim.ir import Schedule
-from pipesim.plan.bounds import Bound, candidate_bound
+from pipesim.plan.bounds import Bound, candidate_bound, offload_memory_bound_bytes
 from pipesim.plan.candidates import Candidate, shape_key
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.layout import Layout, family_layout
+from pipesim.plan.offload import OffloadPolicy, copy_floor_ms, offloaded, price_offloaded, variant
 from pipesim.plan.paths import CriticalPath, critical_path
-from pipesim.schedules import build_schedule, check_shape, options_for, schedule_info
+from pipesim.schedules import ScheduleInfo, build_schedule, check_shape, options_for, schedule_info
 from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.data_parallel import AFTER_BACKWARD, NOTHING, last_gradients, reduction_charge
@@ -44,14 +47,25 @@ class Shape:
     runs: list[tuple[int, int, int]] | None = None  # the order its first sweep ran in, for `replay`
 
 
+def _sequence_chunks(info: ScheduleInfo) -> tuple[int, str] | None:
+    """The sequence chunks and cut a family's builder uses when the planner names none (its defaults), or None for
+    a family of whole microbatches: what `shape` builds, known before building."""
+    if "seq_chunks" not in info.options:
+        return None
+    defaults = inspect.signature(info.builder).parameters
+    return defaults["seq_chunks"].default, defaults["seq_cut"].default
+
+
 class Evaluator:
     """Evaluates candidates, sharing schedules, dependencies, order walks, unit costs and splits between them.
 
     Its caches live as long as the evaluator (one plan), never at module level.
     """
 
-    def __init__(self, inputs: PlanInputs) -> None:
+    def __init__(self, inputs: PlanInputs, offload: OffloadPolicy | None = None) -> None:
         self.inputs = inputs
+        # which candidates are also tried offloaded (pipesim.plan.offload); None: none
+        self.offload = OffloadPolicy() if offload is None else offload
         self._shapes: dict[tuple, Any] = {}
         self._units: dict[tuple, tuple[StageCost, ...]] = {}
         self._splits: dict[tuple, Any] = {}
@@ -123,7 +137,7 @@ class Evaluator:
             recompute=c.recompute,
             chunked=schedule.num_stages > schedule.num_ranks,
             w_share=c.w_share,
-        )
+        ).for_chains(schedule.pipelines)  # each chain (DualPipe's directions) the whole cut: a copy per chain
         runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
         cost = replace(cost, runtime=runtime, dp_group=self.inputs.replica_group(c.data_parallel))
         # a straggler among the devices, at its place in this candidate's pipeline (pipesim.cost.perturb); the
@@ -136,7 +150,7 @@ class Evaluator:
         splits, costs = {}, {}
         for c in candidates:
             layout = family_layout(c.schedule, c.ranks, c.virtual_stages)
-            key = (c.microbatch_size, layout.num_stages, c.recompute)
+            key = (c.microbatch_size, layout.pipeline_stages, c.recompute)
             split = self._splits.get(key)
             if split is None or isinstance(split, Exception):
                 continue
@@ -166,13 +180,39 @@ class Evaluator:
         if c.error is not None or c.step_ms is None:
             raise ValueError(f"{c.label} was not built: {c.error or c.pruned or 'not evaluated'}")
         schedule = self._built(c).schedule
-        return schedule, self.cost_model(c, c.split, schedule)
+        cost = self.cost_model(c, c.split, schedule)
+        if c.offload != "none":
+            return offloaded(schedule, cost.for_seq_chunks(schedule.seq_chunks), c, self.inputs.host_link)
+        return schedule, cost
 
-    def evaluate_shape(self, group: list[tuple[int, Candidate]]) -> None:
-        """The candidates of one shape (with their places in the grid), evaluated, then the shape dropped."""
-        for _, candidate in group:
+    def offload_variants(self, c: Candidate) -> list[Candidate]:
+        """The offloaded candidates a built `c` stands for under the plan's policy, unpriced (`price_offload`)."""
+        return [variant(c, mode) for mode in self.offload.modes] if c.built and self.offload.wants(c) else []
+
+    def offload_step_floor(self, v: Candidate) -> float:
+        """A lower bound of an offloaded candidate's step from its copies alone (`copy_floor_ms`), its shape held."""
+        shape = self._built(v)
+        cost = self.cost_model(v, v.split, shape.layout).for_seq_chunks(shape.schedule.seq_chunks)
+        return copy_floor_ms(shape.schedule, cost, v, self.inputs.host_link)
+
+    def price_offload(self, v: Candidate) -> bool:
+        """Cost an offloaded candidate (`offload_variants`) while its shape is held: one simulated step. False
+        where its mode moves nothing here (then it is its base again, and no candidate of its own)."""
+        shape = self._built(v)
+        cost = self.cost_model(v, v.split, shape.layout).for_seq_chunks(shape.schedule.seq_chunks)
+        return price_offloaded(v, shape.schedule, cost, self.inputs)
+
+    def evaluate_shape(self, group: list[tuple[int, Candidate]]) -> list[tuple[int, Candidate]]:
+        """The candidates of one shape (with their places in the grid), evaluated, then the shape dropped; returns
+        the offloaded candidates they stand for (the policy's), each with its base's place."""
+        variants = []
+        for place, candidate in group:
             self.evaluate(candidate)
+            for v in self.offload_variants(candidate):
+                if self.price_offload(v):
+                    variants.append((place, v))
         self.drop_shape(shape_key(group[0][1]))
+        return variants
 
     def drop_shape(self, key: tuple) -> None:
         """Forget a shape's schedule, dependencies, order walk and last gradients (`materialise` builds them again
@@ -195,21 +235,35 @@ class Evaluator:
             c.error = str(error)
             return None
         layout = family_layout(c.schedule, c.ranks, c.virtual_stages)
-        split = self.split(c.microbatch_size, layout.num_stages, c.recompute)
+        split = self.split(c.microbatch_size, layout.pipeline_stages, c.recompute)
         if isinstance(split, Exception):
             c.error = str(split)
             return None
-        if "seq_chunks" in schedule_info(c.schedule).options:  # the bounds count whole microbatches: none here
-            return Bound(0.0, 0.0)
-        stashed = schedule_info(c.schedule).stashed
-        held = None if stashed is None else tuple(stashed(c.ranks, c.microbatches, c.virtual_stages))
-        costs = (layout, c.microbatch_size, c.w_share, c.recompute, c.data_parallel, split.split_points)
+        info = schedule_info(c.schedule)
+        held = None if info.stashed is None else tuple(info.stashed(c.ranks, c.microbatches, c.virtual_stages))
+        sequence = _sequence_chunks(info)
+        costs = (layout, c.microbatch_size, c.w_share, c.recompute, c.data_parallel, split.split_points, sequence)
         step_key, memory_key = (*costs, c.microbatches), (*costs, held)
         if step_key not in self._bounds or memory_key not in self._bounds:
             cost = self.cost_model(c, split.split_points, layout)
-            bound = candidate_bound(layout, cost, c.microbatches, self.inputs.optimizer, held)
-            self._bounds[step_key], self._bounds[memory_key] = bound.step_ms, bound.memory_bytes
+            pieces: tuple[float, ...] = (1.0,)
+            if sequence is not None:  # a microbatch runs as chunks, each its share (what `simulate` prices)
+                cost = cost.for_seq_chunks(sequence[0])
+                pieces = chunk_shares(sequence[0], cost.attention_fraction, sequence[1]).compute
+            bound = candidate_bound(layout, cost, c.microbatches, self.inputs.optimizer, held, pieces)
+            memory = bound.memory_bytes
+            if self.offload.modes:  # an offloaded variant may need less: what no offload can move
+                memory = min(memory, offload_memory_bound_bytes(layout, cost, self.inputs.optimizer))
+            self._bounds[step_key], self._bounds[memory_key] = bound.step_ms, memory
         return Bound(self._bounds[step_key], self._bounds[memory_key])
+
+    def memory_floor(self, c: Candidate, bound: Bound) -> float:
+        """What a priced candidate's memory bound becomes: its exact memory, or, where the policy would try it
+        offloaded, the closed form below both (`bound`'s)."""
+        assert c.peak_memory_bytes is not None
+        if self.offload.modes and (not self.offload.over_cap_only or not c.fits):
+            return min(c.peak_memory_bytes, bound.memory_bytes)
+        return c.peak_memory_bytes
 
     def _built(self, c: Candidate) -> Shape:
         shape = self.shape(*shape_key(c))
@@ -232,7 +286,7 @@ class Evaluator:
             c.schedule, c.ranks, schedule.num_stages // schedule.num_ranks
         ), f"{c.schedule}'s registry entry does not describe its schedule's layout"
         c.virtual_stages = schedule.num_stages // schedule.num_ranks
-        split = self.split(c.microbatch_size, schedule.num_stages, c.recompute)
+        split = self.split(c.microbatch_size, schedule.pipeline_stages, c.recompute)
         if isinstance(split, Exception):
             c.error = str(split)
             return False

@@ -57,10 +57,14 @@ class PlanInputs:
     # them); None: the pipeline's link and the default bucket.
     dp_group: DataParallelGroup | None = None
     perturbation: Perturbation = Perturbation()  # stragglers among the devices (pipesim.cost.perturb), folded per depth
+    # The link between a rank and host memory that prices an offloaded candidate's OFFLOADs and RELOADs
+    # (`simulate --host-gbps`, a cost file's host_link); the default, free, is no price (pipesim.plan.offload).
+    host_link: LinkCost = LinkCost()
 
     def __post_init__(self) -> None:
         require_items(self.units, "units", StageCost, "StageCost")
         require(self.link, "link", LinkCost, "a LinkCost")
+        require(self.host_link, "host_link", LinkCost, "a LinkCost")
         require(self.memory_cap_bytes, "memory_cap_bytes", (int, float, type(None)), "a number of bytes or None")
         if not self.units:
             raise ValueError("the model needs at least one unit (layer) to split (units is empty)")
@@ -98,7 +102,7 @@ class PlanInputs:
             unit_microbatch_size=int(cost.meta.get("microbatch_size", 1)),
             step_overhead_ms=max(overhead, default=0.0),
             dp_group=cost.dp_group,
-            **kwargs,
+            **{"host_link": cost.host_link, **kwargs},
         )
 
     def replica_group(self, replicas: int) -> DataParallelGroup:

@@ -1,7 +1,7 @@
-"""Where a candidate's stages sit and whether its family splits the backward, known from the family's registry entry
-before (or without) building its schedule.
+"""Where a candidate's stages sit, whether its family splits the backward and how many chains of stages it runs,
+known from the family's registry entry before (or without) building its schedule.
 
-The planner prices a candidate from this alone (its cost model, its lower bound): a `Schedule` answers the same four
+The planner prices a candidate from this alone (its cost model, its lower bound): a `Schedule` answers the same
 questions, so the cost model of a built candidate and of one that was never built are the same function's.
 """
 
@@ -20,21 +20,27 @@ class Layout:
     num_ranks: int
     stage_to_rank: tuple[int, ...]
     uses_split_backward: bool
+    pipelines: int = 1  # chains side by side, each the whole model (DualPipe's two directions)
 
     @property
     def num_stages(self) -> int:
         return len(self.stage_to_rank)
+
+    @property
+    def pipeline_stages(self) -> int:
+        """The pieces the model is cut into: each chain's stages (all of them but in DualPipe)."""
+        return self.num_stages // self.pipelines
 
     @classmethod
     def of(cls, schedule: Schedule | Layout) -> Layout:
         """The layout of a built schedule (what its registry entry predicts, read off the schedule itself)."""
         if isinstance(schedule, Layout):
             return schedule
-        return cls(schedule.num_ranks, tuple(schedule.stage_to_rank), schedule.uses_split_backward)
+        return cls(schedule.num_ranks, tuple(schedule.stage_to_rank), schedule.uses_split_backward, schedule.pipelines)
 
 
 def family_layout(name: str, num_ranks: int, chunks: int) -> Layout:
     """The layout family `name` gives `num_ranks` ranks holding `chunks` stages each (its registry entry's
     placement and split backward)."""
     info = schedule_info(name)
-    return Layout(num_ranks, stage_placement(info.placement, num_ranks, chunks), info.split_backward)
+    return Layout(num_ranks, stage_placement(info.placement, num_ranks, chunks), info.split_backward, info.pipelines)

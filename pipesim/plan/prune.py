@@ -26,6 +26,7 @@ from pipesim.plan.bounds import Bound
 from pipesim.plan.candidates import Candidate, shape_key
 from pipesim.plan.evaluator import Evaluator
 from pipesim.plan.inputs import PlanInputs
+from pipesim.plan.offload import OffloadPolicy
 from pipesim.units import format_bytes, format_ms
 
 KEEP = 6  # the best and the five runners-up the plan's summary names
@@ -104,16 +105,29 @@ def evaluate_pruned(
     `workers` > 1 evaluates that many shapes at once in processes, each against the incumbents known when it
     started: they only grow, so what a process prunes is pruned rightly, and the answer is the same."""
     incumbents = Incumbents(evaluator.inputs.memory_cap_bytes, keep)
-    if workers > 1 and len(grid) > 1 and _in_processes(evaluator, incumbents, workers, grid, progress):
-        return grid
+    variants: list[tuple[int, Candidate]] = []
+    if workers > 1 and len(grid) > 1 and _in_processes(evaluator, incumbents, workers, grid, progress, variants):
+        return with_variants(grid, variants)
     shapes = _shapes_by_bound(grid, [evaluator.bound(c) for c in grid])
     done = len(grid) - sum(len(group) for group in shapes)
     for group in shapes:
-        _evaluate_group(evaluator, group, incumbents)  # it counts what it builds in `incumbents` as it goes
+        _, found = _evaluate_group(evaluator, group, incumbents)  # it counts what it builds in `incumbents`
+        variants += found
         done += len(group)
         if progress is not None:
             progress(done, len(grid))
-    return grid
+    return with_variants(grid, variants)
+
+
+def with_variants(grid: list[Candidate], variants: list[tuple[int, Candidate]]) -> list[Candidate]:
+    """The grid with each offloaded candidate right after its base (`variants`: base's place, candidate), in the
+    policy's order of modes."""
+    if not variants:
+        return grid
+    after: dict[int, list[Candidate]] = {}
+    for place, v in sorted(variants, key=lambda pair: pair[0]):  # stable: each base's modes keep their order
+        after.setdefault(place, []).append(v)
+    return [c for place, base in enumerate(grid) for c in (base, *after.get(place, ()))]
 
 
 def _shapes_by_bound(grid: list[Candidate], bounds: list[Bound | None]) -> list[list]:
@@ -138,23 +152,30 @@ def _bound_shares(grid: list[Candidate], workers: int) -> list[list[tuple[int, C
     return shares
 
 
-def _bound_task(inputs: PlanInputs, placed: list[tuple[int, Candidate]]) -> tuple[list, tuple[dict, dict]]:
+def _bound_task(
+    inputs: PlanInputs, offload: OffloadPolicy, placed: list[tuple[int, Candidate]]
+) -> tuple[list, tuple[dict, dict]]:
     """A process's share of the bounds: (place, bound, why it cannot be built) of each candidate, and the splits
     and cost models it cut (the parent's evaluator is seeded with them)."""
-    evaluator = Evaluator(inputs)
+    evaluator = Evaluator(inputs, offload)
     bounds = [(place, evaluator.bound(c), c.error) for place, c in placed]
     return bounds, evaluator.found_for([c for _, c in placed])
 
 
-def _evaluate_group(evaluator: Evaluator, group: list, incumbents: Incumbents) -> list[tuple[float, float, bool]]:
+def _evaluate_group(
+    evaluator: Evaluator, group: list, incumbents: Incumbents
+) -> tuple[list[tuple[float, float, bool]], list[tuple[int, Candidate]]]:
     """One shape's candidates evaluated or pruned in place against `incumbents` (which learn from each); the
-    (step, memory, fits) of those built, for another process's incumbents."""
+    (step, memory, fits) of those built, for another process's incumbents, and the offloaded candidates built or
+    refused (each with its base's place; those whose base's step and the offload memory bound rule them out are
+    left out)."""
     built = []
+    variants = []
     live: dict[int, tuple[float, Bound, Candidate]] = {}
     for _, place, bound, c in group:
         c.pruned = incumbents.reason_to_prune(bound)
         if c.pruned is None and evaluator.price(c):
-            live[place] = (bound.step_ms, Bound(bound.step_ms, c.peak_memory_bytes), c)
+            live[place] = (bound.step_ms, Bound(bound.step_ms, evaluator.memory_floor(c, bound)), c)
     while live:
         place = min(live, key=lambda p: (live[p][0], p))
         _, bound, c = live.pop(place)
@@ -167,19 +188,33 @@ def _evaluate_group(evaluator: Evaluator, group: list, incumbents: Incumbents) -
             continue
         incumbents.add(c.step_ms, c.peak_memory_bytes, c.fits)
         built.append((c.step_ms, c.peak_memory_bytes, c.fits))
+        for v in evaluator.offload_variants(c):  # no faster than `c` (added copies only delay) nor than its copy
+            if incumbents.reason_to_prune(Bound(c.step_ms, bound.memory_bytes)) is not None:  # engine's work, and no
+                continue  # smaller than the memory floor
+            floor = evaluator.offload_step_floor(v)
+            if floor > c.step_ms and incumbents.reason_to_prune(Bound(floor, bound.memory_bytes)) is not None:
+                continue
+            if not evaluator.price_offload(v):
+                continue
+            variants.append((place, v))
+            if v.built:
+                incumbents.add(v.step_ms, v.peak_memory_bytes, v.fits)
+                built.append((v.step_ms, v.peak_memory_bytes, v.fits))
         if path is not None:
             for other, (_, old, sibling) in live.items():
                 step = max(old.step_ms, path.length_ms(evaluator.priced_cost(sibling)))
                 live[other] = (step, Bound(step, old.memory_bytes), sibling)
     evaluator.drop_shape(shape_key(group[0][3]))
-    return built
+    return built, variants
 
 
-def _group_task(inputs: PlanInputs, group: list, incumbents: Incumbents, found: tuple[dict, dict]) -> tuple[list, list]:
+def _group_task(
+    inputs: PlanInputs, offload: OffloadPolicy, group: list, incumbents: Incumbents, found: tuple[dict, dict]
+) -> tuple[list, list, list]:
     """A process's unit of work: one shape, by a fresh evaluator given the splits and cost models the bounds cut
-    (`Evaluator.found_for`); its candidates (with their places) and what was built."""
-    built = _evaluate_group(Evaluator(inputs).seed(found), group, incumbents)
-    return [(place, c) for _, place, _, c in group], built
+    (`Evaluator.found_for`); its candidates (with their places), what was built and the offloaded candidates."""
+    built, variants = _evaluate_group(Evaluator(inputs, offload).seed(found), group, incumbents)
+    return [(place, c) for _, place, _, c in group], built, variants
 
 
 def _in_processes(
@@ -188,6 +223,7 @@ def _in_processes(
     workers: int,
     grid: list[Candidate],
     progress: Callable[[int, int], None] | None,
+    variants: list[tuple[int, Candidate]],
 ) -> bool:
     """The bounds taken in `workers` processes (interleaved slices of the grid), then the shapes evaluated
     `workers` at a time, in bound order, each started with the incumbents known then (a shape whose candidates are
@@ -198,7 +234,8 @@ def _in_processes(
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     try:
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            shares = [pool.submit(_bound_task, evaluator.inputs, share) for share in _bound_shares(grid, workers)]
+            inputs, offload = evaluator.inputs, evaluator.offload
+            shares = [pool.submit(_bound_task, inputs, offload, share) for share in _bound_shares(grid, workers)]
             bounds: list[Bound | None] = [None] * len(grid)
             for share in shares:
                 found_bounds, found = share.result()
@@ -221,14 +258,15 @@ def _in_processes(
                         done += len(group)
                         continue
                     found = evaluator.found_for([c for _, _, _, c in group])
-                    running.add(pool.submit(_group_task, evaluator.inputs, group, incumbents, found))
+                    running.add(pool.submit(_group_task, inputs, offload, group, incumbents, found))
                 if not running:
                     break
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    placed, built = future.result()
+                    placed, built, found_variants = future.result()
                     for place, c in placed:
                         grid[place] = c
+                    variants += found_variants
                     for step, memory, fits in built:
                         incumbents.add(step, memory, fits)
                     done += len(placed)

@@ -1,6 +1,6 @@
 """A plan's answer: the Pareto front on (step time, memory), the best candidate that fits, and why the others lost.
 
-    {"candidates": [...], "pareto": [...], "best": {...} | null, "inputs": {...}, "summary": [...]}
+    {"candidates": [...], "pareto": [...], "best": {...} | null, "trades": [...], "inputs": {...}, "summary": [...]}
 
 Every entry carries schedule, ranks, microbatches, virtual_stages, recompute, split, step_ms, throughput,
 peak_memory_bytes and fits (plus the microbatch size, W share, bubble, imbalance and, for a candidate that
@@ -11,7 +11,10 @@ planner sampled a candidate (`pipesim.plan.intervals`), step_ms is the median of
 and `step_ms_p95` their 90% interval and `step_ms_deterministic` the step of the medians; `extrapolated` marks a
 microbatch size outside the profile.
 throughput is samples per second of the global batch; peak_memory_bytes is the fullest device's parameters,
-gradients, optimizer state and activation peak.
+gradients, optimizer state and activation peak. `offload` names the candidate's activation offload
+(`pipesim.plan.offload`; "none": kept on the device) and `peak_host_bytes` what an offloaded one holds in host
+memory at most. `trades` says, for the best and the leaner fitting candidates of the front, their peak memory
+against their step and bubble relative to the fastest candidate without the cap (`trade`).
 """
 
 from __future__ import annotations
@@ -62,6 +65,53 @@ def best_candidate(candidates: list[Candidate]) -> Candidate | None:
     fitting = [c for c in candidates if c.built and c.fits]
     measured = [c for c in fitting if not c.extrapolated]
     return min(measured or fitting, key=lambda c: (time_key(c.step_ms), c.peak_memory_bytes), default=None)
+
+
+def fastest_unconstrained(candidates: list[Candidate]) -> Candidate | None:
+    """The fastest built candidate with its activations on the device, fitting the cap or not (less memory breaks
+    a tie): what the cap costs is read against it (an offloaded one only where none is kept on the device)."""
+    built = [c for c in candidates if c.built]
+    built = [c for c in built if c.offload == "none"] or built
+    return min(built, key=lambda c: (time_key(c.step_ms), c.peak_memory_bytes), default=None)
+
+
+MAX_TRADES = 5  # the best and at most this many leaner candidates of the front in a plan's trades
+
+
+def recommended(candidates: list[Candidate]) -> list[Candidate]:
+    """The best, then the fitting candidates of the front that need less memory than it, fastest first: each a
+    recommendation for its memory (what pruning keeps exactly: `pipesim.plan.prune`)."""
+    best = best_candidate(candidates)
+    if best is None:
+        return []
+    leaner = [c for c in pareto_front(candidates) if c.fits and c.peak_memory_bytes < best.peak_memory_bytes]
+    return [best, *leaner[:MAX_TRADES]]
+
+
+def trade(candidate: Candidate, reference: Candidate) -> dict[str, Any]:
+    """What `candidate` trades against `reference` (the fastest without the cap): its peak memory against its
+    step and bubble, relative, with the words the summary prints."""
+    memory = candidate.peak_memory_bytes / reference.peak_memory_bytes - 1
+    step = candidate.step_ms / reference.step_ms - 1
+    host = f"; {format_bytes(candidate.peak_host_bytes)} in host memory" if candidate.peak_host_bytes else ""
+    return {
+        "candidate": candidate.label,
+        "against": reference.label,
+        "memory_change": memory,
+        "step_change": step,
+        "bubble_fraction": candidate.bubble_fraction,
+        "against_bubble_fraction": reference.bubble_fraction,
+        "offload": candidate.offload,
+        "peak_host_bytes": candidate.peak_host_bytes,
+        "text": f"{memory:+.0%} peak memory for {step:+.1%} step (bubble {candidate.bubble_fraction:.1%} against "
+        f"{reference.bubble_fraction:.1%}{host})",
+    }
+
+
+def trades(candidates: list[Candidate]) -> list[dict[str, Any]]:
+    """Each recommended candidate's trade (`recommended`, `trade`) against the fastest without the cap."""
+    reference = fastest_unconstrained(candidates)
+    return [] if reference is None else [trade(c, reference) for c in recommended(candidates)]
 
 
 def interval_text(candidate: Candidate) -> str:
@@ -142,7 +192,9 @@ def summary_lines(candidates: list[Candidate], cap: float | None, units: str = T
         return lines
     lines.append(
         f"best: {best.label}: {interval_text(best)} per step, {best.throughput:,.1f} samples/s, "
-        f"{format_bytes(best.peak_memory_bytes)} on the fullest device, bubble {best.bubble_fraction:.1%}, "
+        f"{format_bytes(best.peak_memory_bytes)} on the fullest device"
+        + (f" and {format_bytes(best.peak_host_bytes)} in host memory" if best.peak_host_bytes else "")
+        + f", bubble {best.bubble_fraction:.1%}, "
         f"stages start at units {','.join(map(str, best.split)) or '-'} ({units}; "
         f"{programs().executor} run --split-points takes them)"
     )
@@ -154,6 +206,13 @@ def summary_lines(candidates: list[Candidate], cap: float | None, units: str = T
         )
     if best.step_ms_p05 is not None:
         lines.append("steps: the median of sampled steps [5th, 95th percentile] (each action's measured spread)")
+    reference = fastest_unconstrained(candidates)
+    if reference is not None and not reference.fits:  # the cap costs something: say what each answer trades
+        lines.append(
+            f"what each recommendation trades against the fastest without the cap, {reference.label} "
+            f"({format_ms(reference.step_ms)}, {format_bytes(reference.peak_memory_bytes)}):"
+        )
+        lines += [f"  {t['candidate']}: {t['text']}" for t in trades(candidates)]
     for loss in runners_up(candidates, best, cap):
         c = loss.candidate
         slower = c.step_ms / best.step_ms - 1
@@ -173,6 +232,7 @@ def plan_document(
         "candidates": [c.to_dict() for c in candidates],
         "pareto": [c.to_dict() for c in pareto_front(candidates)],
         "best": None if best is None else best.to_dict(),
+        "trades": trades(candidates),
         "summary": summary_lines(candidates, cap, units),
     }
 

@@ -27,8 +27,9 @@ from pipesim._perf import paused_gc
 from pipesim.plan.candidates import Candidate, PlanSpace, candidate_grid, shape_key
 from pipesim.plan.evaluator import Evaluator
 from pipesim.plan.inputs import PlanInputs
+from pipesim.plan.offload import OffloadPolicy
 from pipesim.plan.pool import in_pool, usable_cores
-from pipesim.plan.prune import KEEP, evaluate_pruned
+from pipesim.plan.prune import KEEP, evaluate_pruned, with_variants
 
 __all__ = ["Candidate", "Evaluator", "PlanInputs", "PlanSpace", "candidate_grid", "evaluate_all", "shape_key"]
 
@@ -55,7 +56,8 @@ def evaluate_all(
     """
     inputs.check_sizes(space.microbatch_sizes, space.extrapolate)
     grid = candidate_grid(inputs, space)
-    evaluator = Evaluator(inputs)
+    offload = OffloadPolicy.of(space.offload, inputs)
+    evaluator = Evaluator(inputs, offload)
     workers = min(workers, usable_cores())  # more processes than cores only share them (the CLI says so)
     if prune:
         return evaluate_pruned(evaluator, grid, keep, progress, workers)
@@ -65,23 +67,31 @@ def evaluate_all(
     # the largest shapes first, so that a pool's last tasks are small ones
     groups = sorted(by_shape.values(), key=lambda g: -(g[0][1].ranks * g[0][1].microbatches * g[0][1].virtual_stages))
     if workers > 1 and len(groups) > 1:
-        pooled = in_pool(partial(_evaluate_shapes, inputs), groups, workers, progress, len(grid))
+        # the pool counts the items its tasks return: offloaded candidates come on top of the grid's
+        counted = None if progress is None else lambda done, total: progress(min(done, total), total)
+        pooled = in_pool(partial(_evaluate_shapes, inputs, offload), groups, workers, counted, len(grid))
         if pooled is not None:
-            for place, candidate in pooled:
-                grid[place] = candidate
-            return grid
-    done = 0
+            variants = []
+            for place, candidate, is_variant in pooled:
+                if is_variant:
+                    variants.append((place, candidate))
+                else:
+                    grid[place] = candidate
+            return with_variants(grid, variants)
+    done, variants = 0, []
     for group in groups:
-        evaluator.evaluate_shape(group)
+        variants += evaluator.evaluate_shape(group)
         done += len(group)
         if progress is not None:
             progress(done, len(grid))
-    return grid
+    return with_variants(grid, variants)
 
 
-def _evaluate_shapes(inputs: PlanInputs, groups: list[list[tuple[int, Candidate]]]) -> list[tuple[int, Candidate]]:
-    """A pool's unit of work: the groups evaluated by one evaluator, with their places in the grid."""
-    evaluator = Evaluator(inputs)
-    for group in groups:
-        evaluator.evaluate_shape(group)
-    return [pair for group in groups for pair in group]
+def _evaluate_shapes(
+    inputs: PlanInputs, offload: OffloadPolicy, groups: list[list[tuple[int, Candidate]]]
+) -> list[tuple[int, Candidate, bool]]:
+    """A pool's unit of work: the groups evaluated by one evaluator, with their places in the grid, and the
+    offloaded candidates they stand for (marked True, with their base's place)."""
+    evaluator = Evaluator(inputs, offload)
+    variants = [pair for group in groups for pair in evaluator.evaluate_shape(group)]
+    return [(*pair, False) for group in groups for pair in group] + [(*pair, True) for pair in variants]

@@ -85,6 +85,9 @@ class ScheduleInfo:
     stashed: Callable[[int, int, int], list[int]] | None = None
     # Why the planner cannot price this family (its candidates carry it as their error); None: it can.
     unplanned_because: str | None = None
+    # Chains of stages side by side, each running the whole model (DualPipe's two directions: a copy of the weights
+    # per chain); the planner cuts the model into num_stages / pipelines pieces and repeats them per chain.
+    pipelines: int = 1
 
     def __post_init__(self) -> None:
         assert self.placement in PLACEMENTS, self.placement

@@ -269,7 +269,6 @@ SCHEDULES: list[ScheduleInfo] = [
         placement="v",
         planned=False,
         check=check_dualpipe,
-        unplanned_because="dualpipe runs a copy of the weights per direction, which the planner's one chain of "
-        "stages does not price yet: simulate it (simulate --schedule dualpipe)",
+        pipelines=2,
     ),
 ]

@@ -157,6 +157,8 @@ def candidate_config(
     """The executor run of one candidate (ValueError when the executor cannot run it, e.g. data parallelism)."""
     if c.get("data_parallel", 1) != 1:
         raise ValueError(f"{c['data_parallel']} data-parallel replicas: verify-plan runs one pipeline per candidate")
+    if c.get("offload", "none") != "none":  # run without it, the measurement would be of another candidate
+        raise ValueError(f"offload {c['offload']}: verify-plan runs candidates without offload")
     optimizer, dtype, _ = run_settings(plan)
     carried = c.get("schedule_document") is not None  # the run takes the carried schedule (candidate_schedule)
     chunks = c["virtual_stages"] if not carried and schedule_info(c["schedule"]).takes_chunks else None
