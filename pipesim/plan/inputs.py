@@ -232,6 +232,8 @@ class PlanInputs:
         stage (`UnitProfile.stage_costs`: timed whole where it was, else its units' shares plus what a cut stage
         pays at its start and its end, scaled to the in-situ steps)."""
         cost = stage_costs_from_units(list(units), split_points, recompute=recompute, link=self.link)
+        if self.description is not None:  # a later sequence chunk's dearer attention, as the model's own cost has it
+            cost = replace(cost, attention_fraction=self.description.attention_fraction())
         if self.profile is None:
             return cost
         bounds = [0, *split_points, len(units)]
