@@ -17,12 +17,14 @@ from app_pages.parts.plan import presets as plan_presets
 from app_pages.parts.plan import profile as plan_profile
 from app_pages.parts.plan import sensitivity as plan_sensitivity
 from app_pages.parts.plan import verify as plan_verify
+from app_pages.parts.schedule_knobs import HOST_GBPS
 from pipesim.api import balance
 from pipesim.charts import plan as charts_plan
-from pipesim.cost import OPTIMIZERS, ModelDescription, format_split_points
+from pipesim.cost import OPTIMIZERS, LinkCost, ModelDescription, format_split_points
 from pipesim.form_fields import form_fields
 from pipesim.io import schedule_to_csv, write_json
 from pipesim.plan import (
+    OFFLOAD_CHOICES,
     SYNTHESIZED,
     PlanSpace,
     best_candidate,
@@ -114,6 +116,24 @@ with st.sidebar, st.form("plan-form"):
     optimizer = right.selectbox(
         "Optimizer", OPTIMIZERS, index=OPTIMIZERS.index("adam"), key=_kept("plan-optimizer"), bind=URL
     )
+    offload = left.selectbox(
+        "Activation offload",
+        OFFLOAD_CHOICES,
+        key=_kept("plan-offload"),
+        bind=URL,
+        help="auto: tried on a candidate over the memory cap, where Host GB/s prices it; selective or full: tried on "
+        "every candidate; none: never (`pipesim plan --offload`)",
+    )
+    host_gbps = right.number_input(
+        "Host GB/s",
+        0.0,
+        1e5,
+        0.0,
+        key=_kept(HOST_GBPS),
+        bind=URL,
+        help="Bandwidth to host memory that prices each OFFLOAD and RELOAD (0: free, and auto then tries no offload; "
+        "the same field as Simulate's knob)",
+    )
     st.markdown("**Search**")
     names = st.multiselect(
         "Schedules",
@@ -166,7 +186,10 @@ with st.sidebar, st.form("plan-form"):
 try:
     description = ModelDescription(**model_values)
     cap = float(cap_gib) * 2**30 or None
-    common = dict(devices=int(devices), global_batch=int(batch), memory_cap_bytes=cap, optimizer=optimizer)
+    host_link = LinkCost(bandwidth_gbps=float(host_gbps)) if host_gbps else LinkCost()
+    common = dict(
+        devices=int(devices), global_batch=int(batch), memory_cap_bytes=cap, optimizer=optimizer, host_link=host_link
+    )
     if profile is not None:  # measured already: a calibration run is not used
         inputs, calibrated_from = plan_profile.plan_inputs(profile, **common)
     else:
@@ -180,6 +203,7 @@ try:
         chunks=plan_model.number_list(chunks_text, int, "Chunks per rank"),
         recompute={"off": (False,), "on": (True,)}.get(recompute or "both", (False, True)),
         w_shares=shares,
+        offload=str(offload),
     )
     budget = float(synth_budget) if with_synthesized else None
     candidates, synthesized = cached.plan(inputs, space, float(jitter_pct) / 100 or None, budget)
@@ -190,6 +214,8 @@ except ValueError as error:
 front, best = pareto_front(candidates), best_candidate(candidates)
 order = ranked(candidates)
 lines = summary_lines(candidates, cap)
+if offload == "auto" and cap is not None and not host_gbps:
+    lines.insert(1, "offload not tried: no host bandwidth priced (set Host GB/s, or pick selective or full)")
 st.markdown("\n".join(f"- {line.strip()}" for line in lines))
 if profile is not None:
     plan_profile.describe(profile, inputs.calibration())

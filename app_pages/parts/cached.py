@@ -35,7 +35,7 @@ from pipesim.plan import (
     PlanInputs,
     PlanSpace,
     attach_intervals,
-    candidate_grid,
+    evaluate_all,
     materialise,
     synthesized_candidates,
 )
@@ -225,23 +225,19 @@ def deadlock_explanation(schedule: Schedule) -> str | None:
 def plan(
     inputs: PlanInputs, space: PlanSpace, jitter: float | None = None, synth_budget_s: float | None = None
 ) -> tuple[list[Candidate], dict[str, Schedule]]:
-    """Every candidate of the space, evaluated (pipesim.plan: `evaluate_all`'s loop, one candidate at a time), with
-    a progress bar while it runs. The bar is made inside the function (a cached function's elements are replayed on
-    a hit) and ends empty, so a cached plan draws nothing. A planner that reports its own progress (a callback, a
-    partial front) plugs in here. Those that can win are then sampled with every action's time varying by `jitter`
+    """Every candidate of the space, evaluated (pipesim.plan's `evaluate_all`, unpruned: the table lists them all,
+    with the offloaded candidates the space's offload choice adds), with a progress bar while it runs. The bar is
+    made inside the function (a cached function's elements are replayed on a hit) and ends empty, so a cached plan
+    draws nothing. Those that can win are then sampled with every action's time varying by `jitter`
     (a CV; pipesim.plan.intervals): their step is the samples' median, with its 90% interval. With
     `synth_budget_s`, a synthesized order per shape is added (pipesim.plan.synthesized), its schedule kept by its
     candidate's label."""
-    inputs.check_sizes(space.microbatch_sizes, space.extrapolate)
-    grid = candidate_grid(inputs, space)
-    evaluator = Evaluator(inputs)
     bar = st.empty()
-    every = max(1, len(grid) // 50)
-    candidates = []
-    for index, candidate in enumerate(grid):
-        candidates.append(evaluator.evaluate(candidate))
-        if index % every == 0:
-            bar.progress((index + 1) / len(grid), text=f"Evaluating candidates: {index + 1:,} of {len(grid):,}")
+
+    def shown(done: int, total: int) -> None:
+        bar.progress(min(1.0, done / max(total, 1)), text=f"Evaluating candidates: {done:,} of {total:,}")
+
+    candidates = evaluate_all(inputs, space, progress=shown, prune=False)
     bar.empty()
     candidates = attach_intervals(inputs, candidates, IntervalOptions(jitter=jitter))
     if synth_budget_s is None:
