@@ -70,15 +70,17 @@ def sharing_of(cost: CostModel) -> str | None:
     return note if isinstance(note, str) else f"ranks share {cost.shared_cores} slot(s): processor sharing"
 
 
-def predict_step(schedule: Schedule, cost: CostModel) -> Prediction:
+def predict_step(schedule: Schedule, cost: CostModel, groups: bool = False) -> Prediction:
     """Simulate one step as `pipesim simulate` does (`simulate_step`: the gradient all-reduces drawn on the
     simulated timeline, as the measured one has them); the step ends when the last rank has finished its
-    actions, its unhidden all-reduce and its overhead."""
+    actions, its unhidden all-reduce and its overhead. `groups`: the run ran each overlapped group as one (sleep
+    mode); otherwise its members one after the other."""
     from pipesim.sim.jitter import step_interval
     from pipesim.sim.spread import cost_spread
     from pipesim.sim.steps import simulate_step
 
-    schedule = back_to_back(schedule)  # the executor runs an overlapped group's members one after the other
+    if not groups:
+        schedule = back_to_back(schedule)  # the executor runs an overlapped group's members one after the other
     step = simulate_step(schedule, cost)
     prediction = Prediction(step.step_ms, step.timeline, step.tail_ms, sharing=sharing_of(cost))
     spread = cost_spread(cost)  # the run's in-situ steps' spread: the point is the sampled median, with its interval
@@ -132,7 +134,8 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
         cost = priced = load_cost(cost_path).for_pipeline(schedule.num_stages, schedule.num_ranks)
         if config is not None and config.inject.inject:
             cost = config.inject.perturbation().apply(cost, schedule.stage_to_rank)
-        prediction = compare(predict_step(schedule, cost), step_times)
+        groups = config is not None and config.compute.sleeps  # sleep mode runs a group as one
+        prediction = compare(predict_step(schedule, cost, groups), step_times)
         summary = {
             "predicted_step_ms": prediction.predicted_step_ms,
             "overhead_ms": list(prediction.overhead_ms),
@@ -145,7 +148,7 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
         write_json(timeline_to_dict(prediction.simulated, summary), run_dir / "simulated.json")
         out.update(predicted_step_ms=prediction.predicted_step_ms, prediction_error=prediction.error)
         if paired is not None:  # the uniform twin priced by the same calibrated costs, without the injection
-            uniform = predict_step(schedule, priced).predicted_step_ms
+            uniform = predict_step(schedule, priced, groups).predicted_step_ms
             paired.update(
                 predicted_uniform_step_ms=uniform, predicted_growth=prediction.predicted_step_ms / uniform - 1
             )

@@ -182,6 +182,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         stash_bytes=model.stash_bytes,
         grad_sync=sync,
         copies=model.copies,
+        groups=config.compute.sleeps,  # sleep mode runs an overlapped pair as the simulation prices it
         label_actions=config.training.torch_profile,
         lookahead=ahead_for(choice.transport),
     )
