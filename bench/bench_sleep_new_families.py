@@ -67,13 +67,16 @@ class Case(NamedTuple):
         return dataclasses.replace(base, stages=(stage,), host_link=LinkCost(self.host_latency, self.host_gbps))
 
 
+# Times per rank, as `pipesim simulate --f/--b/--w` reads them: a V schedule's two chunks take half each, so its
+# costs are doubled here to keep each action at 10-40 ms, long beside the machine's late wake-ups (0.1-0.5 ms each
+# at load 10 on 2 cores).
 CASES = (
-    Case("v-half", "v-half", 8, 20, 40, 20),
-    Case("v-half-uneven", "v-half", 12, 10, 30, 10),
-    Case("v-half-long-w", "v-half", 8, 15, 40, 25),
-    Case("v-min", "v-min", 8, 20, 40, 20),
-    Case("v-min-uneven", "v-min", 12, 10, 30, 10),
-    Case("v-min-long-w", "v-min", 8, 15, 40, 25),
+    Case("v-half", "v-half", 8, 40, 80, 40),
+    Case("v-half-uneven", "v-half", 12, 20, 60, 20),
+    Case("v-half-long-w", "v-half", 8, 30, 80, 50),
+    Case("v-min", "v-min", 8, 40, 80, 40),
+    Case("v-min-uneven", "v-min", 12, 20, 60, 20),
+    Case("v-min-long-w", "v-min", 8, 30, 80, 50),
     Case("dualpipe", "dualpipe", 8, 20, 40, 20),
     Case("dualpipe-12", "dualpipe", 12, 10, 30, 10),
     Case("dualpipe-a2a", "dualpipe", 8, 20, 40, 20, a2a=8, moe_layers=2),
@@ -85,9 +88,9 @@ CASES = (
     Case("offload-full", "1f1b", 8, 20, 40, 20, offload="full", host_gbps=2.0),
     Case("offload-full-slow", "1f1b", 8, 20, 40, 20, offload="full", host_gbps=0.1),
     Case("offload-full-even", "1f1b", 12, 15, 30, 15, offload="full", host_gbps=0.27),
-    Case("offload-selective", "1f1b", 8, 20, 40, 20, offload="selective", host_gbps=2.0),
-    Case("offload-selective-slow", "1f1b", 8, 20, 40, 20, offload="selective", host_gbps=0.1),
-    Case("v-half-offload-slow", "v-half", 8, 20, 40, 20, offload="full", host_gbps=0.15),
+    Case("offload-selective", "1f1b", 8, 20, 40, 20, offload="selective", host_gbps=0.5),
+    Case("offload-selective-slow", "1f1b", 12, 20, 40, 20, offload="selective", host_gbps=0.2),
+    Case("v-half-offload-slow", "v-half", 8, 40, 80, 40, offload="full", host_gbps=0.06),
 )
 
 

@@ -1,0 +1,164 @@
+"""Real compute: each new family's measured step against its profile-based prediction, judged by the trust rules.
+
+Usage:
+    OMP_NUM_THREADS=1 python bench/bench_real_new_families.py                    # 5 families, 2 ranks, 2 rounds
+    python bench/bench_real_new_families.py --families v-half dualpipe --rounds 3 --markdown out/real.md
+
+Each run is `executor run --profile` of the built-in Transformer on CPU ranks: the stages profiled in situ, the step
+predicted from that profile (pipesim_executor.host.predict: the point, and its 90% interval where the profile measured
+a spread), then the steps measured. The families run in interleaved rounds (A B C .., then B C .. A), each run
+profiling itself. Per family: the rounds' median prediction and interval, the measured median over every round's
+steps with its 95% interval (pipesim.analysis.stats.median_ci), the error, and the verdict by the rules
+verify-plan applies (pipesim_executor.host.verify_compare): a predicted interval wider than +-25% is "not
+informative" and not counted; a hit is the measured median inside the predicted interval; where the rounds moved
+together by more than the tolerated drift (pipesim.analysis.round_effect) the whole table is "not comparable".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipesim.analysis.round_effect import round_effect  # noqa: E402
+from pipesim.analysis.stats import MAX_INFORMATIVE_HALF_WIDTH, informative, median_ci  # noqa: E402
+from pipesim_executor.config import ModelConfig, run_config  # noqa: E402
+
+FAMILIES = {  # label -> (schedule, offload)
+    "v-half": ("v-half", "none"),
+    "v-min": ("v-min", "none"),
+    "dualpipe": ("dualpipe", "none"),
+    "1f1b-overlap": ("1f1b-overlap", "none"),
+    "1f1b-offload-full": ("1f1b", "full"),
+}
+
+
+def run_once(label: str, args: argparse.Namespace, root: Path, round_: int) -> dict:
+    from pipesim_executor.host import launch
+
+    schedule, offload = FAMILIES[label]
+    model = ModelConfig.of_transformer(
+        num_layers=args.layers, hidden_size=args.d_model, num_heads=4, ffn_size=4 * args.d_model
+    )
+    config = run_config(
+        schedule=schedule, num_ranks=args.ranks, num_microbatches=args.microbatches, model=model,
+        batch_size=args.batch_size, steps=args.steps, warmup_steps=2, device="cpu", profile=True,
+        offload=offload, timeout_s=900,
+    )  # fmt: skip
+    result = launch.run(config, runs_root=root, name=f"{label}-{round_}")
+    out = {"status": result.status, "message": (result.message or "").splitlines()[:1]}
+    if result.status != "ok" or result.predicted_step_ms is None:
+        return out
+    simulated = json.loads((result.run_dir / "simulated.json").read_text())
+    return {
+        **out,
+        "predicted_ms": result.predicted_step_ms,
+        "p05_ms": simulated.get("step_ms_p05"),
+        "p95_ms": simulated.get("step_ms_p95"),
+        "steps_ms": list(result.step_times_ms),
+        "load": os.getloadavg()[0],
+    }
+
+
+def verdict(row: dict) -> str:
+    """The trust rules on one family: no interval, not informative, or whether the measured median is inside."""
+    if row["p05_ms"] is None:
+        return "no predicted interval (point only)"
+    if not informative(row["predicted_ms"], row["p05_ms"], row["p95_ms"]):
+        return f"not informative (interval wider than +-{MAX_INFORMATIVE_HALF_WIDTH:.0%}), not counted"
+    inside = row["p05_ms"] <= row["measured_ms"] <= row["p95_ms"]
+    return "hit: measured inside the predicted interval" if inside else "miss: measured outside the predicted interval"
+
+
+def summarise(label: str, runs: list[dict]) -> dict:
+    done = [r for r in runs if "predicted_ms" in r]
+    if not done:
+        return {"family": label, "status": runs[-1]["status"] if runs else "not run", "message": runs[-1]["message"]}
+    ci = median_ci([r["steps_ms"] for r in done])
+    lows = [r["p05_ms"] for r in done if r["p05_ms"] is not None]
+    highs = [r["p95_ms"] for r in done if r["p95_ms"] is not None]
+    predicted = statistics.median(r["predicted_ms"] for r in done)
+    row = {
+        "family": label,
+        "status": "ok",
+        "rounds": len(done),
+        "predicted_ms": predicted,
+        "p05_ms": statistics.median(lows) if len(lows) == len(done) else None,
+        "p95_ms": statistics.median(highs) if len(highs) == len(done) else None,
+        "measured_ms": ci.median,
+        "low_ms": ci.low,
+        "high_ms": ci.high,
+        "error": predicted / ci.median - 1,
+        "load": statistics.fmean(r["load"] for r in done),
+        "rounds_ms": [statistics.median(r["steps_ms"]) for r in done],
+    }
+    row["verdict"] = verdict(row)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = "| family | predicted ms [90%] | measured median ms [95% CI] | error | verdict | round medians ms | load |"
+    lines = [head, "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"| {r['family']} | {r['status']}: {' '.join(r['message'])[:80]} | | | | | |")
+            continue
+        interval = "" if r["p05_ms"] is None else f" [{r['p05_ms']:.1f}, {r['p95_ms']:.1f}]"
+        lines.append(
+            f"| {r['family']} | {r['predicted_ms']:.1f}{interval} | {r['measured_ms']:.1f} "
+            f"[{r['low_ms']:.1f}, {r['high_ms']:.1f}] | {r['error']:+.1%} | {r['verdict']} | "
+            f"{', '.join(f'{m:.1f}' for m in r['rounds_ms'])} | {r['load']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--microbatches", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown")
+    args = parser.parse_args(argv)
+    runs: dict[str, list[dict]] = {label: [] for label in args.families}
+    with tempfile.TemporaryDirectory(prefix="bench-real-") as scratch:
+        for round_ in range(args.rounds):
+            shift = round_ % len(args.families)
+            for label in args.families[shift:] + args.families[:shift]:
+                started = time.monotonic()
+                runs[label].append(run_once(label, args, Path(scratch), round_))
+                took = time.monotonic() - started
+                print(f"round {round_ + 1} {label}: {runs[label][-1]['status']} ({took:.0f} s)", file=sys.stderr)
+    rows = [summarise(label, runs[label]) for label in args.families]
+    effect = round_effect([[r["steps_ms"] for r in runs[label] if "steps_ms" in r] for label in args.families])
+    lines = [table(rows), ""]
+    if effect is not None:
+        lines.append(effect.line())
+    counted = [r for r in rows if r["status"] == "ok" and r["verdict"].startswith(("hit", "miss"))]
+    hits = sum(r["verdict"].startswith("hit") for r in counted)
+    if effect is not None and effect.moved:
+        lines.append("not comparable: no hit or miss is counted")
+    else:
+        lines.append(f"{hits} of {len(counted)} informative predictions hit")
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
