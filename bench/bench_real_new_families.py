@@ -53,7 +53,7 @@ def run_once(label: str, args: argparse.Namespace, root: Path, round_: int) -> d
         batch_size=args.batch_size, steps=args.steps, warmup_steps=2, device="cpu", profile=True,
         offload=offload, timeout_s=900,
     )  # fmt: skip
-    result = launch.run(config, runs_root=root, name=f"{label}-{round_}")
+    result = launch.run(config, runs_root=root, name=f"{label}-{round_}", wait_for_machine=True)
     out = {"status": result.status, "message": (result.message or "").splitlines()[:1]}
     if result.status != "ok" or result.predicted_step_ms is None:
         return out

@@ -107,7 +107,7 @@ def run_case(case: Case, ranks: int, steps: int, warmup: int, root: Path) -> dic
         device="cpu", timeout_s=600,
     )  # fmt: skip
     started = time.monotonic()
-    result = launch.run(config, runs_root=folder, name="run")
+    result = launch.run(config, runs_root=folder, name="run", wait_for_machine=True)
     row = {"case": case.name, "status": result.status, "wall_s": time.monotonic() - started, "load": os.getloadavg()[0]}
     if result.status != "ok" or result.predicted_step_ms is None or not result.step_times_ms:
         return {**row, "message": result.message.splitlines()[0] if result.message else ""}
