@@ -6,12 +6,13 @@ Usage:
 
 Each run is `executor run --profile` of the built-in Transformer on CPU ranks: the stages profiled in situ, the step
 predicted from that profile (pipesim_executor.host.predict: the point, and its 90% interval where the profile measured
-a spread), then the steps measured. The families run in interleaved rounds (A B C .., then B C .. A), each run
-profiling itself. Per family: the rounds' median prediction and interval, the measured median over every round's
-steps with its 95% interval (pipesim.analysis.stats.median_ci), the error, and the verdict by the rules
-verify-plan applies (pipesim_executor.host.verify_compare): a predicted interval wider than +-25% is "not
-informative" and not counted; a hit is the measured median inside the predicted interval; where the rounds moved
-together by more than the tolerated drift (pipesim.analysis.round_effect) the whole table is "not comparable".
+a spread), then the steps measured. DualPipe, which the executor does not profile, is predicted from the profile of a
+zb-h1 run of the same model launched just before it (`PROFILED_BY`). The families run in interleaved rounds (A B C
+.., then B C .. A). Per family: the rounds' median prediction and interval, the measured median over every round's
+steps with its 95% interval (pipesim.analysis.stats.median_ci), the error, and the verdict by the rules verify-plan
+applies (pipesim_executor.host.verify_compare): a predicted interval wider than +-25% is "not informative" and not
+counted; a hit is the measured median inside the predicted interval; where the rounds moved together by more than
+the tolerated drift (pipesim.analysis.round_effect) the whole table is "not comparable".
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ from pipesim.analysis.round_effect import round_effect  # noqa: E402
 from pipesim.analysis.stats import MAX_INFORMATIVE_HALF_WIDTH, informative, median_ci  # noqa: E402
 from pipesim_executor.config import ModelConfig, run_config  # noqa: E402
 
+# DualPipe runs without --profile (the executor profiles one copy of the weights): it is predicted from the profile
+# of zb-h1 run just before it in the same round, the same model cut the same way (one stage per rank, each of
+# DualPipe's chains a whole model) with the same split backward.
+PROFILED_BY = {"dualpipe": "zb-h1"}
 FAMILIES = {  # label -> (schedule, offload)
     "v-half": ("v-half", "none"),
     "v-min": ("v-min", "none"),
@@ -41,30 +46,51 @@ FAMILIES = {  # label -> (schedule, offload)
 }
 
 
-def run_once(label: str, args: argparse.Namespace, root: Path, round_: int) -> dict:
+def _launch(schedule: str, offload: str, profile: bool, args: argparse.Namespace, root: Path, name: str):
     from pipesim_executor.host import launch
 
-    schedule, offload = FAMILIES[label]
     model = ModelConfig.of_transformer(
         num_layers=args.layers, hidden_size=args.d_model, num_heads=4, ffn_size=4 * args.d_model
     )
     config = run_config(
         schedule=schedule, num_ranks=args.ranks, num_microbatches=args.microbatches, model=model,
-        batch_size=args.batch_size, steps=args.steps, warmup_steps=2, device="cpu", profile=True,
+        batch_size=args.batch_size, steps=args.steps, warmup_steps=2, device="cpu", profile=profile,
         offload=offload, timeout_s=900,
     )  # fmt: skip
-    result = launch.run(config, runs_root=root, name=f"{label}-{round_}", wait_for_machine=True)
+    return launch.run(config, runs_root=root, name=name, wait_for_machine=True)
+
+
+def run_once(label: str, args: argparse.Namespace, root: Path, round_: int) -> dict:
+    from pipesim.io.cost_file import load_cost
+    from pipesim_executor.host.predict import predict_step
+
+    schedule, offload = FAMILIES[label]
+    profiler = PROFILED_BY.get(label)
+    if profiler is not None:
+        profiled = _launch(profiler, "none", True, args, root, f"{label}-{round_}-profile")
+        if profiled.status != "ok" or not (profiled.run_dir / "cost.json").exists():
+            return {"status": profiled.status, "message": [f"{profiler} profile: {profiled.headline}"]}
+    result = _launch(schedule, offload, profiler is None, args, root, f"{label}-{round_}")
     out = {"status": result.status, "message": (result.message or "").splitlines()[:1]}
-    if result.status != "ok" or result.predicted_step_ms is None:
+    if result.status != "ok" or not result.step_times_ms:
         return out
-    simulated = json.loads((result.run_dir / "simulated.json").read_text())
+    if profiler is not None:
+        cost = load_cost(profiled.run_dir / "cost.json").for_schedule(result.schedule)
+        prediction = predict_step(result.schedule, cost)
+        point, low, high = prediction.predicted_step_ms, prediction.p05_ms, prediction.p95_ms
+    elif result.predicted_step_ms is None:
+        return {**out, "status": "no prediction"}
+    else:
+        simulated = json.loads((result.run_dir / "simulated.json").read_text())
+        point, low, high = result.predicted_step_ms, simulated.get("step_ms_p05"), simulated.get("step_ms_p95")
     return {
         **out,
-        "predicted_ms": result.predicted_step_ms,
-        "p05_ms": simulated.get("step_ms_p05"),
-        "p95_ms": simulated.get("step_ms_p95"),
+        "predicted_ms": point,
+        "p05_ms": low,
+        "p95_ms": high,
         "steps_ms": list(result.step_times_ms),
         "load": os.getloadavg()[0],
+        "profile": profiler or "its own",
     }
 
 
@@ -99,21 +125,25 @@ def summarise(label: str, runs: list[dict]) -> dict:
         "error": predicted / ci.median - 1,
         "load": statistics.fmean(r["load"] for r in done),
         "rounds_ms": [statistics.median(r["steps_ms"]) for r in done],
+        "profile": done[0]["profile"],
     }
     row["verdict"] = verdict(row)
     return row
 
 
 def table(rows: list[dict]) -> str:
-    head = "| family | predicted ms [90%] | measured median ms [95% CI] | error | verdict | round medians ms | load |"
-    lines = [head, "|---|---|---|---|---|---|---|"]
+    head = (
+        "| family | profile | predicted ms [90%] | measured median ms [95% CI] | error | verdict | round medians ms "
+        "| load |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"| {r['family']} | {r['status']}: {' '.join(r['message'])[:80]} | | | | | |")
+            lines.append(f"| {r['family']} | | {r['status']}: {' '.join(r['message'])[:80]} | | | | | |")
             continue
         interval = "" if r["p05_ms"] is None else f" [{r['p05_ms']:.1f}, {r['p95_ms']:.1f}]"
         lines.append(
-            f"| {r['family']} | {r['predicted_ms']:.1f}{interval} | {r['measured_ms']:.1f} "
+            f"| {r['family']} | {r['profile']} | {r['predicted_ms']:.1f}{interval} | {r['measured_ms']:.1f} "
             f"[{r['low_ms']:.1f}, {r['high_ms']:.1f}] | {r['error']:+.1%} | {r['verdict']} | "
             f"{', '.join(f'{m:.1f}' for m in r['rounds_ms'])} | {r['load']:.1f} |"
         )
