@@ -1,7 +1,7 @@
 """Real compute: each new family's measured step against its profile-based prediction, judged by the trust rules.
 
 Usage:
-    OMP_NUM_THREADS=1 python bench/bench_real_new_families.py                    # 5 families, 2 ranks, 2 rounds
+    OMP_NUM_THREADS=1 python bench/bench_real_new_families.py                    # 5 families, 2 ranks, 3 rounds
     python bench/bench_real_new_families.py --families v-half dualpipe --rounds 3 --markdown out/real.md
 
 Each run is `executor run --profile` of the built-in Transformer on CPU ranks: the stages profiled in situ, the step
@@ -95,7 +95,10 @@ def run_once(label: str, args: argparse.Namespace, root: Path, round_: int) -> d
 
 
 def verdict(row: dict) -> str:
-    """The trust rules on one family: no interval, not informative, or whether the measured median is inside."""
+    """The trust rules on one family: a measurement or a prediction too wide to inform, no interval, or whether the
+    measured median is inside the predicted interval."""
+    if not informative(row["measured_ms"], row["low_ms"], row["high_ms"]):
+        return f"not informative (measured interval wider than +-{MAX_INFORMATIVE_HALF_WIDTH:.0%}), not counted"
     if row["p05_ms"] is None:
         return "no predicted interval (point only)"
     if not informative(row["predicted_ms"], row["p05_ms"], row["p95_ms"]):
@@ -154,12 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
     parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--microbatches", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--d-model", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown")
     args = parser.parse_args(argv)
     runs: dict[str, list[dict]] = {label: [] for label in args.families}
