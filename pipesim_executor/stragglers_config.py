@@ -67,7 +67,8 @@ class ComputeConfig:
         return self.compute == "sleep"
 
     def cost_model(self, schedule: Schedule) -> CostModel:
-        """The sleep mode's costs, cut for the schedule as `pipesim simulate` cuts them (`CostModel.for_pipeline`)."""
+        """The sleep mode's costs, cut for the schedule as `pipesim simulate` cuts them (`CostModel.for_schedule`: per
+        chunk on a V or interleaved schedule, each of DualPipe's two chains a whole model)."""
         from pipesim.cost.convert import cost_from_times
         from pipesim.io.cost_file import load_cost
 
@@ -75,7 +76,7 @@ class ComputeConfig:
             cost = load_cost(Path(self.sleep_cost))
         else:
             cost = cost_from_times(self.sleep_f or (1.0,), self.sleep_b, self.sleep_w, self.sleep_comm or (0.0,))
-        cut = cost.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        cut = cost.for_schedule(schedule)
         cut.check_fits(schedule)
         # one cost per stage: read back (cost.json) it is taken as given, never cut per chunk a second time
         return replace(cut, stages=tuple(cut.stage(s) for s in range(schedule.num_stages)))

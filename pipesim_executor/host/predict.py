@@ -132,7 +132,9 @@ def analyse_run(run_dir: Path, schedule: Schedule, config: RunConfig | None = No
     if config is not None and config.inject.alternates:  # the injected steps are the run's; the others its twin
         paired, step_times, timeline = split_alternate(measured.get("injected_steps"), step_times, timeline)
     out: dict[str, Any] = {"measured_step_ms": measured_step_ms(step_times)}
-    overlapped = bool(timeline.meta.get("overlapped"))
+    # the run's overlapped groups ran at once: the MoE model's pairs where the run says so, and every group in sleep
+    # mode (each member sleeps its share of the pair's timeline); otherwise their members one after the other
+    overlapped = bool(timeline.meta.get("overlapped")) or (config is not None and config.compute.sleeps)
     prediction, priced = None, None
     if config is not None and config.compute.sleeps and not cost_path.exists():
         save_cost(config.compute.cost_model(schedule), cost_path)

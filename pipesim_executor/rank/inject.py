@@ -3,7 +3,9 @@
 * Sleep mode (`--compute sleep`): each stage is a `SleepRunner` that sleeps its action's simulated cost instead of
   computing and hands on a small tensor (real processes, real gloo transfers), so 8 ranks run on 2 cores with
   durations the simulation knows (the runtime around the sleeps, the run measures and prices itself:
-  pipesim_executor.rank.sleep_calibrate).
+  pipesim_executor.rank.sleep_calibrate). Each action sleeps the duration pipesim's simulation gives it
+  (`slept_ms`): an action alone its compute and the all-to-alls it waits for, a member of an overlapped pair its
+  share of the pair's layout (pipesim.cost.overlap), which the runtime starts once every member's input is in.
 * `--inject slow-rank=R:FACTOR`: every runner of rank R is a `StretchedRunner`: after each compute call it sleeps
   (FACTOR - 1) x that call's own measured duration, inside the action's span (the action takes FACTOR x as long).
   In sleep mode the runner's own sleep is FACTOR x its cost instead (`SleepRunner.stretch`): one sleep, one
@@ -35,7 +37,7 @@ from torch import Tensor
 from pipesim.cost.model import CostModel
 from pipesim.cost.perturb import Perturbation
 from pipesim.cost.seq_chunks import ChunkShares, chunk_shares
-from pipesim.ir import ActionKind, Schedule
+from pipesim.ir import Action, ActionKind, Schedule
 from pipesim_executor.rank.offload import Held
 from pipesim_executor.rank.runtime import RankModel
 
@@ -67,8 +69,10 @@ CALLS = {  # a runner's compute calls, by the kind of action each runs
 
 class SleepRunner:
     """A stage that sleeps its action's cost (ms, per kind) and hands on zeros of the message's shape. One tiny
-    parameter so the optimizer has something to step (it has no gradient: the step is microseconds). A sequence
-    chunk sleeps its share of the cost (`shares`: pipesim.cost.seq_chunks, as the simulator prices it)."""
+    parameter so the optimizer has something to step (it has no gradient: the step is microseconds). With
+    `plan`, a kind's calls sleep its times in turn, one per action of that kind in the rank's order (the runtime
+    runs every action of a step in that order), instead of the kind's one cost; without, a sequence chunk sleeps
+    its share of the cost (`shares`: pipesim.cost.seq_chunks, as the simulator prices it)."""
 
     def __init__(
         self,
@@ -77,10 +81,13 @@ class SleepRunner:
         is_last: bool,
         costs_ms: dict[ActionKind, float],
         shares: ChunkShares | None = None,
+        plan: dict[ActionKind, tuple[float, ...]] | None = None,
     ) -> None:
         self.stage, self.is_first, self.is_last = stage, is_first, is_last
         self.recompute = False
         self.costs_ms, self.shares = costs_ms, shares
+        self._plan = {kind: times for kind, times in (plan or {}).items() if times}
+        self._calls = dict.fromkeys(self._plan, 0)
         self.weight = torch.nn.Parameter(torch.zeros(1))
         self._factors: dict[ActionKind, float] = {}
         self._switch: StepSwitch | None = None
@@ -100,8 +107,14 @@ class SleepRunner:
 
     def _sleep(self, kind: ActionKind, chunk: int | None = None) -> None:
         on = self._switch is not None and self._switch.on
-        share = 1.0 if chunk is None else self.shares.of_kind(kind is ActionKind.BACKWARD_WEIGHT, chunk)
-        precise_sleep(self.costs_ms[kind] * share * (self._factors.get(kind, 1.0) if on else 1.0) / 1e3)
+        times = self._plan.get(kind)
+        if times is None:
+            share = 1.0 if chunk is None else self.shares.of_kind(kind is ActionKind.BACKWARD_WEIGHT, chunk)
+            ms = self.costs_ms[kind] * share
+        else:  # the simulation's own duration of this action (a chunk's share included)
+            ms = times[self._calls[kind] % len(times)]
+            self._calls[kind] += 1
+        precise_sleep(ms * (self._factors.get(kind, 1.0) if on else 1.0) / 1e3)
 
     def forward(
         self, x: Tensor, target: Tensor | None = None, split: bool = False, chunk: Any = None
@@ -124,11 +137,27 @@ class SleepRunner:
         self._sleep(ActionKind.BACKWARD_WEIGHT, work[1])
 
 
+def slept_ms(schedule: Schedule, cost: CostModel, rank: int) -> dict[Action, float]:
+    """What each of `rank`'s compute actions sleeps: its duration in pipesim's simulation of the same schedule and
+    cost (`pipesim.sim.simulate.engine_inputs`, the one price: an overlapped pair's layout shared among its members,
+    the all-to-alls an action alone waits for)."""
+    from pipesim.semantics.dag import dependencies
+    from pipesim.sim.simulate import engine_inputs
+
+    deps = dependencies(schedule)
+    durations = engine_inputs(schedule, cost, deps).durations
+    lo, hi = deps.offsets[rank], deps.offsets[rank + 1]
+    return dict(zip(deps.actions[lo:hi], durations[lo:hi], strict=True))
+
+
 def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch_size: int) -> RankModel:
-    """This rank's sleeping stages, priced by `cost` (cut for the schedule), and messages of microbatch_size x
-    WIDTH floats; the batch maker gives zeros of the same width."""
+    """This rank's sleeping stages, priced by `cost` (cut for the schedule) as the simulation prices each action
+    (`slept_ms`), and messages of microbatch_size x WIDTH floats; the batch maker gives zeros of the same width."""
     chain = schedule.pipeline_stages  # each direction of DualPipe has its own first and last stage
     shares = chunk_shares(schedule.seq_chunks, cost.attention_fraction, schedule.seq_cut)
+    plans: dict[int, dict[ActionKind, list[float]]] = {}
+    for action, ms in slept_ms(schedule, cost, rank).items():  # in the rank's order
+        plans.setdefault(action.stage, {}).setdefault(action.kind, []).append(ms)
     runners = {
         stage: SleepRunner(
             stage,
@@ -136,6 +165,7 @@ def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch
             stage % chain == chain - 1,
             {k: cost.duration_ms(stage, k) for k in ActionKind},
             shares,
+            {kind: tuple(times) for kind, times in plans.get(stage, {}).items()},
         )
         for stage in schedule.stages_of_rank(rank)
     }

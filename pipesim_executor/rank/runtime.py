@@ -161,6 +161,7 @@ class PipelineRuntime:
         copies: Any = None,
         seq_bounds: tuple[int, ...] | None = None,
         experts: Any = None,
+        groups: bool = False,
     ) -> None:
         validate(schedule)  # once, here; from then on the schedule and its lowering are trusted
         moves = memory_moves(schedule)[rank]  # read before the order is dropped: the copies are the order's
@@ -170,6 +171,10 @@ class PipelineRuntime:
         lanes = experts is not None and len(experts.groups) > 1 and not moves
         mine = set(schedule.actions[rank]) if lanes else set()
         pairs = [g for g in overlap_groups(schedule) if _is_pair(g) and g[0] in mine]
+        # with `groups` (sleep mode, whose members sleep their shares of the pair), an overlapped group's first
+        # member starts once every member's input is in, as the simulation starts a group
+        grouped = set(schedule.actions[rank]) if groups else set()
+        joined = [g for g in overlap_groups(schedule) if g[0] in grouped]
         # torch's full order (transfers, collectives, overlapped pairs) is not executed as written: the compute
         # actions run with pipesim's plan (the same messages, in the producers' order); nothing is sharded or
         # replicated, so UNSHARD, RESHARD and REDUCE_GRAD have nothing to do.
@@ -200,6 +205,12 @@ class PipelineRuntime:
         partner = {g[0]: g for g in pairs}
         seconds = {g[1] for g in pairs}
         self._units = [partner.get(a, (a,)) for a in schedule.actions[rank] if a not in seconds]
+        self._group_inputs = {g[0]: self._inputs_of(g) for g in joined}
+
+    def _inputs_of(self, group: tuple[Action, ...]) -> list[Message]:
+        """The messages the later members of an overlapped group need from outside the group."""
+        needed = (needed_message(a, self.schedule.num_stages, self.schedule.pipeline_stages) for a in group[1:])
+        return [k for k in needed if k is not None and self.plan.producer[k] not in group]
 
     def data_index(self, stage: int, mb: int) -> int:
         """Which of the step's microbatches (`run_step`'s inputs and targets) microbatch `mb` of `stage` is: with
@@ -240,6 +251,7 @@ class _Step:
         self.record = StepRecord()
         self.inboxes = {src: _Inbox(runtime, src, keys) for src, keys in runtime._incoming.items()}
         self.local: dict[Message, Tensor] = {}
+        self.early: dict[Message, Tensor] = {}  # an overlapped group's later members' inputs, taken at its start
         self.stashes: dict[tuple[int, int], Any] = {}
         self.weight_work: dict[tuple[int, int], WeightWork] = {}
         self.sends: list[tuple[SendHandle, int, Action]] = []
@@ -259,6 +271,8 @@ class _Step:
     # --- data movement ----------------------------------------------------------------------------------------
     def receive(self, key: Message) -> Tensor:
         rt = self.rt
+        if key in self.early:
+            return self.early.pop(key)
         src = rt.plan.source(key)
         if src == rt.rank:
             return self.local.pop(key)
@@ -307,6 +321,8 @@ class _Step:
             rt.grad_sync.poll(rt.clock)
         key = needed_message(action, rt.schedule.num_stages, rt.schedule.pipeline_stages)
         received = self.receive(key) if key is not None else None
+        for other in rt._group_inputs.get(action, ()):
+            self.early[other] = self.receive(other)
         if self.copies is not None and action.kind in RELOAD_SERVES:
             self.copies.wait_reload(action)
         self.local_input = key is not None and rt.plan.source(key) == rt.rank

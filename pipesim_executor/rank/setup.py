@@ -197,6 +197,7 @@ def setup(config: RunConfig, schedule: Schedule) -> Rank:
         grad_sync=sync,
         copies=model.copies,
         seq_bounds=model.seq_bounds,
+        groups=config.compute.sleeps,  # sleep mode runs an overlapped pair as the simulation prices it
         label_actions=config.training.torch_profile,
         lookahead=ahead_for(choice.transport),
         experts=experts,

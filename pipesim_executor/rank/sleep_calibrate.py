@@ -26,7 +26,9 @@ every rank:
   producer's end to the consumer's start, where the consumer already waited);
 * ping-pongs the sleep mode's message with each neighbour (`pipesim_executor.rank.profile.profile_links`).
 
-Rank 0 writes cost.json: the slept costs with each kind's measured excess added (never below the slept cost), the
+Rank 0 writes cost.json: the slept costs with each kind's measured excess added (the median of each span less what
+that action slept, `pipesim_executor.rank.inject.slept_ms`: an action alone sleeps its all-to-alls too, a member of
+an overlapped pair its share of the pair; never below the slept cost), the
 measured gap and tail as the cost model's runtime, each link's measured one-way time added to the --comm latency;
 the slept costs and everything measured are kept in its meta ("sleep_calibration"). The prediction
 (pipesim_executor.host.predict) then simulates that model, the injection priced by pipesim.cost.perturb as before.
@@ -48,9 +50,9 @@ from pipesim.cost.model import CostModel, RankRuntime
 from pipesim.cost.perturb import scaled
 from pipesim.cost.stage import StageCost
 from pipesim.io.cost_file import save_cost
-from pipesim.ir import ActionKind
+from pipesim.ir import Action, ActionKind
 from pipesim_executor.rank.calibrate import calibration_records, priced_tails, summarise
-from pipesim_executor.rank.inject import precise_sleep
+from pipesim_executor.rank.inject import precise_sleep, slept_ms
 from pipesim_executor.rank.transport import env_int
 
 PROBE_MS = 2.0  # the sleep's precision is probed at a bench-like duration, briefly
@@ -77,6 +79,8 @@ def calibrate_sleep(r: Any, run_dir: Path) -> CostModel | None:
     links = profile_links(r, LINK_REPEATS)
     records = calibration_records(r, STEPS)
     summary = summarise(records)  # medians (the module docstring says why not means)
+    slept = slept_ms(r.schedule, r.config.compute.cost_model(r.schedule), r.pipe_rank)
+    summary["excess_ms"] = span_excess(records, slept)
     # each step's spans and receives, for the in-run transfer times (one clock: every rank on this machine)
     timing = [{"spans": rec["spans"], "comm": rec["comm"]} for rec in records]
     one_clock = env_int("LOCAL_WORLD_SIZE", r.world_size) == r.world_size
@@ -104,9 +108,17 @@ def priced_sleep_cost(slept: CostModel, gathered: list[dict[str, Any]], seq_chun
     pinged = {int(b): m.get("large_ms") for g in gathered for b, m in g["links"].items()}
     in_run = transfer_times(gathered) if all(g.get("timing") is not None for g in gathered) else {}
     links = {b: in_run.get(b, ms) for b, ms in pinged.items()}
+    # each action's excess over what it slept, measured where the run slept per action (`span_excess`), else its
+    # span's over the kind's priced share
+    measured = {int(s): e for g in gathered for s, e in g["calibration"].get("excess_ms", {}).items()}
     per_span = {"F": 1 / seq_chunks, "I": 1 / seq_chunks, "W": 1 / seq_chunks}
     excess = {
-        s: {k: e * seq_chunks for k, e in stage_excess(scaled(slept.stages[s], per_span), durations.get(s, {})).items()}
+        s: {
+            k: e * seq_chunks
+            for k, e in (
+                measured[s] if s in measured else stage_excess(scaled(slept.stages[s], per_span), durations.get(s, {}))
+            ).items()
+        }
         for s in range(len(slept.stages))
     }
     stages = tuple(with_excess(slept.stages[s], excess[s]) for s in range(len(slept.stages)))
@@ -136,6 +148,16 @@ def priced_sleep_cost(slept: CostModel, gathered: list[dict[str, Any]], seq_chun
         ),
         provenance=replace(slept.provenance, meta=meta),
     )
+
+
+def span_excess(records: list[dict[str, Any]], slept: dict[Action, float]) -> dict[str, dict[str, float]]:
+    """Per stage and kind, the median of each calibration span less what its action slept (never below 0)."""
+    over: dict[str, dict[str, list[float]]] = {}
+    for record in records:
+        for text, start, end in record["spans"]:
+            action = Action.parse(text)
+            over.setdefault(str(action.stage), {}).setdefault(action.kind.value, []).append(end - start - slept[action])
+    return {s: {k: max(statistics.median(v), 0.0) for k, v in kinds.items()} for s, kinds in over.items()}
 
 
 def stage_excess(stage: StageCost, measured: dict[str, float]) -> dict[str, float]:
