@@ -109,6 +109,51 @@ class Dependencies:
                 append(found)
         return blocking
 
+    @cached_property
+    def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]]]:
+        """`blocking` for the engine's loop with overlapped groups and copies: per compute action the one producer
+        that can keep it waiting, -1 for none, or -2 for several, listed in the dict as (producer, member whose
+        hop it pays, or -1 for none: a copy on its own rank). A group's first member waits for every member's
+        producers (the members then run back to back: what they wait for has arrived). A producer earlier on the
+        rank's own list has ended by then; a copy (id past the compute actions) may end later, and a producer
+        later on the list never ends first (a deadlock)."""
+        offsets, dep_lists, ranks, joined = self.offsets, self.deps, self.ranks, self.joined or {}
+        single: list[int] = []
+        several: dict[int, tuple[tuple[int, int], ...]] = {}
+        append = single.append
+        if self.copies is not None:
+            ranks = ranks + self.copies.ranks
+        for rank in range(len(offsets) - 1):
+            first = offsets[rank]
+            for i in range(first, offsets[rank + 1]):
+                found = -1
+                for d in dep_lists[i]:
+                    if d < first or d >= i:
+                        if found >= 0 or ranks[d] == rank:
+                            found = -2  # several, or one that pays no hop
+                            break
+                        found = d
+                if found != -2 and i not in joined:
+                    append(found)  # the common case: none, or one producer on another rank paying this action's hop
+                    continue
+                waits = [(d, i if ranks[d] != rank else -1) for d in dep_lists[i] if d < first or d >= i]
+                others = joined.get(i, ())
+                members = {i, *others}
+                waits += [
+                    (d, m if ranks[d] != rank else -1)
+                    for m in others
+                    for d in dep_lists[m]
+                    if d not in members and (ranks[d] != rank or d >= i)
+                ]
+                if len(waits) == 1 and waits[0][1] == i:
+                    append(waits[0][0])
+                elif waits:
+                    append(-2)
+                    several[i] = tuple(waits)
+                else:
+                    append(-1)
+        return single, several
+
 
 @dataclass(frozen=True)
 class CopyOps:
