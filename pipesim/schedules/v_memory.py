@@ -173,24 +173,29 @@ class _Memory:
     def peak(self) -> int:
         return max(self.level, default=0)
 
-    def _walk(self, start: int, cap: int | None = None) -> bool:
-        """Recompute the levels from slot `start` on; False (levels then partly stale) when one passes `cap`."""
+    def _walk(self, start: int, cap: int | None = None, settled: int | None = None) -> int:
+        """Recompute the levels from slot `start` on; the slot where one passes `cap` (levels then partly stale),
+        or -1. Past slot `settled`, whose kinds have not changed since the levels were right, a walk that meets
+        the level and the W owed already recorded stops: what follows is what was recorded."""
         level, owed = (self.level[start - 1], self.owed[start - 1]) if start else (0, 0)
-        for t in range(start, len(self.level)):
-            kind = self.kind_at.get(t)
+        levels, owes, kind_at, weights = self.level, self.owed, self.kind_at, self.weights
+        for t in range(start, len(levels)):
+            kind = kind_at.get(t)
             if kind is None:
-                if owed and not self.weights:
+                if owed and not weights:
                     level, owed = level - 1, owed - 1
             elif kind in (F_DOWN, F_UP):
                 level += 1
             elif kind >= W_ANY:
                 level -= 1
-            elif not self.weights:
+            elif not weights:
                 owed += 1
             if cap is not None and level > cap:
-                return False
-            self.level[t], self.owed[t] = level, owed
-        return True
+                return t
+            if settled is not None and t > settled and levels[t] == level and owes[t] == owed:
+                return -1
+            levels[t], owes[t] = level, owed
+        return -1
 
     def try_move(self, kind: int, old: int, new: int, cap: int) -> bool:
         """Move a pass from slot `old` to the free slot `new` < old if the rank stays at most `cap`."""
@@ -209,10 +214,11 @@ class _Memory:
             for t in range(new, old):
                 self.level[t] += 1
             return True
-        if self._walk(new, cap):
+        failed = self._walk(new, cap, old)
+        if failed < 0:
             return True
         self.kind_at[old] = self.kind_at.pop(new)
-        self._walk(new)
+        self._walk(new, None, max(old, failed))
         return False
 
 
@@ -268,11 +274,42 @@ def _actions(p: int, rank: int, row: list[tuple[int, int, int]]) -> list[Action]
     return [_new(Action, (*as_action[kind], mb)) for _, kind, mb in row]
 
 
+def _steady_from(num_ranks: int) -> int:
+    """The microbatch count from which one more microbatch adds one more period of the steady phase to every
+    rank's order and changes nothing else (the warm-up and the cool-down stay as they are, the cool-down's
+    microbatches one up): tests/test_v_memory.py holds the orders so extended to the reordering's own."""
+    return 2 * num_ranks + 2
+
+
+def _extended(row: list[tuple[int, int, int]], periods: int) -> list[tuple[int, int, int]]:
+    """A rank's (slot, kind, microbatch) order with `periods` more periods of its steady phase: its longest
+    stretch where each pass repeats the one PERIOD before it a microbatch later (the cool-down has shorter ones),
+    repeated at its end, and what follows shifted `periods` microbatches up (the slots are no longer read)."""
+    best, length, run = 0, 0, 0  # where the longest stretch ends, its length, the current one's
+    for i in range(PERIOD, len(row)):
+        run = run + 1 if row[i][1] == row[i - PERIOD][1] and row[i][2] == row[i - PERIOD][2] + 1 else 0
+        if run > length:
+            best, length = i + 1, run
+    assert length >= 2 * PERIOD, "the steady phase runs at least two periods"
+    period = row[best - PERIOD : best]
+    added = [(0, kind, mb + q) for q in range(1, periods + 1) for _, kind, mb in period]
+    return row[:best] + added + [(0, kind, mb + periods) for _, kind, mb in row[best:]]
+
+
 def _build(shape: str, num_ranks: int, num_microbatches: int) -> Schedule:
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
-    rows = [_actions(p, rank, row) for rank, row in enumerate(_by_rank(_slots(shape, p, m), p))]
-    return make_schedule(f"v-{shape}", p, m, v_placement(p), rows)
+    built = min(m, _steady_from(p))  # the reordering runs on the warm-up, the cool-down and a few periods
+    rows = _by_rank(_slots(shape, p, built), p)
+    if m > built:
+        rows = [_extended(row, m - built) for row in rows]
+    return make_schedule(f"v-{shape}", p, m, v_placement(p), [_actions(p, rank, row) for rank, row in enumerate(rows)])
+
+
+def _build_in_full(shape: str, num_ranks: int, num_microbatches: int) -> list[list[tuple[int, int, int]]]:
+    """Every rank's (slot, kind, microbatch) order from the reordering over every microbatch (what `_build`
+    extends: the tests compare the two)."""
+    return _by_rank(_slots(shape, num_ranks, num_microbatches), num_ranks)
 
 
 def v_min(num_ranks: int, num_microbatches: int) -> Schedule:
