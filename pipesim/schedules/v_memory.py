@@ -270,8 +270,9 @@ def _slots(shape: str, p: int, m: int) -> Slots:
 
 def _actions(p: int, rank: int, row: list[tuple[int, int, int]]) -> list[Action]:
     down, up = rank, 2 * p - 1 - rank  # chunk 0's stage, chunk 1's
-    as_action = {F_DOWN: (down, F), F_UP: (up, F), I_UP: (up, I), I_DOWN: (down, I), W_UP: (up, W), W_DOWN: (down, W)}
-    return [_new(Action, (*as_action[kind], mb)) for _, kind, mb in row]
+    stages = (down, up, up, down, up, down)  # by pass: F_DOWN, F_UP, I_UP, I_DOWN, W_UP, W_DOWN
+    kinds = (F, F, I, I, W, W)
+    return [_new(Action, (stages[kind], kinds[kind], mb)) for _, kind, mb in row]
 
 
 def _steady_from(num_ranks: int) -> int:

@@ -412,16 +412,14 @@ def a2a_spans(deps: Dependencies, cost: CostModel, starts: list[float]) -> tuple
     append, new = spans.append, tuple.__new__  # 10^5 spans: no per-span keyword call
     actions, ranks, layouts = deps.actions, deps.ranks, _PairLayouts(cost)
     joined = deps.joined or {}
-    in_group = set(joined).union(*joined.values()) if joined else set()
+    later = set().union(*joined.values()) if joined else set()  # a group's members after its first
     links: dict[tuple, tuple[tuple[int, float, float], ...]] = {}  # per kind of group: (member, start, end) offsets
     alone: dict[tuple, tuple[tuple[float, float], ...]] = {}  # per (stage, kind) alone: (start, end) offsets
     for i, action in enumerate(actions):
-        if i in in_group:
-            others = joined.get(i)
-            if others is None:
-                continue
+        others = joined.get(i)
+        if others is not None:
             group = (i, *others)
-            kinds = tuple([actions[m][:2] for m in group])
+            kinds = (action[:2], actions[others[0]][:2]) if len(others) == 1 else _group_kinds(actions, group)
             offsets = links.get(kinds)
             if offsets is None:
                 segments = layouts.of(kinds).segments
@@ -429,6 +427,8 @@ def a2a_spans(deps: Dependencies, cost: CostModel, starts: list[float]) -> tuple
             rank, start = ranks[i], starts[i]
             for part, lo, hi in offsets:
                 append(new(CommSpan, (rank, "a2a", -1, actions[group[part]], start + lo, start + hi, 0, 0)))
+            continue
+        if i in later:
             continue
         key = action[:2]
         offsets = alone.get(key)
@@ -482,7 +482,7 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
         shared: dict[tuple, tuple[float, ...]] = {}  # per kind of group (durations are per stage and kind)
         for first, others in deps.joined.items():
             group = (first, *others)
-            kinds = tuple([actions[m][:2] for m in group])
+            kinds = (actions[first][:2], actions[others[0]][:2]) if len(others) == 1 else _group_kinds(actions, group)
             times = shared.get(kinds)
             if times is None:
                 times = shared[kinds] = _group_durations(layouts.of(kinds), [durations[m] for m in group], cost)
@@ -496,6 +496,11 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
 
 _kind = itemgetter(1)  # Action.kind
 _stage = itemgetter(0)  # Action.stage, CommAction.stage
+
+
+def _group_kinds(actions: list[Action], group: tuple[int, ...]) -> tuple[tuple[int, ActionKind], ...]:
+    """(stage, kind) of each member: what prices a group (`CostModel.pair_ms`)."""
+    return tuple([actions[m][:2] for m in group])
 
 
 def _group_durations(layout: PairTimeline, alone: list[float], cost: CostModel) -> tuple[float, ...]:
