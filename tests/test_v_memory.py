@@ -173,5 +173,6 @@ def test_extending_the_steady_phase_is_the_reordering_over_every_microbatch(shap
             built = [
                 [(a.stage, a.kind, a.microbatch) for a in row] for row in build_schedule(f"v-{shape}", p, m).actions
             ]
-            full = [_actions(p, rank, row) for rank, row in enumerate(_build_in_full(shape, p, m))]
+            rows = _build_in_full(shape, p, m)
+            full = [_actions(p, r, [k for _, k, _ in row], [mb for _, _, mb in row]) for r, row in enumerate(rows)]
             assert built == [[tuple(a) for a in row] for row in full], (p, m)

@@ -20,7 +20,10 @@ that keeps every rank under the steady phase's peak. The orders are the authors'
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import deque
 from collections.abc import Callable
+from itertools import chain, repeat
+from operator import add, itemgetter
 
 from pipesim.ir import Action, F, I, Schedule, W, make_schedule, v_placement
 from pipesim.schedules import ScheduleInfo
@@ -88,28 +91,21 @@ def _place_weights(slots: Slots, p: int, split: bool) -> Slots:
 
 def _weights(row: list[tuple[int, int, int]], split: bool) -> list[tuple[int, int, int]]:
     """(kind, microbatch, slot) of one rank's W passes, its other passes at `row`'s (slot, kind, microbatch)."""
-    kinds = (W_UP, W_DOWN) if split else (W_ANY, W_ANY)
-    owed: list[list[int]] = [[], []]  # per queue, the "microbatch" of each W owed, oldest first
+    first_kind, second_kind = (W_UP, W_DOWN) if split else (W_ANY, W_ANY)
+    first, second = deque(), deque()  # per queue, the "microbatch" of each W owed, oldest first
     placed: list[tuple[int, int, int]] = []
     backward = 0  # I passes seen so far
-
-    def serve(t: int) -> None:
-        for queue, kind in zip(owed, kinds, strict=True):
-            if queue:
-                placed.append((kind, queue.pop(0), t))
-                return
-
     t = 0
     for when, kind, mb in row:
-        while t < when:  # the free slots before the next pass
-            serve(t)
+        while t < when and (first or second):  # the free slots before the next pass (none to fill: skip them)
+            placed.append((first_kind, first.popleft(), t) if first else (second_kind, second.popleft(), t))
             t += 1
-        if kind in (I_UP, I_DOWN):
-            owed[1 if split and kind == I_DOWN else 0].append(mb if split else backward)
+        if kind == I_UP or kind == I_DOWN:
+            (second if split and kind == I_DOWN else first).append(mb if split else backward)
             backward += 1
         t = when + 1
-    while owed[0] or owed[1]:  # after the last pass
-        serve(t)
+    while first or second:  # after the last pass
+        placed.append((first_kind, first.popleft(), t) if first else (second_kind, second.popleft(), t))
         t += 1
     return placed
 
@@ -142,7 +138,8 @@ def _squeeze(slots: Slots, p: int) -> Slots:
     squeezed: Slots = {}
     free = [0] * p  # each rank's next free slot
     source = {F_DOWN: -1, F_UP: 1, I_UP: -1, I_DOWN: 1}
-    for _, key in sorted((t, key) for key, t in slots.items()):
+    # by slot alone: what a pass waits for sits in an earlier slot, so passes of one slot go in any order
+    for key, _ in sorted(slots.items(), key=itemgetter(1)):
         rank, kind, mb = key
         ready = free[rank]
         step = source.get(kind)
@@ -268,11 +265,13 @@ def _slots(shape: str, p: int, m: int) -> Slots:
     return _place_weights(slots, p, split=True)
 
 
-def _actions(p: int, rank: int, row: list[tuple[int, int, int]]) -> list[Action]:
+def _actions(p: int, rank: int, kinds: list[int], microbatches: list[int]) -> list[Action]:
+    """One rank's passes (kind, microbatch columns) as its actions, made at C speed."""
     down, up = rank, 2 * p - 1 - rank  # chunk 0's stage, chunk 1's
     stages = (down, up, up, down, up, down)  # by pass: F_DOWN, F_UP, I_UP, I_DOWN, W_UP, W_DOWN
-    kinds = (F, F, I, I, W, W)
-    return [_new(Action, (stages[kind], kinds[kind], mb)) for _, kind, mb in row]
+    as_kind = (F, F, I, I, W, W)
+    made = zip(map(stages.__getitem__, kinds), map(as_kind.__getitem__, kinds), microbatches, strict=True)
+    return list(map(_new, repeat(Action), made))
 
 
 def _steady_from(num_ranks: int) -> int:
@@ -282,29 +281,34 @@ def _steady_from(num_ranks: int) -> int:
     return 2 * num_ranks + 2
 
 
-def _extended(row: list[tuple[int, int, int]], periods: int) -> list[tuple[int, int, int]]:
-    """A rank's (slot, kind, microbatch) order with `periods` more periods of its steady phase: its longest
-    stretch where each pass repeats the one PERIOD before it a microbatch later (the cool-down has shorter ones),
-    repeated at its end, and what follows shifted `periods` microbatches up (the slots are no longer read)."""
+def _columns(row: list[tuple[int, int, int]], periods: int) -> tuple[list[int], list[int]]:
+    """A rank's (slot, kind, microbatch) order as kind and microbatch columns, with `periods` more periods of its
+    steady phase: its longest stretch where each pass repeats the one PERIOD before it a microbatch later (the
+    cool-down has shorter ones), repeated at its end, and what follows shifted `periods` microbatches up."""
+    kinds, microbatches = list(map(itemgetter(1), row)), list(map(itemgetter(2), row))
+    if not periods:
+        return kinds, microbatches
     best, length, run = 0, 0, 0  # where the longest stretch ends, its length, the current one's
     for i in range(PERIOD, len(row)):
-        run = run + 1 if row[i][1] == row[i - PERIOD][1] and row[i][2] == row[i - PERIOD][2] + 1 else 0
+        same = kinds[i] == kinds[i - PERIOD] and microbatches[i] == microbatches[i - PERIOD] + 1
+        run = run + 1 if same else 0
         if run > length:
             best, length = i + 1, run
     assert length >= 2 * PERIOD, "the steady phase runs at least two periods"
-    period = row[best - PERIOD : best]
-    added = [(0, kind, mb + q) for q in range(1, periods + 1) for _, kind, mb in period]
-    return row[:best] + added + [(0, kind, mb + periods) for _, kind, mb in row[best:]]
+    ups = chain.from_iterable(map(repeat, range(1, periods + 1), repeat(PERIOD)))  # 1 x PERIOD, 2 x PERIOD, ...
+    added = list(map(add, microbatches[best - PERIOD : best] * periods, ups))
+    kinds[best:best] = kinds[best - PERIOD : best] * periods
+    microbatches[best:] = added + list(map(add, microbatches[best:], repeat(periods)))
+    return kinds, microbatches
 
 
 def _build(shape: str, num_ranks: int, num_microbatches: int) -> Schedule:
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
     built = min(m, _steady_from(p))  # the reordering runs on the warm-up, the cool-down and a few periods
-    rows = _by_rank(_slots(shape, p, built), p)
-    if m > built:
-        rows = [_extended(row, m - built) for row in rows]
-    return make_schedule(f"v-{shape}", p, m, v_placement(p), [_actions(p, rank, row) for rank, row in enumerate(rows)])
+    columns = [_columns(row, m - built) for row in _by_rank(_slots(shape, p, built), p)]
+    rows = [_actions(p, rank, kinds, microbatches) for rank, (kinds, microbatches) in enumerate(columns)]
+    return make_schedule(f"v-{shape}", p, m, v_placement(p), rows)
 
 
 def _build_in_full(shape: str, num_ranks: int, num_microbatches: int) -> list[list[tuple[int, int, int]]]:
