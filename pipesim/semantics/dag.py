@@ -136,15 +136,15 @@ class Dependencies:
                 if found != -2 and i not in joined:
                     append(found)  # the common case: none, or one producer on another rank paying this action's hop
                     continue
-                waits = [(d, i if ranks[d] != rank else -1) for d in dep_lists[i] if d < first or d >= i]
+                waits = []
+                for d in dep_lists[i]:
+                    if d < first or d >= i:
+                        waits.append((d, i if ranks[d] != rank else -1))
                 others = joined.get(i, ())
-                members = {i, *others}
-                waits += [
-                    (d, m if ranks[d] != rank else -1)
-                    for m in others
-                    for d in dep_lists[m]
-                    if d not in members and (ranks[d] != rank or d >= i)
-                ]
+                for m in others:
+                    for d in dep_lists[m]:
+                        if d != i and d not in others and (ranks[d] != rank or d >= i):
+                            waits.append((d, m if ranks[d] != rank else -1))
                 if len(waits) == 1 and waits[0][1] == i:
                     append(waits[0][0])
                 elif waits:
@@ -250,7 +250,8 @@ def _lower(schedule: Schedule) -> Dependencies:
     if gates is not None:
         sends = {}
         deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages, sends)
-    joined = {index[group[0]]: tuple(index[a] for a in group[1:]) for group in groups} if groups else None
+    member = index.__getitem__
+    joined = {member(group[0]): tuple(map(member, group[1:])) for group in groups} if groups else None
     copies = _copy_ops(schedule, index, deps) if moves else None
     return Dependencies(actions, ranks, offsets, deps, joined, sends, copies, collectives)
 
@@ -264,18 +265,24 @@ def _copy_ops(schedule: Schedule, index: dict[Action, int], deps: list[tuple[int
     issued: list[list[int] | None] = [None] * first
     needs: dict[int, int] = {}
     copy_id: dict[CommAction, int] = {}
+    new, reload = tuple.__new__, CommKind.RELOAD
     for rank, copies in enumerate(memory_moves(schedule)):
         for copy in copies:
             c = first + len(entries)
-            copy_id[copy.entry] = c
-            entries.append(copy.entry)
+            entry = copy.entry
+            copy_id[entry] = c
+            entries.append(entry)
             ranks.append(rank)
             gate = index[copy.gate]  # a copy stands after the forward it moves: it always has a gate
-            issued[gate] = [*(issued[gate] or ()), c]
-            needs[c] = index[copy.after] if isinstance(copy.after, Action) else copy_id[copy.after]
-            stage, kind, mb = copy.entry
-            if kind is CommKind.RELOAD:
-                served = next(index[a] for k in RELOAD_SERVES if (a := tuple.__new__(Action, (stage, k, mb))) in index)
+            if issued[gate] is None:
+                issued[gate] = [c]
+            else:
+                issued[gate].append(c)
+            after = copy.after
+            needs[c] = index[after] if isinstance(after, Action) else copy_id[after]
+            stage, kind, mb = entry
+            if kind is reload:
+                served = next(index[a] for k in RELOAD_SERVES if (a := new(Action, (stage, k, mb))) in index)
                 deps[served] = (*deps[served], c)
     frozen = [None if ids is None else tuple(ids) for ids in issued]
     return CopyOps(first, entries, ranks, frozen, needs)
