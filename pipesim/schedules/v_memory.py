@@ -243,14 +243,16 @@ def _reorder(slots: Slots, p: int, m: int, weights: bool) -> Slots:
             earliest = max([slots[n] + 1 for n in _needs(p, *key)], default=0)
             if kind == W_ANY:
                 earliest = max(earliest, backward[rank][mb] + 1)
+            held, rank_memory = taken[rank], memory[rank]
             for new in range(earliest, t):
-                if new not in taken[rank] and memory[rank].try_move(kind, t, new, cap):
+                if new not in held and rank_memory.try_move(kind, t, new, cap):
                     slots[key] = new
-                    if kind in (I_UP, I_DOWN):
+                    if kind == I_UP or kind == I_DOWN:
                         del backward[rank][bisect_left(backward[rank], t)]
                         insort(backward[rank], new)
+                    t = new
                     break
-        taken[rank].add(slots[key])
+        taken[rank].add(t)  # its slot, moved or not
     return slots
 
 

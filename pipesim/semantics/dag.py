@@ -265,25 +265,26 @@ def _copy_ops(schedule: Schedule, index: dict[Action, int], deps: list[tuple[int
     issued: list[list[int] | None] = [None] * first
     needs: dict[int, int] = {}
     copy_id: dict[CommAction, int] = {}
-    new, reload = tuple.__new__, CommKind.RELOAD
+    new, reload, served_first = tuple.__new__, CommKind.RELOAD, RELOAD_SERVES[0]
+    c = first
     for rank, copies in enumerate(memory_moves(schedule)):
-        for copy in copies:
-            c = first + len(entries)
-            entry = copy.entry
+        for entry, gate, after in copies:
             copy_id[entry] = c
             entries.append(entry)
             ranks.append(rank)
-            gate = index[copy.gate]  # a copy stands after the forward it moves: it always has a gate
-            if issued[gate] is None:
-                issued[gate] = [c]
+            gate_id = index[gate]  # a copy stands after the forward it moves: it always has a gate
+            if issued[gate_id] is None:
+                issued[gate_id] = [c]
             else:
-                issued[gate].append(c)
-            after = copy.after
+                issued[gate_id].append(c)
             needs[c] = index[after] if isinstance(after, Action) else copy_id[after]
             stage, kind, mb = entry
             if kind is reload:
-                served = next(index[a] for k in RELOAD_SERVES if (a := new(Action, (stage, k, mb))) in index)
+                served = index.get(new(Action, (stage, served_first, mb)))
+                if served is None:  # the next kind a RELOAD serves
+                    served = next(index[a] for k in RELOAD_SERVES if (a := new(Action, (stage, k, mb))) in index)
                 deps[served] = (*deps[served], c)
+            c += 1
     frozen = [None if ids is None else tuple(ids) for ids in issued]
     return CopyOps(first, entries, ranks, frozen, needs)
 

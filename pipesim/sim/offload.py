@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, B, CommAction, CommKind, Entry, F, I, Schedule, entry_actions
 from pipesim.semantics.lower import RELOAD_SERVES, has_memory_moves
@@ -41,6 +42,7 @@ def check_offload_mode(mode: object) -> str:
     return str(mode)
 
 
+@paused_gc()
 def with_offload(schedule: Schedule, mode: str, cost: CostModel | None = None) -> Schedule:
     """`schedule` with OFFLOAD and RELOAD entries for `mode` (one of OFFLOAD_MODES); `selective` needs `cost`."""
     check_offload_mode(mode)
