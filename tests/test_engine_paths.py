@@ -20,6 +20,7 @@ import pytest
 
 from pipesim.cli.common import span_texts
 from pipesim.cli.main import main as pipesim_main
+from pipesim.cost.links import LinkCost
 from pipesim.cost.model import CostModel
 from pipesim.io.cost_file import cost_to_dict
 from pipesim.io.formats import json_text, schedule_to_dict, timeline_to_dict
@@ -32,6 +33,7 @@ from pipesim.semantics.dag import DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.data_parallel import reduction_charge
 from pipesim.sim.metrics import _column_summaries, compute_metrics, link_busy_ms, with_link_busy
+from pipesim.sim.offload import with_offload
 from pipesim.sim.replay import duration_slots, replay, slot_durations
 from pipesim.sim.simulate import _sweep_blocking, action_durations, engine_inputs, simulate, sweep
 from pipesim.sim.steps import simulate_step, simulate_steps, step_tails
@@ -291,3 +293,56 @@ def test_action_durations_by_kind_are_the_per_stage_prices(schedule) -> None:
             for member in (first, *others):
                 priced[member] *= cost.overlap_factor
         assert action_durations(deps, cost, schedule.num_stages) == priced
+
+
+def _moves_and_groups() -> list:
+    """Schedules with overlapped groups, with memory moves, and with both, at a few shapes."""
+    made = []
+    for name, ranks, microbatches in (("1f1b-overlap", 4, 8), ("dualpipe", 4, 8), ("dualpipev", 3, 7)):
+        made.append(build_schedule(name, ranks, microbatches))
+    for name, ranks, microbatches in (("1f1b", 4, 9), ("zbv", 3, 7), ("v-half", 4, 8), ("1f1b-overlap", 3, 7)):
+        for mode in ("full", "selective"):
+            made.append(with_offload(build_schedule(name, ranks, microbatches), mode, GROUPED_COSTS[1]))
+    made.append(with_offload(build_schedule("seq1f1b", 3, 5, seq_chunks=3), "full"))
+    return made
+
+
+GROUPED_COSTS = (
+    replace(CostModel.uniform(1.1, 2.3, comm_ms=0.13), host_link=LinkCost(0.4, 1.0)),
+    replace(
+        CostModel.uniform(1.0, 2.0, comm_ms=0.05),
+        stages=(replace(CostModel.uniform().stages[0], a2a_ms=0.7, moe_layers=2, activation_bytes=3e6),),
+        host_link=LinkCost(0.05, 2.0),
+    ),
+)
+
+
+@pytest.mark.parametrize("schedule", _moves_and_groups(), ids=lambda s: f"{s.name}-{s.num_ranks}x{s.num_microbatches}")
+def test_groups_and_copies_loop_is_the_general_sweep(schedule) -> None:
+    """`Dependencies.waits`' loop gives the general loop's times to the bit, with gaps and without."""
+    deps = dependencies(schedule)
+    assert deps.joined or deps.copies is not None
+    general = replace(deps)  # every field, no cached property: switched to the general loop below
+    general.__dict__["blocking"] = general.__dict__["waits"] = None
+    for base in GROUPED_COSTS:
+        cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        inputs = engine_inputs(schedule, cost, deps)
+        varying = [g + 0.01 * (i % 3) for i, g in enumerate(inputs.gaps)]
+        for gaps in (inputs.gaps, varying):
+            quick = sweep(deps, inputs.durations, inputs.hops, gaps)
+            assert quick == sweep(general, inputs.durations, inputs.hops, gaps) and not quick[2]
+
+
+def test_groups_and_copies_loop_still_finds_a_deadlock() -> None:
+    """A pair whose second member needs a forward that its rank runs after the pair: both loops name it."""
+    rows = [[Action(0, F, 0), Action(0, F, 1), Action(0, B, 1), Action(0, B, 0)], [Action(1, F, 0), Action(1, B, 0)]]
+    rows[1] = [Action(1, F, 1), Action(1, B, 1), Action(1, F, 0), Action(1, B, 0)]
+    schedule = make_schedule("late pair", 2, 2, [0, 1], rows)
+    deps = dependencies(schedule)
+    joined = {deps.index[Action(1, F, 1)]: (deps.index[Action(1, B, 0)],)}
+    grouped = replace(deps, joined=joined)
+    general = replace(grouped)
+    general.__dict__["blocking"] = general.__dict__["waits"] = None
+    n = len(deps.actions)
+    quick = sweep(grouped, [1.0] * n, [0.0] * n)
+    assert quick[2] and quick == sweep(general, [1.0] * n, [0.0] * n)

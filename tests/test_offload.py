@@ -219,3 +219,29 @@ def test_sampled_steps_run_the_copies_as_the_engine_does() -> None:
     steps, deterministic = sampled_steps(schedule, cost, Spread.uniform(0.2), samples=50, seed=1)
     assert deterministic == 27.0 and steps[0] == 27.0
     assert steps.min() >= 24.0 - 1e-9  # the copy engine's 8 x 3 ms are never drawn shorter
+
+
+def test_an_order_whose_compute_actions_differ_from_the_list_is_refused() -> None:
+    """The order's compute actions are read at list speed where it holds no overlapped pair: a move, a dropped
+    action or one added in the order is still refused, with or without pairs."""
+    from pipesim.ir import Overlap
+
+    moved = with_offload(build_schedule("1f1b", 3, 5), "full")
+    paired = build_schedule("1f1b-overlap", 3, 5)
+    for schedule in (moved, paired):
+        order = [list(row) for row in schedule.order]
+        rank = 1
+        computes = [k for k, e in enumerate(order[rank]) if isinstance(e, (Action, Overlap))]
+        for change in ("swap", "drop", "add"):
+            row = list(order[rank])
+            a, b = computes[0], computes[1]
+            if change == "swap":
+                row[a], row[b] = row[b], row[a]
+            elif change == "drop":
+                del row[a]
+            else:
+                row.append(Action(rank, F, 0))
+            rows = [*order[:rank], row, *order[rank + 1 :]]
+            with pytest.raises(ValueError, match="compute actions differ"):
+                dataclasses.replace(schedule, order=tuple(map(tuple, rows)))
+        assert dataclasses.replace(schedule, order=schedule.order).actions == schedule.actions

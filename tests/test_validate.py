@@ -147,3 +147,45 @@ def test_a_validated_schedule_is_marked_and_its_dependencies_are_the_same():
     with pytest.raises(ScheduleError):
         validate(broken)
     assert not is_validated(broken)
+
+
+def _mutations(schedule) -> list:
+    """Rank lists with one fault each: two neighbours swapped, one action dropped, repeated, or its kind changed."""
+    import random
+
+    from pipesim.ir import B, F, I, W
+
+    rng, made = random.Random(7), []
+    for _ in range(60):
+        rows = [list(row) for row in schedule.actions]
+        rank = rng.randrange(len(rows))
+        row = rows[rank]
+        k = rng.randrange(len(row) - 1)
+        fault = rng.randrange(4)
+        if fault == 0:
+            row[k], row[k + 1] = row[k + 1], row[k]
+        elif fault == 1:
+            del row[k]
+        elif fault == 2:
+            row.insert(rng.randrange(len(row)), row[k])
+        else:
+            row[k] = Action(row[k].stage, rng.choice((F, B, I, W)), row[k].microbatch)
+        shape = (schedule.num_ranks, schedule.num_microbatches, schedule.stage_to_rank)
+        made.append(make_schedule("mutated", *shape, rows))
+    return made
+
+
+@pytest.mark.parametrize("name", ["zbv", "v-min", "zb-h2", "dualpipe"])
+def test_the_split_backward_screen_reports_what_the_detailed_check_does(name, monkeypatch) -> None:
+    """A rank with I and W passes a list-speed screen or gets the per-action check: the problems found are the
+    same either way, on sound schedules and on ones with a fault."""
+    from pipesim.schedules import build_schedule
+    from pipesim.semantics import validate as module
+
+    schedule = build_schedule(name, 4, 8)
+    cases = [schedule, *_mutations(schedule)]
+    screened = [[str(p) for p in find_problems(case)] for case in cases]
+    monkeypatch.setattr(module, "_split_in_order", lambda row, position: False)
+    detailed = [[str(p) for p in find_problems(case)] for case in cases]
+    assert screened == detailed
+    assert not screened[0] and sum(map(bool, screened)) > 40  # the faults are found

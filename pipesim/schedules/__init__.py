@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pipesim._perf import paused_gc
 from pipesim.ir import Schedule, loop_placement, v_placement
 from pipesim.limits import check_sizes, require
 
@@ -180,8 +181,10 @@ def options_for(name: str, *, num_virtual_stages: int | None = None) -> dict[str
     return info.build_options(num_virtual_stages) if num_virtual_stages is not None else {}
 
 
+@paused_gc()
 def build_schedule(name: str, num_ranks: int, num_microbatches: int, **options: object) -> Schedule:
-    """Build schedule `name`; options a family does not take are refused by name."""
+    """Build schedule `name`; options a family does not take are refused by name. The collector is paused: a
+    builder makes 10^5 tuples in no cycle, which it would otherwise re-scan as they pile up."""
     info = schedule_info(name)
     unknown = {key for key, value in options.items() if value is not None} - set(info.options)
     if unknown:

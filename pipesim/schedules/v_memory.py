@@ -20,7 +20,10 @@ that keeps every rank under the steady phase's peak. The orders are the authors'
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import deque
 from collections.abc import Callable
+from itertools import chain, repeat
+from operator import add, itemgetter
 
 from pipesim.ir import Action, F, I, Schedule, W, make_schedule, v_placement
 from pipesim.schedules import ScheduleInfo
@@ -88,28 +91,21 @@ def _place_weights(slots: Slots, p: int, split: bool) -> Slots:
 
 def _weights(row: list[tuple[int, int, int]], split: bool) -> list[tuple[int, int, int]]:
     """(kind, microbatch, slot) of one rank's W passes, its other passes at `row`'s (slot, kind, microbatch)."""
-    kinds = (W_UP, W_DOWN) if split else (W_ANY, W_ANY)
-    owed: list[list[int]] = [[], []]  # per queue, the "microbatch" of each W owed, oldest first
+    first_kind, second_kind = (W_UP, W_DOWN) if split else (W_ANY, W_ANY)
+    first, second = deque(), deque()  # per queue, the "microbatch" of each W owed, oldest first
     placed: list[tuple[int, int, int]] = []
     backward = 0  # I passes seen so far
-
-    def serve(t: int) -> None:
-        for queue, kind in zip(owed, kinds, strict=True):
-            if queue:
-                placed.append((kind, queue.pop(0), t))
-                return
-
     t = 0
     for when, kind, mb in row:
-        while t < when:  # the free slots before the next pass
-            serve(t)
+        while t < when and (first or second):  # the free slots before the next pass (none to fill: skip them)
+            placed.append((first_kind, first.popleft(), t) if first else (second_kind, second.popleft(), t))
             t += 1
-        if kind in (I_UP, I_DOWN):
-            owed[1 if split and kind == I_DOWN else 0].append(mb if split else backward)
+        if kind == I_UP or kind == I_DOWN:
+            (second if split and kind == I_DOWN else first).append(mb if split else backward)
             backward += 1
         t = when + 1
-    while owed[0] or owed[1]:  # after the last pass
-        serve(t)
+    while first or second:  # after the last pass
+        placed.append((first_kind, first.popleft(), t) if first else (second_kind, second.popleft(), t))
         t += 1
     return placed
 
@@ -142,7 +138,8 @@ def _squeeze(slots: Slots, p: int) -> Slots:
     squeezed: Slots = {}
     free = [0] * p  # each rank's next free slot
     source = {F_DOWN: -1, F_UP: 1, I_UP: -1, I_DOWN: 1}
-    for _, key in sorted((t, key) for key, t in slots.items()):
+    # by slot alone: what a pass waits for sits in an earlier slot, so passes of one slot go in any order
+    for key, _ in sorted(slots.items(), key=itemgetter(1)):
         rank, kind, mb = key
         ready = free[rank]
         step = source.get(kind)
@@ -173,24 +170,29 @@ class _Memory:
     def peak(self) -> int:
         return max(self.level, default=0)
 
-    def _walk(self, start: int, cap: int | None = None) -> bool:
-        """Recompute the levels from slot `start` on; False (levels then partly stale) when one passes `cap`."""
+    def _walk(self, start: int, cap: int | None = None, settled: int | None = None) -> int:
+        """Recompute the levels from slot `start` on; the slot where one passes `cap` (levels then partly stale),
+        or -1. Past slot `settled`, whose kinds have not changed since the levels were right, a walk that meets
+        the level and the W owed already recorded stops: what follows is what was recorded."""
         level, owed = (self.level[start - 1], self.owed[start - 1]) if start else (0, 0)
-        for t in range(start, len(self.level)):
-            kind = self.kind_at.get(t)
+        levels, owes, kind_at, weights = self.level, self.owed, self.kind_at, self.weights
+        for t in range(start, len(levels)):
+            kind = kind_at.get(t)
             if kind is None:
-                if owed and not self.weights:
+                if owed and not weights:
                     level, owed = level - 1, owed - 1
             elif kind in (F_DOWN, F_UP):
                 level += 1
             elif kind >= W_ANY:
                 level -= 1
-            elif not self.weights:
+            elif not weights:
                 owed += 1
             if cap is not None and level > cap:
-                return False
-            self.level[t], self.owed[t] = level, owed
-        return True
+                return t
+            if settled is not None and t > settled and levels[t] == level and owes[t] == owed:
+                return -1
+            levels[t], owes[t] = level, owed
+        return -1
 
     def try_move(self, kind: int, old: int, new: int, cap: int) -> bool:
         """Move a pass from slot `old` to the free slot `new` < old if the rank stays at most `cap`."""
@@ -209,10 +211,11 @@ class _Memory:
             for t in range(new, old):
                 self.level[t] += 1
             return True
-        if self._walk(new, cap):
+        failed = self._walk(new, cap, old)
+        if failed < 0:
             return True
         self.kind_at[old] = self.kind_at.pop(new)
-        self._walk(new)
+        self._walk(new, None, max(old, failed))
         return False
 
 
@@ -240,14 +243,16 @@ def _reorder(slots: Slots, p: int, m: int, weights: bool) -> Slots:
             earliest = max([slots[n] + 1 for n in _needs(p, *key)], default=0)
             if kind == W_ANY:
                 earliest = max(earliest, backward[rank][mb] + 1)
+            held, rank_memory = taken[rank], memory[rank]
             for new in range(earliest, t):
-                if new not in taken[rank] and memory[rank].try_move(kind, t, new, cap):
+                if new not in held and rank_memory.try_move(kind, t, new, cap):
                     slots[key] = new
-                    if kind in (I_UP, I_DOWN):
+                    if kind == I_UP or kind == I_DOWN:
                         del backward[rank][bisect_left(backward[rank], t)]
                         insort(backward[rank], new)
+                    t = new
                     break
-        taken[rank].add(slots[key])
+        taken[rank].add(t)  # its slot, moved or not
     return slots
 
 
@@ -262,17 +267,56 @@ def _slots(shape: str, p: int, m: int) -> Slots:
     return _place_weights(slots, p, split=True)
 
 
-def _actions(p: int, rank: int, row: list[tuple[int, int, int]]) -> list[Action]:
+def _actions(p: int, rank: int, kinds: list[int], microbatches: list[int]) -> list[Action]:
+    """One rank's passes (kind, microbatch columns) as its actions, made at C speed."""
     down, up = rank, 2 * p - 1 - rank  # chunk 0's stage, chunk 1's
-    as_action = {F_DOWN: (down, F), F_UP: (up, F), I_UP: (up, I), I_DOWN: (down, I), W_UP: (up, W), W_DOWN: (down, W)}
-    return [_new(Action, (*as_action[kind], mb)) for _, kind, mb in row]
+    stages = (down, up, up, down, up, down)  # by pass: F_DOWN, F_UP, I_UP, I_DOWN, W_UP, W_DOWN
+    as_kind = (F, F, I, I, W, W)
+    made = zip(map(stages.__getitem__, kinds), map(as_kind.__getitem__, kinds), microbatches, strict=True)
+    return list(map(_new, repeat(Action), made))
+
+
+def _steady_from(num_ranks: int) -> int:
+    """The microbatch count from which one more microbatch adds one more period of the steady phase to every
+    rank's order and changes nothing else (the warm-up and the cool-down stay as they are, the cool-down's
+    microbatches one up): tests/test_v_memory.py holds the orders so extended to the reordering's own."""
+    return 2 * num_ranks + 2
+
+
+def _columns(row: list[tuple[int, int, int]], periods: int) -> tuple[list[int], list[int]]:
+    """A rank's (slot, kind, microbatch) order as kind and microbatch columns, with `periods` more periods of its
+    steady phase: its longest stretch where each pass repeats the one PERIOD before it a microbatch later (the
+    cool-down has shorter ones), repeated at its end, and what follows shifted `periods` microbatches up."""
+    kinds, microbatches = list(map(itemgetter(1), row)), list(map(itemgetter(2), row))
+    if not periods:
+        return kinds, microbatches
+    best, length, run = 0, 0, 0  # where the longest stretch ends, its length, the current one's
+    for i in range(PERIOD, len(row)):
+        same = kinds[i] == kinds[i - PERIOD] and microbatches[i] == microbatches[i - PERIOD] + 1
+        run = run + 1 if same else 0
+        if run > length:
+            best, length = i + 1, run
+    assert length >= 2 * PERIOD, "the steady phase runs at least two periods"
+    ups = chain.from_iterable(map(repeat, range(1, periods + 1), repeat(PERIOD)))  # 1 x PERIOD, 2 x PERIOD, ...
+    added = list(map(add, microbatches[best - PERIOD : best] * periods, ups))
+    kinds[best:best] = kinds[best - PERIOD : best] * periods
+    microbatches[best:] = added + list(map(add, microbatches[best:], repeat(periods)))
+    return kinds, microbatches
 
 
 def _build(shape: str, num_ranks: int, num_microbatches: int) -> Schedule:
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
-    rows = [_actions(p, rank, row) for rank, row in enumerate(_by_rank(_slots(shape, p, m), p))]
+    built = min(m, _steady_from(p))  # the reordering runs on the warm-up, the cool-down and a few periods
+    columns = [_columns(row, m - built) for row in _by_rank(_slots(shape, p, built), p)]
+    rows = [_actions(p, rank, kinds, microbatches) for rank, (kinds, microbatches) in enumerate(columns)]
     return make_schedule(f"v-{shape}", p, m, v_placement(p), rows)
+
+
+def _build_in_full(shape: str, num_ranks: int, num_microbatches: int) -> list[list[tuple[int, int, int]]]:
+    """Every rank's (slot, kind, microbatch) order from the reordering over every microbatch (what `_build`
+    extends: the tests compare the two)."""
+    return _by_rank(_slots(shape, num_ranks, num_microbatches), num_ranks)
 
 
 def v_min(num_ranks: int, num_microbatches: int) -> Schedule:

@@ -109,6 +109,51 @@ class Dependencies:
                 append(found)
         return blocking
 
+    @cached_property
+    def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]]]:
+        """`blocking` for the engine's loop with overlapped groups and copies: per compute action the one producer
+        that can keep it waiting, -1 for none, or -2 for several, listed in the dict as (producer, member whose
+        hop it pays, or -1 for none: a copy on its own rank). A group's first member waits for every member's
+        producers (the members then run back to back: what they wait for has arrived). A producer earlier on the
+        rank's own list has ended by then; a copy (id past the compute actions) may end later, and a producer
+        later on the list never ends first (a deadlock)."""
+        offsets, dep_lists, ranks, joined = self.offsets, self.deps, self.ranks, self.joined or {}
+        single: list[int] = []
+        several: dict[int, tuple[tuple[int, int], ...]] = {}
+        append = single.append
+        if self.copies is not None:
+            ranks = ranks + self.copies.ranks
+        for rank in range(len(offsets) - 1):
+            first = offsets[rank]
+            for i in range(first, offsets[rank + 1]):
+                found = -1
+                for d in dep_lists[i]:
+                    if d < first or d >= i:
+                        if found >= 0 or ranks[d] == rank:
+                            found = -2  # several, or one that pays no hop
+                            break
+                        found = d
+                if found != -2 and i not in joined:
+                    append(found)  # the common case: none, or one producer on another rank paying this action's hop
+                    continue
+                waits = []
+                for d in dep_lists[i]:
+                    if d < first or d >= i:
+                        waits.append((d, i if ranks[d] != rank else -1))
+                others = joined.get(i, ())
+                for m in others:
+                    for d in dep_lists[m]:
+                        if d != i and d not in others and (ranks[d] != rank or d >= i):
+                            waits.append((d, m if ranks[d] != rank else -1))
+                if len(waits) == 1 and waits[0][1] == i:
+                    append(waits[0][0])
+                elif waits:
+                    append(-2)
+                    several[i] = tuple(waits)
+                else:
+                    append(-1)
+        return single, several
+
 
 @dataclass(frozen=True)
 class CopyOps:
@@ -205,7 +250,8 @@ def _lower(schedule: Schedule) -> Dependencies:
     if gates is not None:
         sends = {}
         deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages, sends)
-    joined = {index[group[0]]: tuple(index[a] for a in group[1:]) for group in groups} if groups else None
+    member = index.__getitem__
+    joined = {member(group[0]): tuple(map(member, group[1:])) for group in groups} if groups else None
     copies = _copy_ops(schedule, index, deps) if moves else None
     return Dependencies(actions, ranks, offsets, deps, joined, sends, copies, collectives)
 
@@ -219,19 +265,26 @@ def _copy_ops(schedule: Schedule, index: dict[Action, int], deps: list[tuple[int
     issued: list[list[int] | None] = [None] * first
     needs: dict[int, int] = {}
     copy_id: dict[CommAction, int] = {}
+    new, reload, served_first = tuple.__new__, CommKind.RELOAD, RELOAD_SERVES[0]
+    c = first
     for rank, copies in enumerate(memory_moves(schedule)):
-        for copy in copies:
-            c = first + len(entries)
-            copy_id[copy.entry] = c
-            entries.append(copy.entry)
+        for entry, gate, after in copies:
+            copy_id[entry] = c
+            entries.append(entry)
             ranks.append(rank)
-            gate = index[copy.gate]  # a copy stands after the forward it moves: it always has a gate
-            issued[gate] = [*(issued[gate] or ()), c]
-            needs[c] = index[copy.after] if isinstance(copy.after, Action) else copy_id[copy.after]
-            stage, kind, mb = copy.entry
-            if kind is CommKind.RELOAD:
-                served = next(index[a] for k in RELOAD_SERVES if (a := tuple.__new__(Action, (stage, k, mb))) in index)
+            gate_id = index[gate]  # a copy stands after the forward it moves: it always has a gate
+            if issued[gate_id] is None:
+                issued[gate_id] = [c]
+            else:
+                issued[gate_id].append(c)
+            needs[c] = index[after] if isinstance(after, Action) else copy_id[after]
+            stage, kind, mb = entry
+            if kind is reload:
+                served = index.get(new(Action, (stage, served_first, mb)))
+                if served is None:  # the next kind a RELOAD serves
+                    served = next(index[a] for k in RELOAD_SERVES if (a := new(Action, (stage, k, mb))) in index)
                 deps[served] = (*deps[served], c)
+            c += 1
     frozen = [None if ids is None else tuple(ids) for ids in issued]
     return CopyOps(first, entries, ranks, frozen, needs)
 

@@ -36,7 +36,8 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import is_, itemgetter
 from typing import NamedTuple
 
 from pipesim.ir import (
@@ -367,7 +368,26 @@ def send_gates(schedule: Schedule) -> dict[Message, Action | None] | None:
 
 def overlap_groups(schedule: Schedule) -> list[tuple[Action, ...]]:
     """The compute actions of every overlapped group, in order (each group runs as one)."""
+    if _plain_order(schedule):
+        return []
     return [e.actions for row in schedule.order or () for e in row if isinstance(e, Overlap)]
+
+
+_PLAIN_ENTRIES = frozenset({Action, CommAction, type(None)})
+
+
+def _plain_order(schedule: Schedule) -> bool:
+    """Whether every entry of the order is a compute action, a CommAction or idle (no overlapped pair): read at
+    C speed, so that the scans below skip an order of 10^5 entries without the kind they look for."""
+    return all(set(map(type, row)) <= _PLAIN_ENTRIES for row in schedule.order or ())
+
+
+def _comm_kinds(schedule: Schedule) -> set[CommKind]:
+    """The kinds of the order's CommActions, read at C speed."""
+    kinds: set[CommKind] = set()
+    for row in schedule.order or ():
+        kinds.update(map(itemgetter(1), compress(row, map(is_, map(type, row), repeat(CommAction)))))
+    return kinds
 
 
 def back_to_back(schedule: Schedule) -> Schedule:
@@ -390,6 +410,9 @@ def collectives_before(schedule: Schedule) -> tuple[dict[Action, list[CommAction
     """
     before: dict[Action, list[CommAction]] = {}
     tails: list[list[CommAction]] = []
+    collective = (CommKind.UNSHARD, CommKind.RESHARD, CommKind.REDUCE_GRAD)
+    if _plain_order(schedule) and not _comm_kinds(schedule).intersection(collective):
+        return before, [[] for _ in schedule.order or ()]  # none to place
     for row in schedule.order or ():
         waiting: list[CommAction] = []
         for entry in row:

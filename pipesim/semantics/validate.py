@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import compress, repeat
-from operator import is_, itemgetter, lt
+from operator import eq, is_, itemgetter, lt
 
 from pipesim._perf import paused_gc
 from pipesim.ir import MEMORY_MOVES, TRANSFER_KINDS, Action, B, CommAction, CommKind, F, I, Schedule, W, entry_actions
@@ -176,7 +176,7 @@ def _check_pairs(
     nowhere is named here, on its own rank, before other ranks' missing actions: a row off by one (torch 2.13's
     1F1B dump on its last rank: 3F1 .. 3F8, no 3F0) is the row to fix, not the ranks that lack 0F8."""
     for rank, row in enumerate(schedule.actions):
-        if _forwards_first(row):
+        if _forwards_first(row) or _split_in_order(row, position):
             continue
         for index, action in enumerate(row):
             if action[1] is not F and position.get(action) == index:
@@ -213,6 +213,31 @@ def _forwards_first(row: tuple[Action, ...]) -> bool:
     forward_at = dict(zip(map(key, compress(row, is_forward)), compress(places, is_forward), strict=True))
     needed = map(forward_at.get, map(key, compress(row, is_backward)), repeat(len(row)))
     return all(map(lt, needed, compress(places, is_backward)))
+
+
+def _split_in_order(row: tuple[Action, ...], position: dict[Action, int]) -> bool:
+    """C-speed screen of a rank with a split backward: every action there once in the schedule, each B and I after
+    the F of its (stage, microbatch), each W after its I, no B beside an I and each I's W present. A rank that
+    passes would give `_check_action` nothing to report; the others get the detailed check."""
+    places = range(len(row))
+    if not all(map(eq, map(position.get, row), places)):  # a repeat: position then names another copy
+        return False
+    kinds = list(map(itemgetter(1), row))
+    flags = {kind: list(map(is_, kinds, repeat(kind))) for kind in (F, B, I, W)}
+    if sum(flag.count(True) for flag in flags.values()) != len(row):
+        return False
+    key, late = itemgetter(0, 2), repeat(len(row))
+    forward_at = dict(zip(map(key, compress(row, flags[F])), compress(places, flags[F]), strict=True))
+    input_at = dict(zip(map(key, compress(row, flags[I])), compress(places, flags[I]), strict=True))
+    for table, kind in ((forward_at, B), (forward_at, I), (input_at, W)):
+        keys = map(key, compress(row, flags[kind]))
+        if not all(map(lt, map(table.get, keys, late), compress(places, flags[kind]))):
+            return False
+    stages = list(map(itemgetter(0), compress(row, flags[I])))
+    microbatches = list(map(itemgetter(2), compress(row, flags[I])))
+    if any(map(position.__contains__, zip(stages, repeat(B), microbatches))):
+        return False
+    return all(map(position.__contains__, zip(stages, repeat(W), microbatches)))
 
 
 def _check_action(

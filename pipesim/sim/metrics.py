@@ -17,7 +17,7 @@ from operator import itemgetter, le
 from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, ActionKind, Schedule
+from pipesim.ir import Action, ActionKind, CommKind, Schedule
 from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, CommSpan, Span, SpanColumns, Timeline
 from pipesim.semantics.lower import StashSizes, changes_at_start, offload_change, produced_message, stash_table
 
@@ -142,14 +142,23 @@ def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[floa
         count, size = table[stage][kind]
         events[rank].append((start if at_start[kind] else end, count, size))
     moves = _moves(tl)
-    sizes = stash_sizes(cost, {move.action.stage for move in moves})
-    for move in moves:
-        device, _, starts_it = offload_change(move.action.kind, sizes[move.action.stage])
+    changes = _move_changes(moves, cost)
+    for rank, _, _, (stage, kind, _), start, end, _, _ in moves:
+        device, _, starts_it = changes[stage, kind]
         count = 1 if starts_it else -1  # a microbatch's activations leave the device, or come back
-        events[move.rank].append((move.start if starts_it else move.end, count, device))
+        events[rank].append((start if starts_it else end, count, device))
     for row in events:
         row.sort()
     return events
+
+
+def _move_changes(
+    moves: list[CommSpan], cost: CostModel | None
+) -> dict[tuple[int, CommKind], tuple[float, float, bool]]:
+    """`offload_change` of each (stage, kind) of memory move in `moves`: one per kind, not per move."""
+    kinds = {move.action[:2] for move in moves}
+    sizes = stash_sizes(cost, {stage for stage, _ in kinds})
+    return {(stage, kind): offload_change(kind, sizes[stage]) for stage, kind in kinds}
 
 
 def _moves(tl: Timeline) -> list[CommSpan]:
@@ -162,10 +171,10 @@ def _host_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[float,
     a RELOAD frees it at its end (at one time, frees first: a RELOAD ending as an OFFLOAD starts counts once)."""
     events: list[list[tuple[float, float]]] = [[] for _ in range(tl.num_ranks)]
     moves = _moves(tl)
-    sizes = stash_sizes(cost, {move.action.stage for move in moves})
-    for move in moves:
-        _, host, starts_it = offload_change(move.action.kind, sizes[move.action.stage])
-        events[move.rank].append((move.start if not starts_it else move.end, host))
+    changes = _move_changes(moves, cost)
+    for rank, _, _, (stage, kind, _), start, end, _, _ in moves:
+        _, host, starts_it = changes[stage, kind]
+        events[rank].append((start if not starts_it else end, host))
     for row in events:
         row.sort()
     return events
@@ -178,7 +187,8 @@ def _host_peaks(tl: Timeline, cost: CostModel | None) -> list[float]:
         level = peak = 0.0
         for _, delta in row:
             level += delta
-            peak = max(peak, level)
+            if level > peak:  # max(peak, level), without a call per move
+                peak = level
         peaks.append(peak)
     return peaks
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, B, CommAction, CommKind, Entry, F, I, Schedule, entry_actions
 from pipesim.semantics.lower import RELOAD_SERVES, has_memory_moves
@@ -41,6 +42,7 @@ def check_offload_mode(mode: object) -> str:
     return str(mode)
 
 
+@paused_gc()
 def with_offload(schedule: Schedule, mode: str, cost: CostModel | None = None) -> Schedule:
     """`schedule` with OFFLOAD and RELOAD entries for `mode` (one of OFFLOAD_MODES); `selective` needs `cost`."""
     check_offload_mode(mode)
@@ -121,12 +123,21 @@ def _with_moves(row: list[Entry | None], chosen: dict[tuple[int, int], tuple[int
     the backward it serves (`_PREFETCH`)."""
     offload_after: dict[int, list[CommAction]] = {}
     reload_before: dict[int, list[CommAction]] = {}
+    new, offload, reload = tuple.__new__, CommKind.OFFLOAD, CommKind.RELOAD  # 10^5 moves: no checked constructor
     for (stage, mb), (forward, backward) in sorted(chosen.items(), key=lambda item: item[1][1]):
-        offload_after.setdefault(forward, []).append(CommAction(stage, CommKind.OFFLOAD, mb))
-        reload_before.setdefault(backward - _PREFETCH, []).append(CommAction(stage, CommKind.RELOAD, mb))
+        offload_after.setdefault(forward, []).append(new(CommAction, (stage, offload, mb)))
+        reload_before.setdefault(backward - _PREFETCH, []).append(new(CommAction, (stage, reload, mb)))
     out: list[Entry | None] = []
     position = 0  # compute actions seen so far
     for entry in row:
+        if type(entry) is Action:  # the common case: one compute action
+            if position in reload_before:
+                out.extend(reload_before[position])
+            out.append(entry)
+            if position in offload_after:
+                out.extend(offload_after[position])
+            position += 1
+            continue
         members = entry_actions(entry)
         for k in range(position, position + len(members)):  # an overlapped pair's members each count
             out.extend(reload_before.get(k, ()))

@@ -71,6 +71,10 @@ def sweep(
         gaps = [0.0] * n  # one addition per action rather than a test
     if blocking is not None and ready:
         _sweep_blocking(blocking, offsets, durations, hops, gaps, starts, ends, pointer, clock, waiting, ready, runs)
+    if (joined or copies) and ready and deps.waits is not None:  # None: the general loop (a test compares them)
+        copy_inputs = None if copies is None else (copies.issued, copies.needs, copy_clock)
+        times = (durations, hops, gaps, starts, ends)
+        _sweep_waits(deps.waits, offsets, *times, pointer, clock, waiting, ready, copy_inputs)
     while ready:
         rank = ready.pop()
         i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
@@ -164,6 +168,72 @@ def _sweep_blocking(
         pointer[rank], clock[rank] = i, now
         if runs is not None and i > first:
             runs.append((rank, first, i))
+
+
+def _sweep_waits(
+    waits: tuple[list[int], dict[int, tuple[tuple[int, int], ...]]],
+    offsets: list[int],
+    durations: list[float],
+    hops: list[float],
+    gaps: list[float],
+    starts: list[float],
+    ends: list[float],
+    pointer: list[int],
+    clock: list[float],
+    waiting: list[list[int] | None],
+    ready: list[int],
+    copy_inputs: tuple[list, dict[int, int], list[float]] | None,
+) -> None:
+    """`sweep`'s loop for overlapped groups and copies (`Dependencies.waits`): one producer read per action, as
+    `_sweep_blocking` does, except where several can keep it waiting (a group's first member waits for every
+    member's; a backward for its RELOAD too); a compute action's end issues its copies. The general loop's times,
+    without its per-action walk over every producer and its test for a group."""
+    single, several = waits
+    issued, needs, copy_clock = copy_inputs if copy_inputs is not None else ([None] * len(single), {}, [])
+    while ready:
+        rank = ready.pop()
+        i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
+        while i < stop:
+            start = now + gaps[i]
+            d = single[i]
+            if d >= 0:
+                arrival = ends[d]
+                if arrival < 0:
+                    break
+                arrival += hops[i]
+                if arrival > start:
+                    start = arrival
+            elif d == -2:
+                for d, member in several[i]:
+                    arrival = ends[d]
+                    if arrival < 0:
+                        break
+                    if member >= 0:
+                        arrival += hops[member]
+                    if arrival > start:
+                        start = arrival
+                else:
+                    d = -1
+                if d >= 0:
+                    break
+            now = start + durations[i]
+            starts[i] = start
+            ends[i] = now
+            parked = waiting[i]
+            if parked is not None:
+                ready.extend(parked)
+            if issued[i]:
+                _run_copies(issued[i], rank, now, needs, durations, starts, ends, copy_clock)
+            i += 1
+        else:
+            pointer[rank], clock[rank] = i, now
+            continue
+        parked = waiting[d]  # d has not ended: park on it
+        if parked is None:
+            waiting[d] = [rank]
+        else:
+            parked.append(rank)
+        pointer[rank], clock[rank] = i, now
 
 
 def _run_copies(
@@ -312,9 +382,10 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
 
 def copy_spans(copies: CopyOps, starts: list[float], ends: list[float]) -> tuple[CommSpan, ...]:
     """Each OFFLOAD and RELOAD on its rank's copy engine (kind "offload" / "reload", peer -1: the host)."""
-    first = copies.first
+    first, new = copies.first, tuple.__new__  # 10^5 spans: no per-span keyword call
+    names = {kind: kind.value.lower() for kind in {entry.kind for entry in copies.entries}}
     return tuple(
-        CommSpan(rank, entry.kind.value.lower(), -1, entry, starts[c], ends[c])
+        new(CommSpan, (rank, names[entry.kind], -1, entry, starts[c], ends[c], 0, 0))
         for c, (entry, rank) in enumerate(zip(copies.entries, copies.ranks, strict=True), start=first)
     )
 
@@ -340,30 +411,37 @@ def a2a_spans(deps: Dependencies, cost: CostModel, starts: list[float]) -> tuple
     spans: list[CommSpan] = []
     append, new = spans.append, tuple.__new__  # 10^5 spans: no per-span keyword call
     actions, ranks, layouts = deps.actions, deps.ranks, _PairLayouts(cost)
-    grouped: dict[int, tuple[int, ...]] = {}
-    for first, others in (deps.joined or {}).items():
-        group = (first, *others)
-        grouped.update(dict.fromkeys(group, group))
-    alone: dict[tuple[int, ActionKind], tuple[tuple[float, float], ...]] = {}  # (start, end) offsets per kind
+    joined = deps.joined or {}
+    later = set().union(*joined.values()) if joined else set()  # a group's members after its first
+    links: dict[tuple, tuple[tuple[int, float, float], ...]] = {}  # per kind of group: (member, start, end) offsets
+    alone: dict[tuple, tuple[tuple[float, float], ...]] = {}  # per (stage, kind) alone: (start, end) offsets
     for i, action in enumerate(actions):
-        rank, start = ranks[i], starts[i]
-        group = grouped.get(i)
-        if group is not None:
-            if i == group[0]:
-                members = [actions[m] for m in group]
-                for part, resource, lo, hi in layouts.of(tuple((a.stage, a.kind) for a in members)).segments:
-                    if resource == "link":
-                        append(new(CommSpan, (rank, "a2a", -1, members[part], start + lo, start + hi, 0, 0)))
+        others = joined.get(i)
+        if others is not None:
+            group = (i, *others)
+            kinds = (action[:2], actions[others[0]][:2]) if len(others) == 1 else _group_kinds(actions, group)
+            offsets = links.get(kinds)
+            if offsets is None:
+                segments = layouts.of(kinds).segments
+                offsets = links[kinds] = tuple((part, lo, hi) for part, kind, lo, hi in segments if kind == "link")
+            rank, start = ranks[i], starts[i]
+            for part, lo, hi in offsets:
+                append(new(CommSpan, (rank, "a2a", -1, actions[group[part]], start + lo, start + hi, 0, 0)))
             continue
-        stage, kind, _ = action
-        offsets = alone.get((stage, kind))
+        if i in later:
+            continue
+        key = action[:2]
+        offsets = alone.get(key)
         if offsets is None:
+            stage, kind = key
             a2a, half = cost.a2a_ms(stage, kind) / 2, cost.compute_ms(stage, kind) / 2
             first = half if kind is ActionKind.FORWARD else 0.0  # a backward combines first
             second = first + a2a + half
-            offsets = alone[(stage, kind)] = ((first, first + a2a), (second, second + a2a)) if a2a else ()
-        for lo, hi in offsets:
-            append(new(CommSpan, (rank, "a2a", -1, action, start + lo, start + hi, 0, 0)))
+            offsets = alone[key] = ((first, first + a2a), (second, second + a2a)) if a2a else ()
+        if offsets:
+            rank, start = ranks[i], starts[i]
+            for lo, hi in offsets:
+                append(new(CommSpan, (rank, "a2a", -1, action, start + lo, start + hi, 0, 0)))
     return tuple(spans)
 
 
@@ -401,23 +479,37 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
         durations = [table[kind][stage] for stage, kind, _ in deps.actions]
     if deps.joined:  # a pair takes what its layer-by-layer layout takes, shared in proportion to each alone
         actions, layouts = deps.actions, _PairLayouts(cost)
+        shared: dict[tuple, tuple[float, ...]] = {}  # per kind of group (durations are per stage and kind)
         for first, others in deps.joined.items():
             group = (first, *others)
-            layout = layouts.of(tuple((actions[m].stage, actions[m].kind) for m in group))
-            if not any(segment.resource == "link" for segment in layout.segments):  # no all-to-all: the factor
-                for member in group:
-                    durations[member] *= cost.overlap_factor
-                continue
-            total = layout.makespan
-            alone = sum(durations[m] for m in group)
-            for member in group:
-                durations[member] = total * durations[member] / alone if alone > 0 else 0.0
+            kinds = (actions[first][:2], actions[others[0]][:2]) if len(others) == 1 else _group_kinds(actions, group)
+            times = shared.get(kinds)
+            if times is None:
+                times = shared[kinds] = _group_durations(layouts.of(kinds), [durations[m] for m in group], cost)
+            for member, time in zip(group, times):  # noqa: B905 (one time per member)
+                durations[member] = time
     if deps.copies is not None:
-        durations.extend(cost.copy_ms(stage) for stage, _, _ in deps.copies.entries)
+        per_stage = [cost.copy_ms(stage) for stage in range(num_stages)]  # one price per stage, read per copy
+        durations.extend(map(per_stage.__getitem__, map(_stage, deps.copies.entries)))
     return durations
 
 
 _kind = itemgetter(1)  # Action.kind
+_stage = itemgetter(0)  # Action.stage, CommAction.stage
+
+
+def _group_kinds(actions: list[Action], group: tuple[int, ...]) -> tuple[tuple[int, ActionKind], ...]:
+    """(stage, kind) of each member: what prices a group (`CostModel.pair_ms`)."""
+    return tuple([actions[m][:2] for m in group])
+
+
+def _group_durations(layout: PairTimeline, alone: list[float], cost: CostModel) -> tuple[float, ...]:
+    """An overlapped group's members' times: the overlap factor x each alone where no all-to-all hides under
+    the pair, else the layout's makespan shared in proportion to each alone."""
+    if not any(segment.resource == "link" for segment in layout.segments):
+        return tuple(time * cost.overlap_factor for time in alone)
+    total, whole = layout.makespan, sum(alone)
+    return tuple(total * time / whole if whole > 0 else 0.0 for time in alone)
 
 
 def chunk_durations(deps: Dependencies, durations: list[float], schedule: Schedule, cost: CostModel) -> list[float]:
