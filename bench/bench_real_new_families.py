@@ -1,23 +1,25 @@
 """Real compute: each new family's measured step against its profile-based prediction, judged by the trust rules.
 
 Usage:
-    OMP_NUM_THREADS=1 python bench/bench_real_new_families.py                    # 5 families, 2 ranks, 3 rounds
+    OMP_NUM_THREADS=1 python bench/bench_real_new_families.py                    # 6 families, 2 ranks, 3 rounds
     python bench/bench_real_new_families.py --families v-half dualpipe --rounds 3 --markdown out/real.md
 
 Each run is `executor run --profile` of the built-in Transformer on CPU ranks: the stages profiled in situ, the step
-predicted from that profile (pipesim_executor.host.predict: the point, and its 90% interval where the profile measured
-a spread), then the steps measured. DualPipe, which the executor does not profile, is predicted from the profile of a
-zb-h1 run of the same model launched just before it (`PROFILED_BY`). The families run in interleaved rounds (A B C
-.., then B C .. A). Per family: the rounds' median prediction and interval, the measured median over every round's
-steps with its 95% interval (pipesim.analysis.stats.median_ci), the error, and the verdict by the rules verify-plan
-applies (pipesim_executor.host.verify_compare): a predicted interval wider than +-25% is "not informative" and not
-counted; a hit is the measured median inside the predicted interval; where the rounds moved together by more than
-the tolerated drift (pipesim.analysis.round_effect) the whole table is "not comparable".
+predicted from that profile (pipesim_executor.host.predict: the point, and its 90% interval where the profile
+measured a spread), then the steps measured. DualPipe, which the executor does not profile, is predicted from the
+profile of a zb-h1 run of the same model launched just before it, and Seq1F1B (2 chunks) from a 1f1b run's
+(`PROFILED_BY`). The families run in interleaved rounds (A B C .., then B C .. A). Per family: the rounds' median
+prediction and interval, the measured median over every round's steps with its 95% interval
+(pipesim.analysis.stats.median_ci), the error, and the verdict by the rules verify-plan applies
+(pipesim_executor.host.verify_compare): a predicted interval wider than +-25% is "not informative" and not counted;
+a hit is the measured median inside the predicted interval; where the rounds moved together by more than the
+tolerated drift (pipesim.analysis.round_effect) the whole table is "not comparable".
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -36,26 +38,34 @@ from pipesim_executor.config import ModelConfig, run_config  # noqa: E402
 # DualPipe runs without --profile (the executor profiles one copy of the weights): it is predicted from the profile
 # of zb-h1 run just before it in the same round, the same model cut the same way (one stage per rank, each of
 # DualPipe's chains a whole model) with the same split backward.
-PROFILED_BY = {"dualpipe": "zb-h1"}
+PROFILED_BY = {"dualpipe": "zb-h1", "seq1f1b": "1f1b"}
+# Seq1F1B runs without --profile too (the profile times whole microbatches): it is predicted from 1f1b's profile of
+# the same model, each chunk priced by its share under the model's own attention (pipesim.cost.seq_chunks).
+SEQ_CHUNKS = 2
 FAMILIES = {  # label -> (schedule, offload)
     "v-half": ("v-half", "none"),
     "v-min": ("v-min", "none"),
     "dualpipe": ("dualpipe", "none"),
     "1f1b-overlap": ("1f1b-overlap", "none"),
     "1f1b-offload-full": ("1f1b", "full"),
+    "seq1f1b": ("seq1f1b", "none"),
 }
+
+
+def _model(args: argparse.Namespace) -> ModelConfig:
+    return ModelConfig.of_transformer(
+        num_layers=args.layers, hidden_size=args.d_model, num_heads=4, ffn_size=4 * args.d_model
+    )
 
 
 def _launch(schedule: str, offload: str, profile: bool, args: argparse.Namespace, root: Path, name: str):
     from pipesim_executor.host import launch
 
-    model = ModelConfig.of_transformer(
-        num_layers=args.layers, hidden_size=args.d_model, num_heads=4, ffn_size=4 * args.d_model
-    )
+    chunks = {"seq_chunks": SEQ_CHUNKS} if schedule == "seq1f1b" else {}
     config = run_config(
-        schedule=schedule, num_ranks=args.ranks, num_microbatches=args.microbatches, model=model,
+        schedule=schedule, num_ranks=args.ranks, num_microbatches=args.microbatches, model=_model(args),
         batch_size=args.batch_size, steps=args.steps, warmup_steps=2, device="cpu", profile=profile,
-        offload=offload, timeout_s=900,
+        offload=offload, timeout_s=900, **chunks,
     )  # fmt: skip
     return launch.run(config, runs_root=root, name=name, wait_for_machine=True)
 
@@ -75,7 +85,13 @@ def run_once(label: str, args: argparse.Namespace, root: Path, round_: int) -> d
     if result.status != "ok" or not result.step_times_ms:
         return out
     if profiler is not None:
-        cost = load_cost(profiled.run_dir / "cost.json").for_schedule(result.schedule)
+        cost = load_cost(profiled.run_dir / "cost.json")
+        if result.schedule.seq_chunks > 1:  # a later chunk's dearer attention: the model's own share
+            from pipesim.cost.description import ModelDescription
+
+            shape = _model(args).transformer
+            cost = dataclasses.replace(cost, attention_fraction=ModelDescription.of_shape(shape).attention_fraction())
+        cost = cost.for_schedule(result.schedule)
         prediction = predict_step(result.schedule, cost)
         point, low, high = prediction.predicted_step_ms, prediction.p05_ms, prediction.p95_ms
     elif result.predicted_step_ms is None:
