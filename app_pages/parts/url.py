@@ -20,7 +20,7 @@ from pipesim.cost import DTYPE_BYTES, MAX_FACTOR
 from pipesim.ir import SEQ_CUTS
 from pipesim.limits import MAX_STEPS, MAX_TIME_MS
 from pipesim.numbers import shown
-from pipesim.plan import SYNTHESIZED
+from pipesim.plan import OFFLOAD_CHOICES, SYNTHESIZED
 from pipesim.schedules import schedule_names
 from pipesim.url_query import UrlField, refused_values
 from pipesim_executor.config import BACKENDS, DEVICES, DTYPES, MODEL_KINDS, OPTIMIZERS
@@ -108,6 +108,7 @@ def fields() -> dict[str, UrlField]:
         "plan-batch": _int(1, 4096),
         "plan-cap": _float(0.0, 4096.0),
         "plan-optimizer": UrlField("choice", choices=OPTIMIZERS),
+        "plan-offload": UrlField("choice", choices=OFFLOAD_CHOICES),
         "plan-schedules": UrlField("choice", choices=(*names, SYNTHESIZED), many=len(names) + 1),
         "plan-synth-budget": _float(0.5, 600.0),
         "plan-mbs": UrlField("ints", 1, 4096),
