@@ -214,7 +214,7 @@ except ValueError as error:
 front, best = pareto_front(candidates), best_candidate(candidates)
 order = ranked(candidates)
 lines = summary_lines(candidates, cap)
-if offload == "auto" and cap is not None and not host_gbps:
+if offload == "auto" and cap is not None and not host_gbps and any(c.built and not c.fits for c in candidates):
     lines.insert(1, "offload not tried: no host bandwidth priced (set Host GB/s, or pick selective or full)")
 st.markdown("\n".join(f"- {line.strip()}" for line in lines))
 if profile is not None:

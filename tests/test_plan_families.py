@@ -106,6 +106,9 @@ def test_auto_offload_needs_a_cap_and_a_priced_host_link(capsys: pytest.CaptureF
     assert "offload not tried: no host link priced" in out
     assert {c["offload"] for c in json.loads(out_path.read_text())["candidates"]} == {"none"}
 
+    main([*argv, "--memory-cap", "1e15"])  # every candidate fits: offload could change nothing, nothing is said
+    assert "offload not tried" not in capsys.readouterr().out
+
     main([*capped, "--host-gbps", "1000", "--json", str(out_path)])
     out = capsys.readouterr().out
     document = json.loads(out_path.read_text())

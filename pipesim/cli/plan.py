@@ -387,7 +387,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     lines = list(document["summary"])
     if workers_note is not None:
         lines.insert(1, workers_note)
-    offload_note = skipped_note(space.offload, inputs)
+    offload_note = skipped_note(space.offload, inputs, candidates)
     if offload_note is not None:
         lines.insert(1, offload_note)
     if not document["calibration"]["calibrated"]:

@@ -59,9 +59,11 @@ def host_link_priced(link: LinkCost) -> bool:
     return link != LinkCost()
 
 
-def skipped_note(choice: str, inputs: PlanInputs) -> str | None:
-    """One line where "auto" left offload out of a capped plan because the host link is free, else None."""
-    if choice == "auto" and inputs.memory_cap_bytes is not None and not host_link_priced(inputs.host_link):
+def skipped_note(choice: str, inputs: PlanInputs, candidates: list[Candidate]) -> str | None:
+    """One line where "auto" left offload out of a capped plan because the host link is free and some built
+    candidate is over the cap (where offload could have changed the answer), else None."""
+    over_cap = any(c.built and not c.fits for c in candidates)
+    if choice == "auto" and over_cap and inputs.memory_cap_bytes is not None and not host_link_priced(inputs.host_link):
         return (
             "note: offload not tried: no host link priced (--host-gbps, --host-latency or the cost file's host_link); "
             "--offload selective|full tries it at that price"
