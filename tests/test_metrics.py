@@ -195,3 +195,25 @@ def test_inner_bubble_leaves_out_ramp_and_drain_zb_h2_has_none():
     assert inner_bubble_fraction(h2) == 0.0
     # zb-h1: rank r waits (3 - r) ms inside its work, out of 27 - r ms between its first and last action
     assert inner_bubble_fraction(h1) == pytest.approx((3 + 2 + 1 + 0) / (27 + 26 + 25 + 24))
+
+
+@pytest.mark.parametrize("name", ["1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipe", "seq1f1b", "v-min"])
+def test_link_busy_of_a_validated_schedule_equals_the_action_count(name):
+    """A validated schedule's link time is counted per stage (one activation and one gradient per microbatch),
+    not per action: it must equal the count over its actions, which an unvalidated copy of it takes."""
+    import dataclasses
+
+    from pipesim.cost.convert import cost_from_times
+    from pipesim.cost.links import LinkCost
+    from pipesim.schedules import build_schedule, options_for
+    from pipesim.semantics.screen import is_validated
+    from pipesim.semantics.validate import validate
+    from pipesim.sim.metrics import link_busy_ms
+
+    schedule = build_schedule(name, 4, 8, **options_for(name, num_virtual_stages=2))
+    validate(schedule)
+    unmarked = dataclasses.replace(schedule)
+    assert is_validated(schedule) and not is_validated(unmarked)
+    cost = dataclasses.replace(cost_from_times((1.0,), (2.0,)), links=(LinkCost(0.1, 3.0),)).for_schedule(schedule)
+    counted = link_busy_ms(unmarked, cost)
+    assert any(counted) and link_busy_ms(schedule, cost) == pytest.approx(counted, rel=1e-12)
