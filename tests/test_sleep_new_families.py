@@ -70,7 +70,7 @@ def test_a_sleep_runner_sleeps_its_actions_times_in_turn(monkeypatch):
     runner = inject.SleepRunner(0, True, False, costs, plan={ActionKind.FORWARD: (4.0, 2.0)})
     for _ in range(3):
         runner.forward(torch.zeros(2, 3))
-    runner.backward(((2, 3), None), None)  # the stash: the input's shape, no sequence chunk
+    runner.backward((2, 3), None)
     assert slept == pytest.approx([0.004, 0.002, 0.004, 0.009])  # the plan in turn; B from its one cost
 
 

@@ -36,7 +36,6 @@ from torch import Tensor
 
 from pipesim.cost.model import CostModel
 from pipesim.cost.perturb import Perturbation
-from pipesim.cost.seq_chunks import ChunkShares, chunk_shares
 from pipesim.ir import Action, ActionKind, Schedule
 from pipesim_executor.rank.offload import Held
 from pipesim_executor.rank.runtime import RankModel
@@ -71,8 +70,8 @@ class SleepRunner:
     """A stage that sleeps its action's cost (ms, per kind) and hands on zeros of the message's shape. One tiny
     parameter so the optimizer has something to step (it has no gradient: the step is microseconds). With
     `plan`, a kind's calls sleep its times in turn, one per action of that kind in the rank's order (the runtime
-    runs every action of a step in that order), instead of the kind's one cost; without, a sequence chunk sleeps
-    its share of the cost (`shares`: pipesim.cost.seq_chunks, as the simulator prices it)."""
+    runs every action of a step in that order), instead of the kind's one cost (`build_sleep_model` gives every
+    action its simulated duration: a sequence chunk's share, a pair member's part included)."""
 
     def __init__(
         self,
@@ -80,12 +79,11 @@ class SleepRunner:
         is_first: bool,
         is_last: bool,
         costs_ms: dict[ActionKind, float],
-        shares: ChunkShares | None = None,
         plan: dict[ActionKind, tuple[float, ...]] | None = None,
     ) -> None:
         self.stage, self.is_first, self.is_last = stage, is_first, is_last
         self.recompute = False
-        self.costs_ms, self.shares = costs_ms, shares
+        self.costs_ms = costs_ms
         self._plan = {kind: times for kind, times in (plan or {}).items() if times}
         self._calls = dict.fromkeys(self._plan, 0)
         self.weight = torch.nn.Parameter(torch.zeros(1))
@@ -105,13 +103,12 @@ class SleepRunner:
     def remove_hooks(self) -> None:
         """Nothing to remove (the model runners' interface)."""
 
-    def _sleep(self, kind: ActionKind, chunk: int | None = None) -> None:
+    def _sleep(self, kind: ActionKind) -> None:
         on = self._switch is not None and self._switch.on
         times = self._plan.get(kind)
         if times is None:
-            share = 1.0 if chunk is None else self.shares.of_kind(kind is ActionKind.BACKWARD_WEIGHT, chunk)
-            ms = self.costs_ms[kind] * share
-        else:  # the simulation's own duration of this action (a chunk's share included)
+            ms = self.costs_ms[kind]
+        else:  # the simulation's own duration of this action
             ms = times[self._calls[kind] % len(times)]
             self._calls[kind] += 1
         precise_sleep(ms * (self._factors.get(kind, 1.0) if on else 1.0) / 1e3)
@@ -119,22 +116,21 @@ class SleepRunner:
     def forward(
         self, x: Tensor, target: Tensor | None = None, split: bool = False, chunk: Any = None
     ) -> tuple[Tensor, Any]:
-        index = None if chunk is None else chunk.index  # the stash: the message's shape and the chunk
-        self._sleep(ActionKind.FORWARD, index)
+        self._sleep(ActionKind.FORWARD)
         if self.is_last:
-            return torch.zeros(()), (x.shape, index)
-        return torch.zeros(x.shape), (x.shape, index)
+            return torch.zeros(()), x.shape
+        return torch.zeros(x.shape), x.shape
 
     def backward(self, stash: Any, grad_output: Tensor | None) -> Tensor | None:
-        self._sleep(ActionKind.BACKWARD, stash[1])
-        return None if self.is_first else torch.zeros(stash[0])
+        self._sleep(ActionKind.BACKWARD)
+        return None if self.is_first else torch.zeros(stash)
 
     def backward_input(self, stash: Any, grad_output: Tensor | None) -> tuple[Tensor | None, Any]:
-        self._sleep(ActionKind.BACKWARD_INPUT, stash[1])
-        return (None if self.is_first else torch.zeros(stash[0])), stash
+        self._sleep(ActionKind.BACKWARD_INPUT)
+        return (None if self.is_first else torch.zeros(stash)), stash
 
     def backward_weight(self, work: Any) -> None:
-        self._sleep(ActionKind.BACKWARD_WEIGHT, work[1])
+        self._sleep(ActionKind.BACKWARD_WEIGHT)
 
 
 def slept_ms(schedule: Schedule, cost: CostModel, rank: int) -> dict[Action, float]:
@@ -154,7 +150,6 @@ def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch
     """This rank's sleeping stages, priced by `cost` (cut for the schedule) as the simulation prices each action
     (`slept_ms`), and messages of microbatch_size x WIDTH floats; the batch maker gives zeros of the same width."""
     chain = schedule.pipeline_stages  # each direction of DualPipe has its own first and last stage
-    shares = chunk_shares(schedule.seq_chunks, cost.attention_fraction, schedule.seq_cut)
     plans: dict[int, dict[ActionKind, list[float]]] = {}
     for action, ms in slept_ms(schedule, cost, rank).items():  # in the rank's order
         plans.setdefault(action.stage, {}).setdefault(action.kind, []).append(ms)
@@ -164,7 +159,6 @@ def build_sleep_model(schedule: Schedule, rank: int, cost: CostModel, microbatch
             stage % chain == 0,
             stage % chain == chain - 1,
             {k: cost.duration_ms(stage, k) for k in ActionKind},
-            shares,
             {kind: tuple(times) for kind, times in plans.get(stage, {}).items()},
         )
         for stage in schedule.stages_of_rank(rank)
