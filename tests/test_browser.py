@@ -159,13 +159,23 @@ def _pick(page, label: str, option: str, scope=None) -> None:
     """Choose `option` in the select box labelled `label` (react-aria combobox)."""
     where = scope or page
     box = where.get_by_role("combobox", name=label)
-    box.scroll_into_view_if_needed()
-    box.click()
     choice = page.get_by_role("option", name=option, exact=True)
-    try:
-        choice.wait_for(timeout=5_000)
-    except Exception:  # a click at the sidebar's lower edge focuses the box without opening it: open it by keyboard
-        page.keyboard.press("ArrowDown")
+    # a click at the sidebar's lower edge can focus the box without opening it, and a rerun of the page under load
+    # can close the list again: open it (click, then by keyboard) until the option shows, three times at most
+    for attempt in range(3):
+        box.scroll_into_view_if_needed()
+        box.click()
+        try:
+            choice.wait_for(timeout=5_000)
+            break
+        except Exception:  # noqa: BLE001 - not open yet: by keyboard
+            page.keyboard.press("ArrowDown")
+            try:
+                choice.wait_for(timeout=10_000)
+                break
+            except Exception:  # noqa: BLE001 - closed again by a rerun: once more from the start
+                if attempt == 2:
+                    raise
     choice.click()
 
 
