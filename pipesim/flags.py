@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import difflib
 import functools
 import inspect
 import os
@@ -93,6 +92,8 @@ class Parser(argparse.ArgumentParser):
         words = list(sys.argv[1:] if args is None else args)
         parsed, unknown = self.parse_known_args(words, namespace)
         if unknown:
+            import difflib  # only to name the closest flag of a mistake
+
             inner, flags = self._innermost(words), [word.split("=")[0] for word in unknown if word.startswith("-")]
             names = [flag for action in inner._actions for flag in action.option_strings if flag.startswith("--")]
             close = [f"; did you mean {m}?" for flag in flags for m in difflib.get_close_matches(flag, names, 1, 0.75)]

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pipesim.cost.collectives import DataParallelGroup
 from pipesim.cost.links import LinkCost
-from pipesim.cost.overlap import PairTimeline, pair_timeline
 from pipesim.cost.runtime import RankRuntime
 from pipesim.cost.stage import StageCost, piece
 from pipesim.ir import ActionKind, CommKind, Schedule
 from pipesim.limits import require_items
+
+if TYPE_CHECKING:  # laid out only where a schedule overlaps a pair: a plain `simulate` starts without it
+    from pipesim.cost.overlap import PairTimeline
 
 
 class StageRecutter(Protocol):
@@ -365,6 +367,8 @@ class CostModel:
         """An overlapped forward-backward pair (each member as (stage, kind)), laid out layer by layer with each
         part's all-to-alls under the other's compute (`pipesim.cost.overlap`); compute scaled by
         `overlap_factor`. A group of other than two members runs its members back to back."""
+        from pipesim.cost.overlap import PairTimeline, pair_timeline
+
         factor = self.overlap_factor
         if len(members) != 2:
             total = sum(factor * self.compute_ms(s, k) + self.a2a_ms(s, k) for s, k in members)

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import math
 from operator import itemgetter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
-from pipesim.cost.overlap import PairTimeline
-from pipesim.cost.seq_chunks import chunk_shares
 from pipesim.ir import Action, ActionKind, Schedule
 from pipesim.records import CommSpan, SpanColumns, Timeline
 from pipesim.semantics.dag import CopyOps, DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
+
+if TYPE_CHECKING:  # overlapped pairs and sequence chunks are priced where a schedule has them
+    from pipesim.cost.overlap import PairTimeline
 
 
 def sweep(
@@ -515,6 +516,8 @@ def _group_durations(layout: PairTimeline, alone: list[float], cost: CostModel) 
 def chunk_durations(deps: Dependencies, durations: list[float], schedule: Schedule, cost: CostModel) -> list[float]:
     """Each sequence chunk's share of its microbatch's time (`pipesim.cost.seq_chunks`): F, B and I by its share of
     the compute (attention makes later chunks dearer), W, which attention does not touch, by its share of tokens."""
+    from pipesim.cost.seq_chunks import chunk_shares
+
     shares = chunk_shares(schedule.seq_chunks, cost.attention_fraction, schedule.seq_cut)
     chunks = schedule.seq_chunks
     scaled = list(durations)
