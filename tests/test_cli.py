@@ -294,6 +294,29 @@ def test_compare_prints_a_table_and_writes_rows(capsys, tmp_path):
     assert (tmp_path / "cmp.html").stat().st_size > 1_000_000
 
 
+def test_compare_takes_the_knobs_simulate_takes_and_gives_the_rows_simulate_gives(capsys, tmp_path):
+    """--offload and --seq-chunks reach each family that takes them: every row equals simulate's of that family."""
+    common = ["--ranks", "4", "--microbatches", "8", "--host-latency", "3", "--offload", "full"]
+    code, _, err = run(
+        capsys, "compare", "--schedules", "1f1b,seq1f1b", "--seq-chunks", "4", "--json", str(tmp_path / "rows.json"),
+        *common,
+    )  # fmt: skip
+    assert code == 0, err
+    rows = {row["schedule"]: row for row in json.loads((tmp_path / "rows.json").read_text())["rows"]}
+    for name, extra in (("1f1b", []), ("seq1f1b", ["--seq-chunks", "4"])):
+        out = tmp_path / f"{name}.json"
+        code, _, err = run(capsys, "simulate", "--schedule", name, *extra, *common, "--json", str(out))
+        assert code == 0, err
+        assert rows[name]["step_ms"] == pytest.approx(json.loads(out.read_text())["step_ms"])
+    # copies of 3 ms each cost time: the same row without --offload is quicker, so the flag was not dropped
+    code, _, err = run(
+        capsys, "compare", "--schedules", "1f1b", "--ranks", "4", "--microbatches", "8", "--json",
+        str(tmp_path / "plain.json"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads((tmp_path / "plain.json").read_text())["rows"][0]["step_ms"] < rows["1f1b"]["step_ms"]
+
+
 def test_images_without_a_browser_fail_clearly_but_html_is_written(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(export, "find_browser", lambda: None)
     code, _, err = run(

@@ -67,9 +67,11 @@ from pipesim.cli.common import (
     UsageError,
     add_cost_args,
     add_figure_args,
+    add_knob_args,
     add_sampling_args,
     check_outputs,
     cost_from_args,
+    knob_options,
     ms_list,
     positive_int,
     sampling_from_args,
@@ -92,7 +94,7 @@ from pipesim.io.formats import (
     write_files,
 )
 from pipesim.io.torch_csv import CSV_FORMATS, dialect_note
-from pipesim.ir import SEQ_CUTS, Schedule
+from pipesim.ir import Schedule
 from pipesim.programs import programs
 from pipesim.records import Timeline
 from pipesim.schedules import build_schedule
@@ -101,7 +103,7 @@ from pipesim.semantics.lower import back_to_back
 from pipesim.semantics.validate import validate
 from pipesim.sim.data_parallel import ALLREDUCE
 from pipesim.sim.metrics import Metrics, compute_metrics, link_busy_ms, with_link_busy
-from pipesim.sim.offload import OFFLOAD_MODES, with_offload
+from pipesim.sim.offload import with_offload
 from pipesim.sim.steps import SimulatedStep, simulate_step
 from pipesim.units import format_bytes, format_memory
 
@@ -153,30 +155,10 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
     sim.add_argument("--microbatches", type=positive_int, metavar="M", help="microbatches per step (with --schedule)")
     sim.add_argument("--virtual-stages", type=positive_int, metavar="V", help="stages per rank (interleaved)")
     sim.add_argument(
-        "--seq-chunks",
-        type=positive_int,
-        metavar="S",
-        help="sequence chunks per microbatch (seq1f1b; default 2)",
-    )
-    sim.add_argument(
-        "--seq-cut",
-        choices=SEQ_CUTS,
-        help="how a microbatch's sequence is cut into chunks: even tokens, or balanced compute under causal "
-        "attention (seq1f1b; default even)",
-    )
-    sim.add_argument(
         "--sequential-pairs",
         action="store_true",
         help="run each overlapped pair (OVERLAP_F_B) as torch's runtime does by default: its members one after "
         "the other, each waiting only for its own inputs (default: overlapped, priced layer by layer)",
-    )
-    sim.add_argument(
-        "--offload",
-        choices=OFFLOAD_MODES,
-        default="none",
-        help="move saved activations to host memory after each forward and back before its backward, on the "
-        "copy engine (full: every microbatch that waits; selective: only where the wait hides the copies; "
-        "priced by --host-gbps/--host-latency; default none)",
     )
     sim.add_argument(
         "--csv-in-format",
@@ -184,6 +166,7 @@ def _add_simulate(commands: argparse._SubParsersAction) -> None:
         default="auto",
         help="the format of --csv-in (default: auto, compute_comms when it has sends or receives)",
     )
+    add_knob_args(sim)
     add_cost_args(sim)
     add_sampling_args(sim)
     whatif.add_perturbation_args(sim)
@@ -245,8 +228,7 @@ def schedule_from_args(args: argparse.Namespace) -> Schedule:
     if args.ranks is None or args.microbatches is None:
         raise UsageError("--schedule needs --ranks and --microbatches")
     options = {} if args.virtual_stages is None else {"num_virtual_stages": args.virtual_stages}
-    options |= {"seq_chunks": args.seq_chunks, "seq_cut": args.seq_cut}  # None: not given (a family's default)
-    return build_schedule(args.schedule, args.ranks, args.microbatches, **options)
+    return build_schedule(args.schedule, args.ranks, args.microbatches, **options, **knob_options(args))
 
 
 # --- commands -------------------------------------------------------------------------

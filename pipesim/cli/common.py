@@ -25,9 +25,10 @@ from pipesim.flags import (  # noqa: F401 - the commands' parser and usage error
 )
 from pipesim.io.cost_file import load_cost
 from pipesim.io.formats import STANDARD_OUTPUT, check_output, is_standard_output, write_file
-from pipesim.ir import Schedule
+from pipesim.ir import SEQ_CUTS, Schedule
 from pipesim.limits import MAX_BYTES, MAX_TIME_MS, MIN_BANDWIDTH_GBPS, check_sizes
 from pipesim.records import Timeline
+from pipesim.sim.offload import OFFLOAD_MODES
 
 FIGURE_FORMATS = ("html", "png", "svg", "pdf")
 
@@ -151,6 +152,36 @@ def add_cost_args(parser: argparse.ArgumentParser) -> None:
         help="with --data-parallel: gradient bytes (one value, or one per rank or per stage, cut as the times); "
         "uniform times carry none, and no bytes reduce in no time",
     )
+
+
+def add_knob_args(parser: argparse.ArgumentParser) -> None:
+    """--seq-chunks, --seq-cut and --offload: the knobs of the families that take them (simulate, compare)."""
+    group = parser.add_argument_group("schedule knobs")
+    group.add_argument(
+        "--seq-chunks",
+        type=positive_int,
+        metavar="S",
+        help="sequence chunks per microbatch (seq1f1b; default 2)",
+    )
+    group.add_argument(
+        "--seq-cut",
+        choices=SEQ_CUTS,
+        help="how a microbatch's sequence is cut into chunks: even tokens, or balanced compute under causal "
+        "attention (seq1f1b; default even)",
+    )
+    group.add_argument(
+        "--offload",
+        choices=OFFLOAD_MODES,
+        default="none",
+        help="move saved activations to host memory after each forward and back before its backward, on the "
+        "copy engine (full: every microbatch that waits; selective: only where the wait hides the copies; "
+        "priced by --host-gbps/--host-latency; default none)",
+    )
+
+
+def knob_options(args: argparse.Namespace) -> dict[str, object]:
+    """The builder options of `add_knob_args`' flags (None: not given, the family's default)."""
+    return {"seq_chunks": args.seq_chunks, "seq_cut": args.seq_cut}
 
 
 def add_sampling_args(parser: argparse.ArgumentParser) -> None:

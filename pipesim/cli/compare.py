@@ -13,9 +13,11 @@ from pipesim.cli import whatif
 from pipesim.cli.common import (
     add_cost_args,
     add_figure_args,
+    add_knob_args,
     add_sampling_args,
     check_outputs,
     cost_from_args,
+    knob_options,
     name_list,
     positive_int,
     sampling_from_args,
@@ -37,6 +39,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     cmp.add_argument("--ranks", type=positive_int, required=True, metavar="P", help="pipeline ranks")
     cmp.add_argument("--microbatches", type=positive_int, required=True, metavar="M", help="microbatches per step")
     cmp.add_argument("--virtual-stages", type=positive_int, metavar="V", help="for the interleaved families")
+    add_knob_args(cmp)
     add_cost_args(cmp)
     add_sampling_args(cmp)
     whatif.add_perturbation_args(cmp)
@@ -56,8 +59,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     perturbation = whatif.perturbation_from_args(args, args.ranks)
     slowdown = None if args.sensitivity == 1 else args.sensitivity
     rows = compare_schedules(
-        args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages, sampling, perturbation, slowdown
-    )
+        args.schedules, args.ranks, args.microbatches, cost, args.virtual_stages, sampling, perturbation, slowdown,
+        options=knob_options(args), offload=args.offload,
+    )  # fmt: skip
     written = []
     if args.json is not None:
         document = {
