@@ -55,6 +55,20 @@ def test_noise_small_biases_and_biases_inside_the_spread_are_not_disturbances(ro
     assert verdict["line"].startswith("not disturbed")
 
 
+def test_a_bias_that_other_work_widened_the_spread_over_is_still_a_disturbance():
+    """The held-out Mixer profiled beside two busy loops: its check -7.7% (CI -12.1% to -3.0%) under a 28.6% spread
+    that the loops had widened, other processes holding 0.97 of 2 cores. The same check on a quiet machine (0.02
+    of 2) stays not disturbed; a bias under 5% never is."""
+    rows = [checked_row(100.0 * m, 92.3, 0.286 * 1.645) for m in (0.95, 1.0, 1.04, 1.01)]
+    shared = {**BUSY, "other_cores": 0.97}
+    verdict = disturbance({"rows": rows}, shared)
+    assert verdict["disturbed"] and verdict["high"] < 0 and verdict["bias"] == pytest.approx(-0.077, abs=0.005)
+    assert "widened by other work" in verdict["line"] and "other processes used 0.97 of its 2 cores" in verdict["line"]
+    assert not disturbance({"rows": rows}, {**BUSY, "other_cores": 0.02})["disturbed"]
+    small = [checked_row(100.0 * m, 97.0, 0.286 * 1.645) for m in (0.99, 1.0, 1.01, 1.0)]
+    assert not disturbance({"rows": small}, shared)["disturbed"]
+
+
 def test_too_little_to_judge_is_none_and_an_unknown_load_is_said_so():
     assert disturbance(None) is None and disturbance({"rows": [checked_row(1.0, 2.0, None)]}) is None
     assert disturbance({"rows": ["junk", {"measured_ms": -1}]}) is None
