@@ -148,6 +148,26 @@ def test_a_misplaced_memory_move_is_refused_by_name(row: str, rule: str) -> None
         validate(_order_with(row.split()))
 
 
+@pytest.mark.parametrize(
+    ("row", "rule"),
+    [
+        ("0OFFLOAD0 0F0 0F1 0RELOAD0 0B0 0B1", "memory move too early"),
+        ("0F0 0OFFLOAD0 0F1 0RELOAD0 0B0 0B1", None),
+    ],
+)
+def test_the_lowering_names_a_memory_move_it_cannot_place(row: str, rule: str | None) -> None:
+    from pipesim.semantics.dag import dependencies
+
+    order = _order_with(row.split())
+    if rule is None:  # a sound order: each copy issued by the compute action before it, RELOAD before its backward
+        copies = dependencies(order).copies
+        assert copies.issued == [(4,), (5,), None, None] and copies.needs == {4: 0, 5: 4}
+        assert dependencies(order).deps[2][-1] == 5  # 0B0 waits for its RELOAD
+        return
+    with pytest.raises(ScheduleError, match=rule):
+        dependencies(order)
+
+
 def test_simulate_json_gives_the_per_rank_resource_fields(tmp_path) -> None:
     out = tmp_path / "t.json"
     command = [sys.executable, "-m", "pipesim", "simulate", "--schedule", "1f1b", "--ranks", "4"]

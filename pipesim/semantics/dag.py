@@ -20,19 +20,20 @@ member's inputs before it starts (`Dependencies.joined`).
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, compress, repeat
+from operator import add, is_, itemgetter, mul, not_
 from typing import TYPE_CHECKING
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, CommAction, CommKind, Schedule
+from pipesim.ir import Action, CommAction, CommKind, F, Schedule
 from pipesim.semantics.lower import (
     RELOAD_SERVES,
     collectives_before,
     has_memory_moves,
-    memory_moves,
+    memory_move_gates,
     overlap_groups,
     produced_message,
     producer_ids,
@@ -245,48 +246,75 @@ def _lower(schedule: Schedule) -> Dependencies:
     collectives = collectives_before(schedule)
     if gates is None and not groups and not moves:
         return dataclasses.replace(made, collectives=collectives) if any(collectives) else made
-    index = made.index
     sends: dict[tuple[int, int], str] | None = None
     if gates is not None:
         sends = {}
-        deps = _gated(deps, actions, ranks, offsets, index, gates, schedule.num_stages, sends)
-    member = index.__getitem__
-    joined = {member(group[0]): tuple(map(member, group[1:])) for group in groups} if groups else None
-    copies = _copy_ops(schedule, index, deps) if moves else None
+        deps = _gated(deps, actions, ranks, offsets, made.index, gates, schedule.num_stages, sends)
+    member = made.index.__getitem__ if groups else None  # hashed only where a group names its members
+    joined = {member(group[0]): tuple(map(member, group[1:])) for group in groups} if member else None
+    copies = _copy_ops(schedule, made, deps) if moves else None
     return Dependencies(actions, ranks, offsets, deps, joined, sends, copies, collectives)
 
 
-def _copy_ops(schedule: Schedule, index: dict[Action, int], deps: list[tuple[int, ...]]) -> CopyOps:
+def _copy_ops(schedule: Schedule, made: Dependencies, deps: list[tuple[int, ...]]) -> CopyOps:
     """The engine's view of `memory_moves`; adds each RELOAD to the dependencies of the backward it serves (in
-    place). Validation has checked that every copy stands after what it moves and before what it serves."""
-    first = len(index)
-    entries: list[CommAction] = []
-    ranks: list[int] = []
-    issued: list[list[int] | None] = [None] * first
-    needs: dict[int, int] = {}
-    copy_id: dict[CommAction, int] = {}
-    new, reload, served_first = tuple.__new__, CommKind.RELOAD, RELOAD_SERVES[0]
-    c = first
-    for rank, copies in enumerate(memory_moves(schedule)):
-        for entry, gate, after in copies:
-            copy_id[entry] = c
-            entries.append(entry)
-            ranks.append(rank)
-            gate_id = index[gate]  # a copy stands after the forward it moves: it always has a gate
-            if issued[gate_id] is None:
-                issued[gate_id] = [c]
-            else:
-                issued[gate_id].append(c)
-            needs[c] = index[after] if isinstance(after, Action) else copy_id[after]
-            stage, kind, mb = entry
-            if kind is reload:
-                served = index.get(new(Action, (stage, served_first, mb)))
-                if served is None:  # the next kind a RELOAD serves
-                    served = next(index[a] for k in RELOAD_SERVES if (a := new(Action, (stage, k, mb))) in index)
-                deps[served] = (*deps[served], c)
-            c += 1
-    frozen = [None if ids is None else tuple(ids) for ids in issued]
-    return CopyOps(first, entries, ranks, frozen, needs)
+    place). Validation has checked that every copy stands after what it moves and before what it serves. Each id is
+    read off a position (`memory_move_gates`) or a table per (stage, microbatch), a column at a time: 10^5 copies
+    without hashing an action."""
+    first, rows = len(made.actions), memory_move_gates(schedule)
+    entries = list(chain.from_iterable(row for row, _ in rows))
+    ranks = list(chain.from_iterable(repeat(rank, len(row)) for rank, (row, _) in enumerate(rows)))
+    ids = range(first, first + len(entries))
+    stages, kinds, mbs = (list(map(itemgetter(field), entries)) for field in range(3))
+    num_mb = schedule.num_microbatches
+    if not set(stages) <= set(range(schedule.num_stages)) or not set(mbs) <= set(range(num_mb)):
+        raise ScheduleError(
+            "memory move out of range", "an OFFLOAD or RELOAD names a stage or microbatch that no rank runs"
+        )
+    if any(gates and min(gates) < 0 for _, gates in rows):
+        raise ScheduleError("memory move too early", "an OFFLOAD or RELOAD comes before any compute action of its rank")
+    issued: list[tuple[int, ...] | None] = [None] * first
+    gate_ids = chain.from_iterable(
+        map(add, gates, repeat(lo)) for (_, gates), lo in zip(rows, made.offsets, strict=False)
+    )
+    for gate, c in zip(gate_ids, ids, strict=True):  # the copies a compute action issues when it ends, in order
+        held = issued[gate]
+        issued[gate] = (c,) if held is None else (*held, c)
+    keys = _keys(stages, mbs, num_mb)  # (stage, microbatch) as one index into the tables below
+    actions = made.actions
+    action_keys = _keys(list(map(itemgetter(0), actions)), list(map(itemgetter(2), actions)), num_mb)
+    action_kinds = list(map(itemgetter(1), actions))
+    size = schedule.num_stages * num_mb
+    forward = _id_table(size, ((action_keys, range(first), list(map(is_, action_kinds, repeat(F)))),))
+    # the backward a RELOAD serves: the first kind of RELOAD_SERVES that runs (the last table written wins)
+    by_kind = [(action_keys, range(first), list(map(is_, action_kinds, repeat(k)))) for k in reversed(RELOAD_SERVES)]
+    served = _id_table(size, by_kind)
+    reloads = list(map(is_, kinds, repeat(CommKind.RELOAD)))
+    offloads = list(map(not_, reloads))
+    moved_out = _id_table(size, ((keys, ids, offloads),))
+    needs = dict(zip(compress(ids, offloads), map(forward.__getitem__, compress(keys, offloads)), strict=True))
+    needs.update(zip(compress(ids, reloads), map(moved_out.__getitem__, compress(keys, reloads)), strict=True))
+    serving = list(map(served.__getitem__, compress(keys, reloads)))
+    if -1 in needs.values() or -1 in serving:
+        raise ScheduleError(
+            "memory move without its action", "an OFFLOAD's forward, or a RELOAD's OFFLOAD or backward, never runs"
+        )
+    for c, backward in zip(compress(ids, reloads), serving, strict=True):
+        deps[backward] = (*deps[backward], c)
+    return CopyOps(first, entries, ranks, issued, needs)
+
+
+def _keys(stages: list[int], microbatches: list[int], num_mb: int) -> list[int]:
+    """Each (stage, microbatch) as one index, stage x num_mb + microbatch, at C speed."""
+    return list(map(add, map(mul, stages, repeat(num_mb)), microbatches))
+
+
+def _id_table(size: int, columns: tuple) -> list[int]:
+    """Per key, the id of the last (keys, ids, mask) entry written with that key, -1 for none."""
+    table = [-1] * size
+    for keys, ids, mask in columns:
+        deque(map(table.__setitem__, compress(keys, mask), compress(ids, mask)), maxlen=0)
+    return table
 
 
 def _gated(

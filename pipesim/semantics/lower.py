@@ -36,8 +36,8 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import is_, itemgetter
+from itertools import accumulate, compress, repeat
+from operator import is_, itemgetter, sub
 from typing import NamedTuple
 
 from pipesim.ir import (
@@ -444,23 +444,44 @@ class Copy(NamedTuple):
 
 def memory_moves(schedule: Schedule) -> list[list[Copy]]:
     """Per rank, its OFFLOADs and RELOADs in the order its copy engine runs them (empty without any)."""
-    moves: list[list[Copy]] = [[] for _ in range(schedule.num_ranks)]
+    moves: list[list[Copy]] = []
     new, offload = tuple.__new__, CommKind.OFFLOAD  # 10^5 entries: no per-entry keyword call
-    for rank, row in enumerate(schedule.order or ()):
-        last: Action | None = None
-        append = moves[rank].append
-        for entry in row:
-            cell = type(entry)
-            if cell is Action:
-                last = entry
-            elif cell is CommAction:
-                if entry.kind in MEMORY_MOVES:
-                    stage, move, mb = entry
-                    after = new(Action, (stage, F, mb)) if move is offload else new(CommAction, (stage, offload, mb))
-                    append(new(Copy, (entry, last, after)))
-            elif entry is not None:
-                last = entry_actions(entry)[-1]
+    for actions, (entries, gates) in zip(schedule.actions, memory_move_gates(schedule), strict=True):
+        row: list[Copy] = []
+        for entry, gate in zip(entries, gates, strict=True):
+            stage, move, mb = entry
+            after = new(Action, (stage, F, mb)) if move is offload else new(CommAction, (stage, offload, mb))
+            row.append(new(Copy, (entry, actions[gate] if gate >= 0 else None, after)))
+        moves.append(row)
     return moves
+
+
+def memory_move_gates(schedule: Schedule) -> list[tuple[list[CommAction], list[int]]]:
+    """Per rank, its OFFLOADs and RELOADs in order, and the position of each one's gate (`Copy.gate`: the last
+    compute action before it) in the rank's `Schedule.actions`, -1 where none comes before it. The engine's
+    lowering reads ids off it, without hashing 10^5 actions."""
+    rows = []
+    for row in schedule.order if schedule.order is not None else ((),) * schedule.num_ranks:
+        types = list(map(type, row))
+        if set(types) <= _PLAIN_ENTRIES:  # no overlapped pair: each compute action one position, counted at C speed
+            computed = list(accumulate(map(is_, types, repeat(Action))))  # compute actions up to each entry
+            comms = list(compress(range(len(row)), map(is_, types, repeat(CommAction))))
+            moved = map(MEMORY_MOVES.__contains__, map(itemgetter(1), map(row.__getitem__, comms)))
+            at = list(compress(comms, moved))
+            rows.append((list(map(row.__getitem__, at)), list(map(sub, map(computed.__getitem__, at), repeat(1)))))
+            continue
+        entries: list[CommAction] = []
+        gates: list[int] = []
+        position = -1
+        for entry in row:
+            if type(entry) is CommAction:
+                if entry.kind in MEMORY_MOVES:
+                    entries.append(entry)
+                    gates.append(position)
+            elif entry is not None:
+                position += len(entry_actions(entry))  # an overlapped pair's last member is the gate after it
+        rows.append((entries, gates))
+    return rows
 
 
 def has_memory_moves(schedule: Schedule) -> bool:

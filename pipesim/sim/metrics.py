@@ -12,8 +12,9 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import islice, pairwise, repeat
-from operator import itemgetter, le
+from functools import partial, reduce
+from itertools import accumulate, chain, compress, islice, pairwise, repeat
+from operator import add, eq, itemgetter, le, lt, sub
 from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
@@ -134,64 +135,139 @@ def inner_bubble_fraction(tl: Timeline) -> float:
 def _memory_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[float, int, float]]]:
     """Per rank, (time, stashed-count delta, bytes delta) events, sorted so frees come first at equal times.
 
-    What each action stashes or frees, and whether at its start or end, is `pipesim.semantics.lower`'s liveness.
+    What each action stashes or frees, and whether at its start or end, is `pipesim.semantics.lower`'s liveness;
+    what a memory move takes off the device or brings back, its `offload_change`.
     """
-    table = stash_table(_stash_sizes(tl, cost))
-    at_start = {kind: changes_at_start(kind) for kind in ActionKind}
-    events: list[list[tuple[float, int, float]]] = [[] for _ in range(tl.num_ranks)]
-    for rank, (stage, kind, _), start, end, _, _ in tl.spans:
-        count, size = table[stage][kind]
-        events[rank].append((start if at_start[kind] else end, count, size))
-    moves = _moves(tl)
-    changes = _move_changes(moves, cost)
-    for rank, _, _, (stage, kind, _), start, end, _, _ in moves:
-        device, _, starts_it = changes[stage, kind]
-        count = 1 if starts_it else -1  # a microbatch's activations leave the device, or come back
-        events[rank].append((start if starts_it else end, count, device))
-    for row in events:
+    rows, moves = _rank_rows(tl), _moves_by_rank(tl)
+    table, changes = _change_tables(rows, moves, cost)
+    events = []
+    for (actions, starts, ends), moved in zip(rows, moves, strict=True):
+        row = _compute_events(actions, starts, ends, table)
+        row += _move_events(moved, changes)[0]
         row.sort()
+        events.append(row)
     return events
 
 
-def _move_changes(
-    moves: list[CommSpan], cost: CostModel | None
-) -> dict[tuple[int, CommKind], tuple[float, float, bool]]:
-    """`offload_change` of each (stage, kind) of memory move in `moves`: one per kind, not per move."""
-    kinds = {move.action[:2] for move in moves}
-    sizes = stash_sizes(cost, {stage for stage, _ in kinds})
-    return {(stage, kind): offload_change(kind, sizes[stage]) for stage, kind in kinds}
+_action, _start, _end = itemgetter(1), itemgetter(2), itemgetter(3)  # a Span's
+_stage, _kind, _stage_kind = itemgetter(0), itemgetter(1), itemgetter(0, 1)  # an Action's or CommAction's
+_move_start, _move_end = itemgetter(4), itemgetter(5)  # a CommSpan's
 
 
-def _moves(tl: Timeline) -> list[CommSpan]:
-    """The timeline's OFFLOADs and RELOADs (copy-engine spans)."""
-    return [c for c in tl.comm if c.kind in COPY_KINDS]
+def _rank_rows(tl: Timeline) -> list[tuple[list, list[float], list[float]]]:
+    """Per rank, its spans' (actions, starts, ends) sorted by start, as `_by_rank` sorts them: slices of a simulation's
+    columns where each rank is one run of them in start order (no Span built), else `_by_rank`'s rows."""
+    columns = tl.columns
+    if columns is not None and columns.starts:
+        ranks, actions, starts, ends = columns
+        if 0 <= ranks[0] <= ranks[-1] < tl.num_ranks and all(map(le, ranks, islice(ranks, 1, None))):
+            rows = []
+            for lo, hi in pairwise([bisect_left(ranks, rank) for rank in range(tl.num_ranks + 1)]):
+                run = starts[lo:hi]
+                if not all(map(le, run, islice(run, 1, None))):  # out of start order: `_by_rank` sorts it
+                    break
+                rows.append((actions[lo:hi], run, ends[lo:hi]))
+            else:
+                return rows
+    return [(list(map(_action, row)), list(map(_start, row)), list(map(_end, row))) for row in _by_rank(tl)]
+
+
+def _moves_by_rank(tl: Timeline) -> list[list[CommSpan]]:
+    """Per rank, the timeline's OFFLOADs and RELOADs (copy-engine spans), in the timeline's order."""
+    comm = tl.comm
+    moves = list(compress(comm, map(COPY_KINDS.__contains__, map(_kind, comm))))
+    rows: list[list[CommSpan]] = [[] for _ in range(tl.num_ranks)]
+    ranks = list(map(itemgetter(0), moves))
+    if ranks and 0 <= ranks[0] <= ranks[-1] < tl.num_ranks and all(map(le, ranks, islice(ranks, 1, None))):
+        bounds = pairwise([bisect_left(ranks, rank) for rank in range(tl.num_ranks + 1)])
+        return [moves[lo:hi] for lo, hi in bounds]  # a simulation's: each rank's copies one run (`copy_spans`)
+    for move in moves:
+        rows[move[0]].append(move)
+    return rows
+
+
+def _change_tables(
+    rows: list[tuple[list, list[float], list[float]]], moves: list[list[CommSpan]], cost: CostModel | None
+) -> tuple[dict[int, dict[ActionKind, tuple[int, float]]], dict[CommKind, dict[int, tuple[float, float, bool]]]]:
+    """`stash_table` of the stages the spans run, and per kind of move its `offload_change` per stage moved."""
+    stages: set[int] = set()
+    for actions, _, _ in rows:
+        stages.update(map(_stage, actions))
+    moved: dict[CommKind, set[int]] = {}
+    for row in moves:
+        for stage, kind in set(map(_stage_kind, map(_action_of_move, row))):
+            moved.setdefault(kind, set()).add(stage)
+    sizes = stash_sizes(cost, stages.union(*moved.values()))
+    changes = {kind: {stage: offload_change(kind, sizes[stage]) for stage in kinds} for kind, kinds in moved.items()}
+    return stash_table({stage: sizes[stage] for stage in stages}), changes
+
+
+_action_of_move = itemgetter(3)  # a CommSpan's action: the OFFLOAD or RELOAD
+
+
+def _compute_events(
+    actions: list, starts: list[float], ends: list[float], table: dict[int, dict[ActionKind, tuple[int, float]]]
+) -> list[tuple[float, int, float]]:
+    """One rank's (time, stashed-count delta, bytes delta) per action, unsorted: made a kind at a time at C speed."""
+    kinds = list(map(_kind, actions))
+    stages = list(map(_stage, actions))
+    events: list[tuple[float, int, float]] = []
+    for kind in ActionKind:
+        mask = list(map(eq, kinds, repeat(kind)))
+        if True in mask:
+            change = {stage: row[kind] for stage, row in table.items()}
+            times = compress(starts if changes_at_start(kind) else ends, mask)
+            events += map(tuple.__add__, zip(times), map(change.__getitem__, compress(stages, mask)))
+    if len(events) != len(actions):  # a kind that is no ActionKind: the table names it (KeyError)
+        for stage, kind in map(_stage_kind, actions):
+            table[stage][kind]
+    return events
+
+
+def _move_events(
+    moves: list[CommSpan], changes: dict[CommKind, dict[int, tuple[float, float, bool]]]
+) -> tuple[list[tuple[float, int, float]], list[tuple[float, float]]]:
+    """One rank's memory moves as (time, stashed-count delta, device bytes delta) and (time, host bytes delta)
+    events, unsorted. A move takes a microbatch's activations off the device or brings them back: its
+    `offload_change` says which, and whether at its start or its end; the host's change falls at its other end."""
+    device: list[tuple[float, int, float]] = []
+    host: list[tuple[float, float]] = []
+    if not moves:
+        return device, host
+    actions = list(map(_action_of_move, moves))
+    kinds, stages = list(map(_kind, actions)), list(map(_stage, actions))
+    starts, ends = list(map(_move_start, moves)), list(map(_move_end, moves))
+    for kind, change in changes.items():
+        mask = list(map(eq, kinds, repeat(kind)))
+        moved = list(compress(stages, mask))
+        if not moved:
+            continue
+        starts_it = change[moved[0]][2]  # a property of the kind, the same for every stage
+        count = 1 if starts_it else -1  # a microbatch's activations leave the device, or come back
+        on_device = {stage: delta for stage, (delta, _, _) in change.items()}
+        on_host = {stage: delta for stage, (_, delta, _) in change.items()}
+        begin, finish = list(compress(starts, mask)), list(compress(ends, mask))
+        device += zip(begin if starts_it else finish, repeat(count), map(on_device.__getitem__, moved))
+        host += zip(finish if starts_it else begin, map(on_host.__getitem__, moved), strict=True)
+    return device, host
 
 
 def _host_events(tl: Timeline, cost: CostModel | None) -> list[list[tuple[float, float]]]:
     """Per rank, (time, host bytes delta) of its memory moves, sorted: an OFFLOAD holds host memory from its start,
     a RELOAD frees it at its end (at one time, frees first: a RELOAD ending as an OFFLOAD starts counts once)."""
-    events: list[list[tuple[float, float]]] = [[] for _ in range(tl.num_ranks)]
-    moves = _moves(tl)
-    changes = _move_changes(moves, cost)
-    for rank, _, _, (stage, kind, _), start, end, _, _ in moves:
-        _, host, starts_it = changes[stage, kind]
-        events[rank].append((start if not starts_it else end, host))
-    for row in events:
+    moves = _moves_by_rank(tl)
+    _, changes = _change_tables([], moves, cost)
+    events = []
+    for moved in moves:
+        row = _move_events(moved, changes)[1]
         row.sort()
+        events.append(row)
     return events
 
 
-def _host_peaks(tl: Timeline, cost: CostModel | None) -> list[float]:
-    """Per rank, the most bytes of activations held in host memory at once."""
-    peaks = []
-    for row in _host_events(tl, cost):
-        level = peak = 0.0
-        for _, delta in row:
-            level += delta
-            if level > peak:  # max(peak, level), without a call per move
-                peak = level
-        peaks.append(peak)
-    return peaks
+def _host_peak(row: list[tuple[float, float]]) -> float:
+    """The most bytes held in host memory at once, over sorted (time, delta) events (0.0 without any)."""
+    return max(accumulate(map(itemgetter(1), row), initial=0.0))
 
 
 def host_memory_over_time(tl: Timeline, cost: CostModel) -> list[list[tuple[float, float]]]:
@@ -207,10 +283,12 @@ def has_memory_moves(tl: Timeline) -> bool:
 
 def copy_busy_ms(tl: Timeline) -> list[float]:
     """Per rank, the time its copy engine spends on OFFLOADs and RELOADs."""
-    busy = [0.0] * tl.num_ranks
-    for move in _moves(tl):
-        busy[move.rank] += move.end - move.start
-    return busy
+    return list(map(_copy_busy, _moves_by_rank(tl)))
+
+
+def _copy_busy(moves: list[CommSpan]) -> float:
+    """The moves' total time, added in their order from 0.0."""
+    return reduce(add, map(sub, map(_move_end, moves), map(_move_start, moves)), 0.0)
 
 
 def _levels(row: list[tuple[float, int, float]], field: int, origin: float) -> list[tuple[float, float]]:
@@ -250,17 +328,10 @@ def memory_over_time(tl: Timeline, cost: CostModel) -> list[list[tuple[float, fl
 
 
 def _peaks(row: list[tuple[float, int, float]]) -> tuple[int, float]:
-    """Peak count and bytes, each measured after all events at one time (frees sorted first)."""
-    count = peak_count = 0
-    size = peak_size = 0.0
-    for _, d_count, d_size in row:
-        count += d_count
-        size += d_size
-        if count > peak_count:
-            peak_count = count
-        if size > peak_size:
-            peak_size = size
-    return peak_count, peak_size
+    """Peak count and bytes, each measured after all events at one time (frees sorted first): the running sums
+    from 0, added in event order at C speed."""
+    peak_count = max(accumulate(map(itemgetter(1), row), initial=0))
+    return peak_count, max(accumulate(map(itemgetter(2), row), initial=0.0))
 
 
 @dataclass(frozen=True)
@@ -385,25 +456,54 @@ def _column_summaries(
 @paused_gc()
 def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
-    moves = any(c.kind in COPY_KINDS for c in tl.comm)
-    summaries = None if tl.columns is None or moves else _column_summaries(tl, tl.columns, cost)
+    if has_memory_moves(tl):  # the copies move activations off the device and back: the level needs every event
+        return _metrics_with_moves(tl, cost)
+    summaries = None if tl.columns is None else _column_summaries(tl, tl.columns, cost)
     if summaries is not None:
         return _metrics(tl.num_ranks, *summaries)
     rows = _by_rank(tl)
     origin = min([row[0][2] for row in rows if row], default=0.0)  # `_origin`: each row is sorted by start
     total = _makespan(tl, origin)
     table = stash_table(_stash_sizes(tl, cost))
-    summaries = [None if moves else _rank_summary(row, table, origin, origin + total) for row in rows]
-    if moves:  # the copies move activations off the device and back: the device's level needs every event
-        metrics = _metrics_of_events(tl, cost, rows, summaries, origin, total)
-        return dataclasses.replace(
-            metrics,
-            ranks=tuple(
-                dataclasses.replace(r, peak_host_bytes=host, copy_busy_ms=busy)
-                for r, host, busy in zip(metrics.ranks, _host_peaks(tl, cost), copy_busy_ms(tl), strict=True)
-            ),
-        )
+    summaries = [_rank_summary(row, table, origin, origin + total) for row in rows]
     return _metrics_of_events(tl, cost, rows, summaries, origin, total)
+
+
+def _metrics_with_moves(tl: Timeline, cost: CostModel | None) -> Metrics:
+    """The metrics of a step with memory moves, each rank's read in one walk over its columns: idle time, its
+    device level over the compute and move events merged (sorted as `_memory_events` sorts them), its host level
+    and its copy engine's busy time."""
+    rows, moves = _rank_rows(tl), _moves_by_rank(tl)
+    origin = min([starts[0] for _, starts, _ in rows if starts], default=0.0)  # `_origin`: rows sorted by start
+    ends = [max(row_ends) for _, _, row_ends in rows if row_ends]
+    total = _makespan_of(max(ends), tl, origin) if ends else 0.0  # `_makespan`
+    table, changes = _change_tables(rows, moves, cost)
+    summaries, hosts, busy = [], [], []
+    for (actions, starts, row_ends), moved in zip(rows, moves, strict=True):
+        device, host = _move_events(moved, changes)
+        events = _compute_events(actions, starts, row_ends, table)
+        events += device
+        events.sort()
+        host.sort()
+        summaries.append((_idle(actions, starts, row_ends, origin, origin + total), *_peaks(events)))
+        hosts.append(_host_peak(host))
+        busy.append(_copy_busy(moved))
+    metrics = _metrics(tl.num_ranks, total, summaries)
+    ranks = tuple(
+        dataclasses.replace(r, peak_host_bytes=h, copy_busy_ms=b)
+        for r, h, b in zip(metrics.ranks, hosts, busy, strict=True)
+    )
+    return dataclasses.replace(metrics, ranks=ranks)
+
+
+def _idle(actions: list, starts: list[float], ends: list[float], origin: float, finish: float) -> float:
+    """A rank's idle time within [origin, finish] over its spans sorted by start: `_gaps`' gaps summed in order,
+    at C speed where no span overlaps the next (each gap is then a start less the end before it)."""
+    if starts and all(map(le, starts, ends)) and all(map(le, ends, islice(starts, 1, None))):
+        gaps = chain((starts[0] - origin,), map(sub, islice(starts, 1, None), ends), (finish - ends[-1],))
+        return sum(filter(partial(lt, 0.0), gaps))  # `_gaps` keeps a gap where it is longer than nothing
+    row = zip(repeat(0), actions, starts, ends, repeat(0), repeat(0))
+    return sum(b - a for a, b in _gaps(row, origin, finish))
 
 
 def _metrics_of_events(
