@@ -297,12 +297,15 @@ def test_compare_prints_a_table_and_writes_rows(capsys, tmp_path):
 def test_compare_takes_the_knobs_simulate_takes_and_gives_the_rows_simulate_gives(capsys, tmp_path):
     """--offload and --seq-chunks reach each family that takes them: every row equals simulate's of that family."""
     common = ["--ranks", "4", "--microbatches", "8", "--host-latency", "3", "--offload", "full"]
-    code, _, err = run(
+    code, out, err = run(
         capsys, "compare", "--schedules", "1f1b,seq1f1b", "--seq-chunks", "4", "--json", str(tmp_path / "rows.json"),
         *common,
     )  # fmt: skip
     assert code == 0, err
     rows = {row["schedule"]: row for row in json.loads((tmp_path / "rows.json").read_text())["rows"]}
+    assert rows["seq1f1b"]["stashed_microbatches"] == rows["seq1f1b"]["peak_activations"] / 4
+    seq_line = next(line for line in out.splitlines() if line.startswith("seq1f1b"))
+    assert seq_line.endswith(f"{rows['seq1f1b']['stashed_microbatches']:g} microbatches"), seq_line  # not chunks
     for name, extra in (("1f1b", []), ("seq1f1b", ["--seq-chunks", "4"])):
         out = tmp_path / f"{name}.json"
         code, _, err = run(capsys, "simulate", "--schedule", name, *extra, *common, "--json", str(out))

@@ -162,10 +162,17 @@ def format_table(rows: list[ComparisonRow], bytes_known: bool = True) -> str:
             f"{row.schedule:<18} {row.makespan:>12.3f} {_ms(row.step_ms):>10} "
             + (f"{_ms(row.step_ms_p05) + '..' + _ms(row.step_ms_p95):>19} " if sampled else "")
             + f"{row.bubble_fraction:>8.1%} "
-            f"{row.bubble_ratio:>9.3f} {row.peak_activations:>8d} "
-            f"{format_memory(row.peak_activation_bytes, row.peak_activations, bytes_known):>16}"
+            f"{row.bubble_ratio:>9.3f} {row.peak_activations:>8d} {_memory(row, bytes_known):>16}"
         )
     return "\n".join(lines)
+
+
+def _memory(row: ComparisonRow, bytes_known: bool) -> str:
+    """`format_memory`, a sequence-chunked row's stash in microbatches' worth (7 chunks of 4: 1.75 microbatches)."""
+    chunked = row.stashed_microbatches is not None and row.stashed_microbatches != row.peak_activations
+    if chunked and not bytes_known:
+        return f"{row.stashed_microbatches:g} microbatches"
+    return format_memory(row.peak_activation_bytes, row.peak_activations, bytes_known)
 
 
 def _ms(value: float | None) -> str:
