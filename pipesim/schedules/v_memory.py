@@ -23,7 +23,7 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable
 from itertools import chain, repeat
-from operator import add, itemgetter
+from operator import add, eq, itemgetter, mul
 
 from pipesim.ir import Action, F, I, Schedule, W, make_schedule, v_placement
 from pipesim.schedules import ScheduleInfo
@@ -91,19 +91,48 @@ def _with_weights(row: Row, split: bool) -> Row:
     return placed
 
 
-def _drop_weights(rows: list[Row]) -> list[Row]:
-    return [[entry for entry in row if entry[1] < W_ANY] for row in rows]
+def _placed_weights(row: Row) -> tuple[Row, list[int]]:
+    """A row with W placed as its F and I passes, and the number of W passes just before each of them."""
+    passes: Row = []
+    runs: list[int] = []
+    run = 0
+    for entry in row:
+        if entry[1] >= W_ANY:
+            run += 1
+        else:
+            passes.append(entry)
+            runs.append(run)
+            run = 0
+    return passes, runs
 
 
-def _squeeze(rows: list[Row], m: int) -> list[Row]:
+def _owed_weights(row: Row) -> tuple[Row, list[int]]:
+    """A row without W as it stands, and the number of W passes `_with_weights` puts just before each pass (one
+    queue: as many W as are owed, in the free slots there)."""
+    runs: list[int] = []
+    owed = 0
+    t = 0
+    for when, kind, _ in row:
+        run = min(owed, when - t)
+        runs.append(run)
+        owed -= run
+        if kind == I_UP or kind == I_DOWN:
+            owed += 1
+        t = when + 1
+    return row, runs
+
+
+def _squeeze(rows: list[tuple[Row, list[int]]], m: int) -> list[Row]:
     """Every pass as early as its input and its rank's order allow (the paper's squeeze: each rank keeps its
-    order, its idle slots close). Passes are taken in slot order, so what one needs is placed before it; the
-    needs on its own rank come before it in that rank's order, so only the input from the next rank is looked
-    up (the rank above for chunk 0's forward and chunk 1's I, the rank below for the others)."""
+    order, its idle slots close), given each rank's F and I passes with the W passes just before each (W have
+    no inputs and are dropped: only the slots they take count). Passes are taken in slot order, so what one needs
+    is placed before it; the needs on its own rank come before it in that rank's order, so only the input from
+    the next rank is looked up (the rank above for chunk 0's forward and chunk 1's I, the rank below for the
+    others)."""
     p = len(rows)
     # by slot, then rank: what a pass waits for sits in an earlier slot, so passes of one slot go in any order
-    order = sorted([t * p + rank for rank, row in enumerate(rows) for t, _, _ in row])
-    placed = [[[0] * m for _ in range(W_ANY)] for _ in range(p)]  # each rank's, per kind, each I and F's slot
+    order = sorted([t * p + rank for rank, (row, _) in enumerate(rows) for t, _, _ in row])
+    placed = [[[0] * m for _ in range(W_ANY)] for _ in range(p)]  # each rank's, per kind, each pass's slot
     squeezed: list[Row] = [[] for _ in range(p)]
     done = [0] * p  # each rank's passes placed
     free = [0] * p  # each rank's next free slot
@@ -111,13 +140,15 @@ def _squeeze(rows: list[Row], m: int) -> list[Row]:
         rank = key % p
         i = done[rank]
         done[rank] = i + 1
-        _, kind, mb = rows[rank][i]
-        ready = free[rank]
-        if kind < W_ANY:
-            source = rank + _SOURCE[kind]
-            if 0 <= source < p:
-                ready = max(ready, placed[source][kind][mb] + 1)
-            placed[rank][kind][mb] = ready
+        row, runs = rows[rank]
+        _, kind, mb = row[i]
+        ready = free[rank] + runs[i]
+        source = rank + _SOURCE[kind]
+        if 0 <= source < p:
+            other = placed[source][kind][mb] + 1
+            if other > ready:
+                ready = other
+        placed[rank][kind][mb] = ready
         squeezed[rank].append((ready, kind, mb))
         free[rank] = ready + 1
     return squeezed
@@ -204,32 +235,31 @@ def _reorder(rows: list[Row], m: int, weights: bool) -> list[Row]:
 
     for t, rank, kind, mb in moving:
         slots = slot_of[rank]
-        earliest = slots[kind][mb - 1] + 1 if mb else 0
+        # the latest slot among its needs (-1: none)
         if kind == F_DOWN:
-            if rank:
-                earliest = max(earliest, slot_of[rank - 1][F_DOWN][mb] + 1)
-        elif kind == F_UP:
-            earliest = max(earliest, slots[F_DOWN][mb] + 1)
-            if rank < p - 1:
-                earliest = max(earliest, slot_of[rank + 1][F_UP][mb] + 1)
-        elif kind == I_UP:
-            earliest = max(earliest, slots[F_UP][mb] + 1)
-            if rank:
-                earliest = max(earliest, slot_of[rank - 1][I_UP][mb] + 1)
-        elif kind == I_DOWN:
-            earliest = max(earliest, slots[I_UP][mb] + 1)
-            if rank < p - 1:
-                earliest = max(earliest, slot_of[rank + 1][I_DOWN][mb] + 1)
+            latest = slot_of[rank - 1][F_DOWN][mb] if rank else -1
+        elif kind >= W_ANY:
+            latest = backward[rank][mb]
         else:
-            earliest = max(earliest, backward[rank][mb] + 1)
+            latest = slots[kind - 1][mb]  # F_DOWN before F_UP, F_UP before I_UP, I_UP before I_DOWN
+            source = rank + _SOURCE[kind]
+            if 0 <= source < p:
+                other = slot_of[source][kind][mb]
+                if other > latest:
+                    latest = other
+        if mb:
+            other = slots[kind][mb - 1]
+            if other > latest:
+                latest = other
+        earliest = latest + 1
         kinds, (levels, owes) = kind_at[rank], memory[rank]
         new = -1
-        if weights:  # the levels stay right: an I holds nothing, a W earlier frees earlier, an F holds longer
-            if kind <= F_UP:  # the earliest slot from which one more held stays within the cap up to `t`
-                for u in range(t - 1, earliest - 1, -1):
-                    if levels[u] >= cap:
-                        earliest = u + 1
-                        break
+        if weights:  # the levels stay right and never pass the cap: an I holds nothing, a W earlier frees
+            # earlier, an F holds longer, from the slot after the last one at the cap before its own on
+            if kind <= F_UP and earliest < t:
+                held = levels[earliest:t]
+                if max(held) == cap:
+                    earliest = t - held[::-1].index(cap)
             for u in range(earliest, t):
                 if kinds[u] < 0:
                     new = u
@@ -237,9 +267,9 @@ def _reorder(rows: list[Row], m: int, weights: bool) -> list[Row]:
             if new >= 0:
                 kinds[t], kinds[new] = -1, kind
                 if kind <= F_UP:
-                    levels[new:t] = [level + 1 for level in levels[new:t]]
+                    levels[new:t] = map(add, levels[new:t], repeat(1))
                 elif kind >= W_ANY:
-                    levels[new:t] = [level - 1 for level in levels[new:t]]
+                    levels[new:t] = map(add, levels[new:t], repeat(-1))
                 else:
                     del backward[rank][bisect_left(backward[rank], t)]
                     insort(backward[rank], new)
@@ -266,9 +296,9 @@ def _orders(shape: str, p: int, m: int) -> list[Row]:
     with W placed, squeeze; reorder the cool-down again with W running in whatever slot is free, squeeze; then
     place W for good, one queue per chunk."""
     rows = [_with_weights(_repeat(shape, p, rank, m), split=False) for rank in range(p)]  # steady: W in the gaps
-    rows = _drop_weights(_squeeze(_reorder(rows, m, weights=True), m))  # warm-up and cool-down
+    rows = _squeeze([_placed_weights(row) for row in _reorder(rows, m, weights=True)], m)  # warm-up and cool-down
     rows = _reorder(rows, m, weights=False)  # cool-down again
-    rows = _drop_weights(_squeeze([_with_weights(row, split=False) for row in rows], m))
+    rows = _squeeze([_owed_weights(row) for row in rows], m)
     return [_with_weights(row, split=True) for row in rows]
 
 
@@ -295,12 +325,14 @@ def _columns(row: list[tuple[int, int, int]], periods: int) -> tuple[list[int], 
     kinds, microbatches = list(map(itemgetter(1), row)), list(map(itemgetter(2), row))
     if not periods:
         return kinds, microbatches
-    best, length, run = 0, 0, 0  # where the longest stretch ends, its length, the current one's
-    for i in range(PERIOD, len(row)):
-        same = kinds[i] == kinds[i - PERIOD] and microbatches[i] == microbatches[i - PERIOD] + 1
-        run = run + 1 if same else 0
-        if run > length:
-            best, length = i + 1, run
+    # a pass as one number (kind and microbatch), the next microbatch's one more; where each repeats the one a
+    # PERIOD before a microbatch later, at C speed: the first longest run of ones, and where it ends
+    codes = list(map(add, map(mul, kinds, repeat(len(row) + 1)), microbatches))
+    same = bytes(map(eq, codes[PERIOD:], map(add, codes, repeat(1)))).split(b"\0")
+    runs = list(map(len, same))
+    length = max(runs)
+    longest = runs.index(length)
+    best = PERIOD + sum(runs[:longest]) + longest + length
     assert length >= 2 * PERIOD, "the steady phase runs at least two periods"
     ups = chain.from_iterable(map(repeat, range(1, periods + 1), repeat(PERIOD)))  # 1 x PERIOD, 2 x PERIOD, ...
     added = list(map(add, microbatches[best - PERIOD : best] * periods, ups))
