@@ -11,7 +11,7 @@ from pipesim.cli.commands import main
 from pipesim.cost.links import LinkCost
 from pipesim.cost.model import CostModel
 from pipesim.cost.stage import StageCost
-from pipesim.schedules import build_schedule, schedule_info
+from pipesim.schedules import build_schedule, schedule_info, v_memory
 from pipesim.schedules.v_memory import PERIOD, SHAPES, _actions, _build_in_full, _steady_from, block_offsets
 from pipesim.semantics.validate import validate
 from pipesim.sim.metrics import compute_metrics
@@ -166,13 +166,23 @@ def test_the_cli_simulates_it(capsys):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_extending_the_steady_phase_is_the_reordering_over_every_microbatch(shape):
     """The builder reorders a few periods past the warm-up and repeats the steady phase for the rest; the
-    reordering run over every microbatch gives the same order (p <= 13 and up to p = 64 were compared)."""
-    for p in (1, 2, 3, 4, 5, 6, 7, 9):
-        start = _steady_from(p)
-        for m in (start - 1, start, start + 1, start + 2, start + 5, 4 * p + 3):
+    reordering run over every microbatch gives the same order (for p <= 64 every m up to 2p+2 was compared)."""
+    for p in (1, 2, 3, 4, 5, 6, 7, 9, 12, 16):
+        start = _steady_from(shape, p)
+        for m in (start - 1, start, start + 1, start + 2, start + 5, 2 * p + 2, 4 * p + 3):
             built = [
                 [(a.stage, a.kind, a.microbatch) for a in row] for row in build_schedule(f"v-{shape}", p, m).actions
             ]
             rows = _build_in_full(shape, p, m)
             full = [_actions(p, r, [k for _, k, _ in row], [mb for _, _, mb in row]) for r, row in enumerate(rows)]
             assert built == [[tuple(a) for a in row] for row in full], (p, m)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_levels_as_a_list_give_the_orders_as_bytes_do(shape, monkeypatch):
+    """The reordering keeps its levels as bytes where the cap fits (p up to about 250 ranks) and as a list above;
+    the list path, forced here, gives the same orders."""
+    sizes = [(p, m) for p in (2, 3, 4, 6, 8) for m in (1, p, 2 * p + 3)]
+    as_bytes = [build_schedule(f"v-{shape}", p, m).actions for p, m in sizes]
+    monkeypatch.setattr(v_memory, "_BYTE_LEVELS", 0)
+    assert [build_schedule(f"v-{shape}", p, m).actions for p, m in sizes] == as_bytes
