@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
 from pipesim.ir import Action, ActionKind, CommKind, Schedule
-from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, CommSpan, Span, SpanColumns, Timeline
+from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, CommSpan, Span, SpanColumns, Timeline, comm_of
 from pipesim.semantics.lower import StashSizes, changes_at_start, offload_change, produced_message, stash_table
 from pipesim.semantics.screen import is_validated
 
@@ -44,7 +44,7 @@ def _makespan(tl: Timeline, origin: float) -> float:
 
 def _makespan_of(last: float, tl: Timeline, origin: float) -> float:
     """The makespan of spans whose last end is `last`: a collective may end a step later."""
-    return max([last] + [c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS]) - origin
+    return max([last] + [c.end for c in comm_of(tl, COLLECTIVE_KINDS)]) - origin
 
 
 def _by_rank(tl: Timeline) -> list[list[Span]]:
@@ -385,7 +385,7 @@ def _column_summaries(
 @paused_gc()
 def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
-    moves = any(c.kind in COPY_KINDS for c in tl.comm)
+    moves = bool(comm_of(tl, COPY_KINDS))
     summaries = None if tl.columns is None or moves else _column_summaries(tl, tl.columns, cost)
     if summaries is not None:
         return _metrics(tl.num_ranks, *summaries)
