@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from itertools import repeat
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pipesim.ir import Action, CommAction
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 Source = Literal["simulated", "measured", "imported"]  # imported: read from a profiler trace (pipesim.io.kineto)
 COLLECTIVE_KINDS = frozenset({"unshard", "reshard", "reduce_grad"})
@@ -70,6 +73,8 @@ class Timeline:
     # A simulated step's spans as the engine's columns (`from_columns`); None otherwise. Not an init field, so a
     # Timeline re-made by `dataclasses.replace` holds its spans and no columns, which could then be stale.
     columns: SpanColumns | None = field(default=None, init=False, compare=False, repr=False)
+    # A simulated step's comm spans not made yet (`from_columns`' `comm_later`); None once made, or otherwise.
+    comm_later: LaterComm | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # the public constructor's types, in one line naming the argument (the spans' own are the engine's)
@@ -79,17 +84,30 @@ class Timeline:
             raise TypeError(f"Timeline spans must be a tuple of Span, got {type(self.spans).__name__}")
 
     @classmethod
-    def from_columns(cls, num_ranks: int, columns: SpanColumns, **others: Any) -> Timeline:
+    def from_columns(
+        cls, num_ranks: int, columns: SpanColumns, comm_later: LaterComm | None = None, **others: Any
+    ) -> Timeline:
         """A timeline whose spans are built from `columns` on first read of `spans` (then kept): `simulate --json`
         reads 131k spans only as columns (metrics, the JSON writer), and 131k Span tuples cost a tenth of it.
-        `others`: the other init fields (source, schedule_name, comm, meta)."""
+        `comm_later`, when given, stands for `comm` until a reader asks for it (a simulation's 10^5 all-to-alls,
+        which the metrics never read). `others`: the other init fields (source, schedule_name, comm, meta)."""
         timeline = cls(num_ranks, (), **others)
         object.__setattr__(timeline, "columns", columns)
         object.__delattr__(timeline, "spans")  # __getattr__ builds them when read
+        if comm_later is not None:
+            object.__setattr__(timeline, "comm_later", comm_later)
+            object.__delattr__(timeline, "comm")
         return timeline
 
     def __getattr__(self, name: str) -> Any:
-        """Called only where an attribute is missing: the spans of a `from_columns` timeline, not built yet."""
+        """Called only where an attribute is missing: the spans or comm of a `from_columns` timeline, not built
+        yet."""
+        if name == "comm" and self.__dict__.get("comm_later") is not None:
+            later = self.__dict__["comm_later"]
+            comm = later.made + later.build()
+            object.__setattr__(self, "comm", comm)
+            object.__setattr__(self, "comm_later", None)
+            return comm
         columns = self.__dict__.get("columns") if name == "spans" else None
         if columns is None:
             raise AttributeError(f"'Timeline' object has no attribute {name!r}")
@@ -97,6 +115,33 @@ class Timeline:
         spans = tuple(map(tuple.__new__, repeat(Span), rows))  # Span(...)'s Python __new__ per span spared
         object.__setattr__(self, "spans", spans)
         return spans
+
+    def __getstate__(self) -> dict:
+        """A pickle (st.cache_data) holds the comm spans made, not the means to make them."""
+        if self.comm_later is not None:
+            self.comm  # noqa: B018 (made on read)
+        return self.__dict__
+
+
+# dataclass sets a field's default on the class too: without it there, the comm a `from_columns` timeline has not
+# made yet reaches `__getattr__` (`__init__` keeps its own default)
+del Timeline.comm
+
+
+class LaterComm(NamedTuple):
+    """A timeline's comm spans made on first read of `Timeline.comm`: `made`, then those `build()` returns, every
+    one of a kind in `kinds` (what lets a reader of other kinds skip them: `comm_of`)."""
+
+    made: tuple[CommSpan, ...]
+    kinds: frozenset[str]
+    build: Callable[[], tuple[CommSpan, ...]]
+
+
+def comm_of(tl: Timeline, kinds: frozenset[str]) -> list[CommSpan]:
+    """The timeline's comm spans of `kinds`, in order, without making those not made yet when none is of `kinds`."""
+    later = tl.comm_later
+    spans = later.made if later is not None and not later.kinds & kinds else tl.comm
+    return [c for c in spans if c.kind in kinds]
 
 
 class SpanColumns(NamedTuple):
@@ -117,11 +162,13 @@ def spans_built(tl: Timeline) -> bool:
 
 def remake(tl: Timeline, **changes: Any) -> Timeline:
     """`dataclasses.replace(tl, **changes)` that keeps a columnar timeline's columns (and its spans unbuilt)
-    where `changes` leaves the spans as they are."""
+    where `changes` leaves the spans as they are, and its comm spans not made yet where it leaves them too."""
     if tl.columns is None or "spans" in changes:
         return replace(tl, **changes)
-    kept = {f.name: getattr(tl, f.name) for f in fields(tl) if f.init and f.name != "spans"}
-    timeline = Timeline.from_columns(columns=tl.columns, **(kept | changes))
+    later = None if "comm" in changes else tl.comm_later
+    unread = {"spans"} if later is None else {"spans", "comm"}
+    kept = {f.name: getattr(tl, f.name) for f in fields(tl) if f.init and f.name not in unread}
+    timeline = Timeline.from_columns(columns=tl.columns, comm_later=later, **(kept | changes))
     if spans_built(tl):
         object.__setattr__(timeline, "spans", tl.spans)
     return timeline

@@ -346,3 +346,31 @@ def test_groups_and_copies_loop_still_finds_a_deadlock() -> None:
     n = len(deps.actions)
     quick = sweep(grouped, [1.0] * n, [0.0] * n)
     assert quick[2] and quick == sweep(general, [1.0] * n, [0.0] * n)
+
+
+def test_a_simulations_all_to_alls_are_laid_out_when_comm_is_read_and_never_by_the_metrics() -> None:
+    """The link's all-to-all spans of a simulated step wait for a reader of `comm`: the metrics, a remake and the
+    other kinds' readers (`comm_of`) leave them unmade; a read, a comparison or a pickle makes them, equal to
+    `a2a_spans` after the rest."""
+    from pipesim.records import COLLECTIVE_KINDS, LINK_KINDS, comm_of
+    from pipesim.sim.simulate import a2a_spans
+
+    schedule = build_schedule("1f1b-overlap", 3, 6)
+    base = CostModel.uniform(1.0, 2.0, comm_ms=0.1).for_schedule(schedule)
+    cost = replace(
+        base, stages=tuple(replace(s, a2a_ms=0.4 + 0.1 * i, moe_layers=2) for i, s in enumerate(base.stages))
+    )
+    timeline = simulate(schedule, cost)
+    unmade = lambda tl: "comm" not in tl.__dict__  # noqa: E731
+    assert unmade(timeline) and timeline.comm_later is not None
+    metrics = compute_metrics(timeline, cost)
+    assert comm_of(timeline, COLLECTIVE_KINDS) == [] and unmade(timeline)
+    again = remake(timeline, meta={"x": 1})
+    assert unmade(again) and unmade(timeline)
+    expected = a2a_spans(dependencies(schedule), cost, timeline.columns.starts)
+    assert len(expected) == len(comm_of(again, LINK_KINDS)) > 0 and not unmade(again)  # asked for: made
+    assert timeline.comm == expected and timeline.comm is timeline.comm and timeline.comm_later is None
+    copied = pickle.loads(pickle.dumps(again))
+    assert copied.comm == expected and copied.comm_later is None
+    assert compute_metrics(timeline, cost) == metrics
+    assert replace(timeline, meta={}).comm == expected  # a replace reads every field

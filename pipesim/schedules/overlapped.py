@@ -11,7 +11,9 @@ remaining backwards.
 
 from __future__ import annotations
 
-from pipesim.ir import Action, B, Entry, F, Overlap, Schedule, loop_placement, schedule_from_order
+import dataclasses
+
+from pipesim.ir import Action, B, Entry, F, Overlap, Schedule, loop_placement, make_schedule
 from pipesim.schedules import ScheduleInfo
 from pipesim.schedules.basic import check_counts
 
@@ -20,17 +22,23 @@ def one_f_one_b_overlap(num_ranks: int, num_microbatches: int) -> Schedule:
     """Combined 1F1B: warm-up forwards, steady overlapped (F, B) pairs, cool-down backwards."""
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
-    new = tuple.__new__  # Action(...) checks its arguments; 10^5 known-good ones need not be
+    new = tuple.__new__  # Action(...) and Overlap(...) check or wrap their arguments; 10^5 known-good ones need not
     rows: list[list[Entry]] = []
+    actions: list[list[Action]] = []
     for rank in range(p):
         warmup = min(p - rank, m)
-        row: list[Entry] = [new(Action, (rank, F, mb)) for mb in range(warmup)]  # warm-up
         steady = m - warmup
-        cells = [Overlap((new(Action, (rank, F, warmup + i)), new(Action, (rank, B, i)))) for i in range(steady)]
-        row += cells  # steady: overlapped F&B cells
-        row += [new(Action, (rank, B, mb)) for mb in range(steady, m)]  # cool-down
-        rows.append(row)
-    return schedule_from_order("1f1b-overlap", p, m, loop_placement(p, p), rows)
+        forwards = [new(Action, (rank, F, mb)) for mb in range(m)]
+        backwards = [new(Action, (rank, B, mb)) for mb in range(m)]
+        cells = [new(Overlap, ((f, b),)) for f, b in zip(forwards[warmup:], backwards, strict=False)]
+        rows.append([*forwards[:warmup], *cells, *backwards[steady:]])  # warm-up, steady F&B cells, cool-down
+        # the same compute actions in order, without reading them back out of the cells
+        interleaved = [a for pair in zip(forwards[warmup:], backwards, strict=False) for a in pair]
+        actions.append([*forwards[:warmup], *interleaved, *backwards[steady:]])
+    schedule = make_schedule("1f1b-overlap", p, m, loop_placement(p, p), actions)
+    if m == 1:  # no rank has a steady cell: a plain order (as `schedule_from_order` keeps one)
+        return schedule
+    return dataclasses.replace(schedule, order=tuple(map(tuple, rows)))  # checks the order's actions are these
 
 
 def _stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:

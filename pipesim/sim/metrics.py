@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
 from pipesim.ir import Action, ActionKind, CommKind, Schedule
-from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, CommSpan, Span, SpanColumns, Timeline
+from pipesim.records import COLLECTIVE_KINDS, COPY_KINDS, CommSpan, Span, SpanColumns, Timeline, comm_of
 from pipesim.semantics.lower import StashSizes, changes_at_start, offload_change, produced_message, stash_table
 from pipesim.semantics.screen import is_validated
 
@@ -45,7 +45,7 @@ def _makespan(tl: Timeline, origin: float) -> float:
 
 def _makespan_of(last: float, tl: Timeline, origin: float) -> float:
     """The makespan of spans whose last end is `last`: a collective may end a step later."""
-    return max([last] + [c.end for c in tl.comm if c.kind in COLLECTIVE_KINDS]) - origin
+    return max([last] + [c.end for c in comm_of(tl, COLLECTIVE_KINDS)]) - origin
 
 
 def _by_rank(tl: Timeline) -> list[list[Span]]:
@@ -174,8 +174,7 @@ def _rank_rows(tl: Timeline) -> list[tuple[list, list[float], list[float]]]:
 
 def _moves_by_rank(tl: Timeline) -> list[list[CommSpan]]:
     """Per rank, the timeline's OFFLOADs and RELOADs (copy-engine spans), in the timeline's order."""
-    comm = tl.comm
-    moves = list(compress(comm, map(COPY_KINDS.__contains__, map(_kind, comm))))
+    moves = comm_of(tl, COPY_KINDS)
     rows: list[list[CommSpan]] = [[] for _ in range(tl.num_ranks)]
     ranks = list(map(itemgetter(0), moves))
     if ranks and 0 <= ranks[0] <= ranks[-1] < tl.num_ranks and all(map(le, ranks, islice(ranks, 1, None))):
@@ -278,7 +277,7 @@ def host_memory_over_time(tl: Timeline, cost: CostModel) -> list[list[tuple[floa
 
 def has_memory_moves(tl: Timeline) -> bool:
     """Whether the timeline moves activations to host memory and back (its copy engine's spans)."""
-    return any(c.kind in COPY_KINDS for c in tl.comm)
+    return bool(comm_of(tl, COPY_KINDS))  # an MoE step's all-to-all spans stay unmade
 
 
 def copy_busy_ms(tl: Timeline) -> list[float]:

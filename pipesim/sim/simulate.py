@@ -11,6 +11,7 @@ times, so a schedule and a cost model always give the same timeline.
 from __future__ import annotations
 
 import math
+from functools import partial
 from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, ActionKind, Schedule
-from pipesim.records import CommSpan, SpanColumns, Timeline
+from pipesim.records import LINK_KINDS, CommSpan, LaterComm, SpanColumns, Timeline
 from pipesim.semantics.dag import CopyOps, DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
 from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
@@ -353,12 +354,14 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
     if deps.copies is not None:
         collective_spans += copy_spans(deps.copies, starts, ends)
         starts, ends = starts[:n], ends[:n]
-    if any(stage.a2a_ms for stage in cost.stages):
-        collective_spans += a2a_spans(deps, cost, starts)
+    later = None
+    if any(stage.a2a_ms for stage in cost.stages):  # 10^5 all-to-alls, laid out where a reader asks for `comm`
+        later = LaterComm(collective_spans, LINK_KINDS, partial(a2a_spans, deps, cost, starts))
     # the engine's columns; the Span tuples are built only where a reader asks for `spans`
     return Timeline.from_columns(
         schedule.num_ranks,
         SpanColumns(deps.ranks, deps.actions, starts, ends),
+        later,
         source="simulated",
         schedule_name=schedule.name,
         comm=collective_spans,
