@@ -34,8 +34,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads where a statistic draws on it: a plan's report and a profile's check read the
+    import numpy as np  # constants and the t quantiles here without it (13 MiB of a planner process)
 
 BOOTSTRAP_SAMPLES = 2000  # medians drawn per interval: the 2.5% tail then rests on 50 of them
 CONFIDENCE = 0.95
@@ -72,6 +74,8 @@ class RoundSpread:
 def pooled_round_spread(measurements: Sequence[Sequence[Sequence[float]]]) -> RoundSpread | None:
     """The round spread pooled over `measurements` (each a candidate's rounds, each round its step times); None
     when no candidate has two rounds of positive medians."""
+    import numpy as np
+
     squares, dof = 0.0, 0
     for rounds in measurements:
         medians = [float(np.median(r)) for r in rounds if len(r) > 0]
@@ -112,6 +116,8 @@ def median_ci(
     widened to Student's t over the round medians (on `pooled`, the spread of every candidate measured in these
     rounds, when given). ValueError for no steps, a round longer than MAX_STEPS_PER_ROUND, or a level outside
     (0, 1)."""
+    import numpy as np
+
     if not 0 < level < 1:
         raise ValueError(f"confidence level must be between 0 and 1, got {level}")
     if samples < 1:
@@ -143,6 +149,8 @@ def _widened_by_rounds(
     positive (a machine's drift scales a step: the interval stays positive and as asymmetric as a ratio is), on
     the medians themselves otherwise; with `pooled`, the logarithms' standard deviation and degrees of freedom
     are the pooled ones."""
+    import numpy as np
+
     positive = centre > 0 and min(round_medians) > 0
     if pooled is not None and positive:
         half = t_quantile(level, pooled.dof) / math.sqrt(len(round_medians)) * pooled.log_sd
@@ -195,6 +203,8 @@ def _bootstrap_medians(rounds: list[np.ndarray], samples: int, rng: np.random.Ge
     """`samples` medians, each of the steps drawn from rounds drawn with replacement (vectorised: rounds are padded
     to one length with NaN, and each draw keeps only positions inside its round; rounds of one length, the usual
     case, need no padding)."""
+    import numpy as np
+
     count = len(rounds)
     longest = max(len(r) for r in rounds)
     if all(len(r) == longest for r in rounds):
@@ -220,7 +230,7 @@ def indistinguishable_groups(intervals: Sequence[MedianCI]) -> list[list[int]]:
     ordered by their lowest interval, indices in each group by their medians)."""
     order = sorted(range(len(intervals)), key=lambda i: (intervals[i].low, intervals[i].median))
     groups: list[list[int]] = []
-    reach = -np.inf
+    reach = -math.inf
     for i in order:
         if groups and intervals[i].low <= reach:
             groups[-1].append(i)
