@@ -98,7 +98,7 @@ from pipesim.ir import Schedule
 from pipesim.programs import programs
 from pipesim.records import Timeline
 from pipesim.schedules import build_schedule
-from pipesim.semantics.dag import DeadlockError
+from pipesim.semantics.dag import DeadlockError, forget_lowering
 from pipesim.semantics.lower import back_to_back
 from pipesim.semantics.validate import validate
 from pipesim.sim.data_parallel import ALLREDUCE
@@ -340,6 +340,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         or cost.data_parallel > 1
     ):
         lines += _steps_lines(schedule, step, cost, args)  # every refusal comes before any file is written
+    forget_lowering(schedule)  # the files are written from the timeline: its peak memory need not hold the lowering
     written = _write_simulation_files(args, schedule, cost, step, metrics, interval)
     # after the files (a closed stdout loses none); on stderr when an output went to stdout (`-`)
     print("\n".join(lines + written_lines(*written)), file=summary_stream(*written))
