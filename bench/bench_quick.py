@@ -24,10 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -49,12 +49,21 @@ PLAN_ARGS = [
 
 
 def timed(argv: list[str]) -> tuple[float, float]:
-    """Wall seconds and the peak RSS (MiB) of the largest process that `argv` started (itself or a child)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall seconds and the peak RSS (MiB) of the largest process that `argv` started (itself or a child it waited
+    for): `wait4`'s usage of that one process, not the largest of every command run so far."""
     start = time.perf_counter()
-    subprocess.run(argv, cwd=ROOT, env=ENV, check=True, stdout=subprocess.DEVNULL, timeout=600)
+    process = subprocess.Popen(argv, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL)
+    killer = threading.Timer(600, process.kill)
+    killer.start()
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        killer.cancel()
+    process.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
     wall = time.perf_counter() - start
-    return wall, max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) / 1024
+    if process.returncode != 0:
+        raise subprocess.CalledProcessError(process.returncode, argv)
+    return wall, usage.ru_maxrss / 1024
 
 
 def best(repeat: int, argv: list[str]) -> tuple[float, float]:
