@@ -190,9 +190,9 @@ def test_the_launcher_publishes_progress_and_obeys_the_cancel_file(tmp_path, mon
     assert run.events()[-1]["event"] == "step" and "[rank0]" in run.log_tail()
     state = run_folder.read_progress(handle.run_dir)
     assert state["pid"] == os.getpid() and state["status"] == "running"
-    run.cancel(timeout=60)
+    run.cancel(timeout=60)  # returns once result.json is written; the handle marks itself done just after
+    assert handle.wait(timeout=60).message.startswith("cancelled by the caller")
     assert handle.done() and handle.status == "cancelled" and run.status == "cancelled"
-    assert handle.wait().message.startswith("cancelled by the caller")
     assert_no_process_left(handle.run_dir, pgid=spy.procs[0].pid)
     assert run_folder.read_progress(handle.run_dir)["status"] == "cancelled"  # the last word, on finish
 
