@@ -28,6 +28,7 @@ from pipesim.plan import (
     SYNTHESIZED,
     PlanSpace,
     best_candidate,
+    interval_of,
     interval_text,
     pareto_front,
     plan_document,
@@ -52,8 +53,8 @@ st.caption(
 LABELS = (
     "A candidate's name reads: schedule, P = pipeline ranks (devices in the pipeline), v = chunks per rank, "
     "m32x1 = 32 microbatches of 1 sample each, then 'recompute' and the W share where they apply, and "
-    "'extrapolated' for a microbatch size a profile did not measure (drawn as a cross). A bar is a predicted "
-    "step's 90% interval."
+    "'extrapolated' for a microbatch size a profile did not measure (drawn as a cross). A bar is the 90% interval "
+    "of the median step that Verify measures (3 rounds of at least 30 steps), not of one step."
 )
 URL = state.URL
 
@@ -213,7 +214,7 @@ except ValueError as error:
 
 front, best = pareto_front(candidates), best_candidate(candidates)
 order = ranked(candidates)
-lines = summary_lines(candidates, cap)
+lines = summary_lines(candidates, cap, interval_of=interval_of())
 if offload == "auto" and cap is not None and not host_gbps and any(c.built and not c.fits for c in candidates):
     lines.insert(1, "offload not tried: no host bandwidth priced (set Host GB/s, or pick selective or full)")
 st.markdown("\n".join(f"- {line.strip()}" for line in lines))
@@ -315,6 +316,7 @@ recorded = {
     "optimizer": optimizer,
     **({} if profile is not None else {"model": vars(description)}),
     **calibrated_from,
+    "interval_of": interval_of(),
 }
 document = plan_document(candidates, recorded, cap)
 document["calibration"] = inputs.calibration()  # what verify's tie rule and each run's prediction rest on

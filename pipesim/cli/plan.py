@@ -61,12 +61,13 @@ from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_LAYERS, MAX_MICROBATCHES,
 from pipesim.numbers import MAX_LIST_ITEMS, read_float
 from pipesim.plan.candidates import OFFLOAD_CHOICES, PlanSpace
 from pipesim.plan.in_situ_check import accepted_disturbance
-from pipesim.plan.intervals import IntervalOptions, attach_intervals
+from pipesim.plan.intervals import INTERVAL_OF, IntervalOptions, attach_intervals, interval_of
 from pipesim.plan.report import TRANSFORMER_UNITS, best_candidate, plan_document
 from pipesim.programs import named_as_started, programs
 from pipesim.progress_bar import ProgressBar
 from pipesim.schedules import schedule_names
 from pipesim.sim.jitter import DEFAULT_SAMPLES
+from pipesim.sim.spread import VERIFY_ROUNDS, VERIFY_STEPS
 
 if TYPE_CHECKING:  # the planner's modules are imported by the commands that run them (a fast start for the rest)
     from pipesim.plan.inputs import PlanInputs
@@ -251,6 +252,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     sampling.add_argument("--samples", type=positive_int, default=DEFAULT_SAMPLES, metavar="N", help="draws per step")
     sampling.add_argument("--seed", type=int_flag(0, 2**32 - 1), default=0, metavar="S", help="seed of the draws")
+    sampling.add_argument(
+        "--interval-of",
+        choices=list(INTERVAL_OF),
+        default="verification",
+        help="what the interval is of: the median step of verify-plan's default measurement (%(default)s: "
+        f"{VERIFY_ROUNDS} launches of at least {VERIFY_STEPS} steps), or one step (wider)",
+    )
     whatif.add_perturbation_args(plan, devices=True)
     add_synth_args(plan)
     plan.add_argument("--json", type=Path, metavar="OUT", help="write the plan (- for standard output)")
@@ -360,7 +368,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json is not None:
         check_output(args.json)
     with_synthesized = take_synthesized(args)
-    options = IntervalOptions(args.jitter, args.samples, args.seed)
+    options = IntervalOptions(args.jitter, args.samples, args.seed, INTERVAL_OF[args.interval_of])
     perturbation = whatif.perturbation_from_args(args, args.devices if args.devices >= 1 else None)
     inputs, recorded = inputs_from_args(args)
     if perturbation:
@@ -382,7 +390,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     candidates = attach_intervals(inputs, candidates, options)
     synthesized = add_synthesized(inputs, space, candidates, args.synth_budget) if with_synthesized else {}
     searched = {**_space_dict(space), **({"synthesized_budget_s": args.synth_budget} if with_synthesized else {})}
-    document = plan_document(candidates, {**recorded, "space": searched}, args.memory_cap, units_meaning(recorded))
+    recorded = {**recorded, "space": searched, "interval_of": interval_of(options.measurement)}
+    document = plan_document(candidates, recorded, args.memory_cap, units_meaning(recorded))
     document["calibration"] = {**inputs.calibration(), **({} if disturbed is None else {"disturbance": disturbed})}
     lines = list(document["summary"])
     if workers_note is not None:

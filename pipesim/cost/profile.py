@@ -237,6 +237,11 @@ class UnitProfile:
     """How far the machine's speed moved from one in-situ round to the next beyond the steps' own noise (a relative
     standard deviation, `pipesim.analysis.drift.speed_drift`): how far the run a prediction is for may sit from the
     profile's speed. 0 in a profile written before it kept it."""
+    spread_launch: float = 0.0
+    """How far the levels of the profile's launches sat apart (the standard deviation of their logs,
+    `pipesim_executor.host.profile_merge.launch_spread`), a part of `spread_drift`; 0 for one launch."""
+    spread_launches: int = 1
+    """How many launches the profile merged (`spread_launch` is read off them)."""
 
     def __post_init__(self) -> None:
         if not self.units:
@@ -280,6 +285,12 @@ class UnitProfile:
             raise ValueError(f"spread_drift must be a number in 0..1, got {self.spread_drift!r}")
         if not 0 <= self.spread_drift <= 1:
             raise ValueError(f"spread_drift must be a number in 0..1, got {self.spread_drift!r}")
+        launch = self.spread_launch
+        if isinstance(launch, bool) or not isinstance(launch, (int, float)) or not 0 <= launch <= 1:
+            raise ValueError(f"spread_launch must be a number in 0..1, got {launch!r}")
+        count = self.spread_launches
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
+            raise ValueError(f"spread_launches must be a whole number from 1 to 1000, got {count!r}")
         for name in ("dispatch_ms", "tail_ms"):
             check_finite_non_negative(name, getattr(self, name))
         if self.core_slots is not None and (

@@ -265,6 +265,23 @@ def _spread(raw: Any, sizes: tuple[int, ...]) -> tuple[dict[str, SizeCurve], int
     )
 
 
+def _launches(provenance: dict[str, Any]) -> tuple[float, int]:
+    """How far the merged launches' levels sat apart and how many they were (`provenance.launches`, written by
+    `executor profile --launches K`): (0, 1) for a profile of one launch."""
+    record = provenance.get("launches")
+    if record is None:
+        return 0.0, 1
+    if not isinstance(record, dict):
+        raise ValueError(f"cost file: provenance.launches must be an object, got {record!r:.60}")
+    count = record.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
+        raise ValueError(
+            f"cost file: provenance.launches.count must be a whole number from 1 to 1000, got {count!r:.40}"
+        )
+    # levels more than e apart (a spread over 1) are a machine that no interval describes: held at 1, as the drift is
+    return min(1.0, _number(record.get("spread", 0.0), "provenance.launches.spread", 100.0)), count
+
+
 def _stages(raw: Any) -> dict[tuple[int, int, int], dict[str, float]]:
     """The stages the profile timed whole: each record's size, units and every kind's time."""
     if not isinstance(raw, list) or len(raw) > MAX_LAYERS:
@@ -316,6 +333,7 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             raise ValueError(f"cost file: {key} must be an object, got {data.get(key)!r:.60}")
     stages = _stages(data.get("stages", []))
     spread, repeats, round_se, drift = _spread(data.get("spread"), sizes)
+    launch_spread, launches = _launches(data.get("provenance", {}))
     try:
         return UnitProfile(
             units=units,
@@ -334,6 +352,8 @@ def profile_from_dict(data: dict[str, Any]) -> UnitProfile:
             spread_repeats=repeats,
             spread_round_se=round_se,
             spread_drift=drift,
+            spread_launch=launch_spread,
+            spread_launches=launches,
         )
     except ValueError as error:
         raise ValueError(f"cost file: {error}") from None

@@ -10,6 +10,7 @@ FACE = {
     "PlanInputs": "pipesim.plan.inputs",
     "IntervalOptions": "pipesim.plan.intervals",
     "attach_intervals": "pipesim.plan.intervals",
+    "interval_of": "pipesim.plan.intervals",
     "best_candidate": "pipesim.plan.report",
     "best_per_schedule": "pipesim.plan.report",
     "interval_text": "pipesim.plan.report",

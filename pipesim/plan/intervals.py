@@ -12,6 +12,10 @@ below its price (a step is the longest of paths of right-skewed times whose medi
 The spread comes from the profile (`pipesim.sim.spread.profile_spread`: what it measured), else from
 `IntervalOptions.jitter` (a CV for every kind, typed); with neither, candidates keep their price and no interval.
 
+The interval is of what verify-plan measures (`pipesim.sim.spread.VERIFIED`): the median over its default rounds,
+each a launch of at least its default steps, not of one step, whose spread is several times wider
+(`pipesim.sim.jitter`). `plan --interval-of step` draws one step's.
+
 A microbatch size the profile did not bracket is an extrapolation: `PlanInputs.check_sizes` refuses it with the
 profile command that would measure it, unless the space allows it (`PlanSpace.extrapolate`); then the candidate
 says `extrapolated`, its interval is wider, and `pipesim.plan.report.best_candidate` recommends it only when no
@@ -25,20 +29,28 @@ from dataclasses import dataclass
 from pipesim.plan.inputs import PlanInputs
 from pipesim.plan.search import Candidate, Evaluator
 from pipesim.sim.jitter import DEFAULT_SAMPLES, check_samples, step_interval
-from pipesim.sim.spread import MAX_CV, Spread, profile_spread
+from pipesim.sim.spread import MAX_CV, ONE_STEP, VERIFIED, Measurement, Spread, profile_spread
 
 MIN_SAMPLED = 24  # at least the fastest this many get an interval (what verify-plan --top K runs)
 MAX_SAMPLED = 256
+INTERVAL_OF = {"verification": VERIFIED, "step": ONE_STEP}  # plan --interval-of
+
+
+def interval_of(measurement: Measurement = VERIFIED) -> dict[str, int]:
+    """What a plan's intervals are of, as its JSON records it under "inputs" (verify-plan reads it)."""
+    return {"launches": measurement.launches, "steps": measurement.steps}
 
 
 @dataclass(frozen=True)
 class IntervalOptions:
     """How the planner samples: `jitter` the CV of every action when the model's source measured no spread (None:
-    no interval without a profile's spread), `samples` draws per candidate, `seed` of the generator."""
+    no interval without a profile's spread), `samples` draws per candidate, `seed` of the generator, `measurement`
+    what the interval is of."""
 
     jitter: float | None = None
     samples: int = DEFAULT_SAMPLES
     seed: int = 0
+    measurement: Measurement = VERIFIED
 
     def __post_init__(self) -> None:
         if self.jitter is not None:
@@ -52,7 +64,8 @@ def candidate_spread(inputs: PlanInputs, candidate: Candidate, split: bool, opti
     """The spread of one candidate's actions: the profile's where it kept one, else the typed jitter."""
     if inputs.profile is not None:
         chunked = candidate.virtual_stages > 1
-        measured = profile_spread(inputs.profile, candidate.microbatch_size, split, candidate.recompute, chunked)
+        size, recompute = candidate.microbatch_size, candidate.recompute
+        measured = profile_spread(inputs.profile, size, split, recompute, chunked, options.measurement)
         if measured is not None:
             return measured
     return None if options.jitter is None else Spread.uniform(min(options.jitter, MAX_CV))
@@ -79,7 +92,7 @@ def attach_intervals(
         spread = candidate_spread(inputs, candidate, schedule.uses_split_backward, options)
         if spread is None:
             return candidates
-        interval = step_interval(schedule, cost, spread, options.samples, options.seed)
+        interval = step_interval(schedule, cost, spread, options.samples, options.seed, options.measurement)
         candidate.step_ms_deterministic = candidate.step_ms
         candidate.step_ms, candidate.step_ms_p05, candidate.step_ms_p95 = (
             interval.step_ms,

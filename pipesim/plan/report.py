@@ -166,7 +166,9 @@ def runners_up(candidates: list[Candidate], best: Candidate | None, cap: float |
 TRANSFORMER_UNITS = "units count the embedding and the head"  # a model description's units
 
 
-def summary_lines(candidates: list[Candidate], cap: float | None, units: str = TRANSFORMER_UNITS) -> list[str]:
+def summary_lines(
+    candidates: list[Candidate], cap: float | None, units: str = TRANSFORMER_UNITS, interval_of: Any = None
+) -> list[str]:
     """The plan in words; `units` says what the split's unit indices count (the model's own layers)."""
     built = [c for c in candidates if c.built]
     failed = sum(c.error is not None for c in candidates)
@@ -205,7 +207,7 @@ def summary_lines(candidates: list[Candidate], cap: float | None, units: str = T
             + ("recommended only because no measured size fits" if best.extrapolated else "never recommended")
         )
     if best.step_ms_p05 is not None:
-        lines.append("steps: the median of sampled steps [5th, 95th percentile] (each action's measured spread)")
+        lines.append(f"steps: the median of sampled steps [5th, 95th percentile] {_interval_meaning(interval_of)}")
     reference = fastest_unconstrained(candidates)
     if reference is not None and not reference.fits:  # the cap costs something: say what each answer trades
         lines.append(
@@ -218,6 +220,18 @@ def summary_lines(candidates: list[Candidate], cap: float | None, units: str = T
         slower = c.step_ms / best.step_ms - 1
         lines.append(f"  {c.label}: {interval_text(c)}, {slower:+.1%} time; lost on {loss.reason}: {loss.detail}")
     return lines
+
+
+def _interval_meaning(interval_of: Any) -> str:
+    """What a plan's intervals are of (`plan --interval-of`), as the summary says it."""
+    launches = interval_of.get("launches") if isinstance(interval_of, dict) else None
+    steps = interval_of.get("steps") if isinstance(interval_of, dict) else None
+    if not isinstance(launches, int) or not isinstance(steps, int) or steps <= 1:
+        return "of one step (each action's measured spread)"
+    return (
+        f"of the median step over {launches} launch{'es' * (launches > 1)} of {steps // launches} steps, as "
+        "verify-plan measures it (--interval-of step: one step's, wider)"
+    )
 
 
 def plan_document(
@@ -233,7 +247,7 @@ def plan_document(
         "pareto": [c.to_dict() for c in pareto_front(candidates)],
         "best": None if best is None else best.to_dict(),
         "trades": trades(candidates),
-        "summary": summary_lines(candidates, cap, units),
+        "summary": summary_lines(candidates, cap, units, inputs.get("interval_of")),
     }
 
 

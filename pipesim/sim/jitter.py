@@ -20,6 +20,15 @@ Each draw's step time is `pipesim.sim.steps.step_time_ms` over `step_tails`, exa
 step; with no spread every draw is the deterministic step, bit for bit. The point is the median of the draws (it
 carries the jitter penalty), the interval their 5th and 95th percentiles.
 
+That is one step's interval. A measurement reports the median of many steps (verify-plan: three launches of at
+least 30 steps, `pipesim.sim.spread.Measurement`), and its median moves far less than one step: the actions' own
+jitter averages over its steps, and the machine's term over its launches (`pipesim.sim.spread.machine_cv`), while
+a price measured wrong moves every step alike. So for a measurement the draws come in two halves of one pass: one
+with each action's own jitter only, which gives the median step's penalty over the deterministic one (rho) and the
+steps' spread (c, the SD of their logs); one with the prices' and the machine's draws only. Each draw of the second
+half, x rho x exp(N(0, MEDIAN_SE x c / sqrt(steps))) for the median's own sampling error, is a draw of the
+measured median. With no spread every draw is still the deterministic step, bit for bit.
+
 Ranks that share fewer cores than there are ranks (`sweep_shared`) run the engine once per draw instead: the
 shared cores' interleaving is not one fixed order.
 """
@@ -35,7 +44,7 @@ from pipesim.ir import Schedule
 from pipesim.semantics.dag import Dependencies, dependencies
 from pipesim.sim.data_parallel import AFTER_BACKWARD, charged_schedule, last_gradients, reduction_charge
 from pipesim.sim.simulate import deadlock_error, engine_inputs, run_engine
-from pipesim.sim.spread import Spread
+from pipesim.sim.spread import MEDIAN_SE, ONE_STEP, Measurement, Spread
 from pipesim.sim.steps import step_tails, step_time_ms
 
 if TYPE_CHECKING:  # numpy is imported where a draw is made: `simulate` without --jitter starts without it
@@ -74,9 +83,16 @@ def check_samples(samples: int) -> int:
 
 
 def sampled_steps(
-    schedule: Schedule, cost: CostModel, spread: Spread, samples: int = DEFAULT_SAMPLES, seed: int = 0
+    schedule: Schedule,
+    cost: CostModel,
+    spread: Spread | tuple[Spread, Spread],
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    own_count: int = 0,
+    rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, float]:
-    """(`samples` step times drawn from `spread`, the deterministic step time). Raises as `simulate` does."""
+    """(`samples` step times drawn from `spread`, the deterministic step time). Raises as `simulate` does. Two
+    spreads (`_factors`): draws 1..own_count from the first, the rest from the second."""
     import numpy as np
 
     check_samples(samples)
@@ -86,7 +102,7 @@ def sampled_steps(
     deps = dependencies(scheduled)
     inputs = engine_inputs(scheduled, cost, deps)
     base = np.asarray(inputs.durations, dtype=float)
-    factors = _factors(deps, spread, samples, np.random.default_rng(seed))
+    factors = _factors(deps, spread, samples, rng if rng is not None else np.random.default_rng(seed), own_count)
     durations = base[:, None] * factors
     durations[:, 0] = base  # draw 0 is the deterministic step: the point of reference, bit for bit
     if cost.shared_cores is not None and cost.shared_cores < deps.num_ranks:
@@ -110,22 +126,67 @@ def sampled_steps(
 
 
 def step_interval(
-    schedule: Schedule, cost: CostModel, spread: Spread, samples: int = DEFAULT_SAMPLES, seed: int = 0
+    schedule: Schedule,
+    cost: CostModel,
+    spread: Spread,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    measurement: Measurement = ONE_STEP,
 ) -> StepInterval:
-    """The median of the sampled steps and their 90% interval (see the module docstring)."""
+    """The median of the sampled steps and their 90% interval: of one step, or of `measurement`'s median step
+    (see the module docstring)."""
     import numpy as np
 
-    steps, deterministic = sampled_steps(schedule, cost, spread, samples, seed)
+    if measurement.is_one_step:
+        steps, deterministic = sampled_steps(schedule, cost, spread, samples, seed)
+    else:
+        steps, deterministic = _median_draws(schedule, cost, spread, samples, seed, measurement.steps)
     low, mid, high = np.percentile(steps, [LOW, 50.0, HIGH])
     return StepInterval(float(mid), float(low), float(high), deterministic, samples)
 
 
-def _factors(deps: Dependencies, spread: Spread, samples: int, rng: np.random.Generator) -> np.ndarray:
-    """(actions, samples) multipliers of each action's price: its own jitter times its kind's price draw times the
-    machine's speed draw, each a lognormal of mean 1 (sigma from the CV: sqrt(log(1 + CV^2)), so the draw's CV is
-    the CV)."""
+def _median_draws(
+    schedule: Schedule, cost: CostModel, spread: Spread, samples: int, seed: int, steps: int
+) -> tuple[np.ndarray, float]:
+    """Draws of a measured median over `steps` steps (the module docstring): one pass, its first half of draws with
+    the actions' own jitter only, its second with the prices' and the machine's only."""
     import numpy as np
 
+    own_count = (samples - 1) // 2
+    rng = np.random.default_rng(seed)
+    halves = (Spread(spread.cv), Spread({}, spread.price_se, spread.machine_cv))
+    drawn, deterministic = sampled_steps(schedule, cost, halves, samples, seed, own_count=own_count, rng=rng)
+    own, shared = drawn[1 : own_count + 1], drawn[own_count + 1 :]
+    if not len(shared):  # too few samples for the second half: the prices and the machine at their medians
+        shared = drawn[:1]
+    if own_count and deterministic > 0:
+        penalty = float(np.median(own)) / deterministic
+        logs = np.log(np.maximum(own, 1e-300) / deterministic)
+        spread_of_steps = float(np.std(logs, ddof=1)) if own_count > 1 else 0.0
+    else:
+        penalty, spread_of_steps = 1.0, 0.0
+    median_se = MEDIAN_SE * spread_of_steps / math.sqrt(steps)
+    if not median_se:
+        return shared * penalty, deterministic
+    return shared * penalty * np.exp(median_se * rng.standard_normal(len(shared))), deterministic
+
+
+def _factors(
+    deps: Dependencies,
+    spread: Spread | tuple[Spread, Spread],
+    samples: int,
+    rng: np.random.Generator,
+    own_count: int = 0,
+) -> np.ndarray:
+    """(actions, samples) multipliers of each action's price: its own jitter times its kind's price draw times the
+    machine's speed draw, each a lognormal of mean 1 (sigma from the CV: sqrt(log(1 + CV^2)), so the draw's CV is
+    the CV). Two spreads: the first `own_count` draws after the first from the first, the rest from the second."""
+    import numpy as np
+
+    if isinstance(spread, tuple):
+        first = _factors(deps, spread[0], own_count + 1, rng)
+        second = _factors(deps, spread[1], samples - own_count - 1, rng)
+        return np.hstack([first, second])
     kinds = [kind for _, kind, _ in deps.actions]
     names = sorted({*spread.cv, *spread.price_se}, key=lambda k: k.value)
     sigma = np.array([math.sqrt(math.log1p(spread.cv.get(k, 0.0) ** 2)) for k in kinds])

@@ -15,6 +15,19 @@ Two sources, one value (`Spread`):
 A microbatch size beyond the profiled ones reads the nearest size's spread and widens the price's uncertainty by
 `EXTRAPOLATION_SE` per doubling away from them (a size the profile never ran: how far off its price may be is not
 measured, and grows with the distance).
+
+What an interval is of (`Measurement`): one step, or the median of a measurement made of several launches, as
+verify-plan's rounds are. The machine's term differs between the two (`machine_cv`). A profile of K launches
+splits its drift into the drift inside a launch (`within`, seconds apart) and the spread of the launches' levels
+(`between`, minutes apart). One step lands at one launch's level and one moment's speed:
+within^2 + between^2, plus the profile's own level error between^2 / K. The median of R launches averages the
+first two terms over its R launches, and the level error stays:
+
+    machine_cv^2 = (within^2 + between^2) / R + between^2 / K
+
+R = 1 gives the single step's drift, which the profile keeps. A profile of one launch never saw `between`, so its
+drift is the one step's, whatever R is. `pipesim.sim.jitter.step_interval` averages the actions' own jitter over
+the measurement's steps.
 """
 
 from __future__ import annotations
@@ -34,6 +47,38 @@ MAX_CV = 5.0  # a coefficient of variation above 500% is a measuring error, not 
 MEDIAN_SE = math.sqrt(math.pi / 2)  # the median's standard error over the mean's, for a normal spread
 Z95 = 1.96  # a 95% interval's half-width in standard errors
 EXTRAPOLATION_SE = 0.10  # the relative uncertainty added to every price per doubling beyond the profiled sizes
+MAX_MEASURED = 1_000_000
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a predicted interval is of: the median of `steps` steps measured over `launches` separate launches of
+    the run (Measurement(1, 1): one step)."""
+
+    launches: int = 1
+    steps: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("launches", "steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MEASURED:
+                raise ValueError(
+                    f"a measurement's {name} must be a whole number from 1 to {MAX_MEASURED:,}, got {value!r}"
+                )
+        if self.steps < self.launches:
+            raise ValueError(f"a measurement of {self.launches} launches has at least as many steps, got {self.steps}")
+
+    @property
+    def is_one_step(self) -> bool:
+        return self.steps == 1
+
+
+ONE_STEP = Measurement()
+# What verify-plan measures by default, and what the planner's intervals are of: its interleaved rounds, each a
+# launch of every candidate, and its measured steps per round (at least: a run of short steps measures more)
+VERIFY_ROUNDS = 3
+VERIFY_STEPS = 30
+VERIFIED = Measurement(VERIFY_ROUNDS, VERIFY_ROUNDS * VERIFY_STEPS)
 
 
 @dataclass(frozen=True)
@@ -104,14 +149,29 @@ _PROFILE_KINDS = {
 }
 
 
+def machine_cv(profile: UnitProfile, launches: int = 1) -> float:
+    """The machine's term of a prediction from `profile` for a median over `launches` launches (the module
+    docstring): the profile's drift for one launch, or for a profile of one launch."""
+    drift, between, count = profile.spread_drift, profile.spread_launch, profile.spread_launches
+    if launches <= 1 or count < 2:
+        return drift
+    within_squared = max(0.0, drift**2 - between**2 * (1 + 1 / count))
+    return min(MAX_CV, math.sqrt((within_squared + between**2) / launches + between**2 / count))
+
+
 def profile_spread(
-    profile: UnitProfile, size: int, split: bool, recompute: bool, chunked: bool = False
+    profile: UnitProfile,
+    size: int,
+    split: bool,
+    recompute: bool,
+    chunked: bool = False,
+    measurement: Measurement = ONE_STEP,
 ) -> Spread | None:
     """The spread of a candidate's actions from a profile that kept its (None for a profile written before it
     did): each kind's CV at `size` (the nearest profiled size beyond them) and its price's standard error: over the
     repetitions or over the rounds (the larger), and the in-situ factor's own (its 95% CI's half-width / 1.96, for
     the candidate's class), widened by EXTRAPOLATION_SE per doubling outside the profiled sizes; and the machine's
-    drift between the profile's in-situ rounds, shared by every action of a sample."""
+    term for `measurement`, shared by every action of a sample (`machine_cv`)."""
     if not profile.spread:
         return None
     repeats = max(profile.spread_repeats, 1)
@@ -127,7 +187,7 @@ def profile_spread(
         within = MEDIAN_SE * cv[kind] / math.sqrt(repeats)
         drift = profile.spread_round_se[measured].at(size) if measured in profile.spread_round_se else 0.0
         price_se[kind] = min(MAX_CV, math.hypot(max(within, drift), factor_se))
-    spread = Spread(cv, price_se, profile.spread_drift)
+    spread = Spread(cv, price_se, machine_cv(profile, measurement.launches))
     sizes = profile.microbatch_sizes
     if sizes[0] <= size <= sizes[-1]:
         return spread

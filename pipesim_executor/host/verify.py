@@ -45,6 +45,7 @@ from pipesim.ir import Schedule
 from pipesim.limits import MAX_PLAN_BYTES
 from pipesim.numbers import check_number
 from pipesim.programs import programs
+from pipesim.sim.spread import VERIFY_ROUNDS, VERIFY_STEPS
 from pipesim_executor.config import RunConfig
 from pipesim_executor.host import machine
 from pipesim_executor.host.machine import Holder, MachineLock
@@ -73,7 +74,7 @@ from pipesim_executor.host.verify_config import (
 )
 from pipesim_executor.run_files import PLAN_PREDICTION_FILE
 
-DEFAULT_STEPS = 30  # measured steps per candidate and round
+DEFAULT_STEPS = VERIFY_STEPS  # measured steps per candidate and round (what the planner's intervals are of)
 # ... at least: a run also measures for this long (its predicted step sets how many steps that takes). A run of
 # short steps measured 30 steps where one launch costs seconds, and their noise set its median: the tiny-layers
 # zoo model's 7 ms steps vary 8-20% a step, so rounds of 10 steps had medians 7% apart.
@@ -83,7 +84,7 @@ MAX_MIN_SECONDS = 600.0
 # --min-seconds adds at most this many times --steps (a test's 2 steps became 10,000 without it).
 MAX_STEPS_FACTOR = 20
 DEFAULT_WARMUP = 3
-DEFAULT_ROUNDS = 3  # interleaved rounds: the fewest whose bootstrap over rounds sees the drift between them
+DEFAULT_ROUNDS = VERIFY_ROUNDS  # interleaved rounds: the fewest whose bootstrap over rounds sees the drift between them
 MAX_ROUNDS = 50
 DEFAULT_TOP = 3
 DEFAULT_TIMEOUT_S = 300.0
@@ -271,6 +272,7 @@ def verify_plan(
                     on_row(row)
     verification = compare(rows, uncertainty, rounds)
     verification.since_profile = _since_profile(plan, rows, verification.notes)
+    verification.notes += _interval_notes(plan, rounds)
     disturbance = calibration.get("disturbance") if isinstance(calibration, dict) else None
     if isinstance(disturbance, dict) and disturbance.get("disturbed") is True:  # planned with the flag
         verification.notes.append("the plan was made from a disturbed profile (--accept-disturbed-profile)")
@@ -282,6 +284,18 @@ def verify_plan(
     if on_progress is not None:
         on_progress(VerifyProgress(1.0, total, total, "done"))
     return verification
+
+
+def _interval_notes(plan: dict[str, Any], rounds: int) -> list[str]:
+    """A note where the plan's intervals are of a median over another number of launches than this verification's
+    rounds (`plan --interval-of`): they are then too narrow (fewer rounds) or too wide (more)."""
+    interval_of = (plan.get("inputs") or {}).get("interval_of")
+    launches = interval_of.get("launches") if isinstance(interval_of, dict) else None
+    if not isinstance(launches, int) or launches == rounds:
+        return []
+    what = "one step" if launches == 1 else f"the median over {launches} launches"
+    return [f"the plan's intervals are of {what}, and this verification ran {rounds} round{'s' * (rounds > 1)}: "
+            f"plan again with the matching --interval-of, or verify with --rounds {launches}"]  # fmt: skip
 
 
 def _since_profile(plan: dict[str, Any], rows: list[VerifyRow], notes: list[str]) -> SinceProfile | None:
