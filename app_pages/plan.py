@@ -53,8 +53,8 @@ st.caption(
 LABELS = (
     "A candidate's name reads: schedule, P = pipeline ranks (devices in the pipeline), v = chunks per rank, "
     "m32x1 = 32 microbatches of 1 sample each, then 'recompute' and the W share where they apply, and "
-    "'extrapolated' for a microbatch size a profile did not measure (drawn as a cross). A bar is the 90% interval "
-    "of the median step that Verify measures (3 rounds of at least 30 steps), not of one step."
+    "'extrapolated' for a microbatch size a profile did not measure (drawn as a cross). A bar is a predicted "
+    "step's 90% interval."
 )
 URL = state.URL
 

@@ -106,16 +106,18 @@ def test_plan_records_what_its_intervals_are_of_and_one_steps_are_wider(tmp_path
     path = tmp_path / "cost.json"
     save_profile(with_spread(cv=0.2), path)
     widths = {}
-    for choice in ("verification", "step"):
+    for choice in ("verification", "step", None):
         out = tmp_path / f"{choice}.json"
+        picked = [] if choice is None else ["--interval-of", choice]  # None: the default, one step's
         assert main(["plan", "--cost", str(path), "--devices", "2", "--global-batch", "16", "--optimizer", "sgd",
-                     "--microbatch-sizes", "2", "--interval-of", choice, "--json", str(out)]) == 0  # fmt: skip
+                     "--microbatch-sizes", "2", *picked, "--json", str(out)]) == 0  # fmt: skip
         document = json.loads(out.read_text())
         best = document["best"]
         widths[choice] = (best["step_ms_p95"] - best["step_ms_p05"]) / best["step_ms"]
         assert document["inputs"]["interval_of"] == (
             {"launches": 3, "steps": 90} if choice == "verification" else {"launches": 1, "steps": 1}
         )
+    assert widths[None] == widths["step"]
     assert widths["verification"] < 0.75 * widths["step"]  # the prices' own error (5.6% here) does not average
     capsys.readouterr()
     assert main(["plan", "--cost", str(path), "--devices", "2", "--interval-of", "launch"]) == 2

@@ -255,9 +255,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sampling.add_argument(
         "--interval-of",
         choices=list(INTERVAL_OF),
-        default="verification",
-        help="what the interval is of: the median step of verify-plan's default measurement (%(default)s: "
-        f"{VERIFY_ROUNDS} launches of at least {VERIFY_STEPS} steps), or one step (wider)",
+        default="step",
+        help="what the interval is of: one step (%(default)s), or the median step of verify-plan's default "
+        f"measurement ({VERIFY_ROUNDS} launches of at least {VERIFY_STEPS} steps: narrower, and over-confident on "
+        "held-out models, docs/benchmarks.md)",
     )
     whatif.add_perturbation_args(plan, devices=True)
     add_synth_args(plan)

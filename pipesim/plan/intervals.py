@@ -12,9 +12,13 @@ below its price (a step is the longest of paths of right-skewed times whose medi
 The spread comes from the profile (`pipesim.sim.spread.profile_spread`: what it measured), else from
 `IntervalOptions.jitter` (a CV for every kind, typed); with neither, candidates keep their price and no interval.
 
-The interval is of what verify-plan measures (`pipesim.sim.spread.VERIFIED`): the median over its default rounds,
-each a launch of at least its default steps, not of one step, whose spread is several times wider
-(`pipesim.sim.jitter`). `plan --interval-of step` draws one step's.
+The interval is of one step by default. `plan --interval-of verification` draws the interval of what verify-plan
+measures (`pipesim.sim.spread.VERIFIED`): the median over its default rounds, each a launch of at least its
+default steps (`pipesim.sim.jitter`), about a third narrower. It is not the default because it was over-confident
+on models it was not developed with: 19 of 24 informative intervals held, against 22 of 24 for one step's on the
+same runs (docs/benchmarks.md, "Intervals of a measured median"). Its machine term rests on how far the profile's
+launches sat apart, and two launches can sit close while a verification's runs land several per cent from the
+profile's in-situ steps of the same configuration.
 
 A microbatch size the profile did not bracket is an extrapolation: `PlanInputs.check_sizes` refuses it with the
 profile command that would measure it, unless the space allows it (`PlanSpace.extrapolate`); then the candidate
@@ -36,7 +40,7 @@ MAX_SAMPLED = 256
 INTERVAL_OF = {"verification": VERIFIED, "step": ONE_STEP}  # plan --interval-of
 
 
-def interval_of(measurement: Measurement = VERIFIED) -> dict[str, int]:
+def interval_of(measurement: Measurement = ONE_STEP) -> dict[str, int]:
     """What a plan's intervals are of, as its JSON records it under "inputs" (verify-plan reads it)."""
     return {"launches": measurement.launches, "steps": measurement.steps}
 
@@ -50,7 +54,7 @@ class IntervalOptions:
     jitter: float | None = None
     samples: int = DEFAULT_SAMPLES
     seed: int = 0
-    measurement: Measurement = VERIFIED
+    measurement: Measurement = ONE_STEP
 
     def __post_init__(self) -> None:
         if self.jitter is not None:

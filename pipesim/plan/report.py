@@ -227,10 +227,10 @@ def _interval_meaning(interval_of: Any) -> str:
     launches = interval_of.get("launches") if isinstance(interval_of, dict) else None
     steps = interval_of.get("steps") if isinstance(interval_of, dict) else None
     if not isinstance(launches, int) or not isinstance(steps, int) or steps <= 1:
-        return "of one step (each action's measured spread)"
+        return "(each action's measured spread)"
     return (
         f"of the median step over {launches} launch{'es' * (launches > 1)} of {steps // launches} steps, as "
-        "verify-plan measures it (--interval-of step: one step's, wider)"
+        "verify-plan measures it (--interval-of verification)"
     )
 
 

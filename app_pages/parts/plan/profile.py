@@ -193,8 +193,8 @@ def describe(picked: PickedProfile, calibration: dict[str, Any]) -> None:
     st.info(
         f"**Planned from the profile** `{picked.origin}`: {model}, {len(profile.units)} units, measured on "
         f"{device} at microbatch sizes {', '.join(map(str, profile.microbatch_sizes))}. The model fields in the "
-        "sidebar are not used. Each bar is the 90% interval of the median step Verify measures (from the profile's "
-        "own spread; the spread field is for descriptions)."
+        "sidebar are not used. Each bar is the measured prediction's 90% interval (the profile's own spread; the "
+        "spread field is for descriptions)."
         + (f"\n\nSelf-check: {check[0].removeprefix('check').strip()}." if check else ""),
         icon=":material/straighten:",
     )
