@@ -114,6 +114,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run nothing: every figure again from an earlier --json report's measurements, with this checkout's "
         "statistics (the profiles' agreement as the report has it)",
     )
+    parser.add_argument(
+        "--replan",
+        type=Path,
+        metavar="FOLDER",
+        help="with --reanalyse: plan again from each model's first profile in FOLDER (the measured run's folder, "
+        "profile-NAME-1/cost.json) with this checkout's planner, and set the measured medians against its predictions",
+    )
+    parser.add_argument(
+        "--interval-of", choices=("step", "verification"), default="step", help="what the plan's intervals are of"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.models = args.models or list(QUICK_MODELS)
@@ -153,6 +163,7 @@ def plan(cost: Path, args: argparse.Namespace, out: Path) -> dict:
         sys.executable, "-m", "pipesim", "plan", "--cost", str(cost), "--devices", "2",
         "--global-batch", str(args.global_batch), "--optimizer", args.optimizer,
         "--microbatch-sizes", args.microbatch_sizes, "--chunks", "2", "--exhaustive", "--json", str(out),
+        "--interval-of", args.interval_of,
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -347,11 +358,36 @@ def rebuilt(saved: dict) -> Verification:
     return verification
 
 
-def reanalyse(path: Path) -> tuple[dict, list[str]]:
-    """Every model's figures and table again from an earlier report's measurements."""
+def replanned(record: dict, document: dict) -> dict:
+    """A saved verification with each candidate's prediction and interval taken from `document` (a plan)."""
+    by_label = {label(c): c for c in plan_candidates(document, 10_000)}
+    rows = []
+    for row in record["candidates"]:
+        c = by_label.get(row["label"])
+        if c is None:
+            raise SystemExit(f"--replan: the new plan has no candidate {row['label']}")
+        low, high = c.get("step_ms_p05"), c.get("step_ms_p95")
+        rows.append({**row, "predicted_ms": c["step_ms"], "predicted_p05_ms": low, "predicted_p95_ms": high,
+                     "has_predicted_interval": low is not None})  # fmt: skip
+    return {**record, "candidates": rows}
+
+
+def reanalyse(path: Path, args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """Every model's figures and table again from an earlier report's measurements (re-planned with --replan)."""
     report = read_json(path)
     markdown: list[str] = []
     for name, record in report["models"].items():
+        if args.replan is not None:
+            settings = report.get("settings", {})
+            args.global_batch = int(settings.get("global_batch", args.global_batch))
+            args.microbatch_sizes = settings.get("microbatch_sizes", args.microbatch_sizes)
+            args.optimizer = settings.get("optimizer", args.optimizer)
+            cost = args.replan / f"profile-{name}-1" / "cost.json"
+            document = plan(cost, args, args.replan / f"replan-{name}-{args.interval_of}.json")
+            record["first"], record["second"] = (
+                replanned(record["first"], document),
+                replanned(record["second"], document),
+            )
         first, again = rebuilt(record["first"]), rebuilt(record["second"])
         saved = record["figures"]
         got = figures(
@@ -368,7 +404,7 @@ def reanalyse(path: Path) -> tuple[dict, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.reanalyse is not None:
-        report, markdown = reanalyse(args.reanalyse)
+        report, markdown = reanalyse(args.reanalyse, args)
     else:
         report, markdown = measure(args)
     if args.json:
