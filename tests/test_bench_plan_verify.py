@@ -55,7 +55,7 @@ def test_a_report_is_reanalysed_from_its_saved_rounds_alone(bench, tmp_path):
     figures = {"profile_agreement": 0.04, "profile_inside": 0.5, "profiles_agree": 1.0}
     saved = {"models": {"m": {"spec": "x:y", "figures": figures, "first": first.to_dict(), "second": second.to_dict()}}}
     write_json(saved, tmp_path / "report.json")
-    report, markdown = bench.reanalyse(tmp_path / "report.json")
+    report, markdown = bench.reanalyse(tmp_path / "report.json", bench.parse_args(["--reanalyse", "report.json"]))
     got = report["models"]["m"]["figures"]
     assert got == bench.figures(first, second, figures)
     assert got["candidates"] == 3 and got["profile_agreement"] == 0.04 and markdown[0] == "### m (x:y)"
@@ -65,3 +65,16 @@ def test_a_report_is_reanalysed_from_its_saved_rounds_alone(bench, tmp_path):
     assert any(line.startswith("status: ok / ok (first / second verification)") for line in markdown)
     assert any("two verifications: each difference's 95% CI holds 0" in line for line in markdown)
     assert report["reanalysed_from"] == str(tmp_path / "report.json")
+    # --replan: each candidate's prediction and interval from the new plan, matched by label; a missing one is named
+    record = first.to_dict()
+    names = [("1f1b", 4), ("gpipe", 4), ("zb-h1", 8)]
+    for row, (schedule, microbatches) in zip(record["candidates"], names, strict=True):
+        row["label"] = f"{schedule} P2 m{microbatches}x2"
+    plan = {"candidates": [{"schedule": schedule, "ranks": 2, "microbatches": m, "microbatch_size": 2, "fits": True,
+                            "step_ms": 20.0 + i, "step_ms_p05": 18.0, "step_ms_p95": 23.0 + i}
+                           for i, (schedule, m) in enumerate(names)]}  # fmt: skip
+    again = bench.replanned(record, plan)
+    got = [(r["predicted_ms"], r["predicted_p05_ms"], r["predicted_p95_ms"]) for r in again["candidates"]]
+    assert got == [(20.0, 18.0, 23.0), (21.0, 18.0, 24.0), (22.0, 18.0, 25.0)]
+    with pytest.raises(SystemExit, match="--replan: the new plan has no candidate gpipe P2 m4x2"):
+        bench.replanned(record, {"candidates": plan["candidates"][:1]})
