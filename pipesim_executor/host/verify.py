@@ -288,14 +288,14 @@ def verify_plan(
 
 def _interval_notes(plan: dict[str, Any], rounds: int) -> list[str]:
     """A note where the plan's intervals are of a median over another number of launches than this verification's
-    rounds (`plan --interval-of`): they are then too narrow (fewer rounds) or too wide (more)."""
+    rounds (`plan --interval-of verification`): they are then too narrow (fewer rounds) or too wide (more). One
+    step's intervals (the default) are wider than any median's: no note."""
     interval_of = (plan.get("inputs") or {}).get("interval_of")
     launches = interval_of.get("launches") if isinstance(interval_of, dict) else None
-    if not isinstance(launches, int) or launches == rounds:
+    if not isinstance(launches, int) or launches <= 1 or launches == rounds:
         return []
-    what = "one step" if launches == 1 else f"the median over {launches} launches"
-    return [f"the plan's intervals are of {what}, and this verification ran {rounds} round{'s' * (rounds > 1)}: "
-            f"plan again with the matching --interval-of, or verify with --rounds {launches}"]  # fmt: skip
+    return [f"the plan's intervals are of the median over {launches} launches, and this verification ran {rounds} "
+            f"round{'s' * (rounds > 1)}: verify with --rounds {launches}, or plan with --interval-of step"]  # fmt: skip
 
 
 def _since_profile(plan: dict[str, Any], rows: list[VerifyRow], notes: list[str]) -> SinceProfile | None:
