@@ -3,6 +3,7 @@
 Usage:
     python bench/bench_new_families.py            # 131,072 actions each, 7 interleaved rounds
     python bench/bench_new_families.py --quick    # 8,192 actions, 3 rounds (a smoke test)
+    python bench/bench_new_families.py --families "1f1b offload"   # 1F1B and the rows named (comma-separated)
 
 Each round times, one after the other in a rotating order (A B C ... then B C ... A: the machine's drift falls on
 every family alike), build + validate + simulate + metrics of about 131,072 actions each: 1f1b (64 ranks x 1024
@@ -79,11 +80,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall clock or process CPU time")
+    parser.add_argument("--families", help="comma-separated rows to time beside 1f1b (default: every row)")
     args = parser.parse_args()
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     ranks, microbatches = (16, 256) if args.quick else (64, 1024)
     rounds = min(args.rounds or (3 if args.quick else 7), 11)  # T95 holds the t quantiles up to 10 degrees
     table = cases(ranks, microbatches)
+    if args.families is not None:
+        asked = {name.strip() for name in args.families.split(",") if name.strip()}
+        unknown = sorted(asked - set(table))
+        if unknown:
+            parser.error(f"unknown rows {', '.join(unknown)}; valid: {', '.join(table)}")
+        table = {name: case for name, case in table.items() if name == "1f1b" or name in asked}  # 1f1b: the base
     names = list(table)
     times: dict[str, list[float]] = {name: [] for name in names}
     actions: dict[str, int] = {}

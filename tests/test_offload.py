@@ -265,3 +265,32 @@ def test_an_order_whose_compute_actions_differ_from_the_list_is_refused() -> Non
             with pytest.raises(ValueError, match="compute actions differ"):
                 dataclasses.replace(schedule, order=tuple(map(tuple, rows)))
         assert dataclasses.replace(schedule, order=schedule.order).actions == schedule.actions
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-h1", "interleaved-1f1b", "gpipe"])
+@pytest.mark.parametrize("stash", [GB, 1234567.3])
+def test_the_peaks_with_moves_are_those_of_the_sorted_events(name: str, stash: float) -> None:
+    """Whole times make many events fall at one time (a free as a copy or a forward starts): the metrics' peaks,
+    read without sorting event tuples where the byte sums are exact (whole bytes), are the peaks of the events
+    sorted frees first; fractional bytes take the sort itself, and give its peaks too."""
+    from itertools import accumulate
+
+    from pipesim.sim import metrics as m
+
+    schedule = with_offload(build_schedule(name, 4, 12), "full")
+    base = _cost(copy_latency_ms=1.0, stash=stash)
+    stages = tuple(dataclasses.replace(stage, weight_grad_bytes=stash / 4) for stage in base.stages)
+    cost = dataclasses.replace(base, stages=stages).for_schedule(schedule)
+    timeline = simulate(schedule, cost)
+    rows, moves = m._rank_rows(timeline), m._moves_by_rank(timeline)
+    table, changes = m._change_tables(rows, moves, cost)
+    fast = [m._exact_peaks(*row, moved, table, changes) for row, moved in zip(rows, moves, strict=True)]
+    assert (None in fast) == (stash != GB)  # whole bytes: every rank read without the sort
+    metrics = compute_metrics(timeline, cost)
+    device, host_events = m._memory_events(timeline, cost), m._host_events(timeline, cost)
+    for r, (events, host) in enumerate(zip(device, host_events, strict=True)):
+        assert len({time for time, _, _ in events}) < len(events)  # events that tie: the order at one time counts
+        counts, sizes = list(accumulate(e[1] for e in events)), list(accumulate(e[2] for e in events))
+        assert metrics.ranks[r].peak_activations == max([0, *counts])
+        assert metrics.ranks[r].peak_activation_bytes == max([0.0, *sizes])
+        assert metrics.ranks[r].peak_host_bytes == max([0.0, *accumulate(delta for _, delta in host)])

@@ -463,11 +463,18 @@ def memory_move_gates(schedule: Schedule) -> list[tuple[list[CommAction], list[i
     rows = []
     for row in schedule.order if schedule.order is not None else ((),) * schedule.num_ranks:
         types = list(map(type, row))
-        if set(types) <= _PLAIN_ENTRIES:  # no overlapped pair: each compute action one position, counted at C speed
+        present = set(types)
+        if present <= _MOVES_ROW:  # the k-th CommAction (from 0), at p, has p - k compute actions before it
+            mask = list(map(is_, types, repeat(CommAction)))
+            comms = list(compress(row, mask))
+            if set(map(itemgetter(1), comms)) <= MEMORY_MOVES:  # every one a memory move (no transfer, collective)
+                rows.append((comms, list(map(sub, compress(range(len(row)), mask), range(1, len(comms) + 1)))))
+                continue
+        if present <= _PLAIN_ENTRIES:  # no overlapped pair: each compute action one position, counted at C speed
             computed = list(accumulate(map(is_, types, repeat(Action))))  # compute actions up to each entry
-            comms = list(compress(range(len(row)), map(is_, types, repeat(CommAction))))
-            moved = map(MEMORY_MOVES.__contains__, map(itemgetter(1), map(row.__getitem__, comms)))
-            at = list(compress(comms, moved))
+            positions = list(compress(range(len(row)), map(is_, types, repeat(CommAction))))
+            moved = map(MEMORY_MOVES.__contains__, map(itemgetter(1), map(row.__getitem__, positions)))
+            at = list(compress(positions, moved))
             rows.append((list(map(row.__getitem__, at)), list(map(sub, map(computed.__getitem__, at), repeat(1)))))
             continue
         entries: list[CommAction] = []
@@ -482,6 +489,9 @@ def memory_move_gates(schedule: Schedule) -> list[tuple[list[CommAction], list[i
                 position += len(entry_actions(entry))  # an overlapped pair's last member is the gate after it
         rows.append((entries, gates))
     return rows
+
+
+_MOVES_ROW = frozenset({Action, CommAction})
 
 
 def has_memory_moves(schedule: Schedule) -> bool:

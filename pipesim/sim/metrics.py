@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial, reduce
 from itertools import accumulate, chain, compress, islice, pairwise, repeat
-from operator import add, eq, itemgetter, le, lt, sub
+from operator import add, eq, is_, itemgetter, le, lt, sub
 from typing import TYPE_CHECKING, Any
 
 from pipesim._perf import paused_gc
@@ -479,13 +479,16 @@ def _metrics_with_moves(tl: Timeline, cost: CostModel | None) -> Metrics:
     table, changes = _change_tables(rows, moves, cost)
     summaries, hosts, busy = [], [], []
     for (actions, starts, row_ends), moved in zip(rows, moves, strict=True):
-        device, host = _move_events(moved, changes)
-        events = _compute_events(actions, starts, row_ends, table)
-        events += device
-        events.sort()
-        host.sort()
-        summaries.append((_idle(actions, starts, row_ends, origin, origin + total), *_peaks(events)))
-        hosts.append(_host_peak(host))
+        peaks = _exact_peaks(actions, starts, row_ends, moved, table, changes)
+        if peaks is None:  # sums that round: added in the sorted events' own order
+            device, host = _move_events(moved, changes)
+            events = _compute_events(actions, starts, row_ends, table)
+            events += device
+            events.sort()
+            host.sort()
+            peaks = (*_peaks(events), _host_peak(host))
+        summaries.append((_idle(actions, starts, row_ends, origin, origin + total), *peaks[:2]))
+        hosts.append(peaks[2])
         busy.append(_copy_busy(moved))
     metrics = _metrics(tl.num_ranks, total, summaries)
     ranks = tuple(
@@ -493,6 +496,111 @@ def _metrics_with_moves(tl: Timeline, cost: CostModel | None) -> Metrics:
         for r, h, b in zip(metrics.ranks, hosts, busy, strict=True)
     )
     return dataclasses.replace(metrics, ranks=ranks)
+
+
+_EXACT = 2.0**53  # integers up to this add exactly, in any order
+
+
+def _exact_peaks(
+    actions: list,
+    starts: list[float],
+    ends: list[float],
+    moves: list[CommSpan],
+    table: dict[int, dict[ActionKind, tuple[int, float]]],
+    changes: dict[CommKind, dict[int, tuple[float, float, bool]]],
+) -> tuple[int, float, float] | None:
+    """`_peaks` of the sorted device events and `_host_peak` of the sorted host events of one rank, without an event
+    tuple: the times sorted alone (stable), each stream of one kind laid out frees first, as the tuples sort at one
+    time. Where every byte change is a whole number and their magnitudes sum below 2^53, each running sum is exact
+    in any order, so the levels after each time, and the peaks, are those of the tuples' order (within one time
+    the level falls then rises in both orders). None where that does not hold: the caller sorts the tuples."""
+    kinds, stages = list(map(_kind, actions)), list(map(_stage, actions))
+    device: list[tuple[int, list[float], list]] = []  # (count delta, times, byte deltas) of each stream
+    present = set(kinds)
+    for kind in ActionKind:
+        if kind not in present:
+            continue
+        mask = list(map(is_, kinds, repeat(kind)))
+        times = list(compress(starts if changes_at_start(kind) else ends, mask))
+        moved = list(compress(stages, mask))
+        change = {stage: table[stage][kind] for stage in set(moved)}
+        counts = {count for count, _ in change.values()}
+        if len(counts) != 1:
+            return None
+        device.append((counts.pop(), times, _deltas(moved, {stage: size for stage, (_, size) in change.items()})))
+    host: list[tuple[int, list[float], list]] = []  # (sign class, times, byte deltas): frees first
+    if moves:
+        move_kinds = list(map(_kind, map(_action_of_move, moves)))
+        move_stages = list(map(_stage, map(_action_of_move, moves)))
+        begins, finishes = list(map(_move_start, moves)), list(map(_move_end, moves))
+        for kind, change in changes.items():
+            mask = list(map(is_, move_kinds, repeat(kind)))
+            moved = list(compress(move_stages, mask))
+            if not moved:
+                continue
+            starts_it = change[moved[0]][2]  # a property of the kind, the same for every stage
+            begin, finish = list(compress(begins, mask)), list(compress(finishes, mask))
+            on_device = {stage: delta for stage, (delta, _, _) in change.items()}
+            on_host = {stage: delta for stage, (_, delta, _) in change.items()}
+            device.append((1 if starts_it else -1, begin if starts_it else finish, _deltas(moved, on_device)))
+            to_host = _deltas(moved, on_host)
+            if to_host and min(to_host) < 0 < max(to_host):
+                return None
+            host.append((0 if to_host and min(to_host) >= 0 else -1, finish if starts_it else begin, to_host))
+    if sum(len(times) for _, times, _ in device) != len(actions) + len(moves):  # a kind no table names
+        return None
+    device.sort(key=itemgetter(0))  # stable: frees (-1), then W's part (0), then what F and a RELOAD bring (+1)
+    host.sort(key=itemgetter(0))
+    for count, _, deltas in device:  # frees only fall, what comes only rises: the level's shape within one time
+        if deltas and (min(deltas) < 0 if count > 0 else max(deltas) > 0):
+            return None
+    if not (_exact(device) and _exact(host)):
+        return None
+    return (*_stream_peaks(device, True), _stream_peaks(host, False)[1] if host else 0.0)
+
+
+def _scale(streams: list[tuple[int, list[float], list]]) -> float | None:
+    """The one size s >= 0 of which every byte delta is its count delta times (a rank whose stages keep the same
+    bytes, without a split backward's part), else None: the byte level is then the count level times s, exactly."""
+    sizes = {delta / count if count else None for count, _, deltas in streams for delta in set(deltas)}
+    size = sizes.pop() if len(sizes) == 1 else None
+    return abs(size) if size is not None and size >= 0 else None  # abs: a size of -0.0 (a free of none) as 0.0
+
+
+def _deltas(stages: list[int], by_stage: dict[int, float]) -> list:
+    """Each event's delta, its stage's: one repeated value where the stream holds one stage (a plain rank)."""
+    if len(by_stage) == 1:
+        return [next(iter(by_stage.values()))] * len(stages)
+    return list(map(by_stage.__getitem__, stages))
+
+
+def _exact(streams: list[tuple[int, list[float], list]]) -> bool:
+    """Whether every delta is a whole number and all their magnitudes sum below 2^53 (every running sum exact)."""
+    total = 0.0
+    for _, _, deltas in streams:
+        if deltas:
+            values = set(deltas)
+            if not all(float(value).is_integer() for value in values):
+                return False
+            total += len(deltas) * max(map(abs, values))
+    return total < _EXACT
+
+
+def _stream_peaks(streams: list[tuple[int, list[float], list]], counts: bool) -> tuple[int, float]:
+    """The highest running sums from 0 of the count deltas (where `counts`, else 0) and of the byte deltas, over the
+    streams' events in time order, ties in stream order (a stable sort of the times alone)."""
+    times = list(chain.from_iterable(times for _, times, _ in streams))
+    order = sorted(range(len(times)), key=times.__getitem__)
+    size = _scale(streams) if counts else None
+    peak_bytes = 0.0
+    if size is None:
+        values = list(chain.from_iterable(deltas for _, _, deltas in streams))
+        peak_bytes = max(accumulate(map(values.__getitem__, order), initial=0.0))
+    if not counts:
+        return 0, peak_bytes
+    values = list(chain.from_iterable(repeat(count, len(stream)) for count, stream, _ in streams))
+    peak_count = max(accumulate(map(values.__getitem__, order), initial=0))
+    return peak_count, (peak_bytes if size is None else peak_count * size)
 
 
 def _idle(actions: list, starts: list[float], ends: list[float], origin: float, finish: float) -> float:
