@@ -3,6 +3,7 @@
 Usage:
     python bench/bench_new_families.py            # 131,072 actions each, 7 interleaved rounds
     python bench/bench_new_families.py --quick    # 8,192 actions, 3 rounds (a smoke test)
+    python bench/bench_new_families.py --families 1f1b-overlap,dualpipe --clock cpu   # these rows and 1f1b's
 
 Each round times, one after the other in a rotating order (A B C ... then B C ... A: the machine's drift falls on
 every family alike), build + validate + simulate + metrics of about 131,072 actions each: 1f1b (64 ranks x 1024
@@ -79,11 +80,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall clock or process CPU time")
+    parser.add_argument("--families", metavar="NAMES", help="comma-separated rows to time (1f1b is always timed)")
     args = parser.parse_args()
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     ranks, microbatches = (16, 256) if args.quick else (64, 1024)
     rounds = min(args.rounds or (3 if args.quick else 7), 11)  # T95 holds the t quantiles up to 10 degrees
     table = cases(ranks, microbatches)
+    if args.families:
+        wanted = {"1f1b", *args.families.split(",")}
+        unknown = wanted - set(table)
+        if unknown:
+            parser.error(f"unknown rows {', '.join(sorted(unknown))}; valid: {', '.join(table)}")
+        table = {name: row for name, row in table.items() if name in wanted}
     names = list(table)
     times: dict[str, list[float]] = {name: [] for name in names}
     actions: dict[str, int] = {}

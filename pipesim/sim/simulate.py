@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, ActionKind, Schedule
-from pipesim.records import LINK_KINDS, CommSpan, LaterComm, SpanColumns, Timeline
+from pipesim.records import LINK_KINDS, CommSpan, LaterComm, LaterList, SpanColumns, Timeline
 from pipesim.semantics.dag import CopyOps, DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
-from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
+from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps, sweep_pairs_without_gaps
 
 if TYPE_CHECKING:  # overlapped pairs and sequence chunks are priced where a schedule has them
     from pipesim.cost.overlap import PairTimeline
@@ -70,6 +70,10 @@ def sweep(
     if blocking is not None and rank_start is None and (gaps is None or not any(gaps)):  # no gap, clocks from 0
         loop_inputs = (blocking, offsets, durations, hops, starts, ends, pointer, clock, waiting, ready, runs)
         sweep_blocking_without_gaps(*loop_inputs)
+    if joined and copies is None and rank_start is None and (gaps is None or not any(gaps)):
+        pairs = deps.pair_waits  # None: a group of three or more, or two producers that can keep an action waiting
+        if pairs is not None:
+            sweep_pairs_without_gaps(*pairs, offsets, durations, hops, starts, ends, pointer, clock, waiting, ready)
     if gaps is None:
         gaps = [0.0] * n  # one addition per action rather than a test
     if blocking is not None and ready:
@@ -373,9 +377,8 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
             "recompute": cost.recompute,
             **(
                 {
-                    "overlap_groups": [
-                        [str(deps.actions[m]) for m in (first, *others)] for first, others in deps.joined.items()
-                    ],
+                    # 10^5 texts, made where a reader asks (the JSON writer: `plain_meta`), as the all-to-alls are
+                    "overlap_groups": LaterList(partial(group_texts, deps.actions, deps.joined)),
                     "overlap_factor": cost.overlap_factor,
                 }
                 if deps.joined
@@ -383,6 +386,11 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
             ),
         },
     )
+
+
+def group_texts(actions: list[Action], joined: dict[int, tuple[int, ...]]) -> list[list[str]]:
+    """Each overlapped group's members as text, in order (a simulated timeline's meta "overlap_groups")."""
+    return [[str(actions[m]) for m in (first, *others)] for first, others in joined.items()]
 
 
 def copy_spans(copies: CopyOps, starts: list[float], ends: list[float]) -> tuple[CommSpan, ...]:
