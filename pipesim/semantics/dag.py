@@ -112,13 +112,13 @@ class Dependencies:
         return blocking
 
     @cached_property
-    def pair_waits(self) -> tuple[list[int], list[int], list[int]] | None:
-        """`blocking` for the engine's loop of overlapped pairs without copies: (`blocking`, and per action the one
-        producer its pair's second member can wait for where it is a pair's first member, else -1, and that second
-        member's id, whose hop the wait pays). A pair starts once both members' inputs are in; its second member,
-        next on the rank, then finds its own arrived. None where a group has more than two members or its second
-        member does not follow its first, an action has two producers that can keep it waiting, or the schedule
-        copies (the engine then reads `waits`). Built at C speed off `blocking`: 10^4 pairs."""
+    def pair_waits(self) -> tuple[list[int], list[int], list[int], list[int]] | None:
+        """`blocking` for the engine's loop of overlapped pairs without copies: (`blocking` with -2 at each pair's
+        first member, `blocking` itself, and per pair's first member the one producer its second member can wait
+        for, or -1, and that second member's id, whose hop the wait pays). A pair starts once both members' inputs
+        are in; its second member, next on the rank, then finds its own arrived. None where a group has more than
+        two members or its second member does not follow its first, an action has two producers that can keep it
+        waiting, or the schedule copies (the engine then reads `waits`). Built at C speed off `blocking`."""
         blocking, joined = self.blocking, self.joined
         if blocking is None or not joined or self.copies is not None:
             return None
@@ -127,10 +127,11 @@ class Dependencies:
         firsts, seconds = list(joined), list(map(_first, joined.values()))
         if not all(map(eq, seconds, map(add, firsts, repeat(1)))):  # a second member apart from its first: what
             return None  # the rank runs between them may feed it, and `blocking` does not name it
-        extra, partner = [-1] * len(blocking), [-1] * len(blocking)
+        waits, extra, partner = list(blocking), [-1] * len(blocking), [-1] * len(blocking)
+        deque(map(waits.__setitem__, firsts, repeat(-2)), maxlen=0)  # -2: a pair's first member, read below
         deque(map(extra.__setitem__, firsts, map(blocking.__getitem__, seconds)), maxlen=0)
         deque(map(partner.__setitem__, firsts, seconds), maxlen=0)
-        return blocking, extra, partner
+        return waits, blocking, extra, partner
 
     @cached_property
     def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]]]:

@@ -488,7 +488,10 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
         durations = list(map({kind: row[0] for kind, row in table.items()}.__getitem__, map(_kind, deps.actions)))
     else:
         durations = [table[kind][stage] for stage, kind, _ in deps.actions]
-    if deps.joined:  # a pair takes what its layer-by-layer layout takes, shared in proportion to each alone
+    # no all-to-all to lay out and compute not scaled: each member takes its time alone (a float x 1.0 is itself)
+    priced_alone = cost.overlap_factor == 1.0 and not any(stage.a2a_ms for stage in cost.stages)
+    priced_alone = priced_alone and all(type(time) is float for row in table.values() for time in row)
+    if deps.joined and not priced_alone:  # a pair: its layout's time, shared in proportion to each member's alone
         actions, layouts = deps.actions, _PairLayouts(cost)
         shared: dict[tuple, tuple[float, ...]] = {}  # per kind of group (durations are per stage and kind)
         for first, others in deps.joined.items():
