@@ -399,6 +399,27 @@ def test_pairs_read_off_their_positions_are_those_found_by_name(schedule) -> Non
     assert deps.joined == _joined(groups, deps, None) and len(deps.joined) == len(groups) > 0
 
 
+@pytest.mark.parametrize("schedule", _moves_and_groups()[:3], ids=lambda s: s.name)
+def test_each_pair_takes_its_own_layouts_times(schedule) -> None:
+    """The pairs' times, read again from the previous pair of the same kind, are each pair's own layout's."""
+    from pipesim.sim.simulate import _group_durations
+
+    deps = dependencies(schedule)
+    stages = range(schedule.num_stages)
+    uneven = CostModel.per_stage([1 + 0.1 * s for s in stages], [2.3 - 0.1 * s for s in stages])
+    moe = replace(
+        uneven, stages=tuple(replace(st, a2a_ms=0.2 + 0.05 * i, moe_layers=2) for i, st in enumerate(uneven.stages))
+    )
+    for base in (*GROUPED_COSTS, moe, replace(uneven, overlap_factor=0.6)):
+        cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        expected = [cost.duration_ms(stage, kind) for stage, kind, _ in deps.actions]
+        for first, (second,) in deps.joined.items():
+            kinds = (deps.actions[first][:2], deps.actions[second][:2])
+            alone = [expected[first], expected[second]]
+            expected[first], expected[second] = _group_durations(cost.pair_ms(kinds), alone, cost)
+        assert action_durations(deps, cost, schedule.num_stages) == expected
+
+
 def test_a_simulations_group_texts_are_made_when_read() -> None:
     """meta["overlap_groups"] waits for a reader: it reads as the list of texts, the document holds that list, and a
     pickle the list itself."""

@@ -491,7 +491,9 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
     # no all-to-all to lay out and compute not scaled: each member takes its time alone (a float x 1.0 is itself)
     priced_alone = cost.overlap_factor == 1.0 and not any(stage.a2a_ms for stage in cost.stages)
     priced_alone = priced_alone and all(type(time) is float for row in table.values() for time in row)
-    if deps.joined and not priced_alone:  # a pair: its layout's time, shared in proportion to each member's alone
+    if deps.joined and not priced_alone and all(map((1).__eq__, map(len, deps.joined.values()))):
+        _pair_durations(deps, durations, cost)
+    elif deps.joined and not priced_alone:  # a group: its layout's time, shared in proportion to each one's alone
         actions, layouts = deps.actions, _PairLayouts(cost)
         shared: dict[tuple, tuple[float, ...]] = {}  # per kind of group (durations are per stage and kind)
         for first, others in deps.joined.items():
@@ -506,6 +508,26 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
         per_stage = [cost.copy_ms(stage) for stage in range(num_stages)]  # one price per stage, read per copy
         durations.extend(map(per_stage.__getitem__, map(_stage, deps.copies.entries)))
     return durations
+
+
+def _pair_durations(deps: Dependencies, durations: list[float], cost: CostModel) -> None:
+    """`action_durations`' groups where each is a pair (every family's), in place: the same times, read again from
+    the previous pair where the rank runs pairs of one kind in a row (10^4 of them: hashing each pair's kinds cost
+    three times the rest)."""
+    actions, layouts = deps.actions, _PairLayouts(cost)
+    shared: dict[tuple, tuple[float, ...]] = {}  # per kind of pair (durations are per stage and kind until here)
+    last: tuple | None = None
+    times: tuple[float, ...] = ()
+    for first, (second,) in (deps.joined or {}).items():
+        a, b = actions[first], actions[second]
+        if last is None or a[0] != last[0] or a[1] is not last[1] or b[0] != last[2] or b[1] is not last[3]:
+            last = (a[0], a[1], b[0], b[1])
+            kinds = (a[:2], b[:2])
+            known = shared.get(kinds)
+            if known is None:
+                known = shared[kinds] = _group_durations(layouts.of(kinds), [durations[first], durations[second]], cost)
+            times = known
+        durations[first], durations[second] = times
 
 
 _kind = itemgetter(1)  # Action.kind
