@@ -7,6 +7,7 @@ off a Timeline live in `pipesim.sim.metrics`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -135,6 +136,49 @@ class LaterComm(NamedTuple):
     made: tuple[CommSpan, ...]
     kinds: frozenset[str]
     build: Callable[[], tuple[CommSpan, ...]]
+
+
+class LaterList(Sequence):
+    """A list made on first read: a meta value that few readers ask for (a simulation's 10^5 overlapped groups as
+    text). It reads as the list; `plain_meta` puts the list in a document's place, and a pickle holds the list."""
+
+    __slots__ = ("_build", "_items")
+
+    def __init__(self, build: Callable[[], list]) -> None:
+        self._build: Callable[[], list] | None = build
+        self._items: list | None = None
+
+    def made(self) -> list:
+        if self._items is None:
+            self._items, self._build = self._build(), None  # type: ignore[misc]
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self.made())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.made()[index]
+
+    def __iter__(self) -> Any:
+        return iter(self.made())
+
+    def __eq__(self, other: object) -> bool:
+        return self.made() == (other.made() if isinstance(other, LaterList) else other)
+
+    __hash__ = None  # type: ignore[assignment]  # as a list's
+
+    def __repr__(self) -> str:
+        return repr(self.made())
+
+    def __reduce__(self) -> tuple:
+        return list, (self.made(),)
+
+
+def plain_meta(meta: dict) -> dict:
+    """`meta` with each `LaterList` made into its list (what a JSON writer takes); `meta` itself when it has none."""
+    if not any(isinstance(value, LaterList) for value in meta.values()):
+        return meta
+    return {key: value.made() if isinstance(value, LaterList) else value for key, value in meta.items()}
 
 
 def comm_of(tl: Timeline, kinds: frozenset[str]) -> list[CommSpan]:

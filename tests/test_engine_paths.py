@@ -322,8 +322,11 @@ def test_groups_and_copies_loop_is_the_general_sweep(schedule) -> None:
     """`Dependencies.waits`' loop gives the general loop's times to the bit, with gaps and without."""
     deps = dependencies(schedule)
     assert deps.joined or deps.copies is not None
+    assert (deps.pair_waits is not None) == (deps.copies is None), "pairs without copies take the pairs' loop"
     general = replace(deps)  # every field, no cached property: switched to the general loop below
     general.__dict__["blocking"] = general.__dict__["waits"] = None
+    waits_loop = replace(deps)  # `Dependencies.waits`' loop also where the pairs' loop would run
+    waits_loop.__dict__["pair_waits"] = None
     for base in GROUPED_COSTS:
         cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
         inputs = engine_inputs(schedule, cost, deps)
@@ -331,6 +334,7 @@ def test_groups_and_copies_loop_is_the_general_sweep(schedule) -> None:
         for gaps in (inputs.gaps, varying):
             quick = sweep(deps, inputs.durations, inputs.hops, gaps)
             assert quick == sweep(general, inputs.durations, inputs.hops, gaps) and not quick[2]
+            assert quick == sweep(waits_loop, inputs.durations, inputs.hops, gaps)
 
 
 def test_groups_and_copies_loop_still_finds_a_deadlock() -> None:
@@ -346,6 +350,15 @@ def test_groups_and_copies_loop_still_finds_a_deadlock() -> None:
     n = len(deps.actions)
     quick = sweep(grouped, [1.0] * n, [0.0] * n)
     assert quick[2] and quick == sweep(general, [1.0] * n, [0.0] * n)
+    assert grouped.pair_waits is None  # its members apart: the waits' loop
+    # the pair's members next to each other, the forward its second member needs after them: the pairs' loop
+    rows[1] = [Action(1, F, 1), Action(1, B, 0), Action(1, F, 0), Action(1, B, 1)]
+    deps = dependencies(make_schedule("late pair", 2, 2, [0, 1], rows))
+    grouped = replace(deps, joined={deps.index[Action(1, F, 1)]: (deps.index[Action(1, B, 0)],)})
+    general = replace(grouped)
+    general.__dict__["blocking"] = general.__dict__["waits"] = None
+    quick = sweep(grouped, [1.0] * n, [0.0] * n)
+    assert grouped.pair_waits is not None and quick[2] and quick == sweep(general, [1.0] * n, [0.0] * n)
 
 
 def test_a_simulations_all_to_alls_are_laid_out_when_comm_is_read_and_never_by_the_metrics() -> None:
@@ -374,3 +387,54 @@ def test_a_simulations_all_to_alls_are_laid_out_when_comm_is_read_and_never_by_t
     assert copied.comm == expected and copied.comm_later is None
     assert compute_metrics(timeline, cost) == metrics
     assert replace(timeline, meta={}).comm == expected  # a replace reads every field
+
+
+@pytest.mark.parametrize("schedule", _moves_and_groups()[:3], ids=lambda s: s.name)
+def test_pairs_read_off_their_positions_are_those_found_by_name(schedule) -> None:
+    from pipesim.semantics.dag import _joined
+    from pipesim.semantics.lower import overlap_groups
+
+    deps = dependencies(schedule)
+    groups = overlap_groups(schedule)
+    assert deps.joined == _joined(groups, deps, None) and len(deps.joined) == len(groups) > 0
+
+
+@pytest.mark.parametrize("schedule", _moves_and_groups()[:3], ids=lambda s: s.name)
+def test_each_pair_takes_its_own_layouts_times(schedule) -> None:
+    """The pairs' times, read again from the previous pair of the same kind, are each pair's own layout's."""
+    from pipesim.sim.simulate import _group_durations
+
+    deps = dependencies(schedule)
+    stages = range(schedule.num_stages)
+    uneven = CostModel.per_stage([1 + 0.1 * s for s in stages], [2.3 - 0.1 * s for s in stages])
+    moe = replace(
+        uneven, stages=tuple(replace(st, a2a_ms=0.2 + 0.05 * i, moe_layers=2) for i, st in enumerate(uneven.stages))
+    )
+    for base in (*GROUPED_COSTS, moe, replace(uneven, overlap_factor=0.6)):
+        cost = base.for_pipeline(schedule.num_stages, schedule.num_ranks)
+        expected = [cost.duration_ms(stage, kind) for stage, kind, _ in deps.actions]
+        for first, (second,) in deps.joined.items():
+            kinds = (deps.actions[first][:2], deps.actions[second][:2])
+            alone = [expected[first], expected[second]]
+            expected[first], expected[second] = _group_durations(cost.pair_ms(kinds), alone, cost)
+        assert action_durations(deps, cost, schedule.num_stages) == expected
+
+
+def test_a_simulations_group_texts_are_made_when_read() -> None:
+    """meta["overlap_groups"] waits for a reader: it reads as the list of texts, the document holds that list, and a
+    pickle the list itself."""
+    from pipesim.records import LaterList, plain_meta
+
+    schedule = build_schedule("dualpipev", 3, 6)
+    deps = dependencies(schedule)
+    timeline = simulate(schedule, COSTS[0].for_pipeline(schedule.num_stages, schedule.num_ranks))
+    later = timeline.meta["overlap_groups"]
+    assert isinstance(later, LaterList) and later._items is None
+    texts = [[str(deps.actions[m]) for m in (first, *others)] for first, others in deps.joined.items()]
+    assert timeline_to_dict(timeline)["meta"]["overlap_groups"] == texts
+    assert type(plain_meta(timeline.meta)["overlap_groups"]) is list
+    assert later == texts and texts == later and list(later) == texts
+    assert len(later) == len(texts) and later[0] == texts[0]
+    assert pickle.loads(pickle.dumps(timeline.meta))["overlap_groups"] == texts
+    assert type(pickle.loads(pickle.dumps(later))) is list
+    assert plain_meta({"a": 1}) == {"a": 1}

@@ -33,7 +33,7 @@ from pipesim.io.torch_csv import (  # noqa: F401 - the CSV's home; re-exported
 from pipesim.ir import Action, Overlap, Schedule, make_schedule, parse_entry
 from pipesim.limits import MAX_RESULT_BYTES, MAX_SCHEDULE_BYTES, PATH_TAKES, PATH_TYPES, check_sizes, require
 from pipesim.numbers import MAX_NUMBER_CHARS, shown
-from pipesim.records import CommSpan, Span, Timeline
+from pipesim.records import CommSpan, Span, Timeline, plain_meta
 
 SCHEDULE_FORMAT = "pipesim.schedule"
 TIMELINE_FORMAT = "pipesim.timeline"
@@ -133,7 +133,7 @@ def timeline_to_dict(timeline: Timeline, summary: dict[str, Any] | None = None) 
         "units": {"time": "ms"},
     }
     data.update(summary or {})
-    data["meta"] = timeline.meta
+    data["meta"] = plain_meta(timeline.meta)  # a simulation's groups as text, made here
     data["spans"] = [  # "replica" only where it is not 0: files of one replica read as they always did
         {"rank": s.rank, "action": str(s.action), "start": s.start, "end": s.end, "step": s.step}
         | ({"replica": s.replica} if s.replica else {})

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, compress, repeat
-from operator import add, is_, itemgetter, mul, not_
+from operator import add, eq, is_, itemgetter, mul, not_
 from typing import TYPE_CHECKING
 
 from pipesim._perf import paused_gc
@@ -35,6 +35,7 @@ from pipesim.semantics.lower import (
     has_memory_moves,
     memory_move_gates,
     overlap_groups,
+    overlap_positions,
     produced_message,
     producer_ids,
     producers_of,
@@ -109,6 +110,28 @@ class Dependencies:
                         found = d
                 append(found)
         return blocking
+
+    @cached_property
+    def pair_waits(self) -> tuple[list[int], list[int], list[int], list[int]] | None:
+        """`blocking` for the engine's loop of overlapped pairs without copies: (`blocking` with -2 at each pair's
+        first member, `blocking` itself, and per pair's first member the one producer its second member can wait
+        for, or -1, and that second member's id, whose hop the wait pays). A pair starts once both members' inputs
+        are in; its second member, next on the rank, then finds its own arrived. None where a group has more than
+        two members or its second member does not follow its first, an action has two producers that can keep it
+        waiting, or the schedule copies (the engine then reads `waits`). Built at C speed off `blocking`."""
+        blocking, joined = self.blocking, self.joined
+        if blocking is None or not joined or self.copies is not None:
+            return None
+        if not all(map((1).__eq__, map(len, joined.values()))):
+            return None
+        firsts, seconds = list(joined), list(map(_first, joined.values()))
+        if not all(map(eq, seconds, map(add, firsts, repeat(1)))):  # a second member apart from its first: what
+            return None  # the rank runs between them may feed it, and `blocking` does not name it
+        waits, extra, partner = list(blocking), [-1] * len(blocking), [-1] * len(blocking)
+        deque(map(waits.__setitem__, firsts, repeat(-2)), maxlen=0)  # -2: a pair's first member, read below
+        deque(map(extra.__setitem__, firsts, map(blocking.__getitem__, seconds)), maxlen=0)
+        deque(map(partner.__setitem__, firsts, seconds), maxlen=0)
+        return waits, blocking, extra, partner
 
     @cached_property
     def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]]]:
@@ -256,14 +279,24 @@ def _lower(schedule: Schedule) -> Dependencies:
     if gates is not None:
         sends = {}
         deps = _gated(deps, actions, ranks, offsets, made.index, gates, schedule.num_stages, sends)
-    joined = _joined(groups, made.index) if groups else None  # hashed only where a group names its members
+    joined = _joined(groups, made, overlap_positions(schedule)) if groups else None
     copies = _copy_ops(schedule, made, deps) if moves else None
     return Dependencies(actions, ranks, offsets, deps, joined, sends, copies, collectives)
 
 
-def _joined(groups: list[tuple[Action, ...]], index: dict[Action, int]) -> dict[int, tuple[int, ...]]:
-    """`Dependencies.joined`: each group's first id -> its other members' ids; pairs (every family's) at C speed."""
-    member = index.__getitem__
+def _joined(
+    groups: list[tuple[Action, ...]], made: Dependencies, positions: list[list[int]] | None
+) -> dict[int, tuple[int, ...]]:
+    """`Dependencies.joined`: each group's first id -> its other members' ids, read off the groups' positions in
+    their ranks' lists (`overlap_positions`), or by name where those are not known; pairs (every family's) at C
+    speed, no action hashed."""
+    if positions is not None:
+        starts = zip(positions, made.offsets[:-1], strict=True)
+        firsts = list(chain.from_iterable(map(add, row, repeat(lo)) for row, lo in starts))
+        if all(map((2).__eq__, map(len, groups))):
+            return dict(zip(firsts, zip(map(add, firsts, repeat(1))), strict=True))
+        return {first: tuple(range(first + 1, first + len(group))) for first, group in zip(firsts, groups, strict=True)}
+    member = made.index.__getitem__
     if all(map((2).__eq__, map(len, groups))):  # 10^4 pairs: the second ids as 1-tuples, as zip of one yields them
         return dict(zip(map(member, map(_first, groups)), zip(map(member, map(_second, groups))), strict=True))
     return {member(group[0]): tuple(map(member, group[1:])) for group in groups}

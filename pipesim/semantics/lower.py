@@ -373,7 +373,28 @@ def overlap_groups(schedule: Schedule) -> list[tuple[Action, ...]]:
     return [e.actions for row in schedule.order or () for e in row if isinstance(e, Overlap)]
 
 
+def overlap_positions(schedule: Schedule) -> list[list[int]] | None:
+    """Per rank, the position of each overlapped group's first member in the rank's `Schedule.actions` (in
+    `overlap_groups`' order), its others following it: the order's compute actions are the action lists, as
+    `Schedule` checks. None where an entry's type is a subclass (then find the groups by name)."""
+    positions: list[list[int]] = []
+    for row in schedule.order or ():
+        if not set(map(type, row)) <= _KNOWN_ENTRIES:
+            return None
+        at, mine = 0, []
+        for entry in row:  # a plain loop: quicker here than the passes over the row at C speed
+            kind = type(entry)
+            if kind is Action:
+                at += 1
+            elif kind is Overlap:
+                mine.append(at)
+                at += len(entry[0])
+        positions.append(mine)
+    return positions
+
+
 _PLAIN_ENTRIES = frozenset({Action, CommAction, type(None)})
+_KNOWN_ENTRIES = _PLAIN_ENTRIES | {Overlap}
 
 
 def _plain_order(schedule: Schedule) -> bool:

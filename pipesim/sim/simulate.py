@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from pipesim._perf import paused_gc
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, ActionKind, Schedule
-from pipesim.records import LINK_KINDS, CommSpan, LaterComm, SpanColumns, Timeline
+from pipesim.records import LINK_KINDS, CommSpan, LaterComm, LaterList, SpanColumns, Timeline
 from pipesim.semantics.dag import CopyOps, DeadlockError, Dependencies, dependencies
 from pipesim.semantics.lower import crossing_stages
-from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps
+from pipesim.sim.sweep_gapless import sweep_blocking_without_gaps, sweep_pairs_without_gaps
 
 if TYPE_CHECKING:  # overlapped pairs and sequence chunks are priced where a schedule has them
     from pipesim.cost.overlap import PairTimeline
@@ -70,6 +70,10 @@ def sweep(
     if blocking is not None and rank_start is None and (gaps is None or not any(gaps)):  # no gap, clocks from 0
         loop_inputs = (blocking, offsets, durations, hops, starts, ends, pointer, clock, waiting, ready, runs)
         sweep_blocking_without_gaps(*loop_inputs)
+    if joined and copies is None and rank_start is None and (gaps is None or not any(gaps)):
+        pairs = deps.pair_waits  # None: a group of three or more, or two producers that can keep an action waiting
+        if pairs is not None:
+            sweep_pairs_without_gaps(*pairs, offsets, durations, hops, starts, ends, pointer, clock, waiting, ready)
     if gaps is None:
         gaps = [0.0] * n  # one addition per action rather than a test
     if blocking is not None and ready:
@@ -384,9 +388,8 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
             "recompute": cost.recompute,
             **(
                 {
-                    "overlap_groups": [
-                        [str(deps.actions[m]) for m in (first, *others)] for first, others in deps.joined.items()
-                    ],
+                    # 10^5 texts, made where a reader asks (the JSON writer: `plain_meta`), as the all-to-alls are
+                    "overlap_groups": LaterList(partial(group_texts, deps.actions, deps.joined)),
                     "overlap_factor": cost.overlap_factor,
                 }
                 if deps.joined
@@ -394,6 +397,11 @@ def simulate(schedule: Schedule, cost: CostModel, deps: Dependencies | None = No
             ),
         },
     )
+
+
+def group_texts(actions: list[Action], joined: dict[int, tuple[int, ...]]) -> list[list[str]]:
+    """Each overlapped group's members as text, in order (a simulated timeline's meta "overlap_groups")."""
+    return [[str(actions[m]) for m in (first, *others)] for first, others in joined.items()]
 
 
 def copy_spans(copies: CopyOps, starts: list[float], ends: list[float]) -> tuple[CommSpan, ...]:
@@ -491,7 +499,12 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
         durations = list(map({kind: row[0] for kind, row in table.items()}.__getitem__, map(_kind, deps.actions)))
     else:
         durations = [table[kind][stage] for stage, kind, _ in deps.actions]
-    if deps.joined:  # a pair takes what its layer-by-layer layout takes, shared in proportion to each alone
+    # no all-to-all to lay out and compute not scaled: each member takes its time alone (a float x 1.0 is itself)
+    priced_alone = cost.overlap_factor == 1.0 and not any(stage.a2a_ms for stage in cost.stages)
+    priced_alone = priced_alone and all(type(time) is float for row in table.values() for time in row)
+    if deps.joined and not priced_alone and all(map((1).__eq__, map(len, deps.joined.values()))):
+        _pair_durations(deps, durations, cost)
+    elif deps.joined and not priced_alone:  # a group: its layout's time, shared in proportion to each one's alone
         actions, layouts = deps.actions, _PairLayouts(cost)
         shared: dict[tuple, tuple[float, ...]] = {}  # per kind of group (durations are per stage and kind)
         for first, others in deps.joined.items():
@@ -506,6 +519,26 @@ def action_durations(deps: Dependencies, cost: CostModel, num_stages: int) -> li
         per_stage = [cost.copy_ms(stage) for stage in range(num_stages)]  # one price per stage, read per copy
         durations.extend(map(per_stage.__getitem__, map(_stage, deps.copies.entries)))
     return durations
+
+
+def _pair_durations(deps: Dependencies, durations: list[float], cost: CostModel) -> None:
+    """`action_durations`' groups where each is a pair (every family's), in place: the same times, read again from
+    the previous pair where the rank runs pairs of one kind in a row (10^4 of them: hashing each pair's kinds cost
+    three times the rest)."""
+    actions, layouts = deps.actions, _PairLayouts(cost)
+    shared: dict[tuple, tuple[float, ...]] = {}  # per kind of pair (durations are per stage and kind until here)
+    last: tuple | None = None
+    times: tuple[float, ...] = ()
+    for first, (second,) in (deps.joined or {}).items():
+        a, b = actions[first], actions[second]
+        if last is None or a[0] != last[0] or a[1] is not last[1] or b[0] != last[2] or b[1] is not last[3]:
+            last = (a[0], a[1], b[0], b[1])
+            kinds = (a[:2], b[:2])
+            known = shared.get(kinds)
+            if known is None:
+                known = shared[kinds] = _group_durations(layouts.of(kinds), [durations[first], durations[second]], cost)
+            times = known
+        durations[first], durations[second] = times
 
 
 _kind = itemgetter(1)  # Action.kind

@@ -54,3 +54,73 @@ def sweep_blocking_without_gaps(
         pointer[rank], clock[rank] = i, now
         if runs is not None and i > first:
             runs.append((rank, first, i))
+
+
+def sweep_pairs_without_gaps(
+    waits: list[int],
+    blocking: list[int],
+    extra: list[int],
+    partner: list[int],
+    offsets: list[int],
+    durations: list[float],
+    hops: list[float],
+    starts: list[float],
+    ends: list[float],
+    pointer: list[int],
+    clock: list[float],
+    waiting: list[list[int] | None],
+    ready: list[int],
+) -> None:
+    """The one-producer loop for overlapped pairs (`Dependencies.pair_waits`): an action reads `waits[i]` as
+    `sweep_blocking_without_gaps` reads `blocking[i]`, except a pair's first member (-2), which waits for its own
+    producer (`blocking[i]`) and its second member's (`extra[i]`, paying that member's hop: `partner[i]`); the
+    second member then runs next, its input in. The general loop's times to the bit (a test holds them), without
+    a group's walk over its members' producers. Fills `starts`, `ends`, `pointer`, `clock` and `waiting` in place
+    and empties `ready`."""
+    while ready:
+        rank = ready.pop()
+        i, stop, now = pointer[rank], offsets[rank + 1], clock[rank]
+        while i < stop:
+            d = waits[i]
+            if d >= 0:
+                arrival = ends[d]
+                if arrival < 0:
+                    break
+                arrival += hops[i]
+                start = arrival if arrival > now else now
+            elif d == -1:
+                start = now
+            else:  # a pair's first member
+                start = now
+                d = blocking[i]
+                if d >= 0:
+                    arrival = ends[d]
+                    if arrival < 0:
+                        break
+                    arrival += hops[i]
+                    if arrival > start:
+                        start = arrival
+                d = extra[i]
+                if d >= 0:
+                    arrival = ends[d]
+                    if arrival < 0:
+                        break
+                    arrival += hops[partner[i]]
+                    if arrival > start:
+                        start = arrival
+            now = start + durations[i]
+            starts[i] = start
+            ends[i] = now
+            parked = waiting[i]
+            if parked is not None:
+                ready.extend(parked)
+            i += 1
+        else:
+            pointer[rank], clock[rank] = i, now
+            continue
+        parked = waiting[d]  # d has not ended: park on it
+        if parked is None:
+            waiting[d] = [rank]
+        else:
+            parked.append(rank)
+        pointer[rank], clock[rank] = i, now
