@@ -94,8 +94,9 @@ def _backwards(layout: Layout, cost: CostModel, factor: float) -> tuple[list[flo
     if not layout.uses_split_backward:
         whole = [cost.compute_ms(s, B) * factor for s in stages]
         return whole, whole
-    chain = [min(cost.compute_ms(s, B), cost.compute_ms(s, I)) * factor for s in stages]
-    total = [min(cost.compute_ms(s, B), cost.compute_ms(s, I) + cost.compute_ms(s, W)) * factor for s in stages]
+    whole, first, rest = ([cost.compute_ms(s, kind) for s in stages] for kind in (B, I, W))
+    chain = [min(b, i) * factor for b, i in zip(whole, first, strict=True)]
+    total = [min(b, i + w) * factor for b, i, w in zip(whole, first, rest, strict=True)]
     return chain, total
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import compress
+from operator import itemgetter
 
 from pipesim.cost.model import CostModel
 from pipesim.ir import Action, ActionKind, CommAction, CommKind, Schedule
@@ -62,10 +64,12 @@ def last_gradients(ranks: Sequence[int], actions: Sequence[Action], num_ranks: i
     """Per rank, (position, stage) of each of its stages' last B or W, in the rank's order (positions index
     `actions`, which lists each rank's actions in the order it runs them, as `Dependencies` and simulated
     timelines do)."""
-    last: dict[tuple[int, int], int] = {}
-    for position, (rank, (stage, kind, _)) in enumerate(zip(ranks, actions, strict=True)):
-        if kind in _GRAD_DONE:
-            last[(rank, stage)] = position
+    if len(ranks) != len(actions):
+        raise ValueError(f"{len(ranks)} ranks for {len(actions)} actions")
+    # at C speed (the planner asks once per shape): dict() keeps each (rank, stage)'s last position
+    done = list(map(_GRAD_DONE.__contains__, map(itemgetter(1), actions)))
+    keys = compress(zip(ranks, map(itemgetter(0), actions), strict=True), done)
+    last: dict[tuple[int, int], int] = dict(zip(keys, compress(range(len(done)), done), strict=True))
     per_rank: list[list[tuple[int, int]]] = [[] for _ in range(num_ranks)]
     for (rank, stage), position in last.items():
         per_rank[rank].append((position, stage))
