@@ -161,22 +161,29 @@ def _pick(page, label: str, option: str, scope=None) -> None:
     box = where.get_by_role("combobox", name=label)
     choice = page.get_by_role("option", name=option, exact=True)
     # a click at the sidebar's lower edge can focus the box without opening it, and a rerun of the page under load
-    # can close the list again: open it (click, then by keyboard) until the option shows, three times at most
-    for attempt in range(3):
+    # can close the list again, even between the option showing and the click on it (seen in CI: the click then
+    # waited its 60 s for an option gone): open it (click, then by keyboard) until the option shows and takes the
+    # click, four times at most
+    attempts = 4
+    for attempt in range(attempts):
         box.scroll_into_view_if_needed()
         box.click()
         try:
             choice.wait_for(timeout=5_000)
-            break
         except Exception:  # noqa: BLE001 - not open yet: by keyboard
             page.keyboard.press("ArrowDown")
             try:
                 choice.wait_for(timeout=10_000)
-                break
             except Exception:  # noqa: BLE001 - closed again by a rerun: once more from the start
-                if attempt == 2:
+                if attempt == attempts - 1:
                     raise
-    choice.click()
+                continue
+        try:
+            choice.click(timeout=10_000)
+            return
+        except Exception:  # noqa: BLE001 - closed by a rerun before the click landed: open it again
+            if attempt == attempts - 1:
+                raise
 
 
 def test_gantt_renders_and_follows_the_schedule(page, app_url: str) -> None:
