@@ -155,7 +155,7 @@ def _median_draws(
     own_count = (samples - 1) // 2
     rng = np.random.default_rng(seed)
     halves = (Spread(spread.cv), Spread({}, spread.price_se, spread.machine_cv))
-    drawn, deterministic = sampled_steps(schedule, cost, halves, samples, seed, own_count=own_count, rng=rng)
+    drawn, deterministic = sampled_steps(schedule, cost, halves, samples, own_count=own_count, rng=rng)
     own, shared = drawn[1 : own_count + 1], drawn[own_count + 1 :]
     if not len(shared):  # too few samples for the second half: the prices and the machine at their medians
         shared = drawn[:1]

@@ -223,6 +223,17 @@ def _compute_events(
     return events
 
 
+def _move_columns(moves: list[CommSpan]) -> tuple[list, list, list[float], list[float]]:
+    """Each memory move's action kind, stage, start and end, as columns (read at C speed)."""
+    actions = list(map(_action_of_move, moves))
+    return (
+        list(map(_kind, actions)),
+        list(map(_stage, actions)),
+        list(map(_move_start, moves)),
+        list(map(_move_end, moves)),
+    )
+
+
 def _move_events(
     moves: list[CommSpan], changes: dict[CommKind, dict[int, tuple[float, float, bool]]]
 ) -> tuple[list[tuple[float, int, float]], list[tuple[float, float]]]:
@@ -233,9 +244,7 @@ def _move_events(
     host: list[tuple[float, float]] = []
     if not moves:
         return device, host
-    actions = list(map(_action_of_move, moves))
-    kinds, stages = list(map(_kind, actions)), list(map(_stage, actions))
-    starts, ends = list(map(_move_start, moves)), list(map(_move_end, moves))
+    kinds, stages, starts, ends = _move_columns(moves)
     for kind, change in changes.items():
         mask = list(map(eq, kinds, repeat(kind)))
         moved = list(compress(stages, mask))
@@ -530,9 +539,7 @@ def _exact_peaks(
         device.append((counts.pop(), times, _deltas(moved, {stage: size for stage, (_, size) in change.items()})))
     host: list[tuple[int, list[float], list]] = []  # (sign class, times, byte deltas): frees first
     if moves:
-        move_kinds = list(map(_kind, map(_action_of_move, moves)))
-        move_stages = list(map(_stage, map(_action_of_move, moves)))
-        begins, finishes = list(map(_move_start, moves)), list(map(_move_end, moves))
+        move_kinds, move_stages, begins, finishes = _move_columns(moves)
         for kind, change in changes.items():
             mask = list(map(is_, move_kinds, repeat(kind)))
             moved = list(compress(move_stages, mask))
