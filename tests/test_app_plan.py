@@ -364,6 +364,32 @@ def test_verify_says_not_comparable_when_its_rounds_moved_and_marks_wide_interva
     assert result.status == "not_comparable"
 
 
+def test_verify_says_not_comparable_when_other_work_held_the_cores(app, monkeypatch) -> None:
+    """Issue 46's busy machine on the page: runs that waited for cores other work held are said first, with the
+    load, and the page claims no group."""
+    from app_pages.parts.plan import verify as plan_verify
+    from pipesim_executor.host import verify
+
+    seen: dict = {}
+    fake = _fake_verify(seen)
+
+    def shared(*args, **kwargs):
+        result = fake(*args, **kwargs)
+        result.machine_load = {"available": True, "wall_s": 30.0, "cores": 2, "other_cores": 1.13, "own_cores": 0.86,
+                               "steal": 0.0, "load_1min_start": 1.5, "load_1min_end": 4.2}  # fmt: skip
+        return result
+
+    monkeypatch.setattr(verify, "verify_plan", shared)
+    app.button(key="plan-verify").click().run()
+    _finish(app)
+    assert not app.exception
+    said = " ".join(w.value for w in app.warning)
+    assert "not comparable: other work shared the machine with this verification" in said
+    assert "other processes used 1.13 of its 2 cores" in said
+    result = next(job for job in plan_verify._jobs().values() if job.plan_path == seen["paths"][-1]).result
+    assert result.status == "not_comparable" and result.not_comparable_because == ["machine_shared"]
+
+
 def test_offload_is_planned_where_the_page_prices_the_host_link(app: AppTest) -> None:
     """The Plan page's offload choice and host bandwidth reach the planner (`PlanSpace.offload`,
     `PlanInputs.host_link`): with full offload at 25 GB/s offloaded candidates are listed beside their bases; under

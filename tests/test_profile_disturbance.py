@@ -11,7 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from pipesim.analysis.profile_check import check_summary, disturbance, load_words
+from pipesim.analysis.machine_share import load_words
+from pipesim.analysis.profile_check import check_summary, disturbance
 from pipesim.cli.main import main as pipesim_main
 from pipesim.io.cost_file import save_profile
 from pipesim.plan.in_situ_check import check_profile, profile_disturbance
@@ -67,6 +68,26 @@ def test_a_bias_that_other_work_widened_the_spread_over_is_still_a_disturbance()
     assert not disturbance({"rows": rows}, {**BUSY, "other_cores": 0.02})["disturbed"]
     small = [checked_row(100.0 * m, 97.0, 0.286 * 1.645) for m in (0.99, 1.0, 1.01, 1.0)]
     assert not disturbance({"rows": small}, shared)["disturbed"]
+
+
+def test_ranks_that_waited_for_cores_make_a_disturbed_profile_whatever_its_check_says():
+    """The held-out autoencoder profiled beside two busy loops: other processes held 1.13 of 2 cores while its own
+    ranks used the rest, and its check, measured under the same contention, said -5.6% (95% CI -13.5% to +3.2%)
+    under a 29% spread: nothing the check alone could call a bias. The same others on a 16-core machine, where the
+    ranks had spare cores, contend with nothing; a record from before `own_cores` was kept cannot show it."""
+    rows = [checked_row(100.0 * m, 94.4, 0.293 * 1.645) for m in (0.88, 1.1, 0.95, 1.08, 1.0, 0.99)]
+    assert disturbance({"rows": rows}, None)["disturbed"] is False  # the check alone: noise
+    busy = {**BUSY, "other_cores": 1.13, "own_cores": 0.86}
+    verdict = disturbance({"rows": rows}, busy)
+    assert verdict["disturbed"] and verdict["contended"] and not verdict["biased"]
+    assert verdict["low"] < 0 < verdict["high"]
+    line = verdict["line"]
+    assert "its ranks waited for cores that other work held" in line
+    assert "other processes used 1.13 of its 2 cores on average while it ran, its own processes 0.86" in line
+    assert not disturbance({"rows": rows}, {**busy, "cores": 16, "other_cores": 4.0, "own_cores": 2.0})["disturbed"]
+    assert not disturbance({"rows": rows}, {**busy, "other_cores": 0.03, "own_cores": 1.95})["disturbed"]
+    old = {k: v for k, v in busy.items() if k != "own_cores"}
+    assert not disturbance({"rows": rows}, old)["disturbed"]
 
 
 def test_too_little_to_judge_is_none_and_an_unknown_load_is_said_so():

@@ -125,7 +125,8 @@ def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
         ]
     )
     out = capsys.readouterr().out
-    # 3: the machine's speed moved during the verification (a busy machine may): said, and not a failure to run
+    # 3: the machine's speed moved during the verification, or other work held the cores its ranks needed (a busy
+    # machine, as CI's may be): said, and not a failure to run
     assert code in (0, 3), out
     written = json.loads(plan_file.with_name("plan-verify.json").read_text())
     assert written["status"] == ("not_comparable" if code == 3 else "ok") and ("not comparable" in out) is (code == 3)
@@ -151,7 +152,7 @@ def test_verify_runs_the_top_two_for_real(plan_file, tmp_path, capsys):
     # under the next free name and keeps the first verification's runs (one real run here, not a second test's).
     again = ["verify-plan", str(plan_file), "--top", "1", "--rounds", "1", "--steps", "1", "--warmup-steps", "0",
              "--runs-root", str(tmp_path / "runs"), "--timeout", "240"]  # fmt: skip
-    assert executor_main(again) == 0, capsys.readouterr()
+    assert executor_main(again) in (0, 3), capsys.readouterr()  # 3: not comparable, as above
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert runs == [*first, "verify-plan-1-r0-c0"]
     assert all((tmp_path / "runs" / name / "result.json").is_file() for name in runs)  # all measured, all kept

@@ -22,9 +22,27 @@ def plan_file(tmp_path):
 # --- issue 29: interleaved rounds, confidence intervals, groups, a second verification in the same folder --------
 
 
-def _fake_launcher(monkeypatch, plan_file, started, step_of=None):
+QUIET = {"available": True, "wall_s": 30.0, "cores": 2, "other_cores": 0.02, "own_cores": 1.9, "steal": 0.0,
+         "load_1min_start": 1.5, "load_1min_end": 1.8}  # fmt: skip
+BUSY = {**QUIET, "other_cores": 1.13, "own_cores": 0.86, "load_1min_end": 4.2}  # two busy loops beside 2 ranks
+
+
+def _probe_reading(monkeypatch, record):
+    """The verification's load probe reads `record` (the fake runs take no time: the real counters would read
+    whatever the tests' other workers did)."""
+
+    class Probe:
+        def finish(self):
+            return dict(record)
+
+    monkeypatch.setattr(verify, "LoadProbe", Probe)
+
+
+def _fake_launcher(monkeypatch, plan_file, started, step_of=None, load=QUIET):
     """start_run replaced by finished runs: candidate i measures its prediction x 1.05 (or `step_of(i, round)`)."""
     from pipesim_executor.host import launch
+
+    _probe_reading(monkeypatch, load)
 
     plan = json.loads(plan_file.read_text())
 
@@ -186,6 +204,34 @@ def test_rounds_that_move_3x_make_the_verification_not_comparable(plan_file, tmp
     assert written["round_effect"]["move"] == pytest.approx(1 / 0.33 - 1, rel=0.05)
     assert written["inside_predicted_interval_fraction"] is None and written["informative_intervals"] == 0
     assert all(c["informative"] is False for c in written["candidates"])
+
+
+def test_runs_that_waited_for_cores_make_the_verification_not_comparable(plan_file, tmp_path, monkeypatch, capsys):
+    """Issue 46's busy machine: two busy loops beside the ranks (other processes 1.13 of 2 cores). Its rounds were
+    steady and every interval too wide to count, so nothing said the errors (35%) were the machine's: now the
+    verification says not comparable, names the load, claims no group, and exits 3. The same runs with the
+    machine to themselves are ok."""
+    from pipesim_executor.host.cli import main as executor_main
+
+    plan = _with_intervals(plan_file, 0.6)
+    top = plan_candidates(plan, 3)
+    _fake_launcher(monkeypatch, plan_file, [], step_of=lambda i, r: top[i]["step_ms"] * 1.35, load=BUSY)
+    out = tmp_path / "v.json"
+    argv = ["verify-plan", str(plan_file), "--top", "3", "--rounds", "3", "--runs-root", str(tmp_path / "runs")]
+    assert executor_main([*argv, "--json", str(out)]) == 3
+    text = capsys.readouterr().out
+    summary = text[text.index("not comparable") :]
+    assert summary.startswith("not comparable: other work shared the machine with this verification")
+    assert "other processes used 1.13 of its 2 cores on average while it ran, its own processes 0.86" in summary
+    assert summary.splitlines()[1].startswith("candidate ") and "indistinguishable (group" not in text
+    assert "(not comparable: other work shared the machine)" in text
+    written = json.loads(out.read_text())
+    assert written["status"] == "not_comparable" and written["not_comparable_because"] == ["machine_shared"]
+    assert written["machine_load"] == BUSY and written["round_effect"]["moved"] is False
+    _probe_reading(monkeypatch, QUIET)
+    again = tmp_path / "again.json"
+    assert executor_main([*argv, "--json", str(again)]) == 0
+    assert json.loads(again.read_text())["not_comparable_because"] == []
 
 
 def test_steady_rounds_are_ok_and_coverage_counts_informative_intervals_only(plan_file, tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pipesim.analysis.machine_share import MAX_QUIET_OTHER_SHARE, contended, load_words, other_share
 from pipesim.analysis.stats import CONFIDENCE, MAX_INFORMATIVE_HALF_WIDTH, informative, t_quantile
 
 MIN_STEPS = 3  # fewer measured steps than this: no median worth checking against (pipesim.plan.in_situ_check)
@@ -165,10 +166,6 @@ def check_line(summary: dict[str, Any] | None) -> list[str]:
 # cent off is within the accuracy asked of it (median |error| <= 5%), whatever the test says of a tight set.
 MIN_DISTURBED_BIAS = 0.05
 Z90 = 1.645  # a normal 90% interval's half-width in standard deviations
-# Other processes holding this share of the cores make the spread a profile reports their spread too: a bias
-# hidden under it is still a bias (seen: a check off by -7.7%, CI -12.1% to -3.0%, under a 28.6% spread that two
-# busy loops had widened, while other processes held 0.97 of 2 cores).
-MAX_QUIET_OTHER_SHARE = 0.25
 
 
 def disturbance(summary: dict[str, Any] | None, load: Any = None) -> dict[str, Any] | None:
@@ -176,8 +173,11 @@ def disturbance(summary: dict[str, Any] | None, load: Any = None) -> dict[str, A
     95% t-interval of its mean log error excludes 0 AND the mean exceeds the spread the profile reports for one
     prediction (the standard deviation its 90% intervals stand for: half-width / 1.645, the median over the
     rows; at least MIN_DISTURBED_BIAS), or exceeds MIN_DISTURBED_BIAS while other processes held at least
-    MAX_QUIET_OTHER_SHARE of the cores (`load`: the profile's record of the machine, `machine_load`, named in the
-    line). None with fewer than 2 readable rows."""
+    MAX_QUIET_OTHER_SHARE of the cores (a bias hidden under a spread that other work widened: seen, a check off by
+    -7.7%, CI -12.1% to -3.0%, under a 28.6% spread while others held 0.97 of 2 cores); or, whatever the check
+    says, the ranks contended for cores with other work (pipesim.analysis.machine_share.contended): a check
+    measured under the same contention cannot vouch for it. `load`: the profile's record of the machine
+    (`machine_load`), named in the line. None with fewer than 2 readable rows."""
     rows = summary.get("rows") if isinstance(summary, dict) else None
     logs, spreads = [], []
     for row in rows if isinstance(rows, list) else []:
@@ -194,19 +194,12 @@ def disturbance(summary: dict[str, Any] | None, load: Any = None) -> dict[str, A
     half = t_quantile(CONFIDENCE, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     spread = statistics.median(spreads) if spreads else 0.0
     bias, low, high = math.exp(centre) - 1, math.exp(centre - half) - 1, math.exp(centre + half) - 1
-    shared = _other_share(load) >= MAX_QUIET_OTHER_SHARE
-    disturbed = not low <= 0 <= high and abs(bias) > max(0.0 if shared else spread, MIN_DISTURBED_BIAS)
-    result = {"disturbed": disturbed, "bias": bias, "low": low, "high": high, "spread": spread, "shared": shared}
+    shared = other_share(load) >= MAX_QUIET_OTHER_SHARE
+    biased = not low <= 0 <= high and abs(bias) > max(0.0 if shared else spread, MIN_DISTURBED_BIAS)
+    busy = contended(load)
+    result = {"disturbed": biased or busy, "bias": bias, "low": low, "high": high, "spread": spread,
+              "shared": shared, "contended": busy, "biased": biased}  # fmt: skip
     return {**result, "line": disturbance_line(result, load)}
-
-
-def _other_share(load: Any) -> float:
-    """The share of the machine's cores other processes used while the profile ran (0 where unknown)."""
-    if not isinstance(load, dict) or load.get("available") is not True:
-        return 0.0
-    other, cores = load.get("other_cores"), load.get("cores")
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (other, cores))
-    return other / cores if numbers and cores > 0 and other > 0 else 0.0
 
 
 def _positive(row: Any, key: str) -> float | None:
@@ -223,23 +216,13 @@ def disturbance_line(verdict: dict[str, Any], load: Any) -> str:
     )
     if not verdict["disturbed"]:
         return f"not disturbed: {figures}, within the {verdict['spread']:.1%} spread it reports"
-    if verdict.get("shared") and abs(verdict["bias"]) <= verdict["spread"]:
+    if verdict.get("contended") and not verdict.get("biased"):
+        why = (
+            "which cannot vouch for it: its ranks waited for cores that other work held, so its times, and its check's,"
+            " are the machine's leftovers"
+        )
+    elif verdict.get("shared") and abs(verdict["bias"]) <= verdict["spread"]:
         why = f"a bias that the {verdict['spread']:.1%} spread it reports, widened by other work, hides"
     else:
         why = f"a bias beyond the {verdict['spread']:.1%} spread it reports"
     return f"disturbed: {figures}, {why}; {load_words(load)}; profile again on a quieter machine"
-
-
-def load_words(load: Any) -> str:
-    """The machine's load during the profile (pipesim_executor.host.machine_load's record) in words."""
-    figures = ("other_cores", "steal", "load_1min_start", "load_1min_end", "cores")
-    if not isinstance(load, dict) or load.get("available") is not True:
-        return "the machine's load while it ran is unknown"
-    values = {k: load.get(k) for k in figures}
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values.values()):
-        return "the machine's load while it ran is unknown"
-    return (
-        f"other processes used {values['other_cores']:.2f} of its {values['cores']:g} cores on average while it ran "
-        f"(1-minute load {values['load_1min_start']:.2f} at the start, {values['load_1min_end']:.2f} at the end; "
-        f"steal {values['steal']:.1%})"
-    )

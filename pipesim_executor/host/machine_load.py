@@ -69,7 +69,8 @@ class LoadProbe:
         self.start = read_counters()
 
     def finish(self) -> dict[str, Any]:
-        """{"available": True, wall_s, cores, other_cores (other processes' CPU, in cores on average), steal
+        """{"available": True, wall_s, cores, other_cores (other processes' CPU, in cores on average), own_cores (this
+        process tree's, the same way: pipesim.analysis.machine_share reads the two together), steal
         (the share of CPU time stolen), load_1min_start, load_1min_end}, or {"available": False, "why": ...}."""
         end = read_counters()
         if self.start is None or end is None:
@@ -80,12 +81,14 @@ class LoadProbe:
         if wall <= 0 or total <= 0:
             return {"available": False, "why": "the counters did not advance"}
         busy_s = (end.busy - self.start.busy) / ticks
-        other = max(0.0, busy_s - (end.own_s - self.start.own_s))
+        own = end.own_s - self.start.own_s
+        other = max(0.0, busy_s - own)
         return {
             "available": True,
             "wall_s": round(wall, 3),
             "cores": end.cores,
             "other_cores": round(other / wall, 3),
+            "own_cores": round(max(0.0, own) / wall, 3),
             "steal": round((end.steal - self.start.steal) / total, 4),
             "load_1min_start": self.start.load_1min,
             "load_1min_end": end.load_1min,

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from pipesim.analysis.profile_check import check_line, check_summary, disturbance, load_words
+from pipesim.analysis.machine_share import load_words
+from pipesim.analysis.profile_check import check_line, check_summary, disturbance
 from pipesim.cost.profile import UnitProfile
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import UnwritableOutput, read_json, write_json

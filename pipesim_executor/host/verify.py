@@ -17,6 +17,9 @@ coefficient of variation and the Run page's too-noisy verdict on it; predicted a
 rank (tracked tensor bytes on the CPU, `torch.cuda.max_memory_allocated` on a GPU). Over the candidates: the groups
 the measurement cannot order (overlapping intervals), the Spearman rank correlation over the pairs it can, and how
 far the recommended candidate (the plan's first) is from the measured best, or that the two are indistinguishable.
+It is "not comparable" (status, exit 3) when its rounds moved together (pipesim.analysis.round_effect) or when
+other work held the cores its ranks needed while they ran (the load is probed across the runs,
+pipesim.analysis.machine_share): the errors then measure the machine, and the table is shown as measured.
 
 Every verification's runs get new folders (`verify-<plan>-<n>-r<round>-c<index>`, n one more than any earlier
 verification's under the runs folder), so verifying again keeps what was measured before. The comparison is
@@ -49,6 +52,7 @@ from pipesim.sim.spread import VERIFY_ROUNDS, VERIFY_STEPS
 from pipesim_executor.config import RunConfig
 from pipesim_executor.host import machine
 from pipesim_executor.host.machine import Holder, MachineLock
+from pipesim_executor.host.machine_load import LoadProbe
 from pipesim_executor.host.verify_compare import (
     DEFAULT_UNCERTAINTY,
     Verification,
@@ -249,6 +253,7 @@ def verify_plan(
     lock = machine.hold("verify-plan", job=job, wait=wait_for_machine, on_wait=on_wait)
     assert lock is not None  # only a multi-node run's second launcher runs beside the holder
     with lock:
+        probe = LoadProbe()  # what else used the machine while the runs ran: contended runs are not comparable
         for round_ in range(rounds):
             for index, (row, config, schedule) in enumerate(zip(rows, configs, schedules, strict=True)):
                 if row.error is not None or config is None:
@@ -270,7 +275,9 @@ def verify_plan(
                           lock)  # fmt: skip
                 if on_row is not None:
                     on_row(row)
+        load = probe.finish()
     verification = compare(rows, uncertainty, rounds)
+    verification.machine_load = load
     verification.since_profile = _since_profile(plan, rows, verification.notes)
     verification.notes += _interval_notes(plan, rounds)
     disturbance = calibration.get("disturbance") if isinstance(calibration, dict) else None

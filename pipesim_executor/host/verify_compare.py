@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pipesim.analysis.attribution import coefficient_of_variation, reliable
+from pipesim.analysis.machine_share import contended, load_words
 from pipesim.analysis.round_effect import RoundEffect, round_effect
 from pipesim.analysis.since_profile import SinceProfile
 from pipesim.analysis.stats import (
@@ -138,12 +139,34 @@ class Verification:
     since_profile: SinceProfile | None = None
     # whether the machine's speed changed between this verification's own rounds (pipesim.analysis.round_effect)
     round_effect: RoundEffect | None = None
+    # what else used the machine while the runs ran (pipesim_executor.host.machine_load's record; None: not read)
+    machine_load: dict[str, Any] | None = None
+
+    @property
+    def not_comparable_because(self) -> list[str]:
+        """Why the measurement cannot be set against the predictions: "rounds_moved" (the machine's speed changed
+        between the rounds), "machine_shared" (the ranks waited for cores that other work held:
+        pipesim.analysis.machine_share.contended). Empty: comparable."""
+        moved = self.round_effect is not None and self.round_effect.moved
+        return ["rounds_moved"] * moved + ["machine_shared"] * contended(self.machine_load)
 
     @property
     def status(self) -> str:
-        """ "ok", or "not_comparable" when the machine's speed changed during the verification: its errors, groups
-        and gaps then describe the machine's move, not the model."""
-        return "not_comparable" if self.round_effect is not None and self.round_effect.moved else "ok"
+        """ "ok", or "not_comparable" when the machine's speed changed during the verification or other work held
+        the cores its ranks needed: its errors, groups and gaps then describe the machine, not the model."""
+        return "not_comparable" if self.not_comparable_because else "ok"
+
+    def verdict_lines(self) -> list[str]:
+        """Each reason the verification is not comparable, in one line (none when it is comparable)."""
+        because = self.not_comparable_because
+        lines = [self.round_effect.line()] if "rounds_moved" in because and self.round_effect is not None else []
+        if "machine_shared" in because:
+            lines.append(
+                "not comparable: other work shared the machine with this verification, so its ranks waited for "
+                f"cores ({load_words(self.machine_load)}): its errors and groups say what the machine did, not the "
+                "model; verify again on a quieter machine"
+            )
+        return lines
 
     @property
     def move(self) -> float | None:
@@ -160,7 +183,9 @@ class Verification:
         without = [abs(r.error_without(move)) for r in done] if move is not None else []
         return {
             "status": self.status,
+            "not_comparable_because": self.not_comparable_because,
             "round_effect": None if self.round_effect is None else self.round_effect.to_dict(),
+            "machine_load": self.machine_load,
             "candidates": [
                 {**r.to_dict(), "error_move_removed": None if move is None else r.error_without(move)}
                 for r in self.rows
@@ -307,7 +332,7 @@ def summary_lines(v: Verification) -> list[str]:
     its 95% interval, the error, the runs' noise and the memory error; then the figures over all of them. A
     verification whose rounds moved says so first, and then claims no group, no tie and no steadiness."""
     comparable = v.status == "ok"
-    lines = [v.round_effect.line()] if not comparable and v.round_effect is not None else []
+    lines = v.verdict_lines()
     lines.append(
         f"{'candidate':36} {'predicted ms':>12} {'90% interval':>15} {'measured ms':>11} {'95% CI':>15} "
         f"{'error':>7} {'cv':>6} {'memory':>7}"
@@ -364,10 +389,15 @@ def summary_lines(v: Verification) -> list[str]:
         lines.append(f"Spearman rank correlation (predicted vs measured order, over distinguishable pairs): {rho}")
     gap = "-" if v.recommended_gap is None else f"{v.recommended_gap:+.1%}"
     same = " (indistinguishable from it)" if v.recommended_indistinguishable and v.recommended_gap else ""
-    same = same if comparable else " (not comparable: the rounds moved)"
+    same = (
+        same
+        if comparable
+        else " (not comparable: "
+        + ("the rounds moved)" if "rounds_moved" in v.not_comparable_because else "other work shared the machine)")
+    )
     lines.append(f"recommended candidate vs the measured best ({v.measured_best}): {gap}{same}")
     if v.since_profile is not None:
-        lines.append(v.since_profile.line(rounds_moved=not comparable))
+        lines.append(v.since_profile.line(rounds_moved="rounds_moved" in v.not_comparable_because))
     return lines + [f"note: {n}" for n in v.notes]
 
 

@@ -219,9 +219,9 @@ def show_result(result: verify.Verification) -> None:
     """A finished verification: the table (a group the measurement cannot order greyed out), the rank correlation
     and the recommendation's gap, the intervals drawn side by side, the machine's move since the profile, notes."""
     rows, grey = verify_table(result)
-    moved = getattr(result, "status", "ok") != "ok"  # the machine's speed changed during the verification
-    if moved and result.round_effect is not None:
-        st.warning(result.round_effect.line())
+    for line in result.verdict_lines():  # not comparable: the machine moved, or other work held its cores
+        st.warning(line)
+    moved = "rounds_moved" in result.not_comparable_because  # the machine's speed changed during the verification
     frame = pd.DataFrame(rows)
     st.dataframe(
         frame.style.apply(lambda row: ["color: #9e9e9e" if grey[row.name] else ""] * len(row), axis=1),
