@@ -320,6 +320,9 @@ recorded = {
 }
 document = plan_document(candidates, recorded, cap)
 document["calibration"] = inputs.calibration()  # what verify's tie rule and each run's prediction rest on
+verdict = None if profile is None else plan_profile.disturbance(profile)
+if verdict is not None:  # as `plan --cost` marks it: Verify then says the plan rests on a disturbed profile
+    document["calibration"]["disturbance"] = verdict
 columns[2].download_button(
     "Plan JSON",
     data=lambda: json.dumps(document, indent=1),

@@ -175,3 +175,22 @@ def test_a_link_naming_the_profile_opens_with_its_settings_unless_the_link_sets_
         assert at.text_input(key="plan-mbs").value == sizes
         assert at.selectbox(key="plan-optimizer").value == "sgd"  # the page's default (adam) was not timed
         assert "Planned from the profile" in " ".join(i.value for i in at.info)
+
+
+def test_a_disturbed_profile_is_said_above_the_plan_and_marked_in_its_json(runs, open_page, monkeypatch) -> None:
+    """The page plans from a disturbed profile (the command line refuses one without a flag), says so first, and
+    the plan Verify reads carries the mark, as `plan --cost --accept-disturbed-profile` writes it."""
+    from pipesim_executor.host import verify
+    from tests.test_profile_disturbance import BUSY, disturbed_profile
+
+    profile = disturbed_profile()
+    save_profile(replace(profile, provenance={**profile.provenance, "machine_load": BUSY}), runs / "prof" / "cost.json")
+    seen: dict = {}
+    monkeypatch.setattr(verify, "verify_plan", _fake_verify(seen))
+    at = picked(open_page("plan"))
+    said = " ".join(w.value for w in at.warning)
+    assert "This profile is disturbed: its own check is off by" in said and "1.70 of its 2 cores" in said
+    at.button(key="plan-verify").click().run()
+    _finish(at)
+    mark = json.loads(seen["paths"][0].read_text())["calibration"]["disturbance"]
+    assert mark["disturbed"] is True and mark["accepted"] is True and mark["bias"] < -0.3

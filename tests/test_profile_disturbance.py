@@ -166,3 +166,22 @@ def test_a_forged_disturbed_mark_on_a_good_profile_is_not_believed(tmp_path, cap
     assert _plan(path, out) == 0 and "warning: planned from a disturbed" not in capsys.readouterr().out
     mark = json.loads(out.read_text())["calibration"]["disturbance"]
     assert mark["disturbed"] is False and mark["accepted"] is False
+
+
+def test_plan_refuses_a_profile_whose_ranks_waited_for_cores_though_its_check_is_good(tmp_path, capsys):
+    """A check within 1% of its steps, measured while other work held 1.13 of 2 cores and the ranks the rest: the
+    check shares the contention, so it cannot vouch for the profile, and `plan --cost` refuses it in one line."""
+    p = unit_profile_fixture()
+    one, other = planned(p, "1f1b", 2, 4, False), planned(p, "gpipe", 2, 4, False)
+    good = with_steps(p, [row(one, [one.step_ms * m for m in (0.99, 1.0, 1.01)]),
+                          row(other, [other.step_ms * m for m in (1.0, 1.02, 0.99)])])  # fmt: skip
+    contended = {**BUSY, "other_cores": 1.13, "own_cores": 0.86}
+    path, out = tmp_path / "cost.json", tmp_path / "plan.json"
+    save_profile(replace(good, provenance={**good.provenance, "machine_load": contended}), path)
+    assert _plan(path, out) == 2 and not out.exists()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "its ranks waited for cores that other work held" in err
+    assert "other processes used 1.13 of its 2 cores" in err and "--accept-disturbed-profile" in err
+    save_profile(replace(good, provenance={**good.provenance, "machine_load": {**contended, "other_cores": 0.02}}),
+                 path)  # fmt: skip
+    assert _plan(path, out) == 0

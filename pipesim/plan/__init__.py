@@ -11,6 +11,7 @@ FACE = {
     "IntervalOptions": "pipesim.plan.intervals",
     "attach_intervals": "pipesim.plan.intervals",
     "interval_of": "pipesim.plan.intervals",
+    "profile_disturbance": "pipesim.plan.in_situ_check",
     "best_candidate": "pipesim.plan.report",
     "best_per_schedule": "pipesim.plan.report",
     "interval_text": "pipesim.plan.report",

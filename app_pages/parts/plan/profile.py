@@ -26,7 +26,7 @@ from pipesim.cost import UnitProfile
 from pipesim.io import cost_file_from_bytes, read_bytes
 from pipesim.limits import MAX_COST_BYTES
 from pipesim.numbers import shown
-from pipesim.plan import PlanInputs
+from pipesim.plan import PlanInputs, profile_disturbance
 from pipesim.programs import programs
 
 NO_PROFILE = "(none: the model description)"
@@ -184,9 +184,30 @@ def plan_inputs(picked: PickedProfile, **common: Any) -> tuple[PlanInputs, dict[
     return PlanInputs.from_profile(profile, **common), recorded
 
 
+@st.cache_data(max_entries=4, show_spinner=False)
+def _disturbance(profile: UnitProfile) -> dict[str, Any] | None:
+    return profile_disturbance(profile)  # plans its in-situ steps: a few tenths of a second, once per profile
+
+
+def disturbance(picked: PickedProfile) -> dict[str, Any] | None:
+    """The profile's verdict as `pipesim plan --cost` decides it (other work disturbed it: a bias in its own check,
+    or ranks that waited for cores), with `accepted` as the plan JSON records it; None: nothing to check. The page
+    plans from it anyway and says so above the results, where the command line refuses without a flag."""
+    verdict = _disturbance(picked.profile)
+    return None if verdict is None else {**verdict, "accepted": bool(verdict["disturbed"])}
+
+
 def describe(picked: PickedProfile, calibration: dict[str, Any]) -> None:
     """What the plan rests on: the profile, its model and sizes, and how well it predicts its own in-situ steps."""
     profile = picked.profile
+    verdict = disturbance(picked)
+    if verdict is not None and verdict["disturbed"]:
+        st.warning(
+            f"This profile is {verdict['line']}. The plan below is priced from it anyway: its predictions and "
+            "intervals carry that load (the command line refuses such a profile without "
+            "`--accept-disturbed-profile`).",
+            icon=":material/warning:",
+        )
     model = profile.model.get("spec") or profile.model.get("kind") or "a model"
     device = profile.provenance.get("device", "its device")
     check = check_line(calibration.get("check") or recorded_check(profile.provenance))
