@@ -214,22 +214,26 @@ def producer_ids(
     present = {ActionKind(kind) for kind in set(map(itemgetter(1), actions))}  # the members, whatever was given
     needs: dict[ActionKind, list[list[tuple[int, ...]]]] = {}
     for kind in present:
+        # a chunk's neighbour chunk on its own stage (SEQ_NEEDS): after its own stage's needs, before the message
+        # (`producers_of`); chunks at the end of their microbatch have none, so two zips and a pick per action
+        chained = seq_chunks > 1 and kind in SEQ_NEEDS
+        if chained:
+            offset, neighbour_options = SEQ_NEEDS[kind]
+            at = len(LOCAL_NEEDS.get(kind, ()))
+            has = [0 <= mb % seq_chunks + offset < seq_chunks for mb in range(num_microbatches)]
         per_stage = []
         for stage in range(num_stages):
             found = [rows_of(options)[stage] for options in LOCAL_NEEDS.get(kind, ())]
             message = needed_message(Action(stage, kind, 0), num_stages, pipeline_stages)
             if message is not None:
                 found.append(rows_of(_BY_WHAT[message.what].producers)[producer_stage(message)])
-            per_stage.append(list(zip(*found, strict=True)) if found else [()] * num_microbatches)
-        if seq_chunks > 1 and kind in SEQ_NEEDS:  # a chunk's neighbour chunk on its own stage (SEQ_NEEDS)
-            options = SEQ_NEEDS[kind][1]
-            for stage, row in enumerate(per_stage):
-                source = rows_of(options)[stage]
-                for mb in range(num_microbatches):
-                    neighbour = _seq_neighbour(kind, mb, seq_chunks)
-                    if neighbour is not None:  # after its own stage's needs, before the message (`producers_of`)
-                        at = len(LOCAL_NEEDS.get(kind, ()))
-                        row[mb] = (*row[mb][:at], source[neighbour], *row[mb][at:])
+            plain = list(zip(*found, strict=True)) if found else [()] * num_microbatches
+            if chained:
+                source = rows_of(neighbour_options)[stage]
+                shifted = source[offset:] + source[:offset]  # shifted[mb] = source[mb + offset], where it has one
+                joined = zip(*found[:at], shifted, *found[at:], strict=True)
+                plain = [j if h else t for j, t, h in zip(joined, plain, has, strict=True)]
+            per_stage.append(plain)
         needs[kind] = per_stage
     return [needs[kind][stage][mb] for stage, kind, mb in actions]
 
