@@ -49,20 +49,18 @@ def seq1f1b(
     p, chunks = num_ranks, seq_chunks
     units = num_microbatches * chunks
 
-    def backward_unit(i: int) -> int:
-        """The i-th backward a rank runs: microbatches in order, each one's chunks last first."""
-        return (i // chunks) * chunks + chunks - 1 - i % chunks
-
+    # the i-th backward a rank runs: microbatches in order, each one's chunks last first
+    backward_units = [(i // chunks) * chunks + chunks - 1 - i % chunks for i in range(units)]
     new = tuple.__new__  # Action(...) checks its arguments; 10^5 known-good ones need not be
     rows = []
     for rank in range(p):
         warmup = min(p - rank - 1 + chunks - 1, units)
         steady = units - warmup
-        row = [new(Action, (rank, F, u)) for u in range(warmup)]  # warm-up
-        for i in range(steady):  # steady: one forward, one backward
-            row += [new(Action, (rank, F, warmup + i)), new(Action, (rank, B, backward_unit(i)))]
-        row += [new(Action, (rank, B, backward_unit(i))) for i in range(steady, units)]  # cool-down
-        rows.append(tuple(row))
+        forwards = [new(Action, (rank, F, u)) for u in range(units)]
+        backwards = [new(Action, (rank, B, u)) for u in backward_units]
+        # warm-up forwards, steady (one forward, one backward), cool-down backwards
+        interleaved = [a for pair in zip(forwards[warmup:], backwards, strict=False) for a in pair]
+        rows.append((*forwards[:warmup], *interleaved, *backwards[steady:]))
     return Schedule(
         "seq1f1b",
         p,

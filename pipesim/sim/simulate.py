@@ -566,10 +566,11 @@ def chunk_durations(deps: Dependencies, durations: list[float], schedule: Schedu
 
     shares = chunk_shares(schedule.seq_chunks, cost.attention_fraction, schedule.seq_cut)
     chunks = schedule.seq_chunks
-    scaled = list(durations)
-    for i, (_, kind, mb) in enumerate(deps.actions):
-        scaled[i] *= shares.of_kind(kind is ActionKind.BACKWARD_WEIGHT, mb % chunks)
-    return scaled
+    # each (kind, chunk)'s share read once (`ChunkShares.of_kind`), then one lookup per action
+    table = {
+        (kind, c): shares.of_kind(kind is ActionKind.BACKWARD_WEIGHT, c) for kind in ActionKind for c in range(chunks)
+    }
+    return [d * table[kind, mb % chunks] for d, (_, kind, mb) in zip(durations, deps.actions, strict=True)]
 
 
 class EngineInputs(NamedTuple):
