@@ -185,3 +185,30 @@ def test_plan_refuses_a_profile_whose_ranks_waited_for_cores_though_its_check_is
     save_profile(replace(good, provenance={**good.provenance, "machine_load": {**contended, "other_cores": 0.02}}),
                  path)  # fmt: skip
     assert _plan(path, out) == 0
+
+
+FULL = {**BUSY, "other_cores": 1.85}  # others alone fill 92% of the cores: only an unreadable record is not contended
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        None,
+        "busy",
+        {"available": True},
+        {**FULL, "own_cores": "0.9"},
+        {**FULL, "own_cores": float("nan")},
+        {**FULL, "own_cores": -1.0},
+        {**FULL, "own_cores": True},
+        {**FULL, "cores": 0, "own_cores": 1.0},
+        {**FULL, "other_cores": float("inf"), "own_cores": 1.0},
+        {**FULL, "available": "yes", "own_cores": 1.0},
+    ],
+)
+def test_a_load_record_that_cannot_show_contention_never_flags_it(record):
+    """A hand-edited or foreign record (a string, NaN, a negative or boolean figure, no cores) shows no contention
+    and raises nothing; the words say the load is unknown where a figure they name is unreadable."""
+    from pipesim.analysis.machine_share import contended, other_share
+
+    assert contended(record) is False and other_share(record) >= 0
+    assert isinstance(load_words(record), str)
