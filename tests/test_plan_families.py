@@ -272,9 +272,22 @@ def test_dualpipes_bounds_hold_each_chain_to_its_own_ramp(bandwidth: float) -> N
     assert _numbers(best_candidate(pruned)) == _numbers(best_candidate(every))
 
 
-def test_verify_plan_refuses_an_offloaded_candidate_in_one_line() -> None:
-    """verify-plan runs a candidate by its family's name: an offloaded one would be measured without its copies."""
-    from pipesim_executor.host.verify_config import candidate_config
+def test_verify_plan_runs_a_fully_offloaded_candidate_and_refuses_a_selective_one_in_one_line() -> None:
+    """verify-plan runs a candidate by its family's name: a fully offloaded one runs with the executor's
+    `--offload full` (the placement the planner priced: every microbatch whose backward waits), under its own
+    label; a selective placement rests on the plan's priced copies, which a model run does not know."""
+    from pipesim_executor.host.verify_config import candidate_config, label
 
-    with pytest.raises(ValueError, match="^offload full: verify-plan runs candidates without offload$"):
-        candidate_config({}, {"offload": "full"}, steps=1, warmup_steps=0, device="cpu", timeout_s=1.0)
+    plan = {"inputs": {"model": {"num_layers": 4, "hidden_size": 32, "num_heads": 2, "ffn_size": 64, "seq_len": 16,
+                                 "vocab_size": 100}, "optimizer": "sgd"}}  # fmt: skip
+    base = {"schedule": "1f1b", "ranks": 2, "microbatches": 4, "microbatch_size": 2, "split": [2],
+            "recompute": False, "virtual_stages": 1}  # fmt: skip
+    full = {**base, "offload": "full"}
+    config = candidate_config(plan, full, steps=1, warmup_steps=0, device="cpu", timeout_s=60.0)
+    assert config.pipeline.offload == "full" and config.pipeline.schedule == "1f1b"
+    plain = candidate_config(plan, base, steps=1, warmup_steps=0, device="cpu", timeout_s=60.0)
+    assert plain.pipeline.offload == "none"
+    assert label(full) == "1f1b P2 m4x2 offload full" and label(base) == "1f1b P2 m4x2"
+    refused = "^offload 'selective': verify-plan runs a candidate with full offload or none"
+    with pytest.raises(ValueError, match=refused):
+        candidate_config(plan, {**base, "offload": "selective"}, steps=1, warmup_steps=0, device="cpu", timeout_s=1.0)

@@ -157,8 +157,12 @@ def candidate_config(
     """The executor run of one candidate (ValueError when the executor cannot run it, e.g. data parallelism)."""
     if c.get("data_parallel", 1) != 1:
         raise ValueError(f"{c['data_parallel']} data-parallel replicas: verify-plan runs one pipeline per candidate")
-    if c.get("offload", "none") != "none":  # run without it, the measurement would be of another candidate
-        raise ValueError(f"offload {c['offload']}: verify-plan runs candidates without offload")
+    offload = c.get("offload", "none")
+    if offload not in ("none", "full"):  # run any other way, the measurement would be of another candidate
+        raise ValueError(
+            f"offload {offload!r:.20}: verify-plan runs a candidate with full offload or none (a selective "
+            "placement weighs each wait against the plan's priced copies, which a model run does not know)"
+        )
     optimizer, dtype, _ = run_settings(plan)
     carried = c.get("schedule_document") is not None  # the run takes the carried schedule (candidate_schedule)
     chunks = c["virtual_stages"] if not carried and schedule_info(c["schedule"]).takes_chunks else None
@@ -175,6 +179,7 @@ def candidate_config(
         optimizer=optimizer,
         dtype=dtype,
         recompute=c["recompute"],
+        offload=offload,  # full: the same placement the planner priced (pipesim.sim.offload), copies on a thread
         device=device,
         timeout_s=timeout_s,
     )
@@ -185,6 +190,7 @@ def label(c: dict[str, Any]) -> str:
     return (
         f"{c['schedule']} P{c['ranks']}{chunks} m{c['microbatches']}x{c.get('microbatch_size', '?')}"
         f"{' recompute' if c.get('recompute') else ''}"
+        f"{'' if c.get('offload', 'none') == 'none' else ' offload ' + str(c['offload'])}"
     )
 
 
