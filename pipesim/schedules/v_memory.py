@@ -363,12 +363,20 @@ def _with_weights(codes: bytearray, at: list[int]) -> tuple[list[int], list[int]
     return slots, kinds, mbs
 
 
+_AS_KIND = (F, F, I, I, W, W)  # by pass: F_DOWN, F_UP, I_UP, I_DOWN, W_UP, W_DOWN
+
+
+def _stages(p: int, rank: int) -> tuple[int, ...]:
+    """The stage of each pass on rank `rank` (by pass, as `_AS_KIND`): chunk 0's stage is `rank`, chunk 1's
+    2p-1-rank."""
+    down, up = rank, 2 * p - 1 - rank
+    return down, up, up, down, up, down
+
+
 def _actions(p: int, rank: int, kinds: list[int], microbatches: list[int]) -> list[Action]:
     """One rank's passes (kind, microbatch columns) as its actions, made at C speed."""
-    down, up = rank, 2 * p - 1 - rank  # chunk 0's stage, chunk 1's
-    stages = (down, up, up, down, up, down)  # by pass: F_DOWN, F_UP, I_UP, I_DOWN, W_UP, W_DOWN
-    as_kind = (F, F, I, I, W, W)
-    made = zip(map(stages.__getitem__, kinds), map(as_kind.__getitem__, kinds), microbatches, strict=True)
+    stages = _stages(p, rank)
+    made = zip(map(stages.__getitem__, kinds), map(_AS_KIND.__getitem__, kinds), microbatches, strict=True)
     return list(map(_new, repeat(Action), made))
 
 
@@ -383,12 +391,9 @@ def _steady_from(shape: str, num_ranks: int) -> int:
     return min(p + 3 if shape == "min" else (3 * p + 1) // 2 + 3, 2 * p + 2)
 
 
-def _columns(kinds: list[int], microbatches: list[int], periods: int) -> tuple[list[int], list[int]]:
-    """A rank's (slot, kind, microbatch) order as kind and microbatch columns, with `periods` more periods of its
-    steady phase: its longest stretch where each pass repeats the one PERIOD before it a microbatch later (the
-    cool-down has shorter ones), repeated at its end, and what follows shifted `periods` microbatches up."""
-    if not periods:
-        return kinds, microbatches
+def _steady_end(kinds: list[int], microbatches: list[int]) -> int:
+    """Where a rank's steady phase ends in its order (kind and microbatch columns): the end of its longest stretch
+    where each pass repeats the one PERIOD before it a microbatch later (the cool-down has shorter ones)."""
     # a pass as one number (kind and microbatch), the next microbatch's one more; where each repeats the one a
     # PERIOD before a microbatch later, at C speed: the first longest run of ones, and where it ends
     codes = list(map(add, map(mul, kinds, repeat(len(kinds) + 1)), microbatches))
@@ -396,21 +401,33 @@ def _columns(kinds: list[int], microbatches: list[int], periods: int) -> tuple[l
     runs = list(map(len, same))
     length = max(runs)
     longest = runs.index(length)
-    best = PERIOD + sum(runs[:longest]) + longest + length
     assert length >= 2 * PERIOD, "the steady phase runs at least two periods"
-    ups = chain.from_iterable(map(repeat, range(1, periods + 1), repeat(PERIOD)))  # 1 x PERIOD, 2 x PERIOD, ...
-    added = list(map(add, microbatches[best - PERIOD : best] * periods, ups))
-    kinds[best:best] = kinds[best - PERIOD : best] * periods
-    microbatches[best:] = added + list(map(add, microbatches[best:], repeat(periods)))
-    return kinds, microbatches
+    return PERIOD + sum(runs[:longest]) + longest + length
+
+
+def _rank_actions(p: int, rank: int, kinds: list[int], microbatches: list[int], periods: int) -> list[Action]:
+    """One rank's actions from its order (kind and microbatch columns) with `periods` more periods of its steady
+    phase: its last period repeated at the steady phase's end, each time a microbatch later (each of its passes
+    made as one run, at C speed), and what follows shifted `periods` microbatches up."""
+    if not periods:
+        return _actions(p, rank, kinds, microbatches)
+    end = _steady_end(kinds, microbatches)
+    stages = _stages(p, rank)
+    added: list[Action | None] = [None] * (PERIOD * periods)
+    for place in range(PERIOD):  # the period's pass at `place`, microbatch mb: mb + 1, mb + 2, ... after
+        kind, mb = kinds[end - PERIOD + place], microbatches[end - PERIOD + place]
+        made = zip(repeat(stages[kind]), repeat(_AS_KIND[kind]), range(mb + 1, mb + 1 + periods))
+        added[place::PERIOD] = map(_new, repeat(Action), made)
+    after = list(map(add, microbatches[end:], repeat(periods)))
+    return _actions(p, rank, kinds[:end], microbatches[:end]) + added + _actions(p, rank, kinds[end:], after)
 
 
 def _build(shape: str, num_ranks: int, num_microbatches: int) -> Schedule:
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
     built = min(m, _steady_from(shape, p))  # the reordering runs on the warm-up, the cool-down and a few periods
-    columns = [_columns(kinds, microbatches, m - built) for _, kinds, microbatches in _orders(shape, p, built)]
-    rows = [_actions(p, rank, kinds, microbatches) for rank, (kinds, microbatches) in enumerate(columns)]
+    orders = _orders(shape, p, built)
+    rows = [_rank_actions(p, rank, kinds, mbs, m - built) for rank, (_, kinds, mbs) in enumerate(orders)]
     return make_schedule(f"v-{shape}", p, m, v_placement(p), rows)
 
 
