@@ -175,8 +175,20 @@ def _levels(codes: bytearray, weights: bool) -> tuple[list[int], list[int]]:
     own (none owed: a running sum); without, a rank runs a W owed in each free slot (`_walk`)."""
     if weights:
         return list(accumulate(map(_HELD.__getitem__, codes))), [0] * len(codes)
-    levels, owes = [0] * len(codes), [0] * len(codes)
-    _walk(codes, levels, owes, 0, -1, len(codes))
+    levels: list[int] = []
+    owes: list[int] = []
+    level = owed = 0
+    for code in codes:  # `_walk` from slot 0, with nothing to stop it
+        if code == FREE:
+            if owed:
+                level -= 1
+                owed -= 1
+        elif code <= _LAST_FORWARD:
+            level += 1
+        else:
+            owed += 1
+        levels.append(level)
+        owes.append(owed)
     return levels, owes
 
 
