@@ -126,6 +126,19 @@ def test_screen_never_passes_what_the_detailed_checks_refuse(rows):
 @pytest.mark.parametrize(
     "rows",
     [
+        ["0F0 0F2 0I0 0I2 0W0 0W2", "1F0 1I0 1W0 1F1 1I1 1W1"],  # microbatch 2 of 2, the counts right
+        ["0F0 1F1 0I0 0I1 0W0 0W1", "1F0 1I0 1W0 1F1 1I1 1W1"],  # another rank's stage, the counts right
+    ],
+)
+def test_the_split_screen_refuses_what_is_out_of_range_or_misplaced(rows):
+    schedule = schedule_of(rows, microbatches=2)
+    assert not compute_rules_hold(schedule)
+    assert find_problems(schedule)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
         ["0F0 0I0 0W0", "1F0 1I0 1W0"],
         ["0F0 0F1 0I1 0I0 0W0 0W1", "1F0 1F1 1B0 1I1 1W1"],  # W in any order after its I; B and I on one rank
     ],

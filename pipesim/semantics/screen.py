@@ -48,17 +48,19 @@ def compute_rules_hold(schedule: Schedule) -> bool:
     for rank, row in enumerate(schedule.actions):
         own = schedule.stages_of_rank(rank)
         expected = len(own) * num_mb
-        if len(row) < 2 * expected or not row_is_clean(row, set(own), num_mb):
+        if len(row) < 2 * expected:
             return False
         kinds = list(map(itemgetter(1), row))
         is_forward = list(map(is_, kinds, repeat(F)))
-        is_backward = list(map(is_, kinds, repeat(B)))
         if is_forward.count(True) != expected:
             return False
-        if len(row) != 2 * expected or is_backward.count(True) != expected:  # a split backward, or a fault
-            if not _split_rules_hold(row, kinds, is_forward, is_backward, expected, num_mb):
+        if len(row) != 2 * expected or kinds.count(B) != expected:  # a split backward, or a fault
+            if not _split_rules_hold(row, set(own), kinds, is_forward, num_mb):
                 return False
             continue
+        is_backward = list(map(is_, kinds, repeat(B)))
+        if is_backward.count(True) != expected or not row_is_clean(row, set(own), num_mb):
+            return False
         places = range(len(row))
         forward_at = dict(zip(map(_key, compress(row, is_forward)), compress(places, is_forward), strict=True))
         backward_keys = list(map(_key, compress(row, is_backward)))
@@ -72,24 +74,30 @@ def compute_rules_hold(schedule: Schedule) -> bool:
 
 def _split_rules_hold(
     row: tuple[Action, ...],
+    own: set[int],
     kinds: list,
     is_forward: list[bool],
-    is_backward: list[bool],
-    expected: int,
     num_mb: int,
 ) -> bool:
-    """`compute_rules_hold` for one clean rank whose backward is split (I then W), whole or mixed: each of its
-    `expected` (stage, microbatch) keys has one F, one B or I after it, and each I one W after it. A key is the
+    """`compute_rules_hold` for one rank whose backward is split (I then W), whole or mixed, its F counted: it
+    names only its `own` stages and microbatches in range (`row_is_clean`, from the same columns as the keys), and
+    each of its (stage, microbatch) keys has one F, one B or I after it, and each I one W after it. A key is the
     number stage * num_mb + microbatch (an int hashes for nothing: a pair costs a tuple and its hash)."""
+    expected = len(own) * num_mb
     is_input = list(map(is_, kinds, repeat(I)))
     is_weight = list(map(is_, kinds, repeat(W)))
-    whole, inputs, weights = is_backward.count(True), is_input.count(True), is_weight.count(True)
+    is_backward = list(map(is_, kinds, repeat(B))) if B in kinds else None  # a V rank's has none
+    whole = is_backward.count(True) if is_backward else 0
+    inputs, weights = is_input.count(True), is_weight.count(True)
     if whole + inputs != expected or weights != inputs or 2 * expected + weights != len(row):
         return False  # a backward missing or twice, a W short of its I, or a kind other than F, B, I and W
-    codes = list(map(add, map(mul, map(itemgetter(0), row), repeat(num_mb)), map(itemgetter(2), row)))
+    stages, microbatches = list(map(itemgetter(0), row)), list(map(itemgetter(2), row))
+    if not set(stages) <= own or min(microbatches) < 0 or max(microbatches) >= num_mb:
+        return False
+    codes = list(map(add, map(mul, stages, repeat(num_mb)), microbatches))
     places = range(len(row))
     forward_at = dict(zip(compress(codes, is_forward), compress(places, is_forward), strict=True))
-    is_back = list(map(or_, is_backward, is_input)) if whole else is_input
+    is_back = list(map(or_, is_backward, is_input)) if is_backward and whole else is_input
     back = list(compress(codes, is_back))
     if len(forward_at) != expected or len(set(back)) != expected:  # each key once as F, once as B or I
         return False
