@@ -90,8 +90,8 @@ def _repeat(shape: str, p: int, rank: int, m: int) -> Lane:
 
 
 def _owed_weights(codes: bytearray) -> tuple[list[int], list[int]]:
-    """A lane without W: its passes' slots, and the number of W a rank puts just before each pass when it runs a
-    W owed (one per I before) in each free slot, oldest first."""
+    """A lane without W: its passes' slots, and the number of W a rank runs between each pass and the one before
+    when it runs a W owed (one per I before) in each free slot from the first on, oldest first."""
     slots = list(compress(count(), codes))
     runs: list[int] = []
     owed = 0
