@@ -107,12 +107,45 @@ def test_find_problems_lists_them_all_in_rank_order():
         ["0F0 0F1 0B1 0B1", "1F0 1B0 1F1 1B1"],  # a backward twice, the counts right
         ["0F0 0F1 0B0 0B1", "1F0 1B1 1F1 1B0"],  # B before F
         ["0F0 0F1 0B0 0B1", "0F0 1F0 1B0 1F1"],  # a stage on two ranks
-        ["0F0 0I0 0W0", "1F0 1I0 1W0"],  # split backwards: left to the detailed checks
+        ["0F0 0I0", "1F0 1I0 1W0"],  # an I without its W
+        ["0F0 0W0 0I0", "1F0 1I0 1W0"],  # W before its I
+        ["0I0 0F0 0W0", "1F0 1I0 1W0"],  # I before its F
+        ["0F0 0B0 0I0 0W0", "1F0 1I0 1W0"],  # both B and I
+        ["0F0 0F1 0I0 0I1 0W0 0W0", "1F0 1I0 1W0 1F1 1I1 1W1"],  # a W twice, the counts right
+        ["0F0 0F1 0I0 0B1 0W1", "1F0 1I0 1W0 1F1 1I1 1W1"],  # a W whose backward is whole
+        ["0F0 0F1 0I0 0I0 0W0 0W1", "1F0 1I0 1W0 1F1 1I1 1W1"],  # an I twice, the counts right
+        ["0F0 0F1 0B0 0I0 0W0", "1F0 1I0 1W0 1F1 1I1 1W1"],  # B and I of one, no backward of the other
     ],
 )
 def test_screen_never_passes_what_the_detailed_checks_refuse(rows):
     schedule = schedule_of(rows, microbatches=2 if "1" in rows[0] else 1)
     assert not compute_rules_hold(schedule)
+    assert find_problems(schedule)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        ["0F0 0F2 0I0 0I2 0W0 0W2", "1F0 1I0 1W0 1F1 1I1 1W1"],  # microbatch 2 of 2, the counts right
+        ["0F0 1F1 0I0 0I1 0W0 0W1", "1F0 1I0 1W0 1F1 1I1 1W1"],  # another rank's stage, the counts right
+    ],
+)
+def test_the_split_screen_refuses_what_is_out_of_range_or_misplaced(rows):
+    schedule = schedule_of(rows, microbatches=2)
+    assert not compute_rules_hold(schedule)
+    assert find_problems(schedule)
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        ["0F0 0I0 0W0", "1F0 1I0 1W0"],
+        ["0F0 0F1 0I1 0I0 0W0 0W1", "1F0 1F1 1B0 1I1 1W1"],  # W in any order after its I; B and I on one rank
+    ],
+)
+def test_screen_passes_split_backwards(rows):
+    schedule = schedule_of(rows, microbatches=2 if "1" in rows[0] else 1)
+    assert compute_rules_hold(schedule) and not find_problems(schedule)
 
 
 def test_screen_agrees_with_the_detailed_checks_on_every_family(monkeypatch):
@@ -175,10 +208,10 @@ def _mutations(schedule) -> list:
     return made
 
 
-@pytest.mark.parametrize("name", ["zbv", "v-min", "zb-h2", "dualpipe"])
+@pytest.mark.parametrize("name", ["zbv", "v-min", "v-half", "zb-h2", "dualpipe"])
 def test_the_split_backward_screen_reports_what_the_detailed_check_does(name, monkeypatch) -> None:
-    """A rank with I and W passes a list-speed screen or gets the per-action check: the problems found are the
-    same either way, on sound schedules and on ones with a fault."""
+    """A schedule with I and W passes the list-speed screens or gets the per-action check: the problems found are
+    the same either way, on sound schedules and on ones with a fault."""
     from pipesim.schedules import build_schedule
     from pipesim.semantics import validate as module
 
@@ -186,6 +219,7 @@ def test_the_split_backward_screen_reports_what_the_detailed_check_does(name, mo
     cases = [schedule, *_mutations(schedule)]
     screened = [[str(p) for p in find_problems(case)] for case in cases]
     monkeypatch.setattr(module, "_split_in_order", lambda row, position: False)
+    monkeypatch.setattr(module, "compute_rules_hold", lambda schedule: False)
     detailed = [[str(p) for p in find_problems(case)] for case in cases]
     assert screened == detailed
     assert not screened[0] and sum(map(bool, screened)) > 40  # the faults are found

@@ -22,8 +22,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable
-from itertools import chain, repeat
-from operator import add, eq, itemgetter, mul
+from itertools import accumulate, chain, compress, count, repeat
+from operator import add, eq, itemgetter, lshift, lt, mul, setitem, sub
 
 from pipesim.ir import Action, F, I, Schedule, W, make_schedule, v_placement
 from pipesim.schedules import ScheduleInfo
@@ -41,9 +41,16 @@ _BYTE_LEVELS = 255  # the levels the reordering keeps as bytes below (above, as 
 _SHIFT = {step: bytes((level + step) % 256 for level in range(256)) for step in (1, -1)}  # bytes.translate tables
 _SOURCE = (-1, 1, -1, 1)  # by kind (F_DOWN, F_UP, I_UP, I_DOWN): the rank a pass's input comes from, relative
 
-# One rank's passes as (slot, kind, microbatch) in slot order, a rank running one pass per slot; W_ANY's
-# "microbatch" is its place in the rank's W queue.
-Row = list[tuple[int, int, int]]
+# One rank's slots, a rank running one pass per slot: the code of the pass in each (its kind + 1; FREE where none
+# runs, found at C speed by `find`) and its microbatch (W_ANY's: its place in the rank's W queue). Every step of the
+# reordering reads and writes these whole, rather than a list of (slot, kind, microbatch) per pass.
+Lane = tuple[bytearray, list[int]]
+Row = list[tuple[int, int, int]]  # (slot, kind, microbatch) per pass, in slot order: what `_build_in_full` gives
+FREE = 0
+_LAST_FORWARD = F_UP + 1  # codes 1.._LAST_FORWARD are forwards
+_FIRST_INPUT, _LAST_INPUT = I_UP + 1, I_DOWN + 1  # and these two I
+_W_CODE = W_ANY + 1
+_HELD = (0, 1, 1, 0, 0, -1)  # by code, with W placed: a forward holds one more, a W frees one
 
 
 def block_offsets(shape: str, num_ranks: int, rank: int) -> tuple[int, int, int, int]:
@@ -62,163 +69,176 @@ def block_offsets(shape: str, num_ranks: int, rank: int) -> tuple[int, int, int,
     return 2 * r, 3 * p - 2 - r, 3 * p + gap + 2 * r - 1, 6 * p + gap - 2 - r
 
 
-def _repeat(shape: str, p: int, rank: int, m: int) -> Row:
-    """The bare repetition on one rank: microbatch j's block shifted by PERIOD * j slots (no W yet)."""
+def _repeat(shape: str, p: int, rank: int, m: int) -> Lane:
+    """The bare repetition on one rank, microbatch j's block shifted by PERIOD * j slots (the offsets differ mod
+    PERIOD: no two passes meet), with its W in the free slots (`_owed_weights`)."""
     offsets = block_offsets(shape, p, rank)
-    return sorted((offset + PERIOD * mb, kind, mb) for kind, offset in enumerate(offsets) for mb in range(m))
+    horizon = max(offsets) + PERIOD * (m - 1) + 1
+    codes, at = bytearray(horizon), [0] * horizon
+    for kind, offset in enumerate(offsets):
+        codes[offset : offset + PERIOD * m : PERIOD] = bytes((kind + 1,)) * m
+        at[offset : offset + PERIOD * m : PERIOD] = range(m)
+    slots, runs = _owed_weights(codes)
+    starts = [0, *map(add, slots[:-1], repeat(1))]  # the slot after the pass before each (W fill from there)
+    fills = list(chain.from_iterable(map(range, starts, map(add, starts, runs))))  # the free slots a W takes
+    deque(map(codes.__setitem__, fills, repeat(_W_CODE)), 0)
+    deque(map(at.__setitem__, fills, count()), 0)  # one queue: the k-th W placed is the k-th owed
+    owed = codes.count(_FIRST_INPUT) + codes.count(_LAST_INPUT) - len(fills)
+    codes += bytes((_W_CODE,)) * owed  # the W still owed go after the rank's last pass
+    at += range(len(fills), len(fills) + owed)
+    return codes, at
 
 
-def _with_weights(row: Row, split: bool) -> Row:
-    """A rank's W passes in its free slots, each after its I, oldest first: one queue for both chunks (W_ANY k
-    follows the rank's k-th I), or, when `split`, one per chunk with chunk 1's served first; the W still owed go
-    after the rank's last pass. `row` holds no W."""
-    first_kind, second_kind = (W_UP, W_DOWN) if split else (W_ANY, W_ANY)
-    first, second = deque(), deque()  # per queue, the "microbatch" of each W owed, oldest first
-    placed: Row = []
-    backward = 0  # I passes seen so far
-    t = 0
-    for entry in row:
-        when, kind, mb = entry
-        while t < when and (first or second):  # the free slots before the next pass (none to fill: skip them)
-            placed.append((t, first_kind, first.popleft()) if first else (t, second_kind, second.popleft()))
-            t += 1
-        placed.append(entry)
-        if kind == I_UP or kind == I_DOWN:
-            (second if split and kind == I_DOWN else first).append(mb if split else backward)
-            backward += 1
-        t = when + 1
-    while first or second:  # after the last pass
-        placed.append((t, first_kind, first.popleft()) if first else (t, second_kind, second.popleft()))
-        t += 1
-    return placed
-
-
-def _placed_weights(row: Row) -> tuple[Row, list[int]]:
-    """A row with W placed as its F and I passes, and the number of W passes just before each of them."""
-    passes: Row = []
-    runs: list[int] = []
-    run = 0
-    for entry in row:
-        if entry[1] >= W_ANY:
-            run += 1
-        else:
-            passes.append(entry)
-            runs.append(run)
-            run = 0
-    return passes, runs
-
-
-def _owed_weights(row: Row) -> tuple[Row, list[int]]:
-    """A row without W as it stands, and the number of W passes `_with_weights` puts just before each pass (one
-    queue: as many W as are owed, in the free slots there)."""
+def _owed_weights(codes: bytearray) -> tuple[list[int], list[int]]:
+    """A lane without W: its passes' slots, and the number of W a rank runs between each pass and the one before
+    when it runs a W owed (one per I before) in each free slot from the first on, oldest first."""
+    slots = list(compress(count(), codes))
     runs: list[int] = []
     owed = 0
     t = 0
-    for when, kind, _ in row:
-        run = min(owed, when - t)
+    for when, code in zip(slots, filter(None, codes), strict=True):
+        run = when - t
+        if run > owed:
+            run = owed
         runs.append(run)
         owed -= run
-        if kind == I_UP or kind == I_DOWN:
+        if code >= _FIRST_INPUT:
             owed += 1
         t = when + 1
-    return row, runs
+    return slots, runs
 
 
-def _squeeze(rows: list[tuple[Row, list[int]]], m: int) -> list[Row]:
+def _placed_weights(codes: bytearray) -> tuple[list[int], list[int]]:
+    """A lane with W placed: its F and I passes' slots, and the number of W passes just before each of them."""
+    entries = list(filter(None, codes))
+    is_pass = list(map(lt, entries, repeat(_W_CODE)))
+    places = list(compress(count(), is_pass))  # each pass's place among the entries
+    runs = list(map(sub, places, chain((0,), map(add, places, repeat(1)))))
+    return list(compress(compress(count(), codes), is_pass)), runs
+
+
+def _squeeze(lanes: list[Lane], m: int, placed: bool) -> list[Lane]:
     """Every pass as early as its input and its rank's order allow (the paper's squeeze: each rank keeps its
-    order, its idle slots close), given each rank's F and I passes with the W passes just before each (W have
-    no inputs and are dropped: only the slots they take count). Passes are taken in slot order, so what one needs
-    is placed before it; the needs on its own rank come before it in that rank's order, so only the input from
-    the next rank is looked up (the rank above for chunk 0's forward and chunk 1's I, the rank below for the
-    others)."""
-    p = len(rows)
-    # by slot, then rank: what a pass waits for sits in an earlier slot, so passes of one slot go in any order
-    order = sorted([t * p + rank for rank, (row, _) in enumerate(rows) for t, _, _ in row])
-    placed = [[[0] * m for _ in range(W_ANY)] for _ in range(p)]  # each rank's, per kind, each pass's slot
-    squeezed: list[Row] = [[] for _ in range(p)]
+    order, its idle slots close), each F and I pass after the W passes before it (`_placed_weights` where they are
+    `placed`, else `_owed_weights`); W have no inputs and are dropped: only the slots they take count. Passes are
+    taken in slot order, so what one needs is placed before it; the needs on its own rank come before it in that
+    rank's order, so only the input from the next rank is looked up (the rank above for chunk 0's forward and
+    chunk 1's I, the rank below for the others)."""
+    p = len(lanes)
+    shift = p.bit_length()  # a pass as its slot << shift | its rank: sorted, in slot order, then rank
+    order: list[int] = []
+    passes = []  # per rank, each F and I pass's (code, microbatch, W before it)
+    for rank, (codes, at) in enumerate(lanes):
+        slots, runs = (_placed_weights if placed else _owed_weights)(codes)
+        mbs = compress(at, codes)
+        if placed:
+            mbs = compress(mbs, map(lt, filter(None, codes), repeat(_W_CODE)))
+        passes.append(list(zip(map(codes.__getitem__, slots), mbs, runs, strict=True)))
+        order += map(add, map(lshift, slots, repeat(shift)), repeat(rank))
+    order.sort()
+    placed_at = [[[0] * m for _ in range(_W_CODE)] for _ in range(p)]  # each rank's, per code, each pass's slot
+    none = [-2] * m  # an input from no rank: never the latest need
+    steps = tuple(enumerate(_SOURCE, 1))  # by code: the rank its input comes from, relative
+    sources = [  # per rank, by code: where its input's slots are
+        (None, *(placed_at[rank + step][code] if 0 <= rank + step < p else none for code, step in steps))
+        for rank in range(p)
+    ]
+    readys: list[list[int]] = [[] for _ in range(p)]
     done = [0] * p  # each rank's passes placed
     free = [0] * p  # each rank's next free slot
+    mask = (1 << shift) - 1
     for key in order:
-        rank = key % p
+        rank = key & mask
         i = done[rank]
         done[rank] = i + 1
-        row, runs = rows[rank]
-        _, kind, mb = row[i]
-        ready = free[rank] + runs[i]
-        source = rank + _SOURCE[kind]
-        if 0 <= source < p:
-            other = placed[source][kind][mb] + 1
-            if other > ready:
-                ready = other
-        placed[rank][kind][mb] = ready
-        squeezed[rank].append((ready, kind, mb))
+        code, mb, run = passes[rank][i]
+        ready = free[rank] + run
+        other = sources[rank][code][mb] + 1
+        if other > ready:
+            ready = other
+        placed_at[rank][code][mb] = ready
+        readys[rank].append(ready)
         free[rank] = ready + 1
+    squeezed: list[Lane] = []
+    for slots, rank_passes in zip(readys, passes, strict=True):
+        horizon = slots[-1] + 1 if slots else 0
+        codes, at = bytearray(horizon), [0] * horizon
+        deque(map(codes.__setitem__, slots, map(itemgetter(0), rank_passes)), 0)
+        deque(map(at.__setitem__, slots, map(itemgetter(1), rank_passes)), 0)
+        squeezed.append((codes, at))
     return squeezed
 
 
-def _walk(
-    kind_at: list[int],
-    levels: list[int],
-    owes: list[int],
-    weights: bool,
-    start: int,
-    cap: int | None = None,
-    settled: int | None = None,
-) -> int:
-    """One rank's activations over its slots, in forwards of one chunk held (the paper's count: F adds one, its
-    W frees it, I alone frees nothing), recomputed from slot `start` on into `levels` (after each slot) and
-    `owes` (W owed after each slot): with `weights` the W passes hold slots of their own (`kind_at`, -1 where
-    free); without, a rank runs a W owed in each free slot (how the paper reorders the cool-down before it places
-    W for good). Returns the slot where the level passes `cap` (levels then partly stale), or -1. Past slot
-    `settled`, whose kinds have not changed since the levels were right, a walk that meets the level and the W
-    owed already recorded stops: what follows is what was recorded."""
+def _levels(codes: bytearray, weights: bool) -> tuple[list[int], list[int]]:
+    """One rank's activations after each slot, in forwards of one chunk held (the paper's count: F adds one, its
+    W frees it, I alone frees nothing), and the W owed after each slot: with `weights` the W hold slots of their
+    own (none owed: a running sum); without, a rank runs a W owed in each free slot (`_walk`)."""
+    if weights:
+        return list(accumulate(map(_HELD.__getitem__, codes))), [0] * len(codes)
+    levels: list[int] = []
+    owes: list[int] = []
+    level = owed = 0
+    for code in codes:  # `_walk` from slot 0, with nothing to stop it
+        if code == FREE:
+            if owed:
+                level -= 1
+                owed -= 1
+        elif code <= _LAST_FORWARD:
+            level += 1
+        else:
+            owed += 1
+        levels.append(level)
+        owes.append(owed)
+    return levels, owes
+
+
+def _walk(codes: bytearray, levels: list[int], owes: list[int], start: int, cap: int, settled: int) -> int:
+    """`_levels` without W placed (a W owed runs in each free slot), recomputed from slot `start` on, until it
+    meets the level and the W owed recorded past slot `settled` (whose kinds have not changed since the levels
+    were right): what follows is what was recorded. Returns the slot where the level passes `cap` (levels then
+    partly stale; a cap of -1: none), or -1."""
     level, owed = (levels[start - 1], owes[start - 1]) if start else (0, 0)
     for t in range(start, len(levels)):
-        kind = kind_at[t]
-        if kind < 0:
-            if owed and not weights:
-                level, owed = level - 1, owed - 1
-        elif kind <= F_UP:
+        code = codes[t]
+        if code == FREE:
+            if owed:
+                level -= 1
+                owed -= 1
+        elif code <= _LAST_FORWARD:
             level += 1
-        elif kind >= W_ANY:
-            level -= 1
-        elif not weights:
+        else:
             owed += 1
-        if cap is not None and level > cap:
+        if level > cap >= 0:
             return t
-        if settled is not None and t > settled and levels[t] == level and owes[t] == owed:
+        if t > settled and levels[t] == level and owes[t] == owed:
             return -1
-        levels[t], owes[t] = level, owed
+        levels[t] = level
+        owes[t] = owed
     return -1
 
 
-def _reorder(rows: list[Row], m: int, weights: bool) -> list[Row]:
-    """The paper's reordering of the warm-up (with `weights` placed) and the cool-down: each pass, in slot order,
-    moves to the earliest slot its needs allow that no pass taken before it holds, when every rank stays within
-    the steady phase's peak. The warm-up ends at rank 0's first chunk-0 I (the block's last pass), the steady
-    phase at the first forward of the last microbatch after it.
+def _reorder(lanes: list[Lane], m: int, weights: bool) -> None:
+    """The paper's reordering of the warm-up (with `weights` placed) and the cool-down, in place: each pass, in
+    slot order, moves to the earliest slot its needs allow that no pass taken before it holds, when every rank
+    stays within the steady phase's peak. The warm-up ends at rank 0's first chunk-0 I (the block's last pass),
+    the steady phase at the first forward of the last microbatch after it.
 
     A pass's needs, besides its rank's order: the pass before it in its microbatch on this rank, its input from
     the next rank, and its kind's previous microbatch (each kind keeps microbatch order); a W follows its I. The
     passes of the steady phase stay, and the slots a pass may take lie before its own, where every pass of its
-    rank has been taken already: a free slot there is one no pass taken holds."""
-    p = len(rows)
-    sizes = (m, m, m, m, 2 * m)  # passes per kind on a rank (W_ANY: one per I)
-    slot_of: list[list[list[int]]] = []  # per rank, per kind, each pass's slot now
-    kind_at: list[list[int]] = []  # per rank, the kind in each slot (-1: free)
-    mb_at: list[list[int]] = []  # and its microbatch
+    rank has been taken already: a free slot there is one no pass taken holds (and the slot of a pass not yet
+    taken still holds it)."""
+    p = len(lanes)
+    sizes = (0, m, m, m, m, 2 * m)  # passes per code on a rank (W_ANY: one per I)
+    slot_of: list[list[list[int]]] = []  # per rank, per code, each pass's slot now
+    times: list[list[int]] = []  # per rank, the slots of its passes (in order)
     memory: list[tuple[list[int], list[int]]] = []  # per rank, its levels and W owed after each slot
-    for row in rows:
-        horizon = row[-1][0] + 1 if row else 0
-        slots, kinds, mbs = [[0] * size for size in sizes], [-1] * horizon, [0] * horizon
-        for t, kind, mb in row:
-            slots[kind][mb], kinds[t], mbs[t] = t, kind, mb
-        levels, owes = [0] * horizon, [0] * horizon
-        _walk(kinds, levels, owes, weights, 0)
+    for codes, at in lanes:
+        slots, ts = [[0] * size for size in sizes], list(compress(count(), codes))
+        deque(map(setitem, map(slots.__getitem__, filter(None, codes)), compress(at, codes), ts), 0)
         slot_of.append(slots)
-        kind_at.append(kinds)
-        mb_at.append(mbs)
-        memory.append((levels, owes))
+        times.append(ts)
+        memory.append(_levels(codes, weights))
     cap = max((max(levels, default=0) for levels, _ in memory), default=0)
     # With W placed the levels lie in 0..cap (a W frees what an I before it, after its F, held): as bytes when
     # that fits, searched and shifted by one at C speed (a long warm-up's forward moves past a hundred slots)
@@ -226,100 +246,149 @@ def _reorder(rows: list[Row], m: int, weights: bool) -> list[Row]:
     if as_bytes:
         memory = [(bytearray(levels), owes) for levels, owes in memory]
     # each rank's I slots in order (W k follows the k-th): only the W placed move after them
-    backward = [sorted(slots[I_UP] + slots[I_DOWN]) if weights else [] for slots in slot_of]
+    backward = [sorted(slots[_FIRST_INPUT] + slots[_LAST_INPUT]) if weights else [] for slots in slot_of]
 
-    warm_end = slot_of[0][I_DOWN][0]
-    lasts = [(slot_of[rank][F_DOWN][m - 1], rank) for rank in range(p)]
+    warm_end = slot_of[0][_LAST_INPUT][0]
+    lasts = [(slot_of[rank][F_DOWN + 1][m - 1], rank) for rank in range(p)]
     cool = min((key for key in lasts if key > (warm_end, 0)), default=None)  # the pass that ends the steady phase
-    moving = []  # (slot, rank, kind, microbatch) of the warm-up's and the cool-down's passes, in slot order
-    for rank, row in enumerate(rows):
+    shift = p.bit_length()  # a pass as its slot << shift | its rank: sorted, in slot order, then rank
+    moving: list[int] = []  # the warm-up's and the cool-down's passes
+    for rank, ts in enumerate(times):
         if weights:
-            moving += [(t, rank, kind, mb) for t, kind, mb in row[: bisect_left(row, (warm_end,))]]
+            moving += map(add, map(lshift, ts[: bisect_left(ts, warm_end)], repeat(shift)), repeat(rank))
         if cool is not None:
             start = cool[0] + (rank <= cool[1])
-            moving += [(t, rank, kind, mb) for t, kind, mb in row[bisect_left(row, (start,)) :]]
+            moving += map(add, map(lshift, ts[bisect_left(ts, start) :], repeat(shift)), repeat(rank))
     moving.sort()
+    # per rank, by code: the slots of the pass before it in its microbatch on its rank, of its input from the
+    # next rank, and of its kind's passes (each keeps microbatch order); `none` where a need does not exist
+    none = [-1] * (2 * m)
+    needs = []
+    for rank, own in enumerate(slot_of):
+        above, below = slot_of[rank - 1] if rank else None, slot_of[rank + 1] if rank + 1 < p else None
+        needs.append(
+            (
+                None,  # a free slot
+                (none, above[1] if above else none, own[1]),  # F_DOWN: from the rank above
+                (own[1], below[2] if below else none, own[2]),  # F_UP: after F_DOWN, from the rank below
+                (own[2], above[3] if above else none, own[3]),  # I_UP: after F_UP, from the rank above
+                (own[3], below[4] if below else none, own[4]),  # I_DOWN: after I_UP, from the rank below
+                (backward[rank] if weights else none, none, own[5]),  # a W follows its I
+            )
+        )
 
-    for t, rank, kind, mb in moving:
-        slots = slot_of[rank]
-        # the latest slot among its needs (-1: none)
-        if kind == F_DOWN:
-            latest = slot_of[rank - 1][F_DOWN][mb] if rank else -1
-        elif kind >= W_ANY:
-            latest = backward[rank][mb]
-        else:
-            latest = slots[kind - 1][mb]  # F_DOWN before F_UP, F_UP before I_UP, I_UP before I_DOWN
-            source = rank + _SOURCE[kind]
-            if 0 <= source < p:
-                other = slot_of[source][kind][mb]
-                if other > latest:
-                    latest = other
+    mask = (1 << shift) - 1
+    for key in moving:
+        t, rank = key >> shift, key & mask
+        codes, at = lanes[rank]
+        code, mb = codes[t], at[t]
+        before, source, same = needs[rank][code]
+        latest = before[mb]  # the latest slot among its needs (-1: none)
+        other = source[mb]
+        if other > latest:
+            latest = other
         if mb:
-            other = slots[kind][mb - 1]
+            other = same[mb - 1]
             if other > latest:
                 latest = other
         earliest = latest + 1
-        kinds, (levels, owes) = kind_at[rank], memory[rank]
-        new = -1
+        if earliest >= t:
+            continue
+        kind = code - 1
+        levels, owes = memory[rank]
         if weights:  # the levels stay right and never pass the cap: an I holds nothing, a W earlier frees
             # earlier, an F holds longer, from the slot after the last one at the cap before its own on
-            if kind <= F_UP and earliest < t:
+            if kind <= F_UP:
                 if as_bytes:
                     earliest = levels.rfind(cap, earliest, t) + 1 or earliest
                 else:
                     held = levels[earliest:t]
                     if max(held) == cap:
                         earliest = t - held[::-1].index(cap)
-            for u in range(earliest, t):
-                if kinds[u] < 0:
-                    new = u
-                    break
-            if new >= 0:
-                kinds[t], kinds[new] = -1, kind
-                if kind <= F_UP or kind >= W_ANY:
-                    step = 1 if kind <= F_UP else -1
-                    if as_bytes:
-                        levels[new:t] = levels[new:t].translate(_SHIFT[step])
-                    else:
-                        levels[new:t] = map(add, levels[new:t], repeat(step))
+            new = codes.find(FREE, earliest, t)
+            if new < 0:
+                continue
+            codes[t], codes[new] = FREE, code
+            if kind <= F_UP or kind >= W_ANY:
+                step = 1 if kind <= F_UP else -1
+                if as_bytes:
+                    levels[new:t] = levels[new:t].translate(_SHIFT[step])
                 else:
-                    del backward[rank][bisect_left(backward[rank], t)]
-                    insort(backward[rank], new)
+                    levels[new:t] = map(add, levels[new:t], repeat(step))
+            else:
+                del backward[rank][bisect_left(backward[rank], t)]
+                insort(backward[rank], new)
         else:
-            for u in range(earliest, t):
-                if kinds[u] >= 0:
-                    continue
-                kinds[t], kinds[u] = -1, kind
-                failed = _walk(kinds, levels, owes, False, u, cap, t)
+            new = codes.find(FREE, earliest, t)
+            while new >= 0:
+                codes[t], codes[new] = FREE, code
+                failed = _walk(codes, levels, owes, new, cap, t)
                 if failed < 0:
-                    new = u
                     break
-                kinds[t], kinds[u] = kind, -1
-                _walk(kinds, levels, owes, False, u, None, max(t, failed))
-        if new >= 0:
-            slots[kind][mb] = new
-            mb_at[rank][new] = mb
-    ranks = zip(kind_at, mb_at, strict=True)
-    return [[(t, kind, mbs[t]) for t, kind in enumerate(kinds) if kind >= 0] for kinds, mbs in ranks]
+                codes[t], codes[new] = code, FREE
+                _walk(codes, levels, owes, new, -1, max(t, failed))
+                new = codes.find(FREE, new + 1, t)
+            if new < 0:
+                continue
+        slot_of[rank][code][mb] = new
+        at[new] = mb
 
 
-def _orders(shape: str, p: int, m: int) -> list[Row]:
-    """Every rank's order, in the paper's four steps: repeat the block, reorder the warm-up and the cool-down
-    with W placed, squeeze; reorder the cool-down again with W running in whatever slot is free, squeeze; then
-    place W for good, one queue per chunk."""
-    rows = [_with_weights(_repeat(shape, p, rank, m), split=False) for rank in range(p)]  # steady: W in the gaps
-    rows = _squeeze([_placed_weights(row) for row in _reorder(rows, m, weights=True)], m)  # warm-up and cool-down
-    rows = _reorder(rows, m, weights=False)  # cool-down again
-    rows = _squeeze([_owed_weights(row) for row in rows], m)
-    return [_with_weights(row, split=True) for row in rows]
+def _orders(shape: str, p: int, m: int) -> list[tuple[list[int], list[int], list[int]]]:
+    """Every rank's order as its passes' slot, kind and microbatch columns, in the paper's four steps: repeat the
+    block, reorder the warm-up and the cool-down with W placed, squeeze; reorder the cool-down again with W
+    running in whatever slot is free, squeeze; then place W for good, one queue per chunk."""
+    lanes = [_repeat(shape, p, rank, m) for rank in range(p)]  # steady: W in the gaps
+    _reorder(lanes, m, weights=True)  # warm-up and cool-down
+    lanes = _squeeze(lanes, m, placed=True)
+    _reorder(lanes, m, weights=False)  # cool-down again
+    return [_with_weights(*lane) for lane in _squeeze(lanes, m, placed=False)]
+
+
+def _with_weights(codes: bytearray, at: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """A lane without W with its W in its free slots, each after its I, oldest first, one queue per chunk with
+    chunk 1's served first, the W still owed after the rank's last pass: the rank's passes as slot, kind and
+    microbatch columns."""
+    first: deque[int] = deque()  # per chunk, the microbatch of each W owed, oldest first
+    second: deque[int] = deque()
+    slots: list[int] = []
+    kinds: list[int] = []
+    mbs: list[int] = []
+    t = 0
+    for when, code, mb in zip(compress(count(), codes), filter(None, codes), compress(at, codes), strict=True):
+        while t < when and (first or second):  # the free slots before the next pass (none to fill: skip them)
+            slots.append(t)
+            kinds.append(W_UP if first else W_DOWN)
+            mbs.append(first.popleft() if first else second.popleft())
+            t += 1
+        slots.append(when)
+        kinds.append(code - 1)
+        mbs.append(mb)
+        if code == _FIRST_INPUT:
+            first.append(mb)
+        elif code == _LAST_INPUT:
+            second.append(mb)
+        t = when + 1
+    slots += range(t, t + len(first) + len(second))  # the W still owed, after the last pass
+    kinds += [W_UP] * len(first) + [W_DOWN] * len(second)
+    mbs += chain(first, second)
+    return slots, kinds, mbs
+
+
+_AS_KIND = (F, F, I, I, W, W)  # by pass: F_DOWN, F_UP, I_UP, I_DOWN, W_UP, W_DOWN
+
+
+def _stages(p: int, rank: int) -> tuple[int, ...]:
+    """The stage of each pass on rank `rank` (by pass, as `_AS_KIND`): chunk 0's stage is `rank`, chunk 1's
+    2p-1-rank."""
+    down, up = rank, 2 * p - 1 - rank
+    return down, up, up, down, up, down
 
 
 def _actions(p: int, rank: int, kinds: list[int], microbatches: list[int]) -> list[Action]:
     """One rank's passes (kind, microbatch columns) as its actions, made at C speed."""
-    down, up = rank, 2 * p - 1 - rank  # chunk 0's stage, chunk 1's
-    stages = (down, up, up, down, up, down)  # by pass: F_DOWN, F_UP, I_UP, I_DOWN, W_UP, W_DOWN
-    as_kind = (F, F, I, I, W, W)
-    made = zip(map(stages.__getitem__, kinds), map(as_kind.__getitem__, kinds), microbatches, strict=True)
+    stages = _stages(p, rank)
+    made = zip(map(stages.__getitem__, kinds), map(_AS_KIND.__getitem__, kinds), microbatches, strict=True)
     return list(map(_new, repeat(Action), made))
 
 
@@ -334,42 +403,50 @@ def _steady_from(shape: str, num_ranks: int) -> int:
     return min(p + 3 if shape == "min" else (3 * p + 1) // 2 + 3, 2 * p + 2)
 
 
-def _columns(row: list[tuple[int, int, int]], periods: int) -> tuple[list[int], list[int]]:
-    """A rank's (slot, kind, microbatch) order as kind and microbatch columns, with `periods` more periods of its
-    steady phase: its longest stretch where each pass repeats the one PERIOD before it a microbatch later (the
-    cool-down has shorter ones), repeated at its end, and what follows shifted `periods` microbatches up."""
-    kinds, microbatches = list(map(itemgetter(1), row)), list(map(itemgetter(2), row))
-    if not periods:
-        return kinds, microbatches
+def _steady_end(kinds: list[int], microbatches: list[int]) -> int:
+    """Where a rank's steady phase ends in its order (kind and microbatch columns): the end of its longest stretch
+    where each pass repeats the one PERIOD before it a microbatch later (the cool-down has shorter ones)."""
     # a pass as one number (kind and microbatch), the next microbatch's one more; where each repeats the one a
     # PERIOD before a microbatch later, at C speed: the first longest run of ones, and where it ends
-    codes = list(map(add, map(mul, kinds, repeat(len(row) + 1)), microbatches))
+    codes = list(map(add, map(mul, kinds, repeat(len(kinds) + 1)), microbatches))
     same = bytes(map(eq, codes[PERIOD:], map(add, codes, repeat(1)))).split(b"\0")
     runs = list(map(len, same))
     length = max(runs)
     longest = runs.index(length)
-    best = PERIOD + sum(runs[:longest]) + longest + length
     assert length >= 2 * PERIOD, "the steady phase runs at least two periods"
-    ups = chain.from_iterable(map(repeat, range(1, periods + 1), repeat(PERIOD)))  # 1 x PERIOD, 2 x PERIOD, ...
-    added = list(map(add, microbatches[best - PERIOD : best] * periods, ups))
-    kinds[best:best] = kinds[best - PERIOD : best] * periods
-    microbatches[best:] = added + list(map(add, microbatches[best:], repeat(periods)))
-    return kinds, microbatches
+    return PERIOD + sum(runs[:longest]) + longest + length
+
+
+def _rank_actions(p: int, rank: int, kinds: list[int], microbatches: list[int], periods: int) -> list[Action]:
+    """One rank's actions from its order (kind and microbatch columns) with `periods` more periods of its steady
+    phase: its last period repeated at the steady phase's end, each time a microbatch later (each of its passes
+    made as one run, at C speed), and what follows shifted `periods` microbatches up."""
+    if not periods:
+        return _actions(p, rank, kinds, microbatches)
+    end = _steady_end(kinds, microbatches)
+    stages = _stages(p, rank)
+    added: list[Action | None] = [None] * (PERIOD * periods)
+    for place in range(PERIOD):  # the period's pass at `place`, microbatch mb: mb + 1, mb + 2, ... after
+        kind, mb = kinds[end - PERIOD + place], microbatches[end - PERIOD + place]
+        made = zip(repeat(stages[kind]), repeat(_AS_KIND[kind]), range(mb + 1, mb + 1 + periods))
+        added[place::PERIOD] = map(_new, repeat(Action), made)
+    after = list(map(add, microbatches[end:], repeat(periods)))
+    return _actions(p, rank, kinds[:end], microbatches[:end]) + added + _actions(p, rank, kinds[end:], after)
 
 
 def _build(shape: str, num_ranks: int, num_microbatches: int) -> Schedule:
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
     built = min(m, _steady_from(shape, p))  # the reordering runs on the warm-up, the cool-down and a few periods
-    columns = [_columns(row, m - built) for row in _orders(shape, p, built)]
-    rows = [_actions(p, rank, kinds, microbatches) for rank, (kinds, microbatches) in enumerate(columns)]
+    orders = _orders(shape, p, built)
+    rows = [_rank_actions(p, rank, kinds, mbs, m - built) for rank, (_, kinds, mbs) in enumerate(orders)]
     return make_schedule(f"v-{shape}", p, m, v_placement(p), rows)
 
 
 def _build_in_full(shape: str, num_ranks: int, num_microbatches: int) -> list[list[tuple[int, int, int]]]:
     """Every rank's (slot, kind, microbatch) order from the reordering over every microbatch (what `_build`
     extends: the tests compare the two)."""
-    return _orders(shape, num_ranks, num_microbatches)
+    return [list(zip(*columns, strict=True)) for columns in _orders(shape, num_ranks, num_microbatches)]
 
 
 def v_min(num_ranks: int, num_microbatches: int) -> Schedule:

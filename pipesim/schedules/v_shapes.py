@@ -13,46 +13,47 @@ runtime.
 from __future__ import annotations
 
 import dataclasses
+from itertools import chain, repeat
 from typing import NamedTuple
 
-from pipesim.ir import Action, Overlap, Schedule, make_schedule, schedule_from_order, v_placement
+from pipesim.ir import Action, ActionKind, F, I, Overlap, Schedule, W, make_schedule, schedule_from_order, v_placement
 from pipesim.schedules import ScheduleInfo
 from pipesim.schedules.basic import check_counts
 from pipesim.schedules.zero_bubble import RankOrder
 
+_new = tuple.__new__  # Action(...) costs a Python-level __new__ per action
+
 # --- ZB-V -------------------------------------------------------------------------
 
 
+def _made(stage: int, kind: ActionKind, first: int, count: int) -> list[Action]:
+    """`count` actions of one stage and kind, microbatches first, first + 1, ... (made at C speed)."""
+    return list(map(_new, repeat(Action), zip(repeat(stage), repeat(kind), range(first, first + count))))
+
+
+def _in_turn(*runs: list[Action]) -> list[Action]:
+    """One action of each run in turn (runs of equal length): a phase that repeats a few passes."""
+    return list(chain.from_iterable(zip(*runs, strict=True)))
+
+
 def _zbv_rank(rank: int, p: int, n: int) -> list[Action]:
-    """ZB-V on one rank for n microbatches (n >= 2p-1), in the paper's phases."""
+    """ZB-V on one rank for n microbatches (n >= 2p-1), in the paper's phases, each made as whole runs of one
+    stage and kind: every I's W comes right after it or waits in its stage's queue, oldest first."""
     down, up = rank, 2 * p - 1 - rank  # chunk 0 (forward goes down the ranks), chunk 1 (back up)
-    order = RankOrder()
-    for _ in range(2 * (p - rank) - 1):  # warm-up 1: chunk-0 forwards until chunk 1 can start
-        order.forward(down)
-    for _ in range(rank):  # warm-up 2: alternate the two chunks' forwards
-        order.forward(up)
-        order.forward(down)
-    for _ in range(p - rank):  # warm-up 3: chunk 1 reaches steady state, W right after I
-        order.forward(up)
-        order.backward(up)
-        order.weight(up)
-    while order.count(up, "F") < order.count(down, "F") or order.count(down, "F") < n:  # steady
-        if order.count(down, "F") < n:
-            order.forward(down)
-        order.backward(down)
-        order.weight(down)
-        order.forward(up)
-        order.backward(up)
-        order.weight(up)
-    for _ in range(rank):  # cool-down 1: inputs' gradients first, W deferred
-        order.backward(down)
-        order.backward(up)
-    for _ in range(p - rank):  # cool-down 2: deferred W fills the wait for chunk 0's I
-        order.backward(down)
-        order.weight(down)
-    order.flush_weights(up)
-    order.flush_weights(down)
-    return order.actions
+    first = 2 * (p - rank) - 1  # warm-up 1: chunk-0 forwards until chunk 1 can start
+    row = _made(down, F, 0, first)
+    row += _in_turn(_made(up, F, 0, rank), _made(down, F, first, rank))  # warm-up 2: the chunks' forwards in turn
+    ups = p - rank  # warm-up 3: chunk 1 reaches steady state, W right after I
+    row += _in_turn(_made(up, F, rank, ups), _made(up, I, 0, ups), _made(up, W, 0, ups))
+    # steady: F (while chunk 0's forwards last), I, W of chunk 0, then of chunk 1, until chunk 1's forwards are done
+    fed, rounds = n - (first + rank), n - p
+    for start, count, forwards in ((0, fed, True), (fed, rounds - fed, False)):
+        runs = [_made(down, F, first + rank + start, count)] if forwards else []
+        runs += [_made(down, I, start, count), _made(down, W, start, count), _made(up, F, p + start, count)]
+        row += _in_turn(*runs, _made(up, I, ups + start, count), _made(up, W, ups + start, count))
+    row += _in_turn(_made(down, I, rounds, rank), _made(up, I, n - rank, rank))  # cool-down 1: I first, W deferred
+    row += _in_turn(_made(down, I, rounds + rank, ups), _made(down, W, rounds, ups))  # cool-down 2: deferred W fill
+    return row + _made(up, W, n - rank, rank) + _made(down, W, n - rank, rank)  # the W still deferred
 
 
 def zbv(num_ranks: int, num_microbatches: int) -> Schedule:
@@ -65,7 +66,9 @@ def zbv(num_ranks: int, num_microbatches: int) -> Schedule:
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
     n = max(m, 2 * p - 1)
-    rows = [[a for a in _zbv_rank(rank, p, n) if a.microbatch < m] for rank in range(p)]
+    rows = [_zbv_rank(rank, p, n) for rank in range(p)]
+    if n > m:
+        rows = [[a for a in row if a.microbatch < m] for row in rows]
     return make_schedule("zbv", p, m, v_placement(p), rows)
 
 

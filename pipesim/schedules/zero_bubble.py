@@ -11,8 +11,8 @@ Pipeline Parallelism", ICLR 2024):
   2r steps; at F = I = W every rank works without a gap from its first action
   to its last (the paper's parallelogram), for 2p-1 stashed microbatches.
 
-The V-shaped zero-bubble schedules (zbv, dualpipev) live in `v_shapes`; they
-build their rank orders with `RankOrder` from here.
+The V-shaped zero-bubble schedules (zbv, dualpipev) live in `v_shapes`; dualpipev
+builds its rank orders with `RankOrder` from here.
 """
 
 from __future__ import annotations
