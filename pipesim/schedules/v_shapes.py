@@ -178,14 +178,12 @@ def _dual_order(rank: int, p: int, n: int, down: int, up: int) -> list[Action | 
 def _with_pairs(actions: list[Action], starts: list[int]) -> list[Action | Overlap]:
     """The rank's cells: each recorded pair as one Overlap of its two actions."""
     cells: list[Action | Overlap] = []
-    pair_starts, i = set(starts), 0
-    while i < len(actions):
-        if i in pair_starts:
-            cells.append(Overlap((actions[i], actions[i + 1])))
-            i += 2
-        else:
-            cells.append(actions[i])
-            i += 1
+    done = 0
+    for start in starts:  # increasing, each pair's two actions recorded one after the other (`_fused`)
+        cells.extend(actions[done:start])
+        cells.append(tuple.__new__(Overlap, ((actions[start], actions[start + 1]),)))  # two known actions
+        done = start + 2
+    cells.extend(actions[done:])
     return cells
 
 
