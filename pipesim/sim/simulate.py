@@ -570,7 +570,9 @@ def chunk_durations(deps: Dependencies, durations: list[float], schedule: Schedu
     table = {
         (kind, c): shares.of_kind(kind is ActionKind.BACKWARD_WEIGHT, c) for kind in ActionKind for c in range(chunks)
     }
-    return [d * table[kind, mb % chunks] for d, (_, kind, mb) in zip(durations, deps.actions, strict=True)]
+    count = len(deps.actions)  # the copies' durations follow the actions' (`action_durations`): kept as they are
+    scaled = [d * table[kind, mb % chunks] for d, (_, kind, mb) in zip(durations[:count], deps.actions, strict=True)]
+    return scaled + durations[count:]
 
 
 class EngineInputs(NamedTuple):
