@@ -57,3 +57,34 @@ def test_a_pool_that_cannot_start_falls_back_to_one_process(monkeypatch: pytest.
     assert _numbers(evaluate_all(INPUTS, SPACE, workers=2, prune=False)) == _numbers(
         evaluate_all(INPUTS, SPACE, prune=False)
     )
+
+
+def _group_task_delayed(inputs, offload, group, incumbents, found):
+    """The pool's shape task, slowed by a delay that depends on the shape (the test's environment picks which
+    shapes), so that the processes finish in another order."""
+    import os
+    import time
+
+    from pipesim.plan import prune
+
+    name, ranks, microbatches, chunks = prune.shape_key(group[0][3])
+    if (len(name) + ranks + microbatches + chunks) % 2 == int(os.environ["PLAN_TEST_SLOW"]):
+        time.sleep(0.05)
+    return prune._group_task_original(inputs, offload, group, incumbents, found)
+
+
+def test_a_pruned_search_in_processes_prunes_the_same_whichever_process_finishes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches shapes taken back in the order they finish (each later shape then starts from other incumbents), or
+    incumbents sent as they stand when the pool pickles them rather than when the shape was sent."""
+    from pipesim.plan import prune
+
+    monkeypatch.setattr(prune, "_group_task_original", prune._group_task, raising=False)
+    monkeypatch.setattr(prune, "_group_task", _group_task_delayed)
+    runs = []
+    for slow in ("0", "1"):  # the forked processes inherit the environment: other shapes are slow in each run
+        monkeypatch.setenv("PLAN_TEST_SLOW", slow)
+        runs.append([(c.label, c.pruned, c.step_ms) for c in evaluate_all(INPUTS, SPACE, workers=2)])
+    assert runs[0] == runs[1]
+    assert any(pruned for _, pruned, _ in runs[0]) and any(step for _, _, step in runs[0])

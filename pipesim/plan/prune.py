@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import deque
 from collections.abc import Callable
 
 from pipesim.plan.bounds import Bound
@@ -44,6 +45,14 @@ class Incumbents:
         self._fastest_fitting: list[float] = []
         self._steps: list[float] = []  # the staircase: step times rising, memory falling
         self._memory: list[float] = []
+
+    def copy(self) -> Incumbents:
+        """What is known now, apart from what is learnt later (a task's arguments are pickled when the pool sends
+        them, not when it is submitted: a task takes a copy, so what it prunes does not depend on timing)."""
+        other = Incumbents(self.cap, self.keep)
+        other._fastest, other._fastest_fitting = self._fastest[:], self._fastest_fitting[:]
+        other._steps, other._memory = self._steps[:], self._memory[:]
+        return other
 
     def add(self, step_ms: float, memory_bytes: float, fits: bool) -> None:
         """Count a built candidate (its step time, its fullest device's memory, whether that fits the cap)."""
@@ -103,7 +112,7 @@ def evaluate_pruned(
     memory is exact (its order's walk) and, as its siblings are simulated, their critical paths bound its step
     (`pipesim.plan.paths`): the shape's candidates are simulated lowest bound first, each re-checked first.
     `workers` > 1 evaluates that many shapes at once in processes, each against the incumbents known when it
-    started: they only grow, so what a process prunes is pruned rightly, and the answer is the same."""
+    was sent: they only grow, so what a process prunes is pruned rightly, and the answer is the same."""
     incumbents = Incumbents(evaluator.inputs.memory_cap_bytes, keep)
     variants: list[tuple[int, Candidate]] = []
     if workers > 1 and len(grid) > 1 and _in_processes(evaluator, incumbents, workers, grid, progress, variants):
@@ -226,10 +235,12 @@ def _in_processes(
     variants: list[tuple[int, Candidate]],
 ) -> bool:
     """The bounds taken in `workers` processes (interleaved slices of the grid), then the shapes evaluated
-    `workers` at a time, in bound order, each started with the incumbents known then (a shape whose candidates are
-    all ruled out by then is pruned here, never sent); False when no pool starts."""
+    `workers` at a time, in bound order, each sent with a copy of the incumbents known then (a shape whose
+    candidates are all ruled out by then is pruned here, never sent). Results are taken in the order the shapes
+    were sent, so what each shape knows, and so the whole plan, does not depend on which process finishes first;
+    False when no pool starts."""
     import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     try:
@@ -245,7 +256,7 @@ def _in_processes(
             shapes = _shapes_by_bound(grid, bounds)
             done = len(grid) - sum(len(group) for group in shapes)
             pending = iter(shapes)
-            running = set()
+            running: deque = deque()
             while True:
                 while len(running) < workers:
                     group = next(pending, None)
@@ -258,18 +269,16 @@ def _in_processes(
                         done += len(group)
                         continue
                     found = evaluator.found_for([c for _, _, _, c in group])
-                    running.add(pool.submit(_group_task, inputs, offload, group, incumbents, found))
+                    running.append(pool.submit(_group_task, inputs, offload, group, incumbents.copy(), found))
                 if not running:
                     break
-                finished, running = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    placed, built, found_variants = future.result()
-                    for place, c in placed:
-                        grid[place] = c
-                    variants += found_variants
-                    for step, memory, fits in built:
-                        incumbents.add(step, memory, fits)
-                    done += len(placed)
+                placed, built, found_variants = running.popleft().result()  # in the order sent: no race
+                for place, c in placed:
+                    grid[place] = c
+                variants += found_variants
+                for step, memory, fits in built:
+                    incumbents.add(step, memory, fits)
+                done += len(placed)
                 if progress is not None:
                     progress(done, len(grid))
     except (OSError, RuntimeError):  # no processes here: one process does it
