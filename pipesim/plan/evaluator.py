@@ -100,7 +100,7 @@ class Evaluator:
     def units(
         self, mbs: int, share: float | None, split: bool = False, recompute: bool = False
     ) -> tuple[StageCost, ...]:
-        key = (mbs, share, split, recompute)
+        key = (*self.inputs.units_key(mbs, split, recompute), share)
         if key not in self._units:
             units = self.inputs.units_for(mbs, split, recompute)
             if share is not None:
