@@ -149,13 +149,13 @@ def _shapes_by_bound(grid: list[Candidate], bounds: list[Bound | None]) -> list[
     return sorted((sorted(g, key=lambda entry: entry[:2]) for g in by_shape.values()), key=lambda g: g[0][:2])
 
 
-def _bound_shares(grid: list[Candidate], workers: int) -> list[list[tuple[int, Candidate]]]:
-    """The grid cut into `workers` shares of about equal size, the candidates of one depth, microbatch size and
+def _bound_shares(grid: list[Candidate], count: int) -> list[list[tuple[int, Candidate]]]:
+    """The grid cut into `count` shares of about equal size, the candidates of one depth, microbatch size and
     recomputation together: the cost models they share are cut once, in one process."""
     together: dict[tuple, list[tuple[int, Candidate]]] = {}
     for place, c in enumerate(grid):
         together.setdefault((c.ranks, c.microbatch_size, c.recompute), []).append((place, c))
-    shares: list[list[tuple[int, Candidate]]] = [[] for _ in range(workers)]
+    shares: list[list[tuple[int, Candidate]]] = [[] for _ in range(count)]
     for group in sorted(together.values(), key=len, reverse=True):  # largest first, each to the smallest share
         min(shares, key=len).extend(group)
     return shares
@@ -246,7 +246,8 @@ def _in_processes(
     try:
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
             inputs, offload = evaluator.inputs, evaluator.offload
-            shares = [pool.submit(_bound_task, inputs, offload, share) for share in _bound_shares(grid, workers)]
+            # two shares a process: the first ones' cost models come back while the last ones are cut
+            shares = [pool.submit(_bound_task, inputs, offload, share) for share in _bound_shares(grid, 2 * workers)]
             bounds: list[Bound | None] = [None] * len(grid)
             for share in shares:
                 found_bounds, found = share.result()
