@@ -75,6 +75,13 @@ def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int, pieces: Se
     finish = [tail[s] + overhead[heads[s]] for s in range(stages)]
     work = [f + b for f, b in zip(forward, chain_back, strict=True)]  # per stage and microbatch, before the tail
     deferred = [t - b for t, b in zip(total_back, chain_back, strict=True)]  # what may follow it (W)
+    if stages == layout.num_ranks == len(set(placement)):  # one stage a rank: each sum below is that stage's
+        actions = 2 * microbatches * len(pieces)
+        bound = 0.0
+        for s, rank in enumerate(placement):
+            start, main = max(gaps[rank], begin[s]), microbatches * work[s] + (actions - 1) * gaps[rank]
+            bound = max(bound, start + main + max(finish[s], microbatches * deferred[s] + overhead[rank]))
+        return bound
     held: list[list[int]] = [[] for _ in range(layout.num_ranks)]
     for stage, rank in enumerate(placement):
         held[rank].append(stage)
