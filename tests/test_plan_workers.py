@@ -73,18 +73,37 @@ def _group_task_delayed(inputs, offload, group, incumbents, found):
     return prune._group_task_original(inputs, offload, group, incumbents, found)
 
 
-def test_a_pruned_search_in_processes_prunes_the_same_whichever_process_finishes_first(
+def test_a_pruned_search_in_processes_answers_the_same_whichever_process_finishes_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Catches shapes taken back in the order they finish (each later shape then starts from other incumbents), or
-    incumbents sent as they stand when the pool pickles them rather than when the shape was sent."""
+    """Shapes finishing in other orders prune by other incumbents, never to another answer: the best, the
+    runners-up and the front are the one-process search's (catches a shape pruned by incumbents it should not
+    have had)."""
     from pipesim.plan import prune
+
+    def fastest(candidates, fitting):  # what pruning keeps: the KEEP fastest, of all and of those that fit
+        kept = sorted((c.step_ms, c.label) for c in candidates if c.built and (c.fits or not fitting))
+        return kept[: prune.KEEP]
 
     monkeypatch.setattr(prune, "_group_task_original", prune._group_task, raising=False)
     monkeypatch.setattr(prune, "_group_task", _group_task_delayed)
-    runs = []
+    alone = evaluate_all(INPUTS, SPACE)
     for slow in ("0", "1"):  # the forked processes inherit the environment: other shapes are slow in each run
         monkeypatch.setenv("PLAN_TEST_SLOW", slow)
-        runs.append([(c.label, c.pruned, c.step_ms) for c in evaluate_all(INPUTS, SPACE, workers=2)])
-    assert runs[0] == runs[1]
-    assert any(pruned for _, pruned, _ in runs[0]) and any(step for _, _, step in runs[0])
+        pooled = evaluate_all(INPUTS, SPACE, workers=2)
+        assert best_candidate(pooled).label == best_candidate(alone).label
+        assert [c.label for c in pareto_front(pooled)] == [c.label for c in pareto_front(alone)]
+        assert fastest(pooled, True) == fastest(alone, True) and fastest(pooled, False) == fastest(alone, False)
+
+
+def test_a_copy_of_the_incumbents_does_not_learn_what_they_learn_later() -> None:
+    """A shape's task is sent a copy (the pool pickles its arguments later, on its own thread)."""
+    from pipesim.plan.bounds import Bound
+    from pipesim.plan.prune import Incumbents
+
+    known = Incumbents(cap=None, keep=1)
+    known.add(10.0, 100.0, True)
+    sent = known.copy()
+    known.add(1.0, 1.0, True)
+    assert known.reason_to_prune(Bound(5.0, 50.0)) is not None
+    assert sent.reason_to_prune(Bound(5.0, 50.0)) is None and sent.reason_to_prune(Bound(20.0, 200.0)) is not None
