@@ -39,6 +39,25 @@ def test_per_stage_lookup_and_fit():
         CostModel.per_stage([1.0] * 4, [2.0] * 4, comm_ms=[0.1, 0.2]).check_fits(one_f_one_b(4, 4))
 
 
+@pytest.mark.parametrize("recompute", [False, True])
+def test_tables_are_the_per_stage_prices(recompute):
+    """The planner's bounds read `compute_table` / `transfer_table`: each entry must be `compute_ms` / `transfer_ms`
+    to the bit, for one shared stage and link as for one per stage (catches a kind or recomputation mispriced)."""
+    stages = [
+        StageCost(forward_ms=1.1, backward_ms=2.3, weight_ms=w, activation_bytes=8.0, output_bytes=out)
+        for w, out in ((None, 1e6), (0.7, 3e6), (0.0, 5e5))
+    ]
+    links = (LinkCost(0.01, 10.0), LinkCost(0.02, 5.0))
+    for cost in (
+        CostModel(stages=tuple(stages), links=links, recompute=recompute),
+        CostModel(stages=(stages[1],), links=links[:1], recompute=recompute),
+    ):
+        for kind in (F, B, I, W):
+            assert cost.compute_table(kind, 3) == [cost.compute_ms(s, kind) for s in range(3)]
+        assert cost.transfer_table(3) == [cost.transfer_ms(b, b + 1) for b in range(2)]
+    assert CostModel(stages=tuple(stages), recompute=recompute).compute_table(B, 3)[1] == 2.3 + 1.1 * recompute
+
+
 def test_link_cost_latency_plus_bytes_over_bandwidth():
     link = LinkCost(latency_ms=0.01, bandwidth_gbps=50.0)
     assert link.transfer_ms(50e9 / 1000) == pytest.approx(1.01)  # 50 MB over 50 GB/s = 1 ms

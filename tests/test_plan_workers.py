@@ -57,3 +57,53 @@ def test_a_pool_that_cannot_start_falls_back_to_one_process(monkeypatch: pytest.
     assert _numbers(evaluate_all(INPUTS, SPACE, workers=2, prune=False)) == _numbers(
         evaluate_all(INPUTS, SPACE, prune=False)
     )
+
+
+def _group_task_delayed(inputs, offload, group, incumbents, found):
+    """The pool's shape task, slowed by a delay that depends on the shape (the test's environment picks which
+    shapes), so that the processes finish in another order."""
+    import os
+    import time
+
+    from pipesim.plan import prune
+
+    name, ranks, microbatches, chunks = prune.shape_key(group[0][3])
+    if (len(name) + ranks + microbatches + chunks) % 2 == int(os.environ["PLAN_TEST_SLOW"]):
+        time.sleep(0.05)
+    return prune._group_task_original(inputs, offload, group, incumbents, found)
+
+
+def test_a_pruned_search_in_processes_answers_the_same_whichever_process_finishes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Shapes finishing in other orders prune by other incumbents, never to another answer: the best, the
+    runners-up and the front are the one-process search's (catches a shape pruned by incumbents it should not
+    have had)."""
+    from pipesim.plan import prune
+
+    def fastest(candidates, fitting):  # what pruning keeps: the KEEP fastest, of all and of those that fit
+        kept = sorted((c.step_ms, c.label) for c in candidates if c.built and (c.fits or not fitting))
+        return kept[: prune.KEEP]
+
+    monkeypatch.setattr(prune, "_group_task_original", prune._group_task, raising=False)
+    monkeypatch.setattr(prune, "_group_task", _group_task_delayed)
+    alone = evaluate_all(INPUTS, SPACE)
+    for slow in ("0", "1"):  # the forked processes inherit the environment: other shapes are slow in each run
+        monkeypatch.setenv("PLAN_TEST_SLOW", slow)
+        pooled = evaluate_all(INPUTS, SPACE, workers=2)
+        assert best_candidate(pooled).label == best_candidate(alone).label
+        assert [c.label for c in pareto_front(pooled)] == [c.label for c in pareto_front(alone)]
+        assert fastest(pooled, True) == fastest(alone, True) and fastest(pooled, False) == fastest(alone, False)
+
+
+def test_a_copy_of_the_incumbents_does_not_learn_what_they_learn_later() -> None:
+    """A shape's task is sent a copy (the pool pickles its arguments later, on its own thread)."""
+    from pipesim.plan.bounds import Bound
+    from pipesim.plan.prune import Incumbents
+
+    known = Incumbents(cap=None, keep=1)
+    known.add(10.0, 100.0, True)
+    sent = known.copy()
+    known.add(1.0, 1.0, True)
+    assert known.reason_to_prune(Bound(5.0, 50.0)) is not None
+    assert sent.reason_to_prune(Bound(5.0, 50.0)) is None and sent.reason_to_prune(Bound(20.0, 200.0)) is not None

@@ -98,6 +98,12 @@ def _greedy(prefix: list[float], num_stages: int, limit: float) -> tuple[int, ..
     return tuple(points)
 
 
+def _slowest(prefix: list[float], points: tuple[int, ...]) -> float:
+    """The slowest stage of a split, each stage's sum the same subtraction `_greedy` compares."""
+    bounds = [0, *points, len(prefix) - 1]
+    return max(prefix[b] - prefix[a] for a, b in zip(bounds, bounds[1:], strict=False))
+
+
 def _bits(value: float) -> int:
     """A double >= 0 as its bit pattern, an integer that orders like the value."""
     return struct.unpack("<q", struct.pack("<d", value))[0]
@@ -126,10 +132,11 @@ def balance(costs: Sequence[float], num_stages: int) -> Balance:
         lo, hi = _bits(low), _bits(prefix[count] - prefix[0])
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if _greedy(prefix, num_stages, _double(mid)) is None:
+            found = _greedy(prefix, num_stages, _double(mid))
+            if found is None:
                 lo = mid
-            else:
-                hi = mid
+            else:  # the split found is feasible at its own slowest stage, a sum at most `mid`: hi drops to it
+                hi = _bits(_slowest(prefix, found))
         points = _greedy(prefix, num_stages, _double(hi))
         assert points is not None, "the whole model in one stage always fits"
     return Balance(points, stage_costs(values, points))

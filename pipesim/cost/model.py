@@ -359,6 +359,28 @@ class CostModel:
             return cost.i_ms + extra
         return cost.w_ms
 
+    def compute_table(self, kind: ActionKind, num_stages: int) -> list[float]:
+        """`compute_ms(s, kind)` of stages 0 .. num_stages - 1, the same numbers in one pass (the planner's bounds
+        read 10^5 a plan)."""
+        stages = self.stages * num_stages if len(self.stages) == 1 else self.stages[:num_stages]
+        if kind is ActionKind.FORWARD:
+            return [cost.forward_ms for cost in stages]
+        if kind is ActionKind.BACKWARD_WEIGHT:
+            return [cost.w_ms for cost in stages]
+        pay = kind is ActionKind.BACKWARD  # else the input-gradient part I
+        if self.recompute:
+            return [(cost.backward_ms if pay else cost.i_ms) + cost.forward_ms for cost in stages]
+        return [(cost.backward_ms if pay else cost.i_ms) + 0.0 for cost in stages]
+
+    def transfer_table(self, num_stages: int) -> list[float]:
+        """`transfer_ms(b, b + 1)` across each boundary b of `num_stages` stages, the same numbers in one pass."""
+        links, stages = self.links, self.stages
+        one_link, one_stage = len(links) == 1, len(stages) == 1
+        return [
+            (links[0] if one_link else links[b]).transfer_ms((stages[0] if one_stage else stages[b]).output_bytes)
+            for b in range(num_stages - 1)
+        ]
+
     def a2a_ms(self, stage: int, kind: ActionKind) -> float:
         """The all-to-all time an action of `kind` on `stage` runs on the link: a dispatch and a combine (none for
         W, none for a dense stage)."""

@@ -12,7 +12,8 @@ for every rank; the bound is the busiest rank's. Where chains of stages run side
 `Layout.pipelines`), each chain has its own ramp and tail and its share of the microbatches, and a rank's start and
 tail are the least over the stages it holds. It is exact for GPipe, 1F1B and interleaved 1F1B on even stages without
 transfers, and below the truth for the others (a zero-bubble schedule's W fills part of its ramp). Costs are the
-simulator's own (`CostModel.duration_ms`, `transfer_ms`, `dispatch_per_rank`, `overhead_ms`); where the family's
+simulator's own (`CostModel.compute_table` and `transfer_table`: its `compute_ms` and `transfer_ms` per stage,
+`dispatch_per_rank`, `overhead_ms`); where the family's
 kind of backward is not known, the cheaper of B and I + W is taken, and overlapped pairs are counted at the overlap
 factor, so that the bound stays below every schedule of the layout.
 
@@ -53,9 +54,10 @@ def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int, pieces: Se
     pays its dispatch gap, and the ramp and the tail carry one piece, the smallest."""
     stages, placement = layout.num_stages, layout.stage_to_rank
     factor = min(1.0, cost.overlap_factor)  # and compute alone: an all-to-all may hide under a paired action
-    forward = [cost.compute_ms(s, F) * factor for s in range(stages)]
+    forward = [f * factor for f in cost.compute_table(F, stages)]
     chain_back, total_back = _backwards(layout, cost, factor)
-    hops = [cost.transfer_ms(b, b + 1) if placement[b] != placement[b + 1] else 0.0 for b in range(stages - 1)]
+    transfers = cost.transfer_table(stages)
+    hops = [t if placement[b] != placement[b + 1] else 0.0 for b, t in enumerate(transfers)]
     gaps, overhead = cost.dispatch_per_rank(layout.num_ranks), cost.overhead_ms(layout.num_ranks)
     piece = min(pieces)
     length = layout.pipeline_stages  # stages of one chain: each chain starts its own ramp (DualPipe's directions)
@@ -71,6 +73,15 @@ def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int, pieces: Se
     heads = [placement[s - s % length] for s in range(stages)]
     begin = [ramp[s] + (gaps[heads[s]] if s % length else 0.0) for s in range(stages)]
     finish = [tail[s] + overhead[heads[s]] for s in range(stages)]
+    work = [f + b for f, b in zip(forward, chain_back, strict=True)]  # per stage and microbatch, before the tail
+    deferred = [t - b for t, b in zip(total_back, chain_back, strict=True)]  # what may follow it (W)
+    if stages == layout.num_ranks == len(set(placement)):  # one stage a rank: each sum below is that stage's
+        actions = 2 * microbatches * len(pieces)
+        bound = 0.0
+        for s, rank in enumerate(placement):
+            start, main = max(gaps[rank], begin[s]), microbatches * work[s] + (actions - 1) * gaps[rank]
+            bound = max(bound, start + main + max(finish[s], microbatches * deferred[s] + overhead[rank]))
+        return bound
     held: list[list[int]] = [[] for _ in range(layout.num_ranks)]
     for stage, rank in enumerate(placement):
         held[rank].append(stage)
@@ -78,11 +89,11 @@ def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int, pieces: Se
     for rank, own in enumerate(held):
         if not own:
             continue
-        start = max(gaps[rank], min(begin[s] for s in own))
+        start = max(gaps[rank], min(map(begin.__getitem__, own)))
         actions = 2 * microbatches * len(own) * len(pieces)  # a forward and a backward at least, per stage and piece
-        main = microbatches * sum(forward[s] + chain_back[s] for s in own) + (actions - 1) * gaps[rank]
-        deferrable = microbatches * sum(total_back[s] - chain_back[s] for s in own)
-        after = max(min(finish[s] for s in own), deferrable + overhead[rank])
+        main = microbatches * sum(map(work.__getitem__, own)) + (actions - 1) * gaps[rank]
+        deferrable = microbatches * sum(map(deferred.__getitem__, own))
+        after = max(min(map(finish.__getitem__, own)), deferrable + overhead[rank])
         bound = max(bound, start + main + after)
     return bound
 
@@ -90,11 +101,11 @@ def step_bound_ms(layout: Layout, cost: CostModel, microbatches: int, pieces: Se
 def _backwards(layout: Layout, cost: CostModel, factor: float) -> tuple[list[float], list[float]]:
     """Per stage, the backward part that must precede the next lower stage's (B, or I where the family splits it)
     and the whole backward (B, or I + W); a splitting family may still run some B whole, so the cheaper of each."""
-    stages = range(layout.num_stages)
+    stages = layout.num_stages
     if not layout.uses_split_backward:
-        whole = [cost.compute_ms(s, B) * factor for s in stages]
+        whole = [b * factor for b in cost.compute_table(B, stages)]
         return whole, whole
-    whole, first, rest = ([cost.compute_ms(s, kind) for s in stages] for kind in (B, I, W))
+    whole, first, rest = (cost.compute_table(kind, stages) for kind in (B, I, W))
     chain = [min(b, i) * factor for b, i in zip(whole, first, strict=True)]
     total = [min(b, i + w) * factor for b, i, w in zip(whole, first, rest, strict=True)]
     return chain, total

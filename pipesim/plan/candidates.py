@@ -9,7 +9,7 @@ from typing import Any
 
 from pipesim.limits import require_items
 from pipesim.plan.inputs import PlanInputs
-from pipesim.schedules import planned_schedule_names, schedule_info
+from pipesim.schedules import ScheduleInfo, planned_schedule_names, schedule_info
 from pipesim.sim.offload import OFFLOAD_MODES
 
 OFFLOAD_CHOICES = ("auto", *OFFLOAD_MODES)  # what `PlanSpace.offload` and `plan --offload` take
@@ -153,7 +153,7 @@ def candidate_grid(inputs: PlanInputs, space: PlanSpace) -> list[Candidate]:
                 for chunks in chunk_choices:
                     for recompute in space.recompute:
                         for share in shares:
-                            grid.append(_blank(inputs, info.name, ranks, mbs, chunks, recompute, share))
+                            grid.append(_blank(inputs, info, ranks, mbs, chunks, recompute, share))
     return grid
 
 
@@ -164,15 +164,21 @@ def _chunk_choices(chunks: tuple[int, ...], fewest: int) -> tuple[int, ...]:
 
 
 def _blank(
-    inputs: PlanInputs, name: str, ranks: int, mbs: int, chunks: int | None, recompute: bool, share: float | None
+    inputs: PlanInputs,
+    info: ScheduleInfo,
+    ranks: int,
+    mbs: int,
+    chunks: int | None,
+    recompute: bool,
+    share: float | None,
 ) -> Candidate:
-    fixed = schedule_info(name).chunks_per_rank()
+    fixed = info.chunks_per_rank()
     dp = inputs.devices // ranks if ranks <= inputs.devices else 0
     replica_batch = inputs.global_batch // dp if dp else 0
-    candidate = Candidate(name, ranks, max(replica_batch // mbs, 1), chunks or fixed, recompute, mbs, share, dp)
+    candidate = Candidate(info.name, ranks, max(replica_batch // mbs, 1), chunks or fixed, recompute, mbs, share, dp)
     candidate.extrapolated = inputs.extrapolates(mbs)
-    if schedule_info(name).unplanned_because:
-        candidate.error = schedule_info(name).unplanned_because
+    if info.unplanned_because:
+        candidate.error = info.unplanned_because
     elif ranks > inputs.devices or inputs.devices % ranks:
         candidate.error = f"{ranks} ranks do not divide {inputs.devices} devices into pipelines"
     elif inputs.global_batch % (dp * mbs):

@@ -73,6 +73,12 @@ class Evaluator:
         self._priced: dict[int, tuple[CostModel, list[float]]] = {}  # id(candidate) -> its cost model and memory
         self._bounds: dict[tuple, float] = {}  # families sharing a layout share their costs' bounds
         self._costs: dict[tuple, CostModel] = {}  # (layout, sizes, split points) -> its cost model
+        self._cuts: dict[tuple, CostModel] = {}  # (sizes, kind of backward, split points) -> its stages summed
+        # per shape (shape_key): the builder's refusal or None, and the forwards its family holds at once per rank;
+        # per family and depth: its layout (a plan asks 10^4 times: the registry's lookups add up)
+        self._refusals: dict[tuple, str | None] = {}
+        self._stashed: dict[tuple, tuple[int, ...] | None] = {}
+        self._layouts: dict[tuple, Layout] = {}
 
     def shape(self, name: str, ranks: int, microbatches: int, chunks: int) -> Shape | ValueError:
         """A shape's schedule and order walk (its dependencies come when a candidate of it is timed), or the
@@ -94,7 +100,7 @@ class Evaluator:
     def units(
         self, mbs: int, share: float | None, split: bool = False, recompute: bool = False
     ) -> tuple[StageCost, ...]:
-        key = (mbs, share, split, recompute)
+        key = (*self.inputs.units_key(mbs, split, recompute), share)
         if key not in self._units:
             units = self.inputs.units_for(mbs, split, recompute)
             if share is not None:
@@ -127,17 +133,24 @@ class Evaluator:
         return self._costs[key]
 
     def _cost_model(self, c: Candidate, split_points: tuple[int, ...], schedule: Schedule | Layout) -> CostModel:
-        split = schedule.uses_split_backward
-        units = self.units(c.microbatch_size, c.w_share, split, c.recompute)
-        cost = self.inputs.cut(
-            units,
-            split_points,
-            microbatch_size=c.microbatch_size,
-            split=split,
-            recompute=c.recompute,
-            chunked=schedule.num_stages > schedule.num_ranks,
-            w_share=c.w_share,
-        ).for_chains(schedule.pipelines)  # each chain (DualPipe's directions) the whole cut: a copy per chain
+        split, chunked = schedule.uses_split_backward, schedule.num_stages > schedule.num_ranks
+        # layouts of one cut share its stages (420 cuts for 848 models); a profile prices a stage by the schedule's
+        # class (split backward, chunked) too
+        key = (c.microbatch_size, c.w_share, c.recompute, split_points)
+        if self.inputs.profile is not None:
+            key += (split, chunked)
+        if key not in self._cuts:
+            units = self.units(c.microbatch_size, c.w_share, split, c.recompute)
+            self._cuts[key] = self.inputs.cut(
+                units,
+                split_points,
+                microbatch_size=c.microbatch_size,
+                split=split,
+                recompute=c.recompute,
+                chunked=chunked,
+                w_share=c.w_share,
+            )
+        cost = self._cuts[key].for_chains(schedule.pipelines)  # each chain (DualPipe's directions) the whole cut
         runtime = self.inputs.rank_runtime(schedule, cost.stages, c.data_parallel)
         cost = replace(cost, runtime=runtime, dp_group=self.inputs.replica_group(c.data_parallel))
         # a straggler among the devices, at its place in this candidate's pipeline (pipesim.cost.perturb); the
@@ -149,7 +162,7 @@ class Evaluator:
         with a fresh evaluator would cut again (`seed` hands them over; about 1 ms a shape saved)."""
         splits, costs = {}, {}
         for c in candidates:
-            layout = family_layout(c.schedule, c.ranks, c.virtual_stages)
+            layout = self.layout(c)
             key = (c.microbatch_size, layout.pipeline_stages, c.recompute)
             split = self._splits.get(key)
             if split is None or isinstance(split, Exception):
@@ -227,20 +240,30 @@ class Evaluator:
         exist)."""
         if c.error is not None:
             return None
-        try:
-            check_shape(
-                c.schedule, c.ranks, c.microbatches, **options_for(c.schedule, num_virtual_stages=c.virtual_stages)
-            )
-        except ValueError as error:
-            c.error = str(error)
+        shape = shape_key(c)
+        if shape not in self._refusals:
+            try:
+                check_shape(
+                    c.schedule, c.ranks, c.microbatches, **options_for(c.schedule, num_virtual_stages=c.virtual_stages)
+                )
+                self._refusals[shape] = None
+            except ValueError as error:
+                self._refusals[shape] = str(error)
+        if self._refusals[shape] is not None:
+            c.error = self._refusals[shape]
             return None
-        layout = family_layout(c.schedule, c.ranks, c.virtual_stages)
+        layout = self.layout(c)
         split = self.split(c.microbatch_size, layout.pipeline_stages, c.recompute)
         if isinstance(split, Exception):
             c.error = str(split)
             return None
         info = schedule_info(c.schedule)
-        held = None if info.stashed is None else tuple(info.stashed(c.ranks, c.microbatches, c.virtual_stages))
+        if shape not in self._stashed:
+            stashed = info.stashed
+            self._stashed[shape] = (
+                None if stashed is None else tuple(stashed(c.ranks, c.microbatches, c.virtual_stages))
+            )
+        held = self._stashed[shape]
         sequence = _sequence_chunks(info)
         costs = (layout, c.microbatch_size, c.w_share, c.recompute, c.data_parallel, split.split_points, sequence)
         step_key, memory_key = (*costs, c.microbatches), (*costs, held)
@@ -256,6 +279,13 @@ class Evaluator:
                 memory = min(memory, offload_memory_bound_bytes(layout, cost, self.inputs.optimizer))
             self._bounds[step_key], self._bounds[memory_key] = bound.step_ms, memory
         return Bound(self._bounds[step_key], self._bounds[memory_key])
+
+    def layout(self, c: Candidate) -> Layout:
+        """The layout of a candidate's family at its depth and chunks (`family_layout`), found once."""
+        key = (c.schedule, c.ranks, c.virtual_stages)
+        if key not in self._layouts:
+            self._layouts[key] = family_layout(*key)
+        return self._layouts[key]
 
     def memory_floor(self, c: Candidate, bound: Bound) -> float:
         """What a priced candidate's memory bound becomes: its exact memory, or, where the policy would try it

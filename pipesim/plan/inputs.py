@@ -217,6 +217,11 @@ class PlanInputs:
             for u in self.units
         )
 
+    def units_key(self, microbatch_size: int, split: bool = False, recompute: bool = False) -> tuple:
+        """What `units_for` reads of its arguments: only a profile prices the kinds of backward and recomputation
+        apart, so a cache keyed by this shares the units of the rest."""
+        return (microbatch_size, split, recompute) if self.profile is not None else (microbatch_size,)
+
     def cut(
         self,
         units: tuple[StageCost, ...],

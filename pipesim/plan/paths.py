@@ -100,7 +100,9 @@ def critical_path(
             paid[edge[1]] += 1
         elif edge[0] == "hop":
             transfers[edge[1]] += 1
-        assert best <= starts[i] + 1e-9 * max(1.0, abs(starts[i])) or not math.isfinite(best), "not a sweep edge"
+        assert (  # the exact case first: the edge that set the start
+            best <= starts[i] or best <= starts[i] + 1e-9 * max(1.0, abs(starts[i])) or not math.isfinite(best)
+        ), "not a sweep edge"
         i = step
     return CriticalPath(actions, transfers, paid, reductions, last_rank, deps.num_ranks, num_stages)
 
@@ -140,7 +142,9 @@ def _walk_blocking(
             paid[rank] += 1
         elif crosses:
             transfers[crossing[i]] += 1
-        assert best <= starts[i] + 1e-9 * max(1.0, abs(starts[i])) or not math.isfinite(best), "not a sweep edge"
+        assert (  # the exact case first: the edge that set the start
+            best <= starts[i] or best <= starts[i] + 1e-9 * max(1.0, abs(starts[i])) or not math.isfinite(best)
+        ), "not a sweep edge"
         i = step
     return i
 

@@ -45,6 +45,15 @@ class Incumbents:
         self._steps: list[float] = []  # the staircase: step times rising, memory falling
         self._memory: list[float] = []
 
+    def copy(self) -> Incumbents:
+        """What is known now, apart from what is learnt later: a task's arguments are pickled when the pool's
+        thread sends them, not when it is submitted, and the staircase's two lists pickled between their two
+        updates would not match."""
+        other = Incumbents(self.cap, self.keep)
+        other._fastest, other._fastest_fitting = self._fastest[:], self._fastest_fitting[:]
+        other._steps, other._memory = self._steps[:], self._memory[:]
+        return other
+
     def add(self, step_ms: float, memory_bytes: float, fits: bool) -> None:
         """Count a built candidate (its step time, its fullest device's memory, whether that fits the cap)."""
         _push(self._fastest, step_ms, self.keep)
@@ -103,7 +112,7 @@ def evaluate_pruned(
     memory is exact (its order's walk) and, as its siblings are simulated, their critical paths bound its step
     (`pipesim.plan.paths`): the shape's candidates are simulated lowest bound first, each re-checked first.
     `workers` > 1 evaluates that many shapes at once in processes, each against the incumbents known when it
-    started: they only grow, so what a process prunes is pruned rightly, and the answer is the same."""
+    was sent: they only grow, so what a process prunes is pruned rightly, and the answer is the same."""
     incumbents = Incumbents(evaluator.inputs.memory_cap_bytes, keep)
     variants: list[tuple[int, Candidate]] = []
     if workers > 1 and len(grid) > 1 and _in_processes(evaluator, incumbents, workers, grid, progress, variants):
@@ -140,13 +149,13 @@ def _shapes_by_bound(grid: list[Candidate], bounds: list[Bound | None]) -> list[
     return sorted((sorted(g, key=lambda entry: entry[:2]) for g in by_shape.values()), key=lambda g: g[0][:2])
 
 
-def _bound_shares(grid: list[Candidate], workers: int) -> list[list[tuple[int, Candidate]]]:
-    """The grid cut into `workers` shares of about equal size, the candidates of one depth, microbatch size and
+def _bound_shares(grid: list[Candidate], count: int) -> list[list[tuple[int, Candidate]]]:
+    """The grid cut into `count` shares of about equal size, the candidates of one depth, microbatch size and
     recomputation together: the cost models they share are cut once, in one process."""
     together: dict[tuple, list[tuple[int, Candidate]]] = {}
     for place, c in enumerate(grid):
         together.setdefault((c.ranks, c.microbatch_size, c.recompute), []).append((place, c))
-    shares: list[list[tuple[int, Candidate]]] = [[] for _ in range(workers)]
+    shares: list[list[tuple[int, Candidate]]] = [[] for _ in range(count)]
     for group in sorted(together.values(), key=len, reverse=True):  # largest first, each to the smallest share
         min(shares, key=len).extend(group)
     return shares
@@ -226,8 +235,11 @@ def _in_processes(
     variants: list[tuple[int, Candidate]],
 ) -> bool:
     """The bounds taken in `workers` processes (interleaved slices of the grid), then the shapes evaluated
-    `workers` at a time, in bound order, each started with the incumbents known then (a shape whose candidates are
-    all ruled out by then is pruned here, never sent); False when no pool starts."""
+    `workers` at a time, in bound order, each sent with a copy of the incumbents known then (a shape whose
+    candidates are all ruled out by then is pruned here, never sent), the next sent as soon as any finishes: what
+    a shape knows depends on which finished first, so the pruned set may differ from run to run, never the answer
+    (taking results in the order sent made it repeatable, but left a process idle behind each long shape: 0.36 s
+    of a 2 s plan); False when no pool starts."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -235,7 +247,8 @@ def _in_processes(
     try:
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
             inputs, offload = evaluator.inputs, evaluator.offload
-            shares = [pool.submit(_bound_task, inputs, offload, share) for share in _bound_shares(grid, workers)]
+            # two shares a process: the first ones' cost models come back while the last ones are cut
+            shares = [pool.submit(_bound_task, inputs, offload, share) for share in _bound_shares(grid, 2 * workers)]
             bounds: list[Bound | None] = [None] * len(grid)
             for share in shares:
                 found_bounds, found = share.result()
@@ -245,7 +258,7 @@ def _in_processes(
             shapes = _shapes_by_bound(grid, bounds)
             done = len(grid) - sum(len(group) for group in shapes)
             pending = iter(shapes)
-            running = set()
+            running: set = set()
             while True:
                 while len(running) < workers:
                     group = next(pending, None)
@@ -258,9 +271,10 @@ def _in_processes(
                         done += len(group)
                         continue
                     found = evaluator.found_for([c for _, _, _, c in group])
-                    running.add(pool.submit(_group_task, inputs, offload, group, incumbents, found))
+                    running.add(pool.submit(_group_task, inputs, offload, group, incumbents.copy(), found))
                 if not running:
                     break
+                # whichever finishes first: waiting for the oldest left a process idle behind a long shape
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     placed, built, found_variants = future.result()
