@@ -16,7 +16,19 @@ import dataclasses
 from itertools import chain, repeat
 from typing import NamedTuple
 
-from pipesim.ir import Action, ActionKind, F, I, Overlap, Schedule, W, make_schedule, schedule_from_order, v_placement
+from pipesim.ir import (
+    Action,
+    ActionKind,
+    B,
+    F,
+    I,
+    Overlap,
+    Schedule,
+    W,
+    make_schedule,
+    schedule_from_order,
+    v_placement,
+)
 from pipesim.schedules import ScheduleInfo
 from pipesim.schedules.basic import check_counts
 from pipesim.schedules.zero_bubble import RankOrder
@@ -150,16 +162,21 @@ def _dual_order(rank: int, p: int, n: int, down: int, up: int) -> list[Action | 
         order.backward(up)
         order.weight()
         order.forward(up)
-    for i in range(steps.n_f0_b1_f1_b0):  # step 4 (main): nF0B1F1B0, F&B pairs
-        if i == 0 and rank == p - 1:  # DeepSeek: not overlapped, to shrink the bubble
-            order.forward(down)
-            order.backward(up, split=False)
-        else:
-            _fused(order, down, up, pairs)
-        _fused(order, up, down, pairs)
-    for _ in range(steps.n_b1_f1_b0):  # step 5: nB1F1B0
+    main = steps.n_f0_b1_f1_b0  # step 4 (main): nF0B1F1B0, F&B pairs
+    if main > 0 and rank == p - 1:  # DeepSeek: the first not overlapped, to shrink the bubble
+        order.forward(down)
         order.backward(up, split=False)
         _fused(order, up, down, pairs)
+        main -= 1
+    # the rest as whole runs: (F0 B1) (F1 B0) pairs, and step 5's B1 (F1 B0), each pair where `_fused` records one
+    start = len(order.actions)
+    order.runs([(down, F, "F"), (up, B, "backward"), (up, F, "F"), (down, B, "backward")], main)
+    firsts, seconds = range(start, start + 4 * main, 4), range(start + 2, start + 4 * main, 4)
+    pairs.extend(chain.from_iterable(zip(firsts, seconds, strict=True)))
+    tail = steps.n_b1_f1_b0  # step 5: nB1F1B0
+    start = len(order.actions)
+    order.runs([(up, B, "backward"), (up, F, "F"), (down, B, "backward")], tail)
+    pairs.extend(range(start + 1, start + 3 * tail, 3))
     split = False
     for i in range(steps.n_b1_b0):  # step 6: nB1B0, the second half splits off W
         if i == steps.n_b1_b0 // 2 and rank % 2 == 1:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from itertools import chain
 
 from pipesim.ir import Action, ActionKind, B, F, I, Schedule, W, loop_placement, make_schedule
 from pipesim.schedules import ScheduleInfo
@@ -60,6 +61,23 @@ class RankOrder:
     def flush_weights(self, stage: int | None = None) -> None:
         while any(stage is None or s == stage for s, _ in self._pending_w):
             self.weight(stage)
+
+    def runs(self, pattern: list[tuple[int, ActionKind, str]], times: int) -> None:
+        """`times` repetitions of `pattern`, each (stage, kind, counter) taking the next microbatch of its counter:
+        the actions `forward` and `backward(split=False)` would append one by one, made as whole lists (DualPipe's
+        main steps repeat four actions 10^3 times per rank). Its counters must differ, and it holds no I (each I
+        leaves a W pending)."""
+        keys = [(stage, counter) for stage, _, counter in pattern]
+        if len(set(keys)) != len(keys) or any(kind is I for _, kind, _ in pattern):
+            raise ValueError(f"a run's pattern needs counters of its own and no I, got {pattern}")
+        if times <= 0:
+            return
+        columns = []
+        for (stage, kind, _), key in zip(pattern, keys, strict=True):
+            first = self._next[key]
+            self._next[key] = first + times
+            columns.append([_new(Action, (stage, kind, mb)) for mb in range(first, first + times)])
+        self.actions.extend(chain.from_iterable(zip(*columns, strict=True)))
 
     def count(self, stage: int, kind: str) -> int:
         return self._next[(stage, kind)]
