@@ -175,20 +175,8 @@ def _levels(codes: bytearray, weights: bool) -> tuple[list[int], list[int]]:
     own (none owed: a running sum); without, a rank runs a W owed in each free slot (`_walk`)."""
     if weights:
         return list(accumulate(map(_HELD.__getitem__, codes))), [0] * len(codes)
-    levels: list[int] = []
-    owes: list[int] = []
-    level = owed = 0
-    for code in codes:  # `_walk` from slot 0, with nothing to stop it
-        if code == FREE:
-            if owed:
-                level -= 1
-                owed -= 1
-        elif code <= _LAST_FORWARD:
-            level += 1
-        else:
-            owed += 1
-        levels.append(level)
-        owes.append(owed)
+    levels, owes = [0] * len(codes), [0] * len(codes)
+    _walk(codes, levels, owes, 0, -1, len(codes))  # from slot 0, no cap, nothing settled: every slot written
     return levels, owes
 
 
