@@ -335,58 +335,54 @@ def test_synthesized_is_offered_and_a_faster_synthesized_order_is_recommended_an
     assert any(b.label.startswith("Schedule CSV") for b in at.get("download_button"))
 
 
-def test_verify_says_not_comparable_when_its_rounds_moved_and_marks_wide_intervals(app, monkeypatch) -> None:
-    """Issue 46: a verification whose rounds moved 3x together says so first, never 'did not move'; an interval
-    wider than +-25% is 'not informative' in the table, and the coverage counts none."""
+def _verified_with(app, monkeypatch, fake, adjust) -> tuple[str, object]:
+    """Verify on the page through `fake` (`_fake_verify`'s), each result changed by `adjust` first: the warnings'
+    text and the finished job's result."""
     from app_pages.parts.plan import verify as plan_verify
     from pipesim_executor.host import verify
 
-    seen: dict = {}
-    fake = _fake_verify(seen, rounds_of=lambda index: [[30.0 + index] * 4, [18.0 + index] * 4, [10.0 + index] * 4])
+    paths: list = []
 
-    def moved(*args, **kwargs):
-        result = fake(*args, **kwargs)
-        for row in result.rows:
-            row.predicted_p05_ms, row.predicted_p95_ms = row.predicted_ms * 0.4, row.predicted_ms * 1.6
-            row.has_predicted_interval = True
+    def changed(path, *args, **kwargs):
+        paths.append(path)
+        result = fake(path, *args, **kwargs)
+        adjust(result)
         return result
 
-    monkeypatch.setattr(verify, "verify_plan", moved)
+    monkeypatch.setattr(verify, "verify_plan", changed)
     app.button(key="plan-verify").click().run()
     _finish(app)
     assert not app.exception
-    said = " ".join(w.value for w in app.warning)
+    result = next(job for job in plan_verify._jobs().values() if job.plan_path == paths[-1]).result
+    return " ".join(w.value for w in app.warning), result
+
+
+def test_verify_says_not_comparable_when_its_rounds_moved_and_marks_wide_intervals(app, monkeypatch) -> None:
+    """Issue 46: a verification whose rounds moved 3x together says so first, never 'did not move'; an interval
+    wider than +-25% is 'not informative' in the table, and the coverage counts none."""
+
+    def wide(result):
+        for row in result.rows:
+            row.predicted_p05_ms, row.predicted_p95_ms = row.predicted_ms * 0.4, row.predicted_ms * 1.6
+            row.has_predicted_interval = True
+
+    rounds = lambda index: [[30.0 + index] * 4, [18.0 + index] * 4, [10.0 + index] * 4]  # noqa: E731
+    said, result = _verified_with(app, monkeypatch, _fake_verify({}, rounds_of=rounds), wide)
     assert "not comparable: the machine's speed changed during this verification" in said
     frame = app.dataframe[-1].value
     assert all(text.endswith("(not informative)") for text in frame["predicted 90%"])
     assert any(c.value.startswith("no informative interval") for c in app.caption)
-    result = next(job for job in plan_verify._jobs().values() if job.plan_path == seen["paths"][-1]).result
     assert result.status == "not_comparable"
 
 
 def test_verify_says_not_comparable_when_other_work_held_the_cores(app, monkeypatch) -> None:
     """Issue 46's busy machine on the page: runs that waited for cores other work held are said first, with the
-    load, and the page claims no group."""
-    from app_pages.parts.plan import verify as plan_verify
-    from pipesim_executor.host import verify
+    load."""
+    from tests.test_verify_rounds import BUSY
 
-    seen: dict = {}
-    fake = _fake_verify(seen)
-
-    def shared(*args, **kwargs):
-        result = fake(*args, **kwargs)
-        result.machine_load = {"available": True, "wall_s": 30.0, "cores": 2, "other_cores": 1.13, "own_cores": 0.86,
-                               "steal": 0.0, "load_1min_start": 1.5, "load_1min_end": 4.2}  # fmt: skip
-        return result
-
-    monkeypatch.setattr(verify, "verify_plan", shared)
-    app.button(key="plan-verify").click().run()
-    _finish(app)
-    assert not app.exception
-    said = " ".join(w.value for w in app.warning)
+    said, result = _verified_with(app, monkeypatch, _fake_verify({}), lambda r: setattr(r, "machine_load", BUSY))
     assert "not comparable: other work shared the machine with this verification" in said
     assert "other processes used 1.13 of its 2 cores" in said
-    result = next(job for job in plan_verify._jobs().values() if job.plan_path == seen["paths"][-1]).result
     assert result.status == "not_comparable" and result.not_comparable_because == ["machine_shared"]
 
 
