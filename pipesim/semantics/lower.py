@@ -220,7 +220,7 @@ def producer_ids(
         if chained:
             offset, neighbour_options = SEQ_NEEDS[kind]
             at = len(LOCAL_NEEDS.get(kind, ()))
-            has = [0 <= mb % seq_chunks + offset < seq_chunks for mb in range(num_microbatches)]
+            has = [_seq_neighbour(kind, mb, seq_chunks) is not None for mb in range(num_microbatches)]  # per kind
         per_stage = []
         for stage in range(num_stages):
             found = [rows_of(options)[stage] for options in LOCAL_NEEDS.get(kind, ())]
