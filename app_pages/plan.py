@@ -30,6 +30,8 @@ from pipesim.plan import (
     best_candidate,
     interval_of,
     interval_text,
+    machine_launch_spread,
+    measured_by,
     pareto_front,
     plan_document,
     plan_families,
@@ -207,14 +209,18 @@ try:
         offload=str(offload),
     )
     budget = float(synth_budget) if with_synthesized else None
-    candidates, synthesized = cached.plan(inputs, space, float(jitter_pct) / 100 or None, budget)
+    launches, launches_line = machine_launch_spread(inputs.profile)  # read afresh: a verification may have added
+    measurement = measured_by("auto", launches)
+    candidates, synthesized = cached.plan(inputs, space, float(jitter_pct) / 100 or None, budget, launches)
 except ValueError as error:
     widgets.show_error(error, "Cannot plan")
     st.stop()
 
 front, best = pareto_front(candidates), best_candidate(candidates)
 order = ranked(candidates)
-lines = summary_lines(candidates, cap, interval_of=interval_of())
+lines = summary_lines(candidates, cap, interval_of=interval_of(measurement))
+if launches_line:
+    lines.insert(1, launches_line)
 if offload == "auto" and cap is not None and not host_gbps and any(c.built and not c.fits for c in candidates):
     lines.insert(1, "offload not tried: no host bandwidth priced (set Host GB/s, or pick selective or full)")
 st.markdown("\n".join(f"- {line.strip()}" for line in lines))
@@ -316,7 +322,8 @@ recorded = {
     "optimizer": optimizer,
     **({} if profile is not None else {"model": vars(description)}),
     **calibrated_from,
-    "interval_of": interval_of(),
+    "interval_of": interval_of(measurement),
+    **({} if launches is None else {"launch_spread": {**launches.to_dict(), "between": launches.between}}),
 }
 document = plan_document(candidates, recorded, cap)
 document["calibration"] = inputs.calibration()  # what verify's tie rule and each run's prediction rest on

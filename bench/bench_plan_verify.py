@@ -24,10 +24,12 @@ recommendation or one group). Coverage counts informative intervals only (+-25% 
 status ("not_comparable" when its own rounds moved), and its errors with the machine's move since the profile
 taken out where that move is measured, are printed beside them.
 
-The held-out models were written after the zoo had become the development set and were never used to tune
-anything (examples/heldout_autoencoder.py, heldout_sepconv.py, heldout_vit.py): the accuracy targets are judged on
-them (`--models heldout_autoencoder heldout_sepconv heldout_vit`, on a quiet machine). The first held-out set
-(heldout_gru, heldout_tcn, heldout_mixer) was judged once and then developed on, and is development data now.
+The held-out models were written after the earlier sets had become development data and were never used to tune
+anything (examples/heldout_resnet.py, heldout_gmlp.py, heldout_pointnet.py): the accuracy targets are judged on
+them (`--models heldout_resnet heldout_gmlp heldout_pointnet`, on a quiet machine). The first held-out set
+(heldout_gru, heldout_tcn, heldout_mixer) and the second (heldout_autoencoder, heldout_sepconv, heldout_vit) were
+each judged once and then developed on (the launch history was drawn from the first and checked on the second's
+stored runs), and are development data now.
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ sys.path.insert(0, str(ROOT))
 
 from pipesim.analysis.agreement import profiles_agree, verifications_agree  # noqa: E402
 from pipesim.analysis.since_profile import SinceProfile  # noqa: E402
-from pipesim.analysis.stats import relative_half_width  # noqa: E402
+from pipesim.analysis.stats import pooled_round_spread, relative_half_width  # noqa: E402
 from pipesim.io.formats import read_json, write_json  # noqa: E402
+from pipesim.io.launch_history import append_record, model_key  # noqa: E402
+from pipesim.io.launch_history import resolve as resolve_history  # noqa: E402
 from pipesim_executor.config import ModelConfig  # noqa: E402
 from pipesim_executor.host.unit_profile import ProfileConfig, start_profile  # noqa: E402
 from pipesim_executor.host.verify import Verification, verify_plan  # noqa: E402
@@ -66,12 +70,16 @@ MODELS = {
     "heldout_gru": "examples.heldout_gru:build",
     "heldout_tcn": "examples.heldout_tcn:build",
     "heldout_mixer": "examples.heldout_mixer:build",
-    # held out: never used in development (the quiet-machine targets are judged on these)
+    # the second held-out set: judged once, then the launch history was checked on its stored runs
     "heldout_autoencoder": "examples.heldout_autoencoder:build",
     "heldout_sepconv": "examples.heldout_sepconv:build",
     "heldout_vit": "examples.heldout_vit:build",
+    # held out: never used in development (the quiet-machine targets are judged on these)
+    "heldout_resnet": "examples.heldout_resnet:build",
+    "heldout_gmlp": "examples.heldout_gmlp:build",
+    "heldout_pointnet": "examples.heldout_pointnet:build",
 }
-HELD_OUT = ("heldout_autoencoder", "heldout_sepconv", "heldout_vit")
+HELD_OUT = ("heldout_resnet", "heldout_gmlp", "heldout_pointnet")
 QUICK_MODELS = ("mlp_uneven", "cnn")
 CRITERIA = {  # key: (what, passes)
     "candidates": ("candidates verified >= 12", lambda v: v >= 12),
@@ -122,9 +130,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "profile-NAME-1/cost.json) with this checkout's planner, and set the measured medians against its predictions",
     )
     parser.add_argument(
-        "--interval-of", choices=("step", "verification"), default="step", help="what the plan's intervals are of"
+        "--interval-of",
+        choices=("auto", "step", "verification"),
+        default="auto",
+        help="what the plan's intervals are of",
+    )
+    parser.add_argument(
+        "--launch-history",
+        metavar="PATH|none",
+        default=None,
+        help="the launch spreads' record plan reads and verify-plan adds to (default: OUT/launch_spread.jsonl, the "
+        "bench's own, so each model's plan reads the verifications of the models before it; none: no record)",
+    )
+    parser.add_argument(
+        "--history-from",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="FOLDER",
+        help="before anything else, add the comparable verifications saved in these run folders "
+        "(plan-NAME-verify-K.json beside plan-NAME.json) to the record: earlier verifications on this machine",
     )
     args = parser.parse_args(argv)
+    if args.launch_history is None:
+        args.launch_history = str(args.out / "launch_spread.jsonl")
     if args.quick:
         args.models = args.models or list(QUICK_MODELS)
         args.top, args.steps, args.rounds, args.repeats, args.launches = 4, 6, 2, 5, 1
@@ -163,7 +192,7 @@ def plan(cost: Path, args: argparse.Namespace, out: Path) -> dict:
         sys.executable, "-m", "pipesim", "plan", "--cost", str(cost), "--devices", "2",
         "--global-batch", str(args.global_batch), "--optimizer", args.optimizer,
         "--microbatch-sizes", args.microbatch_sizes, "--chunks", "2", "--exhaustive", "--json", str(out),
-        "--interval-of", args.interval_of,
+        "--interval-of", args.interval_of, "--launch-history", args.launch_history,
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -324,7 +353,7 @@ def run_model(name: str, args: argparse.Namespace, folder: Path) -> tuple[list[s
     document = plan(cost, args, folder / f"plan-{name}.json")
     plan_path = folder / f"plan-{name}.json"
     kwargs = {"runs_root": folder / "runs", "steps": args.steps, "rounds": args.rounds, "device": "cpu",
-              "min_seconds": args.min_seconds}  # fmt: skip
+              "min_seconds": args.min_seconds, "launch_history": args.launch_history}  # fmt: skip
     first = verify_plan(plan_path, args.top, timeout_s=600, **kwargs)
     print(f"{name}: first verification done (load {load():.2f})", flush=True)
     again = verify_plan(plan_path, args.top, timeout_s=600, **kwargs)
@@ -401,8 +430,27 @@ def reanalyse(path: Path, args: argparse.Namespace) -> tuple[dict, list[str]]:
     return report, markdown
 
 
+def seed_history(folders: list[Path], history: str) -> None:
+    """Add the comparable verifications saved in `folders` to the launch spreads' record, as verify-plan would
+    have: each one's round spread pooled over its candidates, under its plan's model."""
+    path = resolve_history(history)
+    if path is None:
+        return
+    for folder in folders:
+        for saved in sorted(folder.glob("plan-*-verify-[0-9]*.json")):
+            record = read_json(saved)
+            plan_doc = read_json(saved.with_name(saved.name.split("-verify-")[0] + ".json"))
+            model = plan_doc["inputs"].get("executor_model")
+            spread = pooled_round_spread([c["round_step_times_ms"] for c in record["candidates"]
+                                          if c.get("round_step_times_ms")])  # fmt: skip
+            if record.get("status") == "ok" and spread is not None and isinstance(model, dict):
+                append_record(path, log_sd=spread.log_sd, dof=spread.dof, model=model_key(model))
+                print(f"history: {saved.name}: launches {spread.log_sd:.1%} apart ({spread.dof} dof)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    seed_history(args.history_from, args.launch_history)
     if args.reanalyse is not None:
         report, markdown = reanalyse(args.reanalyse, args)
     else:

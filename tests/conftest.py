@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from pipesim.io.launch_history import ENV as LAUNCH_HISTORY_ENV
 from pipesim_executor.host.machine import LOCK_ENV
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -22,11 +23,15 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 _LOCK_DIR = tempfile.mkdtemp(prefix="pipesim-lock-")
 atexit.register(shutil.rmtree, _LOCK_DIR, True)
 os.environ[LOCK_ENV] = str(Path(_LOCK_DIR) / "machine.lock")
+# Likewise the record of launch spreads (pipesim.io.launch_history): a test's verification must not widen another
+# test's plan, nor write into the user's ~/.cache.
+os.environ[LAUNCH_HISTORY_ENV] = str(Path(_LOCK_DIR) / "launch_spread.jsonl")
 
 
 @pytest.fixture(autouse=True)
 def _own_machine_lock(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(LOCK_ENV, str(tmp_path_factory.mktemp("lock") / "machine.lock"))
+    monkeypatch.setenv(LAUNCH_HISTORY_ENV, str(tmp_path_factory.mktemp("launches") / "launch_spread.jsonl"))
 
 
 @pytest.fixture

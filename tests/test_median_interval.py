@@ -108,7 +108,7 @@ def test_plan_records_what_its_intervals_are_of_and_one_steps_are_wider(tmp_path
     widths = {}
     for choice in ("verification", "step", None):
         out = tmp_path / f"{choice}.json"
-        picked = [] if choice is None else ["--interval-of", choice]  # None: the default, one step's
+        picked = [] if choice is None else ["--interval-of", choice]  # None: the default, one step's (no history)
         assert main(["plan", "--cost", str(path), "--devices", "2", "--global-batch", "16", "--optimizer", "sgd",
                      "--microbatch-sizes", "2", *picked, "--json", str(out)]) == 0  # fmt: skip
         document = json.loads(out.read_text())
@@ -121,7 +121,7 @@ def test_plan_records_what_its_intervals_are_of_and_one_steps_are_wider(tmp_path
     assert widths["verification"] < 0.75 * widths["step"]  # the prices' own error (5.6% here) does not average
     capsys.readouterr()
     assert main(["plan", "--cost", str(path), "--devices", "2", "--interval-of", "launch"]) == 2
-    assert "--interval-of: invalid choice: 'launch' (choose from 'verification', 'step')" in capsys.readouterr().err
+    assert "--interval-of: invalid choice: 'launch' (choose from 'auto', 'verification', 'step')" in capsys.readouterr().err
 
 
 def test_verify_says_when_its_rounds_are_not_what_the_plans_intervals_are_of():

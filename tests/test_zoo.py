@@ -15,7 +15,10 @@ from pipesim_executor.custom_model import custom_batch, load_custom_model  # noq
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ZOO = ("zoo_mlp_uneven", "zoo_cnn", "zoo_transformer", "zoo_embed_heavy", "zoo_tiny_layers")
-HELD_OUT = ("heldout_gru", "heldout_tcn", "heldout_mixer", "heldout_autoencoder", "heldout_sepconv", "heldout_vit")
+HELD_OUT = (
+    *("heldout_gru", "heldout_tcn", "heldout_mixer", "heldout_autoencoder", "heldout_sepconv", "heldout_vit"),
+    *("heldout_resnet", "heldout_gmlp", "heldout_pointnet"),
+)
 
 
 def _params(layer) -> int:

@@ -32,11 +32,13 @@ from pipesim.plan import (
     Candidate,
     Evaluator,
     IntervalOptions,
+    LaunchSpread,
     PlanInputs,
     PlanSpace,
     attach_intervals,
     evaluate_all,
     materialise,
+    measured_by,
     synthesized_candidates,
 )
 from pipesim.records import Timeline
@@ -223,13 +225,19 @@ def deadlock_explanation(schedule: Schedule) -> str | None:
 
 @st.cache_data(max_entries=8, show_spinner=False, hash_funcs={PlanInputs: inputs_key, PlanSpace: hash})
 def plan(
-    inputs: PlanInputs, space: PlanSpace, jitter: float | None = None, synth_budget_s: float | None = None
+    inputs: PlanInputs,
+    space: PlanSpace,
+    jitter: float | None = None,
+    synth_budget_s: float | None = None,
+    launches: LaunchSpread | None = None,
 ) -> tuple[list[Candidate], dict[str, Schedule]]:
     """Every candidate of the space, evaluated (pipesim.plan's `evaluate_all`, unpruned: the table lists them all,
     with the offloaded candidates the space's offload choice adds), with a progress bar while it runs. The bar is
     made inside the function (a cached function's elements are replayed on a hit) and ends empty, so a cached plan
     draws nothing. Those that can win are then sampled with every action's time varying by `jitter`
-    (a CV; pipesim.plan.intervals): their step is the samples' median, with its 90% interval. With
+    (a CV; pipesim.plan.intervals): their step is the samples' median, with its 90% interval, of verify-plan's
+    median where earlier verifications on this machine measured how far launches land apart (`launches`), else of
+    one step (`measured_by`). With
     `synth_budget_s`, a synthesized order per shape is added (pipesim.plan.synthesized), its schedule kept by its
     candidate's label."""
     bar = st.empty()
@@ -239,7 +247,9 @@ def plan(
 
     candidates = evaluate_all(inputs, space, progress=shown, prune=False)
     bar.empty()
-    candidates = attach_intervals(inputs, candidates, IntervalOptions(jitter=jitter))
+    between = None if launches is None else launches.between
+    options = IntervalOptions(jitter=jitter, measurement=measured_by("auto", launches), launch_spread=between)
+    candidates = attach_intervals(inputs, candidates, options)
     if synth_budget_s is None:
         return candidates, {}
     with st.spinner(f"Synthesizing orders (up to {synth_budget_s:g} s)"):

@@ -57,11 +57,19 @@ from pipesim.flags import (
 )
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import check_output, write_json
+from pipesim.io.launch_history import ENV as LAUNCH_HISTORY_ENV
 from pipesim.limits import MAX_BYTES, MAX_DEVICES, MAX_LAYERS, MAX_MICROBATCHES, MAX_TIME_MS, check_sizes
 from pipesim.numbers import MAX_LIST_ITEMS, read_float
 from pipesim.plan.candidates import OFFLOAD_CHOICES, PlanSpace
 from pipesim.plan.in_situ_check import accepted_disturbance
-from pipesim.plan.intervals import INTERVAL_OF, IntervalOptions, attach_intervals, interval_of
+from pipesim.plan.intervals import (
+    INTERVAL_OF,
+    IntervalOptions,
+    attach_intervals,
+    interval_of,
+    machine_launch_spread,
+    measured_by,
+)
 from pipesim.plan.report import TRANSFORMER_UNITS, best_candidate, plan_document
 from pipesim.programs import named_as_started, programs
 from pipesim.progress_bar import ProgressBar
@@ -254,11 +262,20 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sampling.add_argument("--seed", type=int_flag(0, 2**32 - 1), default=0, metavar="S", help="seed of the draws")
     sampling.add_argument(
         "--interval-of",
-        choices=list(INTERVAL_OF),
-        default="step",
-        help="what the interval is of: one step (%(default)s), or the median step of verify-plan's default "
-        f"measurement ({VERIFY_ROUNDS} launches of at least {VERIFY_STEPS} steps: narrower, and over-confident on "
-        "held-out models, docs/benchmarks.md)",
+        choices=["auto", *INTERVAL_OF],
+        default="auto",
+        help="what the interval is of: one step, or the median step of verify-plan's default measurement "
+        f"({VERIFY_ROUNDS} launches of at least {VERIFY_STEPS} steps: narrower; over-confident on held-out models "
+        "when only the profile's launches say how far launches land apart, docs/benchmarks.md); auto (the "
+        "default): the median's where the machine's launch history holds this machine's spread, else one step's",
+    )
+    plan.add_argument(
+        "--launch-history",
+        metavar="PATH|none",
+        default=None,
+        help="the record of how far launches landed apart in earlier verifications on this machine (verify-plan "
+        f"writes it; default ${LAUNCH_HISTORY_ENV} or ~/.cache/pipesim/launch_spread.jsonl): where it holds "
+        "enough, the intervals carry that spread rather than the profile's two launches'; none: ignore it",
     )
     whatif.add_perturbation_args(plan, devices=True)
     add_synth_args(plan)
@@ -369,9 +386,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json is not None:
         check_output(args.json)
     with_synthesized = take_synthesized(args)
-    options = IntervalOptions(args.jitter, args.samples, args.seed, INTERVAL_OF[args.interval_of])
     perturbation = whatif.perturbation_from_args(args, args.devices if args.devices >= 1 else None)
     inputs, recorded = inputs_from_args(args)
+    launches, launches_line = machine_launch_spread(inputs.profile, args.launch_history)
+    between = None if launches is None else launches.between
+    measurement = measured_by(args.interval_of, launches)
+    options = IntervalOptions(args.jitter, args.samples, args.seed, measurement, between)
+    if launches is not None:
+        recorded = {**recorded, "launch_spread": {**launches.to_dict(), "between": between}}
     if perturbation:
         inputs = replace(inputs, perturbation=perturbation)
         recorded = {**recorded, "perturbation": perturbation.to_dict()}
@@ -402,6 +424,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         lines.insert(1, offload_note)
     if not document["calibration"]["calibrated"]:
         lines.insert(1, "note: " + document["calibration"]["note"])
+    if launches_line:
+        lines.insert(1, launches_line)
     lines[1:1] = check_line(document["calibration"].get("check"))  # how far the profile predicts its own steps
     if disturbed is not None and disturbed["disturbed"]:
         lines.insert(1, f"warning: planned from a disturbed profile (--accept-disturbed-profile): {disturbed['line']}")

@@ -28,6 +28,11 @@ first two terms over its R launches, and the level error stays:
 R = 1 gives the single step's drift, which the profile keeps. A profile of one launch never saw `between`, so its
 drift is the one step's, whatever R is. `pipesim.sim.jitter.step_interval` averages the actions' own jitter over
 the measurement's steps.
+
+Two launches read `between` off one degree of freedom, and on the development VM they sat 1-3% apart while the
+same model's verifications landed 4-15% apart (docs/benchmarks.md). Where earlier verifications on the machine
+measured it (`pipesim.io.launch_history`: each candidate's round medians, pooled), that reading replaces the
+profile's when larger, in both kinds of interval; a profile of one launch then counts as K = 1.
 """
 
 from __future__ import annotations
@@ -149,13 +154,20 @@ _PROFILE_KINDS = {
 }
 
 
-def machine_cv(profile: UnitProfile, launches: int = 1) -> float:
+def machine_cv(profile: UnitProfile, launches: int = 1, between: float | None = None) -> float:
     """The machine's term of a prediction from `profile` for a median over `launches` launches (the module
-    docstring): the profile's drift for one launch, or for a profile of one launch."""
-    drift, between, count = profile.spread_drift, profile.spread_launch, profile.spread_launches
-    if launches <= 1 or count < 2:
-        return drift
-    within_squared = max(0.0, drift**2 - between**2 * (1 + 1 / count))
+    docstring): the profile's drift for one launch, or for a profile of one launch. `between`, a launch spread
+    measured elsewhere (earlier verifications on this machine, `pipesim.io.launch_history`), replaces the
+    profile's own reading of it where it is larger: the drift inside a launch stays the profile's."""
+    drift, own, count = profile.spread_drift, profile.spread_launch, profile.spread_launches
+    if between is None or between <= own:
+        if launches <= 1 or count < 2:
+            return drift
+        between = own
+    if count < 2:  # one launch: its drift is all inside it, and its level is one launch's
+        within_squared, count = drift**2, 1
+    else:
+        within_squared = max(0.0, drift**2 - own**2 * (1 + 1 / count))
     return min(MAX_CV, math.sqrt((within_squared + between**2) / launches + between**2 / count))
 
 
@@ -166,12 +178,14 @@ def profile_spread(
     recompute: bool,
     chunked: bool = False,
     measurement: Measurement = ONE_STEP,
+    between: float | None = None,
 ) -> Spread | None:
     """The spread of a candidate's actions from a profile that kept its (None for a profile written before it
     did): each kind's CV at `size` (the nearest profiled size beyond them) and its price's standard error: over the
     repetitions or over the rounds (the larger), and the in-situ factor's own (its 95% CI's half-width / 1.96, for
     the candidate's class), widened by EXTRAPOLATION_SE per doubling outside the profiled sizes; and the machine's
-    term for `measurement`, shared by every action of a sample (`machine_cv`)."""
+    term for `measurement`, shared by every action of a sample (`machine_cv`, with `between` where earlier
+    verifications measured the launch spread)."""
     if not profile.spread:
         return None
     repeats = max(profile.spread_repeats, 1)
@@ -187,7 +201,7 @@ def profile_spread(
         within = MEDIAN_SE * cv[kind] / math.sqrt(repeats)
         drift = profile.spread_round_se[measured].at(size) if measured in profile.spread_round_se else 0.0
         price_se[kind] = min(MAX_CV, math.hypot(max(within, drift), factor_se))
-    spread = Spread(cv, price_se, machine_cv(profile, measurement.launches))
+    spread = Spread(cv, price_se, machine_cv(profile, measurement.launches, between))
     sizes = profile.microbatch_sizes
     if sizes[0] <= size <= sizes[-1]:
         return spread

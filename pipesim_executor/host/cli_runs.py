@@ -334,6 +334,14 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs-root", type=folder_flag, default=Path("runs"), metavar="DIR", help="where the runs go (default runs)"
     )
+    parser.add_argument(
+        "--launch-history",
+        metavar="PATH|none",
+        default=None,
+        help="add how far each candidate's rounds landed apart to this machine's record, which plan's intervals "
+        "read (default $PIPESIM_LAUNCH_HISTORY or ~/.cache/pipesim/launch_spread.jsonl; a verification that is not "
+        "comparable adds nothing); none: keep no record",
+    )
     add_wait_flag(parser)
     parser.add_argument(
         "--json",

@@ -44,6 +44,8 @@ from pipesim.cost.profile import UnitProfile
 from pipesim.flags import one_line
 from pipesim.io.cost_file import load_cost_file
 from pipesim.io.formats import read_json, write_json
+from pipesim.io.launch_history import append_record, model_key
+from pipesim.io.launch_history import resolve as resolve_history
 from pipesim.ir import Schedule
 from pipesim.limits import MAX_PLAN_BYTES
 from pipesim.numbers import check_number
@@ -112,6 +114,7 @@ class VerifySettings:
     device: str | None = None  # None: the device the plan was profiled on, else the CPU
     timeout_s: float = DEFAULT_TIMEOUT_S  # per candidate's run
     runs_root: Path = Path("runs")
+    launch_history: str | None = None  # None: the default record (pipesim.io.launch_history), "none": no record
 
     @classmethod
     def of(cls, namespace: Any) -> VerifySettings:
@@ -131,6 +134,7 @@ def verify_with(plan_path: Path, settings: VerifySettings, **hooks: Any) -> Veri
         min_seconds=settings.min_seconds,
         device=settings.device,
         timeout_s=settings.timeout_s,
+        launch_history=settings.launch_history,
         **hooks,
     )
 
@@ -205,6 +209,7 @@ def verify_plan(
     min_seconds: float = DEFAULT_MIN_SECONDS,
     device: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    launch_history: str | None = None,
     on_row: Callable[[VerifyRow], None] | None = None,
     on_progress: Callable[[VerifyProgress], None] | None = None,
     cancel: threading.Event | None = None,
@@ -280,6 +285,7 @@ def verify_plan(
     verification.machine_load = load
     verification.since_profile = _since_profile(plan, rows, verification.notes)
     verification.notes += _interval_notes(plan, rounds)
+    _record_launch_spread(verification, plan, device, launch_history)
     disturbance = calibration.get("disturbance") if isinstance(calibration, dict) else None
     if isinstance(disturbance, dict) and disturbance.get("disturbed") is True:  # planned with the flag
         verification.notes.append("the plan was made from a disturbed profile (--accept-disturbed-profile)")
@@ -291,6 +297,21 @@ def verify_plan(
     if on_progress is not None:
         on_progress(VerifyProgress(1.0, total, total, "done"))
     return verification
+
+
+def _record_launch_spread(verification: Verification, plan: dict[str, Any], device: str, history: str | None) -> None:
+    """Add the verification's launch spread to the machine's record (pipesim.io.launch_history), for a plan of a
+    profiled model and a comparable verification only: a machine that moved during it, or was shared, would
+    record its own moves. A record that cannot be written is a note; the verification stands."""
+    path = resolve_history(history)
+    spread = verification.launch_spread
+    model = (plan.get("inputs") or {}).get("executor_model")
+    if path is None or spread is None or verification.status != "ok" or not isinstance(model, dict):
+        return
+    try:
+        append_record(path, log_sd=spread.log_sd, dof=spread.dof, model=model_key(model), device=device)
+    except (OSError, ValueError) as error:
+        verification.notes.append(f"the launch history {path} was not updated ({one_line(error)})")
 
 
 def _interval_notes(plan: dict[str, Any], rounds: int) -> list[str]:

@@ -9,7 +9,7 @@ results from anywhere.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from pipesim.analysis.attribution import coefficient_of_variation, reliable
@@ -19,12 +19,14 @@ from pipesim.analysis.since_profile import SinceProfile
 from pipesim.analysis.stats import (
     MAX_INFORMATIVE_HALF_WIDTH,
     MedianCI,
+    RoundSpread,
     group_ranks,
     indistinguishable_groups,
     informative,
     median_ci,
     pooled_round_spread,
 )
+from pipesim.io.launch_history import relative_sd
 
 DEFAULT_UNCERTAINTY = 0.01  # plans written before they carried their own (pipesim.plan.inputs.TIE)
 
@@ -141,6 +143,8 @@ class Verification:
     round_effect: RoundEffect | None = None
     # what else used the machine while the runs ran (pipesim_executor.host.machine_load's record; None: not read)
     machine_load: dict[str, Any] | None = None
+    # how far each candidate's round medians sat from its own level, pooled (what plan's intervals read back)
+    launch_spread: RoundSpread | None = None
 
     @property
     def not_comparable_because(self) -> list[str]:
@@ -208,6 +212,7 @@ class Verification:
             "median_abs_error_move_removed": statistics.median(without) if without else None,
             "max_abs_error_move_removed": max(without, default=None),
             "since_profile": None if self.since_profile is None else self.since_profile.to_dict(),
+            "launch_spread": None if self.launch_spread is None else asdict(self.launch_spread),
             "notes": self.notes,
         }
 
@@ -297,6 +302,7 @@ def compare(rows: list[VerifyRow], uncertainty: float = DEFAULT_UNCERTAINTY, rou
         notes.append("the recommended candidate did not run: no gap to the measured best")
     verification = Verification(rows, rho, gap, best.label, notes, uncertainty, tie, groups, same, rounds)
     verification.round_effect = effect
+    verification.launch_spread = pooled
     return verification
 
 
@@ -362,6 +368,13 @@ def summary_lines(v: Verification) -> list[str]:
     )
     if comparable and v.round_effect is not None:
         lines.append(v.round_effect.line())
+    if comparable and v.launch_spread is not None:
+        spread = v.launch_spread
+        lines.append(
+            f"launch spread: a candidate's rounds sat {relative_sd(spread.log_sd):.1%} apart (one "
+            f"standard deviation, {spread.dof} degrees of freedom): what plan's intervals read from the machine's "
+            "launch history"
+        )
     if summary["median_abs_error"] is not None:
         lines.append(
             f"prediction error: median |error| {summary['median_abs_error']:.1%}, "
