@@ -194,3 +194,27 @@ def test_a_disturbed_profile_is_said_above_the_plan_and_marked_in_its_json(runs,
     _finish(at)
     mark = json.loads(seen["paths"][0].read_text())["calibration"]["disturbance"]
     assert mark["disturbed"] is True and mark["accepted"] is True and mark["bias"] < -0.3
+
+
+def test_the_machines_launch_history_widens_the_plans_intervals_and_is_said(runs, open_page, monkeypatch) -> None:
+    """Where earlier verifications on this machine recorded how far launches land apart, the page plans as `plan
+    --cost` does by default: the intervals of verify-plan's median, carrying that spread, and says what they rest
+    on."""
+    from pipesim.io.launch_history import ENV, append_record, model_key
+
+    at = picked(open_page("plan"))
+    before = candidates_table(at)
+    assert not any("launches land" in m.value for m in at.markdown)
+    history = runs.parent / "history.jsonl"
+    append_record(history, log_sd=0.2, dof=24, model=model_key(sgd_profile().model))
+    monkeypatch.setenv(ENV, str(history))
+    at = picked(open_page("plan"))
+    assert not at.error, [e.value for e in at.error]
+    said = " ".join(m.value for m in at.markdown)
+    assert "intervals: launches land 20.2% apart (one standard deviation), pooled over this model's 1 earlier" in said
+    after = candidates_table(at)
+    label = after["candidate"].iloc[0]
+    assert (
+        after[after["candidate"] == label]["90% interval"].iloc[0]
+        != before[before["candidate"] == label]["90% interval"].iloc[0]
+    )
