@@ -37,9 +37,11 @@ def test_synthesis_reaches_the_papers_zb_2p_at_its_memory(case):
     problem = SynthesisProblem(
         case.num_stages, case.num_microbatches, case.cost(), memory_limit=2 * case.num_stages, objective="span"
     )
-    result = synthesize(problem, time_limit_s=1.0)
+    # The budget is wall-clock time: 0.3 s reaches the paper's figure on a quiet 2-core machine, and 1 s did not on
+    # one shared by five other processes (m = 64 stopped at 0.044); 4 s leaves the search its CPU time there too.
+    result = synthesize(problem, time_limit_s=4.0)
     ours = paper_bubble_rate(result.objective_ms, case)
-    assert ours <= case.published("zb-2p") + 0.001  # the paper prints 4 decimals; ours reaches it in 0.05 s
+    assert ours <= case.published("zb-2p") + 0.001  # the paper prints 4 decimals
     assert max(result.peak_memory) <= 2 * case.num_stages + 1e-9  # the stash, in microbatches' worth
     assert result.lower_bound <= result.objective_ms * (1 + 1e-9)
     assert result.objective_ms == pytest.approx(longest_rank_span(result.timeline))
