@@ -134,32 +134,44 @@ class Dependencies:
         return waits, blocking, extra, partner
 
     @cached_property
-    def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]]]:
+    def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]], list[int]]:
         """`blocking` for the engine's loop with overlapped groups and copies: per compute action the one producer
         that can keep it waiting, -1 for none, or -2 for several, listed in the dict as (producer, member whose
         hop it pays, or -1 for none: a copy on its own rank). A group's first member waits for every member's
         producers (the members then run back to back: what they wait for has arrived). A producer earlier on the
         rank's own list has ended by then; a copy (id past the compute actions) may end later, and a producer
-        later on the list never ends first (a deadlock)."""
+        later on the list never ends first (a deadlock). The third list: per compute action outside a group with
+        at most one other producer to wait for, the copy on its own rank it waits for (a backward's RELOAD), or -1:
+        read beside the first list rather than through the dict (10^4 backwards)."""
         offsets, dep_lists, ranks, joined = self.offsets, self.deps, self.ranks, self.joined or {}
+        num_actions = len(self.actions)
         single: list[int] = []
         several: dict[int, tuple[tuple[int, int], ...]] = {}
-        append = single.append
+        local: list[int] = []
+        append, append_local = single.append, local.append
         if self.copies is not None:
             ranks = ranks + self.copies.ranks
         for rank in range(len(offsets) - 1):
             first = offsets[rank]
             for i in range(first, offsets[rank + 1]):
-                found = -1
+                found = copy = -1
                 for d in dep_lists[i]:
                     if d < first or d >= i:
-                        if found >= 0 or ranks[d] == rank:
-                            found = -2  # several, or one that pays no hop
+                        if ranks[d] == rank:
+                            if d >= num_actions and copy < 0:  # a copy of its own rank's: pays no hop
+                                copy = d
+                                continue
+                            found = -2  # one that pays no hop, or a second copy
+                            break
+                        if found >= 0:
+                            found = -2  # several
                             break
                         found = d
                 if found != -2 and i not in joined:
                     append(found)  # the common case: none, or one producer on another rank paying this action's hop
+                    append_local(copy)
                     continue
+                append_local(-1)
                 waits = []
                 for d in dep_lists[i]:
                     if d < first or d >= i:
@@ -176,7 +188,7 @@ class Dependencies:
                     several[i] = tuple(waits)
                 else:
                     append(-1)
-        return single, several
+        return single, several, local
 
 
 @dataclass(frozen=True)

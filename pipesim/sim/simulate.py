@@ -178,7 +178,7 @@ def _sweep_blocking(
 
 
 def _sweep_waits(
-    waits: tuple[list[int], dict[int, tuple[tuple[int, int], ...]]],
+    waits: tuple[list[int], dict[int, tuple[tuple[int, int], ...]], list[int]],
     offsets: list[int],
     durations: list[float],
     hops: list[float],
@@ -193,9 +193,9 @@ def _sweep_waits(
 ) -> None:
     """`sweep`'s loop for overlapped groups and copies (`Dependencies.waits`): one producer read per action, as
     `_sweep_blocking` does, except where several can keep it waiting (a group's first member waits for every
-    member's; a backward for its RELOAD too); a compute action's end issues its copies. The general loop's times,
-    without its per-action walk over every producer and its test for a group."""
-    single, several = waits
+    member's); a backward reads its RELOAD beside its producer; a compute action's end issues its copies. The
+    general loop's times, without its per-action walk over every producer and its test for a group."""
+    single, several, local = waits
     issued, needs, copy_clock = copy_inputs if copy_inputs is not None else ([None] * len(single), {}, [])
     while ready:
         rank = ready.pop()
@@ -223,6 +223,13 @@ def _sweep_waits(
                     d = -1
                 if d >= 0:
                     break
+            d = local[i]
+            if d >= 0:  # a copy of this rank's, issued by an action before this one: it has ended, or never will
+                arrival = ends[d]
+                if arrival < 0:
+                    break
+                if arrival > start:
+                    start = arrival
             now = start + durations[i]
             starts[i] = start
             ends[i] = now
