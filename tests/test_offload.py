@@ -267,6 +267,25 @@ def test_an_order_whose_compute_actions_differ_from_the_list_is_refused() -> Non
         assert dataclasses.replace(schedule, order=schedule.order).actions == schedule.actions
 
 
+@pytest.mark.parametrize(("name", "offload"), [("1f1b", "full"), ("interleaved-1f1b", "full"), ("gpipe", "selective")])
+def test_peaks_read_off_counts_are_those_of_the_byte_streams(name: str, offload: str, monkeypatch) -> None:
+    """Where every event moves one whole stash of one size, the peaks are counted (no byte delta listed); the same
+    timeline read through the byte streams gives the same metrics, on a slow host link (copies that queue)."""
+    from pipesim.sim import metrics as m
+
+    cost = _cost(copy_latency_ms=0.1, host_gbps=200.0, stash=1e8).for_schedule(build_schedule(name, 4, 12))
+    schedule = with_offload(build_schedule(name, 4, 12), offload, cost)
+    timeline = simulate(schedule, cost)
+    rows, moves = m._rank_rows(timeline), m._moves_by_rank(timeline)
+    table, changes = m._change_tables(rows, moves, cost)
+    for (actions, starts, ends), moved in zip(rows, moves, strict=True):
+        kinds = list(map(m._kind, actions))
+        assert m._counted_peaks(kinds, set(kinds), {a[0] for a in actions}, starts, ends, moved, table, changes)
+    counted = compute_metrics(timeline, cost)
+    monkeypatch.setattr(m, "_counted_peaks", lambda *args: None)
+    assert counted == compute_metrics(timeline, cost) and any(r.peak_host_bytes for r in counted.ranks)
+
+
 @pytest.mark.parametrize("name", ["1f1b", "zb-h1", "interleaved-1f1b", "gpipe"])
 @pytest.mark.parametrize("stash", [GB, 1234567.3])
 def test_the_peaks_with_moves_are_those_of_the_sorted_events(name: str, stash: float) -> None:
