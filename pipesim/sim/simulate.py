@@ -414,7 +414,8 @@ def group_texts(actions: list[Action], joined: dict[int, tuple[int, ...]]) -> li
 def copy_spans(copies: CopyOps, starts: list[float], ends: list[float]) -> tuple[CommSpan, ...]:
     """Each OFFLOAD and RELOAD on its rank's copy engine (kind "offload" / "reload", peer -1: the host)."""
     first, entries = copies.first, copies.entries
-    names = map(str.lower, map(_kind, entries))  # "offload", "reload": each kind's value, lower case
+    lower = {kind: kind.value.lower() for kind in set(map(_kind, entries))}  # "offload", "reload", made once each
+    names = map(lower.__getitem__, map(_kind, entries))
     rows = zip(copies.ranks, names, repeat(-1), entries, starts[first:], ends[first:], repeat(0), repeat(0))
     return tuple(map(tuple.__new__, repeat(CommSpan), rows))  # 10^5 spans at C speed: no call per span
 
