@@ -172,9 +172,11 @@ def _rank_rows(tl: Timeline) -> list[tuple[list, list[float], list[float]]]:
     return [(list(map(_action, row)), list(map(_start, row)), list(map(_end, row))) for row in _by_rank(tl)]
 
 
-def _moves_by_rank(tl: Timeline) -> list[list[CommSpan]]:
-    """Per rank, the timeline's OFFLOADs and RELOADs (copy-engine spans), in the timeline's order."""
-    moves = comm_of(tl, COPY_KINDS)
+def _moves_by_rank(tl: Timeline, moves: list[CommSpan] | None = None) -> list[list[CommSpan]]:
+    """Per rank, the timeline's OFFLOADs and RELOADs (copy-engine spans, `moves` where the caller has read them),
+    in the timeline's order."""
+    if moves is None:
+        moves = comm_of(tl, COPY_KINDS)
     rows: list[list[CommSpan]] = [[] for _ in range(tl.num_ranks)]
     ranks = list(map(itemgetter(0), moves))
     if ranks and 0 <= ranks[0] <= ranks[-1] < tl.num_ranks and all(map(le, ranks, islice(ranks, 1, None))):
@@ -464,8 +466,9 @@ def _column_summaries(
 @paused_gc()
 def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
-    if has_memory_moves(tl):  # the copies move activations off the device and back: the level needs every event
-        return _metrics_with_moves(tl, cost)
+    moves = comm_of(tl, COPY_KINDS)  # `has_memory_moves`, its spans kept for the metrics that read them
+    if moves:  # the copies move activations off the device and back: the level needs every event
+        return _metrics_with_moves(tl, cost, moves)
     summaries = None if tl.columns is None else _column_summaries(tl, tl.columns, cost)
     if summaries is not None:
         return _metrics(tl.num_ranks, *summaries)
@@ -477,11 +480,11 @@ def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     return _metrics_of_events(tl, cost, rows, summaries, origin, total)
 
 
-def _metrics_with_moves(tl: Timeline, cost: CostModel | None) -> Metrics:
+def _metrics_with_moves(tl: Timeline, cost: CostModel | None, copies: list[CommSpan]) -> Metrics:
     """The metrics of a step with memory moves, each rank's read in one walk over its columns: idle time, its
     device level over the compute and move events merged (sorted as `_memory_events` sorts them), its host level
     and its copy engine's busy time."""
-    rows, moves = _rank_rows(tl), _moves_by_rank(tl)
+    rows, moves = _rank_rows(tl), _moves_by_rank(tl, copies)
     origin = min([starts[0] for _, starts, _ in rows if starts], default=0.0)  # `_origin`: rows sorted by start
     ends = [max(row_ends) for _, _, row_ends in rows if row_ends]
     total = _makespan_of(max(ends), tl, origin) if ends else 0.0  # `_makespan`
