@@ -168,6 +168,18 @@ def test_the_lowering_names_a_memory_move_it_cannot_place(row: str, rule: str | 
         dependencies(order)
 
 
+def test_memory_moves_beside_collectives_lower_as_moves_alone_do() -> None:
+    """An order whose CommActions are not all memory moves takes the lowering's full path (an UNSHARD before the
+    first forward, a REDUCE_GRAD after the last backward): its copies are those of the same moves alone."""
+    from pipesim.semantics.dag import dependencies
+
+    alone = _order_with("0F0 0OFFLOAD0 0F1 0RELOAD0 0B0 0B1".split())
+    beside = _order_with("0UNSHARD 0F0 0OFFLOAD0 0F1 0RELOAD0 0B0 0B1 0REDUCE_GRAD".split())
+    lowered, plain = dependencies(beside), dependencies(alone)
+    assert lowered.collectives != plain.collectives and any(lowered.collectives[1])
+    assert (lowered.copies, lowered.deps) == (plain.copies, plain.deps)
+
+
 def test_simulate_json_gives_the_per_rank_resource_fields(tmp_path) -> None:
     out = tmp_path / "t.json"
     command = [sys.executable, "-m", "pipesim", "simulate", "--schedule", "1f1b", "--ranks", "4"]

@@ -285,19 +285,35 @@ def _lower(schedule: Schedule) -> Dependencies:
         _raise_missing(missing, made.index, ranks, offsets, schedule)
     if schedule.order is None:  # a plain order: the data rules alone
         return made
+    moves = memory_move_gates(schedule) if has_memory_moves(schedule) else None
+    if moves is not None and _moves_alone(schedule, moves):  # no SEND, pair or collective: the scans for them below
+        copies = _copy_ops(schedule, made, deps, ids, moves)  # (10^5 entries, three times) would find none
+        return Dependencies(actions, ranks, offsets, deps, None, None, copies, ({}, [[] for _ in schedule.order]))
     gates = send_gates(schedule)
     groups = overlap_groups(schedule)
-    moves = has_memory_moves(schedule)
     collectives = collectives_before(schedule)
-    if gates is None and not groups and not moves:
+    if gates is None and not groups and moves is None:
         return dataclasses.replace(made, collectives=collectives) if any(collectives) else made
     sends: dict[tuple[int, int], str] | None = None
     if gates is not None:
         sends = {}
         deps = _gated(deps, actions, ranks, offsets, made.index, gates, schedule.num_stages, sends)
     joined = _joined(groups, made, overlap_positions(schedule)) if groups else None
-    copies = _copy_ops(schedule, made, deps, ids) if moves else None
+    copies = _copy_ops(schedule, made, deps, ids, moves) if moves is not None else None
     return Dependencies(actions, ranks, offsets, deps, joined, sends, copies, collectives)
+
+
+def _moves_alone(schedule: Schedule, moves: list[tuple[list[CommAction], list[int]]]) -> bool:
+    """Whether every entry of the order is a compute action or a memory move (`memory_move_gates`' rows): each
+    row holds only the two exact types, and as many entries as its compute actions and its moves together."""
+    rows = zip(schedule.order or (), schedule.actions, moves, strict=True)
+    return all(
+        len(row) == len(computed) + len(moved) and set(map(type, row)) <= _MOVES_ALONE
+        for row, computed, (moved, _) in rows
+    )
+
+
+_MOVES_ALONE = frozenset({Action, CommAction})
 
 
 def _joined(
@@ -322,13 +338,17 @@ _first, _second = itemgetter(0), itemgetter(1)
 
 
 def _copy_ops(
-    schedule: Schedule, made: Dependencies, deps: list[tuple[int, ...]], ids: dict[ActionKind, list[list[int]]]
+    schedule: Schedule,
+    made: Dependencies,
+    deps: list[tuple[int, ...]],
+    ids: dict[ActionKind, list[list[int]]],
+    rows: list[tuple[list[CommAction], list[int]]],
 ) -> CopyOps:
     """The engine's view of `memory_moves`; adds each RELOAD to the dependencies of the backward it serves (in
     place). Validation has checked that every copy stands after what it moves and before what it serves. Each id is
     read off a position (`memory_move_gates`), the compute actions' `action_ids` or a table of the OFFLOADs per
     (stage, microbatch), a column at a time: 10^5 copies without hashing an action."""
-    first, rows = len(made.actions), memory_move_gates(schedule)
+    first = len(made.actions)  # `rows`: `memory_move_gates(schedule)`
     entries = list(chain.from_iterable(row for row, _ in rows))
     ranks = list(chain.from_iterable(repeat(rank, len(row)) for rank, (row, _) in enumerate(rows)))
     copy_ids = range(first, first + len(entries))
