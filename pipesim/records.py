@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from itertools import repeat
+from itertools import compress, repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pipesim.ir import Action, CommAction
@@ -181,11 +182,14 @@ def plain_meta(meta: dict) -> dict:
     return {key: value.made() if isinstance(value, LaterList) else value for key, value in meta.items()}
 
 
+_kind_of = itemgetter(1)  # CommSpan.kind
+
+
 def comm_of(tl: Timeline, kinds: frozenset[str]) -> list[CommSpan]:
     """The timeline's comm spans of `kinds`, in order, without making those not made yet when none is of `kinds`."""
     later = tl.comm_later
     spans = later.made if later is not None and not later.kinds & kinds else tl.comm
-    return [c for c in spans if c.kind in kinds]
+    return list(compress(spans, map(kinds.__contains__, map(_kind_of, spans))))  # 10^5 copies: at C speed
 
 
 class SpanColumns(NamedTuple):

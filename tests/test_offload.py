@@ -168,6 +168,18 @@ def test_the_lowering_names_a_memory_move_it_cannot_place(row: str, rule: str | 
         dependencies(order)
 
 
+def test_memory_moves_beside_collectives_lower_as_moves_alone_do() -> None:
+    """An order whose CommActions are not all memory moves takes the lowering's full path (an UNSHARD before the
+    first forward, a REDUCE_GRAD after the last backward): its copies are those of the same moves alone."""
+    from pipesim.semantics.dag import dependencies
+
+    alone = _order_with("0F0 0OFFLOAD0 0F1 0RELOAD0 0B0 0B1".split())
+    beside = _order_with("0UNSHARD 0F0 0OFFLOAD0 0F1 0RELOAD0 0B0 0B1 0REDUCE_GRAD".split())
+    lowered, plain = dependencies(beside), dependencies(alone)
+    assert lowered.collectives != plain.collectives and any(lowered.collectives[1])
+    assert (lowered.copies, lowered.deps) == (plain.copies, plain.deps)
+
+
 def test_simulate_json_gives_the_per_rank_resource_fields(tmp_path) -> None:
     out = tmp_path / "t.json"
     command = [sys.executable, "-m", "pipesim", "simulate", "--schedule", "1f1b", "--ranks", "4"]
@@ -265,6 +277,25 @@ def test_an_order_whose_compute_actions_differ_from_the_list_is_refused() -> Non
             with pytest.raises(ValueError, match="compute actions differ"):
                 dataclasses.replace(schedule, order=tuple(map(tuple, rows)))
         assert dataclasses.replace(schedule, order=schedule.order).actions == schedule.actions
+
+
+@pytest.mark.parametrize(("name", "offload"), [("1f1b", "full"), ("interleaved-1f1b", "full"), ("gpipe", "selective")])
+def test_peaks_read_off_counts_are_those_of_the_byte_streams(name: str, offload: str, monkeypatch) -> None:
+    """Where every event moves one whole stash of one size, the peaks are counted (no byte delta listed); the same
+    timeline read through the byte streams gives the same metrics, on a slow host link (copies that queue)."""
+    from pipesim.sim import metrics as m
+
+    cost = _cost(copy_latency_ms=0.1, host_gbps=200.0, stash=1e8).for_schedule(build_schedule(name, 4, 12))
+    schedule = with_offload(build_schedule(name, 4, 12), offload, cost)
+    timeline = simulate(schedule, cost)
+    rows, moves = m._rank_rows(timeline), m._moves_by_rank(timeline)
+    table, changes = m._change_tables(rows, moves, cost)
+    for (actions, starts, ends), moved in zip(rows, moves, strict=True):
+        kinds = list(map(m._kind, actions))
+        assert m._counted_peaks(kinds, set(kinds), {a[0] for a in actions}, starts, ends, moved, table, changes)
+    counted = compute_metrics(timeline, cost)
+    monkeypatch.setattr(m, "_counted_peaks", lambda *args: None)
+    assert counted == compute_metrics(timeline, cost) and any(r.peak_host_bytes for r in counted.ranks)
 
 
 @pytest.mark.parametrize("name", ["1f1b", "zb-h1", "interleaved-1f1b", "gpipe"])

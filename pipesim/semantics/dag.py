@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain, compress, repeat
@@ -28,9 +29,10 @@ from operator import add, eq, is_, itemgetter, mul, not_
 from typing import TYPE_CHECKING
 
 from pipesim._perf import paused_gc
-from pipesim.ir import Action, CommAction, CommKind, F, Schedule
+from pipesim.ir import Action, ActionKind, CommAction, CommKind, F, Schedule
 from pipesim.semantics.lower import (
     RELOAD_SERVES,
+    action_ids,
     collectives_before,
     has_memory_moves,
     memory_move_gates,
@@ -134,32 +136,44 @@ class Dependencies:
         return waits, blocking, extra, partner
 
     @cached_property
-    def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]]]:
+    def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]], list[int]]:
         """`blocking` for the engine's loop with overlapped groups and copies: per compute action the one producer
         that can keep it waiting, -1 for none, or -2 for several, listed in the dict as (producer, member whose
         hop it pays, or -1 for none: a copy on its own rank). A group's first member waits for every member's
         producers (the members then run back to back: what they wait for has arrived). A producer earlier on the
         rank's own list has ended by then; a copy (id past the compute actions) may end later, and a producer
-        later on the list never ends first (a deadlock)."""
+        later on the list never ends first (a deadlock). The third list: per compute action outside a group with
+        at most one other producer to wait for, the copy on its own rank it waits for (a backward's RELOAD), or -1:
+        read beside the first list rather than through the dict (10^4 backwards)."""
         offsets, dep_lists, ranks, joined = self.offsets, self.deps, self.ranks, self.joined or {}
+        num_actions = len(self.actions)
         single: list[int] = []
         several: dict[int, tuple[tuple[int, int], ...]] = {}
-        append = single.append
+        local: list[int] = []
+        append, append_local = single.append, local.append
         if self.copies is not None:
             ranks = ranks + self.copies.ranks
         for rank in range(len(offsets) - 1):
             first = offsets[rank]
             for i in range(first, offsets[rank + 1]):
-                found = -1
+                found = copy = -1
                 for d in dep_lists[i]:
                     if d < first or d >= i:
-                        if found >= 0 or ranks[d] == rank:
-                            found = -2  # several, or one that pays no hop
+                        if ranks[d] == rank:
+                            if d >= num_actions and copy < 0:  # a copy of its own rank's: pays no hop
+                                copy = d
+                                continue
+                            found = -2  # one that pays no hop, or a second copy
+                            break
+                        if found >= 0:
+                            found = -2  # several
                             break
                         found = d
                 if found != -2 and i not in joined:
                     append(found)  # the common case: none, or one producer on another rank paying this action's hop
+                    append_local(copy)
                     continue
+                append_local(-1)
                 waits = []
                 for d in dep_lists[i]:
                     if d < first or d >= i:
@@ -176,7 +190,7 @@ class Dependencies:
                     several[i] = tuple(waits)
                 else:
                     append(-1)
-        return single, several
+        return single, several, local
 
 
 @dataclass(frozen=True)
@@ -251,6 +265,7 @@ def _lower(schedule: Schedule) -> Dependencies:
     validated = is_validated(schedule)  # then every action is in range, once, and every producer runs
     if not validated:
         _check_ranges(schedule, actions, ranks, offsets)
+    ids = action_ids(actions, schedule.num_stages, schedule.num_microbatches)  # the memory moves read it too
     try:
         deps = producer_ids(
             actions,
@@ -259,6 +274,7 @@ def _lower(schedule: Schedule) -> Dependencies:
             not validated,
             schedule.seq_chunks,
             schedule.pipeline_stages,
+            ids,
         )
     except ValueError:  # an action runs twice: name the first repeat
         _raise_duplicate(actions, dict(zip(actions, range(len(actions)), strict=True)), ranks, offsets)
@@ -269,19 +285,35 @@ def _lower(schedule: Schedule) -> Dependencies:
         _raise_missing(missing, made.index, ranks, offsets, schedule)
     if schedule.order is None:  # a plain order: the data rules alone
         return made
+    moves = memory_move_gates(schedule) if has_memory_moves(schedule) else None
+    if moves is not None and _moves_alone(schedule, moves):  # no SEND, pair or collective: the scans for them below
+        copies = _copy_ops(schedule, made, deps, ids, moves)  # (10^5 entries, three times) would find none
+        return Dependencies(actions, ranks, offsets, deps, None, None, copies, ({}, [[] for _ in schedule.order]))
     gates = send_gates(schedule)
     groups = overlap_groups(schedule)
-    moves = has_memory_moves(schedule)
     collectives = collectives_before(schedule)
-    if gates is None and not groups and not moves:
+    if gates is None and not groups and moves is None:
         return dataclasses.replace(made, collectives=collectives) if any(collectives) else made
     sends: dict[tuple[int, int], str] | None = None
     if gates is not None:
         sends = {}
         deps = _gated(deps, actions, ranks, offsets, made.index, gates, schedule.num_stages, sends)
     joined = _joined(groups, made, overlap_positions(schedule)) if groups else None
-    copies = _copy_ops(schedule, made, deps) if moves else None
+    copies = _copy_ops(schedule, made, deps, ids, moves) if moves is not None else None
     return Dependencies(actions, ranks, offsets, deps, joined, sends, copies, collectives)
+
+
+def _moves_alone(schedule: Schedule, moves: list[tuple[list[CommAction], list[int]]]) -> bool:
+    """Whether every entry of the order is a compute action or a memory move (`memory_move_gates`' rows): each
+    row holds only the two exact types, and as many entries as its compute actions and its moves together."""
+    rows = zip(schedule.order or (), schedule.actions, moves, strict=True)
+    return all(
+        len(row) == len(computed) + len(moved) and set(map(type, row)) <= _MOVES_ALONE
+        for row, computed, (moved, _) in rows
+    )
+
+
+_MOVES_ALONE = frozenset({Action, CommAction})
 
 
 def _joined(
@@ -305,15 +337,21 @@ def _joined(
 _first, _second = itemgetter(0), itemgetter(1)
 
 
-def _copy_ops(schedule: Schedule, made: Dependencies, deps: list[tuple[int, ...]]) -> CopyOps:
+def _copy_ops(
+    schedule: Schedule,
+    made: Dependencies,
+    deps: list[tuple[int, ...]],
+    ids: dict[ActionKind, list[list[int]]],
+    rows: list[tuple[list[CommAction], list[int]]],
+) -> CopyOps:
     """The engine's view of `memory_moves`; adds each RELOAD to the dependencies of the backward it serves (in
     place). Validation has checked that every copy stands after what it moves and before what it serves. Each id is
-    read off a position (`memory_move_gates`) or a table per (stage, microbatch), a column at a time: 10^5 copies
-    without hashing an action."""
-    first, rows = len(made.actions), memory_move_gates(schedule)
+    read off a position (`memory_move_gates`), the compute actions' `action_ids` or a table of the OFFLOADs per
+    (stage, microbatch), a column at a time: 10^5 copies without hashing an action."""
+    first = len(made.actions)  # `rows`: `memory_move_gates(schedule)`
     entries = list(chain.from_iterable(row for row, _ in rows))
     ranks = list(chain.from_iterable(repeat(rank, len(row)) for rank, (row, _) in enumerate(rows)))
-    ids = range(first, first + len(entries))
+    copy_ids = range(first, first + len(entries))
     stages, kinds, mbs = (list(map(itemgetter(field), entries)) for field in range(3))
     num_mb = schedule.num_microbatches
     if not set(stages) <= set(range(schedule.num_stages)) or not set(mbs) <= set(range(num_mb)):
@@ -326,31 +364,35 @@ def _copy_ops(schedule: Schedule, made: Dependencies, deps: list[tuple[int, ...]
     gate_ids = chain.from_iterable(
         map(add, gates, repeat(lo)) for (_, gates), lo in zip(rows, made.offsets, strict=False)
     )
-    for gate, c in zip(gate_ids, ids, strict=True):  # the copies a compute action issues when it ends, in order
+    for gate, c in zip(gate_ids, copy_ids, strict=True):  # the copies a compute action issues when it ends, in order
         held = issued[gate]
         issued[gate] = (c,) if held is None else (*held, c)
-    keys = _keys(stages, mbs, num_mb)  # (stage, microbatch) as one index into the tables below
-    actions = made.actions
-    action_keys = _keys(list(map(itemgetter(0), actions)), list(map(itemgetter(2), actions)), num_mb)
-    action_kinds = list(map(itemgetter(1), actions))
-    size = schedule.num_stages * num_mb
-    forward = _id_table(size, ((action_keys, range(first), list(map(is_, action_kinds, repeat(F)))),))
-    # the backward a RELOAD serves: the first kind of RELOAD_SERVES that runs (the last table written wins)
-    by_kind = [(action_keys, range(first), list(map(is_, action_kinds, repeat(k)))) for k in reversed(RELOAD_SERVES)]
-    served = _id_table(size, by_kind)
     reloads = list(map(is_, kinds, repeat(CommKind.RELOAD)))
     offloads = list(map(not_, reloads))
-    moved_out = _id_table(size, ((keys, ids, offloads),))
-    needs = dict(zip(compress(ids, offloads), map(forward.__getitem__, compress(keys, offloads)), strict=True))
-    needs.update(zip(compress(ids, reloads), map(moved_out.__getitem__, compress(keys, reloads)), strict=True))
-    serving = list(map(served.__getitem__, compress(keys, reloads)))
+    keys = _keys(stages, mbs, num_mb)  # (stage, microbatch) as one index into the OFFLOADs' table
+    moved_out = _id_table(schedule.num_stages * num_mb, ((keys, copy_ids, offloads),))
+    forwards = _ids_of(ids[F], compress(stages, offloads), compress(mbs, offloads))
+    needs = dict(zip(compress(copy_ids, offloads), forwards, strict=True))
+    needs.update(zip(compress(copy_ids, reloads), map(moved_out.__getitem__, compress(keys, reloads)), strict=True))
+    # the backward a RELOAD serves: the first kind of RELOAD_SERVES that runs
+    served_stages, served_mbs = list(compress(stages, reloads)), list(compress(mbs, reloads))
+    serving = _ids_of(ids[RELOAD_SERVES[0]], served_stages, served_mbs)
+    for kind in RELOAD_SERVES[1:]:
+        if -1 in serving:
+            later = _ids_of(ids[kind], served_stages, served_mbs)
+            serving = [found if found >= 0 else other for found, other in zip(serving, later, strict=True)]
     if -1 in needs.values() or -1 in serving:
         raise ScheduleError(
             "memory move without its action", "an OFFLOAD's forward, or a RELOAD's OFFLOAD or backward, never runs"
         )
-    for c, backward in zip(compress(ids, reloads), serving, strict=True):
+    for c, backward in zip(compress(copy_ids, reloads), serving, strict=True):
         deps[backward] = (*deps[backward], c)
     return CopyOps(first, entries, ranks, issued, needs)
+
+
+def _ids_of(rows: list[list[int]], stages: Iterable[int], microbatches: Iterable[int]) -> list[int]:
+    """`rows[stage][microbatch]` of each (stage, microbatch), at C speed."""
+    return list(map(list.__getitem__, map(rows.__getitem__, stages), microbatches))
 
 
 def _keys(stages: list[int], microbatches: list[int], num_mb: int) -> list[int]:

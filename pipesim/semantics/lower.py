@@ -177,6 +177,15 @@ def _seq_neighbour(kind: ActionKind, mb: int, seq_chunks: int) -> int | None:
     return mb + offset if 0 <= chunk < seq_chunks else None
 
 
+def action_ids(actions: list[Action], num_stages: int, num_microbatches: int) -> dict[ActionKind, list[list[int]]]:
+    """Per kind, stage and microbatch, the position of that action in `actions` (-1: none; the last, where one
+    repeats): lists, several times cheaper than hashing a key per lookup (10^5 actions)."""
+    table = {kind: [[-1] * num_microbatches for _ in range(num_stages)] for kind in ActionKind}
+    for i, (stage, kind, mb) in enumerate(actions):
+        table[kind][stage][mb] = i
+    return table
+
+
 def producer_ids(
     actions: list[Action],
     num_stages: int,
@@ -184,17 +193,16 @@ def producer_ids(
     unique: bool = False,
     seq_chunks: int = 1,
     pipeline_stages: int | None = None,
+    ids: dict[ActionKind, list[list[int]]] | None = None,
 ) -> list[tuple[int, ...]]:
     """Per action (by position in `actions`), the positions of its producers; -1 where one is missing. `unique`:
-    a ValueError where an action appears twice (counted at C speed over the id table, no action hashed).
+    a ValueError where an action appears twice (counted at C speed over the id table, no action hashed). `ids`:
+    `action_ids` of `actions`, where the caller reads it too.
 
-    Hot loop (10^5 actions): ids live in [kind][stage][microbatch] lists, several times cheaper than hashing
-    a key per lookup, and each (kind, stage) gets its producers' rows once, from the same table as
-    `producers_of` (which a test checks it against on every registered schedule).
+    Hot loop (10^5 actions): ids live in `action_ids`' table, and each (kind, stage) gets its producers' rows
+    once, from the same table as `producers_of` (which a test checks it against on every registered schedule).
     """
-    table = {kind: [[-1] * num_microbatches for _ in range(num_stages)] for kind in ActionKind}
-    for i, (stage, kind, mb) in enumerate(actions):
-        table[kind][stage][mb] = i
+    table = action_ids(actions, num_stages, num_microbatches) if ids is None else ids
     if unique and sum(len(row) - row.count(-1) for rows in table.values() for row in rows) != len(actions):
         raise ValueError("an action appears twice")
     merged: dict[tuple[ActionKind, ...], list[list[int]]] = {}

@@ -172,9 +172,11 @@ def _rank_rows(tl: Timeline) -> list[tuple[list, list[float], list[float]]]:
     return [(list(map(_action, row)), list(map(_start, row)), list(map(_end, row))) for row in _by_rank(tl)]
 
 
-def _moves_by_rank(tl: Timeline) -> list[list[CommSpan]]:
-    """Per rank, the timeline's OFFLOADs and RELOADs (copy-engine spans), in the timeline's order."""
-    moves = comm_of(tl, COPY_KINDS)
+def _moves_by_rank(tl: Timeline, moves: list[CommSpan] | None = None) -> list[list[CommSpan]]:
+    """Per rank, the timeline's OFFLOADs and RELOADs (copy-engine spans, `moves` where the caller has read them),
+    in the timeline's order."""
+    if moves is None:
+        moves = comm_of(tl, COPY_KINDS)
     rows: list[list[CommSpan]] = [[] for _ in range(tl.num_ranks)]
     ranks = list(map(itemgetter(0), moves))
     if ranks and 0 <= ranks[0] <= ranks[-1] < tl.num_ranks and all(map(le, ranks, islice(ranks, 1, None))):
@@ -464,8 +466,9 @@ def _column_summaries(
 @paused_gc()
 def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     """Makespan, bubbles and peak activation memory per rank (bytes need `cost`)."""
-    if has_memory_moves(tl):  # the copies move activations off the device and back: the level needs every event
-        return _metrics_with_moves(tl, cost)
+    moves = comm_of(tl, COPY_KINDS)  # `has_memory_moves`, its spans kept for the metrics that read them
+    if moves:  # the copies move activations off the device and back: the level needs every event
+        return _metrics_with_moves(tl, cost, moves)
     summaries = None if tl.columns is None else _column_summaries(tl, tl.columns, cost)
     if summaries is not None:
         return _metrics(tl.num_ranks, *summaries)
@@ -477,11 +480,11 @@ def compute_metrics(tl: Timeline, cost: CostModel | None = None) -> Metrics:
     return _metrics_of_events(tl, cost, rows, summaries, origin, total)
 
 
-def _metrics_with_moves(tl: Timeline, cost: CostModel | None) -> Metrics:
+def _metrics_with_moves(tl: Timeline, cost: CostModel | None, copies: list[CommSpan]) -> Metrics:
     """The metrics of a step with memory moves, each rank's read in one walk over its columns: idle time, its
     device level over the compute and move events merged (sorted as `_memory_events` sorts them), its host level
     and its copy engine's busy time."""
-    rows, moves = _rank_rows(tl), _moves_by_rank(tl)
+    rows, moves = _rank_rows(tl), _moves_by_rank(tl, copies)
     origin = min([starts[0] for _, starts, _ in rows if starts], default=0.0)  # `_origin`: rows sorted by start
     ends = [max(row_ends) for _, _, row_ends in rows if row_ends]
     total = _makespan_of(max(ends), tl, origin) if ends else 0.0  # `_makespan`
@@ -524,8 +527,11 @@ def _exact_peaks(
     in any order, so the levels after each time, and the peaks, are those of the tuples' order (within one time
     the level falls then rises in both orders). None where that does not hold: the caller sorts the tuples."""
     kinds, stages = list(map(_kind, actions)), list(map(_stage, actions))
-    device: list[tuple[int, list[float], list]] = []  # (count delta, times, byte deltas) of each stream
     present = set(kinds)
+    counted = _counted_peaks(kinds, present, set(stages), starts, ends, moves, table, changes)
+    if counted is not None:
+        return counted
+    device: list[tuple[int, list[float], list]] = []  # (count delta, times, byte deltas) of each stream
     for kind in ActionKind:
         if kind not in present:
             continue
@@ -564,6 +570,67 @@ def _exact_peaks(
     if not (_exact(device) and _exact(host)):
         return None
     return (*_stream_peaks(device, True), _stream_peaks(host, False)[1] if host else 0.0)
+
+
+def _counted_peaks(
+    kinds: list,
+    present: set,
+    stages: set[int],
+    starts: list[float],
+    ends: list[float],
+    moves: list[CommSpan],
+    table: dict[int, dict[ActionKind, tuple[int, float]]],
+    changes: dict[CommKind, dict[int, tuple[float, float, bool]]],
+) -> tuple[int, float, float] | None:
+    """`_exact_peaks` where every event of the rank moves one whole stash of one size s (a whole number: each sum
+    exact), or nothing: each level is then its count times s, and the count's peak is read off the rising and the
+    falling events' times alone, with no byte delta listed. None where that does not hold."""
+    sizes: set[float] = set()
+    rises: list[float] = []  # in any order: `_count_peak` sorts them
+    falls: list[float] = []
+    for kind in present:
+        if type(kind) is not ActionKind:
+            return None
+        signs = {table[stage][kind] for stage in stages}
+        if len(signs) != 1:
+            return None
+        count, size = signs.pop()
+        if count == 0 and size == 0:
+            continue  # W of a stage without a weight part: changes nothing
+        if count not in (1, -1):
+            return None
+        sizes.add(size * count)
+        times = compress(starts if changes_at_start(kind) else ends, map(is_, kinds, repeat(kind)))
+        (rises if count > 0 else falls).extend(times)
+    host_rises: list[float] = []
+    host_falls: list[float] = []
+    if moves:
+        move_kinds, move_stages, begins, finishes = _move_columns(moves)
+        for kind in set(move_kinds):
+            mask = list(map(is_, move_kinds, repeat(kind)))
+            change = {changes.get(kind, {}).get(stage) for stage in set(compress(move_stages, mask))}
+            if len(change) != 1 or None in change:
+                return None
+            on_device, on_host, starts_it = change.pop()
+            sizes.update((abs(on_device), abs(on_host)))
+            at, other = (begins, finishes) if starts_it else (finishes, begins)
+            (rises if on_device > 0 else falls).extend(compress(at, mask))
+            (host_rises if on_host > 0 else host_falls).extend(compress(other, mask))
+    if len(sizes) > 1:
+        return None
+    size = sizes.pop() if sizes else 0.0
+    if not (size > 0 and size.is_integer()) or (len(kinds) + 2 * len(moves)) * size >= _EXACT:
+        return None
+    peak = _count_peak(rises, falls)
+    return peak, peak * size, _count_peak(host_rises, host_falls) * size if moves else 0.0
+
+
+def _count_peak(rises: list[float], falls: list[float]) -> int:
+    """The highest running count from 0 over +1 events at `rises` and -1 events at `falls`, falls first at one time
+    (a stable sort of the times, falls listed first)."""
+    times = falls + rises
+    deltas = [-1] * len(falls) + [1] * len(rises)
+    return max(accumulate(map(deltas.__getitem__, sorted(range(len(times)), key=times.__getitem__)), initial=0))
 
 
 def _scale(streams: list[tuple[int, list[float], list]]) -> float | None:

@@ -178,7 +178,7 @@ def _sweep_blocking(
 
 
 def _sweep_waits(
-    waits: tuple[list[int], dict[int, tuple[tuple[int, int], ...]]],
+    waits: tuple[list[int], dict[int, tuple[tuple[int, int], ...]], list[int]],
     offsets: list[int],
     durations: list[float],
     hops: list[float],
@@ -193,9 +193,9 @@ def _sweep_waits(
 ) -> None:
     """`sweep`'s loop for overlapped groups and copies (`Dependencies.waits`): one producer read per action, as
     `_sweep_blocking` does, except where several can keep it waiting (a group's first member waits for every
-    member's; a backward for its RELOAD too); a compute action's end issues its copies. The general loop's times,
-    without its per-action walk over every producer and its test for a group."""
-    single, several = waits
+    member's); a backward reads its RELOAD beside its producer; a compute action's end issues its copies. The
+    general loop's times, without its per-action walk over every producer and its test for a group."""
+    single, several, local = waits
     issued, needs, copy_clock = copy_inputs if copy_inputs is not None else ([None] * len(single), {}, [])
     while ready:
         rank = ready.pop()
@@ -223,6 +223,13 @@ def _sweep_waits(
                     d = -1
                 if d >= 0:
                     break
+            d = local[i]
+            if d >= 0:  # a copy of this rank's, issued by an action before this one: it has ended, or never will
+                arrival = ends[d]
+                if arrival < 0:
+                    break
+                if arrival > start:
+                    start = arrival
             now = start + durations[i]
             starts[i] = start
             ends[i] = now
@@ -407,7 +414,8 @@ def group_texts(actions: list[Action], joined: dict[int, tuple[int, ...]]) -> li
 def copy_spans(copies: CopyOps, starts: list[float], ends: list[float]) -> tuple[CommSpan, ...]:
     """Each OFFLOAD and RELOAD on its rank's copy engine (kind "offload" / "reload", peer -1: the host)."""
     first, entries = copies.first, copies.entries
-    names = map(str.lower, map(_kind, entries))  # "offload", "reload": each kind's value, lower case
+    lower = {kind: kind.value.lower() for kind in set(map(_kind, entries))}  # "offload", "reload", made once each
+    names = map(lower.__getitem__, map(_kind, entries))
     rows = zip(copies.ranks, names, repeat(-1), entries, starts[first:], ends[first:], repeat(0), repeat(0))
     return tuple(map(tuple.__new__, repeat(CommSpan), rows))  # 10^5 spans at C speed: no call per span
 
