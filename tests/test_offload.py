@@ -129,6 +129,17 @@ def test_the_order_is_data_it_round_trips_through_torchs_csv() -> None:
     assert simulate(back, cost).comm == simulate(schedule, cost).comm
 
 
+def test_torchs_csv_keeps_the_memory_moves_or_refuses_to_drop_them() -> None:
+    plain = with_offload(build_schedule("1f1b", 4, 8), "full")
+    with pytest.raises(ValueError, match="would be lost: write compute_only"):
+        schedule_to_csv(plain, "compute_comms")  # torch's lowering knows transfers, not OFFLOAD or RELOAD
+    stated = schedule_from_csv(schedule_to_csv(build_schedule("1f1b", 4, 8), "compute_comms"))
+    moved = with_offload(stated, "full")  # transfers stated, memory moves placed among them
+    compute = schedule_from_csv(schedule_to_csv(moved, "compute_only"))
+    assert compute.order == plain.order  # the transfers went, the moves stayed where they were
+    assert schedule_from_csv(schedule_to_csv(moved, "compute_comms")).order == moved.order
+
+
 def _order_with(row0: list[str]):
     base = build_schedule("gpipe", 1, 2)
     return dataclasses.replace(base, order=(tuple(parse_entry(t) for t in row0),))

@@ -29,7 +29,16 @@ import io
 import re
 from typing import Literal
 
-from pipesim.ir import TRANSFER_KINDS, CommAction, Entry, Schedule, entry_actions, parse_entry, schedule_from_order
+from pipesim.ir import (
+    MEMORY_MOVES,
+    TRANSFER_KINDS,
+    CommAction,
+    Entry,
+    Schedule,
+    entry_actions,
+    parse_entry,
+    schedule_from_order,
+)
 from pipesim.limits import MAX_MICROBATCHES, MAX_STAGES, check_sizes
 from pipesim.semantics.torch_order import with_comms
 
@@ -62,13 +71,18 @@ def _is_transfer(entry: Entry | None) -> bool:
     return isinstance(entry, CommAction) and entry.kind in TRANSFER_KINDS
 
 
+def _has_memory_moves(schedule: Schedule) -> bool:
+    return any(isinstance(e, CommAction) and e.kind in MEMORY_MOVES for row in schedule.order_rows() for e in row)
+
+
 def schedule_to_csv(schedule: Schedule, csv_format: CsvFormat = "compute_only") -> str:
     """The schedule as torch's CSV (rows end in CRLF like csv.writer's).
 
     ``compute_only``: the schedule's own cells without transfers; a schedule read from a compute_comms file
     also loses its collectives, which torch's lowering adds back (torch's `_load_csv(format="compute_only")`
-    refuses them). ``compute_comms``: the schedule's cells when it states its transfers, else torch's lowering
-    of its compute order. ``auto`` writes the form the schedule has.
+    refuses them); its OFFLOADs and RELOADs stay. ``compute_comms``: the schedule's cells when it states its
+    transfers, else torch's lowering of its compute order (refused for a schedule with memory moves, which that
+    lowering would drop). ``auto`` writes the form the schedule has.
     """
     _check_format(csv_format)
     if csv_format == "auto":
@@ -76,10 +90,18 @@ def schedule_to_csv(schedule: Schedule, csv_format: CsvFormat = "compute_only") 
     if csv_format == "compute_comms":
         if schedule.has_transfers:
             rows = schedule.order_rows()
+        elif _has_memory_moves(schedule):  # torch's lowering places transfers around compute actions only
+            raise ValueError(
+                f"{schedule.name}: torch's lowering of a compute order adds its transfers but has no OFFLOAD or "
+                "RELOAD, so the schedule's memory moves would be lost: write compute_only (it keeps them) or "
+                "pipesim's schedule JSON"
+            )
         else:
             rows = with_comms(schedule)
-    elif schedule.has_transfers:
-        rows = [[e for e in row if not isinstance(e, CommAction)] for row in schedule.order_rows()]
+    elif schedule.has_transfers:  # the transfers and collectives go; the memory moves are the schedule's own
+        rows = [
+            [e for e in row if not isinstance(e, CommAction) or e.kind in MEMORY_MOVES] for row in schedule.order_rows()
+        ]
     else:
         rows = schedule.order_rows()
     buffer = io.StringIO()
