@@ -112,26 +112,23 @@ class Dependencies:
         return blocking
 
     @cached_property
-    def pair_waits(self) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    def pair_waits(self) -> tuple[list[int], list[int]] | None:
         """`blocking` for the engine's loop of overlapped pairs without copies: (`blocking` with -2 at each pair's
-        first member, `blocking` itself, and per pair's first member the one producer its second member can wait
-        for, or -1, and that second member's id, whose hop the wait pays). A pair starts once both members' inputs
-        are in; its second member, next on the rank, then finds its own arrived. None where a group has more than
-        two members or its second member does not follow its first, an action has two producers that can keep it
-        waiting, or the schedule copies (the engine then reads `waits`). Built at C speed off `blocking`."""
+        first member, `blocking` itself). A pair starts once both members' inputs are in: its first member waits
+        for its own producer and its second member's, the next id (`blocking[i + 1]`, paying that member's hop);
+        the second member then finds its own arrived. None where a group has more than two members or its second
+        member does not follow its first, an action has two producers that can keep it waiting, or the schedule
+        copies (the engine then reads `waits`). Built at C speed off `blocking`."""
         blocking, joined = self.blocking, self.joined
         if blocking is None or not joined or self.copies is not None:
             return None
-        if not all(map((1).__eq__, map(len, joined.values()))):
+        # each group a pair whose second member comes next: what the rank runs between them could feed it, and
+        # `blocking` would not name it
+        if not all(map(eq, joined.values(), zip(map(add, joined, repeat(1))))):
             return None
-        firsts, seconds = list(joined), list(map(_first, joined.values()))
-        if not all(map(eq, seconds, map(add, firsts, repeat(1)))):  # a second member apart from its first: what
-            return None  # the rank runs between them may feed it, and `blocking` does not name it
-        waits, extra, partner = list(blocking), [-1] * len(blocking), [-1] * len(blocking)
-        deque(map(waits.__setitem__, firsts, repeat(-2)), maxlen=0)  # -2: a pair's first member, read below
-        deque(map(extra.__setitem__, firsts, map(blocking.__getitem__, seconds)), maxlen=0)
-        deque(map(partner.__setitem__, firsts, seconds), maxlen=0)
-        return waits, blocking, extra, partner
+        waits = list(blocking)
+        deque(map(waits.__setitem__, joined, repeat(-2)), maxlen=0)  # -2: a pair's first member, read above
+        return waits, blocking
 
     @cached_property
     def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]]]:
