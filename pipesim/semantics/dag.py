@@ -35,7 +35,7 @@ from pipesim.semantics.lower import (
     has_memory_moves,
     memory_move_gates,
     overlap_groups,
-    overlap_positions,
+    overlap_ids,
     produced_message,
     producer_ids,
     producers_of,
@@ -267,32 +267,24 @@ def _lower(schedule: Schedule) -> Dependencies:
     if schedule.order is None:  # a plain order: the data rules alone
         return made
     gates = send_gates(schedule)
-    groups = overlap_groups(schedule)
+    joined = overlap_ids(schedule, offsets)  # `Dependencies.joined`, read off the groups' places: no action hashed
+    if joined is None:  # an entry of a subclass: the groups found by name
+        joined = _joined(overlap_groups(schedule), made)
     moves = has_memory_moves(schedule)
     collectives = collectives_before(schedule)
-    if gates is None and not groups and not moves:
+    if gates is None and not joined and not moves:
         return dataclasses.replace(made, collectives=collectives) if any(collectives) else made
     sends: dict[tuple[int, int], str] | None = None
     if gates is not None:
         sends = {}
         deps = _gated(deps, actions, ranks, offsets, made.index, gates, schedule.num_stages, sends)
-    joined = _joined(groups, made, overlap_positions(schedule)) if groups else None
     copies = _copy_ops(schedule, made, deps) if moves else None
-    return Dependencies(actions, ranks, offsets, deps, joined, sends, copies, collectives)
+    return Dependencies(actions, ranks, offsets, deps, joined or None, sends, copies, collectives)
 
 
-def _joined(
-    groups: list[tuple[Action, ...]], made: Dependencies, positions: list[list[int]] | None
-) -> dict[int, tuple[int, ...]]:
-    """`Dependencies.joined`: each group's first id -> its other members' ids, read off the groups' positions in
-    their ranks' lists (`overlap_positions`), or by name where those are not known; pairs (every family's) at C
-    speed, no action hashed."""
-    if positions is not None:
-        starts = zip(positions, made.offsets[:-1], strict=True)
-        firsts = list(chain.from_iterable(map(add, row, repeat(lo)) for row, lo in starts))
-        if all(map((2).__eq__, map(len, groups))):
-            return dict(zip(firsts, zip(map(add, firsts, repeat(1))), strict=True))
-        return {first: tuple(range(first + 1, first + len(group))) for first, group in zip(firsts, groups, strict=True)}
+def _joined(groups: list[tuple[Action, ...]], made: Dependencies) -> dict[int, tuple[int, ...]]:
+    """`Dependencies.joined` found by name, where the groups' places are not known (`overlap_ids`): each group's
+    first id -> its other members' ids."""
     member = made.index.__getitem__
     if all(map((2).__eq__, map(len, groups))):  # 10^4 pairs: the second ids as 1-tuples, as zip of one yields them
         return dict(zip(map(member, map(_first, groups)), zip(map(member, map(_second, groups))), strict=True))

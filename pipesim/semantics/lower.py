@@ -377,24 +377,25 @@ def overlap_groups(schedule: Schedule) -> list[tuple[Action, ...]]:
     return [e.actions for row in schedule.order or () for e in row if isinstance(e, Overlap)]
 
 
-def overlap_positions(schedule: Schedule) -> list[list[int]] | None:
-    """Per rank, the position of each overlapped group's first member in the rank's `Schedule.actions` (in
-    `overlap_groups`' order), its others following it: the order's compute actions are the action lists, as
-    `Schedule` checks. None where an entry's type is a subclass (then find the groups by name)."""
-    positions: list[list[int]] = []
-    for row in schedule.order or ():
-        if not set(map(type, row)) <= _KNOWN_ENTRIES:
-            return None
-        at, mine = 0, []
-        for entry in row:  # a plain loop: quicker here than the passes over the row at C speed
+def overlap_ids(schedule: Schedule, offsets: list[int]) -> dict[int, tuple[int, ...]] | None:
+    """Each overlapped group's first member -> its other members, as ids: positions in the ranks' `Schedule.actions`
+    (the order's compute actions are the action lists, as `Schedule` checks), rank r's counted from `offsets[r]`.
+    Empty without a group; None where an entry's type is a subclass (then find the groups by name)."""
+    if _plain_order(schedule):
+        return {}
+    if not _entry_types(schedule) <= _KNOWN_ENTRIES:
+        return None
+    ids: dict[int, tuple[int, ...]] = {}
+    for row, at in zip(schedule.order or (), offsets, strict=False):
+        for entry in row:  # one plain loop: quicker than passes over the row at C speed, then over the groups
             kind = type(entry)
             if kind is Action:
                 at += 1
             elif kind is Overlap:
-                mine.append(at)
-                at += len(entry[0])
-        positions.append(mine)
-    return positions
+                size = len(entry[0])
+                ids[at] = (at + 1,) if size == 2 else tuple(range(at + 1, at + size))
+                at += size
+    return ids
 
 
 _PLAIN_ENTRIES = frozenset({Action, CommAction, type(None)})
