@@ -164,11 +164,8 @@ def _dual_order(rank: int, p: int, n: int, down: int, up: int) -> tuple[list[Act
     compute actions and its cells (the same actions, each overlapped pair as one `Overlap`)."""
     steps = dualpipev_steps(rank, p, n)
     order = RankOrder()
-    for _ in range(steps.n_f0):  # step 1: nF0
-        order.forward(down)
-    for _ in range(steps.n_f0_f1):  # step 2: nF0F1
-        order.forward(down)
-        order.forward(up)
+    order.runs([(down, F, "F")], steps.n_f0)  # step 1: nF0
+    order.runs([(down, F, "F"), (up, F, "F")], steps.n_f0_f1)  # step 2: nF0F1
     for _ in range(steps.n_b1_w1_f1):  # step 3: nI1W1F1 (zero bubble)
         order.backward(up)
         order.weight()
