@@ -356,7 +356,7 @@ def transfers_of(message: Message) -> tuple[CommAction, CommAction]:
 def send_gates(schedule: Schedule) -> dict[Message, Action | None] | None:
     """Where transfers are explicit: per message, the last compute action its rank runs before the SEND (None
     when the SEND comes before any compute). None when the schedule leaves the transfers to `comm_plan`."""
-    if not _states_comms(schedule) or not schedule.has_transfers:
+    if not states_comms(schedule) or not schedule.has_transfers:
         return None
     gates: dict[Message, Action | None] = {}
     for row in schedule.order or ():
@@ -408,7 +408,7 @@ def _plain_order(schedule: Schedule) -> bool:
     return _entry_types(schedule) <= _PLAIN_ENTRIES
 
 
-def _states_comms(schedule: Schedule) -> bool:
+def states_comms(schedule: Schedule) -> bool:
     """Whether the order holds any CommAction (a transfer, a memory move or a collective): the scans for each skip
     an order of compute actions and pairs alone (the overlapped families' 10^5 entries)."""
     return any(issubclass(kind, CommAction) for kind in _entry_types(schedule))
@@ -419,7 +419,7 @@ _ENTRY_TYPES = "_pipesim_entry_types"  # where a schedule keeps them (in its ins
 
 def _entry_types(schedule: Schedule) -> frozenset[type]:
     """Every type among the order's entries, read once per schedule at C speed: the lowering asks four questions
-    of them (`_plain_order`, `_states_comms`)."""
+    of them (`_plain_order`, `states_comms`)."""
     types = schedule.__dict__.get(_ENTRY_TYPES)
     if types is None:  # a frozen value, set as functools.cached_property sets one
         types = schedule.__dict__[_ENTRY_TYPES] = frozenset(map(type, chain.from_iterable(schedule.order or ())))
@@ -455,7 +455,7 @@ def collectives_before(schedule: Schedule) -> tuple[dict[Action, list[CommAction
     before: dict[Action, list[CommAction]] = {}
     tails: list[list[CommAction]] = []
     collective = (CommKind.UNSHARD, CommKind.RESHARD, CommKind.REDUCE_GRAD)
-    if not _states_comms(schedule) or (_plain_order(schedule) and not _comm_kinds(schedule).intersection(collective)):
+    if not states_comms(schedule) or (_plain_order(schedule) and not _comm_kinds(schedule).intersection(collective)):
         return before, [[] for _ in schedule.order or ()]  # none to place
     for row in schedule.order or ():
         waiting: list[CommAction] = []
@@ -541,7 +541,7 @@ _MOVES_ROW = frozenset({Action, CommAction})
 def has_memory_moves(schedule: Schedule) -> bool:
     return (
         schedule.order is not None
-        and _states_comms(schedule)
+        and states_comms(schedule)
         and any(isinstance(e, CommAction) and e.kind in MEMORY_MOVES for row in schedule.order for e in row)
     )
 
