@@ -211,9 +211,16 @@ def _compute_actions(entries: tuple[Entry | None, ...]) -> tuple[Action, ...]:
     kinds = set(map(type, entries))
     if kinds <= {Action, CommAction, type(None)}:
         return tuple(compress(entries, map(is_, map(type, entries), repeat(Action))))
+    actions: list[Action] = []
+    add, splice = actions.append, actions.extend
+    if kinds <= {Action, Overlap}:  # 10^4 pairs and actions alone (the overlapped families): two cases per entry
+        for entry in entries:
+            if type(entry) is Overlap:
+                splice(entry[0])  # its actions
+            else:
+                add(entry)
+        return tuple(actions)
     if kinds <= {Action, Overlap, CommAction, type(None)}:  # 10^4 pairs: a plain loop, no call per entry
-        actions: list[Action] = []
-        add, splice = actions.append, actions.extend
         for entry in entries:
             kind = type(entry)
             if kind is Action:

@@ -7,7 +7,7 @@ import pytest
 
 from pipesim.cost.model import CostModel
 from pipesim.cost.stage import StageCost
-from pipesim.ir import Action, F
+from pipesim.ir import Action, F, Overlap
 from pipesim.schedules import build_schedule
 from pipesim.schedules.published_dualpipe import DUALPIPE_TABLE, PIPESIM_NAME
 from pipesim.semantics.lower import comm_plan, needed_message, producers_of
@@ -44,6 +44,19 @@ def test_a_microbatch_runs_its_own_directions_stages_only() -> None:
     assert (3, 3) not in plan.links and all(src != dst for src, dst in plan.links)  # nothing crosses from 3 to 4
     assert len(plan.links[(0, 1)]) == 4 + 4  # activations of direction 0, gradients of direction 1
     validate(schedule)
+
+
+def test_its_pairs_are_cells_of_its_order_and_a_schedule_without_one_keeps_no_order() -> None:
+    """The builder makes each rank's cells and its actions together: every F&B pair one Overlap cell of the order,
+    in DeepSeek's places (rank p-1's first main step F0 B1 alone, then (F1 B0)); without a pair (DualPipeV on one
+    rank, one microbatch) the schedule is its action lists alone."""
+    dual = build_schedule("dualpipe", 4, 8)
+    assert dual.order is not None and dual.params == {"microbatches_both_directions": 8}
+    cells = [str(e) for e in dual.order[1]]  # rank 1: p/2 - 1 = 1 of its half, the first main step not overlapped
+    assert cells[cells.index("1F2") + 1 : cells.index("1F2") + 3] == ["6B0", "(6F2;1B0)OVERLAP_F_B"]
+    assert sum(isinstance(e, Overlap) for row in dual.order for e in row) > 0
+    assert build_schedule("dualpipev", 1, 1).order is None
+    assert build_schedule("dualpipev", 1, 2).order is not None
 
 
 @pytest.mark.parametrize("pp", [4, 8])

@@ -396,7 +396,7 @@ def test_pairs_read_off_their_positions_are_those_found_by_name(schedule) -> Non
 
     deps = dependencies(schedule)
     groups = overlap_groups(schedule)
-    assert deps.joined == _joined(groups, deps, None) and len(deps.joined) == len(groups) > 0
+    assert deps.joined == _joined(groups, deps) and len(deps.joined) == len(groups) > 0
 
 
 @pytest.mark.parametrize("schedule", _moves_and_groups()[:3], ids=lambda s: s.name)

@@ -12,6 +12,7 @@ remaining backwards.
 from __future__ import annotations
 
 import dataclasses
+from itertools import chain, repeat
 
 from pipesim.ir import Action, B, Entry, F, Overlap, Schedule, loop_placement, make_schedule
 from pipesim.schedules import ScheduleInfo
@@ -23,22 +24,21 @@ def one_f_one_b_overlap(num_ranks: int, num_microbatches: int) -> Schedule:
     check_counts(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
     new = tuple.__new__  # Action(...) and Overlap(...) check or wrap their arguments; 10^5 known-good ones need not
-    rows: list[list[Entry]] = []
-    actions: list[list[Action]] = []
+    rows: list[tuple[Entry, ...]] = []
+    actions: list[tuple[Action, ...]] = []
     for rank in range(p):
         warmup = min(p - rank, m)
         steady = m - warmup
-        forwards = [new(Action, (rank, F, mb)) for mb in range(m)]
-        backwards = [new(Action, (rank, B, mb)) for mb in range(m)]
-        cells = [new(Overlap, ((f, b),)) for f, b in zip(forwards[warmup:], backwards, strict=False)]
-        rows.append([*forwards[:warmup], *cells, *backwards[steady:]])  # warm-up, steady F&B cells, cool-down
-        # the same compute actions in order, without reading them back out of the cells
-        interleaved = [a for pair in zip(forwards[warmup:], backwards, strict=False) for a in pair]
-        actions.append([*forwards[:warmup], *interleaved, *backwards[steady:]])
+        forwards = list(map(new, repeat(Action), zip(repeat(rank), repeat(F), range(m))))  # at C speed
+        backwards = list(map(new, repeat(Action), zip(repeat(rank), repeat(B), range(m))))
+        pairs = list(zip(forwards[warmup:], backwards, strict=False))  # the steady cells' (F, B), as Overlap holds
+        head, tail = forwards[:warmup], backwards[steady:]
+        rows.append((*head, *map(new, repeat(Overlap), zip(pairs)), *tail))  # warm-up, F&B cells, cool-down
+        actions.append((*head, *chain.from_iterable(pairs), *tail))  # the same compute actions, in order
     schedule = make_schedule("1f1b-overlap", p, m, loop_placement(p, p), actions)
     if m == 1:  # no rank has a steady cell: a plain order (as `schedule_from_order` keeps one)
         return schedule
-    return dataclasses.replace(schedule, order=tuple(map(tuple, rows)))  # checks the order's actions are these
+    return dataclasses.replace(schedule, order=tuple(rows))  # checks the order's actions are these
 
 
 def _stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:

@@ -12,7 +12,6 @@ runtime.
 
 from __future__ import annotations
 
-import dataclasses
 from itertools import chain, repeat
 from typing import NamedTuple
 
@@ -26,7 +25,6 @@ from pipesim.ir import (
     Schedule,
     W,
     make_schedule,
-    schedule_from_order,
     v_placement,
 )
 from pipesim.schedules import ScheduleInfo
@@ -130,53 +128,57 @@ def check_dualpipev(num_ranks: int, num_microbatches: int) -> None:
         )
 
 
-def _fused(order: RankOrder, forward_stage: int, backward_stage: int, pairs: list[int]) -> None:
-    """DualPipe's overlapped F&B chunk: F then B adjacent on the rank, recorded as one pair (torch's
-    OVERLAP_F_B, in the same places as torch's ScheduleDualPipeV).
+def _run_cells(
+    order: RankOrder, pattern: list[tuple[int, ActionKind, str]], times: int, paired: tuple[int, ...]
+) -> list[Action | Overlap]:
+    """`times` repetitions of `pattern` appended to `order` as whole runs (`RankOrder.runs`), returned as the
+    rank's cells: the action at each offset in `paired` and the one after it, F then B adjacent on the rank, as one
+    overlapped F&B chunk (torch's OVERLAP_F_B, in the same places as torch's ScheduleDualPipeV), the others alone.
 
-    The pair starts when both inputs are in and takes `CostModel.overlap_factor` x (F + B); the default 1
-    means no overlap, F then B, as torch's runtime runs the sub-actions on one stream.
+    A pair starts when both inputs are in and takes `CostModel.overlap_factor` x (F + B); the default 1 means no
+    overlap, F then B, as torch's runtime runs the sub-actions on one stream.
     """
-    pairs.append(len(order.actions))
-    order.forward(forward_stage)
-    order.backward(backward_stage, split=False)
+    start, width = len(order.actions), len(pattern)
+    order.runs(pattern, times)
+    columns = [order.actions[start + k :: width] for k in range(width)]
+    cells: list[list] = []  # per offset of the pattern, its cells in each repetition
+    k = 0
+    while k < width:
+        if k in paired:
+            cells.append(list(map(_new, repeat(Overlap), zip(zip(columns[k], columns[k + 1], strict=True)))))
+            k += 2
+        else:
+            cells.append(columns[k])
+            k += 1
+    return list(chain.from_iterable(zip(*cells, strict=True)))
 
 
-def _dualpipev_rank(rank: int, p: int, n: int) -> list[Action | Overlap]:
+def _dualpipev_rank(rank: int, p: int, n: int) -> tuple[list[Action], list[Action | Overlap]]:
     return _dual_order(rank, p, n, rank, 2 * p - 1 - rank)  # chunk 0 and chunk 1 of DeepSeek's code
 
 
-def _dual_order(rank: int, p: int, n: int, down: int, up: int) -> list[Action | Overlap]:
+def _dual_order(rank: int, p: int, n: int, down: int, up: int) -> tuple[list[Action], list[Action | Overlap]]:
     """DeepSeek's eight steps on one rank, `down` its phase-0 stage and `up` its phase-1 stage: DualPipeV's rank
     `rank` of `p`, or DualPipe's rank whose distance from its nearer end is `rank`, with p half its ranks (DualPipe
-    is DualPipeV's steps on each half, `dualpipe.py` and `dualpipev.py` count them alike)."""
+    is DualPipeV's steps on each half, `dualpipe.py` and `dualpipev.py` count them alike). Returns the rank's
+    compute actions and its cells (the same actions, each overlapped pair as one `Overlap`)."""
     steps = dualpipev_steps(rank, p, n)
     order = RankOrder()
-    pairs: list[int] = []  # where an overlapped pair starts in order.actions
-    for _ in range(steps.n_f0):  # step 1: nF0
-        order.forward(down)
-    for _ in range(steps.n_f0_f1):  # step 2: nF0F1
-        order.forward(down)
-        order.forward(up)
+    order.runs([(down, F, "F")], steps.n_f0)  # step 1: nF0
+    order.runs([(down, F, "F"), (up, F, "F")], steps.n_f0_f1)  # step 2: nF0F1
     for _ in range(steps.n_b1_w1_f1):  # step 3: nI1W1F1 (zero bubble)
         order.backward(up)
         order.weight()
         order.forward(up)
+    cells: list[Action | Overlap] = list(order.actions)
+    four = [(down, F, "F"), (up, B, "backward"), (up, F, "F"), (down, B, "backward")]  # F0 B1 F1 B0
     main = steps.n_f0_b1_f1_b0  # step 4 (main): nF0B1F1B0, F&B pairs
-    if main > 0 and rank == p - 1:  # DeepSeek: the first not overlapped, to shrink the bubble
-        order.forward(down)
-        order.backward(up, split=False)
-        _fused(order, up, down, pairs)
+    if main > 0 and rank == p - 1:  # DeepSeek: the first F0 B1 not overlapped, to shrink the bubble
+        cells += _run_cells(order, four, 1, (2,))
         main -= 1
-    # the rest as whole runs: (F0 B1) (F1 B0) pairs, and step 5's B1 (F1 B0), each pair where `_fused` records one
+    cells += _run_cells(order, four, main, (0, 2))  # the rest: (F0 B1) (F1 B0) pairs
+    cells += _run_cells(order, four[1:], steps.n_b1_f1_b0, (1,))  # step 5: nB1F1B0, B1 then (F1 B0)
     start = len(order.actions)
-    order.runs([(down, F, "F"), (up, B, "backward"), (up, F, "F"), (down, B, "backward")], main)
-    firsts, seconds = range(start, start + 4 * main, 4), range(start + 2, start + 4 * main, 4)
-    pairs.extend(chain.from_iterable(zip(firsts, seconds, strict=True)))
-    tail = steps.n_b1_f1_b0  # step 5: nB1F1B0
-    start = len(order.actions)
-    order.runs([(up, B, "backward"), (up, F, "F"), (down, B, "backward")], tail)
-    pairs.extend(range(start + 1, start + 3 * tail, 3))
     split = False
     for i in range(steps.n_b1_b0):  # step 6: nB1B0, the second half splits off W
         if i == steps.n_b1_b0 // 2 and rank % 2 == 1:
@@ -189,27 +191,28 @@ def _dual_order(rank: int, p: int, n: int, down: int, up: int) -> list[Action | 
         order.weight()
         order.backward(down, split)
     order.flush_weights()  # step 8: nW (whatever W is still deferred)
-    return _with_pairs(order.actions, pairs)
+    cells += order.actions[start:]
+    return order.actions, cells
 
 
-def _with_pairs(actions: list[Action], starts: list[int]) -> list[Action | Overlap]:
-    """The rank's cells: each recorded pair as one Overlap of its two actions."""
-    cells: list[Action | Overlap] = []
-    done = 0
-    for start in starts:  # increasing, each pair's two actions recorded one after the other (`_fused`)
-        cells.extend(actions[done:start])
-        cells.append(tuple.__new__(Overlap, ((actions[start], actions[start + 1]),)))  # two known actions
-        done = start + 2
-    cells.extend(actions[done:])
-    return cells
+def _paired_schedule(
+    name: str, p: int, m: int, rows: list[tuple[list[Action], list[Action | Overlap]]], **fields: object
+) -> Schedule:
+    """A V-placed schedule from each rank's (compute actions, cells): built once, its order checked once against
+    the actions (`Schedule`), and kept as the action lists alone where no rank has a pair (as `schedule_from_order`
+    keeps a plain order)."""
+    actions = tuple(tuple(row) for row, _ in rows)
+    order = tuple(tuple(cells) for _, cells in rows)
+    paired = any(len(row) != len(cells) for row, cells in zip(actions, order, strict=True))  # a pair: one cell, two
+    placement = v_placement(p)
+    return Schedule(name, p, len(placement), m, placement, actions, order=order if paired else None, **fields)
 
 
 def dualpipev(num_ranks: int, num_microbatches: int) -> Schedule:
     """DualPipeV (DeepSeek, the V-shaped DualPipe); needs m >= 2p-1."""
     check_dualpipev(num_ranks, num_microbatches)
     p, m = num_ranks, num_microbatches
-    rows = [_dualpipev_rank(rank, p, m) for rank in range(p)]
-    return schedule_from_order("dualpipev", p, m, v_placement(p), rows)
+    return _paired_schedule("dualpipev", p, m, [_dualpipev_rank(rank, p, m) for rank in range(p)])
 
 
 # --- DualPipe --------------------------------------------------------------------
@@ -245,8 +248,9 @@ def dualpipe(num_ranks: int, num_microbatches: int) -> Schedule:
         near = min(rank, p - 1 - rank)
         down, up = (forward_stage, reverse_stage) if rank < p // 2 else (reverse_stage, forward_stage)
         rows.append(_dual_order(near, p // 2, half, down, up))
-    schedule = schedule_from_order("dualpipe", p, half, v_placement(p), rows)
-    return dataclasses.replace(schedule, pipelines=2, params={"microbatches_both_directions": num_microbatches})
+    return _paired_schedule(
+        "dualpipe", p, half, rows, pipelines=2, params={"microbatches_both_directions": num_microbatches}
+    )
 
 
 def _dualpipe_stashed(num_ranks: int, num_microbatches: int, chunks: int) -> list[int]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from itertools import chain
+from itertools import chain, repeat
 
 from pipesim.ir import Action, ActionKind, B, F, I, Schedule, W, loop_placement, make_schedule
 from pipesim.schedules import ScheduleInfo
@@ -76,7 +76,7 @@ class RankOrder:
         for (stage, kind, _), key in zip(pattern, keys, strict=True):
             first = self._next[key]
             self._next[key] = first + times
-            columns.append([_new(Action, (stage, kind, mb)) for mb in range(first, first + times)])
+            columns.append(map(_new, repeat(Action), zip(repeat(stage), repeat(kind), range(first, first + times))))
         self.actions.extend(chain.from_iterable(zip(*columns, strict=True)))
 
     def count(self, stage: int, kind: str) -> int:

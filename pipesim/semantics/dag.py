@@ -37,7 +37,7 @@ from pipesim.semantics.lower import (
     has_memory_moves,
     memory_move_gates,
     overlap_groups,
-    overlap_positions,
+    overlap_ids,
     produced_message,
     producer_ids,
     producers_of,
@@ -114,26 +114,23 @@ class Dependencies:
         return blocking
 
     @cached_property
-    def pair_waits(self) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    def pair_waits(self) -> tuple[list[int], list[int]] | None:
         """`blocking` for the engine's loop of overlapped pairs without copies: (`blocking` with -2 at each pair's
-        first member, `blocking` itself, and per pair's first member the one producer its second member can wait
-        for, or -1, and that second member's id, whose hop the wait pays). A pair starts once both members' inputs
-        are in; its second member, next on the rank, then finds its own arrived. None where a group has more than
-        two members or its second member does not follow its first, an action has two producers that can keep it
-        waiting, or the schedule copies (the engine then reads `waits`). Built at C speed off `blocking`."""
+        first member, `blocking` itself). A pair starts once both members' inputs are in: its first member waits
+        for its own producer and its second member's, the next id (`blocking[i + 1]`, paying that member's hop);
+        the second member then finds its own arrived. None where a group has more than two members or its second
+        member does not follow its first, an action has two producers that can keep it waiting, or the schedule
+        copies (the engine then reads `waits`). Built at C speed off `blocking`."""
         blocking, joined = self.blocking, self.joined
         if blocking is None or not joined or self.copies is not None:
             return None
-        if not all(map((1).__eq__, map(len, joined.values()))):
+        # each group a pair whose second member comes next: what the rank runs between them could feed it, and
+        # `blocking` would not name it
+        if not all(map(eq, joined.values(), zip(map(add, joined, repeat(1))))):
             return None
-        firsts, seconds = list(joined), list(map(_first, joined.values()))
-        if not all(map(eq, seconds, map(add, firsts, repeat(1)))):  # a second member apart from its first: what
-            return None  # the rank runs between them may feed it, and `blocking` does not name it
-        waits, extra, partner = list(blocking), [-1] * len(blocking), [-1] * len(blocking)
-        deque(map(waits.__setitem__, firsts, repeat(-2)), maxlen=0)  # -2: a pair's first member, read below
-        deque(map(extra.__setitem__, firsts, map(blocking.__getitem__, seconds)), maxlen=0)
-        deque(map(partner.__setitem__, firsts, seconds), maxlen=0)
-        return waits, blocking, extra, partner
+        waits = list(blocking)
+        deque(map(waits.__setitem__, joined, repeat(-2)), maxlen=0)  # -2: a pair's first member, read above
+        return waits, blocking
 
     @cached_property
     def waits(self) -> tuple[list[int], dict[int, tuple[tuple[int, int], ...]], list[int]]:
@@ -290,17 +287,18 @@ def _lower(schedule: Schedule) -> Dependencies:
         copies = _copy_ops(schedule, made, deps, ids, moves)  # (10^5 entries, three times) would find none
         return Dependencies(actions, ranks, offsets, deps, None, None, copies, ({}, [[] for _ in schedule.order]))
     gates = send_gates(schedule)
-    groups = overlap_groups(schedule)
+    joined = overlap_ids(schedule, offsets)  # `Dependencies.joined`, read off the groups' places: no action hashed
+    if joined is None:  # an entry of a subclass: the groups found by name
+        joined = _joined(overlap_groups(schedule), made)
     collectives = collectives_before(schedule)
-    if gates is None and not groups and moves is None:
+    if gates is None and not joined and moves is None:
         return dataclasses.replace(made, collectives=collectives) if any(collectives) else made
     sends: dict[tuple[int, int], str] | None = None
     if gates is not None:
         sends = {}
         deps = _gated(deps, actions, ranks, offsets, made.index, gates, schedule.num_stages, sends)
-    joined = _joined(groups, made, overlap_positions(schedule)) if groups else None
     copies = _copy_ops(schedule, made, deps, ids, moves) if moves is not None else None
-    return Dependencies(actions, ranks, offsets, deps, joined, sends, copies, collectives)
+    return Dependencies(actions, ranks, offsets, deps, joined or None, sends, copies, collectives)
 
 
 def _moves_alone(schedule: Schedule, moves: list[tuple[list[CommAction], list[int]]]) -> bool:
@@ -316,18 +314,9 @@ def _moves_alone(schedule: Schedule, moves: list[tuple[list[CommAction], list[in
 _MOVES_ALONE = frozenset({Action, CommAction})
 
 
-def _joined(
-    groups: list[tuple[Action, ...]], made: Dependencies, positions: list[list[int]] | None
-) -> dict[int, tuple[int, ...]]:
-    """`Dependencies.joined`: each group's first id -> its other members' ids, read off the groups' positions in
-    their ranks' lists (`overlap_positions`), or by name where those are not known; pairs (every family's) at C
-    speed, no action hashed."""
-    if positions is not None:
-        starts = zip(positions, made.offsets[:-1], strict=True)
-        firsts = list(chain.from_iterable(map(add, row, repeat(lo)) for row, lo in starts))
-        if all(map((2).__eq__, map(len, groups))):
-            return dict(zip(firsts, zip(map(add, firsts, repeat(1))), strict=True))
-        return {first: tuple(range(first + 1, first + len(group))) for first, group in zip(firsts, groups, strict=True)}
+def _joined(groups: list[tuple[Action, ...]], made: Dependencies) -> dict[int, tuple[int, ...]]:
+    """`Dependencies.joined` found by name, where the groups' places are not known (`overlap_ids`): each group's
+    first id -> its other members' ids."""
     member = made.index.__getitem__
     if all(map((2).__eq__, map(len, groups))):  # 10^4 pairs: the second ids as 1-tuples, as zip of one yields them
         return dict(zip(map(member, map(_first, groups)), zip(map(member, map(_second, groups))), strict=True))

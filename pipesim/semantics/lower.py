@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import accumulate, compress, repeat
+from itertools import accumulate, chain, compress, repeat
 from operator import is_, itemgetter, sub
 from typing import NamedTuple
 
@@ -364,7 +364,7 @@ def transfers_of(message: Message) -> tuple[CommAction, CommAction]:
 def send_gates(schedule: Schedule) -> dict[Message, Action | None] | None:
     """Where transfers are explicit: per message, the last compute action its rank runs before the SEND (None
     when the SEND comes before any compute). None when the schedule leaves the transfers to `comm_plan`."""
-    if not schedule.has_transfers:
+    if not states_comms(schedule) or not schedule.has_transfers:
         return None
     gates: dict[Message, Action | None] = {}
     for row in schedule.order or ():
@@ -385,24 +385,25 @@ def overlap_groups(schedule: Schedule) -> list[tuple[Action, ...]]:
     return [e.actions for row in schedule.order or () for e in row if isinstance(e, Overlap)]
 
 
-def overlap_positions(schedule: Schedule) -> list[list[int]] | None:
-    """Per rank, the position of each overlapped group's first member in the rank's `Schedule.actions` (in
-    `overlap_groups`' order), its others following it: the order's compute actions are the action lists, as
-    `Schedule` checks. None where an entry's type is a subclass (then find the groups by name)."""
-    positions: list[list[int]] = []
-    for row in schedule.order or ():
-        if not set(map(type, row)) <= _KNOWN_ENTRIES:
-            return None
-        at, mine = 0, []
-        for entry in row:  # a plain loop: quicker here than the passes over the row at C speed
+def overlap_ids(schedule: Schedule, offsets: list[int]) -> dict[int, tuple[int, ...]] | None:
+    """Each overlapped group's first member -> its other members, as ids: positions in the ranks' `Schedule.actions`
+    (the order's compute actions are the action lists, as `Schedule` checks), rank r's counted from `offsets[r]`.
+    Empty without a group; None where an entry's type is a subclass (then find the groups by name)."""
+    if _plain_order(schedule):
+        return {}
+    if not _entry_types(schedule) <= _KNOWN_ENTRIES:
+        return None
+    ids: dict[int, tuple[int, ...]] = {}
+    for row, at in zip(schedule.order or (), offsets, strict=False):
+        for entry in row:  # one plain loop: quicker than passes over the row at C speed, then over the groups
             kind = type(entry)
             if kind is Action:
                 at += 1
             elif kind is Overlap:
-                mine.append(at)
-                at += len(entry[0])
-        positions.append(mine)
-    return positions
+                size = len(entry[0])
+                ids[at] = (at + 1,) if size == 2 else tuple(range(at + 1, at + size))
+                at += size
+    return ids
 
 
 _PLAIN_ENTRIES = frozenset({Action, CommAction, type(None)})
@@ -412,7 +413,25 @@ _KNOWN_ENTRIES = _PLAIN_ENTRIES | {Overlap}
 def _plain_order(schedule: Schedule) -> bool:
     """Whether every entry of the order is a compute action, a CommAction or idle (no overlapped pair): read at
     C speed, so that the scans below skip an order of 10^5 entries without the kind they look for."""
-    return all(set(map(type, row)) <= _PLAIN_ENTRIES for row in schedule.order or ())
+    return _entry_types(schedule) <= _PLAIN_ENTRIES
+
+
+def states_comms(schedule: Schedule) -> bool:
+    """Whether the order holds any CommAction (a transfer, a memory move or a collective): the scans for each skip
+    an order of compute actions and pairs alone (the overlapped families' 10^5 entries)."""
+    return any(issubclass(kind, CommAction) for kind in _entry_types(schedule))
+
+
+_ENTRY_TYPES = "_pipesim_entry_types"  # where a schedule keeps them (in its instance dict, as its lowering is kept)
+
+
+def _entry_types(schedule: Schedule) -> frozenset[type]:
+    """Every type among the order's entries, read once per schedule at C speed: the lowering asks four questions
+    of them (`_plain_order`, `states_comms`)."""
+    types = schedule.__dict__.get(_ENTRY_TYPES)
+    if types is None:  # a frozen value, set as functools.cached_property sets one
+        types = schedule.__dict__[_ENTRY_TYPES] = frozenset(map(type, chain.from_iterable(schedule.order or ())))
+    return types
 
 
 def _comm_kinds(schedule: Schedule) -> set[CommKind]:
@@ -444,7 +463,7 @@ def collectives_before(schedule: Schedule) -> tuple[dict[Action, list[CommAction
     before: dict[Action, list[CommAction]] = {}
     tails: list[list[CommAction]] = []
     collective = (CommKind.UNSHARD, CommKind.RESHARD, CommKind.REDUCE_GRAD)
-    if _plain_order(schedule) and not _comm_kinds(schedule).intersection(collective):
+    if not states_comms(schedule) or (_plain_order(schedule) and not _comm_kinds(schedule).intersection(collective)):
         return before, [[] for _ in schedule.order or ()]  # none to place
     for row in schedule.order or ():
         waiting: list[CommAction] = []
@@ -528,8 +547,10 @@ _MOVES_ROW = frozenset({Action, CommAction})
 
 
 def has_memory_moves(schedule: Schedule) -> bool:
-    return schedule.order is not None and any(
-        isinstance(e, CommAction) and e.kind in MEMORY_MOVES for row in schedule.order for e in row
+    return (
+        schedule.order is not None
+        and states_comms(schedule)
+        and any(isinstance(e, CommAction) and e.kind in MEMORY_MOVES for row in schedule.order for e in row)
     )
 
 

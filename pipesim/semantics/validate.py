@@ -36,6 +36,7 @@ from pipesim.semantics.lower import (
     peer_stage,
     produced_message,
     served_kinds,
+    states_comms,
     transfers_of,
 )
 from pipesim.semantics.screen import compute_rules_hold, is_validated, mark_validated, row_is_clean
@@ -336,6 +337,8 @@ def _check_missing(
 
 def _check_order(schedule: Schedule, problems: list[ScheduleError], cap: int) -> None:
     """Transfers and collectives of torch's order: where they stand relative to the compute they serve."""
+    if not states_comms(schedule):  # compute actions and pairs alone (the overlapped families): nothing to place
+        return
     placement, num_stages, num_mb = schedule.stage_to_rank, schedule.num_stages, schedule.num_microbatches
     seen: set[CommAction] = set()
     for rank, row in enumerate(schedule.order or ()):
