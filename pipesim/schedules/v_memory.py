@@ -23,7 +23,7 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable
 from itertools import accumulate, chain, compress, count, repeat
-from operator import add, eq, itemgetter, lshift, lt, mul, setitem, sub
+from operator import add, eq, getitem, lshift, lt, mul, setitem, sub
 
 from pipesim.ir import Action, F, I, Schedule, W, make_schedule, v_placement
 from pipesim.schedules import ScheduleInfo
@@ -40,6 +40,7 @@ SHAPES = ("min", "half")
 _BYTE_LEVELS = 255  # the levels the reordering keeps as bytes below (above, as a list)
 _SHIFT = {step: bytes((level + step) % 256 for level in range(256)) for step in (1, -1)}  # bytes.translate tables
 _SOURCE = (-1, 1, -1, 1)  # by kind (F_DOWN, F_UP, I_UP, I_DOWN): the rank a pass's input comes from, relative
+_STEPS = tuple(enumerate(_SOURCE, 1))  # the same by code
 
 # One rank's slots, a rank running one pass per slot: the code of the pass in each (its kind + 1; FREE where none
 # runs, found at C speed by `find`) and its microbatch (W_ANY's: its place in the rank's W queue). Every step of the
@@ -125,46 +126,40 @@ def _squeeze(lanes: list[Lane], m: int, placed: bool) -> list[Lane]:
     rank's order, so only the input from the next rank is looked up (the rank above for chunk 0's forward and
     chunk 1's I, the rank below for the others)."""
     p = len(lanes)
-    shift = p.bit_length()  # a pass as its slot << shift | its rank: sorted, in slot order, then rank
-    order: list[int] = []
-    passes = []  # per rank, each F and I pass's (code, microbatch, W before it)
-    for rank, (codes, at) in enumerate(lanes):
-        slots, runs = (_placed_weights if placed else _owed_weights)(codes)
-        mbs = compress(at, codes)
-        if placed:
-            mbs = compress(mbs, map(lt, filter(None, codes), repeat(_W_CODE)))
-        passes.append(list(zip(map(codes.__getitem__, slots), mbs, runs, strict=True)))
-        order += map(add, map(lshift, slots, repeat(shift)), repeat(rank))
-    order.sort()
     placed_at = [[[0] * m for _ in range(_W_CODE)] for _ in range(p)]  # each rank's, per code, each pass's slot
     none = [-2] * m  # an input from no rank: never the latest need
-    steps = tuple(enumerate(_SOURCE, 1))  # by code: the rank its input comes from, relative
-    sources = [  # per rank, by code: where its input's slots are
-        (None, *(placed_at[rank + step][code] if 0 <= rank + step < p else none for code, step in steps))
-        for rank in range(p)
-    ]
-    readys: list[list[int]] = [[] for _ in range(p)]
-    done = [0] * p  # each rank's passes placed
+    shift = p.bit_length()  # a pass as its slot << shift | its rank: sorted, in slot order, then rank
+    order: list[int] = []
+    passes = []  # per rank, its passes' codes, microbatches and where their slots go
+    takes = []  # per rank, each pass in turn: (the W before it, where its input's slot is, where its own goes, mb)
+    for rank, (codes, at) in enumerate(lanes):
+        slots, runs = (_placed_weights if placed else _owed_weights)(codes)
+        kinds = list(map(codes.__getitem__, slots))
+        mbs = list(map(at.__getitem__, slots))
+        found = [None] + [placed_at[rank + step][code] if 0 <= rank + step < p else none for code, step in _STEPS]
+        dests = list(map(placed_at[rank].__getitem__, kinds))
+        passes.append((kinds, mbs, dests))
+        takes.append(zip(runs, map(found.__getitem__, kinds), dests, mbs, strict=True).__next__)
+        order += map(add, map(lshift, slots, repeat(shift)), repeat(rank))
+    order.sort()
     free = [0] * p  # each rank's next free slot
     mask = (1 << shift) - 1
     for key in order:
         rank = key & mask
-        i = done[rank]
-        done[rank] = i + 1
-        code, mb, run = passes[rank][i]
+        run, source, dest, mb = takes[rank]()
         ready = free[rank] + run
-        other = sources[rank][code][mb] + 1
+        other = source[mb] + 1
         if other > ready:
             ready = other
-        placed_at[rank][code][mb] = ready
-        readys[rank].append(ready)
+        dest[mb] = ready
         free[rank] = ready + 1
     squeezed: list[Lane] = []
-    for slots, rank_passes in zip(readys, passes, strict=True):
+    for kinds, mbs, dests in passes:
+        slots = list(map(getitem, dests, mbs))
         horizon = slots[-1] + 1 if slots else 0
         codes, at = bytearray(horizon), [0] * horizon
-        deque(map(codes.__setitem__, slots, map(itemgetter(0), rank_passes)), 0)
-        deque(map(at.__setitem__, slots, map(itemgetter(1), rank_passes)), 0)
+        deque(map(codes.__setitem__, slots, kinds), 0)
+        deque(map(at.__setitem__, slots, mbs), 0)
         squeezed.append((codes, at))
     return squeezed
 
