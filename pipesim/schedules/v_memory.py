@@ -292,7 +292,8 @@ def _reorder(lanes: list[Lane], m: int, weights: bool) -> None:
         deque(map(setitem, map(slots.__getitem__, filter(None, codes)), compress(at, codes), ts), 0)
         slot_of.append(slots)
         times.append(ts)
-        memory.append(_levels(codes, weights))
+        if weights:  # without W placed: once a pass can move (in v-min's cool-down none can)
+            memory.append(_levels(codes, weights))
     cap = max((max(levels, default=0) for levels, _ in memory), default=0)
     # With W placed the levels lie in 0..cap (a W frees what an I before it, after its F, held): as bytes when
     # that fits, searched and shifted by one at C speed (a long warm-up's forward moves past a hundred slots)
@@ -349,9 +350,9 @@ def _reorder(lanes: list[Lane], m: int, weights: bool) -> None:
         if earliest >= t:
             continue
         kind = code - 1
-        levels, owes = memory[rank]
         if weights:  # the levels stay right and never pass the cap: an I holds nothing, a W earlier frees
             # earlier, an F holds longer, from the slot after the last one at the cap before its own on
+            levels = memory[rank][0]
             if kind <= F_UP:
                 if as_bytes:
                     earliest = levels.rfind(cap, earliest, t) + 1 or earliest
@@ -374,6 +375,12 @@ def _reorder(lanes: list[Lane], m: int, weights: bool) -> None:
                 insort(backward[rank], new)
         else:
             new = codes.find(FREE, earliest, t)
+            if new < 0:
+                continue
+            if not memory:  # the first pass that can move: the levels are the lanes' as they came
+                memory = [_levels(rank_codes, weights) for rank_codes, _ in lanes]
+                cap = max((max(levels, default=0) for levels, _ in memory), default=0)
+            levels, owes = memory[rank]
             while new >= 0:
                 codes[t], codes[new] = FREE, code
                 failed = _walk(codes, levels, owes, new, cap, t)
