@@ -42,7 +42,10 @@ _BYTE_LEVELS = 255  # the levels the reordering keeps as bytes below (above, as 
 _SHIFT = {step: bytes((level + step) % 256 for level in range(256)) for step in (1, -1)}  # bytes.translate tables
 _SOURCE = (-1, 1, -1, 1)  # by kind (F_DOWN, F_UP, I_UP, I_DOWN): the rank a pass's input comes from, relative
 _STEPS = tuple(enumerate(_SOURCE, 1))  # the same by code
-_HEAP_SHARE = 64  # the squeeze takes at most one pass in this many that moves from its heap, the rest in turn
+# The squeeze takes the passes that move from a heap, up to one in this many of all passes; past that, every pass
+# in turn (a pass costs about twice as much from the heap: where most move, as in V-Half's first squeeze, the
+# sweep is cheaper)
+_HEAP_SHARE = 64
 
 # One rank's slots, a rank running one pass per slot: the code of the pass in each (its kind + 1; FREE where none
 # runs, found at C speed by `find`) and its microbatch (W_ANY's: its place in the rank's W queue). Every step of the
