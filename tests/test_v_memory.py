@@ -186,3 +186,14 @@ def test_the_levels_as_a_list_give_the_orders_as_bytes_do(shape, monkeypatch):
     as_bytes = [build_schedule(f"v-{shape}", p, m).actions for p, m in sizes]
     monkeypatch.setattr(v_memory, "_BYTE_LEVELS", 0)
     assert [build_schedule(f"v-{shape}", p, m).actions for p, m in sizes] == as_bytes
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_squeeze_gives_the_same_orders_whichever_way_it_takes_the_passes(shape, monkeypatch):
+    """The squeeze takes the passes that move from a heap and, past a budget of moves, every pass in turn: forced
+    to take all from the heap, or to hand over at the first move, it gives the orders it gives by default."""
+    sizes = [(p, m) for p in (2, 3, 4, 6, 8, 12) for m in (1, p, 2 * p + 3, 3 * p + 5)]
+    default = [build_schedule(f"v-{shape}", p, m).actions for p, m in sizes]
+    for share in (1, 10**9):  # a budget of every pass; of one move
+        monkeypatch.setattr(v_memory, "_HEAP_SHARE", share)
+        assert [build_schedule(f"v-{shape}", p, m).actions for p, m in sizes] == default, share

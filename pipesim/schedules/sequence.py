@@ -14,6 +14,8 @@ against 1F1B's p.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from pipesim.ir import SEQ_CUTS, Action, B, F, Schedule, loop_placement
 from pipesim.limits import MAX_MICROBATCHES, check_sizes
 from pipesim.schedules import ScheduleInfo
@@ -56,11 +58,13 @@ def seq1f1b(
     for rank in range(p):
         warmup = min(p - rank - 1 + chunks - 1, units)
         steady = units - warmup
-        forwards = [new(Action, (rank, F, u)) for u in range(units)]
-        backwards = [new(Action, (rank, B, u)) for u in backward_units]
+        forwards = list(map(new, repeat(Action), zip(repeat(rank), repeat(F), range(units))))  # at C speed
+        backwards = list(map(new, repeat(Action), zip(repeat(rank), repeat(B), backward_units)))
         # warm-up forwards, steady (one forward, one backward), cool-down backwards
-        interleaved = [a for pair in zip(forwards[warmup:], backwards, strict=False) for a in pair]
-        rows.append((*forwards[:warmup], *interleaved, *backwards[steady:]))
+        row = forwards[:warmup] + [None] * (2 * steady) + backwards[steady:]
+        row[warmup : warmup + 2 * steady : 2] = forwards[warmup:]
+        row[warmup + 1 : warmup + 2 * steady : 2] = backwards[:steady]
+        rows.append(tuple(row))
     return Schedule(
         "seq1f1b",
         p,

@@ -19,11 +19,12 @@ that keeps every rank under the steady phase's peak. The orders are the authors'
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
 from itertools import accumulate, chain, compress, count, repeat
-from operator import add, eq, itemgetter, lshift, lt, mul, setitem, sub
+from operator import add, eq, getitem, lshift, lt, mul, setitem, sub
 
 from pipesim.ir import Action, F, I, Schedule, W, make_schedule, v_placement
 from pipesim.schedules import ScheduleInfo
@@ -40,6 +41,11 @@ SHAPES = ("min", "half")
 _BYTE_LEVELS = 255  # the levels the reordering keeps as bytes below (above, as a list)
 _SHIFT = {step: bytes((level + step) % 256 for level in range(256)) for step in (1, -1)}  # bytes.translate tables
 _SOURCE = (-1, 1, -1, 1)  # by kind (F_DOWN, F_UP, I_UP, I_DOWN): the rank a pass's input comes from, relative
+_STEPS = tuple(enumerate(_SOURCE, 1))  # the same by code
+# The squeeze takes the passes that move from a heap, up to one in this many of all passes; past that, every pass
+# in turn (a pass costs about twice as much from the heap: where most move, as in V-Half's first squeeze, the
+# sweep is cheaper)
+_HEAP_SHARE = 64
 
 # One rank's slots, a rank running one pass per slot: the code of the pass in each (its kind + 1; FREE where none
 # runs, found at C speed by `find`) and its microbatch (W_ANY's: its place in the rank's W queue). Every step of the
@@ -120,51 +126,114 @@ def _placed_weights(codes: bytearray) -> tuple[list[int], list[int]]:
 def _squeeze(lanes: list[Lane], m: int, placed: bool) -> list[Lane]:
     """Every pass as early as its input and its rank's order allow (the paper's squeeze: each rank keeps its
     order, its idle slots close), each F and I pass after the W passes before it (`_placed_weights` where they are
-    `placed`, else `_owed_weights`); W have no inputs and are dropped: only the slots they take count. Passes are
-    taken in slot order, so what one needs is placed before it; the needs on its own rank come before it in that
-    rank's order, so only the input from the next rank is looked up (the rank above for chunk 0's forward and
-    chunk 1's I, the rank below for the others)."""
+    `placed`, else `_owed_weights`); W have no inputs and are dropped: only the slots they take count. The needs on
+    a pass's own rank come before it in that rank's order, so only the input from the next rank is looked up (the
+    rank above for chunk 0's forward and chunk 1's I, the rank below for the others).
+
+    A pass's squeezed slot is the later of its needs' squeezed slots, plus one (plus the W between, after its
+    rank's pass before it): one answer, the needs lying before it. The lanes already meet every need, so a pass
+    keeps its slot unless it is "loose" (later than both needs ask: idle slots before it on its rank, and its
+    input in earlier) or a need of its moved. Only those are taken, in slot order (a heap), each that moves
+    handing on its two dependents (the next pass on its rank, the pass its output feeds); where many move, the
+    rest of the passes are taken in slot order one by one (`_squeeze_from`)."""
     p = len(lanes)
-    shift = p.bit_length()  # a pass as its slot << shift | its rank: sorted, in slot order, then rank
-    order: list[int] = []
-    passes = []  # per rank, each F and I pass's (code, microbatch, W before it)
+    placed_at = [[[0] * m for _ in range(_W_CODE)] for _ in range(p)]  # each rank's, per code, each pass's slot
+    none = [-2] * m  # an input from no rank: never the later need
+    ranks = []  # per rank: its passes' slots now, the W before each, codes, microbatches, where their slots go
     for rank, (codes, at) in enumerate(lanes):
         slots, runs = (_placed_weights if placed else _owed_weights)(codes)
-        mbs = compress(at, codes)
-        if placed:
-            mbs = compress(mbs, map(lt, filter(None, codes), repeat(_W_CODE)))
-        passes.append(list(zip(map(codes.__getitem__, slots), mbs, runs, strict=True)))
-        order += map(add, map(lshift, slots, repeat(shift)), repeat(rank))
-    order.sort()
-    placed_at = [[[0] * m for _ in range(_W_CODE)] for _ in range(p)]  # each rank's, per code, each pass's slot
-    none = [-2] * m  # an input from no rank: never the latest need
-    steps = tuple(enumerate(_SOURCE, 1))  # by code: the rank its input comes from, relative
-    sources = [  # per rank, by code: where its input's slots are
-        (None, *(placed_at[rank + step][code] if 0 <= rank + step < p else none for code, step in steps))
+        kinds = list(map(codes.__getitem__, slots))
+        mbs = list(map(at.__getitem__, slots))
+        dests = list(map(placed_at[rank].__getitem__, kinds))
+        deque(map(setitem, dests, mbs, slots), 0)
+        ranks.append((slots, runs, kinds, mbs, dests))
+    inputs = [  # per rank, by code: where its input's slots are
+        [None] + [placed_at[rank + step][code] if 0 <= rank + step < p else none for code, step in _STEPS]
         for rank in range(p)
     ]
-    readys: list[list[int]] = [[] for _ in range(p)]
-    done = [0] * p  # each rank's passes placed
+    rank_bits, bits = p.bit_length(), max((len(slots) for slots, *_ in ranks), default=0).bit_length()
+    shift = rank_bits + bits  # a pass as (slot << rank_bits | rank) << bits | its place on its rank
+    heap = []
+    for rank, (slots, runs, kinds, mbs, _) in enumerate(ranks):
+        found = inputs[rank]
+        # idle slots before a pass: its slot past the one before it, plus one, plus the W between
+        idle = map(sub, slots, map(add, chain((0,), map(add, slots, repeat(1))), runs))
+        for k in compress(count(), idle):
+            if found[kinds[k]][mbs[k]] + 1 < slots[k]:
+                heap.append(((slots[k] << rank_bits | rank) << bits) | k)
+    heapify(heap)
+    queued = set(heap)
+    rank_mask, place_mask = (1 << rank_bits) - 1, (1 << bits) - 1
+    budget = sum(len(slots) for slots, *_ in ranks) // _HEAP_SHARE + 1  # the moves taken from the heap, at most
+    while heap:
+        key = heappop(heap)
+        rank, k = key >> bits & rank_mask, key & place_mask
+        slots, runs, kinds, mbs, dests = ranks[rank]
+        ready = (dests[k - 1][mbs[k - 1]] + 1 if k else 0) + runs[k]
+        code, mb = kinds[k], mbs[k]
+        other = inputs[rank][code][mb] + 1
+        if other > ready:
+            ready = other
+        if ready == dests[k][mb]:
+            continue
+        dests[k][mb] = ready
+        budget -= 1
+        if not budget:
+            return _squeeze_from(ranks, inputs, key >> shift, rank, k + 1)
+        if k + 1 < len(slots):
+            after = ((slots[k + 1] << rank_bits | rank) << bits) | (k + 1)
+            if after not in queued:
+                queued.add(after)
+                heappush(heap, after)
+        fed = rank - _SOURCE[code - 1]
+        if 0 <= fed < p:
+            old = placed_at[fed][code][mb]  # not taken yet: its slot now is its slot before
+            after = ((old << rank_bits | fed) << bits) | bisect_left(ranks[fed][0], old)
+            if after not in queued:
+                queued.add(after)
+                heappush(heap, after)
+    return _squeezed(ranks)
+
+
+def _squeeze_from(ranks: list, inputs: list, t: int, first: int, k: int) -> list[Lane]:
+    """`_squeeze` taking every pass from slot `t` of rank `first`'s pass `k` on, in slot order, one by one (those
+    before have their slots)."""
+    p = len(ranks)
+    shift = p.bit_length()  # a pass as its slot << shift | its rank: sorted, in slot order, then rank
+    order: list[int] = []
+    takes = []  # per rank, each pass in turn: (the W before it, where its input's slot is, where its own goes, mb)
     free = [0] * p  # each rank's next free slot
+    for rank, (slots, runs, kinds, mbs, dests) in enumerate(ranks):
+        start = k if rank == first else (bisect_left if rank > first else bisect_right)(slots, t)
+        if start:
+            free[rank] = dests[start - 1][mbs[start - 1]] + 1
+        found = inputs[rank]
+        rest = kinds[start:]
+        takes.append(zip(runs[start:], map(found.__getitem__, rest), dests[start:], mbs[start:], strict=True).__next__)
+        order += map(add, map(lshift, slots[start:], repeat(shift)), repeat(rank))
+    order.sort()
     mask = (1 << shift) - 1
     for key in order:
         rank = key & mask
-        i = done[rank]
-        done[rank] = i + 1
-        code, mb, run = passes[rank][i]
+        run, source, dest, mb = takes[rank]()
         ready = free[rank] + run
-        other = sources[rank][code][mb] + 1
+        other = source[mb] + 1
         if other > ready:
             ready = other
-        placed_at[rank][code][mb] = ready
-        readys[rank].append(ready)
+        dest[mb] = ready
         free[rank] = ready + 1
+    return _squeezed(ranks)
+
+
+def _squeezed(ranks: list) -> list[Lane]:
+    """The lanes of the passes' squeezed slots."""
     squeezed: list[Lane] = []
-    for slots, rank_passes in zip(readys, passes, strict=True):
+    for _, _, kinds, mbs, dests in ranks:
+        slots = list(map(getitem, dests, mbs))
         horizon = slots[-1] + 1 if slots else 0
         codes, at = bytearray(horizon), [0] * horizon
-        deque(map(codes.__setitem__, slots, map(itemgetter(0), rank_passes)), 0)
-        deque(map(at.__setitem__, slots, map(itemgetter(1), rank_passes)), 0)
+        deque(map(codes.__setitem__, slots, kinds), 0)
+        deque(map(at.__setitem__, slots, mbs), 0)
         squeezed.append((codes, at))
     return squeezed
 
@@ -226,7 +295,8 @@ def _reorder(lanes: list[Lane], m: int, weights: bool) -> None:
         deque(map(setitem, map(slots.__getitem__, filter(None, codes)), compress(at, codes), ts), 0)
         slot_of.append(slots)
         times.append(ts)
-        memory.append(_levels(codes, weights))
+        if weights:  # without W placed: once a pass can move (in v-min's cool-down none can)
+            memory.append(_levels(codes, weights))
     cap = max((max(levels, default=0) for levels, _ in memory), default=0)
     # With W placed the levels lie in 0..cap (a W frees what an I before it, after its F, held): as bytes when
     # that fits, searched and shifted by one at C speed (a long warm-up's forward moves past a hundred slots)
@@ -283,9 +353,9 @@ def _reorder(lanes: list[Lane], m: int, weights: bool) -> None:
         if earliest >= t:
             continue
         kind = code - 1
-        levels, owes = memory[rank]
         if weights:  # the levels stay right and never pass the cap: an I holds nothing, a W earlier frees
             # earlier, an F holds longer, from the slot after the last one at the cap before its own on
+            levels = memory[rank][0]
             if kind <= F_UP:
                 if as_bytes:
                     earliest = levels.rfind(cap, earliest, t) + 1 or earliest
@@ -308,6 +378,12 @@ def _reorder(lanes: list[Lane], m: int, weights: bool) -> None:
                 insort(backward[rank], new)
         else:
             new = codes.find(FREE, earliest, t)
+            if new < 0:
+                continue
+            if not memory:  # the first pass that can move: the levels are the lanes' as they came
+                memory = [_levels(rank_codes, weights) for rank_codes, _ in lanes]
+                cap = max((max(levels, default=0) for levels, _ in memory), default=0)
+            levels, owes = memory[rank]
             while new >= 0:
                 codes[t], codes[new] = FREE, code
                 failed = _walk(codes, levels, owes, new, cap, t)
