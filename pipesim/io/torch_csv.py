@@ -40,6 +40,7 @@ from pipesim.ir import (
     schedule_from_order,
 )
 from pipesim.limits import MAX_MICROBATCHES, MAX_STAGES, check_sizes
+from pipesim.semantics.lower import has_memory_moves
 from pipesim.semantics.torch_order import with_comms
 
 CsvFormat = Literal["auto", "compute_only", "compute_comms"]
@@ -71,10 +72,6 @@ def _is_transfer(entry: Entry | None) -> bool:
     return isinstance(entry, CommAction) and entry.kind in TRANSFER_KINDS
 
 
-def _has_memory_moves(schedule: Schedule) -> bool:
-    return any(isinstance(e, CommAction) and e.kind in MEMORY_MOVES for row in schedule.order_rows() for e in row)
-
-
 def schedule_to_csv(schedule: Schedule, csv_format: CsvFormat = "compute_only") -> str:
     """The schedule as torch's CSV (rows end in CRLF like csv.writer's).
 
@@ -90,7 +87,7 @@ def schedule_to_csv(schedule: Schedule, csv_format: CsvFormat = "compute_only") 
     if csv_format == "compute_comms":
         if schedule.has_transfers:
             rows = schedule.order_rows()
-        elif _has_memory_moves(schedule):  # torch's lowering places transfers around compute actions only
+        elif has_memory_moves(schedule):  # torch's lowering places transfers around compute actions only
             raise ValueError(
                 f"{schedule.name}: torch's lowering of a compute order adds its transfers but has no OFFLOAD or "
                 "RELOAD, so the schedule's memory moves would be lost: write compute_only (it keeps them) or "
