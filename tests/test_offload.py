@@ -336,3 +336,10 @@ def test_the_peaks_with_moves_are_those_of_the_sorted_events(name: str, stash: f
         assert metrics.ranks[r].peak_activations == max([0, *counts])
         assert metrics.ranks[r].peak_activation_bytes == max([0.0, *sizes])
         assert metrics.ranks[r].peak_host_bytes == max([0.0, *accumulate(delta for _, delta in host)])
+
+
+def test_a_stash_typed_as_a_whole_number_reads_the_same_peaks() -> None:
+    schedule = with_offload(build_schedule("1f1b", 4, 8), "full")
+    typed, measured = _cost(host_gbps=100.0, stash=2**20), _cost(host_gbps=100.0, stash=float(2**20))
+    as_int = compute_metrics(simulate(schedule, typed), typed)  # the app's knobs give ints
+    assert as_int == compute_metrics(simulate(schedule, measured), measured)

@@ -619,7 +619,8 @@ def _counted_peaks(
     if len(sizes) > 1:
         return None
     size = sizes.pop() if sizes else 0.0
-    if not (size > 0 and size.is_integer()) or (len(kinds) + 2 * len(moves)) * size >= _EXACT:
+    # a size typed as an int (the app's knobs) is whole too; int has no is_integer before Python 3.12
+    if not (size > 0 and float(size).is_integer()) or (len(kinds) + 2 * len(moves)) * size >= _EXACT:
         return None
     peak = _count_peak(rises, falls)
     return peak, peak * size, _count_peak(host_rises, host_falls) * size if moves else 0.0
