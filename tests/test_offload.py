@@ -340,6 +340,8 @@ def test_the_peaks_with_moves_are_those_of_the_sorted_events(name: str, stash: f
 
 def test_a_stash_typed_as_a_whole_number_reads_the_same_peaks() -> None:
     schedule = with_offload(build_schedule("1f1b", 4, 8), "full")
-    typed, measured = _cost(host_gbps=100.0, stash=2**20), _cost(host_gbps=100.0, stash=float(2**20))
+    measured = _cost(host_gbps=100.0, stash=float(2**20))
+    typed = dataclasses.replace(measured, stages=(dataclasses.replace(measured.stages[0], activation_bytes=2**20),))
+    assert type(typed.stages[0].activation_bytes) is int
     as_int = compute_metrics(simulate(schedule, typed), typed)  # the app's knobs give ints
     assert as_int == compute_metrics(simulate(schedule, measured), measured)
